@@ -1,0 +1,458 @@
+/*
+ * commgemm: tensor-parallel communication overlapped with the GEMMs around it.
+ *
+ * One C11 header. Every function returns a cgm_status; outputs come last.
+ * On failure, cgm_last_error() returns a message (kept per thread) that says
+ * what was expected, what was found and what to do.
+ *
+ * Conventions used throughout
+ * ---------------------------
+ * - Matrices are row-major (PyTorch convention). A matrix of `rows` x `cols`
+ *   has element (i, j) at data[i * ld + j]; ld >= cols.
+ * - P ranks form the group; this rank is r. Rows of the output are split over
+ *   ranks with the ceil split  m_r = cgm_shard_rows(m, r, P): every shard
+ *   holds ceil(m / P) rows except the last non-empty one, which holds the
+ *   remainder; shards past the end hold 0 rows. m need not divide by P, m may
+ *   be smaller than P (then some shards are empty), P need not be a power of 2.
+ * - k is always the contraction dimension, n the output columns. The layout
+ *   says how X and W are stored (TransformerEngine's naming):
+ *       CGM_LAYOUT_TN: Y[m,n] = X[m,k]   . W[n,k]^T   (fprop of nn.Linear)
+ *       CGM_LAYOUT_NN: Y[m,n] = X[m,k]   . W[k,n]     (dgrad)
+ *       CGM_LAYOUT_NT: Y[m,n] = X[k,m]^T . W[k,n]     (wgrad)
+ *   Whatever the layout, the split dimension of the collective is m (the
+ *   output's rows): with NT the shard X_r is stored [k, m_r].
+ * - Reductions across ranks accumulate in fp32 whatever the input dtype.
+ * - Memory: on the `host` backend every pointer is host memory; on the GPU
+ *   backends (`p2p`, `nccl`, `cublasmp`) every matrix pointer is device
+ *   memory of the comm's device.
+ * - Stream ordering: ops are enqueued on the caller's `stream` (a
+ *   cudaStream_t, passed as void* so that this header needs no CUDA header)
+ *   and return before the GPU work completes; results are ready when the
+ *   stream's work is. A NULL stream means the legacy default stream. On the
+ *   `host` backend, `stream` must be NULL and ops complete before returning.
+ * - CUDA graphs: every GPU op may be captured into a CUDA graph after one
+ *   eager call with the same shapes, dtypes and options (the eager call
+ *   allocates and exchanges whatever the op needs; nothing allocates inside
+ *   capture).
+ * - Thread safety: a comm is used by one thread at a time (like an
+ *   ncclComm_t); different comms may be used concurrently from different
+ *   threads. cgm_status_string, cgm_last_error, cgm_version, cgm_shard_rows,
+ *   cgm_dtype_size and the *_name functions are thread safe.
+ * - Collective calls: every op, cgm_comm_create and cgm_comm_destroy are
+ *   collective: every rank of the comm must call them, in the same order,
+ *   with arguments that agree (same op, m, layout, dtypes, options...).
+ *   Ranks that disagree are detected (CGM_ERROR_MISMATCH on every rank,
+ *   naming the rank and field) where the backend can check; every wait is
+ *   bounded by the comm's timeout (CGM_ERROR_TIMEOUT naming the missing rank).
+ */
+#ifndef COMMGEMM_H
+#define COMMGEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ */
+/* Version                                                             */
+/* ------------------------------------------------------------------ */
+
+#define COMMGEMM_VERSION_MAJOR 0
+#define COMMGEMM_VERSION_MINOR 1
+#define COMMGEMM_VERSION_PATCH 0
+/** MAJOR * 10000 + MINOR * 100 + PATCH. */
+#define COMMGEMM_VERSION                                                     \
+    (COMMGEMM_VERSION_MAJOR * 10000 + COMMGEMM_VERSION_MINOR * 100 +         \
+     COMMGEMM_VERSION_PATCH)
+
+/** The version of the library actually loaded (COMMGEMM_VERSION encoding).
+ *  Compare with COMMGEMM_VERSION to detect a header/library mismatch. */
+int cgm_version(void);
+
+/* ------------------------------------------------------------------ */
+/* Status and errors                                                   */
+/* ------------------------------------------------------------------ */
+
+typedef enum cgm_status {
+    CGM_SUCCESS = 0,
+    /** An argument is wrong (null/misaligned pointer, shapes that disagree,
+     *  bad enum value, m above the comm's max_m). The comm stays usable. */
+    CGM_ERROR_INVALID_ARGUMENT = 1,
+    /** The call is valid C but not in this state: a comm that is not live
+     *  (destroyed or never created), a host pointer on a GPU backend... */
+    CGM_ERROR_INVALID_USAGE = 2,
+    /** Valid request this build/backend does not implement (fp8, a layout a
+     *  backend lacks, a backend compiled out). The comm stays usable. */
+    CGM_ERROR_NOT_SUPPORTED = 3,
+    /** The backend asked for is not available here (no GPU, library absent,
+     *  comm created without what it needs). The message says how to get it. */
+    CGM_ERROR_UNAVAILABLE = 4,
+    CGM_ERROR_OUT_OF_MEMORY = 5,
+    /** A bounded wait expired; the message names the rank that never came.
+     *  The comm is broken afterwards: destroy it. */
+    CGM_ERROR_TIMEOUT = 6,
+    /** A peer rank died or reported failure. The comm is broken: destroy it. */
+    CGM_ERROR_PEER_FAILED = 7,
+    /** Ranks disagree about a collective call (op, shape, dtype, options);
+     *  reported on every rank, naming the rank and the field. The comm stays
+     *  usable. */
+    CGM_ERROR_MISMATCH = 8,
+    /** An operating-system call failed (shared memory, sockets, threads). */
+    CGM_ERROR_SYSTEM = 9,
+    CGM_ERROR_CUDA = 10,
+    CGM_ERROR_NCCL = 11,
+    CGM_ERROR_CUBLAS = 12,
+    /** A bug in commgemm: please report it with cgm_last_error(). */
+    CGM_ERROR_INTERNAL = 13
+} cgm_status;
+
+/** A short, constant description of a status and what to do about it.
+ *  Never NULL; unknown values give "unknown status". Thread safe. */
+const char *cgm_status_string(cgm_status status);
+
+/** The detailed message of the last failing commgemm call on this thread
+ *  ("" if none failed yet). Valid until the next commgemm call on this
+ *  thread. Successful calls do not clear it. Thread safe (per thread). */
+const char *cgm_last_error(void);
+
+/* ------------------------------------------------------------------ */
+/* Data types and matrices                                             */
+/* ------------------------------------------------------------------ */
+
+typedef enum cgm_dtype {
+    CGM_DTYPE_FP32 = 0,
+    CGM_DTYPE_BF16 = 1,
+    CGM_DTYPE_FP16 = 2,
+    /* Reserved for fp8 with per-tensor scales (cgm_matrix.scale); today
+     * every op returns CGM_ERROR_NOT_SUPPORTED for them. */
+    CGM_DTYPE_FP8_E4M3 = 3,
+    CGM_DTYPE_FP8_E5M2 = 4,
+    CGM_DTYPE_COUNT_ = 5
+} cgm_dtype;
+
+/** Bytes per element (0 for an invalid value). Thread safe. */
+size_t cgm_dtype_size(cgm_dtype dtype);
+/** "fp32", "bf16", ... or "invalid". Thread safe. */
+const char *cgm_dtype_name(cgm_dtype dtype);
+
+/** A row-major matrix: element (i, j) is at data + (i * ld + j) * size.
+ *  ld = 0 means ld = cols. data may be NULL only when rows * cols == 0.
+ *  data must be aligned to the element size. */
+typedef struct cgm_matrix {
+    void *data;
+    cgm_dtype dtype;
+    int64_t rows;
+    int64_t cols;
+    int64_t ld;
+    /** fp8 only (reserved): pointer to one fp32 scale; NULL otherwise. */
+    const float *scale;
+} cgm_matrix;
+
+/** A dense matrix descriptor (ld = cols, no scale). */
+static inline cgm_matrix cgm_matrix_make(void *data, cgm_dtype dtype,
+                                         int64_t rows, int64_t cols) {
+    cgm_matrix m;
+    m.data = data;
+    m.dtype = dtype;
+    m.rows = rows;
+    m.cols = cols;
+    m.ld = cols;
+    m.scale = NULL;
+    return m;
+}
+
+/** Rows of shard `rank` when `m` rows are split over `nranks` (ceil split).
+ *  Returns 0 for out-of-range arguments. Thread safe. */
+int64_t cgm_shard_rows(int64_t m, int rank, int nranks);
+/** First row of shard `rank` (clamped to m). Thread safe. */
+int64_t cgm_shard_offset(int64_t m, int rank, int nranks);
+
+/* ------------------------------------------------------------------ */
+/* Backends and algorithms                                             */
+/* ------------------------------------------------------------------ */
+
+typedef enum cgm_backend {
+    /** In a config: unset (falls back to env, then auto). In an op's
+     *  options: use the comm's choice for this op. */
+    CGM_BACKEND_DEFAULT = 0,
+    /** Choose: p2p inside one NVLink domain, nccl otherwise, host for a comm
+     *  created without GPUs. Never cublasmp unless it is asked for. */
+    CGM_BACKEND_AUTO = 1,
+    CGM_BACKEND_HOST = 2,
+    CGM_BACKEND_P2P = 3,
+    CGM_BACKEND_NCCL = 4,
+    CGM_BACKEND_CUBLASMP = 5,
+    CGM_BACKEND_COUNT_ = 6
+} cgm_backend;
+
+/** "default", "auto", "host", "p2p", "nccl", "cublasmp" or "invalid". */
+const char *cgm_backend_name(cgm_backend backend);
+/** Parses a backend name (as above, case-insensitive). */
+cgm_status cgm_backend_from_name(const char *name, cgm_backend *out);
+
+typedef enum cgm_algo {
+    /** The backend picks (tuned per op, shape, dtype, P). */
+    CGM_ALGO_AUTO = 0,
+    /** Split into per-rank chunks pulled (AG) or pushed (RS) directly between
+     *  peers, GEMM chunks pipelined behind the transfers (userbuffers "split").*/
+    CGM_ALGO_SPLIT_PIPELINED = 1,
+    /** Chunks travel around a ring, one neighbour hop per step. */
+    CGM_ALGO_RING = 2,
+    /** The whole collective beside the whole GEMM (cgm_bulk_overlap only). */
+    CGM_ALGO_BULK = 3,
+    /** The collective, then the unsplit GEMM (or the GEMM, then the
+     *  collective): the reference and the baseline. */
+    CGM_ALGO_NO_OVERLAP = 4,
+    CGM_ALGO_COUNT_ = 5
+} cgm_algo;
+
+/** "auto", "split", "ring", "bulk", "no_overlap" or "invalid". */
+const char *cgm_algo_name(cgm_algo algo);
+/** Parses an algorithm name (as above; "split_pipelined" too). */
+cgm_status cgm_algo_from_name(const char *name, cgm_algo *out);
+
+typedef enum cgm_layout {
+    CGM_LAYOUT_TN = 0, /* Y = X[m,k] . W[n,k]^T */
+    CGM_LAYOUT_NN = 1, /* Y = X[m,k] . W[k,n]   */
+    CGM_LAYOUT_NT = 2, /* Y = X[k,m]^T . W[k,n] */
+    CGM_LAYOUT_COUNT_ = 3
+} cgm_layout;
+
+/** "TN", "NN", "NT" or "invalid". */
+const char *cgm_layout_name(cgm_layout layout);
+
+/** The operations, for per-op backend choice and queries. */
+typedef enum cgm_op {
+    CGM_OP_ALL_GATHER_GEMM = 0,
+    CGM_OP_GEMM_REDUCE_SCATTER = 1,
+    CGM_OP_GEMM_ALL_REDUCE = 2,
+    CGM_OP_BULK = 3,
+    CGM_OP_COUNT_ = 4
+} cgm_op;
+
+/** "ag_gemm", "gemm_rs", "gemm_ar", "bulk" or "invalid". */
+const char *cgm_op_name(cgm_op op);
+
+/* ------------------------------------------------------------------ */
+/* Communicators                                                       */
+/* ------------------------------------------------------------------ */
+
+typedef struct cgm_comm cgm_comm;
+
+typedef enum cgm_bootstrap_kind {
+    /** Ranks are processes on this machine that meet at a rendezvous name
+     *  (fields rank, nranks, rendezvous). Gives `host` backend comms. */
+    CGM_BOOTSTRAP_LOCAL = 1,
+    /** From an ncclComm_t the caller created (field nccl_comm); rank and size
+     *  are read from it. Gives GPU backend comms. */
+    CGM_BOOTSTRAP_NCCL = 2
+} cgm_bootstrap_kind;
+
+/** How ranks find each other. Fill it with cgm_bootstrap_from_env() (ranks
+ *  launched by commgemm-run, mpirun or torchrun), or set the fields. */
+typedef struct cgm_bootstrap {
+    size_t struct_size; /* sizeof(cgm_bootstrap): set by CGM_BOOTSTRAP_INIT */
+    cgm_bootstrap_kind kind;
+    int rank;   /* LOCAL: this process's rank, 0 <= rank < nranks */
+    int nranks; /* LOCAL: number of ranks */
+    /** LOCAL: a name all ranks share and no other group uses at the same time
+     *  (at most 80 characters: letters, digits, '-', '_', '.'). */
+    const char *rendezvous;
+    void *nccl_comm; /* NCCL: the ncclComm_t */
+} cgm_bootstrap;
+
+#define CGM_BOOTSTRAP_INIT                                                    \
+    { sizeof(cgm_bootstrap), CGM_BOOTSTRAP_LOCAL, -1, 0, NULL, NULL }
+
+/** Fills a LOCAL bootstrap from the launcher's environment:
+ *  commgemm-run (COMMGEMM_RANK, COMMGEMM_NRANKS, COMMGEMM_RENDEZVOUS),
+ *  torchrun (RANK, WORLD_SIZE, MASTER_ADDR/MASTER_PORT or TORCHELASTIC_RUN_ID)
+ *  or Open MPI's mpirun (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE and its
+ *  job id). `out->rendezvous` points to storage owned by the library.
+ *  Statuses: CGM_SUCCESS; CGM_ERROR_INVALID_ARGUMENT (out NULL);
+ *  CGM_ERROR_UNAVAILABLE (no launcher environment found: the message lists
+ *  the variables looked for). */
+cgm_status cgm_bootstrap_from_env(cgm_bootstrap *out);
+
+/** Sentinel of integer config fields: "not set here, use env or default". */
+#define CGM_UNSET (-1)
+
+/** Comm configuration. Start from CGM_CONFIG_INIT: every field is unset and
+ *  falls back to its environment variable, then to its default. Each
+ *  effective value and where it came from is logged at INFO level. */
+typedef struct cgm_config {
+    size_t struct_size; /* sizeof(cgm_config): set by CGM_CONFIG_INIT */
+    /** Backend for every op (COMMGEMM_BACKEND, default auto). */
+    cgm_backend backend;
+    /** Per-op override, indexed by cgm_op (COMMGEMM_BACKEND_AG_GEMM,
+     *  _GEMM_RS, _GEMM_AR, _BULK; default: `backend`). */
+    cgm_backend op_backend[CGM_OP_COUNT_];
+    /** Largest m (rows of the full, gathered matrix) any call will use
+     *  (COMMGEMM_MAX_M, default 16384). Workspaces are sized from it. */
+    int64_t max_m;
+    /** Largest n and k any call will use (COMMGEMM_MAX_N, COMMGEMM_MAX_K,
+     *  default 16384 each). */
+    int64_t max_n;
+    int64_t max_k;
+    /** Bound of every wait, milliseconds (COMMGEMM_TIMEOUT_MS, default
+     *  60000). A rank that does not arrive within it makes the others return
+     *  CGM_ERROR_TIMEOUT naming it. */
+    int64_t timeout_ms;
+    /** Default algorithm (COMMGEMM_ALGO, default auto). */
+    int algo; /* a cgm_algo, or CGM_UNSET */
+    /** Default split count for split/ring algorithms, 0 = auto
+     *  (COMMGEMM_SPLITS, default 0). */
+    int splits;
+    /** Threads the host backend uses for GEMM chunks (COMMGEMM_HOST_THREADS,
+     *  default 1). */
+    int host_threads;
+    /** Check on every call that all ranks agree about the call (op, shapes,
+     *  dtypes, options); costs one small exchange (COMMGEMM_CHECK_AGREEMENT,
+     *  default 1 on host, first call per shape on GPU backends). */
+    int check_agreement;
+} cgm_config;
+
+#define CGM_CONFIG_INIT                                                       \
+    { sizeof(cgm_config), CGM_BACKEND_DEFAULT,                                \
+      { CGM_BACKEND_DEFAULT, CGM_BACKEND_DEFAULT, CGM_BACKEND_DEFAULT,        \
+        CGM_BACKEND_DEFAULT },                                                \
+      CGM_UNSET, CGM_UNSET, CGM_UNSET, CGM_UNSET, CGM_UNSET, CGM_UNSET,        \
+      CGM_UNSET, CGM_UNSET }
+
+/** Creates a communicator. Collective over the ranks of `bootstrap`.
+ *  `config` may be NULL (all defaults). The comm keeps no pointer to
+ *  `bootstrap` or `config`.
+ *  Statuses: CGM_SUCCESS; CGM_ERROR_INVALID_ARGUMENT (NULL pointers, bad
+ *  struct_size, rank out of range, bad config values); CGM_ERROR_UNAVAILABLE
+ *  (a backend asked for cannot serve this bootstrap); CGM_ERROR_TIMEOUT (a
+ *  rank did not join within the timeout: named); CGM_ERROR_MISMATCH (ranks
+ *  disagree about the group size or config); CGM_ERROR_SYSTEM;
+ *  CGM_ERROR_OUT_OF_MEMORY; CGM_ERROR_CUDA / _NCCL. On failure *comm is set
+ *  to NULL and nothing is leaked. */
+cgm_status cgm_comm_create(const cgm_bootstrap *bootstrap,
+                           const cgm_config *config, cgm_comm **comm);
+
+/** Shorthand for a CGM_BOOTSTRAP_NCCL bootstrap of `nccl_comm` (an
+ *  ncclComm_t). Same statuses as cgm_comm_create. */
+cgm_status cgm_comm_init_nccl(void *nccl_comm, const cgm_config *config,
+                              cgm_comm **comm);
+
+/** Destroys a comm and frees everything it holds. Collective where the
+ *  backend needs it (bounded by the timeout). Accepts a broken comm.
+ *  NULL is a no-op returning CGM_SUCCESS. Using `comm` afterwards returns
+ *  CGM_ERROR_INVALID_USAGE. Statuses: CGM_SUCCESS; CGM_ERROR_INVALID_USAGE
+ *  (not a live comm); CGM_ERROR_TIMEOUT (peers did not finish; resources
+ *  are freed anyway). */
+cgm_status cgm_comm_destroy(cgm_comm *comm);
+
+/** This rank, the group size, and the backend that runs `op` on this comm
+ *  (never DEFAULT/AUTO: the resolved one). Statuses: CGM_SUCCESS;
+ *  CGM_ERROR_INVALID_ARGUMENT (NULL out, bad op); CGM_ERROR_INVALID_USAGE
+ *  (not a live comm). */
+cgm_status cgm_comm_rank(const cgm_comm *comm, int *rank);
+cgm_status cgm_comm_size(const cgm_comm *comm, int *nranks);
+cgm_status cgm_comm_backend(const cgm_comm *comm, cgm_op op,
+                            cgm_backend *backend);
+
+/* ------------------------------------------------------------------ */
+/* Operations                                                          */
+/* ------------------------------------------------------------------ */
+
+/** Per-call options. Start from CGM_OP_OPTIONS_INIT. Passing NULL for the
+ *  options means all defaults. */
+typedef struct cgm_op_options {
+    size_t struct_size; /* sizeof(cgm_op_options): set by the INIT macro */
+    cgm_layout layout;  /* default CGM_LAYOUT_TN */
+    /** 0: Y = result (+ bias). 1: Y = Y + result (+ bias) (beta = 1). */
+    int accumulate;
+    cgm_algo algo; /* CGM_ALGO_AUTO: the comm's default */
+    /** Split count hint for split/ring algorithms; 0 = auto. Values above
+     *  what the shape allows are clamped. */
+    int splits;
+    /** CGM_BACKEND_DEFAULT: the comm's backend for this op. */
+    cgm_backend backend;
+    /** fp32 inputs: 0 = exact fp32 math; 1 = allow TF32 tensor cores. */
+    int allow_tf32;
+} cgm_op_options;
+
+#define CGM_OP_OPTIONS_INIT                                                   \
+    { sizeof(cgm_op_options), CGM_LAYOUT_TN, 0, CGM_ALGO_AUTO, 0,             \
+      CGM_BACKEND_DEFAULT, 0 }
+
+/*
+ * Operand rules common to the GEMM ops:
+ * - X and W share one input dtype (fp32, bf16 or fp16). Y may have the input
+ *   dtype or fp32 ("output dtype"). bias, if given, is a 1 x n matrix of Y's
+ *   dtype (added to every row, once: on the owner of each row).
+ * - No output may overlap an input or another output (no in-place).
+ * - Statuses of every op: CGM_SUCCESS; CGM_ERROR_INVALID_ARGUMENT (NULL or
+ *   misaligned pointers, shapes that disagree, bad enum values, m above
+ *   max_m); CGM_ERROR_INVALID_USAGE (comm not live, non-NULL stream on host);
+ *   CGM_ERROR_NOT_SUPPORTED (fp8, an option the backend lacks);
+ *   CGM_ERROR_UNAVAILABLE (backend not available on this comm);
+ *   CGM_ERROR_MISMATCH (ranks disagree: on every rank); CGM_ERROR_TIMEOUT /
+ *   CGM_ERROR_PEER_FAILED (comm broken afterwards); CGM_ERROR_CUDA / _NCCL /
+ *   _CUBLAS; CGM_ERROR_INTERNAL. After an argument error nothing was
+ *   enqueued and the comm stays usable.
+ */
+
+/** AG+GEMM: Y[m, n] = allgather(X) . op(W) (+ bias).
+ *  Rank r gives its shard X_r: [m_r, k] (TN, NN) or [k, m_r] (NT), with
+ *  m_r = cgm_shard_rows(m, r, P) and m = y->rows. W: [n, k] (TN) or [k, n]
+ *  (NN, NT) — this rank's weight shard, so n may differ between ranks.
+ *  y: [m, n], the full output on every rank.
+ *  x_gathered (may be NULL): receives the gathered input, [m, k] (TN, NN) or
+ *  [k, m] (NT), e.g. to keep for the wgrad GEMM. */
+cgm_status cgm_all_gather_gemm(cgm_comm *comm, const cgm_matrix *x_shard,
+                               const cgm_matrix *w, const cgm_matrix *bias,
+                               cgm_matrix *y, cgm_matrix *x_gathered,
+                               const cgm_op_options *options, void *stream);
+
+/** GEMM+RS: Y_r[m_r, n] = rows [off_r, off_r + m_r) of sum over ranks of
+ *  X . op(W) (+ bias).
+ *  X: [m, k_loc] (TN, NN) or [k_loc, m] (NT), this rank's slice of the
+ *  contraction (k_loc may differ between ranks). W: [n, k_loc] (TN) or
+ *  [k_loc, n] (NN, NT). y_shard: [m_r, n] with m_r = cgm_shard_rows(m, r, P)
+ *  (may be 0 rows). */
+cgm_status cgm_gemm_reduce_scatter(cgm_comm *comm, const cgm_matrix *x,
+                                   const cgm_matrix *w, const cgm_matrix *bias,
+                                   cgm_matrix *y_shard,
+                                   const cgm_op_options *options,
+                                   void *stream);
+
+/** GEMM+AR: Y[m, n] = sum over ranks of X . op(W) (+ bias), on every rank.
+ *  Operands as in cgm_gemm_reduce_scatter, but y is the full [m, n]. */
+cgm_status cgm_gemm_all_reduce(cgm_comm *comm, const cgm_matrix *x,
+                               const cgm_matrix *w, const cgm_matrix *bias,
+                               cgm_matrix *y, const cgm_op_options *options,
+                               void *stream);
+
+typedef enum cgm_collective {
+    CGM_COLLECTIVE_ALL_GATHER = 0,
+    CGM_COLLECTIVE_REDUCE_SCATTER = 1,
+    CGM_COLLECTIVE_COUNT_ = 2
+} cgm_collective;
+
+/** Bulk: a local GEMM and an unrelated collective, overlapped (the wgrad
+ *  GEMM beside the dgrad's collective).
+ *  GEMM (local, not collective): C = op(A) . op(B) (+ bias) with the
+ *  options' layout and accumulate; A plays X's role and B plays W's.
+ *  Collective on rows split with cgm_shard_rows:
+ *    CGM_COLLECTIVE_ALL_GATHER:     send [m_r, c] -> recv [m, c]
+ *    CGM_COLLECTIVE_REDUCE_SCATTER: send [m, c]   -> recv [m_r, c] (fp32 sum)
+ *  send and recv share a dtype (fp32, bf16, fp16); m and c agree across
+ *  ranks. Either half may be skipped: a, b and c all NULL (collective only)
+ *  or send and recv both NULL (GEMM only). */
+cgm_status cgm_bulk_overlap(cgm_comm *comm, const cgm_matrix *a,
+                            const cgm_matrix *b, const cgm_matrix *bias,
+                            cgm_matrix *c, cgm_collective collective,
+                            const cgm_matrix *send, cgm_matrix *recv,
+                            const cgm_op_options *options, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COMMGEMM_H */

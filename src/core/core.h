@@ -1,0 +1,262 @@
+/* Internal core: errors, logging, parameters, the comm object, the
+ * normalized call and the backend table. Every backend includes this. */
+#ifndef COMMGEMM_CORE_H
+#define COMMGEMM_CORE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "commgemm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define CGM_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define CGM_PRINTF(a, b)
+#endif
+
+/* ---------------------------------------------------------------- errors */
+
+/* Records `fmt` as this thread's cgm_last_error() detail, logs it at WARN
+ * and returns `status`, so that `return cgm_error(...)` reads naturally.
+ * Messages say what was expected, what was found and what to do. */
+cgm_status cgm_error(cgm_status status, const char *fmt, ...) CGM_PRINTF(2, 3);
+/* Prepends "context: " to the current detail (keeps the status). */
+cgm_status cgm_error_context(cgm_status status, const char *fmt, ...)
+    CGM_PRINTF(2, 3);
+
+/* ---------------------------------------------------------------- logging */
+
+typedef enum cgm_log_level {
+    CGM_LOG_NONE = 0,
+    CGM_LOG_WARN = 1,
+    CGM_LOG_INFO = 2,
+    CGM_LOG_TRACE = 3
+} cgm_log_level;
+
+/* Subsystems, selectable with COMMGEMM_DEBUG_SUBSYS=INIT,HOST,... */
+enum {
+    CGM_SUB_INIT = 1u << 0,
+    CGM_SUB_PLAN = 1u << 1,
+    CGM_SUB_HOST = 1u << 2,
+    CGM_SUB_P2P = 1u << 3,
+    CGM_SUB_NCCL = 1u << 4,
+    CGM_SUB_CUBLASMP = 1u << 5,
+    CGM_SUB_TUNE = 1u << 6,
+    CGM_SUB_CALL = 1u << 7,
+    CGM_SUB_ALL = 0xffffu
+};
+
+bool cgm_log_enabled(cgm_log_level level, unsigned subsys);
+void cgm_log_write(cgm_log_level level, unsigned subsys, const char *file,
+                   int line, const char *fmt, ...) CGM_PRINTF(5, 6);
+/* The rank shown in log prefixes (host:pid:rank). */
+void cgm_log_set_rank(int rank);
+
+/* Level checked before any formatting. */
+#define CGM_LOG(level, subsys, ...)                                          \
+    do {                                                                     \
+        if (cgm_log_enabled((level), (subsys)))                              \
+            cgm_log_write((level), (subsys), __FILE__, __LINE__,             \
+                          __VA_ARGS__);                                      \
+    } while (0)
+#define CGM_WARN(sub, ...) CGM_LOG(CGM_LOG_WARN, sub, __VA_ARGS__)
+#define CGM_INFO(sub, ...) CGM_LOG(CGM_LOG_INFO, sub, __VA_ARGS__)
+#define CGM_TRACE(sub, ...) CGM_LOG(CGM_LOG_TRACE, sub, __VA_ARGS__)
+
+/* ------------------------------------------------------------- parameters */
+
+/* Environment parameters are declared once, in the table in param.c
+ * (name, type, default, help), read once and cached. docs/env.md is
+ * generated from it (commgemm-info --env-markdown). */
+typedef enum cgm_param_type {
+    CGM_PARAM_INT = 0,
+    CGM_PARAM_STRING = 1
+} cgm_param_type;
+
+typedef struct cgm_param {
+    const char *name;
+    cgm_param_type type;
+    const char *default_value; /* NULL: no default ("unset") */
+    const char *help;
+} cgm_param;
+
+const cgm_param *cgm_param_table(int *count);
+
+/* Reads an integer parameter. *from_env is set to whether the environment
+ * gave it. Returns CGM_ERROR_INVALID_ARGUMENT naming the variable when its
+ * value does not parse. Unknown names are CGM_ERROR_INTERNAL. */
+cgm_status cgm_param_int(const char *name, int64_t *value, bool *from_env);
+/* String parameter: the env value, else the default (may be NULL). */
+const char *cgm_param_string(const char *name, bool *from_env);
+
+/* ------------------------------------------------------------------ dtype */
+
+float cgm_bf16_to_float(uint16_t v);
+uint16_t cgm_float_to_bf16(float f); /* round to nearest even; NaN kept */
+float cgm_fp16_to_float(uint16_t v);
+uint16_t cgm_float_to_fp16(float f); /* round to nearest even */
+/* Element i of a buffer of `dtype` (fp32/bf16/fp16) as float. */
+float cgm_load_float(const void *data, cgm_dtype dtype, int64_t i);
+void cgm_store_float(void *data, cgm_dtype dtype, int64_t i, float v);
+
+/* ------------------------------------------------------------- the comm */
+
+/* Every field resolved: set in the config, else from env, else default. */
+typedef struct cgm_resolved_config {
+    cgm_backend backend;                    /* may be AUTO */
+    cgm_backend op_backend[CGM_OP_COUNT_];  /* resolved: never DEFAULT/AUTO */
+    int64_t max_m, max_n, max_k;
+    int64_t timeout_ms;
+    cgm_algo algo;
+    int splits;
+    int host_threads;
+    int check_agreement;
+} cgm_resolved_config;
+
+struct cgm_backend_vtable;
+
+#define CGM_COMM_MAGIC 0x636f6d6d67656d6dull /* "commgemm" */
+
+struct cgm_comm {
+    uint64_t magic;
+    int rank;
+    int nranks;
+    cgm_bootstrap_kind bootstrap_kind;
+    char rendezvous[96]; /* LOCAL bootstrap */
+    void *nccl_comm;     /* NCCL bootstrap: the caller's ncclComm_t */
+    int cuda_device;     /* NCCL bootstrap: device of the nccl comm, else -1 */
+    cgm_resolved_config config;
+    /* Backend state, created collectively at comm creation for the backends
+     * the ops resolved to, later (inside the first call that overrides the
+     * backend) for others. Indexed by cgm_backend. */
+    void *backend_state[CGM_BACKEND_COUNT_];
+    bool backend_ready[CGM_BACKEND_COUNT_];
+    /* Set when a timeout or peer failure broke the comm: every later op
+     * returns `broken` with `broken_message`. */
+    cgm_status broken;
+    char broken_message[512];
+    uint64_t calls; /* ops issued, for log lines */
+};
+
+/* True if `comm` is a live comm (created, not destroyed). Thread safe. */
+bool cgm_comm_is_live(const cgm_comm *comm);
+/* Returns CGM_SUCCESS or sets the error for a comm that is not live or is
+ * broken. */
+cgm_status cgm_comm_check_usable(const cgm_comm *comm, const char *function);
+/* Marks the comm broken (timeout, peer failure) with the current detail. */
+void cgm_comm_mark_broken(cgm_comm *comm, cgm_status status);
+
+/* ------------------------------------------------------- normalized call */
+
+/* A validated op call, as backends receive it. Matrices are copied by
+ * value; `has_*` says whether an optional operand is present. Shapes are
+ * checked against the layout; m is the global row count of the split
+ * dimension; k is this rank's contraction length. */
+typedef struct cgm_call {
+    cgm_op op;
+    cgm_collective collective; /* CGM_OP_BULK only */
+    cgm_layout layout;
+    bool accumulate;
+    bool allow_tf32;
+    cgm_algo algo; /* the hint: AUTO, or what the caller / config asked for */
+    int splits;    /* the hint: 0 = auto */
+    cgm_backend backend; /* resolved for this call */
+    void *stream;
+
+    /* GEMM part (absent only for a collective-only bulk call). */
+    bool has_gemm;
+    int64_t m, n, k;       /* AG/RS/AR: global m; bulk: the local GEMM's m */
+    cgm_dtype in_dtype;    /* X and W */
+    cgm_dtype out_dtype;   /* Y (and bias) */
+    cgm_matrix x, w, y;    /* AG: x is the shard; RS: y is the shard */
+    bool has_bias;
+    cgm_matrix bias;
+    bool has_x_gathered;
+    cgm_matrix x_gathered;
+
+    /* Collective part of a bulk call. */
+    bool has_collective;
+    int64_t coll_m;    /* global rows of the collective */
+    int64_t coll_cols; /* columns */
+    cgm_dtype coll_dtype;
+    cgm_matrix send, recv;
+} cgm_call;
+
+/* Signature of a call for cross-rank agreement: fields every rank must
+ * agree on (op, layout, dtypes, m, k for AG / n for RS and AR, options,
+ * bias presence, collective shape...). Fields that may legitimately differ
+ * (AG's n, RS's k) are left out. */
+#define CGM_SIGNATURE_WORDS 16
+void cgm_call_signature(const cgm_call *call,
+                        int64_t signature[CGM_SIGNATURE_WORDS]);
+/* Compares the signatures of all ranks (nranks * CGM_SIGNATURE_WORDS, rank
+ * major). CGM_SUCCESS, or CGM_ERROR_MISMATCH naming the first rank that
+ * disagrees with rank 0, the field, both values and what to do. Every rank
+ * computes the same verdict from the same data. */
+cgm_status cgm_signature_compare(const cgm_comm *comm,
+                                 const int64_t *all_signatures);
+
+/* Validates an op's arguments and fills `call`. Implemented in validate.c;
+ * used by the public op entry points. */
+cgm_status cgm_validate_op(cgm_comm *comm, cgm_op op, const cgm_matrix *x,
+                           const cgm_matrix *w, const cgm_matrix *bias,
+                           cgm_matrix *y, cgm_matrix *x_gathered,
+                           cgm_collective collective, const cgm_matrix *send,
+                           cgm_matrix *recv, const cgm_op_options *options,
+                           void *stream, cgm_call *call);
+
+/* --------------------------------------------------------------- backends */
+
+/* One table per backend (like NCCL's struct ncclTransport). Adding a
+ * backend means adding one folder and one entry in backend_registry.c. */
+typedef struct cgm_backend_vtable {
+    cgm_backend id;
+    const char *name;
+    /* Can this backend serve `comm` (bootstrap kind, devices, libraries)?
+     * Local check only, never communicates. CGM_SUCCESS, or
+     * CGM_ERROR_UNAVAILABLE with a message saying how to get it. */
+    cgm_status (*probe)(const cgm_comm *comm);
+    /* Collective. Creates the backend's state for `comm`. */
+    cgm_status (*init)(cgm_comm *comm, void **state);
+    /* Op entry points: `call` is validated; the backend resolves algo and
+     * splits, checks cross-rank agreement when config.check_agreement, and
+     * runs or enqueues the op. A timeout or peer failure must be returned
+     * as such (the core then marks the comm broken). */
+    cgm_status (*all_gather_gemm)(cgm_comm *comm, void *state,
+                                  const cgm_call *call);
+    cgm_status (*gemm_reduce_scatter)(cgm_comm *comm, void *state,
+                                      const cgm_call *call);
+    cgm_status (*gemm_all_reduce)(cgm_comm *comm, void *state,
+                                  const cgm_call *call);
+    cgm_status (*bulk)(cgm_comm *comm, void *state, const cgm_call *call);
+    /* Frees the state. Bounded; called on broken comms too. */
+    cgm_status (*finalize)(cgm_comm *comm, void *state);
+} cgm_backend_vtable;
+
+/* The table for `id`, or NULL when this build does not include it. */
+const cgm_backend_vtable *cgm_backend_lookup(cgm_backend id);
+
+/* For NCCL bootstraps: rank, size and CUDA device of an ncclComm_t.
+ * CGM_ERROR_UNAVAILABLE in a build without NCCL. */
+cgm_status cgm_nccl_comm_query(void *nccl_comm, int *rank, int *nranks,
+                               int *cuda_device);
+
+/* ------------------------------------------------------------ utilities */
+
+/* Monotonic clock in nanoseconds. */
+int64_t cgm_now_ns(void);
+/* ceil(a / b) for a >= 0, b > 0. */
+static inline int64_t cgm_ceil_div(int64_t a, int64_t b) {
+    return (a + b - 1) / b;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COMMGEMM_CORE_H */

@@ -1,0 +1,113 @@
+/* Test harness: each case runs in its own child process with a timeout;
+ * `BIN --list` prints the case names, `BIN NAME` runs one, `BIN` runs all.
+ * A case fails by exiting non-zero (the CHECK macros print both operands),
+ * skips with TEST_SKIP(reason) (exit code 77, ctest's SKIP_RETURN_CODE). */
+#ifndef COMMGEMM_TEST_HARNESS_H
+#define COMMGEMM_TEST_HARNESS_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commgemm.h"
+
+#define TEST_SKIP_CODE 77
+
+typedef void (*test_fn)(const void *param);
+
+/* Registers a case (name is copied; param must outlive the run). */
+void test_add(const char *name, test_fn fn, const void *param);
+/* Per-case timeout in seconds for cases registered after this call
+ * (default 60; env TEST_TIMEOUT_SCALE multiplies it, e.g. under ASan). */
+void test_set_timeout(int seconds);
+int test_main(int argc, char **argv, void (*register_cases)(void));
+
+void test_fail_at(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), noreturn));
+void test_skip(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2), noreturn));
+
+#define TEST_FAIL(...) test_fail_at(__FILE__, __LINE__, __VA_ARGS__)
+#define TEST_SKIP(...) test_skip(__VA_ARGS__)
+
+#define CHECK(cond)                                                          \
+    do {                                                                     \
+        if (!(cond)) TEST_FAIL("CHECK(%s) failed", #cond);                   \
+    } while (0)
+#define CHECK_INT_EQ(a, b)                                                   \
+    do {                                                                     \
+        long long a_ = (long long)(a), b_ = (long long)(b);                  \
+        if (a_ != b_)                                                        \
+            TEST_FAIL("%s == %s failed: %lld != %lld", #a, #b, a_, b_);      \
+    } while (0)
+#define CHECK_NEAR(a, b, tol)                                                \
+    do {                                                                     \
+        double a_ = (double)(a), b_ = (double)(b), t_ = (double)(tol);       \
+        if (!(a_ - b_ <= t_ && b_ - a_ <= t_))                               \
+            TEST_FAIL("|%s - %s| <= %g failed: %.9g vs %.9g", #a, #b, t_,    \
+                      a_, b_);                                               \
+    } while (0)
+/* Checks a commgemm call's status; prints both statuses and the detail. */
+#define CHECK_STATUS(expr, expected)                                         \
+    do {                                                                     \
+        cgm_status got_ = (expr), want_ = (expected);                        \
+        if (got_ != want_)                                                   \
+            TEST_FAIL("%s returned %d (%s), expected %d (%s); detail: %s",   \
+                      #expr, (int)got_, cgm_status_string(got_),             \
+                      (int)want_, cgm_status_string(want_),                  \
+                      cgm_last_error());                                     \
+    } while (0)
+#define CHECK_OK(expr) CHECK_STATUS(expr, CGM_SUCCESS)
+#define CHECK_CONTAINS(haystack, needle)                                     \
+    do {                                                                     \
+        const char *h_ = (haystack), *n_ = (needle);                         \
+        if (!h_ || !strstr(h_, n_))                                          \
+            TEST_FAIL("\"%s\" does not contain \"%s\"", h_ ? h_ : "(null)",  \
+                      n_);                                                   \
+    } while (0)
+
+/* ---- multi-rank: fork nranks processes on this machine ---- */
+
+/* Runs fn(rank, nranks, rendezvous, arg) in nranks forked processes that
+ * share a fresh rendezvous name. A rank fails by returning non-zero or
+ * exiting non-zero. Ranks still running after timeout_s are killed.
+ * Returns 0 when every rank succeeded; codes[r] (if not NULL) receives each
+ * rank's exit code (-signal if killed). */
+typedef int (*test_rank_fn)(int rank, int nranks, const char *rendezvous,
+                            void *arg);
+int test_run_ranks(int nranks, test_rank_fn fn, void *arg, int timeout_s,
+                   int *codes);
+/* Creates a host comm for a rank inside test_run_ranks (CHECKs success). */
+cgm_comm *test_host_comm(int rank, int nranks, const char *rendezvous,
+                         const cgm_config *config);
+
+/* ---- data and reference ---- */
+
+/* Deterministic value for (seed, index): a multiple of 1/8 in [-1, 1],
+ * exact in bf16/fp16, so that small products and sums are exact in fp32. */
+float test_value(uint64_t seed, int64_t index);
+/* Fills a matrix (any supported dtype, honours ld) from (seed, its own
+ * element index row * cols + col). */
+void test_fill(const cgm_matrix *m, uint64_t seed);
+/* Element (i, j) of a matrix as double. */
+double test_get(const cgm_matrix *m, int64_t i, int64_t j);
+/* Allocates a host matrix (ld = cols + pad) of the dtype, filled with NaN
+ * patterns (poison) so unwritten elements show. Free with test_free. */
+cgm_matrix test_alloc(cgm_dtype dtype, int64_t rows, int64_t cols,
+                      int64_t pad);
+void test_poison(const cgm_matrix *m);
+void test_free(cgm_matrix *m);
+/* out[i*n + j] (double, m x n) = sum_l op(X)[i,l] * op(W)[l,j] for the
+ * layout; x is [m,k] (TN, NN) or [k,m] (NT); w is [n,k] (TN) or [k,n]. */
+void test_ref_gemm(cgm_layout layout, const cgm_matrix *x, const cgm_matrix *w,
+                   int64_t m, int64_t n, int64_t k, double *out);
+/* Tolerance for comparing an output of `out` dtype computed from `in`
+ * inputs over a contraction of length k, relative to max(1, |ref|). */
+double test_tolerance(cgm_dtype in, cgm_dtype out, int64_t k);
+/* Compares y (rows x n) with ref (double rows x n, row stride n). Returns
+ * the number of elements outside tolerance and prints the first few. */
+int64_t test_compare(const cgm_matrix *y, const double *ref, int64_t rows,
+                     int64_t n, double tol, const char *what);
+
+#endif

@@ -1,0 +1,147 @@
+/* The test runner: fork per case, timeout, skip, list, run by name. */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+typedef struct test_entry {
+    char name[128];
+    test_fn fn;
+    const void *param;
+    int timeout_s;
+} test_entry;
+
+static test_entry *entries;
+static int entry_count, entry_cap;
+static int current_timeout = 60;
+
+void test_set_timeout(int seconds) { current_timeout = seconds; }
+
+void test_add(const char *name, test_fn fn, const void *param) {
+    if (entry_count == entry_cap) {
+        entry_cap = entry_cap ? entry_cap * 2 : 64;
+        entries = realloc(entries, (size_t)entry_cap * sizeof *entries);
+        if (!entries) abort();
+    }
+    test_entry *e = &entries[entry_count++];
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->fn = fn;
+    e->param = param;
+    e->timeout_s = current_timeout;
+}
+
+void test_fail_at(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "FAIL %s:%d: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    fflush(stderr);
+    _exit(1);
+}
+
+void test_skip(const char *fmt, ...) {
+    va_list ap;
+    printf("SKIP: ");
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    fflush(stdout);
+    _exit(TEST_SKIP_CODE);
+}
+
+static double timeout_scale(void) {
+    const char *s = getenv("TEST_TIMEOUT_SCALE");
+    double v = s ? atof(s) : 1.0;
+    return v > 0 ? v : 1.0;
+}
+
+/* Runs one case in a child; returns 0 pass, 1 fail, TEST_SKIP_CODE skip. */
+static int run_one(const test_entry *e) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("fork");
+        return 1;
+    }
+    if (pid == 0) {
+        setpgid(0, 0); /* own group: a timeout kills the case's ranks too */
+        e->fn(e->param);
+        fflush(stdout);
+        _exit(0);
+    }
+    setpgid(pid, pid);
+    double limit = e->timeout_s * timeout_scale();
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    int status = 0;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) break;
+        if (r < 0 && errno != EINTR) {
+            perror("waitpid");
+            return 1;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double el = (double)(now.tv_sec - start.tv_sec) +
+                    (double)(now.tv_nsec - start.tv_nsec) * 1e-9;
+        if (el > limit) {
+            fprintf(stderr, "FAIL %s: timed out after %.0f s\n", e->name, limit);
+            kill(-pid, SIGKILL);
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            return 1;
+        }
+        usleep(2000);
+    }
+    /* Reap anything of the case's group left behind. */
+    kill(-pid, SIGKILL);
+    if (WIFEXITED(status)) {
+        int code = WEXITSTATUS(status);
+        if (code == 0 || code == TEST_SKIP_CODE) return code;
+        fprintf(stderr, "FAIL %s: exit code %d\n", e->name, code);
+        return 1;
+    }
+    fprintf(stderr, "FAIL %s: killed by signal %d\n", e->name,
+            WIFSIGNALED(status) ? WTERMSIG(status) : -1);
+    return 1;
+}
+
+int test_main(int argc, char **argv, void (*register_cases)(void)) {
+    register_cases();
+    if (argc > 1 && strcmp(argv[1], "--list") == 0) {
+        for (int i = 0; i < entry_count; i++)
+            printf("%s %d\n", entries[i].name, entries[i].timeout_s);
+        return 0;
+    }
+    int passed = 0, failed = 0, skipped = 0, matched = 0;
+    for (int i = 0; i < entry_count; i++) {
+        if (argc > 1 && strcmp(argv[1], entries[i].name) != 0) continue;
+        matched++;
+        int r = run_one(&entries[i]);
+        if (r == 0) {
+            passed++;
+            if (argc <= 1) printf("ok   %s\n", entries[i].name);
+        } else if (r == TEST_SKIP_CODE) {
+            skipped++;
+            if (argc <= 1) printf("skip %s\n", entries[i].name);
+        } else {
+            failed++;
+            printf("FAIL %s\n", entries[i].name);
+        }
+    }
+    if (argc > 1 && matched == 0) {
+        fprintf(stderr, "no test case named '%s' (see --list)\n", argv[1]);
+        return 2;
+    }
+    if (argc > 1 && matched == 1 && skipped == 1) return TEST_SKIP_CODE;
+    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    return failed ? 1 : 0;
+}
