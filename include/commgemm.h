@@ -356,6 +356,17 @@ cgm_status cgm_comm_size(const cgm_comm *comm, int *nranks);
 cgm_status cgm_comm_backend(const cgm_comm *comm, cgm_op op,
                             cgm_backend *backend);
 
+/** The comm's asynchronous error state, like ncclCommGetAsyncError: GPU
+ *  work enqueued by an earlier op may fail after the op returned (a bounded
+ *  wait on the device expired because a peer never came). *async_error is
+ *  CGM_SUCCESS while none occurred, else the status (CGM_ERROR_TIMEOUT,
+ *  CGM_ERROR_PEER_FAILED, ...) with the detail in cgm_last_error() naming
+ *  the rank; the comm is then broken and every later op returns it.
+ *  Never blocks. Statuses: CGM_SUCCESS (the query worked);
+ *  CGM_ERROR_INVALID_ARGUMENT (async_error NULL); CGM_ERROR_INVALID_USAGE
+ *  (not a live comm). */
+cgm_status cgm_comm_get_async_error(cgm_comm *comm, cgm_status *async_error);
+
 /* ------------------------------------------------------------------ */
 /* Operations                                                          */
 /* ------------------------------------------------------------------ */

@@ -148,6 +148,9 @@ bool cgm_comm_is_live(const cgm_comm *comm);
 /* Returns CGM_SUCCESS or sets the error for a comm that is not live or is
  * broken. */
 cgm_status cgm_comm_check_usable(const cgm_comm *comm, const char *function);
+/* Makes sure backend `id` has its state on this comm (collective the first
+ * time: probe + init). */
+cgm_status cgm_comm_backend_ready(cgm_comm *comm, cgm_backend id);
 /* Marks the comm broken (timeout, peer failure) with the current detail. */
 void cgm_comm_mark_broken(cgm_comm *comm, cgm_status status);
 
@@ -234,6 +237,10 @@ typedef struct cgm_backend_vtable {
     cgm_status (*gemm_all_reduce)(cgm_comm *comm, void *state,
                                   const cgm_call *call);
     cgm_status (*bulk)(cgm_comm *comm, void *state, const cgm_call *call);
+    /* Optional (NULL: never fails asynchronously). Non-blocking: an error
+     * that device work hit after its op returned (e.g. a bounded wait that
+     * expired), with the detail set through cgm_error(); else CGM_SUCCESS. */
+    cgm_status (*async_error)(cgm_comm *comm, void *state);
     /* Frees the state. Bounded; called on broken comms too. */
     cgm_status (*finalize)(cgm_comm *comm, void *state);
 } cgm_backend_vtable;

@@ -5,6 +5,7 @@
 #ifndef COMMGEMM_TEST_HARNESS_H
 #define COMMGEMM_TEST_HARNESS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,0 +1,391 @@
+/* Comm lifetime: config resolution, bootstrap, backend state, live set. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+/* ---- the set of live comms, so a destroyed handle is reported, not used */
+
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static const cgm_comm **live_comms;
+static int live_count, live_cap;
+
+static bool live_add(const cgm_comm *comm) {
+    bool ok = true;
+    pthread_mutex_lock(&live_lock);
+    if (live_count == live_cap) {
+        int cap = live_cap ? live_cap * 2 : 16;
+        const cgm_comm **grown = realloc(live_comms, (size_t)cap * sizeof *grown);
+        if (grown) {
+            live_comms = grown;
+            live_cap = cap;
+        } else {
+            ok = false;
+        }
+    }
+    if (ok) live_comms[live_count++] = comm;
+    pthread_mutex_unlock(&live_lock);
+    return ok;
+}
+
+static bool live_remove(const cgm_comm *comm) {
+    bool found = false;
+    pthread_mutex_lock(&live_lock);
+    for (int i = 0; i < live_count; i++)
+        if (live_comms[i] == comm) {
+            live_comms[i] = live_comms[--live_count];
+            found = true;
+            break;
+        }
+    pthread_mutex_unlock(&live_lock);
+    return found;
+}
+
+bool cgm_comm_is_live(const cgm_comm *comm) {
+    bool found = false;
+    if (!comm) return false;
+    pthread_mutex_lock(&live_lock);
+    for (int i = 0; i < live_count && !found; i++) found = live_comms[i] == comm;
+    pthread_mutex_unlock(&live_lock);
+    return found;
+}
+
+cgm_status cgm_comm_check_usable(const cgm_comm *comm, const char *function) {
+    if (!comm)
+        return cgm_error(CGM_ERROR_INVALID_USAGE,
+                         "%s: comm is NULL; expected a comm from cgm_comm_create", function);
+    if (!cgm_comm_is_live(comm))
+        return cgm_error(CGM_ERROR_INVALID_USAGE,
+                         "%s: comm %p is not a live communicator (destroyed, or never created by "
+                         "cgm_comm_create); create a new comm",
+                         function, (const void *)comm);
+    if (comm->broken != CGM_SUCCESS)
+        return cgm_error(comm->broken, "%s: the comm is broken by an earlier failure (%s); destroy it "
+                         "with cgm_comm_destroy and create a new one", function, comm->broken_message);
+    return CGM_SUCCESS;
+}
+
+void cgm_comm_mark_broken(cgm_comm *comm, cgm_status status) {
+    if (comm->broken != CGM_SUCCESS) return;
+    comm->broken = status;
+    snprintf(comm->broken_message, sizeof comm->broken_message, "%s", cgm_last_error());
+}
+
+/* ---- configuration: config field, else environment, else default ---- */
+
+static cgm_status resolve_int(const char *field, int64_t config_value, const char *env,
+                              int64_t min, int64_t *out) {
+    bool from_env = false;
+    const char *source = "config";
+    int64_t v = config_value;
+    if (v == CGM_UNSET) {
+        cgm_status st = cgm_param_int(env, &v, &from_env);
+        if (st != CGM_SUCCESS) return st;
+        source = from_env ? "environment" : "default";
+    }
+    if (v < min)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "%s = %lld (from %s %s): expected >= %lld; fix the value or leave it unset "
+                         "(CGM_UNSET)", field, (long long)v, source, from_env ? env : "field", (long long)min);
+    CGM_INFO(CGM_SUB_INIT, "%s=%lld from %s", env, (long long)v, source);
+    *out = v;
+    return CGM_SUCCESS;
+}
+
+static cgm_status env_backend(const char *env, cgm_backend *out, bool *set) {
+    bool from_env = false;
+    const char *text = cgm_param_string(env, &from_env);
+    *set = false;
+    if (!from_env) return CGM_SUCCESS;
+    if (cgm_backend_from_name(text, out) != CGM_SUCCESS || *out == CGM_BACKEND_DEFAULT)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "environment variable %s=\"%s\": expected auto, host, p2p, nccl or cublasmp",
+                         env, text);
+    *set = true;
+    return CGM_SUCCESS;
+}
+
+static const char *op_backend_env[CGM_OP_COUNT_] = {
+    "COMMGEMM_BACKEND_AG_GEMM", "COMMGEMM_BACKEND_GEMM_RS", "COMMGEMM_BACKEND_GEMM_AR",
+    "COMMGEMM_BACKEND_BULK"};
+
+/* AUTO: host for a LOCAL bootstrap; p2p inside one NVLink domain, else nccl. */
+static cgm_status resolve_auto(const cgm_comm *comm, cgm_backend *out) {
+    if (comm->bootstrap_kind == CGM_BOOTSTRAP_LOCAL) {
+        *out = CGM_BACKEND_HOST;
+        return CGM_SUCCESS;
+    }
+    const cgm_backend order[] = {CGM_BACKEND_P2P, CGM_BACKEND_NCCL};
+    char reasons[1024] = "";
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        const cgm_backend_vtable *vt = cgm_backend_lookup(order[i]);
+        if (!vt) continue;
+        if (vt->probe(comm) == CGM_SUCCESS) {
+            CGM_INFO(CGM_SUB_INIT, "backend auto -> %s", vt->name);
+            *out = order[i];
+            return CGM_SUCCESS;
+        }
+        size_t len = strlen(reasons);
+        snprintf(reasons + len, sizeof reasons - len, " [%s: %s]", vt->name, cgm_last_error());
+    }
+    return cgm_error(CGM_ERROR_UNAVAILABLE,
+                     "backend auto: no GPU backend can serve this NCCL comm:%s",
+                     reasons[0] ? reasons : " this build has no GPU backend (rebuild with nvcc and NCCL)");
+}
+
+static cgm_status resolve_config(cgm_comm *comm, const cgm_config *in) {
+    cgm_resolved_config *c = &comm->config;
+    cgm_status st;
+    bool set;
+    /* Global default: config, env, auto. */
+    c->backend = in->backend;
+    if (c->backend == CGM_BACKEND_DEFAULT) {
+        if ((st = env_backend("COMMGEMM_BACKEND", &c->backend, &set))) return st;
+        if (!set) c->backend = CGM_BACKEND_AUTO;
+    }
+    if ((unsigned)c->backend >= CGM_BACKEND_COUNT_)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "config.backend = %d: expected a cgm_backend value",
+                         (int)c->backend);
+    /* Per op, the more specific setting wins: config.op_backend[op], then
+     * COMMGEMM_BACKEND_<OP>, then the global default. */
+    for (int op = 0; op < CGM_OP_COUNT_; op++) {
+        cgm_backend b = in->op_backend[op];
+        const char *source = "config.op_backend";
+        if ((unsigned)b >= CGM_BACKEND_COUNT_)
+            return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                             "config.op_backend[%s] = %d: expected a cgm_backend value",
+                             cgm_op_name((cgm_op)op), (int)b);
+        if (b == CGM_BACKEND_DEFAULT) {
+            if ((st = env_backend(op_backend_env[op], &b, &set))) return st;
+            source = set ? op_backend_env[op] : "default backend";
+            if (!set) b = c->backend;
+        }
+        if (b == CGM_BACKEND_AUTO && (st = resolve_auto(comm, &b))) return st;
+        c->op_backend[op] = b;
+        CGM_INFO(CGM_SUB_INIT, "%s backend=%s from %s", cgm_op_name((cgm_op)op), cgm_backend_name(b),
+                 source);
+    }
+    if ((st = resolve_int("config.max_m", in->max_m, "COMMGEMM_MAX_M", 1, &c->max_m))) return st;
+    if ((st = resolve_int("config.max_n", in->max_n, "COMMGEMM_MAX_N", 1, &c->max_n))) return st;
+    if ((st = resolve_int("config.max_k", in->max_k, "COMMGEMM_MAX_K", 1, &c->max_k))) return st;
+    if ((st = resolve_int("config.timeout_ms", in->timeout_ms, "COMMGEMM_TIMEOUT_MS", 1, &c->timeout_ms)))
+        return st;
+    int64_t v;
+    if ((st = resolve_int("config.splits", in->splits, "COMMGEMM_SPLITS", 0, &v))) return st;
+    c->splits = (int)v;
+    if ((st = resolve_int("config.host_threads", in->host_threads, "COMMGEMM_HOST_THREADS", 1, &v)))
+        return st;
+    c->host_threads = (int)v;
+    if ((st = resolve_int("config.check_agreement", in->check_agreement, "COMMGEMM_CHECK_AGREEMENT", 0,
+                          &v)))
+        return st;
+    c->check_agreement = v != 0;
+    if (in->algo != CGM_UNSET) {
+        if ((unsigned)in->algo >= CGM_ALGO_COUNT_)
+            return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "config.algo = %d: expected a cgm_algo value",
+                             in->algo);
+        c->algo = (cgm_algo)in->algo;
+    } else {
+        bool from_env;
+        const char *text = cgm_param_string("COMMGEMM_ALGO", &from_env);
+        if (cgm_algo_from_name(text, &c->algo) != CGM_SUCCESS)
+            return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                             "environment variable COMMGEMM_ALGO=\"%s\": expected auto, split, ring or "
+                             "no_overlap", text);
+    }
+    return CGM_SUCCESS;
+}
+
+/* ---- backend state ---- */
+
+cgm_status cgm_comm_backend_ready(cgm_comm *comm, cgm_backend id) {
+    if (comm->backend_ready[id]) return CGM_SUCCESS;
+    const cgm_backend_vtable *vt = cgm_backend_lookup(id);
+    if (!vt)
+        return cgm_error(CGM_ERROR_UNAVAILABLE,
+                         "the %s backend is not part of this build of commgemm; rebuild with the CUDA "
+                         "toolkit (nvcc) and NCCL installed (cmake -DCOMMGEMM_CUDA=ON), or choose "
+                         "another backend", cgm_backend_name(id));
+    cgm_status st = vt->probe(comm);
+    if (st != CGM_SUCCESS) return st;
+    st = vt->init(comm, &comm->backend_state[id]);
+    if (st != CGM_SUCCESS) return cgm_error_context(st, "initialising the %s backend", vt->name);
+    comm->backend_ready[id] = true;
+    return CGM_SUCCESS;
+}
+
+static cgm_status finalize_backends(cgm_comm *comm) {
+    cgm_status first = CGM_SUCCESS;
+    for (int id = CGM_BACKEND_COUNT_ - 1; id >= 0; id--) {
+        if (!comm->backend_ready[id]) continue;
+        cgm_status st = cgm_backend_lookup((cgm_backend)id)->finalize(comm, comm->backend_state[id]);
+        if (st != CGM_SUCCESS && first == CGM_SUCCESS) first = st;
+        comm->backend_ready[id] = false;
+        comm->backend_state[id] = NULL;
+    }
+    return first;
+}
+
+static bool rendezvous_valid(const char *s) {
+    size_t n = strlen(s);
+    if (n == 0 || n > 80) return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '-' || ch == '_' || ch == '.'))
+            return false;
+    }
+    return true;
+}
+
+cgm_status cgm_comm_create(const cgm_bootstrap *bootstrap, const cgm_config *config, cgm_comm **out) {
+    cgm_status st;
+    cgm_comm *comm = NULL;
+    if (!out) return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "cgm_comm_create: comm (output) is NULL");
+    *out = NULL;
+    if (!bootstrap)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "cgm_comm_create: bootstrap is NULL; fill one with cgm_bootstrap_from_env() or "
+                         "CGM_BOOTSTRAP_INIT and its fields");
+    if (bootstrap->struct_size != sizeof(cgm_bootstrap))
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "cgm_comm_create: bootstrap->struct_size = %zu, expected %zu; initialise it with "
+                         "CGM_BOOTSTRAP_INIT", bootstrap->struct_size, sizeof(cgm_bootstrap));
+    cgm_config defaults = CGM_CONFIG_INIT;
+    if (!config) config = &defaults;
+    if (config->struct_size != sizeof(cgm_config))
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "cgm_comm_create: config->struct_size = %zu, expected %zu; initialise it with "
+                         "CGM_CONFIG_INIT", config->struct_size, sizeof(cgm_config));
+    comm = calloc(1, sizeof *comm);
+    if (!comm) return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "cgm_comm_create: no memory for the comm");
+    comm->magic = CGM_COMM_MAGIC;
+    comm->cuda_device = -1;
+    if (bootstrap->kind == CGM_BOOTSTRAP_LOCAL) {
+        if (bootstrap->nranks < 1 || bootstrap->nranks > 4096) {
+            st = cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                           "cgm_comm_create: bootstrap.nranks = %d, expected 1..4096", bootstrap->nranks);
+            goto fail;
+        }
+        if (bootstrap->rank < 0 || bootstrap->rank >= bootstrap->nranks) {
+            st = cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                           "cgm_comm_create: bootstrap.rank = %d, expected 0 <= rank < nranks = %d",
+                           bootstrap->rank, bootstrap->nranks);
+            goto fail;
+        }
+        if (!bootstrap->rendezvous || !rendezvous_valid(bootstrap->rendezvous)) {
+            st = cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                           "cgm_comm_create: bootstrap.rendezvous = \"%s\": expected 1..80 characters of "
+                           "letters, digits, '-', '_', '.', shared by all ranks",
+                           bootstrap->rendezvous ? bootstrap->rendezvous : "(null)");
+            goto fail;
+        }
+        comm->rank = bootstrap->rank;
+        comm->nranks = bootstrap->nranks;
+        snprintf(comm->rendezvous, sizeof comm->rendezvous, "%s", bootstrap->rendezvous);
+    } else if (bootstrap->kind == CGM_BOOTSTRAP_NCCL) {
+        if (!bootstrap->nccl_comm) {
+            st = cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                           "cgm_comm_create: bootstrap.kind is NCCL but bootstrap.nccl_comm is NULL; pass "
+                           "the ncclComm_t your framework created");
+            goto fail;
+        }
+        comm->nccl_comm = bootstrap->nccl_comm;
+        st = cgm_nccl_comm_query(comm->nccl_comm, &comm->rank, &comm->nranks, &comm->cuda_device);
+        if (st != CGM_SUCCESS) goto fail;
+    } else {
+        st = cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                       "cgm_comm_create: bootstrap.kind = %d, expected CGM_BOOTSTRAP_LOCAL (1) or "
+                       "CGM_BOOTSTRAP_NCCL (2)", (int)bootstrap->kind);
+        goto fail;
+    }
+    cgm_log_set_rank(comm->rank);
+    st = resolve_config(comm, config);
+    if (st != CGM_SUCCESS) goto fail;
+    /* Initialise in backend-id order so that every rank runs the same
+     * collective inits in the same order. */
+    for (int id = 0; id < CGM_BACKEND_COUNT_; id++) {
+        bool used = false;
+        for (int op = 0; op < CGM_OP_COUNT_; op++) used |= comm->config.op_backend[op] == (cgm_backend)id;
+        if (used && (st = cgm_comm_backend_ready(comm, (cgm_backend)id)) != CGM_SUCCESS) goto fail;
+    }
+    if (!live_add(comm)) {
+        st = cgm_error(CGM_ERROR_OUT_OF_MEMORY, "cgm_comm_create: no memory to register the comm");
+        goto fail;
+    }
+    CGM_INFO(CGM_SUB_INIT, "comm %p created: rank %d of %d", (void *)comm, comm->rank, comm->nranks);
+    *out = comm;
+    return CGM_SUCCESS;
+fail:
+    if (comm) {
+        finalize_backends(comm);
+        comm->magic = 0;
+        free(comm);
+    }
+    return st;
+}
+
+cgm_status cgm_comm_init_nccl(void *nccl_comm, const cgm_config *config, cgm_comm **comm) {
+    cgm_bootstrap b = CGM_BOOTSTRAP_INIT;
+    b.kind = CGM_BOOTSTRAP_NCCL;
+    b.nccl_comm = nccl_comm;
+    return cgm_comm_create(&b, config, comm);
+}
+
+cgm_status cgm_comm_destroy(cgm_comm *comm) {
+    if (!comm) return CGM_SUCCESS;
+    if (!live_remove(comm))
+        return cgm_error(CGM_ERROR_INVALID_USAGE,
+                         "cgm_comm_destroy: comm %p is not a live communicator (already destroyed, or "
+                         "never created by cgm_comm_create)", (void *)comm);
+    cgm_status st = finalize_backends(comm);
+    comm->magic = 0;
+    free(comm);
+    return st;
+}
+
+cgm_status cgm_comm_rank(const cgm_comm *comm, int *rank) {
+    if (!cgm_comm_is_live(comm)) return cgm_comm_check_usable(comm, "cgm_comm_rank");
+    if (!rank) return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "cgm_comm_rank: rank (output) is NULL");
+    *rank = comm->rank;
+    return CGM_SUCCESS;
+}
+
+cgm_status cgm_comm_size(const cgm_comm *comm, int *nranks) {
+    if (!cgm_comm_is_live(comm)) return cgm_comm_check_usable(comm, "cgm_comm_size");
+    if (!nranks) return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "cgm_comm_size: nranks (output) is NULL");
+    *nranks = comm->nranks;
+    return CGM_SUCCESS;
+}
+
+cgm_status cgm_comm_backend(const cgm_comm *comm, cgm_op op, cgm_backend *backend) {
+    if (!cgm_comm_is_live(comm)) return cgm_comm_check_usable(comm, "cgm_comm_backend");
+    if (!backend) return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "cgm_comm_backend: backend (output) is NULL");
+    if ((unsigned)op >= CGM_OP_COUNT_)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "cgm_comm_backend: op = %d, expected a cgm_op value",
+                         (int)op);
+    *backend = comm->config.op_backend[op];
+    return CGM_SUCCESS;
+}
+
+cgm_status cgm_comm_get_async_error(cgm_comm *comm, cgm_status *async_error) {
+    if (!cgm_comm_is_live(comm)) return cgm_comm_check_usable(comm, "cgm_comm_get_async_error");
+    if (!async_error)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "cgm_comm_get_async_error: async_error is NULL");
+    if (comm->broken == CGM_SUCCESS) {
+        for (int id = 0; id < CGM_BACKEND_COUNT_; id++) {
+            const cgm_backend_vtable *vt = comm->backend_ready[id] ? cgm_backend_lookup((cgm_backend)id) : NULL;
+            if (!vt || !vt->async_error) continue;
+            cgm_status st = vt->async_error(comm, comm->backend_state[id]);
+            if (st != CGM_SUCCESS) {
+                cgm_comm_mark_broken(comm, st);
+                break;
+            }
+        }
+    }
+    if (comm->broken != CGM_SUCCESS) cgm_error(comm->broken, "%s", comm->broken_message);
+    *async_error = comm->broken;
+    return CGM_SUCCESS;
+}

@@ -1,0 +1,161 @@
+/* Version, enum names and parsers, dtype conversions, shard arithmetic. */
+#include <math.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core.h"
+
+int cgm_version(void) { return COMMGEMM_VERSION; }
+
+size_t cgm_dtype_size(cgm_dtype dtype) {
+    switch (dtype) {
+    case CGM_DTYPE_FP32: return 4;
+    case CGM_DTYPE_BF16:
+    case CGM_DTYPE_FP16: return 2;
+    case CGM_DTYPE_FP8_E4M3:
+    case CGM_DTYPE_FP8_E5M2: return 1;
+    default: return 0;
+    }
+}
+
+const char *cgm_dtype_name(cgm_dtype dtype) {
+    static const char *names[] = {"fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"};
+    return (unsigned)dtype < CGM_DTYPE_COUNT_ ? names[dtype] : "invalid";
+}
+
+static const char *backend_names[] = {"default", "auto", "host", "p2p", "nccl", "cublasmp"};
+
+const char *cgm_backend_name(cgm_backend backend) {
+    return (unsigned)backend < CGM_BACKEND_COUNT_ ? backend_names[backend] : "invalid";
+}
+
+cgm_status cgm_backend_from_name(const char *name, cgm_backend *out) {
+    if (!name || !out)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "cgm_backend_from_name: name and out must not be NULL");
+    for (int i = 0; i < CGM_BACKEND_COUNT_; i++)
+        if (!strcasecmp(name, backend_names[i])) {
+            *out = (cgm_backend)i;
+            return CGM_SUCCESS;
+        }
+    return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                     "unknown backend \"%s\": expected one of auto, host, p2p, nccl, cublasmp", name);
+}
+
+static const char *algo_names[] = {"auto", "split", "ring", "bulk", "no_overlap"};
+
+const char *cgm_algo_name(cgm_algo algo) {
+    return (unsigned)algo < CGM_ALGO_COUNT_ ? algo_names[algo] : "invalid";
+}
+
+cgm_status cgm_algo_from_name(const char *name, cgm_algo *out) {
+    if (!name || !out)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "cgm_algo_from_name: name and out must not be NULL");
+    if (!strcasecmp(name, "split_pipelined")) {
+        *out = CGM_ALGO_SPLIT_PIPELINED;
+        return CGM_SUCCESS;
+    }
+    for (int i = 0; i < CGM_ALGO_COUNT_; i++)
+        if (!strcasecmp(name, algo_names[i])) {
+            *out = (cgm_algo)i;
+            return CGM_SUCCESS;
+        }
+    return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                     "unknown algorithm \"%s\": expected one of auto, split, ring, bulk, no_overlap", name);
+}
+
+const char *cgm_layout_name(cgm_layout layout) {
+    static const char *names[] = {"TN", "NN", "NT"};
+    return (unsigned)layout < CGM_LAYOUT_COUNT_ ? names[layout] : "invalid";
+}
+
+const char *cgm_op_name(cgm_op op) {
+    static const char *names[] = {"ag_gemm", "gemm_rs", "gemm_ar", "bulk"};
+    return (unsigned)op < CGM_OP_COUNT_ ? names[op] : "invalid";
+}
+
+int64_t cgm_shard_rows(int64_t m, int rank, int nranks) {
+    if (m <= 0 || nranks <= 0 || rank < 0 || rank >= nranks) return 0;
+    int64_t block = cgm_ceil_div(m, nranks);
+    int64_t begin = block * rank;
+    if (begin >= m) return 0;
+    return m - begin < block ? m - begin : block;
+}
+
+int64_t cgm_shard_offset(int64_t m, int rank, int nranks) {
+    if (m <= 0 || nranks <= 0 || rank <= 0) return 0;
+    if (rank > nranks) rank = nranks;
+    int64_t begin = cgm_ceil_div(m, nranks) * rank;
+    return begin < m ? begin : m;
+}
+
+/* ---- dtype conversions (bit exact, no compiler extensions) ---- */
+
+static float bits_to_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint32_t float_to_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+float cgm_bf16_to_float(uint16_t v) { return bits_to_float((uint32_t)v << 16); }
+
+uint16_t cgm_float_to_bf16(float f) {
+    uint32_t u = float_to_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float cgm_fp16_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    if (exp == 0x1f) return bits_to_float(sign | 0x7f800000u | (man << 13));
+    if (exp == 0) {
+        float v = ldexpf((float)man, -24);
+        return sign ? -v : v;
+    }
+    return bits_to_float(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+uint16_t cgm_float_to_fp16(float f) {
+    uint32_t u = float_to_bits(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t abs = u & 0x7fffffffu;
+    if (abs > 0x7f800000u) return sign | 0x7e00u;           /* NaN */
+    if (abs >= 0x477ff000u) return sign | 0x7c00u;          /* overflow -> inf */
+    if (abs < 0x38800000u) {                                /* subnormal or zero */
+        float a = bits_to_float(abs);
+        /* a * 2^24 rounded to nearest even, in units of the smallest subnormal. */
+        float scaled = a * 16777216.0f;
+        float r = rintf(scaled);
+        return sign | (uint16_t)r;
+    }
+    uint32_t exp = (abs >> 23) - 112, man = abs & 0x7fffffu;
+    uint32_t h = (exp << 10) | (man >> 13);
+    uint32_t rest = man & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;
+    return sign | (uint16_t)h;
+}
+
+float cgm_load_float(const void *data, cgm_dtype dtype, int64_t i) {
+    switch (dtype) {
+    case CGM_DTYPE_FP32: return ((const float *)data)[i];
+    case CGM_DTYPE_BF16: return cgm_bf16_to_float(((const uint16_t *)data)[i]);
+    case CGM_DTYPE_FP16: return cgm_fp16_to_float(((const uint16_t *)data)[i]);
+    default: return NAN;
+    }
+}
+
+void cgm_store_float(void *data, cgm_dtype dtype, int64_t i, float v) {
+    switch (dtype) {
+    case CGM_DTYPE_FP32: ((float *)data)[i] = v; break;
+    case CGM_DTYPE_BF16: ((uint16_t *)data)[i] = cgm_float_to_bf16(v); break;
+    case CGM_DTYPE_FP16: ((uint16_t *)data)[i] = cgm_float_to_fp16(v); break;
+    default: break;
+    }
+}

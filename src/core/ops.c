@@ -1,0 +1,61 @@
+/* The public op entry points: validate, pick the backend, dispatch. */
+#include "core.h"
+
+static cgm_status dispatch(cgm_comm *comm, cgm_op op, const cgm_matrix *x, const cgm_matrix *w,
+                           const cgm_matrix *bias, cgm_matrix *y, cgm_matrix *xg, cgm_collective coll,
+                           const cgm_matrix *send, cgm_matrix *recv, const cgm_op_options *options,
+                           void *stream) {
+    static const char *fns[] = {"cgm_all_gather_gemm", "cgm_gemm_reduce_scatter", "cgm_gemm_all_reduce",
+                                "cgm_bulk_overlap"};
+    cgm_status st = cgm_comm_check_usable(comm, fns[op]);
+    if (st != CGM_SUCCESS) return st;
+    /* Surface an asynchronous failure of earlier device work first. */
+    cgm_status async_error;
+    if (cgm_comm_get_async_error(comm, &async_error) == CGM_SUCCESS && async_error != CGM_SUCCESS)
+        return async_error;
+    cgm_call call;
+    st = cgm_validate_op(comm, op, x, w, bias, y, xg, coll, send, recv, options, stream, &call);
+    if (st != CGM_SUCCESS) return st;
+    st = cgm_comm_backend_ready(comm, call.backend);
+    if (st != CGM_SUCCESS) return cgm_error_context(st, "%s", fns[op]);
+    const cgm_backend_vtable *vt = cgm_backend_lookup(call.backend);
+    void *state = comm->backend_state[call.backend];
+    comm->calls++;
+    CGM_TRACE(CGM_SUB_CALL, "%s #%llu backend=%s m=%lld n=%lld k=%lld layout=%s", fns[op],
+              (unsigned long long)comm->calls, vt->name, (long long)call.m, (long long)call.n,
+              (long long)call.k, cgm_layout_name(call.layout));
+    switch (op) {
+    case CGM_OP_ALL_GATHER_GEMM: st = vt->all_gather_gemm(comm, state, &call); break;
+    case CGM_OP_GEMM_REDUCE_SCATTER: st = vt->gemm_reduce_scatter(comm, state, &call); break;
+    case CGM_OP_GEMM_ALL_REDUCE: st = vt->gemm_all_reduce(comm, state, &call); break;
+    default: st = vt->bulk(comm, state, &call); break;
+    }
+    if (st == CGM_ERROR_TIMEOUT || st == CGM_ERROR_PEER_FAILED) cgm_comm_mark_broken(comm, st);
+    return st;
+}
+
+cgm_status cgm_all_gather_gemm(cgm_comm *comm, const cgm_matrix *x_shard, const cgm_matrix *w,
+                               const cgm_matrix *bias, cgm_matrix *y, cgm_matrix *x_gathered,
+                               const cgm_op_options *options, void *stream) {
+    return dispatch(comm, CGM_OP_ALL_GATHER_GEMM, x_shard, w, bias, y, x_gathered, CGM_COLLECTIVE_ALL_GATHER,
+                    NULL, NULL, options, stream);
+}
+
+cgm_status cgm_gemm_reduce_scatter(cgm_comm *comm, const cgm_matrix *x, const cgm_matrix *w,
+                                   const cgm_matrix *bias, cgm_matrix *y_shard, const cgm_op_options *options,
+                                   void *stream) {
+    return dispatch(comm, CGM_OP_GEMM_REDUCE_SCATTER, x, w, bias, y_shard, NULL, CGM_COLLECTIVE_REDUCE_SCATTER,
+                    NULL, NULL, options, stream);
+}
+
+cgm_status cgm_gemm_all_reduce(cgm_comm *comm, const cgm_matrix *x, const cgm_matrix *w, const cgm_matrix *bias,
+                               cgm_matrix *y, const cgm_op_options *options, void *stream) {
+    return dispatch(comm, CGM_OP_GEMM_ALL_REDUCE, x, w, bias, y, NULL, CGM_COLLECTIVE_REDUCE_SCATTER, NULL, NULL,
+                    options, stream);
+}
+
+cgm_status cgm_bulk_overlap(cgm_comm *comm, const cgm_matrix *a, const cgm_matrix *b, const cgm_matrix *bias,
+                            cgm_matrix *c, cgm_collective collective, const cgm_matrix *send, cgm_matrix *recv,
+                            const cgm_op_options *options, void *stream) {
+    return dispatch(comm, CGM_OP_BULK, a, b, bias, c, NULL, collective, send, recv, options, stream);
+}

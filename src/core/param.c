@@ -1,0 +1,97 @@
+/* Environment parameters: declared once here, read once, cached.
+ * docs/env.md is generated from this table (commgemm-info --env-markdown). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+static const cgm_param params[] = {
+    {"COMMGEMM_BACKEND", CGM_PARAM_STRING, "auto",
+     "Backend for every op: auto, host, p2p, nccl or cublasmp (config field `backend`)."},
+    {"COMMGEMM_BACKEND_AG_GEMM", CGM_PARAM_STRING, NULL,
+     "Backend for AG+GEMM only; overrides COMMGEMM_BACKEND (config `op_backend[CGM_OP_ALL_GATHER_GEMM]`)."},
+    {"COMMGEMM_BACKEND_GEMM_RS", CGM_PARAM_STRING, NULL,
+     "Backend for GEMM+RS only (config `op_backend[CGM_OP_GEMM_REDUCE_SCATTER]`)."},
+    {"COMMGEMM_BACKEND_GEMM_AR", CGM_PARAM_STRING, NULL,
+     "Backend for GEMM+AR only (config `op_backend[CGM_OP_GEMM_ALL_REDUCE]`)."},
+    {"COMMGEMM_BACKEND_BULK", CGM_PARAM_STRING, NULL,
+     "Backend for bulk overlap only (config `op_backend[CGM_OP_BULK]`)."},
+    {"COMMGEMM_MAX_M", CGM_PARAM_INT, "16384",
+     "Largest m (rows of the gathered/full matrix) of any call; workspaces are sized from it (config `max_m`)."},
+    {"COMMGEMM_MAX_N", CGM_PARAM_INT, "16384", "Largest n of any call (config `max_n`)."},
+    {"COMMGEMM_MAX_K", CGM_PARAM_INT, "16384", "Largest k of any call (config `max_k`)."},
+    {"COMMGEMM_TIMEOUT_MS", CGM_PARAM_INT, "60000",
+     "Bound of every wait in milliseconds; a rank that does not arrive in time is named in a CGM_ERROR_TIMEOUT (config `timeout_ms`)."},
+    {"COMMGEMM_ALGO", CGM_PARAM_STRING, "auto",
+     "Default algorithm: auto, split, ring, no_overlap (config `algo`; per call: options.algo)."},
+    {"COMMGEMM_SPLITS", CGM_PARAM_INT, "0",
+     "Default pieces per shard for split/ring algorithms, 0 = auto (config `splits`)."},
+    {"COMMGEMM_HOST_THREADS", CGM_PARAM_INT, "1",
+     "Compute threads of the host backend (config `host_threads`)."},
+    {"COMMGEMM_CHECK_AGREEMENT", CGM_PARAM_INT, "1",
+     "1: check that all ranks agree about each call (host: every call; GPU: first call per shape). 0: skip (config `check_agreement`)."},
+    {"COMMGEMM_DEBUG", CGM_PARAM_STRING, NULL, "Log level: NONE (default), WARN, INFO, TRACE."},
+    {"COMMGEMM_DEBUG_SUBSYS", CGM_PARAM_STRING, NULL,
+     "Comma-separated subsystems to log: INIT, PLAN, HOST, P2P, NCCL, CUBLASMP, TUNE, CALL, ALL (default ALL)."},
+    {"COMMGEMM_DEBUG_FILE", CGM_PARAM_STRING, NULL,
+     "Write log lines to this file instead of stderr; %p in the name becomes the pid."},
+    {"COMMGEMM_RANK", CGM_PARAM_INT, NULL, "Set by commgemm-run: this process's rank (read by cgm_bootstrap_from_env)."},
+    {"COMMGEMM_NRANKS", CGM_PARAM_INT, NULL, "Set by commgemm-run: the number of ranks."},
+    {"COMMGEMM_RENDEZVOUS", CGM_PARAM_STRING, NULL,
+     "Set by commgemm-run: the rendezvous name the ranks share."},
+};
+
+#define PARAM_COUNT ((int)(sizeof params / sizeof params[0]))
+
+static pthread_once_t params_once = PTHREAD_ONCE_INIT;
+static const char *param_env[PARAM_COUNT];
+
+static void params_read(void) {
+    for (int i = 0; i < PARAM_COUNT; i++) {
+        const char *v = getenv(params[i].name);
+        param_env[i] = (v && *v) ? strdup(v) : NULL;
+    }
+}
+
+const cgm_param *cgm_param_table(int *count) {
+    if (count) *count = PARAM_COUNT;
+    return params;
+}
+
+static int param_index(const char *name) {
+    pthread_once(&params_once, params_read);
+    for (int i = 0; i < PARAM_COUNT; i++)
+        if (!strcmp(params[i].name, name)) return i;
+    return -1;
+}
+
+cgm_status cgm_param_int(const char *name, int64_t *value, bool *from_env) {
+    int i = param_index(name);
+    if (i < 0 || params[i].type != CGM_PARAM_INT)
+        return cgm_error(CGM_ERROR_INTERNAL, "unknown integer parameter %s", name);
+    const char *text = param_env[i] ? param_env[i] : params[i].default_value;
+    *from_env = param_env[i] != NULL;
+    if (!text) {
+        *value = CGM_UNSET;
+        return CGM_SUCCESS;
+    }
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || end == text || *end != '\0')
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "environment variable %s=\"%s\": expected an integer; set it to a number "
+                         "or unset it (default %s)",
+                         name, text, params[i].default_value ? params[i].default_value : "unset");
+    *value = v;
+    return CGM_SUCCESS;
+}
+
+const char *cgm_param_string(const char *name, bool *from_env) {
+    int i = param_index(name);
+    if (i < 0) return NULL;
+    *from_env = param_env[i] != NULL;
+    return param_env[i] ? param_env[i] : params[i].default_value;
+}

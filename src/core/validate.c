@@ -1,0 +1,290 @@
+/* Argument validation: every op's operands checked against the layout and
+ * the comm before anything is enqueued; messages say expected / found / do. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core.h"
+
+typedef struct check_ctx {
+    const char *fn; /* public function name, for messages */
+} check_ctx;
+
+static int64_t effective_ld(const cgm_matrix *m) { return m->ld ? m->ld : m->cols; }
+
+/* Checks one descriptor in isolation: pointer, dtype, dims, ld, alignment. */
+static cgm_status check_matrix(const check_ctx *c, const char *name, const cgm_matrix *m) {
+    if ((unsigned)m->dtype >= CGM_DTYPE_COUNT_)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: %s.dtype = %d: expected a cgm_dtype value", c->fn,
+                         name, (int)m->dtype);
+    if (m->dtype == CGM_DTYPE_FP8_E4M3 || m->dtype == CGM_DTYPE_FP8_E5M2)
+        return cgm_error(CGM_ERROR_NOT_SUPPORTED,
+                         "%s: %s.dtype = %s: fp8 is reserved and not implemented yet; use fp32, bf16 or fp16",
+                         c->fn, name, cgm_dtype_name(m->dtype));
+    if (m->rows < 0 || m->cols < 0)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: %s is %lld x %lld: expected non-negative rows and cols",
+                         c->fn, name, (long long)m->rows, (long long)m->cols);
+    if (m->ld != 0 && m->ld < m->cols)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "%s: %s.ld = %lld is smaller than its cols = %lld: expected ld >= cols (row-major) or 0",
+                         c->fn, name, (long long)m->ld, (long long)m->cols);
+    if (m->scale)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "%s: %s.scale is set but %s.dtype is %s: scales are for fp8 only; pass NULL", c->fn,
+                         name, name, cgm_dtype_name(m->dtype));
+    if (m->rows * m->cols > 0 && !m->data)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: %s.data is NULL but %s is %lld x %lld; pass its memory",
+                         c->fn, name, name, (long long)m->rows, (long long)m->cols);
+    size_t size = cgm_dtype_size(m->dtype);
+    if (m->data && (uintptr_t)m->data % size != 0)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "%s: %s.data = %p is not aligned to its element size (%zu bytes for %s); pass an "
+                         "aligned pointer", c->fn, name, m->data, size, cgm_dtype_name(m->dtype));
+    return CGM_SUCCESS;
+}
+
+static cgm_status require(const check_ctx *c, const char *name, const cgm_matrix *m, const char *what) {
+    if (!m)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; expected %s", c->fn, name, what);
+    return check_matrix(c, name, m);
+}
+
+static cgm_status check_shape(const check_ctx *c, const char *name, const cgm_matrix *m, int64_t rows,
+                              int64_t cols, const char *why) {
+    if (m->rows != rows || m->cols != cols)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: %s is %lld x %lld, expected %lld x %lld (%s)", c->fn,
+                         name, (long long)m->rows, (long long)m->cols, (long long)rows, (long long)cols, why);
+    return CGM_SUCCESS;
+}
+
+static bool is_input_dtype(cgm_dtype d) {
+    return d == CGM_DTYPE_FP32 || d == CGM_DTYPE_BF16 || d == CGM_DTYPE_FP16;
+}
+
+/* Byte range a matrix touches. */
+static void extent(const cgm_matrix *m, uintptr_t *begin, uintptr_t *end) {
+    *begin = (uintptr_t)m->data;
+    *end = *begin;
+    if (m->data && m->rows > 0 && m->cols > 0)
+        *end = *begin + (uintptr_t)(((m->rows - 1) * effective_ld(m) + m->cols) * (int64_t)cgm_dtype_size(m->dtype));
+}
+
+static cgm_status check_disjoint(const check_ctx *c, const char *out_name, const cgm_matrix *out,
+                                 const char *other_name, const cgm_matrix *other) {
+    if (!out || !other) return CGM_SUCCESS;
+    uintptr_t a0, a1, b0, b1;
+    extent(out, &a0, &a1);
+    extent(other, &b0, &b1);
+    if (a0 < a1 && b0 < b1 && a0 < b1 && b0 < a1)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "%s: output %s overlaps %s in memory: in-place operation is not supported; give "
+                         "%s its own buffer", c->fn, out_name, other_name, out_name);
+    return CGM_SUCCESS;
+}
+
+/* The GEMM operands of any op: dtypes, the layout's shapes, bias. The
+ * split dimension's check is the caller's. Sets k from x. */
+static cgm_status check_gemm(const check_ctx *c, cgm_layout layout, const char *xn, const cgm_matrix *x,
+                             const char *wn, const cgm_matrix *w, const cgm_matrix *bias, const char *yn,
+                             const cgm_matrix *y, int64_t x_split_rows, int64_t n, int64_t *k_out) {
+    cgm_status st;
+    if (!is_input_dtype(x->dtype) || x->dtype != w->dtype)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "%s: %s is %s and %s is %s: expected one input dtype (fp32, bf16 or fp16) for both",
+                         c->fn, xn, cgm_dtype_name(x->dtype), wn, cgm_dtype_name(w->dtype));
+    if (y->dtype != x->dtype && y->dtype != CGM_DTYPE_FP32)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "%s: %s is %s but the inputs are %s: expected the output dtype to be %s or fp32", c->fn,
+                         yn, cgm_dtype_name(y->dtype), cgm_dtype_name(x->dtype), cgm_dtype_name(x->dtype));
+    int64_t k = layout == CGM_LAYOUT_NT ? x->rows : x->cols;
+    int64_t xs = layout == CGM_LAYOUT_NT ? x->cols : x->rows;
+    char why[160];
+    if (xs != x_split_rows) {
+        snprintf(why, sizeof why, "layout %s stores %s as %s", cgm_layout_name(layout), xn,
+                 layout == CGM_LAYOUT_NT ? "[k, rows]" : "[rows, k]");
+        return layout == CGM_LAYOUT_NT ? check_shape(c, xn, x, k, x_split_rows, why)
+                                       : check_shape(c, xn, x, x_split_rows, k, why);
+    }
+    snprintf(why, sizeof why, "layout %s with k = %lld from %s and n = %lld from %s", cgm_layout_name(layout),
+             (long long)k, xn, (long long)n, yn);
+    if (layout == CGM_LAYOUT_TN) st = check_shape(c, wn, w, n, k, why);
+    else st = check_shape(c, wn, w, k, n, why);
+    if (st != CGM_SUCCESS) return st;
+    if (bias) {
+        if ((st = check_matrix(c, "bias", bias)) != CGM_SUCCESS) return st;
+        if ((st = check_shape(c, "bias", bias, 1, n, "a 1 x n row added to every output row")))
+            return st;
+        if (bias->dtype != y->dtype)
+            return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: bias is %s but %s is %s: expected bias in %s's dtype",
+                             c->fn, cgm_dtype_name(bias->dtype), yn, cgm_dtype_name(y->dtype), yn);
+    }
+    *k_out = k;
+    return CGM_SUCCESS;
+}
+
+static cgm_status check_options(const check_ctx *c, cgm_comm *comm, cgm_op op, const cgm_op_options *options,
+                                void *stream, cgm_call *call) {
+    cgm_op_options defaults = CGM_OP_OPTIONS_INIT;
+    const cgm_op_options *o = options ? options : &defaults;
+    if (o->struct_size != sizeof(cgm_op_options))
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "%s: options->struct_size = %zu, expected %zu; initialise options with "
+                         "CGM_OP_OPTIONS_INIT", c->fn, o->struct_size, sizeof(cgm_op_options));
+    if ((unsigned)o->layout >= CGM_LAYOUT_COUNT_)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: options.layout = %d: expected CGM_LAYOUT_TN, NN or NT",
+                         c->fn, (int)o->layout);
+    if ((unsigned)o->algo >= CGM_ALGO_COUNT_)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: options.algo = %d: expected a cgm_algo value", c->fn,
+                         (int)o->algo);
+    if (o->splits < 0)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: options.splits = %d: expected 0 (auto) or more", c->fn,
+                         o->splits);
+    if ((unsigned)o->backend >= CGM_BACKEND_COUNT_)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: options.backend = %d: expected a cgm_backend value",
+                         c->fn, (int)o->backend);
+    call->op = op;
+    call->layout = o->layout;
+    call->accumulate = o->accumulate != 0;
+    call->allow_tf32 = o->allow_tf32 != 0;
+    call->algo = o->algo == CGM_ALGO_AUTO ? comm->config.algo : o->algo;
+    call->splits = o->splits ? o->splits : comm->config.splits;
+    /* AUTO per call means the comm's choice, which already resolved auto. */
+    call->backend = (o->backend == CGM_BACKEND_DEFAULT || o->backend == CGM_BACKEND_AUTO)
+                        ? comm->config.op_backend[op] : o->backend;
+    call->stream = stream;
+    if (call->backend == CGM_BACKEND_HOST && stream)
+        return cgm_error(CGM_ERROR_INVALID_USAGE,
+                         "%s: stream = %p on the host backend: host ops run on the calling thread and take "
+                         "no stream; pass NULL", c->fn, stream);
+    return CGM_SUCCESS;
+}
+
+static cgm_status check_bulk(const check_ctx *c, const cgm_comm *comm, const cgm_matrix *a, const cgm_matrix *b,
+                             const cgm_matrix *bias, cgm_matrix *cm, cgm_collective coll, const cgm_matrix *send,
+                             cgm_matrix *recv, cgm_call *call) {
+    cgm_status st;
+    call->has_gemm = a || b || cm;
+    call->has_collective = send || recv;
+    if (!call->has_gemm && !call->has_collective)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "%s: a, b, c, send and recv are all NULL: expected a GEMM (a, b, c), a collective "
+                         "(send, recv) or both", c->fn);
+    if (call->has_gemm) {
+        if ((st = require(c, "a", a, "the GEMM's first operand (or a, b, c all NULL)"))) return st;
+        if ((st = require(c, "b", b, "the GEMM's second operand (or a, b, c all NULL)"))) return st;
+        if ((st = require(c, "c", cm, "the GEMM's output (or a, b, c all NULL)"))) return st;
+        if ((st = check_gemm(c, call->layout, "a", a, "b", b, bias, "c", cm, cm->rows, cm->cols, &call->k)))
+            return st;
+        call->m = cm->rows;
+        call->n = cm->cols;
+        call->in_dtype = a->dtype;
+        call->out_dtype = cm->dtype;
+        call->x = *a;
+        call->w = *b;
+        call->y = *cm;
+        if (bias) call->bias = *bias;
+        call->has_bias = bias != NULL;
+    } else if (bias) {
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: bias is set but there is no GEMM (a, b, c are NULL)",
+                         c->fn);
+    }
+    if (call->has_collective) {
+        if ((unsigned)coll >= CGM_COLLECTIVE_COUNT_)
+            return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                             "%s: collective = %d: expected CGM_COLLECTIVE_ALL_GATHER or _REDUCE_SCATTER", c->fn,
+                             (int)coll);
+        if ((st = require(c, "send", send, "the collective's input (or send and recv both NULL)"))) return st;
+        if ((st = require(c, "recv", recv, "the collective's output (or send and recv both NULL)"))) return st;
+        if (!is_input_dtype(send->dtype) || send->dtype != recv->dtype)
+            return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                             "%s: send is %s and recv is %s: expected one dtype (fp32, bf16 or fp16) for both",
+                             c->fn, cgm_dtype_name(send->dtype), cgm_dtype_name(recv->dtype));
+        bool ag = coll == CGM_COLLECTIVE_ALL_GATHER;
+        const cgm_matrix *full = ag ? recv : send, *part = ag ? send : recv;
+        int64_t m = full->rows, cols = full->cols;
+        int64_t mr = cgm_shard_rows(m, comm->rank, comm->nranks);
+        char why[160];
+        snprintf(why, sizeof why, "rank %d of %d owns %lld of the %lld rows of %s", comm->rank, comm->nranks,
+                 (long long)mr, (long long)m, ag ? "recv" : "send");
+        if ((st = check_shape(c, ag ? "send" : "recv", part, mr, cols, why))) return st;
+        call->collective = coll;
+        call->coll_m = m;
+        call->coll_cols = cols;
+        call->coll_dtype = send->dtype;
+        call->send = *send;
+        call->recv = *recv;
+    }
+    return CGM_SUCCESS;
+}
+
+cgm_status cgm_validate_op(cgm_comm *comm, cgm_op op, const cgm_matrix *x, const cgm_matrix *w,
+                           const cgm_matrix *bias, cgm_matrix *y, cgm_matrix *xg, cgm_collective coll,
+                           const cgm_matrix *send, cgm_matrix *recv, const cgm_op_options *options, void *stream,
+                           cgm_call *call) {
+    static const char *fns[] = {"cgm_all_gather_gemm", "cgm_gemm_reduce_scatter", "cgm_gemm_all_reduce",
+                                "cgm_bulk_overlap"};
+    check_ctx c = {fns[op]};
+    cgm_status st;
+    memset(call, 0, sizeof *call);
+    if ((st = check_options(&c, comm, op, options, stream, call))) return st;
+    const int P = comm->nranks, r = comm->rank;
+    if (op == CGM_OP_BULK) {
+        if ((st = check_bulk(&c, comm, x, w, bias, y, coll, send, recv, call))) return st;
+    } else {
+        bool ag = op == CGM_OP_ALL_GATHER_GEMM;
+        const char *xn = ag ? "x_shard" : "x", *yn = op == CGM_OP_GEMM_REDUCE_SCATTER ? "y_shard" : "y";
+        if ((st = require(&c, xn, x, ag ? "this rank's rows of X" : "this rank's X"))) return st;
+        if ((st = require(&c, "w", w, "this rank's weight shard"))) return st;
+        if ((st = require(&c, yn, y, "the output"))) return st;
+        int64_t m;
+        if (ag) m = y->rows;
+        else m = call->layout == CGM_LAYOUT_NT ? x->cols : x->rows;
+        int64_t mr = cgm_shard_rows(m, r, P);
+        char why[200];
+        if (op == CGM_OP_GEMM_REDUCE_SCATTER) {
+            snprintf(why, sizeof why, "rank %d of %d owns %lld of the m = %lld rows", r, P, (long long)mr,
+                     (long long)m);
+            if (y->rows != mr) return check_shape(&c, yn, y, mr, y->cols, why);
+        } else if (op == CGM_OP_GEMM_ALL_REDUCE && y->rows != m) {
+            return check_shape(&c, yn, y, m, y->cols, "every rank gets all m rows of the sum");
+        }
+        if ((st = check_gemm(&c, call->layout, xn, x, "w", w, bias, yn, y, ag ? mr : m, y->cols, &call->k)))
+            return st;
+        call->m = m;
+        call->n = y->cols;
+        call->has_gemm = true;
+        call->in_dtype = x->dtype;
+        call->out_dtype = y->dtype;
+        call->x = *x;
+        call->w = *w;
+        call->y = *y;
+        if (bias) call->bias = *bias;
+        call->has_bias = bias != NULL;
+        if (xg) {
+            if (!ag)
+                return cgm_error(CGM_ERROR_INTERNAL, "%s: x_gathered given to a non-AG op", c.fn);
+            if ((st = check_matrix(&c, "x_gathered", xg))) return st;
+            snprintf(why, sizeof why, "the gathered input of layout %s", cgm_layout_name(call->layout));
+            if (call->layout == CGM_LAYOUT_NT) st = check_shape(&c, "x_gathered", xg, call->k, m, why);
+            else st = check_shape(&c, "x_gathered", xg, m, call->k, why);
+            if (st) return st;
+            if (xg->dtype != x->dtype)
+                return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                                 "%s: x_gathered is %s but x_shard is %s: expected the input dtype", c.fn,
+                                 cgm_dtype_name(xg->dtype), cgm_dtype_name(x->dtype));
+            call->has_x_gathered = true;
+            call->x_gathered = *xg;
+        }
+    }
+    /* Outputs must not overlap inputs or each other. */
+    const cgm_matrix *in[] = {x, w, bias, op == CGM_OP_BULK ? send : NULL};
+    const char *in_names[] = {op == CGM_OP_BULK ? "a" : "x", op == CGM_OP_BULK ? "b" : "w", "bias", "send"};
+    cgm_matrix *outs[] = {y, xg, op == CGM_OP_BULK ? recv : NULL};
+    const char *out_names[] = {op == CGM_OP_BULK ? "c" : "y", "x_gathered", "recv"};
+    for (int o = 0; o < 3; o++) {
+        for (int i = 0; i < 4; i++)
+            if ((st = check_disjoint(&c, out_names[o], outs[o], in_names[i], in[i]))) return st;
+        for (int p = o + 1; p < 3; p++)
+            if ((st = check_disjoint(&c, out_names[o], outs[o], out_names[p], outs[p]))) return st;
+    }
+    return CGM_SUCCESS;
+}

@@ -1,0 +1,317 @@
+/* Bad input: every case feeds one wrong argument and checks the status and
+ * the message, then proves the comm still works with a correct call. */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+enum { M = 8, K = 4, N = 6 };
+
+typedef struct args {
+    cgm_op op;
+    cgm_matrix x, w, bias, y, xg, send, recv;
+    bool has_x, has_w, has_bias, has_y, has_xg, has_send, has_recv;
+    cgm_collective coll;
+    cgm_op_options opt;
+    void *stream;
+} args;
+
+typedef struct bad_case {
+    const char *name;
+    void (*mutate)(args *a);
+    cgm_status expected;
+    const char *message; /* substring of cgm_last_error() */
+} bad_case;
+
+static float xbuf[M * K + 8], wbuf[N * K + 8], ybuf[M * N + 8], bbuf[N + 8], gbuf[M * K + 8];
+
+static void valid_args(args *a, cgm_op op) {
+    memset(a, 0, sizeof *a);
+    a->op = op;
+    a->x = cgm_matrix_make(xbuf, CGM_DTYPE_FP32, M, K);
+    a->w = cgm_matrix_make(wbuf, CGM_DTYPE_FP32, N, K);
+    a->y = cgm_matrix_make(ybuf, CGM_DTYPE_FP32, M, N);
+    a->bias = cgm_matrix_make(bbuf, CGM_DTYPE_FP32, 1, N);
+    a->xg = cgm_matrix_make(gbuf, CGM_DTYPE_FP32, M, K);
+    a->has_x = a->has_w = a->has_y = true;
+    cgm_op_options o = CGM_OP_OPTIONS_INIT;
+    a->opt = o;
+    test_fill(&a->x, 1);
+    test_fill(&a->w, 2);
+    test_fill(&a->bias, 3);
+}
+
+static cgm_status call(cgm_comm *comm, args *a) {
+#define OPT(f) (a->has_##f ? &a->f : NULL)
+    switch (a->op) {
+    case CGM_OP_ALL_GATHER_GEMM:
+        return cgm_all_gather_gemm(comm, OPT(x), OPT(w), OPT(bias), OPT(y), OPT(xg), &a->opt, a->stream);
+    case CGM_OP_GEMM_REDUCE_SCATTER:
+        return cgm_gemm_reduce_scatter(comm, OPT(x), OPT(w), OPT(bias), OPT(y), &a->opt, a->stream);
+    case CGM_OP_GEMM_ALL_REDUCE:
+        return cgm_gemm_all_reduce(comm, OPT(x), OPT(w), OPT(bias), OPT(y), &a->opt, a->stream);
+    default:
+        return cgm_bulk_overlap(comm, OPT(x), OPT(w), OPT(bias), OPT(y), a->coll, OPT(send), OPT(recv), &a->opt,
+                                a->stream);
+    }
+#undef OPT
+}
+
+static cgm_comm *single_rank_comm(const cgm_config *config) {
+    char name[64];
+    snprintf(name, sizeof name, "api-%d", (int)getpid());
+    return test_host_comm(0, 1, name, config);
+}
+
+/* A correct AG+GEMM on the comm, checked against the reference. */
+static void check_comm_still_works(cgm_comm *comm) {
+    args a;
+    valid_args(&a, CGM_OP_ALL_GATHER_GEMM);
+    a.has_bias = true;
+    test_poison(&a.y);
+    CHECK_OK(call(comm, &a));
+    double ref[M * N];
+    test_ref_gemm(CGM_LAYOUT_TN, &a.x, &a.w, M, N, K, ref);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) ref[i * N + j] += test_get(&a.bias, 0, j);
+    CHECK_INT_EQ(test_compare(&a.y, ref, M, N, 1e-5, "y after a bad call"), 0);
+}
+
+#define MUT(fn, body) \
+    static void fn(args *a) { body; }
+MUT(null_x, a->has_x = false)
+MUT(null_w, a->has_w = false)
+MUT(null_y, a->has_y = false)
+MUT(null_data, a->x.data = NULL)
+MUT(misaligned, a->x.data = (char *)xbuf + 2)
+MUT(y_rows, a->y.rows = M + 1)
+MUT(k_mismatch, a->w.cols = K + 1)
+MUT(n_mismatch, a->w.rows = N - 1)
+MUT(mixed_dtype, a->w.dtype = CGM_DTYPE_BF16)
+MUT(fp8, a->x.dtype = a->w.dtype = CGM_DTYPE_FP8_E4M3)
+MUT(bad_dtype, a->x.dtype = (cgm_dtype)42)
+MUT(bad_out_dtype, a->y.dtype = CGM_DTYPE_FP16)
+MUT(bad_layout, a->opt.layout = (cgm_layout)7)
+MUT(bad_algo, a->opt.algo = (cgm_algo)99)
+MUT(bad_backend_enum, a->opt.backend = (cgm_backend)42)
+MUT(negative_splits, a->opt.splits = -2)
+MUT(options_size, a->opt.struct_size = 3)
+MUT(small_ld, a->x.ld = 2)
+MUT(negative_rows, a->y.rows = -1)
+MUT(scale_set, static const float s = 1; a->x.scale = &s)
+MUT(bias_shape, a->has_bias = true; a->bias.cols = N - 1)
+MUT(bias_dtype, a->has_bias = true; a->bias.dtype = CGM_DTYPE_BF16)
+MUT(overlap, a->y.data = xbuf)
+MUT(xg_shape, a->has_xg = true; a->xg.rows = M - 1)
+MUT(xg_dtype, a->has_xg = true; a->xg.dtype = CGM_DTYPE_BF16)
+MUT(xg_overlap, a->has_xg = true; a->xg.data = ybuf)
+MUT(stream_on_host, a->stream = (void *)0x10)
+MUT(backend_p2p, a->opt.backend = CGM_BACKEND_P2P)
+MUT(backend_cublasmp, a->opt.backend = CGM_BACKEND_CUBLASMP)
+MUT(nt_shape, a->opt.layout = CGM_LAYOUT_NT)
+MUT(nn_shape, a->opt.layout = CGM_LAYOUT_NN)
+MUT(rs_rows, a->op = CGM_OP_GEMM_REDUCE_SCATTER; a->y.rows = M - 1)
+MUT(ar_rows, a->op = CGM_OP_GEMM_ALL_REDUCE; a->y.rows = M + 2)
+MUT(bulk_nothing, a->op = CGM_OP_BULK; a->has_x = a->has_w = a->has_y = false)
+MUT(bulk_partial_gemm, a->op = CGM_OP_BULK; a->has_w = false)
+MUT(bulk_bad_collective, a->op = CGM_OP_BULK; a->has_send = a->has_recv = true;
+    a->send = cgm_matrix_make(gbuf, CGM_DTYPE_FP32, M, K); a->recv = a->send; a->recv.data = ybuf;
+    a->coll = (cgm_collective)9)
+MUT(bulk_dtypes, a->op = CGM_OP_BULK; a->has_send = a->has_recv = true;
+    a->send = cgm_matrix_make(gbuf, CGM_DTYPE_FP32, M, K); a->recv = a->send; a->recv.data = ybuf;
+    a->recv.dtype = CGM_DTYPE_BF16)
+MUT(bulk_only_send, a->op = CGM_OP_BULK; a->has_send = true; a->send = cgm_matrix_make(gbuf, CGM_DTYPE_FP32, M, K))
+MUT(bulk_bias_without_gemm, a->op = CGM_OP_BULK; a->has_x = a->has_w = a->has_y = false; a->has_bias = true;
+    a->has_send = a->has_recv = true; a->send = cgm_matrix_make(gbuf, CGM_DTYPE_FP32, M, K);
+    a->recv = a->send; a->recv.data = ybuf)
+
+static const bad_case bad_cases[] = {
+    {"null_x", null_x, CGM_ERROR_INVALID_ARGUMENT, "x_shard is NULL"},
+    {"null_w", null_w, CGM_ERROR_INVALID_ARGUMENT, "w is NULL"},
+    {"null_y", null_y, CGM_ERROR_INVALID_ARGUMENT, "y is NULL"},
+    {"null_data", null_data, CGM_ERROR_INVALID_ARGUMENT, "x_shard.data is NULL"},
+    {"misaligned", misaligned, CGM_ERROR_INVALID_ARGUMENT, "not aligned"},
+    {"shard_rows", y_rows, CGM_ERROR_INVALID_ARGUMENT, "x_shard is 8 x 4, expected 9 x 4"},
+    {"k_mismatch", k_mismatch, CGM_ERROR_INVALID_ARGUMENT, "w is 6 x 5, expected 6 x 4"},
+    {"n_mismatch", n_mismatch, CGM_ERROR_INVALID_ARGUMENT, "w is 5 x 4, expected 6 x 4"},
+    {"mixed_dtype", mixed_dtype, CGM_ERROR_INVALID_ARGUMENT, "expected one input dtype"},
+    {"fp8", fp8, CGM_ERROR_NOT_SUPPORTED, "fp8 is reserved"},
+    {"bad_dtype", bad_dtype, CGM_ERROR_INVALID_ARGUMENT, "expected a cgm_dtype"},
+    {"bad_out_dtype", bad_out_dtype, CGM_ERROR_INVALID_ARGUMENT, "expected the output dtype to be fp32"},
+    {"bad_layout", bad_layout, CGM_ERROR_INVALID_ARGUMENT, "options.layout = 7"},
+    {"bad_algo", bad_algo, CGM_ERROR_INVALID_ARGUMENT, "options.algo = 99"},
+    {"bad_backend_enum", bad_backend_enum, CGM_ERROR_INVALID_ARGUMENT, "options.backend = 42"},
+    {"negative_splits", negative_splits, CGM_ERROR_INVALID_ARGUMENT, "options.splits = -2"},
+    {"options_size", options_size, CGM_ERROR_INVALID_ARGUMENT, "CGM_OP_OPTIONS_INIT"},
+    {"small_ld", small_ld, CGM_ERROR_INVALID_ARGUMENT, "x_shard.ld = 2"},
+    {"negative_rows", negative_rows, CGM_ERROR_INVALID_ARGUMENT, "non-negative"},
+    {"scale_set", scale_set, CGM_ERROR_INVALID_ARGUMENT, "scales are for fp8 only"},
+    {"bias_shape", bias_shape, CGM_ERROR_INVALID_ARGUMENT, "bias is 1 x 5, expected 1 x 6"},
+    {"bias_dtype", bias_dtype, CGM_ERROR_INVALID_ARGUMENT, "bias is bf16 but y is fp32"},
+    {"overlap", overlap, CGM_ERROR_INVALID_ARGUMENT, "in-place"},
+    {"x_gathered_shape", xg_shape, CGM_ERROR_INVALID_ARGUMENT, "x_gathered is 7 x 4, expected 8 x 4"},
+    {"x_gathered_dtype", xg_dtype, CGM_ERROR_INVALID_ARGUMENT, "x_gathered is bf16"},
+    {"x_gathered_overlap", xg_overlap, CGM_ERROR_INVALID_ARGUMENT, "overlaps"},
+    {"stream_on_host", stream_on_host, CGM_ERROR_INVALID_USAGE, "pass NULL"},
+    {"backend_p2p_unavailable", backend_p2p, CGM_ERROR_UNAVAILABLE, "p2p"},
+    {"backend_cublasmp_unavailable", backend_cublasmp, CGM_ERROR_UNAVAILABLE, "cublasmp"},
+    {"layout_nt_shapes", nt_shape, CGM_ERROR_INVALID_ARGUMENT, "layout NT"},
+    {"layout_nn_shapes", nn_shape, CGM_ERROR_INVALID_ARGUMENT, "layout NN"},
+    {"rs_shard_rows", rs_rows, CGM_ERROR_INVALID_ARGUMENT, "y_shard is 7 x 6, expected 8 x 6"},
+    {"ar_rows", ar_rows, CGM_ERROR_INVALID_ARGUMENT, "y is 10 x 6, expected 8 x 6"},
+    {"bulk_nothing", bulk_nothing, CGM_ERROR_INVALID_ARGUMENT, "all NULL"},
+    {"bulk_partial_gemm", bulk_partial_gemm, CGM_ERROR_INVALID_ARGUMENT, "b is NULL"},
+    {"bulk_bad_collective", bulk_bad_collective, CGM_ERROR_INVALID_ARGUMENT, "collective = 9"},
+    {"bulk_dtypes", bulk_dtypes, CGM_ERROR_INVALID_ARGUMENT, "send is fp32 and recv is bf16"},
+    {"bulk_only_send", bulk_only_send, CGM_ERROR_INVALID_ARGUMENT, "recv is NULL"},
+    {"bulk_bias_without_gemm", bulk_bias_without_gemm, CGM_ERROR_INVALID_ARGUMENT, "no GEMM"},
+};
+
+static void run_bad_case(const void *param) {
+    const bad_case *bc = param;
+    cgm_comm *comm = single_rank_comm(NULL);
+    args a;
+    valid_args(&a, CGM_OP_ALL_GATHER_GEMM);
+    bc->mutate(&a);
+    CHECK_STATUS(call(comm, &a), bc->expected);
+    CHECK_CONTAINS(cgm_last_error(), bc->message);
+    check_comm_still_works(comm);
+    CHECK_OK(cgm_comm_destroy(comm));
+}
+
+static void test_null_comm(const void *p) {
+    (void)p;
+    args a;
+    valid_args(&a, CGM_OP_ALL_GATHER_GEMM);
+    CHECK_STATUS(call(NULL, &a), CGM_ERROR_INVALID_USAGE);
+    CHECK_CONTAINS(cgm_last_error(), "comm is NULL");
+    CHECK_OK(cgm_comm_destroy(NULL));
+}
+
+static void test_destroyed_comm(const void *p) {
+    (void)p;
+    cgm_comm *comm = single_rank_comm(NULL);
+    CHECK_OK(cgm_comm_destroy(comm));
+    args a;
+    valid_args(&a, CGM_OP_ALL_GATHER_GEMM);
+    CHECK_STATUS(call(comm, &a), CGM_ERROR_INVALID_USAGE);
+    CHECK_CONTAINS(cgm_last_error(), "not a live communicator");
+    int rank;
+    CHECK_STATUS(cgm_comm_rank(comm, &rank), CGM_ERROR_INVALID_USAGE);
+    CHECK_STATUS(cgm_comm_destroy(comm), CGM_ERROR_INVALID_USAGE);
+    CHECK_CONTAINS(cgm_last_error(), "already destroyed");
+    /* A new comm works after all that. */
+    comm = single_rank_comm(NULL);
+    check_comm_still_works(comm);
+    CHECK_OK(cgm_comm_destroy(comm));
+}
+
+static void test_queries(const void *p) {
+    (void)p;
+    cgm_comm *comm = single_rank_comm(NULL);
+    int rank = -1, size = -1;
+    cgm_backend b;
+    CHECK_OK(cgm_comm_rank(comm, &rank));
+    CHECK_OK(cgm_comm_size(comm, &size));
+    CHECK_INT_EQ(rank, 0);
+    CHECK_INT_EQ(size, 1);
+    for (int op = 0; op < CGM_OP_COUNT_; op++) {
+        CHECK_OK(cgm_comm_backend(comm, (cgm_op)op, &b));
+        CHECK_INT_EQ(b, CGM_BACKEND_HOST);
+    }
+    CHECK_STATUS(cgm_comm_rank(comm, NULL), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(cgm_comm_size(comm, NULL), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(cgm_comm_backend(comm, (cgm_op)9, &b), CGM_ERROR_INVALID_ARGUMENT);
+    cgm_status async;
+    CHECK_OK(cgm_comm_get_async_error(comm, &async));
+    CHECK_INT_EQ(async, CGM_SUCCESS);
+    CHECK_STATUS(cgm_comm_get_async_error(comm, NULL), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_OK(cgm_comm_destroy(comm));
+}
+
+static void test_max_m(const void *p) {
+    (void)p;
+    cgm_config config = CGM_CONFIG_INIT;
+    config.max_m = M / 2;
+    cgm_comm *comm = single_rank_comm(&config);
+    args a;
+    valid_args(&a, CGM_OP_ALL_GATHER_GEMM);
+    CHECK_STATUS(call(comm, &a), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "max_m");
+    CHECK_OK(cgm_comm_destroy(comm));
+}
+
+/* ---- comm creation ---- */
+
+typedef struct create_case {
+    const char *name;
+    int kind, rank, nranks;
+    const char *rendezvous;
+    int bad_struct, null_bootstrap;
+    int64_t max_m;
+    int backend;
+    const char *env_name, *env_value;
+    cgm_status expected;
+    const char *message;
+} create_case;
+
+static const create_case create_cases[] = {
+    {"null_bootstrap", 1, 0, 1, "x", 0, 1, CGM_UNSET, 0, NULL, NULL, CGM_ERROR_INVALID_ARGUMENT, "bootstrap is NULL"},
+    {"bootstrap_size", 1, 0, 1, "x", 1, 0, CGM_UNSET, 0, NULL, NULL, CGM_ERROR_INVALID_ARGUMENT, "CGM_BOOTSTRAP_INIT"},
+    {"rank_range", 1, 3, 2, "x", 0, 0, CGM_UNSET, 0, NULL, NULL, CGM_ERROR_INVALID_ARGUMENT, "bootstrap.rank = 3"},
+    {"nranks_zero", 1, 0, 0, "x", 0, 0, CGM_UNSET, 0, NULL, NULL, CGM_ERROR_INVALID_ARGUMENT, "nranks = 0"},
+    {"rendezvous_chars", 1, 0, 1, "a b/c", 0, 0, CGM_UNSET, 0, NULL, NULL, CGM_ERROR_INVALID_ARGUMENT, "rendezvous"},
+    {"rendezvous_null", 1, 0, 1, NULL, 0, 0, CGM_UNSET, 0, NULL, NULL, CGM_ERROR_INVALID_ARGUMENT, "(null)"},
+    {"bad_kind", 7, 0, 1, "x", 0, 0, CGM_UNSET, 0, NULL, NULL, CGM_ERROR_INVALID_ARGUMENT, "bootstrap.kind = 7"},
+    {"nccl_null", 2, 0, 1, "x", 0, 0, CGM_UNSET, 0, NULL, NULL, CGM_ERROR_INVALID_ARGUMENT, "nccl_comm is NULL"},
+    {"max_m_zero", 1, 0, 1, "x", 0, 0, 0, 0, NULL, NULL, CGM_ERROR_INVALID_ARGUMENT, "config.max_m = 0"},
+    {"config_backend", 1, 0, 1, "x", 0, 0, CGM_UNSET, 42, NULL, NULL, CGM_ERROR_INVALID_ARGUMENT, "config.backend = 42"},
+    {"env_timeout", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_TIMEOUT_MS", "soon", CGM_ERROR_INVALID_ARGUMENT,
+     "COMMGEMM_TIMEOUT_MS=\"soon\""},
+    {"env_backend", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_BACKEND", "gloo", CGM_ERROR_INVALID_ARGUMENT,
+     "COMMGEMM_BACKEND=\"gloo\""},
+    {"env_op_backend_gpu_on_host", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_BACKEND_GEMM_RS", "p2p",
+     CGM_ERROR_UNAVAILABLE, "p2p"},
+};
+
+static void run_create_case(const void *param) {
+    const create_case *cc = param;
+    if (cc->env_name) setenv(cc->env_name, cc->env_value, 1);
+    cgm_bootstrap b = CGM_BOOTSTRAP_INIT;
+    b.kind = (cgm_bootstrap_kind)cc->kind;
+    b.rank = cc->rank;
+    b.nranks = cc->nranks;
+    char name[64];
+    snprintf(name, sizeof name, "create-%d", (int)getpid());
+    b.rendezvous = cc->rendezvous && strcmp(cc->rendezvous, "x") == 0 ? name : cc->rendezvous;
+    if (cc->bad_struct) b.struct_size = 8;
+    cgm_config config = CGM_CONFIG_INIT;
+    config.max_m = cc->max_m;
+    config.backend = (cgm_backend)cc->backend;
+    cgm_comm *comm = (cgm_comm *)0x1;
+    CHECK_STATUS(cgm_comm_create(cc->null_bootstrap ? NULL : &b, &config, &comm), cc->expected);
+    CHECK(comm == NULL);
+    CHECK_CONTAINS(cgm_last_error(), cc->message);
+    /* Nothing broke: a valid comm can be created afterwards. */
+    if (cc->env_name) unsetenv(cc->env_name);
+}
+
+static void register_cases(void) {
+    test_set_timeout(30);
+    for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "bad_input.%s", bad_cases[i].name);
+        test_add(name, run_bad_case, &bad_cases[i]);
+    }
+    for (size_t i = 0; i < sizeof create_cases / sizeof create_cases[0]; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "bad_create.%s", create_cases[i].name);
+        test_add(name, run_create_case, &create_cases[i]);
+    }
+    test_add("null_comm", test_null_comm, NULL);
+    test_add("destroyed_comm", test_destroyed_comm, NULL);
+    test_add("queries", test_queries, NULL);
+    test_add("max_m_exceeded", test_max_m, NULL);
+}
+
+int main(int argc, char **argv) { return test_main(argc, argv, register_cases); }

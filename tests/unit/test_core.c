@@ -1,0 +1,207 @@
+/* Unit tests of the core: names, parsers, shards, dtype conversions,
+ * parameters, bootstrap from the environment, errors. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/core.h"
+#include "harness.h"
+
+static void test_version(const void *p) {
+    (void)p;
+    CHECK_INT_EQ(cgm_version(), COMMGEMM_VERSION);
+    CHECK_INT_EQ(COMMGEMM_VERSION, COMMGEMM_VERSION_MAJOR * 10000 + COMMGEMM_VERSION_MINOR * 100 +
+                                       COMMGEMM_VERSION_PATCH);
+}
+
+static void test_status_strings(const void *p) {
+    (void)p;
+    for (int s = 0; s <= CGM_ERROR_INTERNAL; s++) {
+        const char *str = cgm_status_string((cgm_status)s);
+        CHECK(str && *str);
+        CHECK(strcmp(str, "unknown status") != 0);
+    }
+    CHECK_CONTAINS(cgm_status_string((cgm_status)999), "unknown");
+    CHECK_CONTAINS(cgm_status_string(CGM_ERROR_TIMEOUT), "destroy");
+}
+
+static void test_last_error_per_thread(const void *p) {
+    (void)p;
+    CHECK(strcmp(cgm_last_error(), "") == 0);
+    CHECK_STATUS(cgm_error(CGM_ERROR_INVALID_ARGUMENT, "expected %d, found %d", 1, 2), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "expected 1, found 2");
+    cgm_error_context(CGM_ERROR_INVALID_ARGUMENT, "while doing %s", "x");
+    CHECK_CONTAINS(cgm_last_error(), "while doing x: expected 1");
+}
+
+static void test_names_roundtrip(const void *p) {
+    (void)p;
+    for (int b = 0; b < CGM_BACKEND_COUNT_; b++) {
+        cgm_backend out;
+        CHECK_OK(cgm_backend_from_name(cgm_backend_name((cgm_backend)b), &out));
+        CHECK_INT_EQ(out, b);
+    }
+    for (int a = 0; a < CGM_ALGO_COUNT_; a++) {
+        cgm_algo out;
+        CHECK_OK(cgm_algo_from_name(cgm_algo_name((cgm_algo)a), &out));
+        CHECK_INT_EQ(out, a);
+    }
+    cgm_algo algo;
+    CHECK_OK(cgm_algo_from_name("split_pipelined", &algo));
+    CHECK_INT_EQ(algo, CGM_ALGO_SPLIT_PIPELINED);
+    cgm_backend b;
+    CHECK_STATUS(cgm_backend_from_name("gloo", &b), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "gloo");
+    CHECK_STATUS(cgm_algo_from_name(NULL, &algo), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK(strcmp(cgm_dtype_name((cgm_dtype)77), "invalid") == 0);
+    CHECK(strcmp(cgm_layout_name(CGM_LAYOUT_NT), "NT") == 0);
+    CHECK(strcmp(cgm_op_name(CGM_OP_GEMM_REDUCE_SCATTER), "gemm_rs") == 0);
+    CHECK_INT_EQ(cgm_dtype_size(CGM_DTYPE_BF16), 2);
+    CHECK_INT_EQ(cgm_dtype_size((cgm_dtype)-1), 0);
+}
+
+static void test_shards(const void *p) {
+    (void)p;
+    for (int P = 1; P <= 17; P++)
+        for (int64_t m = 0; m <= 70; m++) {
+            int64_t sum = 0, block = m ? (m + P - 1) / P : 0;
+            for (int r = 0; r < P; r++) {
+                int64_t rows = cgm_shard_rows(m, r, P);
+                CHECK(rows >= 0 && rows <= block);
+                CHECK_INT_EQ(cgm_shard_offset(m, r, P), sum < m ? sum : m);
+                /* ceil split: full shards first, then at most one partial one */
+                if (r > 0 && rows > 0) CHECK_INT_EQ(cgm_shard_rows(m, r - 1, P), block);
+                sum += rows;
+            }
+            CHECK_INT_EQ(sum, m);
+        }
+    CHECK_INT_EQ(cgm_shard_rows(5, 0, 4), 2);
+    CHECK_INT_EQ(cgm_shard_rows(5, 2, 4), 1);
+    CHECK_INT_EQ(cgm_shard_rows(5, 3, 4), 0);
+    CHECK_INT_EQ(cgm_shard_rows(1, 0, 8), 1);
+    CHECK_INT_EQ(cgm_shard_rows(10, 8, 8), 0); /* out of range */
+    CHECK_INT_EQ(cgm_shard_rows(10, -1, 8), 0);
+}
+
+static void test_bf16_exhaustive(const void *p) {
+    (void)p;
+    for (uint32_t v = 0; v < 65536; v++) {
+        float f = cgm_bf16_to_float((uint16_t)v);
+        if (isnan(f)) {
+            CHECK(isnan(cgm_bf16_to_float(cgm_float_to_bf16(f))));
+            continue;
+        }
+        CHECK_INT_EQ(cgm_float_to_bf16(f), v);
+    }
+    /* round to nearest even */
+    CHECK_INT_EQ(cgm_float_to_bf16(1.0f + 1.0f / 256), 0x3f80); /* tie -> even */
+    CHECK_INT_EQ(cgm_float_to_bf16(1.0f + 3.0f / 256), 0x3f82); /* tie -> even (up) */
+    CHECK_NEAR(cgm_bf16_to_float(cgm_float_to_bf16(3.14159f)), 3.140625, 0);
+}
+
+static void test_fp16_exhaustive(const void *p) {
+    (void)p;
+    for (uint32_t v = 0; v < 65536; v++) {
+        float f = cgm_fp16_to_float((uint16_t)v);
+        if (isnan(f)) {
+            CHECK(isnan(cgm_fp16_to_float(cgm_float_to_fp16(f))));
+            continue;
+        }
+        CHECK_INT_EQ(cgm_float_to_fp16(f), v);
+    }
+    CHECK_NEAR(cgm_fp16_to_float(cgm_float_to_fp16(65504.0f)), 65504.0, 0);
+    CHECK(isinf(cgm_fp16_to_float(cgm_float_to_fp16(70000.0f))));
+    CHECK_INT_EQ(cgm_float_to_fp16(1.0f + 1.0f / 2048), 0x3c00); /* tie -> even */
+    CHECK_INT_EQ(cgm_float_to_fp16(5.9604645e-08f), 0x0001);     /* smallest subnormal */
+    CHECK_NEAR(cgm_fp16_to_float(0x0001), 5.9604645e-08, 1e-15);
+}
+
+static void test_param_defaults_and_env(const void *p) {
+    (void)p;
+    setenv("COMMGEMM_MAX_M", "4096", 1);
+    setenv("COMMGEMM_SPLITS", "banana", 1);
+    int64_t v;
+    bool from_env;
+    CHECK_OK(cgm_param_int("COMMGEMM_MAX_M", &v, &from_env));
+    CHECK_INT_EQ(v, 4096);
+    CHECK(from_env);
+    CHECK_OK(cgm_param_int("COMMGEMM_MAX_N", &v, &from_env));
+    CHECK_INT_EQ(v, 16384);
+    CHECK(!from_env);
+    CHECK_STATUS(cgm_param_int("COMMGEMM_SPLITS", &v, &from_env), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "COMMGEMM_SPLITS=\"banana\"");
+    CHECK_STATUS(cgm_param_int("COMMGEMM_NO_SUCH", &v, &from_env), CGM_ERROR_INTERNAL);
+    int count = 0;
+    const cgm_param *t = cgm_param_table(&count);
+    CHECK(count > 10);
+    for (int i = 0; i < count; i++) {
+        CHECK(strncmp(t[i].name, "COMMGEMM_", 9) == 0);
+        CHECK(t[i].help && strlen(t[i].help) > 10);
+    }
+}
+
+static void clear_launcher_env(void) {
+    const char *vars[] = {"COMMGEMM_RANK", "COMMGEMM_NRANKS", "COMMGEMM_RENDEZVOUS", "RANK", "WORLD_SIZE",
+                          "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
+                          "OMPI_COMM_WORLD_SIZE", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE",
+                          "OMPI_MCA_orte_hnp_uri"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+}
+
+static void test_bootstrap_env_none(const void *p) {
+    (void)p;
+    clear_launcher_env();
+    cgm_bootstrap b;
+    CHECK_STATUS(cgm_bootstrap_from_env(&b), CGM_ERROR_UNAVAILABLE);
+    CHECK_CONTAINS(cgm_last_error(), "commgemm-run");
+    CHECK_CONTAINS(cgm_last_error(), "torchrun");
+    CHECK_STATUS(cgm_bootstrap_from_env(NULL), CGM_ERROR_INVALID_ARGUMENT);
+}
+
+static void test_bootstrap_env_launchers(const void *p) {
+    (void)p;
+    cgm_bootstrap b;
+    clear_launcher_env();
+    setenv("COMMGEMM_RANK", "2", 1);
+    setenv("COMMGEMM_NRANKS", "4", 1);
+    setenv("COMMGEMM_RENDEZVOUS", "run-1/2", 1);
+    CHECK_OK(cgm_bootstrap_from_env(&b));
+    CHECK_INT_EQ(b.rank, 2);
+    CHECK_INT_EQ(b.nranks, 4);
+    CHECK_INT_EQ(b.kind, CGM_BOOTSTRAP_LOCAL);
+    CHECK(strcmp(b.rendezvous, "run-1_2") == 0);
+    clear_launcher_env();
+    setenv("RANK", "1", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", "29500", 1);
+    CHECK_OK(cgm_bootstrap_from_env(&b));
+    CHECK_INT_EQ(b.rank, 1);
+    CHECK_INT_EQ(b.nranks, 2);
+    CHECK(strcmp(b.rendezvous, "torch-127.0.0.1-29500") == 0);
+    unsetenv("MASTER_ADDR");
+    CHECK_STATUS(cgm_bootstrap_from_env(&b), CGM_ERROR_UNAVAILABLE);
+    CHECK_CONTAINS(cgm_last_error(), "MASTER_ADDR");
+    clear_launcher_env();
+    setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "8", 1);
+    setenv("OMPI_MCA_ess_base_jobid", "12345", 1);
+    CHECK_OK(cgm_bootstrap_from_env(&b));
+    CHECK_INT_EQ(b.rank, 3);
+    CHECK_INT_EQ(b.nranks, 8);
+    CHECK(strcmp(b.rendezvous, "mpi-12345") == 0);
+}
+
+static void register_cases(void) {
+    test_add("version", test_version, NULL);
+    test_add("status_strings", test_status_strings, NULL);
+    test_add("last_error", test_last_error_per_thread, NULL);
+    test_add("names", test_names_roundtrip, NULL);
+    test_add("shards", test_shards, NULL);
+    test_add("bf16_exhaustive", test_bf16_exhaustive, NULL);
+    test_add("fp16_exhaustive", test_fp16_exhaustive, NULL);
+    test_add("params", test_param_defaults_and_env, NULL);
+    test_add("bootstrap_env_none", test_bootstrap_env_none, NULL);
+    test_add("bootstrap_env_launchers", test_bootstrap_env_launchers, NULL);
+}
+
+int main(int argc, char **argv) { return test_main(argc, argv, register_cases); }
