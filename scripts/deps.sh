@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs (as root, with apt-get) or names (otherwise) the system packages
+# commgemm needs to build and test. Sourced by build.sh, bench.sh, test.sh.
+set -euo pipefail
+
+commgemm_missing_packages() {
+    local missing=()
+    command -v cmake >/dev/null 2>&1 || missing+=(cmake)
+    command -v cc >/dev/null 2>&1 || missing+=(gcc)
+    command -v make >/dev/null 2>&1 || missing+=(make)
+    command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+    if ! ls /usr/include/x86_64-linux-gnu/openblas*/cblas.h /usr/include/openblas/cblas.h \
+            /usr/include/aarch64-linux-gnu/openblas*/cblas.h >/dev/null 2>&1; then
+        missing+=(libopenblas-dev)
+    fi
+    command -v python3 >/dev/null 2>&1 || missing+=(python3)
+    echo "${missing[@]:-}"
+}
+
+commgemm_install_deps() {
+    local missing
+    missing=$(commgemm_missing_packages)
+    [ -z "$missing" ] && return 0
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "commgemm: installing $missing" >&2
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        # shellcheck disable=SC2086
+        apt-get install -y -qq $missing >/dev/null
+    else
+        echo "commgemm: missing system packages: $missing" >&2
+        echo "  install them as root: apt-get install -y $missing" >&2
+        exit 1
+    fi
+}
+
+# True when a CUDA GPU is visible (the bench then uses the GPU backends).
+commgemm_have_gpu() {
+    command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '
+}
+
+commgemm_gpu_count() {
+    nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true
+}

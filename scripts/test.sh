@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The README's test command: installs what is missing, builds, runs every
+# test (CPU tests here; GPU tests run when a GPU is present and skip with a
+# reason otherwise), then the CPU tests again under ASan + UBSan.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/deps.sh
+commgemm_install_deps
+jobs=$(nproc 2>/dev/null || echo 2)
+
+echo "== build (RelWithDebInfo, -Wall -Wextra -Werror) =="
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >build-configure.log 2>&1 || { cat build-configure.log; exit 1; }
+grep -E "commgemm: GPU" build-configure.log || true
+cmake --build build -j"$jobs"
+echo "== tests =="
+(cd build && ctest -j"$jobs" --output-on-failure --timeout 300)
+
+if [ "${COMMGEMM_SKIP_SANITIZE:-0}" != 1 ]; then
+    echo "== ASan + UBSan build of the CPU tests =="
+    cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCOMMGEMM_SANITIZE=ON -DCOMMGEMM_CUDA=OFF \
+        >build-asan-configure.log 2>&1 || { cat build-asan-configure.log; exit 1; }
+    cmake --build build-asan -j"$jobs"
+    (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+        TEST_TIMEOUT_SCALE=4 ctest -j"$jobs" --output-on-failure --timeout 600 -LE gpu)
+fi
