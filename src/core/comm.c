@@ -263,6 +263,7 @@ cgm_status cgm_comm_create(const cgm_bootstrap *bootstrap, const cgm_config *con
     if (!comm) return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "cgm_comm_create: no memory for the comm");
     comm->magic = CGM_COMM_MAGIC;
     comm->cuda_device = -1;
+    comm->bootstrap_kind = bootstrap->kind;
     if (bootstrap->kind == CGM_BOOTSTRAP_LOCAL) {
         if (bootstrap->nranks < 1 || bootstrap->nranks > 4096) {
             st = cgm_error(CGM_ERROR_INVALID_ARGUMENT,

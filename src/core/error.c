@@ -48,12 +48,19 @@ cgm_status cgm_error(cgm_status status, const char *fmt, ...) {
 }
 
 cgm_status cgm_error_context(cgm_status status, const char *fmt, ...) {
-    char context[512], previous[sizeof last_error];
+    char context[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(context, sizeof context, fmt, ap);
+    int n = vsnprintf(context, sizeof context, fmt, ap);
     va_end(ap);
-    memcpy(previous, last_error, sizeof previous);
-    snprintf(last_error, sizeof last_error, "%s: %s", context, previous);
+    if (n < 0) return status;
+    size_t add = strlen(context) + 2, have = strlen(last_error);
+    if (add >= sizeof last_error) return status;
+    if (have + add >= sizeof last_error) have = sizeof last_error - add - 1;
+    /* Shift the detail right and put "context: " in front of it. */
+    memmove(last_error + add, last_error, have);
+    last_error[add + have] = '\0';
+    memcpy(last_error, context, add - 2);
+    memcpy(last_error + add - 2, ": ", 2);
     return status;
 }

@@ -21,15 +21,30 @@
  *   - PLAN_BUF_PARTIAL, PLAN_BUF_RECV: workspace slots of fp32 rows (bulk-RS:
  *                      the send dtype): slot s holds up to
  *                      ceil(m / P) rows, addressed (row - offset(shard)).
- *                      PARTIAL is local; RECV is peer visible.
+ *                      PARTIAL is local; RECV is peer visible. The slots of
+ *                      a buffer are contiguous (slot s starts at row
+ *                      s * slot_rows), so a step with shard = -1 addresses
+ *                      the buffer as one array of global rows: row g at
+ *                      slot * slot_rows + g (with P slots, the same memory
+ *                      as "slot j holds shard j").
  * A step's `slot` is only meaningful for PARTIAL and RECV.
+ *
+ * Flags: a flag is identified by (signalling rank, receiving rank, kind,
+ * chunk). In one op each flag is signalled at most once and every signalled
+ * flag is waited for exactly once, so an executor may keep, in the receiver's
+ * peer-visible flag area, one cell per (sender, kind, chunk + 1) holding the
+ * op sequence number: SIGNAL stores the op's number, WAIT waits until the
+ * cell reaches it. Chunk ids of flags lie in [-1, plan.flag_chunks).
  *
  * Queues: queue 0 is the comm queue (copy engine on GPUs, the comm thread
  * on host); queues 1..compute_queues run GEMM and REDUCE steps. Steps of a
  * queue run in order; `deps` add waits on earlier steps of other queues of
  * the same rank. A WAIT(peer, flag) on rank r completes after the matching
  * SIGNAL(peer=r, flag) on rank `peer` of the same op, which makes visible
- * everything that happened-before it on `peer`.
+ * everything that happened-before it on `peer`. An op ends when all its
+ * queues have drained; the next op's steps start after that (on GPUs: the
+ * side streams join the caller's stream). docs/PLAN.md describes every
+ * schedule and which flags and slots it uses.
  */
 #ifndef COMMGEMM_PLAN_H
 #define COMMGEMM_PLAN_H
@@ -136,7 +151,8 @@ typedef struct plan_request {
     int splits;         /* pieces per shard, >= 1 (clamped to shard rows) */
     int compute_queues; /* >= 1 */
     bool has_gemm;      /* bulk ops: false when the call is collective-only */
-    bool has_collective; /* bulk ops: false when the call is GEMM-only */
+    bool has_collective; /* bulk ops: false when the call is GEMM-only;
+                            both ignored by the other ops */
 } plan_request;
 
 typedef struct plan {
@@ -150,7 +166,12 @@ typedef struct plan {
     int partial_slots;
     int recv_slots;
     int64_t slot_rows; /* ceil(m / P) */
+    /* Flag chunk ids lie in [-1, flag_chunks): size flag areas from it. */
+    int flag_chunks;
 } plan;
+
+/* plan_check() tracks contributions in 64-bit masks. */
+#define PLAN_CHECK_MAX_RANKS 64
 
 /* Builds the schedule for one rank. On success fills *out (free with
  * plan_free). Returns 0, or -1 with a message in err (err_len bytes) for an

@@ -1,0 +1,151 @@
+/* The host backend: ranks are processes on one machine; peer memory is
+ * memfd shared memory mapped into every rank (the fds travel over Unix
+ * sockets with SCM_RIGHTS, the twin of CUDA IPC handles); a comm thread
+ * runs the plan's queue 0 while compute threads run GEMM chunks through
+ * OpenBLAS. See docs/HOST_BACKEND.md. */
+#ifndef COMMGEMM_HOST_H
+#define COMMGEMM_HOST_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "core/core.h"
+#include "plan/plan.h"
+
+extern const cgm_backend_vtable cgm_host_backend;
+
+#define HOST_MAGIC 0x686f7374636f6d6dull /* "hostcomm" */
+#define HOST_PROTOCOL_VERSION 1
+/* Pieces per shard at most; bounds the flag array of the control block. */
+#define HOST_MAX_SPLITS 16
+/* Flag values are epoch * HOST_EPOCH_STRIDE + occurrence within the op. */
+#define HOST_EPOCH_STRIDE 4096u
+#define HOST_PLAN_CACHE 8
+
+/* Peer-visible segments of one rank. */
+typedef enum host_segment {
+    HOST_SEG_CONTROL = 0,
+    HOST_SEG_GATHER = 1,
+    HOST_SEG_RECV = 2,
+    HOST_SEG_COUNT = 3
+} host_segment;
+
+/* Lifecycle of a rank, published in its control block. */
+enum { HOST_RANK_LIVE = 0, HOST_RANK_FAILED = 1, HOST_RANK_CLOSED = 2 };
+
+/* Head of each rank's control segment; the flag array follows it.
+ * Flags live in the *receiver's* block, indexed by the sender. */
+typedef struct host_control {
+    uint64_t magic;
+    int32_t rank, nranks, pid, chunks;
+    _Atomic int32_t state;        /* HOST_RANK_* */
+    _Atomic int32_t failed_rank;  /* who this rank blamed, or -1 */
+    _Atomic int32_t failed_status;
+    int32_t pad_;
+    /* Cross-rank agreement: slot (epoch & 1) holds the signature of op
+     * `sig_epoch[slot]`. */
+    _Atomic uint64_t sig_epoch[2];
+    _Atomic int64_t sig[2][CGM_SIGNATURE_WORDS];
+    _Atomic uint64_t flags[]; /* [src rank][PLAN_FLAG_COUNT][chunks] */
+} host_control;
+
+typedef struct host_peer {
+    void *base[HOST_SEG_COUNT]; /* mappings (this rank's own too) */
+    size_t bytes[HOST_SEG_COUNT];
+    int fd; /* socket to the peer, -1 for self or when closed */
+    pid_t pid;
+} host_peer;
+
+/* One cached plan with what the executor derives from it once. */
+typedef struct host_plan_entry {
+    bool used;
+    uint64_t last_use;
+    plan_request req;
+    plan plan;
+    uint32_t *occurrence; /* per step: SIGNAL/WAIT occurrence of its flag */
+} host_plan_entry;
+
+typedef struct host_state {
+    int rank, nranks;
+    int listen_fd;
+    int memfd[HOST_SEG_COUNT];
+    host_peer *peers;  /* nranks */
+    int chunks;        /* flag slots per (src, kind): nranks * splits + 1 */
+    int64_t width_max; /* max(max_n, max_k): row width bound of workspaces */
+    uint64_t epoch;    /* ops issued on this comm */
+    uint64_t plan_clock;
+    host_plan_entry plans[HOST_PLAN_CACHE];
+    /* Per-call scratch, grown as needed, kept between calls. */
+    float *x32, *w32, *partial;
+    size_t x32_bytes, w32_bytes, partial_bytes;
+} host_state;
+
+/* ---- host_rendezvous.c ---- */
+cgm_status host_rendezvous(cgm_comm *comm, host_state *st);
+void host_rendezvous_close(host_state *st);
+
+/* ---- host_sync.c ---- */
+host_control *host_ctrl(const host_state *st, int rank);
+/* Stores `value` into flag (src = this rank) of rank `dst`, never lowering
+ * it. */
+void host_flag_signal(host_state *st, int dst, plan_flag_kind kind, int chunk,
+                      uint64_t value);
+/* Why a wait ended early or a peer is gone: CGM_SUCCESS while `peer` is
+ * alive and has not failed; else PEER_FAILED with `what` in the message. */
+typedef struct host_wait {
+    const char *what;   /* "signal READY for chunk 5" */
+    uint64_t op_number; /* epoch */
+    const char *op_name;
+    atomic_int *abort;  /* optional: set when a sibling thread failed */
+} host_wait;
+/* Waits until flag (src = `src`, this rank's block) >= value, bounded by
+ * the comm timeout. Writes the failure message into msg. */
+cgm_status host_flag_wait(const cgm_comm *comm, host_state *st, int src,
+                          plan_flag_kind kind, int chunk, uint64_t value,
+                          const host_wait *w, char *msg, size_t msg_len);
+/* Publishes this rank's signature for op `epoch`, reads every peer's and
+ * compares them (cgm_signature_compare). *blamed: the rank a timeout or
+ * peer failure is about. */
+cgm_status host_check_agreement(const cgm_comm *comm, host_state *st,
+                                const cgm_call *call, uint64_t epoch,
+                                const char *op_name, int *blamed);
+/* Tells peers this rank failed (after a timeout or peer failure). */
+void host_publish_failure(host_state *st, cgm_status status, int blamed);
+
+/* ---- host_exec.c ---- */
+typedef struct host_run {
+    const cgm_call *call;
+    plan_op op;
+    const host_plan_entry *entry;
+    uint64_t epoch;
+    const char *op_name;
+} host_run;
+cgm_status host_execute(cgm_comm *comm, host_state *st, const host_run *run);
+
+/* ---- host_gemm.c ---- */
+/* A view of rows of one buffer: element (i, j) of the view (row i of the
+ * range, column j < cols) is at data[(i * ld + j) * size], or at
+ * data[(j * ld + i) * size] when transposed. */
+typedef struct host_view {
+    char *data;
+    cgm_dtype dtype;
+    int64_t rows, cols, ld;
+    bool transposed;
+} host_view;
+float host_view_get(const host_view *v, int64_t i, int64_t j);
+void host_view_set(const host_view *v, int64_t i, int64_t j, float value);
+/* Converts a matrix (any layout as stored) to dense fp32 in *buf (grown as
+ * needed): out[i * cols + j] = m(i, j). */
+cgm_status host_to_fp32(const cgm_matrix *m, float **buf, size_t *bytes);
+/* out (rows x n, fp32, ld_out) = A (rows x k view, fp32 data) . op(W) where
+ * W is fp32 with ld_w, w_trans when W is stored [n, k]. */
+void host_sgemm(const host_view *a, const float *w, int64_t ld_w, bool w_trans,
+                int64_t n, int64_t k, float *out, int64_t ld_out, float beta);
+/* Writes one output row: y = (accumulate ? y : 0) + v (+ bias). */
+void host_store_row(void *y_row, cgm_dtype dtype, const float *v, int64_t n,
+                    const cgm_matrix *bias, bool accumulate);
+
+#endif /* COMMGEMM_HOST_H */

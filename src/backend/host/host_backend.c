@@ -1,0 +1,341 @@
+/* The host backend's table: probe, init/finalize, and the op entry points
+ * (algorithm and split resolution, workspace capacity, the plan cache, the
+ * agreement check, then the executor). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/host/host.h"
+
+static const char *host_op_names[PLAN_OP_COUNT] = {
+    "ag_gemm", "gemm_rs", "gemm_ar", "bulk_ag", "bulk_rs"};
+
+static cgm_status host_probe(const cgm_comm *comm) {
+    /* A comm with a rendezvous name and no NCCL comm is LOCAL even where
+     * bootstrap_kind was left 0. */
+    bool local = comm->bootstrap_kind == CGM_BOOTSTRAP_LOCAL ||
+                 (comm->bootstrap_kind == 0 && comm->rendezvous[0] &&
+                  !comm->nccl_comm);
+    if (!local)
+        return cgm_error(CGM_ERROR_UNAVAILABLE,
+                         "the host backend needs a comm created with a LOCAL "
+                         "bootstrap (commgemm-run, mpirun, torchrun or "
+                         "cgm_bootstrap fields rank/nranks/rendezvous), found "
+                         "bootstrap kind %d (NCCL); create the comm with "
+                         "cgm_bootstrap_from_env() or choose backend p2p or "
+                         "nccl",
+                         (int)comm->bootstrap_kind);
+    return CGM_SUCCESS;
+}
+
+static void host_free(host_state *st) {
+    if (!st) return;
+    host_rendezvous_close(st);
+    for (int i = 0; i < HOST_PLAN_CACHE; i++) {
+        if (!st->plans[i].used) continue;
+        plan_free(&st->plans[i].plan);
+        free(st->plans[i].occurrence);
+    }
+    free(st->peers);
+    free(st->x32);
+    free(st->w32);
+    free(st->partial);
+    free(st);
+}
+
+static cgm_status host_init(cgm_comm *comm, void **state) {
+    cgm_status s = CGM_SUCCESS;
+    host_state *st = calloc(1, sizeof *st);
+    *state = NULL;
+    if (!st)
+        return cgm_error(CGM_ERROR_OUT_OF_MEMORY,
+                         "expected memory for the host backend state, found "
+                         "none free");
+    st->rank = comm->rank;
+    st->nranks = comm->nranks;
+    st->listen_fd = -1;
+    for (int g = 0; g < HOST_SEG_COUNT; g++) st->memfd[g] = -1;
+    /* Flag chunk ids of a plan lie in [-1, 2 * P * splits). */
+    st->chunks = 2 * comm->nranks * HOST_MAX_SPLITS + 1;
+    st->width_max = comm->config.max_n > comm->config.max_k
+                        ? comm->config.max_n
+                        : comm->config.max_k;
+    st->peers = calloc((size_t)comm->nranks, sizeof *st->peers);
+    if (!st->peers) {
+        s = cgm_error(CGM_ERROR_OUT_OF_MEMORY,
+                      "expected memory for %d peers, found none free",
+                      comm->nranks);
+        goto fail;
+    }
+    for (int r = 0; r < comm->nranks; r++) st->peers[r].fd = -1;
+    s = host_rendezvous(comm, st);
+    if (s != CGM_SUCCESS) goto fail;
+    *state = st;
+    return CGM_SUCCESS;
+fail:
+    host_free(st);
+    return s;
+}
+
+static cgm_status host_finalize(cgm_comm *comm, void *state) {
+    (void)comm;
+    host_free(state);
+    return CGM_SUCCESS;
+}
+
+static cgm_status too_large(const char *what, int64_t found, const char *field,
+                            const char *env, int64_t max) {
+    return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                     "expected %s <= %lld (the comm's %s), found %s = %lld; "
+                     "create the comm with a larger config %s (or %s)",
+                     what, (long long)max, field, what, (long long)found, field,
+                     env);
+}
+
+/* The workspaces were sized at creation from max_m, max_n and max_k. */
+static cgm_status check_capacity(const cgm_comm *comm, const host_state *st,
+                                 const cgm_call *call) {
+    const cgm_resolved_config *c = &comm->config;
+    if (call->has_gemm) {
+        if (call->m > c->max_m)
+            return too_large("m", call->m, "max_m", "COMMGEMM_MAX_M",
+                             c->max_m);
+        if (call->n > c->max_n)
+            return too_large("n", call->n, "max_n", "COMMGEMM_MAX_N",
+                             c->max_n);
+        if (call->k > c->max_k)
+            return too_large("k", call->k, "max_k", "COMMGEMM_MAX_K",
+                             c->max_k);
+    }
+    if (call->op == CGM_OP_BULK && call->has_collective) {
+        if (call->coll_m > c->max_m)
+            return too_large("the collective's rows", call->coll_m, "max_m",
+                             "COMMGEMM_MAX_M", c->max_m);
+        if (call->coll_cols > st->width_max)
+            return too_large("the collective's columns", call->coll_cols,
+                             "max_n", "COMMGEMM_MAX_N", st->width_max);
+    }
+    return CGM_SUCCESS;
+}
+
+static cgm_status resolve_algo(const cgm_comm *comm, const cgm_call *call,
+                               plan_op op, plan_algo *out) {
+    bool bulk = op == PLAN_OP_BULK_AG || op == PLAN_OP_BULK_RS;
+    cgm_algo a = call->algo;
+    if (a == CGM_ALGO_AUTO) {
+        /* The comm's default applies where it makes sense for this op. */
+        cgm_algo d = comm->config.algo;
+        bool fits = bulk ? d == CGM_ALGO_BULK || d == CGM_ALGO_NO_OVERLAP
+                         : d == CGM_ALGO_SPLIT_PIPELINED ||
+                               d == CGM_ALGO_RING || d == CGM_ALGO_NO_OVERLAP;
+        a = fits ? d : bulk ? CGM_ALGO_BULK : CGM_ALGO_SPLIT_PIPELINED;
+    }
+    switch (a) {
+    case CGM_ALGO_SPLIT_PIPELINED: *out = PLAN_ALGO_SPLIT; break;
+    case CGM_ALGO_RING: *out = PLAN_ALGO_RING; break;
+    case CGM_ALGO_NO_OVERLAP: *out = PLAN_ALGO_NO_OVERLAP; break;
+    case CGM_ALGO_BULK: *out = PLAN_ALGO_BULK; break;
+    default:
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "expected a cgm_algo, found %d; use CGM_ALGO_AUTO",
+                         (int)a);
+    }
+    if (bulk && (*out == PLAN_ALGO_SPLIT || *out == PLAN_ALGO_RING))
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "expected algo bulk, no_overlap or auto for "
+                         "cgm_bulk_overlap, found %s; split and ring are for "
+                         "ag_gemm, gemm_rs and gemm_ar",
+                         cgm_algo_name(a));
+    if (!bulk && *out == PLAN_ALGO_BULK)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "expected algo split, ring, no_overlap or auto for "
+                         "%s, found bulk; CGM_ALGO_BULK is only for "
+                         "cgm_bulk_overlap",
+                         host_op_names[op]);
+    return CGM_SUCCESS;
+}
+
+static int resolve_splits(const cgm_comm *comm, const cgm_call *call,
+                          int64_t m) {
+    int splits = call->splits > 0 ? call->splits : comm->config.splits;
+    if (splits <= 0) {
+        /* Pipelining pays once a shard has a few dozen rows. */
+        int64_t shard = cgm_ceil_div(m > 0 ? m : 1, comm->nranks);
+        splits = shard >= 256 ? 4 : shard >= 64 ? 2 : 1;
+    }
+    return splits > HOST_MAX_SPLITS ? HOST_MAX_SPLITS : splits;
+}
+
+/* Occurrence of each SIGNAL / WAIT among the steps naming the same flag,
+ * so that the k-th wait matches the k-th signal of one op. */
+static cgm_status number_occurrences(const host_state *st,
+                                     host_plan_entry *e) {
+    const plan *p = &e->plan;
+    size_t per_kind = (size_t)st->nranks * PLAN_FLAG_COUNT * (size_t)st->chunks;
+    uint32_t *counts = calloc(2 * per_kind, sizeof *counts);
+    e->occurrence = calloc((size_t)(p->nsteps ? p->nsteps : 1),
+                           sizeof *e->occurrence);
+    if (!counts || !e->occurrence) {
+        free(counts);
+        return cgm_error(CGM_ERROR_OUT_OF_MEMORY,
+                         "expected memory for a plan of %d steps, found none",
+                         p->nsteps);
+    }
+    cgm_status s = CGM_SUCCESS;
+    for (int i = 0; i < p->nsteps && s == CGM_SUCCESS; i++) {
+        const plan_step *step = &p->steps[i];
+        if (step->kind != PLAN_SIGNAL && step->kind != PLAN_WAIT) continue;
+        if (step->peer < 0 || step->peer >= st->nranks ||
+            step->flag.chunk < -1 || step->flag.chunk >= st->chunks - 1 ||
+            (int)step->flag.kind < 0 || step->flag.kind >= PLAN_FLAG_COUNT) {
+            s = cgm_error(CGM_ERROR_INTERNAL,
+                          "plan step %d names rank %d flag %d chunk %d, "
+                          "outside %d ranks and %d chunks; please report "
+                          "this bug",
+                          i, step->peer, (int)step->flag.kind,
+                          step->flag.chunk, st->nranks, st->chunks - 1);
+            break;
+        }
+        size_t idx = (step->kind == PLAN_WAIT ? per_kind : 0) +
+                     ((size_t)step->peer * PLAN_FLAG_COUNT + step->flag.kind) *
+                         (size_t)st->chunks +
+                     (size_t)(step->flag.chunk + 1);
+        e->occurrence[i] = counts[idx]++;
+        if (e->occurrence[i] + 1 >= HOST_EPOCH_STRIDE)
+            s = cgm_error(CGM_ERROR_INTERNAL,
+                          "plan step %d reuses one flag %u times, more than "
+                          "the host backend's %u; please report this bug",
+                          i, e->occurrence[i], HOST_EPOCH_STRIDE - 1);
+    }
+    free(counts);
+    return s;
+}
+
+static cgm_status get_plan(host_state *st, const plan_request *req,
+                           host_plan_entry **out) {
+    host_plan_entry *victim = &st->plans[0];
+    for (int i = 0; i < HOST_PLAN_CACHE; i++) {
+        host_plan_entry *e = &st->plans[i];
+        if (e->used && memcmp(&e->req, req, sizeof *req) == 0) {
+            e->last_use = ++st->plan_clock;
+            *out = e;
+            return CGM_SUCCESS;
+        }
+        if (!e->used || (victim->used && e->last_use < victim->last_use))
+            victim = e;
+    }
+    if (victim->used) {
+        plan_free(&victim->plan);
+        free(victim->occurrence);
+        memset(victim, 0, sizeof *victim);
+    }
+    char err[256] = "";
+    if (plan_build(req, &victim->plan, err, (int)sizeof err) != 0)
+        return cgm_error(CGM_ERROR_NOT_SUPPORTED,
+                         "expected a schedule for %s with algo %s on %d ranks "
+                         "(m=%lld, splits=%d), found none: %s; choose another "
+                         "algo",
+                         plan_op_name(req->op), plan_algo_name(req->algo),
+                         req->nranks, (long long)req->m, req->splits, err);
+    victim->used = true;
+    victim->req = *req;
+    cgm_status s = CGM_SUCCESS;
+    if (victim->plan.flag_chunks > st->chunks - 1)
+        s = cgm_error(CGM_ERROR_INTERNAL,
+                      "expected at most %d flag chunks per op, found a plan "
+                      "with %d; please report this bug",
+                      st->chunks - 1, victim->plan.flag_chunks);
+    if (s == CGM_SUCCESS) s = number_occurrences(st, victim);
+    if (s != CGM_SUCCESS) {
+        plan_free(&victim->plan);
+        free(victim->occurrence);
+        memset(victim, 0, sizeof *victim);
+        return s;
+    }
+    victim->last_use = ++st->plan_clock;
+    *out = victim;
+    return CGM_SUCCESS;
+}
+
+static cgm_status host_run_op(cgm_comm *comm, void *state,
+                              const cgm_call *call, plan_op op) {
+    host_state *st = state;
+    if (call->stream)
+        return cgm_error(CGM_ERROR_INVALID_USAGE,
+                         "the host backend runs ops to completion on host "
+                         "memory: expected stream NULL, found %p; pass NULL "
+                         "or use a GPU backend",
+                         call->stream);
+    cgm_status s = check_capacity(comm, st, call);
+    if (s != CGM_SUCCESS) return s;
+    plan_request req;
+    memset(&req, 0, sizeof req); /* compared with memcmp in the cache */
+    req.op = op;
+    s = resolve_algo(comm, call, op, &req.algo);
+    if (s != CGM_SUCCESS) return s;
+    bool bulk = op == PLAN_OP_BULK_AG || op == PLAN_OP_BULK_RS;
+    req.nranks = comm->nranks;
+    req.rank = comm->rank;
+    req.m = bulk ? (call->has_collective ? call->coll_m : 0) : call->m;
+    req.splits = resolve_splits(comm, call, req.m);
+    req.compute_queues = comm->config.host_threads < 1    ? 1
+                         : comm->config.host_threads > 16 ? 16
+                                                          : comm->config.host_threads;
+    req.has_gemm = call->has_gemm;
+    req.has_collective = bulk ? call->has_collective : true;
+    host_plan_entry *entry = NULL;
+    s = get_plan(st, &req, &entry);
+    if (s != CGM_SUCCESS) return s;
+
+    host_run run = {call, op, entry, ++st->epoch, host_op_names[op]};
+    CGM_TRACE(CGM_SUB_HOST, "op #%llu %s: algo %s, m %lld, splits %d, %d steps",
+              (unsigned long long)run.epoch, run.op_name,
+              plan_algo_name(req.algo), (long long)req.m, entry->plan.splits,
+              entry->plan.nsteps);
+    if (comm->config.check_agreement) {
+        int blamed = -1;
+        s = host_check_agreement(comm, st, call, run.epoch, run.op_name,
+                                 &blamed);
+        if (s == CGM_ERROR_MISMATCH) return s; /* every rank says so */
+        if (s != CGM_SUCCESS) {
+            host_publish_failure(st, s, blamed);
+            return s;
+        }
+    }
+    return host_execute(comm, st, &run);
+}
+
+static cgm_status host_all_gather_gemm(cgm_comm *comm, void *state,
+                                       const cgm_call *call) {
+    return host_run_op(comm, state, call, PLAN_OP_AG_GEMM);
+}
+
+static cgm_status host_gemm_reduce_scatter(cgm_comm *comm, void *state,
+                                           const cgm_call *call) {
+    return host_run_op(comm, state, call, PLAN_OP_GEMM_RS);
+}
+
+static cgm_status host_gemm_all_reduce(cgm_comm *comm, void *state,
+                                       const cgm_call *call) {
+    return host_run_op(comm, state, call, PLAN_OP_GEMM_AR);
+}
+
+static cgm_status host_bulk(cgm_comm *comm, void *state, const cgm_call *call) {
+    plan_op op = call->collective == CGM_COLLECTIVE_REDUCE_SCATTER
+                     ? PLAN_OP_BULK_RS
+                     : PLAN_OP_BULK_AG;
+    return host_run_op(comm, state, call, op);
+}
+
+const cgm_backend_vtable cgm_host_backend = {
+    .id = CGM_BACKEND_HOST,
+    .name = "host",
+    .probe = host_probe,
+    .init = host_init,
+    .all_gather_gemm = host_all_gather_gemm,
+    .gemm_reduce_scatter = host_gemm_reduce_scatter,
+    .gemm_all_reduce = host_gemm_all_reduce,
+    .bulk = host_bulk,
+    .async_error = NULL, /* ops complete before returning */
+    .finalize = host_finalize,
+};

@@ -1,0 +1,213 @@
+/* Cross-rank flags, bounded waits, dead-peer detection and the agreement
+ * check of the host backend.
+ *
+ * A flag is a 64-bit counter in the receiver's control block, one per
+ * (sender, kind, chunk). A SIGNAL stores epoch * HOST_EPOCH_STRIDE +
+ * occurrence (release, never lowering the value), so a flag is "set for op
+ * e" once it holds at least that: flags are never reset, and values of an
+ * earlier op can never satisfy a later one. */
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend/host/host.h"
+
+host_control *host_ctrl(const host_state *st, int rank) {
+    return st->peers[rank].base[HOST_SEG_CONTROL];
+}
+
+static _Atomic uint64_t *flag_ptr(const host_state *st, int owner, int src,
+                                  plan_flag_kind kind, int chunk) {
+    host_control *c = host_ctrl(st, owner);
+    size_t i = ((size_t)src * PLAN_FLAG_COUNT + (size_t)kind) *
+                   (size_t)st->chunks +
+               (size_t)(chunk + 1);
+    return &c->flags[i];
+}
+
+void host_flag_signal(host_state *st, int dst, plan_flag_kind kind, int chunk,
+                      uint64_t value) {
+    _Atomic uint64_t *f = flag_ptr(st, dst, st->rank, kind, chunk);
+    uint64_t cur = atomic_load_explicit(f, memory_order_relaxed);
+    while (cur < value &&
+           !atomic_compare_exchange_weak_explicit(f, &cur, value,
+                                                  memory_order_release,
+                                                  memory_order_relaxed)) {
+    }
+}
+
+void host_publish_failure(host_state *st, cgm_status status, int blamed) {
+    host_control *c = host_ctrl(st, st->rank);
+    if (!c) return;
+    int expected = HOST_RANK_LIVE;
+    atomic_store(&c->failed_rank, blamed);
+    atomic_store(&c->failed_status, (int32_t)status);
+    atomic_compare_exchange_strong(&c->state, &expected, HOST_RANK_FAILED);
+}
+
+/* CGM_SUCCESS while `peer` looks alive; else PEER_FAILED's message in msg.
+ * `check_socket`: also poll the connection (a syscall, so not every spin). */
+static cgm_status peer_status(const host_state *st, int peer,
+                              bool check_socket, const host_wait *w, char *msg,
+                              size_t msg_len) {
+    if (peer == st->rank) return CGM_SUCCESS;
+    host_control *c = host_ctrl(st, peer);
+    int state = atomic_load(&c->state);
+    if (state == HOST_RANK_FAILED) {
+        int blamed = atomic_load(&c->failed_rank);
+        int status = atomic_load(&c->failed_status);
+        char why[64];
+        if (status == CGM_ERROR_TIMEOUT && blamed >= 0)
+            snprintf(why, sizeof why, "it timed out waiting for rank %d",
+                     blamed);
+        else if (status == CGM_ERROR_PEER_FAILED && blamed >= 0)
+            snprintf(why, sizeof why, "it saw rank %d fail", blamed);
+        else
+            snprintf(why, sizeof why, "its error: status %d", status);
+        snprintf(msg, msg_len,
+                 "rank %d gave up (%s) while this rank waited for it to %s "
+                 "(op #%llu %s); the comm is broken: destroy it on every rank "
+                 "and see rank %d's error",
+                 peer, why, w->what, (unsigned long long)w->op_number,
+                 w->op_name, peer);
+        return CGM_ERROR_PEER_FAILED;
+    }
+    if (state == HOST_RANK_CLOSED) {
+        snprintf(msg, msg_len,
+                 "rank %d destroyed its comm while this rank waited for it to "
+                 "%s (op #%llu %s); every rank must issue the same ops before "
+                 "cgm_comm_destroy",
+                 peer, w->what, (unsigned long long)w->op_number, w->op_name);
+        return CGM_ERROR_PEER_FAILED;
+    }
+    if (!check_socket) return CGM_SUCCESS;
+    bool dead = false;
+    const host_peer *p = &st->peers[peer];
+    if (p->fd >= 0) {
+        struct pollfd pfd = {p->fd, POLLIN, 0};
+        /* No data ever travels after the rendezvous: anything readable is
+         * the hang-up of a process that exited. */
+        if (poll(&pfd, 1, 0) > 0 && pfd.revents) dead = true;
+    }
+    if (!dead && p->pid > 0 && kill(p->pid, 0) != 0 && errno == ESRCH)
+        dead = true;
+    if (!dead) return CGM_SUCCESS;
+    snprintf(msg, msg_len,
+             "rank %d exited or crashed (its connection closed) while this "
+             "rank waited for it to %s (op #%llu %s); the comm is broken: "
+             "destroy it",
+             peer, w->what, (unsigned long long)w->op_number, w->op_name);
+    return CGM_ERROR_PEER_FAILED;
+}
+
+static void pause_briefly(int64_t waited_ns) {
+    if (waited_ns < 200000) {
+        sched_yield();
+        return;
+    }
+    struct timespec ts = {0, waited_ns < 5000000 ? 20000 : 200000};
+    nanosleep(&ts, NULL);
+}
+
+/* Waits until *value >= want. `src` is the rank expected to write it. */
+static cgm_status wait_value(const cgm_comm *comm, host_state *st,
+                             _Atomic uint64_t *value, uint64_t want, int src,
+                             const host_wait *w, char *msg, size_t msg_len) {
+    for (int i = 0; i < 256; i++)
+        if (atomic_load_explicit(value, memory_order_acquire) >= want)
+            return CGM_SUCCESS;
+    int64_t start = cgm_now_ns(), last_socket_check = start;
+    int64_t limit = comm->config.timeout_ms * 1000000;
+    for (;;) {
+        for (int i = 0; i < 16; i++)
+            if (atomic_load_explicit(value, memory_order_acquire) >= want)
+                return CGM_SUCCESS;
+        int64_t now = cgm_now_ns();
+        bool socket_check = now - last_socket_check > 1000000;
+        if (socket_check) last_socket_check = now;
+        cgm_status s = peer_status(st, src, socket_check, w, msg, msg_len);
+        if (s != CGM_SUCCESS) {
+            /* The peer may have signalled just before leaving. */
+            if (atomic_load_explicit(value, memory_order_acquire) >= want)
+                return CGM_SUCCESS;
+            return s;
+        }
+        if (w->abort && atomic_load(w->abort)) {
+            snprintf(msg, msg_len, "aborted: another queue failed");
+            return CGM_ERROR_INTERNAL;
+        }
+        if (now - start > limit) {
+            snprintf(msg, msg_len,
+                     "rank %d did not %s within %lld ms (op #%llu %s); it may "
+                     "have crashed, be stuck or be in another call; raise "
+                     "COMMGEMM_TIMEOUT_MS if it is only slow",
+                     src, w->what, (long long)comm->config.timeout_ms,
+                     (unsigned long long)w->op_number, w->op_name);
+            return CGM_ERROR_TIMEOUT;
+        }
+        pause_briefly(now - start);
+    }
+}
+
+cgm_status host_flag_wait(const cgm_comm *comm, host_state *st, int src,
+                          plan_flag_kind kind, int chunk, uint64_t value,
+                          const host_wait *w, char *msg, size_t msg_len) {
+    return wait_value(comm, st, flag_ptr(st, st->rank, src, kind, chunk),
+                      value, src, w, msg, msg_len);
+}
+
+cgm_status host_check_agreement(const cgm_comm *comm, host_state *st,
+                                const cgm_call *call, uint64_t epoch,
+                                const char *op_name, int *blamed) {
+    int64_t sig[CGM_SIGNATURE_WORDS];
+    cgm_call_signature(call, sig);
+    int slot = (int)(epoch & 1);
+    host_control *me = host_ctrl(st, st->rank);
+    for (int i = 0; i < CGM_SIGNATURE_WORDS; i++)
+        atomic_store_explicit(&me->sig[slot][i], sig[i],
+                              memory_order_relaxed);
+    atomic_store_explicit(&me->sig_epoch[slot], epoch, memory_order_release);
+
+    size_t words = (size_t)st->nranks * CGM_SIGNATURE_WORDS;
+    int64_t *all = malloc(words * sizeof *all);
+    if (!all)
+        return cgm_error(CGM_ERROR_OUT_OF_MEMORY,
+                         "expected %zu bytes for the agreement check, found "
+                         "none free",
+                         words * sizeof *all);
+    cgm_status s = CGM_SUCCESS;
+    char msg[512];
+    host_wait w = {"publish its call signature", epoch, op_name, NULL};
+    for (int r = 0; r < st->nranks && s == CGM_SUCCESS; r++) {
+        host_control *c = host_ctrl(st, r);
+        s = wait_value(comm, st, &c->sig_epoch[slot], epoch, r, &w, msg,
+                       sizeof msg);
+        if (s != CGM_SUCCESS) {
+            *blamed = r;
+            s = cgm_error(s, "%s", msg);
+            break;
+        }
+        for (int i = 0; i < CGM_SIGNATURE_WORDS; i++)
+            all[(size_t)r * CGM_SIGNATURE_WORDS + (size_t)i] =
+                atomic_load_explicit(&c->sig[slot][i], memory_order_relaxed);
+        uint64_t seen =
+            atomic_load_explicit(&c->sig_epoch[slot], memory_order_acquire);
+        /* A rank can only be two ops ahead after this one completed. */
+        if (seen != epoch)
+            s = cgm_error(CGM_ERROR_MISMATCH,
+                          "expected rank %d at op #%llu (%s) like this rank "
+                          "%d, found it at op #%llu; every rank must issue "
+                          "the same sequence of ops",
+                          r, (unsigned long long)epoch, op_name, st->rank,
+                          (unsigned long long)seen);
+    }
+    if (s == CGM_SUCCESS) s = cgm_signature_compare(comm, all);
+    free(all);
+    return s;
+}

@@ -1,0 +1,312 @@
+/* Faults on the host backend: ranks that die, never come, skip an op or
+ * disagree about it. Every wait is bounded (~2 s here), statuses and
+ * messages name the rank, mismatches leave the comm usable, and nothing is
+ * left in /dev/shm. */
+#include <signal.h>
+#include <stdbool.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#include "mp_common.h"
+
+enum { TIMEOUT_MS = 2000, SLACK_MS = 2500 };
+
+/* Shapes of one op call; a rank that disagrees changes one field. */
+typedef struct call_shape {
+    int op; /* 0 ag_gemm, 1 gemm_rs */
+    int64_t m, n, k;
+    cgm_dtype dtype;
+    cgm_layout layout;
+} call_shape;
+
+static const call_shape good = {0, 12, 4, 6, CGM_DTYPE_FP32, CGM_LAYOUT_TN};
+
+/* Runs one op with `s` (data from fixed seeds); on success checks Y. */
+static cgm_status run_op(cgm_comm *comm, int rank, int P, call_shape s) {
+    bool nt = s.layout == CGM_LAYOUT_NT, ag = s.op == 0;
+    int64_t off = cgm_shard_offset(s.m, rank, P);
+    int64_t mr = cgm_shard_rows(s.m, rank, P);
+    cgm_matrix x = ag ? mp_logical(s.dtype, nt, mr, s.k, off, 11, 0)
+                      : mp_logical(s.dtype, nt, s.m, s.k, 0, 11, 0);
+    cgm_matrix w = s.layout == CGM_LAYOUT_TN
+                       ? mp_logical(s.dtype, false, s.n, s.k, 0, 12, 0)
+                       : mp_logical(s.dtype, false, s.k, s.n, 0, 12, 0);
+    cgm_matrix y = test_alloc(s.dtype, ag ? s.m : mr, s.n, 0);
+    cgm_op_options opt = CGM_OP_OPTIONS_INIT;
+    opt.layout = s.layout;
+    cgm_status st =
+        ag ? cgm_all_gather_gemm(comm, &x, &w, NULL, &y, NULL, &opt, NULL)
+           : cgm_gemm_reduce_scatter(comm, &x, &w, NULL, &y, &opt, NULL);
+    if (st == CGM_SUCCESS) {
+        /* Every rank holds the same X and W in these ops. */
+        cgm_matrix x32 = mp_logical(CGM_DTYPE_FP32, nt, s.m, s.k, 0, 11, 0);
+        cgm_matrix w32 = s.layout == CGM_LAYOUT_TN
+                             ? mp_logical(CGM_DTYPE_FP32, false, s.n, s.k, 0, 12, 0)
+                             : mp_logical(CGM_DTYPE_FP32, false, s.k, s.n, 0, 12, 0);
+        double *ref = calloc((size_t)(s.m * s.n), sizeof(double));
+        test_ref_gemm(s.layout, &x32, &w32, s.m, s.n, s.k, ref);
+        if (!ag)
+            for (int64_t i = 0; i < s.m * s.n; i++) ref[i] *= P;
+        int64_t wrong = test_compare(&y, ag ? ref : ref + off * s.n, y.rows,
+                                     s.n, test_tolerance(s.dtype, s.dtype, s.k * P),
+                                     "fault-case op");
+        if (wrong) TEST_FAIL("rank %d: %lld wrong elements", rank, (long long)wrong);
+        free(ref);
+        test_free(&x32);
+        test_free(&w32);
+    }
+    test_free(&x);
+    test_free(&w);
+    test_free(&y);
+    return st;
+}
+
+static cgm_comm *fault_comm(int rank, int P, const char *rendezvous,
+                            int check_agreement) {
+    cgm_config cfg = mp_config(TIMEOUT_MS);
+    cfg.check_agreement = check_agreement;
+    return test_host_comm(rank, P, rendezvous, &cfg);
+}
+
+/* Expects a failure naming `rank_name` within the timeout (+ slack). */
+static void expect_failure_naming(cgm_status st, double started,
+                                  const char *rank_name, bool timeout_only) {
+    double took = mp_now_ms() - started;
+    if (st != CGM_ERROR_TIMEOUT &&
+        (timeout_only || st != CGM_ERROR_PEER_FAILED))
+        TEST_FAIL("expected %s, found %s: %s",
+                  timeout_only ? "CGM_ERROR_TIMEOUT"
+                               : "CGM_ERROR_PEER_FAILED or CGM_ERROR_TIMEOUT",
+                  cgm_status_string(st), cgm_last_error());
+    CHECK_CONTAINS(cgm_last_error(), rank_name);
+    if (took > TIMEOUT_MS + SLACK_MS)
+        TEST_FAIL("the failure took %.0f ms, expected under %d ms", took,
+                  TIMEOUT_MS + SLACK_MS);
+}
+
+/* ---- a rank dies (exits or is killed) before an op ---- */
+
+static int rank_dies(int rank, int P, const char *rdv, void *arg) {
+    bool kill_it = arg != NULL;
+    cgm_comm *comm = fault_comm(rank, P, rdv, 1);
+    MP_CHECK_OK(run_op(comm, rank, P, good));
+    if (rank == 2) {
+        if (kill_it) raise(SIGKILL);
+        _exit(0); /* no destroy: the process simply ends */
+    }
+    double t0 = mp_now_ms();
+    cgm_status st = run_op(comm, rank, P, good);
+    expect_failure_naming(st, t0, "rank 2", false);
+    /* The comm is broken: later ops fail at once, destroy still works. */
+    t0 = mp_now_ms();
+    CHECK(run_op(comm, rank, P, good) != CGM_SUCCESS);
+    CHECK(mp_now_ms() - t0 < 1000);
+    CHECK_OK(cgm_comm_destroy(comm));
+    return 0;
+}
+
+static void run_dies(const void *param) {
+    int codes[3];
+    test_run_ranks(3, rank_dies, (void *)param, 30, codes);
+    CHECK_INT_EQ(codes[0], 0);
+    CHECK_INT_EQ(codes[1], 0);
+    CHECK_INT_EQ(codes[2], param ? -SIGKILL : 0);
+    mp_check_no_shm_leftovers();
+}
+
+/* ---- a rank never calls cgm_comm_create ---- */
+
+static int rank_never_arrives(int rank, int P, const char *rdv, void *arg) {
+    int absent = *(const int *)arg;
+    if (rank == absent) return 0;
+    cgm_config cfg = mp_config(TIMEOUT_MS);
+    cgm_bootstrap b = CGM_BOOTSTRAP_INIT;
+    b.rank = rank;
+    b.nranks = P;
+    b.rendezvous = rdv;
+    cgm_comm *comm = (cgm_comm *)&b; /* must be reset to NULL */
+    double t0 = mp_now_ms();
+    cgm_status st = cgm_comm_create(&b, &cfg, &comm);
+    char name[16];
+    snprintf(name, sizeof name, "rank %d", absent);
+    expect_failure_naming(st, t0, name, true);
+    CHECK(comm == NULL);
+    return 0;
+}
+
+static void run_never_arrives(const void *param) {
+    CHECK_INT_EQ(test_run_ranks(4, rank_never_arrives, (void *)param, 30, NULL), 0);
+    mp_check_no_shm_leftovers();
+}
+
+/* ---- a rank skips an op (sleeps past the timeout, then calls it) ---- */
+
+static int rank_sleeps(int rank, int P, const char *rdv, void *arg) {
+    int agreement = arg ? 1 : 0;
+    cgm_comm *comm = fault_comm(rank, P, rdv, agreement);
+    MP_CHECK_OK(run_op(comm, rank, P, good));
+    double t0 = mp_now_ms();
+    if (rank == 2) {
+        usleep((TIMEOUT_MS + 1000) * 1000);
+        t0 = mp_now_ms();
+        cgm_status st = run_op(comm, rank, P, good);
+        /* Its peers gave up on it: it learns so at once. */
+        CHECK(st == CGM_ERROR_PEER_FAILED || st == CGM_ERROR_TIMEOUT);
+        CHECK(mp_now_ms() - t0 < 1000);
+    } else {
+        cgm_status st = run_op(comm, rank, P, good);
+        /* With the agreement check every rank waits for rank 2 itself;
+         * without it a rank may first hear that a peer gave up on rank 2. */
+        expect_failure_naming(st, t0, "rank 2", agreement != 0);
+        if (st == CGM_ERROR_TIMEOUT) CHECK_CONTAINS(cgm_last_error(), "within");
+    }
+    CHECK_OK(cgm_comm_destroy(comm));
+    return 0;
+}
+
+static void run_sleeps(const void *param) {
+    CHECK_INT_EQ(test_run_ranks(3, rank_sleeps, (void *)param, 30, NULL), 0);
+    mp_check_no_shm_leftovers();
+}
+
+/* ---- ranks disagree about the call: MISMATCH everywhere, comm usable ---- */
+
+typedef struct mismatch_case {
+    const char *field; /* expected in the message */
+    call_shape odd;    /* what rank 2 passes */
+    call_shape even;   /* what the others pass */
+} mismatch_case;
+
+static int rank_mismatch(int rank, int P, const char *rdv, void *arg) {
+    const mismatch_case *mc = arg;
+    cgm_comm *comm = fault_comm(rank, P, rdv, 1);
+    for (int round = 0; round < 2; round++) {
+        cgm_status st = run_op(comm, rank, P, rank == 2 ? mc->odd : mc->even);
+        if (st != CGM_ERROR_MISMATCH)
+            TEST_FAIL("rank %d: expected CGM_ERROR_MISMATCH about %s, found "
+                      "%s: %s",
+                      rank, mc->field, cgm_status_string(st), cgm_last_error());
+        CHECK_CONTAINS(cgm_last_error(), "rank 2");
+        CHECK_CONTAINS(cgm_last_error(), mc->field);
+        /* The comm stays usable: the next, agreeing op works. */
+        MP_CHECK_OK(run_op(comm, rank, P, mc->even));
+    }
+    CHECK_OK(cgm_comm_destroy(comm));
+    return 0;
+}
+
+static void run_mismatch(const void *param) {
+    CHECK_INT_EQ(test_run_ranks(3, rank_mismatch, (void *)param, 30, NULL), 0);
+    mp_check_no_shm_leftovers();
+}
+
+/* ---- ranks disagree about the group size at the rendezvous ---- */
+
+static int rank_bad_nranks(int rank, int P, const char *rdv, void *arg) {
+    cgm_config cfg = mp_config(TIMEOUT_MS);
+    cgm_bootstrap b = CGM_BOOTSTRAP_INIT;
+    b.rank = rank;
+    b.nranks = rank == 1 ? 3 : P;
+    b.rendezvous = rdv;
+    cgm_comm *comm = NULL;
+    double t0 = mp_now_ms();
+    cgm_status st = cgm_comm_create(&b, &cfg, &comm);
+    CHECK(st != CGM_SUCCESS && comm == NULL);
+    CHECK(mp_now_ms() - t0 < TIMEOUT_MS + SLACK_MS);
+    if (rank == 0) {
+        CHECK_INT_EQ(st, CGM_ERROR_MISMATCH);
+        CHECK_CONTAINS(cgm_last_error(), "rank 1");
+        CHECK_CONTAINS(cgm_last_error(), "nranks=3");
+    }
+    return 0;
+}
+
+static void run_bad_nranks(const void *param) {
+    (void)param;
+    CHECK_INT_EQ(test_run_ranks(2, rank_bad_nranks, NULL, 30, NULL), 0);
+    mp_check_no_shm_leftovers();
+}
+
+/* ---- argument errors the backend catches leave the comm usable ---- */
+
+static int rank_bad_arguments(int rank, int P, const char *rdv, void *arg) {
+    (void)arg;
+    cgm_comm *comm = fault_comm(rank, P, rdv, 1);
+    /* m above the workspace capacity (config max_m = 512). */
+    call_shape big = good;
+    big.m = 600;
+    CHECK_STATUS(run_op(comm, rank, P, big), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "max_m");
+    cgm_matrix x = mp_logical(CGM_DTYPE_FP32, false, 4, 6, 0, 1, 0);
+    cgm_matrix w = mp_logical(CGM_DTYPE_FP32, false, 4, 6, 0, 2, 0);
+    cgm_matrix y = test_alloc(CGM_DTYPE_FP32, 4 * P, 4, 0);
+    cgm_op_options opt = CGM_OP_OPTIONS_INIT;
+    opt.algo = CGM_ALGO_BULK; /* only for cgm_bulk_overlap */
+    CHECK_STATUS(cgm_all_gather_gemm(comm, &x, &w, NULL, &y, NULL, &opt, NULL),
+                 CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "bulk");
+    cgm_matrix send = mp_logical(CGM_DTYPE_FP32, false, 4, 3, 0, 3, 0);
+    cgm_matrix recv = test_alloc(CGM_DTYPE_FP32, 4 * P, 3, 0);
+    opt.algo = CGM_ALGO_RING; /* not for bulk */
+    CHECK_STATUS(cgm_bulk_overlap(comm, NULL, NULL, NULL, NULL,
+                                  CGM_COLLECTIVE_ALL_GATHER, &send, &recv, &opt,
+                                  NULL),
+                 CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "ring");
+    opt.algo = CGM_ALGO_AUTO;
+    int fake_stream;
+    cgm_status st = cgm_all_gather_gemm(comm, &x, &w, NULL, &y, NULL, &opt,
+                                        &fake_stream);
+    CHECK(st == CGM_ERROR_INVALID_USAGE || st == CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "stream");
+    MP_CHECK_OK(run_op(comm, rank, P, good));
+    test_free(&x);
+    test_free(&w);
+    test_free(&y);
+    test_free(&send);
+    test_free(&recv);
+    CHECK_OK(cgm_comm_destroy(comm));
+    return 0;
+}
+
+static void run_bad_arguments(const void *param) {
+    (void)param;
+    CHECK_INT_EQ(test_run_ranks(2, rank_bad_arguments, NULL, 30, NULL), 0);
+    mp_check_no_shm_leftovers();
+}
+
+static const int absent_rank[] = {2, 3};
+static int kill_marker;
+static const mismatch_case mismatches[] = {
+    {" m = ", {0, 13, 4, 6, CGM_DTYPE_FP32, CGM_LAYOUT_TN}, {0, 12, 4, 6, CGM_DTYPE_FP32, CGM_LAYOUT_TN}},
+    {" k = ", {0, 12, 4, 5, CGM_DTYPE_FP32, CGM_LAYOUT_TN}, {0, 12, 4, 6, CGM_DTYPE_FP32, CGM_LAYOUT_TN}},
+    {" n = ", {1, 12, 5, 6, CGM_DTYPE_FP32, CGM_LAYOUT_TN}, {1, 12, 4, 6, CGM_DTYPE_FP32, CGM_LAYOUT_TN}},
+    {"input dtype", {0, 12, 4, 6, CGM_DTYPE_BF16, CGM_LAYOUT_TN}, {0, 12, 4, 6, CGM_DTYPE_FP32, CGM_LAYOUT_TN}},
+    {"layout", {0, 12, 4, 6, CGM_DTYPE_FP32, CGM_LAYOUT_NN}, {0, 12, 4, 6, CGM_DTYPE_FP32, CGM_LAYOUT_TN}},
+    {"op = gemm_rs", {1, 12, 4, 6, CGM_DTYPE_FP32, CGM_LAYOUT_TN}, {0, 12, 4, 6, CGM_DTYPE_FP32, CGM_LAYOUT_TN}},
+};
+
+static void register_cases(void) {
+    test_set_timeout(60);
+    test_add("rank_exits_before_op", run_dies, NULL);
+    test_add("rank_killed_before_op", run_dies, &kill_marker);
+    test_add("rank_never_arrives", run_never_arrives, &absent_rank[0]);
+    test_add("last_rank_never_arrives", run_never_arrives, &absent_rank[1]);
+    test_add("rank_sleeps_through_op", run_sleeps, &kill_marker);
+    test_add("rank_sleeps_through_op_no_agreement", run_sleeps, NULL);
+    test_add("mismatch_m", run_mismatch, &mismatches[0]);
+    test_add("mismatch_k", run_mismatch, &mismatches[1]);
+    test_add("mismatch_n", run_mismatch, &mismatches[2]);
+    test_add("mismatch_dtype", run_mismatch, &mismatches[3]);
+    test_add("mismatch_layout", run_mismatch, &mismatches[4]);
+    test_add("mismatch_op", run_mismatch, &mismatches[5]);
+    test_add("mismatch_nranks_at_rendezvous", run_bad_nranks, NULL);
+    test_add("bad_arguments_keep_comm_usable", run_bad_arguments, NULL);
+}
+
+int main(int argc, char **argv) {
+    /* Up to 8 ranks share 2 cores: BLAS threads would only oversubscribe. */
+    openblas_set_num_threads(1);
+    return test_main(argc, argv, register_cases);
+}
