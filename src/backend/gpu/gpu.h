@@ -1,0 +1,145 @@
+/* GPU pieces shared by the GPU backends (p2p today; nccl and cublasmp
+ * later): CUDA/cuBLAS/NCCL error reporting, a cached cuBLASLt GEMM for
+ * row-major operands, bounded NCCL exchanges, and peer-mapped workspaces. */
+#ifndef COMMGEMM_BACKEND_GPU_H
+#define COMMGEMM_BACKEND_GPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "core/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- errors */
+
+/* Each records the detail (what failed, the library's own words, where, and
+ * what to do) and returns CGM_ERROR_CUDA / _CUBLAS / _NCCL
+ * (CGM_ERROR_OUT_OF_MEMORY for allocation failures). */
+cgm_status cgm_cuda_fail(cudaError_t err, const char *what, const char *file,
+                         int line);
+cgm_status cgm_cublas_fail(cublasStatus_t err, const char *what,
+                           const char *file, int line);
+cgm_status cgm_nccl_fail(ncclResult_t err, const char *what, const char *file,
+                         int line);
+
+/* In a function with a `cgm_status status` and a `fail:` label. */
+#define CGM_CUDA_TRY(call)                                                   \
+    do {                                                                     \
+        cudaError_t e_ = (call);                                             \
+        if (e_ != cudaSuccess) {                                             \
+            status = cgm_cuda_fail(e_, #call, __FILE__, __LINE__);           \
+            goto fail;                                                       \
+        }                                                                    \
+    } while (0)
+#define CGM_CUBLAS_TRY(call)                                                 \
+    do {                                                                     \
+        cublasStatus_t e_ = (call);                                          \
+        if (e_ != CUBLAS_STATUS_SUCCESS) {                                   \
+            status = cgm_cublas_fail(e_, #call, __FILE__, __LINE__);         \
+            goto fail;                                                       \
+        }                                                                    \
+    } while (0)
+#define CGM_NCCL_TRY(call)                                                   \
+    do {                                                                     \
+        ncclResult_t e_ = (call);                                            \
+        if (e_ != ncclSuccess) {                                             \
+            status = cgm_nccl_fail(e_, #call, __FILE__, __LINE__);           \
+            goto fail;                                                       \
+        }                                                                    \
+    } while (0)
+#define CGM_TRY(expr)                                                        \
+    do {                                                                     \
+        status = (expr);                                                     \
+        if (status != CGM_SUCCESS) goto fail;                                \
+    } while (0)
+
+/* cudaDataType of a commgemm dtype (fp32/bf16/fp16). */
+cudaDataType_t cgm_cuda_dtype(cgm_dtype dtype);
+/* ncclDataType_t likewise. */
+ncclDataType_t cgm_nccl_dtype(cgm_dtype dtype);
+
+/* Whether `stream` is being captured into a graph (false on error). */
+bool cgm_stream_capturing(cudaStream_t stream);
+
+/* ------------------------------------------------------------------ NCCL */
+
+/* All-gathers `bytes` from every rank into recv (nranks * bytes, rank
+ * major) through NCCL on an internal stream, host buffers in and out.
+ * Bounded by timeout_ms: CGM_ERROR_TIMEOUT if the ranks do not all arrive
+ * (the NCCL communicator is then unusable). Never call inside capture. */
+cgm_status cgm_nccl_allgather_host(void *nccl_comm, int nranks,
+                                   const void *send, void *recv, size_t bytes,
+                                   int64_t timeout_ms);
+
+/* -------------------------------------------------------------- cuBLASLt */
+
+/* One row-major GEMM in the layouts of commgemm.h:
+ *   Y[m, n] (= or +=) opX(X) . opW(W) (+ bias[n]), fp32 compute. */
+typedef struct cgm_lt_gemm_args {
+    cgm_layout layout;
+    cgm_dtype in_dtype;  /* X and W */
+    cgm_dtype out_dtype; /* Y and bias */
+    int64_t m, n, k;
+    const void *x; /* [m, k] (TN, NN) or [k, m] (NT) */
+    int64_t ldx;
+    const void *w; /* [n, k] (TN) or [k, n] (NN, NT) */
+    int64_t ldw;
+    void *y; /* [m, n] */
+    int64_t ldy;
+    const void *bias; /* n elements of out_dtype, or NULL */
+    bool accumulate;  /* beta = 1 */
+    bool allow_tf32;  /* fp32 inputs only */
+} cgm_lt_gemm_args;
+
+typedef struct cgm_lt cgm_lt;
+
+cgm_status cgm_lt_create(cgm_lt **out);
+void cgm_lt_destroy(cgm_lt *lt);
+/* Enqueues the GEMM on `stream`. Descriptors and the heuristic's choice
+ * are cached per shape/alignment (the first call of a shape queries the
+ * heuristic, host only; later calls, including inside graph capture, reuse
+ * it). workspace: device memory of workspace_bytes for cuBLASLt. */
+cgm_status cgm_lt_gemm(cgm_lt *lt, const cgm_lt_gemm_args *args,
+                       void *workspace, size_t workspace_bytes,
+                       cudaStream_t stream);
+
+/* ------------------------------------------------------ peer-mapped memory */
+
+/* One device allocation per rank, of the same size on every rank, mapped
+ * into every rank of the comm with CUDA IPC (handles exchanged once through
+ * NCCL). peer[r] is rank r's allocation as seen from this rank; peer[rank]
+ * is the local one. */
+typedef struct cgm_peer_mem {
+    int rank, nranks;
+    size_t bytes;
+    void *local;
+    void **peer;
+} cgm_peer_mem;
+
+/* Collective. Allocates and maps `bytes` (zeroed) on every rank. */
+cgm_status cgm_peer_mem_create(void *nccl_comm, int rank, int nranks,
+                               size_t bytes, int64_t timeout_ms,
+                               cgm_peer_mem *out);
+/* Unmaps the peers and frees the local allocation (not collective; the
+ * caller makes sure no peer still uses it). Safe on a zeroed struct. */
+void cgm_peer_mem_destroy(cgm_peer_mem *pm);
+
+/* Collective check that every rank runs on this host and that this rank's
+ * device can reach every peer's (CUDA peer access), the same verdict on
+ * every rank. CGM_ERROR_UNAVAILABLE naming the rank and device otherwise. */
+cgm_status cgm_check_node_peers(void *nccl_comm, int rank, int nranks,
+                                int cuda_device, int64_t timeout_ms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COMMGEMM_BACKEND_GPU_H */

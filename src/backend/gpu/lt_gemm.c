@@ -1,0 +1,232 @@
+/* A row-major GEMM through cuBLASLt, with descriptors and the heuristic's
+ * algorithm cached per shape.
+ *
+ * Row-major Y[m, n] is column-major Y^T[n, m], so every layout maps onto
+ * one column-major product with the operands swapped:
+ *   TN: Y^T = W . X^T   A = W (col-major k x n, ld ldw) op T; B = X (k x m) op N
+ *   NN: Y^T = W^T . X^T A = W (col-major n x k, ld ldw) op N; B = X (k x m) op N
+ *   NT: Y^T = W^T . X   A = W (col-major n x k) op N;         B = X (m x k) op T
+ * and cuBLASLt's (m, n, k) are ours (n, m, k). The bias (n values) is then
+ * a per-row vector of D, which is what CUBLASLT_EPILOGUE_BIAS adds. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/gpu/gpu.h"
+
+#define LT_CACHE_SIZE 256
+
+typedef struct lt_key {
+    int layout, in_dtype, out_dtype;
+    int has_bias, accumulate, tf32;
+    int64_t m, n, k, ldx, ldw, ldy;
+    int align_x, align_w, align_y, align_bias;
+    uint64_t workspace_bytes;
+} lt_key;
+
+typedef struct lt_entry {
+    bool used;
+    lt_key key;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+} lt_entry;
+
+struct cgm_lt {
+    cublasLtHandle_t handle;
+    lt_entry entries[LT_CACHE_SIZE];
+    int next_victim;
+};
+
+cgm_status cgm_lt_create(cgm_lt **out) {
+    cgm_status status = CGM_SUCCESS;
+    cgm_lt *lt = calloc(1, sizeof *lt);
+    if (!lt) return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "calloc of cgm_lt");
+    CGM_CUBLAS_TRY(cublasLtCreate(&lt->handle));
+    *out = lt;
+    return CGM_SUCCESS;
+fail:
+    free(lt);
+    return status;
+}
+
+static void entry_clear(lt_entry *e) {
+    if (e->desc) cublasLtMatmulDescDestroy(e->desc);
+    if (e->a) cublasLtMatrixLayoutDestroy(e->a);
+    if (e->b) cublasLtMatrixLayoutDestroy(e->b);
+    if (e->c) cublasLtMatrixLayoutDestroy(e->c);
+    memset(e, 0, sizeof *e);
+}
+
+void cgm_lt_destroy(cgm_lt *lt) {
+    if (!lt) return;
+    for (int i = 0; i < LT_CACHE_SIZE; i++) entry_clear(&lt->entries[i]);
+    if (lt->handle) cublasLtDestroy(lt->handle);
+    free(lt);
+}
+
+static int alignment(const void *p) {
+    uintptr_t v = (uintptr_t)p;
+    int a = 1;
+    while (a < 256 && (v % (uintptr_t)(a * 2)) == 0) a *= 2;
+    return a;
+}
+
+static lt_key make_key(const cgm_lt_gemm_args *g, size_t workspace_bytes) {
+    lt_key key;
+    memset(&key, 0, sizeof key);
+    key.layout = (int)g->layout;
+    key.in_dtype = (int)g->in_dtype;
+    key.out_dtype = (int)g->out_dtype;
+    key.has_bias = g->bias != NULL;
+    key.accumulate = g->accumulate;
+    key.tf32 = g->in_dtype == CGM_DTYPE_FP32 && g->allow_tf32;
+    key.m = g->m;
+    key.n = g->n;
+    key.k = g->k;
+    key.ldx = g->ldx;
+    key.ldw = g->ldw;
+    key.ldy = g->ldy;
+    key.align_x = alignment(g->x);
+    key.align_w = alignment(g->w);
+    key.align_y = alignment(g->y);
+    key.align_bias = g->bias ? alignment(g->bias) : 0;
+    key.workspace_bytes = workspace_bytes;
+    return key;
+}
+
+static cgm_status entry_build(cgm_lt *lt, lt_entry *e, const lt_key *key) {
+    cgm_status status = CGM_SUCCESS;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasComputeType_t compute =
+        key->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cudaDataType_t in = cgm_cuda_dtype((cgm_dtype)key->in_dtype);
+    cudaDataType_t out = cgm_cuda_dtype((cgm_dtype)key->out_dtype);
+    cublasOperation_t op_a = key->layout == CGM_LAYOUT_TN ? CUBLAS_OP_T
+                                                          : CUBLAS_OP_N;
+    cublasOperation_t op_b = key->layout == CGM_LAYOUT_NT ? CUBLAS_OP_T
+                                                          : CUBLAS_OP_N;
+    /* A = W: stored col-major (k x n) for TN, (n x k) for NN/NT. */
+    uint64_t a_rows = key->layout == CGM_LAYOUT_TN ? (uint64_t)key->k
+                                                   : (uint64_t)key->n;
+    uint64_t a_cols = key->layout == CGM_LAYOUT_TN ? (uint64_t)key->n
+                                                   : (uint64_t)key->k;
+    /* B = X: stored col-major (k x m) for TN/NN, (m x k) for NT. */
+    uint64_t b_rows = key->layout == CGM_LAYOUT_NT ? (uint64_t)key->m
+                                                   : (uint64_t)key->k;
+    uint64_t b_cols = key->layout == CGM_LAYOUT_NT ? (uint64_t)key->k
+                                                   : (uint64_t)key->m;
+    e->key = *key;
+    CGM_CUBLAS_TRY(cublasLtMatmulDescCreate(&e->desc, compute, CUDA_R_32F));
+    CGM_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
+        e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+    CGM_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
+        e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+    if (key->has_bias) {
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        int32_t bias_type = (int32_t)out;
+        CGM_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
+            e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+        CGM_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
+            e->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+            sizeof bias_type));
+    }
+    CGM_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&e->a, in, a_rows, a_cols,
+                                              key->ldw));
+    CGM_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&e->b, in, b_rows, b_cols,
+                                              key->ldx));
+    CGM_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&e->c, out, (uint64_t)key->n,
+                                              (uint64_t)key->m, key->ldy));
+    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = key->workspace_bytes;
+    uint32_t al_a = (uint32_t)key->align_w, al_b = (uint32_t)key->align_x,
+             al_c = (uint32_t)key->align_y;
+    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
+    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    memset(&result, 0, sizeof result);
+    CGM_CUBLAS_TRY(cublasLtMatmulAlgoGetHeuristic(lt->handle, e->desc, e->a,
+                                                  e->b, e->c, e->c, pref, 1,
+                                                  &result, &found));
+    if (found < 1) {
+        status = cgm_error(CGM_ERROR_NOT_SUPPORTED,
+                           "cuBLASLt has no algorithm for a %s GEMM m=%lld "
+                           "n=%lld k=%lld (%s in, %s out, ld x/w/y %lld/%lld/"
+                           "%lld, alignment %d/%d/%d bytes); try aligned "
+                           "pointers and leading dimensions",
+                           cgm_layout_name((cgm_layout)key->layout),
+                           (long long)key->m, (long long)key->n,
+                           (long long)key->k,
+                           cgm_dtype_name((cgm_dtype)key->in_dtype),
+                           cgm_dtype_name((cgm_dtype)key->out_dtype),
+                           (long long)key->ldx, (long long)key->ldw,
+                           (long long)key->ldy, key->align_x, key->align_w,
+                           key->align_y);
+        goto fail;
+    }
+    e->algo = result.algo;
+    e->used = true;
+    cublasLtMatmulPreferenceDestroy(pref);
+    return CGM_SUCCESS;
+fail:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    entry_clear(e);
+    return status;
+}
+
+static cgm_status lookup(cgm_lt *lt, const lt_key *key, lt_entry **out) {
+    for (int i = 0; i < LT_CACHE_SIZE; i++) {
+        lt_entry *e = &lt->entries[i];
+        if (e->used && memcmp(&e->key, key, sizeof *key) == 0) {
+            *out = e;
+            return CGM_SUCCESS;
+        }
+    }
+    int slot = -1;
+    for (int i = 0; i < LT_CACHE_SIZE && slot < 0; i++)
+        if (!lt->entries[i].used) slot = i;
+    if (slot < 0) {
+        slot = lt->next_victim;
+        lt->next_victim = (lt->next_victim + 1) % LT_CACHE_SIZE;
+        entry_clear(&lt->entries[slot]);
+    }
+    cgm_status status = entry_build(lt, &lt->entries[slot], key);
+    if (status == CGM_SUCCESS) *out = &lt->entries[slot];
+    return status;
+}
+
+cgm_status cgm_lt_gemm(cgm_lt *lt, const cgm_lt_gemm_args *g, void *workspace,
+                       size_t workspace_bytes, cudaStream_t stream) {
+    cgm_status status = CGM_SUCCESS;
+    if (g->m == 0 || g->n == 0) return CGM_SUCCESS;
+    lt_key key = make_key(g, workspace_bytes);
+    lt_entry *e = NULL;
+    CGM_TRY(lookup(lt, &key, &e));
+    if (g->bias)
+        CGM_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
+            e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
+            sizeof g->bias));
+    float alpha = 1.0f, beta = g->accumulate ? 1.0f : 0.0f;
+    if (g->k == 0 && !g->accumulate && !g->bias) {
+        /* Empty contraction: cuBLASLt may reject k = 0; the result is 0. */
+        CGM_CUDA_TRY(cudaMemset2DAsync(
+            g->y, (size_t)g->ldy * cgm_dtype_size(g->out_dtype), 0,
+            (size_t)g->n * cgm_dtype_size(g->out_dtype), (size_t)g->m,
+            stream));
+        return CGM_SUCCESS;
+    }
+    CGM_CUBLAS_TRY(cublasLtMatmul(lt->handle, e->desc, &alpha, g->w, e->a,
+                                  g->x, e->b, &beta, g->y, e->c, g->y, e->c,
+                                  &e->algo, workspace, workspace_bytes,
+                                  stream));
+fail:
+    return status;
+}

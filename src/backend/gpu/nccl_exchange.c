@@ -1,0 +1,214 @@
+/* NCCL as a bootstrap: comm queries and bounded host-buffer all-gathers.
+ * NCCL moves only handles and small records here, at init and at the first
+ * call of a shape; the data path of the p2p backend runs no NCCL kernel. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/gpu/gpu.h"
+
+cgm_status cgm_nccl_comm_query(void *nccl_comm, int *rank, int *nranks,
+                               int *cuda_device) {
+    cgm_status status = CGM_SUCCESS;
+    if (!nccl_comm)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "expected an ncclComm_t, found NULL; pass the "
+                         "communicator from ncclCommInitRank");
+    ncclComm_t comm = (ncclComm_t)nccl_comm;
+    CGM_NCCL_TRY(ncclCommUserRank(comm, rank));
+    CGM_NCCL_TRY(ncclCommCount(comm, nranks));
+    CGM_NCCL_TRY(ncclCommCuDevice(comm, cuda_device));
+fail:
+    return status;
+}
+
+/* Waits for `stream` with a deadline, watching NCCL's async error. */
+static cgm_status wait_stream_bounded(ncclComm_t comm, cudaStream_t stream,
+                                      int64_t timeout_ms, const char *what) {
+    cgm_status status = CGM_SUCCESS;
+    int64_t deadline = cgm_now_ns() + timeout_ms * 1000000;
+    for (;;) {
+        cudaError_t q = cudaStreamQuery(stream);
+        if (q == cudaSuccess) return CGM_SUCCESS;
+        if (q != cudaErrorNotReady) CGM_CUDA_TRY(q);
+        ncclResult_t async = ncclSuccess;
+        CGM_NCCL_TRY(ncclCommGetAsyncError(comm, &async));
+        if (async != ncclSuccess && async != ncclInProgress)
+            CGM_NCCL_TRY(async);
+        if (cgm_now_ns() > deadline)
+            return cgm_error(CGM_ERROR_TIMEOUT,
+                             "%s: expected every rank of the NCCL "
+                             "communicator within %lld ms, found at least "
+                             "one missing (NCCL does not say which); make "
+                             "every rank call the same commgemm functions "
+                             "in the same order, or raise COMMGEMM_TIMEOUT_MS",
+                             what, (long long)timeout_ms);
+        usleep(50);
+    }
+fail:
+    return status;
+}
+
+cgm_status cgm_nccl_allgather_host(void *nccl_comm, int nranks,
+                                   const void *send, void *recv, size_t bytes,
+                                   int64_t timeout_ms) {
+    cgm_status status = CGM_SUCCESS;
+    cudaStream_t stream = NULL;
+    char *dev = NULL;
+    CGM_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    CGM_CUDA_TRY(cudaMalloc((void **)&dev, bytes * (size_t)(nranks + 1)));
+    char *dev_send = dev + bytes * (size_t)nranks;
+    CGM_CUDA_TRY(cudaMemcpyAsync(dev_send, send, bytes, cudaMemcpyHostToDevice,
+                                 stream));
+    CGM_NCCL_TRY(ncclAllGather(dev_send, dev, bytes, ncclChar,
+                               (ncclComm_t)nccl_comm, stream));
+    CGM_TRY(wait_stream_bounded((ncclComm_t)nccl_comm, stream, timeout_ms,
+                                "exchanging handles through NCCL"));
+    CGM_CUDA_TRY(cudaMemcpy(recv, dev, bytes * (size_t)nranks,
+                            cudaMemcpyDeviceToHost));
+fail:
+    if (status == CGM_ERROR_TIMEOUT) {
+        /* The all-gather still runs and may write `dev` later: leak it
+         * rather than free memory a kernel still owns. */
+        return status;
+    }
+    if (dev) cudaFree(dev);
+    if (stream) cudaStreamDestroy(stream);
+    return status;
+}
+
+typedef struct node_record {
+    char host[64];
+    char bus_id[32];
+    int ok; /* second round: this rank reaches every peer */
+    int bad_peer;
+} node_record;
+
+cgm_status cgm_check_node_peers(void *nccl_comm, int rank, int nranks,
+                                int cuda_device, int64_t timeout_ms) {
+    cgm_status status = CGM_SUCCESS;
+    node_record mine, *all = calloc((size_t)nranks, sizeof *all);
+    if (!all)
+        return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "calloc of %d records",
+                         nranks);
+    memset(&mine, 0, sizeof mine);
+    gethostname(mine.host, sizeof mine.host - 1);
+    CGM_CUDA_TRY(cudaDeviceGetPCIBusId(mine.bus_id, sizeof mine.bus_id,
+                                       cuda_device));
+    CGM_TRY(cgm_nccl_allgather_host(nccl_comm, nranks, &mine, all,
+                                    sizeof mine, timeout_ms));
+    /* Local verdict, then agree on it so that every rank returns alike. */
+    mine.ok = 1;
+    mine.bad_peer = -1;
+    char why[256] = "";
+    for (int r = 0; r < nranks && mine.ok; r++) {
+        if (r == rank) continue;
+        if (strcmp(all[r].host, mine.host) != 0) {
+            mine.ok = 0;
+            snprintf(why, sizeof why, "rank %d runs on host '%s', rank %d on "
+                     "'%s'", r, all[r].host, rank, mine.host);
+            break;
+        }
+        int peer_dev = -1;
+        if (cudaDeviceGetByPCIBusId(&peer_dev, all[r].bus_id) != cudaSuccess) {
+            (void)cudaGetLastError();
+            mine.ok = 0;
+            snprintf(why, sizeof why, "rank %d's GPU %s is not visible to "
+                     "rank %d (CUDA_VISIBLE_DEVICES?)", r, all[r].bus_id,
+                     rank);
+            break;
+        }
+        if (peer_dev == cuda_device) continue;
+        int can = 0;
+        CGM_CUDA_TRY(cudaDeviceCanAccessPeer(&can, cuda_device, peer_dev));
+        if (!can) {
+            mine.ok = 0;
+            snprintf(why, sizeof why, "rank %d's GPU %d cannot access rank "
+                     "%d's GPU %d (cudaDeviceCanAccessPeer = 0)", rank,
+                     cuda_device, r, peer_dev);
+        }
+        if (!mine.ok) mine.bad_peer = r;
+    }
+    CGM_TRY(cgm_nccl_allgather_host(nccl_comm, nranks, &mine, all,
+                                    sizeof mine, timeout_ms));
+    for (int r = 0; r < nranks; r++) {
+        if (all[r].ok) continue;
+        status = cgm_error(CGM_ERROR_UNAVAILABLE,
+                           "the p2p backend needs every rank on one host with "
+                           "CUDA peer access between all GPUs, but rank %d "
+                           "reports otherwise%s%s; use the nccl backend "
+                           "(COMMGEMM_BACKEND=nccl) across hosts or without "
+                           "peer access",
+                           r, r == rank ? ": " : "", r == rank ? why : "");
+        goto fail;
+    }
+fail:
+    free(all);
+    return status;
+}
+
+typedef struct ipc_record {
+    cudaIpcMemHandle_t handle;
+    uint64_t bytes;
+} ipc_record;
+
+cgm_status cgm_peer_mem_create(void *nccl_comm, int rank, int nranks,
+                               size_t bytes, int64_t timeout_ms,
+                               cgm_peer_mem *out) {
+    cgm_status status = CGM_SUCCESS;
+    ipc_record mine, *all = NULL;
+    memset(out, 0, sizeof *out);
+    memset(&mine, 0, sizeof mine);
+    out->rank = rank;
+    out->nranks = nranks;
+    out->bytes = bytes;
+    out->peer = calloc((size_t)nranks, sizeof(void *));
+    all = calloc((size_t)nranks, sizeof *all);
+    if (!out->peer || !all) {
+        status = cgm_error(CGM_ERROR_OUT_OF_MEMORY, "calloc for %d peers",
+                           nranks);
+        goto fail;
+    }
+    CGM_CUDA_TRY(cudaMalloc(&out->local, bytes));
+    CGM_CUDA_TRY(cudaMemset(out->local, 0, bytes));
+    CGM_CUDA_TRY(cudaDeviceSynchronize());
+    CGM_CUDA_TRY(cudaIpcGetMemHandle(&mine.handle, out->local));
+    mine.bytes = bytes;
+    CGM_TRY(cgm_nccl_allgather_host(nccl_comm, nranks, &mine, all,
+                                    sizeof mine, timeout_ms));
+    for (int r = 0; r < nranks; r++) {
+        if (all[r].bytes != bytes) {
+            status = cgm_error(CGM_ERROR_MISMATCH,
+                               "expected every rank to register a %llu-byte "
+                               "workspace, found %llu bytes on rank %d; give "
+                               "every rank the same COMMGEMM_MAX_M/N/K",
+                               (unsigned long long)bytes,
+                               (unsigned long long)all[r].bytes, r);
+            goto fail;
+        }
+    }
+    for (int r = 0; r < nranks; r++) {
+        if (r == rank) {
+            out->peer[r] = out->local;
+            continue;
+        }
+        CGM_CUDA_TRY(cudaIpcOpenMemHandle(&out->peer[r], all[r].handle,
+                                          cudaIpcMemLazyEnablePeerAccess));
+    }
+    free(all);
+    return CGM_SUCCESS;
+fail:
+    free(all);
+    cgm_peer_mem_destroy(out);
+    return status;
+}
+
+void cgm_peer_mem_destroy(cgm_peer_mem *pm) {
+    if (pm->peer) {
+        for (int r = 0; r < pm->nranks; r++)
+            if (r != pm->rank && pm->peer[r]) cudaIpcCloseMemHandle(pm->peer[r]);
+        free(pm->peer);
+    }
+    if (pm->local) cudaFree(pm->local);
+    memset(pm, 0, sizeof *pm);
+}

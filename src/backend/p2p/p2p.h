@@ -1,0 +1,88 @@
+/* The p2p backend (userbuffers design): internal header.
+ *
+ * Per comm, one workspace registered once (CUDA IPC, handles exchanged
+ * through NCCL at init) and mapped into every rank:
+ *     [ flags | gather | recv slots ]      (peer visible, same on all ranks)
+ * plus local fp32 partial slots, a device state (epoch, abort word) and a
+ * host-mapped abort record. Ops execute plan_build() schedules: queue 0 is
+ * the comm stream (copy-engine copies, flag kernels), queues >= 1 are
+ * high-priority compute streams (cuBLASLt chunks, reduce kernels). */
+#ifndef COMMGEMM_P2P_H
+#define COMMGEMM_P2P_H
+
+#include "backend/gpu/gpu.h"
+#include "device/device.h"
+#include "plan/plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define P2P_MAX_QUEUES 4      /* comm + up to 3 compute queues */
+#define P2P_MAX_SPLITS 16     /* pieces per shard */
+#define P2P_PLAN_CACHE 64     /* schedules kept per comm */
+#define P2P_SIGNATURE_CACHE 256
+#define P2P_LT_WORKSPACE (32u << 20)
+
+typedef struct p2p_plan_entry {
+    bool used;
+    plan_request req; /* the key */
+    plan plan;
+    cudaEvent_t *events; /* per step; NULL where no other queue waits on it */
+    uint64_t last_use;
+} p2p_plan_entry;
+
+typedef struct p2p_state {
+    cgm_comm *comm;
+    int rank, nranks, device;
+    int64_t timeout_ms;
+
+    cgm_peer_mem ws;     /* registered workspace */
+    size_t flag_chunks;  /* flag slots per (source rank, kind) */
+    size_t gather_offset, gather_bytes;
+    size_t recv_offset, recv_bytes;
+    void *partial;       /* local fp32 slots */
+    size_t partial_bytes;
+
+    cgm_dev_state *dev;              /* device memory */
+    cgm_dev_abort_record *abort_host; /* host-mapped: host pointer */
+    cgm_dev_abort_record *abort_dev;  /* ... and its device pointer */
+
+    cudaStream_t queues[P2P_MAX_QUEUES];
+    cudaEvent_t fork, join[P2P_MAX_QUEUES];
+    cgm_lt *lt;
+    void *lt_workspace[P2P_MAX_QUEUES];
+
+    p2p_plan_entry plans[P2P_PLAN_CACHE];
+    uint64_t use_clock;
+    uint64_t checked_signatures[P2P_SIGNATURE_CACHE];
+    int nchecked;
+} p2p_state;
+
+/* The asynchronous error of a p2p comm: CGM_SUCCESS, or the status of a
+ * wait that expired on the device (CGM_ERROR_TIMEOUT naming the rank that
+ * never came, the flag and the chunk), with the detail set. Never blocks.
+ * Signature of the core's backend hook `async_error`. */
+cgm_status cgm_p2p_async_error(cgm_comm *comm, void *state);
+
+/* The schedule for `req`, built (with its events) on a cache miss; a miss
+ * while capturing is CGM_ERROR_INVALID_USAGE (p2p_plans.c). */
+cgm_status p2p_plan_lookup(p2p_state *st, const plan_request *req,
+                           bool capturing, p2p_plan_entry **out);
+/* Checks once per call signature that all ranks agree (when
+ * config.check_agreement), through one small NCCL exchange. */
+cgm_status p2p_check_agreement(p2p_state *st, const cgm_call *call,
+                               bool capturing);
+/* Runs one validated call (p2p_exec.c). */
+cgm_status p2p_execute(p2p_state *st, const cgm_call *call);
+/* Frees the plan cache's plans and events (p2p_exec.c). */
+void p2p_plan_cache_clear(p2p_state *st);
+/* Largest partial / recv slot counts any schedule of `nranks` may need. */
+void p2p_slot_needs(int nranks, int64_t max_m, int *partial_slots,
+                    int *recv_slots);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COMMGEMM_P2P_H */

@@ -1,0 +1,239 @@
+/* The p2p backend: probe, init (workspace registration), finalize, the op
+ * entry points and the asynchronous error. Execution is in p2p_exec.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/p2p/p2p.h"
+
+static const char *flag_kind_name(int kind) {
+    switch (kind) {
+    case PLAN_FLAG_READY: return "READY";
+    case PLAN_FLAG_DONE: return "DONE";
+    case PLAN_FLAG_FREE: return "FREE";
+    default: return "?";
+    }
+}
+
+cgm_status cgm_p2p_async_error(cgm_comm *comm, void *state) {
+    p2p_state *st = state;
+    if (!st || !st->abort_host) return CGM_SUCCESS;
+    if (__atomic_load_n(&st->abort_host->set, __ATOMIC_ACQUIRE) == 0)
+        return CGM_SUCCESS;
+    const cgm_dev_abort_record *r = st->abort_host;
+    return cgm_error(CGM_ERROR_TIMEOUT,
+                     "p2p backend: rank %d waited %.1f ms for rank %d's %s "
+                     "flag of chunk %d (op epoch %llu, flag held %llu) and "
+                     "gave up: expected every rank to run the same ops in "
+                     "the same order within timeout_ms = %lld "
+                     "(COMMGEMM_TIMEOUT_MS), found rank %d never came; the "
+                     "comm is broken: destroy it (and check rank %d)",
+                     r->waiting_rank, (double)r->waited_ns / 1e6, r->peer,
+                     flag_kind_name(r->flag_kind), r->chunk,
+                     (unsigned long long)r->epoch,
+                     (unsigned long long)r->flag_value,
+                     (long long)(comm ? comm->config.timeout_ms : 0),
+                     r->peer, r->peer);
+}
+
+static cgm_status p2p_probe(const cgm_comm *comm) {
+    /* nccl_comm is set exactly for NCCL bootstraps (bootstrap_kind is not
+     * relied on: the core may leave it unset). */
+    if (!comm->nccl_comm)
+        return cgm_error(CGM_ERROR_UNAVAILABLE,
+                         "the p2p backend needs a comm created from an "
+                         "ncclComm_t (CGM_BOOTSTRAP_NCCL / "
+                         "cgm_comm_init_nccl), found a %s bootstrap; create "
+                         "the comm from NCCL or use the host backend",
+                         "LOCAL");
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+        (void)cudaGetLastError();
+        return cgm_error(CGM_ERROR_UNAVAILABLE,
+                         "the p2p backend needs a CUDA device, found none "
+                         "(cudaGetDeviceCount returned %d: %s); run on a "
+                         "GPU machine or use the host backend",
+                         (int)err, cudaGetErrorString(err));
+    }
+    if (comm->cuda_device < 0 || comm->cuda_device >= count)
+        return cgm_error(CGM_ERROR_UNAVAILABLE,
+                         "the p2p backend needs the NCCL communicator's "
+                         "device, found device %d of %d visible; create the "
+                         "NCCL comm on a visible device",
+                         comm->cuda_device, count);
+    for (int d = 0; d < count; d++) {
+        if (d == comm->cuda_device) continue;
+        int can = 0;
+        if (cudaDeviceCanAccessPeer(&can, comm->cuda_device, d) !=
+            cudaSuccess) {
+            (void)cudaGetLastError();
+            can = 0;
+        }
+        if (!can && comm->nranks > 1)
+            CGM_INFO(CGM_SUB_P2P, "device %d has no peer access to device "
+                     "%d (init checks the devices the ranks actually use)",
+                     comm->cuda_device, d);
+    }
+    return CGM_SUCCESS;
+}
+
+/* Sets the comm's device for the duration of a call. */
+static cgm_status enter_device(const p2p_state *st, int *previous) {
+    cgm_status status = CGM_SUCCESS;
+    CGM_CUDA_TRY(cudaGetDevice(previous));
+    if (*previous != st->device) CGM_CUDA_TRY(cudaSetDevice(st->device));
+fail:
+    return status;
+}
+
+static void leave_device(const p2p_state *st, int previous) {
+    if (previous >= 0 && previous != st->device) cudaSetDevice(previous);
+}
+
+static void state_free(p2p_state *st) {
+    p2p_plan_cache_clear(st);
+    for (int q = 0; q < P2P_MAX_QUEUES; q++) {
+        if (st->queues[q]) cudaStreamDestroy(st->queues[q]);
+        if (st->join[q]) cudaEventDestroy(st->join[q]);
+        if (st->lt_workspace[q]) cudaFree(st->lt_workspace[q]);
+    }
+    if (st->fork) cudaEventDestroy(st->fork);
+    cgm_lt_destroy(st->lt);
+    if (st->partial) cudaFree(st->partial);
+    if (st->dev) cudaFree(st->dev);
+    if (st->abort_host) cudaFreeHost(st->abort_host);
+    cgm_peer_mem_destroy(&st->ws);
+    free(st);
+}
+
+static cgm_status p2p_init(cgm_comm *comm, void **state) {
+    cgm_status status = CGM_SUCCESS;
+    int previous = -1;
+    p2p_state *st = calloc(1, sizeof *st);
+    if (!st) return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "calloc p2p_state");
+    st->comm = comm;
+    st->rank = comm->rank;
+    st->nranks = comm->nranks;
+    st->device = comm->cuda_device;
+    st->timeout_ms = comm->config.timeout_ms;
+    CGM_TRY(enter_device(st, &previous));
+    CGM_TRY(cgm_check_node_peers(comm->nccl_comm, st->rank, st->nranks,
+                                 st->device, st->timeout_ms));
+
+    /* Sizes, from the config's maxima (fp32 elements: the widest dtype). */
+    const cgm_resolved_config *c = &comm->config;
+    int64_t width = c->max_k > c->max_n ? c->max_k : c->max_n;
+    int64_t slot_rows = cgm_ceil_div(c->max_m, st->nranks);
+    int partial_slots = 0, recv_slots = 0;
+    p2p_slot_needs(st->nranks, c->max_m, &partial_slots, &recv_slots);
+    /* AR flags its gather phase with chunk ids P*S + chunk (plan.h). */
+    st->flag_chunks = 2 * (size_t)st->nranks * P2P_MAX_SPLITS + 2;
+    size_t flag_bytes = (size_t)st->nranks * PLAN_FLAG_COUNT *
+                        st->flag_chunks * sizeof(unsigned long long);
+    st->gather_offset = (flag_bytes + 255) & ~(size_t)255;
+    st->gather_bytes = (size_t)c->max_m * (size_t)width * 4;
+    st->recv_offset = st->gather_offset +
+                      ((st->gather_bytes + 255) & ~(size_t)255);
+    st->recv_bytes = (size_t)recv_slots * (size_t)slot_rows *
+                     (size_t)c->max_n * 4;
+    st->partial_bytes = (size_t)partial_slots * (size_t)slot_rows *
+                        (size_t)c->max_n * 4;
+    size_t total = st->recv_offset + st->recv_bytes + 256;
+    CGM_INFO(CGM_SUB_P2P, "p2p workspace: %zu MiB registered (gather %zu, "
+             "%d recv slots of %lld x %lld fp32) + %zu MiB local partials, "
+             "from max_m=%lld max_n=%lld max_k=%lld",
+             total >> 20, st->gather_bytes >> 20, recv_slots,
+             (long long)slot_rows, (long long)c->max_n,
+             st->partial_bytes >> 20, (long long)c->max_m,
+             (long long)c->max_n, (long long)c->max_k);
+    CGM_TRY(cgm_peer_mem_create(comm->nccl_comm, st->rank, st->nranks, total,
+                                st->timeout_ms, &st->ws));
+    if (st->partial_bytes)
+        CGM_CUDA_TRY(cudaMalloc(&st->partial, st->partial_bytes));
+    CGM_CUDA_TRY(cudaMalloc((void **)&st->dev, sizeof *st->dev));
+    CGM_CUDA_TRY(cudaMemset(st->dev, 0, sizeof *st->dev));
+    CGM_CUDA_TRY(cudaHostAlloc((void **)&st->abort_host,
+                               sizeof *st->abort_host, cudaHostAllocMapped));
+    memset((void *)st->abort_host, 0, sizeof *st->abort_host);
+    CGM_CUDA_TRY(cudaHostGetDevicePointer((void **)&st->abort_dev,
+                                          st->abort_host, 0));
+
+    int least = 0, greatest = 0;
+    CGM_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    for (int q = 0; q < P2P_MAX_QUEUES; q++) {
+        /* The comm stream only issues copies and flag kernels; compute
+         * streams get the highest priority so GEMM chunks go first. */
+        CGM_CUDA_TRY(cudaStreamCreateWithPriority(
+            &st->queues[q], cudaStreamNonBlocking, q == 0 ? least : greatest));
+        CGM_CUDA_TRY(cudaEventCreateWithFlags(&st->join[q],
+                                              cudaEventDisableTiming));
+        if (q > 0)
+            CGM_CUDA_TRY(cudaMalloc(&st->lt_workspace[q], P2P_LT_WORKSPACE));
+    }
+    CGM_CUDA_TRY(cudaEventCreateWithFlags(&st->fork, cudaEventDisableTiming));
+    CGM_TRY(cgm_lt_create(&st->lt));
+    CGM_CUDA_TRY(cudaDeviceSynchronize());
+    leave_device(st, previous);
+    *state = st;
+    return CGM_SUCCESS;
+fail:
+    state_free(st);
+    if (previous >= 0 && previous != comm->cuda_device) cudaSetDevice(previous);
+    *state = NULL;
+    return status;
+}
+
+static cgm_status p2p_finalize(cgm_comm *comm, void *state) {
+    p2p_state *st = state;
+    cgm_status status = CGM_SUCCESS;
+    int previous = -1;
+    if (!st) return CGM_SUCCESS;
+    if (enter_device(st, &previous) == CGM_SUCCESS) {
+        /* Waits are bounded, so this is too. */
+        for (int q = 0; q < P2P_MAX_QUEUES; q++)
+            if (st->queues[q]) (void)cudaStreamSynchronize(st->queues[q]);
+        /* No peer may still read or write our workspace when it is freed:
+         * meet once more, unless the comm is broken (peers may be gone). */
+        bool broken = comm->broken != CGM_SUCCESS ||
+                      (st->abort_host && st->abort_host->set);
+        if (!broken && st->nranks > 1) {
+            int one = 1, *all = calloc((size_t)st->nranks, sizeof(int));
+            if (all) {
+                status = cgm_nccl_allgather_host(comm->nccl_comm, st->nranks,
+                                                 &one, all, sizeof one,
+                                                 st->timeout_ms);
+                free(all);
+            }
+        }
+    }
+    int device = st->device;
+    state_free(st);
+    if (previous >= 0 && previous != device) cudaSetDevice(previous);
+    return status;
+}
+
+/* The entry points share one path: the call carries the op. */
+static cgm_status p2p_run(cgm_comm *comm, void *state, const cgm_call *call) {
+    p2p_state *st = state;
+    int previous = -1;
+    cgm_status status = cgm_p2p_async_error(comm, st);
+    if (status != CGM_SUCCESS) return status;
+    CGM_TRY(enter_device(st, &previous));
+    status = p2p_execute(st, call);
+fail:
+    leave_device(st, previous);
+    return status;
+}
+
+const cgm_backend_vtable cgm_p2p_backend = {
+    .id = CGM_BACKEND_P2P,
+    .name = "p2p",
+    .probe = p2p_probe,
+    .init = p2p_init,
+    .all_gather_gemm = p2p_run,
+    .gemm_reduce_scatter = p2p_run,
+    .gemm_all_reduce = p2p_run,
+    .bulk = p2p_run,
+    .async_error = cgm_p2p_async_error,
+    .finalize = p2p_finalize,
+};

@@ -1,0 +1,545 @@
+/* The p2p executor: maps a plan_build() schedule onto streams, events,
+ * copy-engine copies between peer-mapped pointers, flag kernels, cuBLASLt
+ * chunks and reduce kernels. Everything a call needs (plan, events,
+ * cuBLASLt descriptors, the agreement check) is made at its first, eager
+ * call (p2p_plans.c); later calls, and graph captures, only enqueue. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/p2p/p2p.h"
+
+/* ---------------------------------------------------------- buffer views */
+
+/* How one plan buffer maps to memory on this rank (and, for peer-visible
+ * workspace buffers, at the same offset on every rank). */
+typedef struct view {
+    bool present;
+    char *base;        /* local address */
+    bool in_workspace; /* peer visible: base = ws.local + ws_offset */
+    size_t ws_offset;
+    size_t es;
+    cgm_dtype dtype;
+    int64_t ld, width;   /* elements; width = extent of the other dim */
+    bool split_cols;     /* NT X: the split dimension is the column */
+    int64_t row_base;    /* global row of index 0 (not for slots) */
+    int64_t capacity;    /* rows (of the split dim) the buffer holds */
+    bool slots;          /* PARTIAL / RECV */
+    int nslots;
+    size_t slot_stride;  /* bytes */
+} view;
+
+typedef struct exec_ctx {
+    p2p_state *st;
+    const cgm_call *call;
+    const plan *p;
+    bool dry; /* check every step, enqueue nothing */
+    view views[PLAN_BUF_COUNT];
+} exec_ctx;
+
+static cgm_status setup_views(exec_ctx *x, plan_op op) {
+    p2p_state *st = x->st;
+    const cgm_call *c = x->call;
+    const cgm_resolved_config *cfg = &st->comm->config;
+    int r = st->rank, P = st->nranks;
+    view *in = &x->views[PLAN_BUF_INPUT], *out = &x->views[PLAN_BUF_OUTPUT];
+    view *ga = &x->views[PLAN_BUF_GATHER], *pa = &x->views[PLAN_BUF_PARTIAL];
+    view *rv = &x->views[PLAN_BUF_RECV];
+    memset(x->views, 0, sizeof x->views);
+    bool bulk = op == PLAN_OP_BULK_AG || op == PLAN_OP_BULK_RS;
+    int64_t m = bulk ? c->coll_m : c->m;
+    int64_t off_r = plan_shard_offset(m, r, P), m_r = plan_shard_rows(m, r, P);
+    int64_t slot_rows = cgm_ceil_div(m, P);
+    const cgm_matrix *src = bulk ? &c->send : &c->x;
+    const cgm_matrix *dst = bulk ? &c->recv : &c->y;
+    cgm_dtype row_dtype = bulk ? c->coll_dtype : c->in_dtype;
+    bool nt = !bulk && c->layout == CGM_LAYOUT_NT;
+    int64_t in_width = bulk ? c->coll_cols : c->k;
+
+    *in = (view){.present = true, .base = src->data, .dtype = row_dtype,
+                 .es = cgm_dtype_size(row_dtype),
+                 .ld = src->ld ? src->ld : src->cols, .width = in_width,
+                 .split_cols = nt};
+    bool in_shard = op == PLAN_OP_AG_GEMM || op == PLAN_OP_BULK_AG;
+    in->row_base = in_shard ? off_r : 0;
+    in->capacity = in_shard ? m_r : m;
+
+    cgm_dtype out_dtype = bulk ? c->coll_dtype : c->out_dtype;
+    int64_t out_width = bulk ? c->coll_cols : c->n;
+    *out = (view){.present = true, .base = dst->data, .dtype = out_dtype,
+                  .es = cgm_dtype_size(out_dtype),
+                  .ld = dst->ld ? dst->ld : dst->cols, .width = out_width};
+    bool out_shard = op == PLAN_OP_GEMM_RS || op == PLAN_OP_BULK_RS;
+    out->row_base = out_shard ? off_r : 0;
+    out->capacity = out_shard ? m_r : m;
+
+    /* GATHER: AG X rows (k wide; [k, m] for NT), AR reduced Y rows, bulk-AG
+     * send rows; ld = the row width (NT: m) so that it is dense. */
+    size_t need = 0;
+    if (op == PLAN_OP_AG_GEMM || op == PLAN_OP_BULK_AG) {
+        *ga = *in;
+        ga->ld = nt ? m : in_width;
+    } else if (op == PLAN_OP_GEMM_AR) {
+        *ga = *out;
+        ga->ld = out_width;
+    }
+    if (ga->present) {
+        ga->row_base = 0;
+        ga->capacity = m;
+        ga->in_workspace = true;
+        ga->ws_offset = st->gather_offset;
+        ga->base = (char *)st->ws.local + st->gather_offset;
+        need = (size_t)m * (size_t)ga->width * ga->es;
+        if (need > st->gather_bytes)
+            return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                             "p2p: the %s needs %zu bytes of gather "
+                             "workspace (%lld rows x %lld x %s), expected at "
+                             "most %zu (sized from max_m=%lld, max_k=%lld, "
+                             "max_n=%lld); raise cgm_config.max_m/max_k/max_n "
+                             "(COMMGEMM_MAX_M/_MAX_K/_MAX_N)",
+                             plan_op_name(op), need, (long long)m,
+                             (long long)ga->width, cgm_dtype_name(ga->dtype),
+                             st->gather_bytes, (long long)cfg->max_m,
+                             (long long)cfg->max_k, (long long)cfg->max_n);
+    }
+    /* Slots: fp32 rows of the output width (bulk-RS: the send dtype). */
+    cgm_dtype slot_dtype = op == PLAN_OP_BULK_RS ? c->coll_dtype
+                                                 : CGM_DTYPE_FP32;
+    size_t slot_es = cgm_dtype_size(slot_dtype);
+    /* Contiguous (plan.h): slot s starts at row s * slot_rows. */
+    size_t stride = (size_t)slot_rows * (size_t)out_width * slot_es;
+    view slot = {.present = true, .dtype = slot_dtype, .es = slot_es,
+                 .ld = out_width, .width = out_width, .capacity = slot_rows,
+                 .slots = true, .slot_stride = stride};
+    *pa = slot;
+    pa->base = st->partial;
+    pa->nslots = x->p->partial_slots;
+    *rv = slot;
+    rv->nslots = x->p->recv_slots;
+    rv->in_workspace = true;
+    rv->ws_offset = st->recv_offset;
+    rv->base = (char *)st->ws.local + st->recv_offset;
+    if ((size_t)x->p->recv_slots * stride > st->recv_bytes ||
+        (size_t)x->p->partial_slots * stride > st->partial_bytes) {
+        if (out_width > cfg->max_n || m > cfg->max_m)
+            return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                             "p2p: %s with m=%lld rows of %lld columns, "
+                             "expected m <= max_m=%lld and columns <= "
+                             "max_n=%lld (the workspace is sized from them); "
+                             "raise cgm_config.max_m/max_n (COMMGEMM_MAX_M/"
+                             "COMMGEMM_MAX_N)",
+                             plan_op_name(op), (long long)m,
+                             (long long)out_width, (long long)cfg->max_m,
+                             (long long)cfg->max_n);
+        return cgm_error(CGM_ERROR_INTERNAL,
+                         "p2p: the %s schedule needs %d recv and %d partial "
+                         "slots of %zu bytes, the workspace holds %zu and "
+                         "%zu bytes; please report this",
+                         plan_op_name(op), x->p->recv_slots,
+                         x->p->partial_slots, stride, st->recv_bytes,
+                         st->partial_bytes);
+    }
+    return CGM_SUCCESS;
+}
+
+/* Address of global row `row0` of (loc, shard) for `rows` rows. */
+static cgm_status locate(const exec_ctx *x, const plan_loc *loc, int shard,
+                         int64_t row0, int64_t rows, int step, char **out,
+                         const view **v_out) {
+    const p2p_state *st = x->st;
+    if (loc->buf <= PLAN_BUF_NONE || loc->buf >= PLAN_BUF_COUNT ||
+        !x->views[loc->buf].present)
+        return cgm_error(CGM_ERROR_INTERNAL,
+                         "p2p: step %d names buffer %s, which the %s op does "
+                         "not have", step, plan_buffer_name(loc->buf),
+                         plan_op_name(x->p->req.op));
+    const view *v = &x->views[loc->buf];
+    char *base = v->base;
+    if (loc->rank != st->rank) {
+        if (!v->in_workspace || loc->rank < 0 || loc->rank >= st->nranks)
+            return cgm_error(CGM_ERROR_INTERNAL,
+                             "p2p: step %d accesses %s of rank %d, expected "
+                             "a peer-visible workspace buffer of a valid "
+                             "rank", step, plan_buffer_name(loc->buf),
+                             loc->rank);
+        base = (char *)st->ws.peer[loc->rank] + v->ws_offset;
+    }
+    int64_t index = row0 - v->row_base, capacity = v->capacity;
+    if (v->slots) {
+        if (loc->slot < 0 || loc->slot >= v->nslots)
+            return cgm_error(CGM_ERROR_INTERNAL,
+                             "p2p: step %d uses %s slot %d of %d", step,
+                             plan_buffer_name(loc->buf), loc->slot,
+                             v->nslots);
+        base += (size_t)loc->slot * v->slot_stride;
+        /* shard -1: the slots seen as one array of global rows. */
+        index = shard < 0 ? row0
+                          : row0 - plan_shard_offset(x->p->req.m, shard,
+                                                     st->nranks);
+        capacity = shard < 0 ? (int64_t)(v->nslots - loc->slot) * v->capacity
+                             : v->capacity;
+    }
+    if (index < 0 || index + rows > capacity)
+        return cgm_error(CGM_ERROR_INTERNAL,
+                         "p2p: step %d addresses rows [%lld, %lld) of %s "
+                         "(shard %d, slot %d), outside its %lld rows",
+                         step, (long long)row0, (long long)(row0 + rows),
+                         plan_buffer_name(loc->buf), shard, loc->slot,
+                         (long long)capacity);
+    *out = v->split_cols ? base + (size_t)index * v->es
+                         : base + (size_t)index * (size_t)v->ld * v->es;
+    *v_out = v;
+    return CGM_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ steps */
+
+/* One cell per (sender, kind, chunk + 1) in the receiver's flag area
+ * (p2p_plan_lookup checked that chunk + 1 < flag_chunks). */
+static size_t flag_offset(const p2p_state *st, int src_rank, plan_flag flag) {
+    size_t chunk = (size_t)(flag.chunk + 1);
+    return (((size_t)src_rank * PLAN_FLAG_COUNT + (size_t)flag.kind) *
+                st->flag_chunks + chunk) * sizeof(unsigned long long);
+}
+
+static cgm_status run_copy(exec_ctx *x, const plan_step *s, int i,
+                           cudaStream_t stream) {
+    cgm_status status = CGM_SUCCESS;
+    char *src = NULL, *dst = NULL;
+    const view *vs = NULL, *vd = NULL;
+    if (s->rows <= 0) return CGM_SUCCESS;
+    CGM_TRY(locate(x, &s->src, s->shard, s->row0, s->rows, i, &src, &vs));
+    CGM_TRY(locate(x, &s->dst, s->shard, s->row0, s->rows, i, &dst, &vd));
+    if (vs->es != vd->es || vs->width != vd->width ||
+        vs->split_cols != vd->split_cols) {
+        status = cgm_error(CGM_ERROR_INTERNAL,
+                           "p2p: copy step %d from %s to %s: element sizes "
+                           "%zu/%zu or widths %lld/%lld differ", i,
+                           plan_buffer_name(s->src.buf),
+                           plan_buffer_name(s->dst.buf), vs->es, vd->es,
+                           (long long)vs->width, (long long)vd->width);
+        goto fail;
+    }
+    size_t width = vs->split_cols ? (size_t)s->rows * vs->es
+                                  : (size_t)vs->width * vs->es;
+    size_t height = vs->split_cols ? (size_t)vs->width : (size_t)s->rows;
+    if (x->dry) return CGM_SUCCESS;
+    CGM_CUDA_TRY(cudaMemcpy2DAsync(dst, (size_t)vd->ld * vd->es, src,
+                                   (size_t)vs->ld * vs->es, width, height,
+                                   cudaMemcpyDefault, stream));
+fail:
+    return status;
+}
+
+static cgm_status run_gemm(exec_ctx *x, const plan_step *s, int i, int queue,
+                           cudaStream_t stream) {
+    cgm_status status = CGM_SUCCESS;
+    const cgm_call *c = x->call;
+    p2p_state *st = x->st;
+    cgm_lt_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.layout = c->layout;
+    g.in_dtype = c->in_dtype;
+    g.allow_tf32 = c->allow_tf32;
+    g.n = c->n;
+    g.k = c->k;
+    g.w = c->w.data;
+    g.ldw = c->w.ld ? c->w.ld : c->w.cols;
+    bool bulk = x->p->req.op == PLAN_OP_BULK_AG ||
+                x->p->req.op == PLAN_OP_BULK_RS;
+    if (bulk) {
+        if (!c->has_gemm) return CGM_SUCCESS;
+        g.m = c->m;
+        g.x = c->x.data;
+        g.ldx = c->x.ld ? c->x.ld : c->x.cols;
+        g.y = c->y.data;
+        g.ldy = c->y.ld ? c->y.ld : c->y.cols;
+        g.out_dtype = c->out_dtype;
+        g.bias = c->has_bias ? c->bias.data : NULL;
+        g.accumulate = c->accumulate;
+    } else {
+        char *xp = NULL, *yp = NULL;
+        const view *vx = NULL, *vy = NULL;
+        if (s->rows <= 0) return CGM_SUCCESS;
+        CGM_TRY(locate(x, &s->src, s->shard, s->row0, s->rows, i, &xp, &vx));
+        CGM_TRY(locate(x, &s->dst, s->shard, s->row0, s->rows, i, &yp, &vy));
+        g.m = s->rows;
+        g.x = xp;
+        g.ldx = vx->ld;
+        g.y = yp;
+        g.ldy = vy->ld;
+        g.out_dtype = vy->dtype;
+        if (s->final) {
+            g.bias = c->has_bias ? c->bias.data : NULL;
+            g.accumulate = c->accumulate;
+        }
+    }
+    if (x->dry) return CGM_SUCCESS;
+    CGM_TRY(cgm_lt_gemm(st->lt, &g, st->lt_workspace[queue], P2P_LT_WORKSPACE,
+                        stream));
+fail:
+    return status;
+}
+
+static cgm_status run_reduce(exec_ctx *x, const plan_step *s, int i,
+                             cudaStream_t stream) {
+    cgm_status status = CGM_SUCCESS;
+    const cgm_call *c = x->call;
+    cgm_dev_reduce_args a;
+    char *dst = NULL;
+    const view *vd = NULL;
+    if (s->rows <= 0) return CGM_SUCCESS;
+    if (s->ref_count < 1 || s->ref_count > CGM_DEV_MAX_SOURCES ||
+        s->ref_first < 0 || s->ref_first + s->ref_count > x->p->nrefs)
+        return cgm_error(CGM_ERROR_INTERNAL,
+                         "p2p: reduce step %d sums %d sources from ref %d "
+                         "(the plan has %d refs, the kernel takes <= %d)",
+                         i, s->ref_count, s->ref_first, x->p->nrefs,
+                         CGM_DEV_MAX_SOURCES);
+    memset(&a, 0, sizeof a);
+    CGM_TRY(locate(x, &s->dst, s->shard, s->row0, s->rows, i, &dst, &vd));
+    a.nsources = s->ref_count;
+    a.rows = s->rows;
+    a.cols = vd->width;
+    a.dst = dst;
+    a.dst_ld = vd->ld;
+    a.dst_dtype = (int)vd->dtype;
+    bool bulk = x->p->req.op == PLAN_OP_BULK_AG ||
+                x->p->req.op == PLAN_OP_BULK_RS;
+    if (s->final && !bulk) {
+        a.accumulate = c->accumulate;
+        a.bias = c->has_bias ? c->bias.data : NULL;
+    }
+    for (int j = 0; j < s->ref_count; j++) {
+        char *src = NULL;
+        const view *vs = NULL;
+        CGM_TRY(locate(x, &x->p->refs[s->ref_first + j], s->shard, s->row0,
+                       s->rows, i, &src, &vs));
+        if (j == 0) a.src_dtype = (int)vs->dtype;
+        if ((int)vs->dtype != a.src_dtype || vs->width != vd->width) {
+            status = cgm_error(CGM_ERROR_INTERNAL,
+                               "p2p: reduce step %d mixes source dtypes or "
+                               "widths", i);
+            goto fail;
+        }
+        a.src[j] = src;
+        a.src_ld[j] = vs->ld;
+    }
+    if (x->dry) return CGM_SUCCESS;
+    CGM_CUDA_TRY(cgm_dev_reduce(&a, x->st->dev, stream));
+fail:
+    return status;
+}
+
+static cgm_status run_step(exec_ctx *x, p2p_plan_entry *e, int i) {
+    cgm_status status = CGM_SUCCESS;
+    p2p_state *st = x->st;
+    const plan_step *s = &e->plan.steps[i];
+    cudaStream_t stream = st->queues[s->queue];
+    for (int d = 0; d < s->ndeps && !x->dry; d++) {
+        int dep = s->deps[d];
+        if (e->plan.steps[dep].queue != s->queue)
+            CGM_CUDA_TRY(cudaStreamWaitEvent(stream, e->events[dep], 0));
+    }
+    switch (s->kind) {
+    case PLAN_COPY: CGM_TRY(run_copy(x, s, i, stream)); break;
+    case PLAN_GEMM: CGM_TRY(run_gemm(x, s, i, s->queue, stream)); break;
+    case PLAN_REDUCE: CGM_TRY(run_reduce(x, s, i, stream)); break;
+    case PLAN_SIGNAL:
+    case PLAN_WAIT:
+        if (s->peer < 0 || s->peer >= st->nranks || s->flag.kind < 0 ||
+            s->flag.kind >= PLAN_FLAG_COUNT) {
+            status = cgm_error(CGM_ERROR_INTERNAL,
+                               "p2p: step %d signals/waits peer %d flag %d",
+                               i, s->peer, (int)s->flag.kind);
+            goto fail;
+        }
+        if (x->dry) break;
+        if (s->kind == PLAN_SIGNAL) {
+            char *flag = (char *)st->ws.peer[s->peer] +
+                         flag_offset(st, st->rank, s->flag);
+            CGM_CUDA_TRY(cgm_dev_signal(st->dev, (unsigned long long *)flag,
+                                        stream));
+        } else {
+            char *flag = (char *)st->ws.local +
+                         flag_offset(st, s->peer, s->flag);
+            CGM_CUDA_TRY(cgm_dev_wait(
+                st->dev, (const unsigned long long *)flag, st->abort_dev,
+                st->rank, s->peer, (int)s->flag.kind, s->flag.chunk,
+                (unsigned long long)st->timeout_ms * 1000000ull, stream));
+        }
+        break;
+    default:
+        status = cgm_error(CGM_ERROR_INTERNAL, "p2p: step %d has kind %d", i,
+                           (int)s->kind);
+        goto fail;
+    }
+    if (e->events[i] && !x->dry) CGM_CUDA_TRY(cudaEventRecord(e->events[i], stream));
+fail:
+    return status;
+}
+
+/* AG's optional gathered input: own rows from INPUT, the others from
+ * GATHER, on the comm queue once the copies into GATHER are done. */
+static cgm_status copy_gathered(exec_ctx *x, p2p_plan_entry *e) {
+    cgm_status status = CGM_SUCCESS;
+    p2p_state *st = x->st;
+    const cgm_call *c = x->call;
+    cudaStream_t stream = st->queues[0];
+    for (int i = 0; i < e->plan.nsteps; i++) {
+        const plan_step *s = &e->plan.steps[i];
+        if (s->kind == PLAN_COPY && s->dst.buf == PLAN_BUF_GATHER &&
+            s->queue != 0)
+            CGM_CUDA_TRY(cudaStreamWaitEvent(stream, e->events[i], 0));
+    }
+    const view *ga = &x->views[PLAN_BUF_GATHER];
+    const cgm_matrix *xg = &c->x_gathered;
+    size_t ldg = (size_t)(xg->ld ? xg->ld : xg->cols) * ga->es;
+    for (int j = 0; j < st->nranks; j++) {
+        int64_t rows = plan_shard_rows(c->m, j, st->nranks);
+        int64_t off = plan_shard_offset(c->m, j, st->nranks);
+        if (rows == 0) continue;
+        const char *src;
+        size_t spitch;
+        if (j == st->rank) {
+            src = x->views[PLAN_BUF_INPUT].base;
+            spitch = (size_t)x->views[PLAN_BUF_INPUT].ld * ga->es;
+        } else {
+            src = ga->base + (ga->split_cols ? (size_t)off * ga->es
+                                             : (size_t)off * ga->ld * ga->es);
+            spitch = (size_t)ga->ld * ga->es;
+        }
+        char *dst = (char *)xg->data +
+                    (ga->split_cols ? (size_t)off * ga->es : (size_t)off * ldg);
+        size_t width = ga->split_cols ? (size_t)rows * ga->es
+                                      : (size_t)ga->width * ga->es;
+        size_t height = ga->split_cols ? (size_t)ga->width : (size_t)rows;
+        CGM_CUDA_TRY(cudaMemcpy2DAsync(dst, ldg, src, spitch, width, height,
+                                       cudaMemcpyDefault, stream));
+    }
+fail:
+    return status;
+}
+
+/* ------------------------------------------------------------------ call */
+
+static int auto_splits(plan_op op, int64_t m, int nranks) {
+    int64_t shard = cgm_ceil_div(m, nranks);
+    if (op == PLAN_OP_BULK_AG || op == PLAN_OP_BULK_RS) return 1;
+    /* Pieces of >= 2048 rows keep each cuBLASLt chunk efficient; a few
+     * pieces per shard let the first GEMM start early and shorten the tail. */
+    int64_t s = shard / 2048;
+    if (s > 4) s = 4;
+    if (s < 1) s = 1;
+    return (int)s;
+}
+
+static cgm_status make_request(p2p_state *st, const cgm_call *call,
+                               plan_request *req) {
+    memset(req, 0, sizeof *req);
+    req->nranks = st->nranks;
+    req->rank = st->rank;
+    req->has_gemm = true;
+    req->has_collective = true;
+    req->compute_queues = 2;
+    switch (call->op) {
+    case CGM_OP_ALL_GATHER_GEMM:
+        req->op = PLAN_OP_AG_GEMM;
+        req->compute_queues = 1;
+        break;
+    case CGM_OP_GEMM_REDUCE_SCATTER: req->op = PLAN_OP_GEMM_RS; break;
+    case CGM_OP_GEMM_ALL_REDUCE: req->op = PLAN_OP_GEMM_AR; break;
+    case CGM_OP_BULK:
+        req->op = call->collective == CGM_COLLECTIVE_ALL_GATHER
+                      ? PLAN_OP_BULK_AG : PLAN_OP_BULK_RS;
+        req->has_gemm = call->has_gemm;
+        req->has_collective = call->has_collective;
+        break;
+    default:
+        return cgm_error(CGM_ERROR_INTERNAL, "p2p: op %d", (int)call->op);
+    }
+    bool bulk = call->op == CGM_OP_BULK;
+    req->m = bulk ? (call->has_collective ? call->coll_m : 0) : call->m;
+    switch (call->algo) {
+    case CGM_ALGO_AUTO:
+        req->algo = bulk ? PLAN_ALGO_BULK : PLAN_ALGO_SPLIT;
+        break;
+    case CGM_ALGO_SPLIT_PIPELINED:
+        req->algo = bulk ? PLAN_ALGO_BULK : PLAN_ALGO_SPLIT;
+        break;
+    case CGM_ALGO_RING: req->algo = bulk ? PLAN_ALGO_BULK : PLAN_ALGO_RING;
+        break;
+    case CGM_ALGO_BULK:
+        if (!bulk)
+            return cgm_error(CGM_ERROR_NOT_SUPPORTED,
+                             "p2p: algorithm 'bulk' is for cgm_bulk_overlap, "
+                             "found it on %s; use split, ring or no_overlap",
+                             cgm_op_name(call->op));
+        req->algo = PLAN_ALGO_BULK;
+        break;
+    case CGM_ALGO_NO_OVERLAP: req->algo = PLAN_ALGO_NO_OVERLAP; break;
+    default:
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "p2p: algorithm %d",
+                         (int)call->algo);
+    }
+    int splits = call->splits > 0 ? call->splits
+                                  : auto_splits(req->op, req->m, st->nranks);
+    req->splits = splits > P2P_MAX_SPLITS ? P2P_MAX_SPLITS : splits;
+    return CGM_SUCCESS;
+}
+
+cgm_status p2p_execute(p2p_state *st, const cgm_call *call) {
+    cgm_status status = CGM_SUCCESS;
+    cudaStream_t caller = (cudaStream_t)call->stream;
+    bool capturing = cgm_stream_capturing(caller);
+    const cgm_resolved_config *cfg = &st->comm->config;
+    plan_request req;
+    p2p_plan_entry *e = NULL;
+    exec_ctx x;
+
+    if (call->has_gemm && (call->k > cfg->max_k || call->n > cfg->max_n))
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "p2p: %s with n=%lld, k=%lld, expected n <= "
+                         "max_n=%lld and k <= max_k=%lld (the workspace is "
+                         "sized from them); raise cgm_config.max_n/max_k "
+                         "(COMMGEMM_MAX_N/COMMGEMM_MAX_K)",
+                         cgm_op_name(call->op), (long long)call->n,
+                         (long long)call->k, (long long)cfg->max_n,
+                         (long long)cfg->max_k);
+    CGM_TRY(make_request(st, call, &req));
+    if (req.m > cfg->max_m)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "p2p: %s with m=%lld, expected m <= max_m=%lld (the "
+                         "workspace is sized from it); raise cgm_config.max_m "
+                         "(COMMGEMM_MAX_M)", cgm_op_name(call->op),
+                         (long long)req.m, (long long)cfg->max_m);
+    CGM_TRY(p2p_check_agreement(st, call, capturing));
+    CGM_TRY(p2p_plan_lookup(st, &req, capturing, &e));
+    memset(&x, 0, sizeof x);
+    x.st = st;
+    x.call = call;
+    x.p = &e->plan;
+    CGM_TRY(setup_views(&x, req.op));
+    /* Check every step first: after the fork an error would leave the
+     * queues (or a capture) half enqueued. */
+    x.dry = true;
+    for (int i = 0; i < e->plan.nsteps; i++) CGM_TRY(run_step(&x, e, i));
+    x.dry = false;
+
+    /* Fork: a fresh epoch, then every queue starts after the caller's work. */
+    CGM_CUDA_TRY(cgm_dev_epoch_bump(st->dev, caller));
+    CGM_CUDA_TRY(cudaEventRecord(st->fork, caller));
+    int nqueues = 1 + req.compute_queues;
+    for (int q = 0; q < nqueues; q++)
+        CGM_CUDA_TRY(cudaStreamWaitEvent(st->queues[q], st->fork, 0));
+    for (int i = 0; i < e->plan.nsteps; i++) CGM_TRY(run_step(&x, e, i));
+    if (call->op == CGM_OP_ALL_GATHER_GEMM && call->has_x_gathered)
+        CGM_TRY(copy_gathered(&x, e));
+    /* Join: the caller's stream continues after every queue. */
+    for (int q = 0; q < nqueues; q++) {
+        CGM_CUDA_TRY(cudaEventRecord(st->join[q], st->queues[q]));
+        CGM_CUDA_TRY(cudaStreamWaitEvent(caller, st->join[q], 0));
+    }
+    return CGM_SUCCESS;
+fail:
+    return status;
+}

@@ -1,0 +1,87 @@
+/* Device kernels of the GPU backends, C entry points (kernels.cu).
+ *
+ * Cross-rank readiness flags use epochs: each comm keeps a 64-bit epoch in
+ * device memory that a tiny kernel bumps at the start of every op, so that
+ * replays of a captured graph see fresh epochs. A signal stores the current
+ * epoch into the peer's flag (release, system scope); a wait spins until its
+ * own flag >= the epoch (acquire), so flags never go back to zero and no
+ * reset can race with a peer. Every wait is bounded by %globaltimer: on
+ * expiry it records who never came into host-mapped memory and raises the
+ * comm's abort word; every later wait, signal and reduce then does nothing
+ * (the op's output is garbage, and the host reports the error). */
+#ifndef COMMGEMM_DEVICE_H
+#define COMMGEMM_DEVICE_H
+
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Per-comm device state (device memory, this rank only). */
+typedef struct cgm_dev_state {
+    unsigned long long epoch;
+    unsigned int abort; /* 0, or 1 once a wait expired */
+    unsigned int pad;
+} cgm_dev_state;
+
+/* What an expired wait saw (host-mapped memory, written by the device). */
+typedef struct cgm_dev_abort_record {
+    volatile int set; /* written last: 1 when the fields below are valid */
+    volatile int waiting_rank;
+    volatile int peer; /* the rank that never signalled */
+    volatile int flag_kind;
+    volatile int chunk;
+    volatile int pad;
+    volatile unsigned long long epoch;
+    volatile unsigned long long flag_value; /* what the flag held */
+    volatile unsigned long long waited_ns;
+} cgm_dev_abort_record;
+
+/* Bumps state->epoch by one (single thread). */
+cudaError_t cgm_dev_epoch_bump(cgm_dev_state *state, cudaStream_t stream);
+
+/* Stores state->epoch into *remote_flag (a peer-mapped flag), after a
+ * system-scope fence: everything that happened-before on this stream
+ * (copies included) is visible to the peer that sees the flag. Skipped when
+ * the comm aborted. */
+cudaError_t cgm_dev_signal(const cgm_dev_state *state,
+                           unsigned long long *remote_flag,
+                           cudaStream_t stream);
+
+/* Spins until *flag >= state->epoch, or timeout_ns passed (then records
+ * {rank, peer, flag_kind, chunk} into *record and sets state->abort).
+ * Returns at once when the comm aborted. */
+cudaError_t cgm_dev_wait(cgm_dev_state *state,
+                         const unsigned long long *flag,
+                         cgm_dev_abort_record *record, int rank, int peer,
+                         int flag_kind, int chunk,
+                         unsigned long long timeout_ns, cudaStream_t stream);
+
+/* dst[rows, cols] = (accumulate ? dst : 0) + sum_i src_i (+ bias), summed in
+ * fp32 and converted to dst's dtype once. dtypes: 0 fp32, 1 bf16, 2 fp16
+ * (cgm_dtype values). Skipped when the comm aborted. */
+#define CGM_DEV_MAX_SOURCES 64
+typedef struct cgm_dev_reduce_args {
+    int nsources;
+    int src_dtype;
+    int dst_dtype;
+    int accumulate;
+    int64_t rows, cols;
+    const void *src[CGM_DEV_MAX_SOURCES];
+    int64_t src_ld[CGM_DEV_MAX_SOURCES];
+    void *dst;
+    int64_t dst_ld;
+    const void *bias; /* cols values of dst_dtype, or NULL */
+} cgm_dev_reduce_args;
+
+cudaError_t cgm_dev_reduce(const cgm_dev_reduce_args *args,
+                           const cgm_dev_state *state, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COMMGEMM_DEVICE_H */

@@ -1,0 +1,286 @@
+// Device kernels of the GPU backends: epoch, signal, bounded wait, reduce.
+// C-style CUDA; entry points are extern "C" (see device.h).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "device/device.h"
+
+namespace {
+
+__device__ __forceinline__ unsigned long long load_acquire_sys(
+    const unsigned long long *p) {
+    unsigned long long v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];"
+                 : "=l"(v)
+                 : "l"(p)
+                 : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void store_release_sys(unsigned long long *p,
+                                                  unsigned long long v) {
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v)
+                 : "memory");
+}
+
+__device__ __forceinline__ unsigned long long global_timer_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__device__ __forceinline__ bool aborted(const cgm_dev_state *state) {
+    return *(volatile const unsigned int *)&state->abort != 0;
+}
+
+__global__ void epoch_bump_kernel(cgm_dev_state *state) {
+    state->epoch = state->epoch + 1;
+    __threadfence();
+}
+
+__global__ void signal_kernel(const cgm_dev_state *state,
+                              unsigned long long *remote_flag) {
+    if (aborted(state)) return;
+    unsigned long long epoch =
+        *(volatile const unsigned long long *)&state->epoch;
+    __threadfence_system();
+    store_release_sys(remote_flag, epoch);
+}
+
+__global__ void wait_kernel(cgm_dev_state *state,
+                            const unsigned long long *flag,
+                            cgm_dev_abort_record *record, int rank, int peer,
+                            int flag_kind, int chunk,
+                            unsigned long long timeout_ns) {
+    if (aborted(state)) return;
+    unsigned long long epoch =
+        *(volatile const unsigned long long *)&state->epoch;
+    unsigned long long start = global_timer_ns();
+    for (;;) {
+        unsigned long long v = load_acquire_sys(flag);
+        if (v >= epoch) return;
+        if (aborted(state)) return;
+        unsigned long long now = global_timer_ns();
+        if (now - start > timeout_ns) {
+            if (atomicCAS(&state->abort, 0u, 1u) == 0u) {
+                record->waiting_rank = rank;
+                record->peer = peer;
+                record->flag_kind = flag_kind;
+                record->chunk = chunk;
+                record->epoch = epoch;
+                record->flag_value = v;
+                record->waited_ns = now - start;
+                __threadfence_system();
+                record->set = 1;
+                __threadfence_system();
+            }
+            return;
+        }
+        __nanosleep(200);
+    }
+}
+
+template <typename T> struct io;
+template <> struct io<float> {
+    static __device__ __forceinline__ float load(const void *p, int64_t i) {
+        return static_cast<const float *>(p)[i];
+    }
+    static __device__ __forceinline__ void store(void *p, int64_t i, float v) {
+        static_cast<float *>(p)[i] = v;
+    }
+    static __device__ __forceinline__ void load4(const void *p, int64_t i,
+                                                 float out[4]) {
+        float4 v = *reinterpret_cast<const float4 *>(
+            static_cast<const float *>(p) + i);
+        out[0] = v.x; out[1] = v.y; out[2] = v.z; out[3] = v.w;
+    }
+    static __device__ __forceinline__ void store4(void *p, int64_t i,
+                                                  const float in[4]) {
+        *reinterpret_cast<float4 *>(static_cast<float *>(p) + i) =
+            make_float4(in[0], in[1], in[2], in[3]);
+    }
+};
+template <> struct io<__nv_bfloat16> {
+    static __device__ __forceinline__ float load(const void *p, int64_t i) {
+        return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
+    }
+    static __device__ __forceinline__ void store(void *p, int64_t i, float v) {
+        static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(v);
+    }
+    static __device__ __forceinline__ void load4(const void *p, int64_t i,
+                                                 float out[4]) {
+        uint2 raw = *reinterpret_cast<const uint2 *>(
+            static_cast<const __nv_bfloat16 *>(p) + i);
+        __nv_bfloat162 a = *reinterpret_cast<__nv_bfloat162 *>(&raw.x);
+        __nv_bfloat162 b = *reinterpret_cast<__nv_bfloat162 *>(&raw.y);
+        float2 fa = __bfloat1622float2(a), fb = __bfloat1622float2(b);
+        out[0] = fa.x; out[1] = fa.y; out[2] = fb.x; out[3] = fb.y;
+    }
+    static __device__ __forceinline__ void store4(void *p, int64_t i,
+                                                  const float in[4]) {
+        __nv_bfloat162 a = __floats2bfloat162_rn(in[0], in[1]);
+        __nv_bfloat162 b = __floats2bfloat162_rn(in[2], in[3]);
+        uint2 raw;
+        raw.x = *reinterpret_cast<unsigned int *>(&a);
+        raw.y = *reinterpret_cast<unsigned int *>(&b);
+        *reinterpret_cast<uint2 *>(static_cast<__nv_bfloat16 *>(p) + i) = raw;
+    }
+};
+template <> struct io<__half> {
+    static __device__ __forceinline__ float load(const void *p, int64_t i) {
+        return __half2float(static_cast<const __half *>(p)[i]);
+    }
+    static __device__ __forceinline__ void store(void *p, int64_t i, float v) {
+        static_cast<__half *>(p)[i] = __float2half_rn(v);
+    }
+    static __device__ __forceinline__ void load4(const void *p, int64_t i,
+                                                 float out[4]) {
+        uint2 raw = *reinterpret_cast<const uint2 *>(
+            static_cast<const __half *>(p) + i);
+        __half2 a = *reinterpret_cast<__half2 *>(&raw.x);
+        __half2 b = *reinterpret_cast<__half2 *>(&raw.y);
+        float2 fa = __half22float2(a), fb = __half22float2(b);
+        out[0] = fa.x; out[1] = fa.y; out[2] = fb.x; out[3] = fb.y;
+    }
+    static __device__ __forceinline__ void store4(void *p, int64_t i,
+                                                  const float in[4]) {
+        __half2 a = __floats2half2_rn(in[0], in[1]);
+        __half2 b = __floats2half2_rn(in[2], in[3]);
+        uint2 raw;
+        raw.x = *reinterpret_cast<unsigned int *>(&a);
+        raw.y = *reinterpret_cast<unsigned int *>(&b);
+        *reinterpret_cast<uint2 *>(static_cast<__half *>(p) + i) = raw;
+    }
+};
+
+// One block row per matrix row (grid-stride over rows), threads over
+// columns, VEC consecutive columns per thread.
+template <typename S, typename D, int VEC>
+__global__ void reduce_kernel(const cgm_dev_reduce_args args,
+                              const cgm_dev_state *state) {
+    if (aborted(state)) return;
+    const int64_t vec_cols = args.cols / VEC;
+    for (int64_t row = blockIdx.y; row < args.rows; row += gridDim.y) {
+        for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+             c < vec_cols; c += (int64_t)gridDim.x * blockDim.x) {
+            const int64_t col = c * VEC;
+            float acc[VEC];
+            if (args.accumulate) {
+                if (VEC == 4) {
+                    io<D>::load4(args.dst, row * args.dst_ld + col, acc);
+                } else {
+                    for (int v = 0; v < VEC; v++)
+                        acc[v] = io<D>::load(args.dst,
+                                             row * args.dst_ld + col + v);
+                }
+            } else {
+                for (int v = 0; v < VEC; v++) acc[v] = 0.0f;
+            }
+            for (int s = 0; s < args.nsources; s++) {
+                float x[VEC];
+                if (VEC == 4) {
+                    io<S>::load4(args.src[s], row * args.src_ld[s] + col, x);
+                } else {
+                    for (int v = 0; v < VEC; v++)
+                        x[v] = io<S>::load(args.src[s],
+                                           row * args.src_ld[s] + col + v);
+                }
+                for (int v = 0; v < VEC; v++) acc[v] += x[v];
+            }
+            if (args.bias) {
+                for (int v = 0; v < VEC; v++)
+                    acc[v] += io<D>::load(args.bias, col + v);
+            }
+            if (VEC == 4) {
+                io<D>::store4(args.dst, row * args.dst_ld + col, acc);
+            } else {
+                for (int v = 0; v < VEC; v++)
+                    io<D>::store(args.dst, row * args.dst_ld + col + v,
+                                 acc[v]);
+            }
+        }
+    }
+}
+
+template <typename S, typename D>
+cudaError_t launch_reduce(const cgm_dev_reduce_args *a,
+                          const cgm_dev_state *state, cudaStream_t stream,
+                          bool vec4) {
+    const int threads = 256;
+    int64_t per_row = vec4 ? a->cols / 4 : a->cols;
+    int64_t bx = (per_row + threads - 1) / threads;
+    if (bx > 64) bx = 64;
+    if (bx < 1) bx = 1;
+    int64_t by = a->rows < 65535 ? a->rows : 65535;
+    int64_t max_blocks = 132 * 16;
+    if (bx * by > max_blocks) by = max_blocks / bx > 0 ? max_blocks / bx : 1;
+    dim3 grid((unsigned)bx, (unsigned)by);
+    if (vec4)
+        reduce_kernel<S, D, 4><<<grid, threads, 0, stream>>>(*a, state);
+    else
+        reduce_kernel<S, D, 1><<<grid, threads, 0, stream>>>(*a, state);
+    return cudaGetLastError();
+}
+
+template <typename S>
+cudaError_t launch_reduce_dst(const cgm_dev_reduce_args *a,
+                              const cgm_dev_state *state, cudaStream_t stream,
+                              bool vec4) {
+    switch (a->dst_dtype) {
+    case 0: return launch_reduce<S, float>(a, state, stream, vec4);
+    case 1: return launch_reduce<S, __nv_bfloat16>(a, state, stream, vec4);
+    case 2: return launch_reduce<S, __half>(a, state, stream, vec4);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+bool aligned(const void *p, int64_t bytes) {
+    return p == nullptr || (reinterpret_cast<uintptr_t>(p) % bytes) == 0;
+}
+
+}  // namespace
+
+extern "C" cudaError_t cgm_dev_epoch_bump(cgm_dev_state *state,
+                                          cudaStream_t stream) {
+    epoch_bump_kernel<<<1, 1, 0, stream>>>(state);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cgm_dev_signal(const cgm_dev_state *state,
+                                      unsigned long long *remote_flag,
+                                      cudaStream_t stream) {
+    signal_kernel<<<1, 1, 0, stream>>>(state, remote_flag);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cgm_dev_wait(cgm_dev_state *state,
+                                    const unsigned long long *flag,
+                                    cgm_dev_abort_record *record, int rank,
+                                    int peer, int flag_kind, int chunk,
+                                    unsigned long long timeout_ns,
+                                    cudaStream_t stream) {
+    wait_kernel<<<1, 1, 0, stream>>>(state, flag, record, rank, peer,
+                                     flag_kind, chunk, timeout_ns);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cgm_dev_reduce(const cgm_dev_reduce_args *a,
+                                      const cgm_dev_state *state,
+                                      cudaStream_t stream) {
+    if (a->rows <= 0 || a->cols <= 0) return cudaSuccess;
+    if (a->nsources < 0 || a->nsources > CGM_DEV_MAX_SOURCES)
+        return cudaErrorInvalidValue;
+    // Four columns per thread when every row start is 4-element aligned.
+    bool vec4 = a->cols % 4 == 0 && a->dst_ld % 4 == 0;
+    int64_t dst_es = a->dst_dtype == 0 ? 4 : 2;
+    int64_t src_es = a->src_dtype == 0 ? 4 : 2;
+    vec4 = vec4 && aligned(a->dst, 4 * dst_es) && aligned(a->bias, 4 * dst_es);
+    for (int s = 0; s < a->nsources && vec4; s++)
+        vec4 = a->src_ld[s] % 4 == 0 && aligned(a->src[s], 4 * src_es);
+    switch (a->src_dtype) {
+    case 0: return launch_reduce_dst<float>(a, state, stream, vec4);
+    case 1: return launch_reduce_dst<__nv_bfloat16>(a, state, stream, vec4);
+    case 2: return launch_reduce_dst<__half>(a, state, stream, vec4);
+    default: return cudaErrorInvalidValue;
+    }
+}

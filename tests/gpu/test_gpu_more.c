@@ -1,0 +1,235 @@
+/* GPU cases beyond the op matrix: a > 1 GiB gathered input, CUDA graph
+ * capture + replay, the bounded wait (timeout naming the rank that never
+ * came) and the workspace limits. */
+#include <unistd.h>
+
+#include "core/core.h"
+#include "test_gpu_common.h"
+
+/* ------------------------------------------------- > 1 GiB gathered input */
+
+static void large_body(gpu_rank *g, void *arg) {
+    (void)arg;
+    int r = g->rank, P = g->nranks;
+    const int64_t m = 65536, k = 8192, n = 128; /* X: 1 GiB of bf16 */
+    cudaStream_t st = g->stream;
+    int64_t m_r = cgm_shard_rows(m, r, P), off = cgm_shard_offset(m, r, P);
+    cgm_matrix x = gpu_matrix(CGM_DTYPE_BF16, m_r, k);
+    cgm_matrix w = gpu_matrix(CGM_DTYPE_BF16, n, k);
+    cgm_matrix y = gpu_matrix(CGM_DTYPE_BF16, m, n);
+    cgm_matrix xg = gpu_matrix(CGM_DTYPE_BF16, m, k);
+    cgm_matrix xfull = gpu_matrix(CGM_DTYPE_BF16, m, k);
+    gpu_fill(&x, 5, off, 0, k, st);
+    gpu_fill(&xfull, 5, 0, 0, k, st);
+    gpu_fill(&w, 6 + (uint64_t)r, 0, 0, k, st);
+    double *ref_dev = NULL;
+    GPU_CHECK(cudaMalloc((void **)&ref_dev, (size_t)(m * n) * sizeof(double)));
+    GPU_CHECK(tref_gemm(CGM_LAYOUT_TN, CGM_DTYPE_BF16, xfull.data, w.data, m,
+                        n, k, ref_dev, 0, st));
+    CHECK_OK(cgm_all_gather_gemm(g->comm, &x, &w, NULL, &y, &xg, NULL, st));
+    GPU_CHECK(cudaStreamSynchronize(st));
+    double *ref = gpu_fetch_doubles(ref_dev, (size_t)(m * n), st);
+    gpu_expect(&y, ref, m, n, 4 * test_tolerance(CGM_DTYPE_BF16,
+                                                  CGM_DTYPE_BF16, k),
+               st, "AG+GEMM bf16 m=65536 k=8192 (1 GiB gathered)");
+    unsigned long long bad = 0;
+    GPU_CHECK(tref_count_mismatch(xg.data, xfull.data,
+                                  (size_t)(m * k) * 2, &bad, st));
+    CHECK_INT_EQ(bad, 0);
+    free(ref);
+    cudaFree(ref_dev);
+    gpu_matrix_free(&x);
+    gpu_matrix_free(&w);
+    gpu_matrix_free(&y);
+    gpu_matrix_free(&xg);
+    gpu_matrix_free(&xfull);
+}
+
+static void test_large(const void *param) {
+    (void)param;
+    int P = gpu_count_or_skip();
+    cgm_config cfg = gpu_config();
+    cfg.max_m = 65536;
+    cfg.max_k = 8192;
+    cfg.max_n = 256;
+    gpu_run(P, &cfg, large_body, NULL, 240);
+}
+
+/* ------------------------------------------------------ graph capture */
+
+static void graph_body(gpu_rank *g, void *arg) {
+    (void)arg;
+    int r = g->rank, P = g->nranks;
+    const int64_t m = 777, k = 264, n = 192;
+    cudaStream_t st = g->stream;
+    int64_t m_r = cgm_shard_rows(m, r, P), off = cgm_shard_offset(m, r, P);
+    cgm_dtype dt = CGM_DTYPE_BF16;
+    cgm_matrix xs = gpu_matrix(dt, m_r, k), xfull = gpu_matrix(dt, m, k);
+    cgm_matrix w = gpu_matrix(dt, n, k), bias = gpu_matrix(dt, 1, n);
+    cgm_matrix y_ag = gpu_matrix(dt, m, n), y_rs = gpu_matrix(dt, m_r, n);
+    cgm_matrix y_ar = gpu_matrix(dt, m, n);
+    gpu_fill(&w, 31 + (uint64_t)r, 0, 0, k, st);
+    gpu_fill(&bias, 88, 0, 0, n, st);
+    cgm_op_options opt = CGM_OP_OPTIONS_INIT;
+    /* The eager calls create plans, events and cuBLASLt descriptors. */
+    gpu_fill(&xs, 1, off, 0, k, st);
+    gpu_fill(&xfull, 1000 + (uint64_t)r, 0, 0, k, st);
+    CHECK_OK(cgm_all_gather_gemm(g->comm, &xs, &w, &bias, &y_ag, NULL, &opt,
+                                 st));
+    CHECK_OK(cgm_gemm_reduce_scatter(g->comm, &xfull, &w, &bias, &y_rs, &opt,
+                                     st));
+    CHECK_OK(cgm_gemm_all_reduce(g->comm, &xfull, &w, NULL, &y_ar, &opt, st));
+    GPU_CHECK(cudaStreamSynchronize(st));
+
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    GPU_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    CHECK_OK(cgm_all_gather_gemm(g->comm, &xs, &w, &bias, &y_ag, NULL, &opt,
+                                 st));
+    CHECK_OK(cgm_gemm_reduce_scatter(g->comm, &xfull, &w, &bias, &y_rs, &opt,
+                                     st));
+    CHECK_OK(cgm_gemm_all_reduce(g->comm, &xfull, &w, NULL, &y_ar, &opt, st));
+    GPU_CHECK(cudaStreamEndCapture(st, &graph));
+    GPU_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+
+    double *ref_dev = NULL;
+    GPU_CHECK(cudaMalloc((void **)&ref_dev, (size_t)(m * n) * sizeof(double)));
+    for (int rep = 0; rep < 3; rep++) {
+        /* Fresh inputs each replay: the graph must read them anew. */
+        uint64_t seed = 10 + (uint64_t)rep;
+        cgm_matrix xg_ag = gpu_matrix(dt, m, k);
+        gpu_fill(&xs, seed, off, 0, k, st);
+        gpu_fill(&xg_ag, seed, 0, 0, k, st);
+        gpu_fill(&xfull, seed * 100 + (uint64_t)r, 0, 0, k, st);
+        GPU_CHECK(cudaMemsetAsync(y_ag.data, 0xff, (size_t)(m * n) * 2, st));
+        GPU_CHECK(cudaMemsetAsync(y_ar.data, 0xff, (size_t)(m * n) * 2, st));
+        GPU_CHECK(cudaGraphLaunch(exec, st));
+        GPU_CHECK(cudaStreamSynchronize(st));
+        cgm_status async = CGM_SUCCESS;
+        CHECK_OK(cgm_comm_get_async_error(g->comm, &async));
+        CHECK_INT_EQ(async, CGM_SUCCESS);
+        double tol = 4 * test_tolerance(dt, dt, k);
+        /* AG */
+        GPU_CHECK(tref_gemm(CGM_LAYOUT_TN, dt, xg_ag.data, w.data, m, n, k,
+                            ref_dev, 0, st));
+        double *ref = gpu_fetch_doubles(ref_dev, (size_t)(m * n), st);
+        for (int64_t i = 0; i < m * n; i++) ref[i] += gpu_value(88, i % n);
+        gpu_expect(&y_ag, ref, m, n, tol, st, "graph replay AG+GEMM");
+        free(ref);
+        /* RS and AR share the reduced reference. */
+        GPU_CHECK(tref_gemm(CGM_LAYOUT_TN, dt, xfull.data, w.data, m, n, k,
+                            ref_dev, 0, st));
+        if (P > 1)
+            NCCL_CHECK(ncclAllReduce(ref_dev, ref_dev, (size_t)(m * n),
+                                     ncclFloat64, ncclSum, g->nccl, st));
+        ref = gpu_fetch_doubles(ref_dev, (size_t)(m * n), st);
+        gpu_expect(&y_ar, ref, m, n, tol, st, "graph replay GEMM+AR");
+        for (int64_t i = 0; i < m * n; i++) ref[i] += gpu_value(88, i % n);
+        gpu_expect(&y_rs, ref + off * n, m_r, n, tol, st,
+                   "graph replay GEMM+RS");
+        free(ref);
+        gpu_matrix_free(&xg_ag);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaFree(ref_dev);
+    gpu_matrix_free(&xs);
+    gpu_matrix_free(&xfull);
+    gpu_matrix_free(&w);
+    gpu_matrix_free(&bias);
+    gpu_matrix_free(&y_ag);
+    gpu_matrix_free(&y_rs);
+    gpu_matrix_free(&y_ar);
+}
+
+static void test_graph(const void *param) {
+    (void)param;
+    int P = gpu_count_or_skip();
+    cgm_config cfg = gpu_config();
+    gpu_run(P, &cfg, graph_body, NULL, 120);
+}
+
+/* ------------------------------------------------------------- timeout */
+
+static void timeout_body(gpu_rank *g, void *arg) {
+    (void)arg;
+    int r = g->rank, P = g->nranks;
+    const int64_t m = 512, k = 128, n = 128;
+    cudaStream_t st = g->stream;
+    int64_t m_r = cgm_shard_rows(m, r, P), off = cgm_shard_offset(m, r, P);
+    cgm_matrix x = gpu_matrix(CGM_DTYPE_BF16, m_r, k);
+    cgm_matrix w = gpu_matrix(CGM_DTYPE_BF16, n, k);
+    cgm_matrix y = gpu_matrix(CGM_DTYPE_BF16, m, n);
+    gpu_fill(&x, 3, off, 0, k, st);
+    gpu_fill(&w, 4, 0, 0, k, st);
+    /* Both ranks once (agreement and plan made), then rank 1 skips. */
+    CHECK_OK(cgm_all_gather_gemm(g->comm, &x, &w, NULL, &y, NULL, NULL, st));
+    GPU_CHECK(cudaStreamSynchronize(st));
+    if (r == 1) {
+        sleep(4); /* stay alive (mapped memory valid) while rank 0 waits */
+        fflush(stdout);
+        _exit(0); /* skip the teardown: the comm pair is broken */
+    }
+    if (r != 0) _exit(0);
+    int64_t t0 = cgm_now_ns();
+    CHECK_OK(cgm_all_gather_gemm(g->comm, &x, &w, NULL, &y, NULL, NULL, st));
+    GPU_CHECK(cudaStreamSynchronize(st));
+    double waited_s = (double)(cgm_now_ns() - t0) / 1e9;
+    if (waited_s > 2.5) TEST_FAIL("the wait took %.2f s, expected ~1 s", waited_s);
+    cgm_status async = CGM_SUCCESS;
+    CHECK_OK(cgm_comm_get_async_error(g->comm, &async));
+    CHECK_INT_EQ(async, CGM_ERROR_TIMEOUT);
+    CHECK_CONTAINS(cgm_last_error(), "rank 1");
+    /* The next op returns it too. */
+    CHECK_STATUS(cgm_all_gather_gemm(g->comm, &x, &w, NULL, &y, NULL, NULL,
+                                     st),
+                 CGM_ERROR_TIMEOUT);
+    CHECK_CONTAINS(cgm_last_error(), "rank 1");
+    printf("timeout after %.2f s: %s\n", waited_s, cgm_last_error());
+    cgm_comm_destroy(g->comm);
+    fflush(stdout);
+    _exit(0);
+}
+
+static void test_timeout(const void *param) {
+    (void)param;
+    int P = gpu_count_or_skip();
+    if (P < 2) TEST_SKIP("the timeout case needs 2 GPUs, found %d", P);
+    cgm_config cfg = gpu_config();
+    cfg.timeout_ms = 1000;
+    gpu_run(2, &cfg, timeout_body, NULL, 60);
+}
+
+/* -------------------------------------------------------------- limits */
+
+static void limits_body(gpu_rank *g, void *arg) {
+    (void)arg;
+    int P = g->nranks, r = g->rank;
+    const int64_t m = 65, k = 64, n = 64; /* max_m is 64 */
+    cgm_matrix x = gpu_matrix(CGM_DTYPE_FP32, cgm_shard_rows(m, r, P), k);
+    cgm_matrix w = gpu_matrix(CGM_DTYPE_FP32, n, k);
+    cgm_matrix y = gpu_matrix(CGM_DTYPE_FP32, m, n);
+    CHECK_STATUS(cgm_all_gather_gemm(g->comm, &x, &w, NULL, &y, NULL, NULL,
+                                     g->stream),
+                 CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "max_m");
+    CHECK_CONTAINS(cgm_last_error(), "COMMGEMM_MAX_M");
+    gpu_matrix_free(&x);
+    gpu_matrix_free(&w);
+    gpu_matrix_free(&y);
+}
+
+static void test_limits(const void *param) {
+    (void)param;
+    int P = gpu_count_or_skip();
+    cgm_config cfg = gpu_config();
+    cfg.max_m = 64;
+    gpu_run(P, &cfg, limits_body, NULL, 60);
+}
+
+void register_more_cases(void) {
+    test_add("ag_gemm_1gib_gathered", test_large, NULL);
+    test_add("graph_capture_replay", test_graph, NULL);
+    test_add("timeout_names_missing_rank", test_timeout, NULL);
+    test_add("workspace_limits", test_limits, NULL);
+}
