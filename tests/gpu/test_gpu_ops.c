@@ -83,7 +83,8 @@ static void run_gemm_op(gpu_rank *g, const op_run *o) {
     bool shard_out = o->op == CGM_OP_GEMM_REDUCE_SCATTER;
     int64_t y_rows = shard_out ? m_r : m, y_row0 = shard_out ? off : 0;
     cgm_matrix y = gpu_matrix(o->dt.out, y_rows, n);
-    if (o->accumulate) gpu_fill(&y, 77, y_row0, 0, n, st);
+    /* Each rank its own Y: accumulate adds into this rank's Y only. */
+    if (o->accumulate) gpu_fill(&y, 77 + (uint64_t)r, y_row0, 0, n, st);
     cgm_matrix bias = gpu_matrix(o->dt.out, 1, n);
     gpu_fill(&bias, 88, 0, 0, n, st);
     cgm_matrix xg = {0};
@@ -134,7 +135,7 @@ static void run_gemm_op(gpu_rank *g, const op_run *o) {
         for (int64_t j = 0; j < n; j++) {
             double v = want[i * n + j];
             if (o->bias) v += gpu_value(88, j);
-            if (o->accumulate) v += gpu_value(77, (y_row0 + i) * n + j);
+            if (o->accumulate) v += gpu_value(77 + (uint64_t)r, (y_row0 + i) * n + j);
             want[i * n + j] = v;
         }
     char what[256];

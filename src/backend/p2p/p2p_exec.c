@@ -201,14 +201,60 @@ static size_t flag_offset(const p2p_state *st, int src_rank, plan_flag flag) {
                 st->flag_chunks + chunk) * sizeof(unsigned long long);
 }
 
+/* GEMM+AR with accumulate: each rank must add the reduced rows to ITS OWN
+ * Y, so the reduced rows travel through GATHER without anybody's Y in them:
+ * the owner's final reduce writes sum + bias into GATHER, and every rank
+ * (owner included) then adds GATHER rows into OUTPUT with this kernel. */
+static bool ar_accumulate(const exec_ctx *x) {
+    return x->p->req.op == PLAN_OP_GEMM_AR && x->call->accumulate;
+}
+
+static cgm_status add_gathered_into_output(exec_ctx *x, int shard,
+                                           int64_t row0, int64_t rows,
+                                           int step, cudaStream_t stream) {
+    cgm_status status = CGM_SUCCESS;
+    const plan_loc gather = {x->st->rank, PLAN_BUF_GATHER, 0};
+    const plan_loc output = {x->st->rank, PLAN_BUF_OUTPUT, 0};
+    char *src = NULL, *dst = NULL;
+    const view *vs = NULL, *vd = NULL;
+    cgm_dev_reduce_args a;
+    CGM_TRY(locate(x, &gather, shard, row0, rows, step, &src, &vs));
+    CGM_TRY(locate(x, &output, shard, row0, rows, step, &dst, &vd));
+    memset(&a, 0, sizeof a);
+    a.nsources = 1;
+    a.src[0] = src;
+    a.src_ld[0] = vs->ld;
+    a.src_dtype = (int)vs->dtype;
+    a.dst = dst;
+    a.dst_ld = vd->ld;
+    a.dst_dtype = (int)vd->dtype;
+    a.accumulate = 1;
+    a.rows = rows;
+    a.cols = vd->width;
+    if (x->dry) return CGM_SUCCESS;
+    CGM_CUDA_TRY(cgm_dev_reduce(&a, x->st->dev, stream));
+fail:
+    return status;
+}
+
 static cgm_status run_copy(exec_ctx *x, const plan_step *s, int i,
                            cudaStream_t stream) {
     cgm_status status = CGM_SUCCESS;
     char *src = NULL, *dst = NULL;
     const view *vs = NULL, *vd = NULL;
+    plan_loc dst_loc = s->dst;
+    bool add_after = false;
     if (s->rows <= 0) return CGM_SUCCESS;
+    if (ar_accumulate(x) && s->dst.buf == PLAN_BUF_GATHER &&
+        s->src.buf == PLAN_BUF_OUTPUT)
+        return CGM_SUCCESS; /* the owner's reduce already wrote GATHER */
+    if (ar_accumulate(x) && s->src.buf == PLAN_BUF_GATHER &&
+        s->dst.buf == PLAN_BUF_OUTPUT) {
+        dst_loc.buf = PLAN_BUF_GATHER; /* land in my GATHER, then add */
+        add_after = true;
+    }
     CGM_TRY(locate(x, &s->src, s->shard, s->row0, s->rows, i, &src, &vs));
-    CGM_TRY(locate(x, &s->dst, s->shard, s->row0, s->rows, i, &dst, &vd));
+    CGM_TRY(locate(x, &dst_loc, s->shard, s->row0, s->rows, i, &dst, &vd));
     if (vs->es != vd->es || vs->width != vd->width ||
         vs->split_cols != vd->split_cols) {
         status = cgm_error(CGM_ERROR_INTERNAL,
@@ -222,10 +268,16 @@ static cgm_status run_copy(exec_ctx *x, const plan_step *s, int i,
     size_t width = vs->split_cols ? (size_t)s->rows * vs->es
                                   : (size_t)vs->width * vs->es;
     size_t height = vs->split_cols ? (size_t)vs->width : (size_t)s->rows;
+    if (add_after && x->dry) /* validate the add's addresses */
+        CGM_TRY(add_gathered_into_output(x, s->shard, s->row0, s->rows, i,
+                                         stream));
     if (x->dry) return CGM_SUCCESS;
     CGM_CUDA_TRY(cudaMemcpy2DAsync(dst, (size_t)vd->ld * vd->es, src,
                                    (size_t)vs->ld * vs->es, width, height,
                                    cudaMemcpyDefault, stream));
+    if (add_after)
+        CGM_TRY(add_gathered_into_output(x, s->shard, s->row0, s->rows, i,
+                                         stream));
 fail:
     return status;
 }
@@ -295,8 +347,12 @@ static cgm_status run_reduce(exec_ctx *x, const plan_step *s, int i,
                          "(the plan has %d refs, the kernel takes <= %d)",
                          i, s->ref_count, s->ref_first, x->p->nrefs,
                          CGM_DEV_MAX_SOURCES);
+    plan_loc dst_loc = s->dst;
+    bool add_after = ar_accumulate(x) && s->final &&
+                     s->dst.buf == PLAN_BUF_OUTPUT;
+    if (add_after) dst_loc.buf = PLAN_BUF_GATHER; /* sum + bias, no Y */
     memset(&a, 0, sizeof a);
-    CGM_TRY(locate(x, &s->dst, s->shard, s->row0, s->rows, i, &dst, &vd));
+    CGM_TRY(locate(x, &dst_loc, s->shard, s->row0, s->rows, i, &dst, &vd));
     a.nsources = s->ref_count;
     a.rows = s->rows;
     a.cols = vd->width;
@@ -306,7 +362,7 @@ static cgm_status run_reduce(exec_ctx *x, const plan_step *s, int i,
     bool bulk = x->p->req.op == PLAN_OP_BULK_AG ||
                 x->p->req.op == PLAN_OP_BULK_RS;
     if (s->final && !bulk) {
-        a.accumulate = c->accumulate;
+        a.accumulate = c->accumulate && !add_after;
         a.bias = c->has_bias ? c->bias.data : NULL;
     }
     for (int j = 0; j < s->ref_count; j++) {
@@ -324,8 +380,14 @@ static cgm_status run_reduce(exec_ctx *x, const plan_step *s, int i,
         a.src[j] = src;
         a.src_ld[j] = vs->ld;
     }
+    if (add_after && x->dry) /* validate the add's addresses */
+        CGM_TRY(add_gathered_into_output(x, s->shard, s->row0, s->rows, i,
+                                         stream));
     if (x->dry) return CGM_SUCCESS;
     CGM_CUDA_TRY(cgm_dev_reduce(&a, x->st->dev, stream));
+    if (add_after)
+        CGM_TRY(add_gathered_into_output(x, s->shard, s->row0, s->rows, i,
+                                         stream));
 fail:
     return status;
 }

@@ -1,0 +1,157 @@
+/* The part of NVIDIA cuBLASMp's C API that the cublasmp backend uses,
+ * declared here so that commgemm builds without cuBLASMp's headers and
+ * loads the library at run time (dlopen).
+ *
+ * Facts copied from cublasmp.h of cuBLASMp 0.7.0 (wheel
+ * nvidia-cublasmp-cu13 0.7.0.125, CUBLASMP_VERSION = 700). Only 0.7.x is
+ * accepted at load time (cmp_lib_load checks cublasMpGetVersion): later
+ * versions changed the memory API (cublasMpMalloc / NCCL symmetric memory
+ * instead of NVSHMEM) and need NCCL >= 2.29.
+ *
+ * CUDA / cuBLAS / NCCL types appear as their ABI equivalents (opaque
+ * pointers, int enums) so that this header and the loader need no CUDA
+ * header; cublasmp_backend.c checks the enum values against CUDA's own
+ * headers at compile time. */
+#ifndef COMMGEMM_CUBLASMP_API_H
+#define COMMGEMM_CUBLASMP_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Versions this backend accepts: [CMP_VERSION_MIN, CMP_VERSION_END). */
+#define CMP_VERSION_MIN 700 /* 0.7.0 */
+#define CMP_VERSION_END 800 /* 0.8.0 */
+#define CMP_TESTED_WHEEL "nvidia-cublasmp-cu13==0.7.0.125"
+
+/* cublasMpStatus_t */
+typedef enum {
+    CUBLASMP_STATUS_SUCCESS = 0,
+    CUBLASMP_STATUS_NOT_INITIALIZED = 1,
+    CUBLASMP_STATUS_ALLOCATION_FAILED = 2,
+    CUBLASMP_STATUS_INVALID_VALUE = 3,
+    CUBLASMP_STATUS_ARCHITECTURE_MISMATCH = 4,
+    CUBLASMP_STATUS_EXECUTION_FAILED = 5,
+    CUBLASMP_STATUS_INTERNAL_ERROR = 6,
+    CUBLASMP_STATUS_NOT_SUPPORTED = 7
+} cublasMpStatus_t;
+
+/* cublasMpGridLayout_t */
+typedef enum {
+    CUBLASMP_GRID_LAYOUT_COL_MAJOR = 0,
+    CUBLASMP_GRID_LAYOUT_ROW_MAJOR = 1
+} cublasMpGridLayout_t;
+
+/* cublasMpMatmulDescriptorAttribute_t (the ones used) */
+typedef enum {
+    CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_TRANSA = 0,
+    CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_TRANSB = 1,
+    CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_COMPUTE_TYPE = 2,
+    CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_ALGO_TYPE = 3,
+    CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_COMMUNICATION_SM_COUNT = 4,
+    CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_EPILOGUE = 5,
+    CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_BIAS_POINTER = 6,
+    CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_BIAS_BATCH_STRIDE = 7,
+    CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_BIAS_DATA_TYPE = 8
+} cublasMpMatmulDescriptorAttribute_t;
+
+/* cublasMpMatmulAlgoType_t */
+typedef enum {
+    CUBLASMP_MATMUL_ALGO_TYPE_DEFAULT = 0,
+    CUBLASMP_MATMUL_ALGO_TYPE_SPLIT_P2P = 1,
+    CUBLASMP_MATMUL_ALGO_TYPE_SPLIT_MULTICAST = 2,
+    CUBLASMP_MATMUL_ALGO_TYPE_ATOMIC_P2P = 3,
+    CUBLASMP_MATMUL_ALGO_TYPE_ATOMIC_MULTICAST = 4,
+    CUBLASMP_MATMUL_ALGO_TYPE_NO_OVERLAP = 5
+} cublasMpMatmulAlgoType_t;
+
+/* cublasMpMatmulEpilogue_t (the ones used) */
+typedef enum {
+    CUBLASMP_MATMUL_EPILOGUE_DEFAULT = 0,
+    CUBLASMP_MATMUL_EPILOGUE_ALLREDUCE = 1,
+    CUBLASMP_MATMUL_EPILOGUE_BIAS = 4
+} cublasMpMatmulEpilogue_t;
+
+/* Values of CUDA / cuBLAS enums that cross the API (cudaDataType_t,
+ * cublasComputeType_t, cublasOperation_t), from library_types.h and
+ * cublas_api.h of CUDA 13. */
+enum {
+    CMP_CUDA_R_32F = 0,
+    CMP_CUDA_R_16F = 2,
+    CMP_CUDA_R_16BF = 14,
+    CMP_CUBLAS_COMPUTE_32F = 68,
+    CMP_CUBLAS_COMPUTE_32F_FAST_TF32 = 77,
+    CMP_CUBLAS_OP_N = 0,
+    CMP_CUBLAS_OP_T = 1
+};
+
+typedef struct cublasMpHandle *cublasMpHandle_t;
+typedef struct cublasMpGrid *cublasMpGrid_t;
+typedef struct cublasMpMatrixDescriptor *cublasMpMatrixDescriptor_t;
+typedef struct cublasMpMatmulDescriptor *cublasMpMatmulDescriptor_t;
+
+/* cudaStream_t and ncclComm_t are pointers; cudaDataType_t and
+ * cublasComputeType_t are int-sized enums. */
+typedef void *cmp_stream_t;
+typedef void *cmp_nccl_comm_t;
+
+/* Every entry point the backend calls, resolved once per process into one
+ * table. `required` symbols must all be there; `optional` ones may be NULL
+ * (NVSHMEM's allocator, reached through cuBLASMp's own dependencies: the
+ * symmetric workspace that lets cuBLASMp 0.7 overlap). */
+typedef struct cmp_api {
+    /* required */
+    cublasMpStatus_t (*GetVersion)(int *version);
+    cublasMpStatus_t (*Create)(cublasMpHandle_t *handle, cmp_stream_t stream);
+    cublasMpStatus_t (*Destroy)(cublasMpHandle_t handle);
+    cublasMpStatus_t (*StreamSet)(cublasMpHandle_t handle, cmp_stream_t stream);
+    cublasMpStatus_t (*GridCreate)(int64_t nprow, int64_t npcol,
+                                   cublasMpGridLayout_t layout,
+                                   cmp_nccl_comm_t comm, cublasMpGrid_t *grid);
+    cublasMpStatus_t (*GridDestroy)(cublasMpGrid_t grid);
+    cublasMpStatus_t (*MatrixDescriptorCreate)(
+        int64_t m, int64_t n, int64_t mb, int64_t nb, int64_t rsrc,
+        int64_t csrc, int64_t lld, int type, cublasMpGrid_t grid,
+        cublasMpMatrixDescriptor_t *desc);
+    cublasMpStatus_t (*MatrixDescriptorDestroy)(cublasMpMatrixDescriptor_t d);
+    cublasMpStatus_t (*MatmulDescriptorCreate)(cublasMpMatmulDescriptor_t *d,
+                                               int compute_type);
+    cublasMpStatus_t (*MatmulDescriptorDestroy)(cublasMpMatmulDescriptor_t d);
+    cublasMpStatus_t (*MatmulDescriptorAttributeSet)(
+        cublasMpMatmulDescriptor_t d, cublasMpMatmulDescriptorAttribute_t attr,
+        const void *buf, size_t size);
+    cublasMpStatus_t (*Matmul_bufferSize)(
+        cublasMpHandle_t handle, cublasMpMatmulDescriptor_t desc, int64_t m,
+        int64_t n, int64_t k, const void *alpha, const void *a, int64_t ia,
+        int64_t ja, cublasMpMatrixDescriptor_t desc_a, const void *b,
+        int64_t ib, int64_t jb, cublasMpMatrixDescriptor_t desc_b,
+        const void *beta, const void *c, int64_t ic, int64_t jc,
+        cublasMpMatrixDescriptor_t desc_c, void *d, int64_t id, int64_t jd,
+        cublasMpMatrixDescriptor_t desc_d, size_t *device_bytes,
+        size_t *host_bytes);
+    cublasMpStatus_t (*Matmul)(
+        cublasMpHandle_t handle, cublasMpMatmulDescriptor_t desc, int64_t m,
+        int64_t n, int64_t k, const void *alpha, const void *a, int64_t ia,
+        int64_t ja, cublasMpMatrixDescriptor_t desc_a, const void *b,
+        int64_t ib, int64_t jb, cublasMpMatrixDescriptor_t desc_b,
+        const void *beta, const void *c, int64_t ic, int64_t jc,
+        cublasMpMatrixDescriptor_t desc_c, void *d, int64_t id, int64_t jd,
+        cublasMpMatrixDescriptor_t desc_d, void *d_work, size_t device_bytes,
+        void *h_work, size_t host_bytes);
+    /* optional */
+    void *(*nvshmem_malloc)(size_t bytes);
+    void (*nvshmem_free)(void *ptr);
+
+    void *dl;          /* dlopen handle */
+    char path[512];    /* what was loaded ("" = default search) */
+    int version;       /* cublasMpGetVersion */
+} cmp_api;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COMMGEMM_CUBLASMP_API_H */

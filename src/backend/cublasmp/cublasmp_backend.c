@@ -1,0 +1,218 @@
+/* The cublasmp backend: each op is one cublasMpMatmul on the caller's
+ * stream, over 1D grids built once per comm from its NCCL communicator.
+ * Descriptors (matrix + matmul) are built at the first call of a shape and
+ * kept in a small LRU cache; that first call is collective (one bounded
+ * exchange of every rank's local sizes, then one of workspace needs), so it
+ * must be eager: inside graph capture a missing entry is an error. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cublasmp/cublasmp_state.h"
+
+/* The enum values declared in cublasmp_api.h are CUDA's. */
+#define SAME(ours, cuda) ((int)(ours) == (int)(cuda))
+_Static_assert(SAME(CMP_CUDA_R_32F, CUDA_R_32F), "CUDA_R_32F");
+_Static_assert(SAME(CMP_CUDA_R_16F, CUDA_R_16F), "CUDA_R_16F");
+_Static_assert(SAME(CMP_CUDA_R_16BF, CUDA_R_16BF), "CUDA_R_16BF");
+_Static_assert(SAME(CMP_CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F), "32F");
+_Static_assert(SAME(CMP_CUBLAS_COMPUTE_32F_FAST_TF32,
+                    CUBLAS_COMPUTE_32F_FAST_TF32), "32F_FAST_TF32");
+_Static_assert(SAME(CMP_CUBLAS_OP_N, CUBLAS_OP_N), "CUBLAS_OP_N");
+_Static_assert(SAME(CMP_CUBLAS_OP_T, CUBLAS_OP_T), "CUBLAS_OP_T");
+#undef SAME
+_Static_assert(sizeof(cudaDataType_t) == sizeof(int), "cudaDataType_t size");
+
+/* Records a cuBLASMp failure. NOT_SUPPORTED and INVALID_VALUE on validated
+ * operands mean cuBLASMp does not take this combination. */
+cgm_status cmp_fail(cublasMpStatus_t s, const char *what,
+                           const char *context) {
+    cgm_status status = CGM_ERROR_CUBLAS;
+    const char *advice = "run with CUBLASMP_LOG_LEVEL=5 for cuBLASMp's reason";
+    if (s == CUBLASMP_STATUS_NOT_SUPPORTED || s == CUBLASMP_STATUS_INVALID_VALUE) {
+        status = CGM_ERROR_NOT_SUPPORTED;
+        advice = "cuBLASMp 0.7 does not take this combination; use the p2p "
+                 "or nccl backend for it (CUBLASMP_LOG_LEVEL=5 shows "
+                 "cuBLASMp's reason)";
+    } else if (s == CUBLASMP_STATUS_ALLOCATION_FAILED) {
+        status = CGM_ERROR_OUT_OF_MEMORY;
+        advice = "free device memory (NVSHMEM's heap: raise "
+                 "NVSHMEM_SYMMETRIC_SIZE)";
+    }
+    return cgm_error(status, "%s failed for %s: expected "
+                     "CUBLASMP_STATUS_SUCCESS, found %d (%s); %s",
+                     what, context, (int)s, cmp_status_name(s), advice);
+}
+
+static cgm_status cmp_probe(const cgm_comm *comm) {
+    if (comm->bootstrap_kind != CGM_BOOTSTRAP_NCCL || !comm->nccl_comm)
+        return cgm_error(CGM_ERROR_UNAVAILABLE,
+                         "the cublasmp backend needs a comm created from an "
+                         "ncclComm_t (CGM_BOOTSTRAP_NCCL / cgm_comm_init_nccl)"
+                         ", found a %s bootstrap; create the comm from NCCL "
+                         "or use the host backend",
+                         comm->bootstrap_kind == CGM_BOOTSTRAP_LOCAL
+                             ? "LOCAL" : "non-NCCL");
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+        (void)cudaGetLastError();
+        return cgm_error(CGM_ERROR_UNAVAILABLE,
+                         "the cublasmp backend needs a CUDA device, found "
+                         "none (cudaGetDeviceCount: %s); run on a GPU machine",
+                         cudaGetErrorString(err));
+    }
+    const cmp_api *api = NULL;
+    return cmp_lib_get(&api);
+}
+
+static cgm_status enter_device(int device, int *previous) {
+    cgm_status status = CGM_SUCCESS;
+    CGM_CUDA_TRY(cudaGetDevice(previous));
+    if (*previous != device) CGM_CUDA_TRY(cudaSetDevice(device));
+fail:
+    return status;
+}
+
+static void leave_device(int device, int previous) {
+    if (previous >= 0 && previous != device) cudaSetDevice(previous);
+}
+
+static void ws_free(cmp_state *st, void *p, bool collective_ok) {
+    if (!p) return;
+    if (!st->ws_symmetric) cudaFree(p);
+    else if (collective_ok) st->api->nvshmem_free(p); /* collective */
+    /* else leaked: peers may be gone, and nvshmem_free waits for them */
+}
+
+/* Frees everything; `collective`: the peers are alive and run the same
+ * finalize (NVSHMEM frees and grid teardown wait for them). */
+static void state_free(cmp_state *st, bool collective) {
+    const cmp_api *api = st->api;
+    if (st->stream) (void)cudaStreamSynchronize(st->stream);
+    (void)cudaDeviceSynchronize();
+    cmp_cache_clear(st);
+    for (int i = 0; i < st->nretired; i++)
+        ws_free(st, st->retired[i], collective);
+    ws_free(st, st->ws, collective);
+    ws_free(st, st->stage, collective);
+    /* Grid destruction tears down NCCL/NVSHMEM teams: collective too. */
+    if (collective)
+        for (int g = 0; g < 2; g++)
+            if (st->grid[g]) api->GridDestroy(st->grid[g]);
+    if (st->handle) api->Destroy(st->handle);
+    if (st->stream) cudaStreamDestroy(st->stream);
+    free(st);
+}
+
+static cgm_status cmp_init(cgm_comm *comm, void **state) {
+    cgm_status status = CGM_SUCCESS;
+    int previous = -1;
+    bool collective = false;
+    int *versions = NULL;
+    cmp_state *st = calloc(1, sizeof *st);
+    if (!st) return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "calloc cmp_state");
+    CGM_TRY(cmp_lib_get(&st->api));
+    const cmp_api *api = st->api;
+    st->comm = comm;
+    st->rank = comm->rank;
+    st->nranks = comm->nranks;
+    st->device = comm->cuda_device;
+    st->timeout_ms = comm->config.timeout_ms;
+    bool from_env = false;
+    st->algo_override = cgm_param_string("COMMGEMM_CUBLASMP_ALGO", &from_env);
+    int algo_check = 0;
+    CGM_TRY(cmp_map_algo(CGM_ALGO_AUTO, st->algo_override, &algo_check));
+    CGM_TRY(enter_device(st->device, &previous));
+
+    /* Bounded meeting first: cuBLASMp's grid creation waits without bound
+     * for every rank, so make sure they all came with the same library. */
+    versions = calloc((size_t)st->nranks, sizeof *versions);
+    if (!versions) {
+        status = cgm_error(CGM_ERROR_OUT_OF_MEMORY, "calloc versions");
+        goto fail;
+    }
+    CGM_TRY(cgm_nccl_allgather_host(comm->nccl_comm, st->nranks, &api->version,
+                                    versions, sizeof(int), st->timeout_ms));
+    for (int r = 0; r < st->nranks; r++)
+        if (versions[r] != api->version) {
+            status = cgm_error(CGM_ERROR_MISMATCH,
+                               "the cublasmp backend: rank %d loaded cuBLASMp "
+                               "%d but rank %d loaded %d; install one version "
+                               "for every rank",
+                               r, versions[r], st->rank, api->version);
+            goto fail;
+        }
+    collective = true;
+    CGM_CUDA_TRY(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
+    CMP_TRY(api->Create(&st->handle, st->stream), "the comm's handle");
+    /* Creating the first grid also initialises NVSHMEM over the NCCL comm. */
+    CMP_TRY(api->GridCreate(st->nranks, 1, CUBLASMP_GRID_LAYOUT_COL_MAJOR,
+                            comm->nccl_comm, &st->grid[CMP_GRID_COL]),
+            "the P x 1 grid");
+    CMP_TRY(api->GridCreate(1, st->nranks, CUBLASMP_GRID_LAYOUT_ROW_MAJOR,
+                            comm->nccl_comm, &st->grid[CMP_GRID_ROW]),
+            "the 1 x P grid");
+    st->ws_symmetric = api->nvshmem_malloc && api->nvshmem_free;
+    if (!st->ws_symmetric)
+        CGM_WARN(CGM_SUB_CUBLASMP, "cuBLASMp's NVSHMEM allocator "
+                 "(nvshmem_malloc) was not found: workspaces are plain device "
+                 "memory and cuBLASMp 0.7 runs without overlap");
+    CGM_CUDA_TRY(cudaStreamSynchronize(st->stream));
+    CGM_INFO(CGM_SUB_CUBLASMP, "cublasmp backend ready: rank %d of %d on "
+             "device %d, cuBLASMp %d, algo %s",
+             st->rank, st->nranks, st->device, api->version,
+             st->algo_override ? st->algo_override : "default");
+    free(versions);
+    leave_device(st->device, previous);
+    *state = st;
+    return CGM_SUCCESS;
+fail:
+    free(versions);
+    if (st->api) state_free(st, collective);
+    else free(st);
+    leave_device(comm->cuda_device, previous);
+    *state = NULL;
+    return status;
+}
+
+static cgm_status cmp_finalize(cgm_comm *comm, void *state) {
+    cmp_state *st = state;
+    int previous = -1;
+    if (!st) return CGM_SUCCESS;
+    int device = st->device;
+    bool collective = comm->broken == CGM_SUCCESS;
+    if (enter_device(device, &previous) != CGM_SUCCESS) collective = false;
+    state_free(st, collective);
+    leave_device(device, previous);
+    return CGM_SUCCESS;
+}
+
+/* The entry points share one path: the call carries the op. */
+static cgm_status cmp_run(cgm_comm *comm, void *state, const cgm_call *call) {
+    cmp_state *st = state;
+    int previous = -1;
+    cgm_status status = enter_device(st->device, &previous);
+    if (status == CGM_SUCCESS) status = cmp_execute(st, call);
+    leave_device(st->device, previous);
+    return status;
+}
+
+static cgm_status cmp_bulk(cgm_comm *comm, void *state, const cgm_call *call) {
+    return cgm_error(CGM_ERROR_NOT_SUPPORTED,
+                     "the cublasmp backend has no bulk overlap (cuBLASMp runs "
+                     "one distributed matmul, not a GEMM beside an unrelated "
+                     "collective); use p2p or nccl for bulk "
+                     "(options.backend or COMMGEMM_BACKEND_BULK)");
+}
+
+const cgm_backend_vtable cgm_cublasmp_backend = {
+    .id = CGM_BACKEND_CUBLASMP,
+    .name = "cublasmp",
+    .probe = cmp_probe,
+    .init = cmp_init,
+    .all_gather_gemm = cmp_run,
+    .gemm_reduce_scatter = cmp_run,
+    .gemm_all_reduce = cmp_run,
+    .bulk = cmp_bulk,
+    .finalize = cmp_finalize,
+};

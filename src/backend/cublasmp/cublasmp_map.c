@@ -1,0 +1,199 @@
+/* Pure mappings from commgemm calls to cuBLASMp problems (no GPU).
+ *
+ * Row-major Y[m, n] is column-major Y^T[n, m], so every op is the
+ * column-major product D = op(A) . op(B) with A = W, B = X, D = Y^T and
+ * cuBLASMp's (m, n, k) = our (n, m, k):
+ *   TN: Y = X . W^T    -> A = W as (k x n) op T, B = X as (k x m) op N
+ *   NN: Y = X . W      -> A = W as (n x k) op N, B = X as (k x m) op N
+ *   NT: Y = X^T . W    -> A = W as (n x k) op N, B = X as (m x k) op T
+ * The split dimensions become 1D block distributions with block
+ * ceil(size / P), which give rank r exactly cgm_shard_rows(size, r, P):
+ *   AG+GEMM: B split along our m (gathered), A and D along our n
+ *            (each rank's W shard and Y columns): D on the P x 1 grid.
+ *   GEMM+RS: A and B split along k (the reduction), D along our m
+ *            (each rank's Y_r rows): D on the 1 x P grid.
+ *   GEMM+AR: A and B split along k; D is (n x m*P) on the 1 x P grid with
+ *            block m, so each rank holds the whole Y; ALLREDUCE epilogue.
+ * A matrix split along its rows (column-major) lives on the P x 1 grid,
+ * one split along its columns on the 1 x P grid. */
+#include <stdio.h>
+#include <strings.h>
+
+#include "backend/cublasmp/cublasmp.h"
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static cmp_geom geom(int64_t rows, int64_t cols, int64_t mb, int64_t nb,
+                     int64_t lld, cmp_grid grid) {
+    cmp_geom g;
+    g.rows = rows;
+    g.cols = cols;
+    g.mb = mb;
+    g.nb = nb;
+    g.lld = max64(1, lld);
+    g.grid = grid;
+    return g;
+}
+
+cgm_status cmp_map_problem(const cmp_shape *s, cmp_problem *p) {
+    if (s->op == CGM_OP_BULK)
+        return cgm_error(CGM_ERROR_NOT_SUPPORTED,
+                         "the cublasmp backend has no bulk overlap: cuBLASMp "
+                         "runs one distributed matmul, not a GEMM beside an "
+                         "unrelated collective; use p2p or nccl for bulk");
+    if (s->op == CGM_OP_GEMM_ALL_REDUCE && s->layout != CGM_LAYOUT_TN)
+        return cgm_error(CGM_ERROR_NOT_SUPPORTED,
+                         "the cublasmp backend runs GEMM+AR in layout TN "
+                         "only (cuBLASMp 0.7's GEMM+AllReduce supports the "
+                         "TN format), found layout %s; use p2p or nccl for "
+                         "GEMM+AR in %s",
+                         cgm_layout_name(s->layout), cgm_layout_name(s->layout));
+    if ((unsigned)s->layout >= CGM_LAYOUT_COUNT_ || s->nranks < 1 ||
+        s->m < 1 || s->n_total < 1 || s->k_total < 1)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "cublasmp mapping: expected layout TN/NN/NT, P >= 1 "
+                         "and m, n, k >= 1, found layout %d, P = %d, m = %lld, "
+                         "n = %lld, k = %lld (empty ops are skipped before "
+                         "this point: report it as a bug)",
+                         (int)s->layout, s->nranks, (long long)s->m,
+                         (long long)s->n_total, (long long)s->k_total);
+    const int64_t P = s->nranks, M = s->m, N = s->n_total, K = s->k_total;
+    const int64_t bM = cgm_ceil_div(M, P), bN = cgm_ceil_div(N, P),
+                  bK = cgm_ceil_div(K, P);
+    const bool w_t = s->layout == CGM_LAYOUT_TN; /* W stored [n, k] */
+    const bool x_t = s->layout == CGM_LAYOUT_NT; /* X stored [k, m] */
+    p->trans_a = w_t ? CMP_CUBLAS_OP_T : CMP_CUBLAS_OP_N;
+    p->trans_b = x_t ? CMP_CUBLAS_OP_T : CMP_CUBLAS_OP_N;
+    p->m = N;
+    p->n = M;
+    p->k = K;
+    p->allreduce = false;
+    switch (s->op) {
+    case CGM_OP_ALL_GATHER_GEMM:
+        /* A = W split along n; B = X split along m; D split along n. */
+        p->a = w_t ? geom(K, N, K, bN, s->ldw, CMP_GRID_ROW)
+                   : geom(N, K, bN, K, s->ldw, CMP_GRID_COL);
+        p->b = x_t ? geom(M, K, bM, K, s->ldx, CMP_GRID_COL)
+                   : geom(K, M, K, bM, s->ldx, CMP_GRID_ROW);
+        p->d = geom(N, M, bN, bM, s->ldy, CMP_GRID_COL);
+        break;
+    case CGM_OP_GEMM_REDUCE_SCATTER:
+        /* A and B split along k; D split along m. */
+        p->a = w_t ? geom(K, N, bK, N, s->ldw, CMP_GRID_COL)
+                   : geom(N, K, N, bK, s->ldw, CMP_GRID_ROW);
+        p->b = x_t ? geom(M, K, bM, bK, s->ldx, CMP_GRID_ROW)
+                   : geom(K, M, bK, bM, s->ldx, CMP_GRID_COL);
+        p->d = geom(N, M, N, bM, s->ldy, CMP_GRID_ROW);
+        break;
+    case CGM_OP_GEMM_ALL_REDUCE:
+        /* TN only (checked above). */
+        p->a = geom(K, N, bK, N, s->ldw, CMP_GRID_COL);
+        p->b = geom(K, M, bK, M, s->ldx, CMP_GRID_COL);
+        p->d = geom(N, M * P, N, M, s->ldy, CMP_GRID_ROW);
+        p->allreduce = true;
+        break;
+    default:
+        return cgm_error(CGM_ERROR_INTERNAL, "cublasmp mapping: op %d",
+                         (int)s->op);
+    }
+    return CGM_SUCCESS;
+}
+
+cgm_status cmp_map_dtype(cgm_dtype dtype, int *cuda_type) {
+    switch (dtype) {
+    case CGM_DTYPE_FP32: *cuda_type = CMP_CUDA_R_32F; return CGM_SUCCESS;
+    case CGM_DTYPE_BF16: *cuda_type = CMP_CUDA_R_16BF; return CGM_SUCCESS;
+    case CGM_DTYPE_FP16: *cuda_type = CMP_CUDA_R_16F; return CGM_SUCCESS;
+    default:
+        return cgm_error(CGM_ERROR_NOT_SUPPORTED,
+                         "the cublasmp backend supports fp32, bf16 and fp16 "
+                         "operands, found %s; convert the operands or wait "
+                         "for fp8 support",
+                         cgm_dtype_name(dtype));
+    }
+}
+
+int cmp_map_compute(cgm_dtype in_dtype, bool allow_tf32) {
+    return in_dtype == CGM_DTYPE_FP32 && allow_tf32
+               ? CMP_CUBLAS_COMPUTE_32F_FAST_TF32
+               : CMP_CUBLAS_COMPUTE_32F;
+}
+
+static const struct {
+    const char *name;
+    int value;
+} algo_names[] = {
+    /* Never the multicast algorithms (SPLIT_MULTICAST, ATOMIC_MULTICAST) nor
+     * cuBLASMp's DEFAULT, which may pick one: NVLink multicast objects can
+     * take shared GPUs out of service, so commgemm never asks for them. */
+    {"split_p2p", CUBLASMP_MATMUL_ALGO_TYPE_SPLIT_P2P},
+    {"atomic_p2p", CUBLASMP_MATMUL_ALGO_TYPE_ATOMIC_P2P},
+    {"no_overlap", CUBLASMP_MATMUL_ALGO_TYPE_NO_OVERLAP},
+};
+
+cgm_status cmp_map_algo(cgm_algo algo, const char *override, int *algo_type) {
+    switch (algo) {
+    case CGM_ALGO_AUTO:
+        *algo_type = CUBLASMP_MATMUL_ALGO_TYPE_SPLIT_P2P;
+        if (!override || !*override) return CGM_SUCCESS;
+        for (size_t i = 0; i < sizeof algo_names / sizeof algo_names[0]; i++)
+            if (!strcasecmp(override, algo_names[i].name)) {
+                *algo_type = algo_names[i].value;
+                return CGM_SUCCESS;
+            }
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "environment variable COMMGEMM_CUBLASMP_ALGO=\"%s\": "
+                         "expected split_p2p, atomic_p2p or no_overlap "
+                         "(commgemm never uses cuBLASMp's multicast "
+                         "algorithms or its default, which may pick one)",
+                         override);
+    case CGM_ALGO_SPLIT_PIPELINED:
+        *algo_type = CUBLASMP_MATMUL_ALGO_TYPE_SPLIT_P2P;
+        return CGM_SUCCESS;
+    case CGM_ALGO_NO_OVERLAP:
+        *algo_type = CUBLASMP_MATMUL_ALGO_TYPE_NO_OVERLAP;
+        return CGM_SUCCESS;
+    default:
+        return cgm_error(CGM_ERROR_NOT_SUPPORTED,
+                         "the cublasmp backend runs algorithms auto, split "
+                         "(cuBLASMp SPLIT_P2P) and no_overlap, found %s; "
+                         "choose one of those or use p2p or nccl for %s",
+                         cgm_algo_name(algo), cgm_algo_name(algo));
+    }
+}
+
+cgm_status cmp_check_split(const int64_t *sizes, int nranks, const char *what,
+                           int64_t *total) {
+    int64_t sum = 0;
+    for (int r = 0; r < nranks; r++) sum += sizes[r];
+    *total = sum;
+    for (int r = 0; r < nranks; r++) {
+        int64_t want = cgm_shard_rows(sum, r, nranks);
+        if (sizes[r] == want) continue;
+        return cgm_error(CGM_ERROR_NOT_SUPPORTED,
+                         "the cublasmp backend needs the ranks' %s to be the "
+                         "ceil split of their sum (cuBLASMp's block "
+                         "distribution with block ceil(%lld / %d) = %lld): "
+                         "expected rank %d to have %lld, found %lld; give "
+                         "every rank cgm_shard_rows(total, rank, P) or use "
+                         "p2p or nccl",
+                         what, (long long)sum, nranks,
+                         (long long)cgm_ceil_div(sum > 0 ? sum : 1, nranks),
+                         r, (long long)want, (long long)sizes[r]);
+    }
+    return CGM_SUCCESS;
+}
+
+const char *cmp_status_name(int status) {
+    switch (status) {
+    case CUBLASMP_STATUS_SUCCESS: return "CUBLASMP_STATUS_SUCCESS";
+    case CUBLASMP_STATUS_NOT_INITIALIZED: return "CUBLASMP_STATUS_NOT_INITIALIZED";
+    case CUBLASMP_STATUS_ALLOCATION_FAILED: return "CUBLASMP_STATUS_ALLOCATION_FAILED";
+    case CUBLASMP_STATUS_INVALID_VALUE: return "CUBLASMP_STATUS_INVALID_VALUE";
+    case CUBLASMP_STATUS_ARCHITECTURE_MISMATCH: return "CUBLASMP_STATUS_ARCHITECTURE_MISMATCH";
+    case CUBLASMP_STATUS_EXECUTION_FAILED: return "CUBLASMP_STATUS_EXECUTION_FAILED";
+    case CUBLASMP_STATUS_INTERNAL_ERROR: return "CUBLASMP_STATUS_INTERNAL_ERROR";
+    case CUBLASMP_STATUS_NOT_SUPPORTED: return "CUBLASMP_STATUS_NOT_SUPPORTED";
+    default: return "unknown cuBLASMp status";
+    }
+}

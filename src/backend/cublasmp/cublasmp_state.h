@@ -1,0 +1,67 @@
+/* The cublasmp backend's per-comm state (CUDA side). */
+#ifndef COMMGEMM_CUBLASMP_STATE_H
+#define COMMGEMM_CUBLASMP_STATE_H
+
+#include "backend/cublasmp/cublasmp.h"
+#include "backend/gpu/gpu.h"
+
+#define CMP_CACHE 16        /* shapes kept per comm */
+#define CMP_RETIRED_MAX 8   /* outgrown workspaces kept for captured graphs */
+
+typedef struct cmp_key {
+    int op, layout, in_dtype, out_dtype, has_bias, accumulate, compute, algo;
+    int64_t m, n, k, ldx, ldw, ldy;
+} cmp_key;
+
+typedef struct cmp_entry {
+    bool used;
+    bool empty; /* nothing to compute (no columns): skip */
+    uint64_t last_use;
+    cmp_key key;
+    cmp_problem prob;
+    cublasMpMatrixDescriptor_t a, b, d;
+    cublasMpMatmulDescriptor_t mm;
+    void *host_ws;
+    size_t host_bytes, dev_bytes;
+    /* AG with a symmetric heap: X's bytes, copied into st->stage so that
+     * cuBLASMp 0.7 can read the gathered operand from NVSHMEM memory. */
+    size_t stage_bytes;
+} cmp_entry;
+
+typedef struct cmp_state {
+    const cmp_api *api;
+    cgm_comm *comm;
+    int rank, nranks, device;
+    int64_t timeout_ms;
+    cudaStream_t stream; /* owned: the handle's creation stream */
+    cublasMpHandle_t handle;
+    cublasMpGrid_t grid[2]; /* indexed by cmp_grid */
+    void *ws; /* cuBLASMp's device workspace */
+    size_t ws_bytes;
+    void *stage; /* AG's B operand (X shard), NVSHMEM memory */
+    size_t stage_bytes;
+    bool ws_symmetric; /* ws and stage from nvshmem_malloc */
+    void *retired[CMP_RETIRED_MAX];
+    int nretired;
+    cmp_entry cache[CMP_CACHE];
+    uint64_t clock;
+    const char *algo_override; /* COMMGEMM_CUBLASMP_ALGO */
+} cmp_state;
+
+#define CMP_TRY(call, context)                                               \
+    do {                                                                     \
+        cublasMpStatus_t s_ = (call);                                        \
+        if (s_ != CUBLASMP_STATUS_SUCCESS) {                                 \
+            status = cmp_fail(s_, #call, (context));                         \
+            goto fail;                                                       \
+        }                                                                    \
+    } while (0)
+
+/* Records a cuBLASMp failure (see cublasmp_backend.c). */
+cgm_status cmp_fail(cublasMpStatus_t s, const char *what, const char *context);
+/* Runs one validated call (cublasmp_exec.c). */
+cgm_status cmp_execute(cmp_state *st, const cgm_call *call);
+/* Frees the descriptor cache (cublasmp_exec.c). */
+void cmp_cache_clear(cmp_state *st);
+
+#endif /* COMMGEMM_CUBLASMP_STATE_H */
