@@ -1,0 +1,166 @@
+/* The nccl backend: internal header.
+ *
+ * Per comm: its own NCCL communicator split from the caller's (few CTAs,
+ * non-blocking, so every NCCL call is bounded), a comm stream for the NCCL
+ * transfers and compute streams for cuBLASLt chunks, workspaces sized from
+ * the config's maxima, an event pool for cross-stream dependencies and a
+ * watchdog thread that bounds every in-flight op (ncclCommAbort on expiry).
+ * docs/NCCL_BACKEND.md describes the schedules. */
+#ifndef COMMGEMM_NCCL_BACKEND_H
+#define COMMGEMM_NCCL_BACKEND_H
+
+#include <pthread.h>
+
+#include "backend/gpu/gpu.h"
+#include "device/device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NCCLB_COMPUTE_STREAMS 2
+#define NCCLB_MAX_SPLITS 8
+#define NCCLB_SIGNATURE_CACHE 256
+#define NCCLB_WATCH_SLOTS 64
+#define NCCLB_LT_WORKSPACE (32u << 20)
+
+/* Workspaces, each allocated once (at init for the ops configured to this
+ * backend, else at the first eager call that needs it), sized from the
+ * config's maxima, never inside graph capture. */
+typedef enum ncclb_buffer {
+    NCCLB_BUF_GATHER = 0,  /* AG: X pieces; AR/bulk: staging of rows */
+    NCCLB_BUF_PARTIAL = 1, /* RS/AR: fp32 partials, m x n */
+    NCCLB_BUF_RECV = 2,    /* RS/AR/bulk-RS: P-1 slots of ceil(m/P) rows */
+    NCCLB_BUF_COUNT = 3
+} ncclb_buffer;
+
+/* One op being watched: the op counts as started when `start` is reached
+ * and must reach `done` within the timeout. steps[i] is recorded on the comm
+ * stream after exchange step i (peers in step_from / step_to), so that an
+ * expired op can name the peer it was waiting for. */
+#define NCCLB_WATCH_STEPS 16
+typedef struct ncclb_watch {
+    bool busy;
+    bool started;
+    int64_t started_ns;
+    int64_t issued_ns;
+    cudaEvent_t start, done;
+    int nsteps;
+    cudaEvent_t steps[NCCLB_WATCH_STEPS];
+    int step_from[NCCLB_WATCH_STEPS], step_to[NCCLB_WATCH_STEPS];
+    char what[96];
+} ncclb_watch;
+
+typedef struct ncclb_state {
+    cgm_comm *comm;
+    int rank, nranks, device;
+    int64_t timeout_ms;
+    int max_ctas;
+    ncclComm_t nccl; /* the split comm; NULL after an abort */
+
+    cudaStream_t comm_stream;
+    cudaStream_t compute[NCCLB_COMPUTE_STREAMS];
+    cudaEvent_t fork;
+    cudaEvent_t join_comm, join_compute[NCCLB_COMPUTE_STREAMS];
+    bool joins_eager; /* the joins were last recorded outside capture */
+    cudaEvent_t *events; /* pool, one per received / produced piece */
+    int nevents;
+    cgm_lt *lt;
+    void *lt_workspace[NCCLB_COMPUTE_STREAMS + 1]; /* last: caller stream */
+    cgm_dev_state *dev; /* for cgm_dev_reduce; never aborted */
+
+    void *buf[NCCLB_BUF_COUNT];
+    size_t buf_bytes[NCCLB_BUF_COUNT];
+
+    int64_t checked[NCCLB_SIGNATURE_CACHE][CGM_SIGNATURE_WORDS];
+    int nchecked, next_checked;
+
+    /* Guards the split comm (issuing, polling, aborting) and the watch
+     * slots: the op thread and the watchdog thread share them. */
+    pthread_mutex_t lock;
+    bool lock_ready;
+    pthread_t watchdog;
+    bool watchdog_running;
+    volatile int stop;
+    ncclb_watch watch[NCCLB_WATCH_SLOTS];
+    int watch_current; /* slot of the op being issued, or -1 */
+    /* Sticky asynchronous error (set under lock). */
+    cgm_status async_status;
+    char async_message[640];
+} ncclb_state;
+
+/* ---- nccl_backend.c */
+/* Bounded: polls the (non-blocking) split comm until an issued NCCL call
+ * completed its enqueue; on expiry aborts the comm. Call with the lock. */
+cgm_status ncclb_settle(ncclb_state *st, ncclResult_t issued, const char *what);
+/* Marks the backend broken with `status` and the current detail, aborting
+ * the split comm. Call with the lock held. */
+void ncclb_fail_locked(ncclb_state *st, cgm_status status);
+
+/* ---- nccl_exec.c: shared machinery of the ops */
+typedef struct ncclb_op {
+    ncclb_state *st;
+    const cgm_call *call;
+    cudaStream_t caller;
+    bool capturing;
+    int next_event;
+    int next_compute;
+    int watch; /* slot, or -1 */
+} ncclb_op;
+
+cgm_status ncclb_ensure_buffer(ncclb_state *st, ncclb_buffer which,
+                               bool capturing);
+size_t ncclb_buffer_need(const ncclb_state *st, ncclb_buffer which);
+/* Starts an op: agreement check, limits, fork of the internal streams
+ * from the caller's, watch slot. Takes the lock on success. */
+cgm_status ncclb_op_begin(ncclb_state *st, const cgm_call *call,
+                          ncclb_op *op);
+/* Joins the internal streams back into the caller's and releases the
+ * lock (also after a failure, with `status` kept). */
+cgm_status ncclb_op_end(ncclb_op *op, cgm_status status);
+/* The next pool event (grows the pool outside capture). */
+cgm_status ncclb_event(ncclb_op *op, cudaEvent_t *out);
+cudaStream_t ncclb_next_compute(ncclb_op *op);
+/* Records a watch step on the comm stream (no-op inside capture). */
+void ncclb_watch_step(ncclb_op *op, int from, int to);
+/* A GEMM on `stream` with the lt workspace that belongs to it. */
+cgm_status ncclb_gemm(ncclb_op *op, const cgm_lt_gemm_args *args,
+                      cudaStream_t stream);
+/* Pieces of shard `shard`: count and rows/offset (inside the shard) of
+ * piece q. The split count is the call's, clamped to the shard's rows. */
+int ncclb_pieces(int64_t shard_rows, int splits);
+int ncclb_splits(const cgm_call *call, int64_t m, int nranks);
+
+/* One grouped round of point-to-point transfers on the comm stream (bytes;
+ * zero-byte halves are skipped), bounded by ncclb_settle. */
+typedef struct ncclb_xfer {
+    const void *send;
+    size_t send_bytes;
+    int to;
+    void *recv;
+    size_t recv_bytes;
+    int from;
+} ncclb_xfer;
+cgm_status ncclb_exchange(ncclb_state *st, const ncclb_xfer *xfers, int count,
+                          const char *what);
+/* Rows [row0, row0 + rows) (global) of piece q of shard `shard`. */
+typedef struct ncclb_piece {
+    int64_t row0, rows;
+} ncclb_piece;
+ncclb_piece ncclb_piece_of(int64_t m, int nranks, int shard, int splits,
+                           int q);
+static inline int64_t ncclb_ld(const cgm_matrix *m) {
+    return m->ld ? m->ld : m->cols;
+}
+
+/* ---- nccl_ops.c */
+cgm_status ncclb_all_gather_gemm(ncclb_op *op);
+cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce);
+/* ---- nccl_bulk.c */
+cgm_status ncclb_bulk(ncclb_op *op);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COMMGEMM_NCCL_BACKEND_H */

@@ -1,0 +1,346 @@
+/* Machinery shared by the nccl backend's ops: workspaces, limits,
+ * cross-rank agreement, fork/join of the internal streams, events, the
+ * watch slots and GEMM launches. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/nccl/nccl_backend.h"
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+size_t ncclb_buffer_need(const ncclb_state *st, ncclb_buffer which) {
+    const cgm_resolved_config *c = &st->comm->config;
+    int64_t width = max64(c->max_k, c->max_n);
+    switch (which) {
+    case NCCLB_BUF_GATHER: return (size_t)c->max_m * (size_t)width * 4;
+    case NCCLB_BUF_PARTIAL: return (size_t)c->max_m * (size_t)c->max_n * 4;
+    case NCCLB_BUF_RECV:
+        return (size_t)(st->nranks - 1) *
+               (size_t)cgm_ceil_div(c->max_m, st->nranks) * (size_t)width * 4;
+    default: return 0;
+    }
+}
+
+cgm_status ncclb_ensure_buffer(ncclb_state *st, ncclb_buffer which,
+                               bool capturing) {
+    static const char *names[] = {"gather", "partial", "recv"};
+    cgm_status status = CGM_SUCCESS;
+    if (st->buf[which]) return CGM_SUCCESS;
+    size_t bytes = ncclb_buffer_need(st, which);
+    if (bytes == 0) return CGM_SUCCESS;
+    if (capturing)
+        return cgm_error(CGM_ERROR_INVALID_USAGE,
+                         "nccl backend: the %s workspace is allocated at the "
+                         "first eager call of an op that needs it, found the "
+                         "first such call inside CUDA graph capture; make "
+                         "one eager call with the same shapes before "
+                         "capturing", names[which]);
+    CGM_CUDA_TRY(cudaMalloc(&st->buf[which], bytes));
+    st->buf_bytes[which] = bytes;
+    CGM_INFO(CGM_SUB_NCCL, "nccl backend: %s workspace %zu MiB (from "
+             "COMMGEMM_MAX_M/N/K)", names[which], bytes >> 20);
+fail:
+    return status;
+}
+
+static cgm_status limit(const char *fn, const char *what, int64_t value,
+                        const char *env, int64_t max) {
+    if (value <= max) return CGM_SUCCESS;
+    return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                     "%s (nccl backend): %s = %lld exceeds %s = %lld, the "
+                     "largest size its workspaces were made for; create the "
+                     "comm with a larger %s (or config field max_%c)",
+                     fn, what, (long long)value, env, (long long)max, env,
+                     env[strlen(env) - 1] + 32);
+}
+
+static cgm_status check_limits(const ncclb_state *st, const cgm_call *c) {
+    static const char *fns[] = {"cgm_all_gather_gemm",
+                                "cgm_gemm_reduce_scatter",
+                                "cgm_gemm_all_reduce", "cgm_bulk_overlap"};
+    const cgm_resolved_config *cfg = &st->comm->config;
+    const char *fn = fns[c->op];
+    cgm_status s;
+    if (c->op == CGM_OP_BULK) {
+        if (!c->has_collective) return CGM_SUCCESS;
+        if ((s = limit(fn, "the collective's rows", c->coll_m,
+                       "COMMGEMM_MAX_M", cfg->max_m)))
+            return s;
+        return limit(fn, "the collective's columns", c->coll_cols,
+                     cfg->max_n >= cfg->max_k ? "COMMGEMM_MAX_N"
+                                              : "COMMGEMM_MAX_K",
+                     max64(cfg->max_n, cfg->max_k));
+    }
+    if ((s = limit(fn, "m", c->m, "COMMGEMM_MAX_M", cfg->max_m))) return s;
+    if (c->op == CGM_OP_ALL_GATHER_GEMM)
+        return limit(fn, "k", c->k, "COMMGEMM_MAX_K", cfg->max_k);
+    if (st->nranks > CGM_DEV_MAX_SOURCES)
+        return cgm_error(CGM_ERROR_NOT_SUPPORTED,
+                         "%s (nccl backend): %d ranks, but its reduction "
+                         "sums at most %d sources; use fewer ranks per "
+                         "tensor-parallel group", fn, st->nranks,
+                         CGM_DEV_MAX_SOURCES);
+    return limit(fn, "n", c->n, "COMMGEMM_MAX_N", cfg->max_n);
+}
+
+/* First call of each signature: all ranks exchange and compare it. */
+static cgm_status check_agreement(ncclb_state *st, const cgm_call *call,
+                                  bool capturing) {
+    if (!st->comm->config.check_agreement || st->nranks == 1)
+        return CGM_SUCCESS;
+    int64_t sig[CGM_SIGNATURE_WORDS];
+    cgm_call_signature(call, sig);
+    for (int i = 0; i < st->nchecked; i++)
+        if (!memcmp(st->checked[i], sig, sizeof sig)) return CGM_SUCCESS;
+    if (capturing)
+        return cgm_error(CGM_ERROR_INVALID_USAGE,
+                         "%s (nccl backend): the first call of this shape "
+                         "and options is inside CUDA graph capture, where "
+                         "ranks cannot check that they agree; make one eager "
+                         "call with the same arguments first (or set "
+                         "COMMGEMM_CHECK_AGREEMENT=0)",
+                         cgm_op_name(call->op));
+    int64_t *all = malloc(sizeof sig * (size_t)st->nranks);
+    if (!all) return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "agreement buffer");
+    cgm_status s = cgm_nccl_allgather_host(st->comm->nccl_comm, st->nranks,
+                                           sig, all, sizeof sig,
+                                           st->timeout_ms);
+    if (s == CGM_SUCCESS) s = cgm_signature_compare(st->comm, all);
+    free(all);
+    if (s != CGM_SUCCESS) return s;
+    memcpy(st->checked[st->next_checked], sig, sizeof sig);
+    st->next_checked = (st->next_checked + 1) % NCCLB_SIGNATURE_CACHE;
+    if (st->nchecked < NCCLB_SIGNATURE_CACHE) st->nchecked++;
+    return CGM_SUCCESS;
+}
+
+static cgm_status needed_buffers(ncclb_state *st, const cgm_call *c,
+                                 bool capturing) {
+    cgm_status status = CGM_SUCCESS;
+    if (st->nranks == 1) return CGM_SUCCESS;
+    switch (c->op) {
+    case CGM_OP_ALL_GATHER_GEMM:
+        CGM_TRY(ncclb_ensure_buffer(st, NCCLB_BUF_GATHER, capturing));
+        break;
+    case CGM_OP_GEMM_ALL_REDUCE:
+        CGM_TRY(ncclb_ensure_buffer(st, NCCLB_BUF_GATHER, capturing));
+        /* fall through */
+    case CGM_OP_GEMM_REDUCE_SCATTER:
+        CGM_TRY(ncclb_ensure_buffer(st, NCCLB_BUF_PARTIAL, capturing));
+        CGM_TRY(ncclb_ensure_buffer(st, NCCLB_BUF_RECV, capturing));
+        break;
+    default:
+        if (!c->has_collective) break;
+        CGM_TRY(ncclb_ensure_buffer(st, NCCLB_BUF_GATHER, capturing));
+        if (c->collective == CGM_COLLECTIVE_REDUCE_SCATTER)
+            CGM_TRY(ncclb_ensure_buffer(st, NCCLB_BUF_RECV, capturing));
+        break;
+    }
+fail:
+    return status;
+}
+
+/* Frees finished watch slots; returns a free one or -1 (lock held). */
+static int watch_slot(ncclb_state *st) {
+    int free_slot = -1;
+    for (int i = 0; i < NCCLB_WATCH_SLOTS; i++) {
+        ncclb_watch *w = &st->watch[i];
+        if (w->busy && cudaEventQuery(w->done) != cudaErrorNotReady) {
+            (void)cudaGetLastError();
+            w->busy = false;
+        }
+        if (!w->busy && free_slot < 0) free_slot = i;
+    }
+    return free_slot;
+}
+
+cgm_status ncclb_op_begin(ncclb_state *st, const cgm_call *call,
+                          ncclb_op *op) {
+    cgm_status status = CGM_SUCCESS;
+    memset(op, 0, sizeof *op);
+    op->st = st;
+    op->call = call;
+    op->caller = (cudaStream_t)call->stream;
+    op->watch = -1;
+    op->capturing = cgm_stream_capturing(op->caller);
+    CGM_TRY(check_limits(st, call));
+    CGM_TRY(check_agreement(st, call, op->capturing));
+    CGM_TRY(needed_buffers(st, call, op->capturing));
+    pthread_mutex_lock(&st->lock);
+    if (st->async_status != CGM_SUCCESS || !st->nccl) {
+        status = cgm_error(st->async_status ? st->async_status
+                                            : CGM_ERROR_INTERNAL,
+                           "%s", st->async_message);
+        pthread_mutex_unlock(&st->lock);
+        return status;
+    }
+    if (!op->capturing) {
+        /* Back-pressure: at most NCCLB_WATCH_SLOTS ops in flight, so that
+         * every op is watched. Bounded: the watchdog expires stuck ones. */
+        int slot;
+        while ((slot = watch_slot(st)) < 0 && st->async_status == CGM_SUCCESS) {
+            pthread_mutex_unlock(&st->lock);
+            usleep(50);
+            pthread_mutex_lock(&st->lock);
+        }
+        if (st->async_status != CGM_SUCCESS) {
+            status = cgm_error(st->async_status, "%s", st->async_message);
+            pthread_mutex_unlock(&st->lock);
+            return status;
+        }
+        ncclb_watch *w = &st->watch[slot];
+        w->started = false;
+        w->nsteps = 0;
+        w->issued_ns = cgm_now_ns();
+        snprintf(w->what, sizeof w->what, "%s #%llu (m=%lld)",
+                 cgm_op_name(call->op),
+                 (unsigned long long)st->comm->calls,
+                 (long long)(call->op == CGM_OP_BULK ? call->coll_m : call->m));
+        CGM_CUDA_TRY(cudaEventRecord(w->start, op->caller));
+        op->watch = slot;
+    }
+    /* Fork the internal streams from the caller's. Outside capture they
+     * also wait for the previous op's internal work, so that workspaces are
+     * never reused early even when the caller switches streams. */
+    CGM_CUDA_TRY(cudaEventRecord(st->fork, op->caller));
+    cudaStream_t streams[1 + NCCLB_COMPUTE_STREAMS];
+    cudaEvent_t joins[1 + NCCLB_COMPUTE_STREAMS];
+    streams[0] = st->comm_stream;
+    joins[0] = st->join_comm;
+    for (int i = 0; i < NCCLB_COMPUTE_STREAMS; i++) {
+        streams[1 + i] = st->compute[i];
+        joins[1 + i] = st->join_compute[i];
+    }
+    for (int i = 0; i <= NCCLB_COMPUTE_STREAMS; i++) {
+        CGM_CUDA_TRY(cudaStreamWaitEvent(streams[i], st->fork, 0));
+        if (op->capturing || !st->joins_eager) continue;
+        for (int j = 0; j <= NCCLB_COMPUTE_STREAMS; j++)
+            if (j != i) CGM_CUDA_TRY(cudaStreamWaitEvent(streams[i], joins[j], 0));
+    }
+    return CGM_SUCCESS;
+fail:
+    op->watch = -1;
+    pthread_mutex_unlock(&st->lock);
+    return status;
+}
+
+cgm_status ncclb_op_end(ncclb_op *op, cgm_status status) {
+    ncclb_state *st = op->st;
+    /* Join even after a failure: a capture must not end unjoined. */
+    cudaError_t e = cudaEventRecord(st->join_comm, st->comm_stream);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(op->caller, st->join_comm, 0);
+    for (int i = 0; i < NCCLB_COMPUTE_STREAMS && e == cudaSuccess; i++) {
+        e = cudaEventRecord(st->join_compute[i], st->compute[i]);
+        if (e == cudaSuccess)
+            e = cudaStreamWaitEvent(op->caller, st->join_compute[i], 0);
+    }
+    /* Joins recorded inside a capture are graph nodes, not events the
+     * next eager op may wait for. */
+    st->joins_eager = !op->capturing && e == cudaSuccess;
+    if (e == cudaSuccess && op->watch >= 0) {
+        ncclb_watch *w = &st->watch[op->watch];
+        e = cudaEventRecord(w->done, op->caller);
+        if (e == cudaSuccess) w->busy = true;
+    }
+    if (e != cudaSuccess && status == CGM_SUCCESS)
+        status = cgm_cuda_fail(e, "joining the nccl backend's streams",
+                               __FILE__, __LINE__);
+    pthread_mutex_unlock(&st->lock);
+    return status;
+}
+
+cgm_status ncclb_event(ncclb_op *op, cudaEvent_t *out) {
+    if (op->next_event >= op->st->nevents)
+        return cgm_error(CGM_ERROR_INTERNAL,
+                         "nccl backend: needs more than %d events for one "
+                         "op (splits %d, %d ranks)", op->st->nevents,
+                         op->call->splits, op->st->nranks);
+    *out = op->st->events[op->next_event++];
+    return CGM_SUCCESS;
+}
+
+cudaStream_t ncclb_next_compute(ncclb_op *op) {
+    cudaStream_t s = op->st->compute[op->next_compute];
+    op->next_compute = (op->next_compute + 1) % NCCLB_COMPUTE_STREAMS;
+    return s;
+}
+
+void ncclb_watch_step(ncclb_op *op, int from, int to) {
+    if (op->watch < 0) return;
+    ncclb_watch *w = &op->st->watch[op->watch];
+    if (w->nsteps >= NCCLB_WATCH_STEPS) return;
+    if (cudaEventRecord(w->steps[w->nsteps], op->st->comm_stream) !=
+        cudaSuccess) {
+        (void)cudaGetLastError();
+        return;
+    }
+    w->step_from[w->nsteps] = from;
+    w->step_to[w->nsteps] = to;
+    w->nsteps++;
+}
+
+cgm_status ncclb_gemm(ncclb_op *op, const cgm_lt_gemm_args *args,
+                      cudaStream_t stream) {
+    ncclb_state *st = op->st;
+    void *ws = st->lt_workspace[NCCLB_COMPUTE_STREAMS];
+    for (int i = 0; i < NCCLB_COMPUTE_STREAMS; i++)
+        if (stream == st->compute[i]) ws = st->lt_workspace[i];
+    return cgm_lt_gemm(st->lt, args, ws, NCCLB_LT_WORKSPACE, stream);
+}
+
+int ncclb_pieces(int64_t shard_rows, int splits) {
+    if (shard_rows <= 0) return 0;
+    return shard_rows < splits ? (int)shard_rows : splits;
+}
+
+/* Pieces per shard: the hint, else enough for ~8 pipeline stages overall
+ * with pieces of at least 256 rows. */
+int ncclb_splits(const cgm_call *call, int64_t m, int nranks) {
+    int s = call->splits;
+    if (s <= 0) {
+        int64_t shard = cgm_ceil_div(m, nranks);
+        int64_t want = cgm_ceil_div(8, nranks);
+        int64_t by_rows = shard / 256;
+        s = (int)(want < by_rows ? want : by_rows);
+    }
+    if (s < 1) s = 1;
+    if (s > NCCLB_MAX_SPLITS) s = NCCLB_MAX_SPLITS;
+    return s;
+}
+
+ncclb_piece ncclb_piece_of(int64_t m, int nranks, int shard, int splits,
+                           int q) {
+    int64_t rows = cgm_shard_rows(m, shard, nranks);
+    int n = ncclb_pieces(rows, splits);
+    ncclb_piece p = {cgm_shard_offset(m, shard, nranks), 0};
+    if (q < n) {
+        p.row0 += cgm_shard_offset(rows, q, n);
+        p.rows = cgm_shard_rows(rows, q, n);
+    }
+    return p;
+}
+
+cgm_status ncclb_exchange(ncclb_state *st, const ncclb_xfer *x, int count,
+                          const char *what) {
+    bool any = false;
+    for (int i = 0; i < count; i++)
+        any |= x[i].send_bytes > 0 || x[i].recv_bytes > 0;
+    if (!any) return CGM_SUCCESS;
+    if (!st->nccl)
+        return cgm_error(st->async_status ? st->async_status
+                                          : CGM_ERROR_INTERNAL,
+                         "%s: %s", what, st->async_message);
+    ncclResult_t r = ncclGroupStart();
+    for (int i = 0; i < count && r == ncclSuccess; i++) {
+        if (x[i].send_bytes)
+            r = ncclSend(x[i].send, x[i].send_bytes, ncclUint8, x[i].to,
+                         st->nccl, st->comm_stream);
+        if (r == ncclSuccess && x[i].recv_bytes)
+            r = ncclRecv(x[i].recv, x[i].recv_bytes, ncclUint8, x[i].from,
+                         st->nccl, st->comm_stream);
+    }
+    ncclResult_t end = ncclGroupEnd();
+    return ncclb_settle(st, r != ncclSuccess ? r : end, what);
+}

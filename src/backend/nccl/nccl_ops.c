@@ -1,0 +1,360 @@
+/* The nccl backend's pipelined ops: AG+GEMM, GEMM+RS and GEMM+AR.
+ * Transfers are grouped ncclSend/ncclRecv on the comm stream; each GEMM
+ * chunk runs on a compute stream and waits only for the event recorded
+ * after the transfer that brought its rows (AG) or is waited for by the
+ * transfer that ships its rows (RS). docs/NCCL_BACKEND.md has the
+ * schedules. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/nccl/nccl_backend.h"
+
+static char *at(const void *base, int64_t elements, size_t element_size) {
+    return (char *)base + (size_t)elements * element_size;
+}
+
+static cgm_lt_gemm_args gemm_base(const cgm_call *c) {
+    cgm_lt_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.layout = c->layout;
+    g.in_dtype = c->in_dtype;
+    g.out_dtype = c->out_dtype;
+    g.n = c->n;
+    g.k = c->k;
+    g.w = c->w.data;
+    g.ldw = ncclb_ld(&c->w);
+    g.bias = c->has_bias ? c->bias.data : NULL;
+    g.accumulate = c->accumulate;
+    g.allow_tf32 = c->allow_tf32;
+    return g;
+}
+
+/* The caller's whole GEMM on one stream (P = 1). */
+static cgm_status whole_gemm(ncclb_op *op, cudaStream_t stream) {
+    const cgm_call *c = op->call;
+    cgm_lt_gemm_args g = gemm_base(c);
+    g.m = c->op == CGM_OP_ALL_GATHER_GEMM ? c->y.rows : c->m;
+    g.x = c->x.data;
+    g.ldx = ncclb_ld(&c->x);
+    g.y = c->y.data;
+    g.ldy = ncclb_ld(&c->y);
+    return ncclb_gemm(op, &g, stream);
+}
+
+/* Copies piece-major gathered rows (G) into the caller's x_gathered. */
+static cgm_status copy_gathered(ncclb_op *op, const char *G) {
+    cgm_status status = CGM_SUCCESS;
+    const cgm_call *c = op->call;
+    ncclb_state *st = op->st;
+    const size_t es = cgm_dtype_size(c->in_dtype);
+    const int64_t k = c->k, ldg = ncclb_ld(&c->x_gathered);
+    if (c->m == 0 || k == 0) return CGM_SUCCESS;
+    if (c->layout != CGM_LAYOUT_NT) {
+        CGM_CUDA_TRY(cudaMemcpy2DAsync(c->x_gathered.data, (size_t)ldg * es, G,
+                                       (size_t)k * es, (size_t)k * es,
+                                       (size_t)c->m, cudaMemcpyDeviceToDevice,
+                                       st->comm_stream));
+        return CGM_SUCCESS;
+    }
+    const int S = ncclb_splits(c, c->m, st->nranks);
+    for (int j = 0; j < st->nranks; j++)
+        for (int q = 0; q < S; q++) {
+            ncclb_piece p = ncclb_piece_of(c->m, st->nranks, j, S, q);
+            if (p.rows == 0) continue;
+            CGM_CUDA_TRY(cudaMemcpy2DAsync(
+                at(c->x_gathered.data, p.row0, es), (size_t)ldg * es,
+                at(G, p.row0 * k, es), (size_t)p.rows * es,
+                (size_t)p.rows * es, (size_t)k, cudaMemcpyDeviceToDevice,
+                st->comm_stream));
+        }
+fail:
+    return status;
+}
+
+/* GEMM of gathered rows `p` (stored piece-major in G) on `stream`. */
+static cgm_status gathered_gemm(ncclb_op *op, const char *G, ncclb_piece p,
+                                cudaStream_t stream) {
+    const cgm_call *c = op->call;
+    const size_t es = cgm_dtype_size(c->in_dtype);
+    cgm_lt_gemm_args g = gemm_base(c);
+    g.m = p.rows;
+    g.x = at(G, p.row0 * c->k, es);
+    g.ldx = c->layout == CGM_LAYOUT_NT ? p.rows : c->k;
+    g.ldy = ncclb_ld(&c->y);
+    g.y = at(c->y.data, p.row0 * g.ldy, cgm_dtype_size(c->out_dtype));
+    return ncclb_gemm(op, &g, stream);
+}
+
+cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
+    cgm_status status = CGM_SUCCESS;
+    ncclb_state *st = op->st;
+    const cgm_call *c = op->call;
+    const int P = st->nranks, r = st->rank;
+    const int64_t m = c->m, k = c->k;
+    const size_t es = cgm_dtype_size(c->in_dtype);
+    const bool nt = c->layout == CGM_LAYOUT_NT;
+    const bool overlap = c->algo != CGM_ALGO_NO_OVERLAP;
+    const bool ring = c->algo != CGM_ALGO_SPLIT_PIPELINED;
+    const int64_t ldx = ncclb_ld(&c->x);
+    const int64_t mr = cgm_shard_rows(m, r, P), off = cgm_shard_offset(m, r, P);
+    const int S = ncclb_splits(c, m, P);
+
+    if (P == 1) {
+        CGM_TRY(whole_gemm(op, ncclb_next_compute(op)));
+        if (c->has_x_gathered && m > 0 && k > 0) {
+            const int64_t rows = nt ? k : m, cols = nt ? m : k;
+            CGM_CUDA_TRY(cudaMemcpy2DAsync(
+                c->x_gathered.data, (size_t)ncclb_ld(&c->x_gathered) * es,
+                c->x.data, (size_t)ldx * es, (size_t)cols * es, (size_t)rows,
+                cudaMemcpyDeviceToDevice, st->comm_stream));
+        }
+        return CGM_SUCCESS;
+    }
+    /* Gathered rows live piece-major in G: piece (j, q) is a dense block
+     * of rows x k (TN, NN) or k x rows (NT) at element row0 * k. For TN/NN
+     * that is the row-major [m, k] matrix, so a dense x_gathered is G. */
+    const bool direct = c->has_x_gathered && !nt &&
+                        ncclb_ld(&c->x_gathered) == k;
+    char *G = direct ? (char *)c->x_gathered.data : (char *)st->buf[NCCLB_BUF_GATHER];
+
+    /* This rank's rows: GEMM straight from the caller's X (compute), and
+     * a packed copy into G to send (comm). */
+    if (overlap && mr > 0) {
+        cgm_lt_gemm_args g = gemm_base(c);
+        g.m = mr;
+        g.x = c->x.data;
+        g.ldx = ldx;
+        g.ldy = ncclb_ld(&c->y);
+        g.y = at(c->y.data, off * g.ldy, cgm_dtype_size(c->out_dtype));
+        CGM_TRY(ncclb_gemm(op, &g, ncclb_next_compute(op)));
+    }
+    if (mr > 0 && k > 0) {
+        if (!nt) {
+            CGM_CUDA_TRY(cudaMemcpy2DAsync(
+                at(G, off * k, es), (size_t)k * es, c->x.data,
+                (size_t)ldx * es, (size_t)k * es, (size_t)mr,
+                cudaMemcpyDeviceToDevice, st->comm_stream));
+        } else {
+            for (int q = 0; q < S; q++) {
+                ncclb_piece p = ncclb_piece_of(m, P, r, S, q);
+                if (p.rows == 0) continue;
+                CGM_CUDA_TRY(cudaMemcpy2DAsync(
+                    at(G, p.row0 * k, es), (size_t)p.rows * es,
+                    at(c->x.data, p.row0 - off, es), (size_t)ldx * es,
+                    (size_t)p.rows * es, (size_t)k, cudaMemcpyDeviceToDevice,
+                    st->comm_stream));
+            }
+        }
+    }
+    /* Ring: step s forwards to the right neighbour the shard received at
+     * step s - 1. Split: step s sends this rank's shard to r + s. */
+    for (int s = 1; s < P; s++) {
+        int to = ring ? (r + 1) % P : (r + s) % P;
+        int from = ring ? (r - 1 + P) % P : (r - s + P) % P;
+        int send_shard = ring ? (r - s + 1 + P) % P : r;
+        int recv_shard = ring ? (r - s + P) % P : from;
+        for (int q = 0; q < S; q++) {
+            ncclb_piece sp = ncclb_piece_of(m, P, send_shard, S, q);
+            ncclb_piece rp = ncclb_piece_of(m, P, recv_shard, S, q);
+            ncclb_xfer x = {at(G, sp.row0 * k, es), (size_t)(sp.rows * k) * es,
+                            to, at(G, rp.row0 * k, es),
+                            (size_t)(rp.rows * k) * es, from};
+            CGM_TRY(ncclb_exchange(st, &x, 1, "AG+GEMM: exchanging X rows"));
+            if (!overlap || rp.rows == 0) continue;
+            cudaEvent_t arrived;
+            CGM_TRY(ncclb_event(op, &arrived));
+            CGM_CUDA_TRY(cudaEventRecord(arrived, st->comm_stream));
+            cudaStream_t cs = ncclb_next_compute(op);
+            CGM_CUDA_TRY(cudaStreamWaitEvent(cs, arrived, 0));
+            CGM_TRY(gathered_gemm(op, G, rp, cs));
+        }
+        ncclb_watch_step(op, from, to);
+    }
+    if (!overlap) {
+        cudaEvent_t gathered;
+        CGM_TRY(ncclb_event(op, &gathered));
+        CGM_CUDA_TRY(cudaEventRecord(gathered, st->comm_stream));
+        cudaStream_t cs = ncclb_next_compute(op);
+        CGM_CUDA_TRY(cudaStreamWaitEvent(cs, gathered, 0));
+        if (!nt) {
+            ncclb_piece all = {0, m};
+            CGM_TRY(gathered_gemm(op, G, all, cs));
+        } else {
+            for (int j = 0; j < P; j++)
+                for (int q = 0; q < S; q++) {
+                    ncclb_piece p = ncclb_piece_of(m, P, j, S, q);
+                    if (p.rows) CGM_TRY(gathered_gemm(op, G, p, cs));
+                }
+        }
+    }
+    if (c->has_x_gathered && !direct) CGM_TRY(copy_gathered(op, G));
+fail:
+    return status;
+}
+
+/* GEMM of global rows `p` of X into fp32 partial rows of F, on `stream`. */
+static cgm_status partial_gemm(ncclb_op *op, ncclb_piece p, float *F,
+                               cudaStream_t stream) {
+    const cgm_call *c = op->call;
+    const size_t es = cgm_dtype_size(c->in_dtype);
+    const int64_t ldx = ncclb_ld(&c->x);
+    cgm_lt_gemm_args g = gemm_base(c);
+    g.out_dtype = CGM_DTYPE_FP32;
+    g.bias = NULL;
+    g.accumulate = false;
+    g.m = p.rows;
+    g.x = c->layout == CGM_LAYOUT_NT ? at(c->x.data, p.row0, es)
+                                     : at(c->x.data, p.row0 * ldx, es);
+    g.ldx = ldx;
+    g.y = F + p.row0 * c->n;
+    g.ldy = c->n;
+    return ncclb_gemm(op, &g, stream);
+}
+
+cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
+    cgm_status status = CGM_SUCCESS;
+    ncclb_state *st = op->st;
+    const cgm_call *c = op->call;
+    const int P = st->nranks, r = st->rank;
+    const int64_t m = c->m, n = c->n;
+    const size_t eo = cgm_dtype_size(c->out_dtype);
+    const int64_t ldy = ncclb_ld(&c->y);
+    const int64_t mr = cgm_shard_rows(m, r, P), off = cgm_shard_offset(m, r, P);
+    const bool overlap = c->algo != CGM_ALGO_NO_OVERLAP;
+    const int S = ncclb_splits(c, m, P);
+    cudaEvent_t *produced = NULL;
+
+    if (P == 1) return whole_gemm(op, ncclb_next_compute(op));
+    float *F = st->buf[NCCLB_BUF_PARTIAL];
+    char *slots = st->buf[NCCLB_BUF_RECV];
+    const size_t slot_bytes = (size_t)(cgm_ceil_div(m, P) * n) * 4;
+    produced = calloc((size_t)P * (size_t)S, sizeof *produced);
+    if (!produced) return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "event list");
+
+    /* Partials in the order they ship: rank r + 1's rows first, own last. */
+    cudaEvent_t own_done;
+    CGM_TRY(ncclb_event(op, &own_done));
+    if (overlap) {
+        for (int s = 1; s < P; s++)
+            for (int q = 0; q < S; q++) {
+                ncclb_piece p = ncclb_piece_of(m, P, (r + s) % P, S, q);
+                if (p.rows == 0) continue;
+                cudaStream_t cs = ncclb_next_compute(op);
+                CGM_TRY(partial_gemm(op, p, F, cs));
+                CGM_TRY(ncclb_event(op, &produced[s * S + q]));
+                CGM_CUDA_TRY(cudaEventRecord(produced[s * S + q], cs));
+            }
+        ncclb_piece own = {off, mr};
+        cudaStream_t cs = ncclb_next_compute(op);
+        CGM_TRY(partial_gemm(op, own, F, cs));
+        CGM_CUDA_TRY(cudaEventRecord(own_done, cs));
+    } else {
+        ncclb_piece all = {0, m};
+        cudaStream_t cs = ncclb_next_compute(op);
+        CGM_TRY(partial_gemm(op, all, F, cs));
+        CGM_CUDA_TRY(cudaEventRecord(own_done, cs));
+    }
+    /* Pairwise exchange in ring order: step s ships rank r + s's rows and
+     * receives rank r - s's contribution to ours into slot s - 1. */
+    for (int s = 1; s < P; s++) {
+        int to = (r + s) % P, from = (r - s + P) % P;
+        for (int q = 0; q < S; q++) {
+            ncclb_piece sp = ncclb_piece_of(m, P, to, S, q);
+            ncclb_piece rp = ncclb_piece_of(m, P, r, S, q);
+            cudaEvent_t ready = overlap ? produced[s * S + q] : own_done;
+            if (sp.rows > 0 && ready)
+                CGM_CUDA_TRY(cudaStreamWaitEvent(st->comm_stream, ready, 0));
+            ncclb_xfer x = {F + sp.row0 * n, (size_t)(sp.rows * n) * 4, to,
+                            slots + (size_t)(s - 1) * slot_bytes +
+                                (size_t)((rp.row0 - off) * n) * 4,
+                            (size_t)(rp.rows * n) * 4, from};
+            CGM_TRY(ncclb_exchange(st, &x, 1, "GEMM+RS: exchanging partials"));
+        }
+        ncclb_watch_step(op, from, to);
+    }
+    CGM_CUDA_TRY(cudaStreamWaitEvent(st->comm_stream, own_done, 0));
+
+    /* The owner sums its rows in fp32, bias once, one conversion. */
+    const bool staged = all_reduce && !c->accumulate && ldy != n;
+    cgm_dev_reduce_args ra;
+    memset(&ra, 0, sizeof ra);
+    ra.nsources = P;
+    ra.src_dtype = CGM_DTYPE_FP32;
+    ra.rows = mr;
+    ra.cols = n;
+    ra.src[0] = F + off * n;
+    ra.src_ld[0] = n;
+    for (int i = 1; i < P; i++) {
+        ra.src[i] = slots + (size_t)(i - 1) * slot_bytes;
+        ra.src_ld[i] = n;
+    }
+    char *reduced = NULL; /* AR: where the reduced rows are gathered */
+    size_t re = eo;
+    if (!all_reduce) {
+        ra.dst = c->y.data;
+        ra.dst_ld = ldy;
+        ra.dst_dtype = c->out_dtype;
+        ra.accumulate = c->accumulate;
+        ra.bias = c->has_bias ? c->bias.data : NULL;
+    } else if (!c->accumulate) {
+        reduced = staged ? (char *)st->buf[NCCLB_BUF_GATHER] : (char *)c->y.data;
+        ra.dst = at(reduced, off * n, eo);
+        ra.dst_ld = n;
+        ra.dst_dtype = c->out_dtype;
+        ra.bias = c->has_bias ? c->bias.data : NULL;
+    } else {
+        /* Y += sum on every rank: gather the fp32 sums, add them locally
+         * (bias then, once per element). The sum overwrites src[0] in
+         * place, element by element. */
+        reduced = (char *)F;
+        re = 4;
+        ra.dst = F + off * n;
+        ra.dst_ld = n;
+        ra.dst_dtype = CGM_DTYPE_FP32;
+    }
+    CGM_CUDA_TRY(cgm_dev_reduce(&ra, st->dev, st->comm_stream));
+    if (all_reduce) {
+        ncclb_xfer *x = calloc((size_t)P, sizeof *x);
+        if (!x) {
+            status = cgm_error(CGM_ERROR_OUT_OF_MEMORY, "transfer list");
+            goto fail;
+        }
+        int count = 0;
+        for (int p = 0; p < P; p++) {
+            if (p == r) continue;
+            ncclb_xfer t = {at(reduced, off * n, re), (size_t)(mr * n) * re, p,
+                            at(reduced, cgm_shard_offset(m, p, P) * n, re),
+                            (size_t)(cgm_shard_rows(m, p, P) * n) * re, p};
+            x[count++] = t;
+        }
+        status = ncclb_exchange(st, x, count, "GEMM+AR: all-gathering the "
+                                "reduced rows");
+        free(x);
+        if (status != CGM_SUCCESS) goto fail;
+        ncclb_watch_step(op, -1, -1);
+        if (staged && m > 0 && n > 0)
+            CGM_CUDA_TRY(cudaMemcpy2DAsync(
+                c->y.data, (size_t)ldy * eo, reduced, (size_t)n * eo,
+                (size_t)n * eo, (size_t)m, cudaMemcpyDeviceToDevice,
+                st->comm_stream));
+        if (c->accumulate) {
+            cgm_dev_reduce_args fa;
+            memset(&fa, 0, sizeof fa);
+            fa.nsources = 1;
+            fa.src_dtype = CGM_DTYPE_FP32;
+            fa.src[0] = F;
+            fa.src_ld[0] = n;
+            fa.rows = m;
+            fa.cols = n;
+            fa.dst = c->y.data;
+            fa.dst_ld = ldy;
+            fa.dst_dtype = c->out_dtype;
+            fa.accumulate = 1;
+            fa.bias = c->has_bias ? c->bias.data : NULL;
+            CGM_CUDA_TRY(cgm_dev_reduce(&fa, st->dev, st->comm_stream));
+        }
+    }
+fail:
+    free(produced);
+    return status;
+}
