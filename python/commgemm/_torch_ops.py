@@ -1,0 +1,232 @@
+"""torch custom ops wrapping the C ops (torch.ops.commgemm.*): tensor ->
+cgm_matrix descriptors, the current stream, and fake kernels that give the
+output shapes so that torch.compile keeps the ops in its graphs. Imported by
+commgemm.torch; use the functions there."""
+
+import ctypes
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _lib
+from ._lib import DType, Layout, Status, check
+from .core import comm_by_id
+
+# --------------------------------------------------------------------------
+# Tensor -> cgm_matrix
+# --------------------------------------------------------------------------
+
+_TORCH_DTYPES = {torch.float32: DType.FP32, torch.bfloat16: DType.BF16, torch.float16: DType.FP16}
+
+
+def _as_matrix(name, t, for_output=False):
+    if t.dim() == 1:
+        t = t.view(1, -1)  # a bias row
+    if t.dim() != 2:
+        raise _lib.InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                        f"{name} has shape {tuple(t.shape)}: expected a 2-D tensor")
+    dtype = _TORCH_DTYPES.get(t.dtype)
+    if dtype is None:
+        raise _lib.InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                        f"{name} is {t.dtype}: expected float32, bfloat16 or float16")
+    rows, cols = t.shape
+    if rows * cols == 0:
+        return _lib.matrix(None, dtype, rows, cols, 0), t
+    if (cols > 1 and t.stride(1) != 1) or (rows > 1 and t.stride(0) < cols):
+        if for_output:
+            raise _lib.InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                            f"{name}: outputs must have contiguous rows")
+        t = t.contiguous()  # inputs: copy to row-major
+    ld = t.stride(0) if rows > 1 else cols
+    return _lib.matrix(t.data_ptr(), dtype, rows, cols, ld), t
+
+
+def _options(layout, backend, accumulate=False, dtype=None):
+    o = _lib.cgm_op_options.init()
+    o.layout = _lib.parse_layout(layout)
+    o.accumulate = int(bool(accumulate))
+    o.backend = _lib.parse_backend(backend or None)
+    o.allow_tf32 = int(dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32)
+    return o
+
+
+class _Launch:
+    """Device guard + stream for one call: CUDA tensors run on the current
+    stream of their device; CPU tensors (host backend comms) take no stream."""
+
+    def __init__(self, ref):
+        self.cuda = ref.is_cuda
+        self.device = ref.device
+        self._guard = torch.cuda.device(ref.device) if self.cuda else None
+
+    def __enter__(self):
+        if self._guard is not None:
+            self._guard.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self._guard is not None:
+            self._guard.__exit__(*exc)
+
+    @property
+    def stream(self):
+        if not self.cuda:
+            return None
+        return ctypes.c_void_p(torch.cuda.current_stream(self.device).cuda_stream or None)
+
+
+def _ref(m):
+    return ctypes.byref(m) if m is not None else None
+
+
+def _out_cols(layout, w):
+    return w.shape[0] if _lib.parse_layout(layout) == Layout.TN else w.shape[1]
+
+
+def _split_len(layout, x):
+    return x.shape[1] if _lib.parse_layout(layout) == Layout.NT else x.shape[0]
+
+
+def _contraction(layout, x):
+    return x.shape[0] if _lib.parse_layout(layout) == Layout.NT else x.shape[1]
+
+
+def _sym_shard_rows(m, rank, nranks):
+    """shard_rows that also works on SymInts (torch.compile dynamic shapes)."""
+    chunk = (m + nranks - 1) // nranks
+    return torch.sym_max(0, torch.sym_min(chunk, m - rank * chunk))
+
+
+# --------------------------------------------------------------------------
+# Custom ops (opaque to torch.compile; fake kernels give the shapes)
+# --------------------------------------------------------------------------
+
+
+@torch.library.custom_op("commgemm::all_gather_matmul", mutates_args=())
+def _all_gather_matmul_op(x_shard: Tensor, weight: Tensor, bias: Optional[Tensor], comm_id: int, m: int,
+                          layout: str, backend: str, return_gathered: bool) -> Tuple[Tensor, Tensor]:
+    comm = comm_by_id(comm_id)
+    with _Launch(x_shard) as launch:
+        y = torch.empty((m, _out_cols(layout, weight)), dtype=x_shard.dtype, device=x_shard.device)
+        k = _contraction(layout, x_shard)
+        if return_gathered:
+            shape = (k, m) if _lib.parse_layout(layout) == Layout.NT else (m, k)
+            gathered = torch.empty(shape, dtype=x_shard.dtype, device=x_shard.device)
+        else:
+            gathered = torch.empty((0,), dtype=x_shard.dtype, device=x_shard.device)
+        mx, x_keep = _as_matrix("x_shard", x_shard)
+        mw, w_keep = _as_matrix("weight", weight)
+        mb, b_keep = _as_matrix("bias", bias) if bias is not None else (None, None)
+        my, _ = _as_matrix("y", y, True)
+        mg = _as_matrix("gathered", gathered, True)[0] if return_gathered else None
+        opts = _options(layout, backend, dtype=x_shard.dtype)
+        check(_lib.lib().cgm_all_gather_gemm(comm.handle, _ref(mx), _ref(mw), _ref(mb), _ref(my), _ref(mg),
+                                             ctypes.byref(opts), launch.stream))
+        del x_keep, w_keep, b_keep  # the op is enqueued; the caching allocator is stream-ordered
+    return y, gathered
+
+
+@_all_gather_matmul_op.register_fake
+def _(x_shard, weight, bias, comm_id, m, layout, backend, return_gathered):
+    y = x_shard.new_empty((m, _out_cols(layout, weight)))
+    if return_gathered:
+        k = _contraction(layout, x_shard)
+        gathered = x_shard.new_empty((k, m) if _lib.parse_layout(layout) == Layout.NT else (m, k))
+    else:
+        gathered = x_shard.new_empty((0,))
+    return y, gathered
+
+
+@torch.library.custom_op("commgemm::matmul_reduce_scatter", mutates_args=())
+def _matmul_reduce_scatter_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], comm_id: int, layout: str,
+                              backend: str) -> Tensor:
+    comm = comm_by_id(comm_id)
+    with _Launch(x) as launch:
+        m = _split_len(layout, x)
+        y = torch.empty((comm.shard_rows(m), _out_cols(layout, weight)), dtype=x.dtype, device=x.device)
+        mx, x_keep = _as_matrix("x", x)
+        mw, w_keep = _as_matrix("weight", weight)
+        mb, b_keep = _as_matrix("bias", bias) if bias is not None else (None, None)
+        my, _ = _as_matrix("y", y, True)
+        opts = _options(layout, backend, dtype=x.dtype)
+        check(_lib.lib().cgm_gemm_reduce_scatter(comm.handle, _ref(mx), _ref(mw), _ref(mb), _ref(my),
+                                                 ctypes.byref(opts), launch.stream))
+        del x_keep, w_keep, b_keep
+    return y
+
+
+@_matmul_reduce_scatter_op.register_fake
+def _(x, weight, bias, comm_id, layout, backend):
+    comm = comm_by_id(comm_id)
+    rows = _sym_shard_rows(_split_len(layout, x), comm.rank, comm.size)
+    return x.new_empty((rows, _out_cols(layout, weight)))
+
+
+@torch.library.custom_op("commgemm::matmul_all_reduce", mutates_args=())
+def _matmul_all_reduce_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], comm_id: int, layout: str,
+                          backend: str) -> Tensor:
+    comm = comm_by_id(comm_id)
+    with _Launch(x) as launch:
+        y = torch.empty((_split_len(layout, x), _out_cols(layout, weight)), dtype=x.dtype, device=x.device)
+        mx, x_keep = _as_matrix("x", x)
+        mw, w_keep = _as_matrix("weight", weight)
+        mb, b_keep = _as_matrix("bias", bias) if bias is not None else (None, None)
+        my, _ = _as_matrix("y", y, True)
+        opts = _options(layout, backend, dtype=x.dtype)
+        check(_lib.lib().cgm_gemm_all_reduce(comm.handle, _ref(mx), _ref(mw), _ref(mb), _ref(my),
+                                             ctypes.byref(opts), launch.stream))
+        del x_keep, w_keep, b_keep
+    return y
+
+
+@_matmul_all_reduce_op.register_fake
+def _(x, weight, bias, comm_id, layout, backend):
+    return x.new_empty((_split_len(layout, x), _out_cols(layout, weight)))
+
+
+@torch.library.custom_op("commgemm::bulk_matmul_collective", mutates_args=())
+def _bulk_op(a: Optional[Tensor], b: Optional[Tensor], send: Optional[Tensor], comm_id: int, layout: str,
+             collective: str, m: int, backend: str) -> Tuple[Tensor, Tensor]:
+    comm = comm_by_id(comm_id)
+    ref = a if a is not None else send
+    with _Launch(ref) as launch:
+        c, recv = _bulk_outputs(a, b, send, comm, layout, collective, m, torch.empty)
+        ma, a_keep = _as_matrix("a", a) if a is not None else (None, None)
+        mb, b_keep = _as_matrix("b", b) if b is not None else (None, None)
+        mc = _as_matrix("c", c, True)[0] if a is not None else None
+        ms, s_keep = _as_matrix("send", send) if send is not None else (None, None)
+        mr = _as_matrix("recv", recv, True)[0] if send is not None else None
+        opts = _options(layout, backend, dtype=ref.dtype)
+        check(_lib.lib().cgm_bulk_overlap(comm.handle, _ref(ma), _ref(mb), None, _ref(mc),
+                                          int(_lib.parse_collective(collective)), _ref(ms), _ref(mr),
+                                          ctypes.byref(opts), launch.stream))
+        del a_keep, b_keep, s_keep
+    return c, recv
+
+
+def _bulk_outputs(a, b, send, comm, layout, collective, m, empty, fake=False):
+    ref = a if a is not None else send
+    if a is not None:
+        c = empty((_split_len(layout, a), _out_cols(layout, b)), dtype=a.dtype, device=a.device)
+    else:
+        c = empty((0,), dtype=ref.dtype, device=ref.device)
+    if send is not None:
+        if _lib.parse_collective(collective) == _lib.Collective.ALL_GATHER:
+            rows = m
+        elif fake:
+            rows = _sym_shard_rows(send.shape[0], comm.rank, comm.size)
+        else:
+            rows = comm.shard_rows(send.shape[0])
+        recv = empty((rows, send.shape[1]), dtype=send.dtype, device=send.device)
+    else:
+        recv = empty((0,), dtype=ref.dtype, device=ref.device)
+    return c, recv
+
+
+@_bulk_op.register_fake
+def _(a, b, send, comm_id, layout, collective, m, backend):
+    return _bulk_outputs(a, b, send, comm_by_id(comm_id), layout, collective, m, torch.empty, fake=True)
+
+
+_ops = torch.ops.commgemm

@@ -1,0 +1,471 @@
+"""Comm (the communicator) and the numpy-level ops on the host backend.
+
+The C library does every shape, dtype and agreement check; Python only turns
+numpy arrays into cgm_matrix descriptors (ld from the strides), allocates
+outputs that were not given, and turns statuses into exceptions.
+"""
+
+import ctypes
+import dataclasses
+import itertools
+import threading
+from typing import Dict, Optional, Union
+
+from . import _lib
+from ._lib import (Collective, DType, InvalidArgumentError, Layout, Op, Status,
+                   check, shard_offset, shard_rows)
+
+__all__ = ["Config", "Comm", "all_gather_gemm", "gemm_reduce_scatter", "gemm_all_reduce",
+           "bulk_overlap", "shard_rows", "shard_offset", "numpy_dtype_to_cgm"]
+
+
+# --------------------------------------------------------------------------
+# Config
+# --------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Config:
+    """Comm configuration (cgm_config). None = unset: the environment variable
+    (COMMGEMM_BACKEND, COMMGEMM_MAX_M, ...), then the library's default."""
+    backend: Union[str, int, None] = None
+    #: per-op backend, e.g. {"ag_gemm": "p2p", "gemm_rs": "nccl"}
+    op_backend: Optional[Dict[Union[str, int], Union[str, int]]] = None
+    max_m: Optional[int] = None
+    max_n: Optional[int] = None
+    max_k: Optional[int] = None
+    timeout_ms: Optional[int] = None
+    algo: Union[str, int, None] = None
+    splits: Optional[int] = None
+    host_threads: Optional[int] = None
+    check_agreement: Optional[bool] = None
+
+    def to_c(self):
+        c = _lib.cgm_config.init()
+        if self.backend is not None:
+            c.backend = _lib.parse_backend(self.backend)
+        for op, backend in (self.op_backend or {}).items():
+            c.op_backend[_lib.parse_op(op)] = _lib.parse_backend(backend)
+        for name in ("max_m", "max_n", "max_k", "timeout_ms", "splits", "host_threads"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(c, name, int(value))
+        if self.algo is not None:
+            c.algo = _lib.parse_algo(self.algo)
+        if self.check_agreement is not None:
+            c.check_agreement = int(bool(self.check_agreement))
+        return c
+
+    @classmethod
+    def coerce(cls, config=None, **kwargs):
+        """A Config from None, a Config, or a dict, updated with kwargs."""
+        if config is None:
+            config = cls()
+        elif isinstance(config, dict):
+            config = cls(**config)
+        elif not isinstance(config, cls):
+            raise TypeError(f"config: expected commgemm.Config, a dict or None, got {type(config).__name__}")
+        if kwargs:
+            config = dataclasses.replace(config, **kwargs)
+        return config
+
+
+# --------------------------------------------------------------------------
+# Comm
+# --------------------------------------------------------------------------
+
+_registry_lock = threading.Lock()
+_registry = {}  # id -> Comm, for torch custom ops (which take ints, not objects)
+_ids = itertools.count(1)
+
+
+class Comm:
+    """A commgemm communicator (cgm_comm *). Create it with one of the
+    classmethods; close() (or `with`) destroys it. Creation and close() are
+    collective: every rank calls them, in the same order.
+
+        with Comm.local(rank, nranks, "my-job") as comm:   # host backend
+            y = commgemm.all_gather_gemm(comm, x_shard, w)
+    """
+
+    def __init__(self, handle, keepalive=None):
+        """Wraps a cgm_comm * (an int address); use the classmethods instead."""
+        self._handle = ctypes.c_void_p(handle)
+        self._keepalive = keepalive  # e.g. the torch process group owning the ncclComm_t
+        rank, size = ctypes.c_int(), ctypes.c_int()
+        lib = _lib.lib()
+        check(lib.cgm_comm_rank(self._handle, ctypes.byref(rank)))
+        check(lib.cgm_comm_size(self._handle, ctypes.byref(size)))
+        self._rank, self._size = rank.value, size.value
+        with _registry_lock:
+            self.id = next(_ids)
+            _registry[self.id] = self
+
+    # ---- constructors ----
+
+    @classmethod
+    def _create(cls, bootstrap, config, keepalive=None):
+        conf = Config.coerce(config).to_c()
+        handle = ctypes.c_void_p()
+        check(_lib.lib().cgm_comm_create(ctypes.byref(bootstrap), ctypes.byref(conf), ctypes.byref(handle)))
+        return cls(handle.value, keepalive)
+
+    @classmethod
+    def local(cls, rank, nranks, rendezvous, config=None, **config_kwargs):
+        """Host-backend comm: `nranks` processes on this machine meeting at the
+        name `rendezvous` (letters, digits, '-', '_', '.'; at most 80)."""
+        boot = _lib.cgm_bootstrap.init()
+        boot.kind = _lib.BootstrapKind.LOCAL
+        boot.rank = int(rank)
+        boot.nranks = int(nranks)
+        name = rendezvous.encode() if isinstance(rendezvous, str) else bytes(rendezvous)
+        boot.rendezvous = name
+        return cls._create(boot, Config.coerce(config, **config_kwargs), keepalive=name)
+
+    @classmethod
+    def from_env(cls, config=None, **config_kwargs):
+        """Comm for ranks started by commgemm-run, torchrun or mpirun
+        (cgm_bootstrap_from_env)."""
+        boot = _lib.cgm_bootstrap.init()
+        check(_lib.lib().cgm_bootstrap_from_env(ctypes.byref(boot)))
+        # boot.rendezvous points to thread-local library storage: copy it
+        # before any other commgemm call can reuse it.
+        name = ctypes.string_at(boot.rendezvous) if boot.rendezvous else None
+        boot.rendezvous = name
+        return cls._create(boot, Config.coerce(config, **config_kwargs), keepalive=name)
+
+    @classmethod
+    def from_nccl(cls, nccl_comm, config=None, keepalive=None, **config_kwargs):
+        """GPU comm from an ncclComm_t (an int address, e.g. from cupy or
+        torch); rank and size are read from it. The ncclComm_t must outlive
+        this Comm (pass its owner as `keepalive` to hold a reference)."""
+        ptr = int(nccl_comm)
+        if not ptr:
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                       "Comm.from_nccl: nccl_comm is NULL; pass a live ncclComm_t")
+        conf = Config.coerce(config, **config_kwargs).to_c()
+        handle = ctypes.c_void_p()
+        check(_lib.lib().cgm_comm_init_nccl(ctypes.c_void_p(ptr), ctypes.byref(conf), ctypes.byref(handle)))
+        return cls(handle.value, keepalive)
+
+    @classmethod
+    def from_process_group(cls, group=None, config=None, **config_kwargs):
+        """GPU comm from a torch.distributed process group using NCCL (see
+        commgemm.torch.comm_from_process_group)."""
+        from . import torch as _torch_integration
+        return _torch_integration.comm_from_process_group(group, config, **config_kwargs)
+
+    # ---- queries ----
+
+    @property
+    def handle(self):
+        """The cgm_comm * as a ctypes.c_void_p (raises if closed)."""
+        if not self._handle.value:
+            raise _lib.InvalidUsageError(Status.INVALID_USAGE, "this Comm was closed; create a new one")
+        return self._handle
+
+    @property
+    def closed(self):
+        return not self._handle.value
+
+    @property
+    def rank(self):
+        return self._rank
+
+    @property
+    def size(self):
+        return self._size
+
+    def backend(self, op=Op.ALL_GATHER_GEMM):
+        """Name of the backend that runs `op` ("ag_gemm", "gemm_rs", "gemm_ar",
+        "bulk" or an Op) on this comm: "host", "p2p", "nccl" or "cublasmp"."""
+        out = ctypes.c_int()
+        check(_lib.lib().cgm_comm_backend(self.handle, int(_lib.parse_op(op)), ctypes.byref(out)))
+        return _lib.backend_name(out.value)
+
+    def async_error(self):
+        """None while no asynchronous error occurred, else the CommGemmError
+        (cgm_comm_get_async_error; never blocks)."""
+        out = ctypes.c_int()
+        check(_lib.lib().cgm_comm_get_async_error(self.handle, ctypes.byref(out)))
+        if out.value == Status.SUCCESS:
+            return None
+        return _lib.make_error(out.value, _lib.last_error())
+
+    def shard_rows(self, m, rank=None):
+        """Rows of `rank`'s shard (default: this rank) of m rows."""
+        return shard_rows(m, self._rank if rank is None else rank, self._size)
+
+    def shard_offset(self, m, rank=None):
+        return shard_offset(m, self._rank if rank is None else rank, self._size)
+
+    # ---- lifetime ----
+
+    def close(self):
+        """Destroys the comm (collective). Idempotent."""
+        if not self._handle.value:
+            return
+        handle, self._handle = self._handle, ctypes.c_void_p()
+        with _registry_lock:
+            _registry.pop(self.id, None)
+        self._keepalive = None
+        check(_lib.lib().cgm_comm_destroy(handle))
+
+    destroy = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        state = "closed" if self.closed else f"rank={self._rank} size={self._size}"
+        return f"<commgemm.Comm {state}>"
+
+    # No __del__: destroying is collective and must not run at a random time
+    # in one rank's garbage collector. Close comms explicitly.
+
+
+def comm_by_id(comm_id):
+    """The live Comm registered under `comm_id` (for the torch custom ops)."""
+    with _registry_lock:
+        comm = _registry.get(int(comm_id))
+    if comm is None:
+        raise _lib.InvalidUsageError(Status.INVALID_USAGE,
+                                     f"commgemm comm id {comm_id} is not a live Comm (closed?)")
+    return comm
+
+
+# --------------------------------------------------------------------------
+# numpy operands
+# --------------------------------------------------------------------------
+
+def _np():
+    import numpy
+    return numpy
+
+
+def _bf16_dtype():
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return _np().dtype(ml_dtypes.bfloat16)
+
+
+def numpy_dtype_to_cgm(dtype):
+    np = _np()
+    dtype = np.dtype(dtype)
+    if dtype == np.float32:
+        return DType.FP32
+    if dtype == np.float16:
+        return DType.FP16
+    bf16 = _bf16_dtype()
+    if bf16 is not None and dtype == bf16:
+        return DType.BF16
+    raise InvalidArgumentError(
+        Status.INVALID_ARGUMENT,
+        f"dtype {dtype}: expected float32, float16 or bfloat16 (bfloat16 needs the ml_dtypes package)")
+
+
+def _matrix(name, a, allow_none=False):
+    """cgm_matrix of a 2-D numpy array whose rows are contiguous (any row
+    stride >= cols: ld comes from strides[0]). The caller keeps `a` alive
+    for the duration of the call."""
+    np = _np()
+    if a is None:
+        if allow_none:
+            return None
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"{name} is None")
+    if not isinstance(a, np.ndarray):
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                   f"{name}: expected a numpy.ndarray, got {type(a).__name__}")
+    if a.ndim == 1:
+        a = a.reshape(1, -1)  # a bias row
+    if a.ndim != 2:
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                   f"{name} has shape {a.shape}: expected a 2-D matrix")
+    dtype = numpy_dtype_to_cgm(a.dtype)
+    rows, cols = a.shape
+    item = a.itemsize
+    if rows * cols == 0:
+        return _lib.matrix(a.ctypes.data if a.size else None, dtype, rows, cols, 0)
+    if cols > 1 and a.strides[1] != item:
+        raise InvalidArgumentError(
+            Status.INVALID_ARGUMENT,
+            f"{name} (shape {a.shape}, strides {a.strides}) does not have contiguous rows: its inner "
+            f"stride is {a.strides[1]} bytes, expected {item} (the element size); commgemm takes "
+            f"row-major matrices with a row stride (ld); pass numpy.ascontiguousarray({name}) "
+            f"(a transposed view is not row-major: choose the layout instead)")
+    if rows > 1 and (a.strides[0] <= 0 or a.strides[0] % item):
+        raise InvalidArgumentError(
+            Status.INVALID_ARGUMENT,
+            f"{name} (shape {a.shape}, strides {a.strides}) has a row stride of {a.strides[0]} bytes: "
+            f"expected a positive multiple of the element size {item}; pass numpy.ascontiguousarray({name})")
+    ld = a.strides[0] // item if rows > 1 else cols
+    return _lib.matrix(a.ctypes.data, dtype, rows, cols, ld)
+
+
+def _writable(name, a):
+    if a is not None and not a.flags.writeable:
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"{name} is read-only: outputs must be writable")
+
+
+def _options(layout="TN", accumulate=False, algo="auto", splits=0, backend=None, allow_tf32=False):
+    o = _lib.cgm_op_options.init()
+    o.layout = _lib.parse_layout(layout)
+    o.accumulate = int(bool(accumulate))
+    o.algo = _lib.parse_algo(algo)
+    o.splits = int(splits or 0)
+    o.backend = _lib.parse_backend(backend)
+    o.allow_tf32 = int(bool(allow_tf32))
+    return o
+
+
+def _ref(m):
+    return ctypes.byref(m) if m is not None else None
+
+
+def _check_comm(comm):
+    if not isinstance(comm, Comm):
+        raise TypeError(f"comm: expected a commgemm.Comm, got {type(comm).__name__}")
+    return comm.handle
+
+
+def _out_cols(layout, w):
+    # n: rows of W for TN ([n, k]), cols for NN/NT ([k, n]); W must be 2-D here
+    return w.shape[0] if layout == Layout.TN else w.shape[1]
+
+
+def _split_len(layout, x):
+    # the split (m) dimension of X: rows for TN/NN ([m, k]), cols for NT ([k, m])
+    return x.shape[1] if layout == Layout.NT else x.shape[0]
+
+
+def _alloc(shape, dtype, accumulate, name):
+    if accumulate:
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                   f"accumulate=True needs the {name} array to accumulate into (pass {name}=...)")
+    return _np().empty(shape, dtype=dtype)
+
+
+def _check_2d(name, a):
+    if getattr(a, "ndim", None) != 2:
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                   f"{name}: expected a 2-D numpy array, got {getattr(a, 'shape', type(a))}")
+
+
+def all_gather_gemm(comm, x_shard, w, bias=None, out=None, gathered=None, layout="TN", accumulate=False,
+                    algo="auto", splits=0, backend=None, m=None, out_dtype=None, allow_tf32=False):
+    """AG+GEMM on numpy arrays (host backend): out[m, n] = allgather(x_shard) . op(w) (+ bias).
+
+    x_shard: this rank's rows, [m_r, k] (TN, NN) or [k, m_r] (NT), m_r = shard_rows(m, rank, P).
+    w: [n, k] (TN) or [k, n] (NN, NT). m: total rows; default out.shape[0], else m_r * P (equal
+    shards: pass m when the shards are uneven). gathered: None, True (allocate) or an array that
+    receives the gathered input. Returns out, or (out, gathered) when gathered is not None.
+    """
+    handle = _check_comm(comm)
+    lay = _lib.parse_layout(layout)
+    _check_2d("x_shard", x_shard)
+    _check_2d("w", w)
+    if m is None:
+        m = out.shape[0] if out is not None else _split_len(lay, x_shard) * comm.size
+    if out is None:
+        out = _alloc((m, _out_cols(lay, w)), out_dtype or x_shard.dtype, accumulate, "out")
+    want_gathered = gathered is not None and gathered is not False
+    if gathered is True:
+        k = x_shard.shape[0] if lay == Layout.NT else x_shard.shape[1]
+        gathered = _np().empty((k, m) if lay == Layout.NT else (m, k), dtype=x_shard.dtype)
+    _writable("out", out)
+    _writable("gathered", gathered if want_gathered else None)
+    mx = _matrix("x_shard", x_shard)
+    mw = _matrix("w", w)
+    mb = _matrix("bias", bias, allow_none=True)
+    my = _matrix("out", out)
+    mg = _matrix("gathered", gathered) if want_gathered else None
+    opts = _options(lay, accumulate, algo, splits, backend, allow_tf32)
+    check(_lib.lib().cgm_all_gather_gemm(handle, _ref(mx), _ref(mw), _ref(mb), _ref(my),
+                                         _ref(mg), ctypes.byref(opts), None))
+    return (out, gathered) if want_gathered else out
+
+
+def gemm_reduce_scatter(comm, x, w, bias=None, out=None, layout="TN", accumulate=False, algo="auto", splits=0,
+                        backend=None, out_dtype=None, allow_tf32=False):
+    """GEMM+RS on numpy arrays: out[m_r, n] = this rank's rows of sum_ranks x . op(w) (+ bias, once).
+
+    x: [m, k_loc] (TN, NN) or [k_loc, m] (NT); w: [n, k_loc] (TN) or [k_loc, n] (NN, NT).
+    """
+    handle = _check_comm(comm)
+    lay = _lib.parse_layout(layout)
+    _check_2d("x", x)
+    _check_2d("w", w)
+    if out is None:
+        m = _split_len(lay, x)
+        out = _alloc((comm.shard_rows(m), _out_cols(lay, w)), out_dtype or x.dtype, accumulate, "out")
+    _writable("out", out)
+    mx = _matrix("x", x)
+    mw = _matrix("w", w)
+    mb = _matrix("bias", bias, allow_none=True)
+    my = _matrix("out", out)
+    opts = _options(lay, accumulate, algo, splits, backend, allow_tf32)
+    check(_lib.lib().cgm_gemm_reduce_scatter(handle, _ref(mx), _ref(mw), _ref(mb), _ref(my),
+                                             ctypes.byref(opts), None))
+    return out
+
+
+def gemm_all_reduce(comm, x, w, bias=None, out=None, layout="TN", accumulate=False, algo="auto", splits=0,
+                    backend=None, out_dtype=None, allow_tf32=False):
+    """GEMM+AR on numpy arrays: out[m, n] = sum_ranks x . op(w) (+ bias, once), on every rank."""
+    handle = _check_comm(comm)
+    lay = _lib.parse_layout(layout)
+    _check_2d("x", x)
+    _check_2d("w", w)
+    if out is None:
+        out = _alloc((_split_len(lay, x), _out_cols(lay, w)), out_dtype or x.dtype, accumulate, "out")
+    _writable("out", out)
+    mx = _matrix("x", x)
+    mw = _matrix("w", w)
+    mb = _matrix("bias", bias, allow_none=True)
+    my = _matrix("out", out)
+    opts = _options(lay, accumulate, algo, splits, backend, allow_tf32)
+    check(_lib.lib().cgm_gemm_all_reduce(handle, _ref(mx), _ref(mw), _ref(mb), _ref(my),
+                                         ctypes.byref(opts), None))
+    return out
+
+
+def bulk_overlap(comm, a=None, b=None, c=None, bias=None, send=None, recv=None, collective="all_gather",
+                 layout="TN", accumulate=False, algo="auto", splits=0, backend=None, m=None, out_dtype=None,
+                 allow_tf32=False):
+    """A local GEMM c = op(a) . op(b) (+ bias) overlapped with an unrelated collective
+    (all_gather: send [m_r, cols] -> recv [m, cols]; reduce_scatter: send [m, cols] -> recv
+    [m_r, cols], fp32 sums). Either half may be left out (a, b, c None, or send, recv None).
+    m (all_gather only): total rows, default recv.shape[0], else m_r * P.
+    Returns (c, recv) (None for a half left out)."""
+    handle = _check_comm(comm)
+    lay = _lib.parse_layout(layout)
+    coll = _lib.parse_collective(collective)
+    np = _np()
+    has_gemm = a is not None or b is not None or c is not None
+    if has_gemm and a is not None and b is not None and c is None:
+        _check_2d("a", a)
+        _check_2d("b", b)
+        c = _alloc((_split_len(lay, a), _out_cols(lay, b)), out_dtype or a.dtype, accumulate, "c")
+    if send is not None and recv is None:
+        _check_2d("send", send)
+        if coll == Collective.ALL_GATHER:
+            rows = m if m is not None else send.shape[0] * comm.size
+        else:
+            rows = comm.shard_rows(send.shape[0])
+        recv = np.empty((rows, send.shape[1]), dtype=send.dtype)
+    _writable("c", c)
+    _writable("recv", recv)
+    ma = _matrix("a", a, allow_none=True)
+    mb_ = _matrix("b", b, allow_none=True)
+    mbias = _matrix("bias", bias, allow_none=True)
+    mc = _matrix("c", c, allow_none=True)
+    ms = _matrix("send", send, allow_none=True)
+    mr = _matrix("recv", recv, allow_none=True)
+    opts = _options(lay, accumulate, algo, splits, backend, allow_tf32)
+    check(_lib.lib().cgm_bulk_overlap(handle, _ref(ma), _ref(mb_), _ref(mbias), _ref(mc), int(coll),
+                                      _ref(ms), _ref(mr), ctypes.byref(opts), None))
+    return c, recv

@@ -1,0 +1,471 @@
+"""PyTorch integration: CUDA tensor ops and tensor-parallel layers.
+
+- `Comm.from_process_group(group)` / `comm_from_process_group`: a GPU comm
+  sharing the ncclComm_t of a torch.distributed NCCL process group.
+- Functional ops on CUDA tensors, enqueued on the current stream and
+  registered as opaque custom ops (torch.ops.commgemm.*) with fake kernels,
+  so torch.compile keeps them in the graph:
+  `all_gather_matmul`, `matmul_reduce_scatter`, `matmul_all_reduce`,
+  `bulk_matmul_collective`. The first three are differentiable.
+- `ColumnParallelLinear`, `RowParallelLinear`: Megatron-style layers whose
+  forward and backward run the overlapped ops.
+
+The custom ops themselves (tensor -> cgm_matrix, stream, fake kernels) are
+in _torch_ops.py. CPU tensors work too, on a host-backend comm (Comm.local).
+
+Rows are sharded with the ceil split: rank r holds shard_rows(m, r, P) rows
+(the last shards may be smaller or empty). Tensors are 2-D [rows, features];
+layers accept [..., features] and flatten the leading dimensions into rows.
+
+Everything is CUDA-graph capturable after one eager call with the same shapes
+(outputs come from the caching allocator, which draws from the graph's pool
+during capture; the C library allocates nothing inside capture).
+"""
+
+import math
+
+import torch
+import torch.distributed as dist
+
+from . import _lib
+from ._lib import Status
+from ._torch_ops import _ops
+from .core import Comm, Config
+
+__all__ = ["comm_from_process_group", "all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce",
+           "bulk_matmul_collective", "ColumnParallelLinear", "RowParallelLinear", "shard_rows"]
+
+shard_rows = _lib.shard_rows
+
+# --------------------------------------------------------------------------
+# Comm from a process group
+# --------------------------------------------------------------------------
+
+
+def _pg_backend_name(group):
+    try:
+        return str(dist.get_backend(group))
+    except Exception as e:  # noqa: BLE001 - reported below
+        return f"unknown ({e})"
+
+
+def nccl_comm_ptr(group=None):
+    """The ncclComm_t (int) of `group` for the current CUDA device, created
+    now if the process group has not made it yet (NCCL communicators are
+    created lazily, on the first collective, unless init_process_group got a
+    device_id)."""
+    if not dist.is_available() or not dist.is_initialized():
+        raise _lib.UnavailableError(
+            Status.UNAVAILABLE,
+            "torch.distributed is not initialized; call torch.distributed.init_process_group(backend='nccl', "
+            "device_id=torch.device('cuda', local_rank)) first")
+    if group is None:
+        group = dist.group.WORLD
+    name = _pg_backend_name(group)
+    if "nccl" not in name.lower():
+        raise _lib.UnavailableError(
+            Status.UNAVAILABLE,
+            f"commgemm's GPU backends need an NCCL communicator, but the process group uses {name}; create it "
+            "with torch.distributed.init_process_group(backend='nccl') or new_group(backend='nccl'), or use "
+            "commgemm.Comm.local() for the CPU host backend")
+    bound = getattr(group, "bound_device_id", None)
+    device = bound if bound is not None else torch.device("cuda", torch.cuda.current_device())
+    if bound is not None and bound.index != torch.cuda.current_device():
+        raise _lib.InvalidUsageError(
+            Status.INVALID_USAGE,
+            f"the process group is bound to {bound} but the current CUDA device is cuda:"
+            f"{torch.cuda.current_device()}; call torch.cuda.set_device({bound.index}) first")
+    try:
+        backend = group._get_backend(device)
+    except Exception as e:  # noqa: BLE001
+        raise _lib.UnavailableError(
+            Status.UNAVAILABLE,
+            f"the process group ({name}) has no backend for {device}: {e}; create it with backend='nccl'") from e
+    if not hasattr(backend, "_comm_ptr"):
+        raise _lib.UnavailableError(
+            Status.UNAVAILABLE,
+            f"{type(backend).__name__} (torch {torch.__version__}) does not expose _comm_ptr(); commgemm needs "
+            "torch >= 2.8 to share a process group's ncclComm_t, or create the ncclComm_t yourself and use "
+            "commgemm.Comm.from_nccl(ptr)")
+
+    def get_ptr():
+        value = backend._comm_ptr  # a method; a property on some builds
+        return int(value() if callable(value) else value)
+
+    ptr = get_ptr()
+    if ptr == 0:
+        # Lazily created communicator: one tiny collective on this device makes it.
+        t = torch.zeros(1, device=device)
+        dist.all_reduce(t, group=group)
+        torch.cuda.synchronize(device)
+        ptr = get_ptr()
+    if ptr == 0:
+        raise _lib.UnavailableError(
+            Status.UNAVAILABLE,
+            f"the process group's NCCL communicator for {device} does not exist even after a collective; is "
+            f"the current device (cuda:{torch.cuda.current_device()}) the one this rank uses?")
+    return ptr
+
+
+def comm_from_process_group(group=None, config=None, **config_kwargs):
+    """A GPU commgemm.Comm on the ncclComm_t of `group` (default: the world
+    group), which must use NCCL. Collective over the group's ranks. The group
+    must outlive the Comm (the Comm holds a reference; close the Comm before
+    torch.distributed.destroy_process_group). Tip: give commgemm a group of its
+    own (new_group(backend='nccl')) so its NCCL work never interleaves with
+    other collectives on the same communicator."""
+    ptr = nccl_comm_ptr(group)
+    return Comm.from_nccl(ptr, config=Config.coerce(config, **config_kwargs),
+                          keepalive=group if group is not None else dist.group.WORLD)
+
+
+# --------------------------------------------------------------------------
+# Autograd (the layers' math; the functional ops use it too)
+# --------------------------------------------------------------------------
+
+
+def _bias_grad(g):
+    return g.sum(dim=0, dtype=torch.float32).to(g.dtype)
+
+
+class _AllGatherMatmul(torch.autograd.Function):
+    """Y[m, n_loc] = allgather(X_r) . W^T + b (column-parallel, sequence parallel).
+    Backward: dX_r = reduce_scatter(dY . W); dW = dY^T . allgather(X); db = sum_rows dY.
+    With dW needed, the dgrad GEMM runs alone and its reduce-scatter is overlapped
+    with the wgrad GEMM (cgm_bulk_overlap, TransformerEngine's bulk overlap);
+    without, dX is one pipelined GEMM+RS."""
+
+    @staticmethod
+    def forward(ctx, x_shard, weight, bias, comm_id, m, backend, save_gathered, return_gathered):
+        y, gathered = _ops.all_gather_matmul(x_shard, weight, bias, comm_id, m, "TN", backend,
+                                             save_gathered or return_gathered)
+        ctx.comm_id, ctx.backend, ctx.m = comm_id, backend, m
+        ctx.save_for_backward(gathered if save_gathered else None, weight)
+        ctx.mark_non_differentiable(gathered)
+        return y, gathered
+
+    @staticmethod
+    def backward(ctx, grad_y, _grad_gathered):
+        gathered, weight = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_y = grad_y.contiguous()
+        dx = dw = db = None
+        if need_w:
+            if gathered is None:
+                raise RuntimeError("commgemm: weight needs a gradient but the gathered input was not saved "
+                                   "(weight.requires_grad changed after the forward?)")
+            if need_x:
+                partial = torch.matmul(grad_y, weight)  # dgrad GEMM [m, k], this rank's contribution
+                dw, dx = _ops.bulk_matmul_collective(grad_y, gathered, partial, ctx.comm_id, "NT",
+                                                     "reduce_scatter", 0, ctx.backend)
+            else:
+                dw = torch.matmul(grad_y.t(), gathered)
+        elif need_x:
+            dx = _ops.matmul_reduce_scatter(grad_y, weight, None, ctx.comm_id, "NN", ctx.backend)
+        if need_b:
+            db = _bias_grad(grad_y)
+        return dx, dw, db, None, None, None, None, None
+
+
+class _MatmulReduceScatter(torch.autograd.Function):
+    """Y_r[m_r, n] = rows of sum_ranks X . W^T (+ b once) (row-parallel, sequence parallel).
+    Backward: dX = allgather(dY_r) . W (pipelined AG+GEMM, NN), which also returns
+    the gathered dY for dW = dY^T . X and db = sum_rows dY (every rank gets the full sums)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, comm_id, backend):
+        y = _ops.matmul_reduce_scatter(x, weight, bias, comm_id, "TN", backend)
+        ctx.comm_id, ctx.backend, ctx.m = comm_id, backend, x.shape[0]
+        ctx.save_for_backward(x, weight)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, weight = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_y = grad_y.contiguous()
+        need_gathered = need_w or need_b
+        dx = dw = db = gathered = None
+        if need_x:
+            dx, gathered = _ops.all_gather_matmul(grad_y, weight, None, ctx.comm_id, ctx.m, "NN", ctx.backend,
+                                                  need_gathered)
+        elif need_gathered:
+            _, gathered = _ops.bulk_matmul_collective(None, None, grad_y, ctx.comm_id, "TN", "all_gather", ctx.m,
+                                                      ctx.backend)
+        if need_w:
+            dw = torch.matmul(gathered.t(), x)
+        if need_b:
+            db = _bias_grad(gathered)
+        return dx, dw, db, None, None
+
+
+class _MatmulAllReduce(torch.autograd.Function):
+    """Y[m, n] = sum_ranks X . W^T (+ b once) (row-parallel, no sequence parallelism).
+    Backward: dY is the same on every rank: dX = dY . W, dW = dY^T . X, db = sum_rows dY."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, comm_id, backend):
+        y = _ops.matmul_all_reduce(x, weight, bias, comm_id, "TN", backend)
+        ctx.save_for_backward(x, weight)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, weight = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_y = grad_y.contiguous()
+        dx = torch.matmul(grad_y, weight) if need_x else None
+        dw = torch.matmul(grad_y.t(), x) if need_w else None
+        db = _bias_grad(grad_y) if need_b else None
+        return dx, dw, db, None, None
+
+
+class _LinearAllReduceGrad(torch.autograd.Function):
+    """Y = X . W^T + b with X replicated (column-parallel, no sequence parallelism).
+    Backward: dX = allreduce(dY . W) (pipelined GEMM+AR, NN); dW, db local."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, comm_id, backend):
+        ctx.comm_id, ctx.backend = comm_id, backend
+        ctx.save_for_backward(x, weight)
+        return torch.nn.functional.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, weight = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_y = grad_y.contiguous()
+        dx = _ops.matmul_all_reduce(grad_y, weight, None, ctx.comm_id, "NN", ctx.backend) if need_x else None
+        dw = torch.matmul(grad_y.t(), x) if need_w else None
+        db = _bias_grad(grad_y) if need_b else None
+        return dx, dw, db, None, None
+
+
+# --------------------------------------------------------------------------
+# Functional API
+# --------------------------------------------------------------------------
+
+
+def _backend_arg(backend):
+    if backend is None:
+        return ""
+    if isinstance(backend, str):
+        return backend
+    return _lib.backend_name(backend)
+
+
+def _comm_arg(comm):
+    if not isinstance(comm, Comm):
+        raise TypeError(f"comm: expected a commgemm.Comm, got {type(comm).__name__}")
+    return comm.id
+
+
+def _check_2d(name, t):
+    if t.dim() != 2:
+        raise _lib.InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                        f"{name} has shape {tuple(t.shape)}: expected 2-D [rows, features]")
+
+
+def all_gather_matmul(x_shard, weight, bias=None, *, comm, m=None, backend=None, return_gathered=False):
+    """Y[m, n_loc] = allgather(x_shard) . weight^T (+ bias), on the current CUDA stream.
+
+    x_shard: [m_r, k], this rank's rows (m_r = shard_rows(m, rank, P)). weight: [n_loc, k] (this
+    rank's nn.Linear weight shard). bias: [n_loc] or None. m: total rows (default m_r * P, right
+    only when the shards are equal: pass m when they are uneven). Returns Y, or (Y, gathered X
+    [m, k]) with return_gathered (the gathered X is not differentiable). Differentiable in
+    x_shard, weight and bias."""
+    _check_2d("x_shard", x_shard)
+    comm_id = _comm_arg(comm)
+    if m is None:
+        m = x_shard.shape[0] * comm.size
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x_shard, weight, bias)):
+        y, gathered = _AllGatherMatmul.apply(x_shard, weight, bias, comm_id, m, _backend_arg(backend),
+                                             weight.requires_grad, return_gathered)
+    else:
+        y, gathered = _ops.all_gather_matmul(x_shard, weight, bias, comm_id, m, "TN", _backend_arg(backend),
+                                             return_gathered)
+    return (y, gathered) if return_gathered else y
+
+
+def matmul_reduce_scatter(x, weight, bias=None, *, comm, backend=None):
+    """Y_r[m_r, n] = this rank's rows of sum_ranks x . weight^T (+ bias, added once), on the current
+    CUDA stream. x: [m, k_loc]; weight: [n, k_loc]; bias: [n] or None. Differentiable."""
+    _check_2d("x", x)
+    comm_id = _comm_arg(comm)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
+        return _MatmulReduceScatter.apply(x, weight, bias, comm_id, _backend_arg(backend))
+    return _ops.matmul_reduce_scatter(x, weight, bias, comm_id, "TN", _backend_arg(backend))
+
+
+def matmul_all_reduce(x, weight, bias=None, *, comm, backend=None):
+    """Y[m, n] = sum_ranks x . weight^T (+ bias, added once), on every rank. Differentiable."""
+    _check_2d("x", x)
+    comm_id = _comm_arg(comm)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
+        return _MatmulAllReduce.apply(x, weight, bias, comm_id, _backend_arg(backend))
+    return _ops.matmul_all_reduce(x, weight, bias, comm_id, "TN", _backend_arg(backend))
+
+
+def bulk_matmul_collective(a=None, b=None, send=None, *, comm, layout="TN", collective="all_gather", m=None,
+                           backend=None):
+    """c = op(a) . op(b) (local GEMM, layout as in commgemm.h) overlapped with an unrelated
+    collective on `send` (all_gather: [m_r, cols] -> [m, cols]; reduce_scatter: [m, cols] ->
+    [m_r, cols], fp32 sums). Returns (c, recv); a half left out gives an empty tensor.
+    Not differentiable."""
+    comm_id = _comm_arg(comm)
+    if send is not None and m is None:
+        m = send.shape[0] * comm.size if _lib.parse_collective(collective) == _lib.Collective.ALL_GATHER else 0
+    return _ops.bulk_matmul_collective(a, b, send, comm_id, layout, collective, int(m or 0),
+                                       _backend_arg(backend))
+
+
+# --------------------------------------------------------------------------
+# Layers
+# --------------------------------------------------------------------------
+
+
+def _flatten(x):
+    return x.reshape(-1, x.shape[-1])
+
+
+class ColumnParallelLinear(torch.nn.Module):
+    """Y = X . W^T + b with W's rows (the output features) split over the ranks.
+
+    Rank r holds out_local = shard_rows(out_features, r, P) output features:
+    weight [out_local, in_features], bias [out_local]. With sequence_parallel
+    (default) the input is this rank's rows of X and the forward is AG+GEMM;
+    the output is [m, out_local] (all rows, local features). Without, the
+    input is the full X on every rank and only the backward communicates
+    (dX = allreduce(dY . W)).
+
+    forward(x, m=None): x is [rows, in_features] or [..., in_features]
+    (leading dims flattened into rows); m is the total row count across
+    ranks (default rows * P: pass it when the shards are uneven).
+    """
+
+    def __init__(self, in_features, out_features, comm, bias=True, sequence_parallel=True, dtype=None,
+                 device=None, backend=None):
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.comm = comm
+        self.sequence_parallel = sequence_parallel
+        self.backend = backend
+        self.out_local = comm.shard_rows(out_features)
+        self.out_offset = comm.shard_offset(out_features)
+        kw = {"dtype": dtype, "device": device}
+        self.weight = torch.nn.Parameter(torch.empty(self.out_local, in_features, **kw))
+        self.bias = torch.nn.Parameter(torch.empty(self.out_local, **kw)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        bound = 1.0 / math.sqrt(self.in_features) if self.in_features else 0.0
+        torch.nn.init.uniform_(self.weight, -bound, bound)  # nn.Linear's distribution, fan_in of the full layer
+        if self.bias is not None:
+            torch.nn.init.zeros_(self.bias)
+
+    @classmethod
+    def from_linear(cls, linear, comm, sequence_parallel=True, backend=None):
+        """This rank's shard of a full nn.Linear (same values on every rank)."""
+        layer = cls(linear.in_features, linear.out_features, comm, bias=linear.bias is not None,
+                    sequence_parallel=sequence_parallel, dtype=linear.weight.dtype,
+                    device=linear.weight.device, backend=backend)
+        with torch.no_grad():
+            rows = slice(layer.out_offset, layer.out_offset + layer.out_local)
+            layer.weight.copy_(linear.weight[rows])
+            if layer.bias is not None:
+                layer.bias.copy_(linear.bias[rows])
+        return layer
+
+    def forward(self, x, m=None):
+        lead = x.shape[:-1]
+        x2 = _flatten(x)
+        backend = _backend_arg(self.backend)
+        if self.sequence_parallel:
+            if m is None:
+                m = x2.shape[0] * self.comm.size
+            if torch.is_grad_enabled():
+                y, _ = _AllGatherMatmul.apply(x2, self.weight, self.bias, self.comm.id, m, backend,
+                                              self.weight.requires_grad, False)
+            else:
+                y, _ = _ops.all_gather_matmul(x2, self.weight, self.bias, self.comm.id, m, "TN", backend, False)
+            if len(lead) > 1:
+                return y.view(-1, *lead[1:], self.out_local)
+            return y
+        if torch.is_grad_enabled():
+            y = _LinearAllReduceGrad.apply(x2, self.weight, self.bias, self.comm.id, backend)
+        else:
+            y = torch.nn.functional.linear(x2, self.weight, self.bias)
+        return y.view(*lead, self.out_local)
+
+    def extra_repr(self):
+        return (f"in_features={self.in_features}, out_features={self.out_features} (local {self.out_local}), "
+                f"bias={self.bias is not None}, sequence_parallel={self.sequence_parallel}, "
+                f"rank={self.comm.rank}/{self.comm.size}")
+
+
+class RowParallelLinear(torch.nn.Module):
+    """Y = X . W^T + b with W's columns (the input features) split over the ranks.
+
+    Rank r holds in_local = shard_rows(in_features, r, P) input features:
+    weight [out_features, in_local]; bias [out_features] is replicated and
+    added once (on the owner of each row). The input is [m, in_local] (e.g.
+    a ColumnParallelLinear's output). With sequence_parallel (default) the
+    forward is GEMM+RS and the output is this rank's rows [m_r, out_features];
+    without, GEMM+AR and the output is all rows on every rank.
+    """
+
+    def __init__(self, in_features, out_features, comm, bias=True, sequence_parallel=True, dtype=None,
+                 device=None, backend=None):
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.comm = comm
+        self.sequence_parallel = sequence_parallel
+        self.backend = backend
+        self.in_local = comm.shard_rows(in_features)
+        self.in_offset = comm.shard_offset(in_features)
+        kw = {"dtype": dtype, "device": device}
+        self.weight = torch.nn.Parameter(torch.empty(out_features, self.in_local, **kw))
+        self.bias = torch.nn.Parameter(torch.empty(out_features, **kw)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        bound = 1.0 / math.sqrt(self.in_features) if self.in_features else 0.0
+        torch.nn.init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            torch.nn.init.zeros_(self.bias)  # replicated: must agree on every rank
+
+    @classmethod
+    def from_linear(cls, linear, comm, sequence_parallel=True, backend=None):
+        layer = cls(linear.in_features, linear.out_features, comm, bias=linear.bias is not None,
+                    sequence_parallel=sequence_parallel, dtype=linear.weight.dtype,
+                    device=linear.weight.device, backend=backend)
+        with torch.no_grad():
+            layer.weight.copy_(linear.weight[:, layer.in_offset:layer.in_offset + layer.in_local])
+            if layer.bias is not None:
+                layer.bias.copy_(linear.bias)
+        return layer
+
+    def forward(self, x):
+        lead = x.shape[:-1]
+        x2 = _flatten(x)
+        backend = _backend_arg(self.backend)
+        if self.sequence_parallel:
+            if torch.is_grad_enabled():
+                y = _MatmulReduceScatter.apply(x2, self.weight, self.bias, self.comm.id, backend)
+            else:
+                y = _ops.matmul_reduce_scatter(x2, self.weight, self.bias, self.comm.id, "TN", backend)
+            if len(lead) > 1:
+                return y.view(-1, *lead[1:], self.out_features)
+            return y
+        if torch.is_grad_enabled():
+            y = _MatmulAllReduce.apply(x2, self.weight, self.bias, self.comm.id, backend)
+        else:
+            y = _ops.matmul_all_reduce(x2, self.weight, self.bias, self.comm.id, "TN", backend)
+        return y.view(*lead, self.out_features)
+
+    def extra_repr(self):
+        return (f"in_features={self.in_features} (local {self.in_local}), out_features={self.out_features}, "
+                f"bias={self.bias is not None}, sequence_parallel={self.sequence_parallel}, "
+                f"rank={self.comm.rank}/{self.comm.size}")
