@@ -1,0 +1,170 @@
+/* commgemm-bench internals: options, the bench_env interface (where buffers
+ * live and how time is measured), data generation and checking, per-op
+ * measurement and reporting. Uses only the public commgemm API. */
+#ifndef COMMGEMM_BENCH_H
+#define COMMGEMM_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "commgemm.h"
+
+#define BENCH_MAX_SIZES 64
+
+/* ------------------------------------------------------------- options */
+
+/* start, start * factor, ... up to end (a single value: start == end). */
+typedef struct bench_range {
+    int64_t start, end, factor;
+} bench_range;
+
+typedef struct bench_options {
+    unsigned op_mask;   /* bit per cgm_op */
+    bench_range m, n, k;
+    cgm_dtype dtype;
+    cgm_backend backend; /* CGM_BACKEND_DEFAULT: not given (env, then auto) */
+    cgm_algo algo;
+    int splits;
+    cgm_layout layout;
+    int warmup, iters;
+    int check;
+    const char *json_path; /* NULL: no JSON */
+    uint64_t seed;
+    int ranks;          /* 0: not given */
+    int64_t timeout_ms; /* CGM_UNSET: the library's default */
+} bench_options;
+
+/* Parses argv into *opt. Returns 0 to run, 1 when --help was printed, -1
+ * after printing what is wrong to stderr. */
+int bench_parse_options(int argc, char **argv, bench_options *opt);
+/* The values of a range (at most BENCH_MAX_SIZES); returns the count. */
+int bench_range_values(const bench_range *range, int64_t *values);
+void bench_print_options(FILE *to, const bench_options *opt);
+void bench_json_options(FILE *to, const bench_options *opt);
+
+/* ------------------------------------------------------------ bench_env */
+
+/* Where buffers live and how time is measured. The host environment (host
+ * memory, a LOCAL bootstrap, the wall clock) is the only one today; a GPU
+ * environment (cudaMalloc, an NCCL comm from a unique id shared through the
+ * launcher, CUDA events on a stream) fills the same table. */
+typedef struct bench_buffer {
+    void *data;   /* what the ops get (device memory on a GPU env) */
+    void *host;   /* host view: == data on the host env, a staging copy else */
+    size_t bytes;
+} bench_buffer;
+
+typedef struct bench_env bench_env;
+typedef struct bench_env_ops {
+    const char *name;
+    /* Creates the comm for this rank from the launcher's bootstrap. */
+    cgm_status (*comm_create)(bench_env *env, const cgm_bootstrap *bootstrap,
+                              const cgm_config *config, cgm_comm **comm);
+    int (*buffer_alloc)(bench_env *env, size_t bytes, bench_buffer *out);
+    void (*buffer_free)(bench_env *env, bench_buffer *buffer);
+    /* host -> data and data -> host (no-ops when they are the same). */
+    int (*upload)(bench_env *env, bench_buffer *buffer);
+    int (*download)(bench_env *env, bench_buffer *buffer);
+    /* Timing of work enqueued on env->stream: start, then stop returns the
+     * elapsed microseconds once the work is complete. */
+    void (*timer_start)(bench_env *env);
+    double (*timer_stop_us)(bench_env *env);
+    void (*destroy)(bench_env *env);
+} bench_env_ops;
+
+struct bench_env {
+    const bench_env_ops *ops;
+    void *stream; /* what ops get as their stream: NULL on host */
+    double t0;    /* host timer */
+    void *impl;   /* GPU env state */
+};
+
+/* The environment for a backend choice: host today. Returns NULL with a
+ * message on stderr for a backend this build of the bench cannot drive. */
+bench_env *bench_env_create(cgm_backend backend);
+
+/* ---------------------------------------------------------------- data */
+
+/* Logical tensors whose elements are generated from (seed, tensor, row,
+ * column): every rank can produce any element of any rank's shard. */
+enum { BENCH_TENSOR_X = 1, BENCH_TENSOR_W = 2, BENCH_TENSOR_MISC = 3 };
+
+/* A multiple of 1/8 in [-1, 1]: exact in bf16 and fp16, so that fp32 sums
+ * of products are exact for any k that matters. */
+double bench_value(uint64_t seed, int tensor, int64_t row, int64_t col);
+/* Element i of a buffer of dtype (fp32/bf16/fp16) as double, and back. */
+double bench_load(const void *data, cgm_dtype dtype, int64_t i);
+void bench_store(void *data, cgm_dtype dtype, int64_t i, double v);
+/* Fills host storage of a logical [rows, cols] block starting at (row0,
+ * col0) of `tensor`; stored transposed ([cols, rows]) when `transposed`. */
+void bench_fill(void *host, cgm_dtype dtype, uint64_t seed, int tensor,
+                int64_t row0, int64_t rows, int64_t col0, int64_t cols,
+                int transposed);
+/* NaN everywhere, so that elements an op never wrote count as wrong. */
+void bench_poison(void *host, cgm_dtype dtype, int64_t count);
+
+/* The reference for Y[i, j] = sum_l X(i, l) W(j, l) over the full k, with X
+ * and W the logical generated tensors. Checks `y` (host, rows [0, rows) of
+ * ld n_cols holding global rows row0.. and global columns col0..) on a
+ * sample of rows and columns bounded by a work budget. Returns the number
+ * of elements outside tolerance (printing the first few). */
+int64_t bench_check_gemm(const void *y, cgm_dtype dtype, uint64_t seed,
+                         int64_t row0, int64_t rows, int64_t col0,
+                         int64_t n_cols, int64_t k, const char *what);
+/* Checks a gathered copy of a generated tensor (exact). */
+int64_t bench_check_copy(const void *y, cgm_dtype dtype, uint64_t seed,
+                         int tensor, int64_t rows, int64_t cols,
+                         const char *what);
+
+/* ------------------------------------------------------------ measuring */
+
+typedef struct bench_row {
+    cgm_op op;
+    int64_t m, n, k;
+    cgm_dtype dtype;
+    cgm_backend backend;
+    cgm_algo algo;
+    /* Over ranks: the slowest rank's median. */
+    double time_us, gemm_us, comm_us, seq_us;
+    double ideal_us, ratio, tflops;
+    int64_t wrong;
+    int failed; /* an op returned an error on some rank */
+} bench_row;
+
+/* Floats one rank contributes to bench_allgather_floats at most. */
+#define BENCH_SYNC_FLOATS 64
+
+typedef struct bench_context {
+    const bench_options *opt;
+    bench_env *env;
+    cgm_comm *comm;
+    int rank, nranks;
+    bench_buffer sync_send, sync_recv; /* [1, 64] and [nranks, 64] fp32 */
+} bench_context;
+
+/* Allocates the context's small buffers (after comm, env, rank, nranks). */
+int bench_context_init(bench_context *ctx);
+void bench_context_fini(bench_context *ctx);
+
+/* Runs one row (collective: every rank calls it with the same arguments).
+ * Returns 0, or -1 when this rank hit an error (printed) that leaves the
+ * comm unusable. */
+int bench_run_row(bench_context *ctx, cgm_op op, int64_t m, int64_t n,
+                  int64_t k, bench_row *row);
+/* All-gathers `count` floats from every rank (collective-only bulk call):
+ * out receives nranks * count values, rank major. Also a barrier. */
+cgm_status bench_allgather_floats(bench_context *ctx, const float *mine,
+                                  int count, float *out);
+cgm_status bench_barrier(bench_context *ctx);
+
+/* ------------------------------------------------------------ reporting */
+
+void bench_print_header(FILE *to, const bench_context *ctx, const char *rank_map);
+void bench_print_table_head(FILE *to);
+void bench_print_row(FILE *to, const bench_row *row);
+void bench_print_footer(FILE *to, const bench_row *rows, int count, int errors);
+int bench_write_json(const char *path, const bench_context *ctx,
+                     const bench_row *rows, int count, int errors);
+
+#endif

@@ -1,0 +1,372 @@
+/* One row of the table: buffers for an op and shape, the four measurements
+ * interleaved round by round (op, GEMM alone, collective alone, op without
+ * overlap), the check, and the reduction over ranks. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+enum { MEASURE_OP, MEASURE_GEMM, MEASURE_COMM, MEASURE_SEQ, MEASURE_COUNT };
+
+typedef struct bench_tensor {
+    bench_buffer buffer;
+    cgm_matrix matrix;
+} bench_tensor;
+
+/* Everything one row needs. Shapes below use: P ranks, this rank r,
+ * m_r/m_off its rows, n_loc (ag_gemm, bulk) or k_loc (gemm_rs, gemm_ar) its
+ * slice of the layer's n or k. */
+typedef struct op_setup {
+    cgm_op op;
+    int64_t m, n, k;
+    int64_t m_rows, m_off; /* this rank's shard of m */
+    int64_t slice, slice_off; /* n_loc (AG, bulk) or k_loc (RS, AR) */
+    cgm_op_options options, seq_options;
+    bench_tensor x, w, y, y_seq;
+    bench_tensor gemm_a, gemm_c;      /* the GEMM alone */
+    bench_tensor coll_send, coll_recv, coll_mid; /* the collective alone */
+    bench_tensor bulk_recv, bulk_recv_seq;       /* bulk's own collective */
+} op_setup;
+
+/* ------------------------------------------------------------- buffers */
+
+static int tensor_alloc(bench_context *ctx, bench_tensor *t, cgm_dtype dtype,
+                        int64_t rows, int64_t cols) {
+    size_t bytes = (size_t)(rows * cols) * cgm_dtype_size(dtype);
+    if (ctx->env->ops->buffer_alloc(ctx->env, bytes, &t->buffer)) {
+        fprintf(stderr, "commgemm-bench: rank %d: cannot allocate %zu bytes for a "
+                "[%" PRId64 ", %" PRId64 "] %s matrix\n", ctx->rank, bytes, rows,
+                cols, cgm_dtype_name(dtype));
+        return -1;
+    }
+    t->matrix = cgm_matrix_make(t->buffer.data, dtype, rows, cols);
+    return 0;
+}
+
+static void tensor_free(bench_context *ctx, bench_tensor *t) {
+    if (t->buffer.data) ctx->env->ops->buffer_free(ctx->env, &t->buffer);
+}
+
+/* A logical [rows, cols] block of a generated tensor, stored per layout. */
+static int tensor_generated(bench_context *ctx, bench_tensor *t, int tensor,
+                            int64_t row0, int64_t rows, int64_t col0,
+                            int64_t cols, int transposed) {
+    cgm_dtype dtype = ctx->opt->dtype;
+    if (tensor_alloc(ctx, t, dtype, transposed ? cols : rows, transposed ? rows : cols))
+        return -1;
+    bench_fill(t->buffer.host, dtype, ctx->opt->seed, tensor, row0, rows, col0,
+               cols, transposed);
+    return ctx->env->ops->upload(ctx->env, &t->buffer);
+}
+
+static int tensor_poisoned(bench_context *ctx, bench_tensor *t, int64_t rows,
+                           int64_t cols) {
+    if (tensor_alloc(ctx, t, ctx->opt->dtype, rows, cols)) return -1;
+    bench_poison(t->buffer.host, ctx->opt->dtype, rows * cols);
+    return ctx->env->ops->upload(ctx->env, &t->buffer);
+}
+
+static void setup_free(bench_context *ctx, op_setup *s) {
+    bench_tensor *all[] = {&s->x, &s->w, &s->y, &s->y_seq, &s->gemm_a,
+                           &s->gemm_c, &s->coll_send, &s->coll_recv,
+                           &s->coll_mid, &s->bulk_recv, &s->bulk_recv_seq};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tensor_free(ctx, all[i]);
+}
+
+static int setup_create(bench_context *ctx, cgm_op op, int64_t m, int64_t n,
+                        int64_t k, op_setup *s) {
+    const bench_options *opt = ctx->opt;
+    int P = ctx->nranks, r = ctx->rank;
+    int x_t = opt->layout == CGM_LAYOUT_NT; /* X stored [k, m] */
+    int w_t = opt->layout != CGM_LAYOUT_TN; /* W stored [k, n] */
+    int gathers = op == CGM_OP_ALL_GATHER_GEMM || op == CGM_OP_BULK;
+    const cgm_op_options init = CGM_OP_OPTIONS_INIT;
+    memset(s, 0, sizeof *s);
+    s->op = op;
+    s->m = m, s->n = n, s->k = k;
+    s->m_rows = cgm_shard_rows(m, r, P);
+    s->m_off = cgm_shard_offset(m, r, P);
+    s->slice = cgm_shard_rows(gathers ? n : k, r, P);
+    s->slice_off = cgm_shard_offset(gathers ? n : k, r, P);
+    s->options = init;
+    s->options.layout = opt->layout;
+    s->options.algo = opt->algo;
+    s->options.splits = opt->splits;
+    /* The bulk op has no split or ring variant: the whole collective beside
+     * the whole GEMM is what it measures. */
+    if (op == CGM_OP_BULK && opt->algo != CGM_ALGO_NO_OVERLAP) s->options.algo = CGM_ALGO_AUTO;
+    s->seq_options = s->options;
+    s->seq_options.algo = CGM_ALGO_NO_OVERLAP;
+    int64_t n_loc = s->slice, k_loc = s->slice;
+    int rc = 0;
+    if (gathers) {
+        /* X_r: rows [m_off, m_off + m_r) of X[m, k]; W: rows of W[n, k]. */
+        rc |= tensor_generated(ctx, &s->x, BENCH_TENSOR_X, s->m_off, s->m_rows, 0, k, x_t);
+        rc |= tensor_generated(ctx, &s->w, BENCH_TENSOR_W, s->slice_off, n_loc, 0, k, w_t);
+        rc |= tensor_poisoned(ctx, &s->y, m, n_loc);
+        rc |= tensor_poisoned(ctx, &s->y_seq, m, n_loc);
+        rc |= tensor_generated(ctx, &s->gemm_a, BENCH_TENSOR_X, 0, m, 0, k, x_t);
+        rc |= tensor_alloc(ctx, &s->gemm_c, opt->dtype, m, n_loc);
+        rc |= tensor_generated(ctx, &s->coll_send, BENCH_TENSOR_X, s->m_off, s->m_rows, 0, k, 0);
+        rc |= tensor_alloc(ctx, &s->coll_recv, opt->dtype, m, k);
+        if (op == CGM_OP_BULK) {
+            rc |= tensor_poisoned(ctx, &s->bulk_recv, m, k);
+            rc |= tensor_poisoned(ctx, &s->bulk_recv_seq, m, k);
+        }
+    } else {
+        /* X: columns [k_off, k_off + k_loc) of X[m, k]; W likewise. */
+        int64_t y_rows = op == CGM_OP_GEMM_REDUCE_SCATTER ? s->m_rows : m;
+        rc |= tensor_generated(ctx, &s->x, BENCH_TENSOR_X, 0, m, s->slice_off, k_loc, x_t);
+        rc |= tensor_generated(ctx, &s->w, BENCH_TENSOR_W, 0, n, s->slice_off, k_loc, w_t);
+        rc |= tensor_poisoned(ctx, &s->y, y_rows, n);
+        rc |= tensor_poisoned(ctx, &s->y_seq, y_rows, n);
+        rc |= tensor_alloc(ctx, &s->gemm_c, opt->dtype, m, n);
+        rc |= tensor_alloc(ctx, &s->coll_recv, opt->dtype, s->m_rows, n);
+        if (op == CGM_OP_GEMM_ALL_REDUCE) rc |= tensor_alloc(ctx, &s->coll_mid, opt->dtype, m, n);
+    }
+    return rc ? -1 : 0;
+}
+
+/* ------------------------------------------------------------- calls */
+
+static cgm_status run_op(bench_context *ctx, op_setup *s, int seq) {
+    const cgm_op_options *o = seq ? &s->seq_options : &s->options;
+    cgm_matrix *y = seq ? &s->y_seq.matrix : &s->y.matrix;
+    void *stream = ctx->env->stream;
+    switch (s->op) {
+    case CGM_OP_ALL_GATHER_GEMM:
+        return cgm_all_gather_gemm(ctx->comm, &s->x.matrix, &s->w.matrix, NULL, y,
+                                   NULL, o, stream);
+    case CGM_OP_GEMM_REDUCE_SCATTER:
+        return cgm_gemm_reduce_scatter(ctx->comm, &s->x.matrix, &s->w.matrix,
+                                       NULL, y, o, stream);
+    case CGM_OP_GEMM_ALL_REDUCE:
+        return cgm_gemm_all_reduce(ctx->comm, &s->x.matrix, &s->w.matrix, NULL, y,
+                                   o, stream);
+    default:
+        return cgm_bulk_overlap(ctx->comm, &s->gemm_a.matrix, &s->w.matrix, NULL,
+                                y, CGM_COLLECTIVE_ALL_GATHER, &s->coll_send.matrix,
+                                seq ? &s->bulk_recv_seq.matrix : &s->bulk_recv.matrix,
+                                o, stream);
+    }
+}
+
+static cgm_status run_gemm_alone(bench_context *ctx, op_setup *s) {
+    int gathers = s->op == CGM_OP_ALL_GATHER_GEMM || s->op == CGM_OP_BULK;
+    const cgm_matrix *a = gathers ? &s->gemm_a.matrix : &s->x.matrix;
+    cgm_op_options o = CGM_OP_OPTIONS_INIT;
+    o.layout = s->options.layout;
+    return cgm_bulk_overlap(ctx->comm, a, &s->w.matrix, NULL, &s->gemm_c.matrix,
+                            CGM_COLLECTIVE_ALL_GATHER, NULL, NULL, &o,
+                            ctx->env->stream);
+}
+
+static cgm_status collective(bench_context *ctx, cgm_collective which,
+                             const cgm_matrix *send, cgm_matrix *recv) {
+    cgm_op_options o = CGM_OP_OPTIONS_INIT;
+    return cgm_bulk_overlap(ctx->comm, NULL, NULL, NULL, NULL, which, send, recv,
+                            &o, ctx->env->stream);
+}
+
+/* The collective the op hides: AG of X; RS of the [m, n] product; for AR an
+ * RS then an AG of the reduced rows. */
+static cgm_status run_comm_alone(bench_context *ctx, op_setup *s) {
+    switch (s->op) {
+    case CGM_OP_ALL_GATHER_GEMM:
+    case CGM_OP_BULK:
+        return collective(ctx, CGM_COLLECTIVE_ALL_GATHER, &s->coll_send.matrix,
+                          &s->coll_recv.matrix);
+    case CGM_OP_GEMM_REDUCE_SCATTER:
+        return collective(ctx, CGM_COLLECTIVE_REDUCE_SCATTER, &s->gemm_c.matrix,
+                          &s->coll_recv.matrix);
+    default: {
+        cgm_status st = collective(ctx, CGM_COLLECTIVE_REDUCE_SCATTER,
+                                   &s->gemm_c.matrix, &s->coll_recv.matrix);
+        if (st != CGM_SUCCESS) return st;
+        return collective(ctx, CGM_COLLECTIVE_ALL_GATHER, &s->coll_recv.matrix,
+                          &s->coll_mid.matrix);
+    }
+    }
+}
+
+static cgm_status run_measure(bench_context *ctx, op_setup *s, int which) {
+    switch (which) {
+    case MEASURE_OP: return run_op(ctx, s, 0);
+    case MEASURE_GEMM: return run_gemm_alone(ctx, s);
+    case MEASURE_COMM: return run_comm_alone(ctx, s);
+    default: return run_op(ctx, s, 1);
+    }
+}
+
+/* ------------------------------------------------------------- sync */
+
+int bench_context_init(bench_context *ctx) {
+    const bench_env_ops *e = ctx->env->ops;
+    size_t row = BENCH_SYNC_FLOATS * sizeof(float);
+    if (e->buffer_alloc(ctx->env, row, &ctx->sync_send) ||
+        e->buffer_alloc(ctx->env, row * (size_t)ctx->nranks, &ctx->sync_recv)) {
+        fprintf(stderr, "commgemm-bench: rank %d: out of memory\n", ctx->rank);
+        return -1;
+    }
+    return 0;
+}
+
+void bench_context_fini(bench_context *ctx) {
+    if (ctx->sync_send.data) ctx->env->ops->buffer_free(ctx->env, &ctx->sync_send);
+    if (ctx->sync_recv.data) ctx->env->ops->buffer_free(ctx->env, &ctx->sync_recv);
+}
+
+cgm_status bench_allgather_floats(bench_context *ctx, const float *mine,
+                                  int count, float *out) {
+    bench_env *env = ctx->env;
+    if (count < 1 || count > BENCH_SYNC_FLOATS) return CGM_ERROR_INVALID_ARGUMENT;
+    memcpy(ctx->sync_send.host, mine, (size_t)count * sizeof(float));
+    if (env->ops->upload(env, &ctx->sync_send)) return CGM_ERROR_SYSTEM;
+    /* m = nranks rows: each rank owns exactly one. */
+    cgm_matrix send = cgm_matrix_make(ctx->sync_send.data, CGM_DTYPE_FP32, 1, count);
+    cgm_matrix recv = cgm_matrix_make(ctx->sync_recv.data, CGM_DTYPE_FP32,
+                                      ctx->nranks, count);
+    cgm_status st = collective(ctx, CGM_COLLECTIVE_ALL_GATHER, &send, &recv);
+    if (st != CGM_SUCCESS) return st;
+    if (env->ops->download(env, &ctx->sync_recv)) return CGM_ERROR_SYSTEM;
+    if (out) memcpy(out, ctx->sync_recv.host, (size_t)(ctx->nranks * count) * sizeof(float));
+    return CGM_SUCCESS;
+}
+
+cgm_status bench_barrier(bench_context *ctx) {
+    float one = 1.0f;
+    return bench_allgather_floats(ctx, &one, 1, NULL);
+}
+
+/* ------------------------------------------------------------- the row */
+
+static int compare_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *values, int count) {
+    qsort(values, (size_t)count, sizeof *values, compare_double);
+    return count % 2 ? values[count / 2]
+                     : 0.5 * (values[count / 2 - 1] + values[count / 2]);
+}
+
+static int64_t check_outputs(bench_context *ctx, op_setup *s) {
+    bench_env *env = ctx->env;
+    cgm_dtype dt = ctx->opt->dtype;
+    uint64_t seed = ctx->opt->seed;
+    int64_t wrong = 0;
+    char what[96];
+    for (int seq = 0; seq < 2; seq++) {
+        bench_tensor *y = seq ? &s->y_seq : &s->y;
+        const char *name = seq ? "no_overlap" : cgm_algo_name(s->options.algo);
+        if (env->ops->download(env, &y->buffer)) return 1;
+        /* Test aid: proves that a wrong value is counted and fails the run. */
+        if (!seq && ctx->rank == 0 && y->matrix.rows * y->matrix.cols > 0 &&
+            getenv("COMMGEMM_BENCH_INJECT_ERROR"))
+            bench_store(y->buffer.host, dt, 0, 1e6);
+        snprintf(what, sizeof what, "rank %d %s %s output", ctx->rank,
+                 cgm_op_name(s->op), name);
+        switch (s->op) {
+        case CGM_OP_GEMM_REDUCE_SCATTER:
+            wrong += bench_check_gemm(y->buffer.host, dt, seed, s->m_off, s->m_rows,
+                                      0, s->n, s->k, what);
+            break;
+        case CGM_OP_GEMM_ALL_REDUCE:
+            wrong += bench_check_gemm(y->buffer.host, dt, seed, 0, s->m, 0, s->n,
+                                      s->k, what);
+            break;
+        default: /* ag_gemm, bulk: all m rows, this rank's columns */
+            wrong += bench_check_gemm(y->buffer.host, dt, seed, 0, s->m, s->slice_off,
+                                      s->slice, s->k, what);
+            break;
+        }
+        if (s->op == CGM_OP_BULK) {
+            bench_tensor *recv = seq ? &s->bulk_recv_seq : &s->bulk_recv;
+            if (env->ops->download(env, &recv->buffer)) return 1;
+            snprintf(what, sizeof what, "rank %d bulk %s all-gather", ctx->rank, name);
+            wrong += bench_check_copy(recv->buffer.host, dt, seed, BENCH_TENSOR_X,
+                                      s->m, s->k, what);
+        }
+    }
+    return wrong;
+}
+
+/* Per-rank results, exchanged as floats: times (max over ranks) and the
+ * wrong count in two 16-bit digits (summed exactly in fp32). */
+enum { STAT_TIME = 0, STAT_WRONG_LO = MEASURE_COUNT, STAT_WRONG_HI, STAT_COUNT };
+
+int bench_run_row(bench_context *ctx, cgm_op op, int64_t m, int64_t n,
+                  int64_t k, bench_row *row) {
+    const bench_options *opt = ctx->opt;
+    bench_env *env = ctx->env;
+    op_setup s;
+    int rc = -1, rounds = opt->warmup + opt->iters;
+    double *times = calloc((size_t)(MEASURE_COUNT * opt->iters), sizeof *times);
+    float *all = calloc((size_t)(ctx->nranks * STAT_COUNT), sizeof *all);
+    memset(row, 0, sizeof *row);
+    row->op = op, row->m = m, row->n = n, row->k = k;
+    row->dtype = opt->dtype;
+    if (setup_create(ctx, op, m, n, k, &s) || !times || !all) goto done;
+    row->algo = s.options.algo;
+    if (cgm_comm_backend(ctx->comm, op, &row->backend) != CGM_SUCCESS)
+        row->backend = CGM_BACKEND_DEFAULT;
+    for (int round = 0; round < rounds; round++) {
+        for (int which = 0; which < MEASURE_COUNT; which++) {
+            cgm_status st = bench_barrier(ctx);
+            if (st == CGM_SUCCESS) {
+                env->ops->timer_start(env);
+                st = run_measure(ctx, &s, which);
+            }
+            double us = env->ops->timer_stop_us(env);
+            if (st != CGM_SUCCESS) {
+                static const char *names[] = {"the op", "the GEMM alone",
+                                              "the collective alone", "the op without overlap"};
+                fprintf(stderr, "commgemm-bench: rank %d: %s m=%" PRId64 " n=%" PRId64
+                        " k=%" PRId64 ": %s failed: %s: %s\n", ctx->rank,
+                        cgm_op_name(op), m, n, k, names[which],
+                        cgm_status_string(st), cgm_last_error());
+                row->failed = 1;
+                goto done;
+            }
+            if (round >= opt->warmup) times[which * opt->iters + round - opt->warmup] = us;
+        }
+    }
+    int64_t wrong = opt->check ? check_outputs(ctx, &s) : 0;
+    float mine[STAT_COUNT];
+    for (int which = 0; which < MEASURE_COUNT; which++)
+        mine[STAT_TIME + which] = (float)median(times + which * opt->iters, opt->iters);
+    mine[STAT_WRONG_LO] = (float)(wrong & 0xffff);
+    mine[STAT_WRONG_HI] = (float)((wrong >> 16) & 0xffff);
+    cgm_status st = bench_allgather_floats(ctx, mine, STAT_COUNT, all);
+    if (st != CGM_SUCCESS) {
+        fprintf(stderr, "commgemm-bench: rank %d: exchanging results failed: %s: %s\n",
+                ctx->rank, cgm_status_string(st), cgm_last_error());
+        row->failed = 1;
+        goto done;
+    }
+    double worst[MEASURE_COUNT] = {0};
+    for (int p = 0; p < ctx->nranks; p++) {
+        const float *theirs = all + p * STAT_COUNT;
+        for (int which = 0; which < MEASURE_COUNT; which++)
+            worst[which] = fmax(worst[which], theirs[STAT_TIME + which]);
+        row->wrong += (int64_t)theirs[STAT_WRONG_LO] + ((int64_t)theirs[STAT_WRONG_HI] << 16);
+    }
+    row->time_us = worst[MEASURE_OP];
+    row->gemm_us = worst[MEASURE_GEMM];
+    row->comm_us = worst[MEASURE_COMM];
+    row->seq_us = worst[MEASURE_SEQ];
+    row->ideal_us = fmax(row->gemm_us, row->comm_us);
+    row->ratio = row->ideal_us > 0 ? row->time_us / row->ideal_us : 0;
+    row->tflops = row->time_us > 0 ? 2.0 * (double)m * (double)n * (double)k /
+                                         row->time_us * 1e-6
+                                   : 0;
+    rc = 0;
+done:
+    setup_free(ctx, &s);
+    free(times);
+    free(all);
+    return rc;
+}

@@ -1,0 +1,302 @@
+/* Command-line options of commgemm-bench: one struct, getopt_long, and a
+ * message naming the option, what it expects and what it got. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "bench.h"
+
+#define ALL_OPS ((1u << CGM_OP_COUNT_) - 1u)
+
+static void usage(FILE *to) {
+    fprintf(to,
+        "Usage: commgemm-bench [options]\n"
+        "Measures commgemm's overlapped ops against the GEMM alone, the\n"
+        "collective alone and the two in sequence (nccl-tests style).\n"
+        "Launch with commgemm-run -n N (or mpirun/torchrun), or let it start\n"
+        "its own ranks with --ranks N (default: 4 ranks, host backend).\n"
+        "\n"
+        "  --op OPS            ag_gemm, gemm_rs, gemm_ar, bulk, a comma list, or\n"
+        "                      all (default all)\n"
+        "  -m, -n, -k SIZES    a value or start:end[:factor] (factor default 2);\n"
+        "                      the layer's whole problem: ag_gemm splits n over\n"
+        "                      ranks, gemm_rs/gemm_ar split k (default 512 each)\n"
+        "  --dtype T           fp32, bf16 or fp16 (default fp32)\n"
+        "  --backend B         auto, host, p2p, nccl or cublasmp (default: the\n"
+        "                      comm's choice, COMMGEMM_BACKEND or auto)\n"
+        "  --algo A            auto, split, ring or no_overlap (default auto)\n"
+        "  --splits N          split count hint, 0 = auto (default 0)\n"
+        "  --layout L          TN, NN or NT (default TN)\n"
+        "  -w, --warmup N      untimed rounds first (default 5)\n"
+        "  -i, --iters N       timed rounds; medians are reported (default 20)\n"
+        "  --check, --no-check verify results (default on)\n"
+        "  --json FILE         also write the rows as JSON (rank 0)\n"
+        "  --seed N            input seed (default 1)\n"
+        "  --ranks N           start N ranks of this bench on this machine\n"
+        "  --timeout-ms MS     comm timeout (default COMMGEMM_TIMEOUT_MS/60000)\n"
+        "  -h, --help          this text\n");
+}
+
+static int fail(const char *option, const char *expected, const char *got) {
+    fprintf(stderr, "commgemm-bench: %s: expected %s, got '%s'\n", option,
+            expected, got);
+    fprintf(stderr, "commgemm-bench: see 'commgemm-bench --help'\n");
+    return -1;
+}
+
+static int parse_i64(const char *text, int64_t lo, int64_t hi, int64_t *out) {
+    char *end = NULL;
+    errno = 0;
+    if (!text || !*text) return -1;
+    long long v = strtoll(text, &end, 10);
+    if (*end == 'k' || *end == 'K') v *= 1024, end++;
+    else if (*end == 'm' || *end == 'M') v *= 1024 * 1024, end++;
+    if (errno || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_int(const char *option, const char *text, int lo, int hi,
+                     int *out) {
+    int64_t v;
+    char expected[64];
+    snprintf(expected, sizeof expected, "an integer from %d to %d", lo, hi);
+    if (parse_i64(text, lo, hi, &v)) return fail(option, expected, text);
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_range(const char *option, const char *text, bench_range *r) {
+    static const char *expected =
+        "a size >= 1 or start:end[:factor] with start <= end and factor >= 2 "
+        "(e.g. 1024:16384:2)";
+    char buf[128], *parts[3] = {NULL, NULL, NULL};
+    int count = 0;
+    if (strlen(text) >= sizeof buf) return fail(option, expected, text);
+    strcpy(buf, text);
+    for (char *p = buf; count < 3; count++) {
+        parts[count] = p;
+        char *colon = strchr(p, ':');
+        if (!colon) { count++; break; }
+        *colon = '\0';
+        p = colon + 1;
+        if (count == 2) return fail(option, expected, text);
+    }
+    const int64_t max = (int64_t)1 << 40;
+    if (parse_i64(parts[0], 1, max, &r->start)) return fail(option, expected, text);
+    r->end = r->start;
+    r->factor = 2;
+    if (count >= 2 && parse_i64(parts[1], r->start, max, &r->end))
+        return fail(option, expected, text);
+    if (count == 3 && parse_i64(parts[2], 2, 1024, &r->factor))
+        return fail(option, expected, text);
+    int64_t v = r->start, n = 0;
+    while (v <= r->end && n <= BENCH_MAX_SIZES) v *= r->factor, n++;
+    if (n > BENCH_MAX_SIZES) {
+        fprintf(stderr, "commgemm-bench: %s: '%s' gives more than %d sizes\n",
+                option, text, BENCH_MAX_SIZES);
+        return -1;
+    }
+    return 0;
+}
+
+int bench_range_values(const bench_range *range, int64_t *values) {
+    int count = 0;
+    for (int64_t v = range->start; v <= range->end && count < BENCH_MAX_SIZES;
+         v *= range->factor) {
+        values[count++] = v;
+        if (range->factor < 2) break;
+    }
+    return count;
+}
+
+static int parse_ops(const char *text, unsigned *mask) {
+    static const char *expected =
+        "ag_gemm, gemm_rs, gemm_ar, bulk, a comma-separated list of them, or all";
+    char buf[128];
+    if (strlen(text) >= sizeof buf) return fail("--op", expected, text);
+    strcpy(buf, text);
+    *mask = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (strcasecmp(tok, "all") == 0) { *mask |= ALL_OPS; continue; }
+        int found = 0;
+        for (int op = 0; op < CGM_OP_COUNT_; op++)
+            if (strcasecmp(tok, cgm_op_name((cgm_op)op)) == 0)
+                *mask |= 1u << op, found = 1;
+        if (!found) return fail("--op", expected, text);
+    }
+    return *mask ? 0 : fail("--op", expected, text);
+}
+
+static int parse_dtype(const char *text, cgm_dtype *out) {
+    static const cgm_dtype dtypes[] = {CGM_DTYPE_FP32, CGM_DTYPE_BF16, CGM_DTYPE_FP16};
+    for (size_t i = 0; i < 3; i++)
+        if (strcasecmp(text, cgm_dtype_name(dtypes[i])) == 0) {
+            *out = dtypes[i];
+            return 0;
+        }
+    return fail("--dtype", "fp32, bf16 or fp16", text);
+}
+
+static int parse_layout(const char *text, cgm_layout *out) {
+    for (int l = 0; l < CGM_LAYOUT_COUNT_; l++)
+        if (strcasecmp(text, cgm_layout_name((cgm_layout)l)) == 0) {
+            *out = (cgm_layout)l;
+            return 0;
+        }
+    return fail("--layout", "TN, NN or NT", text);
+}
+
+static int parse_backend(const char *text, cgm_backend *out) {
+    if (cgm_backend_from_name(text, out) != CGM_SUCCESS || *out == CGM_BACKEND_DEFAULT)
+        return fail("--backend", "auto, host, p2p, nccl or cublasmp", text);
+    return 0;
+}
+
+static int parse_algo(const char *text, cgm_algo *out) {
+    if (cgm_algo_from_name(text, out) != CGM_SUCCESS || *out == CGM_ALGO_BULK)
+        return fail("--algo", "auto, split, ring or no_overlap", text);
+    return 0;
+}
+
+int bench_parse_options(int argc, char **argv, bench_options *opt) {
+    enum {
+        OPT_OP = 256, OPT_DTYPE, OPT_BACKEND, OPT_ALGO, OPT_SPLITS, OPT_LAYOUT,
+        OPT_CHECK, OPT_NO_CHECK, OPT_JSON, OPT_SEED, OPT_RANKS, OPT_TIMEOUT
+    };
+    static const struct option long_options[] = {
+        {"op", required_argument, NULL, OPT_OP},
+        {"dtype", required_argument, NULL, OPT_DTYPE},
+        {"backend", required_argument, NULL, OPT_BACKEND},
+        {"algo", required_argument, NULL, OPT_ALGO},
+        {"splits", required_argument, NULL, OPT_SPLITS},
+        {"layout", required_argument, NULL, OPT_LAYOUT},
+        {"warmup", required_argument, NULL, 'w'},
+        {"iters", required_argument, NULL, 'i'},
+        {"check", no_argument, NULL, OPT_CHECK},
+        {"no-check", no_argument, NULL, OPT_NO_CHECK},
+        {"json", required_argument, NULL, OPT_JSON},
+        {"seed", required_argument, NULL, OPT_SEED},
+        {"ranks", required_argument, NULL, OPT_RANKS},
+        {"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    static const bench_range default_size = {512, 512, 2};
+    memset(opt, 0, sizeof *opt);
+    opt->op_mask = ALL_OPS;
+    opt->m = opt->n = opt->k = default_size;
+    opt->dtype = CGM_DTYPE_FP32;
+    opt->backend = CGM_BACKEND_DEFAULT;
+    opt->algo = CGM_ALGO_AUTO;
+    opt->layout = CGM_LAYOUT_TN;
+    opt->warmup = 5;
+    opt->iters = 20;
+    opt->check = 1;
+    opt->seed = 1;
+    opt->timeout_ms = CGM_UNSET;
+    optind = 1;
+    opterr = 0;
+    int c, rc = 0;
+    int64_t v;
+    while (rc == 0 && (c = getopt_long(argc, argv, ":m:n:k:w:i:h", long_options, NULL)) != -1) {
+        switch (c) {
+        case 'm': rc = parse_range("-m", optarg, &opt->m); break;
+        case 'n': rc = parse_range("-n", optarg, &opt->n); break;
+        case 'k': rc = parse_range("-k", optarg, &opt->k); break;
+        case 'w': rc = parse_int("--warmup", optarg, 0, 100000, &opt->warmup); break;
+        case 'i': rc = parse_int("--iters", optarg, 1, 100000, &opt->iters); break;
+        case OPT_OP: rc = parse_ops(optarg, &opt->op_mask); break;
+        case OPT_DTYPE: rc = parse_dtype(optarg, &opt->dtype); break;
+        case OPT_BACKEND: rc = parse_backend(optarg, &opt->backend); break;
+        case OPT_ALGO: rc = parse_algo(optarg, &opt->algo); break;
+        case OPT_SPLITS: rc = parse_int("--splits", optarg, 0, 4096, &opt->splits); break;
+        case OPT_LAYOUT: rc = parse_layout(optarg, &opt->layout); break;
+        case OPT_CHECK: opt->check = 1; break;
+        case OPT_NO_CHECK: opt->check = 0; break;
+        case OPT_JSON: opt->json_path = optarg; break;
+        case OPT_SEED:
+            if (parse_i64(optarg, 0, INT64_MAX, &v))
+                rc = fail("--seed", "an integer >= 0", optarg);
+            opt->seed = (uint64_t)v;
+            break;
+        case OPT_RANKS: rc = parse_int("--ranks", optarg, 1, 1024, &opt->ranks); break;
+        case OPT_TIMEOUT:
+            if (parse_i64(optarg, 1, INT64_MAX, &opt->timeout_ms))
+                rc = fail("--timeout-ms", "a number of milliseconds >= 1", optarg);
+            break;
+        case 'h': usage(stdout); return 1;
+        case ':':
+            fprintf(stderr, "commgemm-bench: option '%s' needs a value\n",
+                    argv[optind - 1]);
+            rc = -1;
+            break;
+        default:
+            fprintf(stderr, "commgemm-bench: unknown option '%s'; see "
+                    "'commgemm-bench --help'\n", argv[optind - 1]);
+            rc = -1;
+            break;
+        }
+    }
+    if (rc == 0 && optind < argc) {
+        fprintf(stderr, "commgemm-bench: unexpected argument '%s'; see "
+                "'commgemm-bench --help'\n", argv[optind]);
+        rc = -1;
+    }
+    return rc;
+}
+
+static void print_range(FILE *to, const bench_range *r) {
+    if (r->start == r->end)
+        fprintf(to, "%" PRId64, r->start);
+    else
+        fprintf(to, "%" PRId64 ":%" PRId64 ":%" PRId64, r->start, r->end, r->factor);
+}
+
+void bench_print_options(FILE *to, const bench_options *opt) {
+    fprintf(to, "# ops:");
+    for (int op = 0; op < CGM_OP_COUNT_; op++)
+        if (opt->op_mask & (1u << op)) fprintf(to, " %s", cgm_op_name((cgm_op)op));
+    fprintf(to, "  m: ");
+    print_range(to, &opt->m);
+    fprintf(to, "  n: ");
+    print_range(to, &opt->n);
+    fprintf(to, "  k: ");
+    print_range(to, &opt->k);
+    fprintf(to, "  dtype: %s  layout: %s\n", cgm_dtype_name(opt->dtype),
+            cgm_layout_name(opt->layout));
+    fprintf(to, "# backend: %s  algo: %s  splits: %d  warmup: %d  iters: %d  "
+            "check: %s  seed: %" PRIu64 "  timeout_ms: ",
+            opt->backend == CGM_BACKEND_DEFAULT ? "default" : cgm_backend_name(opt->backend),
+            cgm_algo_name(opt->algo), opt->splits, opt->warmup, opt->iters,
+            opt->check ? "on" : "off", opt->seed);
+    if (opt->timeout_ms == CGM_UNSET) fprintf(to, "default\n");
+    else fprintf(to, "%" PRId64 "\n", opt->timeout_ms);
+}
+
+void bench_json_options(FILE *to, const bench_options *opt) {
+    fprintf(to, "{\"ops\": [");
+    const char *sep = "";
+    for (int op = 0; op < CGM_OP_COUNT_; op++)
+        if (opt->op_mask & (1u << op)) {
+            fprintf(to, "%s\"%s\"", sep, cgm_op_name((cgm_op)op));
+            sep = ", ";
+        }
+    fprintf(to, "], \"m\": [%" PRId64 ", %" PRId64 ", %" PRId64 "]", opt->m.start,
+            opt->m.end, opt->m.factor);
+    fprintf(to, ", \"n\": [%" PRId64 ", %" PRId64 ", %" PRId64 "]", opt->n.start,
+            opt->n.end, opt->n.factor);
+    fprintf(to, ", \"k\": [%" PRId64 ", %" PRId64 ", %" PRId64 "]", opt->k.start,
+            opt->k.end, opt->k.factor);
+    fprintf(to, ", \"dtype\": \"%s\", \"layout\": \"%s\", \"backend\": \"%s\", "
+            "\"algo\": \"%s\", \"splits\": %d, \"warmup\": %d, \"iters\": %d, "
+            "\"check\": %s, \"seed\": %" PRIu64 ", \"timeout_ms\": ",
+            cgm_dtype_name(opt->dtype), cgm_layout_name(opt->layout),
+            cgm_backend_name(opt->backend), cgm_algo_name(opt->algo), opt->splits,
+            opt->warmup, opt->iters, opt->check ? "true" : "false", opt->seed);
+    if (opt->timeout_ms == CGM_UNSET) fprintf(to, "null}");
+    else fprintf(to, "%" PRId64 "}", opt->timeout_ms);
+}

@@ -1,0 +1,133 @@
+/* The table (nccl-tests style: '#' header lines, fixed-width rows, a footer
+ * with the wrong-value count and OK/FAILED) and the JSON file. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "bench.h"
+
+#define ROW_REST " %7s %7s %7s %5s %8s %10s %10s %8s %10s %10s %10s %6s %10s %7s\n"
+#define ROW_FORMAT_S "%9s" ROW_REST
+#define HEAD_FORMAT_S "#%8s" ROW_REST
+
+static void print_version(FILE *to, const char *prefix) {
+    int v = cgm_version();
+    fprintf(to, "%scommgemm %d.%d.%d (header %d.%d.%d)", prefix, v / 10000,
+            v / 100 % 100, v % 100, COMMGEMM_VERSION_MAJOR,
+            COMMGEMM_VERSION_MINOR, COMMGEMM_VERSION_PATCH);
+}
+
+void bench_print_header(FILE *to, const bench_context *ctx, const char *rank_map) {
+    print_version(to, "# commgemm-bench: ");
+    fprintf(to, "\n");
+    bench_print_options(to, ctx->opt);
+    fprintf(to, "# nranks: %d  environment: %s\n", ctx->nranks, ctx->env->ops->name);
+    fprintf(to, "%s", rank_map);
+    fprintf(to, "# times: slowest rank's median over iters, microseconds; "
+            "ideal = max(gemm, comm); ratio = time / ideal\n");
+    fprintf(to, "#\n");
+}
+
+void bench_print_table_head(FILE *to) {
+    fprintf(to, HEAD_FORMAT_S, "op", "m", "n", "k", "dtype",
+            "backend", "algo", "time_us", "TFLOP/s", "gemm_us", "comm_us",
+            "ideal_us", "ratio", "seq_us", "#wrong");
+}
+
+void bench_print_row(FILE *to, const bench_row *row) {
+    char m[24], n[24], k[24], t[6][24], ratio[24], flops[24], wrong[24];
+    snprintf(m, sizeof m, "%" PRId64, row->m);
+    snprintf(n, sizeof n, "%" PRId64, row->n);
+    snprintf(k, sizeof k, "%" PRId64, row->k);
+    if (row->failed) {
+        fprintf(to, ROW_FORMAT_S, cgm_op_name(row->op), m, n, k,
+                cgm_dtype_name(row->dtype), cgm_backend_name(row->backend),
+                cgm_algo_name(row->algo), "error", "-", "-", "-", "-", "-", "-", "-");
+        return;
+    }
+    const double values[] = {row->time_us, row->gemm_us, row->comm_us,
+                             row->ideal_us, row->seq_us};
+    for (int i = 0; i < 5; i++) snprintf(t[i], sizeof t[i], "%.1f", values[i]);
+    snprintf(ratio, sizeof ratio, "%.3f", row->ratio);
+    snprintf(flops, sizeof flops, "%.3f", row->tflops);
+    snprintf(wrong, sizeof wrong, "%" PRId64, row->wrong);
+    fprintf(to, ROW_FORMAT_S, cgm_op_name(row->op), m, n, k,
+            cgm_dtype_name(row->dtype), cgm_backend_name(row->backend),
+            cgm_algo_name(row->algo), t[0], flops, t[1], t[2], t[3], ratio, t[4],
+            wrong);
+}
+
+static void totals(const bench_row *rows, int count, int64_t *wrong,
+                   double *avg_ratio, int *rated) {
+    double sum = 0;
+    *wrong = 0;
+    *rated = 0;
+    for (int i = 0; i < count; i++) {
+        *wrong += rows[i].wrong;
+        if (!rows[i].failed && rows[i].ratio > 0) sum += rows[i].ratio, (*rated)++;
+    }
+    *avg_ratio = *rated ? sum / *rated : 0;
+}
+
+void bench_print_footer(FILE *to, const bench_row *rows, int count, int errors) {
+    int64_t wrong;
+    double avg;
+    int rated;
+    totals(rows, count, &wrong, &avg, &rated);
+    fprintf(to, "# Out of bounds values : %" PRId64 " %s\n", wrong,
+            wrong == 0 && errors == 0 ? "OK" : "FAILED");
+    if (errors) fprintf(to, "# Errors: %d row%s failed (see stderr)\n", errors,
+                        errors == 1 ? "" : "s");
+    fprintf(to, "# Avg ratio: %.3f (over %d row%s; 1.0 = perfect overlap)\n", avg,
+            rated, rated == 1 ? "" : "s");
+}
+
+static void json_number(FILE *to, const char *name, double v) {
+    if (isfinite(v)) fprintf(to, ", \"%s\": %.6g", name, v);
+    else fprintf(to, ", \"%s\": null", name);
+}
+
+int bench_write_json(const char *path, const bench_context *ctx,
+                     const bench_row *rows, int count, int errors) {
+    FILE *to = fopen(path, "w");
+    if (!to) {
+        perror(path);
+        return -1;
+    }
+    int64_t wrong;
+    double avg;
+    int rated;
+    totals(rows, count, &wrong, &avg, &rated);
+    int v = cgm_version();
+    fprintf(to, "{\n  \"tool\": \"commgemm-bench\",\n  \"version\": \"%d.%d.%d\",\n",
+            v / 10000, v / 100 % 100, v % 100);
+    fprintf(to, "  \"nranks\": %d,\n  \"environment\": \"%s\",\n  \"options\": ",
+            ctx->nranks, ctx->env->ops->name);
+    bench_json_options(to, ctx->opt);
+    fprintf(to, ",\n  \"rows\": [");
+    for (int i = 0; i < count; i++) {
+        const bench_row *r = &rows[i];
+        fprintf(to, "%s\n    {\"op\": \"%s\", \"m\": %" PRId64 ", \"n\": %" PRId64
+                ", \"k\": %" PRId64 ", \"dtype\": \"%s\", \"backend\": \"%s\", "
+                "\"algo\": \"%s\", \"failed\": %s",
+                i ? "," : "", cgm_op_name(r->op), r->m, r->n, r->k,
+                cgm_dtype_name(r->dtype), cgm_backend_name(r->backend),
+                cgm_algo_name(r->algo), r->failed ? "true" : "false");
+        json_number(to, "time_us", r->time_us);
+        json_number(to, "tflops", r->tflops);
+        json_number(to, "gemm_us", r->gemm_us);
+        json_number(to, "comm_us", r->comm_us);
+        json_number(to, "ideal_us", r->ideal_us);
+        json_number(to, "ratio", r->ratio);
+        json_number(to, "seq_us", r->seq_us);
+        fprintf(to, ", \"wrong\": %" PRId64 "}", r->wrong);
+    }
+    fprintf(to, "\n  ],\n  \"wrong\": %" PRId64 ",\n  \"errors\": %d,\n", wrong, errors);
+    fprintf(to, "  \"avg_ratio\": %.6g,\n  \"ok\": %s\n}\n", avg,
+            wrong == 0 && errors == 0 ? "true" : "false");
+    if (fclose(to) != 0) {
+        perror(path);
+        return -1;
+    }
+    return 0;
+}

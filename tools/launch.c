@@ -1,0 +1,432 @@
+/* fork + exec of N ranks, output relay, failure and timeout handling. */
+#include "launch.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define LINE_BUFFER 4096
+/* After SIGTERM, ranks get this long before SIGKILL. */
+#define TERM_TO_KILL_S 2.0
+/* After the last rank exits, output still buffered in pipes (held open by
+ * grandchildren, say) is read for at most this long. */
+#define DRAIN_S 1.0
+
+/* The one piece of state a signal handler may touch. */
+static volatile sig_atomic_t pending_signal;
+
+static void on_signal(int sig) { pending_signal = sig; }
+
+typedef struct output_stream {
+    int fd; /* -1 once closed */
+    int at_line_start;
+    size_t len;
+    char buf[LINE_BUFFER];
+} output_stream;
+
+typedef struct rank_proc {
+    pid_t pid;
+    int alive;
+    int code; /* exit code, or 128 + signal */
+    output_stream out[2]; /* stdout, stderr (prefix mode only) */
+} rank_proc;
+
+typedef struct launch_state {
+    const launch_options *opt;
+    rank_proc *ranks;
+    int alive;
+    int first_failed; /* rank, or -1 */
+    int first_code;
+    double fail_time;     /* when first_failed failed */
+    int launcher_killing; /* 1 once the launcher itself sent signals */
+    double kill_deadline; /* SIGKILL stragglers at this time (0: not yet) */
+    int timed_out;
+    int interrupted; /* signal received by the launcher, or 0 */
+    double drain_deadline;
+} launch_state;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double launch_default_grace(void) {
+    const char *env = getenv("COMMGEMM_LAUNCH_GRACE_S");
+    double grace;
+    if (env && launch_parse_seconds(env, &grace) == 0) return grace;
+    return 5.0;
+}
+
+int launch_parse_seconds(const char *text, double *out) {
+    char *end = NULL;
+    if (!text || !*text) return -1;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || *end || v < 0 || v != v) return -1;
+    *out = v;
+    return 0;
+}
+
+static int is_launch_var(const char *entry) {
+    static const char *const names[] = {"COMMGEMM_RANK=", "COMMGEMM_NRANKS=",
+                                        "COMMGEMM_LOCAL_RANK=",
+                                        "COMMGEMM_RENDEZVOUS="};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strncmp(entry, names[i], strlen(names[i])) == 0) return 1;
+    return 0;
+}
+
+/* The environment of one rank: ours without stale launch variables, plus
+ * this rank's. Built before fork so the child only calls async-safe code.
+ * One allocation: the pointer array, then the text of the four variables. */
+static char **build_env(int rank, int nranks, const char *rendezvous) {
+    size_t count = 0, n = 0;
+    while (environ[count]) count++;
+    size_t array_bytes = (count + 5) * sizeof(char *);
+    char **envp = malloc(array_bytes + 4 * 128);
+    if (!envp) return NULL;
+    char *vars = (char *)envp + array_bytes;
+    for (size_t i = 0; i < count; i++)
+        if (!is_launch_var(environ[i])) envp[n++] = environ[i];
+    snprintf(vars, 128, "COMMGEMM_RANK=%d", rank);
+    snprintf(vars + 128, 128, "COMMGEMM_NRANKS=%d", nranks);
+    snprintf(vars + 256, 128, "COMMGEMM_LOCAL_RANK=%d", rank);
+    snprintf(vars + 384, 128, "COMMGEMM_RENDEZVOUS=%s", rendezvous);
+    for (int i = 0; i < 4; i++) envp[n++] = vars + 128 * i;
+    envp[n] = NULL;
+    return envp;
+}
+
+static void make_rendezvous(char *out, size_t size) {
+    uint32_t random_bits = 0;
+    if (getrandom(&random_bits, sizeof random_bits, GRND_NONBLOCK) !=
+        (ssize_t)sizeof random_bits) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        random_bits = (uint32_t)ts.tv_nsec ^ (uint32_t)ts.tv_sec * 2654435761u;
+    }
+    snprintf(out, size, "run-%ld-%08x", (long)getpid(), (unsigned)random_bits);
+}
+
+/* In the child, between fork and exec: only async-signal-safe calls. */
+static void exec_rank(const launch_options *opt, int rank, char **envp,
+                      int out_fds[2], pid_t parent) {
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(LAUNCH_EXIT_SETUP);
+    signal(SIGPIPE, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    if (out_fds[0] >= 0) {
+        dup2(out_fds[0], STDOUT_FILENO);
+        dup2(out_fds[1], STDERR_FILENO);
+    }
+    /* Ranks live in background process groups: reading a terminal would
+     * stop them. Only rank 0 keeps a non-terminal stdin (a pipe, a file). */
+    if (rank != 0 || isatty(STDIN_FILENO)) {
+        int null_fd = open("/dev/null", O_RDONLY);
+        if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
+    }
+    execvpe(opt->argv[0], opt->argv, envp);
+    int err = errno;
+    const char *parts[] = {opt->name, ": rank ", "", ": cannot run '",
+                           opt->argv[0], "': ", strerror(err), "\n"};
+    char digits[16];
+    int d = (int)sizeof digits - 1;
+    digits[d] = '\0';
+    int v = rank;
+    do digits[--d] = (char)('0' + v % 10), v /= 10; while (v && d > 0);
+    parts[2] = digits + d;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        if (write(STDERR_FILENO, parts[i], strlen(parts[i])) < 0) break;
+    _exit(err == ENOENT ? 127 : 126);
+}
+
+static void signal_ranks(launch_state *st, int sig) {
+    for (int r = 0; r < st->opt->nranks; r++)
+        if (st->ranks[r].alive) kill(-st->ranks[r].pid, sig);
+}
+
+static void terminate_ranks(launch_state *st, double now) {
+    if (st->launcher_killing) return;
+    st->launcher_killing = 1;
+    st->kill_deadline = now + TERM_TO_KILL_S;
+    signal_ranks(st, SIGTERM);
+}
+
+static void emit(launch_state *st, int rank, int stream, const char *data,
+                 size_t len) {
+    output_stream *os = &st->ranks[rank].out[stream];
+    FILE *to = stream == 0 ? stdout : stderr;
+    if (os->at_line_start) fprintf(to, "[%d] ", rank);
+    fwrite(data, 1, len, to);
+    fflush(to);
+    os->at_line_start = len > 0 && data[len - 1] == '\n';
+}
+
+/* Emits the complete lines buffered for a stream (all of it at EOF or when
+ * the buffer is full), so that lines of different ranks never interleave. */
+static void relay(launch_state *st, int rank, int stream, int at_eof) {
+    output_stream *os = &st->ranks[rank].out[stream];
+    size_t start = 0;
+    for (size_t i = 0; i < os->len; i++) {
+        if (os->buf[i] != '\n') continue;
+        emit(st, rank, stream, os->buf + start, i + 1 - start);
+        start = i + 1;
+    }
+    if (start < os->len && (at_eof || (start == 0 && os->len == LINE_BUFFER))) {
+        emit(st, rank, stream, os->buf + start, os->len - start);
+        start = os->len;
+    }
+    memmove(os->buf, os->buf + start, os->len - start);
+    os->len -= start;
+}
+
+static int read_outputs(launch_state *st, int timeout_ms) {
+    struct pollfd fds[2 * LAUNCH_MAX_RANKS];
+    int owner[2 * LAUNCH_MAX_RANKS], nfds = 0;
+    for (int r = 0; r < st->opt->nranks; r++)
+        for (int s = 0; s < 2; s++)
+            if (st->ranks[r].out[s].fd >= 0) {
+                fds[nfds].fd = st->ranks[r].out[s].fd;
+                fds[nfds].events = POLLIN;
+                owner[nfds++] = 2 * r + s;
+            }
+    int ready = poll(fds, (nfds_t)nfds, timeout_ms);
+    if (ready <= 0) return nfds;
+    for (int i = 0; i < nfds; i++) {
+        if (!fds[i].revents) continue;
+        int r = owner[i] / 2, s = owner[i] % 2;
+        output_stream *os = &st->ranks[r].out[s];
+        ssize_t got = read(os->fd, os->buf + os->len, LINE_BUFFER - os->len);
+        if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (got <= 0) {
+            relay(st, r, s, 1);
+            close(os->fd);
+            os->fd = -1;
+            continue;
+        }
+        os->len += (size_t)got;
+        relay(st, r, s, 0);
+    }
+    return nfds;
+}
+
+static void describe_exit(int status, char *out, size_t size) {
+    if (WIFSIGNALED(status))
+        snprintf(out, size, "was killed by signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+    else
+        snprintf(out, size, "exited with code %d", WEXITSTATUS(status));
+}
+
+static void reap(launch_state *st, double now) {
+    for (int r = 0; r < st->opt->nranks; r++) {
+        rank_proc *p = &st->ranks[r];
+        int status;
+        if (!p->alive || waitpid(p->pid, &status, WNOHANG) != p->pid) continue;
+        p->alive = 0;
+        st->alive--;
+        p->code = WIFEXITED(status) ? WEXITSTATUS(status)
+                                    : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+        if (p->code == 0) continue;
+        char why[96];
+        describe_exit(status, why, sizeof why);
+        if (st->launcher_killing) {
+            fprintf(stderr, "%s: rank %d (pid %ld) %s after being told to stop\n",
+                    st->opt->name, r, (long)p->pid, why);
+            continue;
+        }
+        fprintf(stderr, "%s: rank %d of %d (pid %ld) %s\n", st->opt->name, r,
+                st->opt->nranks, (long)p->pid, why);
+        if (st->first_failed < 0) {
+            st->first_failed = r;
+            st->first_code = p->code;
+            st->fail_time = now;
+        }
+    }
+}
+
+static void list_alive(const launch_state *st, char *out, size_t size) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (int r = 0; r < st->opt->nranks && used + 12 < size; r++)
+        if (st->ranks[r].alive)
+            used += (size_t)snprintf(out + used, size - used, " %d", r);
+}
+
+/* One pass of supervision: signals, grace period, timeout, escalation. */
+static void supervise(launch_state *st, double start, double now) {
+    char alive[256];
+    int sig = pending_signal;
+    if (sig) {
+        pending_signal = 0;
+        if (st->interrupted) {
+            signal_ranks(st, SIGKILL); /* second signal: no more patience */
+        } else {
+            st->interrupted = sig;
+            st->launcher_killing = 1;
+            st->kill_deadline = now + st->opt->grace_s + TERM_TO_KILL_S;
+            fprintf(stderr, "%s: got signal %d (%s): forwarding it to the ranks\n",
+                    st->opt->name, sig, strsignal(sig));
+            signal_ranks(st, sig);
+        }
+    }
+    if (st->alive && st->first_failed >= 0 && !st->launcher_killing &&
+        now - st->fail_time >= st->opt->grace_s) {
+        list_alive(st, alive, sizeof alive);
+        fprintf(stderr, "%s: rank %d failed; ranks%s still running %.1f s "
+                "later: terminating them\n", st->opt->name, st->first_failed,
+                alive, st->opt->grace_s);
+        terminate_ranks(st, now);
+    }
+    if (st->alive && st->opt->timeout_s > 0 && !st->timed_out &&
+        now - start >= st->opt->timeout_s) {
+        st->timed_out = 1;
+        list_alive(st, alive, sizeof alive);
+        fprintf(stderr, "%s: timeout of %.1f s expired: terminating ranks%s\n",
+                st->opt->name, st->opt->timeout_s, alive);
+        terminate_ranks(st, now);
+    }
+    if (st->alive && st->kill_deadline > 0 && now >= st->kill_deadline) {
+        list_alive(st, alive, sizeof alive);
+        fprintf(stderr, "%s: ranks%s ignored SIGTERM: killing them\n",
+                st->opt->name, alive);
+        signal_ranks(st, SIGKILL);
+        st->kill_deadline = now + 3600; /* once */
+    }
+}
+
+static int start_ranks(launch_state *st, char **envs[]) {
+    const launch_options *opt = st->opt;
+    pid_t parent = getpid();
+    fflush(stdout);
+    fflush(stderr);
+    for (int r = 0; r < opt->nranks; r++) {
+        int pipes[2][2] = {{-1, -1}, {-1, -1}};
+        int child_fds[2] = {-1, -1};
+        rank_proc *p = &st->ranks[r];
+        p->out[0].fd = p->out[1].fd = -1;
+        p->out[0].at_line_start = p->out[1].at_line_start = 1;
+        if (opt->prefix) {
+            if (pipe2(pipes[0], O_CLOEXEC) || pipe2(pipes[1], O_CLOEXEC)) {
+                fprintf(stderr, "%s: pipe: %s\n", opt->name, strerror(errno));
+                return -1;
+            }
+            child_fds[0] = pipes[0][1];
+            child_fds[1] = pipes[1][1];
+        }
+        p->pid = fork();
+        if (p->pid < 0) {
+            fprintf(stderr, "%s: fork of rank %d: %s\n", opt->name, r, strerror(errno));
+            for (int s = 0; s < 2; s++)
+                if (pipes[s][0] >= 0) close(pipes[s][0]), close(pipes[s][1]);
+            return -1;
+        }
+        if (p->pid == 0) exec_rank(opt, r, envs[r], child_fds, parent);
+        setpgid(p->pid, p->pid); /* also done by the child: no race */
+        p->alive = 1;
+        st->alive++;
+        for (int s = 0; s < 2; s++) {
+            if (pipes[s][0] < 0) continue;
+            close(pipes[s][1]);
+            p->out[s].fd = pipes[s][0];
+        }
+    }
+    return 0;
+}
+
+int launch_run(const launch_options *opt) {
+    int result = LAUNCH_EXIT_SETUP;
+    char rendezvous[96];
+    char ***envs = NULL;
+    launch_state st;
+    memset(&st, 0, sizeof st);
+    st.opt = opt;
+    st.first_failed = -1;
+    if (opt->nranks < 1 || opt->nranks > LAUNCH_MAX_RANKS || !opt->argv ||
+        !opt->argv[0]) {
+        fprintf(stderr, "%s: need 1 to %d ranks and a program to run\n",
+                opt->name, LAUNCH_MAX_RANKS);
+        return LAUNCH_EXIT_SETUP;
+    }
+    make_rendezvous(rendezvous, sizeof rendezvous);
+    st.ranks = calloc((size_t)opt->nranks, sizeof *st.ranks);
+    envs = calloc((size_t)opt->nranks, sizeof *envs);
+    if (!st.ranks || !envs) goto done;
+    for (int r = 0; r < opt->nranks; r++)
+        if (!(envs[r] = build_env(r, opt->nranks, rendezvous))) goto done;
+
+    struct sigaction action, old_actions[4];
+    static const int forwarded[4] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+    memset(&action, 0, sizeof action);
+    sigemptyset(&action.sa_mask);
+    pending_signal = 0;
+    for (int i = 0; i < 4; i++) {
+        action.sa_handler = forwarded[i] == SIGPIPE ? SIG_IGN : on_signal;
+        sigaction(forwarded[i], &action, &old_actions[i]);
+    }
+
+    double start = now_s();
+    if (start_ranks(&st, envs) != 0) {
+        st.first_failed = -1;
+        terminate_ranks(&st, start);
+    }
+    int open_fds = 1;
+    while (st.alive > 0 || open_fds > 0) {
+        double now = now_s();
+        if (opt->prefix) {
+            open_fds = read_outputs(&st, 20);
+        } else {
+            open_fds = 0;
+            poll(NULL, 0, 20);
+        }
+        now = now_s();
+        reap(&st, now);
+        supervise(&st, start, now);
+        if (st.alive == 0 && open_fds > 0) {
+            if (st.drain_deadline == 0) st.drain_deadline = now + DRAIN_S;
+            if (now >= st.drain_deadline) break;
+        }
+    }
+    for (int r = 0; r < opt->nranks; r++)
+        for (int s = 0; s < 2; s++)
+            if (st.ranks[r].out[s].fd >= 0) {
+                relay(&st, r, s, 1);
+                close(st.ranks[r].out[s].fd);
+            }
+    for (int i = 0; i < 4; i++) sigaction(forwarded[i], &old_actions[i], NULL);
+
+    if (st.first_failed >= 0)
+        result = st.first_code;
+    else if (st.timed_out)
+        result = LAUNCH_EXIT_TIMEOUT;
+    else if (st.interrupted)
+        result = 128 + st.interrupted;
+    else if (st.launcher_killing)
+        result = LAUNCH_EXIT_SETUP; /* start_ranks failed */
+    else
+        result = 0;
+    if (st.first_failed >= 0)
+        fprintf(stderr, "%s: exit code %d from rank %d, the first to fail\n",
+                opt->name, result, st.first_failed);
+done:
+    if (envs)
+        for (int r = 0; r < opt->nranks; r++) free(envs[r]);
+    free(envs);
+    free(st.ranks);
+    return result;
+}
