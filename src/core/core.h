@@ -72,7 +72,7 @@ void cgm_log_set_rank(int rank);
 
 /* Environment parameters are declared once, in the table in param.c
  * (name, type, default, help), read once and cached. docs/env.md is
- * generated from it (commgemm-info --env-markdown). */
+ * generated from it (commgemm-env-doc). */
 typedef enum cgm_param_type {
     CGM_PARAM_INT = 0,
     CGM_PARAM_STRING = 1
