@@ -11,6 +11,8 @@
 #include "commgemm.h"
 
 #define BENCH_MAX_SIZES 64
+/* Shapes one --shapes list may name. */
+#define BENCH_MAX_SHAPES 64
 
 /* ------------------------------------------------------------- options */
 
@@ -22,6 +24,10 @@ typedef struct bench_range {
 typedef struct bench_options {
     unsigned op_mask;   /* bit per cgm_op */
     bench_range m, n, k;
+    /* --shapes: explicit (m, n, k) triples, run instead of the m x n x k
+     * sweep when nshapes > 0. */
+    int nshapes;
+    int64_t shapes[BENCH_MAX_SHAPES][3];
     cgm_dtype dtype;
     cgm_backend backend; /* CGM_BACKEND_DEFAULT: not given (env, then auto) */
     cgm_algo algo;
@@ -42,18 +48,34 @@ int bench_parse_options(int argc, char **argv, bench_options *opt);
 int bench_range_values(const bench_range *range, int64_t *values);
 void bench_print_options(FILE *to, const bench_options *opt);
 void bench_json_options(FILE *to, const bench_options *opt);
+/* The largest m, n and k any row of the run uses. */
+void bench_largest_shape(const bench_options *opt, int64_t *m, int64_t *n,
+                         int64_t *k);
 
 /* ------------------------------------------------------------ bench_env */
 
-/* Where buffers live and how time is measured. The host environment (host
- * memory, a LOCAL bootstrap, the wall clock) is the only one today; a GPU
- * environment (cudaMalloc, an NCCL comm from a unique id shared through the
- * launcher, CUDA events on a stream) fills the same table. */
+/* Where buffers live and how time is measured. Two environments fill this
+ * table: host (host memory, a LOCAL bootstrap, the wall clock; bench_env.c)
+ * and gpu (cudaMalloc'd buffers with host staging, an NCCL comm from a
+ * unique id shared through a file named after the launcher's rendezvous,
+ * CUDA events on the bench's stream; bench_env_gpu.c, CUDA builds only). */
 typedef struct bench_buffer {
     void *data;   /* what the ops get (device memory on a GPU env) */
     void *host;   /* host view: == data on the host env, a staging copy else */
     size_t bytes;
 } bench_buffer;
+
+/* The collective an op hides, run alone (rows split with cgm_shard_rows):
+ *   ALL_GATHER:     send [m_r, c] -> recv [m, c]
+ *   REDUCE_SCATTER: send [m, c]   -> recv [m_r, c] (sum)
+ *   ALL_REDUCE:     send [m, c]   -> recv [m, c]   (sum)
+ * For REDUCE_SCATTER the buffers have room for P * ceil(m / P) and
+ * ceil(m / P) rows, so that an environment may pad to equal shards. */
+typedef enum bench_collective {
+    BENCH_COLLECTIVE_ALL_GATHER = 0,
+    BENCH_COLLECTIVE_REDUCE_SCATTER = 1,
+    BENCH_COLLECTIVE_ALL_REDUCE = 2
+} bench_collective;
 
 typedef struct bench_env bench_env;
 typedef struct bench_env_ops {
@@ -70,6 +92,18 @@ typedef struct bench_env_ops {
      * elapsed microseconds once the work is complete. */
     void (*timer_start)(bench_env *env);
     double (*timer_stop_us)(bench_env *env);
+    /* Optional (NULL: the library's collective-only cgm_bulk_overlap, with
+     * ALL_REDUCE as a reduce-scatter then an all-gather): the collective
+     * alone, straight on the environment's own communicator (NCCL on GPU),
+     * enqueued on env->stream. Returns 0, or -1 after printing why. */
+    int (*collective)(bench_env *env, bench_collective which,
+                      const cgm_matrix *send, cgm_matrix *recv);
+    /* Optional (NULL: through the library): all-gathers `count` floats
+     * (<= BENCH_SYNC_FLOATS) from every rank into out (nranks * count, rank
+     * major; out may be NULL); returns once every rank has contributed, so
+     * it is also a barrier. Returns 0, or -1 after printing why. */
+    int (*allgather_floats)(bench_env *env, const float *mine, int count,
+                            float *out);
     void (*destroy)(bench_env *env);
 } bench_env_ops;
 
@@ -78,11 +112,23 @@ struct bench_env {
     void *stream; /* what ops get as their stream: NULL on host */
     double t0;    /* host timer */
     void *impl;   /* GPU env state */
+    int default_ranks; /* ranks started without a launcher (0: 4) */
+    int device;        /* this rank's CUDA device once the comm exists, else -1 */
 };
 
-/* The environment for a backend choice: host today. Returns NULL with a
- * message on stderr for a backend this build of the bench cannot drive. */
+/* The environment for a backend choice (CGM_BACKEND_DEFAULT: the
+ * COMMGEMM_BACKEND variable, else auto): host for host, gpu for p2p, nccl
+ * and cublasmp, and for auto gpu when a CUDA device is visible, else host.
+ * Returns NULL with a message on stderr for a backend this build or this
+ * machine cannot drive (no CUDA in the build, no visible GPU). */
 bench_env *bench_env_create(cgm_backend backend);
+
+#ifdef COMMGEMM_BENCH_HAVE_CUDA
+/* bench_env_gpu.c: CUDA devices visible to this process (0 when none, with
+ * the reason in why), and the GPU environment. */
+int bench_gpu_count(char *why, size_t why_size);
+bench_env *bench_env_gpu_create(void);
+#endif
 
 /* ---------------------------------------------------------------- data */
 

@@ -1,8 +1,6 @@
 /* bench_env for the host backend: host memory, a LOCAL bootstrap, the
- * monotonic wall clock (host ops complete before they return). A GPU
- * environment slots in here: cudaMalloc'd buffers with host staging, an NCCL
- * comm from a unique id shared through the launcher (a file named after the
- * rendezvous), CUDA events on its own stream. */
+ * monotonic wall clock (host ops complete before they return). And the
+ * choice between it and the GPU environment (bench_env_gpu.c). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -58,23 +56,48 @@ static const bench_env_ops host_env_ops = {
     host_copy_noop,
     host_timer_start,
     host_timer_stop_us,
+    NULL, /* collectives through the library */
+    NULL,
     host_destroy,
 };
 
+static bench_env *host_env_create(void) {
+    bench_env *env = calloc(1, sizeof *env);
+    if (env) env->ops = &host_env_ops, env->device = -1;
+    else fprintf(stderr, "commgemm-bench: out of memory\n");
+    return env;
+}
+
+/* --backend not given: what the comm will choose (COMMGEMM_BACKEND, then
+ * auto); a bad value is left for the comm to report. */
+static cgm_backend effective_backend(cgm_backend backend) {
+    if (backend != CGM_BACKEND_DEFAULT) return backend;
+    const char *text = getenv("COMMGEMM_BACKEND");
+    cgm_backend b;
+    if (text && *text && cgm_backend_from_name(text, &b) == CGM_SUCCESS &&
+        b != CGM_BACKEND_DEFAULT)
+        return b;
+    return CGM_BACKEND_AUTO;
+}
+
 bench_env *bench_env_create(cgm_backend backend) {
-    switch (backend) {
-    case CGM_BACKEND_DEFAULT:
-    case CGM_BACKEND_AUTO:
-    case CGM_BACKEND_HOST: {
-        bench_env *env = calloc(1, sizeof *env);
-        if (env) env->ops = &host_env_ops;
-        return env;
-    }
-    default:
-        fprintf(stderr, "commgemm-bench: --backend %s: this build of the bench "
-                "drives the host backend only (the GPU environment, with device "
-                "buffers and CUDA events, is not written yet); use --backend "
-                "host or auto\n", cgm_backend_name(backend));
-        return NULL;
-    }
+    cgm_backend b = effective_backend(backend);
+    if (b == CGM_BACKEND_HOST) return host_env_create();
+#ifdef COMMGEMM_BENCH_HAVE_CUDA
+    char why[256] = "";
+    int gpus = bench_gpu_count(why, sizeof why);
+    if (gpus > 0) return bench_env_gpu_create();
+    if (b == CGM_BACKEND_AUTO) return host_env_create();
+    fprintf(stderr, "commgemm-bench: --backend %s: no CUDA device is visible "
+            "(%s); run on a GPU machine, or use --backend host or auto\n",
+            cgm_backend_name(b), why);
+    return NULL;
+#else
+    if (b == CGM_BACKEND_AUTO) return host_env_create();
+    fprintf(stderr, "commgemm-bench: --backend %s: this build of the bench has "
+            "no GPU environment (commgemm was built without CUDA); rebuild with "
+            "-DCOMMGEMM_CUDA=ON where nvcc and NCCL are installed, or use "
+            "--backend host or auto\n", cgm_backend_name(b));
+    return NULL;
+#endif
 }

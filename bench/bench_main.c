@@ -1,8 +1,9 @@
 /* commgemm-bench: nccl-tests style measurement of commgemm's ops.
  *
  * Started by a launcher (commgemm-run, mpirun, torchrun), each process is a
- * rank. Started bare, it re-executes itself as --ranks N (default 4) ranks
- * through the same launcher engine as commgemm-run. */
+ * rank. Started bare, it re-executes itself as --ranks N ranks (default: 4
+ * on the host environment, one per visible GPU on the GPU one) through the
+ * same launcher engine as commgemm-run. */
 #include <inttypes.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -14,7 +15,7 @@
 
 #define DEFAULT_RANKS 4
 #define HOSTNAME_FLOATS 40
-enum { MAP_PID = 0, MAP_BACKENDS = 1, MAP_HOST = MAP_BACKENDS + CGM_OP_COUNT_,
+enum { MAP_PID = 0, MAP_DEVICE = 1, MAP_BACKENDS = 2, MAP_HOST = MAP_BACKENDS + CGM_OP_COUNT_,
        MAP_COUNT = MAP_HOST + HOSTNAME_FLOATS };
 
 static int relaunch(char **argv, int nranks) {
@@ -43,12 +44,18 @@ static int64_t larger(int64_t a, int64_t b) { return a > b ? a : b; }
 
 static void make_config(const bench_options *opt, int nranks, cgm_config *config) {
     const cgm_config init = CGM_CONFIG_INIT;
+    int64_t m, n, k;
     *config = init;
     config->backend = opt->backend;
-    /* Workspaces are sized from these: as large as the sweep, no larger.
+    /* cuBLASMp has no bulk overlap; the GEMM alone and the bulk op then run
+     * on the nccl backend (works wherever cublasmp does). */
+    if (opt->backend == CGM_BACKEND_CUBLASMP)
+        config->op_backend[CGM_OP_BULK] = CGM_BACKEND_NCCL;
+    /* Workspaces are sized from these: as large as the run, no larger.
      * Collective-only calls use [nranks, 64] rows for the barrier. */
-    int64_t cols = larger(larger(opt->n.end, opt->k.end), BENCH_SYNC_FLOATS);
-    config->max_m = larger(opt->m.end, nranks);
+    bench_largest_shape(opt, &m, &n, &k);
+    int64_t cols = larger(larger(n, k), BENCH_SYNC_FLOATS);
+    config->max_m = larger(m, nranks);
     config->max_n = cols;
     config->max_k = cols;
     if (opt->timeout_ms != CGM_UNSET) config->timeout_ms = opt->timeout_ms;
@@ -62,6 +69,7 @@ static int rank_map(bench_context *ctx, char *out, size_t size) {
     if (!all) return -1;
     gethostname(host, sizeof host - 1);
     mine[MAP_PID] = (float)getpid();
+    mine[MAP_DEVICE] = (float)ctx->env->device;
     for (int op = 0; op < CGM_OP_COUNT_; op++) {
         cgm_backend b = CGM_BACKEND_DEFAULT;
         cgm_comm_backend(ctx->comm, (cgm_op)op, &b);
@@ -83,8 +91,12 @@ static int rank_map(bench_context *ctx, char *out, size_t size) {
         char name[HOSTNAME_FLOATS + 1];
         for (int i = 0; i < HOSTNAME_FLOATS; i++) name[i] = (char)theirs[MAP_HOST + i];
         name[HOSTNAME_FLOATS] = '\0';
-        used += (size_t)snprintf(out + used, size - used, "#  rank %3d: host %s, pid %ld, backend",
+        used += (size_t)snprintf(out + used, size - used, "#  rank %3d: host %s, pid %ld,",
                                  r, name, (long)theirs[MAP_PID]);
+        if (theirs[MAP_DEVICE] >= 0)
+            used += (size_t)snprintf(out + used, size - used, " device %d,",
+                                     (int)theirs[MAP_DEVICE]);
+        used += (size_t)snprintf(out + used, size - used, " backend");
         for (int op = 0; op < CGM_OP_COUNT_; op++)
             if (ctx->opt->op_mask & (1u << op))
                 used += (size_t)snprintf(out + used, size - used, " %s=%s",
@@ -96,7 +108,20 @@ static int rank_map(bench_context *ctx, char *out, size_t size) {
     return 0;
 }
 
-/* Every row of the sweep, in order: op, then m, n, k. */
+static int run_one(bench_context *ctx, bench_row *row, cgm_op op, int64_t m,
+                   int64_t n, int64_t k, int *errors) {
+    int rc = bench_run_row(ctx, op, m, n, k, row);
+    if (ctx->rank == 0) {
+        bench_print_row(stdout, row);
+        fflush(stdout);
+    }
+    /* An error may have left the ranks out of step: stop. */
+    if (rc != 0) (*errors)++;
+    return rc;
+}
+
+/* Every row of the run, in order: op, then the --shapes list or the m, n, k
+ * sweep. */
 static int run_sweep(bench_context *ctx, bench_row *rows, int capacity, int *count,
                      int *errors) {
     const bench_options *opt = ctx->opt;
@@ -105,21 +130,19 @@ static int run_sweep(bench_context *ctx, bench_row *rows, int capacity, int *cou
         nk = bench_range_values(&opt->k, ks);
     for (int op = 0; op < CGM_OP_COUNT_; op++) {
         if (!(opt->op_mask & (1u << op))) continue;
+        if (opt->nshapes) {
+            for (int i = 0; i < opt->nshapes && *count < capacity; i++)
+                if (run_one(ctx, &rows[(*count)++], (cgm_op)op, opt->shapes[i][0],
+                            opt->shapes[i][1], opt->shapes[i][2], errors))
+                    return -1;
+            continue;
+        }
         for (int a = 0; a < nm; a++)
             for (int b = 0; b < nn; b++)
-                for (int c = 0; c < nk && *count < capacity; c++) {
-                    bench_row *row = &rows[(*count)++];
-                    int rc = bench_run_row(ctx, (cgm_op)op, ms[a], ns[b], ks[c], row);
-                    if (ctx->rank == 0) {
-                        bench_print_row(stdout, row);
-                        fflush(stdout);
-                    }
-                    /* An error may have left the ranks out of step: stop. */
-                    if (rc != 0) {
-                        (*errors)++;
+                for (int c = 0; c < nk && *count < capacity; c++)
+                    if (run_one(ctx, &rows[(*count)++], (cgm_op)op, ms[a], ns[b],
+                                ks[c], errors))
                         return -1;
-                    }
-                }
     }
     return 0;
 }
@@ -193,8 +216,10 @@ int main(int argc, char **argv) {
     cgm_bootstrap bootstrap = CGM_BOOTSTRAP_INIT;
     cgm_status st = cgm_bootstrap_from_env(&bootstrap);
     if (st == CGM_ERROR_UNAVAILABLE) { /* no launcher: be our own */
+        int nranks = opt.ranks ? opt.ranks
+                     : env->default_ranks ? env->default_ranks : DEFAULT_RANKS;
         env->ops->destroy(env);
-        return relaunch(argv, opt.ranks ? opt.ranks : DEFAULT_RANKS);
+        return relaunch(argv, nranks);
     }
     if (st != CGM_SUCCESS) {
         fprintf(stderr, "commgemm-bench: reading the launcher's environment failed: "

@@ -32,9 +32,10 @@ typedef struct op_setup {
 
 /* ------------------------------------------------------------- buffers */
 
-static int tensor_alloc(bench_context *ctx, bench_tensor *t, cgm_dtype dtype,
-                        int64_t rows, int64_t cols) {
-    size_t bytes = (size_t)(rows * cols) * cgm_dtype_size(dtype);
+/* A [rows, cols] matrix in a buffer of room_rows >= rows rows. */
+static int tensor_alloc_room(bench_context *ctx, bench_tensor *t, cgm_dtype dtype,
+                             int64_t rows, int64_t cols, int64_t room_rows) {
+    size_t bytes = (size_t)(room_rows * cols) * cgm_dtype_size(dtype);
     if (ctx->env->ops->buffer_alloc(ctx->env, bytes, &t->buffer)) {
         fprintf(stderr, "commgemm-bench: rank %d: cannot allocate %zu bytes for a "
                 "[%" PRId64 ", %" PRId64 "] %s matrix\n", ctx->rank, bytes, rows,
@@ -43,6 +44,11 @@ static int tensor_alloc(bench_context *ctx, bench_tensor *t, cgm_dtype dtype,
     }
     t->matrix = cgm_matrix_make(t->buffer.data, dtype, rows, cols);
     return 0;
+}
+
+static int tensor_alloc(bench_context *ctx, bench_tensor *t, cgm_dtype dtype,
+                        int64_t rows, int64_t cols) {
+    return tensor_alloc_room(ctx, t, dtype, rows, cols, rows);
 }
 
 static void tensor_free(bench_context *ctx, bench_tensor *t) {
@@ -122,8 +128,11 @@ static int setup_create(bench_context *ctx, cgm_op op, int64_t m, int64_t n,
         rc |= tensor_generated(ctx, &s->w, BENCH_TENSOR_W, 0, n, s->slice_off, k_loc, w_t);
         rc |= tensor_poisoned(ctx, &s->y, y_rows, n);
         rc |= tensor_poisoned(ctx, &s->y_seq, y_rows, n);
-        rc |= tensor_alloc(ctx, &s->gemm_c, opt->dtype, m, n);
-        rc |= tensor_alloc(ctx, &s->coll_recv, opt->dtype, s->m_rows, n);
+        /* Room for NCCL's equal shards when m % P != 0 (bench_env.collective
+         * pads the reduce-scatter to P * ceil(m / P) rows). */
+        int64_t shard = cgm_shard_rows(m, 0, P);
+        rc |= tensor_alloc_room(ctx, &s->gemm_c, opt->dtype, m, n, shard * P);
+        rc |= tensor_alloc_room(ctx, &s->coll_recv, opt->dtype, s->m_rows, n, shard);
         if (op == CGM_OP_GEMM_ALL_REDUCE) rc |= tensor_alloc(ctx, &s->coll_mid, opt->dtype, m, n);
     }
     return rc ? -1 : 0;
@@ -170,9 +179,26 @@ static cgm_status collective(bench_context *ctx, cgm_collective which,
                             &o, ctx->env->stream);
 }
 
-/* The collective the op hides: AG of X; RS of the [m, n] product; for AR an
- * RS then an AG of the reduced rows. */
+/* The collective the op hides: AG of X; RS of the [m, n] product; AR of
+ * it. Straight on the environment's communicator when it has one (NCCL on
+ * GPU: the baseline is NCCL itself, not commgemm's use of it), else through
+ * the library (host: AR as an RS then an AG of the reduced rows). */
 static cgm_status run_comm_alone(bench_context *ctx, op_setup *s) {
+    bench_env *env = ctx->env;
+    int gathers = s->op == CGM_OP_ALL_GATHER_GEMM || s->op == CGM_OP_BULK;
+    if (env->ops->collective) {
+        int rc;
+        if (gathers)
+            rc = env->ops->collective(env, BENCH_COLLECTIVE_ALL_GATHER,
+                                      &s->coll_send.matrix, &s->coll_recv.matrix);
+        else if (s->op == CGM_OP_GEMM_REDUCE_SCATTER)
+            rc = env->ops->collective(env, BENCH_COLLECTIVE_REDUCE_SCATTER,
+                                      &s->gemm_c.matrix, &s->coll_recv.matrix);
+        else
+            rc = env->ops->collective(env, BENCH_COLLECTIVE_ALL_REDUCE,
+                                      &s->gemm_c.matrix, &s->coll_mid.matrix);
+        return rc ? CGM_ERROR_NCCL : CGM_SUCCESS;
+    }
     switch (s->op) {
     case CGM_OP_ALL_GATHER_GEMM:
     case CGM_OP_BULK:
@@ -222,6 +248,9 @@ cgm_status bench_allgather_floats(bench_context *ctx, const float *mine,
                                   int count, float *out) {
     bench_env *env = ctx->env;
     if (count < 1 || count > BENCH_SYNC_FLOATS) return CGM_ERROR_INVALID_ARGUMENT;
+    if (env->ops->allgather_floats)
+        return env->ops->allgather_floats(env, mine, count, out) ? CGM_ERROR_NCCL
+                                                                 : CGM_SUCCESS;
     memcpy(ctx->sync_send.host, mine, (size_t)count * sizeof(float));
     if (env->ops->upload(env, &ctx->sync_send)) return CGM_ERROR_SYSTEM;
     /* m = nranks rows: each rank owns exactly one. */

@@ -17,13 +17,16 @@ static void usage(FILE *to) {
         "Measures commgemm's overlapped ops against the GEMM alone, the\n"
         "collective alone and the two in sequence (nccl-tests style).\n"
         "Launch with commgemm-run -n N (or mpirun/torchrun), or let it start\n"
-        "its own ranks with --ranks N (default: 4 ranks, host backend).\n"
+        "its own ranks with --ranks N (default 4). GPU backends (p2p, nccl,\n"
+        "cublasmp, or auto when a GPU is visible) run one rank per GPU.\n"
         "\n"
         "  --op OPS            ag_gemm, gemm_rs, gemm_ar, bulk, a comma list, or\n"
         "                      all (default all)\n"
         "  -m, -n, -k SIZES    a value or start:end[:factor] (factor default 2);\n"
         "                      the layer's whole problem: ag_gemm splits n over\n"
         "                      ranks, gemm_rs/gemm_ar split k (default 512 each)\n"
+        "  --shapes LIST       explicit shapes MxNxK[,MxNxK...] (m, n, k in the\n"
+        "                      table's order), instead of the -m/-n/-k sweep\n"
         "  --dtype T           fp32, bf16 or fp16 (default fp32)\n"
         "  --backend B         auto, host, p2p, nccl or cublasmp (default: the\n"
         "                      comm's choice, COMMGEMM_BACKEND or auto)\n"
@@ -113,6 +116,47 @@ int bench_range_values(const bench_range *range, int64_t *values) {
     return count;
 }
 
+static int parse_shapes(const char *text, bench_options *opt) {
+    static const char *expected =
+        "MxNxK[,MxNxK...] with sizes >= 1 (e.g. 8192x4096x4096,16384x2048x8192)";
+    char buf[2048];
+    if (strlen(text) >= sizeof buf) return fail("--shapes", expected, text);
+    strcpy(buf, text);
+    opt->nshapes = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (opt->nshapes == BENCH_MAX_SHAPES) {
+            fprintf(stderr, "commgemm-bench: --shapes: more than %d shapes\n",
+                    BENCH_MAX_SHAPES);
+            return -1;
+        }
+        char *dims[3], *p = tok;
+        for (int d = 0; d < 3; d++) {
+            dims[d] = p;
+            char *x = strchr(p, 'x');
+            if ((d < 2) != (x != NULL)) return fail("--shapes", expected, text);
+            if (x) *x = '\0', p = x + 1;
+        }
+        for (int d = 0; d < 3; d++)
+            if (parse_i64(dims[d], 1, (int64_t)1 << 40, &opt->shapes[opt->nshapes][d]))
+                return fail("--shapes", expected, text);
+        opt->nshapes++;
+    }
+    return opt->nshapes ? 0 : fail("--shapes", expected, text);
+}
+
+void bench_largest_shape(const bench_options *opt, int64_t *m, int64_t *n,
+                         int64_t *k) {
+    *m = opt->m.end, *n = opt->n.end, *k = opt->k.end;
+    if (opt->nshapes == 0) return;
+    *m = *n = *k = 1;
+    for (int i = 0; i < opt->nshapes; i++) {
+        if (opt->shapes[i][0] > *m) *m = opt->shapes[i][0];
+        if (opt->shapes[i][1] > *n) *n = opt->shapes[i][1];
+        if (opt->shapes[i][2] > *k) *k = opt->shapes[i][2];
+    }
+}
+
 static int parse_ops(const char *text, unsigned *mask) {
     static const char *expected =
         "ag_gemm, gemm_rs, gemm_ar, bulk, a comma-separated list of them, or all";
@@ -166,10 +210,12 @@ static int parse_algo(const char *text, cgm_algo *out) {
 int bench_parse_options(int argc, char **argv, bench_options *opt) {
     enum {
         OPT_OP = 256, OPT_DTYPE, OPT_BACKEND, OPT_ALGO, OPT_SPLITS, OPT_LAYOUT,
-        OPT_CHECK, OPT_NO_CHECK, OPT_JSON, OPT_SEED, OPT_RANKS, OPT_TIMEOUT
+        OPT_CHECK, OPT_NO_CHECK, OPT_JSON, OPT_SEED, OPT_RANKS, OPT_TIMEOUT,
+        OPT_SHAPES
     };
     static const struct option long_options[] = {
         {"op", required_argument, NULL, OPT_OP},
+        {"shapes", required_argument, NULL, OPT_SHAPES},
         {"dtype", required_argument, NULL, OPT_DTYPE},
         {"backend", required_argument, NULL, OPT_BACKEND},
         {"algo", required_argument, NULL, OPT_ALGO},
@@ -210,6 +256,7 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
         case 'w': rc = parse_int("--warmup", optarg, 0, 100000, &opt->warmup); break;
         case 'i': rc = parse_int("--iters", optarg, 1, 100000, &opt->iters); break;
         case OPT_OP: rc = parse_ops(optarg, &opt->op_mask); break;
+        case OPT_SHAPES: rc = parse_shapes(optarg, opt); break;
         case OPT_DTYPE: rc = parse_dtype(optarg, &opt->dtype); break;
         case OPT_BACKEND: rc = parse_backend(optarg, &opt->backend); break;
         case OPT_ALGO: rc = parse_algo(optarg, &opt->algo); break;
@@ -260,12 +307,19 @@ void bench_print_options(FILE *to, const bench_options *opt) {
     fprintf(to, "# ops:");
     for (int op = 0; op < CGM_OP_COUNT_; op++)
         if (opt->op_mask & (1u << op)) fprintf(to, " %s", cgm_op_name((cgm_op)op));
-    fprintf(to, "  m: ");
-    print_range(to, &opt->m);
-    fprintf(to, "  n: ");
-    print_range(to, &opt->n);
-    fprintf(to, "  k: ");
-    print_range(to, &opt->k);
+    if (opt->nshapes) {
+        fprintf(to, "  shapes (m x n x k):");
+        for (int i = 0; i < opt->nshapes; i++)
+            fprintf(to, "%s%" PRId64 "x%" PRId64 "x%" PRId64, i ? "," : " ",
+                    opt->shapes[i][0], opt->shapes[i][1], opt->shapes[i][2]);
+    } else {
+        fprintf(to, "  m: ");
+        print_range(to, &opt->m);
+        fprintf(to, "  n: ");
+        print_range(to, &opt->n);
+        fprintf(to, "  k: ");
+        print_range(to, &opt->k);
+    }
     fprintf(to, "  dtype: %s  layout: %s\n", cgm_dtype_name(opt->dtype),
             cgm_layout_name(opt->layout));
     fprintf(to, "# backend: %s  algo: %s  splits: %d  warmup: %d  iters: %d  "
@@ -291,6 +345,11 @@ void bench_json_options(FILE *to, const bench_options *opt) {
             opt->n.end, opt->n.factor);
     fprintf(to, ", \"k\": [%" PRId64 ", %" PRId64 ", %" PRId64 "]", opt->k.start,
             opt->k.end, opt->k.factor);
+    fprintf(to, ", \"shapes\": [");
+    for (int i = 0; i < opt->nshapes; i++)
+        fprintf(to, "%s[%" PRId64 ", %" PRId64 ", %" PRId64 "]", i ? ", " : "",
+                opt->shapes[i][0], opt->shapes[i][1], opt->shapes[i][2]);
+    fprintf(to, "]");
     fprintf(to, ", \"dtype\": \"%s\", \"layout\": \"%s\", \"backend\": \"%s\", "
             "\"algo\": \"%s\", \"splits\": %d, \"warmup\": %d, \"iters\": %d, "
             "\"check\": %s, \"seed\": %" PRIu64 ", \"timeout_ms\": ",

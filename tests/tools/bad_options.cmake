@@ -16,8 +16,8 @@ set(cases
   "--bogus" "unknown option '--bogus'"
   "--json" "option '--json' needs a value"
   "extra" "unexpected argument 'extra'"
-  # Until the bench has its GPU environment (device buffers, CUDA events).
-  "--backend|nccl" "--backend nccl: this build of the bench drives the host backend only")
+  "--shapes|64x32" "--shapes: expected MxNxK"
+  "--shapes|64x32x0" "--shapes: expected MxNxK")
 list(LENGTH cases n)
 math(EXPR last "${n} - 1")
 set(failures "")
