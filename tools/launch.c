@@ -150,8 +150,16 @@ static void exec_rank(const launch_options *opt, int rank, char **envp,
     int v = rank;
     do digits[--d] = (char)('0' + v % 10), v /= 10; while (v && d > 0);
     parts[2] = digits + d;
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-        if (write(STDERR_FILENO, parts[i], strlen(parts[i])) < 0) break;
+    /* One write(): ranks failing together must not interleave mid-line. */
+    char line[1024];
+    size_t len = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        size_t n = strlen(parts[i]);
+        if (n > sizeof line - 1 - len) n = sizeof line - 1 - len;
+        memcpy(line + len, parts[i], n);
+        len += n;
+    }
+    if (write(STDERR_FILENO, line, len) < 0) _exit(126);
     _exit(err == ENOENT ? 127 : 126);
 }
 
