@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 source scripts/deps.sh
 commgemm_install_deps
 jobs=$(nproc 2>/dev/null || echo 2)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >build-configure.log 2>&1 || { cat build-configure.log; exit 1; }
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >build-configure.log 2>&1 || { cat build-configure.log; exit 1; }
 cmake --build build -j"$jobs" --target commgemm-bench commgemm-run
 if commgemm_have_gpu && grep -q "GPU backends ON" build-configure.log; then
     n=$(commgemm_gpu_count)

@@ -45,7 +45,11 @@ static const symbol symbols[] = {
 static void append(char *buf, size_t len, const char *fmt, const char *a,
                    const char *b) {
     size_t used = strlen(buf);
-    if (used + 1 < len) snprintf(buf + used, len - used, fmt, a, b);
+    /* A long list of tried paths is cut, not an error: keep the start. */
+    if (used + 1 < len) {
+        int n = snprintf(buf + used, len - used, fmt, a, b);
+        (void)n;
+    }
 }
 
 static int add_glob(const char *pattern, char (*paths)[512], int count,
@@ -150,10 +154,10 @@ static cgm_status open_one(const char *path, cmp_api *api, char *errors,
     api->dl = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
     if (!api->dl) {
         const char *why = dlerror();
-        append(errors, errors_len, " [%s: %s]", path, why ? why : "?");
+        append(errors, errors_len, " [%.400s: %.400s]", path, why ? why : "?");
         return CGM_ERROR_UNAVAILABLE;
     }
-    snprintf(api->path, sizeof api->path, "%s", path);
+    snprintf(api->path, sizeof api->path, "%.*s", (int)sizeof api->path - 1, path);
     return CGM_SUCCESS;
 }
 
