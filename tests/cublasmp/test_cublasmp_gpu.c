@@ -2,25 +2,26 @@
  * host reference (double, from the same deterministic inputs every rank can
  * regenerate), P = 1 and 2 forked ranks (fork before CUDA; rank 0 writes
  * the ncclUniqueId to /tmp/<rendezvous>.id), the mixed-backend comm, the
- * rejections and graph capture. Skips without GPUs or without cuBLASMp. */
+ * rejections and graph capture. Skips without GPUs or without cuBLASMp.
+ *
+ * Every case is bounded on its own (gpu_case.bound_s, and the comm's
+ * timeout_ms at half of it bounds the first run of each shape inside the
+ * backend), the sweeps are split by op and by even / uneven shapes, and a
+ * case prints one SUMMARY line per op, or a FAILURE line naming the call
+ * each rank was in when it did not complete. */
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include "backend/cublasmp/cublasmp.h"
-#include "harness.h"
+#include "cublasmp_gpu.h"
 
-typedef struct gpu_case {
-    const char *name;
-    int nranks;
-    int (*body)(int rank, int nranks, cgm_comm *comm, cudaStream_t stream);
-    cgm_backend backend;      /* comm default */
-    cgm_backend ag_backend;   /* config.op_backend[AG] (DEFAULT: unset) */
-} gpu_case;
+const gpu_case *g_case;
+rank_report *g_report;
 
 /* ------------------------------------------------------ environment */
 
@@ -107,12 +108,23 @@ static int nccl_bootstrap(int rank, int nranks, const char *rendezvous,
 
 static int rank_main(int rank, int nranks, const char *rendezvous, void *arg) {
     const gpu_case *gc = arg;
+    /* Line-buffered: a rank killed for a hang keeps what it printed. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    /* cuBLASMp's own log, one file per case and rank. */
+    const char *lib_log = getenv("CUBLASMP_LOG_FILE");
+    if (lib_log && *lib_log) {
+        char path[600];
+        snprintf(path, sizeof path, "%s.%s.rank%d", lib_log, gc->name, rank);
+        setenv("CUBLASMP_LOG_FILE", path, 1);
+    }
+    cmp_test_ag_staging = gc->ag_staging;
     ncclComm_t nccl = NULL;
     if (nccl_bootstrap(rank, nranks, rendezvous, &nccl)) return 1;
     cgm_config config = CGM_CONFIG_INIT;
     config.backend = gc->backend;
     config.op_backend[CGM_OP_ALL_GATHER_GEMM] = gc->ag_backend;
     config.max_m = config.max_n = config.max_k = 1024;
+    config.timeout_ms = (int64_t)gc->bound_s * 1000 / 2;
     cgm_comm *comm = NULL;
     cgm_status st = cgm_comm_init_nccl(nccl, &config, &comm);
     if (st != CGM_SUCCESS) {
@@ -123,6 +135,13 @@ static int rank_main(int rank, int nranks, const char *rendezvous, void *arg) {
     cudaStream_t stream = NULL;
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     int failures = gc->body(rank, nranks, comm, stream);
+    if (g_report) g_report[rank].finished = 1;
+    if (g_report && g_report[rank].counts[CALL_TIMEOUT]) {
+        /* A cuBLASMp kernel may still spin: tearing down would wait. */
+        fflush(stdout);
+        fflush(stderr);
+        _exit(1);
+    }
     st = cgm_comm_destroy(comm);
     if (st != CGM_SUCCESS) {
         fprintf(stderr, "rank %d: cgm_comm_destroy: %s\n", rank, cgm_last_error());
@@ -138,389 +157,100 @@ static int rank_main(int rank, int nranks, const char *rendezvous, void *arg) {
     return failures;
 }
 
+static const char *phase_name(int phase) {
+    return phase == PHASE_CALL ? "inside the cgm_* call (host side)"
+           : phase == PHASE_SYNC ? "waiting for the stream (device side)"
+                                 : "between calls";
+}
+
 static void run_case(const void *param) {
     const gpu_case *gc = param;
     skip_unless(gc->nranks);
-    CHECK_INT_EQ(test_run_ranks(gc->nranks, rank_main, (void *)gc, 280, NULL), 0);
-}
-
-/* ------------------------------------------------------------ one call */
-
-typedef struct call_spec {
-    cgm_op op;
-    cgm_layout layout;
-    cgm_dtype in, out;
-    int64_t m, n, k; /* global: AG splits n and m, RS/AR split k */
-    int64_t pad;     /* ld = cols + pad */
-    bool bias, accumulate;
-    cgm_backend backend; /* per call */
-    cgm_algo algo;
-    uint64_t seed;
-} call_spec;
-
-enum { CALL_OK = 0, CALL_WRONG = 1, CALL_NOT_SUPPORTED = 2 };
-
-static cgm_matrix to_device(const cgm_matrix *h) {
-    cgm_matrix d = *h;
-    size_t bytes = (size_t)(h->rows * (h->ld ? h->ld : h->cols)) *
-                   cgm_dtype_size(h->dtype);
-    d.data = NULL;
-    if (bytes) {
-        if (cudaMalloc(&d.data, bytes) != cudaSuccess)
-            TEST_FAIL("cudaMalloc(%zu)", bytes);
-        cudaMemcpy(d.data, h->data, bytes, cudaMemcpyHostToDevice);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    g_case = gc;
+    size_t bytes = sizeof(rank_report) * GPU_MAX_RANKS;
+    g_report = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (g_report == MAP_FAILED) TEST_FAIL("mmap: %s", strerror(errno));
+    memset(g_report, 0, bytes);
+    int codes[GPU_MAX_RANKS] = {0};
+    int rc = test_run_ranks(gc->nranks, rank_main, (void *)gc, gc->bound_s,
+                            codes);
+    bool hung = false, timed_out = false;
+    for (int r = 0; r < gc->nranks; r++) {
+        hung |= codes[r] == -SIGKILL;
+        timed_out |= g_report[r].counts[CALL_TIMEOUT] > 0;
     }
-    return d;
-}
-
-static void to_host(cgm_matrix *h, const cgm_matrix *d) {
-    size_t bytes = (size_t)(h->rows * (h->ld ? h->ld : h->cols)) *
-                   cgm_dtype_size(h->dtype);
-    if (bytes) cudaMemcpy(h->data, d->data, bytes, cudaMemcpyDeviceToHost);
-}
-
-/* X of rank q: [rows, k] (TN, NN) or [k, rows] (NT). W: [n, k] or [k, n]. */
-static cgm_matrix make_x(const call_spec *s, int64_t rows, int64_t k, int q) {
-    bool nt = s->layout == CGM_LAYOUT_NT;
-    cgm_matrix x = test_alloc(s->in, nt ? k : rows, nt ? rows : k, s->pad);
-    test_fill(&x, s->seed * 1000 + 11 + 7 * (uint64_t)q);
-    return x;
-}
-
-static cgm_matrix make_w(const call_spec *s, int64_t n, int64_t k, int q) {
-    bool tn = s->layout == CGM_LAYOUT_TN;
-    cgm_matrix w = test_alloc(s->in, tn ? n : k, tn ? k : n, s->pad);
-    test_fill(&w, s->seed * 1000 + 13 + 7 * (uint64_t)q);
-    return w;
-}
-
-/* Runs one call on every rank and checks this rank's output. */
-static int check_call(int rank, int P, cgm_comm *comm, cudaStream_t stream,
-                      const call_spec *s) {
-    const bool ag = s->op == CGM_OP_ALL_GATHER_GEMM;
-    const bool rs = s->op == CGM_OP_GEMM_REDUCE_SCATTER;
-    const bool nt = s->layout == CGM_LAYOUT_NT;
-    const int64_t m_r = cgm_shard_rows(s->m, rank, P);
-    const int64_t n_loc = ag ? cgm_shard_rows(s->n, rank, P) : s->n;
-    const int64_t y_rows = rs ? m_r : s->m;
-    const int64_t y_off = rs ? cgm_shard_offset(s->m, rank, P) : 0;
-    double *ref = calloc((size_t)(s->m * (n_loc ? n_loc : 1)), sizeof *ref);
-    double *part = calloc((size_t)(s->m * (s->n ? s->n : 1)), sizeof *part);
-    cgm_matrix x = {0}, w = {0};
-    if (ag) {
-        /* Reference from the gathered X (fp32 holds the values exactly). */
-        cgm_matrix g = test_alloc(CGM_DTYPE_FP32, nt ? s->k : s->m,
-                                  nt ? s->m : s->k, 0);
-        for (int q = 0; q < P; q++) {
-            int64_t rows = cgm_shard_rows(s->m, q, P);
-            int64_t off = cgm_shard_offset(s->m, q, P);
-            cgm_matrix xq = make_x(s, rows, s->k, q);
-            for (int64_t i = 0; i < xq.rows; i++)
-                for (int64_t j = 0; j < xq.cols; j++)
-                    cgm_store_float(g.data, CGM_DTYPE_FP32,
-                                    nt ? i * s->m + off + j : (off + i) * s->k + j,
-                                    (float)test_get(&xq, i, j));
-            if (q == rank) x = xq;
-            else test_free(&xq);
-        }
-        w = make_w(s, n_loc, s->k, rank);
-        test_ref_gemm(s->layout, &g, &w, s->m, n_loc, s->k, ref);
-        test_free(&g);
-    } else {
-        for (int q = 0; q < P; q++) {
-            int64_t kq = cgm_shard_rows(s->k, q, P);
-            cgm_matrix xq = make_x(s, s->m, kq, q), wq = make_w(s, s->n, kq, q);
-            test_ref_gemm(s->layout, &xq, &wq, s->m, s->n, kq, part);
-            for (int64_t i = 0; i < y_rows; i++)
-                for (int64_t j = 0; j < s->n; j++)
-                    ref[i * s->n + j] += part[(y_off + i) * s->n + j];
-            if (q == rank) {
-                x = xq;
-                w = wq;
-            } else {
-                test_free(&xq);
-                test_free(&wq);
-            }
-        }
+    char line[1200];
+    int len = snprintf(line, sizeof line, "SUMMARY %s (%s, P=%d):", gc->name,
+                       gc->what, gc->nranks);
+    for (int r = 0; r < gc->nranks && len < (int)sizeof line; r++) {
+        const rank_report *rr = &g_report[r];
+        len += snprintf(line + len, sizeof line - (size_t)len,
+                        " rank %d: %d ok, %d not supported, %d wrong%s%s;", r,
+                        rr->counts[CALL_OK], rr->counts[CALL_NOT_SUPPORTED],
+                        rr->counts[CALL_WRONG],
+                        rr->counts[CALL_TIMEOUT] ? ", TIMEOUT" : "",
+                        codes[r] == -SIGKILL ? ", KILLED" : "");
     }
-    cgm_matrix bias = test_alloc(s->out, 1, n_loc, 0);
-    test_fill(&bias, s->seed * 1000 + 17 + (ag ? 7 * (uint64_t)rank : 0));
-    cgm_matrix y = test_alloc(s->out, y_rows, n_loc, s->pad);
-    if (s->accumulate) test_fill(&y, s->seed * 1000 + 19 + 7 * (uint64_t)rank);
-    for (int64_t i = 0; i < y_rows; i++)
-        for (int64_t j = 0; j < n_loc; j++)
-            ref[i * n_loc + j] += (s->bias ? test_get(&bias, 0, j) : 0) +
-                                  (s->accumulate ? test_get(&y, i, j) : 0);
-    cgm_matrix dx = to_device(&x), dw = to_device(&w), db = to_device(&bias),
-               dy = to_device(&y);
-    cgm_op_options o = CGM_OP_OPTIONS_INIT;
-    o.layout = s->layout;
-    o.accumulate = s->accumulate;
-    o.backend = s->backend;
-    o.algo = s->algo;
-    cgm_status st;
-    const cgm_matrix *pb = s->bias ? &db : NULL;
-    if (ag) st = cgm_all_gather_gemm(comm, &dx, &dw, pb, &dy, NULL, &o, stream);
-    else if (rs) st = cgm_gemm_reduce_scatter(comm, &dx, &dw, pb, &dy, &o, stream);
-    else st = cgm_gemm_all_reduce(comm, &dx, &dw, pb, &dy, &o, stream);
-    char what[200];
-    snprintf(what, sizeof what, "%s %s %s->%s m=%lld n=%lld k=%lld pad=%lld "
-             "bias=%d acc=%d (rank %d of %d)", cgm_op_name(s->op),
-             cgm_layout_name(s->layout), cgm_dtype_name(s->in),
-             cgm_dtype_name(s->out), (long long)s->m, (long long)s->n,
-             (long long)s->k, (long long)s->pad, s->bias, s->accumulate, rank, P);
-    int result = CALL_OK;
-    if (st == CGM_ERROR_NOT_SUPPORTED) {
-        if (rank == 0) printf("NOT_SUPPORTED %s: %s\n", what, cgm_last_error());
-        result = CALL_NOT_SUPPORTED;
-    } else if (st != CGM_SUCCESS) {
-        printf("FAILED %s: %s: %s\n", what, cgm_status_string(st), cgm_last_error());
-        result = CALL_WRONG;
-    } else {
-        cudaError_t e = cudaStreamSynchronize(stream);
-        if (e != cudaSuccess) {
-            printf("FAILED %s: stream: %s\n", what, cudaGetErrorString(e));
-            result = CALL_WRONG;
-        } else {
-            to_host(&y, &dy);
-            double tol = test_tolerance(s->in, s->out, s->k);
-            if (test_compare(&y, ref, y_rows, n_loc, tol, what) != 0)
-                result = CALL_WRONG;
-        }
+    printf("%s %s\n", line,
+           rc == 0 ? "PASS" : hung ? "HANG" : timed_out ? "TIMEOUT" : "FAIL");
+    if (hung || timed_out) {
+        printf("FAILURE %s: cuBLASMp %s at P=%d did not complete within %d "
+               "s%s\n", gc->name, gc->what, gc->nranks,
+               hung ? gc->bound_s : gc->bound_s / 2,
+               hung ? " (ranks killed)" : " (the backend's bounded first-run "
+                                          "wait returned CGM_ERROR_TIMEOUT)");
+        for (int r = 0; r < gc->nranks; r++)
+            printf("FAILURE %s: rank %d was %s, last call: %s%s\n", gc->name,
+                   r, phase_name(g_report[r].phase),
+                   g_report[r].doing[0] ? g_report[r].doing : "(none yet: "
+                   "comm creation or an exchange)",
+                   g_report[r].finished ? " (its body had returned)" : "");
     }
-    cudaFree(dx.data);
-    cudaFree(dw.data);
-    cudaFree(db.data);
-    cudaFree(dy.data);
-    test_free(&x);
-    test_free(&w);
-    test_free(&bias);
-    test_free(&y);
-    free(ref);
-    free(part);
-    return result;
-}
-
-/* --------------------------------------------------------------- bodies */
-
-static const struct { cgm_dtype in, out; } dtypes[] = {
-    {CGM_DTYPE_BF16, CGM_DTYPE_BF16}, {CGM_DTYPE_FP16, CGM_DTYPE_FP16},
-    {CGM_DTYPE_BF16, CGM_DTYPE_FP32}, {CGM_DTYPE_FP32, CGM_DTYPE_FP32}};
-static const int64_t shapes[][4] = { /* m, n, k, pad */
-    {64, 64, 64, 0}, {131, 97, 71, 8}, {1, 16, 16, 0}, {256, 200, 136, 0}};
-
-static int sweep(int rank, int P, cgm_comm *comm, cudaStream_t stream,
-                 cgm_op op) {
-    int counts[3] = {0, 0, 0};
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (size_t di = 0; di < sizeof dtypes / sizeof dtypes[0]; di++)
-            for (int L = 0; L < CGM_LAYOUT_COUNT_; L++)
-                for (int v = 0; v < 4; v++) {
-                    if (si != 1 && (v == 1 || v == 2)) continue;
-                    call_spec s = {op, (cgm_layout)L, dtypes[di].in,
-                                   dtypes[di].out, shapes[si][0], shapes[si][1],
-                                   shapes[si][2], shapes[si][3], v & 1, v >> 1,
-                                   CGM_BACKEND_DEFAULT, CGM_ALGO_AUTO,
-                                   si * 100 + di * 10 + (uint64_t)L};
-                    int r = check_call(rank, P, comm, stream, &s);
-                    counts[r]++;
-                    if (op == CGM_OP_GEMM_ALL_REDUCE && L != CGM_LAYOUT_TN &&
-                        r != CALL_NOT_SUPPORTED) {
-                        printf("FAILED gemm_ar %s: expected NOT_SUPPORTED\n",
-                               cgm_layout_name((cgm_layout)L));
-                        counts[CALL_WRONG]++;
-                    }
-                }
-    printf("# %s P=%d rank %d: %d ok, %d not supported, %d wrong\n",
-           cgm_op_name(op), P, rank, counts[0], counts[2], counts[1]);
-    return counts[CALL_WRONG];
-}
-
-static int body_ag(int r, int P, cgm_comm *c, cudaStream_t s) {
-    return sweep(r, P, c, s, CGM_OP_ALL_GATHER_GEMM);
-}
-static int body_rs(int r, int P, cgm_comm *c, cudaStream_t s) {
-    return sweep(r, P, c, s, CGM_OP_GEMM_REDUCE_SCATTER);
-}
-static int body_ar(int r, int P, cgm_comm *c, cudaStream_t s) {
-    return sweep(r, P, c, s, CGM_OP_GEMM_ALL_REDUCE);
-}
-static int body_all(int r, int P, cgm_comm *c, cudaStream_t s) {
-    return body_ag(r, P, c, s) + body_rs(r, P, c, s) + body_ar(r, P, c, s);
-}
-
-/* One comm: AG+GEMM on cublasmp (config), GEMM+RS on p2p (the comm's
- * default), then per-call overrides both ways. */
-static int body_mixed(int rank, int P, cgm_comm *comm, cudaStream_t stream) {
-    int wrong = 0;
-    cgm_backend b = CGM_BACKEND_DEFAULT;
-    CHECK_OK(cgm_comm_backend(comm, CGM_OP_ALL_GATHER_GEMM, &b));
-    CHECK_INT_EQ(b, CGM_BACKEND_CUBLASMP);
-    CHECK_OK(cgm_comm_backend(comm, CGM_OP_GEMM_REDUCE_SCATTER, &b));
-    CHECK_INT_EQ(b, CGM_BACKEND_P2P);
-    const struct { cgm_op op; cgm_backend backend; } steps[] = {
-        {CGM_OP_ALL_GATHER_GEMM, CGM_BACKEND_DEFAULT},   /* cublasmp */
-        {CGM_OP_GEMM_REDUCE_SCATTER, CGM_BACKEND_DEFAULT}, /* p2p */
-        {CGM_OP_ALL_GATHER_GEMM, CGM_BACKEND_DEFAULT},
-        {CGM_OP_GEMM_REDUCE_SCATTER, CGM_BACKEND_CUBLASMP},
-        {CGM_OP_GEMM_ALL_REDUCE, CGM_BACKEND_CUBLASMP},
-        {CGM_OP_ALL_GATHER_GEMM, CGM_BACKEND_P2P},
-        {CGM_OP_GEMM_ALL_REDUCE, CGM_BACKEND_DEFAULT},   /* p2p */
-    };
-    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
-        call_spec s = {steps[i].op, CGM_LAYOUT_TN, CGM_DTYPE_BF16,
-                       CGM_DTYPE_BF16, 131, 97, 71, 0, true, i % 2 == 1,
-                       steps[i].backend, CGM_ALGO_AUTO, 900 + i};
-        if (check_call(rank, P, comm, stream, &s) != CALL_OK) {
-            printf("FAILED mixed step %zu (%s on %s)\n", i,
-                   cgm_op_name(s.op), cgm_backend_name(s.backend));
-            wrong++;
-        }
-    }
-    printf("# mixed P=%d rank %d: %d wrong\n", P, rank, wrong);
-    return wrong;
-}
-
-/* What cuBLASMp cannot do is refused on every rank, and the comm works on. */
-static int body_rejects(int rank, int P, cgm_comm *comm, cudaStream_t stream) {
-    const int64_t M = 8, K = 16;
-    cgm_dtype dt = CGM_DTYPE_BF16;
-    int64_t n = rank == 0 ? 8 : 24; /* not the ceil split of 32 for P = 2 */
-    void *bx, *bw, *by, *bg;
-    cudaMalloc(&bx, 4096);
-    cudaMalloc(&bw, 4096);
-    cudaMalloc(&by, 4096);
-    cudaMalloc(&bg, 4096);
-    cgm_matrix x = cgm_matrix_make(bx, dt, cgm_shard_rows(M, rank, P), K);
-    cgm_matrix w = cgm_matrix_make(bw, dt, n, K);
-    cgm_matrix y = cgm_matrix_make(by, dt, M, n);
-    cgm_matrix g = cgm_matrix_make(bg, dt, M, K);
-    cgm_op_options o = CGM_OP_OPTIONS_INIT;
-    if (P == 2) {
-        CHECK_STATUS(cgm_all_gather_gemm(comm, &x, &w, NULL, &y, NULL, &o, stream),
-                     CGM_ERROR_NOT_SUPPORTED);
-        CHECK_CONTAINS(cgm_last_error(), "ceil split");
-    }
-    w.rows = y.cols = 16;
-    CHECK_STATUS(cgm_all_gather_gemm(comm, &x, &w, NULL, &y, &g, &o, stream),
-                 CGM_ERROR_NOT_SUPPORTED);
-    CHECK_CONTAINS(cgm_last_error(), "x_gathered");
-    o.algo = CGM_ALGO_RING;
-    CHECK_STATUS(cgm_all_gather_gemm(comm, &x, &w, NULL, &y, NULL, &o, stream),
-                 CGM_ERROR_NOT_SUPPORTED);
-    CHECK_CONTAINS(cgm_last_error(), "ring");
-    o.algo = CGM_ALGO_AUTO;
-    cgm_matrix xa = cgm_matrix_make(bx, dt, M, K / P);
-    cgm_matrix wa = cgm_matrix_make(bw, dt, K / P, 16); /* NN: [k, n] */
-    cgm_matrix ya = cgm_matrix_make(by, dt, M, 16);
-    o.layout = CGM_LAYOUT_NN;
-    CHECK_STATUS(cgm_gemm_all_reduce(comm, &xa, &wa, NULL, &ya, &o, stream),
-                 CGM_ERROR_NOT_SUPPORTED);
-    CHECK_CONTAINS(cgm_last_error(), "TN only");
-    o.layout = CGM_LAYOUT_TN;
-    cgm_matrix wb = cgm_matrix_make(bw, dt, 16, K / P); /* TN: [n, k] */
-    CHECK_STATUS(cgm_bulk_overlap(comm, &xa, &wb, NULL, &ya,
-                                  CGM_COLLECTIVE_ALL_GATHER, NULL, NULL, &o, stream),
-                 CGM_ERROR_NOT_SUPPORTED);
-    CHECK_CONTAINS(cgm_last_error(), "bulk");
-    cudaFree(bx);
-    cudaFree(bw);
-    cudaFree(by);
-    cudaFree(bg);
-    /* Still usable. */
-    call_spec s = {CGM_OP_ALL_GATHER_GEMM, CGM_LAYOUT_TN, dt, dt, 64, 64, 64,
-                   0, false, false, CGM_BACKEND_DEFAULT, CGM_ALGO_AUTO, 77};
-    return check_call(rank, P, comm, stream, &s) == CALL_OK ? 0 : 1;
-}
-
-/* Eager first, then capture and replay with new inputs; a new shape inside
- * capture is refused with the eager-first advice. */
-static int body_capture(int rank, int P, cgm_comm *comm, cudaStream_t stream) {
-    const int64_t M = 131, N = 96, K = 64;
-    cgm_dtype dt = CGM_DTYPE_BF16;
-    const int64_t m_r = cgm_shard_rows(M, rank, P), n_r = cgm_shard_rows(N, rank, P);
-    cgm_matrix hx = test_alloc(dt, m_r, K, 0), hw = test_alloc(dt, n_r, K, 0);
-    cgm_matrix hy = test_alloc(dt, M, n_r, 0);
-    test_fill(&hw, 5 + (uint64_t)rank);
-    cgm_matrix dx = to_device(&hx), dw = to_device(&hw), dy = to_device(&hy);
-    cgm_op_options o = CGM_OP_OPTIONS_INIT;
-    test_fill(&hx, 1 + (uint64_t)rank);
-    cudaMemcpy(dx.data, hx.data, (size_t)(m_r * K) * 2, cudaMemcpyHostToDevice);
-    CHECK_OK(cgm_all_gather_gemm(comm, &dx, &dw, NULL, &dy, NULL, &o, stream));
-    CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
-    cudaGraph_t graph = NULL;
-    cudaGraphExec_t exec = NULL;
-    CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-    cgm_status st = cgm_all_gather_gemm(comm, &dx, &dw, NULL, &dy, NULL, &o, stream);
-    CHECK(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
-    CHECK_OK(st);
-    CHECK(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
-    /* New inputs, replayed twice. */
-    int wrong = 0;
-    for (int rep = 0; rep < 2; rep++) {
-        uint64_t seed = 100 + (uint64_t)rep * 10;
-        test_fill(&hx, seed + (uint64_t)rank);
-        cudaMemcpy(dx.data, hx.data, (size_t)(m_r * K) * 2, cudaMemcpyHostToDevice);
-        CHECK(cudaGraphLaunch(exec, stream) == cudaSuccess);
-        CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
-        to_host(&hy, &dy);
-        cgm_matrix g = test_alloc(CGM_DTYPE_FP32, M, K, 0);
-        for (int q = 0; q < P; q++) {
-            cgm_matrix xq = test_alloc(dt, cgm_shard_rows(M, q, P), K, 0);
-            test_fill(&xq, seed + (uint64_t)q);
-            for (int64_t i = 0; i < xq.rows; i++)
-                for (int64_t j = 0; j < K; j++)
-                    cgm_store_float(g.data, CGM_DTYPE_FP32,
-                                    (cgm_shard_offset(M, q, P) + i) * K + j,
-                                    (float)test_get(&xq, i, j));
-            test_free(&xq);
-        }
-        double *ref = calloc((size_t)(M * n_r), sizeof *ref);
-        test_ref_gemm(CGM_LAYOUT_TN, &g, &hw, M, n_r, K, ref);
-        wrong += test_compare(&hy, ref, M, n_r, test_tolerance(dt, dt, K),
-                              "captured ag_gemm") != 0;
-        free(ref);
-        test_free(&g);
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    /* A shape never run eagerly: refused inside capture. */
-    cgm_matrix y2 = dy;
-    y2.rows = M - 1;
-    cgm_matrix x2 = dx;
-    x2.rows = cgm_shard_rows(M - 1, rank, P);
-    CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-    st = cgm_all_gather_gemm(comm, &x2, &dw, NULL, &y2, NULL, &o, stream);
-    CHECK(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
-    if (graph) cudaGraphDestroy(graph);
-    CHECK_STATUS(st, CGM_ERROR_INVALID_USAGE);
-    CHECK_CONTAINS(cgm_last_error(), "call once eagerly before capture");
-    cudaFree(dx.data);
-    cudaFree(dw.data);
-    cudaFree(dy.data);
-    test_free(&hx);
-    test_free(&hw);
-    test_free(&hy);
-    printf("# capture P=%d rank %d: %d wrong\n", P, rank, wrong);
-    return wrong;
+    fflush(stdout);
+    munmap(g_report, bytes);
+    g_report = NULL;
+    CHECK_INT_EQ(rc, 0);
 }
 
 #define CUBLASMP CGM_BACKEND_CUBLASMP
 #define UNSET CGM_BACKEND_DEFAULT
+#define AG CGM_OP_ALL_GATHER_GEMM
+#define RS CGM_OP_GEMM_REDUCE_SCATTER
+#define AR CGM_OP_GEMM_ALL_REDUCE
+#define AUTO CGM_ALGO_AUTO
+#define EVEN 0x9u   /* shapes 0 and 3 */
+#define UNEVEN 0x6u /* shapes 1 and 2 */
+/* name, P, body, backend, AG backend, op, what, shapes, bound (s),
+ * AG staging, algo. The AG cases come first and smallest: p2_ag_first
+ * shows whether the simplest AG call completes; the _nostage and
+ * _no_overlap variants tell what a hang depends on. */
 static const gpu_case cases[] = {
-    {"p1_all_ops", 1, body_all, CUBLASMP, UNSET},
-    {"p2_ag_gemm", 2, body_ag, CUBLASMP, UNSET},
-    {"p2_gemm_rs", 2, body_rs, CUBLASMP, UNSET},
-    {"p2_gemm_ar", 2, body_ar, CUBLASMP, UNSET},
-    {"p2_mixed_with_p2p", 2, body_mixed, CGM_BACKEND_P2P, CUBLASMP},
-    {"p2_rejects", 2, body_rejects, CUBLASMP, UNSET},
-    {"p2_capture", 2, body_capture, CUBLASMP, UNSET},
+    {"p1_all_ops", 1, body_all, CUBLASMP, UNSET, AG, "all ops", 0, 90, 1, AUTO},
+    {"p2_ag_first", 2, body_first, CUBLASMP, UNSET, AG, "ag_gemm", 0, 24, 1, AUTO},
+    {"p2_ag_first_nostage", 2, body_first, CUBLASMP, UNSET, AG,
+     "ag_gemm (X not staged in NVSHMEM memory)", 0, 24, 0, AUTO},
+    {"p2_ag_first_no_overlap", 2, body_first, CUBLASMP, UNSET, AG,
+     "ag_gemm (algo no_overlap)", 0, 24, 1, CGM_ALGO_NO_OVERLAP},
+    {"p2_ag_even", 2, body_sweep, CUBLASMP, UNSET, AG, "ag_gemm", EVEN, 60, 1, AUTO},
+    {"p2_ag_uneven", 2, body_sweep, CUBLASMP, UNSET, AG, "ag_gemm", UNEVEN, 60, 1, AUTO},
+    {"p2_rs_first", 2, body_first, CUBLASMP, UNSET, RS, "gemm_rs", 0, 24, 1, AUTO},
+    {"p2_rs_even", 2, body_sweep, CUBLASMP, UNSET, RS, "gemm_rs", EVEN, 60, 1, AUTO},
+    {"p2_rs_uneven", 2, body_sweep, CUBLASMP, UNSET, RS, "gemm_rs", UNEVEN, 60, 1, AUTO},
+    {"p2_ar_even", 2, body_sweep, CUBLASMP, UNSET, AR, "gemm_ar", EVEN, 60, 1, AUTO},
+    {"p2_ar_uneven", 2, body_sweep, CUBLASMP, UNSET, AR, "gemm_ar", UNEVEN, 60, 1, AUTO},
+    {"p2_mixed_with_p2p", 2, body_mixed, CGM_BACKEND_P2P, CUBLASMP, AG, "mixed", 0, 60, 1, AUTO},
+    {"p2_rejects", 2, body_rejects, CUBLASMP, UNSET, AG, "rejects", 0, 60, 1, AUTO},
+    {"p2_capture_ag", 2, body_capture, CUBLASMP, UNSET, AG, "ag_gemm capture", 0, 60, 1, AUTO},
+    {"p2_capture_rs", 2, body_capture, CUBLASMP, UNSET, RS, "gemm_rs capture", 0, 60, 1, AUTO},
 };
 
 static void register_cases(void) {
-    test_set_timeout(300);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        test_set_timeout(cases[i].bound_s + 30);
         test_add(cases[i].name, run_case, &cases[i]);
+    }
 }
 
 int main(int argc, char **argv) {

@@ -232,6 +232,18 @@ static void mapping_matches_api(const void *p) {
                 expect_local(&pr.b, r, P, x_rows, x_cols, s.ldx, "X (B)");
                 expect_local(&pr.a, r, P, w_rows, w_cols, s.ldw, "W (A)");
                 expect_local(&pr.d, r, P, y_rows, n_r, s.ldy, "Y (D)");
+                /* The fp32 D of RS/AR with a 16-bit Y: the same local
+                 * matrix, tight (lld = n), in this rank's buffer. */
+                cmp_output o;
+                cmp_plan_output(&s, r, n_r, CGM_DTYPE_BF16, false, &o);
+                CHECK_INT_EQ(o.y_rows, y_rows);
+                CHECK_INT_EQ(o.y_cols, n_r);
+                if (o.fp32_d) {
+                    cmp_geom dg = pr.d;
+                    dg.lld = o.d_lld;
+                    expect_local(&dg, r, P, y_rows, n_r, n_r, "fp32 D");
+                    CHECK_INT_EQ((int64_t)o.d_bytes, y_rows * n_r * 4);
+                }
                 /* op(A) is m x k and op(B) is k x n in cuBLASMp's terms. */
                 CHECK_INT_EQ(pr.trans_a ? pr.a.cols : pr.a.rows, pr.m);
                 CHECK_INT_EQ(pr.trans_b ? pr.b.rows : pr.b.cols, pr.n);
@@ -313,6 +325,41 @@ static void split_check(const void *p) {
     CHECK_INT_EQ(total, 0);
 }
 
+/* Who finishes Y: cuBLASMp directly (fp32 Y, every AG), or an fp32 D and
+ * commgemm's fp32 pass (RS/AR with a 16-bit Y); the bias always by
+ * commgemm. */
+static void output_plan(const void *p) {
+    (void)p;
+    cmp_shape s = {CGM_OP_GEMM_REDUCE_SCATTER, CGM_LAYOUT_TN, 2, 131, 97, 71,
+                   71, 71, 97};
+    cmp_output o;
+    const cgm_dtype outs[] = {CGM_DTYPE_BF16, CGM_DTYPE_FP16, CGM_DTYPE_FP32};
+    const cgm_op ops[] = {CGM_OP_ALL_GATHER_GEMM, CGM_OP_GEMM_REDUCE_SCATTER,
+                          CGM_OP_GEMM_ALL_REDUCE};
+    for (int oi = 0; oi < 3; oi++)
+        for (int di = 0; di < 3; di++)
+            for (int bias = 0; bias < 2; bias++) {
+                s.op = ops[oi];
+                cmp_plan_output(&s, 1, 97, outs[di], bias, &o);
+                bool reduction = ops[oi] != CGM_OP_ALL_GATHER_GEMM;
+                bool want_fp32 = reduction && outs[di] != CGM_DTYPE_FP32;
+                CHECK(o.fp32_d == want_fp32);
+                CHECK(o.bias_pass == (bias && !want_fp32));
+                CHECK_INT_EQ(o.y_rows, ops[oi] == CGM_OP_GEMM_REDUCE_SCATTER
+                                           ? 65 : 131);
+                CHECK_INT_EQ(o.y_cols, 97);
+                CHECK_INT_EQ((int64_t)o.d_bytes, want_fp32 ? o.y_rows * 97 * 4 : 0);
+            }
+    /* m < P: rank 1 of 2 holds no rows of an RS output and needs no buffer. */
+    s.op = CGM_OP_GEMM_REDUCE_SCATTER;
+    s.m = 1;
+    cmp_plan_output(&s, 1, 16, CGM_DTYPE_BF16, true, &o);
+    CHECK(o.fp32_d);
+    CHECK_INT_EQ(o.y_rows, 0);
+    CHECK_INT_EQ((int64_t)o.d_bytes, 0);
+    CHECK_INT_EQ(o.d_lld, 16);
+}
+
 static void register_cases(void) {
     test_add("env_path_missing", env_path_missing, NULL);
     test_add("explicit_path_missing", explicit_path_missing, NULL);
@@ -326,6 +373,7 @@ static void register_cases(void) {
     test_add("mapping_rejects", mapping_rejects, NULL);
     test_add("dtype_compute_algo", dtype_compute_algo, NULL);
     test_add("split_check", split_check, NULL);
+    test_add("output_plan", output_plan, NULL);
 }
 
 int main(int argc, char **argv) {

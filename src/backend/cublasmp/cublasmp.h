@@ -84,6 +84,35 @@ typedef struct cmp_problem {
  * instead; CGM_ERROR_INVALID_ARGUMENT for sizes < 1. Pure. */
 cgm_status cmp_map_problem(const cmp_shape *s, cmp_problem *p);
 
+/* How cuBLASMp's D reaches Y, and who adds the bias.
+ *
+ * Reductions accumulate in fp32 whatever the dtypes (DESIGN.md), but
+ * cuBLASMp 0.7 sums GEMM+RS / GEMM+AR partials in D's type: with a bf16 or
+ * fp16 Y it would round every partial. So for RS and AR with a 16-bit Y,
+ * cuBLASMp writes an fp32 D (a supported type combination: 16-bit A/B,
+ * fp32 C/D, compute 32F) into the backend's buffer, with beta = 0, and one
+ * cgm_dev_reduce pass converts it into Y (accumulate and bias there, fp32,
+ * one rounding). fp32 Y (and every AG+GEMM, which sums nothing across
+ * ranks) is written by cuBLASMp directly.
+ *
+ * The bias never goes to cuBLASMp's BIAS epilogue: 0.7 refused it
+ * (NOT_SUPPORTED) for uneven and empty shards on the device. It is added
+ * in the fp32 pass, or by an in-place pass over Y (Y += bias) after a
+ * direct cuBLASMp call. */
+typedef struct cmp_output {
+    bool fp32_d;          /* D is the backend's fp32 buffer */
+    bool bias_pass;       /* an in-place bias pass follows a direct call */
+    int64_t y_rows;       /* this rank's rows of Y (row-major) */
+    int64_t y_cols;       /* columns of Y (our n: n_local for AG) */
+    int64_t d_lld;        /* fp32 D: local leading dimension (= y_cols) */
+    size_t d_bytes;       /* fp32 D: bytes this rank needs (0: none) */
+} cmp_output;
+
+/* Fills *o for rank `rank` of s->nranks; `n_local` is this rank's n (AG)
+ * or n (RS/AR). Pure. */
+void cmp_plan_output(const cmp_shape *s, int rank, int64_t n_local,
+                     cgm_dtype out_dtype, bool has_bias, cmp_output *o);
+
 /* cudaDataType_t of fp32 / bf16 / fp16; NOT_SUPPORTED otherwise. Pure. */
 cgm_status cmp_map_dtype(cgm_dtype dtype, int *cuda_type);
 /* cublasComputeType_t: 32F, or 32F_FAST_TF32 for fp32 inputs with
@@ -98,6 +127,11 @@ cgm_status cmp_map_algo(cgm_algo algo, const char *override, int *algo_type);
  * *total. NOT_SUPPORTED naming the first rank that differs. Pure. */
 cgm_status cmp_check_split(const int64_t *sizes, int nranks, const char *what,
                            int64_t *total);
+/* Tests only: 0 makes AG+GEMM pass the caller's X shard to cuBLASMp
+ * instead of the NVSHMEM staging copy. Read when a comm is created (set it
+ * before; every rank the same). Default 1. For diagnosing AG at P > 1. */
+extern int cmp_test_ag_staging;
+
 /* "CUBLASMP_STATUS_..." */
 const char *cmp_status_name(int status);
 

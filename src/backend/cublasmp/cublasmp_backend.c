@@ -77,29 +77,41 @@ static void leave_device(int device, int previous) {
     if (previous >= 0 && previous != device) cudaSetDevice(previous);
 }
 
+int cmp_test_ag_staging = 1;
+
 static void ws_free(cmp_state *st, void *p, bool collective_ok) {
-    if (!p) return;
+    if (!p || !collective_ok) return;
+    /* Not collective (a broken comm): leaked. Peers may be gone and
+     * nvshmem_free waits for them; a cuBLASMp kernel may still spin, and
+     * cudaFree would wait for it. */
     if (!st->ws_symmetric) cudaFree(p);
-    else if (collective_ok) st->api->nvshmem_free(p); /* collective */
-    /* else leaked: peers may be gone, and nvshmem_free waits for them */
+    else st->api->nvshmem_free(p); /* collective */
 }
 
 /* Frees everything; `collective`: the peers are alive and run the same
- * finalize (NVSHMEM frees and grid teardown wait for them). */
+ * finalize (NVSHMEM frees and grid teardown wait for them), and nothing
+ * is stuck on the device. Otherwise nothing that waits for the device or
+ * the peers runs, and device memory is leaked. */
 static void state_free(cmp_state *st, bool collective) {
     const cmp_api *api = st->api;
-    if (st->stream) (void)cudaStreamSynchronize(st->stream);
-    (void)cudaDeviceSynchronize();
+    if (collective) {
+        if (st->stream) (void)cudaStreamSynchronize(st->stream);
+        (void)cudaDeviceSynchronize();
+    }
     cmp_cache_clear(st);
     for (int i = 0; i < st->nretired; i++)
         ws_free(st, st->retired[i], collective);
     ws_free(st, st->ws, collective);
     ws_free(st, st->stage, collective);
-    /* Grid destruction tears down NCCL/NVSHMEM teams: collective too. */
-    if (collective)
+    if (collective) {
+        for (int i = 0; i < st->ndretired; i++) cudaFree(st->dretired[i]);
+        if (st->dbuf) cudaFree(st->dbuf);
+        if (st->dev) cudaFree(st->dev);
+        /* Grid destruction tears down NCCL/NVSHMEM teams: collective too. */
         for (int g = 0; g < 2; g++)
             if (st->grid[g]) api->GridDestroy(st->grid[g]);
-    if (st->handle) api->Destroy(st->handle);
+        if (st->handle) api->Destroy(st->handle);
+    }
     if (st->stream) cudaStreamDestroy(st->stream);
     free(st);
 }
@@ -143,6 +155,9 @@ static cgm_status cmp_init(cgm_comm *comm, void **state) {
             goto fail;
         }
     collective = true;
+    st->ag_stage = cmp_test_ag_staging != 0;
+    CGM_CUDA_TRY(cudaMalloc((void **)&st->dev, sizeof *st->dev));
+    CGM_CUDA_TRY(cudaMemset(st->dev, 0, sizeof *st->dev));
     CGM_CUDA_TRY(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
     CMP_TRY(api->Create(&st->handle, st->stream), "the comm's handle");
     /* Creating the first grid also initialises NVSHMEM over the NCCL comm. */
@@ -159,9 +174,11 @@ static cgm_status cmp_init(cgm_comm *comm, void **state) {
                  "memory and cuBLASMp 0.7 runs without overlap");
     CGM_CUDA_TRY(cudaStreamSynchronize(st->stream));
     CGM_INFO(CGM_SUB_CUBLASMP, "cublasmp backend ready: rank %d of %d on "
-             "device %d, cuBLASMp %d, algo %s",
+             "device %d, cuBLASMp %d, algo %s, AG operand %s",
              st->rank, st->nranks, st->device, api->version,
-             st->algo_override ? st->algo_override : "default");
+             st->algo_override ? st->algo_override : "default",
+             st->ws_symmetric && st->ag_stage ? "staged in NVSHMEM memory"
+                                              : "passed as given");
     free(versions);
     leave_device(st->device, previous);
     *state = st;

@@ -1,7 +1,9 @@
 /* The cublasmp backend's op path: descriptor cache, the collective
- * preparation of a new shape, and the cublasMpMatmul call. */
+ * preparation of a new shape, the cublasMpMatmul call and the pass that
+ * finishes Y (fp32 D -> Y, or the bias). */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/cublasmp/cublasmp_state.h"
 
@@ -9,12 +11,13 @@
 typedef struct prep_record {
     int64_t signature[CGM_SIGNATURE_WORDS];
     int64_t n_local, k_local;
+    int64_t stage_bytes; /* AG: this rank's X shard, for the staging copy */
 } prep_record;
 
 /* ... and once its descriptors are built. */
 typedef struct ready_record {
     int64_t status; /* cgm_status of this rank's preparation */
-    int64_t dev_bytes, stage_bytes;
+    int64_t dev_bytes;
 } ready_record;
 
 static void entry_clear(const cmp_api *api, cmp_entry *e) {
@@ -73,13 +76,12 @@ static cmp_entry *cache_victim(cmp_state *st) {
     return victim;
 }
 
-static const char *grid_name(cmp_grid g) {
-    return g == CMP_GRID_COL ? "Px1" : "1xP";
-}
-
-/* Local part of the preparation: descriptors, attributes, buffer sizes. */
+/* Local part of the preparation: descriptors, attributes, buffer sizes.
+ * `b` and `d` are the pointers cublasMpMatmul will get (the staging buffer,
+ * the fp32 D), so that cuBLASMp sizes its workspace for what it will see. */
 static cgm_status build_entry(cmp_state *st, const cgm_call *c, cmp_entry *e,
-                              const cmp_shape *shape, int algo) {
+                              const cmp_shape *shape, int algo, const void *b,
+                              void *d) {
     cgm_status status = CGM_SUCCESS;
     const cmp_api *api = st->api;
     const cmp_problem *p = &e->prob;
@@ -87,23 +89,37 @@ static cgm_status build_entry(cmp_state *st, const cgm_call *c, cmp_entry *e,
     int in_type = 0, out_type = 0;
     CGM_TRY(cmp_map_dtype(c->in_dtype, &in_type));
     CGM_TRY(cmp_map_dtype(c->out_dtype, &out_type));
-    CGM_TRY(cmp_map_problem(shape, &e->prob));
     snprintf(context, sizeof context, "%s %s %s->%s m=%lld n=%lld k=%lld P=%d",
              cgm_op_name(c->op), cgm_layout_name(c->layout),
              cgm_dtype_name(c->in_dtype), cgm_dtype_name(c->out_dtype),
              (long long)shape->m, (long long)shape->n_total,
              (long long)shape->k_total, st->nranks);
-    const cmp_geom *g[3] = {&p->a, &p->b, &p->d};
+    cmp_geom dg = p->d;
+    int d_type = out_type;
+    if (e->out.fp32_d) {
+        dg.lld = e->out.d_lld;
+        d_type = CMP_CUDA_R_32F;
+    }
+    const cmp_geom *g[3] = {&p->a, &p->b, &dg};
+    const int types[3] = {in_type, in_type, d_type};
+    const char *names[3] = {"A (W)", "B (X)", e->out.fp32_d ? "D (fp32 buffer)"
+                                                             : "D (Y)"};
     cublasMpMatrixDescriptor_t *out[3] = {&e->a, &e->b, &e->d};
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 3; i++) {
+        cmp_trace_descriptor(st, names[i], g[i], types[i]);
         CMP_TRY(api->MatrixDescriptorCreate(g[i]->rows, g[i]->cols, g[i]->mb,
                                             g[i]->nb, 0, 0, g[i]->lld,
-                                            i < 2 ? in_type : out_type,
-                                            st->grid[g[i]->grid], out[i]),
+                                            types[i], st->grid[g[i]->grid],
+                                            out[i]),
                 context);
+    }
     CMP_TRY(api->MatmulDescriptorCreate(&e->mm, e->key.compute), context);
-    int epilogue = (p->allreduce ? CUBLASMP_MATMUL_EPILOGUE_ALLREDUCE : 0) |
-                   (c->has_bias ? CUBLASMP_MATMUL_EPILOGUE_BIAS : 0);
+    int epilogue = p->allreduce ? CUBLASMP_MATMUL_EPILOGUE_ALLREDUCE
+                                : CUBLASMP_MATMUL_EPILOGUE_DEFAULT;
+    CGM_TRACE(CGM_SUB_CUBLASMP, "cublasMpMatmulDescriptorCreate(compute=%d) "
+              "-> %p; TRANSA=%d TRANSB=%d ALGO_TYPE=%d EPILOGUE=%d (no bias "
+              "epilogue: commgemm adds the bias)", e->key.compute,
+              (void *)e->mm, p->trans_a, p->trans_b, algo, epilogue);
     CMP_TRY(api->MatmulDescriptorAttributeSet(
                 e->mm, CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_TRANSA, &p->trans_a,
                 sizeof p->trans_a), context);
@@ -116,28 +132,17 @@ static cgm_status build_entry(cmp_state *st, const cgm_call *c, cmp_entry *e,
     CMP_TRY(api->MatmulDescriptorAttributeSet(
                 e->mm, CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_EPILOGUE, &epilogue,
                 sizeof epilogue), context);
-    if (c->has_bias) {
-        CMP_TRY(api->MatmulDescriptorAttributeSet(
-                    e->mm, CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_BIAS_DATA_TYPE,
-                    &out_type, sizeof out_type), context);
-        CMP_TRY(api->MatmulDescriptorAttributeSet(
-                    e->mm, CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_BIAS_POINTER,
-                    &c->bias.data, sizeof c->bias.data), context);
-    }
-    const float alpha = 1.0f, beta = c->accumulate ? 1.0f : 0.0f;
+    const float alpha = 1.0f;
+    const float beta = c->accumulate && !e->out.fp32_d ? 1.0f : 0.0f;
+    const void *cptr = beta != 0.0f ? d : NULL;
+    cmp_trace_matmul(st, "cublasMpMatmul_bufferSize", e, &alpha, c->w.data, b,
+                     &beta, cptr, d, NULL, 0, NULL, 0, NULL);
     CMP_TRY(api->Matmul_bufferSize(
                 st->handle, e->mm, p->m, p->n, p->k, &alpha, c->w.data, 1, 1,
-                e->a, c->x.data, 1, 1, e->b, &beta,
-                c->accumulate ? c->y.data : NULL, 1, 1,
-                c->accumulate ? e->d : NULL, c->y.data, 1, 1, e->d,
-                &e->dev_bytes, &e->host_bytes), context);
-    /* cuBLASMp 0.7 overlaps AG+GEMM when B (our X shard) is NVSHMEM memory
-     * ("allocate B using nvshmem_malloc"): stage it there. The whole
-     * ld x rows region, since the descriptor's lld spans it. */
-    if (c->op == CGM_OP_ALL_GATHER_GEMM && st->ws_symmetric &&
-        c->x.rows > 0 && c->x.cols > 0)
-        e->stage_bytes = (size_t)(c->x.rows * e->key.ldx) *
-                         cgm_dtype_size(c->in_dtype);
+                e->a, b, 1, 1, e->b, &beta, cptr, 1, 1, cptr ? e->d : NULL, d,
+                1, 1, e->d, &e->dev_bytes, &e->host_bytes), context);
+    CGM_TRACE(CGM_SUB_CUBLASMP, "cublasMpMatmul_bufferSize -> %zu B device, "
+              "%zu B host", e->dev_bytes, e->host_bytes);
     if (e->host_bytes) {
         e->host_ws = malloc(e->host_bytes);
         if (!e->host_ws) {
@@ -147,17 +152,15 @@ static cgm_status build_entry(cmp_state *st, const cgm_call *c, cmp_entry *e,
         }
     }
     CGM_INFO(CGM_SUB_CUBLASMP, "%s: cuBLASMp m=%lld n=%lld k=%lld op(A)=%s "
-             "op(B)=%s A %lldx%lld/%lldx%lld %s B %lldx%lld/%lldx%lld %s D "
-             "%lldx%lld/%lldx%lld %s algo=%d epilogue=%d workspace %zu B "
-             "device, %zu B host",
+             "op(B)=%s algo=%d epilogue=%d B %s, D %s, bias %s; workspace %zu "
+             "B device, %zu B host",
              context, (long long)p->m, (long long)p->n, (long long)p->k,
-             p->trans_a ? "T" : "N", p->trans_b ? "T" : "N",
-             (long long)p->a.rows, (long long)p->a.cols, (long long)p->a.mb,
-             (long long)p->a.nb, grid_name(p->a.grid), (long long)p->b.rows,
-             (long long)p->b.cols, (long long)p->b.mb, (long long)p->b.nb,
-             grid_name(p->b.grid), (long long)p->d.rows, (long long)p->d.cols,
-             (long long)p->d.mb, (long long)p->d.nb, grid_name(p->d.grid),
-             algo, epilogue, e->dev_bytes, e->host_bytes);
+             p->trans_a ? "T" : "N", p->trans_b ? "T" : "N", algo, epilogue,
+             e->staged ? "staged in NVSHMEM memory" : "the caller's",
+             e->out.fp32_d ? "fp32 buffer + fp32 pass into Y" : "Y",
+             !c->has_bias ? "none" : e->out.fp32_d ? "in the fp32 pass"
+                                                   : "in-place pass",
+             e->dev_bytes, e->host_bytes);
 fail:
     return status;
 }
@@ -189,17 +192,40 @@ static cgm_status grow(cmp_state *st, void **buf, size_t *cur, size_t bytes,
         CGM_CUDA_TRY(cudaMalloc(buf, bytes));
     }
     *cur = bytes;
-    CGM_INFO(CGM_SUB_CUBLASMP, "cublasmp %s: %zu bytes (%s)", what, bytes,
+    CGM_INFO(CGM_SUB_CUBLASMP, "cublasmp %s: %zu bytes at %p (%s)", what,
+             bytes, *buf,
              st->ws_symmetric ? "nvshmem_malloc" : "cudaMalloc: no overlap");
 fail:
     return status;
 }
 
-/* First call of a shape (collective, eager): agree, build, size. */
+/* Local: the fp32 D buffer (cudaMalloc, this rank's size). */
+static cgm_status grow_dbuf(cmp_state *st, size_t bytes) {
+    cgm_status status = CGM_SUCCESS;
+    if (bytes <= st->dbuf_bytes) return CGM_SUCCESS;
+    if (st->dbuf) {
+        CGM_CUDA_TRY(cudaDeviceSynchronize());
+        if (st->ndretired < CMP_RETIRED_MAX)
+            st->dretired[st->ndretired++] = st->dbuf;
+        else
+            cudaFree(st->dbuf);
+        st->dbuf = NULL;
+        st->dbuf_bytes = 0;
+    }
+    CGM_CUDA_TRY(cudaMalloc(&st->dbuf, bytes));
+    st->dbuf_bytes = bytes;
+    CGM_INFO(CGM_SUB_CUBLASMP, "cublasmp fp32 D buffer: %zu bytes at %p",
+             bytes, st->dbuf);
+fail:
+    return status;
+}
+
+/* First call of a shape (collective, eager): agree, stage, build, size. */
 static cgm_status prepare(cmp_state *st, const cgm_call *c,
                           const cmp_key *key, int algo, cmp_entry **out) {
     cgm_status status = CGM_SUCCESS, local = CGM_SUCCESS;
     const int P = st->nranks;
+    const bool ag = c->op == CGM_OP_ALL_GATHER_GEMM;
     prep_record mine, *all = calloc((size_t)P, sizeof *all);
     ready_record ready, *readies = calloc((size_t)P, sizeof *readies);
     int64_t *sigs = calloc((size_t)P * CGM_SIGNATURE_WORDS, sizeof *sigs);
@@ -213,18 +239,23 @@ static cgm_status prepare(cmp_state *st, const cgm_call *c,
     cgm_call_signature(c, mine.signature);
     mine.n_local = c->n;
     mine.k_local = c->k;
+    /* The whole ld x rows region, since the descriptor's lld spans it. */
+    if (ag && c->x.rows > 0 && c->x.cols > 0)
+        mine.stage_bytes = (int64_t)((size_t)(c->x.rows * key->ldx) *
+                                     cgm_dtype_size(c->in_dtype));
     CGM_TRY(cgm_nccl_allgather_host(st->comm->nccl_comm, P, &mine, all,
                                     sizeof mine, st->timeout_ms));
+    size_t stage = 0;
     for (int r = 0; r < P; r++) {
         memcpy(sigs + (size_t)r * CGM_SIGNATURE_WORDS, all[r].signature,
                sizeof all[r].signature);
-        sizes[r] = c->op == CGM_OP_ALL_GATHER_GEMM ? all[r].n_local
-                                                   : all[r].k_local;
+        sizes[r] = ag ? all[r].n_local : all[r].k_local;
+        if ((size_t)all[r].stage_bytes > stage)
+            stage = (size_t)all[r].stage_bytes;
     }
     if (st->comm->config.check_agreement)
         CGM_TRY(cgm_signature_compare(st->comm, sigs));
     int64_t total = 0;
-    bool ag = c->op == CGM_OP_ALL_GATHER_GEMM;
     CGM_TRY(cmp_check_split(sizes, P, ag ? "n (rows of W, columns of Y)"
                                          : "k (the contraction)", &total));
     cmp_shape shape;
@@ -252,14 +283,29 @@ static cgm_status prepare(cmp_state *st, const cgm_call *c,
         *out = e;
         goto done;
     }
-    local = build_entry(st, c, e, &shape, algo);
+    /* Same inputs on every rank, so the same decision on every rank: cuBLASMp
+     * must see B in NVSHMEM memory everywhere or nowhere. */
+    e->staged = ag && st->ws_symmetric && st->ag_stage && stage > 0;
+    local = cmp_map_problem(&shape, &e->prob);
+    if (local == CGM_SUCCESS)
+        cmp_plan_output(&shape, st->rank, c->n, c->out_dtype, c->has_bias,
+                        &e->out);
+    if (e->staged)
+        CGM_TRY(grow(st, &st->stage, &st->stage_bytes, stage,
+                     "AG operand staging buffer"));
+    if (local == CGM_SUCCESS && e->out.d_bytes)
+        local = grow_dbuf(st, e->out.d_bytes);
+    if (local == CGM_SUCCESS)
+        local = build_entry(st, c, e, &shape, algo,
+                            e->staged ? st->stage : c->x.data,
+                            e->out.fp32_d ? (e->out.d_bytes ? st->dbuf : NULL)
+                                          : c->y.data);
     memset(&ready, 0, sizeof ready);
     ready.status = local;
     ready.dev_bytes = local == CGM_SUCCESS ? (int64_t)e->dev_bytes : 0;
-    ready.stage_bytes = local == CGM_SUCCESS ? (int64_t)e->stage_bytes : 0;
     CGM_TRY(cgm_nccl_allgather_host(st->comm->nccl_comm, P, &ready, readies,
                                     sizeof ready, st->timeout_ms));
-    size_t need = 0, stage = 0;
+    size_t need = 0;
     for (int r = 0; r < P; r++) {
         if (readies[r].status != CGM_SUCCESS && local == CGM_SUCCESS) {
             status = cgm_error((cgm_status)readies[r].status,
@@ -272,16 +318,12 @@ static cgm_status prepare(cmp_state *st, const cgm_call *c,
         }
         if ((size_t)readies[r].dev_bytes > need)
             need = (size_t)readies[r].dev_bytes;
-        if ((size_t)readies[r].stage_bytes > stage)
-            stage = (size_t)readies[r].stage_bytes;
     }
     if (local != CGM_SUCCESS) {
         status = local; /* the detail is this rank's own */
         goto fail;
     }
     CGM_TRY(grow(st, &st->ws, &st->ws_bytes, need, "workspace"));
-    CGM_TRY(grow(st, &st->stage, &st->stage_bytes, stage,
-                 "AG operand staging buffer"));
     *out = e;
 done:
     free(all);
@@ -295,6 +337,77 @@ fail:
     free(readies);
     free(sigs);
     free(sizes);
+    return status;
+}
+
+/* The first run of a shape is waited for, bounded: a cuBLASMp or NVSHMEM
+ * kernel that waits for a peer forever becomes CGM_ERROR_TIMEOUT (the comm
+ * is then broken) instead of a hang at the caller's next synchronisation. */
+static cgm_status first_run_wait(cmp_state *st, const cgm_call *c,
+                                 cudaStream_t stream) {
+    const int64_t start = cgm_now_ns();
+    for (;;) {
+        cudaError_t err = cudaStreamQuery(stream);
+        if (err == cudaSuccess) return CGM_SUCCESS;
+        if (err != cudaErrorNotReady)
+            return cgm_error(CGM_ERROR_CUDA, "the cublasmp backend's first "
+                             "%s call of this shape failed on the device: %s",
+                             cgm_op_name(c->op), cudaGetErrorString(err));
+        int64_t waited_ms = (cgm_now_ns() - start) / 1000000;
+        if (waited_ms > st->timeout_ms)
+            return cgm_error(CGM_ERROR_TIMEOUT,
+                             "the cublasmp backend: the first %s call of this "
+                             "shape (%s m=%lld n=%lld k=%lld) did not "
+                             "complete within %lld ms on rank %d of %d: "
+                             "cuBLASMp's kernels wait for a peer that never "
+                             "came; the comm is broken (destroy it). "
+                             "COMMGEMM_DEBUG=TRACE COMMGEMM_DEBUG_SUBSYS="
+                             "CUBLASMP logs every argument each rank passed",
+                             cgm_op_name(c->op), cgm_layout_name(c->layout),
+                             (long long)c->m, (long long)c->n,
+                             (long long)c->k, (long long)st->timeout_ms,
+                             st->rank, st->nranks);
+        usleep(100);
+    }
+}
+
+/* Y from the fp32 D (fp32 sum already done by cuBLASMp): accumulate, bias
+ * and the one rounding to Y's dtype. Or, after a direct call, Y += bias in
+ * place. */
+static cgm_status finish_output(cmp_state *st, const cgm_call *c,
+                                const cmp_entry *e, cudaStream_t stream) {
+    cgm_status status = CGM_SUCCESS;
+    const cmp_output *o = &e->out;
+    if (!o->fp32_d && !o->bias_pass) return CGM_SUCCESS;
+    cgm_dev_reduce_args a;
+    memset(&a, 0, sizeof a);
+    a.nsources = 1;
+    a.rows = o->y_rows;
+    a.cols = o->y_cols;
+    a.dst = c->y.data;
+    a.dst_ld = e->key.ldy;
+    a.dst_dtype = (int)c->out_dtype;
+    a.bias = c->has_bias ? c->bias.data : NULL;
+    if (o->fp32_d) {
+        a.src[0] = st->dbuf;
+        a.src_ld[0] = o->d_lld;
+        a.src_dtype = (int)CGM_DTYPE_FP32;
+        a.accumulate = c->accumulate;
+    } else {
+        a.src[0] = c->y.data; /* in place: each element read, then written */
+        a.src_ld[0] = e->key.ldy;
+        a.src_dtype = (int)c->out_dtype;
+        a.accumulate = 0;
+    }
+    CGM_TRACE(CGM_SUB_CUBLASMP, "cgm_dev_reduce(%s): rows=%lld cols=%lld "
+              "src=%p ld=%lld dtype=%d -> dst=%p ld=%lld dtype=%d "
+              "accumulate=%d bias=%p stream=%p",
+              o->fp32_d ? "fp32 D -> Y" : "Y += bias", (long long)a.rows,
+              (long long)a.cols, a.src[0], (long long)a.src_ld[0], a.src_dtype,
+              a.dst, (long long)a.dst_ld, a.dst_dtype, a.accumulate, a.bias,
+              (void *)stream);
+    CGM_CUDA_TRY(cgm_dev_reduce(&a, st->dev, stream));
+fail:
     return status;
 }
 
@@ -323,6 +436,7 @@ cgm_status cmp_execute(cmp_state *st, const cgm_call *c) {
     cudaStream_t stream = (cudaStream_t)c->stream;
     cmp_key key = make_key(c, cmp_map_compute(c->in_dtype, c->allow_tf32), algo);
     cmp_entry *e = cache_find(st, &key);
+    bool first = false;
     if (!e) {
         if (cgm_stream_capturing(stream))
             return cgm_error(CGM_ERROR_INVALID_USAGE,
@@ -335,32 +449,46 @@ cgm_status cmp_execute(cmp_state *st, const cgm_call *c) {
                              (long long)c->n, (long long)c->k,
                              cgm_layout_name(c->layout));
         CGM_TRY(prepare(st, c, &key, algo, &e));
+        first = true;
     }
     e->last_use = ++st->clock;
     if (e->empty) return CGM_SUCCESS;
     const cmp_problem *p = &e->prob;
-    if (c->has_bias)
-        CMP_TRY(api->MatmulDescriptorAttributeSet(
-                    e->mm, CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_BIAS_POINTER,
-                    &c->bias.data, sizeof c->bias.data), "the bias pointer");
     const void *b = c->x.data;
-    if (e->stage_bytes) {
+    if (e->staged) {
         /* Only the bytes the matrix covers: the last row's padding may lie
-         * past the caller's allocation. */
-        size_t es = cgm_dtype_size(c->in_dtype);
-        size_t used = (size_t)((c->x.rows - 1) * e->key.ldx + c->x.cols) * es;
-        CGM_CUDA_TRY(cudaMemcpyAsync(st->stage, c->x.data, used,
-                                     cudaMemcpyDeviceToDevice, stream));
+         * past the caller's allocation. A rank with no rows copies nothing
+         * but still passes the staging buffer. */
+        if (c->x.rows > 0 && c->x.cols > 0) {
+            size_t es = cgm_dtype_size(c->in_dtype);
+            size_t used = (size_t)((c->x.rows - 1) * e->key.ldx + c->x.cols) * es;
+            CGM_TRACE(CGM_SUB_CUBLASMP, "stage X: cudaMemcpyAsync(%p <- %p, "
+                      "%zu B, stream %p)", st->stage, c->x.data, used,
+                      (void *)stream);
+            CGM_CUDA_TRY(cudaMemcpyAsync(st->stage, c->x.data, used,
+                                         cudaMemcpyDeviceToDevice, stream));
+        }
         b = st->stage;
     }
-    const float alpha = 1.0f, beta = c->accumulate ? 1.0f : 0.0f;
+    void *d = e->out.fp32_d ? (e->out.d_bytes ? st->dbuf : NULL) : c->y.data;
+    const float alpha = 1.0f;
+    const float beta = c->accumulate && !e->out.fp32_d ? 1.0f : 0.0f;
+    const void *cptr = beta != 0.0f ? d : NULL;
     CMP_TRY(api->StreamSet(st->handle, stream), "the caller's stream");
+    cmp_trace_matmul(st, "cublasMpMatmul", e, &alpha, c->w.data, b, &beta,
+                     cptr, d, st->ws, st->ws_bytes, e->host_ws, e->host_bytes,
+                     stream);
     CMP_TRY(api->Matmul(st->handle, e->mm, p->m, p->n, p->k, &alpha,
-                        c->w.data, 1, 1, e->a, b, 1, 1, e->b, &beta,
-                        c->accumulate ? c->y.data : NULL, 1, 1,
-                        c->accumulate ? e->d : NULL, c->y.data, 1, 1, e->d,
-                        st->ws, st->ws_bytes, e->host_ws, e->host_bytes),
+                        c->w.data, 1, 1, e->a, b, 1, 1, e->b, &beta, cptr, 1,
+                        1, cptr ? e->d : NULL, d, 1, 1, e->d, st->ws,
+                        st->ws_bytes, e->host_ws, e->host_bytes),
             cgm_op_name(c->op));
+    CGM_TRACE(CGM_SUB_CUBLASMP, "cublasMpMatmul returned SUCCESS");
+    CGM_TRY(finish_output(st, c, e, stream));
+    if (first) {
+        CGM_TRY(first_run_wait(st, c, stream));
+        CGM_TRACE(CGM_SUB_CUBLASMP, "first run of this shape completed");
+    }
 fail:
     return status;
 }

@@ -17,6 +17,7 @@
  * A matrix split along its rows (column-major) lives on the P x 1 grid,
  * one split along its columns on the 1 x P grid. */
 #include <stdio.h>
+#include <string.h>
 #include <strings.h>
 
 #include "backend/cublasmp/cublasmp.h"
@@ -97,6 +98,21 @@ cgm_status cmp_map_problem(const cmp_shape *s, cmp_problem *p) {
                          (int)s->op);
     }
     return CGM_SUCCESS;
+}
+
+void cmp_plan_output(const cmp_shape *s, int rank, int64_t n_local,
+                     cgm_dtype out_dtype, bool has_bias, cmp_output *o) {
+    memset(o, 0, sizeof *o);
+    const bool ag = s->op == CGM_OP_ALL_GATHER_GEMM;
+    const bool rs = s->op == CGM_OP_GEMM_REDUCE_SCATTER;
+    o->y_rows = rs ? cgm_shard_rows(s->m, rank, s->nranks) : s->m;
+    o->y_cols = n_local;
+    o->fp32_d = !ag && out_dtype != CGM_DTYPE_FP32;
+    o->bias_pass = has_bias && !o->fp32_d;
+    if (o->fp32_d) {
+        o->d_lld = max64(1, o->y_cols);
+        o->d_bytes = (size_t)(o->y_rows * o->y_cols) * sizeof(float);
+    }
 }
 
 cgm_status cmp_map_dtype(cgm_dtype dtype, int *cuda_type) {

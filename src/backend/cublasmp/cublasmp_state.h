@@ -4,6 +4,7 @@
 
 #include "backend/cublasmp/cublasmp.h"
 #include "backend/gpu/gpu.h"
+#include "device/device.h"
 
 #define CMP_CACHE 16        /* shapes kept per comm */
 #define CMP_RETIRED_MAX 8   /* outgrown workspaces kept for captured graphs */
@@ -23,9 +24,11 @@ typedef struct cmp_entry {
     cublasMpMatmulDescriptor_t mm;
     void *host_ws;
     size_t host_bytes, dev_bytes;
-    /* AG with a symmetric heap: X's bytes, copied into st->stage so that
-     * cuBLASMp 0.7 can read the gathered operand from NVSHMEM memory. */
-    size_t stage_bytes;
+    /* AG with a symmetric heap: every rank passes st->stage as B (the
+     * same decision on every rank, also for a rank whose shard is empty),
+     * after copying its X shard there. Agreed in prepare(). */
+    bool staged;
+    cmp_output out; /* fp32 D / bias pass (cmp_plan_output) */
 } cmp_entry;
 
 typedef struct cmp_state {
@@ -43,6 +46,14 @@ typedef struct cmp_state {
     bool ws_symmetric; /* ws and stage from nvshmem_malloc */
     void *retired[CMP_RETIRED_MAX];
     int nretired;
+    /* The fp32 D of RS/AR with a 16-bit Y (cudaMalloc, this rank's size;
+     * grown eagerly, outgrown ones kept for captured graphs). */
+    void *dbuf;
+    size_t dbuf_bytes;
+    void *dretired[CMP_RETIRED_MAX];
+    int ndretired;
+    cgm_dev_state *dev; /* for cgm_dev_reduce (never aborts: zeroed) */
+    bool ag_stage;      /* cmp_test_ag_staging when the comm was made */
     cmp_entry cache[CMP_CACHE];
     uint64_t clock;
     const char *algo_override; /* COMMGEMM_CUBLASMP_ALGO */
@@ -61,6 +72,15 @@ typedef struct cmp_state {
 cgm_status cmp_fail(cublasMpStatus_t s, const char *what, const char *context);
 /* Runs one validated call (cublasmp_exec.c). */
 cgm_status cmp_execute(cmp_state *st, const cgm_call *call);
+/* Per-rank argument traces (COMMGEMM_DEBUG=TRACE, subsystem CUBLASMP;
+ * cublasmp_trace.c). */
+void cmp_trace_descriptor(const cmp_state *st, const char *which,
+                          const cmp_geom *g, int type);
+void cmp_trace_matmul(const cmp_state *st, const char *fn,
+                      const cmp_entry *e, const void *alpha, const void *a,
+                      const void *b, const void *beta, const void *c,
+                      const void *d, void *ws, size_t ws_bytes,
+                      void *host_ws, size_t host_bytes, const void *stream);
 /* Frees the descriptor cache (cublasmp_exec.c). */
 void cmp_cache_clear(cmp_state *st);
 

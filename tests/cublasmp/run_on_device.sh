@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# test_cublasmp_gpu on the device machine (2 GPUs), from the repo root:
+#   bash tests/cublasmp/run_on_device.sh     (carry .whl, and .carry if used)
+# Builds only the test's target in build-device (configured by
+# `bash scripts/device-suite.sh build`; configured here the same way when
+# missing), installs the cuBLASMp 0.7.0.125 wheel into /tmp/site, and runs
+# the cases one by one, each bounded by the test itself. The AG cases run
+# first: when the simplest AG call (p2_ag_first) does not complete, the
+# cases that need AG are skipped (saving their bound) and its _nostage and
+# _no_overlap variants say what the hang depends on. Each case's output,
+# its per-rank commgemm trace (COMMGEMM_DEBUG=TRACE, CUBLASMP) and
+# cuBLASMp's own log (CUBLASMP_LOG_LEVEL=5 for the first-call cases) go to
+# $OUT; a summary is printed last and written to $OUT/cublasmp-summary.txt.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/commgemm-out}
+mkdir -p "$OUT"
+B=$PWD/build-device
+T=$B/tests/cublasmp/test_cublasmp_gpu
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+start=$(date +%s)
+
+# The same NCCL and OpenBLAS as scripts/device-suite.sh.
+args=(-DCOMMGEMM_CUDA=ON -DCOMMGEMM_WERROR=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo)
+if ! ls /usr/lib/x86_64-linux-gnu/libopenblas.so /usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so >/dev/null 2>&1; then
+    R=$PWD/.carry/root
+    args+=(-DCOMMGEMM_CBLAS_INCLUDE=$R/usr/include/x86_64-linux-gnu/openblas-pthread
+           -DCOMMGEMM_OPENBLAS_LIB=$R/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so)
+    export LD_LIBRARY_PATH=$R/usr/lib/x86_64-linux-gnu/openblas-pthread:$R/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+fi
+NCCL_DIR=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)
+if [ -n "$NCCL_DIR" ]; then
+    args+=(-DCOMMGEMM_NCCL_INCLUDE=$NCCL_DIR/include -DCOMMGEMM_NCCL_LIB=$(ls $NCCL_DIR/lib/libnccl.so* | head -1))
+    export LD_LIBRARY_PATH=$NCCL_DIR/lib:${LD_LIBRARY_PATH:-}
+fi
+if [ ! -f "$B/CMakeCache.txt" ]; then
+    cmake -S . -B "$B" -G Ninja "${args[@]}" >"$OUT/cmp-configure.log" 2>&1 ||
+        { tail -20 "$OUT/cmp-configure.log"; echo "configure FAILED"; exit 1; }
+fi
+if ! cmake --build "$B" --target test_cublasmp_gpu -j16 >"$OUT/cmp-build.log" 2>&1; then
+    grep -E "error" "$OUT/cmp-build.log" | head -20
+    echo "build of test_cublasmp_gpu FAILED (log: cmp-build.log)"
+    exit 1
+fi
+echo "== built test_cublasmp_gpu in $(($(date +%s) - start)) s"
+
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+    .whl/nvidia_cublasmp_cu13-0.7.0.125-*.whl >"$OUT/cublasmp-install.log" 2>&1
+sp=$(python3 -c 'import site; print(site.getsitepackages()[0])')
+export COMMGEMM_CUBLASMP_LIB=/tmp/site/nvidia/cublasmp/cu13/lib/libcublasmp.so.0 \
+    LD_LIBRARY_PATH=$sp/nvidia/nvshmem/lib:$sp/nvidia/cu13/lib:$sp/nvidia/cublas/lib:${LD_LIBRARY_PATH:-} \
+    NVSHMEM_REMOTE_TRANSPORT=none NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo \
+    COMMGEMM_TEST_REQUIRE_CUBLASMP=1
+{
+    echo "cuBLASMp lib: $COMMGEMM_CUBLASMP_LIB ($(ls -l "$COMMGEMM_CUBLASMP_LIB" 2>&1 | awk '{print $5}') bytes)"
+    echo "NCCL: ${NCCL_DIR:-system}; NVSHMEM: $(ls $sp/nvidia/nvshmem/lib 2>/dev/null | head -3 | tr '\n' ' ')"
+    nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader 2>&1
+} >"$OUT/cmp-env.txt"
+
+summary=()
+# run CASE [diag]: diag adds the per-rank traces and cuBLASMp's log.
+run() {
+    local c=$1 diag=${2:-} rc t0=$(date +%s)
+    local envs=()
+    if [ -n "$diag" ]; then
+        envs=(COMMGEMM_DEBUG=TRACE COMMGEMM_DEBUG_SUBSYS=CUBLASMP
+              "COMMGEMM_DEBUG_FILE=$OUT/trace-$c-%p.log"
+              CUBLASMP_LOG_LEVEL=5 "CUBLASMP_LOG_FILE=$OUT/cublasmp-lib.log")
+    else
+        envs=(CUBLASMP_LOG_LEVEL=2 "CUBLASMP_LOG_FILE=$OUT/cublasmp-lib.log")
+    fi
+    env "${envs[@]}" timeout -s KILL 150 "$T" "$c" >"$OUT/cmp-$c.log" 2>&1
+    rc=$?
+    local line
+    line=$(grep -E "^SUMMARY" "$OUT/cmp-$c.log" | tail -1)
+    summary+=("$c: rc=$rc $(($(date +%s) - t0)) s | ${line:-no summary (see cmp-$c.log)}")
+    grep -E "^FAILURE" "$OUT/cmp-$c.log" | head -6 | sed 's/^/    /'
+    echo "== $c: rc=$rc"
+    return $rc
+}
+
+run p1_all_ops
+ag_ok=1
+run p2_ag_first diag || ag_ok=0
+run p2_ag_first_nostage diag
+run p2_ag_first_no_overlap diag
+run p2_rs_first diag
+for c in p2_rs_even p2_rs_uneven p2_ar_even p2_ar_uneven p2_capture_rs; do run $c; done
+if [ $ag_ok = 1 ]; then
+    for c in p2_ag_even p2_ag_uneven p2_mixed_with_p2p p2_rejects p2_capture_ag; do run $c; done
+else
+    summary+=("p2_ag_even p2_ag_uneven p2_mixed_with_p2p p2_rejects p2_capture_ag: NOT RUN (p2_ag_first did not pass)")
+fi
+{
+    echo "cublasmp GPU cases ($(($(date +%s) - start)) s in all):"
+    printf '  %s\n' "${summary[@]}"
+    grep -hE "^# " "$OUT"/cmp-*.log | sort | uniq | sed 's/^/  /'
+} | tee "$OUT/cublasmp-summary.txt"
