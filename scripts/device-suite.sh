@@ -25,7 +25,7 @@ if [ -n "$NCCL_DIR" ]; then # the NCCL torch uses, so torch and commgemm share o
     export LD_LIBRARY_PATH=$NCCL_DIR/lib:${LD_LIBRARY_PATH:-}
 fi
 summary=()
-note() { summary+=("$1"); echo "== $1"; }
+note() { summary+=("$1"); echo "== $1"; echo "$1" >>"$OUT/summary.txt"; } # appended at once: a cut-off run keeps what it measured
 
 stage_build() {
     cmake -S . -B "$B" -G Ninja "${args[@]}" >"$OUT/configure.log" 2>&1 || { tail -20 "$OUT/configure.log"; note "build: configure FAILED"; return 1; }
@@ -80,4 +80,4 @@ for s in "$@"; do
     *) echo "unknown stage $s"; exit 2 ;;
     esac
 done
-printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
+printf '%s\n' "${summary[@]}"

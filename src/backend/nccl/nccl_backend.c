@@ -1,214 +1,13 @@
 /* The nccl backend: probe, init (split communicator, streams, workspaces),
- * the watchdog, the asynchronous error, finalize and the op entry points.
- * Schedules are in nccl_ops.c and nccl_bulk.c, shared machinery in
- * nccl_exec.c. */
+ * finalize and the op entry points. Bounded calls and the watchdog are in
+ * nccl_watch.c, schedules in nccl_ops.c and nccl_bulk.c, shared machinery
+ * in nccl_exec.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "backend/nccl/nccl_backend.h"
-
-/* Our event and stream queries are "potentially unsafe" calls that a
- * global-mode graph capture (ours or another thread's) forbids, and a
- * forbidden call would invalidate that capture: relax this thread's mode
- * around them (as PyTorch's NCCL watchdog does). */
-static enum cudaStreamCaptureMode relax_capture(void) {
-    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) {
-        (void)cudaGetLastError();
-        mode = cudaStreamCaptureModeRelaxed;
-    }
-    return mode;
-}
-
-static void restore_capture(enum cudaStreamCaptureMode mode) {
-    if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess)
-        (void)cudaGetLastError();
-}
-
-/* ------------------------------------------------------------ errors */
-
-void ncclb_fail_locked(ncclb_state *st, cgm_status status) {
-    if (st->async_status == CGM_SUCCESS) {
-        st->async_status = status;
-        snprintf(st->async_message, sizeof st->async_message, "%s",
-                 cgm_last_error());
-    }
-    if (st->nccl) {
-        /* Makes NCCL's kernels return so that the streams drain. */
-        (void)ncclCommAbort(st->nccl);
-        st->nccl = NULL;
-    }
-}
-
-static cgm_status nccl_async_status(ncclResult_t r) {
-    return r == ncclRemoteError || r == ncclSystemError
-               ? CGM_ERROR_PEER_FAILED
-               : CGM_ERROR_NCCL;
-}
-
-cgm_status ncclb_settle(ncclb_state *st, ncclResult_t issued,
-                        const char *what) {
-    if (issued == ncclSuccess) return CGM_SUCCESS;
-    if (!st->nccl)
-        return cgm_error(st->async_status ? st->async_status
-                                          : CGM_ERROR_INTERNAL,
-                         "%s: the nccl backend's communicator was aborted "
-                         "(%s); destroy the comm", what, st->async_message);
-    if (issued != ncclInProgress) {
-        /* The peers did their part of this call: ours failed, so the
-         * comm cannot stay in step with them. */
-        cgm_status s = cgm_nccl_fail(issued, what, __FILE__, __LINE__);
-        if (nccl_async_status(issued) == CGM_ERROR_PEER_FAILED)
-            s = cgm_error(CGM_ERROR_PEER_FAILED,
-                          "%s: NCCL reports %s on rank %d (detail: %s); a "
-                          "peer died or its network failed; the comm is "
-                          "broken: destroy it", what,
-                          ncclGetErrorString(issued), st->rank,
-                          ncclGetLastError(st->nccl));
-        ncclb_fail_locked(st, s);
-        return s;
-    }
-    int64_t deadline = cgm_now_ns() + st->timeout_ms * 1000000;
-    for (;;) {
-        ncclResult_t async = ncclSuccess;
-        ncclResult_t q = ncclCommGetAsyncError(st->nccl, &async);
-        if (q != ncclSuccess) async = q;
-        if (async == ncclSuccess) return CGM_SUCCESS;
-        if (async != ncclInProgress) {
-            cgm_status s = cgm_error(
-                nccl_async_status(async),
-                "%s: expected NCCL to accept the operation, found %s (NCCL's "
-                "detail: %s) on rank %d; a peer failed or the communicator "
-                "broke; the comm is broken: destroy it (NCCL_DEBUG=WARN says "
-                "more)", what, ncclGetErrorString(async),
-                ncclGetLastError(st->nccl), st->rank);
-            ncclb_fail_locked(st, s);
-            return s;
-        }
-        if (cgm_now_ns() > deadline) {
-            cgm_status s = cgm_error(
-                CGM_ERROR_TIMEOUT,
-                "%s: rank %d waited %lld ms (timeout_ms, COMMGEMM_TIMEOUT_MS) "
-                "for NCCL to set up the operation, which needs every peer; a "
-                "peer did not take part (NCCL does not say which); expected "
-                "every rank to make the same calls in the same order; the "
-                "comm is broken: destroy it", what, st->rank,
-                (long long)st->timeout_ms);
-            ncclb_fail_locked(st, s);
-            return s;
-        }
-        usleep(20);
-    }
-}
-
-/* ------------------------------------------------------------ watchdog */
-
-static void watch_expired(ncclb_state *st, ncclb_watch *w, int64_t waited) {
-    int step = -1;
-    for (int i = 0; i < w->nsteps && step < 0; i++)
-        if (cudaEventQuery(w->steps[i]) == cudaErrorNotReady) step = i;
-    (void)cudaGetLastError();
-    char who[200];
-    if (step >= 0 && w->step_from[step] >= 0 &&
-        w->step_from[step] == w->step_to[step])
-        snprintf(who, sizeof who, "exchange step %d with rank %d never "
-                 "finished: rank %d did not take part", step + 1,
-                 w->step_from[step], w->step_from[step]);
-    else if (step >= 0 && w->step_from[step] >= 0)
-        snprintf(who, sizeof who, "exchange step %d (receiving from rank %d, "
-                 "sending to rank %d) never finished: rank %d or rank %d did "
-                 "not take part", step + 1, w->step_from[step],
-                 w->step_to[step], w->step_from[step], w->step_to[step]);
-    else if (step >= 0)
-        snprintf(who, sizeof who, "its exchange step %d never finished: a "
-                 "peer did not take part (NCCL does not say which)", step + 1);
-    else
-        snprintf(who, sizeof who, "a peer did not take part (NCCL does not "
-                 "say which), or device work before it never finished");
-    cgm_status s = cgm_error(
-        CGM_ERROR_TIMEOUT,
-        "nccl backend: %s on rank %d did not complete within %lld ms of "
-        "starting (timeout_ms, COMMGEMM_TIMEOUT_MS; waited %lld ms): %s; "
-        "expected every rank to make the same calls in the same order; the "
-        "NCCL communicator was aborted and the comm is broken: destroy it",
-        w->what, st->rank, (long long)st->timeout_ms,
-        (long long)(waited / 1000000), who);
-    ncclb_fail_locked(st, s);
-}
-
-/* One round of checks (lock held): NCCL's async error and every watched
- * op's deadline. */
-static void watch_poll_locked(ncclb_state *st) {
-    if (!st->nccl || st->async_status != CGM_SUCCESS) return;
-    ncclResult_t async = ncclSuccess;
-    if (ncclCommGetAsyncError(st->nccl, &async) == ncclSuccess &&
-        async != ncclSuccess && async != ncclInProgress) {
-        cgm_status s = cgm_error(
-            nccl_async_status(async),
-            "nccl backend: NCCL reports an asynchronous error on rank %d: %s "
-            "(detail: %s); a peer died or the network failed; the comm is "
-            "broken: destroy it", st->rank, ncclGetErrorString(async),
-            ncclGetLastError(st->nccl));
-        ncclb_fail_locked(st, s);
-        return;
-    }
-    int64_t now = cgm_now_ns();
-    for (int i = 0; i < NCCLB_WATCH_SLOTS; i++) {
-        ncclb_watch *w = &st->watch[i];
-        if (!w->busy) continue;
-        if (!w->started) {
-            cudaError_t q = cudaEventQuery(w->start);
-            if (q == cudaErrorNotReady) continue;
-            (void)cudaGetLastError();
-            w->started = true;
-            w->started_ns = now;
-        }
-        cudaError_t q = cudaEventQuery(w->done);
-        if (q != cudaErrorNotReady) {
-            (void)cudaGetLastError();
-            w->busy = false;
-            continue;
-        }
-        if (now - w->started_ns > st->timeout_ms * 1000000) {
-            watch_expired(st, w, now - w->started_ns);
-            return;
-        }
-    }
-}
-
-static void *watchdog_main(void *arg) {
-    ncclb_state *st = arg;
-    (void)cudaSetDevice(st->device);
-    (void)relax_capture(); /* for the thread's lifetime */
-    int64_t interval_us = st->timeout_ms * 1000 / 20;
-    if (interval_us > 50000) interval_us = 50000;
-    if (interval_us < 1000) interval_us = 1000;
-    while (!__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE)) {
-        if (pthread_mutex_trylock(&st->lock) == 0) {
-            watch_poll_locked(st);
-            pthread_mutex_unlock(&st->lock);
-        }
-        usleep((useconds_t)interval_us);
-    }
-    return NULL;
-}
-
-static cgm_status ncclb_async_error(cgm_comm *comm, void *state) {
-    ncclb_state *st = state;
-    (void)comm;
-    if (!st) return CGM_SUCCESS;
-    cgm_status s = CGM_SUCCESS;
-    enum cudaStreamCaptureMode mode = relax_capture();
-    pthread_mutex_lock(&st->lock);
-    watch_poll_locked(st);
-    if (st->async_status != CGM_SUCCESS)
-        s = cgm_error(st->async_status, "%s", st->async_message);
-    pthread_mutex_unlock(&st->lock);
-    restore_capture(mode);
-    return s;
-}
 
 /* ------------------------------------------------------------ lifetime */
 
@@ -239,10 +38,8 @@ static void state_free(ncclb_state *st, bool drained) {
         pthread_join(st->watchdog, NULL);
         st->watchdog_running = false;
     }
-    if (st->nccl) {
-        (void)ncclCommAbort(st->nccl);
-        st->nccl = NULL;
-    }
+    ncclb_abort_comm(st);
+    st->nccl = NULL;
     if (!drained) {
         /* Device work may still use the memory: leak it, free nothing a
          * kernel might touch. Streams are released when their work ends. */
@@ -277,24 +74,95 @@ static void state_free(ncclb_state *st, bool drained) {
     free(st);
 }
 
+/* A blocking ncclCommSplit runs on a helper thread so that init stays
+ * bounded: if a peer never splits, init returns CGM_ERROR_TIMEOUT and the
+ * thread (and its job) is left behind, blocked in NCCL until the caller
+ * aborts its own communicator. */
+typedef struct split_job {
+    ncclComm_t parent, child;
+    ncclConfig_t config;
+    int rank, device, done;
+    ncclResult_t result;
+} split_job;
+
+static void *split_main(void *arg) {
+    split_job *j = arg;
+    (void)cudaSetDevice(j->device);
+    j->result = ncclCommSplit(j->parent, 0, j->rank, &j->child, &j->config);
+    __atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static cgm_status split_blocking(ncclb_state *st, ncclComm_t parent,
+                                 const ncclConfig_t *config) {
+    split_job *j = calloc(1, sizeof *j);
+    if (!j) return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "calloc split job");
+    j->parent = parent;
+    j->config = *config;
+    j->rank = st->rank;
+    j->device = st->device;
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, split_main, j) != 0) {
+        free(j);
+        return cgm_error(CGM_ERROR_SYSTEM, "nccl backend: could not start "
+                         "the thread of ncclCommSplit (pthread_create)");
+    }
+    int64_t deadline = cgm_now_ns() + st->timeout_ms * 1000000;
+    while (!__atomic_load_n(&j->done, __ATOMIC_ACQUIRE)) {
+        if (cgm_now_ns() > deadline) {
+            pthread_detach(thread); /* j stays with the thread */
+            return cgm_error(CGM_ERROR_TIMEOUT,
+                             "ncclCommSplit of the caller's communicator: "
+                             "rank %d waited %lld ms (timeout_ms, "
+                             "COMMGEMM_TIMEOUT_MS) for every rank to create "
+                             "the nccl backend's communicator; a peer did not "
+                             "create its comm; the caller's communicator is "
+                             "inside a collective split: abort it",
+                             st->rank, (long long)st->timeout_ms);
+        }
+        usleep(200);
+    }
+    pthread_join(thread, NULL);
+    ncclResult_t r = j->result;
+    st->nccl = r == ncclSuccess ? j->child : NULL;
+    free(j);
+    if (r != ncclSuccess)
+        return cgm_nccl_fail(r, "ncclCommSplit of the caller's communicator",
+                             __FILE__, __LINE__);
+    return CGM_SUCCESS;
+}
+
 static cgm_status split_comm(ncclb_state *st, ncclComm_t parent) {
     cgm_status status = CGM_SUCCESS;
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0; /* every call returns; we bound the waits */
-    config.minCTAs = 1;
-    config.maxCTAs = st->max_ctas;
+    config.blocking = st->blocking ? 1 : 0;
+    if (st->max_ctas > 0) {
+        config.minCTAs = 1;
+        config.maxCTAs = st->max_ctas;
+    } /* else NCCL's defaults, as on the caller's communicator */
     config.splitShare = 0; /* aborting ours must not touch the caller's */
     config.commName = "commgemm-nccl";
-    ncclResult_t r = ncclCommSplit(parent, 0, st->rank, &st->nccl, &config);
-    if (r != ncclSuccess && r != ncclInProgress) {
-        st->nccl = NULL;
-        CGM_NCCL_TRY(r);
+    if (st->blocking) {
+        CGM_TRY(split_blocking(st, parent, &config));
+    } else {
+        ncclResult_t r = ncclCommSplit(parent, 0, st->rank, &st->nccl,
+                                       &config);
+        if (r != ncclSuccess && r != ncclInProgress) {
+            st->nccl = NULL;
+            CGM_NCCL_TRY(r);
+        }
+        if (!st->nccl)
+            return cgm_error(CGM_ERROR_INTERNAL, "ncclCommSplit returned no "
+                             "communicator for rank %d", st->rank);
+        __atomic_store_n(&st->abort_handle, st->nccl, __ATOMIC_RELEASE);
+        status = ncclb_settle(st, ncclInProgress, "ncclCommSplit of the "
+                              "caller's communicator");
     }
-    if (!st->nccl)
+    if (status == CGM_SUCCESS && !st->nccl)
         return cgm_error(CGM_ERROR_INTERNAL, "ncclCommSplit returned no "
                          "communicator for rank %d", st->rank);
-    status = ncclb_settle(st, ncclInProgress, "ncclCommSplit of the caller's "
-                          "communicator");
+    if (status == CGM_SUCCESS)
+        __atomic_store_n(&st->abort_handle, st->nccl, __ATOMIC_RELEASE);
 fail:
     return status;
 }
@@ -316,22 +184,36 @@ static cgm_status ncclb_init(cgm_comm *comm, void **state) {
         return cgm_error(CGM_ERROR_SYSTEM, "pthread_mutex_init failed");
     }
     st->lock_ready = true;
-    int64_t ctas = 8;
-    bool from_env = false;
+    int64_t ctas = 0, blocking = 1;
+    bool from_env = false, blocking_from_env = false;
     CGM_TRY(cgm_param_int("COMMGEMM_NCCL_MAX_CTAS", &ctas, &from_env));
-    if (ctas < 1 || ctas > 64) {
+    if (ctas < 0 || ctas > 64) {
         status = cgm_error(CGM_ERROR_INVALID_ARGUMENT,
-                           "COMMGEMM_NCCL_MAX_CTAS=%lld: expected 1..64; set "
-                           "it in range or unset it (default 8)",
-                           (long long)ctas);
+                           "COMMGEMM_NCCL_MAX_CTAS=%lld: expected 0 (NCCL's "
+                           "choice) or 1..64; set it in range or unset it "
+                           "(default 0)", (long long)ctas);
         goto fail;
     }
     st->max_ctas = (int)ctas;
-    CGM_INFO(CGM_SUB_NCCL, "COMMGEMM_NCCL_MAX_CTAS=%d from %s", st->max_ctas,
+    CGM_INFO(CGM_SUB_NCCL, "COMMGEMM_NCCL_MAX_CTAS=%d (%s) from %s",
+             st->max_ctas, st->max_ctas ? "at most that many" : "NCCL's choice",
              from_env ? "environment" : "default");
+    CGM_TRY(cgm_param_int("COMMGEMM_NCCL_BLOCKING", &blocking, &blocking_from_env));
+    if (blocking != 0 && blocking != 1) {
+        status = cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                           "COMMGEMM_NCCL_BLOCKING=%lld: expected 1 "
+                           "(blocking split comm, the default) or 0 "
+                           "(non-blocking); set it to 0 or 1 or unset it",
+                           (long long)blocking);
+        goto fail;
+    }
+    st->blocking = blocking == 1;
     CGM_CUDA_TRY(cudaGetDevice(&previous));
     CGM_CUDA_TRY(cudaSetDevice(st->device));
     CGM_TRY(split_comm(st, (ncclComm_t)comm->nccl_comm));
+    CGM_INFO(CGM_SUB_NCCL, "nccl backend: %s split comm (COMMGEMM_NCCL_"
+             "BLOCKING=%d)", st->blocking ? "blocking" : "non-blocking",
+             st->blocking ? 1 : 0);
 
     int least = 0, greatest = 0;
     CGM_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
@@ -383,7 +265,7 @@ static cgm_status ncclb_init(cgm_comm *comm, void **state) {
             CGM_TRY(ncclb_ensure_buffer(st, NCCLB_BUF_RECV, false));
     }
     CGM_CUDA_TRY(cudaDeviceSynchronize());
-    if (pthread_create(&st->watchdog, NULL, watchdog_main, st) != 0) {
+    if (pthread_create(&st->watchdog, NULL, ncclb_watchdog_main, st) != 0) {
         status = cgm_error(CGM_ERROR_SYSTEM, "nccl backend: could not start "
                            "its watchdog thread (pthread_create failed)");
         goto fail;
@@ -394,9 +276,14 @@ static cgm_status ncclb_init(cgm_comm *comm, void **state) {
         CGM_INFO(CGM_SUB_NCCL, "NCCL_NVLS_ENABLE is %s: the bulk collectives "
                  "may use NVLink multicast; set NCCL_NVLS_ENABLE=0 to keep "
                  "them off it", nvls ? nvls : "unset");
-    CGM_INFO(CGM_SUB_NCCL, "nccl backend ready: rank %d of %d on device %d, "
-             "split comm with at most %d CTAs", st->rank, st->nranks,
-             st->device, st->max_ctas);
+    if (st->max_ctas)
+        CGM_INFO(CGM_SUB_NCCL, "nccl backend ready: rank %d of %d on device "
+                 "%d, split comm with at most %d CTAs", st->rank, st->nranks,
+                 st->device, st->max_ctas);
+    else
+        CGM_INFO(CGM_SUB_NCCL, "nccl backend ready: rank %d of %d on device "
+                 "%d, split comm with NCCL's default CTAs", st->rank,
+                 st->nranks, st->device);
     if (previous >= 0 && previous != st->device) cudaSetDevice(previous);
     *state = st;
     return CGM_SUCCESS;
@@ -426,11 +313,11 @@ static cgm_status ncclb_finalize(cgm_comm *comm, void *state) {
     int previous = -1;
     if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
     (void)cudaSetDevice(st->device);
-    if (st->watchdog_running) {
-        __atomic_store_n(&st->stop, 1, __ATOMIC_RELEASE);
-        pthread_join(st->watchdog, NULL);
-        st->watchdog_running = false;
-    }
+    /* From here the watchdog watches no op, only the blocked-call guard
+     * (around ncclCommFinalize on a blocking comm); stopped at the end. */
+    __atomic_store_n(&st->finalizing, 1, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&st->lock); /* waits out a poll in progress */
+    pthread_mutex_unlock(&st->lock);
     int64_t deadline = cgm_now_ns() + st->timeout_ms * 1000000;
     bool drained = drain(st->comm_stream, deadline);
     for (int i = 0; i < NCCLB_COMPUTE_STREAMS && drained; i++)
@@ -443,7 +330,7 @@ static cgm_status ncclb_finalize(cgm_comm *comm, void *state) {
                            "did not take part in an earlier op; the NCCL "
                            "communicator was aborted", st->rank,
                            (long long)st->timeout_ms);
-        (void)ncclCommAbort(st->nccl);
+        ncclb_abort_comm(st);
         st->nccl = NULL;
         deadline = cgm_now_ns() + st->timeout_ms * 1000000;
         drained = drain(st->comm_stream, deadline);
@@ -454,11 +341,19 @@ static cgm_status ncclb_finalize(cgm_comm *comm, void *state) {
         st->async_status == CGM_SUCCESS) {
         /* Clean shutdown: finalize (bounded), then destroy. */
         pthread_mutex_lock(&st->lock);
-        cgm_status s = ncclb_settle(st, ncclCommFinalize(st->nccl),
-                                    "ncclCommFinalize");
-        if (s == CGM_SUCCESS && st->nccl) {
-            (void)ncclCommDestroy(st->nccl);
+        cgm_status s = ncclb_call_enter(st, "ncclCommFinalize");
+        if (s == CGM_SUCCESS)
+            s = ncclb_settle(st, ncclCommFinalize(st->nccl),
+                             "ncclCommFinalize");
+        ncclComm_t c = NULL;
+        if (s == CGM_SUCCESS && st->nccl)
+            c = __atomic_exchange_n(&st->abort_handle, (ncclComm_t)NULL,
+                                    __ATOMIC_ACQ_REL);
+        if (c) {
+            (void)ncclCommDestroy(c);
             st->nccl = NULL;
+        } else if (s == CGM_SUCCESS) {
+            st->nccl = NULL; /* the watchdog aborted it */
         } else if (status == CGM_SUCCESS) {
             status = s;
         }
@@ -475,7 +370,7 @@ static cgm_status ncclb_run(cgm_comm *comm, void *state, const cgm_call *call) {
     int previous = -1;
     cgm_status status = CGM_SUCCESS;
     (void)comm;
-    enum cudaStreamCaptureMode mode = relax_capture();
+    enum cudaStreamCaptureMode mode = ncclb_relax_capture();
     CGM_CUDA_TRY(cudaGetDevice(&previous));
     if (previous != st->device) CGM_CUDA_TRY(cudaSetDevice(st->device));
     ncclb_op op;
@@ -493,7 +388,7 @@ static cgm_status ncclb_run(cgm_comm *comm, void *state, const cgm_call *call) {
     status = ncclb_op_end(&op, status);
 fail:
     if (previous >= 0 && previous != st->device) cudaSetDevice(previous);
-    restore_capture(mode);
+    ncclb_restore_capture(mode);
     return status;
 }
 

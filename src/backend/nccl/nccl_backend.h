@@ -1,7 +1,8 @@
 /* The nccl backend: internal header.
  *
- * Per comm: its own NCCL communicator split from the caller's (few CTAs,
- * non-blocking, so every NCCL call is bounded), a comm stream for the NCCL
+ * Per comm: its own NCCL communicator split from the caller's (blocking by
+ * default, cheap to issue; a host call that blocks longer than the timeout
+ * is aborted by the watchdog thread), a comm stream for the NCCL
  * transfers and compute streams for cuBLASLt chunks, workspaces sized from
  * the config's maxima, an event pool for cross-stream dependencies and a
  * watchdog thread that bounds every in-flight op (ncclCommAbort on expiry).
@@ -23,6 +24,10 @@ extern "C" {
 #define NCCLB_SIGNATURE_CACHE 256
 #define NCCLB_WATCH_SLOTS 64
 #define NCCLB_LT_WORKSPACE (32u << 20)
+/* Auto splits keep every transferred piece at least this large, so that
+ * the per-call cost (host launch, NCCL's per-call setup) stays small
+ * beside the transfer itself. */
+#define NCCLB_MIN_PIECE_BYTES ((size_t)4 << 20)
 
 /* Workspaces, each allocated once (at init for the ops configured to this
  * backend, else at the first eager call that needs it), sized from the
@@ -55,8 +60,20 @@ typedef struct ncclb_state {
     cgm_comm *comm;
     int rank, nranks, device;
     int64_t timeout_ms;
-    int max_ctas;
+    int max_ctas;    /* 0: NCCL's own choice */
+    bool blocking;   /* config.blocking of the split comm */
     ncclComm_t nccl; /* the split comm; NULL after an abort */
+    /* The same handle for aborting: whoever exchanges it to NULL first
+     * (op thread, watchdog, finalize) aborts or destroys the comm, once. */
+    ncclComm_t abort_handle;
+    /* Blocked-call guard (atomics, read by the watchdog without the
+     * lock): when the op thread is inside an NCCL call, since when and
+     * which; guard_fired once the watchdog aborted the comm under it. */
+    int64_t call_since_ns;
+    const char *call_what;
+    int guard_fired;
+    char guard_message[400];
+    int finalizing; /* atomic: the watchdog then runs only the guard */
 
     cudaStream_t comm_stream;
     cudaStream_t compute[NCCLB_COMPUTE_STREAMS];
@@ -89,13 +106,25 @@ typedef struct ncclb_state {
     char async_message[640];
 } ncclb_state;
 
-/* ---- nccl_backend.c */
-/* Bounded: polls the (non-blocking) split comm until an issued NCCL call
- * completed its enqueue; on expiry aborts the comm. Call with the lock. */
+/* ---- nccl_watch.c */
+/* Relaxes this thread's capture mode around event/stream queries (a
+ * global-mode capture would otherwise be invalidated); restore after. */
+enum cudaStreamCaptureMode ncclb_relax_capture(void);
+void ncclb_restore_capture(enum cudaStreamCaptureMode mode);
+void *ncclb_watchdog_main(void *arg);
+cgm_status ncclb_async_error(cgm_comm *comm, void *state);
+/* Call right before an NCCL call on the split comm (lock held): arms the
+ * watchdog's blocked-call guard. Returns an error if the comm is gone. */
+cgm_status ncclb_call_enter(ncclb_state *st, const char *what);
+/* Right after it: disarms the guard, reports an abort the watchdog did
+ * meanwhile, and (non-blocking comm) polls until NCCL accepted the call,
+ * bounded; on an NCCL error or expiry aborts the comm. Lock held. */
 cgm_status ncclb_settle(ncclb_state *st, ncclResult_t issued, const char *what);
 /* Marks the backend broken with `status` and the current detail, aborting
  * the split comm. Call with the lock held. */
 void ncclb_fail_locked(ncclb_state *st, cgm_status status);
+/* Aborts the split comm unless someone already did (any thread). */
+void ncclb_abort_comm(ncclb_state *st);
 
 /* ---- nccl_exec.c: shared machinery of the ops */
 typedef struct ncclb_op {
@@ -123,13 +152,18 @@ cgm_status ncclb_event(ncclb_op *op, cudaEvent_t *out);
 cudaStream_t ncclb_next_compute(ncclb_op *op);
 /* Records a watch step on the comm stream (no-op inside capture). */
 void ncclb_watch_step(ncclb_op *op, int from, int to);
+/* A watch step after one call with every peer: names the peer when P = 2. */
+void ncclb_watch_group(ncclb_op *op);
 /* A GEMM on `stream` with the lt workspace that belongs to it. */
 cgm_status ncclb_gemm(ncclb_op *op, const cgm_lt_gemm_args *args,
                       cudaStream_t stream);
 /* Pieces of shard `shard`: count and rows/offset (inside the shard) of
  * piece q. The split count is the call's, clamped to the shard's rows. */
 int ncclb_pieces(int64_t shard_rows, int splits);
-int ncclb_splits(const cgm_call *call, int64_t m, int nranks);
+/* Pieces per shard: the call's hint, else auto (row_bytes: bytes one row
+ * puts on the wire; identical on every rank for one signature). */
+int ncclb_splits(const cgm_call *call, int64_t m, int nranks,
+                 size_t row_bytes);
 
 /* One grouped round of point-to-point transfers on the comm stream (bytes;
  * zero-byte halves are skipped), bounded by ncclb_settle. */

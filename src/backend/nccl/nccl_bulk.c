@@ -64,10 +64,7 @@ static cgm_status bulk_all_gather(ncclb_op *op) {
     CGM_TRY(copy_rows(at(R, off * cols, es), cols, c->send.data,
                       ncclb_ld(&c->send), mr, cols, es, st->comm_stream));
     if (M % P == 0 && M > 0 && cols > 0) {
-        if (!st->nccl) {
-            status = cgm_error(st->async_status, "%s", st->async_message);
-            goto fail;
-        }
+        CGM_TRY(ncclb_call_enter(st, "bulk: ncclAllGather"));
         CGM_TRY(ncclb_settle(st,
                              ncclAllGather(at(R, off * cols, es), R,
                                            (size_t)(mr * cols) * es, ncclUint8,
@@ -90,7 +87,7 @@ static cgm_status bulk_all_gather(ncclb_op *op) {
         CGM_TRY(ncclb_exchange(st, x, count, "bulk: all-gathering uneven "
                                "shards"));
     }
-    ncclb_watch_step(op, -1, -1);
+    ncclb_watch_group(op);
     if (!dense)
         CGM_TRY(copy_rows(c->recv.data, ncclb_ld(&c->recv), R, cols, M, cols,
                           es, st->comm_stream));
@@ -112,17 +109,14 @@ static cgm_status bulk_reduce_scatter(ncclb_op *op) {
     ncclb_xfer *x = NULL;
     if (c->coll_dtype == CGM_DTYPE_FP32 && M % P == 0 && send_dense &&
         recv_dense && M > 0 && cols > 0) {
-        if (!st->nccl) {
-            status = cgm_error(st->async_status, "%s", st->async_message);
-            goto fail;
-        }
+        CGM_TRY(ncclb_call_enter(st, "bulk: ncclReduceScatter"));
         CGM_TRY(ncclb_settle(st,
                              ncclReduceScatter(c->send.data, c->recv.data,
                                                (size_t)(mr * cols), ncclFloat32,
                                                ncclSum, st->nccl,
                                                st->comm_stream),
                              "bulk: ncclReduceScatter"));
-        ncclb_watch_step(op, -1, -1);
+        ncclb_watch_group(op);
         return CGM_SUCCESS;
     }
     /* Rows ship from a dense copy of send when send is strided. */
@@ -151,7 +145,7 @@ static cgm_status bulk_reduce_scatter(ncclb_op *op) {
         x[count++] = t;
     }
     CGM_TRY(ncclb_exchange(st, x, count, "bulk: reduce-scatter exchange"));
-    ncclb_watch_step(op, -1, -1);
+    ncclb_watch_group(op);
     cgm_dev_reduce_args ra;
     memset(&ra, 0, sizeof ra);
     ra.nsources = P;

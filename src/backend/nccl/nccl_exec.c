@@ -142,8 +142,12 @@ fail:
     return status;
 }
 
-/* Frees finished watch slots; returns a free one or -1 (lock held). */
+/* A free watch slot, or -1 (lock held). Finished slots are freed by the
+ * watchdog; only when none is free does this query the done events (at
+ * most NCCLB_WATCH_SLOTS queries, not on every op). */
 static int watch_slot(ncclb_state *st) {
+    for (int i = 0; i < NCCLB_WATCH_SLOTS; i++)
+        if (!st->watch[i].busy) return i;
     int free_slot = -1;
     for (int i = 0; i < NCCLB_WATCH_SLOTS; i++) {
         ncclb_watch *w = &st->watch[i];
@@ -267,6 +271,12 @@ cudaStream_t ncclb_next_compute(ncclb_op *op) {
     return s;
 }
 
+void ncclb_watch_group(ncclb_op *op) {
+    const int P = op->st->nranks;
+    int peer = P == 2 ? 1 - op->st->rank : -1;
+    ncclb_watch_step(op, peer, peer);
+}
+
 void ncclb_watch_step(ncclb_op *op, int from, int to) {
     if (op->watch < 0) return;
     ncclb_watch *w = &op->st->watch[op->watch];
@@ -296,14 +306,20 @@ int ncclb_pieces(int64_t shard_rows, int splits) {
 }
 
 /* Pieces per shard: the hint, else enough for ~8 pipeline stages overall
- * with pieces of at least 256 rows. */
-int ncclb_splits(const cgm_call *call, int64_t m, int nranks) {
+ * with pieces of at least 256 rows and NCCLB_MIN_PIECE_BYTES on the wire
+ * (each piece is one NCCL call: smaller ones cost more in launch and
+ * per-call setup than they gain in overlap). */
+int ncclb_splits(const cgm_call *call, int64_t m, int nranks,
+                 size_t row_bytes) {
     int s = call->splits;
     if (s <= 0) {
         int64_t shard = cgm_ceil_div(m, nranks);
         int64_t want = cgm_ceil_div(8, nranks);
         int64_t by_rows = shard / 256;
+        int64_t by_bytes =
+            (int64_t)(((size_t)shard * row_bytes) / NCCLB_MIN_PIECE_BYTES);
         s = (int)(want < by_rows ? want : by_rows);
+        if (by_bytes < s) s = (int)by_bytes;
     }
     if (s < 1) s = 1;
     if (s > NCCLB_MAX_SPLITS) s = NCCLB_MAX_SPLITS;
@@ -328,10 +344,8 @@ cgm_status ncclb_exchange(ncclb_state *st, const ncclb_xfer *x, int count,
     for (int i = 0; i < count; i++)
         any |= x[i].send_bytes > 0 || x[i].recv_bytes > 0;
     if (!any) return CGM_SUCCESS;
-    if (!st->nccl)
-        return cgm_error(st->async_status ? st->async_status
-                                          : CGM_ERROR_INTERNAL,
-                         "%s: %s", what, st->async_message);
+    cgm_status status = ncclb_call_enter(st, what);
+    if (status != CGM_SUCCESS) return status;
     ncclResult_t r = ncclGroupStart();
     for (int i = 0; i < count && r == ncclSuccess; i++) {
         if (x[i].send_bytes)

@@ -56,7 +56,7 @@ static cgm_status copy_gathered(ncclb_op *op, const char *G) {
                                        st->comm_stream));
         return CGM_SUCCESS;
     }
-    const int S = ncclb_splits(c, c->m, st->nranks);
+    const int S = ncclb_splits(c, c->m, st->nranks, (size_t)k * es);
     for (int j = 0; j < st->nranks; j++)
         for (int q = 0; q < S; q++) {
             ncclb_piece p = ncclb_piece_of(c->m, st->nranks, j, S, q);
@@ -85,6 +85,46 @@ static cgm_status gathered_gemm(ncclb_op *op, const char *G, ncclb_piece p,
     return ncclb_gemm(op, &g, stream);
 }
 
+/* no_overlap: everything in one NCCL call. Even shards: ncclAllGather
+ * (out of place from `own`, which also fills this rank's slot of G);
+ * uneven: one group of sends/receives with every peer. */
+static cgm_status gather_all(ncclb_op *op, char *G, const char *own,
+                             bool even) {
+    cgm_status status = CGM_SUCCESS;
+    ncclb_state *st = op->st;
+    const cgm_call *c = op->call;
+    const int P = st->nranks, r = st->rank;
+    const int64_t m = c->m, k = c->k;
+    const size_t es = cgm_dtype_size(c->in_dtype);
+    const int64_t mr = cgm_shard_rows(m, r, P);
+    ncclb_xfer *x = NULL;
+    if (even) {
+        const char *what = "AG+GEMM: ncclAllGather of X";
+        CGM_TRY(ncclb_call_enter(st, what));
+        CGM_TRY(ncclb_settle(st,
+                             ncclAllGather(own, G, (size_t)(mr * k) * es,
+                                           ncclUint8, st->nccl,
+                                           st->comm_stream),
+                             what));
+    } else {
+        x = calloc((size_t)P, sizeof *x);
+        if (!x) return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "transfer list");
+        int count = 0;
+        for (int p = 0; p < P; p++) {
+            if (p == r) continue;
+            ncclb_xfer t = {own, (size_t)(mr * k) * es, p,
+                            at(G, cgm_shard_offset(m, p, P) * k, es),
+                            (size_t)(cgm_shard_rows(m, p, P) * k) * es, p};
+            x[count++] = t;
+        }
+        CGM_TRY(ncclb_exchange(st, x, count, "AG+GEMM: all-gathering X"));
+    }
+    ncclb_watch_group(op);
+fail:
+    free(x);
+    return status;
+}
+
 cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
     cgm_status status = CGM_SUCCESS;
     ncclb_state *st = op->st;
@@ -97,7 +137,7 @@ cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
     const bool ring = c->algo != CGM_ALGO_SPLIT_PIPELINED;
     const int64_t ldx = ncclb_ld(&c->x);
     const int64_t mr = cgm_shard_rows(m, r, P), off = cgm_shard_offset(m, r, P);
-    const int S = ncclb_splits(c, m, P);
+    const int S = ncclb_splits(c, m, P, (size_t)k * es);
 
     if (P == 1) {
         CGM_TRY(whole_gemm(op, ncclb_next_compute(op)));
@@ -112,23 +152,29 @@ cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
     }
     /* Gathered rows live piece-major in G: piece (j, q) is a dense block
      * of rows x k (TN, NN) or k x rows (NT) at element row0 * k. For TN/NN
-     * that is the row-major [m, k] matrix, so a dense x_gathered is G. */
+     * that is the row-major [m, k] matrix, so a dense x_gathered is G.
+     * Shard j is the contiguous range [off_j * k, (off_j + m_j) * k). */
     const bool direct = c->has_x_gathered && !nt &&
                         ncclb_ld(&c->x_gathered) == k;
     char *G = direct ? (char *)c->x_gathered.data : (char *)st->buf[NCCLB_BUF_GATHER];
+    const bool even = m % P == 0 && m > 0 && k > 0;
 
-    /* This rank's rows: GEMM straight from the caller's X (compute), and
-     * a packed copy into G to send (comm). */
-    if (overlap && mr > 0) {
-        cgm_lt_gemm_args g = gemm_base(c);
-        g.m = mr;
-        g.x = c->x.data;
-        g.ldx = ldx;
-        g.ldy = ncclb_ld(&c->y);
-        g.y = at(c->y.data, off * g.ldy, cgm_dtype_size(c->out_dtype));
-        CGM_TRY(ncclb_gemm(op, &g, ncclb_next_compute(op)));
-    }
-    if (mr > 0 && k > 0) {
+    /* This rank's rows: GEMM straight from the caller's X (compute). They
+     * are sent straight from X when X is dense (TN/NN, ld == k): no copy
+     * on the transfers' path. Otherwise they are packed into G first (comm
+     * stream). A dense X is still copied into G when G is read as a whole
+     * (x_gathered, the no_overlap GEMM), on a compute stream, unless the
+     * no_overlap ncclAllGather writes that slot itself. */
+    const bool x_dense = !nt && ldx == k;
+    const char *own = x_dense ? (const char *)c->x.data : at(G, off * k, es);
+    const bool fills_own = !overlap && even;
+    const bool pack_aside = x_dense && !fills_own &&
+                            (c->has_x_gathered || !overlap);
+    cudaEvent_t packed = NULL;
+    /* Own rows' GEMM: issued right after the first transfer, so that
+     * NCCL's kernel is on the GPU before the GEMM fills every SM. */
+    bool own_pending = overlap && mr > 0;
+    if (mr > 0 && k > 0 && !x_dense) {
         if (!nt) {
             CGM_CUDA_TRY(cudaMemcpy2DAsync(
                 at(G, off * k, es), (size_t)k * es, c->x.data,
@@ -145,31 +191,60 @@ cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
                     st->comm_stream));
             }
         }
+    } else if (mr > 0 && k > 0 && pack_aside) {
+        cudaStream_t cs = ncclb_next_compute(op);
+        CGM_CUDA_TRY(cudaMemcpyAsync(at(G, off * k, es), c->x.data,
+                                     (size_t)(mr * k) * es,
+                                     cudaMemcpyDeviceToDevice, cs));
+        CGM_TRY(ncclb_event(op, &packed));
+        CGM_CUDA_TRY(cudaEventRecord(packed, cs));
     }
-    /* Ring: step s forwards to the right neighbour the shard received at
-     * step s - 1. Split: step s sends this rank's shard to r + s. */
-    for (int s = 1; s < P; s++) {
-        int to = ring ? (r + 1) % P : (r + s) % P;
-        int from = ring ? (r - 1 + P) % P : (r - s + P) % P;
-        int send_shard = ring ? (r - s + 1 + P) % P : r;
-        int recv_shard = ring ? (r - s + P) % P : from;
-        for (int q = 0; q < S; q++) {
-            ncclb_piece sp = ncclb_piece_of(m, P, send_shard, S, q);
-            ncclb_piece rp = ncclb_piece_of(m, P, recv_shard, S, q);
-            ncclb_xfer x = {at(G, sp.row0 * k, es), (size_t)(sp.rows * k) * es,
-                            to, at(G, rp.row0 * k, es),
-                            (size_t)(rp.rows * k) * es, from};
-            CGM_TRY(ncclb_exchange(st, &x, 1, "AG+GEMM: exchanging X rows"));
-            if (!overlap || rp.rows == 0) continue;
-            cudaEvent_t arrived;
-            CGM_TRY(ncclb_event(op, &arrived));
-            CGM_CUDA_TRY(cudaEventRecord(arrived, st->comm_stream));
-            cudaStream_t cs = ncclb_next_compute(op);
-            CGM_CUDA_TRY(cudaStreamWaitEvent(cs, arrived, 0));
-            CGM_TRY(gathered_gemm(op, G, rp, cs));
+    if (!overlap) {
+        CGM_TRY(gather_all(op, G, own, even));
+    } else {
+        /* Ring: step s forwards to the right neighbour the shard received
+         * at step s - 1. Split: step s sends this rank's shard to r + s.
+         * Each piece is one grouped send/receive; its GEMM waits only for
+         * the event recorded after it. */
+        for (int s = 1; s < P; s++) {
+            int to = ring ? (r + 1) % P : (r + s) % P;
+            int from = ring ? (r - 1 + P) % P : (r - s + P) % P;
+            int send_shard = ring ? (r - s + 1 + P) % P : r;
+            int recv_shard = ring ? (r - s + P) % P : from;
+            for (int q = 0; q < S; q++) {
+                ncclb_piece sp = ncclb_piece_of(m, P, send_shard, S, q);
+                ncclb_piece rp = ncclb_piece_of(m, P, recv_shard, S, q);
+                const char *src = send_shard == r
+                                      ? own + (size_t)((sp.row0 - off) * k) * es
+                                      : at(G, sp.row0 * k, es);
+                ncclb_xfer x = {src, (size_t)(sp.rows * k) * es, to,
+                                at(G, rp.row0 * k, es),
+                                (size_t)(rp.rows * k) * es, from};
+                CGM_TRY(ncclb_exchange(st, &x, 1,
+                                       "AG+GEMM: exchanging X rows"));
+                if (own_pending) {
+                    own_pending = false;
+                    cgm_lt_gemm_args g = gemm_base(c);
+                    g.m = mr;
+                    g.x = c->x.data;
+                    g.ldx = ldx;
+                    g.ldy = ncclb_ld(&c->y);
+                    g.y = at(c->y.data, off * g.ldy,
+                             cgm_dtype_size(c->out_dtype));
+                    CGM_TRY(ncclb_gemm(op, &g, ncclb_next_compute(op)));
+                }
+                if (rp.rows == 0) continue;
+                cudaEvent_t arrived;
+                CGM_TRY(ncclb_event(op, &arrived));
+                CGM_CUDA_TRY(cudaEventRecord(arrived, st->comm_stream));
+                cudaStream_t cs = ncclb_next_compute(op);
+                CGM_CUDA_TRY(cudaStreamWaitEvent(cs, arrived, 0));
+                CGM_TRY(gathered_gemm(op, G, rp, cs));
+            }
+            ncclb_watch_step(op, from, to);
         }
-        ncclb_watch_step(op, from, to);
     }
+    if (packed) CGM_CUDA_TRY(cudaStreamWaitEvent(st->comm_stream, packed, 0));
     if (!overlap) {
         cudaEvent_t gathered;
         CGM_TRY(ncclb_event(op, &gathered));
@@ -221,15 +296,16 @@ cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
     const int64_t ldy = ncclb_ld(&c->y);
     const int64_t mr = cgm_shard_rows(m, r, P), off = cgm_shard_offset(m, r, P);
     const bool overlap = c->algo != CGM_ALGO_NO_OVERLAP;
-    const int S = ncclb_splits(c, m, P);
-    cudaEvent_t *produced = NULL;
+    const int S = ncclb_splits(c, m, P, (size_t)n * 4);
+    /* P <= CGM_DEV_MAX_SOURCES here (check_limits). */
+    cudaEvent_t produced[CGM_DEV_MAX_SOURCES * NCCLB_MAX_SPLITS];
+    ncclb_xfer xs[CGM_DEV_MAX_SOURCES];
 
     if (P == 1) return whole_gemm(op, ncclb_next_compute(op));
+    memset(produced, 0, sizeof produced);
     float *F = st->buf[NCCLB_BUF_PARTIAL];
     char *slots = st->buf[NCCLB_BUF_RECV];
     const size_t slot_bytes = (size_t)(cgm_ceil_div(m, P) * n) * 4;
-    produced = calloc((size_t)P * (size_t)S, sizeof *produced);
-    if (!produced) return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "event list");
 
     /* Partials in the order they ship: rank r + 1's rows first, own last. */
     cudaEvent_t own_done;
@@ -254,14 +330,29 @@ cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
         CGM_TRY(partial_gemm(op, all, F, cs));
         CGM_CUDA_TRY(cudaEventRecord(own_done, cs));
     }
+    /* no_overlap: one group ships every owner its rows (all steps at
+     * once, one NCCL call). */
+    if (!overlap) {
+        CGM_CUDA_TRY(cudaStreamWaitEvent(st->comm_stream, own_done, 0));
+        for (int s = 1; s < P; s++) {
+            int to = (r + s) % P, from = (r - s + P) % P;
+            ncclb_xfer t = {F + cgm_shard_offset(m, to, P) * n,
+                            (size_t)(cgm_shard_rows(m, to, P) * n) * 4, to,
+                            slots + (size_t)(s - 1) * slot_bytes,
+                            (size_t)(mr * n) * 4, from};
+            xs[s - 1] = t;
+        }
+        CGM_TRY(ncclb_exchange(st, xs, P - 1, "GEMM+RS: exchanging partials"));
+        ncclb_watch_group(op);
+    }
     /* Pairwise exchange in ring order: step s ships rank r + s's rows and
      * receives rank r - s's contribution to ours into slot s - 1. */
-    for (int s = 1; s < P; s++) {
+    for (int s = 1; s < P && overlap; s++) {
         int to = (r + s) % P, from = (r - s + P) % P;
         for (int q = 0; q < S; q++) {
             ncclb_piece sp = ncclb_piece_of(m, P, to, S, q);
             ncclb_piece rp = ncclb_piece_of(m, P, r, S, q);
-            cudaEvent_t ready = overlap ? produced[s * S + q] : own_done;
+            cudaEvent_t ready = produced[s * S + q];
             if (sp.rows > 0 && ready)
                 CGM_CUDA_TRY(cudaStreamWaitEvent(st->comm_stream, ready, 0));
             ncclb_xfer x = {F + sp.row0 * n, (size_t)(sp.rows * n) * 4, to,
@@ -314,11 +405,7 @@ cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
     }
     CGM_CUDA_TRY(cgm_dev_reduce(&ra, st->dev, st->comm_stream));
     if (all_reduce) {
-        ncclb_xfer *x = calloc((size_t)P, sizeof *x);
-        if (!x) {
-            status = cgm_error(CGM_ERROR_OUT_OF_MEMORY, "transfer list");
-            goto fail;
-        }
+        ncclb_xfer *x = xs;
         int count = 0;
         for (int p = 0; p < P; p++) {
             if (p == r) continue;
@@ -327,11 +414,9 @@ cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
                             (size_t)(cgm_shard_rows(m, p, P) * n) * re, p};
             x[count++] = t;
         }
-        status = ncclb_exchange(st, x, count, "GEMM+AR: all-gathering the "
-                                "reduced rows");
-        free(x);
-        if (status != CGM_SUCCESS) goto fail;
-        ncclb_watch_step(op, -1, -1);
+        CGM_TRY(ncclb_exchange(st, x, count, "GEMM+AR: all-gathering the "
+                               "reduced rows"));
+        ncclb_watch_group(op);
         if (staged && m > 0 && n > 0)
             CGM_CUDA_TRY(cudaMemcpy2DAsync(
                 c->y.data, (size_t)ldy * eo, reduced, (size_t)n * eo,
@@ -355,6 +440,5 @@ cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
         }
     }
 fail:
-    free(produced);
     return status;
 }
