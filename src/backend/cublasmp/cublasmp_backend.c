@@ -44,23 +44,8 @@ cgm_status cmp_fail(cublasMpStatus_t s, const char *what,
 }
 
 static cgm_status cmp_probe(const cgm_comm *comm) {
-    if (comm->bootstrap_kind != CGM_BOOTSTRAP_NCCL || !comm->nccl_comm)
-        return cgm_error(CGM_ERROR_UNAVAILABLE,
-                         "the cublasmp backend needs a comm created from an "
-                         "ncclComm_t (CGM_BOOTSTRAP_NCCL / cgm_comm_init_nccl)"
-                         ", found a %s bootstrap; create the comm from NCCL "
-                         "or use the host backend",
-                         comm->bootstrap_kind == CGM_BOOTSTRAP_LOCAL
-                             ? "LOCAL" : "non-NCCL");
-    int count = 0;
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {
-        (void)cudaGetLastError();
-        return cgm_error(CGM_ERROR_UNAVAILABLE,
-                         "the cublasmp backend needs a CUDA device, found "
-                         "none (cudaGetDeviceCount: %s); run on a GPU machine",
-                         cudaGetErrorString(err));
-    }
+    cgm_status status = cgm_gpu_probe_common(comm, "cublasmp", NULL);
+    if (status != CGM_SUCCESS) return status;
     const cmp_api *api = NULL;
     return cmp_lib_get(&api);
 }

@@ -66,6 +66,12 @@ cudaDataType_t cgm_cuda_dtype(cgm_dtype dtype);
 /* ncclDataType_t likewise. */
 ncclDataType_t cgm_nccl_dtype(cgm_dtype dtype);
 
+/* The checks every GPU backend's probe starts with: an NCCL bootstrap and
+ * at least one visible CUDA device (*device_count, may be NULL).
+ * CGM_ERROR_UNAVAILABLE naming `backend` and what to do otherwise. */
+cgm_status cgm_gpu_probe_common(const cgm_comm *comm, const char *backend,
+                                int *device_count);
+
 /* Whether `stream` is being captured into a graph (false on error). */
 bool cgm_stream_capturing(cudaStream_t stream);
 

@@ -12,24 +12,7 @@
 /* ------------------------------------------------------------ lifetime */
 
 static cgm_status ncclb_probe(const cgm_comm *comm) {
-    if (comm->bootstrap_kind != CGM_BOOTSTRAP_NCCL || !comm->nccl_comm)
-        return cgm_error(CGM_ERROR_UNAVAILABLE,
-                         "the nccl backend needs a comm created from an "
-                         "ncclComm_t (cgm_comm_init_nccl); this comm was "
-                         "created with a %s bootstrap — use the host backend "
-                         "or create the comm from an NCCL communicator",
-                         comm->bootstrap_kind == CGM_BOOTSTRAP_LOCAL
-                             ? "LOCAL" : "non-NCCL");
-    int count = 0;
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {
-        (void)cudaGetLastError();
-        return cgm_error(CGM_ERROR_UNAVAILABLE,
-                         "the nccl backend needs a CUDA device, found none "
-                         "(cudaGetDeviceCount: %s); run on a GPU machine or "
-                         "use the host backend", cudaGetErrorString(err));
-    }
-    return CGM_SUCCESS;
+    return cgm_gpu_probe_common(comm, "nccl", NULL);
 }
 
 static void state_free(ncclb_state *st, bool drained) {

@@ -36,25 +36,9 @@ cgm_status cgm_p2p_async_error(cgm_comm *comm, void *state) {
 }
 
 static cgm_status p2p_probe(const cgm_comm *comm) {
-    /* nccl_comm is set exactly for NCCL bootstraps (bootstrap_kind is not
-     * relied on: the core may leave it unset). */
-    if (!comm->nccl_comm)
-        return cgm_error(CGM_ERROR_UNAVAILABLE,
-                         "the p2p backend needs a comm created from an "
-                         "ncclComm_t (CGM_BOOTSTRAP_NCCL / "
-                         "cgm_comm_init_nccl), found a %s bootstrap; create "
-                         "the comm from NCCL or use the host backend",
-                         "LOCAL");
     int count = 0;
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {
-        (void)cudaGetLastError();
-        return cgm_error(CGM_ERROR_UNAVAILABLE,
-                         "the p2p backend needs a CUDA device, found none "
-                         "(cudaGetDeviceCount returned %d: %s); run on a "
-                         "GPU machine or use the host backend",
-                         (int)err, cudaGetErrorString(err));
-    }
+    cgm_status status = cgm_gpu_probe_common(comm, "p2p", &count);
+    if (status != CGM_SUCCESS) return status;
     if (comm->cuda_device < 0 || comm->cuda_device >= count)
         return cgm_error(CGM_ERROR_UNAVAILABLE,
                          "the p2p backend needs the NCCL communicator's "

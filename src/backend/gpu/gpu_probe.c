@@ -1,0 +1,22 @@
+/* What every GPU backend's probe checks first. */
+#include "backend/gpu/gpu.h"
+
+cgm_status cgm_gpu_probe_common(const cgm_comm *comm, const char *backend, int *device_count) {
+    if (comm->bootstrap_kind != CGM_BOOTSTRAP_NCCL || !comm->nccl_comm)
+        return cgm_error(CGM_ERROR_UNAVAILABLE,
+                         "the %s backend needs a comm created from an ncclComm_t (CGM_BOOTSTRAP_NCCL / "
+                         "cgm_comm_init_nccl), found a %s bootstrap; create the comm from NCCL or use the "
+                         "host backend",
+                         backend, comm->bootstrap_kind == CGM_BOOTSTRAP_LOCAL ? "LOCAL" : "non-NCCL");
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+        (void)cudaGetLastError();
+        return cgm_error(CGM_ERROR_UNAVAILABLE,
+                         "the %s backend needs a CUDA device, found none (cudaGetDeviceCount returned %d: "
+                         "%s); run on a GPU machine or use the host backend",
+                         backend, (int)err, cudaGetErrorString(err));
+    }
+    if (device_count) *device_count = count;
+    return CGM_SUCCESS;
+}
