@@ -13,5 +13,7 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/commgemmConfigVersi
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/commgemmConfig.cmake ${CMAKE_CURRENT_BINARY_DIR}/commgemmConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/commgemm)
+# Relative to the .pc file, so that `cmake --install --prefix DIR` relocates it.
+file(RELATIVE_PATH COMMGEMM_PC_TO_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
 configure_file(cmake/commgemm.pc.in ${CMAKE_CURRENT_BINARY_DIR}/commgemm.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/commgemm.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
