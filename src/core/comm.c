@@ -249,16 +249,14 @@ cgm_status cgm_comm_create(const cgm_bootstrap *bootstrap, const cgm_config *con
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
                          "cgm_comm_create: bootstrap is NULL; fill one with cgm_bootstrap_from_env() or "
                          "CGM_BOOTSTRAP_INIT and its fields");
-    if (bootstrap->struct_size != sizeof(cgm_bootstrap))
-        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
-                         "cgm_comm_create: bootstrap->struct_size = %zu, expected %zu; initialise it with "
-                         "CGM_BOOTSTRAP_INIT", bootstrap->struct_size, sizeof(cgm_bootstrap));
+    st = cgm_check_struct_size("cgm_comm_create", "bootstrap", bootstrap->struct_size,
+                                          sizeof(cgm_bootstrap), "CGM_BOOTSTRAP_INIT");
+    if (st != CGM_SUCCESS) return st;
     cgm_config defaults = CGM_CONFIG_INIT;
     if (!config) config = &defaults;
-    if (config->struct_size != sizeof(cgm_config))
-        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
-                         "cgm_comm_create: config->struct_size = %zu, expected %zu; initialise it with "
-                         "CGM_CONFIG_INIT", config->struct_size, sizeof(cgm_config));
+    st = cgm_check_struct_size("cgm_comm_create", "config", config->struct_size, sizeof(cgm_config),
+                               "CGM_CONFIG_INIT");
+    if (st != CGM_SUCCESS) return st;
     comm = calloc(1, sizeof *comm);
     if (!comm) return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "cgm_comm_create: no memory for the comm");
     comm->magic = CGM_COMM_MAGIC;

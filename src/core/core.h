@@ -29,6 +29,13 @@ cgm_status cgm_error(cgm_status status, const char *fmt, ...) CGM_PRINTF(2, 3);
 cgm_status cgm_error_context(cgm_status status, const char *fmt, ...)
     CGM_PRINTF(2, 3);
 
+/* Checks the struct_size of a versioned public struct (cgm_config,
+ * cgm_bootstrap, cgm_op_options): CGM_SUCCESS when it is this library's
+ * size; else CGM_ERROR_INVALID_ARGUMENT saying whether the program was built
+ * against a newer header (larger), or did not use init_macro (smaller). */
+cgm_status cgm_check_struct_size(const char *function, const char *what, size_t found, size_t expected,
+                                 const char *init_macro);
+
 /* ---------------------------------------------------------------- logging */
 
 typedef enum cgm_log_level {

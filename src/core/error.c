@@ -64,3 +64,17 @@ cgm_status cgm_error_context(cgm_status status, const char *fmt, ...) {
     memcpy(last_error + add - 2, ": ", 2);
     return status;
 }
+
+cgm_status cgm_check_struct_size(const char *function, const char *what, size_t found, size_t expected,
+                                 const char *init_macro) {
+    if (found == expected) return CGM_SUCCESS;
+    if (found > expected)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "%s: %s->struct_size = %zu, expected %zu: the program was compiled against a newer "
+                         "commgemm.h than this library (%d.%d.%d); run it with the library it was built for",
+                         function, what, found, expected, COMMGEMM_VERSION_MAJOR, COMMGEMM_VERSION_MINOR,
+                         COMMGEMM_VERSION_PATCH);
+    return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                     "%s: %s->struct_size = %zu, expected %zu; initialise it with %s before setting fields",
+                     function, what, found, expected, init_macro);
+}

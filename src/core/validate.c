@@ -125,10 +125,9 @@ static cgm_status check_options(const check_ctx *c, cgm_comm *comm, cgm_op op, c
                                 void *stream, cgm_call *call) {
     cgm_op_options defaults = CGM_OP_OPTIONS_INIT;
     const cgm_op_options *o = options ? options : &defaults;
-    if (o->struct_size != sizeof(cgm_op_options))
-        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
-                         "%s: options->struct_size = %zu, expected %zu; initialise options with "
-                         "CGM_OP_OPTIONS_INIT", c->fn, o->struct_size, sizeof(cgm_op_options));
+    cgm_status st = cgm_check_struct_size(c->fn, "options", o->struct_size, sizeof(cgm_op_options),
+                                          "CGM_OP_OPTIONS_INIT");
+    if (st != CGM_SUCCESS) return st;
     if ((unsigned)o->layout >= CGM_LAYOUT_COUNT_)
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: options.layout = %d: expected CGM_LAYOUT_TN, NN or NT",
                          c->fn, (int)o->layout);

@@ -96,6 +96,7 @@ MUT(bad_algo, a->opt.algo = (cgm_algo)99)
 MUT(bad_backend_enum, a->opt.backend = (cgm_backend)42)
 MUT(negative_splits, a->opt.splits = -2)
 MUT(options_size, a->opt.struct_size = 3)
+MUT(options_newer_header, a->opt.struct_size = sizeof(cgm_op_options) + 8)
 MUT(small_ld, a->x.ld = 2)
 MUT(negative_rows, a->y.rows = -1)
 MUT(scale_set, static const float s = 1; a->x.scale = &s)
@@ -143,6 +144,7 @@ static const bad_case bad_cases[] = {
     {"bad_backend_enum", bad_backend_enum, CGM_ERROR_INVALID_ARGUMENT, "options.backend = 42"},
     {"negative_splits", negative_splits, CGM_ERROR_INVALID_ARGUMENT, "options.splits = -2"},
     {"options_size", options_size, CGM_ERROR_INVALID_ARGUMENT, "CGM_OP_OPTIONS_INIT"},
+    {"options_newer_header", options_newer_header, CGM_ERROR_INVALID_ARGUMENT, "compiled against a newer commgemm.h"},
     {"small_ld", small_ld, CGM_ERROR_INVALID_ARGUMENT, "x_shard.ld = 2"},
     {"negative_rows", negative_rows, CGM_ERROR_INVALID_ARGUMENT, "non-negative"},
     {"scale_set", scale_set, CGM_ERROR_INVALID_ARGUMENT, "scales are for fp8 only"},
@@ -258,6 +260,8 @@ typedef struct create_case {
 static const create_case create_cases[] = {
     {"null_bootstrap", 1, 0, 1, "x", 0, 1, CGM_UNSET, 0, NULL, NULL, CGM_ERROR_INVALID_ARGUMENT, "bootstrap is NULL"},
     {"bootstrap_size", 1, 0, 1, "x", 1, 0, CGM_UNSET, 0, NULL, NULL, CGM_ERROR_INVALID_ARGUMENT, "CGM_BOOTSTRAP_INIT"},
+    {"bootstrap_newer_header", 1, 0, 1, "x", 2, 0, CGM_UNSET, 0, NULL, NULL, CGM_ERROR_INVALID_ARGUMENT,
+     "compiled against a newer commgemm.h"},
     {"rank_range", 1, 3, 2, "x", 0, 0, CGM_UNSET, 0, NULL, NULL, CGM_ERROR_INVALID_ARGUMENT, "bootstrap.rank = 3"},
     {"nranks_zero", 1, 0, 0, "x", 0, 0, CGM_UNSET, 0, NULL, NULL, CGM_ERROR_INVALID_ARGUMENT, "nranks = 0"},
     {"rendezvous_chars", 1, 0, 1, "a b/c", 0, 0, CGM_UNSET, 0, NULL, NULL, CGM_ERROR_INVALID_ARGUMENT, "rendezvous"},
@@ -284,7 +288,8 @@ static void run_create_case(const void *param) {
     char name[64];
     snprintf(name, sizeof name, "create-%d", (int)getpid());
     b.rendezvous = cc->rendezvous && strcmp(cc->rendezvous, "x") == 0 ? name : cc->rendezvous;
-    if (cc->bad_struct) b.struct_size = 8;
+    if (cc->bad_struct == 1) b.struct_size = 8;
+    if (cc->bad_struct == 2) b.struct_size = sizeof b + 16; /* a later header's struct */
     cgm_config config = CGM_CONFIG_INIT;
     config.max_m = cc->max_m;
     config.backend = (cgm_backend)cc->backend;
