@@ -18,7 +18,10 @@ static cgm_matrix to_device(const cgm_matrix *h) {
 static void upload(const cgm_matrix *h, cgm_matrix *d) {
     size_t bytes = (size_t)(h->rows * (h->ld ? h->ld : h->cols)) *
                    cgm_dtype_size(h->dtype);
-    if (!d->data && bytes) *d = to_device(h);
+    /* An empty shard still needs its descriptor (0 x n, the right dtype):
+     * a zeroed one (0 x 0, fp32) fails validation on that rank alone and
+     * leaves the other ranks in the collective call. */
+    if (!d->data) *d = to_device(h);
     if (bytes) cudaMemcpy(d->data, h->data, bytes, cudaMemcpyHostToDevice);
 }
 
