@@ -138,22 +138,27 @@ def _(x_shard, weight, bias, comm_id, m, layout, backend, return_gathered):
     return y, gathered
 
 
-@torch.library.custom_op("commgemm::matmul_reduce_scatter", mutates_args=())
-def _matmul_reduce_scatter_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], comm_id: int, layout: str,
-                              backend: str) -> Tensor:
-    comm = comm_by_id(comm_id)
+def _gemm_then_reduce(c_function, comm, x, weight, bias, rows, layout, backend):
+    """GEMM+RS and GEMM+AR: one call of `c_function` into a new [rows, n] output."""
     with _Launch(x) as launch:
-        m = _split_len(layout, x)
-        y = torch.empty((comm.shard_rows(m), _out_cols(layout, weight)), dtype=x.dtype, device=x.device)
+        y = torch.empty((rows, _out_cols(layout, weight)), dtype=x.dtype, device=x.device)
         mx, x_keep = _as_matrix("x", x)
         mw, w_keep = _as_matrix("weight", weight)
         mb, b_keep = _as_matrix("bias", bias) if bias is not None else (None, None)
         my, _ = _as_matrix("y", y, True)
         opts = _options(layout, backend, dtype=x.dtype)
-        check(_lib.lib().cgm_gemm_reduce_scatter(comm.handle, _ref(mx), _ref(mw), _ref(mb), _ref(my),
-                                                 ctypes.byref(opts), launch.stream))
+        check(c_function(comm.handle, _ref(mx), _ref(mw), _ref(mb), _ref(my), ctypes.byref(opts),
+                         launch.stream))
         del x_keep, w_keep, b_keep
     return y
+
+
+@torch.library.custom_op("commgemm::matmul_reduce_scatter", mutates_args=())
+def _matmul_reduce_scatter_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], comm_id: int, layout: str,
+                              backend: str) -> Tensor:
+    comm = comm_by_id(comm_id)
+    rows = comm.shard_rows(_split_len(layout, x))
+    return _gemm_then_reduce(_lib.lib().cgm_gemm_reduce_scatter, comm, x, weight, bias, rows, layout, backend)
 
 
 @_matmul_reduce_scatter_op.register_fake
@@ -167,17 +172,8 @@ def _(x, weight, bias, comm_id, layout, backend):
 def _matmul_all_reduce_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], comm_id: int, layout: str,
                           backend: str) -> Tensor:
     comm = comm_by_id(comm_id)
-    with _Launch(x) as launch:
-        y = torch.empty((_split_len(layout, x), _out_cols(layout, weight)), dtype=x.dtype, device=x.device)
-        mx, x_keep = _as_matrix("x", x)
-        mw, w_keep = _as_matrix("weight", weight)
-        mb, b_keep = _as_matrix("bias", bias) if bias is not None else (None, None)
-        my, _ = _as_matrix("y", y, True)
-        opts = _options(layout, backend, dtype=x.dtype)
-        check(_lib.lib().cgm_gemm_all_reduce(comm.handle, _ref(mx), _ref(mw), _ref(mb), _ref(my),
-                                             ctypes.byref(opts), launch.stream))
-        del x_keep, w_keep, b_keep
-    return y
+    return _gemm_then_reduce(_lib.lib().cgm_gemm_all_reduce, comm, x, weight, bias, _split_len(layout, x),
+                             layout, backend)
 
 
 @_matmul_all_reduce_op.register_fake
