@@ -264,6 +264,10 @@ cgm_status cgm_nccl_comm_query(void *nccl_comm, int *rank, int *nranks,
 
 /* Monotonic clock in nanoseconds. */
 int64_t cgm_now_ns(void);
+/* A matrix's leading dimension (ld = 0 means dense: ld = cols). */
+static inline int64_t cgm_matrix_ld(const cgm_matrix *m) {
+    return m->ld ? m->ld : m->cols;
+}
 /* ceil(a / b) for a >= 0, b > 0. */
 static inline int64_t cgm_ceil_div(int64_t a, int64_t b) {
     return (a + b - 1) / b;

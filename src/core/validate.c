@@ -9,8 +9,6 @@ typedef struct check_ctx {
     const char *fn; /* public function name, for messages */
 } check_ctx;
 
-static int64_t effective_ld(const cgm_matrix *m) { return m->ld ? m->ld : m->cols; }
-
 /* Checks one descriptor in isolation: pointer, dtype, dims, ld, alignment. */
 static cgm_status check_matrix(const check_ctx *c, const char *name, const cgm_matrix *m) {
     if ((unsigned)m->dtype >= CGM_DTYPE_COUNT_)
@@ -65,7 +63,7 @@ static void extent(const cgm_matrix *m, uintptr_t *begin, uintptr_t *end) {
     *begin = (uintptr_t)m->data;
     *end = *begin;
     if (m->data && m->rows > 0 && m->cols > 0)
-        *end = *begin + (uintptr_t)(((m->rows - 1) * effective_ld(m) + m->cols) * (int64_t)cgm_dtype_size(m->dtype));
+        *end = *begin + (uintptr_t)(((m->rows - 1) * cgm_matrix_ld(m) + m->cols) * (int64_t)cgm_dtype_size(m->dtype));
 }
 
 static cgm_status check_disjoint(const check_ctx *c, const char *out_name, const cgm_matrix *out,

@@ -34,10 +34,6 @@ void cmp_cache_clear(cmp_state *st) {
         if (st->cache[i].used) entry_clear(st->api, &st->cache[i]);
 }
 
-static int64_t effective_ld(const cgm_matrix *m) {
-    return m->ld ? m->ld : m->cols;
-}
-
 static cmp_key make_key(const cgm_call *c, int compute, int algo) {
     cmp_key k;
     memset(&k, 0, sizeof k);
@@ -52,9 +48,9 @@ static cmp_key make_key(const cgm_call *c, int compute, int algo) {
     k.m = c->m;
     k.n = c->n;
     k.k = c->k;
-    k.ldx = effective_ld(&c->x);
-    k.ldw = effective_ld(&c->w);
-    k.ldy = effective_ld(&c->y);
+    k.ldx = cgm_matrix_ld(&c->x);
+    k.ldw = cgm_matrix_ld(&c->w);
+    k.ldy = cgm_matrix_ld(&c->y);
     return k;
 }
 

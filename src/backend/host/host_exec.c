@@ -96,7 +96,7 @@ static cgm_status caller_view(exec_ctx *x, const caller_buffer *b,
                     plan_buffer_name(buf), (long long)have,
                     (long long)(row0 - local));
     size_t size = cgm_dtype_size(b->m.dtype);
-    int64_t ld = b->m.ld ? b->m.ld : b->m.cols;
+    int64_t ld = cgm_matrix_ld(&b->m);
     v->dtype = b->m.dtype;
     v->rows = rows;
     v->cols = x->width[buf];
@@ -304,7 +304,7 @@ static cgm_status do_reduce(exec_ctx *x, const plan_step *s, scratch *sc) {
 /* x_gathered receives the gathered rows as the GEMM consumes them. */
 static void copy_x_gathered(exec_ctx *x, const host_view *src, int64_t row0) {
     const cgm_matrix *g = &x->call->x_gathered;
-    int64_t ld = g->ld ? g->ld : g->cols;
+    int64_t ld = cgm_matrix_ld(g);
     bool nt = x->call->layout == CGM_LAYOUT_NT;
     size_t size = cgm_dtype_size(g->dtype);
     host_view dst = {(char *)g->data + (size_t)(nt ? row0 : row0 * ld) * size,
@@ -324,9 +324,9 @@ static cgm_status do_gemm(exec_ctx *x, const plan_step *s, scratch *sc) {
         const cgm_matrix *xm = x->have_input32 ? &x->input32 : &c->x;
         bool nt = c->layout == CGM_LAYOUT_NT;
         a = (host_view){xm->data, CGM_DTYPE_FP32, c->m, k,
-                        xm->ld ? xm->ld : xm->cols, nt};
+                        cgm_matrix_ld(xm), nt};
         dst = (host_view){c->y.data, c->y.dtype, c->m, n,
-                          c->y.ld ? c->y.ld : c->y.cols, false};
+                          cgm_matrix_ld(&c->y), false};
         dst_buf = PLAN_BUF_OUTPUT;
     } else {
         if (view_of(x, s->src, s->shard, s->row0, s->rows, &a) ||
@@ -543,7 +543,7 @@ static cgm_status prepare_operands(exec_ctx *x) {
             x->ld_w = c->w.cols;
         } else {
             x->w32 = c->w.data;
-            x->ld_w = c->w.ld ? c->w.ld : c->w.cols;
+            x->ld_w = cgm_matrix_ld(&c->w);
         }
     }
     size_t need = (size_t)x->p->partial_slots * (size_t)x->p->slot_rows *

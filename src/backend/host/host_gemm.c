@@ -31,7 +31,7 @@ cgm_status host_to_fp32(const cgm_matrix *m, float **buf, size_t *bytes) {
         *buf = p;
         *bytes = need;
     }
-    int64_t ld = m->ld ? m->ld : m->cols;
+    int64_t ld = cgm_matrix_ld(m);
     float *out = *buf;
     for (int64_t i = 0; i < m->rows; i++) {
         int64_t base = i * ld;

@@ -183,9 +183,6 @@ typedef struct ncclb_piece {
 } ncclb_piece;
 ncclb_piece ncclb_piece_of(int64_t m, int nranks, int shard, int splits,
                            int q);
-static inline int64_t ncclb_ld(const cgm_matrix *m) {
-    return m->ld ? m->ld : m->cols;
-}
 
 /* ---- nccl_ops.c */
 cgm_status ncclb_all_gather_gemm(ncclb_op *op);

@@ -25,11 +25,11 @@ static cgm_status bulk_gemm(ncclb_op *op) {
     g.n = c->n;
     g.k = c->k;
     g.x = c->x.data;
-    g.ldx = ncclb_ld(&c->x);
+    g.ldx = cgm_matrix_ld(&c->x);
     g.w = c->w.data;
-    g.ldw = ncclb_ld(&c->w);
+    g.ldw = cgm_matrix_ld(&c->w);
     g.y = c->y.data;
-    g.ldy = ncclb_ld(&c->y);
+    g.ldy = cgm_matrix_ld(&c->y);
     g.bias = c->has_bias ? c->bias.data : NULL;
     g.accumulate = c->accumulate;
     g.allow_tf32 = c->allow_tf32;
@@ -57,12 +57,12 @@ static cgm_status bulk_all_gather(ncclb_op *op) {
     const int64_t M = c->coll_m, cols = c->coll_cols;
     const size_t es = cgm_dtype_size(c->coll_dtype);
     const int64_t mr = cgm_shard_rows(M, r, P), off = cgm_shard_offset(M, r, P);
-    const bool dense = ncclb_ld(&c->recv) == cols;
+    const bool dense = cgm_matrix_ld(&c->recv) == cols;
     char *R = dense ? (char *)c->recv.data : (char *)st->buf[NCCLB_BUF_GATHER];
     ncclb_xfer *x = NULL;
     /* Own rows in place, then the others around them. */
     CGM_TRY(copy_rows(at(R, off * cols, es), cols, c->send.data,
-                      ncclb_ld(&c->send), mr, cols, es, st->comm_stream));
+                      cgm_matrix_ld(&c->send), mr, cols, es, st->comm_stream));
     if (M % P == 0 && M > 0 && cols > 0) {
         CGM_TRY(ncclb_call_enter(st, "bulk: ncclAllGather"));
         CGM_TRY(ncclb_settle(st,
@@ -89,7 +89,7 @@ static cgm_status bulk_all_gather(ncclb_op *op) {
     }
     ncclb_watch_group(op);
     if (!dense)
-        CGM_TRY(copy_rows(c->recv.data, ncclb_ld(&c->recv), R, cols, M, cols,
+        CGM_TRY(copy_rows(c->recv.data, cgm_matrix_ld(&c->recv), R, cols, M, cols,
                           es, st->comm_stream));
 fail:
     free(x);
@@ -104,8 +104,8 @@ static cgm_status bulk_reduce_scatter(ncclb_op *op) {
     const int64_t M = c->coll_m, cols = c->coll_cols;
     const size_t es = cgm_dtype_size(c->coll_dtype);
     const int64_t mr = cgm_shard_rows(M, r, P), off = cgm_shard_offset(M, r, P);
-    const bool send_dense = ncclb_ld(&c->send) == cols;
-    const bool recv_dense = ncclb_ld(&c->recv) == cols;
+    const bool send_dense = cgm_matrix_ld(&c->send) == cols;
+    const bool recv_dense = cgm_matrix_ld(&c->recv) == cols;
     ncclb_xfer *x = NULL;
     if (c->coll_dtype == CGM_DTYPE_FP32 && M % P == 0 && send_dense &&
         recv_dense && M > 0 && cols > 0) {
@@ -123,10 +123,10 @@ static cgm_status bulk_reduce_scatter(ncclb_op *op) {
     const char *S = c->send.data;
     if (!send_dense) {
         CGM_TRY(copy_rows(st->buf[NCCLB_BUF_GATHER], cols, c->send.data,
-                          ncclb_ld(&c->send), M, cols, es, st->comm_stream));
+                          cgm_matrix_ld(&c->send), M, cols, es, st->comm_stream));
         S = st->buf[NCCLB_BUF_GATHER];
     }
-    const int64_t lds = send_dense ? ncclb_ld(&c->send) : cols;
+    const int64_t lds = send_dense ? cgm_matrix_ld(&c->send) : cols;
     char *slots = st->buf[NCCLB_BUF_RECV];
     const size_t slot_bytes = (size_t)(cgm_ceil_div(M, P) * cols) * es;
     x = calloc((size_t)P, sizeof *x);
@@ -160,7 +160,7 @@ static cgm_status bulk_reduce_scatter(ncclb_op *op) {
         ra.src_ld[i] = cols;
     }
     ra.dst = c->recv.data;
-    ra.dst_ld = ncclb_ld(&c->recv);
+    ra.dst_ld = cgm_matrix_ld(&c->recv);
     CGM_CUDA_TRY(cgm_dev_reduce(&ra, st->dev, st->comm_stream));
 fail:
     free(x);
@@ -175,8 +175,8 @@ cgm_status ncclb_bulk(ncclb_op *op) {
     if (!c->has_collective) return CGM_SUCCESS;
     if (st->nranks == 1) {
         /* Both collectives are a copy on one rank. */
-        return copy_rows(c->recv.data, ncclb_ld(&c->recv), c->send.data,
-                         ncclb_ld(&c->send), c->coll_m, c->coll_cols,
+        return copy_rows(c->recv.data, cgm_matrix_ld(&c->recv), c->send.data,
+                         cgm_matrix_ld(&c->send), c->coll_m, c->coll_cols,
                          cgm_dtype_size(c->coll_dtype), st->comm_stream);
     }
     if (st->nranks > CGM_DEV_MAX_SOURCES &&

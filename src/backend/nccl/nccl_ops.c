@@ -22,7 +22,7 @@ static cgm_lt_gemm_args gemm_base(const cgm_call *c) {
     g.n = c->n;
     g.k = c->k;
     g.w = c->w.data;
-    g.ldw = ncclb_ld(&c->w);
+    g.ldw = cgm_matrix_ld(&c->w);
     g.bias = c->has_bias ? c->bias.data : NULL;
     g.accumulate = c->accumulate;
     g.allow_tf32 = c->allow_tf32;
@@ -35,9 +35,9 @@ static cgm_status whole_gemm(ncclb_op *op, cudaStream_t stream) {
     cgm_lt_gemm_args g = gemm_base(c);
     g.m = c->op == CGM_OP_ALL_GATHER_GEMM ? c->y.rows : c->m;
     g.x = c->x.data;
-    g.ldx = ncclb_ld(&c->x);
+    g.ldx = cgm_matrix_ld(&c->x);
     g.y = c->y.data;
-    g.ldy = ncclb_ld(&c->y);
+    g.ldy = cgm_matrix_ld(&c->y);
     return ncclb_gemm(op, &g, stream);
 }
 
@@ -47,7 +47,7 @@ static cgm_status copy_gathered(ncclb_op *op, const char *G) {
     const cgm_call *c = op->call;
     ncclb_state *st = op->st;
     const size_t es = cgm_dtype_size(c->in_dtype);
-    const int64_t k = c->k, ldg = ncclb_ld(&c->x_gathered);
+    const int64_t k = c->k, ldg = cgm_matrix_ld(&c->x_gathered);
     if (c->m == 0 || k == 0) return CGM_SUCCESS;
     if (c->layout != CGM_LAYOUT_NT) {
         CGM_CUDA_TRY(cudaMemcpy2DAsync(c->x_gathered.data, (size_t)ldg * es, G,
@@ -80,7 +80,7 @@ static cgm_status gathered_gemm(ncclb_op *op, const char *G, ncclb_piece p,
     g.m = p.rows;
     g.x = at(G, p.row0 * c->k, es);
     g.ldx = c->layout == CGM_LAYOUT_NT ? p.rows : c->k;
-    g.ldy = ncclb_ld(&c->y);
+    g.ldy = cgm_matrix_ld(&c->y);
     g.y = at(c->y.data, p.row0 * g.ldy, cgm_dtype_size(c->out_dtype));
     return ncclb_gemm(op, &g, stream);
 }
@@ -135,7 +135,7 @@ cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
     const bool nt = c->layout == CGM_LAYOUT_NT;
     const bool overlap = c->algo != CGM_ALGO_NO_OVERLAP;
     const bool ring = c->algo != CGM_ALGO_SPLIT_PIPELINED;
-    const int64_t ldx = ncclb_ld(&c->x);
+    const int64_t ldx = cgm_matrix_ld(&c->x);
     const int64_t mr = cgm_shard_rows(m, r, P), off = cgm_shard_offset(m, r, P);
     const int S = ncclb_splits(c, m, P, (size_t)k * es);
 
@@ -144,7 +144,7 @@ cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
         if (c->has_x_gathered && m > 0 && k > 0) {
             const int64_t rows = nt ? k : m, cols = nt ? m : k;
             CGM_CUDA_TRY(cudaMemcpy2DAsync(
-                c->x_gathered.data, (size_t)ncclb_ld(&c->x_gathered) * es,
+                c->x_gathered.data, (size_t)cgm_matrix_ld(&c->x_gathered) * es,
                 c->x.data, (size_t)ldx * es, (size_t)cols * es, (size_t)rows,
                 cudaMemcpyDeviceToDevice, st->comm_stream));
         }
@@ -155,7 +155,7 @@ cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
      * that is the row-major [m, k] matrix, so a dense x_gathered is G.
      * Shard j is the contiguous range [off_j * k, (off_j + m_j) * k). */
     const bool direct = c->has_x_gathered && !nt &&
-                        ncclb_ld(&c->x_gathered) == k;
+                        cgm_matrix_ld(&c->x_gathered) == k;
     char *G = direct ? (char *)c->x_gathered.data : (char *)st->buf[NCCLB_BUF_GATHER];
     const bool even = m % P == 0 && m > 0 && k > 0;
 
@@ -228,7 +228,7 @@ cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
                     g.m = mr;
                     g.x = c->x.data;
                     g.ldx = ldx;
-                    g.ldy = ncclb_ld(&c->y);
+                    g.ldy = cgm_matrix_ld(&c->y);
                     g.y = at(c->y.data, off * g.ldy,
                              cgm_dtype_size(c->out_dtype));
                     CGM_TRY(ncclb_gemm(op, &g, ncclb_next_compute(op)));
@@ -272,7 +272,7 @@ static cgm_status partial_gemm(ncclb_op *op, ncclb_piece p, float *F,
                                cudaStream_t stream) {
     const cgm_call *c = op->call;
     const size_t es = cgm_dtype_size(c->in_dtype);
-    const int64_t ldx = ncclb_ld(&c->x);
+    const int64_t ldx = cgm_matrix_ld(&c->x);
     cgm_lt_gemm_args g = gemm_base(c);
     g.out_dtype = CGM_DTYPE_FP32;
     g.bias = NULL;
@@ -293,7 +293,7 @@ cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
     const int P = st->nranks, r = st->rank;
     const int64_t m = c->m, n = c->n;
     const size_t eo = cgm_dtype_size(c->out_dtype);
-    const int64_t ldy = ncclb_ld(&c->y);
+    const int64_t ldy = cgm_matrix_ld(&c->y);
     const int64_t mr = cgm_shard_rows(m, r, P), off = cgm_shard_offset(m, r, P);
     const bool overlap = c->algo != CGM_ALGO_NO_OVERLAP;
     const int S = ncclb_splits(c, m, P, (size_t)n * 4);

@@ -57,7 +57,7 @@ static cgm_status setup_views(exec_ctx *x, plan_op op) {
 
     *in = (view){.present = true, .base = src->data, .dtype = row_dtype,
                  .es = cgm_dtype_size(row_dtype),
-                 .ld = src->ld ? src->ld : src->cols, .width = in_width,
+                 .ld = cgm_matrix_ld(src), .width = in_width,
                  .split_cols = nt};
     bool in_shard = op == PLAN_OP_AG_GEMM || op == PLAN_OP_BULK_AG;
     in->row_base = in_shard ? off_r : 0;
@@ -67,7 +67,7 @@ static cgm_status setup_views(exec_ctx *x, plan_op op) {
     int64_t out_width = bulk ? c->coll_cols : c->n;
     *out = (view){.present = true, .base = dst->data, .dtype = out_dtype,
                   .es = cgm_dtype_size(out_dtype),
-                  .ld = dst->ld ? dst->ld : dst->cols, .width = out_width};
+                  .ld = cgm_matrix_ld(dst), .width = out_width};
     bool out_shard = op == PLAN_OP_GEMM_RS || op == PLAN_OP_BULK_RS;
     out->row_base = out_shard ? off_r : 0;
     out->capacity = out_shard ? m_r : m;
@@ -295,16 +295,16 @@ static cgm_status run_gemm(exec_ctx *x, const plan_step *s, int i, int queue,
     g.n = c->n;
     g.k = c->k;
     g.w = c->w.data;
-    g.ldw = c->w.ld ? c->w.ld : c->w.cols;
+    g.ldw = cgm_matrix_ld(&c->w);
     bool bulk = x->p->req.op == PLAN_OP_BULK_AG ||
                 x->p->req.op == PLAN_OP_BULK_RS;
     if (bulk) {
         if (!c->has_gemm) return CGM_SUCCESS;
         g.m = c->m;
         g.x = c->x.data;
-        g.ldx = c->x.ld ? c->x.ld : c->x.cols;
+        g.ldx = cgm_matrix_ld(&c->x);
         g.y = c->y.data;
-        g.ldy = c->y.ld ? c->y.ld : c->y.cols;
+        g.ldy = cgm_matrix_ld(&c->y);
         g.out_dtype = c->out_dtype;
         g.bias = c->has_bias ? c->bias.data : NULL;
         g.accumulate = c->accumulate;
@@ -455,7 +455,7 @@ static cgm_status copy_gathered(exec_ctx *x, p2p_plan_entry *e) {
     }
     const view *ga = &x->views[PLAN_BUF_GATHER];
     const cgm_matrix *xg = &c->x_gathered;
-    size_t ldg = (size_t)(xg->ld ? xg->ld : xg->cols) * ga->es;
+    size_t ldg = (size_t)cgm_matrix_ld(xg) * ga->es;
     for (int j = 0; j < st->nranks; j++) {
         int64_t rows = plan_shard_rows(c->m, j, st->nranks);
         int64_t off = plan_shard_offset(c->m, j, st->nranks);
