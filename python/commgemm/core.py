@@ -389,48 +389,42 @@ def all_gather_gemm(comm, x_shard, w, bias=None, out=None, gathered=None, layout
     return (out, gathered) if want_gathered else out
 
 
-def gemm_reduce_scatter(comm, x, w, bias=None, out=None, layout="TN", accumulate=False, algo="auto", splits=0,
-                        backend=None, out_dtype=None, allow_tf32=False):
-    """GEMM+RS on numpy arrays: out[m_r, n] = this rank's rows of sum_ranks x . op(w) (+ bias, once).
-
-    x: [m, k_loc] (TN, NN) or [k_loc, m] (NT); w: [n, k_loc] (TN) or [k_loc, n] (NN, NT).
-    """
+def _gemm_then_reduce(c_function, comm, x, w, bias, out, layout, accumulate, algo, splits, backend, out_dtype,
+                      allow_tf32, shard_rows):
+    """GEMM+RS (shard_rows: out holds this rank's rows) and GEMM+AR (all rows)."""
     handle = _check_comm(comm)
     lay = _lib.parse_layout(layout)
     _check_2d("x", x)
     _check_2d("w", w)
     if out is None:
         m = _split_len(lay, x)
-        out = _alloc((comm.shard_rows(m), _out_cols(lay, w)), out_dtype or x.dtype, accumulate, "out")
+        rows = comm.shard_rows(m) if shard_rows else m
+        out = _alloc((rows, _out_cols(lay, w)), out_dtype or x.dtype, accumulate, "out")
     _writable("out", out)
     mx = _matrix("x", x)
     mw = _matrix("w", w)
     mb = _matrix("bias", bias, allow_none=True)
     my = _matrix("out", out)
     opts = _options(lay, accumulate, algo, splits, backend, allow_tf32)
-    check(_lib.lib().cgm_gemm_reduce_scatter(handle, _ref(mx), _ref(mw), _ref(mb), _ref(my),
-                                             ctypes.byref(opts), None))
+    check(c_function(handle, _ref(mx), _ref(mw), _ref(mb), _ref(my), ctypes.byref(opts), None))
     return out
+
+
+def gemm_reduce_scatter(comm, x, w, bias=None, out=None, layout="TN", accumulate=False, algo="auto", splits=0,
+                        backend=None, out_dtype=None, allow_tf32=False):
+    """GEMM+RS on numpy arrays: out[m_r, n] = this rank's rows of sum_ranks x . op(w) (+ bias, once).
+
+    x: [m, k_loc] (TN, NN) or [k_loc, m] (NT); w: [n, k_loc] (TN) or [k_loc, n] (NN, NT).
+    """
+    return _gemm_then_reduce(_lib.lib().cgm_gemm_reduce_scatter, comm, x, w, bias, out, layout, accumulate, algo,
+                             splits, backend, out_dtype, allow_tf32, shard_rows=True)
 
 
 def gemm_all_reduce(comm, x, w, bias=None, out=None, layout="TN", accumulate=False, algo="auto", splits=0,
                     backend=None, out_dtype=None, allow_tf32=False):
     """GEMM+AR on numpy arrays: out[m, n] = sum_ranks x . op(w) (+ bias, once), on every rank."""
-    handle = _check_comm(comm)
-    lay = _lib.parse_layout(layout)
-    _check_2d("x", x)
-    _check_2d("w", w)
-    if out is None:
-        out = _alloc((_split_len(lay, x), _out_cols(lay, w)), out_dtype or x.dtype, accumulate, "out")
-    _writable("out", out)
-    mx = _matrix("x", x)
-    mw = _matrix("w", w)
-    mb = _matrix("bias", bias, allow_none=True)
-    my = _matrix("out", out)
-    opts = _options(lay, accumulate, algo, splits, backend, allow_tf32)
-    check(_lib.lib().cgm_gemm_all_reduce(handle, _ref(mx), _ref(mw), _ref(mb), _ref(my),
-                                         ctypes.byref(opts), None))
-    return out
+    return _gemm_then_reduce(_lib.lib().cgm_gemm_all_reduce, comm, x, w, bias, out, layout, accumulate, algo,
+                             splits, backend, out_dtype, allow_tf32, shard_rows=False)
 
 
 def bulk_overlap(comm, a=None, b=None, c=None, bias=None, send=None, recv=None, collective="all_gather",
