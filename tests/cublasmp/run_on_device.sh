@@ -17,22 +17,8 @@ OUT=${OUT:-/tmp/commgemm-out}
 mkdir -p "$OUT"
 B=$PWD/build-device
 T=$B/tests/cublasmp/test_cublasmp_gpu
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 start=$(date +%s)
-
-# The same NCCL and OpenBLAS as scripts/device-suite.sh.
-args=(-DCOMMGEMM_CUDA=ON -DCOMMGEMM_WERROR=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo)
-if ! ls /usr/lib/x86_64-linux-gnu/libopenblas.so /usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so >/dev/null 2>&1; then
-    R=$PWD/.carry/root
-    args+=(-DCOMMGEMM_CBLAS_INCLUDE=$R/usr/include/x86_64-linux-gnu/openblas-pthread
-           -DCOMMGEMM_OPENBLAS_LIB=$R/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so)
-    export LD_LIBRARY_PATH=$R/usr/lib/x86_64-linux-gnu/openblas-pthread:$R/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-fi
-NCCL_DIR=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)
-if [ -n "$NCCL_DIR" ]; then
-    args+=(-DCOMMGEMM_NCCL_INCLUDE=$NCCL_DIR/include -DCOMMGEMM_NCCL_LIB=$(ls $NCCL_DIR/lib/libnccl.so* | head -1))
-    export LD_LIBRARY_PATH=$NCCL_DIR/lib:${LD_LIBRARY_PATH:-}
-fi
+source scripts/device-env.sh
 if [ ! -f "$B/CMakeCache.txt" ]; then
     cmake -S . -B "$B" -G Ninja "${args[@]}" >"$OUT/cmp-configure.log" 2>&1 ||
         { tail -20 "$OUT/cmp-configure.log"; echo "configure FAILED"; exit 1; }
