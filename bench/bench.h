@@ -35,6 +35,7 @@ typedef struct bench_options {
     cgm_layout layout;
     int warmup, iters;
     int check;
+    int graph; /* --graph: time CUDA-graph replays where the env can */
     const char *json_path; /* NULL: no JSON */
     uint64_t seed;
     int ranks;          /* 0: not given */
@@ -105,6 +106,14 @@ typedef struct bench_env_ops {
     int (*allgather_floats)(bench_env *env, const float *mine, int count,
                             float *out);
     void (*destroy)(bench_env *env);
+    /* Optional (NULL: the environment cannot capture, --graph times eager
+     * calls): capture of work enqueued on env->stream into an executable
+     * graph (begin, then end returns it), its replay on env->stream, its
+     * destruction. begin/end/launch return 0, or -1 after printing why. */
+    int (*capture_begin)(bench_env *env);
+    int (*capture_end)(bench_env *env, void **graph);
+    int (*graph_launch)(bench_env *env, void *graph);
+    void (*graph_destroy)(bench_env *env, void *graph);
 } bench_env_ops;
 
 struct bench_env {
@@ -176,6 +185,9 @@ typedef struct bench_row {
     double ideal_us, ratio, tflops;
     int64_t wrong;
     int failed; /* an op returned an error on some rank */
+    /* --graph: bit per measurement (op, gemm, comm, seq) timed as a graph
+     * replay on every rank; the others were timed eagerly. */
+    unsigned graph_mask;
 } bench_row;
 
 /* Floats one rank contributes to bench_allgather_floats at most. */

@@ -304,6 +304,38 @@ static int gpu_allgather_floats(bench_env *env, const float *mine, int count, fl
     return 0;
 }
 
+/* Graph capture on the bench's stream. Thread-local mode: the library may
+ * call CUDA APIs that are illegal in global capture mode on other threads
+ * (none here), and a failed capture is ended and discarded. */
+static int gpu_capture_begin(bench_env *env) {
+    gpu_env *g = env->impl;
+    return cuda_ok(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal), g,
+                   "cudaStreamBeginCapture");
+}
+
+static int gpu_capture_end(bench_env *env, void **graph) {
+    gpu_env *g = env->impl;
+    cudaGraph_t captured = NULL;
+    cudaGraphExec_t exec = NULL;
+    *graph = NULL;
+    if (cuda_ok(cudaStreamEndCapture(g->stream, &captured), g, "cudaStreamEndCapture"))
+        return -1;
+    int rc = cuda_ok(cudaGraphInstantiate(&exec, captured, 0), g, "cudaGraphInstantiate");
+    cudaGraphDestroy(captured);
+    if (rc == 0) *graph = exec;
+    return rc;
+}
+
+static int gpu_graph_launch(bench_env *env, void *graph) {
+    gpu_env *g = env->impl;
+    return cuda_ok(cudaGraphLaunch((cudaGraphExec_t)graph, g->stream), g, "cudaGraphLaunch");
+}
+
+static void gpu_graph_destroy(bench_env *env, void *graph) {
+    (void)env;
+    if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
 static void gpu_destroy(bench_env *env) {
     gpu_env *g = env->impl;
     if (g) {
@@ -335,6 +367,10 @@ static const bench_env_ops gpu_env_ops = {
     gpu_collective,
     gpu_allgather_floats,
     gpu_destroy,
+    gpu_capture_begin,
+    gpu_capture_end,
+    gpu_graph_launch,
+    gpu_graph_destroy,
 };
 
 bench_env *bench_env_gpu_create(void) {

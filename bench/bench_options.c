@@ -36,6 +36,8 @@ static void usage(FILE *to) {
         "  -w, --warmup N      untimed rounds first (default 5)\n"
         "  -i, --iters N       timed rounds; medians are reported (default 20)\n"
         "  --check, --no-check verify results (default on)\n"
+        "  --graph             GPU: capture each measurement in a CUDA graph after\n"
+        "                      the warm-up and time its replays (no launch cost)\n"
         "  --json FILE         also write the rows as JSON (rank 0)\n"
         "  --seed N            input seed (default 1)\n"
         "  --ranks N           start N ranks of this bench on this machine\n"
@@ -211,7 +213,7 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
     enum {
         OPT_OP = 256, OPT_DTYPE, OPT_BACKEND, OPT_ALGO, OPT_SPLITS, OPT_LAYOUT,
         OPT_CHECK, OPT_NO_CHECK, OPT_JSON, OPT_SEED, OPT_RANKS, OPT_TIMEOUT,
-        OPT_SHAPES
+        OPT_SHAPES, OPT_GRAPH
     };
     static const struct option long_options[] = {
         {"op", required_argument, NULL, OPT_OP},
@@ -225,6 +227,7 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
         {"iters", required_argument, NULL, 'i'},
         {"check", no_argument, NULL, OPT_CHECK},
         {"no-check", no_argument, NULL, OPT_NO_CHECK},
+        {"graph", no_argument, NULL, OPT_GRAPH},
         {"json", required_argument, NULL, OPT_JSON},
         {"seed", required_argument, NULL, OPT_SEED},
         {"ranks", required_argument, NULL, OPT_RANKS},
@@ -264,6 +267,7 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
         case OPT_LAYOUT: rc = parse_layout(optarg, &opt->layout); break;
         case OPT_CHECK: opt->check = 1; break;
         case OPT_NO_CHECK: opt->check = 0; break;
+        case OPT_GRAPH: opt->graph = 1; break;
         case OPT_JSON: opt->json_path = optarg; break;
         case OPT_SEED:
             if (parse_i64(optarg, 0, INT64_MAX, &v))
@@ -323,10 +327,10 @@ void bench_print_options(FILE *to, const bench_options *opt) {
     fprintf(to, "  dtype: %s  layout: %s\n", cgm_dtype_name(opt->dtype),
             cgm_layout_name(opt->layout));
     fprintf(to, "# backend: %s  algo: %s  splits: %d  warmup: %d  iters: %d  "
-            "check: %s  seed: %" PRIu64 "  timeout_ms: ",
+            "check: %s  graph: %s  seed: %" PRIu64 "  timeout_ms: ",
             opt->backend == CGM_BACKEND_DEFAULT ? "default" : cgm_backend_name(opt->backend),
             cgm_algo_name(opt->algo), opt->splits, opt->warmup, opt->iters,
-            opt->check ? "on" : "off", opt->seed);
+            opt->check ? "on" : "off", opt->graph ? "on" : "off", opt->seed);
     if (opt->timeout_ms == CGM_UNSET) fprintf(to, "default\n");
     else fprintf(to, "%" PRId64 "\n", opt->timeout_ms);
 }
@@ -352,10 +356,11 @@ void bench_json_options(FILE *to, const bench_options *opt) {
     fprintf(to, "]");
     fprintf(to, ", \"dtype\": \"%s\", \"layout\": \"%s\", \"backend\": \"%s\", "
             "\"algo\": \"%s\", \"splits\": %d, \"warmup\": %d, \"iters\": %d, "
-            "\"check\": %s, \"seed\": %" PRIu64 ", \"timeout_ms\": ",
+            "\"check\": %s, \"graph\": %s, \"seed\": %" PRIu64 ", \"timeout_ms\": ",
             cgm_dtype_name(opt->dtype), cgm_layout_name(opt->layout),
             cgm_backend_name(opt->backend), cgm_algo_name(opt->algo), opt->splits,
-            opt->warmup, opt->iters, opt->check ? "true" : "false", opt->seed);
+            opt->warmup, opt->iters, opt->check ? "true" : "false",
+            opt->graph ? "true" : "false", opt->seed);
     if (opt->timeout_ms == CGM_UNSET) fprintf(to, "null}");
     else fprintf(to, "%" PRId64 "}", opt->timeout_ms);
 }

@@ -120,7 +120,8 @@ int bench_write_json(const char *path, const bench_context *ctx,
         json_number(to, "ideal_us", r->ideal_us);
         json_number(to, "ratio", r->ratio);
         json_number(to, "seq_us", r->seq_us);
-        fprintf(to, ", \"wrong\": %" PRId64 "}", r->wrong);
+        fprintf(to, ", \"graph_mask\": %u, \"wrong\": %" PRId64 "}", r->graph_mask,
+                r->wrong);
     }
     fprintf(to, "\n  ],\n  \"wrong\": %" PRId64 ",\n  \"errors\": %d,\n", wrong, errors);
     fprintf(to, "  \"avg_ratio\": %.6g,\n  \"ok\": %s\n}\n", avg,

@@ -101,6 +101,12 @@ cgm_status cgm_param_int(const char *name, int64_t *value, bool *from_env);
 /* String parameter: the env value, else the default (may be NULL). */
 const char *cgm_param_string(const char *name, bool *from_env);
 
+/* Element type of the partial products GPU backends ship for GEMM+RS and
+ * GEMM+AR (COMMGEMM_PARTIAL_DTYPE): the output dtype for bf16/fp16
+ * outputs unless the variable says fp32. CGM_ERROR_INVALID_ARGUMENT naming
+ * the variable when its value is not auto or fp32. */
+cgm_status cgm_partial_dtype(cgm_dtype out_dtype, cgm_dtype *partial);
+
 /* ------------------------------------------------------------------ dtype */
 
 float cgm_bf16_to_float(uint16_t v);

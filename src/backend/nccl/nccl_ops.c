@@ -267,21 +267,22 @@ fail:
     return status;
 }
 
-/* GEMM of global rows `p` of X into fp32 partial rows of F, on `stream`. */
-static cgm_status partial_gemm(ncclb_op *op, ncclb_piece p, float *F,
-                               cudaStream_t stream) {
+/* GEMM of global rows `p` of X into partial rows (dtype `pd`) of F, on
+ * `stream`. */
+static cgm_status partial_gemm(ncclb_op *op, ncclb_piece p, char *F,
+                               cgm_dtype pd, cudaStream_t stream) {
     const cgm_call *c = op->call;
     const size_t es = cgm_dtype_size(c->in_dtype);
     const int64_t ldx = cgm_matrix_ld(&c->x);
     cgm_lt_gemm_args g = gemm_base(c);
-    g.out_dtype = CGM_DTYPE_FP32;
+    g.out_dtype = pd;
     g.bias = NULL;
     g.accumulate = false;
     g.m = p.rows;
     g.x = c->layout == CGM_LAYOUT_NT ? at(c->x.data, p.row0, es)
                                      : at(c->x.data, p.row0 * ldx, es);
     g.ldx = ldx;
-    g.y = F + p.row0 * c->n;
+    g.y = at(F, p.row0 * c->n, cgm_dtype_size(pd));
     g.ldy = c->n;
     return ncclb_gemm(op, &g, stream);
 }
@@ -296,16 +297,21 @@ cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
     const int64_t ldy = cgm_matrix_ld(&c->y);
     const int64_t mr = cgm_shard_rows(m, r, P), off = cgm_shard_offset(m, r, P);
     const bool overlap = c->algo != CGM_ALGO_NO_OVERLAP;
-    const int S = ncclb_splits(c, m, P, (size_t)n * 4);
+    /* Partials travel in the partial dtype (COMMGEMM_PARTIAL_DTYPE: bf16 /
+     * fp16 for such outputs); the owner sums them in fp32. */
+    cgm_dtype pd = CGM_DTYPE_FP32;
+    CGM_TRY(cgm_partial_dtype(c->out_dtype, &pd));
+    const size_t ep = cgm_dtype_size(pd);
+    const int S = ncclb_splits(c, m, P, (size_t)n * ep);
     /* P <= CGM_DEV_MAX_SOURCES here (check_limits). */
     cudaEvent_t produced[CGM_DEV_MAX_SOURCES * NCCLB_MAX_SPLITS];
     ncclb_xfer xs[CGM_DEV_MAX_SOURCES];
 
     if (P == 1) return whole_gemm(op, ncclb_next_compute(op));
     memset(produced, 0, sizeof produced);
-    float *F = st->buf[NCCLB_BUF_PARTIAL];
+    char *F = st->buf[NCCLB_BUF_PARTIAL];
     char *slots = st->buf[NCCLB_BUF_RECV];
-    const size_t slot_bytes = (size_t)(cgm_ceil_div(m, P) * n) * 4;
+    const size_t slot_bytes = (size_t)(cgm_ceil_div(m, P) * n) * ep;
 
     /* Partials in the order they ship: rank r + 1's rows first, own last. */
     cudaEvent_t own_done;
@@ -316,18 +322,18 @@ cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
                 ncclb_piece p = ncclb_piece_of(m, P, (r + s) % P, S, q);
                 if (p.rows == 0) continue;
                 cudaStream_t cs = ncclb_next_compute(op);
-                CGM_TRY(partial_gemm(op, p, F, cs));
+                CGM_TRY(partial_gemm(op, p, F, pd, cs));
                 CGM_TRY(ncclb_event(op, &produced[s * S + q]));
                 CGM_CUDA_TRY(cudaEventRecord(produced[s * S + q], cs));
             }
         ncclb_piece own = {off, mr};
         cudaStream_t cs = ncclb_next_compute(op);
-        CGM_TRY(partial_gemm(op, own, F, cs));
+        CGM_TRY(partial_gemm(op, own, F, pd, cs));
         CGM_CUDA_TRY(cudaEventRecord(own_done, cs));
     } else {
         ncclb_piece all = {0, m};
         cudaStream_t cs = ncclb_next_compute(op);
-        CGM_TRY(partial_gemm(op, all, F, cs));
+        CGM_TRY(partial_gemm(op, all, F, pd, cs));
         CGM_CUDA_TRY(cudaEventRecord(own_done, cs));
     }
     /* no_overlap: one group ships every owner its rows (all steps at
@@ -336,10 +342,10 @@ cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
         CGM_CUDA_TRY(cudaStreamWaitEvent(st->comm_stream, own_done, 0));
         for (int s = 1; s < P; s++) {
             int to = (r + s) % P, from = (r - s + P) % P;
-            ncclb_xfer t = {F + cgm_shard_offset(m, to, P) * n,
-                            (size_t)(cgm_shard_rows(m, to, P) * n) * 4, to,
+            ncclb_xfer t = {at(F, cgm_shard_offset(m, to, P) * n, ep),
+                            (size_t)(cgm_shard_rows(m, to, P) * n) * ep, to,
                             slots + (size_t)(s - 1) * slot_bytes,
-                            (size_t)(mr * n) * 4, from};
+                            (size_t)(mr * n) * ep, from};
             xs[s - 1] = t;
         }
         CGM_TRY(ncclb_exchange(st, xs, P - 1, "GEMM+RS: exchanging partials"));
@@ -355,10 +361,11 @@ cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
             cudaEvent_t ready = produced[s * S + q];
             if (sp.rows > 0 && ready)
                 CGM_CUDA_TRY(cudaStreamWaitEvent(st->comm_stream, ready, 0));
-            ncclb_xfer x = {F + sp.row0 * n, (size_t)(sp.rows * n) * 4, to,
+            ncclb_xfer x = {at(F, sp.row0 * n, ep),
+                            (size_t)(sp.rows * n) * ep, to,
                             slots + (size_t)(s - 1) * slot_bytes +
-                                (size_t)((rp.row0 - off) * n) * 4,
-                            (size_t)(rp.rows * n) * 4, from};
+                                (size_t)((rp.row0 - off) * n) * ep,
+                            (size_t)(rp.rows * n) * ep, from};
             CGM_TRY(ncclb_exchange(st, &x, 1, "GEMM+RS: exchanging partials"));
         }
         ncclb_watch_step(op, from, to);
@@ -370,10 +377,10 @@ cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
     cgm_dev_reduce_args ra;
     memset(&ra, 0, sizeof ra);
     ra.nsources = P;
-    ra.src_dtype = CGM_DTYPE_FP32;
+    ra.src_dtype = (int)pd;
     ra.rows = mr;
     ra.cols = n;
-    ra.src[0] = F + off * n;
+    ra.src[0] = at(F, off * n, ep);
     ra.src_ld[0] = n;
     for (int i = 1; i < P; i++) {
         ra.src[i] = slots + (size_t)(i - 1) * slot_bytes;
@@ -394,14 +401,14 @@ cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
         ra.dst_dtype = c->out_dtype;
         ra.bias = c->has_bias ? c->bias.data : NULL;
     } else {
-        /* Y += sum on every rank: gather the fp32 sums, add them locally
-         * (bias then, once per element). The sum overwrites src[0] in
-         * place, element by element. */
-        reduced = (char *)F;
-        re = 4;
-        ra.dst = F + off * n;
+        /* Y += sum on every rank: gather the sums (in the partial dtype),
+         * add them locally (bias then, once per element). The sum
+         * overwrites src[0] in place, element by element. */
+        reduced = F;
+        re = ep;
+        ra.dst = at(F, off * n, ep);
         ra.dst_ld = n;
-        ra.dst_dtype = CGM_DTYPE_FP32;
+        ra.dst_dtype = (int)pd;
     }
     CGM_CUDA_TRY(cgm_dev_reduce(&ra, st->dev, st->comm_stream));
     if (all_reduce) {
@@ -426,7 +433,7 @@ cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
             cgm_dev_reduce_args fa;
             memset(&fa, 0, sizeof fa);
             fa.nsources = 1;
-            fa.src_dtype = CGM_DTYPE_FP32;
+            fa.src_dtype = (int)pd;
             fa.src[0] = F;
             fa.src_ld[0] = n;
             fa.rows = m;

@@ -101,9 +101,14 @@ static cgm_status setup_views(exec_ctx *x, plan_op op) {
                              st->gather_bytes, (long long)cfg->max_m,
                              (long long)cfg->max_k, (long long)cfg->max_n);
     }
-    /* Slots: fp32 rows of the output width (bulk-RS: the send dtype). */
-    cgm_dtype slot_dtype = op == PLAN_OP_BULK_RS ? c->coll_dtype
-                                                 : CGM_DTYPE_FP32;
+    /* Slots: partial rows of the output width, in the partial dtype
+     * (COMMGEMM_PARTIAL_DTYPE: bf16/fp16 outputs ship bf16/fp16 partials,
+     * summed in fp32 by the reduce kernel); bulk-RS: the send dtype. */
+    cgm_dtype slot_dtype = c->coll_dtype;
+    if (op != PLAN_OP_BULK_RS) {
+        cgm_status ps = cgm_partial_dtype(c->out_dtype, &slot_dtype);
+        if (ps != CGM_SUCCESS) return ps;
+    }
     size_t slot_es = cgm_dtype_size(slot_dtype);
     /* Contiguous (plan.h): slot s starts at row s * slot_rows. */
     size_t stride = (size_t)slot_rows * (size_t)out_width * slot_es;
