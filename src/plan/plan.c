@@ -44,32 +44,62 @@ static void gemm_own_pieces(plan_builder *b) {
                    row0, rows, true);
 }
 
-/* SPLIT (overlap) and NO_OVERLAP: pulls from every peer's GATHER. */
-static void build_ag_pull(plan_builder *b, bool overlap) {
+/* SPLIT: pushes. Each rank copies its own shard, piece by piece, straight
+ * from INPUT into every peer's GATHER (after that peer's FREE) and signals
+ * READY per piece, so no staging copy delays the first byte. Its own rows'
+ * GEMMs (from INPUT) go first; each received piece's GEMM waits for the
+ * piece's READY on its compute queue, so the comm queue only copies.
+ * Destinations rotate from r+1, and r-1 (whose first destination is r)
+ * is the first writer r expects. Own rows never enter r's GATHER. */
+static void build_ag_push(plan_builder *b) {
     int r = b->r, P = b->P;
     int64_t row0, rows;
     if (P == 1) return build_local_only(b, true);
+    for (int k = 1; k < P; k++) {
+        int q = plan_mod(r - k, P);
+        if (plan_rows_of(b, q) > 0) plan_emit_signal(b, q, PLAN_FLAG_FREE, -1);
+    }
+    gemm_own_pieces(b);
+    for (int k = 1; k < P && plan_rows_of(b, r) > 0; k++) {
+        int d = plan_mod(r + k, P);
+        plan_emit_wait(b, d, PLAN_FLAG_FREE, -1);
+        PLAN_FOR_PIECES(b, r, i, row0, rows) {
+            int chunk = plan_chunk_of(b, r, i);
+            plan_emit_copy(b, plan_at(r, PLAN_BUF_INPUT, 0),
+                           plan_at(d, PLAN_BUF_GATHER, 0), r, chunk, row0,
+                           rows);
+            plan_emit_signal(b, d, PLAN_FLAG_READY, chunk);
+        }
+    }
+    for (int k = 1; k < P; k++) {
+        int q = plan_mod(r - k, P);
+        PLAN_FOR_PIECES(b, q, i, row0, rows) {
+            int chunk = plan_chunk_of(b, q, i);
+            plan_emit_wait_for_gemm(b, q, PLAN_FLAG_READY, chunk);
+            plan_emit_gemm(b, plan_at(r, PLAN_BUF_GATHER, 0),
+                           plan_at(r, PLAN_BUF_OUTPUT, 0), q, chunk, row0,
+                           rows, true);
+        }
+    }
+}
+
+/* NO_OVERLAP: publish my shard in my GATHER, pull every peer's whole
+ * shard into mine, then one GEMM of all m gathered rows. */
+static void build_ag_no_overlap(plan_builder *b) {
+    int r = b->r, P = b->P;
+    if (P == 1) return build_local_only(b, true);
     plan_publish_own_shard(b, PLAN_BUF_INPUT);
-    if (overlap) gemm_own_pieces(b); /* local rows first: no wait at all */
     for (int k = 1; k < P; k++) {
         int q = plan_mod(r + k, P);
         if (plan_rows_of(b, q) == 0) continue;
         plan_emit_wait(b, q, PLAN_FLAG_READY, -1);
-        PLAN_FOR_PIECES(b, q, i, row0, rows) {
-            int chunk = plan_chunk_of(b, q, i);
-            int c = plan_emit_copy(b, plan_at(q, PLAN_BUF_GATHER, 0),
-                                   plan_at(r, PLAN_BUF_GATHER, 0), q, chunk,
-                                   row0, rows);
-            if (overlap) {
-                int g = plan_emit_gemm(b, plan_at(r, PLAN_BUF_GATHER, 0),
-                                       plan_at(r, PLAN_BUF_OUTPUT, 0), q,
-                                       chunk, row0, rows, true);
-                plan_add_dep(b, g, c);
-            }
-        }
+        plan_emit_copy(b, plan_at(q, PLAN_BUF_GATHER, 0),
+                       plan_at(r, PLAN_BUF_GATHER, 0), q,
+                       plan_chunk_of(b, q, 0), plan_offset_of(b, q),
+                       plan_rows_of(b, q));
         plan_emit_signal(b, q, PLAN_FLAG_DONE, -1);
     }
-    if (!overlap && b->m > 0) {
+    if (b->m > 0) {
         int last_comm = plan_last_on_queue(b, 0);
         int g = plan_emit_gemm(b, plan_at(r, PLAN_BUF_GATHER, 0),
                                plan_at(r, PLAN_BUF_OUTPUT, 0), -1, -1, 0, b->m,
@@ -296,7 +326,8 @@ int plan_build(const plan_request *req, plan *out, char *err, int err_len) {
     switch (req->op) {
     case PLAN_OP_AG_GEMM:
         if (req->algo == PLAN_ALGO_RING) build_ag_ring(&b);
-        else build_ag_pull(&b, req->algo == PLAN_ALGO_SPLIT);
+        else if (req->algo == PLAN_ALGO_SPLIT) build_ag_push(&b);
+        else build_ag_no_overlap(&b);
         break;
     case PLAN_OP_GEMM_RS:
     case PLAN_OP_GEMM_AR:

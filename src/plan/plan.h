@@ -189,7 +189,8 @@ int64_t plan_shard_offset(int64_t m, int rank, int nranks);
  * rank, tracks happens-before with vector clocks, and checks:
  *   - every step's inputs were produced by a step that happened-before it
  *     (INPUT is valid at start on its own rank only);
- *   - AG: every rank gathers every row exactly once and computes every
+ *   - AG: every rank gathers every peer's row exactly once (its own rows
+ *     at most once: they may stay in INPUT) and computes every
  *     output row exactly once; RS: every owner reduces each of its rows
  *     exactly once from exactly one contribution of every rank; AR: both;
  *     bulk: the collective's rows likewise and the GEMM exactly once;

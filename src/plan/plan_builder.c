@@ -80,6 +80,15 @@ int plan_emit_wait(plan_builder *b, int peer, plan_flag_kind f, int chunk) {
     return flag_step(b, PLAN_WAIT, peer, f, chunk);
 }
 
+int plan_emit_wait_for_gemm(plan_builder *b, int peer, plan_flag_kind f,
+                            int chunk) {
+    plan_step s = blank(PLAN_WAIT, 1 + (b->next_compute % b->cq));
+    s.peer = peer;
+    s.flag.kind = f;
+    s.flag.chunk = chunk;
+    return emit(b, &s);
+}
+
 int plan_emit_gemm(plan_builder *b, plan_loc src, plan_loc dst, int shard,
                    int chunk, int64_t row0, int64_t rows, bool final) {
     plan_step s = blank(PLAN_GEMM, next_compute_queue(b));

@@ -245,6 +245,10 @@ static void test_ag_split_shape(const void *param) {
     plan_set set;
     build_all(&req, &set);
     const plan *p = &set.plans[2];
+    /* Writers let in first: FREE to r-1 (whose first destination is r). */
+    CHECK_INT_EQ(p->steps[0].kind, PLAN_SIGNAL);
+    CHECK_INT_EQ(p->steps[0].flag.kind, PLAN_FLAG_FREE);
+    CHECK_INT_EQ(p->steps[0].peer, 1);
     /* Own rows first, from INPUT, alternating compute queues. */
     const plan_step *g0 = &p->steps[first_of(p, PLAN_GEMM)];
     CHECK_INT_EQ(g0->shard, 2);
@@ -252,18 +256,26 @@ static void test_ag_split_shape(const void *param) {
     CHECK_INT_EQ(g0->queue, 1);
     CHECK_INT_EQ(p->steps[find_step(p, PLAN_GEMM, -1, PLAN_BUF_NONE,
                                     PLAN_BUF_NONE, 1)].queue, 2);
-    /* Peers in rotated order: r+1 first. */
-    CHECK_INT_EQ(p->steps[first_of(p, PLAN_WAIT)].peer, 3);
-    /* A pulled chunk's GEMM depends on its copy. */
-    int pull = find_step(p, PLAN_COPY, 3, PLAN_BUF_GATHER, PLAN_BUF_GATHER, 0);
-    CHECK(pull > 0);
-    const plan_step *g = &p->steps[pull + 1];
-    CHECK_INT_EQ(g->kind, PLAN_GEMM);
-    CHECK_INT_EQ(g->ndeps, 1);
-    CHECK_INT_EQ(g->deps[0], pull);
-    /* The op ends waiting for the pullers' DONE. */
-    CHECK_INT_EQ(p->steps[p->nsteps - 1].kind, PLAN_WAIT);
-    CHECK_INT_EQ(p->steps[p->nsteps - 1].flag.kind, PLAN_FLAG_DONE);
+    /* Pushes in rotated order: r+1 first, straight from INPUT (no staging
+     * copy into the own GATHER), after its FREE. */
+    int w = first_of(p, PLAN_WAIT);
+    CHECK_INT_EQ(p->steps[w].peer, 3);
+    CHECK_INT_EQ(p->steps[w].flag.kind, PLAN_FLAG_FREE);
+    int push = find_step(p, PLAN_COPY, 3, PLAN_BUF_INPUT, PLAN_BUF_GATHER, 0);
+    CHECK(push > w);
+    CHECK_INT_EQ(find_step(p, PLAN_COPY, 2, PLAN_BUF_INPUT, PLAN_BUF_GATHER, 0), -1);
+    /* A pushed piece's GEMM waits for its READY on its own compute queue. */
+    int g = -1;
+    for (int i = 0; i < p->nsteps && g < 0; i++)
+        if (p->steps[i].kind == PLAN_GEMM && p->steps[i].shard == 1) g = i;
+    CHECK(g > 0);
+    CHECK_INT_EQ(p->steps[g].src.buf, PLAN_BUF_GATHER);
+    CHECK_INT_EQ(p->steps[g - 1].kind, PLAN_WAIT);
+    CHECK_INT_EQ(p->steps[g - 1].flag.kind, PLAN_FLAG_READY);
+    CHECK_INT_EQ(p->steps[g - 1].peer, 1);
+    CHECK_INT_EQ(p->steps[g - 1].queue, p->steps[g].queue);
+    /* No staging, so no pullers: the op ends with a GEMM, not a DONE wait. */
+    CHECK_INT_EQ(p->steps[p->nsteps - 1].kind, PLAN_GEMM);
     free_all(&set);
 }
 

@@ -37,7 +37,7 @@ static void test_drop_wait(const void *param) {
 static void test_drop_wait_and_signal(const void *param) {
     (void)param;
     plan_set set;
-    build(&set, PLAN_OP_AG_GEMM, PLAN_ALGO_SPLIT, 4, 100, 2, 2);
+    build(&set, PLAN_OP_AG_GEMM, PLAN_ALGO_NO_OVERLAP, 4, 100, 2, 2);
     plan *p = &set.plans[1], *q = &set.plans[2];
     drop_step(p, find_step(p, PLAN_WAIT, 2, PLAN_BUF_NONE, PLAN_BUF_NONE, 0));
     drop_step(q, find_step(q, PLAN_SIGNAL, 1, PLAN_BUF_NONE, PLAN_BUF_NONE, 0));
@@ -47,7 +47,7 @@ static void test_drop_wait_and_signal(const void *param) {
 static void test_drop_copy(const void *param) {
     (void)param;
     plan_set set;
-    build(&set, PLAN_OP_AG_GEMM, PLAN_ALGO_SPLIT, 3, 9, 1, 1);
+    build(&set, PLAN_OP_AG_GEMM, PLAN_ALGO_NO_OVERLAP, 3, 9, 1, 1);
     plan *p = &set.plans[0];
     drop_step(p, find_step(p, PLAN_COPY, 1, PLAN_BUF_GATHER, PLAN_BUF_GATHER,
                            0));
@@ -77,7 +77,7 @@ static void test_duplicate_rs_gemm(const void *param) {
 static void test_signal_before_copy(const void *param) {
     (void)param;
     plan_set set;
-    build(&set, PLAN_OP_AG_GEMM, PLAN_ALGO_SPLIT, 3, 30, 1, 1);
+    build(&set, PLAN_OP_AG_GEMM, PLAN_ALGO_NO_OVERLAP, 3, 30, 1, 1);
     plan *p = &set.plans[0];
     int copy = find_step(p, PLAN_COPY, 0, PLAN_BUF_INPUT, PLAN_BUF_GATHER, 0);
     int sig = find_step(p, PLAN_SIGNAL, 2, PLAN_BUF_NONE, PLAN_BUF_NONE, 0);
@@ -157,12 +157,61 @@ static void test_deadlock(const void *param) {
     expect_violation(&set, "deadlock", "never runs");
 }
 
+/* Pushing AG: a push before the receiver's FREE may overwrite a GATHER the
+ * receiver's previous op still reads. */
+static void test_push_before_free(const void *param) {
+    (void)param;
+    plan_set set;
+    build(&set, PLAN_OP_AG_GEMM, PLAN_ALGO_SPLIT, 3, 9, 1, 1);
+    plan *p = &set.plans[0];
+    int wait = find_step(p, PLAN_WAIT, 1, PLAN_BUF_NONE, PLAN_BUF_NONE, 0);
+    int push = find_step(p, PLAN_COPY, 1, PLAN_BUF_INPUT, PLAN_BUF_GATHER, 0);
+    CHECK(wait >= 0 && p->steps[wait].flag.kind == PLAN_FLAG_FREE);
+    CHECK(push > wait);
+    move_step(p, wait, push);
+    expect_violation(&set, "writes into rank 1's gather before any step of "
+                           "rank 1",
+                     NULL);
+}
+
+/* Pushing AG: a GEMM of pushed rows without the READY wait on its compute
+ * queue reads rows that may not have landed. */
+static void test_gemm_before_ready(const void *param) {
+    (void)param;
+    plan_set set;
+    build(&set, PLAN_OP_AG_GEMM, PLAN_ALGO_SPLIT, 2, 8, 2, 2);
+    plan *p = &set.plans[1];
+    int wait = -1;
+    for (int i = 0; i < p->nsteps && wait < 0; i++)
+        if (p->steps[i].kind == PLAN_WAIT && p->steps[i].queue > 0 &&
+            p->steps[i].flag.kind == PLAN_FLAG_READY)
+            wait = i;
+    CHECK(wait >= 0);
+    int chunk = p->steps[wait].flag.chunk;
+    drop_step(p, wait);
+    expect_violation(&set, "to rank 1, which never waits for it", NULL);
+
+    /* Both halves dropped: the GEMM races the push. */
+    build(&set, PLAN_OP_AG_GEMM, PLAN_ALGO_SPLIT, 2, 8, 2, 2);
+    p = &set.plans[1];
+    plan *q = &set.plans[0];
+    drop_step(p, wait);
+    int sig = -1;
+    for (int i = 0; i < q->nsteps && sig < 0; i++)
+        if (q->steps[i].kind == PLAN_SIGNAL && q->steps[i].flag.chunk == chunk &&
+            q->steps[i].flag.kind == PLAN_FLAG_READY)
+            sig = i;
+    CHECK(sig >= 0);
+    drop_step(q, sig);
+    expect_violation(&set, "rank 1 step", "rank 1's gather");
+}
+
 /* Without DONE, a peer may still be pulling from my GATHER when my next op
  * rewrites it. */
 static void test_missing_done(const void *param) {
     (void)param;
     plan_set set;
-    build(&set, PLAN_OP_AG_GEMM, PLAN_ALGO_SPLIT, 3, 9, 1, 1);
+    build(&set, PLAN_OP_AG_GEMM, PLAN_ALGO_NO_OVERLAP, 3, 9, 1, 1);
     plan *p = &set.plans[1], *q = &set.plans[2];
     int done = -1;
     for (int i = 0; i < p->nsteps; i++)
@@ -215,7 +264,7 @@ static void test_wrong_slot(const void *param) {
 static void test_invisible_buffer(const void *param) {
     (void)param;
     plan_set set;
-    build(&set, PLAN_OP_AG_GEMM, PLAN_ALGO_SPLIT, 2, 4, 1, 1);
+    build(&set, PLAN_OP_AG_GEMM, PLAN_ALGO_NO_OVERLAP, 2, 4, 1, 1);
     plan *p = &set.plans[0];
     int pull = find_step(p, PLAN_COPY, 1, PLAN_BUF_GATHER, PLAN_BUF_GATHER, 0);
     p->steps[pull].src.buf = PLAN_BUF_OUTPUT;
@@ -275,7 +324,7 @@ static void test_bad_structure(const void *param) {
     set.plans[2].steps[0].queue = 3;
     expect_violation(&set, "is on queue 3", NULL);
 
-    build(&set, PLAN_OP_AG_GEMM, PLAN_ALGO_SPLIT, 3, 9, 1, 1);
+    build(&set, PLAN_OP_AG_GEMM, PLAN_ALGO_NO_OVERLAP, 3, 9, 1, 1);
     set.plans[0].steps[0].rows = 100;
     expect_violation(&set, "rows are not within", NULL);
 
@@ -315,6 +364,8 @@ void register_negative_cases(void) {
     test_add("negative.ring_war_hazard", test_ring_war_hazard, NULL);
     test_add("negative.deadlock", test_deadlock, NULL);
     test_add("negative.missing_done", test_missing_done, NULL);
+    test_add("negative.push_before_free", test_push_before_free, NULL);
+    test_add("negative.gemm_before_ready", test_gemm_before_ready, NULL);
     test_add("negative.double_contribution", test_double_contribution, NULL);
     test_add("negative.missing_contribution", test_missing_contribution, NULL);
     test_add("negative.wrong_slot", test_wrong_slot, NULL);

@@ -454,7 +454,8 @@ static cgm_status copy_gathered(exec_ctx *x, p2p_plan_entry *e) {
     cudaStream_t stream = st->queues[0];
     for (int i = 0; i < e->plan.nsteps; i++) {
         const plan_step *s = &e->plan.steps[i];
-        if (s->kind == PLAN_COPY && s->dst.buf == PLAN_BUF_GATHER &&
+        if (((s->kind == PLAN_COPY && s->dst.buf == PLAN_BUF_GATHER) ||
+             s->kind == PLAN_WAIT) &&
             s->queue != 0)
             CGM_CUDA_TRY(cudaStreamWaitEvent(stream, e->events[i], 0));
     }

@@ -118,7 +118,8 @@ cgm_status p2p_plan_lookup(p2p_state *st, const plan_request *req,
         goto fail;
     }
     /* An event after every step that another queue waits for, and after
-     * every copy into GATHER off the comm queue (x_gathered waits on them). */
+     * every copy into GATHER and every WAIT off the comm queue (x_gathered
+     * waits on them: a pushed piece is in GATHER once its WAIT passed). */
     for (int i = 0; i < p->nsteps; i++) {
         const plan_step *s = &p->steps[i];
         if (s->queue < 0 || s->queue >= P2P_MAX_QUEUES) {
@@ -140,7 +141,8 @@ cgm_status p2p_plan_lookup(p2p_state *st, const plan_request *req,
                 CGM_CUDA_TRY(cudaEventCreateWithFlags(&victim->events[dep],
                                                       cudaEventDisableTiming));
         }
-        if (s->kind == PLAN_COPY && s->dst.buf == PLAN_BUF_GATHER &&
+        if (((s->kind == PLAN_COPY && s->dst.buf == PLAN_BUF_GATHER) ||
+             s->kind == PLAN_WAIT) &&
             s->queue != 0 && !victim->events[i])
             CGM_CUDA_TRY(cudaEventCreateWithFlags(&victim->events[i],
                                                   cudaEventDisableTiming));
