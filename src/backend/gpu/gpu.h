@@ -85,6 +85,23 @@ cgm_status cgm_nccl_allgather_host(void *nccl_comm, int nranks,
                                    const void *send, void *recv, size_t bytes,
                                    int64_t timeout_ms);
 
+/* ------------------------------------------------------------ autotuner */
+
+/* cgm_tune_hooks shared by the GPU backends (gpu_tune.c): the capture
+ * check of the call's stream; timing of warmup + reps runs through the
+ * call's backend with CUDA events on the call's stream (bounded wait); the
+ * exchange through cgm_nccl_allgather_host on the caller's communicator;
+ * the CUDA device's name. */
+bool cgm_gpu_tune_capturing(const cgm_call *call);
+cgm_status cgm_gpu_tune_measure(cgm_comm *comm, void *state,
+                                const cgm_call *call, int warmup, int reps,
+                                int64_t *ns);
+cgm_status cgm_gpu_tune_allgather(cgm_comm *comm, void *state,
+                                  const int64_t *mine, int words,
+                                  int64_t *all);
+void cgm_gpu_tune_device_name(const cgm_comm *comm, void *state, char *buf,
+                              size_t len);
+
 /* -------------------------------------------------------------- cuBLASLt */
 
 /* One row-major GEMM in the layouts of commgemm.h:
@@ -104,6 +121,11 @@ typedef struct cgm_lt_gemm_args {
     bool accumulate;  /* beta = 1 */
     bool allow_tf32;  /* fp32 inputs only */
 } cgm_lt_gemm_args;
+
+/* The caller's whole GEMM of a validated call: every field from `c`
+ * (layout, dtypes, m, n, k, X, W, Y and their lds, bias, accumulate, TF32).
+ * Executors override what a chunk changes (m, x, y, lds, epilogue). */
+cgm_lt_gemm_args cgm_lt_args_from_call(const cgm_call *c);
 
 typedef struct cgm_lt cgm_lt;
 

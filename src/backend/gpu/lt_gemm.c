@@ -37,6 +37,27 @@ struct cgm_lt {
     int next_victim;
 };
 
+cgm_lt_gemm_args cgm_lt_args_from_call(const cgm_call *c) {
+    cgm_lt_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.layout = c->layout;
+    g.in_dtype = c->in_dtype;
+    g.out_dtype = c->out_dtype;
+    g.m = c->m;
+    g.n = c->n;
+    g.k = c->k;
+    g.x = c->x.data;
+    g.ldx = cgm_matrix_ld(&c->x);
+    g.w = c->w.data;
+    g.ldw = cgm_matrix_ld(&c->w);
+    g.y = c->y.data;
+    g.ldy = cgm_matrix_ld(&c->y);
+    g.bias = c->has_bias ? c->bias.data : NULL;
+    g.accumulate = c->accumulate;
+    g.allow_tf32 = c->allow_tf32;
+    return g;
+}
+
 cgm_status cgm_lt_create(cgm_lt **out) {
     cgm_status status = CGM_SUCCESS;
     cgm_lt *lt = calloc(1, sizeof *lt);

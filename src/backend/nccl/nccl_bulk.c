@@ -15,24 +15,7 @@ static char *at(const void *base, int64_t elements, size_t element_size) {
 }
 
 static cgm_status bulk_gemm(ncclb_op *op) {
-    const cgm_call *c = op->call;
-    cgm_lt_gemm_args g;
-    memset(&g, 0, sizeof g);
-    g.layout = c->layout;
-    g.in_dtype = c->in_dtype;
-    g.out_dtype = c->out_dtype;
-    g.m = c->m;
-    g.n = c->n;
-    g.k = c->k;
-    g.x = c->x.data;
-    g.ldx = cgm_matrix_ld(&c->x);
-    g.w = c->w.data;
-    g.ldw = cgm_matrix_ld(&c->w);
-    g.y = c->y.data;
-    g.ldy = cgm_matrix_ld(&c->y);
-    g.bias = c->has_bias ? c->bias.data : NULL;
-    g.accumulate = c->accumulate;
-    g.allow_tf32 = c->allow_tf32;
+    cgm_lt_gemm_args g = cgm_lt_args_from_call(op->call);
     return ncclb_gemm(op, &g, ncclb_next_compute(op));
 }
 

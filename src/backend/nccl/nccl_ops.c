@@ -13,31 +13,11 @@ static char *at(const void *base, int64_t elements, size_t element_size) {
     return (char *)base + (size_t)elements * element_size;
 }
 
-static cgm_lt_gemm_args gemm_base(const cgm_call *c) {
-    cgm_lt_gemm_args g;
-    memset(&g, 0, sizeof g);
-    g.layout = c->layout;
-    g.in_dtype = c->in_dtype;
-    g.out_dtype = c->out_dtype;
-    g.n = c->n;
-    g.k = c->k;
-    g.w = c->w.data;
-    g.ldw = cgm_matrix_ld(&c->w);
-    g.bias = c->has_bias ? c->bias.data : NULL;
-    g.accumulate = c->accumulate;
-    g.allow_tf32 = c->allow_tf32;
-    return g;
-}
-
 /* The caller's whole GEMM on one stream (P = 1). */
 static cgm_status whole_gemm(ncclb_op *op, cudaStream_t stream) {
     const cgm_call *c = op->call;
-    cgm_lt_gemm_args g = gemm_base(c);
+    cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
     g.m = c->op == CGM_OP_ALL_GATHER_GEMM ? c->y.rows : c->m;
-    g.x = c->x.data;
-    g.ldx = cgm_matrix_ld(&c->x);
-    g.y = c->y.data;
-    g.ldy = cgm_matrix_ld(&c->y);
     return ncclb_gemm(op, &g, stream);
 }
 
@@ -76,7 +56,7 @@ static cgm_status gathered_gemm(ncclb_op *op, const char *G, ncclb_piece p,
                                 cudaStream_t stream) {
     const cgm_call *c = op->call;
     const size_t es = cgm_dtype_size(c->in_dtype);
-    cgm_lt_gemm_args g = gemm_base(c);
+    cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
     g.m = p.rows;
     g.x = at(G, p.row0 * c->k, es);
     g.ldx = c->layout == CGM_LAYOUT_NT ? p.rows : c->k;
@@ -224,7 +204,7 @@ cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
                                        "AG+GEMM: exchanging X rows"));
                 if (own_pending) {
                     own_pending = false;
-                    cgm_lt_gemm_args g = gemm_base(c);
+                    cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
                     g.m = mr;
                     g.x = c->x.data;
                     g.ldx = ldx;
@@ -274,7 +254,7 @@ static cgm_status partial_gemm(ncclb_op *op, ncclb_piece p, char *F,
     const cgm_call *c = op->call;
     const size_t es = cgm_dtype_size(c->in_dtype);
     const int64_t ldx = cgm_matrix_ld(&c->x);
-    cgm_lt_gemm_args g = gemm_base(c);
+    cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
     g.out_dtype = pd;
     g.bias = NULL;
     g.accumulate = false;

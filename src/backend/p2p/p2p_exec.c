@@ -292,27 +292,11 @@ static cgm_status run_gemm(exec_ctx *x, const plan_step *s, int i, int queue,
     cgm_status status = CGM_SUCCESS;
     const cgm_call *c = x->call;
     p2p_state *st = x->st;
-    cgm_lt_gemm_args g;
-    memset(&g, 0, sizeof g);
-    g.layout = c->layout;
-    g.in_dtype = c->in_dtype;
-    g.allow_tf32 = c->allow_tf32;
-    g.n = c->n;
-    g.k = c->k;
-    g.w = c->w.data;
-    g.ldw = cgm_matrix_ld(&c->w);
+    cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
     bool bulk = x->p->req.op == PLAN_OP_BULK_AG ||
                 x->p->req.op == PLAN_OP_BULK_RS;
     if (bulk) {
         if (!c->has_gemm) return CGM_SUCCESS;
-        g.m = c->m;
-        g.x = c->x.data;
-        g.ldx = cgm_matrix_ld(&c->x);
-        g.y = c->y.data;
-        g.ldy = cgm_matrix_ld(&c->y);
-        g.out_dtype = c->out_dtype;
-        g.bias = c->has_bias ? c->bias.data : NULL;
-        g.accumulate = c->accumulate;
     } else {
         char *xp = NULL, *yp = NULL;
         const view *vx = NULL, *vy = NULL;
@@ -325,9 +309,9 @@ static cgm_status run_gemm(exec_ctx *x, const plan_step *s, int i, int queue,
         g.y = yp;
         g.ldy = vy->ld;
         g.out_dtype = vy->dtype;
-        if (s->final) {
-            g.bias = c->has_bias ? c->bias.data : NULL;
-            g.accumulate = c->accumulate;
+        if (!s->final) { /* a partial: no epilogue */
+            g.bias = NULL;
+            g.accumulate = false;
         }
     }
     if (x->dry) return CGM_SUCCESS;
