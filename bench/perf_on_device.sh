@@ -5,8 +5,10 @@
 # to its network transport over loopback (the comm baseline then runs under
 # the same NCCL settings, since it is NCCL on the same communicator).
 # Usage (repo root): bash bench/perf_on_device.sh [OUT_DIR] [BUILD_DIR]
-# OUT_DIR receives 6 files: tables.txt (what is printed last), machine.txt,
-# p2p.json, nccl.json, nccl_net.json, stderr.txt; the logs stay in /tmp.
+# OUT_DIR receives tables.txt (what is printed last), machine.txt, stderr.txt
+# and one JSON per table (PERF_TABLES, default "p2p p2p_graph nccl nccl_net";
+# also nccl_graph, cublasmp); the logs stay in /tmp. PERF_REUSE_BUILD=1 with
+# BUILD_DIR = an existing CUDA build skips the build.
 # Finds OpenBLAS and NCCL where the image has them; falls back to the
 # unpacked Debian OpenBLAS in .carry/root and PyTorch's NCCL wheel.
 set -o pipefail
@@ -33,10 +35,14 @@ S=/tmp/commgemm-perf-src; rm -rf $S; mkdir -p $S
 tar --exclude='./build*' --exclude=./.git --exclude=./.carry -cf - . | tar -C $S -xf -
 sed -i 's/;-Werror;/;/' $S/CMakeLists.txt
 t0=$(date +%s)
-cmake -S $S -B $B "${args[@]}" >$O/cmake.log 2>&1 || { tail -30 $O/cmake.log; exit 1; }
-cmake --build $B -j16 --target commgemm-bench commgemm-run >$O/build.log 2>&1 ||
-  { grep -E "error|FAILED" $O/build.log | head -30; exit 1; }
-echo "# build: $(( $(date +%s) - t0 )) s; $(grep 'commgemm:' $O/cmake.log)"
+if [ "${PERF_REUSE_BUILD:-0}" = 1 ] && [ -x $B/bench/commgemm-bench ]; then
+  echo "# build: reusing $B (PERF_REUSE_BUILD=1)"
+else
+  cmake -S $S -B $B "${args[@]}" >$O/cmake.log 2>&1 || { tail -30 $O/cmake.log; exit 1; }
+  cmake --build $B -j16 --target commgemm-bench commgemm-run >$O/build.log 2>&1 ||
+    { grep -E "error|FAILED" $O/build.log | head -30; exit 1; }
+  echo "# build: $(( $(date +%s) - t0 )) s; $(grep 'commgemm:' $O/cmake.log)"
+fi
 
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
@@ -58,17 +64,26 @@ table() { # name seconds [VAR=value...] -- bench options
     >>$O/$name.txt 2>$O/$name.err
   echo "# exit code $?" >>$O/$name.txt
 }
-table p2p 120 -- --backend p2p
-table nccl 120 -- --backend nccl
-table nccl_net 150 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_SOCKET_IFNAME=lo \
-  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET -- --backend nccl
-grep -ohE "Using network [A-Za-z]+|via NET/[A-Za-z]+" $O/nccl_net.err | sort | uniq -c >$O/nccl_net_transport.txt
+# PERF_TABLES: which tables, default all but cublasmp (needs COMMGEMM_CUBLASMP_LIB).
+TABLES=${PERF_TABLES:-p2p p2p_graph nccl nccl_net}
+for t in $TABLES; do
+  case $t in
+  p2p) table p2p 120 -- --backend p2p ;;
+  p2p_graph) table p2p_graph 120 -- --backend p2p --graph ;;
+  nccl) table nccl 120 -- --backend nccl ;;
+  nccl_graph) table nccl_graph 120 -- --backend nccl --graph ;;
+  cublasmp) table cublasmp 150 -- --backend cublasmp ;;
+  nccl_net) table nccl_net 150 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_SOCKET_IFNAME=lo \
+    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET -- --backend nccl
+    grep -ohE "Using network [A-Za-z]+|via NET/[A-Za-z]+" $O/nccl_net.err | sort | uniq -c >$O/nccl_net_transport.txt ;;
+  esac
+done
 {
   cat $O/machine.txt
-  for t in p2p nccl nccl_net; do echo; grep -vE '^#  rank' $O/$t.txt; done
-  echo; echo "# nccl_net: NCCL's transport lines (NCCL_DEBUG=INFO):"; cat $O/nccl_net_transport.txt
+  for t in $TABLES; do echo; grep -vE '^#  rank' $O/$t.txt; done
+  [ -f $O/nccl_net_transport.txt ] && { echo; echo "# nccl_net: NCCL's transport lines (NCCL_DEBUG=INFO):"; cat $O/nccl_net_transport.txt; }
 } >$R_OUT/tables.txt
-for t in p2p nccl nccl_net; do
+for t in $TABLES; do
   echo "== $t"; grep -v NCCL $O/$t.err | head -20
   [ -f $O/$t.json ] && cp $O/$t.json $R_OUT/
 done >$R_OUT/stderr.txt

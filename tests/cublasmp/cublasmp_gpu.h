@@ -29,14 +29,17 @@ typedef struct gpu_case {
 /* The case being run (set before the ranks are forked). */
 extern const gpu_case *g_case;
 
-enum { CALL_OK = 0, CALL_WRONG = 1, CALL_NOT_SUPPORTED = 2, CALL_TIMEOUT = 3 };
+/* CALL_REJECTED: refused as the test expected (uneven shards), on every
+ * rank, with the backend's advice. */
+enum { CALL_OK = 0, CALL_WRONG = 1, CALL_NOT_SUPPORTED = 2, CALL_TIMEOUT = 3,
+       CALL_REJECTED = 4, CALL_KINDS = 5 };
 
 enum { PHASE_IDLE = 0, PHASE_CALL = 1, PHASE_SYNC = 2 };
 
 typedef struct rank_report {
     char doing[320]; /* the call in flight */
     int phase;       /* PHASE_* */
-    int counts[4];   /* by CALL_* */
+    int counts[CALL_KINDS]; /* by CALL_* */
     int finished;    /* the body returned */
 } rank_report;
 
@@ -53,7 +56,12 @@ typedef struct call_spec {
     cgm_backend backend; /* per call */
     cgm_algo algo;
     uint64_t seed;
+    bool expect_reject; /* uneven shards on cublasmp at P > 1: NOT_SUPPORTED */
 } call_spec;
+
+/* Whether the cublasmp backend refuses s at P ranks (its even-shards
+ * rule: m, and AG's n or RS/AR's k, divisible by P). */
+bool cublasmp_refuses(const call_spec *s, int P);
 
 /* Host inputs, the double reference and the device copies of one call. */
 typedef struct call_data {
@@ -79,7 +87,8 @@ int call_verify(int rank, cudaStream_t stream, const call_spec *s,
 void call_free_host(call_data *cd);
 void call_free_device(call_data *cd);
 
-/* Runs one call on every rank and checks this rank's output (CALL_*). */
+/* Runs one call on every rank and checks this rank's output (CALL_*); with
+ * s->expect_reject, checks the refusal instead (CALL_REJECTED). */
 int check_call(int rank, int P, cgm_comm *comm, cudaStream_t stream,
                const call_spec *s);
 

@@ -2,6 +2,7 @@
  * a double reference, the op, the comparison) and the sweeps over
  * op x dtype x layout x shape x bias/accumulate. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "cublasmp_gpu.h"
 
@@ -181,14 +182,28 @@ int check_call(int rank, int P, cgm_comm *comm, cudaStream_t stream,
     cgm_status st = call_issue(comm, stream, s, &cd);
     if (g_report) g_report[rank].phase = PHASE_IDLE;
     int result;
-    if (st == CGM_ERROR_NOT_SUPPORTED) {
-        if (rank == 0) printf("NOT_SUPPORTED %s: %s\n", cd.what, cgm_last_error());
-        result = CALL_NOT_SUPPORTED;
-    } else if (st == CGM_ERROR_TIMEOUT) {
+    if (st == CGM_ERROR_TIMEOUT) {
         /* The comm is broken and a kernel may still spin: no cleanup. */
         printf("FAILURE %s: %s\n", cd.what, cgm_last_error());
         if (g_report) g_report[rank].counts[CALL_TIMEOUT]++;
         return CALL_TIMEOUT;
+    } else if (s->expect_reject) {
+        const char *msg = cgm_last_error();
+        if (st == CGM_ERROR_NOT_SUPPORTED &&
+            strstr(msg, "only with even shards") && strstr(msg, "p2p or nccl")) {
+            result = CALL_REJECTED;
+        } else {
+            printf("FAILED %s: expected NOT_SUPPORTED (the even-shards rule), "
+                   "found %s: %s\n", cd.what, cgm_status_string(st),
+                   st == CGM_SUCCESS ? "it ran" : msg);
+            if (st == CGM_SUCCESS) (void)cudaStreamSynchronize(stream);
+            result = CALL_WRONG;
+        }
+        if (rank == 0 && result == CALL_REJECTED && s->seed % 100 == 0)
+            printf("REJECTED as expected %s: %s\n", cd.what, msg);
+    } else if (st == CGM_ERROR_NOT_SUPPORTED) {
+        if (rank == 0) printf("NOT_SUPPORTED %s: %s\n", cd.what, cgm_last_error());
+        result = CALL_NOT_SUPPORTED;
     } else if (st != CGM_SUCCESS) {
         printf("FAILED %s: %s: %s\n", cd.what, cgm_status_string(st),
                cgm_last_error());
@@ -207,40 +222,48 @@ int check_call(int rank, int P, cgm_comm *comm, cudaStream_t stream,
 static const struct { cgm_dtype in, out; } dtypes[] = {
     {CGM_DTYPE_BF16, CGM_DTYPE_BF16}, {CGM_DTYPE_FP16, CGM_DTYPE_FP16},
     {CGM_DTYPE_BF16, CGM_DTYPE_FP32}, {CGM_DTYPE_FP32, CGM_DTYPE_FP32}};
-/* m, n, k, pad: 0 and 3 split evenly over 2 ranks, 1 and 2 do not (2 has
- * m < P: rank 1 holds no rows). */
-static const int64_t shapes[][4] = {
-    {64, 64, 64, 0}, {131, 97, 71, 8}, {1, 16, 16, 0}, {256, 200, 136, 0}};
+/* m, n, k, pad, every bias/accumulate variant (else none and both).
+ * Over 2 ranks 0, 3 and 5 split evenly; 1, 2 and 4 do not (2 has m < P:
+ * rank 1 would hold no rows; 4 has an even m but uneven n and k, refused
+ * after the first-call exchange instead of before it). */
+static const struct { int64_t m, n, k, pad; bool variants; } shapes[] = {
+    {64, 64, 64, 0, false},  {131, 97, 71, 8, true}, {1, 16, 16, 0, false},
+    {256, 200, 136, 0, false}, {64, 97, 71, 0, false}, {128, 96, 64, 8, true}};
 
-/* Returns the number of wrong calls; stops at a timeout (broken comm). */
+bool cublasmp_refuses(const call_spec *s, int P) {
+    if (s->backend != CGM_BACKEND_DEFAULT && s->backend != CGM_BACKEND_CUBLASMP)
+        return false;
+    return s->m % P != 0 ||
+           (s->op == CGM_OP_ALL_GATHER_GEMM ? s->n : s->k) % P != 0;
+}
+
+/* Returns the number of wrong calls; stops at a timeout (broken comm).
+ * Shapes the backend refuses (uneven at P > 1) must be refused. */
 static int sweep(int rank, int P, cgm_comm *comm, cudaStream_t stream,
                  cgm_op op, unsigned shape_mask, cgm_algo algo) {
-    int counts[4] = {0, 0, 0, 0};
+    int counts[CALL_KINDS] = {0};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         if (shape_mask && !(shape_mask & (1u << si))) continue;
         for (size_t di = 0; di < sizeof dtypes / sizeof dtypes[0]; di++)
             for (int L = 0; L < CGM_LAYOUT_COUNT_; L++)
                 for (int v = 0; v < 4; v++) {
-                    if (si != 1 && (v == 1 || v == 2)) continue;
+                    if (!shapes[si].variants && (v == 1 || v == 2)) continue;
                     call_spec s = {op, (cgm_layout)L, dtypes[di].in,
-                                   dtypes[di].out, shapes[si][0], shapes[si][1],
-                                   shapes[si][2], shapes[si][3], v & 1, v >> 1,
+                                   dtypes[di].out, shapes[si].m, shapes[si].n,
+                                   shapes[si].k, shapes[si].pad, v & 1, v >> 1,
                                    CGM_BACKEND_DEFAULT, algo,
-                                   si * 100 + di * 10 + (uint64_t)L};
+                                   si * 100 + di * 10 + (uint64_t)L * 4 + (uint64_t)v,
+                                   false};
+                    s.expect_reject = cublasmp_refuses(&s, P);
                     int r = check_call(rank, P, comm, stream, &s);
                     counts[r]++;
                     if (r == CALL_TIMEOUT) goto done;
-                    if (op == CGM_OP_GEMM_ALL_REDUCE && L != CGM_LAYOUT_TN &&
-                        r != CALL_NOT_SUPPORTED) {
-                        printf("FAILED gemm_ar %s: expected NOT_SUPPORTED\n",
-                               cgm_layout_name((cgm_layout)L));
-                        counts[CALL_WRONG]++;
-                    }
                 }
     }
 done:
-    printf("# %s P=%d rank %d: %d ok, %d not supported, %d wrong%s\n",
-           cgm_op_name(op), P, rank, counts[CALL_OK],
+    printf("# %s P=%d rank %d: %d ok, %d rejected as expected (uneven), "
+           "%d not supported, %d wrong%s\n",
+           cgm_op_name(op), P, rank, counts[CALL_OK], counts[CALL_REJECTED],
            counts[CALL_NOT_SUPPORTED], counts[CALL_WRONG],
            counts[CALL_TIMEOUT] ? ", stopped at a timeout" : "");
     return counts[CALL_WRONG] + counts[CALL_TIMEOUT];
@@ -269,7 +292,8 @@ int body_first(int r, int P, cgm_comm *c, cudaStream_t s) {
     for (int rep = 0; rep < 2; rep++) {
         call_spec sp = {g_case->op, CGM_LAYOUT_TN, CGM_DTYPE_BF16,
                         CGM_DTYPE_BF16, 64, 64, 64, 0, false, false,
-                        CGM_BACKEND_DEFAULT, g_case->algo, 5 + (uint64_t)rep};
+                        CGM_BACKEND_DEFAULT, g_case->algo, 5 + (uint64_t)rep,
+                        false};
         int res = check_call(r, P, c, s, &sp);
         printf("# first %s call %d (%s) P=%d rank %d: %s\n",
                cgm_op_name(sp.op), rep + 1, cgm_algo_name(sp.algo), P, r,

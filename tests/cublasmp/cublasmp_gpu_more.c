@@ -5,7 +5,9 @@
 #include "cublasmp_gpu.h"
 
 /* One comm: AG+GEMM on cublasmp (config), GEMM+RS on p2p (the comm's
- * default), then per-call overrides both ways. */
+ * default), then per-call overrides both ways; an uneven shape is refused
+ * on cublasmp (every rank) and runs on p2p through a per-call override,
+ * and the comm works on after the refusal. */
 int body_mixed(int rank, int P, cgm_comm *comm, cudaStream_t stream) {
     int wrong = 0;
     cgm_backend b = CGM_BACKEND_DEFAULT;
@@ -13,23 +15,37 @@ int body_mixed(int rank, int P, cgm_comm *comm, cudaStream_t stream) {
     CHECK_INT_EQ(b, CGM_BACKEND_CUBLASMP);
     CHECK_OK(cgm_comm_backend(comm, CGM_OP_GEMM_REDUCE_SCATTER, &b));
     CHECK_INT_EQ(b, CGM_BACKEND_P2P);
-    const struct { cgm_op op; cgm_backend backend; } steps[] = {
-        {CGM_OP_ALL_GATHER_GEMM, CGM_BACKEND_DEFAULT},   /* cublasmp */
-        {CGM_OP_GEMM_REDUCE_SCATTER, CGM_BACKEND_DEFAULT}, /* p2p */
-        {CGM_OP_ALL_GATHER_GEMM, CGM_BACKEND_DEFAULT},
-        {CGM_OP_GEMM_REDUCE_SCATTER, CGM_BACKEND_CUBLASMP},
-        {CGM_OP_GEMM_ALL_REDUCE, CGM_BACKEND_CUBLASMP},
-        {CGM_OP_ALL_GATHER_GEMM, CGM_BACKEND_P2P},
-        {CGM_OP_GEMM_ALL_REDUCE, CGM_BACKEND_DEFAULT},   /* p2p */
+    const struct { cgm_op op; cgm_backend backend; bool uneven; } steps[] = {
+        {CGM_OP_ALL_GATHER_GEMM, CGM_BACKEND_DEFAULT, false},   /* cublasmp */
+        {CGM_OP_GEMM_REDUCE_SCATTER, CGM_BACKEND_DEFAULT, false}, /* p2p */
+        {CGM_OP_ALL_GATHER_GEMM, CGM_BACKEND_DEFAULT, false},
+        {CGM_OP_GEMM_REDUCE_SCATTER, CGM_BACKEND_CUBLASMP, false},
+        {CGM_OP_GEMM_ALL_REDUCE, CGM_BACKEND_CUBLASMP, false},
+        {CGM_OP_ALL_GATHER_GEMM, CGM_BACKEND_P2P, false},
+        {CGM_OP_GEMM_ALL_REDUCE, CGM_BACKEND_DEFAULT, false},   /* p2p */
+        {CGM_OP_ALL_GATHER_GEMM, CGM_BACKEND_DEFAULT, true},    /* refused */
+        {CGM_OP_ALL_GATHER_GEMM, CGM_BACKEND_P2P, true},        /* runs */
+        {CGM_OP_GEMM_REDUCE_SCATTER, CGM_BACKEND_CUBLASMP, true}, /* refused */
+        {CGM_OP_GEMM_REDUCE_SCATTER, CGM_BACKEND_DEFAULT, true},  /* p2p */
+        {CGM_OP_ALL_GATHER_GEMM, CGM_BACKEND_DEFAULT, false},   /* cached */
     };
     for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
         call_spec s = {steps[i].op, CGM_LAYOUT_TN, CGM_DTYPE_BF16,
-                       CGM_DTYPE_BF16, 131, 97, 71, 0, true, i % 2 == 1,
-                       steps[i].backend, CGM_ALGO_AUTO, 900 + i};
+                       CGM_DTYPE_BF16, 128, 96, 64, 0, true, i % 2 == 1,
+                       steps[i].backend, CGM_ALGO_AUTO, 900 + i, false};
+        if (steps[i].uneven) s.m = 131, s.n = 97, s.k = 71;
+        s.expect_reject = cublasmp_refuses(&s, P) &&
+                          (s.backend == CGM_BACKEND_CUBLASMP ||
+                           (s.backend == CGM_BACKEND_DEFAULT &&
+                            s.op == CGM_OP_ALL_GATHER_GEMM));
         int r = check_call(rank, P, comm, stream, &s);
-        if (r != CALL_OK) {
-            printf("FAILED mixed step %zu (%s on %s)\n", i,
-                   cgm_op_name(s.op), cgm_backend_name(s.backend));
+        int want = s.expect_reject ? CALL_REJECTED : CALL_OK;
+        if (r != want) {
+            printf("FAILED mixed step %zu (%s %lldx%lldx%lld on %s): "
+                   "expected %s\n", i, cgm_op_name(s.op), (long long)s.m,
+                   (long long)s.n, (long long)s.k,
+                   cgm_backend_name(s.backend),
+                   s.expect_reject ? "the even-shards refusal" : "ok");
             wrong++;
         }
         if (r == CALL_TIMEOUT) break;
@@ -53,10 +69,37 @@ int body_rejects(int rank, int P, cgm_comm *comm, cudaStream_t stream) {
     cgm_matrix y = cgm_matrix_make(by, dt, M, n);
     cgm_matrix g = cgm_matrix_make(bg, dt, M, K);
     cgm_op_options o = CGM_OP_OPTIONS_INIT;
+    int refused = 0;
     if (P == 2) {
         CHECK_STATUS(cgm_all_gather_gemm(comm, &x, &w, NULL, &y, NULL, &o, stream),
                      CGM_ERROR_NOT_SUPPORTED);
         CHECK_CONTAINS(cgm_last_error(), "ceil split");
+        refused++;
+        /* Uneven m (7 rows over 2 ranks): refused before any exchange. */
+        const int64_t M7 = 7;
+        cgm_matrix x7 = cgm_matrix_make(bx, dt, cgm_shard_rows(M7, rank, P), K);
+        cgm_matrix w7 = cgm_matrix_make(bw, dt, 16, K);
+        cgm_matrix y7 = cgm_matrix_make(by, dt, M7, 16);
+        CHECK_STATUS(cgm_all_gather_gemm(comm, &x7, &w7, NULL, &y7, NULL, &o, stream),
+                     CGM_ERROR_NOT_SUPPORTED);
+        CHECK_CONTAINS(cgm_last_error(), "only with even shards");
+        CHECK_CONTAINS(cgm_last_error(), "m = 7");
+        refused++;
+        /* Uneven n (9 + 8 rows of W, the ceil split of 17): refused after
+         * the first-call exchange, on both ranks. */
+        cgm_matrix w9 = cgm_matrix_make(bw, dt, cgm_shard_rows(17, rank, P), K);
+        cgm_matrix y9 = cgm_matrix_make(by, dt, M, w9.rows);
+        CHECK_STATUS(cgm_all_gather_gemm(comm, &x, &w9, NULL, &y9, NULL, &o, stream),
+                     CGM_ERROR_NOT_SUPPORTED);
+        CHECK_CONTAINS(cgm_last_error(), "n = 17");
+        refused++;
+        /* GEMM+AR with uneven m. */
+        cgm_matrix xa7 = cgm_matrix_make(bx, dt, M7, K / P);
+        cgm_matrix wa7 = cgm_matrix_make(bw, dt, 16, K / P);
+        CHECK_STATUS(cgm_gemm_all_reduce(comm, &xa7, &wa7, NULL, &y7, &o, stream),
+                     CGM_ERROR_NOT_SUPPORTED);
+        CHECK_CONTAINS(cgm_last_error(), "only with even shards");
+        refused++;
     }
     w.rows = y.cols = 16;
     CHECK_STATUS(cgm_all_gather_gemm(comm, &x, &w, NULL, &y, &g, &o, stream),
@@ -68,26 +111,30 @@ int body_rejects(int rank, int P, cgm_comm *comm, cudaStream_t stream) {
     CHECK_CONTAINS(cgm_last_error(), "ring");
     o.algo = CGM_ALGO_AUTO;
     cgm_matrix xa = cgm_matrix_make(bx, dt, M, K / P);
-    cgm_matrix wa = cgm_matrix_make(bw, dt, K / P, 16); /* NN: [k, n] */
     cgm_matrix ya = cgm_matrix_make(by, dt, M, 16);
-    o.layout = CGM_LAYOUT_NN;
-    CHECK_STATUS(cgm_gemm_all_reduce(comm, &xa, &wa, NULL, &ya, &o, stream),
-                 CGM_ERROR_NOT_SUPPORTED);
-    CHECK_CONTAINS(cgm_last_error(), "TN only");
-    o.layout = CGM_LAYOUT_TN;
     cgm_matrix wb = cgm_matrix_make(bw, dt, 16, K / P); /* TN: [n, k] */
     CHECK_STATUS(cgm_bulk_overlap(comm, &xa, &wb, NULL, &ya,
                                   CGM_COLLECTIVE_ALL_GATHER, NULL, NULL, &o, stream),
                  CGM_ERROR_NOT_SUPPORTED);
     CHECK_CONTAINS(cgm_last_error(), "bulk");
+    refused += 3;
     cudaFree(bx);
     cudaFree(bw);
     cudaFree(by);
     cudaFree(bg);
-    /* Still usable. */
+    if (g_report) g_report[rank].counts[CALL_REJECTED] += refused;
+    printf("# rejects P=%d rank %d: %d refused as expected\n", P, rank, refused);
+    /* Still usable: AG+GEMM, and GEMM+AR in NN (RS + all-gather: every
+     * layout). */
     call_spec s = {CGM_OP_ALL_GATHER_GEMM, CGM_LAYOUT_TN, dt, dt, 64, 64, 64,
-                   0, false, false, CGM_BACKEND_DEFAULT, CGM_ALGO_AUTO, 77};
-    return check_call(rank, P, comm, stream, &s) == CALL_OK ? 0 : 1;
+                   0, false, false, CGM_BACKEND_DEFAULT, CGM_ALGO_AUTO, 77,
+                   false};
+    int bad = check_call(rank, P, comm, stream, &s) != CALL_OK;
+    call_spec s2 = {CGM_OP_GEMM_ALL_REDUCE, CGM_LAYOUT_NN, dt, dt, 64, 64, 64,
+                    0, true, true, CGM_BACKEND_DEFAULT, CGM_ALGO_AUTO, 78,
+                    false};
+    bad += check_call(rank, P, comm, stream, &s2) != CALL_OK;
+    return bad;
 }
 
 /* Eager first, then capture and replay twice with new inputs (bias, and
@@ -96,8 +143,9 @@ int body_rejects(int rank, int P, cgm_comm *comm, cudaStream_t stream) {
 int body_capture(int rank, int P, cgm_comm *comm, cudaStream_t stream) {
     const cgm_op op = g_case->op;
     const bool ag = op == CGM_OP_ALL_GATHER_GEMM;
-    call_spec s = {op, CGM_LAYOUT_TN, CGM_DTYPE_BF16, CGM_DTYPE_BF16, 131, 96,
-                   64, 0, true, !ag, CGM_BACKEND_DEFAULT, CGM_ALGO_AUTO, 41};
+    call_spec s = {op, CGM_LAYOUT_TN, CGM_DTYPE_BF16, CGM_DTYPE_BF16, 128, 96,
+                   64, 0, true, !ag, CGM_BACKEND_DEFAULT, CGM_ALGO_AUTO, 41,
+                   false};
     int wrong = 0;
     call_data cd;
     call_setup(rank, P, &s, &cd);
@@ -135,7 +183,7 @@ int body_capture(int rank, int P, cgm_comm *comm, cudaStream_t stream) {
     cudaGraphDestroy(graph);
     /* A shape never run eagerly: refused inside capture. */
     call_data other = cd;
-    const int64_t m2 = s.m - 1;
+    const int64_t m2 = s.m / 2; /* even: the refusal is the capture rule */
     if (ag) {
         other.dx.rows = cgm_shard_rows(m2, rank, P);
         other.dy.rows = m2;

@@ -8,9 +8,13 @@
 # first: when the simplest AG call (p2_ag_first) does not complete, the
 # cases that need AG are skipped (saving their bound) and its _nostage and
 # _no_overlap variants say what the hang depends on. Each case's output,
-# its per-rank commgemm trace (COMMGEMM_DEBUG=TRACE, CUBLASMP) and
-# cuBLASMp's own log (CUBLASMP_LOG_LEVEL=5 for the first-call cases) go to
-# $OUT; a summary is printed last and written to $OUT/cublasmp-summary.txt.
+# its per-rank commgemm trace (COMMGEMM_DEBUG=TRACE, CUBLASMP: every
+# cublasMpMatmul's problem and descriptor geometry, before the call) and
+# cuBLASMp's own log (CUBLASMP_LOG_LEVEL=5 for the first-call cases, 4 --
+# its "Using <algo> ..." choice -- for the others) go to $OUT; a summary is
+# printed last and written to $OUT/cublasmp-summary.txt. Every step is
+# time-limited (configure/build 300 s, install 60 s, each case 150 s; the
+# cases bound themselves well below that).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/commgemm-out}
@@ -20,17 +24,17 @@ T=$B/tests/cublasmp/test_cublasmp_gpu
 start=$(date +%s)
 source scripts/device-env.sh
 if [ ! -f "$B/CMakeCache.txt" ]; then
-    cmake -S . -B "$B" -G Ninja "${args[@]}" >"$OUT/cmp-configure.log" 2>&1 ||
+    timeout 300 cmake -S . -B "$B" -G Ninja "${args[@]}" >"$OUT/cmp-configure.log" 2>&1 ||
         { tail -20 "$OUT/cmp-configure.log"; echo "configure FAILED"; exit 1; }
 fi
-if ! cmake --build "$B" --target test_cublasmp_gpu -j16 >"$OUT/cmp-build.log" 2>&1; then
+if ! timeout 300 cmake --build "$B" --target test_cublasmp_gpu -j16 >"$OUT/cmp-build.log" 2>&1; then
     grep -E "error" "$OUT/cmp-build.log" | head -20
     echo "build of test_cublasmp_gpu FAILED (log: cmp-build.log)"
     exit 1
 fi
 echo "== built test_cublasmp_gpu in $(($(date +%s) - start)) s"
 
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+timeout 60 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
     .whl/nvidia_cublasmp_cu13-0.7.0.125-*.whl >"$OUT/cublasmp-install.log" 2>&1
 sp=$(python3 -c 'import site; print(site.getsitepackages()[0])')
 export COMMGEMM_CUBLASMP_LIB=/tmp/site/nvidia/cublasmp/cu13/lib/libcublasmp.so.0 \
@@ -44,17 +48,14 @@ export COMMGEMM_CUBLASMP_LIB=/tmp/site/nvidia/cublasmp/cu13/lib/libcublasmp.so.0
 } >"$OUT/cmp-env.txt"
 
 summary=()
-# run CASE [diag]: diag adds the per-rank traces and cuBLASMp's log.
+# run CASE [diag]: P = 2 cases write per-rank traces (one file per rank);
+# diag raises cuBLASMp's log from 4 (its algorithm choice) to 5 (API trace).
 run() {
     local c=$1 diag=${2:-} rc t0=$(date +%s)
-    local envs=()
-    if [ -n "$diag" ]; then
-        envs=(COMMGEMM_DEBUG=TRACE COMMGEMM_DEBUG_SUBSYS=CUBLASMP
-              "COMMGEMM_DEBUG_FILE=$OUT/trace-$c-%p.log"
-              CUBLASMP_LOG_LEVEL=5 "CUBLASMP_LOG_FILE=$OUT/cublasmp-lib.log")
-    else
-        envs=(CUBLASMP_LOG_LEVEL=2 "CUBLASMP_LOG_FILE=$OUT/cublasmp-lib.log")
-    fi
+    local envs=(CUBLASMP_LOG_LEVEL=4 "CUBLASMP_LOG_FILE=$OUT/cublasmp-lib.log")
+    case $c in p2_*) envs+=(COMMGEMM_DEBUG=TRACE COMMGEMM_DEBUG_SUBSYS=CUBLASMP
+                            "COMMGEMM_DEBUG_FILE=$OUT/trace-$c-%p.log") ;; esac
+    [ -n "$diag" ] && envs+=(CUBLASMP_LOG_LEVEL=5)
     env "${envs[@]}" timeout -s KILL 150 "$T" "$c" >"$OUT/cmp-$c.log" 2>&1
     rc=$?
     local line
@@ -71,7 +72,8 @@ run p2_ag_first diag || ag_ok=0
 run p2_ag_first_nostage diag
 run p2_ag_first_no_overlap diag
 run p2_rs_first diag
-for c in p2_rs_even p2_rs_uneven p2_ar_even p2_ar_uneven p2_capture_rs; do run $c; done
+run p2_ar_first diag
+for c in p2_rs_even p2_rs_uneven p2_ar_even p2_ar_uneven p2_capture_rs p2_capture_ar; do run $c; done
 if [ $ag_ok = 1 ]; then
     for c in p2_ag_even p2_ag_uneven p2_mixed_with_p2p p2_rejects p2_capture_ag; do run $c; done
 else
@@ -81,4 +83,6 @@ fi
     echo "cublasmp GPU cases ($(($(date +%s) - start)) s in all):"
     printf '  %s\n' "${summary[@]}"
     grep -hE "^# " "$OUT"/cmp-*.log | sort | uniq | sed 's/^/  /'
+    echo "cuBLASMp's algorithm choices (CUBLASMP_LOG_LEVEL >= 4):"
+    cat "$OUT"/cublasmp-lib.log.* 2>/dev/null | grep -ohE "Using [A-Za-z_0-9 +]+" | sort | uniq -c | sed 's/^/  /'
 } | tee "$OUT/cublasmp-summary.txt"

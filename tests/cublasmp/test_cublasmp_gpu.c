@@ -187,9 +187,10 @@ static void run_case(const void *param) {
     for (int r = 0; r < gc->nranks && len < (int)sizeof line; r++) {
         const rank_report *rr = &g_report[r];
         len += snprintf(line + len, sizeof line - (size_t)len,
-                        " rank %d: %d ok, %d not supported, %d wrong%s%s;", r,
-                        rr->counts[CALL_OK], rr->counts[CALL_NOT_SUPPORTED],
-                        rr->counts[CALL_WRONG],
+                        " rank %d: %d ok, %d rejected as expected, %d not "
+                        "supported, %d wrong%s%s;", r,
+                        rr->counts[CALL_OK], rr->counts[CALL_REJECTED],
+                        rr->counts[CALL_NOT_SUPPORTED], rr->counts[CALL_WRONG],
                         rr->counts[CALL_TIMEOUT] ? ", TIMEOUT" : "",
                         codes[r] == -SIGKILL ? ", KILLED" : "");
     }
@@ -208,12 +209,13 @@ static void run_case(const void *param) {
                    "comm creation or an exchange)",
                    g_report[r].finished ? " (its body had returned)" : "");
     }
-    /* A case whose every call was refused proved nothing about the op: only
-     * the rejects case expects refusals. */
+    /* A case in which a rank neither ran a call nor saw an expected
+     * refusal proved nothing (every call refused as NOT_SUPPORTED). */
     int idle_ranks = 0;
-    for (int r = 0; r < gc->nranks && rc == 0 && gc->body != body_rejects; r++)
-        if (g_report[r].counts[CALL_OK] == 0) {
-            printf("FAILURE %s: rank %d ran no call (%d refused as not supported)\n", gc->name, r,
+    for (int r = 0; r < gc->nranks && rc == 0; r++)
+        if (g_report[r].counts[CALL_OK] + g_report[r].counts[CALL_REJECTED] == 0) {
+            printf("FAILURE %s: rank %d ran no call (%d refused as not "
+                   "supported)\n", gc->name, r,
                    g_report[r].counts[CALL_NOT_SUPPORTED]);
             idle_ranks++;
         }
@@ -230,30 +232,35 @@ static void run_case(const void *param) {
 #define RS CGM_OP_GEMM_REDUCE_SCATTER
 #define AR CGM_OP_GEMM_ALL_REDUCE
 #define AUTO CGM_ALGO_AUTO
-#define EVEN 0x9u   /* shapes 0 and 3 */
-#define UNEVEN 0x6u /* shapes 1 and 2 */
+#define EVEN 0x29u   /* shapes 0, 3 and 5 (cublasmp_gpu_calls.c) */
+#define UNEVEN 0x16u /* shapes 1, 2 and 4: refused at P = 2 */
 /* name, P, body, backend, AG backend, op, what, shapes, bound (s),
  * AG staging, algo. The AG cases come first and smallest: p2_ag_first
  * shows whether the simplest AG call completes; the _nostage and
- * _no_overlap variants tell what a hang depends on. */
+ * _no_overlap variants tell what a hang depends on. The _uneven cases
+ * check that uneven shards are refused on every rank (cuBLASMp's
+ * tensor-parallel algorithms take even shards only), nothing hangs, and
+ * the comm works on. */
 static const gpu_case cases[] = {
-    {"p1_all_ops", 1, body_all, CUBLASMP, UNSET, AG, "all ops", 0, 90, 1, AUTO},
+    {"p1_all_ops", 1, body_all, CUBLASMP, UNSET, AG, "all ops", 0, 120, 1, AUTO},
     {"p2_ag_first", 2, body_first, CUBLASMP, UNSET, AG, "ag_gemm", 0, 24, 1, AUTO},
     {"p2_ag_first_nostage", 2, body_first, CUBLASMP, UNSET, AG,
      "ag_gemm (X not staged in NVSHMEM memory)", 0, 24, 0, AUTO},
     {"p2_ag_first_no_overlap", 2, body_first, CUBLASMP, UNSET, AG,
      "ag_gemm (algo no_overlap)", 0, 24, 1, CGM_ALGO_NO_OVERLAP},
-    {"p2_ag_even", 2, body_sweep, CUBLASMP, UNSET, AG, "ag_gemm", EVEN, 60, 1, AUTO},
-    {"p2_ag_uneven", 2, body_sweep, CUBLASMP, UNSET, AG, "ag_gemm", UNEVEN, 60, 1, AUTO},
+    {"p2_ag_even", 2, body_sweep, CUBLASMP, UNSET, AG, "ag_gemm", EVEN, 90, 1, AUTO},
+    {"p2_ag_uneven", 2, body_sweep, CUBLASMP, UNSET, AG, "ag_gemm, uneven: refused", UNEVEN, 30, 1, AUTO},
     {"p2_rs_first", 2, body_first, CUBLASMP, UNSET, RS, "gemm_rs", 0, 24, 1, AUTO},
-    {"p2_rs_even", 2, body_sweep, CUBLASMP, UNSET, RS, "gemm_rs", EVEN, 60, 1, AUTO},
-    {"p2_rs_uneven", 2, body_sweep, CUBLASMP, UNSET, RS, "gemm_rs", UNEVEN, 60, 1, AUTO},
-    {"p2_ar_even", 2, body_sweep, CUBLASMP, UNSET, AR, "gemm_ar", EVEN, 60, 1, AUTO},
-    {"p2_ar_uneven", 2, body_sweep, CUBLASMP, UNSET, AR, "gemm_ar", UNEVEN, 60, 1, AUTO},
+    {"p2_rs_even", 2, body_sweep, CUBLASMP, UNSET, RS, "gemm_rs", EVEN, 90, 1, AUTO},
+    {"p2_rs_uneven", 2, body_sweep, CUBLASMP, UNSET, RS, "gemm_rs, uneven: refused", UNEVEN, 30, 1, AUTO},
+    {"p2_ar_first", 2, body_first, CUBLASMP, UNSET, AR, "gemm_ar (cuBLASMp RS + ncclAllGather)", 0, 24, 1, AUTO},
+    {"p2_ar_even", 2, body_sweep, CUBLASMP, UNSET, AR, "gemm_ar", EVEN, 90, 1, AUTO},
+    {"p2_ar_uneven", 2, body_sweep, CUBLASMP, UNSET, AR, "gemm_ar, uneven: refused", UNEVEN, 30, 1, AUTO},
     {"p2_mixed_with_p2p", 2, body_mixed, CGM_BACKEND_P2P, CUBLASMP, AG, "mixed", 0, 60, 1, AUTO},
     {"p2_rejects", 2, body_rejects, CUBLASMP, UNSET, AG, "rejects", 0, 60, 1, AUTO},
     {"p2_capture_ag", 2, body_capture, CUBLASMP, UNSET, AG, "ag_gemm capture", 0, 60, 1, AUTO},
     {"p2_capture_rs", 2, body_capture, CUBLASMP, UNSET, RS, "gemm_rs capture", 0, 60, 1, AUTO},
+    {"p2_capture_ar", 2, body_capture, CUBLASMP, UNSET, AR, "gemm_ar capture", 0, 60, 1, AUTO},
 };
 
 static void register_cases(void) {

@@ -188,27 +188,31 @@ static void expect_local(const cmp_geom *g, int r, int P, int64_t rm_rows,
 }
 
 /* Every rank's descriptors must describe exactly the buffers commgemm's
- * API gives that rank, for every op, layout and (uneven) shape. */
+ * API gives that rank, for every op, layout and even shape; uneven shapes
+ * (P > 1) are refused, the same way on every rank. */
 static void mapping_matches_api(const void *p) {
     (void)p;
     const cgm_op ops[] = {CGM_OP_ALL_GATHER_GEMM, CGM_OP_GEMM_REDUCE_SCATTER,
                           CGM_OP_GEMM_ALL_REDUCE};
-    int checked = 0;
+    int checked = 0, refused = 0;
     for (int P = 1; P <= 5; P++)
         for (int oi = 0; oi < 3; oi++)
             for (int L = 0; L < CGM_LAYOUT_COUNT_; L++)
-                for (int64_t M = 1; M <= 11; M += 2)
-                    for (int64_t N = 1; N <= 9; N += 4)
-                        for (int64_t K = 1; K <= 9; K += 4) {
+                for (int64_t M = 1; M <= 12; M++)
+                    for (int64_t N = 1; N <= 12; N += 3)
+                        for (int64_t K = 1; K <= 12; K += 3) {
             cgm_op op = ops[oi];
+            const bool ag = op == CGM_OP_ALL_GATHER_GEMM;
+            const bool ar = op == CGM_OP_GEMM_ALL_REDUCE;
+            const bool even = M % P == 0 && (ag ? N % P == 0 : K % P == 0);
             cmp_shape s = {op, (cgm_layout)L, P, M, N, K, 0, 0, 0};
             bool tn = L == CGM_LAYOUT_TN, nt = L == CGM_LAYOUT_NT;
             for (int r = 0; r < P; r++) {
                 int64_t m_r = cgm_shard_rows(M, r, P);
                 /* AG: local n; RS/AR: local k. */
-                int64_t n_r = op == CGM_OP_ALL_GATHER_GEMM ? cgm_shard_rows(N, r, P) : N;
-                int64_t k_r = op == CGM_OP_ALL_GATHER_GEMM ? K : cgm_shard_rows(K, r, P);
-                int64_t xm = op == CGM_OP_ALL_GATHER_GEMM ? m_r : M;
+                int64_t n_r = ag ? cgm_shard_rows(N, r, P) : N;
+                int64_t k_r = ag ? K : cgm_shard_rows(K, r, P);
+                int64_t xm = ag ? m_r : M;
                 int64_t x_rows = nt ? k_r : xm, x_cols = nt ? xm : k_r;
                 int64_t w_rows = tn ? n_r : k_r, w_cols = tn ? k_r : n_r;
                 int64_t y_rows = op == CGM_OP_GEMM_REDUCE_SCATTER ? m_r : M;
@@ -217,9 +221,11 @@ static void mapping_matches_api(const void *p) {
                 s.ldy = n_r + 2;
                 cmp_problem pr;
                 cgm_status st = cmp_map_problem(&s, &pr);
-                if (op == CGM_OP_GEMM_ALL_REDUCE && L != CGM_LAYOUT_TN) {
+                if (!even) {
                     CHECK_STATUS(st, CGM_ERROR_NOT_SUPPORTED);
-                    CHECK_CONTAINS(cgm_last_error(), "use p2p or nccl");
+                    CHECK_CONTAINS(cgm_last_error(), "only with even shards");
+                    CHECK_CONTAINS(cgm_last_error(), "p2p or nccl");
+                    refused++;
                     continue;
                 }
                 CHECK_OK(st);
@@ -228,20 +234,25 @@ static void mapping_matches_api(const void *p) {
                 CHECK_INT_EQ(pr.k, K);
                 CHECK_INT_EQ(pr.trans_a, tn ? CMP_CUBLAS_OP_T : CMP_CUBLAS_OP_N);
                 CHECK_INT_EQ(pr.trans_b, nt ? CMP_CUBLAS_OP_T : CMP_CUBLAS_OP_N);
-                CHECK(pr.allreduce == (op == CGM_OP_GEMM_ALL_REDUCE));
+                CHECK(pr.gather_rows == ar);
                 expect_local(&pr.b, r, P, x_rows, x_cols, s.ldx, "X (B)");
                 expect_local(&pr.a, r, P, w_rows, w_cols, s.ldw, "W (A)");
-                expect_local(&pr.d, r, P, y_rows, n_r, s.ldy, "Y (D)");
-                /* The fp32 D of RS/AR with a 16-bit Y: the same local
-                 * matrix, tight (lld = n), in this rank's buffer. */
+                if (!ar) expect_local(&pr.d, r, P, y_rows, n_r, s.ldy, "Y (D)");
+                /* The fp32 D (RS with a 16-bit Y: this rank's rows; AR: its
+                 * rows of the m x n gather buffer, at their offset). */
                 cmp_output o;
                 cmp_plan_output(&s, r, n_r, CGM_DTYPE_BF16, false, &o);
                 CHECK_INT_EQ(o.y_rows, y_rows);
                 CHECK_INT_EQ(o.y_cols, n_r);
+                CHECK(o.gather == ar);
+                CHECK(o.fp32_d == !ag);
                 if (o.fp32_d) {
                     cmp_geom dg = pr.d;
                     dg.lld = o.d_lld;
-                    expect_local(&dg, r, P, y_rows, n_r, n_r, "fp32 D");
+                    expect_local(&dg, r, P, m_r, n_r, n_r, "fp32 D");
+                    CHECK_INT_EQ(o.d_rows, m_r);
+                    CHECK_INT_EQ(o.d_offset,
+                                 ar ? cgm_shard_offset(M, r, P) * n_r : 0);
                     CHECK_INT_EQ((int64_t)o.d_bytes, y_rows * n_r * 4);
                 }
                 /* op(A) is m x k and op(B) is k x n in cuBLASMp's terms. */
@@ -251,6 +262,7 @@ static void mapping_matches_api(const void *p) {
             }
         }
     CHECK(checked > 1000);
+    CHECK(refused > 1000);
 }
 
 static void mapping_rejects(const void *p) {
@@ -259,13 +271,45 @@ static void mapping_rejects(const void *p) {
     cmp_shape s = {CGM_OP_BULK, CGM_LAYOUT_TN, 2, 4, 4, 4, 4, 4, 4};
     CHECK_STATUS(cmp_map_problem(&s, &pr), CGM_ERROR_NOT_SUPPORTED);
     CHECK_CONTAINS(cgm_last_error(), "use p2p or nccl for bulk");
+    /* GEMM+AR runs in every layout (as GEMM+RS + an all-gather). */
     s.op = CGM_OP_GEMM_ALL_REDUCE;
     s.layout = CGM_LAYOUT_NT;
-    CHECK_STATUS(cmp_map_problem(&s, &pr), CGM_ERROR_NOT_SUPPORTED);
-    CHECK_CONTAINS(cgm_last_error(), "TN only");
+    CHECK_OK(cmp_map_problem(&s, &pr));
     s.layout = CGM_LAYOUT_TN;
     s.k_total = 0;
     CHECK_STATUS(cmp_map_problem(&s, &pr), CGM_ERROR_INVALID_ARGUMENT);
+}
+
+/* Uneven shards: refused with what to do, for every op, on m before the
+ * exchange (n / k unknown: 0) and on n / k after it. */
+static void even_shards(const void *p) {
+    (void)p;
+    const cgm_op ops[] = {CGM_OP_ALL_GATHER_GEMM, CGM_OP_GEMM_REDUCE_SCATTER,
+                          CGM_OP_GEMM_ALL_REDUCE};
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(cmp_check_even(ops[i], 131, 97, 71, 1)); /* P = 1: any */
+        CHECK_OK(cmp_check_even(ops[i], 128, 0, 0, 2));
+        CHECK_OK(cmp_check_even(ops[i], 132, 96, 72, 4));
+        CHECK_STATUS(cmp_check_even(ops[i], 131, 0, 0, 2),
+                     CGM_ERROR_NOT_SUPPORTED);
+        CHECK_CONTAINS(cgm_last_error(), "m = 131");
+        CHECK_CONTAINS(cgm_last_error(), "not divisible by P = 2");
+        CHECK_CONTAINS(cgm_last_error(), "use even shards (m divisible by P)");
+        CHECK_CONTAINS(cgm_last_error(), "p2p or nccl backend");
+        CHECK_STATUS(cmp_check_even(ops[i], 1, 0, 0, 2), CGM_ERROR_NOT_SUPPORTED);
+    }
+    CHECK_STATUS(cmp_check_even(CGM_OP_ALL_GATHER_GEMM, 128, 97, 71, 2),
+                 CGM_ERROR_NOT_SUPPORTED);
+    CHECK_CONTAINS(cgm_last_error(), "n = 97");
+    CHECK_CONTAINS(cgm_last_error(), "AllGather+Matmul");
+    CHECK_OK(cmp_check_even(CGM_OP_ALL_GATHER_GEMM, 128, 96, 71, 2));
+    CHECK_STATUS(cmp_check_even(CGM_OP_GEMM_REDUCE_SCATTER, 128, 97, 71, 2),
+                 CGM_ERROR_NOT_SUPPORTED);
+    CHECK_CONTAINS(cgm_last_error(), "k = 71");
+    CHECK_STATUS(cmp_check_even(CGM_OP_GEMM_ALL_REDUCE, 128, 97, 71, 2),
+                 CGM_ERROR_NOT_SUPPORTED);
+    CHECK_CONTAINS(cgm_last_error(), "gemm_ar");
+    CHECK_OK(cmp_check_even(CGM_OP_GEMM_ALL_REDUCE, 128, 97, 72, 2));
 }
 
 static void dtype_compute_algo(const void *p) {
@@ -325,13 +369,13 @@ static void split_check(const void *p) {
     CHECK_INT_EQ(total, 0);
 }
 
-/* Who finishes Y: cuBLASMp directly (fp32 Y, every AG), or an fp32 D and
- * commgemm's fp32 pass (RS/AR with a 16-bit Y); the bias always by
- * commgemm. */
+/* Who finishes Y: cuBLASMp directly (fp32 Y of RS, every AG), or an fp32
+ * D and commgemm's fp32 pass (RS with a 16-bit Y; every AR, after the
+ * all-gather); the bias always by commgemm. */
 static void output_plan(const void *p) {
     (void)p;
-    cmp_shape s = {CGM_OP_GEMM_REDUCE_SCATTER, CGM_LAYOUT_TN, 2, 131, 97, 71,
-                   71, 71, 97};
+    cmp_shape s = {CGM_OP_GEMM_REDUCE_SCATTER, CGM_LAYOUT_TN, 2, 130, 97, 72,
+                   72, 72, 97};
     cmp_output o;
     const cgm_dtype outs[] = {CGM_DTYPE_BF16, CGM_DTYPE_FP16, CGM_DTYPE_FP32};
     const cgm_op ops[] = {CGM_OP_ALL_GATHER_GEMM, CGM_OP_GEMM_REDUCE_SCATTER,
@@ -341,23 +385,18 @@ static void output_plan(const void *p) {
             for (int bias = 0; bias < 2; bias++) {
                 s.op = ops[oi];
                 cmp_plan_output(&s, 1, 97, outs[di], bias, &o);
-                bool reduction = ops[oi] != CGM_OP_ALL_GATHER_GEMM;
-                bool want_fp32 = reduction && outs[di] != CGM_DTYPE_FP32;
+                bool ar = ops[oi] == CGM_OP_GEMM_ALL_REDUCE;
+                bool rs = ops[oi] == CGM_OP_GEMM_REDUCE_SCATTER;
+                bool want_fp32 = ar || (rs && outs[di] != CGM_DTYPE_FP32);
                 CHECK(o.fp32_d == want_fp32);
+                CHECK(o.gather == ar);
                 CHECK(o.bias_pass == (bias && !want_fp32));
-                CHECK_INT_EQ(o.y_rows, ops[oi] == CGM_OP_GEMM_REDUCE_SCATTER
-                                           ? 65 : 131);
+                CHECK_INT_EQ(o.y_rows, rs ? 65 : 130);
                 CHECK_INT_EQ(o.y_cols, 97);
                 CHECK_INT_EQ((int64_t)o.d_bytes, want_fp32 ? o.y_rows * 97 * 4 : 0);
+                CHECK_INT_EQ(o.d_rows, want_fp32 ? 65 : 0);
+                CHECK_INT_EQ(o.d_offset, ar ? 65 * 97 : 0);
             }
-    /* m < P: rank 1 of 2 holds no rows of an RS output and needs no buffer. */
-    s.op = CGM_OP_GEMM_REDUCE_SCATTER;
-    s.m = 1;
-    cmp_plan_output(&s, 1, 16, CGM_DTYPE_BF16, true, &o);
-    CHECK(o.fp32_d);
-    CHECK_INT_EQ(o.y_rows, 0);
-    CHECK_INT_EQ((int64_t)o.d_bytes, 0);
-    CHECK_INT_EQ(o.d_lld, 16);
 }
 
 static void register_cases(void) {
@@ -371,6 +410,7 @@ static void register_cases(void) {
     test_add("host_comm_refuses", host_comm_refuses, NULL);
     test_add("mapping_matches_api", mapping_matches_api, NULL);
     test_add("mapping_rejects", mapping_rejects, NULL);
+    test_add("even_shards", even_shards, NULL);
     test_add("dtype_compute_algo", dtype_compute_algo, NULL);
     test_add("split_check", split_check, NULL);
     test_add("output_plan", output_plan, NULL);

@@ -76,13 +76,31 @@ typedef struct cmp_problem {
     int trans_a, trans_b; /* CMP_CUBLAS_OP_N / _T */
     int64_t m, n, k;      /* cuBLASMp's: our (n_total, m, k_total) */
     cmp_geom a, b, d;     /* A = W, B = X, D (and C) = Y */
-    bool allreduce;       /* CUBLASMP_MATMUL_EPILOGUE_ALLREDUCE */
+    /* GEMM+AR: cuBLASMp runs the GEMM+RS problem (overlapped), then an
+     * ncclAllGather of the reduced fp32 rows gives every rank all of Y.
+     * cuBLASMp 0.7's own GEMM+AllReduce has only NO_OVERLAP and
+     * SPLIT_MULTICAST algorithms (no P2P one), and commgemm never uses
+     * multicast. */
+    bool gather_rows;
 } cmp_problem;
 
 /* Fills *p, or CGM_ERROR_NOT_SUPPORTED for what cuBLASMp cannot do (bulk,
- * GEMM+AR in a layout other than TN) with a message that says what to use
+ * uneven shards: cmp_check_even) with a message that says what to use
  * instead; CGM_ERROR_INVALID_ARGUMENT for sizes < 1. Pure. */
 cgm_status cmp_map_problem(const cmp_shape *s, cmp_problem *p);
+
+/* cuBLASMp's tensor-parallel algorithms take only its documented layout:
+ * a 1D distribution whose global size is block size x P, i.e. even shards.
+ * Other shapes are not its AG+GEMM / GEMM+RS algorithms at all: cuBLASMp
+ * 0.7 routes them to its generic matmul (no overlap), and one of them (an
+ * NT AG+GEMM with 131 rows over 2 ranks) stalled a rank on the device. So
+ * the backend refuses them: m must be divisible by P (every op), and so
+ * must AG's n_total and RS/AR's k_total. A total <= 0 is not checked (not
+ * known yet: m alone is checked before the first-call exchange). Every
+ * rank reaches the same verdict (global sizes). NOT_SUPPORTED with the
+ * advice to use even shards or the p2p / nccl backend. Pure. */
+cgm_status cmp_check_even(cgm_op op, int64_t m, int64_t n_total,
+                          int64_t k_total, int nranks);
 
 /* How cuBLASMp's D reaches Y, and who adds the bias.
  *
@@ -102,14 +120,20 @@ cgm_status cmp_map_problem(const cmp_shape *s, cmp_problem *p);
 typedef struct cmp_output {
     bool fp32_d;          /* D is the backend's fp32 buffer */
     bool bias_pass;       /* an in-place bias pass follows a direct call */
+    bool gather;          /* AR: ncclAllGather of the fp32 rows, in place */
     int64_t y_rows;       /* this rank's rows of Y (row-major) */
     int64_t y_cols;       /* columns of Y (our n: n_local for AG) */
+    int64_t d_rows;       /* fp32 D: rows cuBLASMp writes (RS/AR: m_r) */
+    int64_t d_offset;     /* fp32 D: where they start (elements; AR: the
+                           * rank's slice of the m x n gather buffer) */
     int64_t d_lld;        /* fp32 D: local leading dimension (= y_cols) */
     size_t d_bytes;       /* fp32 D: bytes this rank needs (0: none) */
 } cmp_output;
 
 /* Fills *o for rank `rank` of s->nranks; `n_local` is this rank's n (AG)
- * or n (RS/AR). Pure. */
+ * or n (RS/AR). GEMM+AR always uses the fp32 buffer (m x n: cuBLASMp's
+ * RS writes this rank's rows at d_offset, the all-gather fills the rest,
+ * one fp32 pass writes Y with accumulate and bias). Pure. */
 void cmp_plan_output(const cmp_shape *s, int rank, int64_t n_local,
                      cgm_dtype out_dtype, bool has_bias, cmp_output *o);
 

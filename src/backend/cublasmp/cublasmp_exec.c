@@ -90,14 +90,15 @@ static cgm_status build_entry(cmp_state *st, const cgm_call *c, cmp_entry *e,
              cgm_dtype_name(c->in_dtype), cgm_dtype_name(c->out_dtype),
              (long long)shape->m, (long long)shape->n_total,
              (long long)shape->k_total, st->nranks);
-    cmp_geom dg = p->d;
-    int d_type = out_type;
+    e->dgeom = p->d;
+    e->in_type = in_type;
+    e->d_type = out_type;
     if (e->out.fp32_d) {
-        dg.lld = e->out.d_lld;
-        d_type = CMP_CUDA_R_32F;
+        e->dgeom.lld = e->out.d_lld;
+        e->d_type = CMP_CUDA_R_32F;
     }
-    const cmp_geom *g[3] = {&p->a, &p->b, &dg};
-    const int types[3] = {in_type, in_type, d_type};
+    const cmp_geom *g[3] = {&p->a, &p->b, &e->dgeom};
+    const int types[3] = {in_type, in_type, e->d_type};
     const char *names[3] = {"A (W)", "B (X)", e->out.fp32_d ? "D (fp32 buffer)"
                                                              : "D (Y)"};
     cublasMpMatrixDescriptor_t *out[3] = {&e->a, &e->b, &e->d};
@@ -110,8 +111,9 @@ static cgm_status build_entry(cmp_state *st, const cgm_call *c, cmp_entry *e,
                 context);
     }
     CMP_TRY(api->MatmulDescriptorCreate(&e->mm, e->key.compute), context);
-    int epilogue = p->allreduce ? CUBLASMP_MATMUL_EPILOGUE_ALLREDUCE
-                                : CUBLASMP_MATMUL_EPILOGUE_DEFAULT;
+    /* Never cuBLASMp's ALLREDUCE epilogue (GEMM+AR is RS + ncclAllGather:
+     * see cmp_problem.gather_rows) nor its BIAS epilogue. */
+    int epilogue = CUBLASMP_MATMUL_EPILOGUE_DEFAULT;
     CGM_TRACE(CGM_SUB_CUBLASMP, "cublasMpMatmulDescriptorCreate(compute=%d) "
               "-> %p; TRANSA=%d TRANSB=%d ALGO_TYPE=%d EPILOGUE=%d (no bias "
               "epilogue: commgemm adds the bias)", e->key.compute,
@@ -153,7 +155,8 @@ static cgm_status build_entry(cmp_state *st, const cgm_call *c, cmp_entry *e,
              context, (long long)p->m, (long long)p->n, (long long)p->k,
              p->trans_a ? "T" : "N", p->trans_b ? "T" : "N", algo, epilogue,
              e->staged ? "staged in NVSHMEM memory" : "the caller's",
-             e->out.fp32_d ? "fp32 buffer + fp32 pass into Y" : "Y",
+             e->out.gather ? "fp32 buffer + ncclAllGather + fp32 pass into Y"
+             : e->out.fp32_d ? "fp32 buffer + fp32 pass into Y" : "Y",
              !c->has_bias ? "none" : e->out.fp32_d ? "in the fp32 pass"
                                                    : "in-place pass",
              e->dev_bytes, e->host_bytes);
@@ -216,6 +219,14 @@ fail:
     return status;
 }
 
+/* What cuBLASMp gets as D: Y, or this rank's rows of the fp32 buffer. */
+static void *d_pointer(const cmp_state *st, const cgm_call *c,
+                       const cmp_entry *e) {
+    if (!e->out.fp32_d) return c->y.data;
+    if (!e->out.d_bytes || !e->out.d_rows) return NULL;
+    return (float *)st->dbuf + e->out.d_offset;
+}
+
 /* First call of a shape (collective, eager): agree, stage, build, size. */
 static cgm_status prepare(cmp_state *st, const cgm_call *c,
                           const cmp_key *key, int algo, cmp_entry **out) {
@@ -254,6 +265,9 @@ static cgm_status prepare(cmp_state *st, const cgm_call *c,
     int64_t total = 0;
     CGM_TRY(cmp_check_split(sizes, P, ag ? "n (rows of W, columns of Y)"
                                          : "k (the contraction)", &total));
+    /* Uneven n / k: refused from the exchanged sizes, so on every rank,
+     * before anything collective is allocated. */
+    CGM_TRY(cmp_check_even(c->op, c->m, ag ? total : 0, ag ? 0 : total, P));
     cmp_shape shape;
     shape.op = c->op;
     shape.layout = c->layout;
@@ -294,8 +308,7 @@ static cgm_status prepare(cmp_state *st, const cgm_call *c,
     if (local == CGM_SUCCESS)
         local = build_entry(st, c, e, &shape, algo,
                             e->staged ? st->stage : c->x.data,
-                            e->out.fp32_d ? (e->out.d_bytes ? st->dbuf : NULL)
-                                          : c->y.data);
+                            d_pointer(st, c, e));
     memset(&ready, 0, sizeof ready);
     ready.status = local;
     ready.dev_bytes = local == CGM_SUCCESS ? (int64_t)e->dev_bytes : 0;
@@ -384,6 +397,18 @@ static cgm_status finish_output(cmp_state *st, const cgm_call *c,
     a.dst_ld = e->key.ldy;
     a.dst_dtype = (int)c->out_dtype;
     a.bias = c->has_bias ? c->bias.data : NULL;
+    if (o->gather) {
+        /* Every rank's reduced fp32 rows into every rank's buffer, in
+         * place (this rank's slice is already at its offset). */
+        size_t count = (size_t)(o->d_rows * o->d_lld);
+        CGM_TRACE(CGM_SUB_CUBLASMP, "ncclAllGather(send=%p, recv=%p, "
+                  "count=%zu, ncclFloat, comm=%p, stream=%p) (GEMM+AR: the "
+                  "reduced rows)", (void *)((float *)st->dbuf + o->d_offset),
+                  st->dbuf, count, st->comm->nccl_comm, (void *)stream);
+        CGM_NCCL_TRY(ncclAllGather((float *)st->dbuf + o->d_offset, st->dbuf,
+                                   count, ncclFloat,
+                                   (ncclComm_t)st->comm->nccl_comm, stream));
+    }
     if (o->fp32_d) {
         a.src[0] = st->dbuf;
         a.src_ld[0] = o->d_lld;
@@ -416,12 +441,6 @@ cgm_status cmp_execute(cmp_state *st, const cgm_call *c) {
                          "input (cuBLASMp keeps it internal): pass "
                          "x_gathered = NULL, or use p2p or nccl for AG+GEMM "
                          "with x_gathered");
-    if (c->op == CGM_OP_GEMM_ALL_REDUCE && c->layout != CGM_LAYOUT_TN)
-        return cgm_error(CGM_ERROR_NOT_SUPPORTED,
-                         "the cublasmp backend runs GEMM+AR in layout TN only "
-                         "(cuBLASMp 0.7's GEMM+AllReduce supports TN), found "
-                         "%s; use p2p or nccl for GEMM+AR in %s",
-                         cgm_layout_name(c->layout), cgm_layout_name(c->layout));
     int algo = 0, type = 0;
     CGM_TRY(cmp_map_algo(c->algo, st->algo_override, &algo));
     CGM_TRY(cmp_map_dtype(c->in_dtype, &type));
@@ -434,6 +453,9 @@ cgm_status cmp_execute(cmp_state *st, const cgm_call *c) {
     cmp_entry *e = cache_find(st, &key);
     bool first = false;
     if (!e) {
+        /* Uneven m is refused before any exchange (m is global: every rank
+         * refuses); uneven n / k after it, in prepare(). */
+        CGM_TRY(cmp_check_even(c->op, c->m, 0, 0, st->nranks));
         if (cgm_stream_capturing(stream))
             return cgm_error(CGM_ERROR_INVALID_USAGE,
                              "the cublasmp backend met a new %s shape (m=%lld "
@@ -466,7 +488,7 @@ cgm_status cmp_execute(cmp_state *st, const cgm_call *c) {
         }
         b = st->stage;
     }
-    void *d = e->out.fp32_d ? (e->out.d_bytes ? st->dbuf : NULL) : c->y.data;
+    void *d = d_pointer(st, c, e);
     const float alpha = 1.0f;
     const float beta = c->accumulate && !e->out.fp32_d ? 1.0f : 0.0f;
     const void *cptr = beta != 0.0f ? d : NULL;

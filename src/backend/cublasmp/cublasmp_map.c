@@ -12,10 +12,14 @@
  *            (each rank's W shard and Y columns): D on the P x 1 grid.
  *   GEMM+RS: A and B split along k (the reduction), D along our m
  *            (each rank's Y_r rows): D on the 1 x P grid.
- *   GEMM+AR: A and B split along k; D is (n x m*P) on the 1 x P grid with
- *            block m, so each rank holds the whole Y; ALLREDUCE epilogue.
+ *   GEMM+AR: the GEMM+RS problem into an fp32 buffer, then an NCCL
+ *            all-gather of the reduced rows (cuBLASMp 0.7 has no P2P
+ *            algorithm for its ALLREDUCE epilogue, only NO_OVERLAP and
+ *            SPLIT_MULTICAST, and commgemm never uses multicast).
  * A matrix split along its rows (column-major) lives on the P x 1 grid,
- * one split along its columns on the 1 x P grid. */
+ * one split along its columns on the 1 x P grid.
+ * Only even shards (cmp_check_even): cuBLASMp's documented layout for its
+ * tensor-parallel algorithms is global size = block size x P. */
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -36,19 +40,44 @@ static cmp_geom geom(int64_t rows, int64_t cols, int64_t mb, int64_t nb,
     return g;
 }
 
+cgm_status cmp_check_even(cgm_op op, int64_t m, int64_t n_total,
+                          int64_t k_total, int nranks) {
+    const bool ag = op == CGM_OP_ALL_GATHER_GEMM;
+    const int64_t P = nranks;
+    const char *name = NULL, *what = NULL;
+    int64_t total = 0;
+    if (P > 1 && m > 0 && m % P) {
+        name = "m";
+        what = ag ? "the gathered rows of X" : "the rows of Y";
+        total = m;
+    } else if (P > 1 && ag && n_total > 0 && n_total % P) {
+        name = "n";
+        what = "the sum of the ranks' n: their W shards must be equal";
+        total = n_total;
+    } else if (P > 1 && !ag && k_total > 0 && k_total % P) {
+        name = "k";
+        what = "the sum of the ranks' k: their contraction shards must be "
+               "equal";
+        total = k_total;
+    }
+    if (!name) return CGM_SUCCESS;
+    return cgm_error(CGM_ERROR_NOT_SUPPORTED,
+                     "the cublasmp backend runs %s only with even shards: "
+                     "cuBLASMp's %s algorithm takes P equal blocks (global "
+                     "size = block size x P), but %s = %lld (%s) is not "
+                     "divisible by P = %lld; use even shards (%s divisible by "
+                     "P) or the p2p or nccl backend, which take uneven shards",
+                     cgm_op_name(op),
+                     ag ? "AllGather+Matmul" : "Matmul+ReduceScatter", name,
+                     (long long)total, what, (long long)P, name);
+}
+
 cgm_status cmp_map_problem(const cmp_shape *s, cmp_problem *p) {
     if (s->op == CGM_OP_BULK)
         return cgm_error(CGM_ERROR_NOT_SUPPORTED,
                          "the cublasmp backend has no bulk overlap: cuBLASMp "
                          "runs one distributed matmul, not a GEMM beside an "
                          "unrelated collective; use p2p or nccl for bulk");
-    if (s->op == CGM_OP_GEMM_ALL_REDUCE && s->layout != CGM_LAYOUT_TN)
-        return cgm_error(CGM_ERROR_NOT_SUPPORTED,
-                         "the cublasmp backend runs GEMM+AR in layout TN "
-                         "only (cuBLASMp 0.7's GEMM+AllReduce supports the "
-                         "TN format), found layout %s; use p2p or nccl for "
-                         "GEMM+AR in %s",
-                         cgm_layout_name(s->layout), cgm_layout_name(s->layout));
     if ((unsigned)s->layout >= CGM_LAYOUT_COUNT_ || s->nranks < 1 ||
         s->m < 1 || s->n_total < 1 || s->k_total < 1)
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
@@ -58,6 +87,9 @@ cgm_status cmp_map_problem(const cmp_shape *s, cmp_problem *p) {
                          "this point: report it as a bug)",
                          (int)s->layout, s->nranks, (long long)s->m,
                          (long long)s->n_total, (long long)s->k_total);
+    cgm_status even = cmp_check_even(s->op, s->m, s->n_total, s->k_total,
+                                     s->nranks);
+    if (even != CGM_SUCCESS) return even;
     const int64_t P = s->nranks, M = s->m, N = s->n_total, K = s->k_total;
     const int64_t bM = cgm_ceil_div(M, P), bN = cgm_ceil_div(N, P),
                   bK = cgm_ceil_div(K, P);
@@ -68,7 +100,7 @@ cgm_status cmp_map_problem(const cmp_shape *s, cmp_problem *p) {
     p->m = N;
     p->n = M;
     p->k = K;
-    p->allreduce = false;
+    p->gather_rows = false;
     switch (s->op) {
     case CGM_OP_ALL_GATHER_GEMM:
         /* A = W split along n; B = X split along m; D split along n. */
@@ -79,19 +111,15 @@ cgm_status cmp_map_problem(const cmp_shape *s, cmp_problem *p) {
         p->d = geom(N, M, bN, bM, s->ldy, CMP_GRID_COL);
         break;
     case CGM_OP_GEMM_REDUCE_SCATTER:
-        /* A and B split along k; D split along m. */
+    case CGM_OP_GEMM_ALL_REDUCE:
+        /* A and B split along k; D split along m (AR: this rank's rows of
+         * the fp32 gather buffer; cmp_plan_output sets its lld). */
         p->a = w_t ? geom(K, N, bK, N, s->ldw, CMP_GRID_COL)
                    : geom(N, K, N, bK, s->ldw, CMP_GRID_ROW);
         p->b = x_t ? geom(M, K, bM, bK, s->ldx, CMP_GRID_ROW)
                    : geom(K, M, bK, bM, s->ldx, CMP_GRID_COL);
         p->d = geom(N, M, N, bM, s->ldy, CMP_GRID_ROW);
-        break;
-    case CGM_OP_GEMM_ALL_REDUCE:
-        /* TN only (checked above). */
-        p->a = geom(K, N, bK, N, s->ldw, CMP_GRID_COL);
-        p->b = geom(K, M, bK, M, s->ldx, CMP_GRID_COL);
-        p->d = geom(N, M * P, N, M, s->ldy, CMP_GRID_ROW);
-        p->allreduce = true;
+        p->gather_rows = s->op == CGM_OP_GEMM_ALL_REDUCE;
         break;
     default:
         return cgm_error(CGM_ERROR_INTERNAL, "cublasmp mapping: op %d",
@@ -103,13 +131,18 @@ cgm_status cmp_map_problem(const cmp_shape *s, cmp_problem *p) {
 void cmp_plan_output(const cmp_shape *s, int rank, int64_t n_local,
                      cgm_dtype out_dtype, bool has_bias, cmp_output *o) {
     memset(o, 0, sizeof *o);
-    const bool ag = s->op == CGM_OP_ALL_GATHER_GEMM;
     const bool rs = s->op == CGM_OP_GEMM_REDUCE_SCATTER;
+    const bool ar = s->op == CGM_OP_GEMM_ALL_REDUCE;
     o->y_rows = rs ? cgm_shard_rows(s->m, rank, s->nranks) : s->m;
     o->y_cols = n_local;
-    o->fp32_d = !ag && out_dtype != CGM_DTYPE_FP32;
+    o->gather = ar;
+    o->fp32_d = ar || (rs && out_dtype != CGM_DTYPE_FP32);
     o->bias_pass = has_bias && !o->fp32_d;
     if (o->fp32_d) {
+        o->d_rows = cgm_shard_rows(s->m, rank, s->nranks);
+        o->d_offset = ar ? cgm_shard_offset(s->m, rank, s->nranks) *
+                               max64(1, o->y_cols)
+                         : 0;
         o->d_lld = max64(1, o->y_cols);
         o->d_bytes = (size_t)(o->y_rows * o->y_cols) * sizeof(float);
     }

@@ -20,6 +20,8 @@ typedef struct cmp_entry {
     uint64_t last_use;
     cmp_key key;
     cmp_problem prob;
+    cmp_geom dgeom;      /* D as created (the fp32 buffer's lld when used) */
+    int in_type, d_type; /* cudaDataType_t of A/B and of D */
     cublasMpMatrixDescriptor_t a, b, d;
     cublasMpMatmulDescriptor_t mm;
     void *host_ws;
@@ -46,8 +48,9 @@ typedef struct cmp_state {
     bool ws_symmetric; /* ws and stage from nvshmem_malloc */
     void *retired[CMP_RETIRED_MAX];
     int nretired;
-    /* The fp32 D of RS/AR with a 16-bit Y (cudaMalloc, this rank's size;
-     * grown eagerly, outgrown ones kept for captured graphs). */
+    /* The fp32 D of RS with a 16-bit Y (this rank's rows) and of every AR
+     * (all m rows: the all-gather's buffer). cudaMalloc, grown eagerly,
+     * outgrown ones kept for captured graphs. */
     void *dbuf;
     size_t dbuf_bytes;
     void *dretired[CMP_RETIRED_MAX];

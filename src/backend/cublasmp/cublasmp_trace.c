@@ -3,6 +3,8 @@
  * prefixed host:pid:rank and flushed, so they survive a killed rank). Put
  * side by side, two ranks' traces show any argument that differs where
  * cuBLASMp needs it equal. */
+#include <stdio.h>
+
 #include "backend/cublasmp/cublasmp_state.h"
 
 static const char *grid_name(cmp_grid g) {
@@ -30,6 +32,15 @@ void cmp_trace_descriptor(const cmp_state *st, const char *which,
               st->nranks);
 }
 
+/* "A 71x97 mb=36 nb=97 lld=79 1xP CUDA_R_16BF" */
+static void geom_text(char *buf, size_t len, const char *name,
+                      const cmp_geom *g, int type) {
+    snprintf(buf, len, "%s %lldx%lld mb=%lld nb=%lld lld=%lld %s %s", name,
+             (long long)g->rows, (long long)g->cols, (long long)g->mb,
+             (long long)g->nb, (long long)g->lld,
+             g->grid == CMP_GRID_COL ? "Px1" : "1xP", type_name(type));
+}
+
 void cmp_trace_matmul(const cmp_state *st, const char *fn,
                       const cmp_entry *e, const void *alpha, const void *a,
                       const void *b, const void *beta, const void *c,
@@ -37,6 +48,21 @@ void cmp_trace_matmul(const cmp_state *st, const char *fn,
                       void *host_ws, size_t host_bytes, const void *stream) {
     if (!cgm_log_enabled(CGM_LOG_TRACE, CGM_SUB_CUBLASMP)) return;
     const cmp_problem *p = &e->prob;
+    char ga[160], gb[160], gd[160];
+    geom_text(ga, sizeof ga, "A(W)", &p->a, e->in_type);
+    geom_text(gb, sizeof gb, "B(X)", &p->b, e->in_type);
+    geom_text(gd, sizeof gd, e->out.fp32_d ? "D(fp32 buffer)" : "D(Y)",
+              &e->dgeom, e->d_type);
+    /* One line with everything a stall needs compared across ranks: the
+     * problem, every descriptor's geometry, the algorithm (each call, not
+     * only the first of a shape). */
+    CGM_TRACE(CGM_SUB_CUBLASMP, "%s: m=%lld n=%lld k=%lld op(A)=%s op(B)=%s "
+              "algo=%d epilogue=0 compute=%d P=%d (%s) | %s | %s | %s%s",
+              fn, (long long)p->m, (long long)p->n, (long long)p->k,
+              p->trans_a ? "T" : "N", p->trans_b ? "T" : "N", e->key.algo,
+              e->key.compute, st->nranks,
+              p->gather_rows ? "GEMM+RS, then ncclAllGather" : "",
+              ga, gb, gd, e->staged ? " | B staged in NVSHMEM memory" : "");
     CGM_TRACE(CGM_SUB_CUBLASMP, "%s(handle=%p, desc=%p, m=%lld, n=%lld, "
               "k=%lld, alpha=%g, A=%p ia=1 ja=1 descA=%p, B=%p%s ib=1 jb=1 "
               "descB=%p, beta=%g, C=%p ic=1 jc=1 descC=%p, D=%p%s id=1 jd=1 "
