@@ -64,6 +64,9 @@ table() { # name seconds [VAR=value...] -- bench options
     >>$O/$name.txt 2>$O/$name.err
   echo "# exit code $?" >>$O/$name.txt
 }
+case " ${PERF_TABLES:-} " in *" cublasmp "*)
+  source scripts/device-env.sh >/dev/null 2>&1; cublasmp_env || echo "# cublasmp: wheel install failed" ;;
+esac
 # PERF_TABLES: which tables, default all but cublasmp (needs COMMGEMM_CUBLASMP_LIB).
 TABLES=${PERF_TABLES:-p2p p2p_graph nccl nccl_net}
 for t in $TABLES; do

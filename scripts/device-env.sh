@@ -16,3 +16,14 @@ if [ -n "$NCCL_DIR" ]; then
     args+=(-DCOMMGEMM_NCCL_INCLUDE=$NCCL_DIR/include -DCOMMGEMM_NCCL_LIB=$(ls $NCCL_DIR/lib/libnccl.so* | head -1))
     export LD_LIBRARY_PATH=$NCCL_DIR/lib:${LD_LIBRARY_PATH:-}
 fi
+# cuBLASMp from the carried wheel (.whl, scripts/device-carry.sh): installs
+# it into /tmp/site and exports what the cublasmp backend needs.
+cublasmp_env() {
+    timeout 60 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+        .whl/nvidia_cublasmp_cu13-0.7.0.125-*.whl >/dev/null 2>&1 || return 1
+    local sp
+    sp=$(python3 -c 'import site; print(site.getsitepackages()[0])')
+    export COMMGEMM_CUBLASMP_LIB=/tmp/site/nvidia/cublasmp/cu13/lib/libcublasmp.so.0 \
+        LD_LIBRARY_PATH=$sp/nvidia/nvshmem/lib:$sp/nvidia/cu13/lib:$sp/nvidia/cublas/lib:${LD_LIBRARY_PATH:-} \
+        NVSHMEM_REMOTE_TRANSPORT=none NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo
+}

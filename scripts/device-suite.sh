@@ -4,7 +4,11 @@
 # Stages: build, gpu (p2p + nccl + mixed GPU tests, NCCL defaults),
 # nccl-net (nccl tests over NCCL's socket transport on loopback: two-node
 # stand-in), cublasmp (with the carried wheel), sanitize (compute-sanitizer
-# memcheck + racecheck), torch (torchrun pytest + the TP MLP example).
+# memcheck + racecheck), torch (torchrun pytest + the TP MLP example),
+# perf (bench/perf_on_device.sh on this build; PERF_TABLES), hopper
+# (tests/gpu/hopper_on_device.sh), compare (bench/compare_on_device.sh),
+# cublasmp-cases (tests/cublasmp/run_on_device.sh, case by case), pack
+# (everything but summary.txt into $OUT/commgemm-logs.tar.gz; run it last).
 # Logs go to $OUT; a summary line per stage is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -61,10 +65,33 @@ stage_torch() {
     note "examples/torch_tp_mlp.py --compare: rc=$? $(tail -1 "$OUT/torch-mlp.log")"
 }
 
+stage_perf() { # the PERFORMANCE.md tables from this build (PERF_TABLES picks them)
+    mkdir -p "$OUT/perf"
+    PERF_REUSE_BUILD=1 timeout 560 bash bench/perf_on_device.sh "$OUT/perf" "$B" >"$OUT/perf.log" 2>&1
+    note "perf (${PERF_TABLES:-default tables}): rc=$? $(grep -hE '^# (Out of bounds|Avg ratio)' "$OUT"/perf/tables.txt 2>/dev/null | tr '\n' ' ')"
+}
+stage_hopper() {
+    timeout 400 bash tests/gpu/hopper_on_device.sh >"$OUT/hopper.log" 2>&1
+    note "hopper GEMM: rc=$? $(tail -3 "$OUT/hopper.txt" 2>/dev/null | tr '\n' ' ')"
+}
+stage_compare() {
+    COMMGEMM_LIB=$B/libcommgemm.so timeout 400 bash bench/compare_on_device.sh >"$OUT/compare.log" 2>&1
+    note "compare_torch: rc=$? $(grep -cE '^\|' "$OUT/compare.txt" 2>/dev/null) table lines"
+}
+stage_cublasmp_cases() {
+    timeout 560 bash tests/cublasmp/run_on_device.sh >"$OUT/cublasmp-cases.log" 2>&1
+    note "cublasmp cases: rc=$? $(tail -4 "$OUT/cublasmp-summary.txt" 2>/dev/null | tr '\n' ' ')"
+}
+stage_pack() { # the device returns few files: everything but the summary into one tarball
+    local t=/tmp/commgemm-logs.tar.gz
+    tar -C "$OUT" --exclude=summary.txt -czf $t . && find "$OUT" -mindepth 1 ! -name summary.txt -delete && mv $t "$OUT/"
+}
+
 for s in "$@"; do
     case $s in
     build) stage_build ;; gpu) stage_gpu ;; nccl-net) stage_nccl_net ;; cublasmp) stage_cublasmp ;;
-    sanitize) stage_sanitize ;; torch) stage_torch ;;
+    sanitize) stage_sanitize ;; torch) stage_torch ;; perf) stage_perf ;; hopper) stage_hopper ;;
+    compare) stage_compare ;; cublasmp-cases) stage_cublasmp_cases ;; pack) stage_pack ;;
     *) echo "unknown stage $s"; exit 2 ;;
     esac
 done
