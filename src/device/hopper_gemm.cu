@@ -1,0 +1,567 @@
+/* commgemm's own sm_90a GEMM: Y[m,n] = X[m,k] . W[n,k]^T (+ bias) (+ Y).
+ *
+ * One CTA of 384 threads per SM (persistent), three warpgroups:
+ *   warpgroup 0  producer: one thread waits for a free ring stage, then
+ *                issues two TMA loads (X tile 128x64, W tile 256x64) that
+ *                complete on the stage's "full" mbarrier;
+ *   warpgroups 1, 2  consumers: each owns 64 rows of the 128x256 output tile
+ *                (128 fp32 accumulators per thread), waits on "full", runs
+ *                4 wgmma.m64n256k16 per stage, and releases the stage on its
+ *                "empty" mbarrier once wgmma.wait_group says the stage's
+ *                reads are done; then the epilogue stores straight from the
+ *                registers (bias, accumulate, bounds checks, conversion).
+ * Both sides walk the same tile sequence (blockIdx.x, += gridDim.x) and the
+ * same ring position, so the ring needs no other handshake. The design, the
+ * descriptor derivation and the limits: docs/HOPPER_GEMM.md. */
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "device/hopper_gemm.h"
+
+namespace {
+
+constexpr int kTileM = CGM_HGEMM_TILE_M;
+constexpr int kTileN = CGM_HGEMM_TILE_N;
+constexpr int kTileK = CGM_HGEMM_TILE_K; /* 64 x 2 bytes = one 128-byte swizzle row */
+constexpr int kStages = 4;
+constexpr int kThreads = 384;
+constexpr int kGroupM = 16; /* rasterization: m tiles per group, see tile_coords */
+constexpr int kStageBytesA = kTileM * kTileK * 2; /* 16 KiB */
+constexpr int kStageBytesB = kTileN * kTileK * 2; /* 32 KiB */
+constexpr int kStageBytes = kStageBytesA + kStageBytesB;
+/* 1024: the 128B-swizzle pattern repeats every 8 rows x 128 bytes, and TMA
+ * and wgmma both assume the pattern starts at a 1024-byte boundary. */
+constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8;
+
+struct hgemm_params {
+    int m, n, k;
+    int tiles_m, tiles_n, k_blocks;
+    void *y;
+    long long ldy;
+    const void *bias;
+    int accumulate;
+    int vector_store; /* y and ldy allow 2-element stores */
+    const unsigned long long *row_flags;
+    long long rows_per_flag;
+    unsigned long long flag_epoch;
+    long long wait_timeout_ns;
+    int *timeout_out;
+    const int *m_block_order;
+};
+
+/* ------------------------------------------------------------- PTX bits */
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+/* Waits until the phase of parity `parity` of the barrier has completed. */
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+/* The producer's arrival: one arrive plus the bytes the TMA loads will
+ * deliver (complete_tx counts whole boxes, zero-filled parts included). */
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+/* TMA: box of the tensor map at (c0 = column/k, c1 = row) into dst, bytes
+ * accounted on bar. Without clusters the CTA's own shared::cta address is a
+ * valid shared::cluster address. */
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1,
+                                            uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
+                 : "memory");
+}
+
+/* Shared-memory matrix descriptor of wgmma (PTX ISA, "Matrix Descriptor
+ * Format"), for a K-major tile written by TMA with CU_TENSOR_MAP_SWIZZLE_128B:
+ * each row of the tile is 64 elements = 128 bytes, rows are contiguous, and
+ * within each group of 8 rows (1024 bytes) the 16-byte chunks of row r are
+ * XOR-permuted by r % 8. That is exactly wgmma's canonical "128B swizzle,
+ * K-major" layout, whose core matrices are 8 rows x 16 bytes:
+ *   bits  0-13  start address >> 4 (shared window, 18 bits of address);
+ *   bits 16-29  leading-dimension byte offset >> 4: the distance between
+ *               core matrices along K. With 128B swizzle and K-major it is
+ *               not used (the K extent of one wgmma, 16 elements = 32 bytes,
+ *               lies inside one 128-byte swizzle row); set to 1 as is usual;
+ *   bits 32-45  stride-dimension byte offset >> 4: from one 8-row group to
+ *               the next along M/N = 8 x 128 bytes = 1024 -> 64;
+ *   bits 49-51  base offset: 0, every tile starts 1024-byte aligned;
+ *   bits 62-63  swizzle mode: 1 = 128B.
+ * The k-th 16-wide K step inside the 64-wide tile starts k * 32 bytes
+ * further: the start address field grows by 2 * k (the hardware applies
+ * the XOR on the final address bits, so this matches what TMA wrote, as long
+ * as the tile base is 1024-aligned). Consumer warpgroup c reads A rows
+ * 64c..64c+63: +64 x 128 = 8192 bytes, still 1024-aligned. */
+__device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t addr) {
+    uint64_t desc = 0;
+    desc |= (uint64_t)((addr & 0x3FFFF) >> 4);
+    desc |= (uint64_t)1 << 16;
+    desc |= (uint64_t)(1024 >> 4) << 32;
+    desc |= (uint64_t)1 << 62;
+    return desc;
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+/* Keeps the compiler from moving accumulator reads/writes across the
+ * asynchronous wgmma (the registers are in flight until wait_group). */
+__device__ __forceinline__ void fence_accumulators(float (&d)[128]) {
+#pragma unroll
+    for (int i = 0; i < 128; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* D[64x256] (+)= A[64x16] . B[16x256], A and B from shared memory through
+ * descriptors, both K-major (transpose bits 0), scale_d 0 overwrites D. */
+#define CGM_WGMMA_M64N256K16(TYPE)                                             \
+    asm volatile(                                                              \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                         \
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE " {"        \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "  \
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "  \
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "  \
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "  \
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "  \
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "  \
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "  \
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"  \
+        "}, %128, %129, p, 1, 1, 0, 0;\n}\n"                                     \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),\
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),\
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),\
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),\
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),\
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),\
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),\
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),\
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),\
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),\
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),\
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),\
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),\
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),\
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),\
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
+template <bool kBf16>
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a,
+                                                 uint64_t desc_b, uint32_t scale_d) {
+    if (kBf16)
+        CGM_WGMMA_M64N256K16("bf16");
+    else
+        CGM_WGMMA_M64N256K16("f16");
+}
+
+__device__ __forceinline__ unsigned long long load_acquire_sys(const unsigned long long *p) {
+    unsigned long long v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ unsigned long long globaltimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* ------------------------------------------------------------ scheduler */
+
+/* Linear tile index -> (m tile, n tile). Tiles are taken in groups of
+ * kGroupM m tiles; inside a group m runs fastest, so the ~#SMs tiles in
+ * flight at once share a few W column blocks and kGroupM X row blocks in
+ * L2. m_block_order (if any) renames m tiles (e.g. local rows first). */
+__device__ __forceinline__ void tile_coords(const hgemm_params &p, int t, int *tm, int *tn) {
+    int span = kGroupM * p.tiles_n;
+    int group = t / span;
+    int first = group * kGroupM;
+    int size = min(p.tiles_m - first, kGroupM);
+    int r = t - group * span;
+    int lm = first + r % size;
+    *tn = r / size;
+    *tm = p.m_block_order ? p.m_block_order[lm] : lm;
+}
+
+/* The fused all-gather wait: every flag block that rows [r0, r0 + 128) of X
+ * touch must reach the epoch. Returns false once the launch has timed out
+ * (this wait or an earlier one, in any CTA): later tiles then do not wait. */
+__device__ bool wait_row_flags(const hgemm_params &p, int tm) {
+    volatile int *timed_out = p.timeout_out;
+    if (*timed_out) return false;
+    long long r0 = (long long)tm * kTileM;
+    long long r1 = min(r0 + kTileM, (long long)p.m) - 1;
+    unsigned long long start = globaltimer();
+    for (long long f = r0 / p.rows_per_flag; f <= r1 / p.rows_per_flag; f++) {
+        while (load_acquire_sys(p.row_flags + f) < p.flag_epoch) {
+            if (*timed_out) return false;
+            if ((long long)(globaltimer() - start) > p.wait_timeout_ns) {
+                *timed_out = 1;
+                __threadfence_system();
+                return false;
+            }
+            __nanosleep(256);
+        }
+    }
+    /* The rows were acquired by the generic proxy; TMA reads through the
+     * async proxy. */
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+    return true;
+}
+
+/* ------------------------------------------------------------- epilogue */
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ void from_float(float v, float *p) { *p = v; }
+__device__ __forceinline__ void from_float(float v, __nv_bfloat16 *p) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void from_float(float v, __half *p) { *p = __float2half_rn(v); }
+
+__device__ __forceinline__ void store_pair(float *p, float a, float b) {
+    *reinterpret_cast<float2 *>(p) = make_float2(a, b);
+}
+__device__ __forceinline__ void store_pair(__nv_bfloat16 *p, float a, float b) {
+    *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(a, b);
+}
+__device__ __forceinline__ void store_pair(__half *p, float a, float b) {
+    *reinterpret_cast<__half2 *>(p) = __floats2half2_rn(a, b);
+}
+
+/* One row of a thread's fragment pair: columns col, col + 1. */
+template <typename OutT>
+__device__ __forceinline__ void store_two(const hgemm_params &p, int row, int col, float a, float b,
+                                          float bias_a, float bias_b) {
+    if (row >= p.m || col >= p.n) return;
+    OutT *y = static_cast<OutT *>(p.y) + (long long)row * p.ldy + col;
+    a += bias_a;
+    b += bias_b;
+    if (col + 1 < p.n && p.vector_store) {
+        if (p.accumulate) {
+            a += to_float(y[0]);
+            b += to_float(y[1]);
+        }
+        store_pair(y, a, b);
+        return;
+    }
+    if (p.accumulate) a += to_float(y[0]);
+    from_float(a, y);
+    if (col + 1 < p.n) {
+        if (p.accumulate) b += to_float(y[1]);
+        from_float(b, y + 1);
+    }
+}
+
+/* Accumulator fragment of wgmma.m64nNk16 (PTX ISA, "Register Fragments"):
+ * thread t of the warpgroup holds, for j = 0..N/8-1, d[4j], d[4j+1] at row
+ * 16 (t / 32) + (t % 32) / 4, columns 8j + 2 (t % 4) + {0, 1}, and d[4j+2],
+ * d[4j+3] eight rows below. */
+template <typename OutT>
+__device__ __forceinline__ void epilogue(const hgemm_params &p, float (&d)[128], int row0, int col0) {
+    int t = threadIdx.x % 128;
+    int row = row0 + 16 * (t / 32) + (t % 32) / 4;
+    const OutT *bias = static_cast<const OutT *>(p.bias);
+    if (p.vector_store && row0 + 64 <= p.m && col0 + kTileN <= p.n) {
+        /* Interior tile: no bounds checks, pair stores only. */
+        OutT *y = static_cast<OutT *>(p.y) + (long long)row * p.ldy + col0 + 2 * (t % 4);
+        OutT *y8 = y + 8 * p.ldy;
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+            float ba = 0.f, bb = 0.f;
+            if (bias) {
+                ba = to_float(bias[col0 + 8 * j + 2 * (t % 4)]);
+                bb = to_float(bias[col0 + 8 * j + 2 * (t % 4) + 1]);
+            }
+            float a0 = d[4 * j] + ba, a1 = d[4 * j + 1] + bb;
+            float b0 = d[4 * j + 2] + ba, b1 = d[4 * j + 3] + bb;
+            if (p.accumulate) {
+                a0 += to_float(y[8 * j]), a1 += to_float(y[8 * j + 1]);
+                b0 += to_float(y8[8 * j]), b1 += to_float(y8[8 * j + 1]);
+            }
+            store_pair(y + 8 * j, a0, a1);
+            store_pair(y8 + 8 * j, b0, b1);
+        }
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < 32; j++) {
+        int col = col0 + 8 * j + 2 * (t % 4);
+        float ba = 0.f, bb = 0.f;
+        if (bias) {
+            if (col < p.n) ba = to_float(bias[col]);
+            if (col + 1 < p.n) bb = to_float(bias[col + 1]);
+        }
+        store_two<OutT>(p, row, col, d[4 * j], d[4 * j + 1], ba, bb);
+        store_two<OutT>(p, row + 8, col, d[4 * j + 2], d[4 * j + 3], ba, bb);
+    }
+}
+
+/* --------------------------------------------------------------- kernel */
+
+template <bool kBf16, typename OutT>
+__global__ void __launch_bounds__(kThreads, 1)
+    hgemm_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                 const hgemm_params p) {
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+    uint32_t smem_a = base;                                 /* kStages x 16 KiB */
+    uint32_t smem_b = base + kStages * kStageBytesA;        /* kStages x 32 KiB */
+    uint32_t full_bar = base + kStages * kStageBytes;       /* kStages x 8 bytes */
+    uint32_t empty_bar = full_bar + kStages * 8;            /* kStages x 8 bytes */
+    int warpgroup = threadIdx.x / 128;
+    int tiles = p.tiles_m * p.tiles_n;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kStages; s++) {
+            mbar_init(full_bar + 8 * s, 1);  /* the producer's arrive.expect_tx */
+            mbar_init(empty_bar + 8 * s, 2); /* one arrive per consumer warpgroup */
+        }
+        /* Make the initialised barriers visible to the async proxy (TMA). */
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (threadIdx.x != 0) return;
+        asm volatile("prefetch.tensormap [%0];" ::"l"((uint64_t)&map_x) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"((uint64_t)&map_w) : "memory");
+        int stage = 0;
+        uint32_t phase = 0;
+        bool waiting = p.row_flags != nullptr;
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            int tm, tn;
+            tile_coords(p, t, &tm, &tn);
+            if (waiting) waiting = wait_row_flags(p, tm);
+            for (int kb = 0; kb < p.k_blocks; kb++) {
+                /* A fresh barrier counts as having completed the phase
+                 * before phase 0, so the first pass does not wait. */
+                mbar_wait(empty_bar + 8 * stage, phase ^ 1);
+                mbar_arrive_expect_tx(full_bar + 8 * stage, kStageBytes);
+                tma_load_2d(smem_a + stage * kStageBytesA, &map_x, kb * kTileK, tm * kTileM,
+                            full_bar + 8 * stage);
+                tma_load_2d(smem_b + stage * kStageBytesB, &map_w, kb * kTileK, tn * kTileN,
+                            full_bar + 8 * stage);
+                if (++stage == kStages) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+        }
+        return;
+    }
+
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    int consumer = warpgroup - 1;
+    bool leader = threadIdx.x % 128 == 0;
+    float d[128];
+#pragma unroll
+    for (int i = 0; i < 128; i++) d[i] = 0.f;
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int tm, tn;
+        tile_coords(p, t, &tm, &tn);
+        int prev = 0;
+        for (int kb = 0; kb < p.k_blocks; kb++) {
+            mbar_wait(full_bar + 8 * stage, phase);
+            uint64_t desc_a = smem_desc_sw128(smem_a + stage * kStageBytesA + consumer * 64 * 128);
+            uint64_t desc_b = smem_desc_sw128(smem_b + stage * kStageBytesB);
+            fence_accumulators(d);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < kTileK / 16; kk++)
+                wgmma_m64n256k16<kBf16>(d, desc_a + 2 * kk, desc_b + 2 * kk,
+                                        (kb > 0 || kk > 0) ? 1u : 0u);
+            wgmma_commit();
+            fence_accumulators(d);
+            /* At most this stage's group in flight: the previous stage's
+             * reads are done, hand it back to the producer. */
+            wgmma_wait<1>();
+            fence_accumulators(d);
+            if (kb > 0 && leader) mbar_arrive(empty_bar + 8 * prev);
+            prev = stage;
+            if (++stage == kStages) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+        wgmma_wait<0>();
+        fence_accumulators(d);
+        if (leader) mbar_arrive(empty_bar + 8 * prev);
+        epilogue<OutT>(p, d, tm * kTileM + consumer * 64, tn * kTileN);
+    }
+}
+
+/* ----------------------------------------------------------------- host */
+
+typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                    const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                    const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                    CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+/* cuTensorMapEncodeTiled through the runtime's driver entry point, so that
+ * nothing links libcuda directly. */
+encode_tiled_fn encode_tiled() {
+    static encode_tiled_fn fn = []() -> encode_tiled_fn {
+        void *ptr = nullptr;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault,
+                                             &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess)
+            return nullptr;
+        return reinterpret_cast<encode_tiled_fn>(ptr);
+    }();
+    return fn;
+}
+
+/* K-major [rows, k] operand, box kTileK x box_rows, 128B swizzle, zero fill
+ * out of bounds (partial tiles in m, n and k). */
+bool make_map(CUtensorMap *map, bool bf16, const void *ptr, int64_t rows, int64_t k, int64_t ld,
+              int box_rows) {
+    encode_tiled_fn enc = encode_tiled();
+    if (!enc) return false;
+    cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows};
+    cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
+    cuuint32_t box[2] = {(cuuint32_t)kTileK, (cuuint32_t)box_rows};
+    cuuint32_t element_strides[2] = {1, 1};
+    CUresult r = enc(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
+                     const_cast<void *>(ptr), dims, strides, box, element_strides,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS;
+}
+
+template <bool kBf16, typename OutT>
+cudaError_t launch(const CUtensorMap &mx, const CUtensorMap &mw, const hgemm_params &p, int grid,
+                   cudaStream_t stream) {
+    auto kernel = hgemm_kernel<kBf16, OutT>;
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    if (err != cudaSuccess) return err;
+    kernel<<<grid, kThreads, kSmemBytes, stream>>>(mx, mw, p);
+    return cudaGetLastError();
+}
+
+template <bool kBf16>
+cudaError_t launch_out(cgm_dtype out, const CUtensorMap &mx, const CUtensorMap &mw,
+                       const hgemm_params &p, int grid, cudaStream_t stream) {
+    switch (out) {
+    case CGM_DTYPE_BF16: return launch<kBf16, __nv_bfloat16>(mx, mw, p, grid, stream);
+    case CGM_DTYPE_FP16: return launch<kBf16, __half>(mx, mw, p, grid, stream);
+    default: return launch<kBf16, float>(mx, mw, p, grid, stream);
+    }
+}
+
+bool is_sm90(int *sm_count) {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        return false;
+    if (sm_count && cudaDeviceGetAttribute(sm_count, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        return false;
+    return major == 9 && minor == 0;
+}
+
+/* The argument checks, without the device check. */
+const char *args_problem(const cgm_hgemm_args *a) {
+    const int64_t lim = INT32_MAX;
+    if (!a) return "args is NULL";
+    if (a->in_dtype != CGM_DTYPE_BF16 && a->in_dtype != CGM_DTYPE_FP16)
+        return "inputs must be bf16 or fp16";
+    if (a->out_dtype != CGM_DTYPE_BF16 && a->out_dtype != CGM_DTYPE_FP16 &&
+        a->out_dtype != CGM_DTYPE_FP32)
+        return "output must be bf16, fp16 or fp32";
+    if (a->m < 0 || a->n < 0 || a->k < 1) return "needs m >= 0, n >= 0, k >= 1";
+    if (a->m > lim || a->n > lim || a->k > lim || a->ldy > lim)
+        return "m, n, k and ldy must be below 2^31";
+    if (a->ldx < a->k || a->ldw < a->k || a->ldy < a->n) return "needs ldx >= k, ldw >= k, ldy >= n";
+    if (!a->x || !a->w || (!a->y && a->m > 0 && a->n > 0)) return "x, w and y must not be NULL";
+    if ((uintptr_t)a->x % 16 || (uintptr_t)a->w % 16)
+        return "TMA needs x and w 16-byte aligned";
+    if (a->ldx % 8 || a->ldw % 8)
+        return "TMA needs row strides that are multiples of 16 bytes: ldx and ldw multiples of 8";
+    if (((a->m + kTileM - 1) / kTileM) * ((a->n + kTileN - 1) / kTileN) > lim)
+        return "too many output tiles (more than 2^31)";
+    if (a->row_flags && (a->rows_per_flag < 1 || !a->timeout_out))
+        return "row_flags needs rows_per_flag >= 1 and timeout_out";
+    return nullptr;
+}
+
+} // namespace
+
+extern "C" int cgm_hgemm_supported(const cgm_hgemm_args *args, const char **reason) {
+    const char *why = args_problem(args);
+    if (!why && !is_sm90(nullptr)) why = "needs an sm_90 (Hopper) device";
+    if (!why && !encode_tiled()) why = "the driver has no cuTensorMapEncodeTiled";
+    if (reason) *reason = why;
+    return why == nullptr;
+}
+
+extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
+    if (args_problem(a)) return cudaErrorInvalidValue;
+    int sms = 0;
+    if (!is_sm90(&sms)) return cudaErrorNotSupported;
+    if (a->m == 0 || a->n == 0) return cudaSuccess;
+    bool bf16 = a->in_dtype == CGM_DTYPE_BF16;
+    CUtensorMap mx, mw;
+    if (!make_map(&mx, bf16, a->x, a->m, a->k, a->ldx, kTileM) ||
+        !make_map(&mw, bf16, a->w, a->n, a->k, a->ldw, kTileN))
+        return cudaErrorInvalidValue;
+    hgemm_params p;
+    p.m = (int)a->m;
+    p.n = (int)a->n;
+    p.k = (int)a->k;
+    p.tiles_m = (int)((a->m + kTileM - 1) / kTileM);
+    p.tiles_n = (int)((a->n + kTileN - 1) / kTileN);
+    p.k_blocks = (int)((a->k + kTileK - 1) / kTileK);
+    p.y = a->y;
+    p.ldy = a->ldy;
+    p.bias = a->bias;
+    p.accumulate = a->accumulate != 0;
+    size_t out_size = a->out_dtype == CGM_DTYPE_FP32 ? 4 : 2;
+    p.vector_store = a->ldy % 2 == 0 && (uintptr_t)a->y % (2 * out_size) == 0;
+    p.row_flags = a->row_flags;
+    p.rows_per_flag = a->rows_per_flag;
+    p.flag_epoch = a->flag_epoch;
+    p.wait_timeout_ns = a->wait_timeout_ns > 0 ? a->wait_timeout_ns : 10000000000ll;
+    p.timeout_out = a->timeout_out;
+    p.m_block_order = a->m_block_order;
+    long long tiles = (long long)p.tiles_m * p.tiles_n;
+    int grid = a->sm_count > 0 && a->sm_count < sms ? a->sm_count : sms;
+    if (tiles < grid) grid = (int)tiles;
+    return bf16 ? launch_out<true>(a->out_dtype, mx, mw, p, grid, stream)
+                : launch_out<false>(a->out_dtype, mx, mw, p, grid, stream);
+}

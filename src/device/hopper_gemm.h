@@ -1,0 +1,78 @@
+/* commgemm's own sm_90a GEMM (hopper_gemm.cu), C entry points.
+ *
+ *   Y[m, n] = X[m, k] . W[n, k]^T (+ bias[n]) (+ Y when accumulate)
+ *
+ * commgemm's TN layout, row-major: X with ldx >= k, W [n, k] with ldw >= k,
+ * Y with ldy >= n. X and W bf16 or fp16 (the same), fp32 accumulation, Y and
+ * bias bf16, fp16 or fp32. TMA loads into a shared-memory ring, wgmma math,
+ * one producer and two consumer warpgroups, a persistent grid; see
+ * docs/HOPPER_GEMM.md.
+ *
+ * Fused all-gather hooks: when row_flags is not NULL, the tile that covers
+ * rows [r0, r1) of X waits, before its first load, until every flag
+ * row_flags[r0 / rows_per_flag .. (r1 - 1) / rows_per_flag] >= flag_epoch
+ * (acquire, system scope), at most wait_timeout_ns (%globaltimer). On expiry
+ * it sets *timeout_out to 1 and computes with whatever the rows hold; later
+ * waits of the launch do not wait any more, so the kernel ends in bounded
+ * time. m_block_order, when not NULL, is a permutation of the
+ * ceil(m / CGM_HGEMM_TILE_M) row tiles: tiles run in that order (e.g. local
+ * rows first). */
+#ifndef COMMGEMM_HOPPER_GEMM_H
+#define COMMGEMM_HOPPER_GEMM_H
+
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "commgemm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Rows and columns of Y one CTA computes per tile, and the K step. */
+#define CGM_HGEMM_TILE_M 128
+#define CGM_HGEMM_TILE_N 256
+#define CGM_HGEMM_TILE_K 64
+
+typedef struct cgm_hgemm_args {
+    cgm_dtype in_dtype;  /* X and W: CGM_DTYPE_BF16 or CGM_DTYPE_FP16 */
+    cgm_dtype out_dtype; /* Y and bias: BF16, FP16 or FP32 */
+    int64_t m, n, k;     /* m or n 0: nothing to do; k >= 1 */
+    const void *x;       /* [m, k], row stride ldx elements */
+    int64_t ldx;
+    const void *w; /* [n, k], row stride ldw elements */
+    int64_t ldw;
+    void *y; /* [m, n], row stride ldy elements */
+    int64_t ldy;
+    const void *bias; /* n elements of out_dtype, or NULL */
+    int accumulate;   /* 1: Y += ..., 0: Y = ... */
+    int sm_count;     /* CTAs of the persistent grid; 0: every SM */
+    /* Fused all-gather hooks (all 0/NULL: plain GEMM). */
+    const unsigned long long *row_flags; /* one per rows_per_flag rows of X */
+    int64_t rows_per_flag;
+    unsigned long long flag_epoch;
+    int64_t wait_timeout_ns; /* <= 0: 10 s */
+    int *timeout_out;        /* device or host-mapped; required with flags */
+    const int *m_block_order; /* device memory, or NULL: natural order */
+} cgm_hgemm_args;
+
+/* 1 when cgm_hgemm can run `args` on the current device; 0 otherwise, with
+ * *reason (static string, may be NULL) saying why, e.g. "TMA needs the rows
+ * of X 16-byte aligned: ldx * 2 bytes is not a multiple of 16". Needs an
+ * sm_90 device; x and w 16-byte aligned; ldx, ldw multiples of 8 elements;
+ * dtypes as above; k >= 1 and m, n, k, ld* below 2^31. */
+int cgm_hgemm_supported(const cgm_hgemm_args *args, const char **reason);
+
+/* Enqueues the GEMM on `stream` (no allocation, graph capturable).
+ * cudaErrorInvalidValue when cgm_hgemm_supported says no (the caller falls
+ * back to cuBLASLt); cudaErrorNotSupported on a device that is not sm_90;
+ * otherwise the launch's error. A flag wait that expired is reported through
+ * *timeout_out, not through the return value (the launch is asynchronous). */
+cudaError_t cgm_hgemm(const cgm_hgemm_args *args, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,553 @@
+/* commgemm's own sm_90a GEMM (src/device/hopper_gemm.cu) against cuBLASLt
+ * on odd shapes (m, n, k not multiples of the 128x256x64 tile, k small),
+ * both input dtypes, the three output dtypes, bias, accumulate, padded and
+ * unaligned leading dimensions, the refusals, the fused all-gather hooks
+ * (row flags that are ready, a flag that never comes, a tile order).
+ *
+ * Inputs are multiples of 1/8 in [-1, 1], so both GEMMs compute exact fp32
+ * sums and differ only by the output rounding; the tolerance is relative to
+ * the bound of sum |x||w| (k) all the same.
+ *
+ * `test_hopper_gemm bench [MxNxK,...]` times cgm_hgemm against cuBLASLt,
+ * interleaved (alternating which goes first), CUDA events, medians. */
+#include <math.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/wait.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backend/gpu/gpu.h"
+#include "device/hopper_gemm.h"
+#include "harness.h"
+
+#define CUDA_OK(call)                                                        \
+    do {                                                                     \
+        cudaError_t e_ = (call);                                             \
+        if (e_ != cudaSuccess)                                               \
+            TEST_FAIL("%s: %s", #call, cudaGetErrorString(e_));              \
+    } while (0)
+
+/* ---------------------------------------------------------------- values */
+
+static uint16_t bf16_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16); /* RNE; no NaN in */
+}
+static float bf16_float(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* Exact for the values used here (multiples of 1/8 up to a few thousand). */
+static uint16_t fp16_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    if ((u & 0x7FFFFFFF) == 0) return sign;
+    int e = (int)((u >> 23) & 0xFF) - 127 + 15;
+    return (uint16_t)(sign | (uint16_t)(e << 10) | (uint16_t)((u >> 13) & 0x3FF));
+}
+static float fp16_float(uint16_t h) {
+    int e = (h >> 10) & 0x1F, mant = h & 0x3FF;
+    float v;
+    if (e == 0) v = ldexpf((float)mant, -24);
+    else if (e == 31) v = mant ? NAN : INFINITY;
+    else v = ldexpf((float)(mant | 0x400), e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+static size_t dsize(cgm_dtype t) { return t == CGM_DTYPE_FP32 ? 4 : 2; }
+
+static void put(void *buf, cgm_dtype t, size_t i, float v) {
+    if (t == CGM_DTYPE_FP32) ((float *)buf)[i] = v;
+    else if (t == CGM_DTYPE_BF16) ((uint16_t *)buf)[i] = bf16_bits(v);
+    else ((uint16_t *)buf)[i] = fp16_bits(v);
+}
+static float get(const void *buf, cgm_dtype t, size_t i) {
+    if (t == CGM_DTYPE_FP32) return ((const float *)buf)[i];
+    if (t == CGM_DTYPE_BF16) return bf16_float(((const uint16_t *)buf)[i]);
+    return fp16_float(((const uint16_t *)buf)[i]);
+}
+/* A multiple of 1/8 in [-1, 1] from (seed, index). */
+static float value(uint64_t seed, uint64_t i) {
+    uint64_t h = (seed + 1) * 0x9E3779B97F4A7C15ull ^ (i * 0xBF58476D1CE4E5B9ull);
+    h ^= h >> 31;
+    h *= 0x94D049BB133111EBull;
+    h ^= h >> 29;
+    return (float)((int)(h % 17) - 8) / 8.0f;
+}
+static void *fill(cgm_dtype t, size_t count, uint64_t seed) {
+    void *buf = malloc(count * dsize(t) + 1);
+    if (!buf) TEST_FAIL("malloc %zu", count * dsize(t));
+    for (size_t i = 0; i < count; i++) put(buf, t, i, value(seed, i));
+    return buf;
+}
+static void *to_device(const void *host, size_t bytes) {
+    void *d = NULL;
+    CUDA_OK(cudaMalloc(&d, bytes + 64));
+    CUDA_OK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* Skips unless an sm_90 device is there; probed in a child so that this
+ * process may still fork after it (the harness runs each case in a child). */
+static void require_sm90(void) {
+    int count = 0, major = 0, minor = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0)
+        TEST_SKIP("no CUDA device: cudaGetDeviceCount returned %d (%s)", (int)err,
+                  cudaGetErrorString(err));
+    CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    CUDA_OK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+    if (major != 9 || minor != 0)
+        TEST_SKIP("cgm_hgemm needs an sm_90 device, this is sm_%d%d", major, minor);
+}
+
+/* ------------------------------------------------------------ one GEMM */
+
+typedef struct gemm_case {
+    cgm_dtype in, out;
+    int64_t m, n, k;
+    int64_t pad_x, pad_w, pad_y; /* added to the (8-rounded) ld */
+    int bias, accumulate;
+    int y_offset;  /* elements: an unaligned Y for ours */
+    int sm_count;  /* 0: all */
+    int flags;     /* 1: row flags preset to the epoch, tiles in reverse order */
+    uint64_t seed;
+} gemm_case;
+
+static cgm_lt *lt_handle(void **ws, size_t *ws_bytes) {
+    static cgm_lt *lt;
+    static void *workspace;
+    if (!lt) {
+        if (cgm_lt_create(&lt) != CGM_SUCCESS) TEST_FAIL("cgm_lt_create: %s", cgm_last_error());
+        CUDA_OK(cudaMalloc(&workspace, 32u << 20));
+    }
+    *ws = workspace;
+    *ws_bytes = 32u << 20;
+    return lt;
+}
+
+/* Runs ours and cuBLASLt on the case; returns the number of wrong elements
+ * (prints the first few and the case). */
+static int64_t run_case(const gemm_case *c) {
+    int64_t ldx = (c->k + 7) / 8 * 8 + c->pad_x, ldw = (c->k + 7) / 8 * 8 + c->pad_w;
+    int64_t ldy = c->n + c->pad_y;
+    size_t nx = (size_t)(c->m * ldx), nw = (size_t)(c->n * ldw), ny = (size_t)(c->m * ldy);
+    void *hx = fill(c->in, nx, c->seed), *hw = fill(c->in, nw, c->seed + 1);
+    void *hb = fill(c->out, (size_t)c->n, c->seed + 2), *hy0 = fill(c->out, ny, c->seed + 3);
+    if (!c->accumulate) memset(hy0, 0xFF, ny * dsize(c->out)); /* NaN: unwritten shows */
+    void *dx = to_device(hx, nx * dsize(c->in)), *dw = to_device(hw, nw * dsize(c->in));
+    void *db = to_device(hb, (size_t)c->n * dsize(c->out));
+    void *dy_ours_buf, *dy_ref = to_device(hy0, ny * dsize(c->out));
+    CUDA_OK(cudaMalloc(&dy_ours_buf, (ny + 8) * dsize(c->out)));
+    char *dy_ours = (char *)dy_ours_buf + c->y_offset * dsize(c->out);
+    CUDA_OK(cudaMemcpy(dy_ours, hy0, ny * dsize(c->out), cudaMemcpyHostToDevice));
+
+    cgm_hgemm_args a;
+    memset(&a, 0, sizeof a);
+    a.in_dtype = c->in;
+    a.out_dtype = c->out;
+    a.m = c->m, a.n = c->n, a.k = c->k;
+    a.x = dx, a.ldx = ldx, a.w = dw, a.ldw = ldw, a.y = dy_ours, a.ldy = ldy;
+    a.bias = c->bias ? db : NULL;
+    a.accumulate = c->accumulate;
+    a.sm_count = c->sm_count;
+    unsigned long long *dflags = NULL;
+    int *dtimeout = NULL, *dorder = NULL;
+    if (c->flags) {
+        int64_t rows_per_flag = 100, nflags = (c->m + rows_per_flag - 1) / rows_per_flag;
+        int tiles_m = (int)((c->m + CGM_HGEMM_TILE_M - 1) / CGM_HGEMM_TILE_M);
+        unsigned long long *hf = malloc((size_t)nflags * 8);
+        int *ho = malloc((size_t)tiles_m * sizeof(int));
+        for (int64_t i = 0; i < nflags; i++) hf[i] = 7 + (unsigned long long)(i % 2); /* >= epoch */
+        for (int i = 0; i < tiles_m; i++) ho[i] = tiles_m - 1 - i;
+        dflags = to_device(hf, (size_t)nflags * 8);
+        dorder = to_device(ho, (size_t)tiles_m * sizeof(int));
+        CUDA_OK(cudaMalloc((void **)&dtimeout, sizeof(int)));
+        CUDA_OK(cudaMemset(dtimeout, 0, sizeof(int)));
+        free(hf);
+        free(ho);
+        a.row_flags = dflags, a.rows_per_flag = rows_per_flag, a.flag_epoch = 7;
+        a.wait_timeout_ns = 2000000000ll, a.timeout_out = dtimeout, a.m_block_order = dorder;
+    }
+    const char *why = NULL;
+    if (!cgm_hgemm_supported(&a, &why)) TEST_FAIL("cgm_hgemm_supported said no: %s", why);
+    CUDA_OK(cgm_hgemm(&a, 0));
+
+    cgm_lt_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.layout = CGM_LAYOUT_TN;
+    g.in_dtype = c->in, g.out_dtype = c->out;
+    g.m = c->m, g.n = c->n, g.k = c->k;
+    g.x = dx, g.ldx = ldx, g.w = dw, g.ldw = ldw, g.y = dy_ref, g.ldy = ldy;
+    g.bias = a.bias;
+    g.accumulate = c->accumulate;
+    void *ws;
+    size_t ws_bytes;
+    cgm_lt *lt = lt_handle(&ws, &ws_bytes);
+    if (cgm_lt_gemm(lt, &g, ws, ws_bytes, 0) != CGM_SUCCESS)
+        TEST_FAIL("cgm_lt_gemm: %s", cgm_last_error());
+    CUDA_OK(cudaDeviceSynchronize());
+
+    void *hy = malloc(ny * dsize(c->out) + 1), *href = malloc(ny * dsize(c->out) + 1);
+    CUDA_OK(cudaMemcpy(hy, dy_ours, ny * dsize(c->out), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(href, dy_ref, ny * dsize(c->out), cudaMemcpyDeviceToHost));
+    double eps = c->out == CGM_DTYPE_BF16 ? 1.0 / 128 : c->out == CGM_DTYPE_FP16 ? 1.0 / 1024 : 1e-6;
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < c->m; i++)
+        for (int64_t j = 0; j < ldy; j++) {
+            size_t at = (size_t)(i * ldy + j);
+            float got = get(hy, c->out, at), want = get(href, c->out, at);
+            int bad;
+            if (j >= c->n) /* padding: untouched, bit for bit */
+                bad = memcmp((char *)hy + at * dsize(c->out), (char *)hy0 + at * dsize(c->out),
+                             dsize(c->out)) != 0;
+            else
+                bad = !(fabs((double)got - want) <= eps * fabs((double)want) + 1e-6 * (double)(c->k + 2));
+            if (bad && wrong++ < 4)
+                fprintf(stderr, "  (%lld, %lld) = %.7g, cuBLASLt %.7g%s\n", (long long)i, (long long)j,
+                        got, want, j >= c->n ? " (padding column changed)" : "");
+        }
+    if (wrong)
+        fprintf(stderr, "WRONG %lld of %lld: in %s out %s m %lld n %lld k %lld ldx %lld ldw %lld ldy %lld"
+                " bias %d acc %d y_offset %d sm_count %d flags %d\n", (long long)wrong,
+                (long long)(c->m * ldy), cgm_dtype_name(c->in), cgm_dtype_name(c->out),
+                (long long)c->m, (long long)c->n, (long long)c->k, (long long)ldx, (long long)ldw,
+                (long long)ldy, c->bias, c->accumulate, c->y_offset, c->sm_count, c->flags);
+    if (dtimeout) {
+        int timed_out = -1;
+        CUDA_OK(cudaMemcpy(&timed_out, dtimeout, sizeof(int), cudaMemcpyDeviceToHost));
+        if (timed_out != 0) TEST_FAIL("flags preset to the epoch, but timeout_out = %d", timed_out);
+    }
+    cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(dy_ours_buf), cudaFree(dy_ref);
+    cudaFree(dflags), cudaFree(dtimeout), cudaFree(dorder);
+    free(hx), free(hw), free(hb), free(hy0), free(hy), free(href);
+    return wrong;
+}
+
+/* ---------------------------------------------------------------- cases */
+
+static const int64_t sizes[] = {1, 7, 63, 64, 65, 127, 129, 255, 300, 1000, 1536};
+static const int64_t ks[] = {8, 16, 24, 1, 7, 63, 64, 65, 127, 129, 255, 300, 1000, 1536};
+#define NSIZES ((int)(sizeof sizes / sizeof sizes[0]))
+#define NKS ((int)(sizeof ks / sizeof ks[0]))
+
+/* Every (m, k) and every (n, k) pair, the third size rotating; `limit`
+ * caps the sizes. */
+static void sweep(cgm_dtype in, cgm_dtype out, int64_t limit) {
+    require_sm90();
+    int64_t wrong = 0, runs = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < NSIZES; i++)
+            for (int j = 0; j < NKS; j++) {
+                gemm_case c = {in, out, 0, 0, ks[j], 0, 0, 0, 0, 0, 0, 0, 0, (uint64_t)(i * 100 + j)};
+                int64_t other = sizes[(i * 7 + j * 3 + pass) % NSIZES];
+                c.m = pass == 0 ? sizes[i] : other;
+                c.n = pass == 0 ? other : sizes[i];
+                if (c.m > limit || c.n > limit || c.k > limit) continue;
+                c.bias = (i + j) % 3 == 0;
+                c.accumulate = (i + j) % 4 == 1;
+                wrong += run_case(&c) != 0;
+                runs++;
+            }
+    if (wrong) TEST_FAIL("%lld of %lld GEMMs wrong (first ones above)", (long long)wrong, (long long)runs);
+}
+
+static void case_shapes_bf16(const void *p) { (void)p, sweep(CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1 << 30); }
+static void case_shapes_fp16(const void *p) { (void)p, sweep(CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1 << 30); }
+static void case_shapes_bf16_fp32(const void *p) { (void)p, sweep(CGM_DTYPE_BF16, CGM_DTYPE_FP32, 1 << 30); }
+static void case_shapes_fp16_fp32(const void *p) { (void)p, sweep(CGM_DTYPE_FP16, CGM_DTYPE_FP32, 1 << 30); }
+static void check_cases(const gemm_case *cases, int count);
+
+/* Small enough for compute-sanitizer: partial tiles on every side, k below
+ * and around the k block, both dtypes, odd ldy, flags. */
+static void case_sanitize_subset(const void *p) {
+    (void)p;
+    const gemm_case cases[] = {
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0, 21},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 7, 300, 16, 0, 0, 0, 1, 1, 0, 0, 0, 22},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 129, 257, 24, 8, 0, 1, 1, 0, 1, 0, 0, 23},
+        {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 300, 65, 65, 0, 8, 3, 0, 1, 0, 0, 0, 24},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP32, 255, 129, 129, 0, 0, 0, 1, 1, 0, 2, 0, 25},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 256, 512, 1, 0, 0, 0, 1, 1, 0, 0, 0, 26},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 300, 300, 300, 0, 0, 0, 1, 0, 0, 0, 1, 27},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 64, 63, 7, 0, 0, 0, 0, 0, 0, 0, 0, 28},
+    };
+    check_cases(cases, (int)(sizeof cases / sizeof cases[0]));
+}
+
+static void check_cases(const gemm_case *cases, int count) {
+    require_sm90();
+    int64_t wrong = 0;
+    for (int i = 0; i < count; i++) wrong += run_case(&cases[i]) != 0;
+    if (wrong) TEST_FAIL("%lld of %d GEMMs wrong (first ones above)", (long long)wrong, count);
+}
+
+/* Bias and accumulate on every output dtype; padded and odd ldy; an
+ * unaligned Y (scalar stores); more tiles than CTAs (ring phases wrap,
+ * persistent loop); a grid of 3 CTAs. */
+static void case_epilogue_and_ld(const void *p) {
+    (void)p;
+    const gemm_case cases[] = {
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 300, 1000, 129, 8, 24, 3, 1, 1, 0, 0, 0, 1},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1000, 300, 65, 16, 0, 1, 1, 0, 1, 0, 0, 2},
+        {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 129, 255, 1000, 0, 8, 5, 1, 1, 1, 0, 0, 3},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP32, 65, 63, 24, 8, 8, 0, 1, 1, 1, 0, 0, 4},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 2048, 3072, 4096, 0, 0, 0, 1, 0, 0, 0, 0, 5},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1536, 1536, 1536, 0, 0, 0, 0, 1, 0, 3, 0, 6},
+        {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 1000, 777, 333, 8, 8, 1, 1, 1, 1, 7, 0, 7},
+        {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 1024, 1024, 512, 0, 0, 0, 1, 1, 0, 0, 0, 8},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 512, 768, 520, 0, 0, 0, 1, 1, 0, 0, 0, 9},
+    };
+    check_cases(cases, (int)(sizeof cases / sizeof cases[0]));
+}
+
+/* Flags already at the epoch (rows_per_flag 100, not the tile), tiles in
+ * reverse m order: same result, no timeout. */
+static void case_flags_ready(const void *p) {
+    (void)p;
+    const gemm_case cases[] = {
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1000, 1536, 300, 0, 0, 0, 1, 0, 0, 0, 1, 11},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP32, 2049, 513, 1000, 0, 0, 0, 0, 1, 0, 5, 1, 12},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 7, 300, 64, 0, 0, 0, 1, 1, 0, 0, 1, 13},
+    };
+    check_cases(cases, (int)(sizeof cases / sizeof cases[0]));
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One flag block never reaches the epoch: timeout_out is set and the
+ * kernel ends within a bounded time (not one timeout per tile). */
+static void case_flags_timeout(const void *p) {
+    (void)p;
+    require_sm90();
+    int64_t m = 4096, n = 4096, k = 256;
+    void *dx, *dw, *dy;
+    CUDA_OK(cudaMalloc(&dx, (size_t)(m * k * 2)));
+    CUDA_OK(cudaMalloc(&dw, (size_t)(n * k * 2)));
+    CUDA_OK(cudaMalloc(&dy, (size_t)(m * n * 2)));
+    CUDA_OK(cudaMemset(dx, 0, (size_t)(m * k * 2)));
+    CUDA_OK(cudaMemset(dw, 0, (size_t)(n * k * 2)));
+    int64_t nflags = m / 512;
+    unsigned long long hf[8] = {3, 3, 3, 2, 3, 3, 3, 3}; /* block 3 never comes */
+    unsigned long long *df = to_device(hf, sizeof hf);
+    int *dt;
+    CUDA_OK(cudaMalloc((void **)&dt, sizeof(int)));
+    CUDA_OK(cudaMemset(dt, 0, sizeof(int)));
+    cgm_hgemm_args a;
+    memset(&a, 0, sizeof a);
+    a.in_dtype = a.out_dtype = CGM_DTYPE_BF16;
+    a.m = m, a.n = n, a.k = k, a.x = dx, a.ldx = k, a.w = dw, a.ldw = k, a.y = dy, a.ldy = n;
+    a.row_flags = df, a.rows_per_flag = m / nflags, a.flag_epoch = 3;
+    a.wait_timeout_ns = 200000000ll, a.timeout_out = dt;
+    double t0 = now_s();
+    CUDA_OK(cgm_hgemm(&a, 0));
+    CUDA_OK(cudaDeviceSynchronize());
+    double waited = now_s() - t0;
+    int timed_out = 0;
+    CUDA_OK(cudaMemcpy(&timed_out, dt, sizeof(int), cudaMemcpyDeviceToHost));
+    printf("flag timeout: timeout_out %d after %.3f s (timeout 0.2 s)\n", timed_out, waited);
+    CHECK_INT_EQ(timed_out, 1);
+    if (waited > 5.0) TEST_FAIL("the kernel took %.2f s with a 0.2 s flag timeout", waited);
+    cudaFree(dx), cudaFree(dw), cudaFree(dy), cudaFree(df), cudaFree(dt);
+}
+
+/* What cgm_hgemm refuses (the caller falls back to cuBLASLt), with reasons. */
+static void case_refusals(const void *p) {
+    (void)p;
+    require_sm90();
+    void *buf;
+    CUDA_OK(cudaMalloc(&buf, 1 << 20));
+    cgm_hgemm_args a;
+    memset(&a, 0, sizeof a);
+    a.in_dtype = a.out_dtype = CGM_DTYPE_BF16;
+    a.m = 64, a.n = 64, a.k = 60, a.x = buf, a.ldx = 64, a.w = buf, a.ldw = 64, a.y = buf, a.ldy = 64;
+    const char *why = NULL;
+    CHECK_INT_EQ(cgm_hgemm_supported(&a, &why), 1);
+    a.ldx = 60;
+    CHECK_INT_EQ(cgm_hgemm_supported(&a, &why), 0);
+    CHECK_CONTAINS(why, "multiples of 8");
+    CHECK_INT_EQ(cgm_hgemm(&a, 0), cudaErrorInvalidValue);
+    a.ldx = 64, a.x = (char *)buf + 8;
+    CHECK_INT_EQ(cgm_hgemm_supported(&a, &why), 0);
+    CHECK_CONTAINS(why, "16-byte aligned");
+    a.x = buf, a.in_dtype = CGM_DTYPE_FP32;
+    CHECK_INT_EQ(cgm_hgemm_supported(&a, &why), 0);
+    CHECK_CONTAINS(why, "bf16 or fp16");
+    a.in_dtype = CGM_DTYPE_BF16, a.k = 0;
+    CHECK_INT_EQ(cgm_hgemm(&a, 0), cudaErrorInvalidValue);
+    a.k = 60, a.m = 0; /* nothing to do */
+    CHECK_INT_EQ(cgm_hgemm(&a, 0), cudaSuccess);
+    cudaFree(buf);
+}
+
+static void register_cases(void) {
+    test_set_timeout(300);
+    test_add("shapes_bf16", case_shapes_bf16, NULL);
+    test_add("shapes_fp16", case_shapes_fp16, NULL);
+    test_add("shapes_bf16_fp32", case_shapes_bf16_fp32, NULL);
+    test_add("shapes_fp16_fp32", case_shapes_fp16_fp32, NULL);
+    test_add("sanitize_subset", case_sanitize_subset, NULL);
+    test_add("epilogue_and_ld", case_epilogue_and_ld, NULL);
+    test_add("flags_ready", case_flags_ready, NULL);
+    test_set_timeout(60);
+    test_add("flags_timeout", case_flags_timeout, NULL);
+    test_add("refusals", case_refusals, NULL);
+}
+
+
+/* ---------------------------------------------------------------- bench */
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static float median(float *v, int count) {
+    qsort(v, (size_t)count, sizeof *v, cmp_float);
+    return count % 2 ? v[count / 2] : 0.5f * (v[count / 2 - 1] + v[count / 2]);
+}
+
+#define BENCH_ROUNDS 30
+#define BENCH_CALLS 4 /* back to back per timed block: host launch cost hidden */
+
+/* One bf16 shape: warm-up, then BENCH_ROUNDS rounds of (ours, cuBLASLt) or
+ * (cuBLASLt, ours) alternately, each a block of BENCH_CALLS calls timed
+ * with events (time per call). Checks
+ * ours against cuBLASLt on the whole output. Returns 0 when it matches. */
+static int bench_shape(int64_t m, int64_t n, int64_t k) {
+    size_t nx = (size_t)(m * k), nw = (size_t)(n * k), ny = (size_t)(m * n);
+    void *hx = fill(CGM_DTYPE_BF16, nx, 1), *hw = fill(CGM_DTYPE_BF16, nw, 2);
+    void *dx = to_device(hx, nx * 2), *dw = to_device(hw, nw * 2), *dy, *dref;
+    CUDA_OK(cudaMalloc(&dy, ny * 2));
+    CUDA_OK(cudaMalloc(&dref, ny * 2));
+    cgm_hgemm_args a;
+    memset(&a, 0, sizeof a);
+    a.in_dtype = a.out_dtype = CGM_DTYPE_BF16;
+    a.m = m, a.n = n, a.k = k, a.x = dx, a.ldx = k, a.w = dw, a.ldw = k, a.y = dy, a.ldy = n;
+    cgm_lt_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.layout = CGM_LAYOUT_TN;
+    g.in_dtype = g.out_dtype = CGM_DTYPE_BF16;
+    g.m = m, g.n = n, g.k = k, g.x = dx, g.ldx = k, g.w = dw, g.ldw = k, g.y = dref, g.ldy = n;
+    void *ws;
+    size_t ws_bytes;
+    cgm_lt *lt = lt_handle(&ws, &ws_bytes);
+    cudaEvent_t ev[4];
+    for (int i = 0; i < 4; i++) CUDA_OK(cudaEventCreate(&ev[i]));
+    float ours[BENCH_ROUNDS], theirs[BENCH_ROUNDS];
+    for (int r = -5; r < BENCH_ROUNDS; r++) {
+        for (int turn = 0; turn < 2; turn++) {
+            int mine = (turn == 0) == (r % 2 == 0);
+            CUDA_OK(cudaEventRecord(ev[2 * mine], 0));
+            for (int call = 0; call < BENCH_CALLS; call++) {
+                if (mine) CUDA_OK(cgm_hgemm(&a, 0));
+                else if (cgm_lt_gemm(lt, &g, ws, ws_bytes, 0) != CGM_SUCCESS)
+                    TEST_FAIL("cgm_lt_gemm: %s", cgm_last_error());
+            }
+            CUDA_OK(cudaEventRecord(ev[2 * mine + 1], 0));
+        }
+        CUDA_OK(cudaEventSynchronize(ev[1]));
+        CUDA_OK(cudaEventSynchronize(ev[3]));
+        if (r < 0) continue;
+        CUDA_OK(cudaEventElapsedTime(&ours[r], ev[2], ev[3]));
+        CUDA_OK(cudaEventElapsedTime(&theirs[r], ev[0], ev[1]));
+    }
+    float t_ours = median(ours, BENCH_ROUNDS) * 1000 / BENCH_CALLS;
+    float t_lt = median(theirs, BENCH_ROUNDS) * 1000 / BENCH_CALLS;
+    double flop = 2.0 * (double)m * (double)n * (double)k;
+    uint16_t *hy = malloc(ny * 2), *href = malloc(ny * 2);
+    CUDA_OK(cudaMemcpy(hy, dy, ny * 2, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(href, dref, ny * 2, cudaMemcpyDeviceToHost));
+    size_t wrong = 0;
+    for (size_t i = 0; i < ny; i++) {
+        float x = bf16_float(hy[i]), y = bf16_float(href[i]);
+        if (!(fabsf(x - y) <= fabsf(y) / 128 + 1e-6f * (float)k)) wrong++;
+    }
+    printf("%7lld %6lld %6lld  %10.1f %10.1f  %8.1f %8.1f  %6.3f  %s\n", (long long)m, (long long)n,
+           (long long)k, t_ours, t_lt, flop / t_ours * 1e-6, flop / t_lt * 1e-6, t_lt / t_ours,
+           wrong ? "WRONG" : "ok");
+    if (wrong) printf("#   %zu of %zu elements differ from cuBLASLt\n", wrong, ny);
+    for (int i = 0; i < 4; i++) cudaEventDestroy(ev[i]);
+    cudaFree(dx), cudaFree(dw), cudaFree(dy), cudaFree(dref);
+    free(hx), free(hw), free(hy), free(href);
+    return wrong != 0;
+}
+
+/* test_hopper_gemm bench [MxNxK,...] */
+static int hopper_bench(int argc, char **argv) {
+    const char *list = argc > 0 ? argv[0]
+                                : "16384x2048x8192,8192x4096x4096,16384x8192x2048,4096x4096x4096,"
+                                  "8192x8192x8192,2048x8192x8192";
+    int count = 0, major = 0, sms = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        printf("# no CUDA device: nothing to time\n");
+        return TEST_SKIP_CODE;
+    }
+    struct cudaDeviceProp prop;
+    CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+    major = prop.major, sms = prop.multiProcessorCount;
+    printf("# cgm_hgemm vs cuBLASLt, bf16 in/out, TN, %s (sm_%d%d, %d SMs); medians of %d interleaved rounds x %d calls\n",
+           prop.name, major, prop.minor, sms, BENCH_ROUNDS, BENCH_CALLS);
+    if (major != 9) return TEST_SKIP_CODE;
+    printf("#     m      n      k     ours_us  cublasLt_us  ours_TF  cuLt_TF   ratio  check\n");
+    int bad = 0;
+    char *copy = strdup(list), *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        long long m, n, k;
+        if (sscanf(tok, "%lldx%lldx%lld", &m, &n, &k) != 3 || m < 1 || n < 1 || k < 8) {
+            fprintf(stderr, "bad shape '%s' (MxNxK, k >= 8)\n", tok);
+            free(copy);
+            return 2;
+        }
+        bad += bench_shape(m, n, (k + 7) / 8 * 8);
+    }
+    free(copy);
+    printf("# ratio = cuBLASLt time / ours (>= 0.95 is the goal); %s\n", bad ? "FAILED" : "OK");
+    return bad ? 1 : 0;
+}
+
+/* Running every case: exit 77 (with the reason) when there is no sm_90
+ * device at all, probed in a child so that this process stays CUDA-free. */
+static int whole_run_skips(void) {
+    int fds[2];
+    if (pipe(fds) != 0) return 0;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char msg[200] = "";
+        int count = 0, major = 0;
+        cudaError_t err = cudaGetDeviceCount(&count);
+        if (err != cudaSuccess || count == 0)
+            snprintf(msg, sizeof msg, "no CUDA device (cudaGetDeviceCount: %s)", cudaGetErrorString(err));
+        else if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess &&
+                 major != 9)
+            snprintf(msg, sizeof msg, "cgm_hgemm needs an sm_90 device, this is sm_%d", major * 10);
+        if (write(fds[1], msg, strlen(msg) + 1) < 0) _exit(2);
+        _exit(0);
+    }
+    close(fds[1]);
+    char buf[200] = "";
+    ssize_t got = read(fds[0], buf, sizeof buf - 1);
+    close(fds[0]);
+    waitpid(pid, NULL, 0);
+    if (got > 1 && buf[0]) {
+        printf("skip: %s\n", buf);
+        return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "bench") == 0) return hopper_bench(argc - 2, argv + 2);
+    if (argc == 1 && whole_run_skips()) return TEST_SKIP_CODE;
+    return test_main(argc, argv, register_cases);
+}
