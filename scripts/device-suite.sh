@@ -71,7 +71,7 @@ stage_perf() { # the PERFORMANCE.md tables from this build (PERF_TABLES picks th
     note "perf (${PERF_TABLES:-default tables}): rc=$? $(grep -hE '^# (Out of bounds|Avg ratio)' "$OUT"/perf/tables.txt 2>/dev/null | tr '\n' ' ')"
 }
 stage_hopper() {
-    timeout 400 bash tests/gpu/hopper_on_device.sh >"$OUT/hopper.log" 2>&1
+    HOPPER_BUILD=$B timeout 400 bash tests/gpu/hopper_on_device.sh >"$OUT/hopper.log" 2>&1
     note "hopper GEMM: rc=$? $(tail -3 "$OUT/hopper.txt" 2>/dev/null | tr '\n' ' ')"
 }
 stage_compare() {

@@ -12,13 +12,14 @@ OUT=${OUT:-/tmp/hopper-out}
 mkdir -p "$OUT"
 L=$OUT/hopper.txt
 : >"$L"
-B=$PWD/build-hopper
+B=${HOPPER_BUILD:-$PWD/build-hopper} # an existing configured build is reused as is
 BIN=$B/tests/gpu/test_hopper_gemm
 OBJ=$B/src/device/CMakeFiles/commgemm_hopper.dir/hopper_gemm.cu.o
 source scripts/device-env.sh
 log() { echo "$*" | tee -a "$L"; }
 
 log "== $(nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader | head -1), $(nvcc --version | grep -o 'release [0-9.]*')"
+[ -f "$B/CMakeCache.txt" ] ||
 cmake -S . -B "$B" -G Ninja "${args[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
     >"$OUT/hopper-configure.log" 2>&1 || { log "configure FAILED"; tail -20 "$OUT/hopper-configure.log" | tee -a "$L"; exit 1; }
 cmake --build "$B" --target test_hopper_gemm -j16 >"$OUT/hopper-build.log" 2>&1
