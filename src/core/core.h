@@ -102,9 +102,9 @@ cgm_status cgm_param_int(const char *name, int64_t *value, bool *from_env);
 const char *cgm_param_string(const char *name, bool *from_env);
 
 /* Element type of the partial products GPU backends ship for GEMM+RS and
- * GEMM+AR (COMMGEMM_PARTIAL_DTYPE): the output dtype for bf16/fp16
- * outputs unless the variable says fp32. CGM_ERROR_INVALID_ARGUMENT naming
- * the variable when its value is not auto or fp32. */
+ * GEMM+AR (COMMGEMM_PARTIAL_DTYPE): fp32 by default; with "output", the
+ * output dtype for bf16/fp16 outputs. CGM_ERROR_INVALID_ARGUMENT naming the
+ * variable when its value is neither. */
 cgm_status cgm_partial_dtype(cgm_dtype out_dtype, cgm_dtype *partial);
 
 /* ------------------------------------------------------------------ dtype */

@@ -40,8 +40,8 @@ static const cgm_param params[] = {
      "Path of libcublasmp.so.0 (cuBLASMp 0.7.x) for the cublasmp backend; unset: the loader's search, then pip locations (VIRTUAL_ENV, CONDA_PREFIX, PYTHONPATH, ~/.local, /usr/local/lib/python3*)."},
     {"COMMGEMM_CUBLASMP_ALGO", CGM_PARAM_STRING, NULL,
      "cuBLASMp algorithm when a call asks for auto: split_p2p (default), atomic_p2p or no_overlap. The multicast algorithms are never used."},
-    {"COMMGEMM_PARTIAL_DTYPE", CGM_PARAM_STRING, "auto",
-     "GPU backends, GEMM+RS and GEMM+AR: element type of the partial products that travel between ranks. auto = the output dtype for bf16/fp16 outputs (half the traffic of fp32; the owner still sums in fp32), fp32 = always fp32 (one rounding less per partial). The host backend always uses fp32."},
+    {"COMMGEMM_PARTIAL_DTYPE", CGM_PARAM_STRING, "fp32",
+     "GPU backends, GEMM+RS and GEMM+AR: element type of the partial products that travel between ranks. fp32 (default): exact partials, the sum in fp32. output: partials rounded once to the output dtype (bf16/fp16; what Megatron and PyTorch's fused ops ship), half the bytes, the sum still in fp32; partials that nearly cancel then lose accuracy relative to the result. The host backend always uses fp32."},
     {"COMMGEMM_DEBUG", CGM_PARAM_STRING, NULL, "Log level: NONE (default), WARN, INFO, TRACE."},
     {"COMMGEMM_DEBUG_SUBSYS", CGM_PARAM_STRING, NULL,
      "Comma-separated subsystems to log: INIT, PLAN, HOST, P2P, NCCL, CUBLASMP, TUNE, CALL, ALL (default ALL)."},
@@ -111,18 +111,18 @@ const char *cgm_param_string(const char *name, bool *from_env) {
 cgm_status cgm_partial_dtype(cgm_dtype out_dtype, cgm_dtype *partial) {
     bool from_env = false;
     const char *v = cgm_param_string("COMMGEMM_PARTIAL_DTYPE", &from_env);
-    if (!v || strcmp(v, "auto") == 0) {
+    if (!v || strcmp(v, "fp32") == 0) {
+        *partial = CGM_DTYPE_FP32;
+        return CGM_SUCCESS;
+    }
+    if (strcmp(v, "output") == 0) {
         *partial = out_dtype == CGM_DTYPE_BF16 || out_dtype == CGM_DTYPE_FP16
                        ? out_dtype
                        : CGM_DTYPE_FP32;
         return CGM_SUCCESS;
     }
-    if (strcmp(v, "fp32") == 0) {
-        *partial = CGM_DTYPE_FP32;
-        return CGM_SUCCESS;
-    }
     return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
                      "environment variable COMMGEMM_PARTIAL_DTYPE=\"%s\": "
-                     "expected auto or fp32; set one of them or unset it "
-                     "(default auto)", v);
+                     "expected fp32 or output; set one of them or unset it "
+                     "(default fp32)", v);
 }
