@@ -74,6 +74,8 @@ for t in $TABLES; do
   p2p) table p2p 120 -- --backend p2p ;;
   p2p_graph) table p2p_graph 120 -- --backend p2p --graph ;;
   nccl) table nccl 120 -- --backend nccl ;;
+  p2p_outpartial) table p2p_outpartial 120 COMMGEMM_PARTIAL_DTYPE=output -- --backend p2p --graph ;;
+  nccl_outpartial) table nccl_outpartial 120 COMMGEMM_PARTIAL_DTYPE=output -- --backend nccl --graph ;;
   nccl_graph) table nccl_graph 120 -- --backend nccl --graph ;;
   cublasmp) table cublasmp 150 -- --backend cublasmp ;;
   nccl_net) table nccl_net 150 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_SOCKET_IFNAME=lo \
