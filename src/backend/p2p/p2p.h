@@ -32,6 +32,14 @@ typedef struct p2p_plan_entry {
     uint64_t last_use;
 } p2p_plan_entry;
 
+/* COMMGEMM_TIMELINE (p2p_timeline.c). */
+typedef struct p2p_timeline {
+    bool checked;       /* the variable was read */
+    char *prefix;       /* NULL: off */
+    cudaEvent_t *events;
+    int nevents;
+} p2p_timeline;
+
 typedef struct p2p_state {
     cgm_comm *comm;
     int rank, nranks, device;
@@ -57,6 +65,7 @@ typedef struct p2p_state {
     uint64_t use_clock;
     uint64_t checked_signatures[P2P_SIGNATURE_CACHE];
     int nchecked;
+    p2p_timeline timeline;
 } p2p_state;
 
 /* The asynchronous error of a p2p comm: CGM_SUCCESS, or the status of a
@@ -77,6 +86,17 @@ cgm_status p2p_check_agreement(p2p_state *st, const cgm_call *call,
 cgm_status p2p_execute(p2p_state *st, const cgm_call *call);
 /* Frees the plan cache's plans and events (p2p_exec.c). */
 void p2p_plan_cache_clear(p2p_state *st);
+/* The step timeline (COMMGEMM_TIMELINE, p2p_timeline.c): on() reads the
+ * variable once; begin() records the op start on the caller's stream,
+ * step() an event before/after step i on its queue, end() synchronizes
+ * the caller's stream and writes the trace. free() on plan cache clear. */
+bool p2p_timeline_on(p2p_state *st);
+cgm_status p2p_timeline_begin(p2p_state *st, int nsteps, cudaStream_t caller);
+cgm_status p2p_timeline_step(p2p_state *st, int step, bool after,
+                             cudaStream_t stream);
+cgm_status p2p_timeline_end(p2p_state *st, const plan *p, cudaStream_t caller);
+void p2p_timeline_free(p2p_state *st);
+
 /* Largest partial / recv slot counts any schedule of `nranks` may need. */
 void p2p_slot_needs(int nranks, int64_t max_m, int *partial_slots,
                     int *recv_slots);

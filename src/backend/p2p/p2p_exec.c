@@ -33,6 +33,7 @@ typedef struct exec_ctx {
     const cgm_call *call;
     const plan *p;
     bool dry; /* check every step, enqueue nothing */
+    bool timeline; /* COMMGEMM_TIMELINE: events around every step */
     view views[PLAN_BUF_COUNT];
 } exec_ctx;
 
@@ -391,6 +392,7 @@ static cgm_status run_step(exec_ctx *x, p2p_plan_entry *e, int i) {
         if (e->plan.steps[dep].queue != s->queue)
             CGM_CUDA_TRY(cudaStreamWaitEvent(stream, e->events[dep], 0));
     }
+    if (x->timeline && !x->dry) CGM_TRY(p2p_timeline_step(st, i, false, stream));
     switch (s->kind) {
     case PLAN_COPY: CGM_TRY(run_copy(x, s, i, stream)); break;
     case PLAN_GEMM: CGM_TRY(run_gemm(x, s, i, s->queue, stream)); break;
@@ -424,6 +426,7 @@ static cgm_status run_step(exec_ctx *x, p2p_plan_entry *e, int i) {
                            (int)s->kind);
         goto fail;
     }
+    if (x->timeline && !x->dry) CGM_TRY(p2p_timeline_step(st, i, true, stream));
     if (e->events[i] && !x->dry) CGM_CUDA_TRY(cudaEventRecord(e->events[i], stream));
 fail:
     return status;
@@ -577,6 +580,8 @@ cgm_status p2p_execute(p2p_state *st, const cgm_call *call) {
     for (int i = 0; i < e->plan.nsteps; i++) CGM_TRY(run_step(&x, e, i));
     x.dry = false;
 
+    x.timeline = !capturing && p2p_timeline_on(st);
+    if (x.timeline) CGM_TRY(p2p_timeline_begin(st, e->plan.nsteps, caller));
     /* Fork: a fresh epoch, then every queue starts after the caller's work. */
     CGM_CUDA_TRY(cgm_dev_epoch_bump(st->dev, caller));
     CGM_CUDA_TRY(cudaEventRecord(st->fork, caller));
@@ -591,6 +596,7 @@ cgm_status p2p_execute(p2p_state *st, const cgm_call *call) {
         CGM_CUDA_TRY(cudaEventRecord(st->join[q], st->queues[q]));
         CGM_CUDA_TRY(cudaStreamWaitEvent(caller, st->join[q], 0));
     }
+    if (x.timeline) CGM_TRY(p2p_timeline_end(st, &e->plan, caller));
     return CGM_SUCCESS;
 fail:
     return status;

@@ -59,6 +59,7 @@ static void entry_clear(p2p_plan_entry *e) {
 }
 
 void p2p_plan_cache_clear(p2p_state *st) {
+    p2p_timeline_free(st);
     for (int i = 0; i < P2P_PLAN_CACHE; i++) entry_clear(&st->plans[i]);
 }
 
