@@ -7,7 +7,8 @@
 # memcheck + racecheck), torch (torchrun pytest + the TP MLP example),
 # perf (bench/perf_on_device.sh on this build; PERF_TABLES), hopper
 # (tests/gpu/hopper_on_device.sh), compare (bench/compare_on_device.sh),
-# cublasmp-cases (tests/cublasmp/run_on_device.sh, case by case), pack
+# cublasmp-cases (tests/cublasmp/run_on_device.sh, case by case), timeline
+# (p2p step traces, COMMGEMM_TIMELINE, of the PERFORMANCE shapes), pack
 # (everything but summary.txt into $OUT/commgemm-logs.tar.gz; run it last).
 # Logs go to $OUT; a summary line per stage is printed last.
 set -uo pipefail
@@ -82,6 +83,16 @@ stage_cublasmp_cases() {
     timeout 560 bash tests/cublasmp/run_on_device.sh >"$OUT/cublasmp-cases.log" 2>&1
     note "cublasmp cases: rc=$? $(tail -4 "$OUT/cublasmp-summary.txt" 2>/dev/null | tr '\n' ' ')"
 }
+stage_timeline() { # p2p step timelines of the PERFORMANCE shapes (bench/timeline_summary.py reads them)
+    mkdir -p "$OUT/timeline"
+    local sh
+    for sh in 16384x2048x8192 8192x4096x4096 16384x8192x2048; do
+        COMMGEMM_TIMELINE=$OUT/timeline/$sh COMMGEMM_DEBUG=INFO COMMGEMM_DEBUG_SUBSYS=P2P \
+            timeout 120 "$B/tools/commgemm-run" -n 2 "$B/bench/commgemm-bench" --backend p2p --dtype bf16 \
+            --op ag_gemm,gemm_rs --shapes $sh -w 3 -i 2 >"$OUT/timeline/$sh.txt" 2>&1
+    done
+    note "timeline: $(ls "$OUT"/timeline/*.json 2>/dev/null | wc -l) traces"
+}
 stage_pack() { # the device returns few files: everything but the summary into one tarball
     local t=/tmp/commgemm-logs.tar.gz
     tar -C "$OUT" --exclude=summary.txt -czf $t . && find "$OUT" -mindepth 1 ! -name summary.txt -delete && mv $t "$OUT/"
@@ -92,6 +103,7 @@ for s in "$@"; do
     build) stage_build ;; gpu) stage_gpu ;; nccl-net) stage_nccl_net ;; cublasmp) stage_cublasmp ;;
     sanitize) stage_sanitize ;; torch) stage_torch ;; perf) stage_perf ;; hopper) stage_hopper ;;
     compare) stage_compare ;; cublasmp-cases) stage_cublasmp_cases ;; pack) stage_pack ;;
+    timeline) stage_timeline ;;
     *) echo "unknown stage $s"; exit 2 ;;
     esac
 done
