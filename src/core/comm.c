@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "tune/tune.h"
 
 /* ---- the set of live comms, so a destroyed handle is reported, not used */
 
@@ -303,6 +304,8 @@ cgm_status cgm_comm_create(const cgm_bootstrap *bootstrap, const cgm_config *con
     cgm_log_set_rank(comm->rank);
     st = resolve_config(comm, config);
     if (st != CGM_SUCCESS) goto fail;
+    st = cgm_tune_init(comm);
+    if (st != CGM_SUCCESS) goto fail;
     /* Initialise in backend-id order so that every rank runs the same
      * collective inits in the same order. */
     for (int id = 0; id < CGM_BACKEND_COUNT_; id++) {
@@ -320,6 +323,7 @@ cgm_status cgm_comm_create(const cgm_bootstrap *bootstrap, const cgm_config *con
 fail:
     if (comm) {
         finalize_backends(comm);
+        cgm_tune_destroy(comm);
         comm->magic = 0;
         free(comm);
     }
@@ -340,6 +344,7 @@ cgm_status cgm_comm_destroy(cgm_comm *comm) {
                          "cgm_comm_destroy: comm %p is not a live communicator (already destroyed, or "
                          "never created by cgm_comm_create)", (void *)comm);
     cgm_status st = finalize_backends(comm);
+    cgm_tune_destroy(comm);
     comm->magic = 0;
     free(comm);
     return st;

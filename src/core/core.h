@@ -132,6 +132,7 @@ typedef struct cgm_resolved_config {
 } cgm_resolved_config;
 
 struct cgm_backend_vtable;
+struct cgm_tune_state;
 
 #define CGM_COMM_MAGIC 0x636f6d6d67656d6dull /* "commgemm" */
 
@@ -154,6 +155,8 @@ struct cgm_comm {
     cgm_status broken;
     char broken_message[512];
     uint64_t calls; /* ops issued, for log lines */
+    /* The autotuner's settings and decision cache (src/tune/tune.c). */
+    struct cgm_tune_state *tune;
 };
 
 /* True if `comm` is a live comm (created, not destroyed). Thread safe. */
@@ -183,6 +186,10 @@ typedef struct cgm_call {
     int splits;    /* the hint: 0 = auto */
     cgm_backend backend; /* resolved for this call */
     void *stream;
+    /* Set by the autotuner when it already checked, in this call, that
+     * every rank makes it (cgm_tune_hooks.agree): a backend that checks
+     * every call may skip its own check. */
+    bool agreed;
 
     /* GEMM part (absent only for a collective-only bulk call). */
     bool has_gemm;
@@ -226,6 +233,55 @@ cgm_status cgm_validate_op(cgm_comm *comm, cgm_op op, const cgm_matrix *x,
                            cgm_matrix *recv, const cgm_op_options *options,
                            void *stream, cgm_call *call);
 
+/* -------------------------------------------------------------- autotuning */
+
+/* One choice the autotuner can make for a call (src/tune/tune.h). */
+#define CGM_TUNE_MAX_CANDIDATES 8
+typedef struct cgm_tune_candidate {
+    cgm_algo algo;
+    int splits;
+} cgm_tune_candidate;
+
+/* What a backend offers the autotuner. Every hook may assume the call left
+ * algo and splits open (AUTO, 0) and is not a bulk call. */
+typedef struct cgm_tune_hooks {
+    /* The candidates for `call`, at most CGM_TUNE_MAX_CANDIDATES, from fields
+     * every rank agrees on (op, m, P, dtypes, layout: never AG's n or RS's
+     * k), in an order that is the same on every rank. Returns the count;
+     * below 2 the call is not tuned (the backend's default rule applies). */
+    int (*candidates)(const cgm_comm *comm, const cgm_call *call,
+                      cgm_tune_candidate *out);
+    /* Optional (NULL: never): is the call's stream capturing a CUDA graph?
+     * Nothing is measured or exchanged then. */
+    bool (*capturing)(const cgm_call *call);
+    /* Runs `call` (algo and splits set) `warmup` times, then `reps` times
+     * timed, through this backend's op entry; ns[i] is timed run i in
+     * nanoseconds (GPU: events on the call's stream, synchronized with a
+     * bounded wait; host: the wall clock around the synchronous op).
+     * Collective, like the op itself. */
+    cgm_status (*measure)(cgm_comm *comm, void *state, const cgm_call *call,
+                          int warmup, int reps, int64_t *ns);
+    /* Collective, eager only: checks that every rank makes `call` (its
+     * signature, as the backend's own agreement check: CGM_ERROR_MISMATCH
+     * on every rank, the comm stays usable) and all-gathers `words` (<= 16)
+     * int64 of every rank into all (nranks * words, rank major) in the same
+     * exchange, bounded by the comm's timeout. */
+    cgm_status (*agree)(cgm_comm *comm, void *state, const cgm_call *call,
+                        const int64_t *mine, int words, int64_t *all);
+    /* Collective, eager only: the same exchange without a call. */
+    cgm_status (*allgather)(cgm_comm *comm, void *state, const int64_t *mine,
+                            int words, int64_t *all);
+    /* The backend checks agreement on every call (host), not once per
+     * signature: the tuner then runs `agree` on every open call while
+     * config.check_agreement is on (which also makes a memory hit safe
+     * when ranks' caches differ) and marks the call `agreed`. */
+    bool agree_every_call;
+    /* Names the device the ops run on ("NVIDIA H200", "cpu x86_64"), for
+     * the header of the tuning cache file. */
+    void (*device_name)(const cgm_comm *comm, void *state, char *buf,
+                        size_t len);
+} cgm_tune_hooks;
+
 /* --------------------------------------------------------------- backends */
 
 /* One table per backend (like NCCL's struct ncclTransport). Adding a
@@ -256,10 +312,17 @@ typedef struct cgm_backend_vtable {
     cgm_status (*async_error)(cgm_comm *comm, void *state);
     /* Frees the state. Bounded; called on broken comms too. */
     cgm_status (*finalize)(cgm_comm *comm, void *state);
+    /* Optional (NULL: this backend's calls are never tuned; its default
+     * rules apply). See docs/TUNING.md. */
+    const cgm_tune_hooks *tune;
 } cgm_backend_vtable;
 
 /* The table for `id`, or NULL when this build does not include it. */
 const cgm_backend_vtable *cgm_backend_lookup(cgm_backend id);
+/* Runs a validated call through the op entry of `vt` that matches
+ * call->op (the dispatch shared by the public ops and the autotuner). */
+cgm_status cgm_backend_run(cgm_comm *comm, const cgm_backend_vtable *vt,
+                           void *state, const cgm_call *call);
 
 /* For NCCL bootstraps: rank, size and CUDA device of an ncclComm_t.
  * CGM_ERROR_UNAVAILABLE in a build without NCCL. */

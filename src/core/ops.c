@@ -1,5 +1,17 @@
-/* The public op entry points: validate, pick the backend, dispatch. */
+/* The public op entry points: validate, pick the backend, let the
+ * autotuner choose what the caller left open, dispatch. */
 #include "core.h"
+#include "tune/tune.h"
+
+cgm_status cgm_backend_run(cgm_comm *comm, const cgm_backend_vtable *vt,
+                           void *state, const cgm_call *call) {
+    switch (call->op) {
+    case CGM_OP_ALL_GATHER_GEMM: return vt->all_gather_gemm(comm, state, call);
+    case CGM_OP_GEMM_REDUCE_SCATTER: return vt->gemm_reduce_scatter(comm, state, call);
+    case CGM_OP_GEMM_ALL_REDUCE: return vt->gemm_all_reduce(comm, state, call);
+    default: return vt->bulk(comm, state, call);
+    }
+}
 
 static cgm_status dispatch(cgm_comm *comm, cgm_op op, const cgm_matrix *x, const cgm_matrix *w,
                            const cgm_matrix *bias, cgm_matrix *y, cgm_matrix *xg, cgm_collective coll,
@@ -24,12 +36,11 @@ static cgm_status dispatch(cgm_comm *comm, cgm_op op, const cgm_matrix *x, const
     CGM_TRACE(CGM_SUB_CALL, "%s #%llu backend=%s m=%lld n=%lld k=%lld layout=%s", fns[op],
               (unsigned long long)comm->calls, vt->name, (long long)call.m, (long long)call.n,
               (long long)call.k, cgm_layout_name(call.layout));
-    switch (op) {
-    case CGM_OP_ALL_GATHER_GEMM: st = vt->all_gather_gemm(comm, state, &call); break;
-    case CGM_OP_GEMM_REDUCE_SCATTER: st = vt->gemm_reduce_scatter(comm, state, &call); break;
-    case CGM_OP_GEMM_ALL_REDUCE: st = vt->gemm_all_reduce(comm, state, &call); break;
-    default: st = vt->bulk(comm, state, &call); break;
-    }
+    /* Where algo and splits were left open, the tuner sets them (measuring
+     * the candidates with this call's buffers on first use of its key); the
+     * real call below is always the last execution. */
+    st = cgm_tune_resolve(comm, vt, state, &call);
+    if (st == CGM_SUCCESS) st = cgm_backend_run(comm, vt, state, &call);
     if (st == CGM_ERROR_TIMEOUT || st == CGM_ERROR_PEER_FAILED) cgm_comm_mark_broken(comm, st);
     return st;
 }

@@ -90,12 +90,16 @@ cgm_status cgm_nccl_allgather_host(void *nccl_comm, int nranks,
 /* cgm_tune_hooks shared by the GPU backends (gpu_tune.c): the capture
  * check of the call's stream; timing of warmup + reps runs through the
  * call's backend with CUDA events on the call's stream (bounded wait); the
- * exchange through cgm_nccl_allgather_host on the caller's communicator;
- * the CUDA device's name. */
+ * exchanges (agree: with the call's signature, compared like the backends'
+ * agreement check; allgather: words only) through cgm_nccl_allgather_host
+ * on the caller's communicator; the CUDA device's name. */
 bool cgm_gpu_tune_capturing(const cgm_call *call);
 cgm_status cgm_gpu_tune_measure(cgm_comm *comm, void *state,
                                 const cgm_call *call, int warmup, int reps,
                                 int64_t *ns);
+cgm_status cgm_gpu_tune_agree(cgm_comm *comm, void *state,
+                              const cgm_call *call, const int64_t *mine,
+                              int words, int64_t *all);
 cgm_status cgm_gpu_tune_allgather(cgm_comm *comm, void *state,
                                   const int64_t *mine, int words,
                                   int64_t *all);

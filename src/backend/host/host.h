@@ -18,12 +18,15 @@
 extern const cgm_backend_vtable cgm_host_backend;
 
 #define HOST_MAGIC 0x686f7374636f6d6dull /* "hostcomm" */
-#define HOST_PROTOCOL_VERSION 1
+#define HOST_PROTOCOL_VERSION 2
 /* Pieces per shard at most; bounds the flag array of the control block. */
 #define HOST_MAX_SPLITS 16
 /* Flag values are epoch * HOST_EPOCH_STRIDE + occurrence within the op. */
 #define HOST_EPOCH_STRIDE 4096u
 #define HOST_PLAN_CACHE 8
+/* Payload words of one exchange on the agreement channel (the
+ * autotuner's exchanges carry up to 31 words). */
+#define HOST_XCHG_WORDS 32
 
 /* Peer-visible segments of one rank. */
 typedef enum host_segment {
@@ -46,9 +49,13 @@ typedef struct host_control {
     _Atomic int32_t failed_status;
     int32_t pad_;
     /* Cross-rank agreement: slot (epoch & 1) holds the signature of op
-     * `sig_epoch[slot]`. */
+     * `sig_epoch[slot]` and a payload (word 0: the kind of exchange; the
+     * autotuner's words follow). Agreement checks and the autotuner's
+     * exchanges share this one channel, so that ranks in different ones
+     * fail with MISMATCH instead of waiting for each other. */
     _Atomic uint64_t sig_epoch[2];
     _Atomic int64_t sig[2][CGM_SIGNATURE_WORDS];
+    _Atomic int64_t payload[2][HOST_XCHG_WORDS];
     _Atomic uint64_t flags[]; /* [src rank][PLAN_FLAG_COUNT][chunks] */
 } host_control;
 
@@ -112,6 +119,16 @@ cgm_status host_flag_wait(const cgm_comm *comm, host_state *st, int src,
 cgm_status host_check_agreement(const cgm_comm *comm, host_state *st,
                                 const cgm_call *call, uint64_t epoch,
                                 const char *op_name, int *blamed);
+/* The autotuner's exchanges (cgm_tune_hooks.agree / .allgather) on the
+ * agreement channel, each taking an op number: `words` (< HOST_XCHG_WORDS)
+ * int64 of every rank into all (rank major). host_tune_agree_words also checks
+ * the call's signature like host_check_agreement (CGM_ERROR_MISMATCH on
+ * every rank, comm usable). */
+cgm_status host_tune_agree_words(const cgm_comm *comm, host_state *st,
+                           const cgm_call *call, const int64_t *mine,
+                           int words, int64_t *all);
+cgm_status host_allgather_words(const cgm_comm *comm, host_state *st,
+                                const int64_t *mine, int words, int64_t *all);
 /* Tells peers this rank failed (after a timeout or peer failure). */
 void host_publish_failure(host_state *st, cgm_status status, int blamed);
 

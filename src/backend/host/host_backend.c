@@ -292,7 +292,7 @@ static cgm_status host_run_op(cgm_comm *comm, void *state,
               (unsigned long long)run.epoch, run.op_name,
               plan_algo_name(req.algo), (long long)req.m, entry->plan.splits,
               entry->plan.nsteps);
-    if (comm->config.check_agreement) {
+    if (comm->config.check_agreement && !call->agreed) {
         int blamed = -1;
         s = host_check_agreement(comm, st, call, run.epoch, run.op_name,
                                  &blamed);
@@ -327,6 +327,81 @@ static cgm_status host_bulk(cgm_comm *comm, void *state, const cgm_call *call) {
     return host_run_op(comm, state, call, op);
 }
 
+/* ---- autotuner hooks ---- */
+
+/* Pieces below this many rows cost more in per-chunk overhead than the
+ * pipelining wins on the host. */
+#define HOST_TUNE_MIN_PIECE_ROWS 16
+
+static int host_tune_candidates(const cgm_comm *comm, const cgm_call *call,
+                                cgm_tune_candidate *out) {
+    static const int split_counts[] = {1, 2, 4}, ring_counts[] = {1, 2};
+    int n = 0;
+    int64_t shard = cgm_ceil_div(call->m > 0 ? call->m : 1, comm->nranks);
+    for (int i = 0; i < 3; i++)
+        if (i == 0 || shard >= split_counts[i] * HOST_TUNE_MIN_PIECE_ROWS)
+            out[n++] = (cgm_tune_candidate){CGM_ALGO_SPLIT_PIPELINED,
+                                            split_counts[i]};
+    /* With two ranks a ring hop is the direct transfer. */
+    for (int i = 0; i < 2 && comm->nranks > 2; i++)
+        if (i == 0 || shard >= ring_counts[i] * HOST_TUNE_MIN_PIECE_ROWS)
+            out[n++] = (cgm_tune_candidate){CGM_ALGO_RING, ring_counts[i]};
+    out[n++] = (cgm_tune_candidate){CGM_ALGO_NO_OVERLAP, 1};
+    return n;
+}
+
+/* Host ops complete before they return: the wall clock around each. */
+static cgm_status host_tune_measure(cgm_comm *comm, void *state,
+                                    const cgm_call *call, int warmup, int reps,
+                                    int64_t *ns) {
+    for (int i = 0; i < warmup + reps; i++) {
+        int64_t t0 = cgm_now_ns();
+        cgm_status s = cgm_backend_run(comm, &cgm_host_backend, state, call);
+        if (s != CGM_SUCCESS) return s;
+        if (i >= warmup) ns[i - warmup] = cgm_now_ns() - t0;
+    }
+    return CGM_SUCCESS;
+}
+
+static cgm_status host_tune_allgather(cgm_comm *comm, void *state,
+                                      const int64_t *mine, int words,
+                                      int64_t *all) {
+    return host_allgather_words(comm, state, mine, words, all);
+}
+
+static cgm_status host_tune_agree(cgm_comm *comm, void *state,
+                                  const cgm_call *call, const int64_t *mine,
+                                  int words, int64_t *all) {
+    return host_tune_agree_words(comm, state, call, mine, words, all);
+}
+
+/* "cpu-" and the CPU model (decisions depend on it), else the machine. */
+static void host_tune_device_name(const cgm_comm *comm, void *state,
+                                  char *buf, size_t len) {
+    char line[256];
+    snprintf(buf, len, "cpu");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) != 0) continue;
+        const char *v = strchr(line, ':');
+        if (!v) break;
+        v += 1 + strspn(v + 1, " \t");
+        snprintf(buf, len, "cpu-%.*s", (int)strcspn(v, "\n"), v);
+        break;
+    }
+    if (f) fclose(f);
+}
+
+static const cgm_tune_hooks host_tune_hooks = {
+    .candidates = host_tune_candidates,
+    .capturing = NULL, /* host ops take no stream */
+    .measure = host_tune_measure,
+    .agree = host_tune_agree,
+    .allgather = host_tune_allgather,
+    .agree_every_call = true,
+    .device_name = host_tune_device_name,
+};
+
 const cgm_backend_vtable cgm_host_backend = {
     .id = CGM_BACKEND_HOST,
     .name = "host",
@@ -338,4 +413,5 @@ const cgm_backend_vtable cgm_host_backend = {
     .bulk = host_bulk,
     .async_error = NULL, /* ops complete before returning */
     .finalize = host_finalize,
+    .tune = &host_tune_hooks,
 };

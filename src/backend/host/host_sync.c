@@ -162,52 +162,166 @@ cgm_status host_flag_wait(const cgm_comm *comm, host_state *st, int src,
                       value, src, w, msg, msg_len);
 }
 
-cgm_status host_check_agreement(const cgm_comm *comm, host_state *st,
-                                const cgm_call *call, uint64_t epoch,
-                                const char *op_name, int *blamed) {
-    int64_t sig[CGM_SIGNATURE_WORDS];
-    cgm_call_signature(call, sig);
+/* What the payload's first word says about the exchange, so that ranks in
+ * different kinds of exchange fail alike instead of misreading each other. */
+enum { HOST_XCHG_CHECK = 0, HOST_XCHG_TUNE = 1, HOST_XCHG_WORDS_ONLY = 2 };
+
+/* One exchange on the agreement channel: publishes `sig` and `words`
+ * payload words as this rank's entry for `epoch` (slot epoch & 1), reads
+ * every rank's into all_sig / all_payload (rank major). Every exchange
+ * waits for every rank, so no rank can be two exchanges ahead: a slot is
+ * only rewritten after every rank read it. */
+static cgm_status exchange_slot(const cgm_comm *comm, host_state *st,
+                                const int64_t sig[CGM_SIGNATURE_WORDS],
+                                const int64_t *payload, int words,
+                                uint64_t epoch, const char *op_name,
+                                int *blamed, int64_t *all_sig,
+                                int64_t *all_payload) {
+    if (words < 1 || words > HOST_XCHG_WORDS)
+        return cgm_error(CGM_ERROR_INTERNAL,
+                         "host exchange of %d words, expected 1..%d; please "
+                         "report this bug", words, HOST_XCHG_WORDS);
     int slot = (int)(epoch & 1);
     host_control *me = host_ctrl(st, st->rank);
     for (int i = 0; i < CGM_SIGNATURE_WORDS; i++)
         atomic_store_explicit(&me->sig[slot][i], sig[i],
                               memory_order_relaxed);
+    for (int i = 0; i < words; i++)
+        atomic_store_explicit(&me->payload[slot][i], payload[i],
+                              memory_order_relaxed);
     atomic_store_explicit(&me->sig_epoch[slot], epoch, memory_order_release);
 
-    size_t words = (size_t)st->nranks * CGM_SIGNATURE_WORDS;
-    int64_t *all = malloc(words * sizeof *all);
-    if (!all)
-        return cgm_error(CGM_ERROR_OUT_OF_MEMORY,
-                         "expected %zu bytes for the agreement check, found "
-                         "none free",
-                         words * sizeof *all);
-    cgm_status s = CGM_SUCCESS;
     char msg[512];
     host_wait w = {"publish its call signature", epoch, op_name, NULL};
-    for (int r = 0; r < st->nranks && s == CGM_SUCCESS; r++) {
+    for (int r = 0; r < st->nranks; r++) {
         host_control *c = host_ctrl(st, r);
-        s = wait_value(comm, st, &c->sig_epoch[slot], epoch, r, &w, msg,
-                       sizeof msg);
+        cgm_status s = wait_value(comm, st, &c->sig_epoch[slot], epoch, r, &w,
+                                  msg, sizeof msg);
         if (s != CGM_SUCCESS) {
             *blamed = r;
-            s = cgm_error(s, "%s", msg);
-            break;
+            return cgm_error(s, "%s", msg);
         }
         for (int i = 0; i < CGM_SIGNATURE_WORDS; i++)
-            all[(size_t)r * CGM_SIGNATURE_WORDS + (size_t)i] =
+            all_sig[(size_t)r * CGM_SIGNATURE_WORDS + (size_t)i] =
                 atomic_load_explicit(&c->sig[slot][i], memory_order_relaxed);
+        for (int i = 0; i < words; i++)
+            all_payload[(size_t)r * (size_t)words + (size_t)i] =
+                atomic_load_explicit(&c->payload[slot][i],
+                                     memory_order_relaxed);
         uint64_t seen =
             atomic_load_explicit(&c->sig_epoch[slot], memory_order_acquire);
         /* A rank can only be two ops ahead after this one completed. */
         if (seen != epoch)
-            s = cgm_error(CGM_ERROR_MISMATCH,
-                          "expected rank %d at op #%llu (%s) like this rank "
-                          "%d, found it at op #%llu; every rank must issue "
-                          "the same sequence of ops",
-                          r, (unsigned long long)epoch, op_name, st->rank,
-                          (unsigned long long)seen);
+            return cgm_error(CGM_ERROR_MISMATCH,
+                             "expected rank %d at op #%llu (%s) like this "
+                             "rank %d, found it at op #%llu; every rank must "
+                             "issue the same sequence of ops",
+                             r, (unsigned long long)epoch, op_name, st->rank,
+                             (unsigned long long)seen);
     }
-    if (s == CGM_SUCCESS) s = cgm_signature_compare(comm, all);
-    free(all);
+    return CGM_SUCCESS;
+}
+
+/* Every rank must be in the same kind of exchange (payload word 0). */
+static cgm_status check_kinds(const host_state *st, const int64_t *all_payload,
+                              int words, const char *op_name) {
+    static const char *doing[] = {"runs the op as the caller asked",
+                                  "tunes it (COMMGEMM_TUNE=1)",
+                                  "is inside the autotuner's search"};
+    int64_t mine = all_payload[(size_t)st->rank * (size_t)words];
+    for (int r = 0; r < st->nranks; r++) {
+        int64_t theirs = all_payload[(size_t)r * (size_t)words];
+        if (theirs == mine) continue;
+        return cgm_error(CGM_ERROR_MISMATCH,
+                         "ranks disagree about the %s call: rank %d %s, rank "
+                         "%d %s; set COMMGEMM_TUNE, COMMGEMM_ALGO and "
+                         "COMMGEMM_SPLITS alike on every rank",
+                         op_name, r,
+                         theirs >= 0 && theirs <= 2 ? doing[theirs] : "?",
+                         st->rank, mine >= 0 && mine <= 2 ? doing[mine] : "?");
+    }
+    return CGM_SUCCESS;
+}
+
+static cgm_status signed_exchange(const cgm_comm *comm, host_state *st,
+                                  const int64_t sig[CGM_SIGNATURE_WORDS],
+                                  const int64_t *payload, int words,
+                                  uint64_t epoch, const char *op_name,
+                                  bool compare, int *blamed,
+                                  int64_t *all_payload) {
+    int64_t *all_sig = malloc((size_t)st->nranks * CGM_SIGNATURE_WORDS *
+                              sizeof *all_sig);
+    if (!all_sig)
+        return cgm_error(CGM_ERROR_OUT_OF_MEMORY,
+                         "expected memory for the agreement check of %d "
+                         "ranks, found none free", st->nranks);
+    cgm_status s = exchange_slot(comm, st, sig, payload, words, epoch,
+                                 op_name, blamed, all_sig, all_payload);
+    if (s == CGM_SUCCESS && compare) s = cgm_signature_compare(comm, all_sig);
+    if (s == CGM_SUCCESS) s = check_kinds(st, all_payload, words, op_name);
+    free(all_sig);
     return s;
+}
+
+cgm_status host_check_agreement(const cgm_comm *comm, host_state *st,
+                                const cgm_call *call, uint64_t epoch,
+                                const char *op_name, int *blamed) {
+    int64_t sig[CGM_SIGNATURE_WORDS], kind = HOST_XCHG_CHECK;
+    int64_t *kinds = malloc((size_t)st->nranks * sizeof *kinds);
+    if (!kinds)
+        return cgm_error(CGM_ERROR_OUT_OF_MEMORY,
+                         "expected memory for the agreement check of %d "
+                         "ranks, found none free", st->nranks);
+    cgm_call_signature(call, sig);
+    cgm_status s = signed_exchange(comm, st, sig, &kind, 1, epoch, op_name,
+                                   true, blamed, kinds);
+    free(kinds);
+    return s;
+}
+
+static cgm_status tune_exchange(const cgm_comm *comm, host_state *st,
+                                const int64_t sig[CGM_SIGNATURE_WORDS],
+                                int64_t kind, const int64_t *mine, int words,
+                                int64_t *all) {
+    if (words < 0 || words + 1 > HOST_XCHG_WORDS)
+        return cgm_error(CGM_ERROR_INTERNAL,
+                         "host exchange of %d words, expected at most %d; "
+                         "please report this bug", words, HOST_XCHG_WORDS - 1);
+    int64_t payload[HOST_XCHG_WORDS];
+    int64_t *all_payload =
+        malloc((size_t)st->nranks * (size_t)(words + 1) * sizeof *all_payload);
+    if (!all_payload)
+        return cgm_error(CGM_ERROR_OUT_OF_MEMORY,
+                         "expected memory for an exchange of %d ranks, found "
+                         "none free", st->nranks);
+    payload[0] = kind;
+    memcpy(payload + 1, mine, (size_t)words * sizeof *mine);
+    int blamed = -1;
+    uint64_t epoch = ++st->epoch; /* the exchange takes an op number */
+    cgm_status s = signed_exchange(comm, st, sig, payload, words + 1, epoch,
+                                   "tuning", kind == HOST_XCHG_TUNE, &blamed,
+                                   all_payload);
+    if (s != CGM_SUCCESS && s != CGM_ERROR_MISMATCH)
+        host_publish_failure(st, s, blamed);
+    for (int r = 0; s == CGM_SUCCESS && r < st->nranks; r++)
+        memcpy(all + (size_t)r * (size_t)words,
+               all_payload + (size_t)r * (size_t)(words + 1) + 1,
+               (size_t)words * sizeof *all);
+    free(all_payload);
+    return s;
+}
+
+cgm_status host_tune_agree_words(const cgm_comm *comm, host_state *st,
+                           const cgm_call *call, const int64_t *mine,
+                           int words, int64_t *all) {
+    int64_t sig[CGM_SIGNATURE_WORDS];
+    cgm_call_signature(call, sig);
+    return tune_exchange(comm, st, sig, HOST_XCHG_TUNE, mine, words, all);
+}
+
+cgm_status host_allgather_words(const cgm_comm *comm, host_state *st,
+                                const int64_t *mine, int words, int64_t *all) {
+    int64_t sig[CGM_SIGNATURE_WORDS];
+    for (int i = 0; i < CGM_SIGNATURE_WORDS; i++) sig[i] = -2;
+    return tune_exchange(comm, st, sig, HOST_XCHG_WORDS_ONLY, mine, words, all);
 }

@@ -375,6 +375,43 @@ fail:
     return status;
 }
 
+/* ---- autotuner candidates (the other hooks are gpu_tune.c's) ---- */
+
+#define NCCLB_TUNE_MIN_PIECE_ROWS 128
+
+/* AG: ring (the default) and direct pulls at 1, 2, 4 pieces per shard, and
+ * no_overlap; RS/AR use only "overlap or not", at 1, 2, 4, 8 pieces. */
+static int ncclb_tune_candidates(const cgm_comm *comm, const cgm_call *call,
+                                 cgm_tune_candidate *out) {
+    static const int ag_counts[] = {1, 2, 4}, rs_counts[] = {1, 2, 4, 8};
+    int n = 0;
+    int64_t shard = cgm_ceil_div(call->m > 0 ? call->m : 1, comm->nranks);
+    if (call->op == CGM_OP_ALL_GATHER_GEMM) {
+        const cgm_algo algos[] = {CGM_ALGO_RING, CGM_ALGO_SPLIT_PIPELINED};
+        for (int a = 0; a < 2; a++)
+            for (int i = 0; i < 3; i++)
+                if (i == 0 || shard >= ag_counts[i] * NCCLB_TUNE_MIN_PIECE_ROWS)
+                    out[n++] = (cgm_tune_candidate){algos[a], ag_counts[i]};
+    } else {
+        for (int i = 0; i < 4 && rs_counts[i] <= NCCLB_MAX_SPLITS; i++)
+            if (i == 0 || shard >= rs_counts[i] * NCCLB_TUNE_MIN_PIECE_ROWS)
+                out[n++] = (cgm_tune_candidate){CGM_ALGO_SPLIT_PIPELINED,
+                                                rs_counts[i]};
+    }
+    out[n++] = (cgm_tune_candidate){CGM_ALGO_NO_OVERLAP, 1};
+    return n;
+}
+
+static const cgm_tune_hooks ncclb_tune_hooks = {
+    .candidates = ncclb_tune_candidates,
+    .capturing = cgm_gpu_tune_capturing,
+    .measure = cgm_gpu_tune_measure,
+    .agree = cgm_gpu_tune_agree,
+    .allgather = cgm_gpu_tune_allgather,
+    .agree_every_call = false, /* agreement is checked once per signature */
+    .device_name = cgm_gpu_tune_device_name,
+};
+
 const cgm_backend_vtable cgm_nccl_backend = {
     .id = CGM_BACKEND_NCCL,
     .name = "nccl",
@@ -386,4 +423,5 @@ const cgm_backend_vtable cgm_nccl_backend = {
     .bulk = ncclb_run,
     .async_error = ncclb_async_error,
     .finalize = ncclb_finalize,
+    .tune = &ncclb_tune_hooks,
 };

@@ -1,0 +1,134 @@
+/* The autotuner's hooks shared by the GPU backends: capture check, timing
+ * with CUDA events on the call's stream, the exchange through NCCL and the
+ * device name. The candidates are each backend's own. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/gpu/gpu.h"
+
+bool cgm_gpu_tune_capturing(const cgm_call *call) {
+    return cgm_stream_capturing((cudaStream_t)call->stream);
+}
+
+/* Waits for `event`, bounded by the comm's timeout, watching the backend's
+ * asynchronous error (a device wait that expired ends its kernels). */
+static cgm_status wait_event(cgm_comm *comm, const cgm_backend_vtable *vt,
+                             void *state, cudaEvent_t event) {
+    cgm_status status = CGM_SUCCESS;
+    int64_t deadline = cgm_now_ns() + comm->config.timeout_ms * 1000000;
+    for (;;) {
+        cudaError_t q = cudaEventQuery(event);
+        if (q == cudaSuccess) return CGM_SUCCESS;
+        if (q != cudaErrorNotReady) CGM_CUDA_TRY(q);
+        if (vt->async_error) {
+            status = vt->async_error(comm, state);
+            if (status != CGM_SUCCESS) return status;
+        }
+        if (cgm_now_ns() > deadline)
+            return cgm_error(CGM_ERROR_TIMEOUT,
+                             "autotuner (%s backend): rank %d waited %lld ms "
+                             "(COMMGEMM_TIMEOUT_MS) for its measured runs to "
+                             "finish; a peer did not run them; every rank must "
+                             "make the same calls with the same COMMGEMM_TUNE",
+                             vt->name, comm->rank,
+                             (long long)comm->config.timeout_ms);
+        usleep(20);
+    }
+fail:
+    return status;
+}
+
+cgm_status cgm_gpu_tune_measure(cgm_comm *comm, void *state,
+                                const cgm_call *call, int warmup, int reps,
+                                int64_t *ns) {
+    cgm_status status = CGM_SUCCESS;
+    const cgm_backend_vtable *vt = cgm_backend_lookup(call->backend);
+    cudaStream_t stream = (cudaStream_t)call->stream;
+    cudaEvent_t *events = calloc((size_t)reps + 1, sizeof *events);
+    int previous = -1, created = 0;
+    if (!events)
+        return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "autotuner: %d events",
+                         reps + 1);
+    CGM_CUDA_TRY(cudaGetDevice(&previous));
+    if (comm->cuda_device >= 0 && previous != comm->cuda_device)
+        CGM_CUDA_TRY(cudaSetDevice(comm->cuda_device));
+    for (; created <= reps; created++)
+        CGM_CUDA_TRY(cudaEventCreate(&events[created]));
+    for (int i = 0; i < warmup; i++)
+        CGM_TRY(cgm_backend_run(comm, vt, state, call));
+    CGM_CUDA_TRY(cudaEventRecord(events[0], stream));
+    for (int i = 0; i < reps; i++) {
+        CGM_TRY(cgm_backend_run(comm, vt, state, call));
+        CGM_CUDA_TRY(cudaEventRecord(events[i + 1], stream));
+    }
+    CGM_TRY(wait_event(comm, vt, state, events[reps]));
+    for (int i = 0; i < reps; i++) {
+        float ms = 0;
+        CGM_CUDA_TRY(cudaEventElapsedTime(&ms, events[i], events[i + 1]));
+        ns[i] = (int64_t)((double)ms * 1e6);
+    }
+fail:
+    /* After a timeout the events may still be pending: destroying them is
+     * allowed (resources are released when the work completes). */
+    for (int i = 0; i < created; i++) cudaEventDestroy(events[i]);
+    free(events);
+    if (previous >= 0 && previous != comm->cuda_device) cudaSetDevice(previous);
+    return status;
+}
+
+cgm_status cgm_gpu_tune_allgather(cgm_comm *comm, void *state,
+                                  const int64_t *mine, int words,
+                                  int64_t *all) {
+    (void)state;
+    return cgm_nccl_allgather_host(comm->nccl_comm, comm->nranks, mine, all,
+                                   sizeof(int64_t) * (size_t)words,
+                                   comm->config.timeout_ms);
+}
+
+cgm_status cgm_gpu_tune_agree(cgm_comm *comm, void *state,
+                              const cgm_call *call, const int64_t *mine,
+                              int words, int64_t *all) {
+    enum { SIG = CGM_SIGNATURE_WORDS };
+    const size_t row = (size_t)(SIG + words);
+    int64_t *send = malloc(row * sizeof *send);
+    int64_t *recv = malloc(row * (size_t)comm->nranks * sizeof *recv);
+    int64_t *sigs = malloc((size_t)SIG * (size_t)comm->nranks * sizeof *sigs);
+    cgm_status status = CGM_SUCCESS;
+    (void)state;
+    if (!send || !recv || !sigs) {
+        status = cgm_error(CGM_ERROR_OUT_OF_MEMORY, "autotuner: exchange "
+                           "buffers for %d ranks", comm->nranks);
+        goto fail;
+    }
+    cgm_call_signature(call, send);
+    memcpy(send + SIG, mine, (size_t)words * sizeof *mine);
+    CGM_TRY(cgm_nccl_allgather_host(comm->nccl_comm, comm->nranks, send, recv,
+                                    row * sizeof *send,
+                                    comm->config.timeout_ms));
+    for (int r = 0; r < comm->nranks; r++) {
+        memcpy(sigs + (size_t)r * SIG, recv + (size_t)r * row,
+               SIG * sizeof *sigs);
+        memcpy(all + (size_t)r * (size_t)words, recv + (size_t)r * row + SIG,
+               (size_t)words * sizeof *all);
+    }
+    status = cgm_signature_compare(comm, sigs);
+fail:
+    free(send);
+    free(recv);
+    free(sigs);
+    return status;
+}
+
+void cgm_gpu_tune_device_name(const cgm_comm *comm, void *state, char *buf,
+                              size_t len) {
+    struct cudaDeviceProp prop;
+    (void)state;
+    if (cudaGetDeviceProperties(&prop, comm->cuda_device) == cudaSuccess) {
+        snprintf(buf, len, "%s", prop.name);
+    } else {
+        (void)cudaGetLastError();
+        snprintf(buf, len, "cuda-device");
+    }
+}

@@ -1,0 +1,89 @@
+/* Internals of the autotuner: the key and the cache file. */
+#ifndef COMMGEMM_TUNE_INTERNAL_H
+#define COMMGEMM_TUNE_INTERNAL_H
+
+#include <stdio.h>
+
+#include "tune/tune.h"
+
+/* A key: what a decision is valid for. Words: op, backend, input dtype,
+ * output dtype, layout, P, m, k, n, bias presence. AG's n and RS/AR's k
+ * are per rank: in memory a rank looks up its own value; in the file (and
+ * in log lines) the key holds the largest over the ranks, so that the
+ * file's keys are the same whichever rank wrote them. */
+enum {
+    TUNE_KEY_OP = 0,
+    TUNE_KEY_BACKEND,
+    TUNE_KEY_IN,
+    TUNE_KEY_OUT,
+    TUNE_KEY_LAYOUT,
+    TUNE_KEY_P,
+    TUNE_KEY_M,
+    TUNE_KEY_K,
+    TUNE_KEY_N,
+    TUNE_KEY_BIAS,
+    TUNE_KEY_WORDS
+};
+
+typedef struct tune_key {
+    int64_t w[TUNE_KEY_WORDS];
+} tune_key;
+
+/* The word that may differ per rank: AG's n, RS/AR's k. */
+int tune_key_local_word(const tune_key *key);
+/* "ag_gemm host bf16->bf16 TN P=2 m=512 k=64 n=64 bias=0" */
+void tune_key_describe(const tune_key *key, char *buf, size_t len);
+/* "split/2", "ring/1", "no_overlap" */
+void tune_candidate_describe(cgm_tune_candidate c, char *buf, size_t len);
+
+/* ---- the cache file (tune_cache.c) ----
+ *
+ *   # commgemm tune cache v1 library=0.1.0 device=NVIDIA_H200 host=node7
+ *   op=ag_gemm backend=p2p in=bf16 out=bf16 layout=TN P=2 m=16384 k=8192 n=2048 bias=0 algo=split splits=2 us=1234.5
+ *
+ * One decision per line; the last line of a key wins. Entries of a file
+ * whose header names another format version, library version or device
+ * are not used (and nothing is appended to it). */
+#define TUNE_CACHE_VERSION 1
+
+typedef struct tune_disk_entry {
+    tune_key key;
+    cgm_tune_candidate choice;
+    double us;
+} tune_disk_entry;
+
+typedef struct tune_disk {
+    char path[1024];
+    bool loaded;   /* tune_disk_load ran */
+    bool usable;   /* entries may be used and lines appended */
+    bool has_header;
+    tune_disk_entry *entries;
+    int count, cap;
+    int rejected;  /* lines that did not parse */
+    int appended;
+    bool warned_write;
+} tune_disk;
+
+/* Reads `path` (a missing file is an empty cache). `device` names this
+ * rank's device as in the header. Warns once about lines that do not
+ * parse and about a header of another version or device. Never fails: a
+ * cache that cannot be read is an empty one. */
+void tune_disk_load(tune_disk *d, const char *path, const char *device);
+void tune_disk_free(tune_disk *d);
+/* The last entry for `key`, or NULL. */
+const tune_disk_entry *tune_disk_find(const tune_disk *d, const tune_key *key);
+/* Appends one decision (creating the file with its header when missing),
+ * one write(2) with O_APPEND. Warns once when it cannot. */
+void tune_disk_append(tune_disk *d, const char *device, const tune_key *key,
+                      cgm_tune_candidate choice, double us);
+/* Parses one decision line; false when it does not parse. Exposed for the
+ * unit test. */
+bool tune_disk_parse_line(const char *line, tune_disk_entry *out);
+/* Formats one decision line (with '\n'); returns its length. */
+int tune_disk_format_line(const tune_key *key, cgm_tune_candidate choice,
+                          double us, char *buf, size_t len);
+/* Header check of the first line; true when it matches this library and
+ * `device`. */
+bool tune_disk_header_matches(const char *line, const char *device);
+
+#endif /* COMMGEMM_TUNE_INTERNAL_H */
