@@ -6,7 +6,9 @@
 # stand-in), cublasmp (with the carried wheel), sanitize (compute-sanitizer
 # memcheck + racecheck), torch (torchrun pytest + the TP MLP example),
 # perf (bench/perf_on_device.sh on this build; PERF_TABLES), hopper
-# (tests/gpu/hopper_on_device.sh), compare (bench/compare_on_device.sh),
+# (tests/gpu/hopper_on_device.sh), compare, compare-graph,
+# compare-graph-outpartial, compare-sweep (bench/compare_on_device.sh:
+# eager, CUDA graphs, graphs with output-dtype partials, graphs + sweep),
 # cublasmp-cases (tests/cublasmp/run_on_device.sh, case by case), timeline
 # (p2p step traces, COMMGEMM_TIMELINE, of the PERFORMANCE shapes), pack
 # (everything but summary.txt into $OUT/commgemm-logs.tar.gz; run it last).
@@ -75,9 +77,12 @@ stage_hopper() {
     HOPPER_BUILD=$B timeout 400 bash tests/gpu/hopper_on_device.sh >"$OUT/hopper.log" 2>&1
     note "hopper GEMM: rc=$? $(tail -3 "$OUT/hopper.txt" 2>/dev/null | tr '\n' ' ')"
 }
-stage_compare() {
-    COMMGEMM_LIB=$B/libcommgemm.so timeout 400 bash bench/compare_on_device.sh >"$OUT/compare.log" 2>&1
-    note "compare_torch: rc=$? $(grep -cE '^\|' "$OUT/compare.txt" 2>/dev/null) table lines"
+stage_compare() { # tag [VAR=value...]: bench/compare_on_device.sh into $OUT/compare-<tag>
+    local tag=$1; shift
+    mkdir -p "$OUT/compare-$tag"
+    env "$@" OUT="$OUT/compare-$tag" COMMGEMM_LIB=$B/libcommgemm.so timeout 560 \
+        bash bench/compare_on_device.sh >"$OUT/compare-$tag.log" 2>&1
+    note "compare_torch $tag ($*): rc=$? $(grep -hE '^# wrong' "$OUT/compare-$tag"/compare*.txt 2>/dev/null | tr '\n' ' ')"
 }
 stage_cublasmp_cases() {
     timeout 560 bash tests/cublasmp/run_on_device.sh >"$OUT/cublasmp-cases.log" 2>&1
@@ -102,7 +107,10 @@ for s in "$@"; do
     case $s in
     build) stage_build ;; gpu) stage_gpu ;; nccl-net) stage_nccl_net ;; cublasmp) stage_cublasmp ;;
     sanitize) stage_sanitize ;; torch) stage_torch ;; perf) stage_perf ;; hopper) stage_hopper ;;
-    compare) stage_compare ;; cublasmp-cases) stage_cublasmp_cases ;; pack) stage_pack ;;
+    compare) stage_compare eager ;;
+    compare-graph) stage_compare graph COMPARE_ARGS=--graph ;;
+    compare-graph-outpartial) stage_compare graph-outpartial COMPARE_ARGS=--graph COMMGEMM_PARTIAL_DTYPE=output ;;
+    compare-sweep) stage_compare sweep COMPARE_ARGS=--graph COMPARE_SWEEP=1 ;; cublasmp-cases) stage_cublasmp_cases ;; pack) stage_pack ;;
     timeline) stage_timeline ;;
     *) echo "unknown stage $s"; exit 2 ;;
     esac

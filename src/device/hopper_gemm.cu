@@ -2,17 +2,27 @@
  *
  * One CTA of 384 threads per SM (persistent), three warpgroups:
  *   warpgroup 0  producer: one thread waits for a free ring stage, then
- *                issues two TMA loads (X tile 128x64, W tile 256x64) that
+ *                issues two TMA loads (X tile 128x64, W tile Nx64) that
  *                complete on the stage's "full" mbarrier;
- *   warpgroups 1, 2  consumers: each owns 64 rows of the 128x256 output tile
- *                (128 fp32 accumulators per thread), waits on "full", runs
- *                4 wgmma.m64n256k16 per stage, and releases the stage on its
- *                "empty" mbarrier once wgmma.wait_group says the stage's
- *                reads are done; then the epilogue stores straight from the
- *                registers (bias, accumulate, bounds checks, conversion).
- * Both sides walk the same tile sequence (blockIdx.x, += gridDim.x) and the
- * same ring position, so the ring needs no other handshake. The design, the
- * descriptor derivation and the limits: docs/HOPPER_GEMM.md. */
+ *   warpgroups 1, 2  consumers, in one of two variants:
+ *     cooperative  (tile 128x256, 4 stages) both consumers share each tile,
+ *                each owns 64 rows (128 fp32 accumulators per thread,
+ *                wgmma.m64n256k16); both release a stage on its "empty"
+ *                mbarrier (count 2); then both run the epilogue, during
+ *                which the tensor cores idle (the producer only refills);
+ *     ping-pong    (tile 128x128, 6 stages) the consumers take alternate
+ *                tiles of the CTA, each computing a whole 128x128 tile
+ *                (2 x wgmma.m64n128k16 per k step, 128 accumulators); a
+ *                "turn" mbarrier pair hands the main loop from one to the
+ *                other, so one consumer's epilogue runs while the other's
+ *                main loop keeps the tensor cores busy.
+ *   The epilogue stores straight from the registers (bias, accumulate,
+ *   bounds checks, conversion); 16-bit outputs of interior tiles are
+ *   transposed inside each quad (shuffles) into 16-byte row segments.
+ * The producer walks the CTA's tiles (blockIdx.x, += gridDim.x) and k blocks
+ * in order; the consumers compute their ring position from the tile's local
+ * index, so the ring needs no other handshake. The design, the descriptor
+ * derivation and the limits: docs/HOPPER_GEMM.md. */
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -24,17 +34,23 @@
 namespace {
 
 constexpr int kTileM = CGM_HGEMM_TILE_M;
-constexpr int kTileN = CGM_HGEMM_TILE_N;
 constexpr int kTileK = CGM_HGEMM_TILE_K; /* 64 x 2 bytes = one 128-byte swizzle row */
-constexpr int kStages = 4;
 constexpr int kThreads = 384;
 constexpr int kGroupM = 16; /* rasterization: m tiles per group, see tile_coords */
 constexpr int kStageBytesA = kTileM * kTileK * 2; /* 16 KiB */
-constexpr int kStageBytesB = kTileN * kTileK * 2; /* 32 KiB */
-constexpr int kStageBytes = kStageBytesA + kStageBytesB;
-/* 1024: the 128B-swizzle pattern repeats every 8 rows x 128 bytes, and TMA
- * and wgmma both assume the pattern starts at a 1024-byte boundary. */
-constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8;
+
+/* Per variant: the tile's n extent, the ring depth, the shared memory. */
+template <bool kPP> struct cfg {
+    static constexpr int tile_n = kPP ? CGM_HGEMM_TILE_N_PINGPONG : CGM_HGEMM_TILE_N;
+    static constexpr int stages = kPP ? 6 : 4;
+    static constexpr int bytes_b = tile_n * kTileK * 2; /* 16 or 32 KiB */
+    static constexpr int stage_bytes = kStageBytesA + bytes_b;
+    /* 1024: the 128B-swizzle pattern repeats every 8 rows x 128 bytes, and
+     * TMA and wgmma both assume the pattern starts at a 1024-byte boundary.
+     * Barriers: full and empty per stage, two turn barriers. */
+    static constexpr int smem_bytes = 1024 + stages * stage_bytes + (2 * stages + 2) * 8;
+    static_assert(smem_bytes <= 227 * 1024, "shared memory per block");
+};
 
 struct hgemm_params {
     int m, n, k;
@@ -44,6 +60,7 @@ struct hgemm_params {
     const void *bias;
     int accumulate;
     int vector_store; /* y and ldy allow 2-element stores */
+    int vector16;     /* 16-bit Y, y 16-byte aligned, ldy % 8 == 0: 16-byte stores */
     const unsigned long long *row_flags;
     long long rows_per_flag;
     unsigned long long flag_epoch;
@@ -185,6 +202,33 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
         CGM_WGMMA_M64N256K16("f16");
 }
 
+/* D[64x128] (+)= A[64x16] . B[16x128]: accumulators d[OFF .. OFF + 63]
+ * (the fragment layout of m64nNk16 with N = 128), otherwise as above. */
+#define CGM_WGMMA_M64N128K16(TYPE)                                             \
+    asm volatile(                                                              \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                          \
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " {"       \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"  \
+        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"                                    \
+        : "+f"(d[OFF + 0]), "+f"(d[OFF + 1]), "+f"(d[OFF + 2]), "+f"(d[OFF + 3]), "+f"(d[OFF + 4]), "+f"(d[OFF + 5]), "+f"(d[OFF + 6]), "+f"(d[OFF + 7]),\
+          "+f"(d[OFF + 8]), "+f"(d[OFF + 9]), "+f"(d[OFF + 10]), "+f"(d[OFF + 11]), "+f"(d[OFF + 12]), "+f"(d[OFF + 13]), "+f"(d[OFF + 14]), "+f"(d[OFF + 15]),\
+          "+f"(d[OFF + 16]), "+f"(d[OFF + 17]), "+f"(d[OFF + 18]), "+f"(d[OFF + 19]), "+f"(d[OFF + 20]), "+f"(d[OFF + 21]), "+f"(d[OFF + 22]), "+f"(d[OFF + 23]),\
+          "+f"(d[OFF + 24]), "+f"(d[OFF + 25]), "+f"(d[OFF + 26]), "+f"(d[OFF + 27]), "+f"(d[OFF + 28]), "+f"(d[OFF + 29]), "+f"(d[OFF + 30]), "+f"(d[OFF + 31]),\
+          "+f"(d[OFF + 32]), "+f"(d[OFF + 33]), "+f"(d[OFF + 34]), "+f"(d[OFF + 35]), "+f"(d[OFF + 36]), "+f"(d[OFF + 37]), "+f"(d[OFF + 38]), "+f"(d[OFF + 39]),\
+          "+f"(d[OFF + 40]), "+f"(d[OFF + 41]), "+f"(d[OFF + 42]), "+f"(d[OFF + 43]), "+f"(d[OFF + 44]), "+f"(d[OFF + 45]), "+f"(d[OFF + 46]), "+f"(d[OFF + 47]),\
+          "+f"(d[OFF + 48]), "+f"(d[OFF + 49]), "+f"(d[OFF + 50]), "+f"(d[OFF + 51]), "+f"(d[OFF + 52]), "+f"(d[OFF + 53]), "+f"(d[OFF + 54]), "+f"(d[OFF + 55]),\
+          "+f"(d[OFF + 56]), "+f"(d[OFF + 57]), "+f"(d[OFF + 58]), "+f"(d[OFF + 59]), "+f"(d[OFF + 60]), "+f"(d[OFF + 61]), "+f"(d[OFF + 62]), "+f"(d[OFF + 63]) \
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
+template <bool kBf16, int OFF>
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[128], uint64_t desc_a,
+                                                 uint64_t desc_b, uint32_t scale_d) {
+    if (kBf16)
+        CGM_WGMMA_M64N128K16("bf16");
+    else
+        CGM_WGMMA_M64N128K16("f16");
+}
+
 __device__ __forceinline__ unsigned long long load_acquire_sys(const unsigned long long *p) {
     unsigned long long v;
     asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
@@ -283,28 +327,94 @@ __device__ __forceinline__ void store_two(const hgemm_params &p, int row, int co
     }
 }
 
+__device__ __forceinline__ uint32_t pack_pair(__nv_bfloat16 *, float a, float b) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+__device__ __forceinline__ uint32_t pack_pair(__half *, float a, float b) {
+    __half2 v = __floats2half2_rn(a, b);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+__device__ __forceinline__ uint32_t pack_pair(float *, float, float) { return 0; } /* unused */
+
+__device__ __forceinline__ uint32_t pick4(const uint32_t (&w)[4], int i) {
+    return i == 0 ? w[0] : i == 1 ? w[1] : i == 2 ? w[2] : w[3];
+}
+
+/* 4x4 transpose inside each quad of lanes (q = lane % 4): on entry w[g] is
+ * this lane's column pair q of 8-column group g (g = 0..3, one row); on
+ * exit w[i] is column pair i of group q, i.e. the 16 contiguous bytes of
+ * group q. Round r: lane q sends its w[(q + r) % 4] and receives from lane
+ * (q - r) % 4 that lane's w[q]. */
+__device__ __forceinline__ void quad_transpose(uint32_t (&w)[4], int q) {
+    uint32_t out[4] = {w[0], w[1], w[2], w[3]};
+    int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int r = 1; r < 4; r++) {
+        uint32_t got = __shfl_sync(0xFFFFFFFFu, pick4(w, (q + r) & 3), (lane & ~3) | ((q - r) & 3));
+        int at = (q - r) & 3;
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            if (i == at) out[i] = got;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) w[i] = out[i];
+}
+
 /* Accumulator fragment of wgmma.m64nNk16 (PTX ISA, "Register Fragments"):
  * thread t of the warpgroup holds, for j = 0..N/8-1, d[4j], d[4j+1] at row
  * 16 (t / 32) + (t % 32) / 4, columns 8j + 2 (t % 4) + {0, 1}, and d[4j+2],
- * d[4j+3] eight rows below. */
-template <typename OutT>
+ * d[4j+3] eight rows below. This stores the 64 x 8NJ block of Y at (row0,
+ * col0) held in d[OFF .. OFF + 4 NJ - 1]. */
+template <typename OutT, int OFF, int NJ>
 __device__ __forceinline__ void epilogue(const hgemm_params &p, float (&d)[128], int row0, int col0) {
     int t = threadIdx.x % 128;
+    int q = t % 4;
     int row = row0 + 16 * (t / 32) + (t % 32) / 4;
     const OutT *bias = static_cast<const OutT *>(p.bias);
-    if (p.vector_store && row0 + 64 <= p.m && col0 + kTileN <= p.n) {
-        /* Interior tile: no bounds checks, pair stores only. */
-        OutT *y = static_cast<OutT *>(p.y) + (long long)row * p.ldy + col0 + 2 * (t % 4);
+    bool interior = row0 + 64 <= p.m && col0 + 8 * NJ <= p.n;
+    if (sizeof(OutT) == 2 && interior && p.vector16 && !p.accumulate) {
+        /* Interior tile, 16-bit Y, no accumulate: per 4 column groups, the
+         * quad transposes its packed pairs so that lane q writes the 16
+         * bytes of group q: a warp store covers 8 rows x 64 contiguous
+         * bytes (whole 32-byte sectors) instead of 8 rows x 16 bytes. The
+         * arithmetic (fp32 d + bias, one rounding) is the pair path's. */
+        OutT *y = static_cast<OutT *>(p.y) + (long long)row * p.ldy + col0 + 8 * q;
         OutT *y8 = y + 8 * p.ldy;
 #pragma unroll
-        for (int j = 0; j < 32; j++) {
+        for (int jb = 0; jb < NJ / 4; jb++) {
+            uint32_t wa[4], wb[4];
+#pragma unroll
+            for (int g = 0; g < 4; g++) {
+                int j = 4 * jb + g;
+                float ba = 0.f, bb = 0.f;
+                if (bias) {
+                    ba = to_float(bias[col0 + 8 * j + 2 * q]);
+                    bb = to_float(bias[col0 + 8 * j + 2 * q + 1]);
+                }
+                wa[g] = pack_pair((OutT *)nullptr, d[OFF + 4 * j] + ba, d[OFF + 4 * j + 1] + bb);
+                wb[g] = pack_pair((OutT *)nullptr, d[OFF + 4 * j + 2] + ba, d[OFF + 4 * j + 3] + bb);
+            }
+            quad_transpose(wa, q);
+            quad_transpose(wb, q);
+            *reinterpret_cast<uint4 *>(y + 32 * jb) = make_uint4(wa[0], wa[1], wa[2], wa[3]);
+            *reinterpret_cast<uint4 *>(y8 + 32 * jb) = make_uint4(wb[0], wb[1], wb[2], wb[3]);
+        }
+        return;
+    }
+    if (p.vector_store && interior) {
+        /* Interior tile: no bounds checks, pair stores only. */
+        OutT *y = static_cast<OutT *>(p.y) + (long long)row * p.ldy + col0 + 2 * q;
+        OutT *y8 = y + 8 * p.ldy;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
             float ba = 0.f, bb = 0.f;
             if (bias) {
-                ba = to_float(bias[col0 + 8 * j + 2 * (t % 4)]);
-                bb = to_float(bias[col0 + 8 * j + 2 * (t % 4) + 1]);
+                ba = to_float(bias[col0 + 8 * j + 2 * q]);
+                bb = to_float(bias[col0 + 8 * j + 2 * q + 1]);
             }
-            float a0 = d[4 * j] + ba, a1 = d[4 * j + 1] + bb;
-            float b0 = d[4 * j + 2] + ba, b1 = d[4 * j + 3] + bb;
+            float a0 = d[OFF + 4 * j] + ba, a1 = d[OFF + 4 * j + 1] + bb;
+            float b0 = d[OFF + 4 * j + 2] + ba, b1 = d[OFF + 4 * j + 3] + bb;
             if (p.accumulate) {
                 a0 += to_float(y[8 * j]), a1 += to_float(y[8 * j + 1]);
                 b0 += to_float(y8[8 * j]), b1 += to_float(y8[8 * j + 1]);
@@ -315,38 +425,52 @@ __device__ __forceinline__ void epilogue(const hgemm_params &p, float (&d)[128],
         return;
     }
 #pragma unroll
-    for (int j = 0; j < 32; j++) {
-        int col = col0 + 8 * j + 2 * (t % 4);
+    for (int j = 0; j < NJ; j++) {
+        int col = col0 + 8 * j + 2 * q;
         float ba = 0.f, bb = 0.f;
         if (bias) {
             if (col < p.n) ba = to_float(bias[col]);
             if (col + 1 < p.n) bb = to_float(bias[col + 1]);
         }
-        store_two<OutT>(p, row, col, d[4 * j], d[4 * j + 1], ba, bb);
-        store_two<OutT>(p, row + 8, col, d[4 * j + 2], d[4 * j + 3], ba, bb);
+        store_two<OutT>(p, row, col, d[OFF + 4 * j], d[OFF + 4 * j + 1], ba, bb);
+        store_two<OutT>(p, row + 8, col, d[OFF + 4 * j + 2], d[OFF + 4 * j + 3], ba, bb);
     }
 }
 
 /* --------------------------------------------------------------- kernel */
 
-template <bool kBf16, typename OutT>
+/* Ring position -> (stage, phase). The producer and both consumers count
+ * positions the same way: position = (CTA-local tile index) * k_blocks + kb. */
+template <int kStages>
+__device__ __forceinline__ void ring_at(unsigned long long pos, int *stage, uint32_t *phase) {
+    *stage = (int)(pos % kStages);
+    *phase = (uint32_t)((pos / kStages) & 1);
+}
+
+template <bool kBf16, typename OutT, bool kPP>
 __global__ void __launch_bounds__(kThreads, 1)
     hgemm_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
                  const hgemm_params p) {
+    using C = cfg<kPP>;
+    constexpr int kStages = C::stages;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     uint32_t smem_a = base;                                 /* kStages x 16 KiB */
-    uint32_t smem_b = base + kStages * kStageBytesA;        /* kStages x 32 KiB */
-    uint32_t full_bar = base + kStages * kStageBytes;       /* kStages x 8 bytes */
+    uint32_t smem_b = base + kStages * kStageBytesA;        /* kStages x C::bytes_b */
+    uint32_t full_bar = base + kStages * C::stage_bytes;    /* kStages x 8 bytes */
     uint32_t empty_bar = full_bar + kStages * 8;            /* kStages x 8 bytes */
+    uint32_t turn_bar = empty_bar + kStages * 8;            /* 2 x 8 bytes (ping-pong) */
     int warpgroup = threadIdx.x / 128;
     int tiles = p.tiles_m * p.tiles_n;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; s++) {
-            mbar_init(full_bar + 8 * s, 1);  /* the producer's arrive.expect_tx */
-            mbar_init(empty_bar + 8 * s, 2); /* one arrive per consumer warpgroup */
+            mbar_init(full_bar + 8 * s, 1); /* the producer's arrive.expect_tx */
+            /* one arrive per consumer warpgroup that reads the stage */
+            mbar_init(empty_bar + 8 * s, kPP ? 1 : 2);
         }
+        mbar_init(turn_bar, 1);
+        mbar_init(turn_bar + 8, 1);
         /* Make the initialised barriers visible to the async proxy (TMA). */
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -369,10 +493,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                 /* A fresh barrier counts as having completed the phase
                  * before phase 0, so the first pass does not wait. */
                 mbar_wait(empty_bar + 8 * stage, phase ^ 1);
-                mbar_arrive_expect_tx(full_bar + 8 * stage, kStageBytes);
+                mbar_arrive_expect_tx(full_bar + 8 * stage, C::stage_bytes);
                 tma_load_2d(smem_a + stage * kStageBytesA, &map_x, kb * kTileK, tm * kTileM,
                             full_bar + 8 * stage);
-                tma_load_2d(smem_b + stage * kStageBytesB, &map_w, kb * kTileK, tn * kTileN,
+                tma_load_2d(smem_b + stage * C::bytes_b, &map_w, kb * kTileK, tn * C::tile_n,
                             full_bar + 8 * stage);
                 if (++stage == kStages) {
                     stage = 0;
@@ -389,26 +513,89 @@ __global__ void __launch_bounds__(kThreads, 1)
     float d[128];
 #pragma unroll
     for (int i = 0; i < 128; i++) d[i] = 0.f;
-    int stage = 0;
-    uint32_t phase = 0;
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+
+    if (!kPP) {
+        /* Cooperative: both consumers walk every tile of the CTA. */
+        int stage = 0;
+        uint32_t phase = 0;
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            int tm, tn;
+            tile_coords(p, t, &tm, &tn);
+            int prev = 0;
+            for (int kb = 0; kb < p.k_blocks; kb++) {
+                mbar_wait(full_bar + 8 * stage, phase);
+                uint64_t desc_a = smem_desc_sw128(smem_a + stage * kStageBytesA + consumer * 64 * 128);
+                uint64_t desc_b = smem_desc_sw128(smem_b + stage * C::bytes_b);
+                fence_accumulators(d);
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < kTileK / 16; kk++)
+                    wgmma_m64n256k16<kBf16>(d, desc_a + 2 * kk, desc_b + 2 * kk,
+                                            (kb > 0 || kk > 0) ? 1u : 0u);
+                wgmma_commit();
+                fence_accumulators(d);
+                /* At most this stage's group in flight: the previous
+                 * stage's reads are done, hand it back to the producer. */
+                wgmma_wait<1>();
+                fence_accumulators(d);
+                if (kb > 0 && leader) mbar_arrive(empty_bar + 8 * prev);
+                prev = stage;
+                if (++stage == kStages) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+            wgmma_wait<0>();
+            fence_accumulators(d);
+            if (leader) mbar_arrive(empty_bar + 8 * prev);
+            epilogue<OutT, 0, 32>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
+        }
+        return;
+    }
+
+    /* Ping-pong: consumer c computes the CTA-local tiles i = c, c + 2, ...
+     * (global tile blockIdx.x + i * gridDim.x), all 128 rows of each, and
+     * skips the other's ring positions. Before the main loop of tile i > 0
+     * it waits on turn[c], which the other consumer arrives on once it has
+     * waited on every "full" barrier of tile i - 1 (and issued its math).
+     * That keeps the two main loops from interleaving (the tensor cores
+     * serve one at a time; the other runs its epilogue) and guarantees the
+     * mbarrier parity waits are never more than one phase ahead: when tile
+     * i starts, every ring position before i * k_blocks has completed, so
+     * the position this consumer waits for is the stage's next phase. The
+     * turn barriers alternate strictly (c signals tile i - 1 done only
+     * after its own turn for i - 1 came), so their parity is unambiguous. */
+    uint32_t turn_phase = 0;
+    for (long long i = consumer;; i += 2) {
+        long long tl = blockIdx.x + i * gridDim.x;
+        if (tl >= tiles) break;
+        int t = (int)tl;
         int tm, tn;
         tile_coords(p, t, &tm, &tn);
+        if (i > 0) {
+            mbar_wait(turn_bar + 8 * consumer, turn_phase);
+            turn_phase ^= 1;
+        }
+        int stage;
+        uint32_t phase;
+        ring_at<kStages>((unsigned long long)i * (unsigned long long)p.k_blocks, &stage, &phase);
         int prev = 0;
         for (int kb = 0; kb < p.k_blocks; kb++) {
             mbar_wait(full_bar + 8 * stage, phase);
-            uint64_t desc_a = smem_desc_sw128(smem_a + stage * kStageBytesA + consumer * 64 * 128);
-            uint64_t desc_b = smem_desc_sw128(smem_b + stage * kStageBytesB);
+            uint32_t a0 = smem_a + stage * kStageBytesA;
+            uint64_t desc_a0 = smem_desc_sw128(a0);        /* rows 0-63 */
+            uint64_t desc_a1 = smem_desc_sw128(a0 + 64 * 128); /* rows 64-127 */
+            uint64_t desc_b = smem_desc_sw128(smem_b + stage * C::bytes_b);
             fence_accumulators(d);
             wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < kTileK / 16; kk++)
-                wgmma_m64n256k16<kBf16>(d, desc_a + 2 * kk, desc_b + 2 * kk,
-                                        (kb > 0 || kk > 0) ? 1u : 0u);
+            for (int kk = 0; kk < kTileK / 16; kk++) {
+                uint32_t scale = (kb > 0 || kk > 0) ? 1u : 0u;
+                wgmma_m64n128k16<kBf16, 0>(d, desc_a0 + 2 * kk, desc_b + 2 * kk, scale);
+                wgmma_m64n128k16<kBf16, 64>(d, desc_a1 + 2 * kk, desc_b + 2 * kk, scale);
+            }
             wgmma_commit();
             fence_accumulators(d);
-            /* At most this stage's group in flight: the previous stage's
-             * reads are done, hand it back to the producer. */
             wgmma_wait<1>();
             fence_accumulators(d);
             if (kb > 0 && leader) mbar_arrive(empty_bar + 8 * prev);
@@ -418,10 +605,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                 phase ^= 1;
             }
         }
+        /* Every full barrier of this tile has been waited on: the other
+         * consumer may start its main loop. */
+        if (leader) mbar_arrive(turn_bar + 8 * (consumer ^ 1));
         wgmma_wait<0>();
         fence_accumulators(d);
         if (leader) mbar_arrive(empty_bar + 8 * prev);
-        epilogue<OutT>(p, d, tm * kTileM + consumer * 64, tn * kTileN);
+        epilogue<OutT, 0, 16>(p, d, tm * kTileM, tn * C::tile_n);
+        epilogue<OutT, 64, 16>(p, d, tm * kTileM + 64, tn * C::tile_n);
     }
 }
 
@@ -449,8 +640,8 @@ encode_tiled_fn encode_tiled() {
 
 /* K-major [rows, k] operand, box kTileK x box_rows, 128B swizzle, zero fill
  * out of bounds (partial tiles in m, n and k). */
-bool make_map(CUtensorMap *map, bool bf16, const void *ptr, int64_t rows, int64_t k, int64_t ld,
-              int box_rows) {
+bool encode_map(CUtensorMap *map, bool bf16, const void *ptr, int64_t rows, int64_t k, int64_t ld,
+                int box_rows) {
     encode_tiled_fn enc = encode_tiled();
     if (!enc) return false;
     cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows};
@@ -464,35 +655,101 @@ bool make_map(CUtensorMap *map, bool bf16, const void *ptr, int64_t rows, int64_
     return r == CUDA_SUCCESS;
 }
 
-template <bool kBf16, typename OutT>
-cudaError_t launch(const CUtensorMap &mx, const CUtensorMap &mw, const hgemm_params &p, int grid,
-                   cudaStream_t stream) {
-    auto kernel = hgemm_kernel<kBf16, OutT>;
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-    if (err != cudaSuccess) return err;
-    kernel<<<grid, kThreads, kSmemBytes, stream>>>(mx, mw, p);
+/* A few recently encoded maps per host thread (no lock): the fused
+ * algorithms call the GEMM again and again on the same buffers. A map only
+ * holds the address, the shape, the strides and the box, so a hit is valid
+ * whatever happened to the memory in between. */
+struct map_key {
+    const void *ptr;
+    int64_t rows, k, ld;
+    int box_rows;
+    bool bf16;
+};
+struct map_entry {
+    map_key key;
+    bool used;
+    CUtensorMap map;
+};
+constexpr int kMapCache = 8;
+thread_local map_entry map_cache[kMapCache];
+thread_local int map_victim;
+
+bool make_map(CUtensorMap *map, bool bf16, const void *ptr, int64_t rows, int64_t k, int64_t ld,
+              int box_rows) {
+    map_key key = {ptr, rows, k, ld, box_rows, bf16};
+    for (int i = 0; i < kMapCache; i++) {
+        const map_entry &e = map_cache[i];
+        if (e.used && e.key.ptr == ptr && e.key.rows == rows && e.key.k == k && e.key.ld == ld &&
+            e.key.box_rows == box_rows && e.key.bf16 == bf16) {
+            *map = e.map;
+            return true;
+        }
+    }
+    if (!encode_map(map, bf16, ptr, rows, k, ld, box_rows)) return false;
+    map_entry &e = map_cache[map_victim];
+    map_victim = (map_victim + 1) % kMapCache;
+    e.key = key;
+    e.map = *map;
+    e.used = true;
+    return true;
+}
+
+/* cudaFuncSetAttribute once per device and instantiation (it is per
+ * function and device; setting it again is harmless, so a race between
+ * host threads costs nothing but a redundant call). */
+constexpr int kMaxDevices = 64;
+
+template <bool kBf16, typename OutT, bool kPP>
+cudaError_t launch(int dev, const CUtensorMap &mx, const CUtensorMap &mw, const hgemm_params &p,
+                   int grid, cudaStream_t stream) {
+    static volatile bool attribute_set[kMaxDevices];
+    auto kernel = hgemm_kernel<kBf16, OutT, kPP>;
+    constexpr int smem = cfg<kPP>::smem_bytes;
+    if (dev < 0 || dev >= kMaxDevices || !attribute_set[dev]) {
+        cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (err != cudaSuccess) return err;
+        if (dev >= 0 && dev < kMaxDevices) attribute_set[dev] = true;
+    }
+    kernel<<<grid, kThreads, smem, stream>>>(mx, mw, p);
     return cudaGetLastError();
 }
 
-template <bool kBf16>
-cudaError_t launch_out(cgm_dtype out, const CUtensorMap &mx, const CUtensorMap &mw,
+template <bool kBf16, bool kPP>
+cudaError_t launch_out(cgm_dtype out, int dev, const CUtensorMap &mx, const CUtensorMap &mw,
                        const hgemm_params &p, int grid, cudaStream_t stream) {
     switch (out) {
-    case CGM_DTYPE_BF16: return launch<kBf16, __nv_bfloat16>(mx, mw, p, grid, stream);
-    case CGM_DTYPE_FP16: return launch<kBf16, __half>(mx, mw, p, grid, stream);
-    default: return launch<kBf16, float>(mx, mw, p, grid, stream);
+    case CGM_DTYPE_BF16: return launch<kBf16, __nv_bfloat16, kPP>(dev, mx, mw, p, grid, stream);
+    case CGM_DTYPE_FP16: return launch<kBf16, __half, kPP>(dev, mx, mw, p, grid, stream);
+    default: return launch<kBf16, float, kPP>(dev, mx, mw, p, grid, stream);
     }
 }
 
-bool is_sm90(int *sm_count) {
-    int dev = 0, major = 0, minor = 0;
+/* The variant CGM_HGEMM_AUTO runs. */
+constexpr bool kAutoPingPong = true;
+
+/* Whether the current device is sm_90, its id and SM count; cached per
+ * device (attribute queries are cheap, but this runs on every call). */
+bool is_sm90(int *dev_out, int *sm_count) {
+    static volatile int known[kMaxDevices]; /* 0 unknown, 1 sm_90, 2 other */
+    static volatile int sms_of[kMaxDevices];
+    int dev = 0, major = 0, minor = 0, sms = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (dev_out) *dev_out = dev;
+    if (dev >= 0 && dev < kMaxDevices && known[dev]) {
+        if (sm_count) *sm_count = sms_of[dev];
+        return known[dev] == 1;
+    }
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
         return false;
-    if (sm_count && cudaDeviceGetAttribute(sm_count, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-        return false;
-    return major == 9 && minor == 0;
+    if (sm_count) *sm_count = sms;
+    bool yes = major == 9 && minor == 0;
+    if (dev >= 0 && dev < kMaxDevices) {
+        sms_of[dev] = sms;
+        known[dev] = yes ? 1 : 2;
+    }
+    return yes;
 }
 
 /* The argument checks, without the device check. */
@@ -513,7 +770,9 @@ const char *args_problem(const cgm_hgemm_args *a) {
         return "TMA needs x and w 16-byte aligned";
     if (a->ldx % 8 || a->ldw % 8)
         return "TMA needs row strides that are multiples of 16 bytes: ldx and ldw multiples of 8";
-    if (((a->m + kTileM - 1) / kTileM) * ((a->n + kTileN - 1) / kTileN) > lim)
+    if (a->variant < CGM_HGEMM_AUTO || a->variant > CGM_HGEMM_PINGPONG)
+        return "variant must be CGM_HGEMM_AUTO, CGM_HGEMM_COOPERATIVE or CGM_HGEMM_PINGPONG";
+    if (((a->m + kTileM - 1) / kTileM) * ((a->n + CGM_HGEMM_TILE_N_PINGPONG - 1) / CGM_HGEMM_TILE_N_PINGPONG) > lim)
         return "too many output tiles (more than 2^31)";
     if (a->row_flags && (a->rows_per_flag < 1 || !a->timeout_out))
         return "row_flags needs rows_per_flag >= 1 and timeout_out";
@@ -524,7 +783,7 @@ const char *args_problem(const cgm_hgemm_args *a) {
 
 extern "C" int cgm_hgemm_supported(const cgm_hgemm_args *args, const char **reason) {
     const char *why = args_problem(args);
-    if (!why && !is_sm90(nullptr)) why = "needs an sm_90 (Hopper) device";
+    if (!why && !is_sm90(nullptr, nullptr)) why = "needs an sm_90 (Hopper) device";
     if (!why && !encode_tiled()) why = "the driver has no cuTensorMapEncodeTiled";
     if (reason) *reason = why;
     return why == nullptr;
@@ -532,20 +791,22 @@ extern "C" int cgm_hgemm_supported(const cgm_hgemm_args *args, const char **reas
 
 extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
     if (args_problem(a)) return cudaErrorInvalidValue;
-    int sms = 0;
-    if (!is_sm90(&sms)) return cudaErrorNotSupported;
+    int sms = 0, dev = 0;
+    if (!is_sm90(&dev, &sms)) return cudaErrorNotSupported;
     if (a->m == 0 || a->n == 0) return cudaSuccess;
     bool bf16 = a->in_dtype == CGM_DTYPE_BF16;
+    bool pp = a->variant == CGM_HGEMM_PINGPONG || (a->variant == CGM_HGEMM_AUTO && kAutoPingPong);
+    int tile_n = pp ? cfg<true>::tile_n : cfg<false>::tile_n;
     CUtensorMap mx, mw;
     if (!make_map(&mx, bf16, a->x, a->m, a->k, a->ldx, kTileM) ||
-        !make_map(&mw, bf16, a->w, a->n, a->k, a->ldw, kTileN))
+        !make_map(&mw, bf16, a->w, a->n, a->k, a->ldw, tile_n))
         return cudaErrorInvalidValue;
     hgemm_params p;
     p.m = (int)a->m;
     p.n = (int)a->n;
     p.k = (int)a->k;
     p.tiles_m = (int)((a->m + kTileM - 1) / kTileM);
-    p.tiles_n = (int)((a->n + kTileN - 1) / kTileN);
+    p.tiles_n = (int)((a->n + tile_n - 1) / tile_n);
     p.k_blocks = (int)((a->k + kTileK - 1) / kTileK);
     p.y = a->y;
     p.ldy = a->ldy;
@@ -553,6 +814,7 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
     p.accumulate = a->accumulate != 0;
     size_t out_size = a->out_dtype == CGM_DTYPE_FP32 ? 4 : 2;
     p.vector_store = a->ldy % 2 == 0 && (uintptr_t)a->y % (2 * out_size) == 0;
+    p.vector16 = out_size == 2 && a->ldy % 8 == 0 && (uintptr_t)a->y % 16 == 0;
     p.row_flags = a->row_flags;
     p.rows_per_flag = a->rows_per_flag;
     p.flag_epoch = a->flag_epoch;
@@ -562,6 +824,9 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
     long long tiles = (long long)p.tiles_m * p.tiles_n;
     int grid = a->sm_count > 0 && a->sm_count < sms ? a->sm_count : sms;
     if (tiles < grid) grid = (int)tiles;
-    return bf16 ? launch_out<true>(a->out_dtype, mx, mw, p, grid, stream)
-                : launch_out<false>(a->out_dtype, mx, mw, p, grid, stream);
+    if (pp)
+        return bf16 ? launch_out<true, true>(a->out_dtype, dev, mx, mw, p, grid, stream)
+                    : launch_out<false, true>(a->out_dtype, dev, mx, mw, p, grid, stream);
+    return bf16 ? launch_out<true, false>(a->out_dtype, dev, mx, mw, p, grid, stream)
+                : launch_out<false, false>(a->out_dtype, dev, mx, mw, p, grid, stream);
 }

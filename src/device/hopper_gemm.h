@@ -30,10 +30,17 @@
 extern "C" {
 #endif
 
-/* Rows and columns of Y one CTA computes per tile, and the K step. */
+/* Rows and columns of Y one CTA computes per tile, and the K step. The
+ * row tile (and so m_block_order) is the same in both variants. */
 #define CGM_HGEMM_TILE_M 128
-#define CGM_HGEMM_TILE_N 256
+#define CGM_HGEMM_TILE_N 256          /* cooperative */
+#define CGM_HGEMM_TILE_N_PINGPONG 128 /* ping-pong */
 #define CGM_HGEMM_TILE_K 64
+
+/* Kernel variants (cgm_hgemm_args.variant); docs/HOPPER_GEMM.md. */
+#define CGM_HGEMM_AUTO 0        /* the library's choice (ping-pong for now) */
+#define CGM_HGEMM_COOPERATIVE 1 /* 128x256 tile shared by both consumer warpgroups */
+#define CGM_HGEMM_PINGPONG 2    /* 128x128 tiles, consumers alternate, epilogue hidden */
 
 typedef struct cgm_hgemm_args {
     cgm_dtype in_dtype;  /* X and W: CGM_DTYPE_BF16 or CGM_DTYPE_FP16 */
@@ -55,6 +62,7 @@ typedef struct cgm_hgemm_args {
     int64_t wait_timeout_ns; /* <= 0: 10 s */
     int *timeout_out;        /* device or host-mapped; required with flags */
     const int *m_block_order; /* device memory, or NULL: natural order */
+    int variant;              /* CGM_HGEMM_AUTO (0), _COOPERATIVE or _PINGPONG */
 } cgm_hgemm_args;
 
 /* 1 when cgm_hgemm can run `args` on the current device; 0 otherwise, with

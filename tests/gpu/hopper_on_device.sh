@@ -3,9 +3,10 @@
 # .carry when the image has no OpenBLAS, as for scripts/device-suite.sh):
 #   bash tests/gpu/hopper_on_device.sh
 # Builds only test_hopper_gemm, checks the SASS (HGMMA, UTMALDG), runs the
-# cases one by one (a hang costs one timeout, then the rest is skipped),
-# compute-sanitizer memcheck on the small subset, and the bench against
-# cuBLASLt. Everything concise in $OUT/hopper.txt; full logs next to it.
+# cases one by one (every case runs both kernel variants; a hang costs one
+# timeout, then the rest is skipped), compute-sanitizer memcheck on the
+# small subset, and the bench (cooperative and ping-pong vs cuBLASLt,
+# interleaved). Everything concise in $OUT/hopper.txt; full logs next to it.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/hopper-out}
@@ -29,7 +30,7 @@ log "== build rc=$rc, $(grep -c 'warning' "$OUT/hopper-build.log") warning lines
 
 if [ -f "$OBJ" ]; then
     cuobjdump --dump-sass "$OBJ" >"$OUT/hopper.sass" 2>&1
-    log "== SASS ($OBJ): HGMMA $(grep -c HGMMA "$OUT/hopper.sass"), UTMALDG $(grep -c UTMALDG "$OUT/hopper.sass"), USETMAXREG $(grep -c USETMAXREG "$OUT/hopper.sass"), local ld/st (spills) $(grep -cE 'STL|LDL' "$OUT/hopper.sass")"
+    log "== SASS ($OBJ): HGMMA $(grep -c HGMMA "$OUT/hopper.sass") (64x256: $(grep -c 'HGMMA.64x256' "$OUT/hopper.sass"), 64x128: $(grep -c 'HGMMA.64x128' "$OUT/hopper.sass")), STG.E.128 $(grep -c 'STG.E.128' "$OUT/hopper.sass"), UTMALDG $(grep -c UTMALDG "$OUT/hopper.sass"), USETMAXREG $(grep -c USETMAXREG "$OUT/hopper.sass"), local ld/st (spills) $(grep -cE 'STL|LDL' "$OUT/hopper.sass")"
     grep -m2 HGMMA "$OUT/hopper.sass" | tee -a "$L"
 else
     log "== SASS: object $OBJ not found"
@@ -37,22 +38,27 @@ fi
 
 # Cases, one process each (the harness forks per case anyway).
 run_case() { # name timeout
+    local t0=$SECONDS
     timeout "$2" "$BIN" "$1" >"$OUT/hopper-case-$1.log" 2>&1
     local r=$?
-    local what=ok
+    local what="ok ($((SECONDS - t0)) s)"
     [ $r -eq 0 ] || what="FAILED rc=$r"
     [ $r -eq 77 ] && what=skipped
     [ $r -eq 124 ] && what="TIMEOUT after $2 s (hang?)"
     log "case $1: $what"
     [ $r -eq 0 ] || head -12 "$OUT/hopper-case-$1.log" | sed 's/^/    /' | tee -a "$L"
-    grep -h "flag timeout:" "$OUT/hopper-case-$1.log" | sed 's/^/    /' | tee -a "$L"
+    grep -h "flag timeout" "$OUT/hopper-case-$1.log" | sed 's/^/    /' | tee -a "$L"
+    # disagreements with cuBLASLt and who matched the exact result
+    local nd; nd=$(grep -c "differ from cuBLASLt" "$OUT/hopper-case-$1.log")
+    [ "$nd" -gt 0 ] && { log "    $nd GEMMs differ from cuBLASLt beyond the tolerance; the first:"
+        grep -m6 "differ from cuBLASLt" "$OUT/hopper-case-$1.log" | cut -c1-260 | sed 's/^/    /' | tee -a "$L"; }
     return $r
 }
 log "== test_hopper_gemm (cases vs cuBLASLt)"
 run_case refusals 30
 if run_case sanitize_subset 60; [ $? -ne 124 ]; then
-    for c in epilogue_and_ld shapes_bf16 shapes_fp16 shapes_bf16_fp32 shapes_fp16_fp32 flags_ready flags_timeout; do
-        run_case $c 120
+    for c in epilogue_and_ld many_tiles shapes_bf16 shapes_fp16 shapes_bf16_fp32 shapes_fp16_fp32 flags_ready flags_timeout; do
+        run_case $c 150
         [ $? -eq 124 ] && { log "stopping the cases after a timeout"; break; }
     done
 else
@@ -66,8 +72,8 @@ if ! grep -q "TIMEOUT" "$L"; then
     grep -m8 -E '^========= (Invalid|Out of|Program hit|  at|Address)' "$OUT/hopper-memcheck.log" | tee -a "$L"
 fi
 
-log "== bench (bf16, TN)"
-timeout 180 "$BIN" bench 16384x2048x8192,8192x4096x4096,16384x8192x2048,4096x4096x4096,8192x8192x8192,2048x8192x8192,8192x2048x4096,4096x16384x4096 \
+log "== bench (bf16, TN): cooperative and ping-pong vs cuBLASLt"
+timeout 240 "$BIN" bench 16384x2048x8192,8192x4096x4096,16384x8192x2048,4096x4096x4096,8192x8192x8192,2048x8192x8192,8192x2048x4096,4096x16384x4096 \
     >"$OUT/hopper-bench.log" 2>&1
 log "bench rc=$?"
 cat "$OUT/hopper-bench.log" | head -40 >>"$L"
