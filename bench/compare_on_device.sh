@@ -51,9 +51,14 @@ run() { # name seconds options...
 }
 
 rc=0
-run compare 300 || rc=1
-if [ "${COMPARE_SWEEP:-0}" = 1 ]; then
-    run compare_sweep "${COMPARE_SWEEP_TIMEOUT:-500}" --sweep || rc=1
+# COMPARE_SWEEP=1: also the sweep; COMPARE_SWEEP=only: the sweep alone.
+# COMPARE_SWEEP_ARGS: extra options of the sweep run only (e.g. "--backends p2p").
+if [ "${COMPARE_SWEEP:-0}" != only ]; then
+    run compare 300 || rc=1
+fi
+if [ "${COMPARE_SWEEP:-0}" != 0 ]; then
+    # shellcheck disable=SC2086
+    run compare_sweep "${COMPARE_SWEEP_TIMEOUT:-500}" --sweep ${COMPARE_SWEEP_ARGS:-} || rc=1
 fi
 if python3 -c 'import matplotlib' 2>/dev/null; then
     for f in "$OUT"/compare.json "$OUT"/compare_sweep.json; do
@@ -61,6 +66,6 @@ if python3 -c 'import matplotlib' 2>/dev/null; then
     done
 fi
 cat "$OUT/machine.txt"; echo
-cat "$OUT/compare.txt"
+[ -f "$OUT/compare.txt" ] && cat "$OUT/compare.txt"
 [ -f "$OUT/compare_sweep.txt" ] && { echo; cat "$OUT/compare_sweep.txt"; }
 exit $rc

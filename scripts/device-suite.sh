@@ -8,7 +8,8 @@
 # perf (bench/perf_on_device.sh on this build; PERF_TABLES), hopper
 # (tests/gpu/hopper_on_device.sh), compare, compare-graph,
 # compare-graph-outpartial, compare-sweep (bench/compare_on_device.sh:
-# eager, CUDA graphs, graphs with output-dtype partials, graphs + sweep),
+# eager, CUDA graphs, graphs with output-dtype partials, the sweep alone with
+# graphs, p2p and output-dtype partials), hopper-bench (the kernel bench only),
 # cublasmp-cases (tests/cublasmp/run_on_device.sh, case by case), timeline
 # (p2p step traces, COMMGEMM_TIMELINE, of the PERFORMANCE shapes), pack
 # (everything but summary.txt into $OUT/commgemm-logs.tar.gz; run it last).
@@ -110,7 +111,10 @@ for s in "$@"; do
     compare) stage_compare eager ;;
     compare-graph) stage_compare graph COMPARE_ARGS=--graph ;;
     compare-graph-outpartial) stage_compare graph-outpartial COMPARE_ARGS=--graph COMMGEMM_PARTIAL_DTYPE=output ;;
-    compare-sweep) stage_compare sweep COMPARE_ARGS=--graph COMPARE_SWEEP=1 ;; cublasmp-cases) stage_cublasmp_cases ;; pack) stage_pack ;;
+    compare-sweep) stage_compare sweep COMPARE_ARGS=--graph COMPARE_SWEEP=only \
+        "COMPARE_SWEEP_ARGS=--backends p2p" COMMGEMM_PARTIAL_DTYPE=output COMPARE_SWEEP_TIMEOUT=${SWEEP_TIMEOUT:-240} ;;
+    hopper-bench) (timeout 120 "$B/tests/gpu/test_hopper_gemm" bench >"$OUT/hopper-bench.txt" 2>&1)
+        note "hopper bench: rc=$? $(grep -cE '^ +[0-9]' "$OUT/hopper-bench.txt") rows" ;; cublasmp-cases) stage_cublasmp_cases ;; pack) stage_pack ;;
     timeline) stage_timeline ;;
     *) echo "unknown stage $s"; exit 2 ;;
     esac
