@@ -20,7 +20,7 @@ extern "C" {
 
 #define P2P_MAX_QUEUES 4      /* comm + up to 3 compute queues */
 #define P2P_MAX_SPLITS 16     /* pieces per shard */
-#define P2P_PLAN_CACHE 64     /* schedules kept per comm */
+#define P2P_PLAN_CACHE 256    /* schedules kept per comm (the tuner builds one per candidate) */
 #define P2P_SIGNATURE_CACHE 256
 #define P2P_LT_WORKSPACE (32u << 20)
 
