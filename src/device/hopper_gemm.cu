@@ -724,8 +724,29 @@ cudaError_t launch_out(cgm_dtype out, int dev, const CUtensorMap &mx, const CUte
     }
 }
 
-/* The variant CGM_HGEMM_AUTO runs. */
-constexpr bool kAutoPingPong = true;
+/* The variant CGM_HGEMM_AUTO runs: ping-pong when k <= 2048, or when
+ * k <= 4096 and n >= 16384; cooperative otherwise. Ping-pong hides the
+ * epilogue behind the other consumer's main loop, which matters most when
+ * the main loop per tile is short (small k); the cooperative 128x256 tile
+ * loads 3/4 of ping-pong's bytes per flop, which wins once the main loop
+ * dominates. Fitted to the second H200 bench (2026-11-30, bf16, r =
+ * cuBLASLt time / ours, the faster marked *; docs/HOPPER_GEMM.md):
+ *
+ *       m      n     k   coop     pp
+ *   16384   2048  8192  0.975* 0.865
+ *    8192   4096  4096  0.958* 0.949
+ *   16384   8192  2048  0.926  1.084*
+ *    4096   4096  4096  0.960* 0.866
+ *    8192   8192  8192  1.003* 0.954
+ *    2048   8192  8192  0.981* 0.938
+ *    8192   2048  4096  0.963* 0.868
+ *    4096  16384  4096  0.983  1.038*
+ *
+ * The rule picks the faster variant on all eight rows. */
+bool auto_pingpong(int64_t m, int64_t n, int64_t k) {
+    (void)m;
+    return k <= 2048 || (k <= 4096 && n >= 16384);
+}
 
 /* Whether the current device is sm_90, its id and SM count; cached per
  * device (attribute queries are cheap, but this runs on every call). */
@@ -789,13 +810,18 @@ extern "C" int cgm_hgemm_supported(const cgm_hgemm_args *args, const char **reas
     return why == nullptr;
 }
 
+extern "C" int cgm_hgemm_variant_for(const cgm_hgemm_args *a) {
+    if (a->variant == CGM_HGEMM_COOPERATIVE || a->variant == CGM_HGEMM_PINGPONG) return a->variant;
+    return auto_pingpong(a->m, a->n, a->k) ? CGM_HGEMM_PINGPONG : CGM_HGEMM_COOPERATIVE;
+}
+
 extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
     if (args_problem(a)) return cudaErrorInvalidValue;
     int sms = 0, dev = 0;
     if (!is_sm90(&dev, &sms)) return cudaErrorNotSupported;
     if (a->m == 0 || a->n == 0) return cudaSuccess;
     bool bf16 = a->in_dtype == CGM_DTYPE_BF16;
-    bool pp = a->variant == CGM_HGEMM_PINGPONG || (a->variant == CGM_HGEMM_AUTO && kAutoPingPong);
+    bool pp = cgm_hgemm_variant_for(a) == CGM_HGEMM_PINGPONG;
     int tile_n = pp ? cfg<true>::tile_n : cfg<false>::tile_n;
     CUtensorMap mx, mw;
     if (!make_map(&mx, bf16, a->x, a->m, a->k, a->ldx, kTileM) ||

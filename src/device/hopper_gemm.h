@@ -38,7 +38,7 @@ extern "C" {
 #define CGM_HGEMM_TILE_K 64
 
 /* Kernel variants (cgm_hgemm_args.variant); docs/HOPPER_GEMM.md. */
-#define CGM_HGEMM_AUTO 0        /* the library's choice (ping-pong for now) */
+#define CGM_HGEMM_AUTO 0        /* per shape: ping-pong when k <= 2048 or (k <= 4096 and n >= 16384) */
 #define CGM_HGEMM_COOPERATIVE 1 /* 128x256 tile shared by both consumer warpgroups */
 #define CGM_HGEMM_PINGPONG 2    /* 128x128 tiles, consumers alternate, epilogue hidden */
 
@@ -71,6 +71,11 @@ typedef struct cgm_hgemm_args {
  * sm_90 device; x and w 16-byte aligned; ldx, ldw multiples of 8 elements;
  * dtypes as above; k >= 1 and m, n, k, ld* below 2^31. */
 int cgm_hgemm_supported(const cgm_hgemm_args *args, const char **reason);
+
+/* The variant cgm_hgemm runs for `args`: args->variant when it is
+ * CGM_HGEMM_COOPERATIVE or CGM_HGEMM_PINGPONG, the per-shape choice of
+ * CGM_HGEMM_AUTO otherwise (host only, no device call; args not NULL). */
+int cgm_hgemm_variant_for(const cgm_hgemm_args *args);
 
 /* Enqueues the GEMM on `stream` (no allocation, graph capturable).
  * cudaErrorInvalidValue when cgm_hgemm_supported says no (the caller falls

@@ -5,8 +5,9 @@
 # Builds only test_hopper_gemm, checks the SASS (HGMMA, UTMALDG), runs the
 # cases one by one (every case runs both kernel variants; a hang costs one
 # timeout, then the rest is skipped), compute-sanitizer memcheck on the
-# small subset, and the bench (cooperative and ping-pong vs cuBLASLt,
-# interleaved). Everything concise in $OUT/hopper.txt; full logs next to it.
+# small subset, and the bench (cooperative, ping-pong and auto vs cuBLASLt,
+# interleaved, one pass over the 8 shapes). Everything concise in
+# $OUT/hopper.txt, with the seconds each part took; full logs next to it.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/hopper-out}
@@ -66,15 +67,18 @@ else
 fi
 
 if ! grep -q "TIMEOUT" "$L"; then
+    t0=$SECONDS
     timeout 120 compute-sanitizer --tool memcheck --target-processes all --error-exitcode 99 \
         "$BIN" sanitize_subset >"$OUT/hopper-memcheck.log" 2>&1
-    log "== compute-sanitizer memcheck (sanitize_subset): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/hopper-memcheck.log" | sort | uniq -c | tr '\n' ' ')"
+    log "== compute-sanitizer memcheck (sanitize_subset): rc=$? ($((SECONDS - t0)) s) $(grep -E 'ERROR SUMMARY' "$OUT/hopper-memcheck.log" | sort | uniq -c | tr '\n' ' ')"
     grep -m8 -E '^========= (Invalid|Out of|Program hit|  at|Address)' "$OUT/hopper-memcheck.log" | tee -a "$L"
 fi
 
-log "== bench (bf16, TN): cooperative and ping-pong vs cuBLASLt"
-timeout 240 "$BIN" bench 16384x2048x8192,8192x4096x4096,16384x8192x2048,4096x4096x4096,8192x8192x8192,2048x8192x8192,8192x2048x4096,4096x16384x4096 \
+log "== bench (bf16, TN): cooperative, ping-pong and auto vs cuBLASLt"
+t0=$SECONDS
+timeout 150 "$BIN" bench 16384x2048x8192,8192x4096x4096,16384x8192x2048,4096x4096x4096,8192x8192x8192,2048x8192x8192,8192x2048x4096,4096x16384x4096 \
     >"$OUT/hopper-bench.log" 2>&1
-log "bench rc=$?"
+log "bench rc=$? ($((SECONDS - t0)) s)"
 cat "$OUT/hopper-bench.log" | head -40 >>"$L"
 tail -12 "$OUT/hopper-bench.log"
+log "== total $SECONDS s"
