@@ -18,7 +18,7 @@
 extern const cgm_backend_vtable cgm_host_backend;
 
 #define HOST_MAGIC 0x686f7374636f6d6dull /* "hostcomm" */
-#define HOST_PROTOCOL_VERSION 2
+#define HOST_PROTOCOL_VERSION 3
 /* Pieces per shard at most; bounds the flag array of the control block. */
 #define HOST_MAX_SPLITS 16
 /* Flag values are epoch * HOST_EPOCH_STRIDE + occurrence within the op. */
@@ -48,12 +48,16 @@ typedef struct host_control {
     _Atomic int32_t failed_rank;  /* who this rank blamed, or -1 */
     _Atomic int32_t failed_status;
     int32_t pad_;
-    /* Cross-rank agreement: slot (epoch & 1) holds the signature of op
-     * `sig_epoch[slot]` and a payload (word 0: the kind of exchange; the
-     * autotuner's words follow). Agreement checks and the autotuner's
-     * exchanges share this one channel, so that ranks in different ones
-     * fail with MISMATCH instead of waiting for each other. */
+    /* Cross-rank agreement: slot (n & 1) holds this rank's exchange number
+     * n in `sig_epoch[slot]` (exchanges are numbered on their own, since
+     * ops between two exchanges need not synchronize all ranks), the op
+     * number it belongs to in `sig_op[slot]`, the call's signature and a
+     * payload (word 0: the kind of exchange; the autotuner's words follow).
+     * Agreement checks and the autotuner's exchanges share this one
+     * channel, so that ranks in different ones fail with MISMATCH instead
+     * of waiting for each other. */
     _Atomic uint64_t sig_epoch[2];
+    _Atomic uint64_t sig_op[2];
     _Atomic int64_t sig[2][CGM_SIGNATURE_WORDS];
     _Atomic int64_t payload[2][HOST_XCHG_WORDS];
     _Atomic uint64_t flags[]; /* [src rank][PLAN_FLAG_COUNT][chunks] */
@@ -83,6 +87,7 @@ typedef struct host_state {
     int chunks;        /* flag slots per (src, kind): nranks * splits + 1 */
     int64_t width_max; /* max(max_n, max_k): row width bound of workspaces */
     uint64_t epoch;    /* ops issued on this comm */
+    uint64_t xchg;     /* agreement-channel exchanges issued on this comm */
     uint64_t plan_clock;
     host_plan_entry plans[HOST_PLAN_CACHE];
     /* Per-call scratch, grown as needed, kept between calls. */

@@ -167,10 +167,15 @@ cgm_status host_flag_wait(const cgm_comm *comm, host_state *st, int src,
 enum { HOST_XCHG_CHECK = 0, HOST_XCHG_TUNE = 1, HOST_XCHG_WORDS_ONLY = 2 };
 
 /* One exchange on the agreement channel: publishes `sig` and `words`
- * payload words as this rank's entry for `epoch` (slot epoch & 1), reads
- * every rank's into all_sig / all_payload (rank major). Every exchange
- * waits for every rank, so no rank can be two exchanges ahead: a slot is
- * only rewritten after every rank read it. */
+ * payload words as this rank's entry for its next exchange number n (slot
+ * n & 1; `epoch` is the op it belongs to, for messages), reads every
+ * rank's into all_sig / all_payload (rank major). Every exchange waits for
+ * every rank, so no rank can be two exchanges ahead: a slot is only
+ * rewritten after every rank read it. The slot follows the exchange
+ * number, not the op number: ops between two exchanges (a call that skips
+ * its check, an op with nothing to move) do not wait for every rank, so a
+ * slot chosen by op number could be rewritten while a slower rank still
+ * reads it. */
 static cgm_status exchange_slot(const cgm_comm *comm, host_state *st,
                                 const int64_t sig[CGM_SIGNATURE_WORDS],
                                 const int64_t *payload, int words,
@@ -181,7 +186,8 @@ static cgm_status exchange_slot(const cgm_comm *comm, host_state *st,
         return cgm_error(CGM_ERROR_INTERNAL,
                          "host exchange of %d words, expected 1..%d; please "
                          "report this bug", words, HOST_XCHG_WORDS);
-    int slot = (int)(epoch & 1);
+    uint64_t n = ++st->xchg;
+    int slot = (int)(n & 1);
     host_control *me = host_ctrl(st, st->rank);
     for (int i = 0; i < CGM_SIGNATURE_WORDS; i++)
         atomic_store_explicit(&me->sig[slot][i], sig[i],
@@ -189,13 +195,14 @@ static cgm_status exchange_slot(const cgm_comm *comm, host_state *st,
     for (int i = 0; i < words; i++)
         atomic_store_explicit(&me->payload[slot][i], payload[i],
                               memory_order_relaxed);
-    atomic_store_explicit(&me->sig_epoch[slot], epoch, memory_order_release);
+    atomic_store_explicit(&me->sig_op[slot], epoch, memory_order_relaxed);
+    atomic_store_explicit(&me->sig_epoch[slot], n, memory_order_release);
 
     char msg[512];
     host_wait w = {"publish its call signature", epoch, op_name, NULL};
     for (int r = 0; r < st->nranks; r++) {
         host_control *c = host_ctrl(st, r);
-        cgm_status s = wait_value(comm, st, &c->sig_epoch[slot], epoch, r, &w,
+        cgm_status s = wait_value(comm, st, &c->sig_epoch[slot], n, r, &w,
                                   msg, sizeof msg);
         if (s != CGM_SUCCESS) {
             *blamed = r;
@@ -208,15 +215,20 @@ static cgm_status exchange_slot(const cgm_comm *comm, host_state *st,
             all_payload[(size_t)r * (size_t)words + (size_t)i] =
                 atomic_load_explicit(&c->payload[slot][i],
                                      memory_order_relaxed);
+        uint64_t their_op =
+            atomic_load_explicit(&c->sig_op[slot], memory_order_relaxed);
         uint64_t seen =
             atomic_load_explicit(&c->sig_epoch[slot], memory_order_acquire);
-        /* A rank can only be two ops ahead after this one completed. */
-        if (seen != epoch)
+        /* The same exchange of every rank belongs to the same op. */
+        if (seen != n || their_op != epoch)
             return cgm_error(CGM_ERROR_MISMATCH,
-                             "expected rank %d at op #%llu (%s) like this "
-                             "rank %d, found it at op #%llu; every rank must "
-                             "issue the same sequence of ops",
-                             r, (unsigned long long)epoch, op_name, st->rank,
+                             "expected rank %d at op #%llu (%s, exchange "
+                             "#%llu) like this rank %d, found it at op #%llu "
+                             "(exchange #%llu); every rank must issue the "
+                             "same sequence of ops",
+                             r, (unsigned long long)epoch, op_name,
+                             (unsigned long long)n, st->rank,
+                             (unsigned long long)their_op,
                              (unsigned long long)seen);
     }
     return CGM_SUCCESS;
