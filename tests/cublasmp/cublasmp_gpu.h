@@ -11,6 +11,7 @@
 #include "harness.h"
 
 #define GPU_MAX_RANKS 8
+#define GPU_MAX_STEPS 32
 
 typedef struct gpu_case {
     const char *name;
@@ -41,6 +42,14 @@ typedef struct rank_report {
     int phase;       /* PHASE_* */
     int counts[CALL_KINDS]; /* by CALL_* */
     int finished;    /* the body returned */
+    int pid;         /* the rank's process (set first in rank_main) */
+    /* Lock-step bodies (body_rejects): the last step this rank finished;
+     * per step, whether it saw what the test expected (1) or not (2) and
+     * the status it got; the detail of the step it failed. */
+    volatile int step;
+    volatile unsigned char step_ok[GPU_MAX_STEPS];
+    int step_status[GPU_MAX_STEPS];
+    char step_detail[400];
 } rank_report;
 
 /* MAP_SHARED memory, one entry per rank (NULL outside a case). */

@@ -1,6 +1,10 @@
 /* test_cublasmp_gpu: the mixed-backend comm, the rejections, and graph
  * capture (eager first, then capture and replay with new inputs). */
+#include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "cublasmp_gpu.h"
 
@@ -54,86 +58,229 @@ int body_mixed(int rank, int P, cgm_comm *comm, cudaStream_t stream) {
     return wrong;
 }
 
-/* What cuBLASMp cannot do is refused on every rank, and the comm works on. */
+/* body_rejects runs in lock-step. A rank that does not see what the test
+ * expects does not exit at once (a CHECK would leave its peer inside the
+ * next collective call until the comm's timeout): it records the step as
+ * failed. After every step the ranks meet in shared memory (g_report,
+ * bounded), and every rank stops at the first step that failed on any
+ * rank, before the next collective call; rank 0 prints what each rank
+ * saw. */
+#define STEP_WAIT_S 40 /* above the comm's timeout_ms (bound_s / 2 = 30 s):
+                        * a rank left inside an exchange comes back first */
+
+static bool rank_alive(const rank_report *rr) {
+    /* A rank that exited is a zombie until the parent reaps it (every
+     * 2 ms), then kill() says ESRCH. */
+    return rr->pid <= 0 || kill((pid_t)rr->pid, 0) == 0 || errno != ESRCH;
+}
+
+/* Publishes this rank's verdict on step `step` (ok: it saw `expect`) and
+ * waits for every rank's. true when every rank saw what was expected.
+ * `expect` NULL: the step was a check_call, which printed its own FAILED
+ * line and counted its own timeout. */
+static bool step_done(int rank, int P, int step, const char *what,
+                      const char *expect, bool ok, cgm_status st) {
+    if (!ok && expect) {
+        printf("FAILED rejects step %d (%s) on rank %d: returned %d (%s), "
+               "expected %s; detail: %s\n", step, what, rank, (int)st,
+               cgm_status_string(st), expect,
+               st == CGM_SUCCESS ? "(none: the call ran)" : cgm_last_error());
+        if (st == CGM_ERROR_TIMEOUT && g_report)
+            g_report[rank].counts[CALL_TIMEOUT]++; /* the comm is broken */
+    }
+    if (!g_report) return ok;
+    if (step < 1 || step >= GPU_MAX_STEPS)
+        TEST_FAIL("body_rejects: step %d out of 1..%d", step, GPU_MAX_STEPS - 1);
+    rank_report *me = &g_report[rank];
+    me->step_status[step] = (int)st;
+    if (!ok)
+        snprintf(me->step_detail, sizeof me->step_detail, "%s",
+                 !expect ? "the call failed or computed a wrong Y (see its "
+                           "FAILED line)"
+                 : st == CGM_SUCCESS ? "(the call ran)" : cgm_last_error());
+    me->step_ok[step] = ok ? 1 : 2;
+    __sync_synchronize();
+    me->step = step;
+    __sync_synchronize();
+    const int64_t start = cgm_now_ns();
+    for (;;) {
+        int behind = -1;
+        for (int r = 0; r < P && behind < 0; r++)
+            if (g_report[r].step < step) behind = r;
+        if (behind < 0) break;
+        const rank_report *rr = &g_report[behind];
+        if (rr->finished || !rank_alive(rr)) {
+            printf("FAILED rejects step %d (%s): rank %d sees that rank %d "
+                   "%s after step %d (see that rank's FAIL line); rank %d "
+                   "stops here instead of entering a collective call "
+                   "alone\n", step, what, rank, behind,
+                   rr->finished ? "returned" : "exited", rr->step, rank);
+            return false;
+        }
+        if ((cgm_now_ns() - start) / 1000000000 > STEP_WAIT_S) {
+            /* This step now counts as failed here, so that the late rank
+             * stops at it too instead of entering the next call alone. */
+            snprintf(me->step_detail, sizeof me->step_detail, "gave up "
+                     "waiting %d s for rank %d at this step", STEP_WAIT_S,
+                     behind);
+            __sync_synchronize();
+            me->step_ok[step] = 2;
+            __sync_synchronize();
+            printf("FAILED rejects step %d (%s): rank %d waited %d s for "
+                   "rank %d, whose last finished step is %d (it is likely "
+                   "inside a collective call that rank %d did not enter); "
+                   "stopping\n", step, what, rank, STEP_WAIT_S, behind,
+                   rr->step, rank);
+            return false;
+        }
+        usleep(1000);
+    }
+    __sync_synchronize();
+    int first_bad = -1;
+    for (int r = 0; r < P && first_bad < 0; r++)
+        if (g_report[r].step_ok[step] != 1) first_bad = r;
+    if (first_bad < 0) return true;
+    if (rank == 0) {
+        for (int r = 0; r < P; r++) {
+            const rank_report *rr = &g_report[r];
+            cgm_status rs = (cgm_status)rr->step_status[step];
+            printf("FAILED rejects step %d (%s): rank %d got %d (%s): %s\n",
+                   step, what, r, (int)rs, cgm_status_string(rs),
+                   rr->step_ok[step] == 1 ? "as expected"
+                                          : (const char *)rr->step_detail);
+        }
+    } else {
+        printf("# rejects rank %d: stopping after step %d (rank %d did not "
+               "see what was expected, or gave up waiting: see its lines)\n",
+               rank, step, first_bad);
+    }
+    return false;
+}
+
+/* A status for check_call's CALL_* (for the step table only). */
+static cgm_status call_status(int result) {
+    return result == CALL_OK ? CGM_SUCCESS
+           : result == CALL_TIMEOUT ? CGM_ERROR_TIMEOUT
+           : result == CALL_NOT_SUPPORTED ? CGM_ERROR_NOT_SUPPORTED
+                                          : CGM_ERROR_INTERNAL;
+}
+
+/* The call returned NOT_SUPPORTED with both words (n2 may be NULL) in its
+ * detail. */
+static bool refused_with(cgm_status st, const char *n1, const char *n2) {
+    const char *msg = cgm_last_error();
+    return st == CGM_ERROR_NOT_SUPPORTED && msg && strstr(msg, n1) &&
+           (!n2 || strstr(msg, n2));
+}
+
+/* One step of body_rejects: a refusal with words n1 (and n2) in the
+ * detail, on every rank; stops the body (every rank) when any rank saw
+ * something else. */
+#define REFUSAL_STEP(what, call, n1, n2)                                     \
+    do {                                                                     \
+        cgm_status st_ = (call);                                             \
+        bool ok_ = refused_with(st_, (n1), (n2));                            \
+        if (!step_done(rank, P, ++step, (what), "NOT_SUPPORTED mentioning \"" \
+                       n1 "\"", ok_, st_))                                   \
+            goto out;                                                        \
+        refused++;                                                           \
+    } while (0)
+
+/* What cuBLASMp cannot do is refused on every rank, and the comm works on.
+ * Every rank passes arguments that are valid for commgemm (each rank's
+ * validation is local: an argument invalid on one rank only would refuse
+ * there and leave the other rank in the first-call exchange). */
 int body_rejects(int rank, int P, cgm_comm *comm, cudaStream_t stream) {
     const int64_t M = 8, K = 16;
     cgm_dtype dt = CGM_DTYPE_BF16;
-    int64_t n = rank == 0 ? 8 : 24; /* not the ceil split of 32 for P = 2 */
-    void *bx, *bw, *by, *bg;
-    cudaMalloc(&bx, 4096);
-    cudaMalloc(&bw, 4096);
-    cudaMalloc(&by, 4096);
-    cudaMalloc(&bg, 4096);
-    cgm_matrix x = cgm_matrix_make(bx, dt, cgm_shard_rows(M, rank, P), K);
-    cgm_matrix w = cgm_matrix_make(bw, dt, n, K);
-    cgm_matrix y = cgm_matrix_make(by, dt, M, n);
-    cgm_matrix g = cgm_matrix_make(bg, dt, M, K);
+    void *bx = NULL, *bw = NULL, *by = NULL, *bg = NULL;
+    CHECK(cudaMalloc(&bx, 4096) == cudaSuccess);
+    CHECK(cudaMalloc(&bw, 4096) == cudaSuccess);
+    CHECK(cudaMalloc(&by, 4096) == cudaSuccess);
+    CHECK(cudaMalloc(&bg, 4096) == cudaSuccess);
     cgm_op_options o = CGM_OP_OPTIONS_INIT;
-    int refused = 0;
+    int refused = 0, step = 0, bad = 1;
+    /* Every rank is here (alive, buffers allocated) before the first
+     * collective call. */
+    if (!step_done(rank, P, ++step, "setup", "nothing", true, CGM_SUCCESS))
+        goto out;
+    cgm_matrix x = cgm_matrix_make(bx, dt, cgm_shard_rows(M, rank, P), K);
     if (P == 2) {
-        CHECK_STATUS(cgm_all_gather_gemm(comm, &x, &w, NULL, &y, NULL, &o, stream),
-                     CGM_ERROR_NOT_SUPPORTED);
-        CHECK_CONTAINS(cgm_last_error(), "ceil split");
-        refused++;
+        /* n = 8 and 24 (sum 32, not its ceil split 16 + 16): refused after
+         * the first-call exchange, on both ranks. */
+        const int64_t n = rank == 0 ? 8 : 24;
+        cgm_matrix w = cgm_matrix_make(bw, dt, n, K);
+        cgm_matrix y = cgm_matrix_make(by, dt, M, n);
+        REFUSAL_STEP("AG+GEMM, n = 8 + 24",
+                     cgm_all_gather_gemm(comm, &x, &w, NULL, &y, NULL, &o, stream),
+                     "ceil split", NULL);
         /* Uneven m (7 rows over 2 ranks): refused before any exchange. */
         const int64_t M7 = 7;
         cgm_matrix x7 = cgm_matrix_make(bx, dt, cgm_shard_rows(M7, rank, P), K);
         cgm_matrix w7 = cgm_matrix_make(bw, dt, 16, K);
         cgm_matrix y7 = cgm_matrix_make(by, dt, M7, 16);
-        CHECK_STATUS(cgm_all_gather_gemm(comm, &x7, &w7, NULL, &y7, NULL, &o, stream),
-                     CGM_ERROR_NOT_SUPPORTED);
-        CHECK_CONTAINS(cgm_last_error(), "only with even shards");
-        CHECK_CONTAINS(cgm_last_error(), "m = 7");
-        refused++;
+        REFUSAL_STEP("AG+GEMM, m = 7",
+                     cgm_all_gather_gemm(comm, &x7, &w7, NULL, &y7, NULL, &o, stream),
+                     "only with even shards", "m = 7");
         /* Uneven n (9 + 8 rows of W, the ceil split of 17): refused after
          * the first-call exchange, on both ranks. */
         cgm_matrix w9 = cgm_matrix_make(bw, dt, cgm_shard_rows(17, rank, P), K);
         cgm_matrix y9 = cgm_matrix_make(by, dt, M, w9.rows);
-        CHECK_STATUS(cgm_all_gather_gemm(comm, &x, &w9, NULL, &y9, NULL, &o, stream),
-                     CGM_ERROR_NOT_SUPPORTED);
-        CHECK_CONTAINS(cgm_last_error(), "n = 17");
-        refused++;
+        REFUSAL_STEP("AG+GEMM, n = 9 + 8",
+                     cgm_all_gather_gemm(comm, &x, &w9, NULL, &y9, NULL, &o, stream),
+                     "n = 17", NULL);
         /* GEMM+AR with uneven m. */
         cgm_matrix xa7 = cgm_matrix_make(bx, dt, M7, K / P);
         cgm_matrix wa7 = cgm_matrix_make(bw, dt, 16, K / P);
-        CHECK_STATUS(cgm_gemm_all_reduce(comm, &xa7, &wa7, NULL, &y7, &o, stream),
-                     CGM_ERROR_NOT_SUPPORTED);
-        CHECK_CONTAINS(cgm_last_error(), "only with even shards");
-        refused++;
+        REFUSAL_STEP("GEMM+AR, m = 7",
+                     cgm_gemm_all_reduce(comm, &xa7, &wa7, NULL, &y7, &o, stream),
+                     "only with even shards", NULL);
     }
-    w.rows = y.cols = 16;
-    CHECK_STATUS(cgm_all_gather_gemm(comm, &x, &w, NULL, &y, &g, &o, stream),
-                 CGM_ERROR_NOT_SUPPORTED);
-    CHECK_CONTAINS(cgm_last_error(), "x_gathered");
+    /* Even shapes from here on: W [16, K] and Y [M, 16] (ld 16) on every
+     * rank. */
+    cgm_matrix w = cgm_matrix_make(bw, dt, 16, K);
+    cgm_matrix y = cgm_matrix_make(by, dt, M, 16);
+    cgm_matrix g = cgm_matrix_make(bg, dt, M, K);
+    REFUSAL_STEP("AG+GEMM with x_gathered",
+                 cgm_all_gather_gemm(comm, &x, &w, NULL, &y, &g, &o, stream),
+                 "x_gathered", NULL);
     o.algo = CGM_ALGO_RING;
-    CHECK_STATUS(cgm_all_gather_gemm(comm, &x, &w, NULL, &y, NULL, &o, stream),
-                 CGM_ERROR_NOT_SUPPORTED);
-    CHECK_CONTAINS(cgm_last_error(), "ring");
+    REFUSAL_STEP("AG+GEMM, algo ring",
+                 cgm_all_gather_gemm(comm, &x, &w, NULL, &y, NULL, &o, stream),
+                 "ring", NULL);
     o.algo = CGM_ALGO_AUTO;
     cgm_matrix xa = cgm_matrix_make(bx, dt, M, K / P);
     cgm_matrix ya = cgm_matrix_make(by, dt, M, 16);
     cgm_matrix wb = cgm_matrix_make(bw, dt, 16, K / P); /* TN: [n, k] */
-    CHECK_STATUS(cgm_bulk_overlap(comm, &xa, &wb, NULL, &ya,
-                                  CGM_COLLECTIVE_ALL_GATHER, NULL, NULL, &o, stream),
-                 CGM_ERROR_NOT_SUPPORTED);
-    CHECK_CONTAINS(cgm_last_error(), "bulk");
-    refused += 3;
-    cudaFree(bx);
-    cudaFree(bw);
-    cudaFree(by);
-    cudaFree(bg);
-    if (g_report) g_report[rank].counts[CALL_REJECTED] += refused;
+    REFUSAL_STEP("bulk overlap",
+                 cgm_bulk_overlap(comm, &xa, &wb, NULL, &ya,
+                                  CGM_COLLECTIVE_ALL_GATHER, NULL, NULL, &o,
+                                  stream),
+                 "bulk", NULL);
     printf("# rejects P=%d rank %d: %d refused as expected\n", P, rank, refused);
     /* Still usable: AG+GEMM, and GEMM+AR in NN (RS + all-gather: every
      * layout). */
     call_spec s = {CGM_OP_ALL_GATHER_GEMM, CGM_LAYOUT_TN, dt, dt, 64, 64, 64,
                    0, false, false, CGM_BACKEND_DEFAULT, CGM_ALGO_AUTO, 77,
                    false};
-    int bad = check_call(rank, P, comm, stream, &s) != CALL_OK;
+    int r1 = check_call(rank, P, comm, stream, &s);
+    if (!step_done(rank, P, ++step, "AG+GEMM after the refusals", NULL,
+                   r1 == CALL_OK, call_status(r1)))
+        goto out;
     call_spec s2 = {CGM_OP_GEMM_ALL_REDUCE, CGM_LAYOUT_NN, dt, dt, 64, 64, 64,
                     0, true, true, CGM_BACKEND_DEFAULT, CGM_ALGO_AUTO, 78,
                     false};
-    bad += check_call(rank, P, comm, stream, &s2) != CALL_OK;
+    int r2 = check_call(rank, P, comm, stream, &s2);
+    if (!step_done(rank, P, ++step, "GEMM+AR NN after the refusals", NULL,
+                   r2 == CALL_OK, call_status(r2)))
+        goto out;
+    bad = 0;
+out:
+    if (g_report) g_report[rank].counts[CALL_REJECTED] += refused;
+    cudaFree(bx);
+    cudaFree(bw);
+    cudaFree(by);
+    cudaFree(bg);
     return bad;
 }
 

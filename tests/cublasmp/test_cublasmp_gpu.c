@@ -110,6 +110,7 @@ static int rank_main(int rank, int nranks, const char *rendezvous, void *arg) {
     const gpu_case *gc = arg;
     /* Line-buffered: a rank killed for a hang keeps what it printed. */
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (g_report) g_report[rank].pid = (int)getpid();
     /* cuBLASMp's own log, one file per case and rank. */
     const char *lib_log = getenv("CUBLASMP_LOG_FILE");
     if (lib_log && *lib_log) {

@@ -369,9 +369,9 @@ static void split_check(const void *p) {
     CHECK_INT_EQ(total, 0);
 }
 
-/* Who finishes Y: cuBLASMp directly (fp32 Y of RS, every AG), or an fp32
- * D and commgemm's fp32 pass (RS with a 16-bit Y; every AR, after the
- * all-gather); the bias always by commgemm. */
+/* Who finishes Y: cuBLASMp directly (a dense fp32 Y of RS, every AG), or
+ * an fp32 D and commgemm's fp32 pass (RS with a 16-bit Y or a padded fp32
+ * Y; every AR, after the all-gather); the bias always by commgemm. */
 static void output_plan(const void *p) {
     (void)p;
     cmp_shape s = {CGM_OP_GEMM_REDUCE_SCATTER, CGM_LAYOUT_TN, 2, 130, 97, 72,
@@ -380,23 +380,30 @@ static void output_plan(const void *p) {
     const cgm_dtype outs[] = {CGM_DTYPE_BF16, CGM_DTYPE_FP16, CGM_DTYPE_FP32};
     const cgm_op ops[] = {CGM_OP_ALL_GATHER_GEMM, CGM_OP_GEMM_REDUCE_SCATTER,
                           CGM_OP_GEMM_ALL_REDUCE};
-    for (int oi = 0; oi < 3; oi++)
-        for (int di = 0; di < 3; di++)
-            for (int bias = 0; bias < 2; bias++) {
-                s.op = ops[oi];
-                cmp_plan_output(&s, 1, 97, outs[di], bias, &o);
-                bool ar = ops[oi] == CGM_OP_GEMM_ALL_REDUCE;
-                bool rs = ops[oi] == CGM_OP_GEMM_REDUCE_SCATTER;
-                bool want_fp32 = ar || (rs && outs[di] != CGM_DTYPE_FP32);
-                CHECK(o.fp32_d == want_fp32);
-                CHECK(o.gather == ar);
-                CHECK(o.bias_pass == (bias && !want_fp32));
-                CHECK_INT_EQ(o.y_rows, rs ? 65 : 130);
-                CHECK_INT_EQ(o.y_cols, 97);
-                CHECK_INT_EQ((int64_t)o.d_bytes, want_fp32 ? o.y_rows * 97 * 4 : 0);
-                CHECK_INT_EQ(o.d_rows, want_fp32 ? 65 : 0);
-                CHECK_INT_EQ(o.d_offset, ar ? 65 * 97 : 0);
-            }
+    /* ldy 97: dense; 105: padded (cuBLASMp 0.7's RS returned INTERNAL_ERROR
+     * for an fp32 D with lld > n on the device). */
+    const int64_t ldys[] = {97, 105};
+    for (int li = 0; li < 2; li++)
+        for (int oi = 0; oi < 3; oi++)
+            for (int di = 0; di < 3; di++)
+                for (int bias = 0; bias < 2; bias++) {
+                    s.op = ops[oi];
+                    s.ldy = ldys[li];
+                    cmp_plan_output(&s, 1, 97, outs[di], bias, &o);
+                    bool ar = ops[oi] == CGM_OP_GEMM_ALL_REDUCE;
+                    bool rs = ops[oi] == CGM_OP_GEMM_REDUCE_SCATTER;
+                    bool want_fp32 = ar || (rs && (outs[di] != CGM_DTYPE_FP32 ||
+                                                   ldys[li] > 97));
+                    CHECK(o.fp32_d == want_fp32);
+                    CHECK(o.gather == ar);
+                    CHECK(o.bias_pass == (bias && !want_fp32));
+                    CHECK_INT_EQ(o.y_rows, rs ? 65 : 130);
+                    CHECK_INT_EQ(o.y_cols, 97);
+                    CHECK_INT_EQ((int64_t)o.d_bytes, want_fp32 ? o.y_rows * 97 * 4 : 0);
+                    CHECK_INT_EQ(o.d_rows, want_fp32 ? 65 : 0);
+                    CHECK_INT_EQ(o.d_offset, ar ? 65 * 97 : 0);
+                    if (want_fp32) CHECK_INT_EQ(o.d_lld, 97); /* dense */
+                }
 }
 
 static void register_cases(void) {

@@ -110,8 +110,11 @@ cgm_status cmp_check_even(cgm_op op, int64_t m, int64_t n_total,
  * cuBLASMp writes an fp32 D (a supported type combination: 16-bit A/B,
  * fp32 C/D, compute 32F) into the backend's buffer, with beta = 0, and one
  * cgm_dev_reduce pass converts it into Y (accumulate and bias there, fp32,
- * one rounding). fp32 Y (and every AG+GEMM, which sums nothing across
- * ranks) is written by cuBLASMp directly.
+ * one rounding). A dense fp32 Y (and every AG+GEMM, which sums nothing
+ * across ranks) is written by cuBLASMp directly. An fp32 RS Y with a padded
+ * ld (ld > n) also goes through the dense fp32 buffer and the pass (which
+ * writes Y with its ld): cuBLASMp 0.7's Matmul+ReduceScatter returned
+ * CUBLASMP_STATUS_INTERNAL_ERROR on the device for an fp32 D with lld > n.
  *
  * The bias never goes to cuBLASMp's BIAS epilogue: 0.7 refused it
  * (NOT_SUPPORTED) for uneven and empty shards on the device. It is added
@@ -133,7 +136,8 @@ typedef struct cmp_output {
 /* Fills *o for rank `rank` of s->nranks; `n_local` is this rank's n (AG)
  * or n (RS/AR). GEMM+AR always uses the fp32 buffer (m x n: cuBLASMp's
  * RS writes this rank's rows at d_offset, the all-gather fills the rest,
- * one fp32 pass writes Y with accumulate and bias). Pure. */
+ * one fp32 pass writes Y with accumulate and bias). GEMM+RS uses it for a
+ * 16-bit Y and for an fp32 Y whose s->ldy exceeds n_local. Pure. */
 void cmp_plan_output(const cmp_shape *s, int rank, int64_t n_local,
                      cgm_dtype out_dtype, bool has_bias, cmp_output *o);
 

@@ -136,7 +136,13 @@ void cmp_plan_output(const cmp_shape *s, int rank, int64_t n_local,
     o->y_rows = rs ? cgm_shard_rows(s->m, rank, s->nranks) : s->m;
     o->y_cols = n_local;
     o->gather = ar;
-    o->fp32_d = ar || (rs && out_dtype != CGM_DTYPE_FP32);
+    /* RS with a padded Y (ld > n): cuBLASMp 0.7's Matmul+ReduceScatter
+     * returned INTERNAL_ERROR on the device for an fp32 D with lld > n
+     * (every bf16->fp32 call with pad = 8), so such a Y is written by the
+     * fp32 pass from the dense buffer instead. A rank decides for its own
+     * Y: D's lld is local. */
+    const bool y_padded = s->ldy > max64(1, n_local);
+    o->fp32_d = ar || (rs && (out_dtype != CGM_DTYPE_FP32 || y_padded));
     o->bias_pass = has_bias && !o->fp32_d;
     if (o->fp32_d) {
         o->d_rows = cgm_shard_rows(s->m, rank, s->nranks);
