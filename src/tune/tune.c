@@ -360,6 +360,22 @@ static void remember(struct cgm_tune_state *ts, tune_entry *old,
     old->last_use = ++ts->clock;
 }
 
+int cgm_tune_plan_candidates(int64_t m, int nranks, int min_piece_rows,
+                             cgm_tune_candidate *out) {
+    static const int split_counts[] = {1, 2, 4}, ring_counts[] = {1, 2};
+    int n = 0;
+    int64_t shard = cgm_ceil_div(m > 0 ? m : 1, nranks);
+    for (int i = 0; i < 3; i++)
+        if (i == 0 || shard >= (int64_t)split_counts[i] * min_piece_rows)
+            out[n++] = (cgm_tune_candidate){CGM_ALGO_SPLIT_PIPELINED,
+                                            split_counts[i]};
+    for (int i = 0; i < 2 && nranks > 2; i++)
+        if (i == 0 || shard >= (int64_t)ring_counts[i] * min_piece_rows)
+            out[n++] = (cgm_tune_candidate){CGM_ALGO_RING, ring_counts[i]};
+    out[n++] = (cgm_tune_candidate){CGM_ALGO_NO_OVERLAP, 1};
+    return n;
+}
+
 cgm_status cgm_tune_resolve(cgm_comm *comm, const cgm_backend_vtable *vt,
                             void *state, cgm_call *call) {
     struct cgm_tune_state *ts = comm->tune;

@@ -105,6 +105,15 @@ cgm_status cgm_gpu_tune_allgather(cgm_comm *comm, void *state,
                                   int64_t *all);
 void cgm_gpu_tune_device_name(const cgm_comm *comm, void *state, char *buf,
                               size_t len);
+/* A GPU backend's cgm_tune_hooks: its own candidates, the shared rest
+ * (agreement is checked once per signature, not every call). */
+#define CGM_GPU_TUNE_HOOKS(candidates_fn)                                    \
+    {                                                                        \
+        .candidates = (candidates_fn), .capturing = cgm_gpu_tune_capturing,  \
+        .measure = cgm_gpu_tune_measure, .agree = cgm_gpu_tune_agree,        \
+        .allgather = cgm_gpu_tune_allgather, .agree_every_call = false,      \
+        .device_name = cgm_gpu_tune_device_name                              \
+    }
 
 /* -------------------------------------------------------------- cuBLASLt */
 

@@ -335,19 +335,8 @@ static cgm_status host_bulk(cgm_comm *comm, void *state, const cgm_call *call) {
 
 static int host_tune_candidates(const cgm_comm *comm, const cgm_call *call,
                                 cgm_tune_candidate *out) {
-    static const int split_counts[] = {1, 2, 4}, ring_counts[] = {1, 2};
-    int n = 0;
-    int64_t shard = cgm_ceil_div(call->m > 0 ? call->m : 1, comm->nranks);
-    for (int i = 0; i < 3; i++)
-        if (i == 0 || shard >= split_counts[i] * HOST_TUNE_MIN_PIECE_ROWS)
-            out[n++] = (cgm_tune_candidate){CGM_ALGO_SPLIT_PIPELINED,
-                                            split_counts[i]};
-    /* With two ranks a ring hop is the direct transfer. */
-    for (int i = 0; i < 2 && comm->nranks > 2; i++)
-        if (i == 0 || shard >= ring_counts[i] * HOST_TUNE_MIN_PIECE_ROWS)
-            out[n++] = (cgm_tune_candidate){CGM_ALGO_RING, ring_counts[i]};
-    out[n++] = (cgm_tune_candidate){CGM_ALGO_NO_OVERLAP, 1};
-    return n;
+    return cgm_tune_plan_candidates(call->m, comm->nranks,
+                                    HOST_TUNE_MIN_PIECE_ROWS, out);
 }
 
 /* Host ops complete before they return: the wall clock around each. */

@@ -402,15 +402,8 @@ static int ncclb_tune_candidates(const cgm_comm *comm, const cgm_call *call,
     return n;
 }
 
-static const cgm_tune_hooks ncclb_tune_hooks = {
-    .candidates = ncclb_tune_candidates,
-    .capturing = cgm_gpu_tune_capturing,
-    .measure = cgm_gpu_tune_measure,
-    .agree = cgm_gpu_tune_agree,
-    .allgather = cgm_gpu_tune_allgather,
-    .agree_every_call = false, /* agreement is checked once per signature */
-    .device_name = cgm_gpu_tune_device_name,
-};
+static const cgm_tune_hooks ncclb_tune_hooks =
+    CGM_GPU_TUNE_HOOKS(ncclb_tune_candidates);
 
 const cgm_backend_vtable cgm_nccl_backend = {
     .id = CGM_BACKEND_NCCL,

@@ -216,30 +216,12 @@ fail:
 
 static int p2p_tune_candidates(const cgm_comm *comm, const cgm_call *call,
                                cgm_tune_candidate *out) {
-    static const int split_counts[] = {1, 2, 4}, ring_counts[] = {1, 2};
-    int n = 0;
-    int64_t shard = cgm_ceil_div(call->m > 0 ? call->m : 1, comm->nranks);
-    for (int i = 0; i < 3; i++)
-        if (i == 0 || shard >= split_counts[i] * P2P_TUNE_MIN_PIECE_ROWS)
-            out[n++] = (cgm_tune_candidate){CGM_ALGO_SPLIT_PIPELINED,
-                                            split_counts[i]};
-    /* With two ranks a ring hop is the direct transfer. */
-    for (int i = 0; i < 2 && comm->nranks > 2; i++)
-        if (i == 0 || shard >= ring_counts[i] * P2P_TUNE_MIN_PIECE_ROWS)
-            out[n++] = (cgm_tune_candidate){CGM_ALGO_RING, ring_counts[i]};
-    out[n++] = (cgm_tune_candidate){CGM_ALGO_NO_OVERLAP, 1};
-    return n;
+    return cgm_tune_plan_candidates(call->m, comm->nranks,
+                                    P2P_TUNE_MIN_PIECE_ROWS, out);
 }
 
-static const cgm_tune_hooks p2p_tune_hooks = {
-    .candidates = p2p_tune_candidates,
-    .capturing = cgm_gpu_tune_capturing,
-    .measure = cgm_gpu_tune_measure,
-    .agree = cgm_gpu_tune_agree,
-    .allgather = cgm_gpu_tune_allgather,
-    .agree_every_call = false, /* agreement is checked once per signature */
-    .device_name = cgm_gpu_tune_device_name,
-};
+static const cgm_tune_hooks p2p_tune_hooks =
+    CGM_GPU_TUNE_HOOKS(p2p_tune_candidates);
 
 const cgm_backend_vtable cgm_p2p_backend = {
     .id = CGM_BACKEND_P2P,
