@@ -201,6 +201,35 @@ static void run_measured(const void *param) {
     mp_check_no_shm_leftovers();
 }
 
+/* ---- many tuned calls with empty shards (m < P) ----
+ * The real call after a tuned decision skips its own agreement exchange,
+ * and an op with empty shards moves nothing, so ranks drift apart between
+ * exchanges; the exchange slots must still never be rewritten while a
+ * slower rank reads them (they once were: MISMATCH "found it at op #n+2"
+ * under load). Three ranks on CI's two cores interleave enough. */
+
+static int rank_empty_shards(int rank, int P, const char *rdv, void *arg) {
+    (void)arg;
+    cgm_comm *comm = make_comm(rank, P, rdv);
+    for (int i = 0; i < 120; i++) {
+        int64_t m = i % P; /* 0 .. P-1 rows: some ranks hold none */
+        op_kind op = (op_kind)(i % 3);
+        snprintf(mp_context, sizeof mp_context, "rank %d/%d call %d op %d m=%lld",
+                 rank, P, i, (int)op, (long long)m);
+        run_op(comm, rank, P, op, m, NULL, false, 40 + (uint64_t)i);
+    }
+    MP_CHECK_OK(cgm_comm_destroy(comm));
+    return 0;
+}
+
+static void run_empty_shards(const void *param) {
+    (void)param;
+    make_dir();
+    CHECK_INT_EQ(test_run_ranks(3, rank_empty_shards, NULL, 60, NULL), 0);
+    remove_dir();
+    mp_check_no_shm_leftovers();
+}
+
 /* ---- explicit choices bypass the tuner ---- */
 
 static int rank_explicit(int rank, int P, const char *rdv, void *arg) {
@@ -595,6 +624,7 @@ static void register_cases(void) {
     test_set_timeout(60);
     test_add("measured_p2", run_measured, &p2);
     test_add("measured_p3", run_measured, &p3);
+    test_add("empty_shards_many_calls", run_empty_shards, NULL);
     test_add("explicit_bypasses", run_explicit, NULL);
     test_add("env_tune_0_bypasses", run_env_off, env_tune_off);
     test_add("env_algo_bypasses", run_env_off, env_algo);
