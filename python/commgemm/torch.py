@@ -328,7 +328,46 @@ def _flatten(x):
     return x.reshape(-1, x.shape[-1])
 
 
-class ColumnParallelLinear(torch.nn.Module):
+class _ShardedLinear(torch.nn.Module):
+    """What ColumnParallelLinear and RowParallelLinear share: the layer's
+    sizes, a weight shard of weight_shape, a bias of bias_size (or none),
+    nn.Linear's initialization with the full layer's fan-in, and building
+    from a full nn.Linear through _copy_shard."""
+
+    def __init__(self, in_features, out_features, comm, bias, sequence_parallel, dtype, device, backend,
+                 weight_shape, bias_size):
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.comm = comm
+        self.sequence_parallel = sequence_parallel
+        self.backend = backend
+        kw = {"dtype": dtype, "device": device}
+        self.weight = torch.nn.Parameter(torch.empty(*weight_shape, **kw))
+        self.bias = torch.nn.Parameter(torch.empty(bias_size, **kw)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        bound = 1.0 / math.sqrt(self.in_features) if self.in_features else 0.0
+        torch.nn.init.uniform_(self.weight, -bound, bound)  # nn.Linear's distribution, fan_in of the full layer
+        if self.bias is not None:
+            torch.nn.init.zeros_(self.bias)  # the same on every rank (RowParallelLinear's is replicated)
+
+    @classmethod
+    def from_linear(cls, linear, comm, sequence_parallel=True, backend=None):
+        """This rank's shard of a full nn.Linear (same values on every rank)."""
+        layer = cls(linear.in_features, linear.out_features, comm, bias=linear.bias is not None,
+                    sequence_parallel=sequence_parallel, dtype=linear.weight.dtype,
+                    device=linear.weight.device, backend=backend)
+        with torch.no_grad():
+            layer._copy_shard(linear)
+        return layer
+
+    def _copy_shard(self, linear):
+        raise NotImplementedError
+
+
+class ColumnParallelLinear(_ShardedLinear):
     """Y = X . W^T + b with W's rows (the output features) split over the ranks.
 
     Rank r holds out_local = shard_rows(out_features, r, P) output features:
@@ -345,37 +384,17 @@ class ColumnParallelLinear(torch.nn.Module):
 
     def __init__(self, in_features, out_features, comm, bias=True, sequence_parallel=True, dtype=None,
                  device=None, backend=None):
-        super().__init__()
-        self.in_features = in_features
-        self.out_features = out_features
-        self.comm = comm
-        self.sequence_parallel = sequence_parallel
-        self.backend = backend
-        self.out_local = comm.shard_rows(out_features)
+        out_local = comm.shard_rows(out_features)
+        super().__init__(in_features, out_features, comm, bias, sequence_parallel, dtype, device, backend,
+                         (out_local, in_features), out_local)
+        self.out_local = out_local
         self.out_offset = comm.shard_offset(out_features)
-        kw = {"dtype": dtype, "device": device}
-        self.weight = torch.nn.Parameter(torch.empty(self.out_local, in_features, **kw))
-        self.bias = torch.nn.Parameter(torch.empty(self.out_local, **kw)) if bias else None
-        self.reset_parameters()
 
-    def reset_parameters(self):
-        bound = 1.0 / math.sqrt(self.in_features) if self.in_features else 0.0
-        torch.nn.init.uniform_(self.weight, -bound, bound)  # nn.Linear's distribution, fan_in of the full layer
+    def _copy_shard(self, linear):
+        rows = slice(self.out_offset, self.out_offset + self.out_local)
+        self.weight.copy_(linear.weight[rows])
         if self.bias is not None:
-            torch.nn.init.zeros_(self.bias)
-
-    @classmethod
-    def from_linear(cls, linear, comm, sequence_parallel=True, backend=None):
-        """This rank's shard of a full nn.Linear (same values on every rank)."""
-        layer = cls(linear.in_features, linear.out_features, comm, bias=linear.bias is not None,
-                    sequence_parallel=sequence_parallel, dtype=linear.weight.dtype,
-                    device=linear.weight.device, backend=backend)
-        with torch.no_grad():
-            rows = slice(layer.out_offset, layer.out_offset + layer.out_local)
-            layer.weight.copy_(linear.weight[rows])
-            if layer.bias is not None:
-                layer.bias.copy_(linear.bias[rows])
-        return layer
+            self.bias.copy_(linear.bias[rows])
 
     def forward(self, x, m=None):
         lead = x.shape[:-1]
@@ -404,7 +423,7 @@ class ColumnParallelLinear(torch.nn.Module):
                 f"rank={self.comm.rank}/{self.comm.size}")
 
 
-class RowParallelLinear(torch.nn.Module):
+class RowParallelLinear(_ShardedLinear):
     """Y = X . W^T + b with W's columns (the input features) split over the ranks.
 
     Rank r holds in_local = shard_rows(in_features, r, P) input features:
@@ -417,35 +436,16 @@ class RowParallelLinear(torch.nn.Module):
 
     def __init__(self, in_features, out_features, comm, bias=True, sequence_parallel=True, dtype=None,
                  device=None, backend=None):
-        super().__init__()
-        self.in_features = in_features
-        self.out_features = out_features
-        self.comm = comm
-        self.sequence_parallel = sequence_parallel
-        self.backend = backend
-        self.in_local = comm.shard_rows(in_features)
+        in_local = comm.shard_rows(in_features)
+        super().__init__(in_features, out_features, comm, bias, sequence_parallel, dtype, device, backend,
+                         (out_features, in_local), out_features)
+        self.in_local = in_local
         self.in_offset = comm.shard_offset(in_features)
-        kw = {"dtype": dtype, "device": device}
-        self.weight = torch.nn.Parameter(torch.empty(out_features, self.in_local, **kw))
-        self.bias = torch.nn.Parameter(torch.empty(out_features, **kw)) if bias else None
-        self.reset_parameters()
 
-    def reset_parameters(self):
-        bound = 1.0 / math.sqrt(self.in_features) if self.in_features else 0.0
-        torch.nn.init.uniform_(self.weight, -bound, bound)
+    def _copy_shard(self, linear):
+        self.weight.copy_(linear.weight[:, self.in_offset:self.in_offset + self.in_local])
         if self.bias is not None:
-            torch.nn.init.zeros_(self.bias)  # replicated: must agree on every rank
-
-    @classmethod
-    def from_linear(cls, linear, comm, sequence_parallel=True, backend=None):
-        layer = cls(linear.in_features, linear.out_features, comm, bias=linear.bias is not None,
-                    sequence_parallel=sequence_parallel, dtype=linear.weight.dtype,
-                    device=linear.weight.device, backend=backend)
-        with torch.no_grad():
-            layer.weight.copy_(linear.weight[:, layer.in_offset:layer.in_offset + layer.in_local])
-            if layer.bias is not None:
-                layer.bias.copy_(linear.bias)
-        return layer
+            self.bias.copy_(linear.bias)
 
     def forward(self, x):
         lead = x.shape[:-1]

@@ -63,9 +63,9 @@ int plan_emit_copy(plan_builder *b, plan_loc src, plan_loc dst, int shard,
     return emit(b, &s);
 }
 
-static int flag_step(plan_builder *b, plan_step_kind kind, int peer,
+static int flag_step(plan_builder *b, plan_step_kind kind, int queue, int peer,
                      plan_flag_kind f, int chunk) {
-    plan_step s = blank(kind, 0);
+    plan_step s = blank(kind, queue);
     s.peer = peer;
     s.flag.kind = f;
     s.flag.chunk = chunk;
@@ -73,20 +73,17 @@ static int flag_step(plan_builder *b, plan_step_kind kind, int peer,
 }
 
 int plan_emit_signal(plan_builder *b, int peer, plan_flag_kind f, int chunk) {
-    return flag_step(b, PLAN_SIGNAL, peer, f, chunk);
+    return flag_step(b, PLAN_SIGNAL, 0, peer, f, chunk);
 }
 
 int plan_emit_wait(plan_builder *b, int peer, plan_flag_kind f, int chunk) {
-    return flag_step(b, PLAN_WAIT, peer, f, chunk);
+    return flag_step(b, PLAN_WAIT, 0, peer, f, chunk);
 }
 
 int plan_emit_wait_for_gemm(plan_builder *b, int peer, plan_flag_kind f,
                             int chunk) {
-    plan_step s = blank(PLAN_WAIT, 1 + (b->next_compute % b->cq));
-    s.peer = peer;
-    s.flag.kind = f;
-    s.flag.chunk = chunk;
-    return emit(b, &s);
+    return flag_step(b, PLAN_WAIT, 1 + (b->next_compute % b->cq), peer, f,
+                     chunk);
 }
 
 int plan_emit_gemm(plan_builder *b, plan_loc src, plan_loc dst, int shard,
