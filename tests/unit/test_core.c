@@ -2,6 +2,7 @@
  * parameters, bootstrap from the environment, errors. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/core.h"
 #include "harness.h"
@@ -139,6 +140,32 @@ static void test_param_defaults_and_env(const void *p) {
     }
 }
 
+/* COMMGEMM_PARTIAL_DTYPE: each case runs in its own process, so the
+ * variable is read fresh. */
+static void test_partial_dtype(const void *p) {
+    const char *value = p;
+    if (value) setenv("COMMGEMM_PARTIAL_DTYPE", value, 1);
+    else unsetenv("COMMGEMM_PARTIAL_DTYPE");
+    cgm_dtype d = CGM_DTYPE_FP16;
+    bool output = value && strcmp(value, "output") == 0;
+    CHECK_OK(cgm_partial_dtype(CGM_DTYPE_BF16, &d));
+    CHECK_INT_EQ(d, output ? CGM_DTYPE_BF16 : CGM_DTYPE_FP32);
+    CHECK_OK(cgm_partial_dtype(CGM_DTYPE_FP16, &d));
+    CHECK_INT_EQ(d, output ? CGM_DTYPE_FP16 : CGM_DTYPE_FP32);
+    CHECK_OK(cgm_partial_dtype(CGM_DTYPE_FP32, &d));
+    CHECK_INT_EQ(d, CGM_DTYPE_FP32);
+}
+
+static void test_partial_dtype_bad(const void *p) {
+    (void)p;
+    setenv("COMMGEMM_PARTIAL_DTYPE", "bf16", 1);
+    cgm_dtype d = CGM_DTYPE_FP16;
+    CHECK_STATUS(cgm_partial_dtype(CGM_DTYPE_BF16, &d), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "COMMGEMM_PARTIAL_DTYPE=\"bf16\"");
+    CHECK_CONTAINS(cgm_last_error(), "expected fp32 or output");
+    CHECK_INT_EQ(d, CGM_DTYPE_FP16); /* untouched */
+}
+
 static void clear_launcher_env(void) {
     const char *vars[] = {"COMMGEMM_RANK", "COMMGEMM_NRANKS", "COMMGEMM_RENDEZVOUS", "RANK", "WORLD_SIZE",
                           "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
@@ -200,6 +227,10 @@ static void register_cases(void) {
     test_add("bf16_exhaustive", test_bf16_exhaustive, NULL);
     test_add("fp16_exhaustive", test_fp16_exhaustive, NULL);
     test_add("params", test_param_defaults_and_env, NULL);
+    test_add("partial_dtype_default", test_partial_dtype, NULL);
+    test_add("partial_dtype_fp32", test_partial_dtype, "fp32");
+    test_add("partial_dtype_output", test_partial_dtype, "output");
+    test_add("partial_dtype_bad", test_partial_dtype_bad, NULL);
     test_add("bootstrap_env_none", test_bootstrap_env_none, NULL);
     test_add("bootstrap_env_launchers", test_bootstrap_env_launchers, NULL);
 }
