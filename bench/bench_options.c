@@ -205,7 +205,7 @@ static int parse_backend(const char *text, cgm_backend *out) {
 
 static int parse_algo(const char *text, cgm_algo *out) {
     if (cgm_algo_from_name(text, out) != CGM_SUCCESS || *out == CGM_ALGO_BULK)
-        return fail("--algo", "auto, split, ring or no_overlap", text);
+        return fail("--algo", "auto, split, ring, no_overlap or fused", text);
     return 0;
 }
 

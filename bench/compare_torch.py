@@ -47,7 +47,9 @@ import warnings
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 OPS = ("ag_gemm", "gemm_rs", "gemm_ar")
-GPU_BACKENDS = ("p2p", "nccl", "cublasmp")
+# "p2p-fused", "p2p-split": the p2p backend with that algorithm as the comm's
+# default (COMMGEMM_ALGO for this comm only) instead of the tuner's choice.
+GPU_BACKENDS = ("p2p", "nccl", "cublasmp", "p2p-fused", "p2p-split")
 DTYPES = ("bf16", "fp16", "fp32")
 
 GEMM = "gemm"
@@ -317,7 +319,8 @@ def make_parser():
     p.add_argument("--ops", default="ag_gemm,gemm_rs", help="ag_gemm, gemm_rs, gemm_ar, a comma list or all "
                                                               "(default ag_gemm,gemm_rs)")
     p.add_argument("--backends", default="p2p,nccl,cublasmp",
-                   help="commgemm GPU backends to run, comma list (default p2p,nccl,cublasmp); an unavailable "
+                   help="commgemm GPU backends to run, comma list (default p2p,nccl,cublasmp; also p2p-fused and "
+                        "p2p-split: p2p with that algorithm instead of the tuner's pick); an unavailable "
                         "one is a skipped row with the reason")
     p.add_argument("--dtype", default="bf16", choices=DTYPES)
     p.add_argument("-w", "--warmup", type=int, default=5, help="untimed rounds (default 5)")
@@ -580,15 +583,18 @@ class Runner:
         for b in self.args.backend_list:
             comm, reason = None, None
             try:
-                kw = {"backend": b, "max_m": max(max_m, self.size), "max_n": max_nk, "max_k": max_nk,
+                base, _, algo = b.partition("-")
+                kw = {"backend": base, "max_m": max(max_m, self.size), "max_n": max_nk, "max_k": max_nk,
                       "timeout_ms": self.args.timeout_ms}
+                if algo:
+                    kw["algo"] = algo
                 if b == "cublasmp":
                     kw["op_backend"] = {"bulk": "nccl"}  # cuBLASMp has no bulk overlap (as commgemm-bench)
                 comm = commgemm.Comm.from_process_group(self.cg_group, **kw)
                 for op in self.args.op_list:
                     got = comm.backend(op)
-                    if got != b:
-                        reason = f"asked for backend {b}, the comm runs {op} on {got}"
+                    if got != base:
+                        reason = f"asked for backend {base}, the comm runs {op} on {got}"
             except Exception as e:  # noqa: BLE001
                 reason = f"backend {b} unavailable: {_short(e)}"
             ok = self.agree(reason is None)

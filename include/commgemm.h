@@ -205,10 +205,16 @@ typedef enum cgm_algo {
     /** The collective, then the unsplit GEMM (or the GEMM, then the
      *  collective): the reference and the baseline. */
     CGM_ALGO_NO_OVERLAP = 4,
-    CGM_ALGO_COUNT_ = 5
+    /** p2p only: commgemm's own Hopper GEMM waits per tile for the rows it
+     *  reads (AG) or adds the peers' partials in its epilogue (RS); no GEMM
+     *  chunks (docs/PLAN.md "Fused"). Where it cannot run (another backend,
+     *  GEMM+AR, bulk, not sm_90, not TN, not bf16/fp16 in, k or an ld not a
+     *  multiple of 8, RS with P > 8) the call runs split (bulk: bulk). */
+    CGM_ALGO_FUSED = 5,
+    CGM_ALGO_COUNT_ = 6
 } cgm_algo;
 
-/** "auto", "split", "ring", "bulk", "no_overlap" or "invalid". */
+/** "auto", "split", "ring", "bulk", "no_overlap", "fused" or "invalid". */
 const char *cgm_algo_name(cgm_algo algo);
 /** Parses an algorithm name (as above; "split_pipelined" too). */
 cgm_status cgm_algo_from_name(const char *name, cgm_algo *out);

@@ -11,7 +11,10 @@
 # eager, CUDA graphs, graphs with output-dtype partials, the sweep alone with
 # graphs, p2p and output-dtype partials), hopper-bench (the kernel bench only),
 # cublasmp-cases (tests/cublasmp/run_on_device.sh, case by case), timeline
-# (p2p step traces, COMMGEMM_TIMELINE, of the PERFORMANCE shapes), pack
+# (p2p step traces, COMMGEMM_TIMELINE, of the PERFORMANCE shapes), fused
+# (the p2p GPU tests with COMMGEMM_ALGO=fused, case by case), sanitize-fused
+# (memcheck + racecheck with it forced), compare-fused (p2p's tuner pick,
+# fused and split side by side, graphs, the four shapes), pack
 # (everything but summary.txt into $OUT/commgemm-logs.tar.gz; run it last).
 # Logs go to $OUT; a summary line per stage is printed last.
 set -uo pipefail
@@ -60,6 +63,30 @@ stage_sanitize() {
         compute-sanitizer --tool $t --target-processes all --report-api-errors no --error-exitcode 99 \
             "$B/tests/gpu/test_gpu_ops" graph_capture_replay >"$OUT/sanitize-$t.log" 2>&1
         note "compute-sanitizer $t (test_gpu_ops graph_capture_replay): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize-$t.log" | sort | uniq -c | tr '\n' ' ')"
+    done
+}
+stage_fused() { # every test_gpu_ops case (p2p) with the fused algorithm forced
+    local log=$OUT/fused.log rc=0 t c
+    : >"$log"
+    for t in $("$B/tests/gpu/test_gpu_ops" --list | cut -d' ' -f1); do
+        COMMGEMM_ALGO=fused COMMGEMM_DEBUG=INFO COMMGEMM_DEBUG_SUBSYS=P2P timeout 300 \
+            "$B/tests/gpu/test_gpu_ops" "$t" >>"$log" 2>&1
+        c=$?
+        echo "== case $t rc=$c" >>"$log"
+        [ $c -eq 0 ] || [ $c -eq 77 ] || { rc=1; grep -m5 -E "FAIL|fail|error" "$log" | tail -5; }
+    done
+    note "fused forced (test_gpu_ops case by case, COMMGEMM_ALGO=fused): rc=$rc, $(grep -c '^== case .* rc=0' "$log") ok, $(grep -c '^== case .* rc=77' "$log") skipped, $(grep -cE '^== case .* rc=[1-9]' "$log") failed; $(grep -c 'p2p: fused' "$log") fused shapes made, $(grep -c 'runs split' "$log") calls run split"
+    grep -E '^== case .* rc=[1-9]' "$log" | grep -v 'rc=77' | head
+}
+stage_sanitize_fused() {
+    local t c
+    for t in memcheck racecheck; do
+        for c in ag_gemm_all_gpus gemm_rs_all_gpus graph_capture_replay_fused; do
+            [ $t = racecheck ] && [ $c != graph_capture_replay_fused ] && continue
+            COMMGEMM_ALGO=fused timeout ${SANITIZE_TIMEOUT:-200} compute-sanitizer --tool $t --target-processes all --report-api-errors no \
+                --error-exitcode 99 "$B/tests/gpu/test_gpu_ops" $c >"$OUT/sanitize-fused-$t-$c.log" 2>&1
+            note "compute-sanitizer $t, fused forced ($c): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize-fused-$t-$c.log" | sort | uniq -c | tr '\n' ' ')"
+        done
     done
 }
 stage_torch() {
@@ -116,6 +143,8 @@ for s in "$@"; do
     hopper-bench) (timeout 120 "$B/tests/gpu/test_hopper_gemm" bench >"$OUT/hopper-bench.txt" 2>&1)
         note "hopper bench: rc=$? $(grep -cE '^ +[0-9]' "$OUT/hopper-bench.txt") rows" ;; cublasmp-cases) stage_cublasmp_cases ;; pack) stage_pack ;;
     timeline) stage_timeline ;;
+    fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;;
+    compare-fused) stage_compare fused "COMPARE_ARGS=--graph --backends p2p,p2p-fused,p2p-split" ;;
     *) echo "unknown stage $s"; exit 2 ;;
     esac
 done

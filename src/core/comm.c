@@ -193,8 +193,8 @@ static cgm_status resolve_config(cgm_comm *comm, const cgm_config *in) {
         const char *text = cgm_param_string("COMMGEMM_ALGO", &from_env);
         if (cgm_algo_from_name(text, &c->algo) != CGM_SUCCESS)
             return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
-                             "environment variable COMMGEMM_ALGO=\"%s\": expected auto, split, ring or "
-                             "no_overlap", text);
+                             "environment variable COMMGEMM_ALGO=\"%s\": expected auto, split, ring, "
+                             "no_overlap or fused", text);
     }
     return CGM_SUCCESS;
 }

@@ -63,10 +63,22 @@ struct hgemm_params {
     int vector16;     /* 16-bit Y, y 16-byte aligned, ldy % 8 == 0: 16-byte stores */
     const unsigned long long *row_flags;
     long long rows_per_flag;
+    long long flag_shard_rows, flag_shard_stride;
     unsigned long long flag_epoch;
+    const unsigned long long *flag_epoch_ptr;
     long long wait_timeout_ns;
     int *timeout_out;
     const int *m_block_order;
+    int naddends;
+    int addend_waits; /* some addend_flags[i] is not NULL */
+    int addend_dtype; /* cgm_dtype */
+    long long addend_ld;
+    const void *addend[CGM_HGEMM_MAX_ADDENDS];
+    const unsigned long long *addend_flags[CGM_HGEMM_MAX_ADDENDS];
+    unsigned int *abort_word;
+    cgm_dev_abort_record *abort_record;
+    int report_rank, report_chunks_per_shard, report_addend_chunk0;
+    int report_addend_peer[CGM_HGEMM_MAX_ADDENDS];
 };
 
 /* ------------------------------------------------------------- PTX bits */
@@ -258,30 +270,98 @@ __device__ __forceinline__ void tile_coords(const hgemm_params &p, int t, int *t
     *tm = p.m_block_order ? p.m_block_order[lm] : lm;
 }
 
-/* The fused all-gather wait: every flag block that rows [r0, r0 + 128) of X
- * touch must reach the epoch. Returns false once the launch has timed out
- * (this wait or an earlier one, in any CTA): later tiles then do not wait. */
-__device__ bool wait_row_flags(const hgemm_params &p, int tm) {
-    volatile int *timed_out = p.timeout_out;
-    if (*timed_out) return false;
+/* The epoch the flags must reach: read from device memory when given, so
+ * that a graph replay sees the epoch its own bump kernel wrote. */
+__device__ __forceinline__ unsigned long long flag_epoch(const hgemm_params &p) {
+    return p.flag_epoch_ptr ? *(volatile const unsigned long long *)p.flag_epoch_ptr : p.flag_epoch;
+}
+
+/* True once this launch gave up waiting (a wait of any CTA expired) or the
+ * comm aborted: later waits return at once. */
+__device__ __forceinline__ bool gave_up(const hgemm_params &p) {
+    if (p.timeout_out && *(volatile int *)p.timeout_out) return true;
+    return p.abort_word && *(volatile unsigned int *)p.abort_word;
+}
+
+/* Spins until *flag >= epoch; false when it gave up (see gave_up) or the
+ * wait, started at `start`, passed wait_timeout_ns: then it marks the launch
+ * (timeout_out, abort_word) and the first expiry of the comm fills the
+ * abort record naming `peer` and `chunk`. */
+__device__ bool wait_flag(const hgemm_params &p, const unsigned long long *flag,
+                          unsigned long long epoch, unsigned long long start, int peer,
+                          int chunk) {
+    for (;;) {
+        unsigned long long v = load_acquire_sys(flag);
+        if (v >= epoch) return true;
+        if (gave_up(p)) return false;
+        unsigned long long now = globaltimer();
+        if ((long long)(now - start) > p.wait_timeout_ns) {
+            if (p.timeout_out) *(volatile int *)p.timeout_out = 1;
+            if (p.abort_word && atomicCAS(p.abort_word, 0u, 1u) == 0u && p.abort_record) {
+                cgm_dev_abort_record *r = p.abort_record;
+                r->waiting_rank = p.report_rank;
+                r->peer = peer;
+                r->flag_kind = 0; /* READY */
+                r->chunk = chunk;
+                r->epoch = epoch;
+                r->flag_value = v;
+                r->waited_ns = now - start;
+                __threadfence_system();
+                r->set = 1;
+            }
+            __threadfence_system();
+            return false;
+        }
+        __nanosleep(256);
+    }
+}
+
+/* The fused all-gather wait: every flag of rows [r0, r0 + 128) of X must
+ * reach the epoch (the flag layout: hopper_gemm.h). Returns false once the
+ * launch gave up: later tiles then do not wait. */
+__device__ bool wait_row_flags(const hgemm_params &p, int tm, unsigned long long epoch) {
+    if (gave_up(p)) return false;
     long long r0 = (long long)tm * kTileM;
     long long r1 = min(r0 + kTileM, (long long)p.m) - 1;
     unsigned long long start = globaltimer();
-    for (long long f = r0 / p.rows_per_flag; f <= r1 / p.rows_per_flag; f++) {
-        while (load_acquire_sys(p.row_flags + f) < p.flag_epoch) {
-            if (*timed_out) return false;
-            if ((long long)(globaltimer() - start) > p.wait_timeout_ns) {
-                *timed_out = 1;
-                __threadfence_system();
+    long long sr = p.flag_shard_rows > 0 ? p.flag_shard_rows : (long long)p.m;
+    for (long long j = r0 / sr; j <= r1 / sr; j++) {
+        long long first = max(r0, j * sr) - j * sr;
+        long long last = min(r1, j * sr + sr - 1) - j * sr;
+        for (long long q = first / p.rows_per_flag; q <= last / p.rows_per_flag; q++) {
+            const unsigned long long *f = p.flag_shard_rows > 0
+                                              ? p.row_flags + j * p.flag_shard_stride + q
+                                              : p.row_flags + q;
+            if (!wait_flag(p, f, epoch, start, (int)j,
+                           (int)(j * p.report_chunks_per_shard + q)))
                 return false;
-            }
-            __nanosleep(256);
         }
     }
     /* The rows were acquired by the generic proxy; TMA reads through the
      * async proxy. */
     asm volatile("fence.proxy.async.global;" ::: "memory");
     return true;
+}
+
+/* The fused reduce-scatter wait, by one consumer warpgroup before the
+ * epilogue of rows [r0, r0 + rows) of Y: its leader waits for every
+ * addend's flags of those rows, then the warpgroup meets on named barrier
+ * 1 + consumer (barrier 0 is __syncthreads'). */
+__device__ void wait_addend_flags(const hgemm_params &p, long long r0, int rows, int consumer,
+                                  unsigned long long epoch) {
+    if (threadIdx.x % 128 == 0 && !gave_up(p)) {
+        long long r1 = min(r0 + rows, (long long)p.m) - 1;
+        unsigned long long start = globaltimer();
+        bool ok = true;
+        for (int i = 0; ok && i < p.naddends; i++) {
+            if (!p.addend_flags[i]) continue;
+            for (long long q = r0 / p.rows_per_flag; ok && q <= r1 / p.rows_per_flag; q++)
+                ok = wait_flag(p, p.addend_flags[i] + q, epoch, start, p.report_addend_peer[i],
+                               (int)(p.report_addend_chunk0 + q));
+        }
+        __threadfence();
+    }
+    asm volatile("bar.sync %0, 128;" ::"r"(1 + consumer) : "memory");
 }
 
 /* ------------------------------------------------------------- epilogue */
@@ -303,12 +383,48 @@ __device__ __forceinline__ void store_pair(__half *p, float a, float b) {
     *reinterpret_cast<__half2 *>(p) = __floats2half2_rn(a, b);
 }
 
+/* Adds sum_i addend_i[row, col] (and [row, col + 1] when two) to a (b). */
+__device__ __forceinline__ void add_addends(const hgemm_params &p, int row, int col, bool two, float &a,
+                                            float &b) {
+    long long off = (long long)row * p.addend_ld + col;
+#pragma unroll 1
+    for (int i = 0; i < p.naddends; i++) {
+        const void *src = p.addend[i];
+        if (p.addend_dtype == CGM_DTYPE_FP32) {
+            const float *f = static_cast<const float *>(src) + off;
+            if (two) {
+                float2 v = *reinterpret_cast<const float2 *>(f);
+                a += v.x, b += v.y;
+            } else {
+                a += f[0];
+            }
+        } else if (p.addend_dtype == CGM_DTYPE_BF16) {
+            const __nv_bfloat16 *h = static_cast<const __nv_bfloat16 *>(src) + off;
+            if (two) {
+                float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(h));
+                a += v.x, b += v.y;
+            } else {
+                a += __bfloat162float(h[0]);
+            }
+        } else {
+            const __half *h = static_cast<const __half *>(src) + off;
+            if (two) {
+                float2 v = __half22float2(*reinterpret_cast<const __half2 *>(h));
+                a += v.x, b += v.y;
+            } else {
+                a += __half2float(h[0]);
+            }
+        }
+    }
+}
+
 /* One row of a thread's fragment pair: columns col, col + 1. */
 template <typename OutT>
 __device__ __forceinline__ void store_two(const hgemm_params &p, int row, int col, float a, float b,
                                           float bias_a, float bias_b) {
     if (row >= p.m || col >= p.n) return;
     OutT *y = static_cast<OutT *>(p.y) + (long long)row * p.ldy + col;
+    if (p.naddends) add_addends(p, row, col, col + 1 < p.n, a, b);
     a += bias_a;
     b += bias_b;
     if (col + 1 < p.n && p.vector_store) {
@@ -392,8 +508,14 @@ __device__ __forceinline__ void epilogue(const hgemm_params &p, float (&d)[128],
                     ba = to_float(bias[col0 + 8 * j + 2 * q]);
                     bb = to_float(bias[col0 + 8 * j + 2 * q + 1]);
                 }
-                wa[g] = pack_pair((OutT *)nullptr, d[OFF + 4 * j] + ba, d[OFF + 4 * j + 1] + bb);
-                wb[g] = pack_pair((OutT *)nullptr, d[OFF + 4 * j + 2] + ba, d[OFF + 4 * j + 3] + bb);
+                float a0 = d[OFF + 4 * j], a1 = d[OFF + 4 * j + 1];
+                float b0 = d[OFF + 4 * j + 2], b1 = d[OFF + 4 * j + 3];
+                if (p.naddends) {
+                    add_addends(p, row, col0 + 8 * j + 2 * q, true, a0, a1);
+                    add_addends(p, row + 8, col0 + 8 * j + 2 * q, true, b0, b1);
+                }
+                wa[g] = pack_pair((OutT *)nullptr, a0 + ba, a1 + bb);
+                wb[g] = pack_pair((OutT *)nullptr, b0 + ba, b1 + bb);
             }
             quad_transpose(wa, q);
             quad_transpose(wb, q);
@@ -413,8 +535,13 @@ __device__ __forceinline__ void epilogue(const hgemm_params &p, float (&d)[128],
                 ba = to_float(bias[col0 + 8 * j + 2 * q]);
                 bb = to_float(bias[col0 + 8 * j + 2 * q + 1]);
             }
-            float a0 = d[OFF + 4 * j] + ba, a1 = d[OFF + 4 * j + 1] + bb;
-            float b0 = d[OFF + 4 * j + 2] + ba, b1 = d[OFF + 4 * j + 3] + bb;
+            float a0 = d[OFF + 4 * j], a1 = d[OFF + 4 * j + 1];
+            float b0 = d[OFF + 4 * j + 2], b1 = d[OFF + 4 * j + 3];
+            if (p.naddends) {
+                add_addends(p, row, col0 + 8 * j + 2 * q, true, a0, a1);
+                add_addends(p, row + 8, col0 + 8 * j + 2 * q, true, b0, b1);
+            }
+            a0 += ba, a1 += bb, b0 += ba, b1 += bb;
             if (p.accumulate) {
                 a0 += to_float(y[8 * j]), a1 += to_float(y[8 * j + 1]);
                 b0 += to_float(y8[8 * j]), b1 += to_float(y8[8 * j + 1]);
@@ -485,10 +612,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         int stage = 0;
         uint32_t phase = 0;
         bool waiting = p.row_flags != nullptr;
+        unsigned long long epoch = waiting ? flag_epoch(p) : 0;
         for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
             int tm, tn;
             tile_coords(p, t, &tm, &tn);
-            if (waiting) waiting = wait_row_flags(p, tm);
+            if (waiting) waiting = wait_row_flags(p, tm, epoch);
             for (int kb = 0; kb < p.k_blocks; kb++) {
                 /* A fresh barrier counts as having completed the phase
                  * before phase 0, so the first pass does not wait. */
@@ -510,6 +638,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     int consumer = warpgroup - 1;
     bool leader = threadIdx.x % 128 == 0;
+    unsigned long long epoch = p.addend_waits ? flag_epoch(p) : 0;
     float d[128];
 #pragma unroll
     for (int i = 0; i < 128; i++) d[i] = 0.f;
@@ -548,6 +677,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             wgmma_wait<0>();
             fence_accumulators(d);
             if (leader) mbar_arrive(empty_bar + 8 * prev);
+            if (p.addend_waits)
+                wait_addend_flags(p, (long long)tm * kTileM + consumer * 64, 64, consumer, epoch);
             epilogue<OutT, 0, 32>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
         }
         return;
@@ -611,6 +742,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_wait<0>();
         fence_accumulators(d);
         if (leader) mbar_arrive(empty_bar + 8 * prev);
+        if (p.addend_waits) wait_addend_flags(p, (long long)tm * kTileM, kTileM, consumer, epoch);
         epilogue<OutT, 0, 16>(p, d, tm * kTileM, tn * C::tile_n);
         epilogue<OutT, 64, 16>(p, d, tm * kTileM + 64, tn * C::tile_n);
     }
@@ -795,8 +927,26 @@ const char *args_problem(const cgm_hgemm_args *a) {
         return "variant must be CGM_HGEMM_AUTO, CGM_HGEMM_COOPERATIVE or CGM_HGEMM_PINGPONG";
     if (((a->m + kTileM - 1) / kTileM) * ((a->n + CGM_HGEMM_TILE_N_PINGPONG - 1) / CGM_HGEMM_TILE_N_PINGPONG) > lim)
         return "too many output tiles (more than 2^31)";
-    if (a->row_flags && (a->rows_per_flag < 1 || !a->timeout_out))
-        return "row_flags needs rows_per_flag >= 1 and timeout_out";
+    bool addend_flags = false;
+    if (a->naddends < 0 || a->naddends > CGM_HGEMM_MAX_ADDENDS)
+        return "naddends must be 0..CGM_HGEMM_MAX_ADDENDS";
+    for (int i = 0; i < a->naddends; i++) {
+        if (!a->addend[i]) return "addend[i] must not be NULL for i < naddends";
+        size_t es = a->addend_dtype == CGM_DTYPE_FP32 ? 4 : 2;
+        if ((uintptr_t)a->addend[i] % (2 * es)) return "addends must be aligned to two elements";
+        if (a->addend_flags[i]) addend_flags = true;
+    }
+    if (a->naddends > 0) {
+        if (a->addend_dtype != CGM_DTYPE_FP32 && a->addend_dtype != CGM_DTYPE_BF16 &&
+            a->addend_dtype != CGM_DTYPE_FP16)
+            return "addend_dtype must be fp32, bf16 or fp16";
+        if (a->addend_ld < a->n || a->addend_ld % 2 || a->addend_ld > lim)
+            return "addend_ld must be even, >= n and below 2^31";
+    }
+    if ((a->row_flags || addend_flags) &&
+        (a->rows_per_flag < 1 || (!a->timeout_out && !a->abort_word)))
+        return "flags need rows_per_flag >= 1 and timeout_out or abort_word";
+    if (a->row_flags && a->flag_shard_rows < 0) return "flag_shard_rows must be >= 0";
     return nullptr;
 }
 
@@ -843,7 +993,26 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
     p.vector16 = out_size == 2 && a->ldy % 8 == 0 && (uintptr_t)a->y % 16 == 0;
     p.row_flags = a->row_flags;
     p.rows_per_flag = a->rows_per_flag;
+    p.flag_shard_rows = a->flag_shard_rows;
+    p.flag_shard_stride = a->flag_shard_stride;
     p.flag_epoch = a->flag_epoch;
+    p.flag_epoch_ptr = a->flag_epoch_ptr;
+    p.naddends = a->naddends;
+    p.addend_waits = 0;
+    p.addend_dtype = (int)a->addend_dtype;
+    p.addend_ld = a->addend_ld;
+    for (int i = 0; i < CGM_HGEMM_MAX_ADDENDS; i++) {
+        bool on = i < a->naddends;
+        p.addend[i] = on ? a->addend[i] : nullptr;
+        p.addend_flags[i] = on ? a->addend_flags[i] : nullptr;
+        p.report_addend_peer[i] = a->report_addend_peer[i];
+        if (on && a->addend_flags[i]) p.addend_waits = 1;
+    }
+    p.abort_word = a->abort_word;
+    p.abort_record = a->abort_record;
+    p.report_rank = a->report_rank;
+    p.report_chunks_per_shard = a->report_chunks_per_shard;
+    p.report_addend_chunk0 = a->report_addend_chunk0;
     p.wait_timeout_ns = a->wait_timeout_ns > 0 ? a->wait_timeout_ns : 10000000000ll;
     p.timeout_out = a->timeout_out;
     p.m_block_order = a->m_block_order;

@@ -9,14 +9,30 @@
  * docs/HOPPER_GEMM.md.
  *
  * Fused all-gather hooks: when row_flags is not NULL, the tile that covers
- * rows [r0, r1) of X waits, before its first load, until every flag
- * row_flags[r0 / rows_per_flag .. (r1 - 1) / rows_per_flag] >= flag_epoch
- * (acquire, system scope), at most wait_timeout_ns (%globaltimer). On expiry
- * it sets *timeout_out to 1 and computes with whatever the rows hold; later
- * waits of the launch do not wait any more, so the kernel ends in bounded
- * time. m_block_order, when not NULL, is a permutation of the
- * ceil(m / CGM_HGEMM_TILE_M) row tiles: tiles run in that order (e.g. local
- * rows first). */
+ * rows [r0, r1) of X waits, before its first load, until every flag of
+ * rows r0 .. r1 - 1 is >= the epoch (acquire, system scope), at most
+ * wait_timeout_ns (%globaltimer). The flag of row g is
+ * row_flags[g / rows_per_flag], or, with flag_shard_rows > 0 (rows come in
+ * shards of that many rows, one sender each),
+ * row_flags[(g / flag_shard_rows) * flag_shard_stride +
+ *           (g % flag_shard_rows) / rows_per_flag].
+ * The epoch is *flag_epoch_ptr (device memory, read at launch time: graph
+ * replays see the current one) when not NULL, else flag_epoch. On expiry
+ * the kernel sets *timeout_out to 1 (and, when given, *abort_word to 1 and
+ * fills *abort_record) and computes with whatever the rows hold; later
+ * waits of the launch (and of any kernel that watches abort_word) do not
+ * wait any more, so the kernel ends in bounded time. m_block_order, when not
+ * NULL, is a permutation of the ceil(m / CGM_HGEMM_TILE_M) row tiles: tiles
+ * run in that order (e.g. local rows first).
+ *
+ * Fused reduce-scatter hooks: naddends > 0 adds, in the epilogue, the fp32
+ * sum of addend[0..naddends) (each [m, n], row stride addend_ld, dtype
+ * addend_dtype) to the accumulator before the bias and the conversion:
+ *   Y = X . W^T + sum_i addend_i (+ bias) (+ Y).
+ * With addend_flags[i] not NULL, the epilogue of the tile covering rows
+ * [r0, r1) of Y first waits (same rules, epoch and timeout) until
+ * addend_flags[i][r0 / rows_per_flag .. (r1 - 1) / rows_per_flag] all
+ * reached the epoch: the main loop runs before the addends arrive. */
 #ifndef COMMGEMM_HOPPER_GEMM_H
 #define COMMGEMM_HOPPER_GEMM_H
 
@@ -25,6 +41,7 @@
 #include <cuda_runtime_api.h>
 
 #include "commgemm.h"
+#include "device/device.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,6 +59,9 @@ extern "C" {
 #define CGM_HGEMM_COOPERATIVE 1 /* 128x256 tile shared by both consumer warpgroups */
 #define CGM_HGEMM_PINGPONG 2    /* 128x128 tiles, consumers alternate, epilogue hidden */
 
+/* Epilogue addends of the fused reduce-scatter (P - 1 peers at P <= 8). */
+#define CGM_HGEMM_MAX_ADDENDS 7
+
 typedef struct cgm_hgemm_args {
     cgm_dtype in_dtype;  /* X and W: CGM_DTYPE_BF16 or CGM_DTYPE_FP16 */
     cgm_dtype out_dtype; /* Y and bias: BF16, FP16 or FP32 */
@@ -56,13 +76,34 @@ typedef struct cgm_hgemm_args {
     int accumulate;   /* 1: Y += ..., 0: Y = ... */
     int sm_count;     /* CTAs of the persistent grid; 0: every SM */
     /* Fused all-gather hooks (all 0/NULL: plain GEMM). */
-    const unsigned long long *row_flags; /* one per rows_per_flag rows of X */
+    const unsigned long long *row_flags; /* see above */
     int64_t rows_per_flag;
+    int64_t flag_shard_rows;   /* 0: row_flags[g / rows_per_flag] */
+    int64_t flag_shard_stride; /* flags between two shards' first flags */
     unsigned long long flag_epoch;
+    const unsigned long long *flag_epoch_ptr; /* device; overrides flag_epoch */
     int64_t wait_timeout_ns; /* <= 0: 10 s */
     int *timeout_out;        /* device or host-mapped; required with flags */
     const int *m_block_order; /* device memory, or NULL: natural order */
     int variant;              /* CGM_HGEMM_AUTO (0), _COOPERATIVE or _PINGPONG */
+    /* Fused reduce-scatter hooks (naddends 0: none). Addends 8-byte aligned
+     * (fp32) or 4-byte aligned (16-bit), addend_ld even. */
+    int naddends;
+    const void *addend[CGM_HGEMM_MAX_ADDENDS];
+    int64_t addend_ld;
+    cgm_dtype addend_dtype; /* FP32, BF16 or FP16 */
+    const unsigned long long *addend_flags[CGM_HGEMM_MAX_ADDENDS];
+    /* Optional: the comm's abort word (waits return at once once it is
+     * set; an expiry sets it) and the record an expiry fills with
+     * {report_rank, the sender, READY, chunk}: for a row flag of shard j,
+     * piece q: peer j, chunk j * report_chunks_per_shard + q; for addend i,
+     * piece q: peer report_addend_peer[i], chunk report_addend_chunk0 + q. */
+    unsigned int *abort_word;
+    cgm_dev_abort_record *abort_record;
+    int report_rank;
+    int report_chunks_per_shard;
+    int report_addend_peer[CGM_HGEMM_MAX_ADDENDS];
+    int report_addend_chunk0;
 } cgm_hgemm_args;
 
 /* 1 when cgm_hgemm can run `args` on the current device; 0 otherwise, with

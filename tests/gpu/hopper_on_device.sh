@@ -58,7 +58,7 @@ run_case() { # name timeout
 log "== test_hopper_gemm (cases vs cuBLASLt)"
 run_case refusals 30
 if run_case sanitize_subset 60; [ $? -ne 124 ]; then
-    for c in epilogue_and_ld many_tiles shapes_bf16 shapes_fp16 shapes_bf16_fp32 shapes_fp16_fp32 flags_ready flags_timeout; do
+    for c in epilogue_and_ld many_tiles shapes_bf16 shapes_fp16 shapes_bf16_fp32 shapes_fp16_fp32 flags_ready flags_timeout addends_and_shard_flags; do
         run_case $c 150
         [ $? -eq 124 ] && { log "stopping the cases after a timeout"; break; }
     done
@@ -74,6 +74,7 @@ if ! grep -q "TIMEOUT" "$L"; then
     grep -m8 -E '^========= (Invalid|Out of|Program hit|  at|Address)' "$OUT/hopper-memcheck.log" | tee -a "$L"
 fi
 
+[ "${HOPPER_BENCH:-1}" = 0 ] && { log "== bench skipped (HOPPER_BENCH=0); total $SECONDS s"; exit 0; }
 log "== bench (bf16, TN): cooperative, ping-pong and auto vs cuBLASLt"
 t0=$SECONDS
 timeout 150 "$BIN" bench 16384x2048x8192,8192x4096x4096,16384x8192x2048,4096x4096x4096,8192x8192x8192,2048x8192x8192,8192x2048x4096,4096x16384x4096 \

@@ -142,10 +142,11 @@ static void graph_body(gpu_rank *g, void *arg) {
     gpu_matrix_free(&y_ar);
 }
 
+/* param: NULL, or the cgm_algo every call of the comm uses (fused). */
 static void test_graph(const void *param) {
-    (void)param;
     int P = gpu_count_or_skip();
     cgm_config cfg = gpu_config();
+    if (param) cfg.algo = *(const cgm_algo *)param;
     gpu_run(P, &cfg, graph_body, NULL, 120);
 }
 
@@ -192,10 +193,10 @@ static void timeout_body(gpu_rank *g, void *arg) {
 }
 
 static void test_timeout(const void *param) {
-    (void)param;
     int P = gpu_count_or_skip();
     if (P < 2) TEST_SKIP("the timeout case needs 2 GPUs, found %d", P);
     cgm_config cfg = gpu_config();
+    if (param) cfg.algo = *(const cgm_algo *)param;
     cfg.timeout_ms = 1000;
     gpu_run(2, &cfg, timeout_body, NULL, 60);
 }
@@ -229,7 +230,10 @@ static void test_limits(const void *param) {
 
 void register_more_cases(void) {
     test_add("ag_gemm_1gib_gathered", test_large, NULL);
+    static const cgm_algo fused = CGM_ALGO_FUSED;
     test_add("graph_capture_replay", test_graph, NULL);
+    test_add("graph_capture_replay_fused", test_graph, &fused);
     test_add("timeout_names_missing_rank", test_timeout, NULL);
+    test_add("timeout_names_missing_rank_fused", test_timeout, &fused);
     test_add("workspace_limits", test_limits, NULL);
 }

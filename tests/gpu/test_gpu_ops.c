@@ -29,7 +29,9 @@ static const shape shapes[] = {{1, 64, 96}, {7, 36, 48}, {1000, 136, 256},
 #define NSHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
 static const cgm_algo algos[] = {CGM_ALGO_AUTO, CGM_ALGO_SPLIT_PIPELINED,
-                                 CGM_ALGO_RING, CGM_ALGO_NO_OVERLAP};
+                                 CGM_ALGO_RING, CGM_ALGO_NO_OVERLAP,
+                                 CGM_ALGO_FUSED};
+#define NALGOS ((int)(sizeof algos / sizeof algos[0]))
 
 typedef struct op_case {
     cgm_op op;
@@ -178,7 +180,8 @@ static void ops_body(gpu_rank *g, void *arg) {
                 o.dt = dtypes[d];
                 o.layout = (cgm_layout)l;
                 o.s = shapes[s];
-                o.algo = algos[it % 4];
+                /* Not it % 5: the shape index is it % 4. */
+                o.algo = algos[(s + d + l) % NALGOS];
                 o.splits = (int[]){0, 2, 3, 1}[(it / 4) % 4];
                 o.bias = it % 2;
                 o.accumulate = (it % 3) == 0;

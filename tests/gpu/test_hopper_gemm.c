@@ -493,6 +493,130 @@ static void case_flags_timeout(const void *p) {
     cudaFree(dx), cudaFree(dw), cudaFree(dy), cudaFree(df), cudaFree(dt);
 }
 
+/* The fused reduce-scatter epilogue: Y = X . W^T + sum of 1 or 3 addends
+ * (fp32 or bf16) + bias, with each addend's flags at the epoch read from
+ * device memory (flag_epoch_ptr), and the fused all-gather's shard-mapped
+ * row flags (a cell that is not a row flag stays 0: reading it times out).
+ * Every element must equal the exact result rounded once. */
+static void case_addends(const void *p) {
+    (void)p;
+    require_sm90();
+    const int64_t m = 300, n = 200, k = 136, ldy = 208, ald = 202;
+    const int64_t shard = 150, rpf = 128, stride = 5; /* 2 shards, 2 pieces each */
+    const cgm_dtype outs[] = {CGM_DTYPE_BF16, CGM_DTYPE_FP32};
+    const cgm_dtype adts[] = {CGM_DTYPE_FP32, CGM_DTYPE_BF16};
+    int64_t kp = (k + 15) / 16 * 16;
+    void *hx = fill(CGM_DTYPE_BF16, (size_t)(m * k), 51), *hw = fill(CGM_DTYPE_BF16, (size_t)(n * k), 52);
+    int16_t *xq = to_eighths(hx, CGM_DTYPE_BF16, m, k, k, kp), *wq = to_eighths(hw, CGM_DTYPE_BF16, n, k, k, kp);
+    void *dx = to_device(hx, (size_t)(m * k) * 2), *dw = to_device(hw, (size_t)(n * k) * 2);
+    /* Row flags: cells j * stride + q for shard j, piece q; the rest 0. */
+    unsigned long long hrow[2 * 5] = {9, 9, 0, 0, 0, 9, 9, 0, 0, 0};
+    unsigned long long hadd[3] = {9, 12, 9}; /* the 3 pieces of Y's 300 rows */
+    unsigned long long epoch = 9;
+    unsigned long long *drow = to_device(hrow, sizeof hrow), *dadd = to_device(hadd, sizeof hadd);
+    unsigned long long *depoch = to_device(&epoch, sizeof epoch);
+    int *dt;
+    CUDA_OK(cudaMalloc((void **)&dt, sizeof(int)));
+    for (int o = 0; o < 2; o++)
+        for (int ad = 0; ad < 2; ad++)
+            for (int na = 1; na <= 3; na += 2)
+                for (int v = CGM_HGEMM_COOPERATIVE; v <= CGM_HGEMM_PINGPONG; v++) {
+                    cgm_dtype out = outs[o], adt = adts[ad];
+                    uint64_t seed = 60 + (uint64_t)(o * 8 + ad * 4 + na);
+                    void *hb = fill(out, (size_t)n, seed), *hadds[3], *dadds[3];
+                    for (int i = 0; i < na; i++) {
+                        hadds[i] = fill(adt, (size_t)(m * ald), seed + 10 + (uint64_t)i);
+                        dadds[i] = to_device(hadds[i], (size_t)(m * ald) * dsize(adt));
+                    }
+                    void *db = to_device(hb, (size_t)n * dsize(out)), *dy;
+                    CUDA_OK(cudaMalloc(&dy, (size_t)(m * ldy) * dsize(out)));
+                    CUDA_OK(cudaMemset(dy, 0xFF, (size_t)(m * ldy) * dsize(out)));
+                    CUDA_OK(cudaMemset(dt, 0, sizeof(int)));
+                    cgm_hgemm_args a;
+                    memset(&a, 0, sizeof a);
+                    a.in_dtype = CGM_DTYPE_BF16, a.out_dtype = out;
+                    a.m = m, a.n = n, a.k = k, a.x = dx, a.ldx = k, a.w = dw, a.ldw = k, a.y = dy, a.ldy = ldy;
+                    a.bias = db, a.variant = v;
+                    a.row_flags = drow, a.rows_per_flag = rpf, a.flag_shard_rows = shard;
+                    a.flag_shard_stride = stride, a.flag_epoch_ptr = depoch, a.flag_epoch = 1000;
+                    a.wait_timeout_ns = 2000000000ll, a.timeout_out = dt;
+                    a.naddends = na, a.addend_dtype = adt, a.addend_ld = ald;
+                    for (int i = 0; i < na; i++) {
+                        a.addend[i] = dadds[i];
+                        a.addend_flags[i] = i == 1 ? NULL : dadd; /* one without flags */
+                    }
+                    const char *why = NULL;
+                    if (!cgm_hgemm_supported(&a, &why)) TEST_FAIL("cgm_hgemm_supported said no: %s", why);
+                    CUDA_OK(cgm_hgemm(&a, 0));
+                    CUDA_OK(cudaDeviceSynchronize());
+                    int timed_out = -1;
+                    CUDA_OK(cudaMemcpy(&timed_out, dt, sizeof(int), cudaMemcpyDeviceToHost));
+                    if (timed_out)
+                        TEST_FAIL("flags at the epoch, but the kernel timed out (%s out %s addends %s x %d): a "
+                                  "wrong flag cell was read", variant_name(v), cgm_dtype_name(out),
+                                  cgm_dtype_name(adt), na);
+                    void *hy = malloc((size_t)(m * ldy) * dsize(out));
+                    CUDA_OK(cudaMemcpy(hy, dy, (size_t)(m * ldy) * dsize(out), cudaMemcpyDeviceToHost));
+                    int64_t bad = 0;
+                    for (int64_t i = 0; i < m; i++)
+                        for (int64_t j = 0; j < n; j++) {
+                            double sum = dot_eighths(xq + i * kp, wq + j * kp, kp) / 64.0 + get(hb, out, (size_t)j);
+                            for (int t = 0; t < na; t++) sum += get(hadds[t], adt, (size_t)(i * ald + j));
+                            double want = round_out(sum, out), got = get(hy, out, (size_t)(i * ldy + j));
+                            if (got != want && bad++ < 4)
+                                fprintf(stderr, "  (%lld, %lld) = %.7g, exact %.7g\n", (long long)i, (long long)j,
+                                        got, want);
+                        }
+                    if (bad)
+                        TEST_FAIL("%lld of %lld wrong: %s, out %s, %d addend(s) of %s", (long long)bad,
+                                  (long long)(m * n), variant_name(v), cgm_dtype_name(out), na,
+                                  cgm_dtype_name(adt));
+                    for (int i = 0; i < na; i++) cudaFree(dadds[i]), free(hadds[i]);
+                    cudaFree(db), cudaFree(dy), free(hb), free(hy);
+                }
+    /* A piece whose addend flag never comes: bounded, and the abort word
+     * and record name the addend's peer and chunk. */
+    unsigned int *dabort;
+    cgm_dev_abort_record *rec;
+    CUDA_OK(cudaMalloc((void **)&dabort, sizeof *dabort));
+    CUDA_OK(cudaMemset(dabort, 0, sizeof *dabort));
+    CUDA_OK(cudaHostAlloc((void **)&rec, sizeof *rec, cudaHostAllocMapped));
+    memset((void *)rec, 0, sizeof *rec);
+    cgm_dev_abort_record *rec_dev;
+    CUDA_OK(cudaHostGetDevicePointer((void **)&rec_dev, rec, 0));
+    void *dy, *dz;
+    CUDA_OK(cudaMalloc(&dy, (size_t)(m * n) * 4));
+    CUDA_OK(cudaMalloc(&dz, (size_t)(m * n) * 4));
+    CUDA_OK(cudaMemset(dz, 0, (size_t)(m * n) * 4));
+    unsigned long long late[3] = {9, 8, 9}; /* piece 1 never reaches 9 */
+    CUDA_OK(cudaMemcpy(dadd, late, sizeof late, cudaMemcpyHostToDevice));
+    cgm_hgemm_args a;
+    memset(&a, 0, sizeof a);
+    a.in_dtype = CGM_DTYPE_BF16, a.out_dtype = CGM_DTYPE_FP32;
+    a.m = m, a.n = n, a.k = k, a.x = dx, a.ldx = k, a.w = dw, a.ldw = k, a.y = dy, a.ldy = n;
+    a.rows_per_flag = rpf, a.flag_epoch_ptr = depoch, a.wait_timeout_ns = 200000000ll;
+    a.naddends = 1, a.addend_dtype = CGM_DTYPE_FP32, a.addend_ld = n, a.addend[0] = dz, a.addend_flags[0] = dadd;
+    a.abort_word = dabort, a.abort_record = rec_dev, a.report_rank = 1;
+    a.report_addend_peer[0] = 0, a.report_addend_chunk0 = 40;
+    double t0 = now_s();
+    CUDA_OK(cgm_hgemm(&a, 0));
+    CUDA_OK(cudaDeviceSynchronize());
+    double waited = now_s() - t0;
+    unsigned int aborted = 0;
+    CUDA_OK(cudaMemcpy(&aborted, dabort, sizeof aborted, cudaMemcpyDeviceToHost));
+    printf("addend flag timeout: abort %u, record set %d rank %d peer %d chunk %d after %.3f s\n", aborted,
+           rec->set, rec->waiting_rank, rec->peer, rec->chunk, waited);
+    CHECK_INT_EQ(aborted, 1);
+    CHECK_INT_EQ(rec->set, 1);
+    CHECK_INT_EQ(rec->waiting_rank, 1);
+    CHECK_INT_EQ(rec->peer, 0);
+    CHECK_INT_EQ(rec->chunk, 41);
+    if (waited > 5.0) TEST_FAIL("the kernel took %.2f s with a 0.2 s flag timeout", waited);
+    cudaFree(dy), cudaFree(dz), cudaFree(dabort), cudaFreeHost(rec);
+    cudaFree(dx), cudaFree(dw), cudaFree(drow), cudaFree(dadd), cudaFree(depoch), cudaFree(dt);
+    free(hx), free(hw), free(xq), free(wq);
+}
+
 /* What cgm_hgemm refuses (the caller falls back to cuBLASLt), with reasons. */
 static void case_refusals(const void *p) {
     (void)p;
@@ -539,6 +663,7 @@ static void register_cases(void) {
     test_set_timeout(60);
     test_add("flags_timeout", case_flags_timeout, NULL);
     test_add("refusals", case_refusals, NULL);
+    test_add("addends_and_shard_flags", case_addends, NULL);
 }
 
 

@@ -260,6 +260,10 @@ static int rank_main(int rank, int P, const char *rendezvous, void *arg) {
                 if (m < 1 || (si == 1 && m == 1)) continue;
                 for (int vi = 0; vi < VARIANTS; vi++) {
                     cgm_algo algo = bulk ? bulk_algos[ai] : gemm_algos[ai];
+                    /* fused (the p2p kernel's) runs split, or bulk, here:
+                     * every other variant of split and auto asks for it. */
+                    if (vi % 2 && ((!bulk && ai == 0) || (bulk && ai == 2)))
+                        algo = CGM_ALGO_FUSED;
                     uint64_t seed = 1000 * ++iteration;
                     snprintf(mp_context, sizeof mp_context,
                              "rank %d/%d %s %s %s algo %s m=%lld variant %d",

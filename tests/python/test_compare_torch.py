@@ -99,7 +99,8 @@ def test_parse_args():
     assert a.shape_list[0] == (1024, 1024, 1024) and a.shape_list[1] == (3072, 3072, 3072)
     assert len(a.shape_list) == len(ct.sweep_shapes()) + 1  # 1024^3 is in the sweep too: once
     assert a.op_list == list(ct.OPS) and a.backend_list == ["nccl"]
-    for bad in (["--ops", "ag"], ["--backends", "host"], ["--shapes", "1x2"], ["--iters", "0"],
+    assert ct.parse_args(["--backends", "p2p-fused,p2p"]).backend_list == ["p2p-fused", "p2p"]
+    for bad in (["--ops", "ag"], ["--backends", "host"], ["--backends", "p2p-ring"], ["--shapes", "1x2"], ["--iters", "0"],
                 ["--dtype", "fp8"]):
         with pytest.raises(SystemExit):
             ct.parse_args(bad)

@@ -203,6 +203,7 @@ cgm_status cmp_map_algo(cgm_algo algo, const char *override, int *algo_type) {
                          "algorithms or its default, which may pick one)",
                          override);
     case CGM_ALGO_SPLIT_PIPELINED:
+    case CGM_ALGO_FUSED: /* the p2p kernel's; cuBLASMp's split here */
         *algo_type = CUBLASMP_MATMUL_ALGO_TYPE_SPLIT_P2P;
         return CGM_SUCCESS;
     case CGM_ALGO_NO_OVERLAP:

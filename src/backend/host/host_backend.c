@@ -130,6 +130,9 @@ static cgm_status resolve_algo(const cgm_comm *comm, const cgm_call *call,
                                d == CGM_ALGO_RING || d == CGM_ALGO_NO_OVERLAP;
         a = fits ? d : bulk ? CGM_ALGO_BULK : CGM_ALGO_SPLIT_PIPELINED;
     }
+    /* Fused is the p2p kernel's; here it means the split schedule. */
+    if (a == CGM_ALGO_FUSED)
+        a = bulk ? CGM_ALGO_BULK : CGM_ALGO_SPLIT_PIPELINED;
     switch (a) {
     case CGM_ALGO_SPLIT_PIPELINED: *out = PLAN_ALGO_SPLIT; break;
     case CGM_ALGO_RING: *out = PLAN_ALGO_RING; break;

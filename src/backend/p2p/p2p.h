@@ -23,6 +23,7 @@ extern "C" {
 #define P2P_PLAN_CACHE 256    /* schedules kept per comm (the tuner builds one per candidate) */
 #define P2P_SIGNATURE_CACHE 256
 #define P2P_LT_WORKSPACE (32u << 20)
+#define P2P_FUSED_CACHE 64    /* fused-algorithm shapes kept per comm */
 
 typedef struct p2p_plan_entry {
     bool used;
@@ -31,6 +32,19 @@ typedef struct p2p_plan_entry {
     cudaEvent_t *events; /* per step; NULL where no other queue waits on it */
     uint64_t last_use;
 } p2p_plan_entry;
+
+/* What a fused call (p2p_fused.c) needs besides the call: its events and
+ * the tile order of the AG kernel, made at the shape's first eager call. */
+typedef struct p2p_fused_entry {
+    bool used;
+    int op; /* CGM_OP_ALL_GATHER_GEMM or CGM_OP_GEMM_REDUCE_SCATTER */
+    int64_t m;
+    int splits;
+    int nevents;
+    cudaEvent_t *events;
+    int *order; /* device: AG m tile order, or NULL */
+    uint64_t last_use;
+} p2p_fused_entry;
 
 /* COMMGEMM_TIMELINE (p2p_timeline.c). */
 typedef struct p2p_timeline {
@@ -43,6 +57,7 @@ typedef struct p2p_timeline {
 typedef struct p2p_state {
     cgm_comm *comm;
     int rank, nranks, device;
+    int sm_count; /* the device's SMs (the fused kernel leaves one free) */
     int64_t timeout_ms;
 
     cgm_peer_mem ws;     /* registered workspace */
@@ -66,7 +81,18 @@ typedef struct p2p_state {
     uint64_t checked_signatures[P2P_SIGNATURE_CACHE];
     int nchecked;
     p2p_timeline timeline;
+    p2p_fused_entry fused[P2P_FUSED_CACHE];
+    int fused_fallback_notes; /* INFO lines said about calls run split */
 } p2p_state;
+
+/* One flag cell per (sender, kind, chunk + 1) in the receiver's flag area
+ * (the first bytes of the workspace); chunk + 1 < flag_chunks. */
+static inline size_t p2p_flag_offset(const p2p_state *st, int src_rank,
+                                     plan_flag flag) {
+    size_t chunk = (size_t)(flag.chunk + 1);
+    return (((size_t)src_rank * PLAN_FLAG_COUNT + (size_t)flag.kind) *
+                st->flag_chunks + chunk) * sizeof(unsigned long long);
+}
 
 /* The asynchronous error of a p2p comm: CGM_SUCCESS, or the status of a
  * wait that expired on the device (CGM_ERROR_TIMEOUT naming the rank that
@@ -96,6 +122,18 @@ cgm_status p2p_timeline_step(p2p_state *st, int step, bool after,
                              cudaStream_t stream);
 cgm_status p2p_timeline_end(p2p_state *st, const plan *p, cudaStream_t caller);
 void p2p_timeline_free(p2p_state *st);
+
+/* The fused algorithm (p2p_fused.c): whether it can run `call`, from what
+ * every rank decides alike (else *why, a static string, says why; `why`
+ * may be NULL; the call then runs split on every rank), and running it with
+ * `splits` pieces per shard (0: the default). Freeing its cache. */
+bool p2p_fused_applies(const p2p_state *st, const cgm_call *call,
+                       const char **why);
+/* applies() holds and this rank's operands suit the kernel too: the
+ * tuner's test (ranks whose lists differ fall back to the default). */
+bool p2p_fused_tunable(const p2p_state *st, const cgm_call *call);
+cgm_status p2p_fused_execute(p2p_state *st, const cgm_call *call, int splits);
+void p2p_fused_cache_clear(p2p_state *st);
 
 /* Largest partial / recv slot counts any schedule of `nranks` may need. */
 void p2p_slot_needs(int nranks, int64_t max_m, int *partial_slots,

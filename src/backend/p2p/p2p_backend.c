@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backend/p2p/p2p.h"
+#include "device/hopper_gemm.h"
 
 static const char *flag_kind_name(int kind) {
     switch (kind) {
@@ -155,6 +156,9 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
             CGM_CUDA_TRY(cudaMalloc(&st->lt_workspace[q], P2P_LT_WORKSPACE));
     }
     CGM_CUDA_TRY(cudaEventCreateWithFlags(&st->fork, cudaEventDisableTiming));
+    CGM_CUDA_TRY(cudaDeviceGetAttribute(&st->sm_count,
+                                        cudaDevAttrMultiProcessorCount,
+                                        st->device));
     CGM_TRY(cgm_lt_create(&st->lt));
     CGM_CUDA_TRY(cudaDeviceSynchronize());
     leave_device(st, previous);
@@ -214,10 +218,20 @@ fail:
 /* Smaller cuBLASLt chunks lose more than the earlier start wins. */
 #define P2P_TUNE_MIN_PIECE_ROWS 128
 
+/* The plan schedules' candidates, then the fused kernel with 1, 2 and 4
+ * pieces per shard where it can run the call (as many as fit). */
 static int p2p_tune_candidates(const cgm_comm *comm, const cgm_call *call,
                                cgm_tune_candidate *out) {
-    return cgm_tune_plan_candidates(call->m, comm->nranks,
-                                    P2P_TUNE_MIN_PIECE_ROWS, out);
+    int n = cgm_tune_plan_candidates(call->m, comm->nranks,
+                                     P2P_TUNE_MIN_PIECE_ROWS, out);
+    const p2p_state *st = comm->backend_state[CGM_BACKEND_P2P];
+    if (!st || !p2p_fused_tunable(st, call)) return n;
+    int64_t shard = cgm_ceil_div(call->m, comm->nranks);
+    static const int pieces[] = {1, 2, 4};
+    for (int i = 0; i < 3 && n < CGM_TUNE_MAX_CANDIDATES; i++)
+        if (i == 0 || shard >= (int64_t)pieces[i] * CGM_HGEMM_TILE_M)
+            out[n++] = (cgm_tune_candidate){CGM_ALGO_FUSED, pieces[i]};
+    return n;
 }
 
 static const cgm_tune_hooks p2p_tune_hooks =

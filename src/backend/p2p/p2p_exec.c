@@ -199,14 +199,6 @@ static cgm_status locate(const exec_ctx *x, const plan_loc *loc, int shard,
 
 /* ------------------------------------------------------------------ steps */
 
-/* One cell per (sender, kind, chunk + 1) in the receiver's flag area
- * (p2p_plan_lookup checked that chunk + 1 < flag_chunks). */
-static size_t flag_offset(const p2p_state *st, int src_rank, plan_flag flag) {
-    size_t chunk = (size_t)(flag.chunk + 1);
-    return (((size_t)src_rank * PLAN_FLAG_COUNT + (size_t)flag.kind) *
-                st->flag_chunks + chunk) * sizeof(unsigned long long);
-}
-
 /* GEMM+AR with accumulate: each rank must add the reduced rows to ITS OWN
  * Y, so the reduced rows travel through GATHER without anybody's Y in them:
  * the owner's final reduce writes sum + bias into GATHER, and every rank
@@ -409,12 +401,12 @@ static cgm_status run_step(exec_ctx *x, p2p_plan_entry *e, int i) {
         if (x->dry) break;
         if (s->kind == PLAN_SIGNAL) {
             char *flag = (char *)st->ws.peer[s->peer] +
-                         flag_offset(st, st->rank, s->flag);
+                         p2p_flag_offset(st, st->rank, s->flag);
             CGM_CUDA_TRY(cgm_dev_signal(st->dev, (unsigned long long *)flag,
                                         stream));
         } else {
             char *flag = (char *)st->ws.local +
-                         flag_offset(st, s->peer, s->flag);
+                         p2p_flag_offset(st, s->peer, s->flag);
             CGM_CUDA_TRY(cgm_dev_wait(
                 st->dev, (const unsigned long long *)flag, st->abort_dev,
                 st->rank, s->peer, (int)s->flag.kind, s->flag.chunk,
@@ -519,6 +511,7 @@ static cgm_status make_request(p2p_state *st, const cgm_call *call,
         req->algo = bulk ? PLAN_ALGO_BULK : PLAN_ALGO_SPLIT;
         break;
     case CGM_ALGO_SPLIT_PIPELINED:
+    case CGM_ALGO_FUSED: /* calls p2p_fused_applies() refused */
         req->algo = bulk ? PLAN_ALGO_BULK : PLAN_ALGO_SPLIT;
         break;
     case CGM_ALGO_RING: req->algo = bulk ? PLAN_ALGO_BULK : PLAN_ALGO_RING;
@@ -560,6 +553,17 @@ cgm_status p2p_execute(p2p_state *st, const cgm_call *call) {
                          cgm_op_name(call->op), (long long)call->n,
                          (long long)call->k, (long long)cfg->max_n,
                          (long long)cfg->max_k);
+    if (call->algo == CGM_ALGO_FUSED) {
+        const char *why = NULL;
+        if (p2p_fused_applies(st, call, &why))
+            return p2p_fused_execute(st, call, 0);
+        if (st->fused_fallback_notes < 8) {
+            st->fused_fallback_notes++;
+            CGM_INFO(CGM_SUB_P2P, "p2p: fused %s m=%lld n=%lld k=%lld runs "
+                     "split: %s", cgm_op_name(call->op), (long long)call->m,
+                     (long long)call->n, (long long)call->k, why);
+        }
+    }
     CGM_TRY(make_request(st, call, &req));
     if (req.m > cfg->max_m)
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,

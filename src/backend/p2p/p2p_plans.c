@@ -61,6 +61,7 @@ static void entry_clear(p2p_plan_entry *e) {
 void p2p_plan_cache_clear(p2p_state *st) {
     p2p_timeline_free(st);
     for (int i = 0; i < P2P_PLAN_CACHE; i++) entry_clear(&st->plans[i]);
+    p2p_fused_cache_clear(st);
 }
 
 static bool same_request(const plan_request *a, const plan_request *b) {

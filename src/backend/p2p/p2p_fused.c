@@ -1,0 +1,573 @@
+/* The p2p backend's fused algorithm (CGM_ALGO_FUSED, COMMGEMM_ALGO=fused):
+ * commgemm's own Hopper GEMM (device/hopper_gemm.cu) waits for its inputs
+ * per tile instead of the GEMM being cut into chunks. docs/PLAN.md "Fused"
+ * describes both schedules; the flags and workspace are the split
+ * algorithm's (p2p.h), so fused and chunked calls mix freely on one comm.
+ *
+ * AG+GEMM (rank r): the comm queue signals FREE to every writer, then
+ * pushes the own shard, piece by piece, into each peer's GATHER (r+1 first)
+ * raising READY(r*S + q) per piece; a second queue copies the own shard
+ * into the own GATHER, raising the own READY cells; the compute queue runs
+ * ONE kernel over all m rows of GATHER whose producer waits, per tile, for
+ * the READY cells of the rows it loads, tiles ordered own shard first, then
+ * peers in arrival order (r-1, r-2, ...).
+ *
+ * GEMM+RS (rank r): the compute queue computes each peer's rows piece by
+ * piece with cuBLASLt into a local partial slot (destination r+1 first),
+ * the comm queue pushes each piece into the owner's RECV slot r and raises
+ * READY(d*S + q); then ONE kernel computes the own rows and adds, in its
+ * epilogue, every peer's partial of the tile after waiting for its READY
+ * cell: no reduce pass, and the main loop runs while partials arrive. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/p2p/p2p.h"
+#include "device/hopper_gemm.h"
+
+/* Pieces per shard when the call leaves splits open. */
+#define FUSED_DEFAULT_SPLITS 2
+
+/* Rows per piece (the flag granularity): a multiple of the kernel's row
+ * tile, so that an RS tile waits for one piece per peer, and at most
+ * `splits` pieces per shard. */
+static int64_t piece_rows(int64_t m, int P, int splits) {
+    int64_t shard = cgm_ceil_div(m, P);
+    int64_t rows = cgm_ceil_div(shard > 0 ? shard : 1, splits);
+    return cgm_ceil_div(rows, CGM_HGEMM_TILE_M) * CGM_HGEMM_TILE_M;
+}
+
+static int effective_splits(const cgm_call *call, int splits) {
+    int s = splits > 0 ? splits
+                       : call->splits > 0 ? call->splits : FUSED_DEFAULT_SPLITS;
+    return s > P2P_MAX_SPLITS ? P2P_MAX_SPLITS : s;
+}
+
+/* The kernel arguments both ops share: operands, epilogue, the comm's
+ * epoch, abort word, record and timeout. */
+static cgm_hgemm_args base_args(const p2p_state *st, const cgm_call *c) {
+    cgm_hgemm_args a;
+    memset(&a, 0, sizeof a);
+    a.in_dtype = c->in_dtype;
+    a.out_dtype = c->out_dtype;
+    a.n = c->n;
+    a.k = c->k;
+    a.w = c->w.data;
+    a.ldw = cgm_matrix_ld(&c->w);
+    a.y = c->y.data;
+    a.ldy = cgm_matrix_ld(&c->y);
+    a.bias = c->has_bias ? c->bias.data : NULL;
+    a.accumulate = c->accumulate;
+    a.flag_epoch_ptr = st->dev ? &st->dev->epoch : NULL;
+    a.abort_word = st->dev ? &st->dev->abort : NULL;
+    a.abort_record = st->abort_dev;
+    a.wait_timeout_ns = st->timeout_ms * 1000000;
+    a.report_rank = st->rank;
+    /* One SM stays free: the kernel spins on flags that the signal and
+     * wait kernels of the comm queues (here and on the peers) raise; with
+     * every SM held by its CTAs they could never run, and both GPUs would
+     * spin until the timeout. */
+    a.sm_count = st->sm_count > 1 ? st->sm_count - 1 : 1;
+    return a;
+}
+
+/* What every rank decides alike (the call signature's fields, which the
+ * agreement check compares, and the device kind): a call that fails here
+ * runs split on every rank. */
+static const char *shared_problem(const p2p_state *st, const cgm_call *c) {
+    int P = st->nranks;
+    if (c->op != CGM_OP_ALL_GATHER_GEMM && c->op != CGM_OP_GEMM_REDUCE_SCATTER)
+        return "only all-gather+GEMM and GEMM+reduce-scatter have a fused form";
+    if (P < 2) return "one rank has nothing to overlap";
+    if (c->layout != CGM_LAYOUT_TN) return "the kernel takes the TN layout only (W as [n, k])";
+    if (c->in_dtype != CGM_DTYPE_BF16 && c->in_dtype != CGM_DTYPE_FP16)
+        return "the kernel takes bf16 or fp16 inputs only";
+    if (c->op == CGM_OP_GEMM_REDUCE_SCATTER && P - 1 > CGM_HGEMM_MAX_ADDENDS)
+        return "GEMM+RS adds at most 7 peers' partials in the epilogue (P <= 8)";
+    if (c->op == CGM_OP_ALL_GATHER_GEMM && c->k % 8 != 0)
+        return "the gathered rows need k a multiple of 8 (16-byte TMA rows)";
+    if (c->m == 0) return "no rows";
+    cgm_hgemm_args a;
+    memset(&a, 0, sizeof a);
+    a.in_dtype = c->in_dtype;
+    a.out_dtype = c->out_dtype;
+    a.m = a.n = 1;
+    a.k = a.ldx = a.ldw = a.ldy = 8;
+    a.x = a.w = a.y = (void *)st->ws.local; /* any aligned pointer */
+    const char *why = NULL;
+    return cgm_hgemm_supported(&a, &why) ? NULL : why;
+}
+
+bool p2p_fused_applies(const p2p_state *st, const cgm_call *c,
+                       const char **why) {
+    const char *no = shared_problem(st, c);
+    if (why) *why = no;
+    return no == NULL;
+}
+
+static const char *local_problem(const p2p_state *st, const cgm_call *c);
+
+bool p2p_fused_tunable(const p2p_state *st, const cgm_call *c) {
+    return !shared_problem(st, c) && !local_problem(st, c);
+}
+
+/* This rank's operands, checked by the kernel (alignment, row strides, the
+ * local k of RS). The other ranks decided to run fused: failing here is an
+ * error, not a quiet fallback (the peers would wait for this rank). */
+static const char *local_problem(const p2p_state *st, const cgm_call *c) {
+    int P = st->nranks;
+    cgm_hgemm_args a = base_args(st, c);
+    if (c->op == CGM_OP_ALL_GATHER_GEMM) {
+        a.m = c->m;
+        a.x = (const char *)st->ws.local + st->gather_offset;
+        a.ldx = c->k;
+    } else {
+        a.m = plan_shard_rows(c->m, st->rank, P);
+        a.x = c->x.data;
+        a.ldx = cgm_matrix_ld(&c->x);
+        a.naddends = P - 1;
+        cgm_dtype pd = c->out_dtype;
+        if (cgm_partial_dtype(c->out_dtype, &pd) != CGM_SUCCESS)
+            return "COMMGEMM_PARTIAL_DTYPE is not valid";
+        a.addend_dtype = pd;
+        a.addend_ld = c->n;
+        for (int i = 0; i < P - 1; i++)
+            a.addend[i] = (const char *)st->ws.local + st->recv_offset;
+    }
+    const char *why = NULL;
+    return cgm_hgemm_supported(&a, &why) ? NULL : why;
+}
+
+
+/* ------------------------------------------------------------ the cache */
+
+static void entry_clear(p2p_fused_entry *e) {
+    if (e->events) {
+        for (int i = 0; i < e->nevents; i++)
+            if (e->events[i]) cudaEventDestroy(e->events[i]);
+        free(e->events);
+    }
+    if (e->order) cudaFree(e->order);
+    memset(e, 0, sizeof *e);
+}
+
+void p2p_fused_cache_clear(p2p_state *st) {
+    for (int i = 0; i < P2P_FUSED_CACHE; i++) entry_clear(&st->fused[i]);
+}
+
+/* AG: own shard first, then peers in the order their pushes reach me
+ * (r-1 pushes to me first, then r-2, ...); a tile spanning two shards goes
+ * with the later one. */
+static cgm_status make_order(p2p_state *st, int64_t m, int **out) {
+    cgm_status status = CGM_SUCCESS;
+    int P = st->nranks, r = st->rank;
+    int64_t tiles = cgm_ceil_div(m, CGM_HGEMM_TILE_M);
+    int *order = malloc((size_t)tiles * sizeof *order);
+    int64_t *key = malloc((size_t)tiles * sizeof *key);
+    *out = NULL;
+    if (!order || !key) {
+        status = cgm_error(CGM_ERROR_OUT_OF_MEMORY,
+                           "p2p fused: a tile order of %lld tiles",
+                           (long long)tiles);
+        goto fail;
+    }
+    int64_t block = cgm_ceil_div(m, P);
+    for (int64_t t = 0; t < tiles; t++) {
+        int64_t r0 = t * CGM_HGEMM_TILE_M;
+        int64_t r1 = (r0 + CGM_HGEMM_TILE_M < m ? r0 + CGM_HGEMM_TILE_M : m) - 1;
+        int latest = 0;
+        for (int64_t j = r0 / block; j <= r1 / block; j++) {
+            int pos = (int)(((r - j) % P + P) % P);
+            if (pos > latest) latest = pos;
+        }
+        key[t] = (int64_t)latest * tiles + t;
+    }
+    /* Counting by position keeps row order inside each position. */
+    int64_t n = 0;
+    for (int pos = 0; pos < P; pos++)
+        for (int64_t t = 0; t < tiles; t++)
+            if (key[t] / tiles == pos) order[n++] = (int)t;
+    CGM_CUDA_TRY(cudaMalloc((void **)out, (size_t)tiles * sizeof *order));
+    CGM_CUDA_TRY(cudaMemcpy(*out, order, (size_t)tiles * sizeof *order,
+                            cudaMemcpyHostToDevice));
+fail:
+    if (status != CGM_SUCCESS && *out) {
+        cudaFree(*out);
+        *out = NULL;
+    }
+    free(order);
+    free(key);
+    return status;
+}
+
+static cgm_status lookup(p2p_state *st, const cgm_call *c, int splits,
+                         bool capturing, p2p_fused_entry **out) {
+    cgm_status status = CGM_SUCCESS;
+    p2p_fused_entry *victim = &st->fused[0];
+    for (int i = 0; i < P2P_FUSED_CACHE; i++) {
+        p2p_fused_entry *e = &st->fused[i];
+        if (e->used && e->op == (int)c->op && e->m == c->m &&
+            e->splits == splits) {
+            e->last_use = ++st->use_clock;
+            *out = e;
+            return CGM_SUCCESS;
+        }
+        if (!e->used || (victim->used && e->last_use < victim->last_use))
+            victim = e;
+    }
+    if (capturing)
+        return cgm_error(CGM_ERROR_INVALID_USAGE,
+                         "p2p: the fused %s with m=%lld and %d pieces per "
+                         "shard is captured before it ran eagerly; expected "
+                         "one eager call of each shape before capture (it "
+                         "creates the events and the tile order)",
+                         cgm_op_name(c->op), (long long)c->m, splits);
+    entry_clear(victim);
+    p2p_fused_entry *e = victim;
+    int P = st->nranks;
+    e->nevents = P * splits + P;
+    e->events = calloc((size_t)e->nevents, sizeof *e->events);
+    if (!e->events) {
+        status = cgm_error(CGM_ERROR_OUT_OF_MEMORY, "p2p fused: %d events",
+                           e->nevents);
+        goto fail;
+    }
+    for (int i = 0; i < e->nevents; i++)
+        CGM_CUDA_TRY(cudaEventCreateWithFlags(&e->events[i],
+                                              cudaEventDisableTiming));
+    if (c->op == CGM_OP_ALL_GATHER_GEMM) CGM_TRY(make_order(st, c->m, &e->order));
+    e->used = true;
+    e->op = (int)c->op;
+    e->m = c->m;
+    e->splits = splits;
+    e->last_use = ++st->use_clock;
+    *out = e;
+    CGM_INFO(CGM_SUB_P2P, "p2p: fused %s m=%lld n=%lld k=%lld: %d piece(s) "
+             "of %lld rows per shard, kernel %s", cgm_op_name(c->op),
+             (long long)c->m, (long long)c->n, (long long)c->k, splits,
+             (long long)piece_rows(c->m, P, splits),
+             cgm_hgemm_variant_for(&(cgm_hgemm_args){
+                 .m = c->op == CGM_OP_ALL_GATHER_GEMM
+                          ? c->m : plan_shard_rows(c->m, st->rank, P),
+                 .n = c->n, .k = c->k}) == CGM_HGEMM_PINGPONG
+                 ? "ping-pong 128x128" : "cooperative 128x256");
+    return CGM_SUCCESS;
+fail:
+    entry_clear(e);
+    return status;
+}
+
+/* ------------------------------------------------------------ flags */
+
+static cgm_status signal_to(p2p_state *st, int peer, plan_flag_kind kind,
+                            int chunk, cudaStream_t stream) {
+    cgm_status status = CGM_SUCCESS;
+    plan_flag f = {kind, chunk};
+    char *cell = (char *)st->ws.peer[peer] + p2p_flag_offset(st, st->rank, f);
+    CGM_CUDA_TRY(cgm_dev_signal(st->dev, (unsigned long long *)cell, stream));
+fail:
+    return status;
+}
+
+static cgm_status wait_from(p2p_state *st, int peer, plan_flag_kind kind,
+                            int chunk, cudaStream_t stream) {
+    cgm_status status = CGM_SUCCESS;
+    plan_flag f = {kind, chunk};
+    const char *cell = (const char *)st->ws.local + p2p_flag_offset(st, peer, f);
+    CGM_CUDA_TRY(cgm_dev_wait(st->dev, (const unsigned long long *)cell,
+                              st->abort_dev, st->rank, peer, (int)kind, chunk,
+                              (unsigned long long)st->timeout_ms * 1000000ull,
+                              stream));
+fail:
+    return status;
+}
+
+/* The READY cells of sender j for chunks j2 * S + q, q = 0.., as an array
+ * (the layout of p2p_flag_offset: consecutive chunks are consecutive). */
+static const unsigned long long *ready_cells(const p2p_state *st, int sender,
+                                             int first_chunk) {
+    plan_flag f = {PLAN_FLAG_READY, first_chunk};
+    return (const unsigned long long *)((const char *)st->ws.local +
+                                        p2p_flag_offset(st, sender, f));
+}
+
+static cgm_status copy_rows(void *dst, size_t dst_pitch, const void *src,
+                            size_t src_pitch, size_t row_bytes, int64_t rows,
+                            cudaStream_t stream) {
+    cgm_status status = CGM_SUCCESS;
+    if (rows <= 0) return CGM_SUCCESS;
+    CGM_CUDA_TRY(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes,
+                                   (size_t)rows, cudaMemcpyDefault, stream));
+fail:
+    return status;
+}
+
+/* ------------------------------------------------------------ AG+GEMM */
+
+/* dry: only the checks, before anything is enqueued (an error after the
+ * epoch bump would leave this rank's epoch behind its peers'). */
+static cgm_status fused_ag(p2p_state *st, const cgm_call *c,
+                           const p2p_fused_entry *e, int S, bool kernel,
+                           bool dry) {
+    cgm_status status = CGM_SUCCESS;
+    int r = st->rank, P = st->nranks;
+    int64_t m = c->m, k = c->k;
+    size_t es = cgm_dtype_size(c->in_dtype), row_bytes = (size_t)k * es;
+    int64_t own = plan_shard_rows(m, r, P), off = plan_shard_offset(m, r, P);
+    int64_t rpf = piece_rows(m, P, S);
+    int npieces = (int)cgm_ceil_div(own, rpf);
+    char *gather = (char *)st->ws.local + st->gather_offset;
+    const char *in = c->x.data;
+    size_t in_pitch = (size_t)cgm_matrix_ld(&c->x) * es;
+    cudaStream_t comm = st->queues[0], gemm = st->queues[1],
+                 local = st->queues[2];
+
+    if ((size_t)m * row_bytes > st->gather_bytes)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "p2p: the fused all-gather+GEMM needs %zu bytes of "
+                         "gather workspace (%lld x %lld %s), found %zu (sized "
+                         "from max_m/max_k); raise cgm_config.max_m/max_k",
+                         (size_t)m * row_bytes, (long long)m, (long long)k,
+                         cgm_dtype_name(c->in_dtype), st->gather_bytes);
+    if (dry) return CGM_SUCCESS;
+    /* Every peer with rows pushes them into my GATHER: let it. */
+    for (int j = 0; j < P; j++)
+        if (j != r && plan_shard_rows(m, j, P) > 0)
+            CGM_TRY(signal_to(st, j, PLAN_FLAG_FREE, -1, comm));
+    /* The own shard into every peer's GATHER, r+1 first. */
+    for (int t = 1; t < P && own > 0; t++) {
+        int d = (r + t) % P;
+        CGM_TRY(wait_from(st, d, PLAN_FLAG_FREE, -1, comm));
+        char *peer_gather = (char *)st->ws.peer[d] + st->gather_offset;
+        for (int q = 0; q < npieces; q++) {
+            int64_t row0 = q * rpf, rows = own - row0 < rpf ? own - row0 : rpf;
+            CGM_TRY(copy_rows(peer_gather + (size_t)(off + row0) * row_bytes,
+                              row_bytes, in + (size_t)row0 * in_pitch,
+                              in_pitch, row_bytes, rows, comm));
+            CGM_TRY(signal_to(st, d, PLAN_FLAG_READY, r * S + q, comm));
+        }
+    }
+    /* ... and into my own, flagging my own READY cells. */
+    for (int q = 0; q < npieces; q++) {
+        int64_t row0 = q * rpf, rows = own - row0 < rpf ? own - row0 : rpf;
+        CGM_TRY(copy_rows(gather + (size_t)(off + row0) * row_bytes, row_bytes,
+                          in + (size_t)row0 * in_pitch, in_pitch, row_bytes,
+                          rows, local));
+        plan_flag f = {PLAN_FLAG_READY, r * S + q};
+        char *cell = (char *)st->ws.local + p2p_flag_offset(st, r, f);
+        CGM_CUDA_TRY(cgm_dev_signal(st->dev, (unsigned long long *)cell, local));
+    }
+    if (!kernel) {
+        /* This rank's operands do not suit the kernel (the others' do):
+         * keep the protocol, wait for every piece, one cuBLASLt GEMM. */
+        CGM_CUDA_TRY(cudaEventRecord(e->events[0], local));
+        CGM_CUDA_TRY(cudaStreamWaitEvent(gemm, e->events[0], 0));
+        for (int j = 0; j < P; j++) {
+            int64_t rows_j = plan_shard_rows(m, j, P);
+            for (int q = 0; j != r && q < (int)cgm_ceil_div(rows_j, rpf); q++)
+                CGM_TRY(wait_from(st, j, PLAN_FLAG_READY, j * S + q, gemm));
+        }
+        cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
+        g.x = gather;
+        g.ldx = k;
+        CGM_TRY(cgm_lt_gemm(st->lt, &g, st->lt_workspace[1], P2P_LT_WORKSPACE,
+                            gemm));
+    } else {
+    /* One GEMM over the gathered rows, waiting per tile. */
+    cgm_hgemm_args a = base_args(st, c);
+    a.m = m;
+    a.x = gather;
+    a.ldx = k;
+    a.row_flags = ready_cells(st, 0, 0);
+    a.rows_per_flag = rpf;
+    a.flag_shard_rows = cgm_ceil_div(m, P);
+    /* From (j, READY, j*S + q) to (j + 1, READY, (j + 1)*S + q). */
+    a.flag_shard_stride = (int64_t)PLAN_FLAG_COUNT * (int64_t)st->flag_chunks + S;
+    a.report_chunks_per_shard = S;
+    a.m_block_order = e->order;
+    CGM_CUDA_TRY(cgm_hgemm(&a, gemm));
+    }
+    if (c->has_x_gathered) {
+        size_t pitch = (size_t)cgm_matrix_ld(&c->x_gathered) * es;
+        CGM_TRY(copy_rows(c->x_gathered.data, pitch, gather, row_bytes,
+                          row_bytes, m, gemm));
+    }
+fail:
+    return status;
+}
+
+/* ------------------------------------------------------------ GEMM+RS */
+
+static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
+                           const p2p_fused_entry *e, int S, bool kernel,
+                           bool dry) {
+    cgm_status status = CGM_SUCCESS;
+    int r = st->rank, P = st->nranks;
+    int64_t m = c->m, n = c->n;
+    cgm_dtype pd = c->out_dtype;
+    CGM_TRY(cgm_partial_dtype(c->out_dtype, &pd));
+    size_t pes = cgm_dtype_size(pd), prow = (size_t)n * pes;
+    size_t xes = cgm_dtype_size(c->in_dtype);
+    int64_t slot_rows = cgm_ceil_div(m, P);
+    size_t stride = (size_t)slot_rows * prow;
+    int64_t own = plan_shard_rows(m, r, P), off = plan_shard_offset(m, r, P);
+    int64_t rpf = piece_rows(m, P, S);
+    int nslots = (int)(stride ? st->partial_bytes / stride : 0);
+    if (nslots > 2) nslots = 2;
+    if ((size_t)P * stride > st->recv_bytes || nslots < 1)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "p2p: the fused GEMM+reduce-scatter with m=%lld, "
+                         "n=%lld needs %d recv slots and a partial slot of "
+                         "%zu bytes, the workspace holds %zu and %zu bytes "
+                         "(sized from max_m/max_n); raise cgm_config.max_m/"
+                         "max_n", (long long)m, (long long)n, P, stride,
+                         st->recv_bytes, st->partial_bytes);
+    if (dry) return CGM_SUCCESS;
+    cudaStream_t comm = st->queues[0], gemm = st->queues[1];
+    cudaEvent_t *piece_done = e->events, *pushed = e->events + P * S;
+    const char *x = c->x.data;
+    int64_t ldx = cgm_matrix_ld(&c->x);
+
+    /* Every peer writes its partial of my rows into my RECV: let it. */
+    if (own > 0)
+        for (int j = 0; j < P; j++)
+            if (j != r) CGM_TRY(signal_to(st, j, PLAN_FLAG_FREE, -1, comm));
+    for (int t = 1; t < P; t++) {
+        int d = (r + t) % P;
+        int64_t rows_d = plan_shard_rows(m, d, P);
+        int64_t off_d = plan_shard_offset(m, d, P);
+        if (rows_d == 0) continue;
+        int slot = (t - 1) % nslots;
+        char *partial = (char *)st->partial + (size_t)slot * stride;
+        char *dst = (char *)st->ws.peer[d] + st->recv_offset +
+                    (size_t)r * stride;
+        /* The slot's previous pushes are done before it is overwritten. */
+        if (t - 1 >= nslots)
+            CGM_CUDA_TRY(cudaStreamWaitEvent(gemm, pushed[t - 1 - nslots], 0));
+        CGM_TRY(wait_from(st, d, PLAN_FLAG_FREE, -1, comm));
+        int npieces = (int)cgm_ceil_div(rows_d, rpf);
+        for (int q = 0; q < npieces; q++) {
+            int64_t row0 = q * rpf, rows = rows_d - row0 < rpf ? rows_d - row0 : rpf;
+            cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
+            g.m = rows;
+            g.x = x + (size_t)(off_d + row0) * (size_t)ldx * xes;
+            g.y = partial + (size_t)row0 * prow;
+            g.ldy = n;
+            g.out_dtype = pd;
+            g.bias = NULL;
+            g.accumulate = false;
+            CGM_TRY(cgm_lt_gemm(st->lt, &g, st->lt_workspace[1],
+                                P2P_LT_WORKSPACE, gemm));
+            cudaEvent_t ev = piece_done[(t - 1) * S + q];
+            CGM_CUDA_TRY(cudaEventRecord(ev, gemm));
+            CGM_CUDA_TRY(cudaStreamWaitEvent(comm, ev, 0));
+            CGM_TRY(copy_rows(dst + (size_t)row0 * prow, prow,
+                              partial + (size_t)row0 * prow, prow, prow, rows,
+                              comm));
+            CGM_TRY(signal_to(st, d, PLAN_FLAG_READY, d * S + q, comm));
+        }
+        CGM_CUDA_TRY(cudaEventRecord(pushed[t - 1], comm));
+    }
+    if (own == 0) return CGM_SUCCESS;
+    if (!kernel) {
+        /* This rank's operands do not suit the kernel (the others' do):
+         * keep the protocol; my rows into my own RECV slot with cuBLASLt,
+         * then per piece, once every peer's partial is in, one reduce. */
+        char *mine = (char *)st->ws.local + st->recv_offset + (size_t)r * stride;
+        cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
+        g.m = own;
+        g.x = x + (size_t)off * (size_t)ldx * xes;
+        g.y = mine;
+        g.ldy = n;
+        g.out_dtype = pd;
+        g.bias = NULL;
+        g.accumulate = false;
+        CGM_TRY(cgm_lt_gemm(st->lt, &g, st->lt_workspace[1], P2P_LT_WORKSPACE,
+                            gemm));
+        for (int q = 0; q < (int)cgm_ceil_div(own, rpf); q++) {
+            int64_t row0 = q * rpf, rows = own - row0 < rpf ? own - row0 : rpf;
+            cgm_dev_reduce_args ra;
+            memset(&ra, 0, sizeof ra);
+            for (int j = 0; j < P; j++) {
+                if (j != r) CGM_TRY(wait_from(st, j, PLAN_FLAG_READY, r * S + q, gemm));
+                ra.src[j] = (const char *)st->ws.local + st->recv_offset +
+                            (size_t)j * stride + (size_t)row0 * prow;
+                ra.src_ld[j] = n;
+            }
+            ra.nsources = P;
+            ra.src_dtype = (int)pd;
+            ra.dst = (char *)c->y.data + (size_t)row0 *
+                     (size_t)cgm_matrix_ld(&c->y) * cgm_dtype_size(c->out_dtype);
+            ra.dst_ld = cgm_matrix_ld(&c->y);
+            ra.dst_dtype = (int)c->out_dtype;
+            ra.accumulate = c->accumulate;
+            ra.bias = c->has_bias ? c->bias.data : NULL;
+            ra.rows = rows;
+            ra.cols = n;
+            CGM_CUDA_TRY(cgm_dev_reduce(&ra, st->dev, gemm));
+        }
+        return CGM_SUCCESS;
+    }
+    /* My rows, plus every peer's partial of them as it arrives. */
+    cgm_hgemm_args a = base_args(st, c);
+    a.m = own;
+    a.x = x + (size_t)off * (size_t)ldx * xes;
+    a.ldx = ldx;
+    a.naddends = 0;
+    a.addend_dtype = pd;
+    a.addend_ld = n;
+    a.rows_per_flag = rpf;
+    a.report_addend_chunk0 = r * S;
+    for (int j = 0; j < P; j++) {
+        if (j == r) continue;
+        int i = a.naddends++;
+        a.addend[i] = (const char *)st->ws.local + st->recv_offset +
+                      (size_t)j * stride;
+        a.addend_flags[i] = ready_cells(st, j, r * S);
+        a.report_addend_peer[i] = j;
+    }
+    CGM_CUDA_TRY(cgm_hgemm(&a, gemm));
+fail:
+    return status;
+}
+
+/* ------------------------------------------------------------ the call */
+
+cgm_status p2p_fused_execute(p2p_state *st, const cgm_call *call, int splits) {
+    cgm_status status = CGM_SUCCESS;
+    cudaStream_t caller = (cudaStream_t)call->stream;
+    bool capturing = cgm_stream_capturing(caller);
+    const char *why = NULL;
+    p2p_fused_entry *e = NULL;
+    int S = effective_splits(call, splits);
+    if (!p2p_fused_applies(st, call, &why))
+        return cgm_error(CGM_ERROR_NOT_SUPPORTED, "p2p: fused %s: %s",
+                         cgm_op_name(call->op), why);
+    /* This rank's operands: the kernel, or the same protocol around
+     * cuBLASLt (the other ranks run fused and wait for this one). */
+    const char *local = local_problem(st, call);
+    if (local && st->fused_fallback_notes < 8) {
+        st->fused_fallback_notes++;
+        CGM_INFO(CGM_SUB_P2P, "p2p: fused %s on rank %d with cuBLASLt: %s",
+                 cgm_op_name(call->op), st->rank, local);
+    }
+    CGM_TRY(p2p_check_agreement(st, call, capturing));
+    CGM_TRY(lookup(st, call, S, capturing, &e));
+    bool ag = call->op == CGM_OP_ALL_GATHER_GEMM;
+    bool kernel = local == NULL;
+    CGM_TRY(ag ? fused_ag(st, call, e, S, kernel, true)
+               : fused_rs(st, call, e, S, kernel, true));
+    /* Fork: a fresh epoch, then every queue starts after the caller's work. */
+    const int nqueues = 3;
+    CGM_CUDA_TRY(cgm_dev_epoch_bump(st->dev, caller));
+    CGM_CUDA_TRY(cudaEventRecord(st->fork, caller));
+    for (int q = 0; q < nqueues; q++)
+        CGM_CUDA_TRY(cudaStreamWaitEvent(st->queues[q], st->fork, 0));
+    CGM_TRY(ag ? fused_ag(st, call, e, S, kernel, false)
+               : fused_rs(st, call, e, S, kernel, false));
+    for (int q = 0; q < nqueues; q++) {
+        CGM_CUDA_TRY(cudaEventRecord(st->join[q], st->queues[q]));
+        CGM_CUDA_TRY(cudaStreamWaitEvent(caller, st->join[q], 0));
+    }
+fail:
+    return status;
+}
