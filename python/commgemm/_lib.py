@@ -70,6 +70,7 @@ class Algo(enum.IntEnum):
     RING = 2
     BULK = 3
     NO_OVERLAP = 4
+    FUSED = 5  # p2p: commgemm's own Hopper kernel (split elsewhere)
 
 
 class Layout(enum.IntEnum):

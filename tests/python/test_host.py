@@ -443,6 +443,10 @@ def test_struct_sizes_and_names():
     assert _lib.backend_name(commgemm.Backend.P2P) == "p2p"
     assert _lib.parse_backend("NCCL") == commgemm.Backend.NCCL
     assert _lib.parse_algo("split") == commgemm.Algo.SPLIT_PIPELINED
+    # every C algorithm has its Python member, under the C name
+    for a in commgemm.Algo:
+        assert _lib.parse_algo(_lib.algo_name(a)) == a
+    assert _lib.parse_algo("fused") == commgemm.Algo.FUSED
     assert _lib.layout_name(commgemm.Layout.NT) == "NT"
     assert _lib.op_name(commgemm.Op.GEMM_REDUCE_SCATTER) == "gemm_rs"
     assert _lib.dtype_name(commgemm.DType.BF16) == "bf16"
