@@ -14,7 +14,8 @@
 # (p2p step traces, COMMGEMM_TIMELINE, of the PERFORMANCE shapes), fused
 # (the p2p GPU tests with COMMGEMM_ALGO=fused, case by case), sanitize-fused
 # (memcheck + racecheck with it forced), compare-fused (p2p's tuner pick,
-# fused and split side by side, graphs, the four shapes), pack
+# fused and split side by side, graphs, the four shapes), compare-fused-outpartial
+# (the same for GEMM+RS with output-dtype partials), pack
 # (everything but summary.txt into $OUT/commgemm-logs.tar.gz; run it last).
 # Logs go to $OUT; a summary line per stage is printed last.
 set -uo pipefail
@@ -145,6 +146,8 @@ for s in "$@"; do
     timeline) stage_timeline ;;
     fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;;
     compare-fused) stage_compare fused "COMPARE_ARGS=--graph --backends p2p,p2p-fused,p2p-split" ;;
+    compare-fused-outpartial) stage_compare fused-outpartial "COMPARE_ARGS=--graph --ops gemm_rs --backends p2p,p2p-fused,p2p-split" \
+        COMMGEMM_PARTIAL_DTYPE=output ;;
     *) echo "unknown stage $s"; exit 2 ;;
     esac
 done

@@ -69,6 +69,8 @@ struct hgemm_params {
     long long wait_timeout_ns;
     int *timeout_out;
     const int *m_block_order;
+    long long own_row0;        /* x_own's row 0 is X's row own_row0 */
+    int own_tile0, own_tile1;  /* m tiles read from x_own: [own_tile0, own_tile1) */
     int naddends;
     int addend_waits; /* some addend_flags[i] is not NULL */
     int addend_dtype; /* cgm_dtype */
@@ -576,7 +578,8 @@ __device__ __forceinline__ void ring_at(unsigned long long pos, int *stage, uint
 
 template <bool kBf16, typename OutT, bool kPP>
 __global__ void __launch_bounds__(kThreads, 1)
-    hgemm_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+    hgemm_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_x_own,
+                 const __grid_constant__ CUtensorMap map_w,
                  const hgemm_params p) {
     using C = cfg<kPP>;
     constexpr int kStages = C::stages;
@@ -608,6 +611,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (threadIdx.x != 0) return;
         asm volatile("prefetch.tensormap [%0];" ::"l"((uint64_t)&map_x) : "memory");
+        if (p.own_tile1 > p.own_tile0)
+            asm volatile("prefetch.tensormap [%0];" ::"l"((uint64_t)&map_x_own) : "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"((uint64_t)&map_w) : "memory");
         int stage = 0;
         uint32_t phase = 0;
@@ -616,13 +621,17 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
             int tm, tn;
             tile_coords(p, t, &tm, &tn);
-            if (waiting) waiting = wait_row_flags(p, tm, epoch);
+            /* Tiles inside the own rows read them from x_own, unflagged. */
+            bool own = tm >= p.own_tile0 && tm < p.own_tile1;
+            const CUtensorMap *mx = own ? &map_x_own : &map_x;
+            int xrow = own ? tm * kTileM - (int)p.own_row0 : tm * kTileM;
+            if (waiting && !own) waiting = wait_row_flags(p, tm, epoch);
             for (int kb = 0; kb < p.k_blocks; kb++) {
                 /* A fresh barrier counts as having completed the phase
                  * before phase 0, so the first pass does not wait. */
                 mbar_wait(empty_bar + 8 * stage, phase ^ 1);
                 mbar_arrive_expect_tx(full_bar + 8 * stage, C::stage_bytes);
-                tma_load_2d(smem_a + stage * kStageBytesA, &map_x, kb * kTileK, tm * kTileM,
+                tma_load_2d(smem_a + stage * kStageBytesA, mx, kb * kTileK, xrow,
                             full_bar + 8 * stage);
                 tma_load_2d(smem_b + stage * C::bytes_b, &map_w, kb * kTileK, tn * C::tile_n,
                             full_bar + 8 * stage);
@@ -832,7 +841,8 @@ bool make_map(CUtensorMap *map, bool bf16, const void *ptr, int64_t rows, int64_
 constexpr int kMaxDevices = 64;
 
 template <bool kBf16, typename OutT, bool kPP>
-cudaError_t launch(int dev, const CUtensorMap &mx, const CUtensorMap &mw, const hgemm_params &p,
+cudaError_t launch(int dev, const CUtensorMap &mx, const CUtensorMap &mx_own, const CUtensorMap &mw,
+                   const hgemm_params &p,
                    int grid, cudaStream_t stream) {
     static volatile bool attribute_set[kMaxDevices];
     auto kernel = hgemm_kernel<kBf16, OutT, kPP>;
@@ -842,17 +852,18 @@ cudaError_t launch(int dev, const CUtensorMap &mx, const CUtensorMap &mw, const 
         if (err != cudaSuccess) return err;
         if (dev >= 0 && dev < kMaxDevices) attribute_set[dev] = true;
     }
-    kernel<<<grid, kThreads, smem, stream>>>(mx, mw, p);
+    kernel<<<grid, kThreads, smem, stream>>>(mx, mx_own, mw, p);
     return cudaGetLastError();
 }
 
 template <bool kBf16, bool kPP>
-cudaError_t launch_out(cgm_dtype out, int dev, const CUtensorMap &mx, const CUtensorMap &mw,
+cudaError_t launch_out(cgm_dtype out, int dev, const CUtensorMap &mx, const CUtensorMap &mx_own,
+                       const CUtensorMap &mw,
                        const hgemm_params &p, int grid, cudaStream_t stream) {
     switch (out) {
-    case CGM_DTYPE_BF16: return launch<kBf16, __nv_bfloat16, kPP>(dev, mx, mw, p, grid, stream);
-    case CGM_DTYPE_FP16: return launch<kBf16, __half, kPP>(dev, mx, mw, p, grid, stream);
-    default: return launch<kBf16, float, kPP>(dev, mx, mw, p, grid, stream);
+    case CGM_DTYPE_BF16: return launch<kBf16, __nv_bfloat16, kPP>(dev, mx, mx_own, mw, p, grid, stream);
+    case CGM_DTYPE_FP16: return launch<kBf16, __half, kPP>(dev, mx, mx_own, mw, p, grid, stream);
+    default: return launch<kBf16, float, kPP>(dev, mx, mx_own, mw, p, grid, stream);
     }
 }
 
@@ -947,6 +958,12 @@ const char *args_problem(const cgm_hgemm_args *a) {
         (a->rows_per_flag < 1 || (!a->timeout_out && !a->abort_word)))
         return "flags need rows_per_flag >= 1 and timeout_out or abort_word";
     if (a->row_flags && a->flag_shard_rows < 0) return "flag_shard_rows must be >= 0";
+    if (a->x_own) {
+        if ((uintptr_t)a->x_own % 16 || a->ldx_own % 8 || a->ldx_own < a->k)
+            return "TMA needs x_own 16-byte aligned and ldx_own a multiple of 8, >= k";
+        if (a->own_row0 < 0 || a->own_rows < 0 || a->own_row0 + a->own_rows > a->m)
+            return "the own rows must lie in [0, m)";
+    }
     return nullptr;
 }
 
@@ -973,11 +990,26 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
     bool bf16 = a->in_dtype == CGM_DTYPE_BF16;
     bool pp = cgm_hgemm_variant_for(a) == CGM_HGEMM_PINGPONG;
     int tile_n = pp ? cfg<true>::tile_n : cfg<false>::tile_n;
-    CUtensorMap mx, mw;
+    CUtensorMap mx, mw, mx_own;
     if (!make_map(&mx, bf16, a->x, a->m, a->k, a->ldx, kTileM) ||
         !make_map(&mw, bf16, a->w, a->n, a->k, a->ldw, tile_n))
         return cudaErrorInvalidValue;
     hgemm_params p;
+    /* The m tiles wholly inside the own rows (the last tile of X counts
+     * when the own rows end X: both maps zero-fill past the end). */
+    int tiles_m = (int)((a->m + kTileM - 1) / kTileM);
+    p.own_row0 = a->own_row0;
+    p.own_tile0 = p.own_tile1 = 0;
+    mx_own = mx;
+    if (a->x_own && a->own_rows > 0) {
+        int64_t end = a->own_row0 + a->own_rows;
+        p.own_tile0 = (int)((a->own_row0 + kTileM - 1) / kTileM);
+        p.own_tile1 = end == a->m ? tiles_m : (int)(end / kTileM);
+        if (p.own_tile1 < p.own_tile0) p.own_tile1 = p.own_tile0;
+        if (p.own_tile1 > p.own_tile0 &&
+            !make_map(&mx_own, bf16, a->x_own, a->own_rows, a->k, a->ldx_own, kTileM))
+            return cudaErrorInvalidValue;
+    }
     p.m = (int)a->m;
     p.n = (int)a->n;
     p.k = (int)a->k;
@@ -1020,8 +1052,8 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
     int grid = a->sm_count > 0 && a->sm_count < sms ? a->sm_count : sms;
     if (tiles < grid) grid = (int)tiles;
     if (pp)
-        return bf16 ? launch_out<true, true>(a->out_dtype, dev, mx, mw, p, grid, stream)
-                    : launch_out<false, true>(a->out_dtype, dev, mx, mw, p, grid, stream);
-    return bf16 ? launch_out<true, false>(a->out_dtype, dev, mx, mw, p, grid, stream)
-                : launch_out<false, false>(a->out_dtype, dev, mx, mw, p, grid, stream);
+        return bf16 ? launch_out<true, true>(a->out_dtype, dev, mx, mx_own, mw, p, grid, stream)
+                    : launch_out<false, true>(a->out_dtype, dev, mx, mx_own, mw, p, grid, stream);
+    return bf16 ? launch_out<true, false>(a->out_dtype, dev, mx, mx_own, mw, p, grid, stream)
+                : launch_out<false, false>(a->out_dtype, dev, mx, mx_own, mw, p, grid, stream);
 }

@@ -85,6 +85,13 @@ typedef struct cgm_hgemm_args {
     int64_t wait_timeout_ns; /* <= 0: 10 s */
     int *timeout_out;        /* device or host-mapped; required with flags */
     const int *m_block_order; /* device memory, or NULL: natural order */
+    /* Optional second source of X rows (the fused all-gather's own shard,
+     * read where it is instead of copied): the m tiles that lie wholly in
+     * rows [own_row0, own_row0 + own_rows) load them from x_own (row
+     * own_row0 of X = row 0 of x_own, row stride ldx_own) and do not wait
+     * for flags; other tiles read x. NULL: every tile reads x. */
+    const void *x_own;
+    int64_t ldx_own, own_row0, own_rows;
     int variant;              /* CGM_HGEMM_AUTO (0), _COOPERATIVE or _PINGPONG */
     /* Fused reduce-scatter hooks (naddends 0: none). Addends 8-byte aligned
      * (fp32) or 4-byte aligned (16-bit), addend_ld even. */

@@ -617,6 +617,62 @@ static void case_addends(const void *p) {
     free(hx), free(hw), free(xq), free(wq);
 }
 
+/* The fused all-gather's own rows: tiles wholly inside rows [100, 400)
+ * read x_own (X's copy in x there is poisoned) and do not wait (their
+ * flags never come); the tile shared with the rows before reads x and
+ * waits. Every element must equal the exact result rounded once. */
+static void case_x_own(const void *p) {
+    (void)p;
+    require_sm90();
+    const int64_t m = 600, n = 136, k = 72, own0 = 100, own = 300, ldo = 80;
+    int64_t kp = (k + 15) / 16 * 16;
+    void *hx = fill(CGM_DTYPE_BF16, (size_t)(m * k), 71), *hw = fill(CGM_DTYPE_BF16, (size_t)(n * k), 72);
+    int16_t *xq = to_eighths(hx, CGM_DTYPE_BF16, m, k, k, kp), *wq = to_eighths(hw, CGM_DTYPE_BF16, n, k, k, kp);
+    void *hown = calloc((size_t)(own * ldo), 2), *hpoison = malloc((size_t)(m * k) * 2);
+    memcpy(hpoison, hx, (size_t)(m * k) * 2);
+    for (int64_t i = 0; i < own; i++) memcpy((char *)hown + i * ldo * 2, (char *)hx + (own0 + i) * k * 2, (size_t)k * 2);
+    for (int64_t i = 128; i < 384; i++) /* the two inside tiles: 4.0 everywhere */
+        for (int64_t j = 0; j < k; j++) put(hpoison, CGM_DTYPE_BF16, (size_t)(i * k + j), 4.0f);
+    void *dx = to_device(hpoison, (size_t)(m * k) * 2), *dw = to_device(hw, (size_t)(n * k) * 2);
+    void *down = to_device(hown, (size_t)(own * ldo) * 2), *dy;
+    CUDA_OK(cudaMalloc(&dy, (size_t)(m * n) * 4));
+    unsigned long long hf[5] = {5, 0, 0, 5, 5}; /* 128-row blocks 1 and 2 never come */
+    unsigned long long *df = to_device(hf, sizeof hf);
+    int *dt;
+    CUDA_OK(cudaMalloc((void **)&dt, sizeof(int)));
+    for (int v = CGM_HGEMM_COOPERATIVE; v <= CGM_HGEMM_PINGPONG; v++) {
+        CUDA_OK(cudaMemset(dt, 0, sizeof(int)));
+        cgm_hgemm_args a;
+        memset(&a, 0, sizeof a);
+        a.in_dtype = CGM_DTYPE_BF16, a.out_dtype = CGM_DTYPE_FP32, a.variant = v;
+        a.m = m, a.n = n, a.k = k, a.x = dx, a.ldx = k, a.w = dw, a.ldw = k, a.y = dy, a.ldy = n;
+        a.x_own = down, a.ldx_own = ldo, a.own_row0 = own0, a.own_rows = own;
+        a.row_flags = df, a.rows_per_flag = 128, a.flag_epoch = 5;
+        a.wait_timeout_ns = 2000000000ll, a.timeout_out = dt;
+        const char *why = NULL;
+        if (!cgm_hgemm_supported(&a, &why)) TEST_FAIL("cgm_hgemm_supported said no: %s", why);
+        CUDA_OK(cgm_hgemm(&a, 0));
+        CUDA_OK(cudaDeviceSynchronize());
+        int timed_out = -1;
+        CUDA_OK(cudaMemcpy(&timed_out, dt, sizeof(int), cudaMemcpyDeviceToHost));
+        if (timed_out) TEST_FAIL("%s: a tile inside the own rows waited for its flag", variant_name(v));
+        float *hy = malloc((size_t)(m * n) * 4);
+        CUDA_OK(cudaMemcpy(hy, dy, (size_t)(m * n) * 4, cudaMemcpyDeviceToHost));
+        int64_t bad = 0;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double want = dot_eighths(xq + i * kp, wq + j * kp, kp) / 64.0;
+                if ((double)hy[i * n + j] != want && bad++ < 4)
+                    fprintf(stderr, "  %s (%lld, %lld) = %.7g, exact %.7g\n", variant_name(v), (long long)i,
+                            (long long)j, hy[i * n + j], want);
+            }
+        free(hy);
+        if (bad) TEST_FAIL("%s: %lld of %lld wrong", variant_name(v), (long long)bad, (long long)(m * n));
+    }
+    cudaFree(dx), cudaFree(dw), cudaFree(down), cudaFree(dy), cudaFree(df), cudaFree(dt);
+    free(hx), free(hw), free(hown), free(hpoison), free(xq), free(wq);
+}
+
 /* What cgm_hgemm refuses (the caller falls back to cuBLASLt), with reasons. */
 static void case_refusals(const void *p) {
     (void)p;
@@ -664,6 +720,7 @@ static void register_cases(void) {
     test_add("flags_timeout", case_flags_timeout, NULL);
     test_add("refusals", case_refusals, NULL);
     test_add("addends_and_shard_flags", case_addends, NULL);
+    test_add("x_own", case_x_own, NULL);
 }
 
 

@@ -111,8 +111,8 @@ bool p2p_fused_tunable(const p2p_state *st, const cgm_call *c) {
 }
 
 /* This rank's operands, checked by the kernel (alignment, row strides, the
- * local k of RS). The other ranks decided to run fused: failing here is an
- * error, not a quiet fallback (the peers would wait for this rank). */
+ * local k of RS). The other ranks decided to run fused: a rank that fails
+ * here keeps the protocol around cuBLASLt (fused_ag / fused_rs, !kernel). */
 static const char *local_problem(const p2p_state *st, const cgm_call *c) {
     int P = st->nranks;
     cgm_hgemm_args a = base_args(st, c);
@@ -120,6 +120,10 @@ static const char *local_problem(const p2p_state *st, const cgm_call *c) {
         a.m = c->m;
         a.x = (const char *)st->ws.local + st->gather_offset;
         a.ldx = c->k;
+        a.x_own = c->x.data; /* the own rows are read where they are */
+        a.ldx_own = cgm_matrix_ld(&c->x);
+        a.own_row0 = plan_shard_offset(c->m, st->rank, P);
+        a.own_rows = plan_shard_rows(c->m, st->rank, P);
     } else {
         a.m = plan_shard_rows(c->m, st->rank, P);
         a.x = c->x.data;
@@ -346,12 +350,22 @@ static cgm_status fused_ag(p2p_state *st, const cgm_call *c,
             CGM_TRY(signal_to(st, d, PLAN_FLAG_READY, r * S + q, comm));
         }
     }
-    /* ... and into my own, flagging my own READY cells. */
+    /* My own GATHER: the kernel reads the own rows from INPUT in the tiles
+     * that hold nothing else; only the own rows of a tile shared with a
+     * neighbour's shard (at most 127 at each end) are copied (a copy
+     * within one GPU runs on SMs, of which the kernel leaves one). Without
+     * the kernel, every own row. Then my own READY cells. */
+    int64_t end = off + own, T = CGM_HGEMM_TILE_M;
+    int64_t head_end = kernel ? (off % T ? cgm_ceil_div(off, T) * T : off) : end;
+    int64_t tail_start = kernel && end != m && end % T ? end / T * T : end;
+    if (head_end > end) head_end = end;
+    if (tail_start < head_end) tail_start = head_end;
+    CGM_TRY(copy_rows(gather + (size_t)off * row_bytes, row_bytes, in, in_pitch,
+                      row_bytes, head_end - off, local));
+    CGM_TRY(copy_rows(gather + (size_t)tail_start * row_bytes, row_bytes,
+                      in + (size_t)(tail_start - off) * in_pitch, in_pitch,
+                      row_bytes, end - tail_start, local));
     for (int q = 0; q < npieces; q++) {
-        int64_t row0 = q * rpf, rows = own - row0 < rpf ? own - row0 : rpf;
-        CGM_TRY(copy_rows(gather + (size_t)(off + row0) * row_bytes, row_bytes,
-                          in + (size_t)row0 * in_pitch, in_pitch, row_bytes,
-                          rows, local));
         plan_flag f = {PLAN_FLAG_READY, r * S + q};
         char *cell = (char *)st->ws.local + p2p_flag_offset(st, r, f);
         CGM_CUDA_TRY(cgm_dev_signal(st->dev, (unsigned long long *)cell, local));
@@ -384,12 +398,21 @@ static cgm_status fused_ag(p2p_state *st, const cgm_call *c,
     a.flag_shard_stride = (int64_t)PLAN_FLAG_COUNT * (int64_t)st->flag_chunks + S;
     a.report_chunks_per_shard = S;
     a.m_block_order = e->order;
+    a.x_own = in;
+    a.ldx_own = cgm_matrix_ld(&c->x);
+    a.own_row0 = off;
+    a.own_rows = own;
     CGM_CUDA_TRY(cgm_hgemm(&a, gemm));
     }
-    if (c->has_x_gathered) {
+    if (c->has_x_gathered) { /* the peers' rows from GATHER, mine from INPUT */
         size_t pitch = (size_t)cgm_matrix_ld(&c->x_gathered) * es;
-        CGM_TRY(copy_rows(c->x_gathered.data, pitch, gather, row_bytes,
-                          row_bytes, m, gemm));
+        char *xg = c->x_gathered.data;
+        CGM_TRY(copy_rows(xg, pitch, gather, row_bytes, row_bytes, off, gemm));
+        CGM_TRY(copy_rows(xg + (size_t)off * pitch, pitch, in, in_pitch,
+                          row_bytes, own, gemm));
+        CGM_TRY(copy_rows(xg + (size_t)end * pitch, pitch,
+                          gather + (size_t)end * row_bytes, row_bytes,
+                          row_bytes, m - end, gemm));
     }
 fail:
     return status;
