@@ -857,6 +857,158 @@ static int hopper_bench(int argc, char **argv) {
     return bad ? 1 : 0;
 }
 
+/* test_hopper_gemm fusedbench [MxNxK,...]: what the fused algorithms'
+ * hooks cost the kernel, with every flag already at the epoch (no
+ * communication): auto on every SM; auto on all SMs but one (as p2p's
+ * fused runs); the AG form of rank 1 of 2 (X's second half from x_own,
+ * tiles in its order, the first half waiting on shard-mapped flags, 2
+ * pieces per shard); the RS form (m/2 rows plus one fp32 addend with
+ * flags). Interleaved rounds, medians; us per call. */
+static int fused_bench(int argc, char **argv) {
+    const char *list = argc > 0 ? argv[0] : "16384x2048x8192,8192x4096x4096,16384x8192x2048";
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major != 9) return TEST_SKIP_CODE;
+    int sms = prop.multiProcessorCount;
+    printf("# fused hooks, bf16, %s: us per call, medians of %d interleaved rounds x %d calls\n", prop.name,
+           BENCH_ROUNDS, BENCH_CALLS);
+    printf("#    m      n      k   all_SMs  SMs-1  AG_form  (vs SMs-1)  RS_half  RS_form  (vs RS_half)\n");
+    char *copy = strdup(list), *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        long long m, n, k;
+        if (sscanf(tok, "%lldx%lldx%lld", &m, &n, &k) != 3 || m < 256 || n < 1 || k < 8) continue;
+        size_t nx = (size_t)(m * k), nw = (size_t)(n * k), ny = (size_t)(m * n);
+        void *hx = fill(CGM_DTYPE_BF16, nx, 1), *hw = fill(CGM_DTYPE_BF16, nw, 2);
+        void *dx = to_device(hx, nx * 2), *dw = to_device(hw, nw * 2), *dy, *dadd;
+        CUDA_OK(cudaMalloc(&dy, ny * 2));
+        CUDA_OK(cudaMalloc(&dadd, ny * 2)); /* m/2 x n fp32 */
+        CUDA_OK(cudaMemset(dadd, 0, ny * 2));
+        int64_t half = m / 2, rpf = (half / 2 + 127) / 128 * 128, stride = 7;
+        unsigned long long hf[16];
+        for (int i = 0; i < 16; i++) hf[i] = 1;
+        unsigned long long *df = to_device(hf, sizeof hf), *depoch = to_device(hf, 8);
+        unsigned int *dabort;
+        CUDA_OK(cudaMalloc((void **)&dabort, 4));
+        CUDA_OK(cudaMemset(dabort, 0, 4));
+        int tiles = (int)((m + 127) / 128), *ho = malloc((size_t)tiles * sizeof(int)), nt = 0;
+        for (int t = (int)(half / 128); t < tiles; t++) ho[nt++] = t; /* own (second half) first */
+        for (int t = 0; t < (int)(half / 128); t++) ho[nt++] = t;
+        int *dorder = to_device(ho, (size_t)tiles * sizeof(int));
+        cgm_hgemm_args a[5];
+        for (int v = 0; v < 5; v++) {
+            memset(&a[v], 0, sizeof a[v]);
+            a[v].in_dtype = a[v].out_dtype = CGM_DTYPE_BF16;
+            a[v].m = m, a[v].n = n, a[v].k = k, a[v].x = dx, a[v].ldx = k, a[v].w = dw, a[v].ldw = k;
+            a[v].y = dy, a[v].ldy = n, a[v].sm_count = v == 0 ? 0 : sms - 1;
+        }
+        cgm_hgemm_args *ag = &a[2], *rs = &a[4];
+        ag->row_flags = df, ag->rows_per_flag = rpf, ag->flag_shard_rows = half, ag->flag_shard_stride = stride;
+        ag->flag_epoch_ptr = depoch, ag->abort_word = dabort, ag->m_block_order = dorder;
+        ag->x_own = (char *)dx + (size_t)half * (size_t)k * 2, ag->ldx_own = k, ag->own_row0 = half;
+        ag->own_rows = m - half;
+        a[3].m = rs->m = half;
+        rs->naddends = 1, rs->addend[0] = dadd, rs->addend_flags[0] = df, rs->addend_dtype = CGM_DTYPE_FP32;
+        rs->addend_ld = n, rs->rows_per_flag = rpf, rs->flag_epoch_ptr = depoch, rs->abort_word = dabort;
+        cudaEvent_t ev[10];
+        for (int i = 0; i < 10; i++) CUDA_OK(cudaEventCreate(&ev[i]));
+        float times[5][BENCH_ROUNDS];
+        for (int r = -5; r < BENCH_ROUNDS; r++) {
+            for (int turn = 0; turn < 5; turn++) {
+                int who = (turn + r + 5) % 5;
+                CUDA_OK(cudaEventRecord(ev[2 * who], 0));
+                for (int call = 0; call < BENCH_CALLS; call++) CUDA_OK(cgm_hgemm(&a[who], 0));
+                CUDA_OK(cudaEventRecord(ev[2 * who + 1], 0));
+            }
+            CUDA_OK(cudaStreamSynchronize(0));
+            if (r < 0) continue;
+            for (int who = 0; who < 5; who++)
+                CUDA_OK(cudaEventElapsedTime(&times[who][r], ev[2 * who], ev[2 * who + 1]));
+        }
+        float t[5];
+        for (int who = 0; who < 5; who++) t[who] = median(times[who], BENCH_ROUNDS) * 1000 / BENCH_CALLS;
+        unsigned int aborted = 0;
+        CUDA_OK(cudaMemcpy(&aborted, dabort, 4, cudaMemcpyDeviceToHost));
+        printf("%6lld %6lld %6lld  %8.1f %6.1f %8.1f  (%5.3f)  %8.1f %8.1f  (%5.3f)%s\n", m, n, k, t[0], t[1],
+               t[2], t[2] / t[1], t[3], t[4], t[4] / t[3], aborted ? "  ABORTED (a flag wait expired)" : "");
+        for (int i = 0; i < 10; i++) cudaEventDestroy(ev[i]);
+        cudaFree(dx), cudaFree(dw), cudaFree(dy), cudaFree(dadd), cudaFree(df), cudaFree(depoch);
+        cudaFree(dabort), cudaFree(dorder);
+        free(hx), free(hw), free(ho);
+    }
+    free(copy);
+    /* A copy to the peer GPU (what the fused algorithms' comm queue does)
+     * alone, and beside the kernel on all SMs but one, both ways. */
+    int ndev = 0, can = 0;
+    if (cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 1 &&
+        cudaDeviceCanAccessPeer(&can, 0, 1) == cudaSuccess && can) {
+        size_t bytes = 64u << 20;
+        void *src, *dst, *dst2;
+        CUDA_OK(cudaMalloc(&src, bytes));
+        CUDA_OK(cudaMalloc(&dst2, bytes));
+        CUDA_OK(cudaSetDevice(1));
+        CUDA_OK(cudaMalloc(&dst, bytes));
+        CUDA_OK(cudaSetDevice(0));
+        cudaError_t pe = cudaDeviceEnablePeerAccess(1, 0);
+        if (pe != cudaSuccess && pe != cudaErrorPeerAccessAlreadyEnabled) CUDA_OK(pe);
+        (void)cudaGetLastError();
+        int64_t m = 8192, n = 4096, k = 4096;
+        void *dx, *dw, *dy;
+        CUDA_OK(cudaMalloc(&dx, (size_t)(m * k) * 2));
+        CUDA_OK(cudaMalloc(&dw, (size_t)(n * k) * 2));
+        CUDA_OK(cudaMalloc(&dy, (size_t)(m * n) * 2));
+        CUDA_OK(cudaMemset(dx, 0, (size_t)(m * k) * 2));
+        CUDA_OK(cudaMemset(dw, 0, (size_t)(n * k) * 2));
+        cgm_hgemm_args a;
+        memset(&a, 0, sizeof a);
+        a.in_dtype = a.out_dtype = CGM_DTYPE_BF16;
+        a.m = m, a.n = n, a.k = k, a.x = dx, a.ldx = k, a.w = dw, a.ldw = k, a.y = dy, a.ldy = n;
+        a.sm_count = sms - 1;
+        cudaStream_t sk, sc;
+        CUDA_OK(cudaStreamCreateWithFlags(&sk, cudaStreamNonBlocking));
+        CUDA_OK(cudaStreamCreateWithFlags(&sc, cudaStreamNonBlocking));
+        cudaEvent_t e[8];
+        for (int i = 0; i < 8; i++) CUDA_OK(cudaEventCreate(&e[i]));
+        const char *what[2] = {"peer copy 64 MiB (cudaMemcpy2DAsync, GPU0 -> GPU1)", "local copy 64 MiB (GPU0)"};
+        for (int w = 0; w < 2; w++) {
+            void *to = w ? dst2 : dst;
+            float tc = 0, tk = 0, tcb = 0, tkb = 0;
+            for (int r = 0; r < 6; r++) {
+                CUDA_OK(cudaEventRecord(e[0], sc));
+                CUDA_OK(cudaMemcpy2DAsync(to, 8192, src, 8192, 8192, bytes / 8192, cudaMemcpyDefault, sc));
+                CUDA_OK(cudaEventRecord(e[1], sc));
+                CUDA_OK(cudaEventRecord(e[2], sk));
+                CUDA_OK(cgm_hgemm(&a, sk));
+                CUDA_OK(cudaEventRecord(e[3], sk));
+                CUDA_OK(cudaDeviceSynchronize());
+                CUDA_OK(cudaEventRecord(e[4], sk)); /* both at once: kernel first, then the copy */
+                CUDA_OK(cgm_hgemm(&a, sk));
+                CUDA_OK(cudaEventRecord(e[5], sk));
+                usleep(20);
+                CUDA_OK(cudaEventRecord(e[6], sc));
+                CUDA_OK(cudaMemcpy2DAsync(to, 8192, src, 8192, 8192, bytes / 8192, cudaMemcpyDefault, sc));
+                CUDA_OK(cudaEventRecord(e[7], sc));
+                CUDA_OK(cudaDeviceSynchronize());
+                if (r == 0) continue;
+                float x;
+                CUDA_OK(cudaEventElapsedTime(&x, e[0], e[1]));
+                tc += x / 5;
+                CUDA_OK(cudaEventElapsedTime(&x, e[2], e[3]));
+                tk += x / 5;
+                CUDA_OK(cudaEventElapsedTime(&x, e[4], e[5]));
+                tkb += x / 5;
+                CUDA_OK(cudaEventElapsedTime(&x, e[6], e[7]));
+                tcb += x / 5;
+            }
+            printf("# %s: alone %.1f us; kernel 8192x4096x4096 on SMs-1 alone %.1f us; together: kernel %.1f us,"
+                   " copy %.1f us\n", what[w], tc * 1000, tk * 1000, tkb * 1000, tcb * 1000);
+        }
+        cudaFree(src), cudaFree(dst2), cudaFree(dx), cudaFree(dw), cudaFree(dy);
+        CUDA_OK(cudaSetDevice(1));
+        cudaFree(dst);
+        CUDA_OK(cudaSetDevice(0));
+    }
+    return 0;
+}
+
 /* Running every case: exit 77 (with the reason) when there is no sm_90
  * device at all, probed in a child so that this process stays CUDA-free. */
 static int whole_run_skips(void) {
@@ -890,6 +1042,7 @@ static int whole_run_skips(void) {
 
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "bench") == 0) return hopper_bench(argc - 2, argv + 2);
+    if (argc > 1 && strcmp(argv[1], "fusedbench") == 0) return fused_bench(argc - 2, argv + 2);
     if (argc == 1 && whole_run_skips()) return TEST_SKIP_CODE;
     return test_main(argc, argv, register_cases);
 }
