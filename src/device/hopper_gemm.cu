@@ -385,48 +385,12 @@ __device__ __forceinline__ void store_pair(__half *p, float a, float b) {
     *reinterpret_cast<__half2 *>(p) = __floats2half2_rn(a, b);
 }
 
-/* Adds sum_i addend_i[row, col] (and [row, col + 1] when two) to a (b). */
-__device__ __forceinline__ void add_addends(const hgemm_params &p, int row, int col, bool two, float &a,
-                                            float &b) {
-    long long off = (long long)row * p.addend_ld + col;
-#pragma unroll 1
-    for (int i = 0; i < p.naddends; i++) {
-        const void *src = p.addend[i];
-        if (p.addend_dtype == CGM_DTYPE_FP32) {
-            const float *f = static_cast<const float *>(src) + off;
-            if (two) {
-                float2 v = *reinterpret_cast<const float2 *>(f);
-                a += v.x, b += v.y;
-            } else {
-                a += f[0];
-            }
-        } else if (p.addend_dtype == CGM_DTYPE_BF16) {
-            const __nv_bfloat16 *h = static_cast<const __nv_bfloat16 *>(src) + off;
-            if (two) {
-                float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(h));
-                a += v.x, b += v.y;
-            } else {
-                a += __bfloat162float(h[0]);
-            }
-        } else {
-            const __half *h = static_cast<const __half *>(src) + off;
-            if (two) {
-                float2 v = __half22float2(*reinterpret_cast<const __half2 *>(h));
-                a += v.x, b += v.y;
-            } else {
-                a += __half2float(h[0]);
-            }
-        }
-    }
-}
-
 /* One row of a thread's fragment pair: columns col, col + 1. */
 template <typename OutT>
 __device__ __forceinline__ void store_two(const hgemm_params &p, int row, int col, float a, float b,
                                           float bias_a, float bias_b) {
     if (row >= p.m || col >= p.n) return;
     OutT *y = static_cast<OutT *>(p.y) + (long long)row * p.ldy + col;
-    if (p.naddends) add_addends(p, row, col, col + 1 < p.n, a, b);
     a += bias_a;
     b += bias_b;
     if (col + 1 < p.n && p.vector_store) {
@@ -512,10 +476,6 @@ __device__ __forceinline__ void epilogue(const hgemm_params &p, float (&d)[128],
                 }
                 float a0 = d[OFF + 4 * j], a1 = d[OFF + 4 * j + 1];
                 float b0 = d[OFF + 4 * j + 2], b1 = d[OFF + 4 * j + 3];
-                if (p.naddends) {
-                    add_addends(p, row, col0 + 8 * j + 2 * q, true, a0, a1);
-                    add_addends(p, row + 8, col0 + 8 * j + 2 * q, true, b0, b1);
-                }
                 wa[g] = pack_pair((OutT *)nullptr, a0 + ba, a1 + bb);
                 wb[g] = pack_pair((OutT *)nullptr, b0 + ba, b1 + bb);
             }
@@ -539,10 +499,6 @@ __device__ __forceinline__ void epilogue(const hgemm_params &p, float (&d)[128],
             }
             float a0 = d[OFF + 4 * j], a1 = d[OFF + 4 * j + 1];
             float b0 = d[OFF + 4 * j + 2], b1 = d[OFF + 4 * j + 3];
-            if (p.naddends) {
-                add_addends(p, row, col0 + 8 * j + 2 * q, true, a0, a1);
-                add_addends(p, row + 8, col0 + 8 * j + 2 * q, true, b0, b1);
-            }
             a0 += ba, a1 += bb, b0 += ba, b1 += bb;
             if (p.accumulate) {
                 a0 += to_float(y[8 * j]), a1 += to_float(y[8 * j + 1]);
@@ -566,6 +522,74 @@ __device__ __forceinline__ void epilogue(const hgemm_params &p, float (&d)[128],
     }
 }
 
+/* The fused reduce-scatter's addends, added into the accumulator
+ * fragment (the layout of `epilogue` below) before the epilogue: per
+ * addend, interior tiles load 8 (cooperative: 4) column groups x 2 rows
+ * of pairs at once instead of one at a time, edge tiles element by
+ * element with bounds checks. The sum order per element is fixed (addend
+ * 0, 1, ...), so results do not depend on the variant. */
+__device__ __forceinline__ float2 pair_of(const float *p) { return *reinterpret_cast<const float2 *>(p); }
+__device__ __forceinline__ float2 pair_of(const __nv_bfloat16 *p) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(p));
+}
+__device__ __forceinline__ float2 pair_of(const __half *p) {
+    return __half22float2(*reinterpret_cast<const __half2 *>(p));
+}
+
+template <typename AT, int OFF, int NJ>
+__device__ __forceinline__ void add_addends_as(const hgemm_params &p, float (&d)[128], int row0, int col0) {
+    int t = threadIdx.x % 128;
+    int q = t % 4;
+    int row = row0 + 16 * (t / 32) + (t % 32) / 4;
+    bool interior = row0 + 64 <= p.m && col0 + 8 * NJ <= p.n;
+#pragma unroll 1
+    for (int i = 0; i < p.naddends; i++) {
+        const AT *a = static_cast<const AT *>(p.addend[i]) + (long long)row * p.addend_ld + col0 + 2 * q;
+        const AT *b = a + 8 * p.addend_ld;
+        if (interior) {
+            /* 16 loads in flight; 8 in the cooperative fragment, whose
+             * registers are tighter (no spills either way: -Xptxas -v). */
+            constexpr int U = NJ >= 32 ? 4 : 8;
+#pragma unroll
+            for (int jb = 0; jb < NJ; jb += U) {
+                float2 va[U], vb[U];
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    va[u] = pair_of(a + 8 * (jb + u));
+                    vb[u] = pair_of(b + 8 * (jb + u));
+                }
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    d[OFF + 4 * (jb + u)] += va[u].x;
+                    d[OFF + 4 * (jb + u) + 1] += va[u].y;
+                    d[OFF + 4 * (jb + u) + 2] += vb[u].x;
+                    d[OFF + 4 * (jb + u) + 3] += vb[u].y;
+                }
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < NJ; j++) {
+                int col = col0 + 8 * j + 2 * q;
+                if (row < p.m) {
+                    if (col < p.n) d[OFF + 4 * j] += to_float(a[8 * j]);
+                    if (col + 1 < p.n) d[OFF + 4 * j + 1] += to_float(a[8 * j + 1]);
+                }
+                if (row + 8 < p.m) {
+                    if (col < p.n) d[OFF + 4 * j + 2] += to_float(b[8 * j]);
+                    if (col + 1 < p.n) d[OFF + 4 * j + 3] += to_float(b[8 * j + 1]);
+                }
+            }
+        }
+    }
+}
+
+template <int OFF, int NJ>
+__device__ __forceinline__ void add_addends(const hgemm_params &p, float (&d)[128], int row0, int col0) {
+    if (p.addend_dtype == CGM_DTYPE_FP32) add_addends_as<float, OFF, NJ>(p, d, row0, col0);
+    else if (p.addend_dtype == CGM_DTYPE_BF16) add_addends_as<__nv_bfloat16, OFF, NJ>(p, d, row0, col0);
+    else add_addends_as<__half, OFF, NJ>(p, d, row0, col0);
+}
+
 /* --------------------------------------------------------------- kernel */
 
 /* Ring position -> (stage, phase). The producer and both consumers count
@@ -580,7 +604,7 @@ template <bool kBf16, typename OutT, bool kPP>
 __global__ void __launch_bounds__(kThreads, 1)
     hgemm_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_x_own,
                  const __grid_constant__ CUtensorMap map_w,
-                 const hgemm_params p) {
+                 const __grid_constant__ hgemm_params p) {
     using C = cfg<kPP>;
     constexpr int kStages = C::stages;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -688,6 +712,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             if (leader) mbar_arrive(empty_bar + 8 * prev);
             if (p.addend_waits)
                 wait_addend_flags(p, (long long)tm * kTileM + consumer * 64, 64, consumer, epoch);
+            if (p.naddends) add_addends<0, 32>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
             epilogue<OutT, 0, 32>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
         }
         return;
@@ -752,6 +777,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         fence_accumulators(d);
         if (leader) mbar_arrive(empty_bar + 8 * prev);
         if (p.addend_waits) wait_addend_flags(p, (long long)tm * kTileM, kTileM, consumer, epoch);
+        if (p.naddends) {
+            add_addends<0, 16>(p, d, tm * kTileM, tn * C::tile_n);
+            add_addends<64, 16>(p, d, tm * kTileM + 64, tn * C::tile_n);
+        }
         epilogue<OutT, 0, 16>(p, d, tm * kTileM, tn * C::tile_n);
         epilogue<OutT, 64, 16>(p, d, tm * kTileM + 64, tn * C::tile_n);
     }
