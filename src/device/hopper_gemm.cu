@@ -345,6 +345,23 @@ __device__ bool wait_row_flags(const hgemm_params &p, int tm, unsigned long long
     return true;
 }
 
+/* Element i of a kernel-parameter array by constant indices only: a
+ * dynamic index makes the compiler copy the whole parameter struct to the
+ * stack (360 bytes per thread, and spills). */
+template <typename T>
+__device__ __forceinline__ T param_at(const T (&arr)[CGM_HGEMM_MAX_ADDENDS], int i) {
+    static_assert(CGM_HGEMM_MAX_ADDENDS == 7, "param_at lists 7 cases");
+    switch (i) {
+    case 0: return arr[0];
+    case 1: return arr[1];
+    case 2: return arr[2];
+    case 3: return arr[3];
+    case 4: return arr[4];
+    case 5: return arr[5];
+    default: return arr[6];
+    }
+}
+
 /* The fused reduce-scatter wait, by one consumer warpgroup before the
  * epilogue of rows [r0, r0 + rows) of Y: its leader waits for every
  * addend's flags of those rows, then the warpgroup meets on named barrier
@@ -356,9 +373,10 @@ __device__ void wait_addend_flags(const hgemm_params &p, long long r0, int rows,
         unsigned long long start = globaltimer();
         bool ok = true;
         for (int i = 0; ok && i < p.naddends; i++) {
-            if (!p.addend_flags[i]) continue;
+            const unsigned long long *flags = param_at(p.addend_flags, i);
+            if (!flags) continue;
             for (long long q = r0 / p.rows_per_flag; ok && q <= r1 / p.rows_per_flag; q++)
-                ok = wait_flag(p, p.addend_flags[i] + q, epoch, start, p.report_addend_peer[i],
+                ok = wait_flag(p, flags + q, epoch, start, param_at(p.report_addend_peer, i),
                                (int)(p.report_addend_chunk0 + q));
         }
         __threadfence();
@@ -544,7 +562,7 @@ __device__ __forceinline__ void add_addends_as(const hgemm_params &p, float (&d)
     bool interior = row0 + 64 <= p.m && col0 + 8 * NJ <= p.n;
 #pragma unroll 1
     for (int i = 0; i < p.naddends; i++) {
-        const AT *a = static_cast<const AT *>(p.addend[i]) + (long long)row * p.addend_ld + col0 + 2 * q;
+        const AT *a = static_cast<const AT *>(param_at(p.addend, i)) + (long long)row * p.addend_ld + col0 + 2 * q;
         const AT *b = a + 8 * p.addend_ld;
         if (interior) {
             /* 16 loads in flight; 8 in the cooperative fragment, whose
@@ -604,7 +622,7 @@ template <bool kBf16, typename OutT, bool kPP>
 __global__ void __launch_bounds__(kThreads, 1)
     hgemm_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_x_own,
                  const __grid_constant__ CUtensorMap map_w,
-                 const __grid_constant__ hgemm_params p) {
+                 const hgemm_params p) {
     using C = cfg<kPP>;
     constexpr int kStages = C::stages;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
