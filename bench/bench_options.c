@@ -30,7 +30,7 @@ static void usage(FILE *to) {
         "  --dtype T           fp32, bf16 or fp16 (default fp32)\n"
         "  --backend B         auto, host, p2p, nccl or cublasmp (default: the\n"
         "                      comm's choice, COMMGEMM_BACKEND or auto)\n"
-        "  --algo A            auto, split, ring or no_overlap (default auto)\n"
+        "  --algo A            auto, split, ring, no_overlap or fused (p2p) (default auto)\n"
         "  --splits N          split count hint, 0 = auto (default 0)\n"
         "  --layout L          TN, NN or NT (default TN)\n"
         "  -w, --warmup N      untimed rounds first (default 5)\n"

@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "device/hopper_gemm.h"
+#include "plan/plan.h"
 
 namespace {
 
@@ -1044,15 +1045,14 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
     hgemm_params p;
     /* The m tiles wholly inside the own rows (the last tile of X counts
      * when the own rows end X: both maps zero-fill past the end). */
-    int tiles_m = (int)((a->m + kTileM - 1) / kTileM);
     p.own_row0 = a->own_row0;
     p.own_tile0 = p.own_tile1 = 0;
     mx_own = mx;
     if (a->x_own && a->own_rows > 0) {
-        int64_t end = a->own_row0 + a->own_rows;
-        p.own_tile0 = (int)((a->own_row0 + kTileM - 1) / kTileM);
-        p.own_tile1 = end == a->m ? tiles_m : (int)(end / kTileM);
-        if (p.own_tile1 < p.own_tile0) p.own_tile1 = p.own_tile0;
+        int64_t t0 = 0, t1 = 0; /* the same tiles p2p_fused.c does not copy */
+        plan_fused_inside_tiles(a->m, a->own_row0, a->own_rows, kTileM, &t0, &t1);
+        p.own_tile0 = (int)t0;
+        p.own_tile1 = (int)t1;
         if (p.own_tile1 > p.own_tile0 &&
             !make_map(&mx_own, bf16, a->x_own, a->own_rows, a->k, a->ldx_own, kTileM))
             return cudaErrorInvalidValue;

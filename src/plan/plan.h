@@ -205,6 +205,28 @@ int plan_check(const plan *plans, int nranks, char *err, int err_len);
  * length written (truncated to buf_len - 1). */
 int plan_format(const plan *p, char *buf, int buf_len);
 
+/* The p2p fused algorithm's geometry (docs/PLAN.md "Fused"; plan_fused.c).
+ * Rows per piece: ceil(ceil(m / nranks) / splits) rounded up to tile_rows
+ * (so a shard has at most `splits` pieces). */
+int64_t plan_fused_piece_rows(int64_t m, int nranks, int splits,
+                              int tile_rows);
+/* The tiles [*t0, *t1) of an m-row matrix (tiles of tile_rows from row 0)
+ * that lie wholly in rows [row0, row0 + rows); the last, partial tile
+ * counts when the rows end at m. None: *t0 == *t1. */
+void plan_fused_inside_tiles(int64_t m, int64_t row0, int64_t rows,
+                             int tile_rows, int64_t *t0, int64_t *t1);
+/* The own rows that are not in such a tile, which the fused AG copies into
+ * its gathered buffer: [row0, *head_end) and [*tail_start, row0 + rows). */
+void plan_fused_own_copies(int64_t m, int64_t row0, int64_t rows,
+                           int tile_rows, int64_t *head_end,
+                           int64_t *tail_start);
+/* The fused AG's tile order on `rank`: own shard first, then the shards of
+ * rank-1, rank-2, ... (the order their pushes arrive), a tile spanning two
+ * shards with the later one, row order within one. Writes ceil(m /
+ * tile_rows) tile indices to order; returns how many. */
+int64_t plan_fused_tile_order(int64_t m, int nranks, int rank, int tile_rows,
+                              int *order);
+
 const char *plan_op_name(plan_op op);
 const char *plan_algo_name(plan_algo algo);
 const char *plan_step_kind_name(plan_step_kind kind);

@@ -31,9 +31,7 @@
  * tile, so that an RS tile waits for one piece per peer, and at most
  * `splits` pieces per shard. */
 static int64_t piece_rows(int64_t m, int P, int splits) {
-    int64_t shard = cgm_ceil_div(m, P);
-    int64_t rows = cgm_ceil_div(shard > 0 ? shard : 1, splits);
-    return cgm_ceil_div(rows, CGM_HGEMM_TILE_M) * CGM_HGEMM_TILE_M;
+    return plan_fused_piece_rows(m, P, splits, CGM_HGEMM_TILE_M);
 }
 
 static int effective_splits(const cgm_call *call, int splits) {
@@ -166,30 +164,19 @@ static cgm_status make_order(p2p_state *st, int64_t m, int **out) {
     int P = st->nranks, r = st->rank;
     int64_t tiles = cgm_ceil_div(m, CGM_HGEMM_TILE_M);
     int *order = malloc((size_t)tiles * sizeof *order);
-    int64_t *key = malloc((size_t)tiles * sizeof *key);
     *out = NULL;
-    if (!order || !key) {
+    if (!order) {
         status = cgm_error(CGM_ERROR_OUT_OF_MEMORY,
                            "p2p fused: a tile order of %lld tiles",
                            (long long)tiles);
         goto fail;
     }
-    int64_t block = cgm_ceil_div(m, P);
-    for (int64_t t = 0; t < tiles; t++) {
-        int64_t r0 = t * CGM_HGEMM_TILE_M;
-        int64_t r1 = (r0 + CGM_HGEMM_TILE_M < m ? r0 + CGM_HGEMM_TILE_M : m) - 1;
-        int latest = 0;
-        for (int64_t j = r0 / block; j <= r1 / block; j++) {
-            int pos = (int)(((r - j) % P + P) % P);
-            if (pos > latest) latest = pos;
-        }
-        key[t] = (int64_t)latest * tiles + t;
+    if (plan_fused_tile_order(m, P, r, CGM_HGEMM_TILE_M, order) != tiles) {
+        status = cgm_error(CGM_ERROR_INTERNAL, "p2p fused: the tile order of "
+                           "m=%lld is not a permutation; please report this",
+                           (long long)m);
+        goto fail;
     }
-    /* Counting by position keeps row order inside each position. */
-    int64_t n = 0;
-    for (int pos = 0; pos < P; pos++)
-        for (int64_t t = 0; t < tiles; t++)
-            if (key[t] / tiles == pos) order[n++] = (int)t;
     CGM_CUDA_TRY(cudaMalloc((void **)out, (size_t)tiles * sizeof *order));
     CGM_CUDA_TRY(cudaMemcpy(*out, order, (size_t)tiles * sizeof *order,
                             cudaMemcpyHostToDevice));
@@ -199,7 +186,6 @@ fail:
         *out = NULL;
     }
     free(order);
-    free(key);
     return status;
 }
 
@@ -355,11 +341,10 @@ static cgm_status fused_ag(p2p_state *st, const cgm_call *c,
      * neighbour's shard (at most 127 at each end) are copied (a copy
      * within one GPU runs on SMs, of which the kernel leaves one). Without
      * the kernel, every own row. Then my own READY cells. */
-    int64_t end = off + own, T = CGM_HGEMM_TILE_M;
-    int64_t head_end = kernel ? (off % T ? cgm_ceil_div(off, T) * T : off) : end;
-    int64_t tail_start = kernel && end != m && end % T ? end / T * T : end;
-    if (head_end > end) head_end = end;
-    if (tail_start < head_end) tail_start = head_end;
+    int64_t end = off + own, head_end = end, tail_start = end;
+    if (kernel)
+        plan_fused_own_copies(m, off, own, CGM_HGEMM_TILE_M, &head_end,
+                              &tail_start);
     CGM_TRY(copy_rows(gather + (size_t)off * row_bytes, row_bytes, in, in_pitch,
                       row_bytes, head_end - off, local));
     CGM_TRY(copy_rows(gather + (size_t)tail_start * row_bytes, row_bytes,
