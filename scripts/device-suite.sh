@@ -11,7 +11,8 @@
 # eager, CUDA graphs, graphs with output-dtype partials, the sweep alone with
 # graphs, p2p and output-dtype partials), hopper-bench (the kernel bench only),
 # cublasmp-cases (tests/cublasmp/run_on_device.sh, case by case), timeline
-# (p2p step traces, COMMGEMM_TIMELINE, of the PERFORMANCE shapes), fused
+# (p2p step traces, COMMGEMM_TIMELINE, of the PERFORMANCE shapes, split and
+# fused), fused
 # (the p2p GPU tests with COMMGEMM_ALGO=fused, case by case), sanitize-fused
 # (memcheck + racecheck with it forced), compare-fused (p2p's tuner pick,
 # fused and split side by side, graphs, the four shapes), compare-fused-outpartial
@@ -120,10 +121,13 @@ stage_cublasmp_cases() {
 stage_timeline() { # p2p step timelines of the PERFORMANCE shapes (bench/timeline_summary.py reads them)
     mkdir -p "$OUT/timeline"
     local sh
+    local algo
     for sh in 16384x2048x8192 8192x4096x4096 16384x8192x2048; do
-        COMMGEMM_TIMELINE=$OUT/timeline/$sh COMMGEMM_DEBUG=INFO COMMGEMM_DEBUG_SUBSYS=P2P \
-            timeout 120 "$B/tools/commgemm-run" -n 2 "$B/bench/commgemm-bench" --backend p2p --dtype bf16 \
-            --op ag_gemm,gemm_rs --shapes $sh -w 3 -i 2 >"$OUT/timeline/$sh.txt" 2>&1
+        for algo in auto fused; do # the tuner's pick (split) and fused: <prefix>.<op>.<algo>.r<rank>.json
+            COMMGEMM_TIMELINE=$OUT/timeline/$sh COMMGEMM_DEBUG=INFO COMMGEMM_DEBUG_SUBSYS=P2P \
+                timeout 120 "$B/tools/commgemm-run" -n 2 "$B/bench/commgemm-bench" --backend p2p --dtype bf16 \
+                --op ag_gemm,gemm_rs --shapes $sh --algo $algo -w 3 -i 2 >"$OUT/timeline/$sh.$algo.txt" 2>&1
+        done
     done
     note "timeline: $(ls "$OUT"/timeline/*.json 2>/dev/null | wc -l) traces"
 }

@@ -49,7 +49,7 @@ static const cgm_param params[] = {
     {"COMMGEMM_PARTIAL_DTYPE", CGM_PARAM_STRING, "fp32",
      "GPU backends, GEMM+RS and GEMM+AR: element type of the partial products that travel between ranks. fp32 (default): exact partials, the sum in fp32. output: partials rounded once to the output dtype (bf16/fp16; what Megatron and PyTorch's fused ops ship), half the bytes, the sum still in fp32; partials that nearly cancel then lose accuracy relative to the result. The host backend always uses fp32."},
     {"COMMGEMM_TIMELINE", CGM_PARAM_STRING, NULL,
-     "p2p backend, diagnostics: path prefix; each eager op records an event around every schedule step and writes a Chrome trace <prefix>.<op>.<algo>.r<rank>.json (last call per op and algorithm) plus an INFO line with the busy time per queue. The op then synchronizes its stream: never for timing runs."},
+     "p2p backend, diagnostics: path prefix; each eager op records an event around every schedule step (fused calls: every copy, flag, GEMM and kernel launch) and writes a Chrome trace <prefix>.<op>.<algo>.r<rank>.json (last call per op and algorithm) plus an INFO line with the busy time per queue. The op then synchronizes its stream: never for timing runs."},
     {"COMMGEMM_DEBUG", CGM_PARAM_STRING, NULL, "Log level: NONE (default), WARN, INFO, TRACE."},
     {"COMMGEMM_DEBUG_SUBSYS", CGM_PARAM_STRING, NULL,
      "Comma-separated subsystems to log: INIT, PLAN, HOST, P2P, NCCL, CUBLASMP, TUNE, CALL, ALL (default ALL)."},

@@ -83,6 +83,7 @@ typedef struct p2p_state {
     p2p_timeline timeline;
     p2p_fused_entry fused[P2P_FUSED_CACHE];
     int fused_fallback_notes; /* INFO lines said about calls run split */
+    struct p2p_fused_trace *fused_trace; /* during a traced fused call */
 } p2p_state;
 
 /* One flag cell per (sender, kind, chunk + 1) in the receiver's flag area
@@ -115,12 +116,15 @@ void p2p_plan_cache_clear(p2p_state *st);
 /* The step timeline (COMMGEMM_TIMELINE, p2p_timeline.c): on() reads the
  * variable once; begin() records the op start on the caller's stream,
  * step() an event before/after step i on its queue, end() synchronizes
- * the caller's stream and writes the trace. free() on plan cache clear. */
+ * the caller's stream and writes the trace (algo: the file name's, NULL:
+ * the plan's). free() on plan cache clear. Fused calls trace pseudo steps
+ * (p2p_fused.c). */
 bool p2p_timeline_on(p2p_state *st);
 cgm_status p2p_timeline_begin(p2p_state *st, int nsteps, cudaStream_t caller);
 cgm_status p2p_timeline_step(p2p_state *st, int step, bool after,
                              cudaStream_t stream);
-cgm_status p2p_timeline_end(p2p_state *st, const plan *p, cudaStream_t caller);
+cgm_status p2p_timeline_end(p2p_state *st, const plan *p, const char *algo,
+                            cudaStream_t caller);
 void p2p_timeline_free(p2p_state *st);
 
 /* The fused algorithm (p2p_fused.c): whether it can run `call`, from what

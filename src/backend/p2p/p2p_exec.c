@@ -600,7 +600,7 @@ cgm_status p2p_execute(p2p_state *st, const cgm_call *call) {
         CGM_CUDA_TRY(cudaEventRecord(st->join[q], st->queues[q]));
         CGM_CUDA_TRY(cudaStreamWaitEvent(caller, st->join[q], 0));
     }
-    if (x.timeline) CGM_TRY(p2p_timeline_end(st, &e->plan, caller));
+    if (x.timeline) CGM_TRY(p2p_timeline_end(st, &e->plan, NULL, caller));
     return CGM_SUCCESS;
 fail:
     return status;

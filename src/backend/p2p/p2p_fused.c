@@ -246,6 +246,67 @@ fail:
     return status;
 }
 
+/* ------------------------------------------------------------ tracing */
+
+/* COMMGEMM_TIMELINE for fused calls (eager only): every enqueued action is
+ * a pseudo plan step (its label and queue) between two timing events of
+ * p2p_timeline.c, which writes <prefix>.<op>.fused.r<rank>.json after the
+ * call. st->fused_trace is set for the duration of a traced call. */
+struct p2p_fused_trace {
+    plan plan; /* req.op, req.m and the steps: what p2p_timeline_end reads */
+    int cap;
+};
+
+static int queue_of(const p2p_state *st, cudaStream_t stream) {
+    for (int q = 0; q < P2P_MAX_QUEUES; q++)
+        if (st->queues[q] == stream) return q;
+    return 0;
+}
+
+/* Step index for trace_close, or -1 when not tracing (or full). */
+static int trace_open(p2p_state *st, plan_step s, cudaStream_t stream) {
+    struct p2p_fused_trace *t = st->fused_trace;
+    if (!t || t->plan.nsteps >= t->cap) return -1;
+    int i = t->plan.nsteps;
+    s.queue = queue_of(st, stream);
+    t->plan.steps[i] = s;
+    if (p2p_timeline_step(st, i, false, stream) != CGM_SUCCESS) return -1;
+    t->plan.nsteps++;
+    return i;
+}
+
+static cgm_status trace_close(p2p_state *st, int i, cudaStream_t stream) {
+    return i < 0 ? CGM_SUCCESS : p2p_timeline_step(st, i, true, stream);
+}
+
+static plan_step flag_step(plan_step_kind kind, int peer, plan_flag_kind f,
+                           int chunk) {
+    plan_step s;
+    memset(&s, 0, sizeof s);
+    s.kind = kind;
+    s.peer = peer;
+    s.flag = (plan_flag){f, chunk};
+    s.chunk = chunk;
+    return s;
+}
+
+static plan_step data_step(plan_step_kind kind, plan_loc src, plan_loc dst,
+                           int shard, int chunk, int64_t row0, int64_t rows) {
+    plan_step s;
+    memset(&s, 0, sizeof s);
+    s.kind = kind;
+    s.peer = -1;
+    s.src = src;
+    s.dst = dst;
+    s.shard = shard;
+    s.chunk = chunk;
+    s.row0 = row0;
+    s.rows = rows;
+    return s;
+}
+
+static plan_loc loc(int rank, plan_buffer buf) { return (plan_loc){rank, buf, 0}; }
+
 /* ------------------------------------------------------------ flags */
 
 static cgm_status signal_to(p2p_state *st, int peer, plan_flag_kind kind,
@@ -253,7 +314,9 @@ static cgm_status signal_to(p2p_state *st, int peer, plan_flag_kind kind,
     cgm_status status = CGM_SUCCESS;
     plan_flag f = {kind, chunk};
     char *cell = (char *)st->ws.peer[peer] + p2p_flag_offset(st, st->rank, f);
+    int t = trace_open(st, flag_step(PLAN_SIGNAL, peer, kind, chunk), stream);
     CGM_CUDA_TRY(cgm_dev_signal(st->dev, (unsigned long long *)cell, stream));
+    CGM_TRY(trace_close(st, t, stream));
 fail:
     return status;
 }
@@ -263,10 +326,12 @@ static cgm_status wait_from(p2p_state *st, int peer, plan_flag_kind kind,
     cgm_status status = CGM_SUCCESS;
     plan_flag f = {kind, chunk};
     const char *cell = (const char *)st->ws.local + p2p_flag_offset(st, peer, f);
+    int t = trace_open(st, flag_step(PLAN_WAIT, peer, kind, chunk), stream);
     CGM_CUDA_TRY(cgm_dev_wait(st->dev, (const unsigned long long *)cell,
                               st->abort_dev, st->rank, peer, (int)kind, chunk,
                               (unsigned long long)st->timeout_ms * 1000000ull,
                               stream));
+    CGM_TRY(trace_close(st, t, stream));
 fail:
     return status;
 }
@@ -280,13 +345,17 @@ static const unsigned long long *ready_cells(const p2p_state *st, int sender,
                                         p2p_flag_offset(st, sender, f));
 }
 
-static cgm_status copy_rows(void *dst, size_t dst_pitch, const void *src,
+/* `what` describes the copy for the trace (rows, buffers, ranks). */
+static cgm_status copy_rows(p2p_state *st, plan_step what, void *dst,
+                            size_t dst_pitch, const void *src,
                             size_t src_pitch, size_t row_bytes, int64_t rows,
                             cudaStream_t stream) {
     cgm_status status = CGM_SUCCESS;
     if (rows <= 0) return CGM_SUCCESS;
+    int t = trace_open(st, what, stream);
     CGM_CUDA_TRY(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes,
                                    (size_t)rows, cudaMemcpyDefault, stream));
+    CGM_TRY(trace_close(st, t, stream));
 fail:
     return status;
 }
@@ -330,7 +399,10 @@ static cgm_status fused_ag(p2p_state *st, const cgm_call *c,
         char *peer_gather = (char *)st->ws.peer[d] + st->gather_offset;
         for (int q = 0; q < npieces; q++) {
             int64_t row0 = q * rpf, rows = own - row0 < rpf ? own - row0 : rpf;
-            CGM_TRY(copy_rows(peer_gather + (size_t)(off + row0) * row_bytes,
+            CGM_TRY(copy_rows(st, data_step(PLAN_COPY, loc(r, PLAN_BUF_INPUT),
+                                            loc(d, PLAN_BUF_GATHER), r, r * S + q,
+                                            off + row0, rows),
+                              peer_gather + (size_t)(off + row0) * row_bytes,
                               row_bytes, in + (size_t)row0 * in_pitch,
                               in_pitch, row_bytes, rows, comm));
             CGM_TRY(signal_to(st, d, PLAN_FLAG_READY, r * S + q, comm));
@@ -345,15 +417,23 @@ static cgm_status fused_ag(p2p_state *st, const cgm_call *c,
     if (kernel)
         plan_fused_own_copies(m, off, own, CGM_HGEMM_TILE_M, &head_end,
                               &tail_start);
-    CGM_TRY(copy_rows(gather + (size_t)off * row_bytes, row_bytes, in, in_pitch,
-                      row_bytes, head_end - off, local));
-    CGM_TRY(copy_rows(gather + (size_t)tail_start * row_bytes, row_bytes,
-                      in + (size_t)(tail_start - off) * in_pitch, in_pitch,
-                      row_bytes, end - tail_start, local));
+    plan_step own_copy = data_step(PLAN_COPY, loc(r, PLAN_BUF_INPUT),
+                                   loc(r, PLAN_BUF_GATHER), r, -1, off,
+                                   head_end - off);
+    CGM_TRY(copy_rows(st, own_copy, gather + (size_t)off * row_bytes,
+                      row_bytes, in, in_pitch, row_bytes, head_end - off,
+                      local));
+    own_copy.row0 = tail_start;
+    own_copy.rows = end - tail_start;
+    CGM_TRY(copy_rows(st, own_copy, gather + (size_t)tail_start * row_bytes,
+                      row_bytes, in + (size_t)(tail_start - off) * in_pitch,
+                      in_pitch, row_bytes, end - tail_start, local));
     for (int q = 0; q < npieces; q++) {
         plan_flag f = {PLAN_FLAG_READY, r * S + q};
         char *cell = (char *)st->ws.local + p2p_flag_offset(st, r, f);
+        int t = trace_open(st, flag_step(PLAN_SIGNAL, r, f.kind, f.chunk), local);
         CGM_CUDA_TRY(cgm_dev_signal(st->dev, (unsigned long long *)cell, local));
+        CGM_TRY(trace_close(st, t, local));
     }
     if (!kernel) {
         /* This rank's operands do not suit the kernel (the others' do):
@@ -368,8 +448,12 @@ static cgm_status fused_ag(p2p_state *st, const cgm_call *c,
         cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
         g.x = gather;
         g.ldx = k;
+        int t = trace_open(st, data_step(PLAN_GEMM, loc(r, PLAN_BUF_GATHER),
+                                         loc(r, PLAN_BUF_OUTPUT), -1, -1, 0, m),
+                           gemm);
         CGM_TRY(cgm_lt_gemm(st->lt, &g, st->lt_workspace[1], P2P_LT_WORKSPACE,
                             gemm));
+        CGM_TRY(trace_close(st, t, gemm));
     } else {
     /* One GEMM over the gathered rows, waiting per tile. */
     cgm_hgemm_args a = base_args(st, c);
@@ -387,15 +471,24 @@ static cgm_status fused_ag(p2p_state *st, const cgm_call *c,
     a.ldx_own = cgm_matrix_ld(&c->x);
     a.own_row0 = off;
     a.own_rows = own;
+    int t = trace_open(st, data_step(PLAN_GEMM, loc(r, PLAN_BUF_GATHER),
+                                     loc(r, PLAN_BUF_OUTPUT), -1, -1, 0, m),
+                       gemm);
     CGM_CUDA_TRY(cgm_hgemm(&a, gemm));
+    CGM_TRY(trace_close(st, t, gemm));
     }
     if (c->has_x_gathered) { /* the peers' rows from GATHER, mine from INPUT */
         size_t pitch = (size_t)cgm_matrix_ld(&c->x_gathered) * es;
         char *xg = c->x_gathered.data;
-        CGM_TRY(copy_rows(xg, pitch, gather, row_bytes, row_bytes, off, gemm));
-        CGM_TRY(copy_rows(xg + (size_t)off * pitch, pitch, in, in_pitch,
-                          row_bytes, own, gemm));
-        CGM_TRY(copy_rows(xg + (size_t)end * pitch, pitch,
+        plan_step what = data_step(PLAN_COPY, loc(r, PLAN_BUF_GATHER),
+                                   loc(r, PLAN_BUF_NONE), -1, -1, 0, off);
+        CGM_TRY(copy_rows(st, what, xg, pitch, gather, row_bytes, row_bytes,
+                          off, gemm));
+        what.src.buf = PLAN_BUF_INPUT, what.row0 = off, what.rows = own;
+        CGM_TRY(copy_rows(st, what, xg + (size_t)off * pitch, pitch, in,
+                          in_pitch, row_bytes, own, gemm));
+        what.src.buf = PLAN_BUF_GATHER, what.row0 = end, what.rows = m - end;
+        CGM_TRY(copy_rows(st, what, xg + (size_t)end * pitch, pitch,
                           gather + (size_t)end * row_bytes, row_bytes,
                           row_bytes, m - end, gemm));
     }
@@ -463,12 +556,20 @@ static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
             g.out_dtype = pd;
             g.bias = NULL;
             g.accumulate = false;
+            int tg = trace_open(st, data_step(PLAN_GEMM, loc(r, PLAN_BUF_INPUT),
+                                              loc(r, PLAN_BUF_PARTIAL), d,
+                                              d * S + q, off_d + row0, rows),
+                                gemm);
             CGM_TRY(cgm_lt_gemm(st->lt, &g, st->lt_workspace[1],
                                 P2P_LT_WORKSPACE, gemm));
+            CGM_TRY(trace_close(st, tg, gemm));
             cudaEvent_t ev = piece_done[(t - 1) * S + q];
             CGM_CUDA_TRY(cudaEventRecord(ev, gemm));
             CGM_CUDA_TRY(cudaStreamWaitEvent(comm, ev, 0));
-            CGM_TRY(copy_rows(dst + (size_t)row0 * prow, prow,
+            CGM_TRY(copy_rows(st, data_step(PLAN_COPY, loc(r, PLAN_BUF_PARTIAL),
+                                            loc(d, PLAN_BUF_RECV), d, d * S + q,
+                                            off_d + row0, rows),
+                              dst + (size_t)row0 * prow, prow,
                               partial + (size_t)row0 * prow, prow, prow, rows,
                               comm));
             CGM_TRY(signal_to(st, d, PLAN_FLAG_READY, d * S + q, comm));
@@ -489,8 +590,12 @@ static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
         g.out_dtype = pd;
         g.bias = NULL;
         g.accumulate = false;
+        int tg = trace_open(st, data_step(PLAN_GEMM, loc(r, PLAN_BUF_INPUT),
+                                          loc(r, PLAN_BUF_RECV), r, -1, off,
+                                          own), gemm);
         CGM_TRY(cgm_lt_gemm(st->lt, &g, st->lt_workspace[1], P2P_LT_WORKSPACE,
                             gemm));
+        CGM_TRY(trace_close(st, tg, gemm));
         for (int q = 0; q < (int)cgm_ceil_div(own, rpf); q++) {
             int64_t row0 = q * rpf, rows = own - row0 < rpf ? own - row0 : rpf;
             cgm_dev_reduce_args ra;
@@ -511,7 +616,12 @@ static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
             ra.bias = c->has_bias ? c->bias.data : NULL;
             ra.rows = rows;
             ra.cols = n;
+            int tr = trace_open(st, data_step(PLAN_REDUCE, loc(r, PLAN_BUF_RECV),
+                                              loc(r, PLAN_BUF_OUTPUT), r,
+                                              r * S + q, off + row0, rows),
+                                gemm);
             CGM_CUDA_TRY(cgm_dev_reduce(&ra, st->dev, gemm));
+            CGM_TRY(trace_close(st, tr, gemm));
         }
         return CGM_SUCCESS;
     }
@@ -533,7 +643,11 @@ static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
         a.addend_flags[i] = ready_cells(st, j, r * S);
         a.report_addend_peer[i] = j;
     }
+    int tk = trace_open(st, data_step(PLAN_GEMM, loc(r, PLAN_BUF_INPUT),
+                                      loc(r, PLAN_BUF_OUTPUT), r, -1, off, own),
+                        gemm);
     CGM_CUDA_TRY(cgm_hgemm(&a, gemm));
+    CGM_TRY(trace_close(st, tk, gemm));
 fail:
     return status;
 }
@@ -547,6 +661,8 @@ cgm_status p2p_fused_execute(p2p_state *st, const cgm_call *call, int splits) {
     const char *why = NULL;
     p2p_fused_entry *e = NULL;
     int S = effective_splits(call, splits);
+    struct p2p_fused_trace trace; /* COMMGEMM_TIMELINE only */
+    memset(&trace, 0, sizeof trace);
     if (!p2p_fused_applies(st, call, &why))
         return cgm_error(CGM_ERROR_NOT_SUPPORTED, "p2p: fused %s: %s",
                          cgm_op_name(call->op), why);
@@ -564,6 +680,22 @@ cgm_status p2p_fused_execute(p2p_state *st, const cgm_call *call, int splits) {
     bool kernel = local == NULL;
     CGM_TRY(ag ? fused_ag(st, call, e, S, kernel, true)
                : fused_rs(st, call, e, S, kernel, true));
+    /* COMMGEMM_TIMELINE: room for every step either schedule enqueues. */
+    if (!capturing && p2p_timeline_on(st)) {
+        int P = st->nranks;
+        trace.cap = 16 + 4 * P * (S + 2);
+        trace.plan.steps = calloc((size_t)trace.cap, sizeof *trace.plan.steps);
+        if (!trace.plan.steps)
+            return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "p2p: a fused trace of "
+                             "%d steps", trace.cap);
+        trace.plan.req.op = ag ? PLAN_OP_AG_GEMM : PLAN_OP_GEMM_RS;
+        trace.plan.req.m = call->m;
+        trace.plan.req.nranks = P;
+        trace.plan.req.rank = st->rank;
+        trace.plan.req.splits = S;
+        CGM_TRY(p2p_timeline_begin(st, trace.cap, caller));
+        st->fused_trace = &trace;
+    }
     /* Fork: a fresh epoch, then every queue starts after the caller's work. */
     const int nqueues = 3;
     CGM_CUDA_TRY(cgm_dev_epoch_bump(st->dev, caller));
@@ -576,6 +708,12 @@ cgm_status p2p_fused_execute(p2p_state *st, const cgm_call *call, int splits) {
         CGM_CUDA_TRY(cudaEventRecord(st->join[q], st->queues[q]));
         CGM_CUDA_TRY(cudaStreamWaitEvent(caller, st->join[q], 0));
     }
+    if (st->fused_trace) {
+        st->fused_trace = NULL;
+        CGM_TRY(p2p_timeline_end(st, &trace.plan, "fused", caller));
+    }
 fail:
+    st->fused_trace = NULL;
+    free(trace.plan.steps);
     return status;
 }

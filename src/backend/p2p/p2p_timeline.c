@@ -84,15 +84,17 @@ static void step_label(const plan_step *s, char *out, size_t len) {
 }
 
 /* After the join: waits for the op, then writes the trace and the line. */
-cgm_status p2p_timeline_end(p2p_state *st, const plan *p, cudaStream_t caller) {
+cgm_status p2p_timeline_end(p2p_state *st, const plan *p, const char *algo,
+                            cudaStream_t caller) {
     cgm_status status = CGM_SUCCESS;
     p2p_timeline *t = &st->timeline;
     char path[1024], label[160];
     double busy[P2P_MAX_QUEUES] = {0}, gemm = 0, end = 0;
     FILE *f = NULL;
     CGM_CUDA_TRY(cudaStreamSynchronize(caller));
+    if (!algo) algo = plan_algo_name(p->req.algo);
     snprintf(path, sizeof path, "%s.%s.%s.r%d.json", t->prefix,
-             plan_op_name(p->req.op), plan_algo_name(p->req.algo), st->rank);
+             plan_op_name(p->req.op), algo, st->rank);
     f = fopen(path, "w");
     if (!f) {
         CGM_WARN(CGM_SUB_P2P, "COMMGEMM_TIMELINE: cannot write %s", path);
@@ -119,7 +121,7 @@ cgm_status p2p_timeline_end(p2p_state *st, const plan *p, cudaStream_t caller) {
     CGM_INFO(CGM_SUB_P2P,
              "timeline %s/%s m=%lld: span %.1f us; busy: comm queue %.1f us, "
              "compute queues %.1f + %.1f + %.1f us; GEMM steps %.1f us (%s)",
-             plan_op_name(p->req.op), plan_algo_name(p->req.algo),
+             plan_op_name(p->req.op), algo,
              (long long)p->req.m, end, busy[0], busy[1], busy[2], busy[3],
              gemm, path);
 fail:
