@@ -6,11 +6,13 @@
  *
  * AG+GEMM (rank r): the comm queue signals FREE to every writer, then
  * pushes the own shard, piece by piece, into each peer's GATHER (r+1 first)
- * raising READY(r*S + q) per piece; a second queue copies the own shard
- * into the own GATHER, raising the own READY cells; the compute queue runs
- * ONE kernel over all m rows of GATHER whose producer waits, per tile, for
- * the READY cells of the rows it loads, tiles ordered own shard first, then
- * peers in arrival order (r-1, r-2, ...).
+ * raising READY(r*S + q) per piece; the compute queue runs ONE kernel over
+ * all m rows of GATHER whose producer waits, per tile, for the READY cells
+ * of the rows it loads, tiles ordered own shard first, then peers in
+ * arrival order (r-1, r-2, ...). The tiles wholly inside the own rows read
+ * them from the input (x_own) without waiting; a second queue copies only
+ * the own rows of tiles shared with a neighbour's shard into GATHER, then
+ * raises the own READY cells.
  *
  * GEMM+RS (rank r): the compute queue computes each peer's rows piece by
  * piece with cuBLASLt into a local partial slot (destination r+1 first),
