@@ -15,6 +15,9 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 # shellcheck source=scripts/device-env.sh
 source scripts/device-env.sh
 export COMMGEMM_LIB=${COMMGEMM_LIB:-$PWD/build-device/libcommgemm.so}
+# One rank per visible GPU (NGPU overrides): 2 on nvidia-h200-x2, 4 or 8 on the larger kinds.
+NGPU=${NGPU:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')}
+[ "$NGPU" -ge 1 ] 2>/dev/null || NGPU=1
 if [ ! -f "$COMMGEMM_LIB" ]; then
     echo "compare_on_device.sh: $COMMGEMM_LIB not found; build first (bash scripts/device-suite.sh build)" | tee "$OUT/compare.txt"
     exit 2
@@ -41,7 +44,7 @@ fi
 run() { # name seconds options...
     local name=$1 secs=$2; shift 2
     # shellcheck disable=SC2086
-    timeout "$secs" torchrun --standalone --nproc-per-node 2 bench/compare_torch.py "$@" ${COMPARE_ARGS:-} \
+    timeout "$secs" torchrun --standalone --nproc-per-node "$NGPU" bench/compare_torch.py "$@" ${COMPARE_ARGS:-} \
         --json "$OUT/$name.json" >"$OUT/$name.txt" 2>"$OUT/$name.err"
     local rc=$?
     echo "# exit code $rc" >>"$OUT/$name.txt"

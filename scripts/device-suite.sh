@@ -25,6 +25,9 @@ OUT=${OUT:-/tmp/commgemm-out}
 mkdir -p "$OUT"
 B=$PWD/build-device
 source scripts/device-env.sh
+# Ranks = visible GPUs (2 on nvidia-h200-x2; 4 or 8 on the larger kinds, issue 9).
+NGPU=${NGPU:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')}
+[ "$NGPU" -ge 1 ] 2>/dev/null || NGPU=1
 summary=()
 note() { summary+=("$1"); echo "== $1"; echo "$1" >>"$OUT/summary.txt"; } # appended at once: a cut-off run keeps what it measured
 
@@ -92,9 +95,9 @@ stage_sanitize_fused() {
     done
 }
 stage_torch() {
-    (COMMGEMM_LIB=$B/libcommgemm.so timeout 400 torchrun --nproc-per-node 2 -m pytest -q -x tests/python/test_torch.py) >"$OUT/torch.log" 2>&1
+    (COMMGEMM_LIB=$B/libcommgemm.so timeout 400 torchrun --nproc-per-node $NGPU -m pytest -q -x tests/python/test_torch.py) >"$OUT/torch.log" 2>&1
     note "torch tests (torchrun x2): $(grep -E 'passed|failed|error' "$OUT/torch.log" | tail -1)"
-    (COMMGEMM_LIB=$B/libcommgemm.so timeout 200 torchrun --nproc-per-node 2 examples/torch_tp_mlp.py --compare) >"$OUT/torch-mlp.log" 2>&1
+    (COMMGEMM_LIB=$B/libcommgemm.so timeout 200 torchrun --nproc-per-node $NGPU examples/torch_tp_mlp.py --compare) >"$OUT/torch-mlp.log" 2>&1
     note "examples/torch_tp_mlp.py --compare: rc=$? $(tail -1 "$OUT/torch-mlp.log")"
 }
 
@@ -125,11 +128,13 @@ stage_timeline() { # p2p step timelines of the PERFORMANCE shapes (bench/timelin
     for sh in 16384x2048x8192 8192x4096x4096 16384x8192x2048; do
         for algo in auto fused; do # the tuner's pick (split) and fused: <prefix>.<op>.<algo>.r<rank>.json
             COMMGEMM_TIMELINE=$OUT/timeline/$sh COMMGEMM_DEBUG=INFO COMMGEMM_DEBUG_SUBSYS=P2P \
-                timeout 120 "$B/tools/commgemm-run" -n 2 "$B/bench/commgemm-bench" --backend p2p --dtype bf16 \
+                timeout 120 "$B/tools/commgemm-run" -n $NGPU "$B/bench/commgemm-bench" --backend p2p --dtype bf16 \
                 --op ag_gemm,gemm_rs --shapes $sh --algo $algo -w 3 -i 2 >"$OUT/timeline/$sh.$algo.txt" 2>&1
         done
     done
-    note "timeline: $(ls "$OUT"/timeline/*.json 2>/dev/null | wc -l) traces"
+    python3 bench/timeline_summary.py "$OUT"/timeline/*.json >"$OUT/timeline/summary.md" 2>&1
+    note "timeline: $(ls "$OUT"/timeline/*.json 2>/dev/null | wc -l) traces; bench/timeline_summary.py: timeline/summary.md"
+    grep -E 'r0.json' "$OUT/timeline/summary.md" | head -12
 }
 stage_pack() { # the device returns few files: everything but the summary into one tarball
     local t=/tmp/commgemm-logs.tar.gz
