@@ -3,23 +3,9 @@
 #include <cuda_fp16.h>
 
 #include "gpu_ref.h"
+#include "test_values.h" // test_value_at: the harness's test_value() on the device
 
 namespace {
-
-__device__ uint64_t mix64(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return x;
-}
-
-// Same as test_value() in tests/harness/data.c.
-__device__ float value(uint64_t seed, int64_t index) {
-    uint64_t h = mix64(seed * 0x9e3779b97f4a7c15ull + (uint64_t)index);
-    return (float)((int)(h % 17) - 8) / 8.0f;
-}
 
 __device__ double load(const void *p, int dtype, int64_t i) {
     if (dtype == 1) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
@@ -33,7 +19,7 @@ __global__ void fill_kernel(void *p, int dtype, int64_t rows, int64_t cols,
     for (int64_t i = blockIdx.y; i < rows; i += gridDim.y)
         for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
              j < cols; j += (int64_t)gridDim.x * blockDim.x) {
-            float v = value(seed, (row0 + i) * gcols + col0 + j);
+            float v = test_value_at(seed, (row0 + i) * gcols + col0 + j);
             if (dtype == 1)
                 ((__nv_bfloat16 *)p)[i * ld + j] = __float2bfloat16(v);
             else if (dtype == 2)

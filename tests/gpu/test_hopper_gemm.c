@@ -673,6 +673,53 @@ static void case_x_own(const void *p) {
     free(hx), free(hw), free(hown), free(hpoison), free(xq), free(wq);
 }
 
+/* The argument checks of the fused hooks: each bad field is refused with a
+ * reason that names it, by cgm_hgemm_supported and by cgm_hgemm
+ * (cudaErrorInvalidValue), before any device call, so this case runs
+ * without a GPU too (the pointers are host memory and never read). */
+static void case_hook_arguments(const void *p) {
+    (void)p;
+    static _Alignas(256) unsigned char buf[4096];
+    cgm_hgemm_args good;
+    memset(&good, 0, sizeof good);
+    good.in_dtype = good.out_dtype = CGM_DTYPE_BF16;
+    good.m = 64, good.n = 64, good.k = 64, good.x = buf, good.ldx = 64, good.w = buf, good.ldw = 64;
+    good.y = buf, good.ldy = 64;
+    struct {
+        const char *what, *reason;
+        cgm_hgemm_args a;
+    } bad[10];
+    int n = 0;
+    for (int i = 0; i < 10; i++) bad[i].a = good;
+    bad[n].what = "naddends 8", bad[n].reason = "naddends must be 0..", bad[n++].a.naddends = 8;
+    bad[n].what = "a NULL addend", bad[n].reason = "addend[i] must not be NULL", bad[n++].a.naddends = 1;
+    bad[n].a.naddends = 1, bad[n].a.addend[0] = buf + 4, bad[n].a.addend_dtype = CGM_DTYPE_FP32, bad[n].a.addend_ld = 64;
+    bad[n].what = "an fp32 addend 4-byte aligned", bad[n++].reason = "aligned to two elements";
+    bad[n].a.naddends = 1, bad[n].a.addend[0] = buf, bad[n].a.addend_dtype = (cgm_dtype)7, bad[n].a.addend_ld = 64;
+    bad[n].what = "addend dtype 7", bad[n++].reason = "addend_dtype must be fp32, bf16 or fp16";
+    bad[n].a.naddends = 1, bad[n].a.addend[0] = buf, bad[n].a.addend_dtype = CGM_DTYPE_BF16, bad[n].a.addend_ld = 63;
+    bad[n].what = "addend_ld 63 < n", bad[n++].reason = "addend_ld must be even, >= n";
+    bad[n].a.naddends = 1, bad[n].a.addend[0] = buf, bad[n].a.addend_dtype = CGM_DTYPE_BF16, bad[n].a.addend_ld = 64;
+    bad[n].a.addend_flags[0] = (const unsigned long long *)buf;
+    bad[n].what = "addend flags without rows_per_flag", bad[n++].reason = "flags need rows_per_flag >= 1";
+    bad[n].a.row_flags = (const unsigned long long *)buf, bad[n].a.rows_per_flag = 64, bad[n].a.timeout_out = (int *)buf;
+    bad[n].a.flag_shard_rows = -1;
+    bad[n].what = "flag_shard_rows -1", bad[n++].reason = "flag_shard_rows must be >= 0";
+    bad[n].a.x_own = buf + 8, bad[n].a.ldx_own = 64, bad[n].a.own_rows = 10;
+    bad[n].what = "x_own 8-byte aligned", bad[n++].reason = "x_own 16-byte aligned";
+    bad[n].a.x_own = buf, bad[n].a.ldx_own = 64, bad[n].a.own_row0 = 60, bad[n].a.own_rows = 10;
+    bad[n].what = "own rows past m", bad[n++].reason = "the own rows must lie in [0, m)";
+    for (int i = 0; i < n; i++) {
+        const char *why = NULL;
+        if (cgm_hgemm_supported(&bad[i].a, &why))
+            TEST_FAIL("%s: accepted, expected a refusal saying \"%s\"", bad[i].what, bad[i].reason);
+        if (!why || !strstr(why, bad[i].reason))
+            TEST_FAIL("%s: refused with \"%s\", expected \"%s\"", bad[i].what, why ? why : "(no reason)",
+                      bad[i].reason);
+        CHECK_INT_EQ(cgm_hgemm(&bad[i].a, 0), cudaErrorInvalidValue);
+    }
+}
+
 /* What cgm_hgemm refuses (the caller falls back to cuBLASLt), with reasons. */
 static void case_refusals(const void *p) {
     (void)p;
@@ -721,6 +768,7 @@ static void register_cases(void) {
     test_add("refusals", case_refusals, NULL);
     test_add("addends_and_shard_flags", case_addends, NULL);
     test_add("x_own", case_x_own, NULL);
+    test_add("hook_arguments", case_hook_arguments, NULL);
 }
 
 

@@ -3,20 +3,9 @@
 
 #include "core/core.h"
 #include "harness.h"
+#include "test_values.h"
 
-static uint64_t mix64(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return x;
-}
-
-float test_value(uint64_t seed, int64_t index) {
-    uint64_t h = mix64(seed * 0x9e3779b97f4a7c15ull + (uint64_t)index);
-    return (float)((int)(h % 17) - 8) / 8.0f;
-}
+float test_value(uint64_t seed, int64_t index) { return test_value_at(seed, index); }
 
 void test_fill(const cgm_matrix *m, uint64_t seed) {
     int64_t ld = m->ld ? m->ld : m->cols;

@@ -129,14 +129,15 @@ void p2p_timeline_free(p2p_state *st);
 
 /* The fused algorithm (p2p_fused.c): whether it can run `call`, from what
  * every rank decides alike (else *why, a static string, says why; `why`
- * may be NULL; the call then runs split on every rank), and running it with
- * `splits` pieces per shard (0: the default). Freeing its cache. */
+ * may be NULL; the call then runs split on every rank), and running a call
+ * it applies to, validated and agreed by p2p_execute, with call->splits
+ * pieces per shard (0: the default). Freeing its cache. */
 bool p2p_fused_applies(const p2p_state *st, const cgm_call *call,
                        const char **why);
 /* applies() holds and this rank's operands suit the kernel too: the
  * tuner's test (ranks whose lists differ fall back to the default). */
 bool p2p_fused_tunable(const p2p_state *st, const cgm_call *call);
-cgm_status p2p_fused_execute(p2p_state *st, const cgm_call *call, int splits);
+cgm_status p2p_fused_execute(p2p_state *st, const cgm_call *call);
 void p2p_fused_cache_clear(p2p_state *st);
 
 /* Largest partial / recv slot counts any schedule of `nranks` may need. */

@@ -553,17 +553,6 @@ cgm_status p2p_execute(p2p_state *st, const cgm_call *call) {
                          cgm_op_name(call->op), (long long)call->n,
                          (long long)call->k, (long long)cfg->max_n,
                          (long long)cfg->max_k);
-    if (call->algo == CGM_ALGO_FUSED) {
-        const char *why = NULL;
-        if (p2p_fused_applies(st, call, &why))
-            return p2p_fused_execute(st, call, 0);
-        if (st->fused_fallback_notes < 8) {
-            st->fused_fallback_notes++;
-            CGM_INFO(CGM_SUB_P2P, "p2p: fused %s m=%lld n=%lld k=%lld runs "
-                     "split: %s", cgm_op_name(call->op), (long long)call->m,
-                     (long long)call->n, (long long)call->k, why);
-        }
-    }
     CGM_TRY(make_request(st, call, &req));
     if (req.m > cfg->max_m)
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
@@ -572,6 +561,17 @@ cgm_status p2p_execute(p2p_state *st, const cgm_call *call) {
                          "(COMMGEMM_MAX_M)", cgm_op_name(call->op),
                          (long long)req.m, (long long)cfg->max_m);
     CGM_TRY(p2p_check_agreement(st, call, capturing));
+    if (call->algo == CGM_ALGO_FUSED) {
+        const char *why = NULL;
+        if (p2p_fused_applies(st, call, &why))
+            return p2p_fused_execute(st, call);
+        if (st->fused_fallback_notes < 8) {
+            st->fused_fallback_notes++;
+            CGM_INFO(CGM_SUB_P2P, "p2p: fused %s m=%lld n=%lld k=%lld runs "
+                     "split: %s", cgm_op_name(call->op), (long long)call->m,
+                     (long long)call->n, (long long)call->k, why);
+        }
+    }
     CGM_TRY(p2p_plan_lookup(st, &req, capturing, &e));
     memset(&x, 0, sizeof x);
     x.st = st;

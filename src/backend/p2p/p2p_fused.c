@@ -36,9 +36,8 @@ static int64_t piece_rows(int64_t m, int P, int splits) {
     return plan_fused_piece_rows(m, P, splits, CGM_HGEMM_TILE_M);
 }
 
-static int effective_splits(const cgm_call *call, int splits) {
-    int s = splits > 0 ? splits
-                       : call->splits > 0 ? call->splits : FUSED_DEFAULT_SPLITS;
+static int effective_splits(const cgm_call *call) {
+    int s = call->splits > 0 ? call->splits : FUSED_DEFAULT_SPLITS;
     return s > P2P_MAX_SPLITS ? P2P_MAX_SPLITS : s;
 }
 
@@ -500,6 +499,31 @@ fail:
 
 /* ------------------------------------------------------------ GEMM+RS */
 
+/* Rows [row0, row0 + rows) of the call's X times W into `y` (dense, n
+ * wide, the partial dtype pd), no epilogue: a partial, with cuBLASLt on
+ * the compute queue. */
+static cgm_status partial_gemm(p2p_state *st, const cgm_call *c, int64_t row0,
+                               int64_t rows, void *y, cgm_dtype pd,
+                               plan_step what) {
+    cgm_status status = CGM_SUCCESS;
+    cudaStream_t gemm = st->queues[1];
+    cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
+    g.m = rows;
+    g.x = (const char *)c->x.data + (size_t)row0 * (size_t)g.ldx *
+                                        cgm_dtype_size(c->in_dtype);
+    g.y = y;
+    g.ldy = c->n;
+    g.out_dtype = pd;
+    g.bias = NULL;
+    g.accumulate = false;
+    int t = trace_open(st, what, gemm);
+    CGM_TRY(cgm_lt_gemm(st->lt, &g, st->lt_workspace[1], P2P_LT_WORKSPACE,
+                        gemm));
+    CGM_TRY(trace_close(st, t, gemm));
+fail:
+    return status;
+}
+
 static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
                            const p2p_fused_entry *e, int S, bool kernel,
                            bool dry) {
@@ -550,21 +574,11 @@ static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
         int npieces = (int)cgm_ceil_div(rows_d, rpf);
         for (int q = 0; q < npieces; q++) {
             int64_t row0 = q * rpf, rows = rows_d - row0 < rpf ? rows_d - row0 : rpf;
-            cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
-            g.m = rows;
-            g.x = x + (size_t)(off_d + row0) * (size_t)ldx * xes;
-            g.y = partial + (size_t)row0 * prow;
-            g.ldy = n;
-            g.out_dtype = pd;
-            g.bias = NULL;
-            g.accumulate = false;
-            int tg = trace_open(st, data_step(PLAN_GEMM, loc(r, PLAN_BUF_INPUT),
-                                              loc(r, PLAN_BUF_PARTIAL), d,
-                                              d * S + q, off_d + row0, rows),
-                                gemm);
-            CGM_TRY(cgm_lt_gemm(st->lt, &g, st->lt_workspace[1],
-                                P2P_LT_WORKSPACE, gemm));
-            CGM_TRY(trace_close(st, tg, gemm));
+            CGM_TRY(partial_gemm(st, c, off_d + row0, rows,
+                                 partial + (size_t)row0 * prow, pd,
+                                 data_step(PLAN_GEMM, loc(r, PLAN_BUF_INPUT),
+                                           loc(r, PLAN_BUF_PARTIAL), d,
+                                           d * S + q, off_d + row0, rows)));
             cudaEvent_t ev = piece_done[(t - 1) * S + q];
             CGM_CUDA_TRY(cudaEventRecord(ev, gemm));
             CGM_CUDA_TRY(cudaStreamWaitEvent(comm, ev, 0));
@@ -584,20 +598,9 @@ static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
          * keep the protocol; my rows into my own RECV slot with cuBLASLt,
          * then per piece, once every peer's partial is in, one reduce. */
         char *mine = (char *)st->ws.local + st->recv_offset + (size_t)r * stride;
-        cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
-        g.m = own;
-        g.x = x + (size_t)off * (size_t)ldx * xes;
-        g.y = mine;
-        g.ldy = n;
-        g.out_dtype = pd;
-        g.bias = NULL;
-        g.accumulate = false;
-        int tg = trace_open(st, data_step(PLAN_GEMM, loc(r, PLAN_BUF_INPUT),
-                                          loc(r, PLAN_BUF_RECV), r, -1, off,
-                                          own), gemm);
-        CGM_TRY(cgm_lt_gemm(st->lt, &g, st->lt_workspace[1], P2P_LT_WORKSPACE,
-                            gemm));
-        CGM_TRY(trace_close(st, tg, gemm));
+        CGM_TRY(partial_gemm(st, c, off, own, mine, pd,
+                             data_step(PLAN_GEMM, loc(r, PLAN_BUF_INPUT),
+                                       loc(r, PLAN_BUF_RECV), r, -1, off, own)));
         for (int q = 0; q < (int)cgm_ceil_div(own, rpf); q++) {
             int64_t row0 = q * rpf, rows = own - row0 < rpf ? own - row0 : rpf;
             cgm_dev_reduce_args ra;
@@ -656,18 +659,14 @@ fail:
 
 /* ------------------------------------------------------------ the call */
 
-cgm_status p2p_fused_execute(p2p_state *st, const cgm_call *call, int splits) {
+cgm_status p2p_fused_execute(p2p_state *st, const cgm_call *call) {
     cgm_status status = CGM_SUCCESS;
     cudaStream_t caller = (cudaStream_t)call->stream;
     bool capturing = cgm_stream_capturing(caller);
-    const char *why = NULL;
     p2p_fused_entry *e = NULL;
-    int S = effective_splits(call, splits);
+    int S = effective_splits(call);
     struct p2p_fused_trace trace; /* COMMGEMM_TIMELINE only */
     memset(&trace, 0, sizeof trace);
-    if (!p2p_fused_applies(st, call, &why))
-        return cgm_error(CGM_ERROR_NOT_SUPPORTED, "p2p: fused %s: %s",
-                         cgm_op_name(call->op), why);
     /* This rank's operands: the kernel, or the same protocol around
      * cuBLASLt (the other ranks run fused and wait for this one). */
     const char *local = local_problem(st, call);
@@ -676,7 +675,6 @@ cgm_status p2p_fused_execute(p2p_state *st, const cgm_call *call, int splits) {
         CGM_INFO(CGM_SUB_P2P, "p2p: fused %s on rank %d with cuBLASLt: %s",
                  cgm_op_name(call->op), st->rank, local);
     }
-    CGM_TRY(p2p_check_agreement(st, call, capturing));
     CGM_TRY(lookup(st, call, S, capturing, &e));
     bool ag = call->op == CGM_OP_ALL_GATHER_GEMM;
     bool kernel = local == NULL;
