@@ -136,6 +136,22 @@ stage_timeline() { # p2p step timelines of the PERFORMANCE shapes (bench/timelin
     note "timeline: $(ls "$OUT"/timeline/*.json 2>/dev/null | wc -l) traces; bench/timeline_summary.py: timeline/summary.md"
     grep -E 'r0.json' "$OUT/timeline/summary.md" | head -12
 }
+stage_fused_splits() { # fused AG/RS per piece count, graphs and eager, split beside it (bf16 partials)
+    local d=$OUT/fused-splits sh=${FUSED_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048} run
+    mkdir -p "$d"
+    run() { # tag, bench args...
+        local tag=$1; shift
+        COMMGEMM_PARTIAL_DTYPE=output timeout 150 "$B/tools/commgemm-run" -n $NGPU "$B/bench/commgemm-bench" \
+            --backend p2p --dtype bf16 --op ag_gemm,gemm_rs --shapes "$sh" -w 5 -i 20 "$@" >"$d/$tag.txt" 2>&1
+        echo "rc=$? $tag" >>"$d/rc.txt"
+    }
+    for s in 1 2 4 8; do run fused-s$s-graph --algo fused --splits $s --graph; done
+    run fused-s2-eager --algo fused --splits 2
+    run split-graph --algo split --graph
+    run auto-graph --graph
+    note "fused-splits: $(grep -c '^rc=0' "$d/rc.txt") of $(wc -l <"$d/rc.txt") runs ok; wrong: $(cat "$d"/*.txt | awk '$1 ~ /^(ag_gemm|gemm_rs)$/ {w += $NF} END {print w+0}')"
+    for f in "$d"/*.txt; do [ "$f" = "$d/rc.txt" ] || awk -v t="$(basename "$f" .txt)" '$1 ~ /^(ag_gemm|gemm_rs)$/ {print t, $1, $2"x"$3"x"$4, $8, $13}' "$f"; done
+}
 stage_pack() { # the device returns few files: everything but the summary into one tarball
     local t=/tmp/commgemm-logs.tar.gz
     tar -C "$OUT" --exclude=summary.txt -czf $t . && find "$OUT" -mindepth 1 ! -name summary.txt -delete && mv $t "$OUT/"
@@ -153,7 +169,7 @@ for s in "$@"; do
     hopper-bench) (timeout 120 "$B/tests/gpu/test_hopper_gemm" bench >"$OUT/hopper-bench.txt" 2>&1)
         note "hopper bench: rc=$? $(grep -cE '^ +[0-9]' "$OUT/hopper-bench.txt") rows" ;; cublasmp-cases) stage_cublasmp_cases ;; pack) stage_pack ;;
     timeline) stage_timeline ;;
-    fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;;
+    fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;; fused-splits) stage_fused_splits ;;
     compare-fused) stage_compare fused "COMPARE_ARGS=--graph --backends p2p,p2p-fused,p2p-split" ;;
     compare-fused-outpartial) stage_compare fused-outpartial "COMPARE_ARGS=--graph --ops gemm_rs --backends p2p,p2p-fused,p2p-split" \
         COMMGEMM_PARTIAL_DTYPE=output ;;

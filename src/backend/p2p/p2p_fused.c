@@ -393,22 +393,6 @@ static cgm_status fused_ag(p2p_state *st, const cgm_call *c,
     for (int j = 0; j < P; j++)
         if (j != r && plan_shard_rows(m, j, P) > 0)
             CGM_TRY(signal_to(st, j, PLAN_FLAG_FREE, -1, comm));
-    /* The own shard into every peer's GATHER, r+1 first. */
-    for (int t = 1; t < P && own > 0; t++) {
-        int d = (r + t) % P;
-        CGM_TRY(wait_from(st, d, PLAN_FLAG_FREE, -1, comm));
-        char *peer_gather = (char *)st->ws.peer[d] + st->gather_offset;
-        for (int q = 0; q < npieces; q++) {
-            int64_t row0 = q * rpf, rows = own - row0 < rpf ? own - row0 : rpf;
-            CGM_TRY(copy_rows(st, data_step(PLAN_COPY, loc(r, PLAN_BUF_INPUT),
-                                            loc(d, PLAN_BUF_GATHER), r, r * S + q,
-                                            off + row0, rows),
-                              peer_gather + (size_t)(off + row0) * row_bytes,
-                              row_bytes, in + (size_t)row0 * in_pitch,
-                              in_pitch, row_bytes, rows, comm));
-            CGM_TRY(signal_to(st, d, PLAN_FLAG_READY, r * S + q, comm));
-        }
-    }
     /* My own GATHER: the kernel reads the own rows from INPUT in the tiles
      * that hold nothing else; only the own rows of a tile shared with a
      * neighbour's shard (at most 127 at each end) are copied (a copy
@@ -477,6 +461,25 @@ static cgm_status fused_ag(p2p_state *st, const cgm_call *c,
                        gemm);
     CGM_CUDA_TRY(cgm_hgemm(&a, gemm));
     CGM_TRY(trace_close(st, t, gemm));
+    }
+    /* The own shard into every peer's GATHER, r+1 first. Enqueued after
+     * the kernel: it runs the own rows first and waits on flags, not on
+     * this queue, so an eager call starts computing at once instead of
+     * after the host has enqueued every push. */
+    for (int t = 1; t < P && own > 0; t++) {
+        int d = (r + t) % P;
+        CGM_TRY(wait_from(st, d, PLAN_FLAG_FREE, -1, comm));
+        char *peer_gather = (char *)st->ws.peer[d] + st->gather_offset;
+        for (int q = 0; q < npieces; q++) {
+            int64_t row0 = q * rpf, rows = own - row0 < rpf ? own - row0 : rpf;
+            CGM_TRY(copy_rows(st, data_step(PLAN_COPY, loc(r, PLAN_BUF_INPUT),
+                                            loc(d, PLAN_BUF_GATHER), r, r * S + q,
+                                            off + row0, rows),
+                              peer_gather + (size_t)(off + row0) * row_bytes,
+                              row_bytes, in + (size_t)row0 * in_pitch,
+                              in_pitch, row_bytes, rows, comm));
+            CGM_TRY(signal_to(st, d, PLAN_FLAG_READY, r * S + q, comm));
+        }
     }
     if (c->has_x_gathered) { /* the peers' rows from GATHER, mine from INPUT */
         size_t pitch = (size_t)cgm_matrix_ld(&c->x_gathered) * es;
