@@ -321,44 +321,28 @@ __device__ bool wait_flag(const hgemm_params &p, const unsigned long long *flag,
 
 /* The fused all-gather wait: every flag of rows [r0, r0 + 128) of X must
  * reach the epoch (the flag layout: hopper_gemm.h). Returns false once the
- * launch gave up: later tiles then do not wait. `seen` holds the flags
- * this producer thread already saw ready (bit j * flags-per-shard + q, the
- * first 64): epochs only grow, so they stay ready for the launch, and a
- * later tile of the same rows costs no load, timer read or fence (the
- * fence after the first sight already ordered those rows for this
- * thread's later TMA loads). With 128-row tiles and short k, that load
- * chain before each tile's first TMA load cost 5.7 % of the kernel. */
-__device__ bool wait_row_flags(const hgemm_params &p, int tm, unsigned long long epoch,
-                               unsigned long long *seen) {
+ * launch gave up: later tiles then do not wait. */
+__device__ bool wait_row_flags(const hgemm_params &p, int tm, unsigned long long epoch) {
+    if (gave_up(p)) return false;
     long long r0 = (long long)tm * kTileM;
     long long r1 = min(r0 + kTileM, (long long)p.m) - 1;
+    unsigned long long start = globaltimer();
     long long sr = p.flag_shard_rows > 0 ? p.flag_shard_rows : (long long)p.m;
-    long long per_shard = (sr + p.rows_per_flag - 1) / p.rows_per_flag;
-    unsigned long long start = 0;
-    bool loaded = false;
     for (long long j = r0 / sr; j <= r1 / sr; j++) {
         long long first = max(r0, j * sr) - j * sr;
         long long last = min(r1, j * sr + sr - 1) - j * sr;
         for (long long q = first / p.rows_per_flag; q <= last / p.rows_per_flag; q++) {
-            long long bit = j * per_shard + q;
-            if (bit < 64 && ((*seen >> bit) & 1ull)) continue;
-            if (!loaded) {
-                if (gave_up(p)) return false;
-                start = globaltimer();
-                loaded = true;
-            }
             const unsigned long long *f = p.flag_shard_rows > 0
                                               ? p.row_flags + j * p.flag_shard_stride + q
                                               : p.row_flags + q;
             if (!wait_flag(p, f, epoch, start, (int)j,
                            (int)(j * p.report_chunks_per_shard + q)))
                 return false;
-            if (bit < 64) *seen |= 1ull << bit;
         }
     }
     /* The rows were acquired by the generic proxy; TMA reads through the
      * async proxy. */
-    if (loaded) asm volatile("fence.proxy.async.global;" ::: "memory");
+    asm volatile("fence.proxy.async.global;" ::: "memory");
     return true;
 }
 
@@ -618,32 +602,6 @@ __device__ __forceinline__ void add_addends_as(const hgemm_params &p, float (&d)
     }
 }
 
-/* The addends of rows [row0, row0 + rows) x columns [col0, col0 + cols)
- * toward L2 (cp.async.bulk.prefetch: a hint, no data, no completion), by a
- * consumer warpgroup before the tile's main loop, so that the epilogue's
- * loads of them find L2 instead of HBM. One (addend, row) per thread at a
- * time; only the whole 16-byte units inside the row's valid columns. L2 is
- * on the memory side, so a line prefetched before a peer's write of it
- * lands is updated by that write, not stale. */
-__device__ __forceinline__ void prefetch_addends(const hgemm_params &p, int row0, int rows, int col0,
-                                                 int cols) {
-    int es = p.addend_dtype == CGM_DTYPE_FP32 ? 4 : 2;
-    int nr = min(row0 + rows, p.m) - row0, nc = min(col0 + cols, p.n) - col0;
-    if (nr <= 0 || nc <= 0) return;
-#pragma unroll 1
-    for (int w = threadIdx.x % 128; w < p.naddends * nr; w += 128) {
-        int i = w / nr, row = row0 + w % nr;
-        unsigned long long s = (unsigned long long)param_at(p.addend, i) +
-                               ((unsigned long long)row * (unsigned long long)p.addend_ld +
-                                (unsigned long long)col0) * (unsigned long long)es;
-        unsigned long long e = (s + (unsigned long long)nc * es) & ~15ull;
-        s = (s + 15ull) & ~15ull;
-        if (e > s)
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(s), "r"((uint32_t)(e - s))
-                         : "memory");
-    }
-}
-
 template <int OFF, int NJ>
 __device__ __forceinline__ void add_addends(const hgemm_params &p, float (&d)[128], int row0, int col0) {
     if (p.addend_dtype == CGM_DTYPE_FP32) add_addends_as<float, OFF, NJ>(p, d, row0, col0);
@@ -702,7 +660,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         int stage = 0;
         uint32_t phase = 0;
         bool waiting = p.row_flags != nullptr;
-        unsigned long long epoch = waiting ? flag_epoch(p) : 0, seen = 0;
+        unsigned long long epoch = waiting ? flag_epoch(p) : 0;
         for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
             int tm, tn;
             tile_coords(p, t, &tm, &tn);
@@ -710,7 +668,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             bool own = tm >= p.own_tile0 && tm < p.own_tile1;
             const CUtensorMap *mx = own ? &map_x_own : &map_x;
             int xrow = own ? tm * kTileM - (int)p.own_row0 : tm * kTileM;
-            if (waiting && !own) waiting = wait_row_flags(p, tm, epoch, &seen);
+            if (waiting && !own) waiting = wait_row_flags(p, tm, epoch);
             for (int kb = 0; kb < p.k_blocks; kb++) {
                 /* A fresh barrier counts as having completed the phase
                  * before phase 0, so the first pass does not wait. */
@@ -744,7 +702,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
             int tm, tn;
             tile_coords(p, t, &tm, &tn);
-            if (p.naddends) prefetch_addends(p, tm * kTileM + consumer * 64, 64, tn * C::tile_n, C::tile_n);
             int prev = 0;
             for (int kb = 0; kb < p.k_blocks; kb++) {
                 mbar_wait(full_bar + 8 * stage, phase);
@@ -799,8 +756,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         int t = (int)tl;
         int tm, tn;
         tile_coords(p, t, &tm, &tn);
-        /* While the other consumer's main loop runs. */
-        if (p.naddends) prefetch_addends(p, tm * kTileM, kTileM, tn * C::tile_n, C::tile_n);
         if (i > 0) {
             mbar_wait(turn_bar + 8 * consumer, turn_phase);
             turn_phase ^= 1;
