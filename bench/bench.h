@@ -166,7 +166,8 @@ void bench_poison(void *host, cgm_dtype dtype, int64_t count);
  * of elements outside tolerance (printing the first few). */
 int64_t bench_check_gemm(const void *y, cgm_dtype dtype, uint64_t seed,
                          int64_t row0, int64_t rows, int64_t col0,
-                         int64_t n_cols, int64_t k, const char *what);
+                         int64_t n_cols, int64_t k, int rounded_partials,
+                         const char *what);
 /* Checks a gathered copy of a generated tensor (exact). */
 int64_t bench_check_copy(const void *y, cgm_dtype dtype, uint64_t seed,
                          int tensor, int64_t rows, int64_t cols,

@@ -112,13 +112,18 @@ void bench_poison(void *host, cgm_dtype dtype, int64_t count) {
 
 /* ---- checking ---- */
 
-static double tolerance(cgm_dtype dtype, int64_t k, double ref) {
+static double tolerance(cgm_dtype dtype, int64_t k, double ref,
+                        int rounded_partials) {
     double eps = dtype == CGM_DTYPE_BF16   ? 1.0 / 256
                  : dtype == CGM_DTYPE_FP16 ? 1.0 / 2048
                                            : 1.0 / 8388608;
     /* One rounding of the result, plus roundings of partial sums (per rank
-     * or per chunk), which grow like sqrt(k) for these inputs. */
-    return 2 * eps * fmax(1.0, fabs(ref)) + eps * sqrt((double)k) * 0.5;
+     * or per chunk), which grow like sqrt(k) for these inputs. Partials
+     * that travel in the output dtype (COMMGEMM_PARTIAL_DTYPE=output) are
+     * each rounded once more, by half an ulp of a partial's size, which
+     * for these inputs is at most about |ref| + sqrt(k). */
+    return 2 * eps * fmax(1.0, fabs(ref)) + eps * sqrt((double)k) * 0.5 +
+           rounded_partials * eps * 0.5 * (fabs(ref) + sqrt((double)k));
 }
 
 /* count evenly spread indices in [0, total), first and last included. */
@@ -137,7 +142,8 @@ static void report(const char *what, int64_t printed, int64_t row, int64_t col,
 
 int64_t bench_check_gemm(const void *y, cgm_dtype dtype, uint64_t seed,
                          int64_t row0, int64_t rows, int64_t col0,
-                         int64_t n_cols, int64_t k, const char *what) {
+                         int64_t n_cols, int64_t k, int rounded_partials,
+                         const char *what) {
     if (rows <= 0 || n_cols <= 0) return 0;
     int64_t rs = rows, cs = n_cols, per = k > 0 ? k : 1;
     while ((rs > 1 || cs > 1) && rs * cs * per > CHECK_BUDGET) {
@@ -169,7 +175,7 @@ int64_t bench_check_gemm(const void *y, cgm_dtype dtype, uint64_t seed,
             double ref = 0;
             for (int64_t l = 0; l < k; l++) ref += xs[a * per + l] * ws[b * per + l];
             double got = bench_load(y, dtype, i * n_cols + j);
-            double tol = tolerance(dtype, k, ref);
+            double tol = tolerance(dtype, k, ref, rounded_partials);
             if (!(fabs(got - ref) <= tol)) /* NaN counts as wrong */
                 report(what, wrong++, row0 + i, col0 + j, got, ref, tol);
         }
