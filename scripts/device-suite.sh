@@ -147,8 +147,10 @@ stage_fused_splits() { # fused AG/RS per piece count, graphs and eager, split be
     }
     for s in 1 2 4 8; do run fused-s$s-graph --algo fused --splits $s --graph; done
     run fused-s2-eager --algo fused --splits 2
-    run split-graph --algo split --graph
-    run auto-graph --graph
+    if [ "${FUSED_BASELINES:-1}" = 1 ]; then # FUSED_BASELINES=0: fused only
+        run split-graph --algo split --graph
+        run auto-graph --graph
+    fi
     note "fused-splits: $(grep -c '^rc=0' "$d/rc.txt") of $(wc -l <"$d/rc.txt") runs ok; wrong: $(cat "$d"/*.txt | awk '$1 ~ /^(ag_gemm|gemm_rs)$/ {w += $NF} END {print w+0}')"
     for f in "$d"/*.txt; do [ "$f" = "$d/rc.txt" ] || awk -v t="$(basename "$f" .txt)" '$1 ~ /^(ag_gemm|gemm_rs)$/ {print t, $1, $2"x"$3"x"$4, $8, $13}' "$f"; done
 }

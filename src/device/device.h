@@ -80,6 +80,14 @@ typedef struct cgm_dev_reduce_args {
 cudaError_t cgm_dev_reduce(const cgm_dev_reduce_args *args,
                            const cgm_dev_state *state, cudaStream_t stream);
 
+/* Loads every kernel above on the current device now. CUDA loads kernels
+ * lazily by default (CUDA_MODULE_LOADING=LAZY), at their first launch, and
+ * loading may wait for the device to go idle: a first wait or signal
+ * launched while a kernel spins on a flag (the fused GEMM, another wait)
+ * would then never load, and both ranks would spin until the timeout.
+ * Backends call this at comm creation, before any op. */
+cudaError_t cgm_dev_preload(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1030,6 +1030,25 @@ extern "C" int cgm_hgemm_variant_for(const cgm_hgemm_args *a) {
     return auto_pingpong(a->m, a->n, a->k) ? CGM_HGEMM_PINGPONG : CGM_HGEMM_COOPERATIVE;
 }
 
+template <bool kBf16, typename OutT> cudaError_t preload_out() {
+    cudaFuncAttributes fa;
+    cudaError_t e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true>);
+    return e != cudaSuccess ? e : cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, false>);
+}
+
+template <bool kBf16> cudaError_t preload_in() {
+    cudaError_t e = preload_out<kBf16, float>();
+    if (e == cudaSuccess) e = preload_out<kBf16, __nv_bfloat16>();
+    return e != cudaSuccess ? e : preload_out<kBf16, __half>();
+}
+
+/* cudaFuncGetAttributes needs the loaded function, so it loads it. */
+extern "C" cudaError_t cgm_hgemm_preload(void) {
+    if (!is_sm90(nullptr, nullptr)) return cudaSuccess;
+    cudaError_t e = preload_in<true>();
+    return e != cudaSuccess ? e : preload_in<false>();
+}
+
 extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
     if (args_problem(a)) return cudaErrorInvalidValue;
     int sms = 0, dev = 0;

@@ -132,6 +132,10 @@ int cgm_hgemm_variant_for(const cgm_hgemm_args *args);
  * *timeout_out, not through the return value (the launch is asynchronous). */
 cudaError_t cgm_hgemm(const cgm_hgemm_args *args, cudaStream_t stream);
 
+/* Loads every variant of the kernel on the current device now (nothing on a
+ * device that is not sm_90): see cgm_dev_preload (device.h) for why. */
+cudaError_t cgm_hgemm_preload(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -240,6 +240,37 @@ bool aligned(const void *p, int64_t bytes) {
 
 }  // namespace
 
+namespace {
+
+template <typename F> cudaError_t load(F *kernel) {
+    cudaFuncAttributes a;
+    return cudaFuncGetAttributes(&a, kernel);
+}
+
+template <typename S, typename D> cudaError_t load_reduce() {
+    cudaError_t e = load(reduce_kernel<S, D, 4>);
+    return e != cudaSuccess ? e : load(reduce_kernel<S, D, 1>);
+}
+
+template <typename S> cudaError_t load_reduce_dst() {
+    cudaError_t e = load_reduce<S, float>();
+    if (e == cudaSuccess) e = load_reduce<S, __nv_bfloat16>();
+    return e != cudaSuccess ? e : load_reduce<S, __half>();
+}
+
+}  // namespace
+
+/* cudaFuncGetAttributes needs the loaded function, so it loads it. */
+extern "C" cudaError_t cgm_dev_preload(void) {
+    cudaError_t e = load(epoch_bump_kernel);
+    if (e == cudaSuccess) e = load(signal_kernel);
+    if (e == cudaSuccess) e = load(wait_kernel);
+    if (e == cudaSuccess) e = load_reduce_dst<float>();
+    if (e == cudaSuccess) e = load_reduce_dst<__nv_bfloat16>();
+    if (e == cudaSuccess) e = load_reduce_dst<__half>();
+    return e;
+}
+
 extern "C" cudaError_t cgm_dev_epoch_bump(cgm_dev_state *state,
                                           cudaStream_t stream) {
     epoch_bump_kernel<<<1, 1, 0, stream>>>(state);

@@ -236,6 +236,9 @@ static cgm_status ncclb_init(cgm_comm *comm, void **state) {
     CGM_CUDA_TRY(cudaMalloc((void **)&st->dev, sizeof *st->dev));
     CGM_CUDA_TRY(cudaMemset(st->dev, 0, sizeof *st->dev));
     CGM_TRY(cgm_lt_create(&st->lt));
+    /* This backend's own kernels, loaded before any runs beside NCCL's
+     * (device.h, cgm_dev_preload). */
+    CGM_CUDA_TRY(cgm_dev_preload());
     /* Workspaces of the ops configured to run here; others at first use. */
     for (int op = 0; op < CGM_OP_COUNT_; op++) {
         if (comm->config.op_backend[op] != CGM_BACKEND_NCCL) continue;

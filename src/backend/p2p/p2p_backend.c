@@ -160,6 +160,11 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
                                         cudaDevAttrMultiProcessorCount,
                                         st->device));
     CGM_TRY(cgm_lt_create(&st->lt));
+    /* Every kernel an op launches, loaded now: a lazily loaded wait or
+     * signal kernel launched beside a spinning kernel may never load
+     * (device.h, cgm_dev_preload). */
+    CGM_CUDA_TRY(cgm_dev_preload());
+    CGM_CUDA_TRY(cgm_hgemm_preload());
     CGM_CUDA_TRY(cudaDeviceSynchronize());
     leave_device(st, previous);
     *state = st;
