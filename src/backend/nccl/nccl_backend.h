@@ -177,6 +177,14 @@ typedef struct ncclb_xfer {
 } ncclb_xfer;
 cgm_status ncclb_exchange(ncclb_state *st, const ncclb_xfer *xfers, int count,
                           const char *what);
+/* An all-gather of uneven row shards by point-to-point exchange (where
+ * ncclAllGather's equal counts do not fit): this rank's shard of the m
+ * rows (dense at `mine`) goes to every peer, and every peer's shard lands
+ * in its place in `rows` (m x cols, dense, es bytes per element). `x`
+ * holds room for nranks - 1 transfers. */
+cgm_status ncclb_gather_rows(ncclb_state *st, const void *mine, void *rows,
+                             int64_t m, int64_t cols, size_t es,
+                             ncclb_xfer *x, const char *what);
 /* Rows [row0, row0 + rows) (global) of piece q of shard `shard`. */
 typedef struct ncclb_piece {
     int64_t row0, rows;

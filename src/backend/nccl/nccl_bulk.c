@@ -59,16 +59,8 @@ static cgm_status bulk_all_gather(ncclb_op *op) {
             status = cgm_error(CGM_ERROR_OUT_OF_MEMORY, "transfer list");
             goto fail;
         }
-        int count = 0;
-        for (int p = 0; p < P; p++) {
-            if (p == r) continue;
-            ncclb_xfer t = {at(R, off * cols, es), (size_t)(mr * cols) * es, p,
-                            at(R, cgm_shard_offset(M, p, P) * cols, es),
-                            (size_t)(cgm_shard_rows(M, p, P) * cols) * es, p};
-            x[count++] = t;
-        }
-        CGM_TRY(ncclb_exchange(st, x, count, "bulk: all-gathering uneven "
-                               "shards"));
+        CGM_TRY(ncclb_gather_rows(st, at(R, off * cols, es), R, M, cols, es, x,
+                                  "bulk: all-gathering uneven shards"));
     }
     ncclb_watch_group(op);
     if (!dense)

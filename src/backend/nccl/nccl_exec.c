@@ -358,3 +358,19 @@ cgm_status ncclb_exchange(ncclb_state *st, const ncclb_xfer *x, int count,
     ncclResult_t end = ncclGroupEnd();
     return ncclb_settle(st, r != ncclSuccess ? r : end, what);
 }
+
+cgm_status ncclb_gather_rows(ncclb_state *st, const void *mine, void *rows,
+                             int64_t m, int64_t cols, size_t es,
+                             ncclb_xfer *x, const char *what) {
+    const int P = st->nranks, r = st->rank;
+    const size_t row_bytes = (size_t)cols * es;
+    int count = 0;
+    for (int p = 0; p < P; p++) {
+        if (p == r) continue;
+        ncclb_xfer t = {mine, (size_t)cgm_shard_rows(m, r, P) * row_bytes, p,
+                        (char *)rows + (size_t)cgm_shard_offset(m, p, P) * row_bytes,
+                        (size_t)cgm_shard_rows(m, p, P) * row_bytes, p};
+        x[count++] = t;
+    }
+    return ncclb_exchange(st, x, count, what);
+}

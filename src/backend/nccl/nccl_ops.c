@@ -89,15 +89,8 @@ static cgm_status gather_all(ncclb_op *op, char *G, const char *own,
     } else {
         x = calloc((size_t)P, sizeof *x);
         if (!x) return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "transfer list");
-        int count = 0;
-        for (int p = 0; p < P; p++) {
-            if (p == r) continue;
-            ncclb_xfer t = {own, (size_t)(mr * k) * es, p,
-                            at(G, cgm_shard_offset(m, p, P) * k, es),
-                            (size_t)(cgm_shard_rows(m, p, P) * k) * es, p};
-            x[count++] = t;
-        }
-        CGM_TRY(ncclb_exchange(st, x, count, "AG+GEMM: all-gathering X"));
+        CGM_TRY(ncclb_gather_rows(st, own, G, m, k, es, x,
+                                  "AG+GEMM: all-gathering X"));
     }
     ncclb_watch_group(op);
 fail:
@@ -394,17 +387,9 @@ cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
     }
     CGM_CUDA_TRY(cgm_dev_reduce(&ra, st->dev, st->comm_stream));
     if (all_reduce) {
-        ncclb_xfer *x = xs;
-        int count = 0;
-        for (int p = 0; p < P; p++) {
-            if (p == r) continue;
-            ncclb_xfer t = {at(reduced, off * n, re), (size_t)(mr * n) * re, p,
-                            at(reduced, cgm_shard_offset(m, p, P) * n, re),
-                            (size_t)(cgm_shard_rows(m, p, P) * n) * re, p};
-            x[count++] = t;
-        }
-        CGM_TRY(ncclb_exchange(st, x, count, "GEMM+AR: all-gathering the "
-                               "reduced rows"));
+        CGM_TRY(ncclb_gather_rows(st, at(reduced, off * n, re), reduced, m, n,
+                                  re, xs, "GEMM+AR: all-gathering the "
+                                  "reduced rows"));
         ncclb_watch_group(op);
         if (staged && m > 0 && n > 0)
             CGM_CUDA_TRY(cudaMemcpy2DAsync(
