@@ -17,6 +17,17 @@ cgm_status cgm_cuda_fail(cudaError_t err, const char *what, const char *file,
                          "found %s; lower COMMGEMM_MAX_M/MAX_N/MAX_K (the "
                          "workspace is sized from them) or free memory",
                          what, base_name(file), line, cudaGetErrorString(err));
+    if (err == cudaErrorNoKernelImageForDevice ||
+        err == cudaErrorInvalidDeviceFunction)
+        return cgm_error(CGM_ERROR_CUDA,
+                         "%s failed at %s:%d: expected commgemm's kernels to "
+                         "run on this GPU, found %s (%s): the library holds "
+                         "SASS for COMMGEMM_CUDA_ARCHITECTURES (default 90a) "
+                         "and compute_80 PTX; rebuild with "
+                         "-DCOMMGEMM_CUDA_ARCHITECTURES set to this GPU's "
+                         "architecture (sm_80 or newer)",
+                         what, base_name(file), line, cudaGetErrorName(err),
+                         cudaGetErrorString(err));
     return cgm_error(CGM_ERROR_CUDA,
                      "%s failed at %s:%d: expected cudaSuccess, found %d "
                      "(%s: %s); if the error is sticky (illegal address, "
