@@ -154,6 +154,11 @@ stage_fused_splits() { # fused AG/RS per piece count, graphs and eager, split be
     note "fused-splits: $(grep -c '^rc=0' "$d/rc.txt") of $(wc -l <"$d/rc.txt") runs ok; wrong: $(cat "$d"/*.txt | awk '$1 ~ /^(ag_gemm|gemm_rs)$/ {w += $NF} END {print w+0}')"
     for f in "$d"/*.txt; do [ "$f" = "$d/rc.txt" ] || awk -v t="$(basename "$f" .txt)" '$1 ~ /^(ag_gemm|gemm_rs)$/ {print t, $1, $2"x"$3"x"$4, $8, $13}' "$f"; done
 }
+stage_copybench() { # peer copy rates: one way, both ways, streams, pieces and where the signal runs
+    timeout 200 "$B/tests/gpu/copybench" ${COPYBENCH_MIB:-128} 15 >"$OUT/copybench.txt" 2>&1
+    note "copybench: rc=$? (copybench.txt)"
+    cat "$OUT/copybench.txt"
+}
 stage_pack() { # the device returns few files: everything but the summary into one tarball
     local t=/tmp/commgemm-logs.tar.gz
     tar -C "$OUT" --exclude=summary.txt -czf $t . && find "$OUT" -mindepth 1 ! -name summary.txt -delete && mv $t "$OUT/"
@@ -171,7 +176,7 @@ for s in "$@"; do
     hopper-bench) (timeout 120 "$B/tests/gpu/test_hopper_gemm" bench >"$OUT/hopper-bench.txt" 2>&1)
         note "hopper bench: rc=$? $(grep -cE '^ +[0-9]' "$OUT/hopper-bench.txt") rows" ;; cublasmp-cases) stage_cublasmp_cases ;; pack) stage_pack ;;
     timeline) stage_timeline ;;
-    fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;; fused-splits) stage_fused_splits ;;
+    fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;; fused-splits) stage_fused_splits ;; copybench) stage_copybench ;;
     compare-fused) stage_compare fused "COMPARE_ARGS=--graph --backends p2p,p2p-fused,p2p-split" ;;
     compare-fused-outpartial) stage_compare fused-outpartial "COMPARE_ARGS=--graph --ops gemm_rs --backends p2p,p2p-fused,p2p-split" \
         COMMGEMM_PARTIAL_DTYPE=output ;;

@@ -1,0 +1,225 @@
+/* Peer copy rates between GPU 0 and GPU 1 of one host: what bounds the
+ * pushes of the p2p backend (not a test; scripts/device-suite.sh stage
+ * `copybench`). The fused AG pushed at ~280 GB/s per direction while both
+ * GPUs pushed, against ~390 GB/s one way (docs/PERFORMANCE.md 4c); these
+ * cases separate the candidate causes:
+ *   - one way against both ways at once;
+ *   - cudaMemcpyAsync against cudaMemcpy2DAsync with 16 KiB rows (what the
+ *     backend issues: rows of k bf16 elements);
+ *   - one stream per direction against 2 or 4 (more copy engines);
+ *   - the transfer cut in 2, 4 or 8 pieces with the backend's flag signal
+ *     (cgm_dev_signal) after each, on the copy stream itself (the next
+ *     piece waits for the signal kernel) or on a second stream that follows
+ *     the copies through events (the copies run back to back).
+ * Every case runs once per round, the order rotated each round; medians of
+ * the rounds, per direction, the slower direction reported.
+ *   copybench [MiB per direction, default 128] [rounds, default 15] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "device/device.h"
+
+#define MAX_STREAMS 4
+#define MAX_PIECES 8
+
+#define OK(call)                                                                   \
+    do {                                                                           \
+        cudaError_t e_ = (call);                                                   \
+        if (e_ != cudaSuccess) {                                                   \
+            fprintf(stderr, "copybench: %s failed: %s\n", #call, cudaGetErrorString(e_)); \
+            exit(1);                                                               \
+        }                                                                          \
+    } while (0)
+
+typedef struct side {
+    int dev;
+    cudaStream_t s[MAX_STREAMS], beside;
+    cudaEvent_t start, stop, fork, joined[MAX_STREAMS], piece[MAX_PIECES];
+    char *src;                /* on dev */
+    char *dst;                /* on the other GPU */
+    unsigned long long *flags; /* on the other GPU */
+    cgm_dev_state *state;     /* on dev */
+} side;
+
+typedef enum { PLAIN, ROWS_2D, STREAMS, PIECES_ON_STREAM, PIECES_BESIDE } kind;
+
+typedef struct bench_case {
+    const char *name;
+    int both; /* 1: both directions at once */
+    kind how;
+    int count; /* streams or pieces */
+} bench_case;
+
+static const bench_case cases[] = {
+    {"one way, cudaMemcpyAsync", 0, PLAIN, 1},
+    {"one way, 2D rows of 16 KiB", 0, ROWS_2D, 1},
+    {"both ways, cudaMemcpyAsync", 1, PLAIN, 1},
+    {"both ways, 2D rows of 16 KiB", 1, ROWS_2D, 1},
+    {"both ways, 2 streams per direction", 1, STREAMS, 2},
+    {"both ways, 4 streams per direction", 1, STREAMS, 4},
+    {"both ways, 2 pieces, signal on the copy stream", 1, PIECES_ON_STREAM, 2},
+    {"both ways, 2 pieces, signal beside", 1, PIECES_BESIDE, 2},
+    {"both ways, 4 pieces, signal on the copy stream", 1, PIECES_ON_STREAM, 4},
+    {"both ways, 4 pieces, signal beside", 1, PIECES_BESIDE, 4},
+    {"both ways, 8 pieces, signal on the copy stream", 1, PIECES_ON_STREAM, 8},
+    {"both ways, 8 pieces, signal beside", 1, PIECES_BESIDE, 8},
+};
+#define NCASES ((int)(sizeof cases / sizeof cases[0]))
+
+static void setup(side *d, int dev, size_t bytes) {
+    d->dev = dev;
+    OK(cudaSetDevice(dev));
+    cudaError_t pe = cudaDeviceEnablePeerAccess(1 - dev, 0);
+    if (pe != cudaSuccess && pe != cudaErrorPeerAccessAlreadyEnabled) OK(pe);
+    (void)cudaGetLastError();
+    for (int i = 0; i < MAX_STREAMS; i++) {
+        OK(cudaStreamCreateWithFlags(&d->s[i], cudaStreamNonBlocking));
+        OK(cudaEventCreateWithFlags(&d->joined[i], cudaEventDisableTiming));
+    }
+    OK(cudaStreamCreateWithFlags(&d->beside, cudaStreamNonBlocking));
+    OK(cudaEventCreate(&d->start));
+    OK(cudaEventCreate(&d->stop));
+    OK(cudaEventCreateWithFlags(&d->fork, cudaEventDisableTiming));
+    for (int i = 0; i < MAX_PIECES; i++)
+        OK(cudaEventCreateWithFlags(&d->piece[i], cudaEventDisableTiming));
+    OK(cudaMalloc((void **)&d->src, bytes));
+    OK(cudaMemset(d->src, dev + 1, bytes));
+    OK(cudaMalloc((void **)&d->state, sizeof *d->state));
+    OK(cudaMemset(d->state, 0, sizeof *d->state));
+    OK(cgm_dev_preload());
+}
+
+/* The other GPU's buffers that `d` writes. */
+static void setup_targets(side *d, size_t bytes) {
+    OK(cudaSetDevice(1 - d->dev));
+    OK(cudaMalloc((void **)&d->dst, bytes));
+    OK(cudaMalloc((void **)&d->flags, MAX_PIECES * sizeof *d->flags));
+    OK(cudaMemset(d->flags, 0, MAX_PIECES * sizeof *d->flags));
+}
+
+static void enqueue(side *d, const bench_case *c, size_t bytes) {
+    OK(cudaSetDevice(d->dev));
+    cudaStream_t s0 = d->s[0];
+    OK(cudaEventRecord(d->start, s0));
+    switch (c->how) {
+    case PLAIN:
+        OK(cudaMemcpyAsync(d->dst, d->src, bytes, cudaMemcpyDefault, s0));
+        break;
+    case ROWS_2D: {
+        size_t row = 16384;
+        OK(cudaMemcpy2DAsync(d->dst, row, d->src, row, row, bytes / row, cudaMemcpyDefault, s0));
+        break;
+    }
+    case STREAMS: {
+        size_t part = bytes / (size_t)c->count;
+        OK(cudaEventRecord(d->fork, s0));
+        for (int i = 0; i < c->count; i++) {
+            if (i) OK(cudaStreamWaitEvent(d->s[i], d->fork, 0));
+            OK(cudaMemcpyAsync(d->dst + i * part, d->src + i * part, part, cudaMemcpyDefault,
+                               d->s[i]));
+        }
+        for (int i = 1; i < c->count; i++) {
+            OK(cudaEventRecord(d->joined[i], d->s[i]));
+            OK(cudaStreamWaitEvent(s0, d->joined[i], 0));
+        }
+        break;
+    }
+    case PIECES_ON_STREAM:
+    case PIECES_BESIDE: {
+        size_t part = bytes / (size_t)c->count;
+        for (int q = 0; q < c->count; q++) {
+            OK(cudaMemcpyAsync(d->dst + q * part, d->src + q * part, part, cudaMemcpyDefault, s0));
+            if (c->how == PIECES_ON_STREAM) {
+                OK(cgm_dev_signal(d->state, d->flags + q, s0));
+            } else {
+                OK(cudaEventRecord(d->piece[q], s0));
+                OK(cudaStreamWaitEvent(d->beside, d->piece[q], 0));
+                OK(cgm_dev_signal(d->state, d->flags + q, d->beside));
+            }
+        }
+        if (c->how == PIECES_BESIDE) { /* the span includes the last signal */
+            OK(cudaEventRecord(d->joined[0], d->beside));
+            OK(cudaStreamWaitEvent(s0, d->joined[0], 0));
+        }
+        break;
+    }
+    }
+    OK(cudaEventRecord(d->stop, s0));
+}
+
+static float elapsed_us(side *d) {
+    float ms = 0;
+    OK(cudaSetDevice(d->dev));
+    OK(cudaEventElapsedTime(&ms, d->start, d->stop));
+    return ms * 1000;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+    size_t mib = argc > 1 ? (size_t)atol(argv[1]) : 128;
+    int rounds = argc > 2 ? atoi(argv[2]) : 15;
+    if (mib < 1 || rounds < 1) {
+        fprintf(stderr, "usage: copybench [MiB per direction >= 1] [rounds >= 1]\n");
+        return 2;
+    }
+    size_t bytes = mib << 20;
+    int ndev = 0, can01 = 0, can10 = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 2) {
+        printf("skip: copybench needs two GPUs, found %d\n", ndev);
+        return 77;
+    }
+    OK(cudaDeviceCanAccessPeer(&can01, 0, 1));
+    OK(cudaDeviceCanAccessPeer(&can10, 1, 0));
+    if (!can01 || !can10) {
+        printf("skip: GPUs 0 and 1 cannot access each other's memory\n");
+        return 77;
+    }
+    side d[2];
+    memset(d, 0, sizeof d);
+    for (int i = 0; i < 2; i++) setup(&d[i], i, bytes);
+    for (int i = 0; i < 2; i++) setup_targets(&d[i], bytes);
+    float *t = calloc((size_t)NCASES * 2 * (size_t)rounds, sizeof *t);
+    if (!t) return 1;
+    for (int r = -2; r < rounds; r++) { /* two rounds of warm-up */
+        for (int j = 0; j < NCASES; j++) {
+            const bench_case *c = &cases[(j + (r < 0 ? 0 : r)) % NCASES];
+            int ci = (int)(c - cases);
+            for (int i = 0; i < 2; i++) {
+                OK(cudaSetDevice(i));
+                OK(cudaDeviceSynchronize());
+            }
+            enqueue(&d[0], c, bytes);
+            if (c->both) enqueue(&d[1], c, bytes);
+            for (int i = 0; i < 2; i++) {
+                OK(cudaSetDevice(i));
+                OK(cudaDeviceSynchronize());
+            }
+            if (r < 0) continue;
+            t[(ci * 2 + 0) * rounds + r] = elapsed_us(&d[0]);
+            t[(ci * 2 + 1) * rounds + r] = c->both ? elapsed_us(&d[1]) : 0;
+        }
+    }
+    printf("# copybench: %zu MiB per direction, GPU0 <-> GPU1, medians of %d interleaved rounds\n",
+           mib, rounds);
+    printf("# %-50s %12s %12s %14s\n", "case", "0->1 us", "1->0 us", "GB/s per dir");
+    for (int ci = 0; ci < NCASES; ci++) {
+        float med[2];
+        for (int i = 0; i < 2; i++) {
+            float *v = t + (ci * 2 + i) * rounds;
+            qsort(v, (size_t)rounds, sizeof *v, cmp_float);
+            med[i] = v[rounds / 2];
+        }
+        float worst = med[0] > med[1] ? med[0] : med[1];
+        printf("  %-50s %12.1f %12.1f %14.1f\n", cases[ci].name, med[0], med[1],
+               worst > 0 ? (double)bytes / (worst * 1e3) : 0.0);
+    }
+    free(t);
+    return 0;
+}
