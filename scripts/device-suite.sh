@@ -137,7 +137,7 @@ stage_timeline() { # p2p step timelines of the PERFORMANCE shapes (bench/timelin
     grep -E 'r0.json' "$OUT/timeline/summary.md" | head -12
 }
 stage_fused_splits() { # fused AG/RS per piece count, graphs and eager, split beside it (bf16 partials)
-    local d=$OUT/fused-splits sh=${FUSED_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048} run
+    local d=$OUT/fused-splits${FUSED_TAG:+-$FUSED_TAG} sh=${FUSED_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048} run
     mkdir -p "$d"
     run() { # tag, bench args...
         local tag=$1; shift

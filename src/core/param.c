@@ -48,6 +48,8 @@ static const cgm_param params[] = {
      "cuBLASMp algorithm when a call asks for auto: split_p2p (default), atomic_p2p or no_overlap. The multicast algorithms are never used."},
     {"COMMGEMM_PARTIAL_DTYPE", CGM_PARAM_STRING, "fp32",
      "GPU backends, GEMM+RS and GEMM+AR: element type of the partial products that travel between ranks. fp32 (default): exact partials, the sum in fp32. output: partials rounded once to the output dtype (bf16/fp16; what Megatron and PyTorch's fused ops ship), half the bytes, the sum still in fp32; partials that nearly cancel then lose accuracy relative to the result. The host backend always uses fp32."},
+    {"COMMGEMM_P2P_SIGNAL_BESIDE", CGM_PARAM_INT, "0",
+     "p2p backend, fused algorithm, experimental: 1 = raise each pushed piece's READY flag from a second queue that follows the copies through events, so the copy queue runs its copies back to back; 0 (default) = the signal kernel between the copies. Not yet measured (docs/PERFORMANCE.md 4c)."},
     {"COMMGEMM_TIMELINE", CGM_PARAM_STRING, NULL,
      "p2p backend, diagnostics: path prefix; each eager op records an event around every schedule step (fused calls: every copy, flag, GEMM and kernel launch) and writes a Chrome trace <prefix>.<op>.<algo>.r<rank>.json (last call per op and algorithm) plus an INFO line with the busy time per queue. The op then synchronizes its stream: never for timing runs."},
     {"COMMGEMM_DEBUG", CGM_PARAM_STRING, NULL, "Log level: NONE (default), WARN, INFO, TRACE."},

@@ -58,6 +58,9 @@ typedef struct p2p_state {
     cgm_comm *comm;
     int rank, nranks, device;
     int sm_count; /* the device's SMs (the fused kernel leaves one free) */
+    /* COMMGEMM_P2P_SIGNAL_BESIDE: the fused pushes' READY signals run on
+     * the local queue behind an event instead of between the copies. */
+    bool signal_beside;
     int64_t timeout_ms;
 
     cgm_peer_mem ws;     /* registered workspace */

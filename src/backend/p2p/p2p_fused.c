@@ -215,7 +215,9 @@ static cgm_status lookup(p2p_state *st, const cgm_call *c, int splits,
     entry_clear(victim);
     p2p_fused_entry *e = victim;
     int P = st->nranks;
-    e->nevents = P * splits + P;
+    /* RS: a piece's GEMM done (P*S), a destination's pushes done (P);
+     * both: a push's copy done (P*S, COMMGEMM_P2P_SIGNAL_BESIDE). */
+    e->nevents = 2 * P * splits + P;
     e->events = calloc((size_t)e->nevents, sizeof *e->events);
     if (!e->events) {
         status = cgm_error(CGM_ERROR_OUT_OF_MEMORY, "p2p fused: %d events",
@@ -361,6 +363,23 @@ fail:
     return status;
 }
 
+/* READY(chunk) to `peer` once the copy just enqueued on the comm queue is
+ * done: a signal kernel on the comm queue itself (the next copy then waits
+ * for it), or with COMMGEMM_P2P_SIGNAL_BESIDE=1 on the local queue behind
+ * `ev`, recorded on the comm queue, so that the copies run back to back. */
+static cgm_status ready_after_copy(p2p_state *st, int peer, int chunk,
+                                   cudaEvent_t ev) {
+    cgm_status status = CGM_SUCCESS;
+    cudaStream_t comm = st->queues[0], local = st->queues[2];
+    if (!st->signal_beside)
+        return signal_to(st, peer, PLAN_FLAG_READY, chunk, comm);
+    CGM_CUDA_TRY(cudaEventRecord(ev, comm));
+    CGM_CUDA_TRY(cudaStreamWaitEvent(local, ev, 0));
+    CGM_TRY(signal_to(st, peer, PLAN_FLAG_READY, chunk, local));
+fail:
+    return status;
+}
+
 /* ------------------------------------------------------------ AG+GEMM */
 
 /* dry: only the checks, before anything is enqueued (an error after the
@@ -380,6 +399,7 @@ static cgm_status fused_ag(p2p_state *st, const cgm_call *c,
     size_t in_pitch = (size_t)cgm_matrix_ld(&c->x) * es;
     cudaStream_t comm = st->queues[0], gemm = st->queues[1],
                  local = st->queues[2];
+    cudaEvent_t *copied = e->events + st->nranks * S + st->nranks;
 
     if ((size_t)m * row_bytes > st->gather_bytes)
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
@@ -478,7 +498,8 @@ static cgm_status fused_ag(p2p_state *st, const cgm_call *c,
                               peer_gather + (size_t)(off + row0) * row_bytes,
                               row_bytes, in + (size_t)row0 * in_pitch,
                               in_pitch, row_bytes, rows, comm));
-            CGM_TRY(signal_to(st, d, PLAN_FLAG_READY, r * S + q, comm));
+            CGM_TRY(ready_after_copy(st, d, r * S + q,
+                                     copied[(t - 1) * npieces + q]));
         }
     }
     if (c->has_x_gathered) { /* the peers' rows from GATHER, mine from INPUT */
@@ -553,7 +574,8 @@ static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
                          st->recv_bytes, st->partial_bytes);
     if (dry) return CGM_SUCCESS;
     cudaStream_t comm = st->queues[0], gemm = st->queues[1];
-    cudaEvent_t *piece_done = e->events, *pushed = e->events + P * S;
+    cudaEvent_t *piece_done = e->events, *pushed = e->events + P * S,
+                *copied = e->events + P * S + P;
     const char *x = c->x.data;
     int64_t ldx = cgm_matrix_ld(&c->x);
 
@@ -591,7 +613,7 @@ static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
                               dst + (size_t)row0 * prow, prow,
                               partial + (size_t)row0 * prow, prow, prow, rows,
                               comm));
-            CGM_TRY(signal_to(st, d, PLAN_FLAG_READY, d * S + q, comm));
+            CGM_TRY(ready_after_copy(st, d, d * S + q, copied[(t - 1) * S + q]));
         }
         CGM_CUDA_TRY(cudaEventRecord(pushed[t - 1], comm));
     }
