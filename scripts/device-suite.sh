@@ -16,7 +16,13 @@
 # (the p2p GPU tests with COMMGEMM_ALGO=fused, case by case), sanitize-fused
 # (memcheck + racecheck with it forced), compare-fused (p2p's tuner pick,
 # fused and split side by side, graphs, the four shapes), compare-fused-outpartial
-# (the same for GEMM+RS with output-dtype partials), pack
+# (the same for GEMM+RS with output-dtype partials), fused-splits
+# (commgemm-bench with fused at 1, 2, 4 and 8 pieces per shard, graphs and
+# eager, split and the tuner beside it unless FUSED_BASELINES=0, bf16 partials;
+# FUSED_SHAPES; FUSED_TAG names a second run, e.g. with
+# COMMGEMM_P2P_SIGNAL_BESIDE=1), copybench (GPU0<->GPU1 copy rates: one way,
+# both ways, streams per direction, pieces with the flag signal on the copy
+# stream or beside it; tests/gpu/copybench.c), pack
 # (everything but summary.txt into $OUT/commgemm-logs.tar.gz; run it last).
 # Logs go to $OUT; a summary line per stage is printed last.
 set -uo pipefail
