@@ -20,7 +20,7 @@
 # (commgemm-bench with fused at 1, 2, 4 and 8 pieces per shard, graphs and
 # eager, split and the tuner beside it unless FUSED_BASELINES=0, bf16 partials;
 # FUSED_SHAPES; FUSED_TAG names a second run, e.g. with
-# COMMGEMM_P2P_SIGNAL_BESIDE=1), copybench (GPU0<->GPU1 copy rates: one way,
+# COMMGEMM_P2P_FUSED_PUSH=beside or taper), copybench (GPU0<->GPU1 copy rates: one way,
 # both ways, streams per direction, pieces with the flag signal on the copy
 # stream or beside it; tests/gpu/copybench.c), pack
 # (everything but summary.txt into $OUT/commgemm-logs.tar.gz; run it last).

@@ -62,3 +62,20 @@ int64_t plan_fused_tile_order(int64_t m, int nranks, int rank, int tile_rows,
         }
     return n;
 }
+
+int plan_fused_taper(int pieces, int *first) {
+    if (pieces < 1) return 0;
+    /* Sizes from the end: 1, 1, 2, 4, ... while they fit. */
+    int sizes[64], n = 0, covered = 0;
+    for (int next = 1; n < 64 && covered + next <= pieces;) {
+        sizes[n++] = next;
+        covered += next;
+        if (n >= 2) next *= 2;
+    }
+    sizes[n - 1] += pieces - covered; /* the first segment takes the rest */
+    for (int i = 0, at = 0; i < n; i++) {
+        first[i] = at;
+        at += sizes[n - 1 - i];
+    }
+    return n;
+}

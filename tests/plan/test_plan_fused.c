@@ -86,7 +86,35 @@ static void test_tile_order(const void *param) {
             }
 }
 
+/* Tapered pushes: segments cover the pieces in order, sizes never grow,
+ * the last is one piece, and there are about log2(pieces) + 1 of them. */
+static void test_taper(const void *param) {
+    (void)param;
+    int first[300];
+    CHECK_INT_EQ(plan_fused_taper(0, first), 0);
+    for (int n = 1; n <= 300; n++) {
+        int segs = plan_fused_taper(n, first);
+        CHECK(segs >= 1 && segs <= n);
+        CHECK_INT_EQ(first[0], 0);
+        int prev = n + 1;
+        for (int i = 0; i < segs; i++) {
+            int end = i + 1 < segs ? first[i + 1] : n;
+            int size = end - first[i];
+            CHECK(size >= 1 && size <= prev);
+            prev = size;
+        }
+        CHECK_INT_EQ(n - first[segs - 1], 1);
+        int bits = 0;
+        while ((1 << bits) < n) bits++;
+        CHECK(segs <= bits + 1);
+    }
+    /* 8 pieces: 4, 2, 1, 1. */
+    CHECK_INT_EQ(plan_fused_taper(8, first), 4);
+    CHECK(first[0] == 0 && first[1] == 4 && first[2] == 6 && first[3] == 7);
+}
+
 static void register_cases(void) {
+    test_add("taper", test_taper, NULL);
     test_add("piece_rows", test_piece_rows, NULL);
     test_add("own_rows", test_own_rows, NULL);
     test_add("tile_order", test_tile_order, NULL);

@@ -58,9 +58,10 @@ typedef struct p2p_state {
     cgm_comm *comm;
     int rank, nranks, device;
     int sm_count; /* the device's SMs (the fused kernel leaves one free) */
-    /* COMMGEMM_P2P_SIGNAL_BESIDE: the fused pushes' READY signals run on
-     * the local queue behind an event instead of between the copies. */
-    bool signal_beside;
+    /* COMMGEMM_P2P_FUSED_PUSH: how the fused algorithm pushes a shard
+     * (p2p_fused.c). Local scheduling only: the flags are the same, so
+     * ranks may differ. */
+    enum { P2P_PUSH_PIECES, P2P_PUSH_BESIDE, P2P_PUSH_TAPER } fused_push;
     int64_t timeout_ms;
 
     cgm_peer_mem ws;     /* registered workspace */

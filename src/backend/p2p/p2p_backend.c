@@ -101,18 +101,21 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
     st->nranks = comm->nranks;
     st->device = comm->cuda_device;
     st->timeout_ms = comm->config.timeout_ms;
-    int64_t beside = 0;
-    bool beside_env = false;
-    CGM_TRY(cgm_param_int("COMMGEMM_P2P_SIGNAL_BESIDE", &beside, &beside_env));
-    if (beside != 0 && beside != 1) {
+    bool push_env = false;
+    const char *push = cgm_param_string("COMMGEMM_P2P_FUSED_PUSH", &push_env);
+    if (!push || strcmp(push, "pieces") == 0) {
+        st->fused_push = P2P_PUSH_PIECES;
+    } else if (strcmp(push, "beside") == 0) {
+        st->fused_push = P2P_PUSH_BESIDE;
+    } else if (strcmp(push, "taper") == 0) {
+        st->fused_push = P2P_PUSH_TAPER;
+    } else {
         status = cgm_error(CGM_ERROR_INVALID_ARGUMENT,
-                           "COMMGEMM_P2P_SIGNAL_BESIDE=%lld: expected 0 (the "
-                           "READY signal after each push on the copy queue, "
-                           "the default) or 1 (on a second queue); set it to "
-                           "0 or 1 or unset it", (long long)beside);
+                           "COMMGEMM_P2P_FUSED_PUSH=\"%s\": expected pieces "
+                           "(the default), beside or taper; set one of them "
+                           "or unset it", push);
         goto fail;
     }
-    st->signal_beside = beside == 1;
     CGM_TRY(enter_device(st, &previous));
     CGM_TRY(cgm_check_node_peers(comm->nccl_comm, st->rank, st->nranks,
                                  st->device, st->timeout_ms));

@@ -216,7 +216,7 @@ static cgm_status lookup(p2p_state *st, const cgm_call *c, int splits,
     p2p_fused_entry *e = victim;
     int P = st->nranks;
     /* RS: a piece's GEMM done (P*S), a destination's pushes done (P);
-     * both: a push's copy done (P*S, COMMGEMM_P2P_SIGNAL_BESIDE). */
+     * both: a push's copy done (P*S, COMMGEMM_P2P_FUSED_PUSH). */
     e->nevents = 2 * P * splits + P;
     e->events = calloc((size_t)e->nevents, sizeof *e->events);
     if (!e->events) {
@@ -363,19 +363,22 @@ fail:
     return status;
 }
 
-/* READY(chunk) to `peer` once the copy just enqueued on the comm queue is
- * done: a signal kernel on the comm queue itself (the next copy then waits
- * for it), or with COMMGEMM_P2P_SIGNAL_BESIDE=1 on the local queue behind
- * `ev`, recorded on the comm queue, so that the copies run back to back. */
-static cgm_status ready_after_copy(p2p_state *st, int peer, int chunk,
-                                   cudaEvent_t ev) {
+/* READY(chunk0 .. chunk0 + count - 1) to `peer` once the copy just
+ * enqueued on the comm queue is done: signal kernels on the comm queue
+ * itself (the next copy then waits for them), or, unless
+ * COMMGEMM_P2P_FUSED_PUSH=pieces, on the local queue behind `ev`, recorded
+ * on the comm queue, so that the copies run back to back. */
+static cgm_status ready_after_copy(p2p_state *st, int peer, int chunk0,
+                                   int count, cudaEvent_t ev) {
     cgm_status status = CGM_SUCCESS;
-    cudaStream_t comm = st->queues[0], local = st->queues[2];
-    if (!st->signal_beside)
-        return signal_to(st, peer, PLAN_FLAG_READY, chunk, comm);
-    CGM_CUDA_TRY(cudaEventRecord(ev, comm));
-    CGM_CUDA_TRY(cudaStreamWaitEvent(local, ev, 0));
-    CGM_TRY(signal_to(st, peer, PLAN_FLAG_READY, chunk, local));
+    cudaStream_t q = st->queues[0];
+    if (st->fused_push != P2P_PUSH_PIECES) {
+        q = st->queues[2];
+        CGM_CUDA_TRY(cudaEventRecord(ev, st->queues[0]));
+        CGM_CUDA_TRY(cudaStreamWaitEvent(q, ev, 0));
+    }
+    for (int i = 0; i < count; i++)
+        CGM_TRY(signal_to(st, peer, PLAN_FLAG_READY, chunk0 + i, q));
 fail:
     return status;
 }
@@ -486,20 +489,25 @@ static cgm_status fused_ag(p2p_state *st, const cgm_call *c,
      * the kernel: it runs the own rows first and waits on flags, not on
      * this queue, so an eager call starts computing at once instead of
      * after the host has enqueued every push. */
+    /* Copies of whole pieces: one each, or tapered (plan_fused_taper). */
+    int first[P2P_MAX_SPLITS], nseg = npieces;
+    for (int q = 0; q < npieces; q++) first[q] = q;
+    if (st->fused_push == P2P_PUSH_TAPER) nseg = plan_fused_taper(npieces, first);
     for (int t = 1; t < P && own > 0; t++) {
         int d = (r + t) % P;
         CGM_TRY(wait_from(st, d, PLAN_FLAG_FREE, -1, comm));
         char *peer_gather = (char *)st->ws.peer[d] + st->gather_offset;
-        for (int q = 0; q < npieces; q++) {
-            int64_t row0 = q * rpf, rows = own - row0 < rpf ? own - row0 : rpf;
+        for (int g = 0; g < nseg; g++) {
+            int q0 = first[g], q1 = g + 1 < nseg ? first[g + 1] : npieces;
+            int64_t row0 = q0 * rpf, end_row = q1 * rpf < own ? q1 * rpf : own;
             CGM_TRY(copy_rows(st, data_step(PLAN_COPY, loc(r, PLAN_BUF_INPUT),
-                                            loc(d, PLAN_BUF_GATHER), r, r * S + q,
-                                            off + row0, rows),
+                                            loc(d, PLAN_BUF_GATHER), r, r * S + q0,
+                                            off + row0, end_row - row0),
                               peer_gather + (size_t)(off + row0) * row_bytes,
                               row_bytes, in + (size_t)row0 * in_pitch,
-                              in_pitch, row_bytes, rows, comm));
-            CGM_TRY(ready_after_copy(st, d, r * S + q,
-                                     copied[(t - 1) * npieces + q]));
+                              in_pitch, row_bytes, end_row - row0, comm));
+            CGM_TRY(ready_after_copy(st, d, r * S + q0, q1 - q0,
+                                     copied[(t - 1) * npieces + g]));
         }
     }
     if (c->has_x_gathered) { /* the peers' rows from GATHER, mine from INPUT */
@@ -613,7 +621,7 @@ static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
                               dst + (size_t)row0 * prow, prow,
                               partial + (size_t)row0 * prow, prow, prow, rows,
                               comm));
-            CGM_TRY(ready_after_copy(st, d, d * S + q, copied[(t - 1) * S + q]));
+            CGM_TRY(ready_after_copy(st, d, d * S + q, 1, copied[(t - 1) * S + q]));
         }
         CGM_CUDA_TRY(cudaEventRecord(pushed[t - 1], comm));
     }
