@@ -226,13 +226,15 @@ void plan_fused_own_copies(int64_t m, int64_t row0, int64_t rows,
  * tile_rows) tile indices to order; returns how many. */
 int64_t plan_fused_tile_order(int64_t m, int nranks, int rank, int tile_rows,
                               int *order);
-/* Tapered pushes of a shard cut in `pieces` flag pieces: copy segments of
- * whole pieces whose sizes, from the last, are 1, 1, 2, 4, ... pieces, the
- * remainder joining the first segment (so sizes never grow): few copies,
- * and after the last one lands only one piece is left to compute. Writes
- * the first piece of each segment to first[] (room for `pieces`) and
- * returns the segment count (0 when pieces < 1). */
-int plan_fused_taper(int pieces, int *first);
+/* Tapered pushes of a shard cut in `pieces` flag pieces: segments of whole
+ * pieces whose sizes, counted from the end, are 1, 1, 2, 4, ... pieces,
+ * the remainder joining the first segment, so sizes never grow (AG: few
+ * copies, and one piece left to compute after the last lands). With
+ * `growing` the mirror image: 1, 1, 2, 4, ... from the start, the
+ * remainder joining the last (RS: the first push waits for the GEMM of one
+ * piece only). Writes the first piece of each segment to first[] (room for
+ * `pieces`) and returns the segment count (0 when pieces < 1). */
+int plan_fused_taper(int pieces, bool growing, int *first);
 
 const char *plan_op_name(plan_op op);
 const char *plan_algo_name(plan_algo algo);

@@ -63,19 +63,20 @@ int64_t plan_fused_tile_order(int64_t m, int nranks, int rank, int tile_rows,
     return n;
 }
 
-int plan_fused_taper(int pieces, int *first) {
+int plan_fused_taper(int pieces, bool growing, int *first) {
     if (pieces < 1) return 0;
-    /* Sizes from the end: 1, 1, 2, 4, ... while they fit. */
+    /* Sizes from the small end: 1, 1, 2, 4, ... while they fit, the
+     * remainder added to the largest. */
     int sizes[64], n = 0, covered = 0;
     for (int next = 1; n < 64 && covered + next <= pieces;) {
         sizes[n++] = next;
         covered += next;
         if (n >= 2) next *= 2;
     }
-    sizes[n - 1] += pieces - covered; /* the first segment takes the rest */
+    sizes[n - 1] += pieces - covered;
     for (int i = 0, at = 0; i < n; i++) {
         first[i] = at;
-        at += sizes[n - 1 - i];
+        at += growing ? sizes[i] : sizes[n - 1 - i];
     }
     return n;
 }

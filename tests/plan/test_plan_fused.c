@@ -86,14 +86,16 @@ static void test_tile_order(const void *param) {
             }
 }
 
-/* Tapered pushes: segments cover the pieces in order, sizes never grow,
- * the last is one piece, and there are about log2(pieces) + 1 of them. */
+/* Tapered pushes: segments cover the pieces in order; shrinking: sizes
+ * never grow and the last is one piece; growing: the mirror image, the
+ * first is one piece; about log2(pieces) + 1 segments either way. */
 static void test_taper(const void *param) {
     (void)param;
-    int first[300];
-    CHECK_INT_EQ(plan_fused_taper(0, first), 0);
+    int first[300], mirror[300];
+    CHECK_INT_EQ(plan_fused_taper(0, false, first), 0);
+    CHECK_INT_EQ(plan_fused_taper(0, true, first), 0);
     for (int n = 1; n <= 300; n++) {
-        int segs = plan_fused_taper(n, first);
+        int segs = plan_fused_taper(n, false, first);
         CHECK(segs >= 1 && segs <= n);
         CHECK_INT_EQ(first[0], 0);
         int prev = n + 1;
@@ -107,10 +109,21 @@ static void test_taper(const void *param) {
         int bits = 0;
         while ((1 << bits) < n) bits++;
         CHECK(segs <= bits + 1);
+        /* growing: segment i has the size of shrinking segment segs-1-i */
+        CHECK_INT_EQ(plan_fused_taper(n, true, mirror), segs);
+        CHECK_INT_EQ(mirror[0], 0);
+        for (int i = 0; i < segs; i++) {
+            int end = i + 1 < segs ? mirror[i + 1] : n;
+            int k = segs - 1 - i;
+            int end_k = k + 1 < segs ? first[k + 1] : n;
+            CHECK_INT_EQ(end - mirror[i], end_k - first[k]);
+        }
     }
-    /* 8 pieces: 4, 2, 1, 1. */
-    CHECK_INT_EQ(plan_fused_taper(8, first), 4);
+    /* 8 pieces: 4, 2, 1, 1 and 1, 1, 2, 4. */
+    CHECK_INT_EQ(plan_fused_taper(8, false, first), 4);
     CHECK(first[0] == 0 && first[1] == 4 && first[2] == 6 && first[3] == 7);
+    CHECK_INT_EQ(plan_fused_taper(8, true, first), 4);
+    CHECK(first[0] == 0 && first[1] == 1 && first[2] == 2 && first[3] == 4);
 }
 
 static void register_cases(void) {

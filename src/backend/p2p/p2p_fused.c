@@ -492,7 +492,7 @@ static cgm_status fused_ag(p2p_state *st, const cgm_call *c,
     /* Copies of whole pieces: one each, or tapered (plan_fused_taper). */
     int first[P2P_MAX_SPLITS], nseg = npieces;
     for (int q = 0; q < npieces; q++) first[q] = q;
-    if (st->fused_push == P2P_PUSH_TAPER) nseg = plan_fused_taper(npieces, first);
+    if (st->fused_push == P2P_PUSH_TAPER) nseg = plan_fused_taper(npieces, false, first);
     for (int t = 1; t < P && own > 0; t++) {
         int d = (r + t) % P;
         CGM_TRY(wait_from(st, d, PLAN_FLAG_FREE, -1, comm));
@@ -604,24 +604,33 @@ static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
         if (t - 1 >= nslots)
             CGM_CUDA_TRY(cudaStreamWaitEvent(gemm, pushed[t - 1 - nslots], 0));
         CGM_TRY(wait_from(st, d, PLAN_FLAG_FREE, -1, comm));
-        int npieces = (int)cgm_ceil_div(rows_d, rpf);
-        for (int q = 0; q < npieces; q++) {
-            int64_t row0 = q * rpf, rows = rows_d - row0 < rpf ? rows_d - row0 : rpf;
+        /* GEMM and push whole pieces: one at a time, or tapered, growing
+         * (plan_fused_taper), so the first push waits for one piece. */
+        int npieces = (int)cgm_ceil_div(rows_d, rpf), first[P2P_MAX_SPLITS];
+        int nseg = npieces;
+        for (int q = 0; q < npieces; q++) first[q] = q;
+        if (st->fused_push == P2P_PUSH_TAPER)
+            nseg = plan_fused_taper(npieces, true, first);
+        for (int g = 0; g < nseg; g++) {
+            int q0 = first[g], q1 = g + 1 < nseg ? first[g + 1] : npieces;
+            int64_t row0 = q0 * rpf;
+            int64_t rows = (q1 * rpf < rows_d ? q1 * rpf : rows_d) - row0;
             CGM_TRY(partial_gemm(st, c, off_d + row0, rows,
                                  partial + (size_t)row0 * prow, pd,
                                  data_step(PLAN_GEMM, loc(r, PLAN_BUF_INPUT),
                                            loc(r, PLAN_BUF_PARTIAL), d,
-                                           d * S + q, off_d + row0, rows)));
-            cudaEvent_t ev = piece_done[(t - 1) * S + q];
+                                           d * S + q0, off_d + row0, rows)));
+            cudaEvent_t ev = piece_done[(t - 1) * S + g];
             CGM_CUDA_TRY(cudaEventRecord(ev, gemm));
             CGM_CUDA_TRY(cudaStreamWaitEvent(comm, ev, 0));
             CGM_TRY(copy_rows(st, data_step(PLAN_COPY, loc(r, PLAN_BUF_PARTIAL),
-                                            loc(d, PLAN_BUF_RECV), d, d * S + q,
+                                            loc(d, PLAN_BUF_RECV), d, d * S + q0,
                                             off_d + row0, rows),
                               dst + (size_t)row0 * prow, prow,
                               partial + (size_t)row0 * prow, prow, prow, rows,
                               comm));
-            CGM_TRY(ready_after_copy(st, d, d * S + q, 1, copied[(t - 1) * S + q]));
+            CGM_TRY(ready_after_copy(st, d, d * S + q0, q1 - q0,
+                                     copied[(t - 1) * S + g]));
         }
         CGM_CUDA_TRY(cudaEventRecord(pushed[t - 1], comm));
     }
