@@ -239,7 +239,9 @@ fail:
 #define P2P_TUNE_MIN_PIECE_ROWS 128
 
 /* The plan schedules' candidates, then the fused kernel with 1, 2 and 4
- * pieces per shard where it can run the call (as many as fit). */
+ * pieces per shard where it can run the call (as many as fit); with
+ * COMMGEMM_P2P_FUSED_PUSH=taper, which pays off with more pieces, 2, 4
+ * and 8. */
 static int p2p_tune_candidates(const cgm_comm *comm, const cgm_call *call,
                                cgm_tune_candidate *out) {
     int n = cgm_tune_plan_candidates(call->m, comm->nranks,
@@ -247,7 +249,8 @@ static int p2p_tune_candidates(const cgm_comm *comm, const cgm_call *call,
     const p2p_state *st = comm->backend_state[CGM_BACKEND_P2P];
     if (!st || !p2p_fused_tunable(st, call)) return n;
     int64_t shard = cgm_ceil_div(call->m, comm->nranks);
-    static const int pieces[] = {1, 2, 4};
+    static const int usual[] = {1, 2, 4}, taper[] = {2, 4, 8};
+    const int *pieces = st->fused_push == P2P_PUSH_TAPER ? taper : usual;
     for (int i = 0; i < 3 && n < CGM_TUNE_MAX_CANDIDATES; i++)
         if (i == 0 || shard >= (int64_t)pieces[i] * CGM_HGEMM_TILE_M)
             out[n++] = (cgm_tune_candidate){CGM_ALGO_FUSED, pieces[i]};
