@@ -383,6 +383,17 @@ fail:
     return status;
 }
 
+/* The segments a shard's `npieces` pieces are pushed in (the first piece
+ * of each into first[]; returns their count): one per piece, or with
+ * COMMGEMM_P2P_FUSED_PUSH=taper, plan_fused_taper's, `growing` for RS. */
+static int push_segments(const p2p_state *st, int npieces, bool growing,
+                         int *first) {
+    if (st->fused_push == P2P_PUSH_TAPER)
+        return plan_fused_taper(npieces, growing, first);
+    for (int q = 0; q < npieces; q++) first[q] = q;
+    return npieces;
+}
+
 /* ------------------------------------------------------------ AG+GEMM */
 
 /* dry: only the checks, before anything is enqueued (an error after the
@@ -489,10 +500,8 @@ static cgm_status fused_ag(p2p_state *st, const cgm_call *c,
      * the kernel: it runs the own rows first and waits on flags, not on
      * this queue, so an eager call starts computing at once instead of
      * after the host has enqueued every push. */
-    /* Copies of whole pieces: one each, or tapered (plan_fused_taper). */
-    int first[P2P_MAX_SPLITS], nseg = npieces;
-    for (int q = 0; q < npieces; q++) first[q] = q;
-    if (st->fused_push == P2P_PUSH_TAPER) nseg = plan_fused_taper(npieces, false, first);
+    /* Copies of whole pieces, fewer toward the end when tapered. */
+    int first[P2P_MAX_SPLITS], nseg = push_segments(st, npieces, false, first);
     for (int t = 1; t < P && own > 0; t++) {
         int d = (r + t) % P;
         CGM_TRY(wait_from(st, d, PLAN_FLAG_FREE, -1, comm));
@@ -604,13 +613,10 @@ static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
         if (t - 1 >= nslots)
             CGM_CUDA_TRY(cudaStreamWaitEvent(gemm, pushed[t - 1 - nslots], 0));
         CGM_TRY(wait_from(st, d, PLAN_FLAG_FREE, -1, comm));
-        /* GEMM and push whole pieces: one at a time, or tapered, growing
-         * (plan_fused_taper), so the first push waits for one piece. */
+        /* GEMM and push whole pieces; tapered, the first push waits for
+         * one piece's GEMM. */
         int npieces = (int)cgm_ceil_div(rows_d, rpf), first[P2P_MAX_SPLITS];
-        int nseg = npieces;
-        for (int q = 0; q < npieces; q++) first[q] = q;
-        if (st->fused_push == P2P_PUSH_TAPER)
-            nseg = plan_fused_taper(npieces, true, first);
+        int nseg = push_segments(st, npieces, true, first);
         for (int g = 0; g < nseg; g++) {
             int q0 = first[g], q1 = g + 1 < nseg ? first[g + 1] : npieces;
             int64_t row0 = q0 * rpf;
