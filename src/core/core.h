@@ -101,6 +101,13 @@ cgm_status cgm_param_int(const char *name, int64_t *value, bool *from_env);
 /* String parameter: the env value, else the default (may be NULL). */
 const char *cgm_param_string(const char *name, bool *from_env);
 
+/* A string parameter that takes one of `count` words, choices[0] being its
+ * default: *index = the position of its value. CGM_ERROR_INVALID_ARGUMENT
+ * naming the variable, its value and the choices otherwise (*index
+ * untouched). */
+cgm_status cgm_param_choice(const char *name, const char *const *choices,
+                            int count, int *index);
+
 /* Element type of the partial products GPU backends ship for GEMM+RS and
  * GEMM+AR (COMMGEMM_PARTIAL_DTYPE): fp32 by default; with "output", the
  * output dtype for bf16/fp16 outputs. CGM_ERROR_INVALID_ARGUMENT naming the

@@ -2,6 +2,7 @@
  * docs/env.md is generated from this table (commgemm-env-doc). */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,21 +119,36 @@ const char *cgm_param_string(const char *name, bool *from_env) {
     return param_env[i] ? param_env[i] : params[i].default_value;
 }
 
-cgm_status cgm_partial_dtype(cgm_dtype out_dtype, cgm_dtype *partial) {
+cgm_status cgm_param_choice(const char *name, const char *const *choices,
+                            int count, int *index) {
     bool from_env = false;
-    const char *v = cgm_param_string("COMMGEMM_PARTIAL_DTYPE", &from_env);
-    if (!v || strcmp(v, "fp32") == 0) {
-        *partial = CGM_DTYPE_FP32;
-        return CGM_SUCCESS;
-    }
-    if (strcmp(v, "output") == 0) {
-        *partial = out_dtype == CGM_DTYPE_BF16 || out_dtype == CGM_DTYPE_FP16
-                       ? out_dtype
-                       : CGM_DTYPE_FP32;
-        return CGM_SUCCESS;
-    }
+    const char *v = cgm_param_string(name, &from_env);
+    const char *dflt = count > 0 ? choices[0] : "";
+    if (!v) v = dflt;
+    for (int i = 0; i < count; i++)
+        if (strcmp(v, choices[i]) == 0) {
+            *index = i;
+            return CGM_SUCCESS;
+        }
+    char list[256] = "";
+    size_t used = 0;
+    for (int i = 0; i < count && used < sizeof list; i++)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%s",
+                                 i == 0 ? "" : i + 1 == count ? " or " : ", ",
+                                 choices[i]);
     return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
-                     "environment variable COMMGEMM_PARTIAL_DTYPE=\"%s\": "
-                     "expected fp32 or output; set one of them or unset it "
-                     "(default fp32)", v);
+                     "environment variable %s=\"%s\": expected %s; set one "
+                     "of them or unset it (default %s)", name, v, list, dflt);
+}
+
+cgm_status cgm_partial_dtype(cgm_dtype out_dtype, cgm_dtype *partial) {
+    static const char *const choices[] = {"fp32", "output"};
+    int which = 0;
+    cgm_status st = cgm_param_choice("COMMGEMM_PARTIAL_DTYPE", choices, 2, &which);
+    if (st != CGM_SUCCESS) return st;
+    *partial = which == 1 && (out_dtype == CGM_DTYPE_BF16 ||
+                              out_dtype == CGM_DTYPE_FP16)
+                   ? out_dtype
+                   : CGM_DTYPE_FP32;
+    return CGM_SUCCESS;
 }

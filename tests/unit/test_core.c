@@ -166,6 +166,31 @@ static void test_partial_dtype_bad(const void *p) {
     CHECK_INT_EQ(d, CGM_DTYPE_FP16); /* untouched */
 }
 
+/* A word parameter (cgm_param_choice), as the p2p backend reads
+ * COMMGEMM_P2P_FUSED_PUSH: unset is the default, the first word. */
+static const char *const push_modes[] = {"pieces", "beside", "taper"};
+
+static void test_param_choice(const void *p) {
+    const char *value = p;
+    if (value) setenv("COMMGEMM_P2P_FUSED_PUSH", value, 1);
+    else unsetenv("COMMGEMM_P2P_FUSED_PUSH");
+    int which = -1;
+    CHECK_OK(cgm_param_choice("COMMGEMM_P2P_FUSED_PUSH", push_modes, 3, &which));
+    CHECK_INT_EQ(which, value ? 2 : 0);
+}
+
+static void test_param_choice_bad(const void *p) {
+    (void)p;
+    setenv("COMMGEMM_P2P_FUSED_PUSH", "fast", 1);
+    int which = 7;
+    CHECK_STATUS(cgm_param_choice("COMMGEMM_P2P_FUSED_PUSH", push_modes, 3, &which),
+                 CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "COMMGEMM_P2P_FUSED_PUSH=\"fast\"");
+    CHECK_CONTAINS(cgm_last_error(), "expected pieces, beside or taper");
+    CHECK_CONTAINS(cgm_last_error(), "(default pieces)");
+    CHECK_INT_EQ(which, 7); /* untouched */
+}
+
 static void clear_launcher_env(void) {
     const char *vars[] = {"COMMGEMM_RANK", "COMMGEMM_NRANKS", "COMMGEMM_RENDEZVOUS", "RANK", "WORLD_SIZE",
                           "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
@@ -231,6 +256,9 @@ static void register_cases(void) {
     test_add("partial_dtype_fp32", test_partial_dtype, "fp32");
     test_add("partial_dtype_output", test_partial_dtype, "output");
     test_add("partial_dtype_bad", test_partial_dtype_bad, NULL);
+    test_add("param_choice_default", test_param_choice, NULL);
+    test_add("param_choice_taper", test_param_choice, "taper");
+    test_add("param_choice_bad", test_param_choice_bad, NULL);
     test_add("bootstrap_env_none", test_bootstrap_env_none, NULL);
     test_add("bootstrap_env_launchers", test_bootstrap_env_launchers, NULL);
 }

@@ -101,21 +101,11 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
     st->nranks = comm->nranks;
     st->device = comm->cuda_device;
     st->timeout_ms = comm->config.timeout_ms;
-    bool push_env = false;
-    const char *push = cgm_param_string("COMMGEMM_P2P_FUSED_PUSH", &push_env);
-    if (!push || strcmp(push, "pieces") == 0) {
-        st->fused_push = P2P_PUSH_PIECES;
-    } else if (strcmp(push, "beside") == 0) {
-        st->fused_push = P2P_PUSH_BESIDE;
-    } else if (strcmp(push, "taper") == 0) {
-        st->fused_push = P2P_PUSH_TAPER;
-    } else {
-        status = cgm_error(CGM_ERROR_INVALID_ARGUMENT,
-                           "COMMGEMM_P2P_FUSED_PUSH=\"%s\": expected pieces "
-                           "(the default), beside or taper; set one of them "
-                           "or unset it", push);
-        goto fail;
-    }
+    /* In the order of the P2P_PUSH_* values. */
+    static const char *const push_modes[] = {"pieces", "beside", "taper"};
+    int push = P2P_PUSH_PIECES;
+    CGM_TRY(cgm_param_choice("COMMGEMM_P2P_FUSED_PUSH", push_modes, 3, &push));
+    st->fused_push = push;
     CGM_TRY(enter_device(st, &previous));
     CGM_TRY(cgm_check_node_peers(comm->nccl_comm, st->rank, st->nranks,
                                  st->device, st->timeout_ms));
