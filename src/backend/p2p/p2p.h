@@ -61,7 +61,7 @@ typedef struct p2p_state {
     /* COMMGEMM_P2P_FUSED_PUSH: how the fused algorithm pushes a shard
      * (p2p_fused.c). Local scheduling only: the flags are the same, so
      * ranks may differ. */
-    enum { P2P_PUSH_PIECES, P2P_PUSH_BESIDE, P2P_PUSH_TAPER } fused_push;
+    enum { P2P_PUSH_BESIDE, P2P_PUSH_PIECES, P2P_PUSH_TAPER } fused_push;
     int64_t timeout_ms;
 
     cgm_peer_mem ws;     /* registered workspace */

@@ -101,9 +101,9 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
     st->nranks = comm->nranks;
     st->device = comm->cuda_device;
     st->timeout_ms = comm->config.timeout_ms;
-    /* In the order of the P2P_PUSH_* values. */
-    static const char *const push_modes[] = {"pieces", "beside", "taper"};
-    int push = P2P_PUSH_PIECES;
+    /* In the order of the P2P_PUSH_* values; the first is the default. */
+    static const char *const push_modes[] = {"beside", "pieces", "taper"};
+    int push = P2P_PUSH_BESIDE;
     CGM_TRY(cgm_param_choice("COMMGEMM_P2P_FUSED_PUSH", push_modes, 3, &push));
     st->fused_push = push;
     CGM_TRY(enter_device(st, &previous));
@@ -228,10 +228,12 @@ fail:
 /* Smaller cuBLASLt chunks lose more than the earlier start wins. */
 #define P2P_TUNE_MIN_PIECE_ROWS 128
 
-/* The plan schedules' candidates, then the fused kernel with 1, 2 and 4
- * pieces per shard where it can run the call (as many as fit); with
- * COMMGEMM_P2P_FUSED_PUSH=taper, which pays off with more pieces, 2, 4
- * and 8. */
+/* The plan schedules' candidates, then the fused kernel with 2, 4 and 8
+ * pieces per shard where it can run the call (as many as fit; measured
+ * on nvidia-h200-x2, docs/PERFORMANCE.md 4c: 1 piece was never best, and
+ * the comm-bound GEMM+RS shapes want 4 or 8); with
+ * COMMGEMM_P2P_FUSED_PUSH=pieces, whose READY kernels between the copies
+ * make more pieces cost more, 1, 2 and 4. */
 static int p2p_tune_candidates(const cgm_comm *comm, const cgm_call *call,
                                cgm_tune_candidate *out) {
     int n = cgm_tune_plan_candidates(call->m, comm->nranks,
@@ -239,8 +241,8 @@ static int p2p_tune_candidates(const cgm_comm *comm, const cgm_call *call,
     const p2p_state *st = comm->backend_state[CGM_BACKEND_P2P];
     if (!st || !p2p_fused_tunable(st, call)) return n;
     int64_t shard = cgm_ceil_div(call->m, comm->nranks);
-    static const int usual[] = {1, 2, 4}, taper[] = {2, 4, 8};
-    const int *pieces = st->fused_push == P2P_PUSH_TAPER ? taper : usual;
+    static const int serial[] = {1, 2, 4}, usual[] = {2, 4, 8};
+    const int *pieces = st->fused_push == P2P_PUSH_PIECES ? serial : usual;
     for (int i = 0; i < 3 && n < CGM_TUNE_MAX_CANDIDATES; i++)
         if (i == 0 || shard >= (int64_t)pieces[i] * CGM_HGEMM_TILE_M)
             out[n++] = (cgm_tune_candidate){CGM_ALGO_FUSED, pieces[i]};
