@@ -22,7 +22,9 @@
 # FUSED_SHAPES; FUSED_TAG names a second run, e.g. with
 # COMMGEMM_P2P_FUSED_PUSH=beside or taper), copybench (GPU0<->GPU1 copy rates: one way,
 # both ways, streams per direction, pieces with the flag signal on the copy
-# stream or beside it; tests/gpu/copybench.c), pack
+# stream or beside it; tests/gpu/copybench.c), small (the latency-bound sweep
+# shapes: every p2p algorithm with graphs, the tuner's log, eager traces of
+# 2048x2048x2048; SMALL_SHAPES), pack
 # (everything but summary.txt into $OUT/commgemm-logs.tar.gz; run it last).
 # Logs go to $OUT; a summary line per stage is printed last.
 set -uo pipefail
@@ -165,6 +167,24 @@ stage_copybench() { # peer copy rates: one way, both ways, streams, pieces and w
     note "copybench: rc=$? (copybench.txt)"
     cat "$OUT/copybench.txt"
 }
+stage_small() { # the latency-bound shapes: each algorithm, the tuner's search (TUNE log), eager step traces
+    local d=$OUT/small sh=${SMALL_SHAPES:-1024x1024x1024,2048x2048x2048,1024x4096x4096,1024x28672x8192} a
+    mkdir -p "$d"
+    for a in auto split no_overlap fused; do
+        COMMGEMM_PARTIAL_DTYPE=output COMMGEMM_DEBUG=INFO COMMGEMM_DEBUG_SUBSYS=TUNE timeout 120 "$B/tools/commgemm-run" -n $NGPU \
+            "$B/bench/commgemm-bench" --backend p2p --dtype bf16 --op ag_gemm,gemm_rs --shapes "$sh" -w 5 -i 20 --graph \
+            --algo $a >"$d/$a-graph.txt" 2>&1
+        echo "rc=$? $a" >>"$d/rc.txt"
+        COMMGEMM_TIMELINE=$d/trace COMMGEMM_DEBUG=INFO COMMGEMM_DEBUG_SUBSYS=P2P timeout 60 "$B/tools/commgemm-run" -n $NGPU \
+            "$B/bench/commgemm-bench" --backend p2p --dtype bf16 --op ag_gemm,gemm_rs --shapes 2048x2048x2048 -w 3 -i 2 \
+            --algo $a >"$d/$a-trace.txt" 2>&1
+    done
+    python3 bench/timeline_summary.py "$d"/*.json >"$d/timeline.md" 2>&1
+    note "small shapes: $(grep -c '^rc=0' "$d/rc.txt") of $(wc -l <"$d/rc.txt") runs ok; wrong: $(cat "$d"/*-graph.txt | awk '$1 ~ /^(ag_gemm|gemm_rs)$/ {w += $NF} END {print w+0}')"
+    for f in "$d"/*-graph.txt; do awk -v t="$(basename "$f" .txt)" '$1 ~ /^(ag_gemm|gemm_rs)$/ {print t, $1, $2"x"$3"x"$4, $8, $10, $11, $13}' "$f"; done
+    grep -hE "tune .*->" "$d"/auto-graph.txt | cut -c1-400 | head -20
+    head -40 "$d/timeline.md"
+}
 stage_pack() { # the device returns few files: everything but the summary into one tarball
     local t=/tmp/commgemm-logs.tar.gz
     tar -C "$OUT" --exclude=summary.txt -czf $t . && find "$OUT" -mindepth 1 ! -name summary.txt -delete && mv $t "$OUT/"
@@ -182,7 +202,7 @@ for s in "$@"; do
     hopper-bench) (timeout 120 "$B/tests/gpu/test_hopper_gemm" bench >"$OUT/hopper-bench.txt" 2>&1)
         note "hopper bench: rc=$? $(grep -cE '^ +[0-9]' "$OUT/hopper-bench.txt") rows" ;; cublasmp-cases) stage_cublasmp_cases ;; pack) stage_pack ;;
     timeline) stage_timeline ;;
-    fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;; fused-splits) stage_fused_splits ;; copybench) stage_copybench ;;
+    small) stage_small ;; fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;; fused-splits) stage_fused_splits ;; copybench) stage_copybench ;;
     compare-fused) stage_compare fused "COMPARE_ARGS=--graph --backends p2p,p2p-fused,p2p-split" ;;
     compare-fused-outpartial) stage_compare fused-outpartial "COMPARE_ARGS=--graph --ops gemm_rs --backends p2p,p2p-fused,p2p-split" \
         COMMGEMM_PARTIAL_DTYPE=output ;;
