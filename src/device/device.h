@@ -80,6 +80,12 @@ typedef struct cgm_dev_reduce_args {
 cudaError_t cgm_dev_reduce(const cgm_dev_reduce_args *args,
                            const cgm_dev_state *state, cudaStream_t stream);
 
+/* Holds `stream` for `ns` nanoseconds of device time (one thread, sleeping
+ * between reads of the global timer). The autotuner enqueues it before its
+ * timed runs so that the host enqueues them all while the device waits:
+ * the events then time the device, not the host's enqueue rate. */
+cudaError_t cgm_dev_hold(unsigned long long ns, cudaStream_t stream);
+
 /* Loads every kernel above on the current device now. CUDA loads kernels
  * lazily by default (CUDA_MODULE_LOADING=LAZY), at their first launch, and
  * loading may wait for the device to go idle: a first wait or signal
