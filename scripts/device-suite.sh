@@ -24,7 +24,8 @@
 # both ways, streams per direction, pieces with the flag signal on the copy
 # stream or beside it; tests/gpu/copybench.c), small (the latency-bound sweep
 # shapes: every p2p algorithm with graphs, the tuner's log, eager traces of
-# 2048x2048x2048; SMALL_SHAPES), pack
+# 2048x2048x2048; SMALL_SHAPES), priority (COMMGEMM_P2P_COMM_PRIORITY high
+# against low in alternating processes, split and the tuner; PRIO_SHAPES), pack
 # (everything but summary.txt into $OUT/commgemm-logs.tar.gz; run it last).
 # Logs go to $OUT; a summary line per stage is printed last.
 set -uo pipefail
@@ -185,6 +186,23 @@ stage_small() { # the latency-bound shapes: each algorithm, the tuner's search (
     grep -hE "tune .*->" "$d"/auto-graph.txt | cut -c1-400 | head -20
     head -40 "$d/timeline.md"
 }
+stage_priority() { # the comm queue's stream priority, high (default) against low, alternating processes
+    local d=$OUT/priority sh=${PRIO_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,1024x28672x8192,2048x2048x2048} p a r
+    mkdir -p "$d"
+    for r in 1 2; do
+        for a in split auto; do
+            [ $r = 2 ] && [ $a = auto ] && continue
+            for p in high low; do
+                COMMGEMM_P2P_COMM_PRIORITY=$p COMMGEMM_PARTIAL_DTYPE=output timeout 100 "$B/tools/commgemm-run" -n $NGPU \
+                    "$B/bench/commgemm-bench" --backend p2p --dtype bf16 --op ag_gemm,gemm_rs --shapes "$sh" -w 5 -i 20 \
+                    --graph --algo $a >"$d/$a-$p-r$r.txt" 2>&1
+                echo "rc=$? $a-$p-r$r" >>"$d/rc.txt"
+            done
+        done
+    done
+    note "priority: $(grep -c '^rc=0' "$d/rc.txt") of $(wc -l <"$d/rc.txt") runs ok; wrong: $(cat "$d"/*-r?.txt | awk '$1 ~ /^(ag_gemm|gemm_rs)$/ {w += $NF} END {print w+0}')"
+    for f in "$d"/*-r?.txt; do awk -v t="$(basename "$f" .txt)" '$1 ~ /^(ag_gemm|gemm_rs)$/ {print t, $1, $2"x"$3"x"$4, $8, $13}' "$f"; done | sort -k2,3 -s
+}
 stage_pack() { # the device returns few files: everything but the summary into one tarball
     local t=/tmp/commgemm-logs.tar.gz
     tar -C "$OUT" --exclude=summary.txt -czf $t . && find "$OUT" -mindepth 1 ! -name summary.txt -delete && mv $t "$OUT/"
@@ -202,7 +220,7 @@ for s in "$@"; do
     hopper-bench) (timeout 120 "$B/tests/gpu/test_hopper_gemm" bench >"$OUT/hopper-bench.txt" 2>&1)
         note "hopper bench: rc=$? $(grep -cE '^ +[0-9]' "$OUT/hopper-bench.txt") rows" ;; cublasmp-cases) stage_cublasmp_cases ;; pack) stage_pack ;;
     timeline) stage_timeline ;;
-    small) stage_small ;; fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;; fused-splits) stage_fused_splits ;; copybench) stage_copybench ;;
+    small) stage_small ;; priority) stage_priority ;; fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;; fused-splits) stage_fused_splits ;; copybench) stage_copybench ;;
     compare-fused) stage_compare fused "COMPARE_ARGS=--graph --backends p2p,p2p-fused,p2p-split" ;;
     compare-fused-outpartial) stage_compare fused-outpartial "COMPARE_ARGS=--graph --ops gemm_rs --backends p2p,p2p-fused,p2p-split" \
         COMMGEMM_PARTIAL_DTYPE=output ;;

@@ -106,6 +106,11 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
     int push = P2P_PUSH_BESIDE;
     CGM_TRY(cgm_param_choice("COMMGEMM_P2P_FUSED_PUSH", push_modes, 3, &push));
     st->fused_push = push;
+    static const char *const priorities[] = {"high", "low"};
+    int priority = 0;
+    CGM_TRY(cgm_param_choice("COMMGEMM_P2P_COMM_PRIORITY", priorities, 2,
+                             &priority));
+    st->comm_low_priority = priority == 1;
     CGM_TRY(enter_device(st, &previous));
     CGM_TRY(cgm_check_node_peers(comm->nccl_comm, st->rank, st->nranks,
                                  st->device, st->timeout_ms));
@@ -151,10 +156,17 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
     int least = 0, greatest = 0;
     CGM_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     for (int q = 0; q < P2P_MAX_QUEUES; q++) {
-        /* The comm stream only issues copies and flag kernels; compute
-         * streams get the highest priority so GEMM chunks go first. */
+        /* The comm queue at the highest priority, the compute queues one
+         * below it (still above the default streams): the comm queue's flag
+         * kernels are one thread each, and a wait or signal kernel queued
+         * at a lower priority than a pending GEMM is dispatched only once
+         * every block of that GEMM has been, so a push could wait for a
+         * whole GEMM (docs/PERFORMANCE.md 4d).
+         * COMMGEMM_P2P_COMM_PRIORITY=low puts it at the lowest instead. */
+        int below = greatest < least ? greatest + 1 : greatest;
+        int prio = q > 0 ? below : st->comm_low_priority ? least : greatest;
         CGM_CUDA_TRY(cudaStreamCreateWithPriority(
-            &st->queues[q], cudaStreamNonBlocking, q == 0 ? least : greatest));
+            &st->queues[q], cudaStreamNonBlocking, prio));
         CGM_CUDA_TRY(cudaEventCreateWithFlags(&st->join[q],
                                               cudaEventDisableTiming));
         if (q > 0)
