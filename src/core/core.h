@@ -295,6 +295,16 @@ typedef struct cgm_tune_hooks {
  * when every piece of a ceil(m / P)-row shard keeps >= min_piece_rows rows
  * (1 piece always). From m and P, which every rank agrees on. Returns the
  * count (<= 6) written to out (tune.c). */
+/* How long the GPU autotuner holds the call's stream before its timed runs
+ * (gpu_tune.c, cgm_dev_hold): twice the host's enqueue time of `reps` runs,
+ * estimated from `warmup` runs that took `warmup_ns` on the host, within
+ * [CGM_TUNE_HOLD_MIN_NS, CGM_TUNE_HOLD_MAX_NS] (the minimum without a
+ * warm-up to go by). Then the timed runs are all enqueued before the device
+ * starts them, and the events time the device, not the host (tune.c). */
+#define CGM_TUNE_HOLD_MIN_NS 20000LL
+#define CGM_TUNE_HOLD_MAX_NS 20000000LL
+int64_t cgm_tune_hold_ns(int64_t warmup_ns, int warmup, int reps);
+
 int cgm_tune_plan_candidates(int64_t m, int nranks, int min_piece_rows,
                              cgm_tune_candidate *out);
 

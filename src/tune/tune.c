@@ -360,6 +360,15 @@ static void remember(struct cgm_tune_state *ts, tune_entry *old,
     old->last_use = ++ts->clock;
 }
 
+int64_t cgm_tune_hold_ns(int64_t warmup_ns, int warmup, int reps) {
+    if (warmup <= 0 || warmup_ns <= 0 || reps <= 0) return CGM_TUNE_HOLD_MIN_NS;
+    int64_t per_run = warmup_ns / warmup;
+    /* 2 * per_run * reps, saturating at the maximum. */
+    if (per_run >= CGM_TUNE_HOLD_MAX_NS / 2 / reps) return CGM_TUNE_HOLD_MAX_NS;
+    int64_t hold = 2 * per_run * reps;
+    return hold < CGM_TUNE_HOLD_MIN_NS ? CGM_TUNE_HOLD_MIN_NS : hold;
+}
+
 int cgm_tune_plan_candidates(int64_t m, int nranks, int min_piece_rows,
                              cgm_tune_candidate *out) {
     static const int split_counts[] = {1, 2, 4}, ring_counts[] = {1, 2};

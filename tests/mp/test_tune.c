@@ -618,6 +618,24 @@ static void run_line_format(const void *param) {
                                     "device=cpu-X host=h\n", "cpu-X"));
 }
 
+/* The GPU tuner's hold before its timed runs (cgm_tune_hold_ns). */
+static void run_hold(const void *arg) {
+    (void)arg;
+    /* Twice the enqueue time of the timed runs: 3 runs of 100 us each. */
+    CHECK_INT_EQ(cgm_tune_hold_ns(100000, 1, 3), 600000);
+    CHECK_INT_EQ(cgm_tune_hold_ns(500000, 5, 3), 600000); /* per warm-up run */
+    /* Within the bounds; the minimum with nothing to go by. */
+    CHECK_INT_EQ(cgm_tune_hold_ns(1000, 1, 3), CGM_TUNE_HOLD_MIN_NS);
+    CHECK_INT_EQ(cgm_tune_hold_ns(0, 1, 3), CGM_TUNE_HOLD_MIN_NS);
+    CHECK_INT_EQ(cgm_tune_hold_ns(100000, 0, 3), CGM_TUNE_HOLD_MIN_NS);
+    CHECK_INT_EQ(cgm_tune_hold_ns(100000, 1, 0), CGM_TUNE_HOLD_MIN_NS);
+    CHECK_INT_EQ(cgm_tune_hold_ns(-5, 1, 3), CGM_TUNE_HOLD_MIN_NS);
+    CHECK_INT_EQ(cgm_tune_hold_ns(4000000, 1, 3), CGM_TUNE_HOLD_MAX_NS);
+    /* No overflow on absurd inputs (a warm-up that built a plan for hours). */
+    CHECK_INT_EQ(cgm_tune_hold_ns(INT64_MAX, 1, 100), CGM_TUNE_HOLD_MAX_NS);
+    CHECK_INT_EQ(cgm_tune_hold_ns(INT64_MAX / 3, 1, 1000000), CGM_TUNE_HOLD_MAX_NS);
+}
+
 static const int p2 = 2, p3 = 3;
 
 static void register_cases(void) {
@@ -635,6 +653,7 @@ static void register_cases(void) {
     test_add("cache_corrupt_lines", run_corrupt, NULL);
     test_add("cache_files_differ", run_files, NULL);
     test_add("cache_line_format", run_line_format, NULL);
+    test_add("gpu_hold_bounds", run_hold, NULL);
 }
 
 int main(int argc, char **argv) {

@@ -9,11 +9,6 @@
 #include "backend/gpu/gpu.h"
 #include "device/device.h"
 
-/* The device-time head start of the timed runs (cgm_dev_hold): twice the
- * host's measured enqueue time of the runs, within these bounds. */
-#define TUNE_HOLD_MIN_NS 20000LL
-#define TUNE_HOLD_MAX_NS 20000000LL
-
 bool cgm_gpu_tune_capturing(const cgm_call *call) {
     return cgm_stream_capturing((cudaStream_t)call->stream);
 }
@@ -66,15 +61,11 @@ cgm_status cgm_gpu_tune_measure(cgm_comm *comm, void *state,
      * would be timed at the host's enqueue rate (launches, copies, events:
      * 10-50 us per step), which a CUDA graph, or a host running ahead of
      * the device, does not pay. So the stream is held long enough for the
-     * host to enqueue every timed run first (twice the warm-up runs' own
-     * enqueue time). */
+     * host to enqueue every timed run first (cgm_tune_hold_ns). */
     int64_t t0 = cgm_now_ns();
     for (int i = 0; i < warmup; i++)
         CGM_TRY(cgm_backend_run(comm, vt, state, call));
-    int64_t per_run = warmup > 0 ? (cgm_now_ns() - t0) / warmup : 0;
-    int64_t hold = 2 * per_run * reps;
-    if (hold < TUNE_HOLD_MIN_NS) hold = TUNE_HOLD_MIN_NS;
-    if (hold > TUNE_HOLD_MAX_NS) hold = TUNE_HOLD_MAX_NS;
+    int64_t hold = cgm_tune_hold_ns(cgm_now_ns() - t0, warmup, reps);
     CGM_CUDA_TRY(cgm_dev_hold((unsigned long long)hold, stream));
     CGM_CUDA_TRY(cudaEventRecord(events[0], stream));
     for (int i = 0; i < reps; i++) {
