@@ -6,8 +6,9 @@
  *      file identity and whether its file has decisions;
  *   2. only when some rank's file has decisions: exchange each rank's
  *      proposal from its file; used when every rank proposes the same one;
- *   3. else (never for accumulate calls, never inside capture) run every
- *      candidate 1 + reps times with the call's own buffers, exchange the
+ *   3. else (never for accumulate calls, never inside capture) time every
+ *      candidate reps times (two passes: list order, then reverse, each
+ *      after a warm-up) with the call's own buffers, exchange the
  *      medians, take the slowest rank's time per candidate, pick the
  *      fastest (ties: the earlier candidate), cache it, and append it to
  *      the cache file (the lowest rank of each distinct file writes).
@@ -73,7 +74,7 @@ static void expand_path(const char *path, char *out, size_t len) {
 }
 
 cgm_status cgm_tune_init(cgm_comm *comm) {
-    int64_t enabled = 1, reps = 3;
+    int64_t enabled = 1, reps = 4;
     bool env_enabled = false, env_reps = false, env_cache = false;
     cgm_status st = cgm_param_int("COMMGEMM_TUNE", &enabled, &env_enabled);
     if (st != CGM_SUCCESS) return st;
@@ -89,7 +90,7 @@ cgm_status cgm_tune_init(cgm_comm *comm) {
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
                          "environment variable COMMGEMM_TUNE_REPS=%lld: "
                          "expected 1..%d timed runs per candidate; set it in "
-                         "range or unset it (default 3)",
+                         "range or unset it (default 4)",
                          (long long)reps, TUNE_MAX_REPS);
     const char *path = cgm_param_string("COMMGEMM_TUNE_CACHE", &env_cache);
     struct cgm_tune_state *ts = calloc(1, sizeof *ts);
@@ -282,28 +283,54 @@ static void ensure_disk(struct cgm_tune_state *ts, const cgm_tune_hooks *h,
     ts->stats.disk_rejected = ts->disk.rejected;
 }
 
-/* Measures every candidate; times[i] = this rank's median of candidate i. */
+/* Runs per candidate: one warm-up and the timed runs of each pass. */
+static int tune_runs_per_candidate(int reps) {
+    return reps >= 2 ? 2 + reps : 1 + reps;
+}
+
+/* Measures every candidate; times[i] = this rank's median of candidate i.
+ * Two passes, as the bench times a baseline and a candidate: the first in
+ * list order with reps / 2 timed runs each, the second in reverse order with
+ * the rest (one pass when reps = 1), each run after one warm-up. A candidate
+ * measured first, on a device not yet warm, is then also measured last, and
+ * a clock that drifts during the search weighs on every candidate alike. */
 static cgm_status measure_all(cgm_comm *comm, const cgm_backend_vtable *vt,
                               void *state, const cgm_call *call,
                               const cgm_tune_candidate *cands, int ncand,
                               int reps, int64_t *times) {
-    int64_t ns[TUNE_MAX_REPS];
-    for (int i = 0; i < ncand; i++) {
-        cgm_call trial = *call;
-        trial.algo = cands[i].algo;
-        trial.splits = cands[i].splits;
-        cgm_status st = vt->tune->measure(comm, state, &trial, 1, reps, ns);
-        comm->tune->stats.runs += (uint64_t)(1 + reps);
-        if (st != CGM_SUCCESS) {
-            char c[32];
-            tune_candidate_describe(cands[i], c, sizeof c);
-            return cgm_error_context(st, "autotuner: measuring candidate %s "
-                                     "of %s", c, cgm_op_name(call->op));
+    int64_t (*ns)[TUNE_MAX_REPS] = calloc((size_t)ncand, sizeof *ns);
+    if (!ns)
+        return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "autotuner: %d x %d times",
+                         ncand, reps);
+    int first = reps >= 2 ? reps / 2 : reps;
+    cgm_status st = CGM_SUCCESS;
+    for (int pass = 0; pass < 2 && st == CGM_SUCCESS; pass++) {
+        int n = pass == 0 ? first : reps - first;
+        if (n == 0) break;
+        for (int j = 0; j < ncand && st == CGM_SUCCESS; j++) {
+            int i = pass == 0 ? j : ncand - 1 - j;
+            cgm_call trial = *call;
+            trial.algo = cands[i].algo;
+            trial.splits = cands[i].splits;
+            st = vt->tune->measure(comm, state, &trial, 1, n,
+                                   ns[i] + (pass == 0 ? 0 : first));
+            comm->tune->stats.runs += (uint64_t)(1 + n);
+            if (st != CGM_SUCCESS) {
+                char c[32];
+                tune_candidate_describe(cands[i], c, sizeof c);
+                st = cgm_error_context(st, "autotuner: measuring candidate "
+                                       "%s of %s", c, cgm_op_name(call->op));
+            }
         }
-        qsort(ns, (size_t)reps, sizeof ns[0], compare_i64);
-        times[i] = ns[reps / 2];
     }
-    return CGM_SUCCESS;
+    for (int i = 0; i < ncand && st == CGM_SUCCESS; i++) {
+        qsort(ns[i], (size_t)reps, sizeof ns[i][0], compare_i64);
+        /* The median; of an even count, the mean of the middle two. */
+        times[i] = reps % 2 ? ns[i][reps / 2]
+                            : (ns[i][reps / 2 - 1] + ns[i][reps / 2]) / 2;
+    }
+    free(ns);
+    return st;
 }
 
 static void log_measured(const tune_key *canonical,
@@ -322,7 +349,8 @@ static void log_measured(const tune_key *canonical,
     tune_candidate_describe(cands[best], c, sizeof c);
     CGM_INFO(CGM_SUB_TUNE, "tune %s: %s -> %s (source measured: %d "
              "candidates x %d runs, slowest rank's median, %.1f ms)", k, list,
-             c, ncand, 1 + reps, (double)elapsed_ns / 1e6);
+             c, ncand, tune_runs_per_candidate(reps),
+             (double)elapsed_ns / 1e6);
 }
 
 /* ---------------------------------------------------------------- resolve */

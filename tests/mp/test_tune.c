@@ -187,7 +187,14 @@ static int rank_measured(int rank, int P, const char *rdv, void *arg) {
     CHECK_INT_EQ(s.measured, 9);
     CHECK_INT_EQ(s.memory, 9);
     CHECK_INT_EQ(s.entries, 9);
-    CHECK(s.runs >= 9 * 2 * 4);
+    /* Every candidate: one warm-up and 2 timed runs in list order, then one
+     * warm-up and 2 timed runs in reverse order (COMMGEMM_TUNE_REPS 4). */
+    uint64_t expected = 0;
+    cgm_tune_candidate c[CGM_TUNE_MAX_CANDIDATES];
+    for (int s = 0; s < 3; s++)
+        expected += 3 * 6 * (uint64_t)cgm_tune_plan_candidates(
+                                shapes[s], P, 16 /* host_backend.c's HOST_TUNE_MIN_PIECE_ROWS */, c);
+    CHECK_INT_EQ(s.runs, expected);
     MP_CHECK_OK(cgm_comm_destroy(comm));
     return 0;
 }
