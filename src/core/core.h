@@ -289,12 +289,6 @@ typedef struct cgm_tune_hooks {
                         size_t len);
 } cgm_tune_hooks;
 
-/* The candidates of the backends that execute plans (host, p2p): split
- * with 1, 2 and 4 pieces per shard, ring with 1 and 2 (P > 2 only: at
- * P = 2 a ring hop is the direct transfer), no_overlap; a piece count only
- * when every piece of a ceil(m / P)-row shard keeps >= min_piece_rows rows
- * (1 piece always). From m and P, which every rank agrees on. Returns the
- * count (<= 6) written to out (tune.c). */
 /* How long the GPU autotuner holds the call's stream before its timed runs
  * (gpu_tune.c, cgm_dev_hold): twice the host's enqueue time of `reps` runs,
  * estimated from `warmup` runs that took `warmup_ns` on the host, within
@@ -305,6 +299,12 @@ typedef struct cgm_tune_hooks {
 #define CGM_TUNE_HOLD_MAX_NS 20000000LL
 int64_t cgm_tune_hold_ns(int64_t warmup_ns, int warmup, int reps);
 
+/* The candidates of the backends that execute plans (host, p2p): split
+ * with 1, 2 and 4 pieces per shard, ring with 1 and 2 (P > 2 only: at
+ * P = 2 a ring hop is the direct transfer), no_overlap; a piece count only
+ * when every piece of a ceil(m / P)-row shard keeps >= min_piece_rows rows
+ * (1 piece always). From m and P, which every rank agrees on. Returns the
+ * count (<= 6) written to out (tune.c). */
 int cgm_tune_plan_candidates(int64_t m, int nranks, int min_piece_rows,
                              cgm_tune_candidate *out);
 
