@@ -130,6 +130,24 @@ stage_cublasmp_cases() {
     timeout 560 bash tests/cublasmp/run_on_device.sh >"$OUT/cublasmp-cases.log" 2>&1
     note "cublasmp cases: rc=$? $(tail -4 "$OUT/cublasmp-summary.txt" 2>/dev/null | tr '\n' ' ')"
 }
+# commgemm-bench on the p2p backend, bf16, AG and RS, a rank per GPU: out-file seconds bench-args...
+bench_p2p() {
+    local out=$1 secs=$2; shift 2
+    timeout "$secs" "$B/tools/commgemm-run" -n $NGPU "$B/bench/commgemm-bench" --backend p2p --dtype bf16 \
+        --op ag_gemm,gemm_rs "$@" >"$out" 2>&1
+}
+# The runs of a directory's rc.txt and the wrong values in bench outputs: "N of M runs ok; wrong: W".
+runs_summary() {
+    local d=$1; shift
+    echo "$(grep -c '^rc=0' "$d/rc.txt") of $(wc -l <"$d/rc.txt") runs ok; wrong: $(cat "$@" | awk '$1 ~ /^(ag_gemm|gemm_rs)$/ {w += $NF} END {print w+0}')"
+}
+# One line per bench row: file tag, op, shape, then the given columns (e.g. '$8, $13': time, ratio).
+bench_rows() {
+    local cols=$1 f; shift
+    for f; do
+        [ -f "$f" ] && awk -v t="$(basename "$f" .txt)" '$1 ~ /^(ag_gemm|gemm_rs)$/ {print t, $1, $2"x"$3"x"$4, '"$cols"'}' "$f"
+    done
+}
 stage_timeline() { # p2p step timelines of the PERFORMANCE shapes (bench/timeline_summary.py reads them)
     mkdir -p "$OUT/timeline"
     local sh
@@ -137,8 +155,7 @@ stage_timeline() { # p2p step timelines of the PERFORMANCE shapes (bench/timelin
     for sh in 16384x2048x8192 8192x4096x4096 16384x8192x2048; do
         for algo in auto fused; do # the tuner's pick (split) and fused: <prefix>.<op>.<algo>.r<rank>.json
             COMMGEMM_TIMELINE=$OUT/timeline/$sh COMMGEMM_DEBUG=INFO COMMGEMM_DEBUG_SUBSYS=P2P \
-                timeout 120 "$B/tools/commgemm-run" -n $NGPU "$B/bench/commgemm-bench" --backend p2p --dtype bf16 \
-                --op ag_gemm,gemm_rs --shapes $sh --algo $algo -w 3 -i 2 >"$OUT/timeline/$sh.$algo.txt" 2>&1
+                bench_p2p "$OUT/timeline/$sh.$algo.txt" 120 --shapes $sh --algo $algo -w 3 -i 2
         done
     done
     python3 bench/timeline_summary.py "$OUT"/timeline/*.json >"$OUT/timeline/summary.md" 2>&1
@@ -150,8 +167,7 @@ stage_fused_splits() { # fused AG/RS per piece count, graphs and eager, split be
     mkdir -p "$d"
     run() { # tag, bench args...
         local tag=$1; shift
-        COMMGEMM_PARTIAL_DTYPE=output timeout 150 "$B/tools/commgemm-run" -n $NGPU "$B/bench/commgemm-bench" \
-            --backend p2p --dtype bf16 --op ag_gemm,gemm_rs --shapes "$sh" -w 5 -i 20 "$@" >"$d/$tag.txt" 2>&1
+        COMMGEMM_PARTIAL_DTYPE=output bench_p2p "$d/$tag.txt" 150 --shapes "$sh" -w 5 -i 20 "$@"
         echo "rc=$? $tag" >>"$d/rc.txt"
     }
     for s in 1 2 4 8; do run fused-s$s-graph --algo fused --splits $s --graph; done
@@ -160,8 +176,8 @@ stage_fused_splits() { # fused AG/RS per piece count, graphs and eager, split be
         run split-graph --algo split --graph
         run auto-graph --graph
     fi
-    note "fused-splits: $(grep -c '^rc=0' "$d/rc.txt") of $(wc -l <"$d/rc.txt") runs ok; wrong: $(cat "$d"/*.txt | awk '$1 ~ /^(ag_gemm|gemm_rs)$/ {w += $NF} END {print w+0}')"
-    for f in "$d"/*.txt; do [ "$f" = "$d/rc.txt" ] || awk -v t="$(basename "$f" .txt)" '$1 ~ /^(ag_gemm|gemm_rs)$/ {print t, $1, $2"x"$3"x"$4, $8, $13}' "$f"; done
+    note "fused-splits: $(runs_summary "$d" "$d"/*.txt)"
+    bench_rows '$8, $13' "$d"/f*.txt "$d"/[as]*.txt
 }
 stage_copybench() { # peer copy rates: one way, both ways, streams, pieces and where the signal runs
     timeout 200 "$B/tests/gpu/copybench" ${COPYBENCH_MIB:-128} 15 >"$OUT/copybench.txt" 2>&1
@@ -172,17 +188,15 @@ stage_small() { # the latency-bound shapes: each algorithm, the tuner's search (
     local d=$OUT/small sh=${SMALL_SHAPES:-1024x1024x1024,2048x2048x2048,1024x4096x4096,1024x28672x8192} a
     mkdir -p "$d"
     for a in auto split no_overlap fused; do
-        COMMGEMM_PARTIAL_DTYPE=output COMMGEMM_DEBUG=INFO COMMGEMM_DEBUG_SUBSYS=TUNE timeout 120 "$B/tools/commgemm-run" -n $NGPU \
-            "$B/bench/commgemm-bench" --backend p2p --dtype bf16 --op ag_gemm,gemm_rs --shapes "$sh" -w 5 -i 20 --graph \
-            --algo $a >"$d/$a-graph.txt" 2>&1
+        COMMGEMM_PARTIAL_DTYPE=output COMMGEMM_DEBUG=INFO COMMGEMM_DEBUG_SUBSYS=TUNE \
+            bench_p2p "$d/$a-graph.txt" 120 --shapes "$sh" -w 5 -i 20 --graph --algo $a
         echo "rc=$? $a" >>"$d/rc.txt"
-        COMMGEMM_TIMELINE=$d/trace COMMGEMM_DEBUG=INFO COMMGEMM_DEBUG_SUBSYS=P2P timeout 60 "$B/tools/commgemm-run" -n $NGPU \
-            "$B/bench/commgemm-bench" --backend p2p --dtype bf16 --op ag_gemm,gemm_rs --shapes 2048x2048x2048 -w 3 -i 2 \
-            --algo $a >"$d/$a-trace.txt" 2>&1
+        COMMGEMM_TIMELINE=$d/trace COMMGEMM_DEBUG=INFO COMMGEMM_DEBUG_SUBSYS=P2P \
+            bench_p2p "$d/$a-trace.txt" 60 --shapes 2048x2048x2048 -w 3 -i 2 --algo $a
     done
     python3 bench/timeline_summary.py "$d"/*.json >"$d/timeline.md" 2>&1
-    note "small shapes: $(grep -c '^rc=0' "$d/rc.txt") of $(wc -l <"$d/rc.txt") runs ok; wrong: $(cat "$d"/*-graph.txt | awk '$1 ~ /^(ag_gemm|gemm_rs)$/ {w += $NF} END {print w+0}')"
-    for f in "$d"/*-graph.txt; do awk -v t="$(basename "$f" .txt)" '$1 ~ /^(ag_gemm|gemm_rs)$/ {print t, $1, $2"x"$3"x"$4, $8, $10, $11, $13}' "$f"; done
+    note "small shapes: $(runs_summary "$d" "$d"/*-graph.txt)"
+    bench_rows '$8, $10, $11, $13' "$d"/*-graph.txt
     grep -hE "tune .*->" "$d"/auto-graph.txt | cut -c1-400 | head -20
     head -40 "$d/timeline.md"
 }
@@ -193,15 +207,14 @@ stage_priority() { # the comm queue's stream priority, high (default) against lo
         for a in split auto; do
             [ $r = 2 ] && [ $a = auto ] && continue
             for p in high low; do
-                COMMGEMM_P2P_COMM_PRIORITY=$p COMMGEMM_PARTIAL_DTYPE=output timeout 100 "$B/tools/commgemm-run" -n $NGPU \
-                    "$B/bench/commgemm-bench" --backend p2p --dtype bf16 --op ag_gemm,gemm_rs --shapes "$sh" -w 5 -i 20 \
-                    --graph --algo $a >"$d/$a-$p-r$r.txt" 2>&1
+                COMMGEMM_P2P_COMM_PRIORITY=$p COMMGEMM_PARTIAL_DTYPE=output \
+                    bench_p2p "$d/$a-$p-r$r.txt" 100 --shapes "$sh" -w 5 -i 20 --graph --algo $a
                 echo "rc=$? $a-$p-r$r" >>"$d/rc.txt"
             done
         done
     done
-    note "priority: $(grep -c '^rc=0' "$d/rc.txt") of $(wc -l <"$d/rc.txt") runs ok; wrong: $(cat "$d"/*-r?.txt | awk '$1 ~ /^(ag_gemm|gemm_rs)$/ {w += $NF} END {print w+0}')"
-    for f in "$d"/*-r?.txt; do awk -v t="$(basename "$f" .txt)" '$1 ~ /^(ag_gemm|gemm_rs)$/ {print t, $1, $2"x"$3"x"$4, $8, $13}' "$f"; done | sort -k2,3 -s
+    note "priority: $(runs_summary "$d" "$d"/*-r?.txt)"
+    bench_rows '$8, $13' "$d"/*-r?.txt | sort -k2,3 -s
 }
 stage_pack() { # the device returns few files: everything but the summary into one tarball
     local t=/tmp/commgemm-logs.tar.gz

@@ -298,10 +298,7 @@ static cgm_status measure_all(cgm_comm *comm, const cgm_backend_vtable *vt,
                               void *state, const cgm_call *call,
                               const cgm_tune_candidate *cands, int ncand,
                               int reps, int64_t *times) {
-    int64_t (*ns)[TUNE_MAX_REPS] = calloc((size_t)ncand, sizeof *ns);
-    if (!ns)
-        return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "autotuner: %d x %d times",
-                         ncand, reps);
+    int64_t ns[CGM_TUNE_MAX_CANDIDATES][TUNE_MAX_REPS]; /* 6.4 KiB */
     int first = reps >= 2 ? reps / 2 : reps;
     cgm_status st = CGM_SUCCESS;
     for (int pass = 0; pass < 2 && st == CGM_SUCCESS; pass++) {
@@ -329,7 +326,6 @@ static cgm_status measure_all(cgm_comm *comm, const cgm_backend_vtable *vt,
         times[i] = reps % 2 ? ns[i][reps / 2]
                             : (ns[i][reps / 2 - 1] + ns[i][reps / 2]) / 2;
     }
-    free(ns);
     return st;
 }
 
