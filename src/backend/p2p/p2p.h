@@ -62,9 +62,6 @@ typedef struct p2p_state {
      * (p2p_fused.c). Local scheduling only: the flags are the same, so
      * ranks may differ. */
     enum { P2P_PUSH_BESIDE, P2P_PUSH_PIECES, P2P_PUSH_TAPER } fused_push;
-    /* COMMGEMM_P2P_COMM_PRIORITY: the comm queue's stream priority, the
-     * highest by default (p2p_backend.c). */
-    bool comm_low_priority;
     int64_t timeout_ms;
 
     cgm_peer_mem ws;     /* registered workspace */

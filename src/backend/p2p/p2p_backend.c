@@ -106,11 +106,11 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
     int push = P2P_PUSH_BESIDE;
     CGM_TRY(cgm_param_choice("COMMGEMM_P2P_FUSED_PUSH", push_modes, 3, &push));
     st->fused_push = push;
+    /* COMMGEMM_P2P_COMM_PRIORITY: the comm queue's stream priority. */
     static const char *const priorities[] = {"high", "low"};
-    int priority = 0;
+    int comm_priority = 0;
     CGM_TRY(cgm_param_choice("COMMGEMM_P2P_COMM_PRIORITY", priorities, 2,
-                             &priority));
-    st->comm_low_priority = priority == 1;
+                             &comm_priority));
     CGM_TRY(enter_device(st, &previous));
     CGM_TRY(cgm_check_node_peers(comm->nccl_comm, st->rank, st->nranks,
                                  st->device, st->timeout_ms));
@@ -164,7 +164,7 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
          * whole GEMM (docs/PERFORMANCE.md 4d).
          * COMMGEMM_P2P_COMM_PRIORITY=low puts it at the lowest instead. */
         int below = greatest < least ? greatest + 1 : greatest;
-        int prio = q > 0 ? below : st->comm_low_priority ? least : greatest;
+        int prio = q > 0 ? below : comm_priority == 1 ? least : greatest;
         CGM_CUDA_TRY(cudaStreamCreateWithPriority(
             &st->queues[q], cudaStreamNonBlocking, prio));
         CGM_CUDA_TRY(cudaEventCreateWithFlags(&st->join[q],
