@@ -191,6 +191,28 @@ static void test_param_choice_bad(const void *p) {
     CHECK_INT_EQ(which, 7); /* untouched */
 }
 
+/* COMMGEMM_P2P_COMM_PRIORITY, as p2p_backend.c reads it at comm creation
+ * (parameters are read once per process: one value per case). A bad word
+ * is refused with the variable, the value and the choices. */
+static void test_param_choice_priority(const void *p) {
+    const char *value = p;
+    static const char *const priorities[] = {"high", "low"};
+    if (value) setenv("COMMGEMM_P2P_COMM_PRIORITY", value, 1);
+    else unsetenv("COMMGEMM_P2P_COMM_PRIORITY");
+    int which = 5;
+    cgm_status st = cgm_param_choice("COMMGEMM_P2P_COMM_PRIORITY", priorities, 2, &which);
+    if (!value || strcmp(value, "low") == 0) {
+        CHECK_OK(st);
+        CHECK_INT_EQ(which, value ? 1 : 0);
+        return;
+    }
+    CHECK_INT_EQ(st, CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "COMMGEMM_P2P_COMM_PRIORITY=\"medium\"");
+    CHECK_CONTAINS(cgm_last_error(), "expected high or low");
+    CHECK_CONTAINS(cgm_last_error(), "(default high)");
+    CHECK_INT_EQ(which, 5); /* untouched */
+}
+
 static void clear_launcher_env(void) {
     const char *vars[] = {"COMMGEMM_RANK", "COMMGEMM_NRANKS", "COMMGEMM_RENDEZVOUS", "RANK", "WORLD_SIZE",
                           "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
@@ -259,6 +281,9 @@ static void register_cases(void) {
     test_add("param_choice_default", test_param_choice, NULL);
     test_add("param_choice_taper", test_param_choice, "taper");
     test_add("param_choice_bad", test_param_choice_bad, NULL);
+    test_add("param_choice_comm_priority_default", test_param_choice_priority, NULL);
+    test_add("param_choice_comm_priority_low", test_param_choice_priority, "low");
+    test_add("param_choice_comm_priority_bad", test_param_choice_priority, "medium");
     test_add("bootstrap_env_none", test_bootstrap_env_none, NULL);
     test_add("bootstrap_env_launchers", test_bootstrap_env_launchers, NULL);
 }
