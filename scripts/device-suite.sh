@@ -25,7 +25,9 @@
 # stream or beside it; tests/gpu/copybench.c), small (the latency-bound sweep
 # shapes: every p2p algorithm with graphs, the tuner's log, eager traces of
 # 2048x2048x2048; SMALL_SHAPES), priority (COMMGEMM_P2P_COMM_PRIORITY high
-# against low in alternating processes, split and the tuner; PRIO_SHAPES), pack
+# against low in alternating processes, split and the tuner; PRIO_SHAPES),
+# gemm-order (COMMGEMM_P2P_GEMM_ORDER alternate against in_order, GEMM+RS and
+# GEMM+AR, split and the tuner; ORDER_SHAPES), pack
 # (everything but summary.txt into $OUT/commgemm-logs.tar.gz; run it last).
 # Logs go to $OUT; a summary line per stage is printed last.
 set -uo pipefail
@@ -139,13 +141,13 @@ bench_p2p() {
 # The runs of a directory's rc.txt and the wrong values in bench outputs: "N of M runs ok; wrong: W".
 runs_summary() {
     local d=$1; shift
-    echo "$(grep -c '^rc=0' "$d/rc.txt") of $(wc -l <"$d/rc.txt") runs ok; wrong: $(cat "$@" | awk '$1 ~ /^(ag_gemm|gemm_rs)$/ {w += $NF} END {print w+0}')"
+    echo "$(grep -c '^rc=0' "$d/rc.txt") of $(wc -l <"$d/rc.txt") runs ok; wrong: $(cat "$@" | awk '$1 ~ /^(ag_gemm|gemm_rs|gemm_ar)$/ {w += $NF} END {print w+0}')"
 }
 # One line per bench row: file tag, op, shape, then the given columns (e.g. '$8, $13': time, ratio).
 bench_rows() {
     local cols=$1 f; shift
     for f; do
-        [ -f "$f" ] && awk -v t="$(basename "$f" .txt)" '$1 ~ /^(ag_gemm|gemm_rs)$/ {print t, $1, $2"x"$3"x"$4, '"$cols"'}' "$f"
+        [ -f "$f" ] && awk -v t="$(basename "$f" .txt)" '$1 ~ /^(ag_gemm|gemm_rs|gemm_ar)$/ {print t, $1, $2"x"$3"x"$4, '"$cols"'}' "$f"
     done
 }
 stage_timeline() { # p2p step timelines of the PERFORMANCE shapes (bench/timeline_summary.py reads them)
@@ -200,20 +202,23 @@ stage_small() { # the latency-bound shapes: each algorithm, the tuner's search (
     grep -hE "tune .*->" "$d"/auto-graph.txt | cut -c1-400 | head -20
     head -40 "$d/timeline.md"
 }
-stage_priority() { # the comm queue's stream priority, high (default) against low, alternating processes
-    local d=$OUT/priority sh=${PRIO_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,1024x28672x8192,2048x2048x2048} p a r
+# A/B of one environment variable in alternating processes: NAME VAR "VALUES" SHAPES ALGOS [bench args].
+# Two rounds of each algorithm but auto (one), bf16 partials, graphs; rows "algo-value-rN op shape µs ratio".
+stage_ab() {
+    local name=$1 var=$2 values=$3 sh=$4 algos=$5 d=$OUT/$1 v a r
+    shift 5
     mkdir -p "$d"
     for r in 1 2; do
-        for a in split auto; do
+        for a in $algos; do
             [ $r = 2 ] && [ $a = auto ] && continue
-            for p in high low; do
-                COMMGEMM_P2P_COMM_PRIORITY=$p COMMGEMM_PARTIAL_DTYPE=output \
-                    bench_p2p "$d/$a-$p-r$r.txt" 100 --shapes "$sh" -w 5 -i 20 --graph --algo $a
-                echo "rc=$? $a-$p-r$r" >>"$d/rc.txt"
+            for v in $values; do
+                env "$var=$v" COMMGEMM_PARTIAL_DTYPE=output \
+                    bench_p2p "$d/$a-$v-r$r.txt" 100 --shapes "$sh" -w 5 -i 20 --graph --algo $a "$@"
+                echo "rc=$? $a-$v-r$r" >>"$d/rc.txt"
             done
         done
     done
-    note "priority: $(runs_summary "$d" "$d"/*-r?.txt)"
+    note "$name ($var: $values): $(runs_summary "$d" "$d"/*-r?.txt)"
     bench_rows '$8, $13' "$d"/*-r?.txt | sort -k2,3 -s
 }
 stage_pack() { # the device returns few files: everything but the summary into one tarball
@@ -233,7 +238,12 @@ for s in "$@"; do
     hopper-bench) (timeout 120 "$B/tests/gpu/test_hopper_gemm" bench >"$OUT/hopper-bench.txt" 2>&1)
         note "hopper bench: rc=$? $(grep -cE '^ +[0-9]' "$OUT/hopper-bench.txt") rows" ;; cublasmp-cases) stage_cublasmp_cases ;; pack) stage_pack ;;
     timeline) stage_timeline ;;
-    small) stage_small ;; priority) stage_priority ;; fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;; fused-splits) stage_fused_splits ;; copybench) stage_copybench ;;
+    small) stage_small ;;
+    priority) stage_ab priority COMMGEMM_P2P_COMM_PRIORITY "high low" \
+        "${PRIO_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,1024x28672x8192,2048x2048x2048}" "split auto" ;;
+    gemm-order) stage_ab gemm-order COMMGEMM_P2P_GEMM_ORDER "alternate in_order" \
+        "${ORDER_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,1024x28672x8192,2048x2048x2048,4096x4096x4096}" \
+        "split auto" --op gemm_rs,gemm_ar ;; fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;; fused-splits) stage_fused_splits ;; copybench) stage_copybench ;;
     compare-fused) stage_compare fused "COMPARE_ARGS=--graph --backends p2p,p2p-fused,p2p-split" ;;
     compare-fused-outpartial) stage_compare fused-outpartial "COMPARE_ARGS=--graph --ops gemm_rs --backends p2p,p2p-fused,p2p-split" \
         COMMGEMM_PARTIAL_DTYPE=output ;;

@@ -191,25 +191,47 @@ static void test_param_choice_bad(const void *p) {
     CHECK_INT_EQ(which, 7); /* untouched */
 }
 
-/* COMMGEMM_P2P_COMM_PRIORITY, as p2p_backend.c reads it at comm creation
- * (parameters are read once per process: one value per case). A bad word
- * is refused with the variable, the value and the choices. */
-static void test_param_choice_priority(const void *p) {
-    const char *value = p;
-    static const char *const priorities[] = {"high", "low"};
-    if (value) setenv("COMMGEMM_P2P_COMM_PRIORITY", value, 1);
-    else unsetenv("COMMGEMM_P2P_COMM_PRIORITY");
+/* The p2p backend's word parameters, as p2p_backend.c reads them at comm
+ * creation (parameters are read once per process: one value per case).
+ * value NULL: unset, the first word; index -1: a word that is refused with
+ * the variable, the value, the choices and the default. */
+typedef struct choice_case {
+    const char *var;
+    const char *choices[3];
+    int count;
+    const char *value;
+    int index;
+    const char *expected; /* the message's list of choices */
+} choice_case;
+
+static const choice_case choice_cases[] = {
+    {"COMMGEMM_P2P_COMM_PRIORITY", {"high", "low"}, 2, NULL, 0, NULL},
+    {"COMMGEMM_P2P_COMM_PRIORITY", {"high", "low"}, 2, "low", 1, NULL},
+    {"COMMGEMM_P2P_COMM_PRIORITY", {"high", "low"}, 2, "medium", -1, "expected high or low"},
+    {"COMMGEMM_P2P_GEMM_ORDER", {"alternate", "in_order"}, 2, NULL, 0, NULL},
+    {"COMMGEMM_P2P_GEMM_ORDER", {"alternate", "in_order"}, 2, "in_order", 1, NULL},
+    {"COMMGEMM_P2P_GEMM_ORDER", {"alternate", "in_order"}, 2, "ordered", -1,
+     "expected alternate or in_order"},
+};
+
+static void test_param_choice_case(const void *p) {
+    const choice_case *c = p;
+    if (c->value) setenv(c->var, c->value, 1);
+    else unsetenv(c->var);
     int which = 5;
-    cgm_status st = cgm_param_choice("COMMGEMM_P2P_COMM_PRIORITY", priorities, 2, &which);
-    if (!value || strcmp(value, "low") == 0) {
+    cgm_status st = cgm_param_choice(c->var, c->choices, c->count, &which);
+    if (c->index >= 0) {
         CHECK_OK(st);
-        CHECK_INT_EQ(which, value ? 1 : 0);
+        CHECK_INT_EQ(which, c->index);
         return;
     }
+    char want[96];
     CHECK_INT_EQ(st, CGM_ERROR_INVALID_ARGUMENT);
-    CHECK_CONTAINS(cgm_last_error(), "COMMGEMM_P2P_COMM_PRIORITY=\"medium\"");
-    CHECK_CONTAINS(cgm_last_error(), "expected high or low");
-    CHECK_CONTAINS(cgm_last_error(), "(default high)");
+    snprintf(want, sizeof want, "%s=\"%s\"", c->var, c->value);
+    CHECK_CONTAINS(cgm_last_error(), want);
+    CHECK_CONTAINS(cgm_last_error(), c->expected);
+    snprintf(want, sizeof want, "(default %s)", c->choices[0]);
+    CHECK_CONTAINS(cgm_last_error(), want);
     CHECK_INT_EQ(which, 5); /* untouched */
 }
 
@@ -281,9 +303,12 @@ static void register_cases(void) {
     test_add("param_choice_default", test_param_choice, NULL);
     test_add("param_choice_taper", test_param_choice, "taper");
     test_add("param_choice_bad", test_param_choice_bad, NULL);
-    test_add("param_choice_comm_priority_default", test_param_choice_priority, NULL);
-    test_add("param_choice_comm_priority_low", test_param_choice_priority, "low");
-    test_add("param_choice_comm_priority_bad", test_param_choice_priority, "medium");
+    test_add("param_choice_comm_priority_default", test_param_choice_case, &choice_cases[0]);
+    test_add("param_choice_comm_priority_low", test_param_choice_case, &choice_cases[1]);
+    test_add("param_choice_comm_priority_bad", test_param_choice_case, &choice_cases[2]);
+    test_add("param_choice_gemm_order_default", test_param_choice_case, &choice_cases[3]);
+    test_add("param_choice_gemm_order_in_order", test_param_choice_case, &choice_cases[4]);
+    test_add("param_choice_gemm_order_bad", test_param_choice_case, &choice_cases[5]);
     test_add("bootstrap_env_none", test_bootstrap_env_none, NULL);
     test_add("bootstrap_env_launchers", test_bootstrap_env_launchers, NULL);
 }

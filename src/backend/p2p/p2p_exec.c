@@ -493,8 +493,14 @@ static cgm_status make_request(p2p_state *st, const cgm_call *call,
         req->op = PLAN_OP_AG_GEMM;
         req->compute_queues = 1;
         break;
-    case CGM_OP_GEMM_REDUCE_SCATTER: req->op = PLAN_OP_GEMM_RS; break;
-    case CGM_OP_GEMM_ALL_REDUCE: req->op = PLAN_OP_GEMM_AR; break;
+    case CGM_OP_GEMM_REDUCE_SCATTER:
+        req->op = PLAN_OP_GEMM_RS;
+        req->compute_queues = st->rs_compute_queues;
+        break;
+    case CGM_OP_GEMM_ALL_REDUCE:
+        req->op = PLAN_OP_GEMM_AR;
+        req->compute_queues = st->rs_compute_queues;
+        break;
     case CGM_OP_BULK:
         req->op = call->collective == CGM_COLLECTIVE_ALL_GATHER
                       ? PLAN_OP_BULK_AG : PLAN_OP_BULK_RS;
