@@ -212,8 +212,8 @@ stage_ab() {
         for a in $algos; do
             [ $r = 2 ] && [ $a = auto ] && continue
             for v in $values; do
-                env "$var=$v" COMMGEMM_PARTIAL_DTYPE=output \
-                    bench_p2p "$d/$a-$v-r$r.txt" 100 --shapes "$sh" -w 5 -i 20 --graph --algo $a "$@"
+                (export "$var=$v" COMMGEMM_PARTIAL_DTYPE=output
+                 bench_p2p "$d/$a-$v-r$r.txt" 100 --shapes "$sh" -w 5 -i 20 --graph --algo $a "$@")
                 echo "rc=$? $a-$v-r$r" >>"$d/rc.txt"
             done
         done
