@@ -26,7 +26,7 @@
 # shapes: every p2p algorithm with graphs, the tuner's log, eager traces of
 # 2048x2048x2048; SMALL_SHAPES), priority (COMMGEMM_P2P_COMM_PRIORITY high
 # against low in alternating processes, split and the tuner; PRIO_SHAPES),
-# gemm-order (COMMGEMM_P2P_GEMM_ORDER alternate against in_order, GEMM+RS and
+# gemm-order (COMMGEMM_P2P_GEMM_ORDER in_order against alternate, GEMM+RS and
 # GEMM+AR, split and the tuner; ORDER_SHAPES), pack
 # (everything but summary.txt into $OUT/commgemm-logs.tar.gz; run it last).
 # Logs go to $OUT; a summary line per stage is printed last.
@@ -241,7 +241,7 @@ for s in "$@"; do
     small) stage_small ;;
     priority) stage_ab priority COMMGEMM_P2P_COMM_PRIORITY "high low" \
         "${PRIO_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,1024x28672x8192,2048x2048x2048}" "split auto" ;;
-    gemm-order) stage_ab gemm-order COMMGEMM_P2P_GEMM_ORDER "alternate in_order" \
+    gemm-order) stage_ab gemm-order COMMGEMM_P2P_GEMM_ORDER "in_order alternate" \
         "${ORDER_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,1024x28672x8192,2048x2048x2048,4096x4096x4096}" \
         "split auto" --op gemm_rs,gemm_ar ;; fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;; fused-splits) stage_fused_splits ;; copybench) stage_copybench ;;
     compare-fused) stage_compare fused "COMPARE_ARGS=--graph --backends p2p,p2p-fused,p2p-split" ;;

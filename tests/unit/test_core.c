@@ -208,10 +208,10 @@ static const choice_case choice_cases[] = {
     {"COMMGEMM_P2P_COMM_PRIORITY", {"high", "low"}, 2, NULL, 0, NULL},
     {"COMMGEMM_P2P_COMM_PRIORITY", {"high", "low"}, 2, "low", 1, NULL},
     {"COMMGEMM_P2P_COMM_PRIORITY", {"high", "low"}, 2, "medium", -1, "expected high or low"},
-    {"COMMGEMM_P2P_GEMM_ORDER", {"alternate", "in_order"}, 2, NULL, 0, NULL},
-    {"COMMGEMM_P2P_GEMM_ORDER", {"alternate", "in_order"}, 2, "in_order", 1, NULL},
-    {"COMMGEMM_P2P_GEMM_ORDER", {"alternate", "in_order"}, 2, "ordered", -1,
-     "expected alternate or in_order"},
+    {"COMMGEMM_P2P_GEMM_ORDER", {"in_order", "alternate"}, 2, NULL, 0, NULL},
+    {"COMMGEMM_P2P_GEMM_ORDER", {"in_order", "alternate"}, 2, "alternate", 1, NULL},
+    {"COMMGEMM_P2P_GEMM_ORDER", {"in_order", "alternate"}, 2, "ordered", -1,
+     "expected in_order or alternate"},
 };
 
 static void test_param_choice_case(const void *p) {
@@ -307,7 +307,7 @@ static void register_cases(void) {
     test_add("param_choice_comm_priority_low", test_param_choice_case, &choice_cases[1]);
     test_add("param_choice_comm_priority_bad", test_param_choice_case, &choice_cases[2]);
     test_add("param_choice_gemm_order_default", test_param_choice_case, &choice_cases[3]);
-    test_add("param_choice_gemm_order_in_order", test_param_choice_case, &choice_cases[4]);
+    test_add("param_choice_gemm_order_alternate", test_param_choice_case, &choice_cases[4]);
     test_add("param_choice_gemm_order_bad", test_param_choice_case, &choice_cases[5]);
     test_add("bootstrap_env_none", test_bootstrap_env_none, NULL);
     test_add("bootstrap_env_launchers", test_bootstrap_env_launchers, NULL);

@@ -63,7 +63,8 @@ typedef struct p2p_state {
      * ranks may differ. */
     enum { P2P_PUSH_BESIDE, P2P_PUSH_PIECES, P2P_PUSH_TAPER } fused_push;
     /* COMMGEMM_P2P_GEMM_ORDER: compute queues of the split, ring and
-     * no_overlap GEMM+RS / GEMM+AR schedules (1: in order, 2: alternating).
+     * no_overlap GEMM+RS / GEMM+AR schedules (1: in order, the default;
+     * 2: alternating).
      * Local scheduling only, as fused_push. */
     int rs_compute_queues;
     int64_t timeout_ms;

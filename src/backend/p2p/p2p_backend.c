@@ -111,11 +111,16 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
     int comm_priority = 0;
     CGM_TRY(cgm_param_choice("COMMGEMM_P2P_COMM_PRIORITY", priorities, 2,
                              &comm_priority));
-    static const char *const gemm_orders[] = {"alternate", "in_order"};
+    /* COMMGEMM_P2P_GEMM_ORDER: one compute queue (in_order, the default)
+     * or two in turn for the GEMM+RS/AR schedules. Two queues let the GPU
+     * run a later GEMM beside or before the one whose push is due; from
+     * one process to the next a push then waited for both GEMMs
+     * (docs/PERFORMANCE.md 4e). */
+    static const char *const gemm_orders[] = {"in_order", "alternate"};
     int gemm_order = 0;
     CGM_TRY(cgm_param_choice("COMMGEMM_P2P_GEMM_ORDER", gemm_orders, 2,
                              &gemm_order));
-    st->rs_compute_queues = gemm_order == 1 ? 1 : 2;
+    st->rs_compute_queues = gemm_order == 1 ? 2 : 1;
     CGM_TRY(enter_device(st, &previous));
     CGM_TRY(cgm_check_node_peers(comm->nccl_comm, st->rank, st->nranks,
                                  st->device, st->timeout_ms));
