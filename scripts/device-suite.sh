@@ -27,7 +27,10 @@
 # 2048x2048x2048; SMALL_SHAPES), priority (COMMGEMM_P2P_COMM_PRIORITY high
 # against low in alternating processes, split and the tuner; PRIO_SHAPES),
 # gemm-order (COMMGEMM_P2P_GEMM_ORDER in_order against alternate, GEMM+RS and
-# GEMM+AR, split and the tuner; ORDER_SHAPES), pack
+# GEMM+AR, split and the tuner; ORDER_SHAPES), sm-push (comm programs'
+# copies by SMs up to 8 MiB against the copy engine, COMMGEMM_P2P_SM_PUSH_BYTES
+# 8388608 vs 0; SMPUSH_SHAPES), sm-blocks (COMMGEMM_P2P_SM_PUSH_BLOCKS 16,
+# 32, 64 on the small shapes), pack
 # (everything but summary.txt into $OUT/commgemm-logs.tar.gz; run it last).
 # Logs go to $OUT; a summary line per stage is printed last.
 set -uo pipefail
@@ -243,7 +246,11 @@ for s in "$@"; do
         "${PRIO_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,1024x28672x8192,2048x2048x2048}" "split auto" ;;
     gemm-order) stage_ab gemm-order COMMGEMM_P2P_GEMM_ORDER "in_order alternate" \
         "${ORDER_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,1024x28672x8192,2048x2048x2048,4096x4096x4096}" \
-        "split auto" --op gemm_rs,gemm_ar ;; fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;; fused-splits) stage_fused_splits ;; copybench) stage_copybench ;;
+        "split auto" --op gemm_rs,gemm_ar ;;
+    sm-push) stage_ab sm-push COMMGEMM_P2P_SM_PUSH_BYTES "8388608 0" \
+        "${SMPUSH_SHAPES:-1024x1024x1024,2048x2048x2048,1024x4096x4096,4096x4096x4096,16384x2048x8192}" "split auto" ;;
+    sm-blocks) stage_ab sm-blocks COMMGEMM_P2P_SM_PUSH_BLOCKS "16 32 64" \
+        "${SMPUSH_SHAPES:-1024x1024x1024,2048x2048x2048,1024x4096x4096}" "split" ;; fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;; fused-splits) stage_fused_splits ;; copybench) stage_copybench ;;
     compare-fused) stage_compare fused "COMPARE_ARGS=--graph --backends p2p,p2p-fused,p2p-split" ;;
     compare-fused-outpartial) stage_compare fused-outpartial "COMPARE_ARGS=--graph --ops gemm_rs --backends p2p,p2p-fused,p2p-split" \
         COMMGEMM_PARTIAL_DTYPE=output ;;

@@ -98,6 +98,11 @@ const cgm_param *cgm_param_table(int *count);
  * gave it. Returns CGM_ERROR_INVALID_ARGUMENT naming the variable when its
  * value does not parse. Unknown names are CGM_ERROR_INTERNAL. */
 cgm_status cgm_param_int(const char *name, int64_t *value, bool *from_env);
+/* An integer parameter that must lie in [lo, hi]: *value, or
+ * CGM_ERROR_INVALID_ARGUMENT naming the variable, its value, the range,
+ * `meaning` (what the range is) and the default (*value untouched). */
+cgm_status cgm_param_int_range(const char *name, int64_t lo, int64_t hi,
+                               const char *meaning, int64_t *value);
 /* String parameter: the env value, else the default (may be NULL). */
 const char *cgm_param_string(const char *name, bool *from_env);
 

@@ -29,6 +29,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "device/flags.cuh"
 #include "device/hopper_gemm.h"
 #include "plan/plan.h"
 
@@ -244,17 +245,8 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[128], uint64_t desc_
         CGM_WGMMA_M64N128K16("f16");
 }
 
-__device__ __forceinline__ unsigned long long load_acquire_sys(const unsigned long long *p) {
-    unsigned long long v;
-    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-
-__device__ __forceinline__ unsigned long long globaltimer() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
+using cgm_flags::load_acquire_sys;
+__device__ __forceinline__ unsigned long long globaltimer() { return cgm_flags::global_timer_ns(); }
 
 /* ------------------------------------------------------------ scheduler */
 
@@ -300,18 +292,8 @@ __device__ bool wait_flag(const hgemm_params &p, const unsigned long long *flag,
         unsigned long long now = globaltimer();
         if ((long long)(now - start) > p.wait_timeout_ns) {
             if (p.timeout_out) *(volatile int *)p.timeout_out = 1;
-            if (p.abort_word && atomicCAS(p.abort_word, 0u, 1u) == 0u && p.abort_record) {
-                cgm_dev_abort_record *r = p.abort_record;
-                r->waiting_rank = p.report_rank;
-                r->peer = peer;
-                r->flag_kind = 0; /* READY */
-                r->chunk = chunk;
-                r->epoch = epoch;
-                r->flag_value = v;
-                r->waited_ns = now - start;
-                __threadfence_system();
-                r->set = 1;
-            }
+            cgm_flags::record_expiry(p.abort_word, p.abort_record,
+                                     {p.report_rank, peer, 0 /* READY */, chunk, epoch, v, now - start});
             __threadfence_system();
             return false;
         }

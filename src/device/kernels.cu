@@ -4,30 +4,13 @@
 #include <cuda_fp16.h>
 
 #include "device/device.h"
+#include "device/flags.cuh"
 
 namespace {
 
-__device__ __forceinline__ unsigned long long load_acquire_sys(
-    const unsigned long long *p) {
-    unsigned long long v;
-    asm volatile("ld.acquire.sys.global.u64 %0, [%1];"
-                 : "=l"(v)
-                 : "l"(p)
-                 : "memory");
-    return v;
-}
-
-__device__ __forceinline__ void store_release_sys(unsigned long long *p,
-                                                  unsigned long long v) {
-    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v)
-                 : "memory");
-}
-
-__device__ __forceinline__ unsigned long long global_timer_ns() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
+using cgm_flags::global_timer_ns;
+using cgm_flags::load_acquire_sys;
+using cgm_flags::store_release_sys;
 
 __device__ __forceinline__ bool aborted(const cgm_dev_state *state) {
     return *(volatile const unsigned int *)&state->abort != 0;
@@ -54,6 +37,29 @@ __global__ void signal_kernel(const cgm_dev_state *state,
     store_release_sys(remote_flag, epoch);
 }
 
+/* Spins until *flag >= epoch: true. False when the comm aborted, or when
+ * timeout_ns passed (then the first expiry of the comm records who never
+ * came and raises the abort word). One thread. */
+__device__ bool bounded_wait(cgm_dev_state *state, const unsigned long long *flag,
+                             cgm_dev_abort_record *record, int rank, int peer,
+                             int flag_kind, int chunk, unsigned long long epoch,
+                             unsigned long long timeout_ns) {
+    unsigned long long start = global_timer_ns();
+    for (;;) {
+        unsigned long long v = load_acquire_sys(flag);
+        if (v >= epoch) return true;
+        if (aborted(state)) return false;
+        unsigned long long now = global_timer_ns();
+        if (now - start > timeout_ns) {
+            cgm_flags::record_expiry(&state->abort, record,
+                                     {rank, peer, flag_kind, chunk, epoch, v,
+                                      now - start});
+            return false;
+        }
+        __nanosleep(200);
+    }
+}
+
 __global__ void wait_kernel(cgm_dev_state *state,
                             const unsigned long long *flag,
                             cgm_dev_abort_record *record, int rank, int peer,
@@ -62,28 +68,97 @@ __global__ void wait_kernel(cgm_dev_state *state,
     if (aborted(state)) return;
     unsigned long long epoch =
         *(volatile const unsigned long long *)&state->epoch;
-    unsigned long long start = global_timer_ns();
-    for (;;) {
-        unsigned long long v = load_acquire_sys(flag);
-        if (v >= epoch) return;
-        if (aborted(state)) return;
-        unsigned long long now = global_timer_ns();
-        if (now - start > timeout_ns) {
-            if (atomicCAS(&state->abort, 0u, 1u) == 0u) {
-                record->waiting_rank = rank;
-                record->peer = peer;
-                record->flag_kind = flag_kind;
-                record->chunk = chunk;
-                record->epoch = epoch;
-                record->flag_value = v;
-                record->waited_ns = now - start;
-                __threadfence_system();
-                record->set = 1;
-                __threadfence_system();
+    bounded_wait(state, flag, record, rank, peer, flag_kind, chunk, epoch,
+                 timeout_ns);
+}
+
+/* Rows of one program copy, T-sized words (the widest that every address,
+ * pitch and the width are aligned to), over the whole grid: four loads in
+ * flight per thread before their stores. */
+template <typename T>
+__device__ void copy_rows(const cgm_dev_program_op &op) {
+    const int64_t per_row = op.width / (int64_t)sizeof(T);
+    const int64_t total = per_row * op.height;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i < total; i += 4 * stride) {
+        T v[4];
+        int64_t at[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int64_t e = i + u * stride;
+            at[u] = e;
+            if (e < total) {
+                int64_t row = e / per_row, col = e - row * per_row;
+                v[u] = *reinterpret_cast<const T *>(
+                    static_cast<const char *>(op.src) + row * op.src_pitch +
+                    col * (int64_t)sizeof(T));
             }
-            return;
         }
-        __nanosleep(200);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            if (at[u] < total) {
+                int64_t row = at[u] / per_row, col = at[u] - row * per_row;
+                *reinterpret_cast<T *>(static_cast<char *>(op.dst) +
+                                       row * op.dst_pitch +
+                                       col * (int64_t)sizeof(T)) = v[u];
+            }
+        }
+    }
+}
+
+__device__ void program_copy(const cgm_dev_program_op &op) {
+    uintptr_t bits = reinterpret_cast<uintptr_t>(op.dst) |
+                     reinterpret_cast<uintptr_t>(op.src) |
+                     (uintptr_t)op.dst_pitch | (uintptr_t)op.src_pitch |
+                     (uintptr_t)op.width;
+    if (bits % 16 == 0) copy_rows<uint4>(op);
+    else if (bits % 8 == 0) copy_rows<uint2>(op);
+    else if (bits % 4 == 0) copy_rows<unsigned int>(op);
+    else if (bits % 2 == 0) copy_rows<unsigned short>(op);
+    else copy_rows<unsigned char>(op);
+}
+
+/* cgm_dev_program_run: the ops in order, in every block. A WAIT holds every
+ * block (its thread 0 spins, the block meets after); a SIGNAL with no COPY
+ * before it is raised by block 0 alone; one after a COPY by the block that
+ * reaches it last (counted in counters[i], which that block resets), after
+ * a system-scope fence of every block: the peer that sees the flag sees
+ * every block's copies. */
+__global__ void __launch_bounds__(512)
+program_kernel(const cgm_dev_program prog, cgm_dev_state *state,
+               unsigned int *counters) {
+    if (aborted(state)) return;
+    const unsigned long long epoch =
+        *(volatile const unsigned long long *)&state->epoch;
+    bool copied = false;
+    for (int i = 0; i < prog.nops; i++) {
+        const cgm_dev_program_op &op = prog.ops[i];
+        if (op.kind == CGM_DEV_OP_COPY) {
+            program_copy(op);
+            copied = true;
+        } else if (op.kind == CGM_DEV_OP_WAIT) {
+            bool fail = threadIdx.x == 0 &&
+                        !bounded_wait(state, op.flag, prog.record, prog.rank,
+                                      op.peer, op.flag_kind, op.chunk, epoch,
+                                      prog.timeout_ns);
+            if (__syncthreads_or(fail)) return;
+        } else if (!copied) {
+            if (blockIdx.x == 0 && threadIdx.x == 0) {
+                __threadfence_system();
+                store_release_sys(op.flag, epoch);
+            }
+        } else {
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                __threadfence_system();
+                if (atomicAdd(&counters[i], 1u) == gridDim.x - 1) {
+                    counters[i] = 0;
+                    __threadfence_system();
+                    store_release_sys(op.flag, epoch);
+                }
+            }
+        }
     }
 }
 
@@ -273,6 +348,7 @@ extern "C" cudaError_t cgm_dev_preload(void) {
     if (e == cudaSuccess) e = load(signal_kernel);
     if (e == cudaSuccess) e = load(wait_kernel);
     if (e == cudaSuccess) e = load(hold_kernel);
+    if (e == cudaSuccess) e = load(program_kernel);
     if (e == cudaSuccess) e = load_reduce_dst<float>();
     if (e == cudaSuccess) e = load_reduce_dst<__nv_bfloat16>();
     if (e == cudaSuccess) e = load_reduce_dst<__half>();
@@ -306,6 +382,31 @@ extern "C" cudaError_t cgm_dev_wait(cgm_dev_state *state,
                                     cudaStream_t stream) {
     wait_kernel<<<1, 1, 0, stream>>>(state, flag, record, rank, peer,
                                      flag_kind, chunk, timeout_ns);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cgm_dev_program_run(const cgm_dev_program *prog,
+                                           cgm_dev_state *state,
+                                           unsigned int *counters, int blocks,
+                                           cudaStream_t stream) {
+    if (prog->nops < 1 || prog->nops > CGM_DEV_PROGRAM_MAX || blocks < 1 ||
+        !counters)
+        return cudaErrorInvalidValue;
+    bool copies = false;
+    for (int i = 0; i < prog->nops; i++) {
+        const cgm_dev_program_op *op = &prog->ops[i];
+        if (op->kind == CGM_DEV_OP_COPY) {
+            if (op->width < 0 || op->height < 0 ||
+                (op->width > 0 && op->height > 0 && (!op->dst || !op->src)))
+                return cudaErrorInvalidValue;
+            copies = true;
+        } else if ((op->kind != CGM_DEV_OP_SIGNAL &&
+                    op->kind != CGM_DEV_OP_WAIT) || !op->flag) {
+            return cudaErrorInvalidValue;
+        }
+    }
+    program_kernel<<<copies ? blocks : 1, copies ? 512 : 32, 0, stream>>>(
+        *prog, state, counters);
     return cudaGetLastError();
 }
 

@@ -40,6 +40,8 @@ typedef struct op_case {
     cgm_op op;
     int single_rank;     /* 1: a group of one rank */
     int output_partials; /* 1: COMMGEMM_PARTIAL_DTYPE=output (RS, AR) */
+    int ce_copies;       /* 1: COMMGEMM_P2P_SM_PUSH_BYTES=0 (p2p copies on
+                            the copy engine, flag steps still merged) */
 } op_case;
 
 /* One GEMM op (AG, RS or AR), checked against the reference. */
@@ -218,8 +220,10 @@ static void test_ops(const void *param) {
     cgm_config cfg = gpu_config();
     /* Read at every call (cgm_partial_dtype); the ranks are forked. */
     if (c->output_partials) setenv("COMMGEMM_PARTIAL_DTYPE", "output", 1);
+    if (c->ce_copies) setenv("COMMGEMM_P2P_SM_PUSH_BYTES", "0", 1);
     gpu_run(ranks_of(c->single_rank), &cfg, ops_body, (void *)c, 240);
     if (c->output_partials) unsetenv("COMMGEMM_PARTIAL_DTYPE");
+    if (c->ce_copies) unsetenv("COMMGEMM_P2P_SM_PUSH_BYTES");
 }
 
 /* ------------------------------------------------------------------ bulk */
@@ -315,19 +319,22 @@ static void test_bulk(const void *param) {
 }
 
 static const op_case cases[] = {
-    {CGM_OP_ALL_GATHER_GEMM, 0, 0},    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0},
-    {CGM_OP_GEMM_ALL_REDUCE, 0, 0},    {CGM_OP_BULK, 0, 0},
-    {CGM_OP_ALL_GATHER_GEMM, 1, 0},    {CGM_OP_GEMM_REDUCE_SCATTER, 1, 0},
-    {CGM_OP_GEMM_ALL_REDUCE, 1, 0},    {CGM_OP_BULK, 1, 0},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1}, {CGM_OP_GEMM_ALL_REDUCE, 0, 1}};
+    {CGM_OP_ALL_GATHER_GEMM, 0, 0, 0},     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, 0},
+    {CGM_OP_GEMM_ALL_REDUCE, 0, 0, 0},     {CGM_OP_BULK, 0, 0, 0},
+    {CGM_OP_ALL_GATHER_GEMM, 1, 0, 0},     {CGM_OP_GEMM_REDUCE_SCATTER, 1, 0, 0},
+    {CGM_OP_GEMM_ALL_REDUCE, 1, 0, 0},     {CGM_OP_BULK, 1, 0, 0},
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, 0}, {CGM_OP_GEMM_ALL_REDUCE, 0, 1, 0},
+    {CGM_OP_ALL_GATHER_GEMM, 0, 0, 1},     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, 1},
+    {CGM_OP_GEMM_ALL_REDUCE, 0, 0, 1}};
 
 static void register_cases(void) {
     char name[128];
     test_set_timeout(300);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        snprintf(name, sizeof name, "%s_%s%s", cgm_op_name(cases[i].op),
+        snprintf(name, sizeof name, "%s_%s%s%s", cgm_op_name(cases[i].op),
                  cases[i].single_rank ? "one_rank" : "all_gpus",
-                 cases[i].output_partials ? "_output_partials" : "");
+                 cases[i].output_partials ? "_output_partials" : "",
+                 cases[i].ce_copies ? "_ce_copies" : "");
         test_add(name, cases[i].op == CGM_OP_BULK ? test_bulk : test_ops,
                  &cases[i]);
     }

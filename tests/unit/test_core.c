@@ -235,6 +235,34 @@ static void test_param_choice_case(const void *p) {
     CHECK_INT_EQ(which, 5); /* untouched */
 }
 
+/* An integer parameter with a range (cgm_param_int_range), as the p2p
+ * backend reads COMMGEMM_P2P_SM_PUSH_BLOCKS: unset is the default; in
+ * range is taken; out of range or not a number is refused naming the
+ * variable, the value, the range and the default. */
+static void test_param_int_range(const void *p) {
+    const char *value = p;
+    if (value) setenv("COMMGEMM_P2P_SM_PUSH_BLOCKS", value, 1);
+    else unsetenv("COMMGEMM_P2P_SM_PUSH_BLOCKS");
+    int64_t v = -5;
+    cgm_status st = cgm_param_int_range("COMMGEMM_P2P_SM_PUSH_BLOCKS", 1, 1024,
+                                        "blocks", &v);
+    if (!value || strcmp(value, "7") == 0) {
+        CHECK_OK(st);
+        CHECK_INT_EQ(v, value ? 7 : 32);
+        return;
+    }
+    CHECK_INT_EQ(st, CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "COMMGEMM_P2P_SM_PUSH_BLOCKS");
+    CHECK_CONTAINS(cgm_last_error(), value);
+    if (strcmp(value, "0") == 0) {
+        CHECK_CONTAINS(cgm_last_error(), "expected 1..1024 (blocks)");
+        CHECK_CONTAINS(cgm_last_error(), "(default 32)");
+    } else {
+        CHECK_CONTAINS(cgm_last_error(), "expected an integer");
+    }
+    CHECK_INT_EQ(v, -5); /* untouched */
+}
+
 static void clear_launcher_env(void) {
     const char *vars[] = {"COMMGEMM_RANK", "COMMGEMM_NRANKS", "COMMGEMM_RENDEZVOUS", "RANK", "WORLD_SIZE",
                           "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
@@ -309,6 +337,10 @@ static void register_cases(void) {
     test_add("param_choice_gemm_order_default", test_param_choice_case, &choice_cases[3]);
     test_add("param_choice_gemm_order_alternate", test_param_choice_case, &choice_cases[4]);
     test_add("param_choice_gemm_order_bad", test_param_choice_case, &choice_cases[5]);
+    test_add("param_int_range_default", test_param_int_range, NULL);
+    test_add("param_int_range_in", test_param_int_range, "7");
+    test_add("param_int_range_low", test_param_int_range, "0");
+    test_add("param_int_range_word", test_param_int_range, "many");
     test_add("bootstrap_env_none", test_bootstrap_env_none, NULL);
     test_add("bootstrap_env_launchers", test_bootstrap_env_launchers, NULL);
 }

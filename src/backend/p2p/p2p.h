@@ -19,6 +19,9 @@ extern "C" {
 #endif
 
 #define P2P_MAX_QUEUES 4      /* comm + up to 3 compute queues */
+/* A comm program's copies: one block of 512 threads per this many bytes,
+ * up to COMMGEMM_P2P_SM_PUSH_BLOCKS. */
+#define P2P_SM_PUSH_BYTES_PER_BLOCK (64 << 10)
 #define P2P_MAX_SPLITS 16     /* pieces per shard */
 #define P2P_PLAN_CACHE 256    /* schedules kept per comm (the tuner builds one per candidate) */
 #define P2P_SIGNATURE_CACHE 256
@@ -67,6 +70,12 @@ typedef struct p2p_state {
      * 2: alternating).
      * Local scheduling only, as fused_push. */
     int rs_compute_queues;
+    /* COMMGEMM_P2P_SM_PUSH_BYTES / _BLOCKS: a held-back run of comm-queue
+     * steps copies with SMs up to this many bytes, with at most this many
+     * blocks (p2p_exec.c, comm programs). */
+    int64_t sm_push_bytes;
+    int sm_push_blocks;
+    unsigned int *program_counters; /* device: CGM_DEV_PROGRAM_MAX, zero */
     int64_t timeout_ms;
 
     cgm_peer_mem ws;     /* registered workspace */

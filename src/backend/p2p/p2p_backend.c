@@ -86,9 +86,26 @@ static void state_free(p2p_state *st) {
     cgm_lt_destroy(st->lt);
     if (st->partial) cudaFree(st->partial);
     if (st->dev) cudaFree(st->dev);
+    if (st->program_counters) cudaFree(st->program_counters);
     if (st->abort_host) cudaFreeHost(st->abort_host);
     cgm_peer_mem_destroy(&st->ws);
     free(st);
+}
+
+/* COMMGEMM_P2P_SM_PUSH_BYTES and COMMGEMM_P2P_SM_PUSH_BLOCKS. */
+static cgm_status read_sm_push(p2p_state *st) {
+    cgm_status status = CGM_SUCCESS;
+    int64_t bytes = 0, blocks = 0;
+    CGM_TRY(cgm_param_int_range("COMMGEMM_P2P_SM_PUSH_BYTES", 0, INT64_MAX,
+                                "bytes; 0: every copy on the copy engine",
+                                &bytes));
+    CGM_TRY(cgm_param_int_range("COMMGEMM_P2P_SM_PUSH_BLOCKS", 1, 1024,
+                                "blocks of a comm program that copies",
+                                &blocks));
+    st->sm_push_bytes = bytes;
+    st->sm_push_blocks = (int)blocks;
+fail:
+    return status;
 }
 
 static cgm_status p2p_init(cgm_comm *comm, void **state) {
@@ -121,6 +138,7 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
     CGM_TRY(cgm_param_choice("COMMGEMM_P2P_GEMM_ORDER", gemm_orders, 2,
                              &gemm_order));
     st->rs_compute_queues = gemm_order == 1 ? 2 : 1;
+    CGM_TRY(read_sm_push(st));
     CGM_TRY(enter_device(st, &previous));
     CGM_TRY(cgm_check_node_peers(comm->nccl_comm, st->rank, st->nranks,
                                  st->device, st->timeout_ms));
@@ -157,6 +175,10 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
         CGM_CUDA_TRY(cudaMalloc(&st->partial, st->partial_bytes));
     CGM_CUDA_TRY(cudaMalloc((void **)&st->dev, sizeof *st->dev));
     CGM_CUDA_TRY(cudaMemset(st->dev, 0, sizeof *st->dev));
+    CGM_CUDA_TRY(cudaMalloc((void **)&st->program_counters,
+                            CGM_DEV_PROGRAM_MAX * sizeof(unsigned int)));
+    CGM_CUDA_TRY(cudaMemset(st->program_counters, 0,
+                            CGM_DEV_PROGRAM_MAX * sizeof(unsigned int)));
     CGM_CUDA_TRY(cudaHostAlloc((void **)&st->abort_host,
                                sizeof *st->abort_host, cudaHostAllocMapped));
     memset((void *)st->abort_host, 0, sizeof *st->abort_host);

@@ -35,6 +35,10 @@ typedef struct exec_ctx {
     bool dry; /* check every step, enqueue nothing */
     bool timeline; /* COMMGEMM_TIMELINE: events around every step */
     view views[PLAN_BUF_COUNT];
+    /* Comm-queue steps held back to run as one program kernel (below). */
+    int run[CGM_DEV_PROGRAM_MAX];
+    int nrun;
+    int64_t run_copy_bytes;
 } exec_ctx;
 
 static cgm_status setup_views(exec_ctx *x, plan_op op) {
@@ -235,21 +239,34 @@ fail:
     return status;
 }
 
-static cgm_status run_copy(exec_ctx *x, const plan_step *s, int i,
-                           cudaStream_t stream) {
+/* Where a COPY step's rows go: a 2D copy of `height` rows of `width`
+ * bytes. *skip: nothing to copy (no rows, or AR's reduced rows already in
+ * GATHER); *add_after: AR with accumulate lands the rows in GATHER and adds
+ * them to OUTPUT after the copy. */
+typedef struct copy_geometry {
+    char *dst;
+    const char *src;
+    size_t dst_pitch, src_pitch, width, height;
+    bool skip, add_after;
+} copy_geometry;
+
+static cgm_status copy_geometry_of(const exec_ctx *x, const plan_step *s,
+                                   int i, copy_geometry *g) {
     cgm_status status = CGM_SUCCESS;
     char *src = NULL, *dst = NULL;
     const view *vs = NULL, *vd = NULL;
     plan_loc dst_loc = s->dst;
-    bool add_after = false;
-    if (s->rows <= 0) return CGM_SUCCESS;
-    if (ar_accumulate(x) && s->dst.buf == PLAN_BUF_GATHER &&
-        s->src.buf == PLAN_BUF_OUTPUT)
-        return CGM_SUCCESS; /* the owner's reduce already wrote GATHER */
+    memset(g, 0, sizeof *g);
+    if (s->rows <= 0 ||
+        (ar_accumulate(x) && s->dst.buf == PLAN_BUF_GATHER &&
+         s->src.buf == PLAN_BUF_OUTPUT)) { /* the owner's reduce wrote it */
+        g->skip = true;
+        return CGM_SUCCESS;
+    }
     if (ar_accumulate(x) && s->src.buf == PLAN_BUF_GATHER &&
         s->dst.buf == PLAN_BUF_OUTPUT) {
         dst_loc.buf = PLAN_BUF_GATHER; /* land in my GATHER, then add */
-        add_after = true;
+        g->add_after = true;
     }
     CGM_TRY(locate(x, &s->src, s->shard, s->row0, s->rows, i, &src, &vs));
     CGM_TRY(locate(x, &dst_loc, s->shard, s->row0, s->rows, i, &dst, &vd));
@@ -263,17 +280,31 @@ static cgm_status run_copy(exec_ctx *x, const plan_step *s, int i,
                            (long long)vs->width, (long long)vd->width);
         goto fail;
     }
-    size_t width = vs->split_cols ? (size_t)s->rows * vs->es
-                                  : (size_t)vs->width * vs->es;
-    size_t height = vs->split_cols ? (size_t)vs->width : (size_t)s->rows;
-    if (add_after && x->dry) /* validate the add's addresses */
+    g->dst = dst;
+    g->src = src;
+    g->dst_pitch = (size_t)vd->ld * vd->es;
+    g->src_pitch = (size_t)vs->ld * vs->es;
+    g->width = vs->split_cols ? (size_t)s->rows * vs->es
+                              : (size_t)vs->width * vs->es;
+    g->height = vs->split_cols ? (size_t)vs->width : (size_t)s->rows;
+fail:
+    return status;
+}
+
+static cgm_status run_copy(exec_ctx *x, const plan_step *s, int i,
+                           cudaStream_t stream) {
+    cgm_status status = CGM_SUCCESS;
+    copy_geometry g;
+    CGM_TRY(copy_geometry_of(x, s, i, &g));
+    if (g.skip) return CGM_SUCCESS;
+    if (g.add_after && x->dry) /* validate the add's addresses */
         CGM_TRY(add_gathered_into_output(x, s->shard, s->row0, s->rows, i,
                                          stream));
     if (x->dry) return CGM_SUCCESS;
-    CGM_CUDA_TRY(cudaMemcpy2DAsync(dst, (size_t)vd->ld * vd->es, src,
-                                   (size_t)vs->ld * vs->es, width, height,
-                                   cudaMemcpyDefault, stream));
-    if (add_after)
+    CGM_CUDA_TRY(cudaMemcpy2DAsync(g.dst, g.dst_pitch, g.src, g.src_pitch,
+                                   g.width, g.height, cudaMemcpyDefault,
+                                   stream));
+    if (g.add_after)
         CGM_TRY(add_gathered_into_output(x, s->shard, s->row0, s->rows, i,
                                          stream));
 fail:
@@ -374,6 +405,20 @@ fail:
     return status;
 }
 
+/* The flag cell of a SIGNAL (the peer's cell for me, peer-mapped) or a
+ * WAIT (my cell for the peer). */
+static unsigned long long *flag_cell(const p2p_state *st, const plan_step *s) {
+    if (s->kind == PLAN_SIGNAL)
+        return (unsigned long long *)((char *)st->ws.peer[s->peer] +
+                                      p2p_flag_offset(st, st->rank, s->flag));
+    return (unsigned long long *)((char *)st->ws.local +
+                                  p2p_flag_offset(st, s->peer, s->flag));
+}
+
+static unsigned long long timeout_ns(const p2p_state *st) {
+    return (unsigned long long)st->timeout_ms * 1000000ull;
+}
+
 static cgm_status run_step(exec_ctx *x, p2p_plan_entry *e, int i) {
     cgm_status status = CGM_SUCCESS;
     p2p_state *st = x->st;
@@ -399,19 +444,12 @@ static cgm_status run_step(exec_ctx *x, p2p_plan_entry *e, int i) {
             goto fail;
         }
         if (x->dry) break;
-        if (s->kind == PLAN_SIGNAL) {
-            char *flag = (char *)st->ws.peer[s->peer] +
-                         p2p_flag_offset(st, st->rank, s->flag);
-            CGM_CUDA_TRY(cgm_dev_signal(st->dev, (unsigned long long *)flag,
-                                        stream));
-        } else {
-            char *flag = (char *)st->ws.local +
-                         p2p_flag_offset(st, s->peer, s->flag);
+        if (s->kind == PLAN_SIGNAL)
+            CGM_CUDA_TRY(cgm_dev_signal(st->dev, flag_cell(st, s), stream));
+        else
             CGM_CUDA_TRY(cgm_dev_wait(
-                st->dev, (const unsigned long long *)flag, st->abort_dev,
-                st->rank, s->peer, (int)s->flag.kind, s->flag.chunk,
-                (unsigned long long)st->timeout_ms * 1000000ull, stream));
-        }
+                st->dev, flag_cell(st, s), st->abort_dev, st->rank, s->peer,
+                (int)s->flag.kind, s->flag.chunk, timeout_ns(st), stream));
         break;
     default:
         status = cgm_error(CGM_ERROR_INTERNAL, "p2p: step %d has kind %d", i,
@@ -420,6 +458,136 @@ static cgm_status run_step(exec_ctx *x, p2p_plan_entry *e, int i) {
     }
     if (x->timeline && !x->dry) CGM_TRY(p2p_timeline_step(st, i, true, stream));
     if (e->events[i] && !x->dry) CGM_CUDA_TRY(cudaEventRecord(e->events[i], stream));
+fail:
+    return status;
+}
+
+/* ------------------------------------------------------- comm programs */
+
+/* Runs of consecutive comm-queue steps (signals, waits, plain copies) are
+ * held back and enqueued as one program kernel (cgm_dev_program_run): each
+ * separate flag kernel or copy costs a few microseconds of launch and
+ * dependency latency, and a small op is made of little else. A run's
+ * copies go through the program, i.e. SMs, while its copy bytes are at
+ * most COMMGEMM_P2P_SM_PUSH_BYTES; above that they stay on the copy engine
+ * and only the flag steps between them are merged. Only a run's first
+ * step may wait for other queues; a step of another queue that waits for a
+ * held-back step flushes the run first (the event must be recorded before
+ * the wait is enqueued). Not with COMMGEMM_TIMELINE, which times every
+ * step. */
+static bool program_step(const exec_ctx *x, const plan_step *s) {
+    if (x->timeline || x->dry || s->queue != 0 || !x->st->program_counters)
+        return false;
+    if (s->kind == PLAN_SIGNAL || s->kind == PLAN_WAIT) return true;
+    return s->kind == PLAN_COPY && !ar_accumulate(x);
+}
+
+static bool waits_on_run(const exec_ctx *x, const plan_step *s) {
+    for (int d = 0; d < s->ndeps; d++)
+        for (int j = 0; j < x->nrun; j++)
+            if (s->deps[d] == x->run[j]) return true;
+    return false;
+}
+
+/* Enqueues the held-back steps run[first, last) as one program, then
+ * records their events. */
+static cgm_status run_program(exec_ctx *x, p2p_plan_entry *e, int first,
+                              int last) {
+    cgm_status status = CGM_SUCCESS;
+    p2p_state *st = x->st;
+    cudaStream_t stream = st->queues[0];
+    cgm_dev_program prog;
+    int64_t bytes = 0;
+    memset(&prog, 0, sizeof prog);
+    prog.rank = st->rank;
+    prog.timeout_ns = timeout_ns(st);
+    prog.record = st->abort_dev;
+    for (int j = first; j < last; j++) {
+        const plan_step *s = &e->plan.steps[x->run[j]];
+        cgm_dev_program_op *op = &prog.ops[prog.nops];
+        if (s->kind == PLAN_COPY) {
+            copy_geometry g;
+            CGM_TRY(copy_geometry_of(x, s, x->run[j], &g));
+            if (g.skip) continue;
+            op->kind = CGM_DEV_OP_COPY;
+            op->dst = g.dst;
+            op->src = g.src;
+            op->dst_pitch = (int64_t)g.dst_pitch;
+            op->src_pitch = (int64_t)g.src_pitch;
+            op->width = (int64_t)g.width;
+            op->height = (int64_t)g.height;
+            bytes += op->width * op->height;
+        } else {
+            op->kind = s->kind == PLAN_SIGNAL ? CGM_DEV_OP_SIGNAL
+                                              : CGM_DEV_OP_WAIT;
+            op->flag = flag_cell(st, s);
+            op->peer = s->peer;
+            op->flag_kind = (int)s->flag.kind;
+            op->chunk = s->flag.chunk;
+        }
+        prog.nops++;
+    }
+    if (prog.nops > 0) {
+        int64_t blocks = bytes / P2P_SM_PUSH_BYTES_PER_BLOCK;
+        if (blocks > st->sm_push_blocks) blocks = st->sm_push_blocks;
+        if (blocks < 1) blocks = 1;
+        CGM_CUDA_TRY(cgm_dev_program_run(&prog, st->dev, st->program_counters,
+                                         (int)blocks, stream));
+    }
+    for (int j = first; j < last; j++)
+        if (e->events[x->run[j]])
+            CGM_CUDA_TRY(cudaEventRecord(e->events[x->run[j]], stream));
+fail:
+    return status;
+}
+
+/* Enqueues the held-back run. */
+static cgm_status flush_run(exec_ctx *x, p2p_plan_entry *e) {
+    cgm_status status = CGM_SUCCESS;
+    int n = x->nrun;
+    x->nrun = 0;
+    if (n == 0) return CGM_SUCCESS;
+    const plan_step *head = &e->plan.steps[x->run[0]];
+    if (n == 1) return run_step(x, e, x->run[0]);
+    for (int d = 0; d < head->ndeps; d++)
+        if (e->plan.steps[head->deps[d]].queue != 0)
+            CGM_CUDA_TRY(cudaStreamWaitEvent(x->st->queues[0],
+                                             e->events[head->deps[d]], 0));
+    if (x->run_copy_bytes <= x->st->sm_push_bytes)
+        return run_program(x, e, 0, n);
+    /* Copies on the copy engine; the flag steps between them merged. The
+     * head's waits are enqueued above: run_step adds them again, which
+     * costs nothing on a stream already past them. */
+    for (int j = 0; j < n;) {
+        int k = j;
+        while (k < n && e->plan.steps[x->run[k]].kind != PLAN_COPY) k++;
+        if (k - j >= 2) CGM_TRY(run_program(x, e, j, k));
+        else if (k - j == 1) CGM_TRY(run_step(x, e, x->run[j]));
+        if (k < n) CGM_TRY(run_step(x, e, x->run[k]));
+        j = k + 1;
+    }
+fail:
+    return status;
+}
+
+/* Step i of the op, through the held-back run where it may go. */
+static cgm_status enqueue_step(exec_ctx *x, p2p_plan_entry *e, int i) {
+    cgm_status status = CGM_SUCCESS;
+    const plan_step *s = &e->plan.steps[i];
+    bool joins = program_step(x, s);
+    if (x->nrun > 0 &&
+        ((s->queue == 0 && (!joins || s->ndeps > 0 ||
+                            x->nrun == CGM_DEV_PROGRAM_MAX)) ||
+         waits_on_run(x, s)))
+        CGM_TRY(flush_run(x, e));
+    if (!joins) return run_step(x, e, i);
+    if (x->nrun == 0) x->run_copy_bytes = 0;
+    if (s->kind == PLAN_COPY) {
+        copy_geometry g;
+        CGM_TRY(copy_geometry_of(x, s, i, &g));
+        if (!g.skip) x->run_copy_bytes += (int64_t)(g.width * g.height);
+    }
+    x->run[x->nrun++] = i;
 fail:
     return status;
 }
@@ -598,7 +766,8 @@ cgm_status p2p_execute(p2p_state *st, const cgm_call *call) {
     int nqueues = 1 + req.compute_queues;
     for (int q = 0; q < nqueues; q++)
         CGM_CUDA_TRY(cudaStreamWaitEvent(st->queues[q], st->fork, 0));
-    for (int i = 0; i < e->plan.nsteps; i++) CGM_TRY(run_step(&x, e, i));
+    for (int i = 0; i < e->plan.nsteps; i++) CGM_TRY(enqueue_step(&x, e, i));
+    CGM_TRY(flush_run(&x, e));
     if (call->op == CGM_OP_ALL_GATHER_GEMM && call->has_x_gathered)
         CGM_TRY(copy_gathered(&x, e));
     /* Join: the caller's stream continues after every queue. */
