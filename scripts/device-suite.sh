@@ -28,8 +28,8 @@
 # against low in alternating processes, split and the tuner; PRIO_SHAPES),
 # gemm-order (COMMGEMM_P2P_GEMM_ORDER in_order against alternate, GEMM+RS and
 # GEMM+AR, split and the tuner; ORDER_SHAPES), sm-push (comm programs'
-# copies by SMs up to 8 MiB against the copy engine, COMMGEMM_P2P_SM_PUSH_BYTES
-# 8388608 vs 0; SMPUSH_SHAPES), sm-blocks (COMMGEMM_P2P_SM_PUSH_BLOCKS 16,
+# copies by SMs up to 4 MiB against the copy engine, COMMGEMM_P2P_SM_PUSH_BYTES
+# 4194304 vs 0; SMPUSH_SHAPES), sm-blocks (COMMGEMM_P2P_SM_PUSH_BLOCKS 16,
 # 32, 64 on the small shapes), pack
 # (everything but summary.txt into $OUT/commgemm-logs.tar.gz; run it last).
 # Logs go to $OUT; a summary line per stage is printed last.
@@ -247,7 +247,7 @@ for s in "$@"; do
     gemm-order) stage_ab gemm-order COMMGEMM_P2P_GEMM_ORDER "in_order alternate" \
         "${ORDER_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,1024x28672x8192,2048x2048x2048,4096x4096x4096}" \
         "split auto" --op gemm_rs,gemm_ar ;;
-    sm-push) stage_ab sm-push COMMGEMM_P2P_SM_PUSH_BYTES "8388608 0" \
+    sm-push) stage_ab sm-push COMMGEMM_P2P_SM_PUSH_BYTES "4194304 0" \
         "${SMPUSH_SHAPES:-1024x1024x1024,2048x2048x2048,1024x4096x4096,4096x4096x4096,16384x2048x8192}" "split auto" ;;
     sm-blocks) stage_ab sm-blocks COMMGEMM_P2P_SM_PUSH_BLOCKS "16 32 64" \
         "${SMPUSH_SHAPES:-1024x1024x1024,2048x2048x2048,1024x4096x4096}" "split" ;; fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;; fused-splits) stage_fused_splits ;; copybench) stage_copybench ;;

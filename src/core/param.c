@@ -55,7 +55,7 @@ static const cgm_param params[] = {
      "p2p backend: stream priority of the comm queue (copies and one-thread flag kernels). high (default): the highest, one above the compute queues, so a flag kernel is dispatched at the next free slot. low: the lowest, behind every pending GEMM block (the order before 2026-11-30; a push could then wait for a whole GEMM)."},
     {"COMMGEMM_P2P_GEMM_ORDER", CGM_PARAM_STRING, "in_order",
      "p2p backend, GEMM+RS and GEMM+AR with the split, ring and no_overlap schedules: how the chunk GEMMs are queued. in_order (default): on one compute queue in the schedule's order (the peers' rows first), so each push starts when its GEMM ends. alternate: on two compute queues in turn, so one GEMM's last wave may overlap the next one's first, but the GPU may also run two GEMMs side by side or the later one first, and a push then waits for both (docs/PERFORMANCE.md 4e: 1024x28672x8192 ran in 322 or 436 us from one process to the next). Ranks may differ in this setting."},
-    {"COMMGEMM_P2P_SM_PUSH_BYTES", CGM_PARAM_INT, "8388608",
+    {"COMMGEMM_P2P_SM_PUSH_BYTES", CGM_PARAM_INT, "4194304",
      "p2p backend, split/ring/no_overlap schedules: consecutive comm-queue steps (flag signals, flag waits, copies) run as one kernel instead of one launch each (docs/P2P_BACKEND.md, comm programs); their copies are done by SMs while they move at most this many bytes, else by the copy engine (and only the flag steps are merged). 0: every copy on the copy engine."},
     {"COMMGEMM_P2P_SM_PUSH_BLOCKS", CGM_PARAM_INT, "32",
      "p2p backend: most blocks (of 512 threads, one per 64 KiB copied) of a comm program that copies, 1..1024."},

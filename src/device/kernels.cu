@@ -119,21 +119,48 @@ __device__ void program_copy(const cgm_dev_program_op &op) {
     else copy_rows<unsigned char>(op);
 }
 
-/* cgm_dev_program_run: the ops in order, in every block. A WAIT holds every
- * block (its thread 0 spins, the block meets after); a SIGNAL with no COPY
- * before it is raised by block 0 alone; one after a COPY by the block that
- * reaches it last (counted in counters[i], which that block resets), after
- * a system-scope fence of every block: the peer that sees the flag sees
- * every block's copies. */
+/* cgm_dev_program_run: the ops in order. A COPY is split over every block.
+ * A WAIT holds the block (its thread 0 spins, the block meets after). A
+ * SIGNAL with no COPY before it is raised by block 0; one between copies by
+ * the block that reaches it last (counted in counters[i], which that block
+ * resets), after a system-scope fence of every block: the peer that sees
+ * the flag sees every block's copies. After the last COPY every block but
+ * block 0 reports its arrival (counters[i]) and exits, and block 0, once
+ * all have arrived, runs the rest alone: a trailing WAIT then spins in one
+ * block, not in every block beside the GEMMs. */
 __global__ void __launch_bounds__(512)
-program_kernel(const cgm_dev_program prog, cgm_dev_state *state,
-               unsigned int *counters) {
+program_kernel(const __grid_constant__ cgm_dev_program prog,
+               cgm_dev_state *state, unsigned int *counters) {
     if (aborted(state)) return;
     const unsigned long long epoch =
         *(volatile const unsigned long long *)&state->epoch;
-    bool copied = false;
+    int tail = 0; /* the op after the last COPY */
+    for (int i = 0; i < prog.nops; i++)
+        if (prog.ops[i].kind == CGM_DEV_OP_COPY) tail = i + 1;
+    bool copied = false, alone = gridDim.x == 1;
     for (int i = 0; i < prog.nops; i++) {
         const cgm_dev_program_op &op = prog.ops[i];
+        if (i == tail && !alone) {
+            __syncthreads();
+            if (blockIdx.x != 0) {
+                if (threadIdx.x == 0) {
+                    __threadfence_system();
+                    atomicAdd(&counters[i], 1u);
+                }
+                return;
+            }
+            if (threadIdx.x == 0) {
+                __threadfence_system();
+                volatile unsigned int *arrived = &counters[i];
+                while (*arrived < gridDim.x - 1 && !aborted(state))
+                    __nanosleep(100);
+                counters[i] = 0;
+                __threadfence_system();
+            }
+            __syncthreads();
+            if (aborted(state)) return;
+            alone = true;
+        }
         if (op.kind == CGM_DEV_OP_COPY) {
             program_copy(op);
             copied = true;
@@ -143,7 +170,10 @@ program_kernel(const cgm_dev_program prog, cgm_dev_state *state,
                                       op.peer, op.flag_kind, op.chunk, epoch,
                                       prog.timeout_ns);
             if (__syncthreads_or(fail)) return;
-        } else if (!copied) {
+        } else if (!copied || alone) {
+            /* Block 0: no copy before it, or the only block left (the
+             * grid's one block, or every other block arrived, above). */
+            if (copied) __syncthreads(); /* this block's own copies */
             if (blockIdx.x == 0 && threadIdx.x == 0) {
                 __threadfence_system();
                 store_release_sys(op.flag, epoch);

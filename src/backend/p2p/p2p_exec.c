@@ -35,9 +35,11 @@ typedef struct exec_ctx {
     bool dry; /* check every step, enqueue nothing */
     bool timeline; /* COMMGEMM_TIMELINE: events around every step */
     view views[PLAN_BUF_COUNT];
-    /* Comm-queue steps held back to run as one program kernel (below). */
+    /* The comm-queue steps enqueued as one program kernel (below), the
+     * last of them, and the copy bytes among them. */
     int run[CGM_DEV_PROGRAM_MAX];
     int nrun;
+    int run_last;
     int64_t run_copy_bytes;
 } exec_ctx;
 
@@ -464,16 +466,23 @@ fail:
 
 /* ------------------------------------------------------- comm programs */
 
-/* Runs of consecutive comm-queue steps (signals, waits, plain copies) are
- * held back and enqueued as one program kernel (cgm_dev_program_run): each
- * separate flag kernel or copy costs a few microseconds of launch and
- * dependency latency, and a small op is made of little else. A run's
- * copies go through the program, i.e. SMs, while its copy bytes are at
- * most COMMGEMM_P2P_SM_PUSH_BYTES; above that they stay on the copy engine
- * and only the flag steps between them are merged. Only a run's first
- * step may wait for other queues; a step of another queue that waits for a
- * held-back step flushes the run first (the event must be recorded before
- * the wait is enqueued). Not with COMMGEMM_TIMELINE, which times every
+/* Runs of comm-queue steps (signals, waits, plain copies) are enqueued as
+ * one program kernel (cgm_dev_program_run): each separate flag kernel or
+ * copy costs a few microseconds of launch and dependency latency, and a
+ * small op is made of little else. A run's copies go through the program,
+ * i.e. SMs, while its copy bytes are at most COMMGEMM_P2P_SM_PUSH_BYTES;
+ * above that they stay on the copy engine and only the flag steps between
+ * them are merged.
+ *
+ * A run starts at a comm-queue step and takes the following comm-queue
+ * steps (those of other queues in between are enqueued after it) up to one
+ * that cannot join: another kind, a wait for another queue (only the first
+ * step may have one), or a full program. It is enqueued at its first
+ * step's place in plan order: streams may share a hardware queue, so a
+ * comm step enqueued after a spinning wait of a compute queue could wait
+ * behind it for ever. Steps of other queues between a run's steps never
+ * signal a peer and no run step waits for them, so enqueueing them after
+ * the run adds no wait. Not with COMMGEMM_TIMELINE, which times every
  * step. */
 static bool program_step(const exec_ctx *x, const plan_step *s) {
     if (x->timeline || x->dry || s->queue != 0 || !x->st->program_counters)
@@ -482,15 +491,8 @@ static bool program_step(const exec_ctx *x, const plan_step *s) {
     return s->kind == PLAN_COPY && !ar_accumulate(x);
 }
 
-static bool waits_on_run(const exec_ctx *x, const plan_step *s) {
-    for (int d = 0; d < s->ndeps; d++)
-        for (int j = 0; j < x->nrun; j++)
-            if (s->deps[d] == x->run[j]) return true;
-    return false;
-}
-
-/* Enqueues the held-back steps run[first, last) as one program, then
- * records their events. */
+/* Enqueues the run's steps run[first, last) as one program, then records
+ * their events. */
 static cgm_status run_program(exec_ctx *x, p2p_plan_entry *e, int first,
                               int last) {
     cgm_status status = CGM_SUCCESS;
@@ -541,7 +543,7 @@ fail:
     return status;
 }
 
-/* Enqueues the held-back run. */
+/* Enqueues the collected run. */
 static cgm_status flush_run(exec_ctx *x, p2p_plan_entry *e) {
     cgm_status status = CGM_SUCCESS;
     int n = x->nrun;
@@ -570,24 +572,29 @@ fail:
     return status;
 }
 
-/* Step i of the op, through the held-back run where it may go. */
+/* Step i of the op: a comm-queue step already enqueued in a run is skipped;
+ * one that can start a run starts it (above); others run alone. */
 static cgm_status enqueue_step(exec_ctx *x, p2p_plan_entry *e, int i) {
     cgm_status status = CGM_SUCCESS;
     const plan_step *s = &e->plan.steps[i];
-    bool joins = program_step(x, s);
-    if (x->nrun > 0 &&
-        ((s->queue == 0 && (!joins || s->ndeps > 0 ||
-                            x->nrun == CGM_DEV_PROGRAM_MAX)) ||
-         waits_on_run(x, s)))
-        CGM_TRY(flush_run(x, e));
-    if (!joins) return run_step(x, e, i);
-    if (x->nrun == 0) x->run_copy_bytes = 0;
-    if (s->kind == PLAN_COPY) {
-        copy_geometry g;
-        CGM_TRY(copy_geometry_of(x, s, i, &g));
-        if (!g.skip) x->run_copy_bytes += (int64_t)(g.width * g.height);
+    if (s->queue == 0 && i <= x->run_last) return CGM_SUCCESS;
+    if (!program_step(x, s)) return run_step(x, e, i);
+    x->nrun = 0;
+    x->run_copy_bytes = 0;
+    for (int j = i; j < e->plan.nsteps && x->nrun < CGM_DEV_PROGRAM_MAX;
+         j++) {
+        const plan_step *t = &e->plan.steps[j];
+        if (t->queue != 0) continue;
+        if (j > i && (!program_step(x, t) || t->ndeps > 0)) break;
+        if (t->kind == PLAN_COPY) {
+            copy_geometry g;
+            CGM_TRY(copy_geometry_of(x, t, j, &g));
+            if (!g.skip) x->run_copy_bytes += (int64_t)(g.width * g.height);
+        }
+        x->run[x->nrun++] = j;
+        x->run_last = j;
     }
-    x->run[x->nrun++] = i;
+    CGM_TRY(flush_run(x, e));
 fail:
     return status;
 }
@@ -766,8 +773,8 @@ cgm_status p2p_execute(p2p_state *st, const cgm_call *call) {
     int nqueues = 1 + req.compute_queues;
     for (int q = 0; q < nqueues; q++)
         CGM_CUDA_TRY(cudaStreamWaitEvent(st->queues[q], st->fork, 0));
+    x.run_last = -1;
     for (int i = 0; i < e->plan.nsteps; i++) CGM_TRY(enqueue_step(&x, e, i));
-    CGM_TRY(flush_run(&x, e));
     if (call->op == CGM_OP_ALL_GATHER_GEMM && call->has_x_gathered)
         CGM_TRY(copy_gathered(&x, e));
     /* Join: the caller's stream continues after every queue. */
