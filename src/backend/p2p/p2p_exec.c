@@ -35,11 +35,10 @@ typedef struct exec_ctx {
     bool dry; /* check every step, enqueue nothing */
     bool timeline; /* COMMGEMM_TIMELINE: events around every step */
     view views[PLAN_BUF_COUNT];
-    /* The comm-queue steps enqueued as one program kernel (below), the
-     * last of them, and the copy bytes among them. */
+    /* Comm-queue steps held back to run as one program kernel (below),
+     * and the copy bytes among them. */
     int run[CGM_DEV_PROGRAM_MAX];
     int nrun;
-    int run_last;
     int64_t run_copy_bytes;
 } exec_ctx;
 
@@ -466,24 +465,24 @@ fail:
 
 /* ------------------------------------------------------- comm programs */
 
-/* Runs of comm-queue steps (signals, waits, plain copies) are enqueued as
- * one program kernel (cgm_dev_program_run): each separate flag kernel or
- * copy costs a few microseconds of launch and dependency latency, and a
- * small op is made of little else. A run's copies go through the program,
- * i.e. SMs, while its copy bytes are at most COMMGEMM_P2P_SM_PUSH_BYTES;
- * above that they stay on the copy engine and only the flag steps between
- * them are merged.
+/* Runs of consecutive comm-queue steps (signals, waits, plain copies) are
+ * enqueued as one program kernel (cgm_dev_program_run): each separate flag
+ * kernel or copy costs a few microseconds of launch and dependency latency,
+ * and a small op is made of little else. A run's copies go through the
+ * program, i.e. SMs, while its copy bytes are at most
+ * COMMGEMM_P2P_SM_PUSH_BYTES; above that they stay on the copy engine and
+ * only the flag steps between them are merged.
  *
- * A run starts at a comm-queue step and takes the following comm-queue
- * steps (those of other queues in between are enqueued after it) up to one
- * that cannot join: another kind, a wait for another queue (only the first
- * step may have one), or a full program. It is enqueued at its first
- * step's place in plan order: streams may share a hardware queue, so a
- * comm step enqueued after a spinning wait of a compute queue could wait
- * behind it for ever. Steps of other queues between a run's steps never
- * signal a peer and no run step waits for them, so enqueueing them after
- * the run adds no wait. Not with COMMGEMM_TIMELINE, which times every
- * step. */
+ * A run is held back while plan order goes on, and enqueued before the
+ * first of: a comm-queue step that cannot join it (another kind, a wait for
+ * another queue: only a run's first step may have one, or a full program),
+ * a step that waits for one of its steps, a WAIT of another queue, the
+ * op's end. So the steps of other queues enqueued before it are GEMMs and
+ * reduces it does not wait for (they start first, as in plan order), and
+ * no spinning wait of another queue is ever enqueued before comm steps
+ * that precede it in plan order: streams may share a hardware queue, and a
+ * comm step behind a wait that needs it would never run (an AG hung so).
+ * Not with COMMGEMM_TIMELINE, which times every step. */
 static bool program_step(const exec_ctx *x, const plan_step *s) {
     if (x->timeline || x->dry || s->queue != 0 || !x->st->program_counters)
         return false;
@@ -543,7 +542,7 @@ fail:
     return status;
 }
 
-/* Enqueues the collected run. */
+/* Enqueues the held-back run. */
 static cgm_status flush_run(exec_ctx *x, p2p_plan_entry *e) {
     cgm_status status = CGM_SUCCESS;
     int n = x->nrun;
@@ -572,29 +571,31 @@ fail:
     return status;
 }
 
-/* Step i of the op: a comm-queue step already enqueued in a run is skipped;
- * one that can start a run starts it (above); others run alone. */
+static bool waits_on_run(const exec_ctx *x, const plan_step *s) {
+    for (int d = 0; d < s->ndeps; d++)
+        for (int j = 0; j < x->nrun; j++)
+            if (s->deps[d] == x->run[j]) return true;
+    return false;
+}
+
+/* Step i of the op, through the held-back run where it may go (above). */
 static cgm_status enqueue_step(exec_ctx *x, p2p_plan_entry *e, int i) {
     cgm_status status = CGM_SUCCESS;
     const plan_step *s = &e->plan.steps[i];
-    if (s->queue == 0 && i <= x->run_last) return CGM_SUCCESS;
-    if (!program_step(x, s)) return run_step(x, e, i);
-    x->nrun = 0;
-    x->run_copy_bytes = 0;
-    for (int j = i; j < e->plan.nsteps && x->nrun < CGM_DEV_PROGRAM_MAX;
-         j++) {
-        const plan_step *t = &e->plan.steps[j];
-        if (t->queue != 0) continue;
-        if (j > i && (!program_step(x, t) || t->ndeps > 0)) break;
-        if (t->kind == PLAN_COPY) {
-            copy_geometry g;
-            CGM_TRY(copy_geometry_of(x, t, j, &g));
-            if (!g.skip) x->run_copy_bytes += (int64_t)(g.width * g.height);
-        }
-        x->run[x->nrun++] = j;
-        x->run_last = j;
+    bool joins = program_step(x, s);
+    if (x->nrun > 0 &&
+        ((s->queue == 0 && (!joins || s->ndeps > 0 ||
+                            x->nrun == CGM_DEV_PROGRAM_MAX)) ||
+         (s->queue != 0 && s->kind == PLAN_WAIT) || waits_on_run(x, s)))
+        CGM_TRY(flush_run(x, e));
+    if (!joins) return run_step(x, e, i);
+    if (x->nrun == 0) x->run_copy_bytes = 0;
+    if (s->kind == PLAN_COPY) {
+        copy_geometry g;
+        CGM_TRY(copy_geometry_of(x, s, i, &g));
+        if (!g.skip) x->run_copy_bytes += (int64_t)(g.width * g.height);
     }
-    CGM_TRY(flush_run(x, e));
+    x->run[x->nrun++] = i;
 fail:
     return status;
 }
@@ -773,8 +774,8 @@ cgm_status p2p_execute(p2p_state *st, const cgm_call *call) {
     int nqueues = 1 + req.compute_queues;
     for (int q = 0; q < nqueues; q++)
         CGM_CUDA_TRY(cudaStreamWaitEvent(st->queues[q], st->fork, 0));
-    x.run_last = -1;
     for (int i = 0; i < e->plan.nsteps; i++) CGM_TRY(enqueue_step(&x, e, i));
+    CGM_TRY(flush_run(&x, e));
     if (call->op == CGM_OP_ALL_GATHER_GEMM && call->has_x_gathered)
         CGM_TRY(copy_gathered(&x, e));
     /* Join: the caller's stream continues after every queue. */
