@@ -35,14 +35,11 @@ typedef struct exec_ctx {
     bool dry; /* check every step, enqueue nothing */
     bool timeline; /* COMMGEMM_TIMELINE: events around every step */
     view views[PLAN_BUF_COUNT];
-    /* A run of comm-queue steps for one program kernel (below), its copy
-     * bytes, whether its copies stay on the copy engine, and the last step
-     * of the runs enqueued ahead of plan order. */
+    /* Comm-queue steps held back to run as one program kernel (below),
+     * and the copy bytes among them. */
     int run[CGM_DEV_PROGRAM_MAX];
     int nrun;
     int64_t run_copy_bytes;
-    bool run_ce;
-    int run_last;
 } exec_ctx;
 
 static cgm_status setup_views(exec_ctx *x, plan_op op) {
@@ -471,27 +468,21 @@ fail:
 /* Runs of consecutive comm-queue steps (signals, waits, plain copies) are
  * enqueued as one program kernel (cgm_dev_program_run): each separate flag
  * kernel or copy costs a few microseconds of launch and dependency latency,
- * and a small op is made of little else.
+ * and a small op is made of little else. A run's copies go through the
+ * program, i.e. SMs, while its copy bytes are at most
+ * COMMGEMM_P2P_SM_PUSH_BYTES; above that they stay on the copy engine and
+ * only the flag steps between them are merged.
  *
- * A run starts at a comm-queue step and takes the following comm-queue
- * steps up to one that cannot join: another kind, a wait for another queue
- * (only a run's first step may have one), or a full program. Two ways:
- *   - SM copies: when the run copies at most COMMGEMM_P2P_SM_PUSH_BYTES,
- *     the program copies with SMs, and it is enqueued at its first step's
- *     place, before the other queues' steps between its steps (none of which
- *     signals a peer, and none of its steps waits for them): its blocks
- *     then get SMs before a GEMM fills them (measured: docs/PERFORMANCE.md
- *     4e).
- *   - otherwise the copies stay on the copy engine and only the flag steps
- *     between them are merged. The run is held back while plan order goes
- *     on, and enqueued before the first of: a comm-queue step that cannot
- *     join it, a step that waits for one of its steps, a WAIT of another
- *     queue, the op's end. The GEMMs that precede it then start first, as
- *     in plan order.
- * Either way no spinning wait of another queue is enqueued before comm
- * steps that precede it in plan order: streams may share a hardware queue,
- * and a comm step behind a wait that needs it would never run (an AG hung
- * so). Not with COMMGEMM_TIMELINE, which times every step. */
+ * A run is held back while plan order goes on, and enqueued before the
+ * first of: a comm-queue step that cannot join it (another kind, a wait for
+ * another queue: only a run's first step may have one, or a full program),
+ * a step that waits for one of its steps, a WAIT of another queue, the
+ * op's end. So the steps of other queues enqueued before it are GEMMs and
+ * reduces it does not wait for (they start first, as in plan order), and
+ * no spinning wait of another queue is ever enqueued before comm steps
+ * that precede it in plan order: streams may share a hardware queue, and a
+ * comm step behind a wait that needs it would never run (an AG hung so).
+ * Not with COMMGEMM_TIMELINE, which times every step. */
 static bool program_step(const exec_ctx *x, const plan_step *s) {
     if (x->timeline || x->dry || s->queue != 0 || !x->st->program_counters)
         return false;
@@ -563,7 +554,8 @@ static cgm_status flush_run(exec_ctx *x, p2p_plan_entry *e) {
         if (e->plan.steps[head->deps[d]].queue != 0)
             CGM_CUDA_TRY(cudaStreamWaitEvent(x->st->queues[0],
                                              e->events[head->deps[d]], 0));
-    if (!x->run_ce) return run_program(x, e, 0, n);
+    if (x->run_copy_bytes <= x->st->sm_push_bytes)
+        return run_program(x, e, 0, n);
     /* Copies on the copy engine; the flag steps between them merged. The
      * head's waits are enqueued above: run_step adds them again, which
      * costs nothing on a stream already past them. */
@@ -586,47 +578,10 @@ static bool waits_on_run(const exec_ctx *x, const plan_step *s) {
     return false;
 }
 
-/* Bytes a COPY step moves (0 for others and skipped copies). */
-static cgm_status copy_bytes(const exec_ctx *x, const plan_step *s, int i,
-                             int64_t *bytes) {
-    cgm_status status = CGM_SUCCESS;
-    copy_geometry g;
-    *bytes = 0;
-    if (s->kind != PLAN_COPY) return CGM_SUCCESS;
-    CGM_TRY(copy_geometry_of(x, s, i, &g));
-    if (!g.skip) *bytes = (int64_t)(g.width * g.height);
-fail:
-    return status;
-}
-
-/* The run that would start at comm-queue step i (above): its steps into
- * x->run, *copies whether it copies, and its copy bytes. */
-static cgm_status collect_run(exec_ctx *x, p2p_plan_entry *e, int i,
-                              bool *copies) {
-    cgm_status status = CGM_SUCCESS;
-    x->nrun = 0;
-    x->run_copy_bytes = 0;
-    *copies = false;
-    for (int j = i; j < e->plan.nsteps && x->nrun < CGM_DEV_PROGRAM_MAX;
-         j++) {
-        const plan_step *t = &e->plan.steps[j];
-        int64_t bytes = 0;
-        if (t->queue != 0) continue;
-        if (j > i && (!program_step(x, t) || t->ndeps > 0)) break;
-        CGM_TRY(copy_bytes(x, t, j, &bytes));
-        *copies = *copies || t->kind == PLAN_COPY;
-        x->run_copy_bytes += bytes;
-        x->run[x->nrun++] = j;
-    }
-fail:
-    return status;
-}
-
-/* Step i of the op, through a run where it may go (above). */
+/* Step i of the op, through the held-back run where it may go (above). */
 static cgm_status enqueue_step(exec_ctx *x, p2p_plan_entry *e, int i) {
     cgm_status status = CGM_SUCCESS;
     const plan_step *s = &e->plan.steps[i];
-    if (s->queue == 0 && i <= x->run_last) return CGM_SUCCESS; /* enqueued */
     bool joins = program_step(x, s);
     if (x->nrun > 0 &&
         ((s->queue == 0 && (!joins || s->ndeps > 0 ||
@@ -634,21 +589,12 @@ static cgm_status enqueue_step(exec_ctx *x, p2p_plan_entry *e, int i) {
          (s->queue != 0 && s->kind == PLAN_WAIT) || waits_on_run(x, s)))
         CGM_TRY(flush_run(x, e));
     if (!joins) return run_step(x, e, i);
-    int64_t bytes = 0;
-    if (x->nrun == 0) {
-        bool copies = false;
-        CGM_TRY(collect_run(x, e, i, &copies));
-        if (copies && x->run_copy_bytes <= x->st->sm_push_bytes) {
-            x->run_ce = false; /* SM copies, enqueued now */
-            x->run_last = x->run[x->nrun - 1];
-            return flush_run(x, e);
-        }
-        x->nrun = 0; /* held back from this step on */
-        x->run_copy_bytes = 0;
-        x->run_ce = true;
+    if (x->nrun == 0) x->run_copy_bytes = 0;
+    if (s->kind == PLAN_COPY) {
+        copy_geometry g;
+        CGM_TRY(copy_geometry_of(x, s, i, &g));
+        if (!g.skip) x->run_copy_bytes += (int64_t)(g.width * g.height);
     }
-    CGM_TRY(copy_bytes(x, s, i, &bytes));
-    x->run_copy_bytes += bytes;
     x->run[x->nrun++] = i;
 fail:
     return status;
@@ -828,7 +774,6 @@ cgm_status p2p_execute(p2p_state *st, const cgm_call *call) {
     int nqueues = 1 + req.compute_queues;
     for (int q = 0; q < nqueues; q++)
         CGM_CUDA_TRY(cudaStreamWaitEvent(st->queues[q], st->fork, 0));
-    x.run_last = -1;
     for (int i = 0; i < e->plan.nsteps; i++) CGM_TRY(enqueue_step(&x, e, i));
     CGM_TRY(flush_run(&x, e));
     if (call->op == CGM_OP_ALL_GATHER_GEMM && call->has_x_gathered)
