@@ -28,9 +28,9 @@
 # against low in alternating processes, split and the tuner; PRIO_SHAPES),
 # gemm-order (COMMGEMM_P2P_GEMM_ORDER in_order against alternate, GEMM+RS and
 # GEMM+AR, split and the tuner; ORDER_SHAPES), sm-push (comm programs'
-# copies by SMs up to 4 MiB against the copy engine, COMMGEMM_P2P_SM_PUSH_BYTES
-# 4194304 vs 0; SMPUSH_SHAPES), sm-blocks (COMMGEMM_P2P_SM_PUSH_BLOCKS 16,
-# 32, 64 on the small shapes), max-conn (CUDA_DEVICE_MAX_CONNECTIONS 8, the
+# copies on the copy engine against SMs up to 4 MiB, COMMGEMM_P2P_SM_PUSH_BYTES
+# 0 vs 4194304; SMPUSH_SHAPES), sm-blocks (COMMGEMM_P2P_SM_PUSH_BLOCKS 16,
+# 32, 64 with SM copies up to 4 MiB, on the small shapes), max-conn (CUDA_DEVICE_MAX_CONNECTIONS 8, the
 # default, against 32: do the p2p queues share hardware queues?), pack
 # (everything but summary.txt into $OUT/commgemm-logs.tar.gz; run it last).
 # Logs go to $OUT; a summary line per stage is printed last.
@@ -248,11 +248,11 @@ for s in "$@"; do
     gemm-order) stage_ab gemm-order COMMGEMM_P2P_GEMM_ORDER "in_order alternate" \
         "${ORDER_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,1024x28672x8192,2048x2048x2048,4096x4096x4096}" \
         "split auto" --op gemm_rs,gemm_ar ;;
-    sm-push) stage_ab sm-push COMMGEMM_P2P_SM_PUSH_BYTES "4194304 0" \
+    sm-push) stage_ab sm-push COMMGEMM_P2P_SM_PUSH_BYTES "0 4194304" \
         "${SMPUSH_SHAPES:-1024x1024x1024,2048x2048x2048,1024x4096x4096,4096x4096x4096,16384x2048x8192}" "split auto" ;;
     max-conn) stage_ab max-conn CUDA_DEVICE_MAX_CONNECTIONS "8 32" \
         "${SMPUSH_SHAPES:-2048x2048x2048,16384x2048x8192,8192x4096x4096,4096x28672x8192}" "split" ;;
-    sm-blocks) stage_ab sm-blocks COMMGEMM_P2P_SM_PUSH_BLOCKS "16 32 64" \
+    sm-blocks) COMMGEMM_P2P_SM_PUSH_BYTES=4194304 stage_ab sm-blocks COMMGEMM_P2P_SM_PUSH_BLOCKS "16 32 64" \
         "${SMPUSH_SHAPES:-1024x1024x1024,2048x2048x2048,1024x4096x4096}" "split" ;; fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;; fused-splits) stage_fused_splits ;; copybench) stage_copybench ;;
     compare-fused) stage_compare fused "COMPARE_ARGS=--graph --backends p2p,p2p-fused,p2p-split" ;;
     compare-fused-outpartial) stage_compare fused-outpartial "COMPARE_ARGS=--graph --ops gemm_rs --backends p2p,p2p-fused,p2p-split" \

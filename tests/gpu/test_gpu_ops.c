@@ -40,8 +40,8 @@ typedef struct op_case {
     cgm_op op;
     int single_rank;     /* 1: a group of one rank */
     int output_partials; /* 1: COMMGEMM_PARTIAL_DTYPE=output (RS, AR) */
-    int ce_copies;       /* 1: COMMGEMM_P2P_SM_PUSH_BYTES=0 (p2p copies on
-                            the copy engine, flag steps still merged) */
+    int sm_copies;       /* 1: COMMGEMM_P2P_SM_PUSH_BYTES=4194304 (the p2p
+                            comm programs copy up to 4 MiB with SMs) */
 } op_case;
 
 /* One GEMM op (AG, RS or AR), checked against the reference. */
@@ -220,10 +220,10 @@ static void test_ops(const void *param) {
     cgm_config cfg = gpu_config();
     /* Read at every call (cgm_partial_dtype); the ranks are forked. */
     if (c->output_partials) setenv("COMMGEMM_PARTIAL_DTYPE", "output", 1);
-    if (c->ce_copies) setenv("COMMGEMM_P2P_SM_PUSH_BYTES", "0", 1);
+    if (c->sm_copies) setenv("COMMGEMM_P2P_SM_PUSH_BYTES", "4194304", 1);
     gpu_run(ranks_of(c->single_rank), &cfg, ops_body, (void *)c, 240);
     if (c->output_partials) unsetenv("COMMGEMM_PARTIAL_DTYPE");
-    if (c->ce_copies) unsetenv("COMMGEMM_P2P_SM_PUSH_BYTES");
+    if (c->sm_copies) unsetenv("COMMGEMM_P2P_SM_PUSH_BYTES");
 }
 
 /* ------------------------------------------------------------------ bulk */
@@ -334,7 +334,7 @@ static void register_cases(void) {
         snprintf(name, sizeof name, "%s_%s%s%s", cgm_op_name(cases[i].op),
                  cases[i].single_rank ? "one_rank" : "all_gpus",
                  cases[i].output_partials ? "_output_partials" : "",
-                 cases[i].ce_copies ? "_ce_copies" : "");
+                 cases[i].sm_copies ? "_sm_copies" : "");
         test_add(name, cases[i].op == CGM_OP_BULK ? test_bulk : test_ops,
                  &cases[i]);
     }
