@@ -33,6 +33,7 @@ typedef struct p2p_plan_entry {
     plan_request req; /* the key */
     plan plan;
     cudaEvent_t *events; /* per step; NULL where no other queue waits on it */
+    plan_unit *units;    /* room for plan_units' order (one per step) */
     uint64_t last_use;
 } p2p_plan_entry;
 

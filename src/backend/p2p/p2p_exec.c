@@ -35,8 +35,8 @@ typedef struct exec_ctx {
     bool dry; /* check every step, enqueue nothing */
     bool timeline; /* COMMGEMM_TIMELINE: events around every step */
     view views[PLAN_BUF_COUNT];
-    /* Comm-queue steps held back to run as one program kernel (below),
-     * and the copy bytes among them. */
+    /* The run of comm-queue steps being enqueued as one program kernel
+     * (below), and the copy bytes among them. */
     int run[CGM_DEV_PROGRAM_MAX];
     int nrun;
     int64_t run_copy_bytes;
@@ -471,23 +471,16 @@ fail:
  * and a small op is made of little else. A run's copies go through the
  * program, i.e. SMs, while its copy bytes are at most
  * COMMGEMM_P2P_SM_PUSH_BYTES; above that they stay on the copy engine and
- * only the flag steps between them are merged.
- *
- * A run is held back while plan order goes on, and enqueued before the
- * first of: a comm-queue step that cannot join it (another kind, a wait for
- * another queue: only a run's first step may have one, or a full program),
- * a step that waits for one of its steps, a WAIT of another queue, the
- * op's end. So the steps of other queues enqueued before it are GEMMs and
- * reduces it does not wait for (they start first, as in plan order), and
- * no spinning wait of another queue is ever enqueued before comm steps
- * that precede it in plan order: streams may share a hardware queue, and a
- * comm step behind a wait that needs it would never run (an AG hung so).
- * Not with COMMGEMM_TIMELINE, which times every step. */
-static bool program_step(const exec_ctx *x, const plan_step *s) {
-    if (x->timeline || x->dry || s->queue != 0 || !x->st->program_counters)
-        return false;
-    if (s->kind == PLAN_SIGNAL || s->kind == PLAN_WAIT) return true;
-    return s->kind == PLAN_COPY && !ar_accumulate(x);
+ * only the flag steps between them are merged. Which steps form a run,
+ * and where it is enqueued, is plan_units' (plan.h; test_plan_units checks
+ * that no wait of another queue is enqueued before the comm steps that
+ * precede it: streams may share a hardware queue, and an AG hung so). Not
+ * with COMMGEMM_TIMELINE, which times every step. */
+_Static_assert(CGM_DEV_PROGRAM_MAX <= PLAN_UNIT_MAX,
+               "a plan_units run must fit one program");
+
+static bool programs_on(const exec_ctx *x) {
+    return !x->timeline && x->st->program_counters != NULL;
 }
 
 /* Enqueues the run's steps run[first, last) as one program, then records
@@ -542,7 +535,7 @@ fail:
     return status;
 }
 
-/* Enqueues the held-back run. */
+/* Enqueues the run in x->run. */
 static cgm_status flush_run(exec_ctx *x, p2p_plan_entry *e) {
     cgm_status status = CGM_SUCCESS;
     int n = x->nrun;
@@ -571,31 +564,23 @@ fail:
     return status;
 }
 
-static bool waits_on_run(const exec_ctx *x, const plan_step *s) {
-    for (int d = 0; d < s->ndeps; d++)
-        for (int j = 0; j < x->nrun; j++)
-            if (s->deps[d] == x->run[j]) return true;
-    return false;
-}
-
-/* Step i of the op, through the held-back run where it may go (above). */
-static cgm_status enqueue_step(exec_ctx *x, p2p_plan_entry *e, int i) {
+/* One unit of plan_units: a step alone, or a run for one program. */
+static cgm_status enqueue_unit(exec_ctx *x, p2p_plan_entry *e,
+                               const plan_unit *u) {
     cgm_status status = CGM_SUCCESS;
-    const plan_step *s = &e->plan.steps[i];
-    bool joins = program_step(x, s);
-    if (x->nrun > 0 &&
-        ((s->queue == 0 && (!joins || s->ndeps > 0 ||
-                            x->nrun == CGM_DEV_PROGRAM_MAX)) ||
-         (s->queue != 0 && s->kind == PLAN_WAIT) || waits_on_run(x, s)))
-        CGM_TRY(flush_run(x, e));
-    if (!joins) return run_step(x, e, i);
-    if (x->nrun == 0) x->run_copy_bytes = 0;
-    if (s->kind == PLAN_COPY) {
-        copy_geometry g;
-        CGM_TRY(copy_geometry_of(x, s, i, &g));
-        if (!g.skip) x->run_copy_bytes += (int64_t)(g.width * g.height);
+    if (u->nsteps == 1) return run_step(x, e, u->steps[0]);
+    x->nrun = 0;
+    x->run_copy_bytes = 0;
+    for (int j = 0; j < u->nsteps; j++) {
+        const plan_step *s = &e->plan.steps[u->steps[j]];
+        if (s->kind == PLAN_COPY) {
+            copy_geometry g;
+            CGM_TRY(copy_geometry_of(x, s, u->steps[j], &g));
+            if (!g.skip) x->run_copy_bytes += (int64_t)(g.width * g.height);
+        }
+        x->run[x->nrun++] = u->steps[j];
     }
-    x->run[x->nrun++] = i;
+    CGM_TRY(flush_run(x, e));
 fail:
     return status;
 }
@@ -774,8 +759,13 @@ cgm_status p2p_execute(p2p_state *st, const cgm_call *call) {
     int nqueues = 1 + req.compute_queues;
     for (int q = 0; q < nqueues; q++)
         CGM_CUDA_TRY(cudaStreamWaitEvent(st->queues[q], st->fork, 0));
-    for (int i = 0; i < e->plan.nsteps; i++) CGM_TRY(enqueue_step(&x, e, i));
-    CGM_TRY(flush_run(&x, e));
+    if (programs_on(&x)) {
+        int n = plan_units(&e->plan, !ar_accumulate(&x), CGM_DEV_PROGRAM_MAX,
+                           e->units);
+        for (int u = 0; u < n; u++) CGM_TRY(enqueue_unit(&x, e, &e->units[u]));
+    } else {
+        for (int i = 0; i < e->plan.nsteps; i++) CGM_TRY(run_step(&x, e, i));
+    }
     if (call->op == CGM_OP_ALL_GATHER_GEMM && call->has_x_gathered)
         CGM_TRY(copy_gathered(&x, e));
     /* Join: the caller's stream continues after every queue. */

@@ -54,6 +54,7 @@ static void entry_clear(p2p_plan_entry *e) {
             if (e->events[i]) cudaEventDestroy(e->events[i]);
         free(e->events);
     }
+    free(e->units);
     if (e->used) plan_free(&e->plan);
     memset(e, 0, sizeof *e);
 }
@@ -115,7 +116,9 @@ cgm_status p2p_plan_lookup(p2p_state *st, const plan_request *req,
     }
     victim->events = calloc((size_t)(p->nsteps ? p->nsteps : 1),
                             sizeof(cudaEvent_t));
-    if (!victim->events) {
+    victim->units = calloc((size_t)(p->nsteps ? p->nsteps : 1),
+                           sizeof(plan_unit));
+    if (!victim->events || !victim->units) {
         status = cgm_error(CGM_ERROR_OUT_OF_MEMORY, "events of a plan");
         goto fail;
     }
