@@ -114,6 +114,24 @@ static inline size_t p2p_flag_offset(const p2p_state *st, int src_rank,
                 st->flag_chunks + chunk) * sizeof(unsigned long long);
 }
 
+/* The cell a SIGNAL of mine to `peer` stores into (peer-mapped), and the
+ * cell where I wait for `sender`'s (local). */
+static inline unsigned long long *p2p_flag_to(const p2p_state *st, int peer,
+                                              plan_flag flag) {
+    return (unsigned long long *)((char *)st->ws.peer[peer] +
+                                  p2p_flag_offset(st, st->rank, flag));
+}
+static inline unsigned long long *p2p_flag_from(const p2p_state *st,
+                                                int sender, plan_flag flag) {
+    return (unsigned long long *)((char *)st->ws.local +
+                                  p2p_flag_offset(st, sender, flag));
+}
+
+/* The bound of every device wait, in nanoseconds. */
+static inline unsigned long long p2p_timeout_ns(const p2p_state *st) {
+    return (unsigned long long)st->timeout_ms * 1000000ull;
+}
+
 /* The asynchronous error of a p2p comm: CGM_SUCCESS, or the status of a
  * wait that expired on the device (CGM_ERROR_TIMEOUT naming the rank that
  * never came, the flag and the chunk), with the detail set. Never blocks.

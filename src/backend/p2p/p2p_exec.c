@@ -35,11 +35,6 @@ typedef struct exec_ctx {
     bool dry; /* check every step, enqueue nothing */
     bool timeline; /* COMMGEMM_TIMELINE: events around every step */
     view views[PLAN_BUF_COUNT];
-    /* The run of comm-queue steps being enqueued as one program kernel
-     * (below), and the copy bytes among them. */
-    int run[CGM_DEV_PROGRAM_MAX];
-    int nrun;
-    int64_t run_copy_bytes;
 } exec_ctx;
 
 static cgm_status setup_views(exec_ctx *x, plan_op op) {
@@ -406,18 +401,10 @@ fail:
     return status;
 }
 
-/* The flag cell of a SIGNAL (the peer's cell for me, peer-mapped) or a
- * WAIT (my cell for the peer). */
+/* The flag cell of a SIGNAL or WAIT step. */
 static unsigned long long *flag_cell(const p2p_state *st, const plan_step *s) {
-    if (s->kind == PLAN_SIGNAL)
-        return (unsigned long long *)((char *)st->ws.peer[s->peer] +
-                                      p2p_flag_offset(st, st->rank, s->flag));
-    return (unsigned long long *)((char *)st->ws.local +
-                                  p2p_flag_offset(st, s->peer, s->flag));
-}
-
-static unsigned long long timeout_ns(const p2p_state *st) {
-    return (unsigned long long)st->timeout_ms * 1000000ull;
+    return s->kind == PLAN_SIGNAL ? p2p_flag_to(st, s->peer, s->flag)
+                                  : p2p_flag_from(st, s->peer, s->flag);
 }
 
 static cgm_status run_step(exec_ctx *x, p2p_plan_entry *e, int i) {
@@ -450,7 +437,7 @@ static cgm_status run_step(exec_ctx *x, p2p_plan_entry *e, int i) {
         else
             CGM_CUDA_TRY(cgm_dev_wait(
                 st->dev, flag_cell(st, s), st->abort_dev, st->rank, s->peer,
-                (int)s->flag.kind, s->flag.chunk, timeout_ns(st), stream));
+                (int)s->flag.kind, s->flag.chunk, p2p_timeout_ns(st), stream));
         break;
     default:
         status = cgm_error(CGM_ERROR_INTERNAL, "p2p: step %d has kind %d", i,
@@ -483,10 +470,10 @@ static bool programs_on(const exec_ctx *x) {
     return !x->timeline && x->st->program_counters != NULL;
 }
 
-/* Enqueues the run's steps run[first, last) as one program, then records
+/* Enqueues the steps steps[0, n) of a run as one program, then records
  * their events. */
-static cgm_status run_program(exec_ctx *x, p2p_plan_entry *e, int first,
-                              int last) {
+static cgm_status run_program(exec_ctx *x, p2p_plan_entry *e,
+                              const int *steps, int n) {
     cgm_status status = CGM_SUCCESS;
     p2p_state *st = x->st;
     cudaStream_t stream = st->queues[0];
@@ -494,14 +481,14 @@ static cgm_status run_program(exec_ctx *x, p2p_plan_entry *e, int first,
     int64_t bytes = 0;
     memset(&prog, 0, sizeof prog);
     prog.rank = st->rank;
-    prog.timeout_ns = timeout_ns(st);
+    prog.timeout_ns = p2p_timeout_ns(st);
     prog.record = st->abort_dev;
-    for (int j = first; j < last; j++) {
-        const plan_step *s = &e->plan.steps[x->run[j]];
+    for (int j = 0; j < n; j++) {
+        const plan_step *s = &e->plan.steps[steps[j]];
         cgm_dev_program_op *op = &prog.ops[prog.nops];
         if (s->kind == PLAN_COPY) {
             copy_geometry g;
-            CGM_TRY(copy_geometry_of(x, s, x->run[j], &g));
+            CGM_TRY(copy_geometry_of(x, s, steps[j], &g));
             if (g.skip) continue;
             op->kind = CGM_DEV_OP_COPY;
             op->dst = g.dst;
@@ -528,59 +515,46 @@ static cgm_status run_program(exec_ctx *x, p2p_plan_entry *e, int first,
         CGM_CUDA_TRY(cgm_dev_program_run(&prog, st->dev, st->program_counters,
                                          (int)blocks, stream));
     }
-    for (int j = first; j < last; j++)
-        if (e->events[x->run[j]])
-            CGM_CUDA_TRY(cudaEventRecord(e->events[x->run[j]], stream));
+    for (int j = 0; j < n; j++)
+        if (e->events[steps[j]])
+            CGM_CUDA_TRY(cudaEventRecord(e->events[steps[j]], stream));
 fail:
     return status;
 }
 
-/* Enqueues the run in x->run. */
-static cgm_status flush_run(exec_ctx *x, p2p_plan_entry *e) {
+/* One unit of plan_units: a step alone, or a run: one program when its
+ * copies move at most COMMGEMM_P2P_SM_PUSH_BYTES, else its copies on the
+ * copy engine and one program per stretch of flag steps between them. */
+static cgm_status enqueue_unit(exec_ctx *x, p2p_plan_entry *e,
+                               const plan_unit *u) {
     cgm_status status = CGM_SUCCESS;
-    int n = x->nrun;
-    x->nrun = 0;
-    if (n == 0) return CGM_SUCCESS;
-    const plan_step *head = &e->plan.steps[x->run[0]];
-    if (n == 1) return run_step(x, e, x->run[0]);
+    const int *steps = u->steps;
+    int n = u->nsteps;
+    if (n == 1) return run_step(x, e, steps[0]);
+    int64_t bytes = 0; /* summed until it passes the SM-copy bound */
+    for (int j = 0; j < n && bytes <= x->st->sm_push_bytes; j++) {
+        const plan_step *s = &e->plan.steps[steps[j]];
+        copy_geometry g;
+        if (s->kind != PLAN_COPY) continue;
+        CGM_TRY(copy_geometry_of(x, s, steps[j], &g));
+        if (!g.skip) bytes += (int64_t)(g.width * g.height);
+    }
+    const plan_step *head = &e->plan.steps[steps[0]];
     for (int d = 0; d < head->ndeps; d++)
         if (e->plan.steps[head->deps[d]].queue != 0)
             CGM_CUDA_TRY(cudaStreamWaitEvent(x->st->queues[0],
                                              e->events[head->deps[d]], 0));
-    if (x->run_copy_bytes <= x->st->sm_push_bytes)
-        return run_program(x, e, 0, n);
-    /* Copies on the copy engine; the flag steps between them merged. The
-     * head's waits are enqueued above: run_step adds them again, which
+    if (bytes <= x->st->sm_push_bytes) return run_program(x, e, steps, n);
+    /* The head's waits are enqueued above: run_step adds them again, which
      * costs nothing on a stream already past them. */
     for (int j = 0; j < n;) {
         int k = j;
-        while (k < n && e->plan.steps[x->run[k]].kind != PLAN_COPY) k++;
-        if (k - j >= 2) CGM_TRY(run_program(x, e, j, k));
-        else if (k - j == 1) CGM_TRY(run_step(x, e, x->run[j]));
-        if (k < n) CGM_TRY(run_step(x, e, x->run[k]));
+        while (k < n && e->plan.steps[steps[k]].kind != PLAN_COPY) k++;
+        if (k - j >= 2) CGM_TRY(run_program(x, e, steps + j, k - j));
+        else if (k - j == 1) CGM_TRY(run_step(x, e, steps[j]));
+        if (k < n) CGM_TRY(run_step(x, e, steps[k]));
         j = k + 1;
     }
-fail:
-    return status;
-}
-
-/* One unit of plan_units: a step alone, or a run for one program. */
-static cgm_status enqueue_unit(exec_ctx *x, p2p_plan_entry *e,
-                               const plan_unit *u) {
-    cgm_status status = CGM_SUCCESS;
-    if (u->nsteps == 1) return run_step(x, e, u->steps[0]);
-    x->nrun = 0;
-    x->run_copy_bytes = 0;
-    for (int j = 0; j < u->nsteps; j++) {
-        const plan_step *s = &e->plan.steps[u->steps[j]];
-        if (s->kind == PLAN_COPY) {
-            copy_geometry g;
-            CGM_TRY(copy_geometry_of(x, s, u->steps[j], &g));
-            if (!g.skip) x->run_copy_bytes += (int64_t)(g.width * g.height);
-        }
-        x->run[x->nrun++] = u->steps[j];
-    }
-    CGM_TRY(flush_run(x, e));
 fail:
     return status;
 }

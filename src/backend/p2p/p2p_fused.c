@@ -316,9 +316,8 @@ static cgm_status signal_to(p2p_state *st, int peer, plan_flag_kind kind,
                             int chunk, cudaStream_t stream) {
     cgm_status status = CGM_SUCCESS;
     plan_flag f = {kind, chunk};
-    char *cell = (char *)st->ws.peer[peer] + p2p_flag_offset(st, st->rank, f);
     int t = trace_open(st, flag_step(PLAN_SIGNAL, peer, kind, chunk), stream);
-    CGM_CUDA_TRY(cgm_dev_signal(st->dev, (unsigned long long *)cell, stream));
+    CGM_CUDA_TRY(cgm_dev_signal(st->dev, p2p_flag_to(st, peer, f), stream));
     CGM_TRY(trace_close(st, t, stream));
 fail:
     return status;
@@ -328,12 +327,10 @@ static cgm_status wait_from(p2p_state *st, int peer, plan_flag_kind kind,
                             int chunk, cudaStream_t stream) {
     cgm_status status = CGM_SUCCESS;
     plan_flag f = {kind, chunk};
-    const char *cell = (const char *)st->ws.local + p2p_flag_offset(st, peer, f);
     int t = trace_open(st, flag_step(PLAN_WAIT, peer, kind, chunk), stream);
-    CGM_CUDA_TRY(cgm_dev_wait(st->dev, (const unsigned long long *)cell,
+    CGM_CUDA_TRY(cgm_dev_wait(st->dev, p2p_flag_from(st, peer, f),
                               st->abort_dev, st->rank, peer, (int)kind, chunk,
-                              (unsigned long long)st->timeout_ms * 1000000ull,
-                              stream));
+                              p2p_timeout_ns(st), stream));
     CGM_TRY(trace_close(st, t, stream));
 fail:
     return status;
@@ -344,8 +341,7 @@ fail:
 static const unsigned long long *ready_cells(const p2p_state *st, int sender,
                                              int first_chunk) {
     plan_flag f = {PLAN_FLAG_READY, first_chunk};
-    return (const unsigned long long *)((const char *)st->ws.local +
-                                        p2p_flag_offset(st, sender, f));
+    return p2p_flag_from(st, sender, f);
 }
 
 /* `what` describes the copy for the trace (rows, buffers, ranks). */
@@ -449,9 +445,8 @@ static cgm_status fused_ag(p2p_state *st, const cgm_call *c,
                       in_pitch, row_bytes, end - tail_start, local));
     for (int q = 0; q < npieces; q++) {
         plan_flag f = {PLAN_FLAG_READY, r * S + q};
-        char *cell = (char *)st->ws.local + p2p_flag_offset(st, r, f);
         int t = trace_open(st, flag_step(PLAN_SIGNAL, r, f.kind, f.chunk), local);
-        CGM_CUDA_TRY(cgm_dev_signal(st->dev, (unsigned long long *)cell, local));
+        CGM_CUDA_TRY(cgm_dev_signal(st->dev, p2p_flag_from(st, r, f), local));
         CGM_TRY(trace_close(st, t, local));
     }
     if (!kernel) {
