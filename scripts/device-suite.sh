@@ -31,7 +31,9 @@
 # copies on the copy engine against SMs up to 4 MiB, COMMGEMM_P2P_SM_PUSH_BYTES
 # 0 vs 4194304; SMPUSH_SHAPES), sm-blocks (COMMGEMM_P2P_SM_PUSH_BLOCKS 16,
 # 32, 64 with SM copies up to 4 MiB, on the small shapes), max-conn (CUDA_DEVICE_MAX_CONNECTIONS 8, the
-# default, against 32: do the p2p queues share hardware queues?), pack
+# default, against 32: do the p2p queues share hardware queues?), lt-algos
+# (bench/lt_algos.c: cuBLASLt's top heuristic algorithms and cublasGemmEx
+# timed per GEMM shape, on every GPU at once; LT_SHAPES), pack
 # (everything but summary.txt into $OUT/commgemm-logs.tar.gz; run it last).
 # Logs go to $OUT; a summary line per stage is printed last.
 set -uo pipefail
@@ -82,7 +84,7 @@ stage_sanitize() {
     for t in memcheck racecheck; do
         compute-sanitizer --tool $t --target-processes all --report-api-errors no --error-exitcode 99 \
             "$B/tests/gpu/test_gpu_ops" graph_capture_replay >"$OUT/sanitize-$t.log" 2>&1
-        note "compute-sanitizer $t (test_gpu_ops graph_capture_replay): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize-$t.log" | sort | uniq -c | tr '\n' ' ')"
+        note "compute-sanitizer $t (test_gpu_ops graph_capture_replay): rc=$? $(grep -hE '(ERROR|RACECHECK) SUMMARY' "$OUT/sanitize-$t.log" | sort -u | tr '\n' ' ')"
     done
 }
 stage_fused() { # every test_gpu_ops case (p2p) with the fused algorithm forced
@@ -105,7 +107,7 @@ stage_sanitize_fused() {
             [ $t = racecheck ] && [ $c != graph_capture_replay_fused ] && continue
             COMMGEMM_ALGO=fused timeout ${SANITIZE_TIMEOUT:-200} compute-sanitizer --tool $t --target-processes all --report-api-errors no \
                 --error-exitcode 99 "$B/tests/gpu/test_gpu_ops" $c >"$OUT/sanitize-fused-$t-$c.log" 2>&1
-            note "compute-sanitizer $t, fused forced ($c): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize-fused-$t-$c.log" | sort | uniq -c | tr '\n' ' ')"
+            note "compute-sanitizer $t, fused forced ($c): rc=$? $(grep -hE '(ERROR|RACECHECK) SUMMARY' "$OUT/sanitize-fused-$t-$c.log" | sort -u | tr '\n' ' ')"
         done
     done
 }
@@ -225,6 +227,22 @@ stage_ab() {
     note "$name ($var: $values): $(runs_summary "$d" "$d"/*-r?.txt)"
     bench_rows '$8, $13' "$d"/*-r?.txt | sort -k2,3 -s
 }
+stage_lt_algos() { # cuBLASLt heuristic picks against the others and cublasGemmEx, one process per GPU
+    local cu=${CUDA_HOME:-/usr/local/cuda} g pids=()
+    gcc -std=c11 -O2 -Wall -Wextra -Werror -I"$cu/include" bench/lt_algos.c -L"$cu/lib64" \
+        -lcublasLt -lcublas -lcudart -o "$B/lt_algos" >"$OUT/lt-algos-build.log" 2>&1 || { note "lt-algos: build FAILED"; return 1; }
+    for ((g = 0; g < NGPU; g++)); do
+        CUDA_VISIBLE_DEVICES=$g timeout 240 "$B/lt_algos" ${LT_SHAPES:-4096x28672x8192 2048x28672x8192 \
+            32768x28672x8192 16384x28672x8192 4096x8192x28672 2048x8192x28672 8192x4096x4096 4096x4096x4096 \
+            16384x2048x8192 8192x2048x8192 16384x8192x2048 8192x8192x2048 16384x2048x4096 8192x4096x2048 \
+            16384x8192x1024 2048x2048x2048} >"$OUT/lt-algos-gpu$g.txt" 2>&1 &
+        pids+=($!)
+    done
+    local rc=0 p
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    note "lt-algos: rc=$rc; GPU0: $(grep -c '^shape' "$OUT/lt-algos-gpu0.txt") shapes"
+    grep -h '^shape' "$OUT"/lt-algos-gpu*.txt
+}
 stage_pack() { # the device returns few files: everything but the summary into one tarball
     local t=/tmp/commgemm-logs.tar.gz
     tar -C "$OUT" --exclude=summary.txt -czf $t . && find "$OUT" -mindepth 1 ! -name summary.txt -delete && mv $t "$OUT/"
@@ -241,7 +259,7 @@ for s in "$@"; do
         "COMPARE_SWEEP_ARGS=--backends p2p" COMMGEMM_PARTIAL_DTYPE=output COMPARE_SWEEP_TIMEOUT=${SWEEP_TIMEOUT:-240} ;;
     hopper-bench) (timeout 120 "$B/tests/gpu/test_hopper_gemm" bench >"$OUT/hopper-bench.txt" 2>&1)
         note "hopper bench: rc=$? $(grep -cE '^ +[0-9]' "$OUT/hopper-bench.txt") rows" ;; cublasmp-cases) stage_cublasmp_cases ;; pack) stage_pack ;;
-    timeline) stage_timeline ;;
+    timeline) stage_timeline ;; lt-algos) stage_lt_algos ;;
     small) stage_small ;;
     priority) stage_ab priority COMMGEMM_P2P_COMM_PRIORITY "high low" \
         "${PRIO_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,1024x28672x8192,2048x2048x2048}" "split auto" ;;
