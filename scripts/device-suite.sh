@@ -31,7 +31,10 @@
 # copies on the copy engine against SMs up to 4 MiB, COMMGEMM_P2P_SM_PUSH_BYTES
 # 0 vs 4194304; SMPUSH_SHAPES), sm-blocks (COMMGEMM_P2P_SM_PUSH_BLOCKS 16,
 # 32, 64 with SM copies up to 4 MiB, on the small shapes), max-conn (CUDA_DEVICE_MAX_CONNECTIONS 8, the
-# default, against 32: do the p2p queues share hardware queues?), lt-algos
+# default, against 32: do the p2p queues share hardware queues?), run-order
+# (COMMGEMM_P2P_RUN_ORDER held against first_step; RUNORDER_SHAPES), lt-search
+# (COMMGEMM_LT_SEARCH 1 against 8: cuBLASLt's first heuristic algorithm or the
+# fastest of 8 timed; LTSEARCH_SHAPES), lt-algos
 # (bench/lt_algos.c: cuBLASLt's top heuristic algorithms and cublasGemmEx
 # timed per GEMM shape, on every GPU at once; LT_SHAPES), pack
 # (everything but summary.txt into $OUT/commgemm-logs.tar.gz; run it last).
@@ -260,6 +263,10 @@ for s in "$@"; do
     hopper-bench) (timeout 120 "$B/tests/gpu/test_hopper_gemm" bench >"$OUT/hopper-bench.txt" 2>&1)
         note "hopper bench: rc=$? $(grep -cE '^ +[0-9]' "$OUT/hopper-bench.txt") rows" ;; cublasmp-cases) stage_cublasmp_cases ;; pack) stage_pack ;;
     timeline) stage_timeline ;; lt-algos) stage_lt_algos ;;
+    run-order) stage_ab run-order COMMGEMM_P2P_RUN_ORDER "held first_step" \
+        "${RUNORDER_SHAPES:-1024x8192x28672,1024x4096x4096,2048x2048x2048,1024x1024x1024,16384x2048x8192,8192x4096x4096,4096x28672x8192}" "split auto" ;;
+    lt-search) stage_ab lt-search COMMGEMM_LT_SEARCH "1 8" \
+        "${LTSEARCH_SHAPES:-16384x8192x2048,8192x4096x4096,16384x2048x8192,4096x28672x8192,1024x8192x28672,2048x2048x2048}" "split auto" ;;
     small) stage_small ;;
     priority) stage_ab priority COMMGEMM_P2P_COMM_PRIORITY "high low" \
         "${PRIO_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,1024x28672x8192,2048x2048x2048}" "split auto" ;;

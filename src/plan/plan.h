@@ -213,14 +213,25 @@ int plan_check(const plan *plans, int nranks, char *err, int err_len);
  * that precedes it in plan order (streams may share a hardware queue, so a
  * comm step enqueued behind a spinning wait that needs it would never
  * run). units needs room for p->nsteps; max_run is clamped to
- * 1..PLAN_UNIT_MAX (1: every step alone). Returns the unit count. */
+ * 1..PLAN_UNIT_MAX (1: every step alone). Returns the unit count.
+ *
+ * With PLAN_RUNS_AT_FIRST_STEP instead, a run is emitted at the place of its
+ * first step, with the later comm steps that can join it (the steps of
+ * other queues between them come after it). The same three properties
+ * hold; what changes is that a run's kernel is enqueued (and, in a CUDA
+ * graph, created) before the GEMMs that plan order puts between its
+ * steps, so it is not left waiting for SMs that a long GEMM holds. */
 #define PLAN_UNIT_MAX 16
 typedef struct plan_unit {
     int nsteps;
     int steps[PLAN_UNIT_MAX];
 } plan_unit;
+typedef enum plan_run_order {
+    PLAN_RUNS_HELD = 0,          /* held back in plan order (above) */
+    PLAN_RUNS_AT_FIRST_STEP = 1  /* emitted at their first step */
+} plan_run_order;
 int plan_units(const plan *p, bool copies_join, int max_run,
-               plan_unit *units);
+               plan_run_order order, plan_unit *units);
 
 /* Human-readable dump of a plan (one line per step) into buf. Returns the
  * length written (truncated to buf_len - 1). */

@@ -40,8 +40,11 @@ typedef struct op_case {
     cgm_op op;
     int single_rank;     /* 1: a group of one rank */
     int output_partials; /* 1: COMMGEMM_PARTIAL_DTYPE=output (RS, AR) */
-    int sm_copies;       /* 1: COMMGEMM_P2P_SM_PUSH_BYTES=4194304 (the p2p
-                            comm programs copy up to 4 MiB with SMs) */
+    /* A setting this case runs under (NULL: none), and its name suffix:
+     * COMMGEMM_P2P_SM_PUSH_BYTES=4194304 (comm programs copy up to 4 MiB
+     * with SMs), COMMGEMM_P2P_RUN_ORDER=first_step, COMMGEMM_LT_SEARCH=1
+     * (the heuristic's first cuBLASLt algorithm, no search). */
+    const char *env_var, *env_value, *suffix;
 } op_case;
 
 /* One GEMM op (AG, RS or AR), checked against the reference. */
@@ -220,10 +223,10 @@ static void test_ops(const void *param) {
     cgm_config cfg = gpu_config();
     /* Read at every call (cgm_partial_dtype); the ranks are forked. */
     if (c->output_partials) setenv("COMMGEMM_PARTIAL_DTYPE", "output", 1);
-    if (c->sm_copies) setenv("COMMGEMM_P2P_SM_PUSH_BYTES", "4194304", 1);
+    if (c->env_var) setenv(c->env_var, c->env_value, 1);
     gpu_run(ranks_of(c->single_rank), &cfg, ops_body, (void *)c, 240);
     if (c->output_partials) unsetenv("COMMGEMM_PARTIAL_DTYPE");
-    if (c->sm_copies) unsetenv("COMMGEMM_P2P_SM_PUSH_BYTES");
+    if (c->env_var) unsetenv(c->env_var);
 }
 
 /* ------------------------------------------------------------------ bulk */
@@ -318,14 +321,28 @@ static void test_bulk(const void *param) {
     gpu_run(ranks_of(c->single_rank), &cfg, bulk_body, NULL, 240);
 }
 
+#define SM_COPIES "COMMGEMM_P2P_SM_PUSH_BYTES", "4194304", "_sm_copies"
+#define FIRST_STEP "COMMGEMM_P2P_RUN_ORDER", "first_step", "_first_step"
+#define LT_FIRST "COMMGEMM_LT_SEARCH", "1", "_lt_heuristic"
 static const op_case cases[] = {
-    {CGM_OP_ALL_GATHER_GEMM, 0, 0, 0},     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, 0},
-    {CGM_OP_GEMM_ALL_REDUCE, 0, 0, 0},     {CGM_OP_BULK, 0, 0, 0},
-    {CGM_OP_ALL_GATHER_GEMM, 1, 0, 0},     {CGM_OP_GEMM_REDUCE_SCATTER, 1, 0, 0},
-    {CGM_OP_GEMM_ALL_REDUCE, 1, 0, 0},     {CGM_OP_BULK, 1, 0, 0},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, 0}, {CGM_OP_GEMM_ALL_REDUCE, 0, 1, 0},
-    {CGM_OP_ALL_GATHER_GEMM, 0, 0, 1},     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, 1},
-    {CGM_OP_GEMM_ALL_REDUCE, 0, 0, 1}};
+    {CGM_OP_ALL_GATHER_GEMM, 0, 0, NULL, NULL, ""},
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, NULL, NULL, ""},
+    {CGM_OP_GEMM_ALL_REDUCE, 0, 0, NULL, NULL, ""},
+    {CGM_OP_BULK, 0, 0, NULL, NULL, ""},
+    {CGM_OP_ALL_GATHER_GEMM, 1, 0, NULL, NULL, ""},
+    {CGM_OP_GEMM_REDUCE_SCATTER, 1, 0, NULL, NULL, ""},
+    {CGM_OP_GEMM_ALL_REDUCE, 1, 0, NULL, NULL, ""},
+    {CGM_OP_BULK, 1, 0, NULL, NULL, ""},
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, NULL, NULL, ""},
+    {CGM_OP_GEMM_ALL_REDUCE, 0, 1, NULL, NULL, ""},
+    {CGM_OP_ALL_GATHER_GEMM, 0, 0, SM_COPIES},
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, SM_COPIES},
+    {CGM_OP_GEMM_ALL_REDUCE, 0, 0, SM_COPIES},
+    {CGM_OP_ALL_GATHER_GEMM, 0, 0, FIRST_STEP},
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, FIRST_STEP},
+    {CGM_OP_GEMM_ALL_REDUCE, 0, 0, FIRST_STEP},
+    {CGM_OP_ALL_GATHER_GEMM, 0, 0, LT_FIRST},
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, LT_FIRST}};
 
 static void register_cases(void) {
     char name[128];
@@ -334,7 +351,7 @@ static void register_cases(void) {
         snprintf(name, sizeof name, "%s_%s%s%s", cgm_op_name(cases[i].op),
                  cases[i].single_rank ? "one_rank" : "all_gpus",
                  cases[i].output_partials ? "_output_partials" : "",
-                 cases[i].sm_copies ? "_sm_copies" : "");
+                 cases[i].suffix);
         test_add(name, cases[i].op == CGM_OP_BULK ? test_bulk : test_ops,
                  &cases[i]);
     }

@@ -212,6 +212,9 @@ static const choice_case choice_cases[] = {
     {"COMMGEMM_P2P_GEMM_ORDER", {"in_order", "alternate"}, 2, "alternate", 1, NULL},
     {"COMMGEMM_P2P_GEMM_ORDER", {"in_order", "alternate"}, 2, "ordered", -1,
      "expected in_order or alternate"},
+    {"COMMGEMM_P2P_RUN_ORDER", {"held", "first_step"}, 2, NULL, 0, NULL},
+    {"COMMGEMM_P2P_RUN_ORDER", {"held", "first_step"}, 2, "first_step", 1, NULL},
+    {"COMMGEMM_P2P_RUN_ORDER", {"held", "first_step"}, 2, "first", -1, "expected held or first_step"},
 };
 
 static void test_param_choice_case(const void *p) {
@@ -337,6 +340,9 @@ static void register_cases(void) {
     test_add("param_choice_gemm_order_default", test_param_choice_case, &choice_cases[3]);
     test_add("param_choice_gemm_order_alternate", test_param_choice_case, &choice_cases[4]);
     test_add("param_choice_gemm_order_bad", test_param_choice_case, &choice_cases[5]);
+    test_add("param_choice_run_order_default", test_param_choice_case, &choice_cases[6]);
+    test_add("param_choice_run_order_first_step", test_param_choice_case, &choice_cases[7]);
+    test_add("param_choice_run_order_bad", test_param_choice_case, &choice_cases[8]);
     test_add("param_int_range_default", test_param_int_range, NULL);
     test_add("param_int_range_in", test_param_int_range, "7");
     test_add("param_int_range_low", test_param_int_range, "0");

@@ -142,15 +142,30 @@ cgm_lt_gemm_args cgm_lt_args_from_call(const cgm_call *c);
 
 typedef struct cgm_lt cgm_lt;
 
+/* Reads COMMGEMM_LT_SEARCH (CGM_ERROR_INVALID_ARGUMENT out of range). */
 cgm_status cgm_lt_create(cgm_lt **out);
 void cgm_lt_destroy(cgm_lt *lt);
-/* Enqueues the GEMM on `stream`. Descriptors and the heuristic's choice
- * are cached per shape/alignment (the first call of a shape queries the
- * heuristic, host only; later calls, including inside graph capture, reuse
- * it). workspace: device memory of workspace_bytes for cuBLASLt. */
+/* Enqueues the GEMM on `stream`. Descriptors and the algorithm are cached
+ * per shape/alignment/workspace: the first call of a shape queries the
+ * heuristic (host only) and takes its first algorithm, unless
+ * cgm_lt_prepare searched the shape before; later calls, including inside
+ * graph capture, reuse the entry. workspace: device memory of
+ * workspace_bytes for cuBLASLt. */
 cgm_status cgm_lt_gemm(cgm_lt *lt, const cgm_lt_gemm_args *args,
                        void *workspace, size_t workspace_bytes,
                        cudaStream_t stream);
+/* Before an op enqueues anything (executors' dry pass, never during graph
+ * capture): makes sure the entry of `args` exists, and on its first sight
+ * times the heuristic's first COMMGEMM_LT_SEARCH algorithms (default 8; 1:
+ * no timing) on a private stream, with the real X, W and bias (read only)
+ * and a scratch output (stream-ordered allocation, freed after), and keeps
+ * the fastest when it beats the heuristic's first by 1 % or more. Waits
+ * for that private stream only (no wait on other streams or peers); the
+ * GPU may be busy with earlier work, which the interleaved rounds and
+ * medians absorb. A scratch allocation that fails leaves the heuristic's
+ * choice (INFO log). Same workspace_bytes as the later cgm_lt_gemm. */
+cgm_status cgm_lt_prepare(cgm_lt *lt, const cgm_lt_gemm_args *args,
+                          size_t workspace_bytes);
 
 /* ------------------------------------------------------ peer-mapped memory */
 

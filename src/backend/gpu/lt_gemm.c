@@ -14,6 +14,11 @@
 #include "backend/gpu/gpu.h"
 
 #define LT_CACHE_SIZE 256
+/* cgm_lt_prepare's search: at most this many heuristic algorithms, timed in
+ * LT_SEARCH_ROUNDS interleaved rounds of about LT_SEARCH_ROUND_US each. */
+#define LT_SEARCH_MAX 16
+#define LT_SEARCH_ROUNDS 3
+#define LT_SEARCH_ROUND_US 200.0
 
 typedef struct lt_key {
     int layout, in_dtype, out_dtype;
@@ -25,6 +30,7 @@ typedef struct lt_key {
 
 typedef struct lt_entry {
     bool used;
+    bool searched; /* cgm_lt_prepare has decided `algo` */
     lt_key key;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c;
@@ -35,6 +41,11 @@ struct cgm_lt {
     cublasLtHandle_t handle;
     lt_entry entries[LT_CACHE_SIZE];
     int next_victim;
+    int search;                  /* COMMGEMM_LT_SEARCH */
+    cudaStream_t search_stream;  /* created on the first search */
+    cudaEvent_t search_events[2 * LT_SEARCH_MAX * LT_SEARCH_ROUNDS];
+    int search_events_made;
+    uint64_t searches, improved; /* diagnostics */
 };
 
 cgm_lt_gemm_args cgm_lt_args_from_call(const cgm_call *c) {
@@ -60,8 +71,15 @@ cgm_lt_gemm_args cgm_lt_args_from_call(const cgm_call *c) {
 
 cgm_status cgm_lt_create(cgm_lt **out) {
     cgm_status status = CGM_SUCCESS;
+    int64_t search = 0;
+    status = cgm_param_int_range("COMMGEMM_LT_SEARCH", 1, LT_SEARCH_MAX,
+                                 "algorithms timed per GEMM shape; 1: the "
+                                 "heuristic's first, no timing",
+                                 &search);
+    if (status != CGM_SUCCESS) return status;
     cgm_lt *lt = calloc(1, sizeof *lt);
     if (!lt) return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "calloc of cgm_lt");
+    lt->search = (int)search;
     CGM_CUBLAS_TRY(cublasLtCreate(&lt->handle));
     *out = lt;
     return CGM_SUCCESS;
@@ -81,6 +99,9 @@ static void entry_clear(lt_entry *e) {
 void cgm_lt_destroy(cgm_lt *lt) {
     if (!lt) return;
     for (int i = 0; i < LT_CACHE_SIZE; i++) entry_clear(&lt->entries[i]);
+    for (int i = 0; i < lt->search_events_made; i++)
+        cudaEventDestroy(lt->search_events[i]);
+    if (lt->search_stream) cudaStreamDestroy(lt->search_stream);
     if (lt->handle) cublasLtDestroy(lt->handle);
     free(lt);
 }
@@ -221,6 +242,163 @@ static cgm_status lookup(cgm_lt *lt, const lt_key *key, lt_entry **out) {
     }
     cgm_status status = entry_build(lt, &lt->entries[slot], key);
     if (status == CGM_SUCCESS) *out = &lt->entries[slot];
+    return status;
+}
+
+/* ------------------------------------------------------ measured search */
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+static cgm_status search_resources(cgm_lt *lt, int events) {
+    cgm_status status = CGM_SUCCESS;
+    if (!lt->search_stream)
+        CGM_CUDA_TRY(cudaStreamCreateWithFlags(&lt->search_stream,
+                                               cudaStreamNonBlocking));
+    for (; lt->search_events_made < events; lt->search_events_made++)
+        CGM_CUDA_TRY(cudaEventCreate(
+            &lt->search_events[lt->search_events_made]));
+fail:
+    return status;
+}
+
+/* Bytes of the scratch output: the descriptors' C layout (n x m, ld ldy,
+ * column-major) in the output dtype. */
+static size_t scratch_y_bytes(const lt_key *key) {
+    return ((size_t)(key->m - 1) * (size_t)key->ldy + (size_t)key->n) *
+           cgm_dtype_size((cgm_dtype)key->out_dtype);
+}
+
+static cgm_status search_entry(cgm_lt *lt, lt_entry *e,
+                               const cgm_lt_gemm_args *g) {
+    cgm_status status = CGM_SUCCESS;
+    const lt_key *key = &e->key;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t res[LT_SEARCH_MAX];
+    float t[LT_SEARCH_MAX][LT_SEARCH_ROUNDS], med[LT_SEARCH_MAX];
+    bool ok[LT_SEARCH_MAX];
+    int found = 0, reps = 1, best = 0;
+    char *scratch = NULL;
+    void *y = NULL, *wsp = NULL;
+    size_t y_bytes = scratch_y_bytes(key);
+    size_t y_room = (y_bytes + 255) & ~(size_t)255;
+    float first_ms = 0;
+    cudaStream_t s;
+    uint64_t ws = key->workspace_bytes;
+    uint32_t al_a = (uint32_t)key->align_w, al_b = (uint32_t)key->align_x,
+             al_c = (uint32_t)key->align_y;
+    float alpha = 1.0f, beta = key->accumulate ? 1.0f : 0.0f;
+    e->searched = true;
+    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
+    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
+    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
+    CGM_CUBLAS_TRY(cublasLtMatmulAlgoGetHeuristic(lt->handle, e->desc, e->a,
+                                                  e->b, e->c, e->c, pref,
+                                                  lt->search, res, &found));
+    if (found < 2) goto fail;
+    CGM_TRY(search_resources(lt, 2 * found * LT_SEARCH_ROUNDS));
+    s = lt->search_stream;
+    if (cudaMallocAsync((void **)&scratch, y_room + key->workspace_bytes, s) !=
+        cudaSuccess) {
+        (void)cudaGetLastError();
+        scratch = NULL;
+        CGM_INFO(CGM_SUB_TUNE, "cuBLASLt search m=%lld n=%lld k=%lld: no "
+                 "scratch of %zu bytes; the heuristic's first algorithm",
+                 (long long)key->m, (long long)key->n, (long long)key->k,
+                 y_room + (size_t)key->workspace_bytes);
+        goto fail;
+    }
+    y = scratch;
+    wsp = scratch + y_room;
+    if (g->bias)
+        CGM_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
+            e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
+            sizeof g->bias));
+    CGM_CUDA_TRY(cudaMemsetAsync(y, 0, y_bytes, s));
+    /* Warm-up: every candidate once (one that fails is dropped), the
+     * first timed to size the repetitions of a round. */
+    for (int c = 0; c < found; c++) {
+        if (c == 0) CGM_CUDA_TRY(cudaEventRecord(lt->search_events[0], s));
+        ok[c] = cublasLtMatmul(lt->handle, e->desc, &alpha, g->w, e->a, g->x,
+                               e->b, &beta, y, e->c, y, e->c, &res[c].algo,
+                               wsp, key->workspace_bytes,
+                               s) == CUBLAS_STATUS_SUCCESS;
+        if (c == 0) CGM_CUDA_TRY(cudaEventRecord(lt->search_events[1], s));
+    }
+    if (!ok[0]) goto fail;
+    CGM_CUDA_TRY(cudaEventSynchronize(lt->search_events[1]));
+    CGM_CUDA_TRY(cudaEventElapsedTime(&first_ms, lt->search_events[0],
+                                      lt->search_events[1]));
+    if (first_ms > 0) {
+        double r = LT_SEARCH_ROUND_US / ((double)first_ms * 1000.0);
+        reps = r < 1 ? 1 : r > 32 ? 32 : (int)r;
+    }
+    for (int round = 0; round < LT_SEARCH_ROUNDS; round++)
+        for (int c = 0; c < found; c++) {
+            if (!ok[c]) continue;
+            cudaEvent_t *ev = &lt->search_events[2 * (round * found + c)];
+            CGM_CUDA_TRY(cudaEventRecord(ev[0], s));
+            for (int i = 0; i < reps; i++)
+                CGM_CUBLAS_TRY(cublasLtMatmul(
+                    lt->handle, e->desc, &alpha, g->w, e->a, g->x, e->b,
+                    &beta, y, e->c, y, e->c, &res[c].algo, wsp,
+                    key->workspace_bytes, s));
+            CGM_CUDA_TRY(cudaEventRecord(ev[1], s));
+        }
+    CGM_CUDA_TRY(cudaStreamSynchronize(s));
+    for (int c = 0; c < found; c++) {
+        med[c] = 0;
+        if (!ok[c]) continue;
+        for (int round = 0; round < LT_SEARCH_ROUNDS; round++) {
+            cudaEvent_t *ev = &lt->search_events[2 * (round * found + c)];
+            CGM_CUDA_TRY(cudaEventElapsedTime(&t[c][round], ev[0], ev[1]));
+        }
+        qsort(t[c], LT_SEARCH_ROUNDS, sizeof(float), cmp_float);
+        med[c] = t[c][LT_SEARCH_ROUNDS / 2] * 1000.0f / (float)reps;
+        if (med[c] < med[best]) best = c;
+    }
+    lt->searches++;
+    if (best != 0 && med[best] <= 0.99f * med[0]) {
+        e->algo = res[best].algo;
+        lt->improved++;
+    } else {
+        best = 0;
+    }
+    CGM_INFO(CGM_SUB_TUNE, "cuBLASLt search m=%lld n=%lld k=%lld (%s in, %s "
+             "out): %d algorithms x %d rounds of %d; heuristic's first %.1f "
+             "us, chose #%d %.1f us", (long long)key->m, (long long)key->n,
+             (long long)key->k, cgm_dtype_name((cgm_dtype)key->in_dtype),
+             cgm_dtype_name((cgm_dtype)key->out_dtype), found,
+             LT_SEARCH_ROUNDS, reps, (double)med[0], best, (double)med[best]);
+fail:
+    if (scratch) {
+        cudaFreeAsync(scratch, lt->search_stream);
+        cudaStreamSynchronize(lt->search_stream);
+    }
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    return status;
+}
+
+cgm_status cgm_lt_prepare(cgm_lt *lt, const cgm_lt_gemm_args *g,
+                          size_t workspace_bytes) {
+    cgm_status status = CGM_SUCCESS;
+    if (g->m == 0 || g->n == 0 || g->k == 0) return CGM_SUCCESS;
+    lt_key key = make_key(g, workspace_bytes);
+    lt_entry *e = NULL;
+    CGM_TRY(lookup(lt, &key, &e));
+    if (e->searched || lt->search < 2) return CGM_SUCCESS;
+    status = search_entry(lt, e, g);
+fail:
     return status;
 }
 

@@ -76,6 +76,9 @@ typedef struct p2p_state {
      * blocks (p2p_exec.c, comm programs). */
     int64_t sm_push_bytes;
     int sm_push_blocks;
+    /* COMMGEMM_P2P_RUN_ORDER: where comm programs are enqueued (plan_units'
+     * order). Local scheduling only, as fused_push. */
+    plan_run_order run_order;
     unsigned int *program_counters; /* device: CGM_DEV_PROGRAM_MAX, zero */
     int64_t timeout_ms;
 

@@ -138,6 +138,12 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
     CGM_TRY(cgm_param_choice("COMMGEMM_P2P_GEMM_ORDER", gemm_orders, 2,
                              &gemm_order));
     st->rs_compute_queues = gemm_order == 1 ? 2 : 1;
+    /* COMMGEMM_P2P_RUN_ORDER: in the order of plan_run_order. */
+    static const char *const run_orders[] = {"held", "first_step"};
+    int run_order = PLAN_RUNS_HELD;
+    CGM_TRY(cgm_param_choice("COMMGEMM_P2P_RUN_ORDER", run_orders, 2,
+                             &run_order));
+    st->run_order = (plan_run_order)run_order;
     CGM_TRY(read_sm_push(st));
     CGM_TRY(enter_device(st, &previous));
     CGM_TRY(cgm_check_node_peers(comm->nccl_comm, st->rank, st->nranks,

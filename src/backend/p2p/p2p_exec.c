@@ -33,6 +33,7 @@ typedef struct exec_ctx {
     const cgm_call *call;
     const plan *p;
     bool dry; /* check every step, enqueue nothing */
+    bool search; /* dry pass: cgm_lt_prepare the GEMMs (not capturing) */
     bool timeline; /* COMMGEMM_TIMELINE: events around every step */
     view views[PLAN_BUF_COUNT];
 } exec_ctx;
@@ -334,7 +335,9 @@ static cgm_status run_gemm(exec_ctx *x, const plan_step *s, int i, int queue,
             g.accumulate = false;
         }
     }
-    if (x->dry) return CGM_SUCCESS;
+    if (x->dry) /* before the fork: the first sight of a shape may time it */
+        return x->search ? cgm_lt_prepare(st->lt, &g, P2P_LT_WORKSPACE)
+                         : CGM_SUCCESS;
     CGM_TRY(cgm_lt_gemm(st->lt, &g, st->lt_workspace[queue], P2P_LT_WORKSPACE,
                         stream));
 fail:
@@ -722,6 +725,7 @@ cgm_status p2p_execute(p2p_state *st, const cgm_call *call) {
     /* Check every step first: after the fork an error would leave the
      * queues (or a capture) half enqueued. */
     x.dry = true;
+    x.search = !capturing;
     for (int i = 0; i < e->plan.nsteps; i++) CGM_TRY(run_step(&x, e, i));
     x.dry = false;
 
@@ -735,7 +739,7 @@ cgm_status p2p_execute(p2p_state *st, const cgm_call *call) {
         CGM_CUDA_TRY(cudaStreamWaitEvent(st->queues[q], st->fork, 0));
     if (programs_on(&x)) {
         int n = plan_units(&e->plan, !ar_accumulate(&x), CGM_DEV_PROGRAM_MAX,
-                           e->units);
+                           st->run_order, e->units);
         for (int u = 0; u < n; u++) CGM_TRY(enqueue_unit(&x, e, &e->units[u]));
     } else {
         for (int i = 0; i < e->plan.nsteps; i++) CGM_TRY(run_step(&x, e, i));
