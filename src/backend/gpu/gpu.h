@@ -159,13 +159,22 @@ cgm_status cgm_lt_gemm(cgm_lt *lt, const cgm_lt_gemm_args *args,
  * times the heuristic's first COMMGEMM_LT_SEARCH algorithms (default 8; 1:
  * no timing) on a private stream, with the real X, W and bias (read only)
  * and a scratch output (stream-ordered allocation, freed after), and keeps
- * the fastest when it beats the heuristic's first by 1 % or more. Waits
- * for that private stream only (no wait on other streams or peers); the
- * GPU may be busy with earlier work, which the interleaved rounds and
- * medians absorb. A scratch allocation that fails leaves the heuristic's
- * choice (INFO log). Same workspace_bytes as the later cgm_lt_gemm. */
+ * the fastest when it beats the heuristic's first by 1 % or more. The
+ * private stream first waits for the work already on `after` (the caller's
+ * stream: earlier ops, whose flags the peers' earlier ops satisfy), so the
+ * timings do not share the GPU with it; the host waits for the private
+ * stream at most timeout_ms (CGM_ERROR_TIMEOUT). A scratch allocation that
+ * fails leaves the heuristic's choice (INFO log). Same workspace_bytes as
+ * the later cgm_lt_gemm. */
 cgm_status cgm_lt_prepare(cgm_lt *lt, const cgm_lt_gemm_args *args,
-                          size_t workspace_bytes);
+                          size_t workspace_bytes, cudaStream_t after,
+                          int64_t timeout_ms);
+/* Tests and tools: this handle's number of algorithms to time (1..16),
+ * instead of COMMGEMM_LT_SEARCH (read once per process). */
+void cgm_lt_set_search(cgm_lt *lt, int search);
+/* Shapes timed so far, and how many of them changed the algorithm. */
+void cgm_lt_search_stats(const cgm_lt *lt, uint64_t *searches,
+                         uint64_t *improved);
 
 /* ------------------------------------------------------ peer-mapped memory */
 

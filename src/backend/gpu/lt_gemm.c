@@ -8,6 +8,7 @@
  *   NT: Y^T = W^T . X   A = W (col-major n x k) op N;         B = X (m x k) op T
  * and cuBLASLt's (m, n, k) are ours (n, m, k). The bias (n values) is then
  * a per-row vector of D, which is what CUBLASLT_EPILOGUE_BIAS adds. */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,7 +44,9 @@ struct cgm_lt {
     int next_victim;
     int search;                  /* COMMGEMM_LT_SEARCH */
     cudaStream_t search_stream;  /* created on the first search */
-    cudaEvent_t search_events[2 * LT_SEARCH_MAX * LT_SEARCH_ROUNDS];
+    /* 0: the caller's stream, 1: the last round's end, then a start and an
+     * end per candidate and round (the first two also time the warm-up). */
+    cudaEvent_t search_events[2 + 2 * LT_SEARCH_MAX * LT_SEARCH_ROUNDS];
     int search_events_made;
     uint64_t searches, improved; /* diagnostics */
 };
@@ -271,8 +274,33 @@ static size_t scratch_y_bytes(const lt_key *key) {
            cgm_dtype_size((cgm_dtype)key->out_dtype);
 }
 
+/* Waits for `event` at most timeout_ms. */
+static cgm_status wait_bounded(cudaEvent_t event, int64_t timeout_ms,
+                               const lt_key *key) {
+    cgm_status status = CGM_SUCCESS;
+    int64_t deadline = cgm_now_ns() + timeout_ms * 1000000;
+    for (;;) {
+        cudaError_t q = cudaEventQuery(event);
+        if (q == cudaSuccess) return CGM_SUCCESS;
+        if (q != cudaErrorNotReady) CGM_CUDA_TRY(q);
+        if (cgm_now_ns() > deadline)
+            return cgm_error(CGM_ERROR_TIMEOUT,
+                             "cuBLASLt search m=%lld n=%lld k=%lld: waited "
+                             "%lld ms (COMMGEMM_TIMEOUT_MS) for the stream's "
+                             "earlier work and the timed runs; a peer did not "
+                             "make an earlier call, or set "
+                             "COMMGEMM_LT_SEARCH=1 to skip the search",
+                             (long long)key->m, (long long)key->n,
+                             (long long)key->k, (long long)timeout_ms);
+        sched_yield();
+    }
+fail:
+    return status;
+}
+
 static cgm_status search_entry(cgm_lt *lt, lt_entry *e,
-                               const cgm_lt_gemm_args *g) {
+                               const cgm_lt_gemm_args *g, cudaStream_t after,
+                               int64_t timeout_ms) {
     cgm_status status = CGM_SUCCESS;
     const lt_key *key = &e->key;
     cublasLtMatmulPreference_t pref = NULL;
@@ -306,8 +334,12 @@ static cgm_status search_entry(cgm_lt *lt, lt_entry *e,
                                                   e->b, e->c, e->c, pref,
                                                   lt->search, res, &found));
     if (found < 2) goto fail;
-    CGM_TRY(search_resources(lt, 2 * found * LT_SEARCH_ROUNDS));
+    CGM_TRY(search_resources(lt, 2 + 2 * found * LT_SEARCH_ROUNDS));
     s = lt->search_stream;
+    /* After the caller's earlier work: the timings get the GPU to
+     * themselves. */
+    CGM_CUDA_TRY(cudaEventRecord(lt->search_events[0], after));
+    CGM_CUDA_TRY(cudaStreamWaitEvent(s, lt->search_events[0], 0));
     if (cudaMallocAsync((void **)&scratch, y_room + key->workspace_bytes, s) !=
         cudaSuccess) {
         (void)cudaGetLastError();
@@ -328,17 +360,17 @@ static cgm_status search_entry(cgm_lt *lt, lt_entry *e,
     /* Warm-up: every candidate once (one that fails is dropped), the
      * first timed to size the repetitions of a round. */
     for (int c = 0; c < found; c++) {
-        if (c == 0) CGM_CUDA_TRY(cudaEventRecord(lt->search_events[0], s));
+        if (c == 0) CGM_CUDA_TRY(cudaEventRecord(lt->search_events[2], s));
         ok[c] = cublasLtMatmul(lt->handle, e->desc, &alpha, g->w, e->a, g->x,
                                e->b, &beta, y, e->c, y, e->c, &res[c].algo,
                                wsp, key->workspace_bytes,
                                s) == CUBLAS_STATUS_SUCCESS;
-        if (c == 0) CGM_CUDA_TRY(cudaEventRecord(lt->search_events[1], s));
+        if (c == 0) CGM_CUDA_TRY(cudaEventRecord(lt->search_events[3], s));
     }
     if (!ok[0]) goto fail;
-    CGM_CUDA_TRY(cudaEventSynchronize(lt->search_events[1]));
-    CGM_CUDA_TRY(cudaEventElapsedTime(&first_ms, lt->search_events[0],
-                                      lt->search_events[1]));
+    CGM_TRY(wait_bounded(lt->search_events[3], timeout_ms, key));
+    CGM_CUDA_TRY(cudaEventElapsedTime(&first_ms, lt->search_events[2],
+                                      lt->search_events[3]));
     if (first_ms > 0) {
         double r = LT_SEARCH_ROUND_US / ((double)first_ms * 1000.0);
         reps = r < 1 ? 1 : r > 32 ? 32 : (int)r;
@@ -346,7 +378,7 @@ static cgm_status search_entry(cgm_lt *lt, lt_entry *e,
     for (int round = 0; round < LT_SEARCH_ROUNDS; round++)
         for (int c = 0; c < found; c++) {
             if (!ok[c]) continue;
-            cudaEvent_t *ev = &lt->search_events[2 * (round * found + c)];
+            cudaEvent_t *ev = &lt->search_events[2 + 2 * (round * found + c)];
             CGM_CUDA_TRY(cudaEventRecord(ev[0], s));
             for (int i = 0; i < reps; i++)
                 CGM_CUBLAS_TRY(cublasLtMatmul(
@@ -355,12 +387,13 @@ static cgm_status search_entry(cgm_lt *lt, lt_entry *e,
                     key->workspace_bytes, s));
             CGM_CUDA_TRY(cudaEventRecord(ev[1], s));
         }
-    CGM_CUDA_TRY(cudaStreamSynchronize(s));
+    CGM_CUDA_TRY(cudaEventRecord(lt->search_events[1], s));
+    CGM_TRY(wait_bounded(lt->search_events[1], timeout_ms, key));
     for (int c = 0; c < found; c++) {
         med[c] = 0;
         if (!ok[c]) continue;
         for (int round = 0; round < LT_SEARCH_ROUNDS; round++) {
-            cudaEvent_t *ev = &lt->search_events[2 * (round * found + c)];
+            cudaEvent_t *ev = &lt->search_events[2 + 2 * (round * found + c)];
             CGM_CUDA_TRY(cudaEventElapsedTime(&t[c][round], ev[0], ev[1]));
         }
         qsort(t[c], LT_SEARCH_ROUNDS, sizeof(float), cmp_float);
@@ -389,15 +422,27 @@ fail:
     return status;
 }
 
+void cgm_lt_set_search(cgm_lt *lt, int search) {
+    lt->search = search < 1 ? 1 : search > LT_SEARCH_MAX ? LT_SEARCH_MAX
+                                                         : search;
+}
+
+void cgm_lt_search_stats(const cgm_lt *lt, uint64_t *searches,
+                         uint64_t *improved) {
+    *searches = lt->searches;
+    *improved = lt->improved;
+}
+
 cgm_status cgm_lt_prepare(cgm_lt *lt, const cgm_lt_gemm_args *g,
-                          size_t workspace_bytes) {
+                          size_t workspace_bytes, cudaStream_t after,
+                          int64_t timeout_ms) {
     cgm_status status = CGM_SUCCESS;
     if (g->m == 0 || g->n == 0 || g->k == 0) return CGM_SUCCESS;
     lt_key key = make_key(g, workspace_bytes);
     lt_entry *e = NULL;
     CGM_TRY(lookup(lt, &key, &e));
     if (e->searched || lt->search < 2) return CGM_SUCCESS;
-    status = search_entry(lt, e, g);
+    status = search_entry(lt, e, g, after, timeout_ms);
 fail:
     return status;
 }

@@ -298,9 +298,12 @@ cgm_status ncclb_gemm(ncclb_op *op, const cgm_lt_gemm_args *args,
     for (int i = 0; i < NCCLB_COMPUTE_STREAMS; i++)
         if (stream == st->compute[i]) ws = st->lt_workspace[i];
     /* The first sight of a shape may time its algorithms (COMMGEMM_LT_SEARCH)
-     * on a private stream that waits for nothing: no wait on a peer here. */
+     * on a private stream after this stream's earlier steps (this op's
+     * collectives before the GEMM are already enqueued on every rank that
+     * got this far, so they complete). */
     if (!op->capturing) {
-        cgm_status status = cgm_lt_prepare(st->lt, args, NCCLB_LT_WORKSPACE);
+        cgm_status status = cgm_lt_prepare(st->lt, args, NCCLB_LT_WORKSPACE,
+                                           stream, st->timeout_ms);
         if (status != CGM_SUCCESS) return status;
     }
     return cgm_lt_gemm(st->lt, args, ws, NCCLB_LT_WORKSPACE, stream);

@@ -336,7 +336,9 @@ static cgm_status run_gemm(exec_ctx *x, const plan_step *s, int i, int queue,
         }
     }
     if (x->dry) /* before the fork: the first sight of a shape may time it */
-        return x->search ? cgm_lt_prepare(st->lt, &g, P2P_LT_WORKSPACE)
+        return x->search ? cgm_lt_prepare(st->lt, &g, P2P_LT_WORKSPACE,
+                                          (cudaStream_t)c->stream,
+                                          st->timeout_ms)
                          : CGM_SUCCESS;
     CGM_TRY(cgm_lt_gemm(st->lt, &g, st->lt_workspace[queue], P2P_LT_WORKSPACE,
                         stream));
