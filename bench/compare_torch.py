@@ -7,7 +7,9 @@
 
 For each shape and op (AG+GEMM, GEMM+RS, optionally GEMM+AR) it measures,
 interleaved in alternating rounds (round i runs every candidate once, the
-order rotated by i, a barrier before each measurement):
+order rotated by i, a barrier before each measurement; with --pad-us N
+--align the GPUs also meet in a one-element all_reduce right before the
+start event, so host launch skew between ranks is not timed):
 
   gemm            the unsplit local GEMM alone (torch.matmul, i.e. cuBLAS)   baseline
   comm            the NCCL collective alone (torch.distributed)              baseline
@@ -333,6 +335,12 @@ def make_parser():
                    help="a GPU sleep of this many µs before each start event, so the host's enqueue time is "
                         "hidden and eager times are GPU times (default 0: the host's time counts where the GPU "
                         "waits for it, as in commgemm-bench)")
+    p.add_argument("--align", action="store_true",
+                   help="start each measurement together on every GPU: after the barrier and the --pad-us sleep "
+                        "(needs --pad-us > 0, long enough for the host to enqueue the measured work), a one-element "
+                        "all_reduce on the stream, then the start event. Without it the ranks start when their "
+                        "hosts return from the barrier, tens of µs apart, and the earlier rank's time includes the "
+                        "wait for the later one (it dominates ops under ~100 µs)")
     p.add_argument("--tol", type=float, default=2e-2,
                    help="an element is wrong when |out - ref| > tol * max|ref| (default 2e-2)")
     p.add_argument("--seed", type=int, default=1)
@@ -358,13 +366,16 @@ def parse_args(argv=None):
         parser.error(str(e))
     if args.iters < 1 or args.warmup < 0:
         parser.error(f"--iters must be >= 1 and --warmup >= 0 (got {args.iters}, {args.warmup})")
+    if args.align and args.pad_us <= 0:
+        parser.error("--align needs --pad-us > 0 (e.g. 300): the host must enqueue the all_reduce and the "
+                     "measured work while the GPU sleeps")
     return args
 
 
 def options_dict(args):
     return {"shapes": [format_shape(s) for s in args.shape_list], "ops": args.op_list,
             "backends": args.backend_list, "dtype": args.dtype, "warmup": args.warmup, "iters": args.iters,
-            "graph": args.graph, "pad_us": args.pad_us, "torch": not args.no_torch, "tol": args.tol, "seed": args.seed,
+            "graph": args.graph, "pad_us": args.pad_us, "align": args.align, "torch": not args.no_torch, "tol": args.tol, "seed": args.seed,
             "sweep": args.sweep, "timeout_ms": args.timeout_ms}
 
 
@@ -447,6 +458,11 @@ class Runner:
     def barrier(self):
         self.dist.all_reduce(self._flag, group=self.world)
         self.sync()
+
+    def align(self):
+        """--align: a device-side barrier (no host sync): the start event
+        after it is reached on every GPU within a few µs."""
+        self.dist.all_reduce(self._flag, group=self.world)
 
     def agree(self, ok):
         """True on every rank only when ok on every rank."""
@@ -768,6 +784,8 @@ class Runner:
                 self.barrier()
                 start, end = self.event(), self.event()
                 self.pad()
+                if self.args.align:
+                    self.align()
                 start.record()
                 if replay is not None:
                     replay[nm].replay()

@@ -9,7 +9,9 @@
 # (tests/gpu/hopper_on_device.sh), compare, compare-graph,
 # compare-graph-outpartial, compare-sweep (bench/compare_on_device.sh:
 # eager, CUDA graphs, graphs with output-dtype partials, the sweep alone with
-# graphs, p2p and output-dtype partials), hopper-bench (the kernel bench only),
+# graphs, p2p and output-dtype partials), compare-sweep-aligned and
+# compare-graph-outpartial-aligned (the same with --pad-us 300 --align: the
+# GPUs meet in an all_reduce before each start event), hopper-bench (the kernel bench only),
 # cublasmp-cases (tests/cublasmp/run_on_device.sh, case by case), timeline
 # (p2p step traces, COMMGEMM_TIMELINE, of the PERFORMANCE shapes, split and
 # fused), fused
@@ -258,6 +260,10 @@ for s in "$@"; do
     compare) stage_compare eager ;;
     compare-graph) stage_compare graph COMPARE_ARGS=--graph ;;
     compare-graph-outpartial) stage_compare graph-outpartial COMPARE_ARGS=--graph COMMGEMM_PARTIAL_DTYPE=output ;;
+    compare-graph-outpartial-aligned) stage_compare graph-outpartial-aligned "COMPARE_ARGS=--graph --pad-us 300 --align" \
+        COMMGEMM_PARTIAL_DTYPE=output ;;
+    compare-sweep-aligned) stage_compare sweep-aligned "COMPARE_ARGS=--graph --pad-us 300 --align" COMPARE_SWEEP=only \
+        "COMPARE_SWEEP_ARGS=--backends p2p" COMMGEMM_PARTIAL_DTYPE=output COMPARE_SWEEP_TIMEOUT=${SWEEP_TIMEOUT:-240} ;;
     compare-sweep) stage_compare sweep COMPARE_ARGS=--graph COMPARE_SWEEP=only \
         "COMPARE_SWEEP_ARGS=--backends p2p" COMMGEMM_PARTIAL_DTYPE=output COMPARE_SWEEP_TIMEOUT=${SWEEP_TIMEOUT:-240} ;;
     hopper-bench) (timeout 120 "$B/tests/gpu/test_hopper_gemm" bench >"$OUT/hopper-bench.txt" 2>&1)

@@ -106,7 +106,24 @@ def test_parse_args():
             ct.parse_args(bad)
     opts = ct.options_dict(ct.parse_args(["--graph"]))
     json.dumps(opts)
-    assert opts["graph"] and opts["shapes"][0] == "16384x2048x8192"
+    assert opts["graph"] and opts["shapes"][0] == "16384x2048x8192" and not opts["align"]
+    with pytest.raises(SystemExit):  # --align needs the pad that hides the host's enqueue
+        ct.parse_args(["--align"])
+    assert ct.options_dict(ct.parse_args(["--align", "--pad-us", "300"]))["align"]
+
+
+def test_align_meets_before_every_start():
+    torch = pytest.importorskip("torch")
+    r = make_runner(["-w", "1", "-i", "2", "--pad-us", "300", "--align"], torch)
+    r.run_shape("ag_gemm", (64, 32, 16))
+    # every timed call (after the probe calls) comes right after barrier, align
+    for i, c in enumerate(r.calls):
+        if c == "align":
+            assert r.calls[i - 1] == "barrier" and r.calls[i + 1] not in ("barrier", "align")
+    assert r.calls.count("align") == 6 * (1 + 2)  # 6 working candidates x (warm-up + timed rounds)
+    plain = make_runner(["-w", "1", "-i", "2"], torch)
+    plain.run_shape("ag_gemm", (64, 32, 16))
+    assert "align" not in plain.calls
 
 
 def test_help_without_gpu(capsys):
@@ -283,6 +300,9 @@ def make_runner(argv, torch, uncapturable=()):
 
         def barrier(self):
             self.calls.append("barrier")
+
+        def align(self):
+            self.calls.append("align")
 
         def agree(self, ok):
             return ok
