@@ -124,14 +124,11 @@ static void test_all_schedules(const void *param) {
     CHECK(runs > 100);
 }
 
-/* AG split, P = 2, rank 0, one piece: the comm steps "signal free, wait
- * free, push, signal ready" form one run, enqueued after the own GEMM (it
- * does not wait on them) and before the compute queue's wait for the
- * peer's rows. Enqueued after that wait instead, the run is what the GPUs
- * hung on; the checker says so. */
-static void test_ag_split_order(const void *param) {
-    (void)param;
+/* The plan of AG split, P = 2, rank 0, m = 2048, one piece, one compute
+ * queue. */
+static void ag_split_p2_plan(plan *p) {
     plan_request req;
+    char err[512];
     memset(&req, 0, sizeof req);
     req.op = PLAN_OP_AG_GEMM;
     req.algo = PLAN_ALGO_SPLIT;
@@ -140,9 +137,19 @@ static void test_ag_split_order(const void *param) {
     req.splits = 1;
     req.compute_queues = 1;
     req.has_gemm = req.has_collective = true;
+    if (plan_build(&req, p, err, (int)sizeof err) != 0) TEST_FAIL("plan_build: %s", err);
+}
+
+/* AG split, P = 2, rank 0, one piece: the comm steps "signal free, wait
+ * free, push, signal ready" form one run, enqueued after the own GEMM (it
+ * does not wait on them) and before the compute queue's wait for the
+ * peer's rows. Enqueued after that wait instead, the run is what the GPUs
+ * hung on; the checker says so. */
+static void test_ag_split_order(const void *param) {
+    (void)param;
     plan p;
     char err[512];
-    CHECK_INT_EQ(plan_build(&req, &p, err, (int)sizeof err), 0);
+    ag_split_p2_plan(&p);
     plan_unit u[16];
     CHECK(p.nsteps <= 16);
     int n = plan_units(&p, true, PLAN_UNIT_MAX, PLAN_RUNS_HELD, u);
@@ -169,18 +176,9 @@ static void test_ag_split_order(const void *param) {
  * still passes the checker. */
 static void test_ag_split_order_first_step(const void *param) {
     (void)param;
-    plan_request req;
-    memset(&req, 0, sizeof req);
-    req.op = PLAN_OP_AG_GEMM;
-    req.algo = PLAN_ALGO_SPLIT;
-    req.nranks = 2;
-    req.m = 2048;
-    req.splits = 1;
-    req.compute_queues = 1;
-    req.has_gemm = req.has_collective = true;
     plan p;
     char err[512];
-    CHECK_INT_EQ(plan_build(&req, &p, err, (int)sizeof err), 0);
+    ag_split_p2_plan(&p);
     plan_unit u[16];
     CHECK(p.nsteps <= 16);
     /* Copies on the copy engine: the run is "signal free, wait free", the

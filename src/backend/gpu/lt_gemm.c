@@ -139,9 +139,40 @@ static lt_key make_key(const cgm_lt_gemm_args *g, size_t workspace_bytes) {
     return key;
 }
 
+/* The heuristic's first `want` algorithms for entry e (its descriptors and
+ * key: workspace bound, operand alignments). *found may be 0. */
+static cgm_status heuristic(cgm_lt *lt, const lt_entry *e, int want,
+                            cublasLtMatmulHeuristicResult_t *res,
+                            int *found) {
+    cgm_status status = CGM_SUCCESS;
+    const lt_key *key = &e->key;
+    cublasLtMatmulPreference_t pref = NULL;
+    uint64_t ws = key->workspace_bytes;
+    uint32_t al_a = (uint32_t)key->align_w, al_b = (uint32_t)key->align_x,
+             al_c = (uint32_t)key->align_y;
+    *found = 0;
+    memset(res, 0, (size_t)want * sizeof *res);
+    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
+    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
+    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
+    CGM_CUBLAS_TRY(cublasLtMatmulAlgoGetHeuristic(lt->handle, e->desc, e->a,
+                                                  e->b, e->c, e->c, pref,
+                                                  want, res, found));
+fail:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    return status;
+}
+
 static cgm_status entry_build(cgm_lt *lt, lt_entry *e, const lt_key *key) {
     cgm_status status = CGM_SUCCESS;
-    cublasLtMatmulPreference_t pref = NULL;
     cublasComputeType_t compute =
         key->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     cudaDataType_t in = cgm_cuda_dtype((cgm_dtype)key->in_dtype);
@@ -181,26 +212,9 @@ static cgm_status entry_build(cgm_lt *lt, lt_entry *e, const lt_key *key) {
                                               key->ldx));
     CGM_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&e->c, out, (uint64_t)key->n,
                                               (uint64_t)key->m, key->ldy));
-    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
-    uint64_t ws = key->workspace_bytes;
-    uint32_t al_a = (uint32_t)key->align_w, al_b = (uint32_t)key->align_x,
-             al_c = (uint32_t)key->align_y;
-    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
-    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
-    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
-    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
-    memset(&result, 0, sizeof result);
-    CGM_CUBLAS_TRY(cublasLtMatmulAlgoGetHeuristic(lt->handle, e->desc, e->a,
-                                                  e->b, e->c, e->c, pref, 1,
-                                                  &result, &found));
+    CGM_TRY(heuristic(lt, e, 1, &result, &found));
     if (found < 1) {
         status = cgm_error(CGM_ERROR_NOT_SUPPORTED,
                            "cuBLASLt has no algorithm for a %s GEMM m=%lld "
@@ -219,10 +233,8 @@ static cgm_status entry_build(cgm_lt *lt, lt_entry *e, const lt_key *key) {
     }
     e->algo = result.algo;
     e->used = true;
-    cublasLtMatmulPreferenceDestroy(pref);
     return CGM_SUCCESS;
 fail:
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
     entry_clear(e);
     return status;
 }
@@ -303,7 +315,6 @@ static cgm_status search_entry(cgm_lt *lt, lt_entry *e,
                                int64_t timeout_ms) {
     cgm_status status = CGM_SUCCESS;
     const lt_key *key = &e->key;
-    cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t res[LT_SEARCH_MAX];
     float t[LT_SEARCH_MAX][LT_SEARCH_ROUNDS], med[LT_SEARCH_MAX];
     bool ok[LT_SEARCH_MAX];
@@ -314,25 +325,9 @@ static cgm_status search_entry(cgm_lt *lt, lt_entry *e,
     size_t y_room = (y_bytes + 255) & ~(size_t)255;
     float first_ms = 0;
     cudaStream_t s;
-    uint64_t ws = key->workspace_bytes;
-    uint32_t al_a = (uint32_t)key->align_w, al_b = (uint32_t)key->align_x,
-             al_c = (uint32_t)key->align_y;
     float alpha = 1.0f, beta = key->accumulate ? 1.0f : 0.0f;
     e->searched = true;
-    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
-    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
-    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
-    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
-    CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
-    CGM_CUBLAS_TRY(cublasLtMatmulAlgoGetHeuristic(lt->handle, e->desc, e->a,
-                                                  e->b, e->c, e->c, pref,
-                                                  lt->search, res, &found));
+    CGM_TRY(heuristic(lt, e, lt->search, res, &found));
     if (found < 2) goto fail;
     CGM_TRY(search_resources(lt, 2 + 2 * found * LT_SEARCH_ROUNDS));
     s = lt->search_stream;
@@ -418,7 +413,6 @@ fail:
         cudaFreeAsync(scratch, lt->search_stream);
         cudaStreamSynchronize(lt->search_stream);
     }
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
     return status;
 }
 
