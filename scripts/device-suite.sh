@@ -35,7 +35,10 @@
 # 0 vs 4194304; SMPUSH_SHAPES), sm-blocks (COMMGEMM_P2P_SM_PUSH_BLOCKS 16,
 # 32, 64 with SM copies up to 4 MiB, on the small shapes), max-conn (CUDA_DEVICE_MAX_CONNECTIONS 8, the
 # default, against 32: do the p2p queues share hardware queues?), run-order
-# (COMMGEMM_P2P_RUN_ORDER held against first_step; RUNORDER_SHAPES), lt-search
+# (COMMGEMM_P2P_RUN_ORDER held against first_step; RUNORDER_SHAPES), lead
+# (test_gpu_ops ag_gemm_all_gpus, then AG split against lead on LEAD_SHAPES,
+# two rounds; BUILD_TARGETS="test_gpu_ops commgemm-bench commgemm-run" with
+# build makes it quick), lt-search
 # (COMMGEMM_LT_SEARCH 1 against 8: cuBLASLt's first heuristic algorithm or the
 # fastest of 8 timed; LTSEARCH_SHAPES), lt-algos
 # (bench/lt_algos.c: cuBLASLt's top heuristic algorithms and cublasGemmEx
@@ -56,7 +59,7 @@ note() { summary+=("$1"); echo "== $1"; echo "$1" >>"$OUT/summary.txt"; } # appe
 
 stage_build() {
     cmake -S . -B "$B" -G Ninja "${args[@]}" >"$OUT/configure.log" 2>&1 || { tail -20 "$OUT/configure.log"; note "build: configure FAILED"; return 1; }
-    cmake --build "$B" -j16 >"$OUT/build.log" 2>&1
+    cmake --build "$B" -j16 ${BUILD_TARGETS:+--target $BUILD_TARGETS} >"$OUT/build.log" 2>&1
     local rc=$? warnings
     warnings=$(grep -c "warning:" "$OUT/build.log")
     [ $rc -eq 0 ] || tail -30 "$OUT/build.log"
@@ -275,6 +278,14 @@ for s in "$@"; do
     timeline) stage_timeline ;; lt-algos) stage_lt_algos ;;
     run-order) stage_ab run-order COMMGEMM_P2P_RUN_ORDER "held first_step" \
         "${RUNORDER_SHAPES:-1024x8192x28672,1024x4096x4096,2048x2048x2048,1024x1024x1024,16384x2048x8192,8192x4096x4096,4096x28672x8192}" "split auto" ;;
+    lead) (cd "$B" && timeout 60 ./tests/gpu/test_gpu_ops ag_gemm_all_gpus >"$OUT/lead-test.log" 2>&1)
+        note "lead: test_gpu_ops ag_gemm_all_gpus (lead among its algorithms) rc=$? $(tail -1 "$OUT/lead-test.log")"
+        mkdir -p "$OUT/lead"
+        for r in 1 2; do for a in split lead; do
+            COMMGEMM_PARTIAL_DTYPE=output bench_p2p "$OUT/lead/$a-r$r.txt" 60 --op ag_gemm \
+                --shapes "${LEAD_SHAPES:-4096x28672x8192,16384x28672x8192,16384x8192x28672}" -w 3 -i 10 --graph --algo $a
+        done; done
+        bench_rows '$8, $13' "$OUT"/lead/*.txt | sort -k2,3 -s ;;
     lt-search) stage_ab lt-search COMMGEMM_LT_SEARCH "1 8" \
         "${LTSEARCH_SHAPES:-16384x8192x2048,8192x4096x4096,16384x2048x8192,4096x28672x8192,1024x8192x28672,2048x2048x2048}" "split auto" ;;
     small) stage_small ;;

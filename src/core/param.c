@@ -26,7 +26,7 @@ static const cgm_param params[] = {
     {"COMMGEMM_TIMEOUT_MS", CGM_PARAM_INT, "60000",
      "Bound of every wait in milliseconds; a rank that does not arrive in time is named in a CGM_ERROR_TIMEOUT (config `timeout_ms`)."},
     {"COMMGEMM_ALGO", CGM_PARAM_STRING, "auto",
-     "Default algorithm: auto, split, ring, no_overlap, fused (p2p's own Hopper kernel; split elsewhere) (config `algo`; per call: options.algo)."},
+     "Default algorithm: auto, split, ring, no_overlap, fused (p2p's own Hopper kernel; split elsewhere), lead (AG+GEMM on host and p2p: a lead piece of the own rows, then the rest as one GEMM; split elsewhere) (config `algo`; per call: options.algo)."},
     {"COMMGEMM_SPLITS", CGM_PARAM_INT, "0",
      "Default pieces per shard for split/ring algorithms, 0 = auto (config `splits`)."},
     {"COMMGEMM_TUNE", CGM_PARAM_INT, "1",

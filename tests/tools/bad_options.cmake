@@ -9,7 +9,7 @@ set(cases
   "-n|abc" "-n: expected"
   "--layout|XY" "--layout: expected TN, NN or NT"
   "--backend|gpu" "--backend: expected auto, host, p2p, nccl or cublasmp"
-  "--algo|bulk" "--algo: expected auto, split, ring, no_overlap or fused"
+  "--algo|bulk" "--algo: expected auto, split, ring, no_overlap, fused or lead"
   "--iters|0" "--iters: expected an integer from 1"
   "--ranks|-3" "--ranks: expected an integer from 1"
   "--timeout-ms|soon" "--timeout-ms: expected"
