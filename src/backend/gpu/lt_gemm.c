@@ -409,10 +409,10 @@ static cgm_status search_entry(cgm_lt *lt, lt_entry *e,
              cgm_dtype_name((cgm_dtype)key->out_dtype), found,
              LT_SEARCH_ROUNDS, reps, (double)med[0], best, (double)med[best]);
 fail:
-    if (scratch) {
-        cudaFreeAsync(scratch, lt->search_stream);
-        cudaStreamSynchronize(lt->search_stream);
-    }
+    /* Stream-ordered: freed once the private stream gets there. No wait
+     * here: after a timeout the stream may still be behind the caller's
+     * work, and the next search queues behind it anyway. */
+    if (scratch) cudaFreeAsync(scratch, lt->search_stream);
     return status;
 }
 
