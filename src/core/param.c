@@ -63,6 +63,8 @@ static const cgm_param params[] = {
      "p2p backend: most blocks (of 512 threads, one per 64 KiB copied) of a comm program that copies, 1..1024."},
     {"COMMGEMM_LT_SEARCH", CGM_PARAM_INT, "8",
      "GPU backends (p2p, nccl): cuBLASLt algorithms timed per GEMM shape on its first use, 1..16. 8 (default): the heuristic's first 8 run in 3 interleaved rounds on a private stream with a scratch output (before the op enqueues anything; never in graph capture), and the fastest is kept when it beats the first by 1 % or more (docs/PERFORMANCE.md 4f: the first was up to 17 % slower than the best on H200). 1: the heuristic's first, no timing."},
+    {"COMMGEMM_TUNE_LEAD", CGM_PARAM_INT, "0",
+     "Autotuner, host and p2p backends, AG+GEMM: 1 adds the lead schedule (splits 4 and 8) to the candidates. 0 (default): lead runs only when asked for (COMMGEMM_ALGO=lead, options.algo), until it has been measured on GPUs (docs/P2P_BACKEND.md, Next). Every rank must use the same value."},
     {"COMMGEMM_TIMELINE", CGM_PARAM_STRING, NULL,
      "p2p backend, diagnostics: path prefix; each eager op records an event around every schedule step (fused calls: every copy, flag, GEMM and kernel launch) and writes a Chrome trace <prefix>.<op>.<algo>.r<rank>.json (last call per op and algorithm) plus an INFO line with the busy time per queue. The op then synchronizes its stream: never for timing runs."},
     {"COMMGEMM_DEBUG", CGM_PARAM_STRING, NULL, "Log level: NONE (default), WARN, INFO, TRACE."},

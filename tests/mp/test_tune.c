@@ -193,7 +193,7 @@ static int rank_measured(int rank, int P, const char *rdv, void *arg) {
     cgm_tune_candidate c[CGM_TUNE_MAX_CANDIDATES];
     for (int s = 0; s < 3; s++)
         expected += 3 * 6 * (uint64_t)cgm_tune_plan_candidates(
-                                shapes[s], P, 16 /* host_backend.c's HOST_TUNE_MIN_PIECE_ROWS */, c);
+                                shapes[s], P, 16 /* host_backend.c's HOST_TUNE_MIN_PIECE_ROWS */, false, c);
     CHECK_INT_EQ(s.runs, expected);
     MP_CHECK_OK(cgm_comm_destroy(comm));
     return 0;
@@ -297,6 +297,62 @@ static int rank_env_off(int rank, int P, const char *rdv, void *arg) {
     CHECK_INT_EQ(s.measured + s.memory + s.disk + s.defaults, 0);
     MP_CHECK_OK(cgm_comm_destroy(comm));
     return 0;
+}
+
+/* ---- COMMGEMM_TUNE_LEAD ---- */
+
+/* The plan backends' list: lead with splits 4 and 8 only for AG under the
+ * setting, only where the lead leaves rows to the rest GEMM, each distinct
+ * lead once. */
+static void run_lead_candidates(const void *param) {
+    (void)param;
+    cgm_tune_candidate c[CGM_TUNE_MAX_CANDIDATES];
+    /* m 2400, P 2: shards of 1200, leads of 384 (splits 4) and 256 (8). */
+    int n_off = cgm_tune_plan_candidates(2400, 2, 16, false, c);
+    int n = cgm_tune_plan_candidates(2400, 2, 16, true, c);
+    CHECK_INT_EQ(n, n_off + 2);
+    CHECK(n <= CGM_TUNE_MAX_CANDIDATES);
+    CHECK_INT_EQ(c[n - 2].algo, CGM_ALGO_LEAD);
+    CHECK_INT_EQ(c[n - 2].splits, 4);
+    CHECK_INT_EQ(c[n - 1].algo, CGM_ALGO_LEAD);
+    CHECK_INT_EQ(c[n - 1].splits, 8);
+    /* Shards of 250: both leads round up to 128 rows: one candidate. */
+    n = cgm_tune_plan_candidates(500, 2, 16, true, c);
+    CHECK_INT_EQ(n, cgm_tune_plan_candidates(500, 2, 16, false, c) + 1);
+    /* Shards of 100: a lead is the whole shard: none; P = 1: none. */
+    CHECK_INT_EQ(cgm_tune_plan_candidates(200, 2, 16, true, c),
+                 cgm_tune_plan_candidates(200, 2, 16, false, c));
+    CHECK_INT_EQ(cgm_tune_plan_candidates(4096, 1, 16, true, c),
+                 cgm_tune_plan_candidates(4096, 1, 16, false, c));
+}
+
+/* Under COMMGEMM_TUNE_LEAD=1 on every rank, a tuned AG measures the lead
+ * candidates too (and its result is checked); GEMM+RS does not. */
+static int rank_lead_tuned(int rank, int P, const char *rdv, void *arg) {
+    (void)arg;
+    setenv("COMMGEMM_TUNE_LEAD", "1", 1);
+    cgm_config cfg = mp_config(8000);
+    cfg.max_m = 4096;
+    cgm_comm *comm = test_host_comm(rank, P, rdv, &cfg);
+    cgm_tune_candidate c[CGM_TUNE_MAX_CANDIDATES];
+    snprintf(mp_context, sizeof mp_context, "rank %d/%d AG m=2400 lead tuned", rank, P);
+    run_op(comm, rank, P, AG, 2400, NULL, false, 61);
+    CHECK_SOURCE(comm, CGM_TUNE_MEASURED);
+    uint64_t ag_runs = stats(comm).runs;
+    CHECK_INT_EQ(ag_runs, 6 * (uint64_t)cgm_tune_plan_candidates(2400, P, 16, true, c));
+    snprintf(mp_context, sizeof mp_context, "rank %d/%d RS m=2400", rank, P);
+    run_op(comm, rank, P, RS, 2400, NULL, false, 62);
+    CHECK_SOURCE(comm, CGM_TUNE_MEASURED);
+    CHECK_INT_EQ(stats(comm).runs - ag_runs,
+                 6 * (uint64_t)cgm_tune_plan_candidates(2400, P, 16, false, c));
+    MP_CHECK_OK(cgm_comm_destroy(comm));
+    return 0;
+}
+
+static void run_lead_tuned(const void *param) {
+    (void)param;
+    CHECK_INT_EQ(test_run_ranks(2, rank_lead_tuned, NULL, 30, NULL), 0);
+    mp_check_no_shm_leftovers();
 }
 
 static const char *env_tune_off[] = {"COMMGEMM_TUNE", "0"};
@@ -661,6 +717,8 @@ static void register_cases(void) {
     test_add("cache_files_differ", run_files, NULL);
     test_add("cache_line_format", run_line_format, NULL);
     test_add("gpu_hold_bounds", run_hold, NULL);
+    test_add("lead_candidates", run_lead_candidates, NULL);
+    test_add("lead_tuned", run_lead_tuned, NULL);
 }
 
 int main(int argc, char **argv) {

@@ -342,7 +342,8 @@ static cgm_status host_bulk(cgm_comm *comm, void *state, const cgm_call *call) {
 static int host_tune_candidates(const cgm_comm *comm, const cgm_call *call,
                                 cgm_tune_candidate *out) {
     return cgm_tune_plan_candidates(call->m, comm->nranks,
-                                    HOST_TUNE_MIN_PIECE_ROWS, out);
+                                    HOST_TUNE_MIN_PIECE_ROWS,
+                                    cgm_tune_lead_on(call), out);
 }
 
 /* Host ops complete before they return: the wall clock around each. */

@@ -287,7 +287,8 @@ fail:
 static int p2p_tune_candidates(const cgm_comm *comm, const cgm_call *call,
                                cgm_tune_candidate *out) {
     int n = cgm_tune_plan_candidates(call->m, comm->nranks,
-                                     P2P_TUNE_MIN_PIECE_ROWS, out);
+                                     P2P_TUNE_MIN_PIECE_ROWS,
+                                     cgm_tune_lead_on(call), out);
     const p2p_state *st = comm->backend_state[CGM_BACKEND_P2P];
     if (!st || !p2p_fused_tunable(st, call)) return n;
     int64_t shard = cgm_ceil_div(call->m, comm->nranks);
