@@ -13,7 +13,8 @@
 # compare-graph-outpartial-aligned (the same with --pad-us 300 --align: the
 # GPUs meet in an all_reduce before each start event), compare-contested
 # (CONTESTED_SHAPES, 40 rounds, p2p, without and with --align),
-# compare-sweep-lead (the AG sweep with COMMGEMM_TUNE_LEAD=1), hopper-bench (the kernel bench only),
+# compare-sweep-lead (the AG sweep, the tuner offered lead by
+# COMMGEMM_TUNE_LEAD=1, and p2p-lead: lead forced), hopper-bench (the kernel bench only),
 # cublasmp-cases (tests/cublasmp/run_on_device.sh, case by case), timeline
 # (p2p step traces, COMMGEMM_TIMELINE, of the PERFORMANCE shapes, split and
 # fused), fused
@@ -271,8 +272,8 @@ for s in "$@"; do
         stage_compare contested-$a "COMPARE_ARGS=--graph $([ $a = aligned ] && echo --pad-us 300 --align) --backends p2p -i 40 --shapes ${CONTESTED_SHAPES:-1024x1024x1024,2048x2048x2048,1024x4096x4096,16384x8192x2048,16384x28672x8192,32768x28672x8192}" \
             COMMGEMM_PARTIAL_DTYPE=output; done ;;
     compare-sweep-lead) stage_compare sweep-lead COMPARE_ARGS=--graph COMPARE_SWEEP=only \
-        "COMPARE_SWEEP_ARGS=--backends p2p --ops ag_gemm" COMMGEMM_PARTIAL_DTYPE=output COMMGEMM_TUNE_LEAD=1 \
-        COMPARE_SWEEP_TIMEOUT=${SWEEP_TIMEOUT:-240} ;;
+        "COMPARE_SWEEP_ARGS=--backends p2p,p2p-lead --ops ag_gemm" COMMGEMM_PARTIAL_DTYPE=output COMMGEMM_TUNE_LEAD=1 \
+        COMPARE_SWEEP_TIMEOUT=${SWEEP_TIMEOUT:-300} ;;
     compare-sweep-aligned) stage_compare sweep-aligned "COMPARE_ARGS=--graph --pad-us 300 --align" COMPARE_SWEEP=only \
         "COMPARE_SWEEP_ARGS=--backends p2p" COMMGEMM_PARTIAL_DTYPE=output COMPARE_SWEEP_TIMEOUT=${SWEEP_TIMEOUT:-240} ;;
     compare-sweep) stage_compare sweep COMPARE_ARGS=--graph COMPARE_SWEEP=only \
