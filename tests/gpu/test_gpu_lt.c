@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -174,6 +175,33 @@ static void test_search_off(const void *param) {
     fixture_free(&f);
 }
 
+static void CUDART_CB sleep_host(void *arg) { usleep((useconds_t)(uintptr_t)arg); }
+
+/* The caller's stream is held by earlier work for 1.5 s and the bound is
+ * 100 ms: prepare returns CGM_ERROR_TIMEOUT naming the way out, promptly
+ * (no wait on the private stream on the way out), and once the stream has
+ * drained the same shape is used as usual. */
+static void test_search_timeout(const void *param) {
+    (void)param;
+    need_gpu();
+    lt_fixture f;
+    fixture_make(&f, 512, 512, 256);
+    cgm_lt *lt = lt_with(8);
+    cgm_lt_gemm_args g = args_of(&f, false, false);
+    CHECK_CUDA(cudaLaunchHostFunc(f.stream, sleep_host, (void *)(uintptr_t)1500000));
+    int64_t t0 = cgm_now_ns();
+    CHECK_STATUS(cgm_lt_prepare(lt, &g, WS_BYTES, f.stream, 100), CGM_ERROR_TIMEOUT);
+    CHECK(cgm_now_ns() - t0 < 1000000000LL);
+    CHECK_CONTAINS(cgm_last_error(), "cuBLASLt search m=512 n=512 k=256: waited 100 ms");
+    CHECK_CONTAINS(cgm_last_error(), "COMMGEMM_LT_SEARCH=1");
+    CHECK_CUDA(cudaStreamSynchronize(f.stream));
+    CHECK_STATUS(cgm_lt_prepare(lt, &g, WS_BYTES, f.stream, 60000), CGM_SUCCESS);
+    CHECK_STATUS(cgm_lt_gemm(lt, &g, f.ws, WS_BYTES, f.stream), CGM_SUCCESS);
+    CHECK_CUDA(cudaStreamSynchronize(f.stream));
+    cgm_lt_destroy(lt);
+    fixture_free(&f);
+}
+
 /* Out of range or not a number: refused, naming the variable and what it
  * expects (no GPU needed: it is read before cuBLASLt is touched). */
 static void test_search_bad(const void *param) {
@@ -195,6 +223,7 @@ static void register_cases(void) {
     test_add("search_odd", test_search, odd_shape);
     test_add("search_2048", test_search, bench_shape);
     test_add("search_off", test_search_off, NULL);
+    test_add("search_timeout", test_search_timeout, NULL);
     test_add("search_bad_zero", test_search_bad, bad_zero);
     test_add("search_bad_high", test_search_bad, bad_high);
     test_add("search_bad_word", test_search_bad, bad_word);

@@ -355,6 +355,24 @@ static void run_lead_tuned(const void *param) {
     mp_check_no_shm_leftovers();
 }
 
+/* COMMGEMM_TUNE_LEAD out of 0..1 or not a number: lead stays out (with a
+ * WARN), as for a call that is not AG+GEMM. Each case is a process of its
+ * own, and the variable is read once per process. */
+static void run_lead_env(const void *param) {
+    setenv("COMMGEMM_TUNE_LEAD", (const char *)param, 1);
+    cgm_call call;
+    memset(&call, 0, sizeof call);
+    call.op = CGM_OP_ALL_GATHER_GEMM;
+    bool on = strcmp((const char *)param, "1") == 0;
+    CHECK_INT_EQ(cgm_tune_lead_on(&call), on);
+    if (!on) /* what the WARN says */
+        CHECK_CONTAINS(cgm_last_error(), strcmp((const char *)param, "2") == 0
+                                             ? "COMMGEMM_TUNE_LEAD=2: expected 0..1"
+                                             : "COMMGEMM_TUNE_LEAD=\"yes\": expected an integer");
+    call.op = CGM_OP_GEMM_REDUCE_SCATTER;
+    CHECK_INT_EQ(cgm_tune_lead_on(&call), false);
+}
+
 static const char *env_tune_off[] = {"COMMGEMM_TUNE", "0"};
 static const char *env_algo[] = {"COMMGEMM_ALGO", "split"};
 static const char *env_splits[] = {"COMMGEMM_SPLITS", "2"};
@@ -719,6 +737,9 @@ static void register_cases(void) {
     test_add("gpu_hold_bounds", run_hold, NULL);
     test_add("lead_candidates", run_lead_candidates, NULL);
     test_add("lead_tuned", run_lead_tuned, NULL);
+    test_add("lead_env_on", run_lead_env, "1");
+    test_add("lead_env_out_of_range", run_lead_env, "2");
+    test_add("lead_env_word", run_lead_env, "yes");
 }
 
 int main(int argc, char **argv) {
