@@ -133,16 +133,14 @@ static void build_ag_lead(plan_builder *b) {
      * above sit on the compute queue the first of these GEMMs uses; with
      * several compute queues the second waits for them through a dep. */
     int64_t g0[2] = {0, lead0 + lead}, gn[2] = {lead0, b->m - lead0 - lead};
-    int first = -1;
     int last_wait = plan_last_on_queue(b, 1 + b->next_compute % b->cq);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0, emitted = 0; i < 2; i++) {
         if (gn[i] <= 0) continue;
         int g = plan_emit_gemm(b, plan_at(r, PLAN_BUF_GATHER, 0),
                                plan_at(r, PLAN_BUF_OUTPUT, 0), -1, -1, g0[i],
                                gn[i], true);
         for (int j = 0; j < 2; j++) plan_add_dep(b, g, local[j]);
-        if (first < 0) first = g;
-        else plan_add_dep(b, g, last_wait);
+        if (emitted++ > 0) plan_add_dep(b, g, last_wait);
     }
 }
 

@@ -41,6 +41,10 @@ typedef struct lt_entry {
 struct cgm_lt {
     cublasLtHandle_t handle;
     lt_entry entries[LT_CACHE_SIZE];
+    /* key_hash of each used entry's key, apart from the entries so that a
+     * lookup (two per GEMM step and call in the p2p backend: its check pass
+     * and the enqueue) scans 2 KiB, not every entry. */
+    uint64_t hashes[LT_CACHE_SIZE];
     int next_victim;
     int search;                  /* COMMGEMM_LT_SEARCH */
     cudaStream_t search_stream;  /* created on the first search */
@@ -239,10 +243,20 @@ fail:
     return status;
 }
 
+/* FNV-1a over the key's bytes (make_key zeroes the padding). */
+static uint64_t key_hash(const lt_key *key) {
+    const unsigned char *b = (const unsigned char *)key;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < sizeof *key; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
 static cgm_status lookup(cgm_lt *lt, const lt_key *key, lt_entry **out) {
+    uint64_t h = key_hash(key);
     for (int i = 0; i < LT_CACHE_SIZE; i++) {
         lt_entry *e = &lt->entries[i];
-        if (e->used && memcmp(&e->key, key, sizeof *key) == 0) {
+        if (lt->hashes[i] == h && e->used &&
+            memcmp(&e->key, key, sizeof *key) == 0) {
             *out = e;
             return CGM_SUCCESS;
         }
@@ -256,6 +270,7 @@ static cgm_status lookup(cgm_lt *lt, const lt_key *key, lt_entry **out) {
         entry_clear(&lt->entries[slot]);
     }
     cgm_status status = entry_build(lt, &lt->entries[slot], key);
+    lt->hashes[slot] = status == CGM_SUCCESS ? h : 0;
     if (status == CGM_SUCCESS) *out = &lt->entries[slot];
     return status;
 }
