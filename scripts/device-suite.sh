@@ -286,9 +286,10 @@ for s in "$@"; do
     lead) (cd "$B" && timeout 60 ./tests/gpu/test_gpu_ops ag_gemm_all_gpus >"$OUT/lead-test.log" 2>&1)
         note "lead: test_gpu_ops ag_gemm_all_gpus (lead among its algorithms) rc=$? $(tail -1 "$OUT/lead-test.log")"
         mkdir -p "$OUT/lead"
-        for r in 1 2; do for a in split lead; do
-            COMMGEMM_PARTIAL_DTYPE=output bench_p2p "$OUT/lead/$a-r$r.txt" 60 --op ag_gemm \
-                --shapes "${LEAD_SHAPES:-4096x28672x8192,16384x28672x8192,16384x8192x28672}" -w 3 -i 10 --graph --algo $a
+        for r in 1 2; do for a in ${LEAD_ALGOS:-split:0 lead:4 lead:8}; do # algo:splits, alternating
+            COMMGEMM_PARTIAL_DTYPE=output bench_p2p "$OUT/lead/${a%%:*}${a##*:}-r$r.txt" 60 --op ag_gemm \
+                --shapes "${LEAD_SHAPES:-4096x28672x8192,16384x28672x8192,32768x28672x8192,16384x8192x28672,16384x2048x8192}" \
+                -w 3 -i 10 --graph --algo ${a%%:*} --splits ${a##*:}
         done; done
         bench_rows '$8, $13' "$OUT"/lead/*.txt | sort -k2,3 -s ;;
     lt-search) stage_ab lt-search COMMGEMM_LT_SEARCH "1 8" \
