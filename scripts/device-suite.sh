@@ -37,7 +37,9 @@
 # 0 vs 4194304; SMPUSH_SHAPES), sm-blocks (COMMGEMM_P2P_SM_PUSH_BLOCKS 16,
 # 32, 64 with SM copies up to 4 MiB, on the small shapes), max-conn (CUDA_DEVICE_MAX_CONNECTIONS 8, the
 # default, against 32: do the p2p queues share hardware queues?), run-order
-# (COMMGEMM_P2P_RUN_ORDER held against first_step; RUNORDER_SHAPES), lead
+# (COMMGEMM_P2P_RUN_ORDER held against first_step; RUNORDER_SHAPES), ag-order
+# (COMMGEMM_P2P_AG_GEMM_ORDER in_order against alternate, AG split and the tuner;
+# AGORDER_SHAPES), gpu-some (the GPU tests matching GPU_TESTS, a ctest -R regex), lead
 # (test_gpu_ops ag_gemm_all_gpus, then AG split against lead on LEAD_SHAPES,
 # two rounds; BUILD_TARGETS="test_gpu_ops commgemm-bench commgemm-run" with
 # build makes it quick), lt-search
@@ -292,6 +294,12 @@ for s in "$@"; do
                 -w 3 -i 10 --graph --algo ${a%%:*} --splits ${a##*:}
         done; done
         bench_rows '$8, $13' "$OUT"/lead/*.txt | sort -k2,3 -s ;;
+    ag-order) stage_ab ag-order COMMGEMM_P2P_AG_GEMM_ORDER "in_order alternate" \
+        "${AGORDER_SHAPES:-16384x28672x8192,32768x28672x8192,4096x28672x8192,16384x2048x8192,8192x4096x4096,16384x8192x2048,2048x2048x2048}" \
+        "split auto" --op ag_gemm ;;
+    gpu-some) (cd "$B" && ctest -L gpu -R "${GPU_TESTS:?GPU_TESTS: a ctest -R regex}" --timeout 300 --output-on-failure) >"$OUT/gpu-some.log" 2>&1
+        note "gpu-some (-R $GPU_TESTS): $(grep -E 'tests passed' "$OUT/gpu-some.log")"
+        grep -E "Failed|\(Skipped\)|^FAIL" "$OUT/gpu-some.log" | head -20 ;;
     lt-search) stage_ab lt-search COMMGEMM_LT_SEARCH "1 8" \
         "${LTSEARCH_SHAPES:-16384x8192x2048,8192x4096x4096,16384x2048x8192,4096x28672x8192,1024x8192x28672,2048x2048x2048}" "split auto" ;;
     small) stage_small ;;

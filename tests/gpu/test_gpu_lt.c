@@ -185,12 +185,21 @@ static void test_search_timeout(const void *param) {
     (void)param;
     need_gpu();
     lt_fixture f;
-    fixture_make(&f, 512, 512, 256);
+    /* test_search's bench shape, where the heuristic offers several
+     * algorithms (with one there is nothing to time and nothing to wait). */
+    fixture_make(&f, 2048, 2048, 2048);
     cgm_lt *lt = lt_with(8);
-    cgm_lt_gemm_args g = args_of(&f, false, false);
+    cgm_lt_gemm_args g = args_of(&f, true, false);
     CHECK_CUDA(cudaLaunchHostFunc(f.stream, sleep_host, (void *)(uintptr_t)1500000));
     int64_t t0 = cgm_now_ns();
-    CHECK_STATUS(cgm_lt_prepare(lt, &g, WS_BYTES, f.stream, 100), CGM_ERROR_TIMEOUT);
+    cgm_status got = cgm_lt_prepare(lt, &g, WS_BYTES, f.stream, 100);
+    if (got != CGM_ERROR_TIMEOUT) {
+        uint64_t searches = 0, improved = 0;
+        cgm_lt_search_stats(lt, &searches, &improved);
+        TEST_FAIL("cgm_lt_prepare returned %d after %.1f ms, expected CGM_ERROR_TIMEOUT; "
+                  "searches %llu (0: the heuristic offered one algorithm)", (int)got,
+                  (double)(cgm_now_ns() - t0) / 1e6, (unsigned long long)searches);
+    }
     CHECK(cgm_now_ns() - t0 < 1000000000LL);
     CHECK_CONTAINS(cgm_last_error(), "cuBLASLt search m=512 n=512 k=256: waited 100 ms");
     CHECK_CONTAINS(cgm_last_error(), "COMMGEMM_LT_SEARCH=1");

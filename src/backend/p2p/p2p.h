@@ -71,6 +71,8 @@ typedef struct p2p_state {
      * 2: alternating).
      * Local scheduling only, as fused_push. */
     int rs_compute_queues;
+    /* COMMGEMM_P2P_AG_GEMM_ORDER: the same for AG+GEMM's chunk GEMMs. */
+    int ag_compute_queues;
     /* COMMGEMM_P2P_SM_PUSH_BYTES / _BLOCKS: a held-back run of comm-queue
      * steps copies with SMs up to this many bytes, with at most this many
      * blocks (p2p_exec.c, comm programs). */

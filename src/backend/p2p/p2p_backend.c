@@ -138,6 +138,13 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
     CGM_TRY(cgm_param_choice("COMMGEMM_P2P_GEMM_ORDER", gemm_orders, 2,
                              &gemm_order));
     st->rs_compute_queues = gemm_order == 1 ? 2 : 1;
+    /* COMMGEMM_P2P_AG_GEMM_ORDER: the same for AG+GEMM. No push waits on
+     * an AG GEMM, so running the next GEMM beside the previous one's last
+     * wave costs no push; only the whole op's end matters. */
+    int ag_gemm_order = 0;
+    CGM_TRY(cgm_param_choice("COMMGEMM_P2P_AG_GEMM_ORDER", gemm_orders, 2,
+                             &ag_gemm_order));
+    st->ag_compute_queues = ag_gemm_order == 1 ? 2 : 1;
     /* COMMGEMM_P2P_RUN_ORDER: in the order of plan_run_order. */
     static const char *const run_orders[] = {"held", "first_step"};
     int run_order = PLAN_RUNS_HELD;
