@@ -15,6 +15,9 @@ start event, so host launch skew between ranks is not timed):
   comm            the NCCL collective alone (torch.distributed)              baseline
   nccl+cublas     the collective then the GEMM (or the GEMM then the collective), no overlap
   torch_symm_mem  torch.ops.symm_mem.fused_all_gather_matmul / fused_matmul_reduce_scatter
+  gemm-commgemm   with --cgm-gemm: the same unsplit GEMM through commgemm (bulk_matmul_collective
+                  without a collective, the first backend of --backends: its cuBLASLt algorithm
+                  choice), a baseline beside torch.matmul that does not enter the ideal
   commgemm-<b>    commgemm.torch.all_gather_matmul / matmul_reduce_scatter / matmul_all_reduce
                   on backend b, for each b of --backends
 
@@ -59,7 +62,8 @@ GEMM = "gemm"
 COMM = "comm"
 SEQ = "nccl+cublas"
 TORCH = "torch_symm_mem"
-BASELINES = (GEMM, COMM)
+CGM_GEMM = "gemm-commgemm"
+BASELINES = (GEMM, COMM, CGM_GEMM)
 
 # Shapes as MxNxK (commgemm-bench order). The issue's table lists (m, k, n):
 # AG+GEMM (16384, 8192, 2048), (8192, 4096, 4096); GEMM+RS (16384, 2048, 8192),
@@ -172,9 +176,9 @@ def local_shapes(op, m, n, k, nranks):
     return {"x": (m, kl), "w": (n, kl), "y": (m, n)}
 
 
-def candidate_names(op, backends):
+def candidate_names(op, backends, cgm_gemm=False):
     """Every candidate of an op, in the base round order."""
-    names = [GEMM, COMM, SEQ]
+    names = [GEMM, COMM, SEQ] + ([CGM_GEMM] if cgm_gemm and backends else [])
     if op in ("ag_gemm", "gemm_rs"):
         names.append(TORCH)
     names += [f"commgemm-{b}" for b in backends]
@@ -332,6 +336,9 @@ def make_parser():
                    help="also capture each candidate in a CUDA graph after the eager rounds and time replays "
                         "(rows with mode=graph; candidates that cannot be captured are skipped with the reason)")
     p.add_argument("--no-torch", action="store_true", help="leave out the torch_symm_mem candidate")
+    p.add_argument("--cgm-gemm", action="store_true",
+                   help="also time the unsplit GEMM through commgemm (gemm-commgemm: the first backend's "
+                        "cuBLASLt choice) beside torch.matmul; a baseline outside the ideal")
     p.add_argument("--pad-us", type=float, default=0.0,
                    help="a GPU sleep of this many µs before each start event, so the host's enqueue time is "
                         "hidden and eager times are GPU times (default 0: the host's time counts where the GPU "
@@ -721,6 +728,14 @@ class Runner:
                 return lambda: self.cgt.matmul_all_reduce(x, w, comm=comm_b)
 
         fns[GEMM], fns[COMM], fns[SEQ] = gemm, comm, seq
+        if self.args.cgm_gemm and self.args.backend_list:
+            first = self.args.backend_list[0]
+            if first in self.comms:
+                a = x_full if op == "ag_gemm" else x
+                comm_first = self.comms[first]
+                fns[CGM_GEMM] = lambda: self.cgt.bulk_matmul_collective(a, w, comm=comm_first)[0]
+            else:
+                skipped[CGM_GEMM] = self.comm_reasons.get(first, "not created")
         if op in ("ag_gemm", "gemm_rs"):
             if self.torch_reason is None:
                 fns[TORCH] = fused
@@ -844,7 +859,7 @@ class Runner:
         """Rows (rank 0's view; every rank computes the same) for one (op, shape)."""
         args = self.args
         problem = shape_problem(op, *shape, self.size)
-        names = candidate_names(op, args.backend_list)
+        names = candidate_names(op, args.backend_list, args.cgm_gemm)
         if args.no_torch and TORCH in names:
             names.remove(TORCH)
         if problem:

@@ -39,7 +39,8 @@
 # default, against 32: do the p2p queues share hardware queues?), run-order
 # (COMMGEMM_P2P_RUN_ORDER held against first_step; RUNORDER_SHAPES), ag-order
 # (COMMGEMM_P2P_AG_GEMM_ORDER in_order against alternate, AG split and the tuner;
-# AGORDER_SHAPES), gpu-some (the GPU tests matching GPU_TESTS, a ctest -R regex), lead
+# AGORDER_SHAPES), gemm-bound (compare_torch --cgm-gemm, 40 rounds, AG on
+# GEMMBOUND_SHAPES, once per COMMGEMM_P2P_AG_GEMM_ORDER value), gpu-some (the GPU tests matching GPU_TESTS, a ctest -R regex), lead
 # (test_gpu_ops ag_gemm_all_gpus, then AG split against lead on LEAD_SHAPES,
 # two rounds; BUILD_TARGETS="test_gpu_ops commgemm-bench commgemm-run" with
 # build makes it quick), lt-search
@@ -273,6 +274,9 @@ for s in "$@"; do
     compare-contested) for a in plain aligned; do # the rows that flipped between sweeps, 40 rounds, without and with --align
         stage_compare contested-$a "COMPARE_ARGS=--graph $([ $a = aligned ] && echo --pad-us 300 --align) --backends p2p -i 40 --shapes ${CONTESTED_SHAPES:-1024x1024x1024,2048x2048x2048,1024x4096x4096,16384x8192x2048,16384x28672x8192,32768x28672x8192}" \
             COMMGEMM_PARTIAL_DTYPE=output; done ;;
+    gemm-bound) for v in in_order alternate; do # commgemm's unsplit GEMM beside torch's, the AG GEMM order per process
+        stage_compare gemm-bound-$v "COMPARE_ARGS=--graph --cgm-gemm --backends p2p -i 40 --ops ag_gemm --shapes ${GEMMBOUND_SHAPES:-16384x28672x8192,32768x28672x8192,4096x28672x8192,16384x8192x2048}" \
+            COMMGEMM_PARTIAL_DTYPE=output COMMGEMM_P2P_AG_GEMM_ORDER=$v; done ;;
     compare-sweep-lead) stage_compare sweep-lead COMPARE_ARGS=--graph COMPARE_SWEEP=only \
         "COMPARE_SWEEP_ARGS=--backends p2p,p2p-lead --ops ag_gemm" COMMGEMM_PARTIAL_DTYPE=output COMMGEMM_TUNE_LEAD=1 \
         COMPARE_SWEEP_TIMEOUT=${SWEEP_TIMEOUT:-300} ;;

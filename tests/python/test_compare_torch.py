@@ -171,6 +171,14 @@ def test_candidate_names():
     assert ct.TORCH not in ct.candidate_names("gemm_ar", ["p2p", "nccl"])
     assert ct.candidate_kind("gemm") == "baseline" and ct.candidate_kind("commgemm-nccl") == "commgemm"
     assert ct.candidate_kind(ct.TORCH) == "peer" and ct.candidate_kind(ct.SEQ) == "peer"
+    # --cgm-gemm: commgemm's own unsplit GEMM, a baseline (never checked, never the ideal)
+    assert ct.candidate_names("ag_gemm", ["p2p"], cgm_gemm=True)[:4] == ["gemm", "comm", "nccl+cublas",
+                                                                        "gemm-commgemm"]
+    assert ct.CGM_GEMM not in ct.candidate_names("ag_gemm", [], cgm_gemm=True)
+    assert ct.candidate_kind(ct.CGM_GEMM) == "baseline"
+    rows = ct.build_rows("ag_gemm", (64, 64, 64), "eager",
+                         {"gemm": {"time_us": 10.0}, "comm": {"time_us": 5.0}, ct.CGM_GEMM: {"time_us": 9.0}})
+    assert all(r["ideal_us"] == 10.0 for r in rows)
 
 
 # --------------------------------------------------------------------------
