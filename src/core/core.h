@@ -196,6 +196,10 @@ typedef struct cgm_call {
     bool allow_tf32;
     cgm_algo algo; /* the hint: AUTO, or what the caller / config asked for */
     int splits;    /* the hint: 0 = auto */
+    /* Compute queues of the schedule, set by the autotuner (p2p AG+GEMM:
+     * cgm_tune_candidate.queues); 0 = the backend's own setting. Local
+     * scheduling only: ranks may differ, it is not in the signature. */
+    int queues;
     cgm_backend backend; /* resolved for this call */
     void *stream;
     /* Set by the autotuner when it already checked, in this call, that
@@ -248,10 +252,11 @@ cgm_status cgm_validate_op(cgm_comm *comm, cgm_op op, const cgm_matrix *x,
 /* -------------------------------------------------------------- autotuning */
 
 /* One choice the autotuner can make for a call (src/tune/tune.h). */
-#define CGM_TUNE_MAX_CANDIDATES 10
+#define CGM_TUNE_MAX_CANDIDATES 14
 typedef struct cgm_tune_candidate {
     cgm_algo algo;
     int splits;
+    int queues; /* cgm_call.queues: 0 = the backend's setting */
 } cgm_tune_candidate;
 
 /* What a backend offers the autotuner. Every hook may assume the call left

@@ -175,6 +175,9 @@ void tune_key_describe(const tune_key *k, char *buf, size_t len) {
 void tune_candidate_describe(cgm_tune_candidate c, char *buf, size_t len) {
     if (c.algo == CGM_ALGO_NO_OVERLAP)
         snprintf(buf, len, "no_overlap");
+    else if (c.queues > 0)
+        snprintf(buf, len, "%s/%d/q%d", cgm_algo_name(c.algo), c.splits,
+                 c.queues);
     else
         snprintf(buf, len, "%s/%d", cgm_algo_name(c.algo), c.splits);
 }
@@ -221,6 +224,7 @@ static void apply(struct cgm_tune_state *ts, cgm_call *call,
                   cgm_tune_source source, cgm_tune_candidate choice, double us) {
     call->algo = choice.algo;
     call->splits = choice.splits;
+    call->queues = choice.queues;
     ts->last.source = source;
     ts->last.choice = choice;
     ts->last.us = us;
@@ -310,6 +314,7 @@ static cgm_status measure_all(cgm_comm *comm, const cgm_backend_vtable *vt,
             cgm_call trial = *call;
             trial.algo = cands[i].algo;
             trial.splits = cands[i].splits;
+            trial.queues = cands[i].queues;
             st = vt->tune->measure(comm, state, &trial, 1, n,
                                    ns[i] + (pass == 0 ? 0 : first));
             comm->tune->stats.runs += (uint64_t)(1 + n);
@@ -366,7 +371,9 @@ enum {
 static int candidate_index(const cgm_tune_candidate *cands, int ncand,
                            cgm_tune_candidate c) {
     for (int i = 0; i < ncand; i++)
-        if (cands[i].algo == c.algo && cands[i].splits == c.splits) return i;
+        if (cands[i].algo == c.algo && cands[i].splits == c.splits &&
+            cands[i].queues == c.queues)
+            return i;
     return -1;
 }
 
@@ -414,17 +421,19 @@ int cgm_tune_plan_candidates(int64_t m, int nranks, int min_piece_rows,
     for (int i = 0; i < 3; i++)
         if (i == 0 || shard >= (int64_t)split_counts[i] * min_piece_rows)
             out[n++] = (cgm_tune_candidate){CGM_ALGO_SPLIT_PIPELINED,
-                                            split_counts[i]};
+                                            split_counts[i], 0};
     for (int i = 0; i < 2 && nranks > 2; i++)
         if (i == 0 || shard >= (int64_t)ring_counts[i] * min_piece_rows)
-            out[n++] = (cgm_tune_candidate){CGM_ALGO_RING, ring_counts[i]};
-    out[n++] = (cgm_tune_candidate){CGM_ALGO_NO_OVERLAP, 1};
+            out[n++] = (cgm_tune_candidate){CGM_ALGO_RING, ring_counts[i],
+                                            0};
+    out[n++] = (cgm_tune_candidate){CGM_ALGO_NO_OVERLAP, 1, 0};
     static const int lead_splits[] = {4, 8};
     int64_t previous = -1;
     for (int i = 0; i < 2 && lead && nranks > 1; i++) {
         int64_t rows = plan_lead_rows(shard, lead_splits[i]);
         if (rows < shard && rows != previous)
-            out[n++] = (cgm_tune_candidate){CGM_ALGO_LEAD, lead_splits[i]};
+            out[n++] = (cgm_tune_candidate){CGM_ALGO_LEAD, lead_splits[i],
+                                            0};
         previous = rows;
     }
     return n;
@@ -473,10 +482,11 @@ cgm_status cgm_tune_resolve(cgm_comm *comm, const cgm_backend_vtable *vt,
 
     /* 1: the call's signature and what every rank brings. */
     ensure_disk(ts, h, comm, state);
-    int64_t cand_words[2 * CGM_TUNE_MAX_CANDIDATES];
+    int64_t cand_words[3 * CGM_TUNE_MAX_CANDIDATES];
     for (int i = 0; i < ncand; i++) {
-        cand_words[2 * i] = cands[i].algo;
-        cand_words[2 * i + 1] = cands[i].splits;
+        cand_words[3 * i] = cands[i].algo;
+        cand_words[3 * i + 1] = cands[i].splits;
+        cand_words[3 * i + 2] = cands[i].queues;
     }
     char host[64] = "";
     gethostname(host, sizeof host - 1);
@@ -486,7 +496,7 @@ cgm_status cgm_tune_resolve(cgm_comm *comm, const cgm_backend_vtable *vt,
     mine[X1_LOCAL] = key.w[local];
     mine[X1_REPS] = ts->reps;
     mine[X1_NCAND] = ncand;
-    mine[X1_CANDS] = (int64_t)hash_words(cand_words, 2 * ncand);
+    mine[X1_CANDS] = (int64_t)hash_words(cand_words, 3 * ncand);
     mine[X1_FILE] = ts->disk.usable ? (int64_t)(hash_text(host) ^
                                                 (hash_text(ts->cache_path) * 31))
                                     : 0;

@@ -55,7 +55,8 @@ int tune_disk_format_line(const tune_key *k, cgm_tune_candidate c, double us,
                           char *buf, size_t len) {
     return snprintf(buf, len,
                     "op=%s backend=%s in=%s out=%s layout=%s P=%lld m=%lld "
-                    "k=%lld n=%lld bias=%lld algo=%s splits=%d us=%.1f\n",
+                    "k=%lld n=%lld bias=%lld algo=%s splits=%d queues=%d "
+                    "us=%.1f\n",
                     op_name((int)k->w[TUNE_KEY_OP]),
                     backend_name((int)k->w[TUNE_KEY_BACKEND]),
                     dtype_name((int)k->w[TUNE_KEY_IN]),
@@ -64,15 +65,17 @@ int tune_disk_format_line(const tune_key *k, cgm_tune_candidate c, double us,
                     (long long)k->w[TUNE_KEY_P], (long long)k->w[TUNE_KEY_M],
                     (long long)k->w[TUNE_KEY_K], (long long)k->w[TUNE_KEY_N],
                     (long long)k->w[TUNE_KEY_BIAS], algo_name(c.algo),
-                    c.splits, us);
+                    c.splits, c.queues, us);
 }
 
 bool tune_disk_parse_line(const char *line, tune_disk_entry *out) {
     static const char *keys[] = {"op",     "backend", "in", "out",
                                  "layout", "P",       "m",  "k",
                                  "n",      "bias",    "algo", "splits",
-                                 "us"};
-    enum { NKEYS = 13 };
+                                 "us",     "queues"};
+    /* queues (the compute queues the choice runs on, 0 = the backend's
+     * setting) came after the first files: a line without it reads 0. */
+    enum { NKEYS = 14, REQUIRED = (1u << 13) - 1 };
     char copy[512];
     size_t n = strlen(line);
     if (n >= sizeof copy) return false;
@@ -130,16 +133,20 @@ bool tune_disk_parse_line(const char *line, tune_disk_entry *out) {
             ok = parse_int(v, 1, &num) && num <= 64;
             out->choice.splits = (int)num;
             break;
-        default: {
+        case 12: {
             char *end = NULL;
             out->us = strtod(v, &end);
             ok = end != v && !*end && out->us >= 0;
             break;
         }
+        default:
+            ok = parse_int(v, 0, &num) && num <= 8;
+            out->choice.queues = (int)num;
+            break;
         }
         if (!ok) return false;
     }
-    return seen == (1u << NKEYS) - 1;
+    return (seen & REQUIRED) == REQUIRED;
 }
 
 /* Value of `name=` in a header line, copied into buf; false if absent. */

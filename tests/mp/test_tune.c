@@ -663,18 +663,26 @@ static void run_line_format(const void *param) {
     (void)param;
     tune_key k = {{CGM_OP_GEMM_REDUCE_SCATTER, CGM_BACKEND_P2P, CGM_DTYPE_BF16,
                    CGM_DTYPE_FP32, CGM_LAYOUT_NT, 8, 16384, 2048, 8192, 1}};
-    cgm_tune_candidate c = {CGM_ALGO_RING, 4};
+    cgm_tune_candidate c = {CGM_ALGO_RING, 4, 2};
     char line[512];
     tune_disk_format_line(&k, c, 1234.5, line, sizeof line);
     CHECK_CONTAINS(line, "op=gemm_rs backend=p2p in=bf16 out=fp32 layout=NT "
                          "P=8 m=16384 k=2048 n=8192 bias=1 algo=ring "
-                         "splits=4 us=1234.5\n");
+                         "splits=4 queues=2 us=1234.5\n");
     tune_disk_entry e;
     CHECK(tune_disk_parse_line(line, &e));
     CHECK(!memcmp(&e.key, &k, sizeof k));
     CHECK_INT_EQ(e.choice.algo, CGM_ALGO_RING);
     CHECK_INT_EQ(e.choice.splits, 4);
+    CHECK_INT_EQ(e.choice.queues, 2);
     CHECK_NEAR(e.us, 1234.5, 1e-9);
+    /* A line of a file written before queues= existed: the backend's own
+     * queues (0). */
+    CHECK(tune_disk_parse_line("op=gemm_rs backend=p2p in=bf16 out=fp32 "
+                               "layout=NT P=8 m=16384 k=2048 n=8192 bias=1 "
+                               "algo=split splits=2 us=7", &e));
+    CHECK_INT_EQ(e.choice.splits, 2);
+    CHECK_INT_EQ(e.choice.queues, 0);
     const char *bad[] = {
         "", "op=gemm_rs", "op=gemm_rs op=gemm_rs",
         "op=gemm_rs backend=p2p in=bf16 out=fp32 layout=NT P=8 m=16384 "
@@ -685,6 +693,12 @@ static void run_line_format(const void *param) {
         "k=2048 n=8192 bias=1 algo=ring splits=4 us=1 extra=1",
         "op=gemm_rs backend=p2p in=bf16 out=fp32 layout=NT P=8 m=16x "
         "k=2048 n=8192 bias=1 algo=ring splits=4 us=1",
+        "op=gemm_rs backend=p2p in=bf16 out=fp32 layout=NT P=8 m=16 "
+        "k=2048 n=8192 bias=1 algo=ring splits=4 queues=-1 us=1",
+        "op=gemm_rs backend=p2p in=bf16 out=fp32 layout=NT P=8 m=16 "
+        "k=2048 n=8192 bias=1 algo=ring splits=4 queues=9 us=1",
+        "op=gemm_rs backend=p2p in=bf16 out=fp32 layout=NT P=8 m=16 "
+        "k=2048 n=8192 bias=1 algo=ring splits=4 queues=1 queues=1 us=1",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if (tune_disk_parse_line(bad[i], &e))

@@ -347,7 +347,11 @@ static cgm_status search_entry(cgm_lt *lt, lt_entry *e,
     CGM_TRY(search_resources(lt, 2 + 2 * found * LT_SEARCH_ROUNDS));
     s = lt->search_stream;
     /* After the caller's earlier work: the timings get the GPU to
-     * themselves. */
+     * themselves. The waits below are bounded, but a candidate's first
+     * launch in the process loads its kernel (CUDA's lazy loading), and
+     * loading waits for the device's earlier work inside cublasLtMatmul:
+     * for as long as that work runs (each commgemm wait in it is bounded
+     * by its own timeout; device.h, HOPPER_GEMM.md). */
     CGM_CUDA_TRY(cudaEventRecord(lt->search_events[0], after));
     CGM_CUDA_TRY(cudaStreamWaitEvent(s, lt->search_events[0], 0));
     if (cudaMallocAsync((void **)&scratch, y_room + key->workspace_bytes, s) !=

@@ -394,14 +394,14 @@ static int ncclb_tune_candidates(const cgm_comm *comm, const cgm_call *call,
         for (int a = 0; a < 2; a++)
             for (int i = 0; i < 3; i++)
                 if (i == 0 || shard >= ag_counts[i] * NCCLB_TUNE_MIN_PIECE_ROWS)
-                    out[n++] = (cgm_tune_candidate){algos[a], ag_counts[i]};
+                    out[n++] = (cgm_tune_candidate){algos[a], ag_counts[i], 0};
     } else {
         for (int i = 0; i < 4 && rs_counts[i] <= NCCLB_MAX_SPLITS; i++)
             if (i == 0 || shard >= rs_counts[i] * NCCLB_TUNE_MIN_PIECE_ROWS)
                 out[n++] = (cgm_tune_candidate){CGM_ALGO_SPLIT_PIPELINED,
-                                                rs_counts[i]};
+                                                rs_counts[i], 0};
     }
-    out[n++] = (cgm_tune_candidate){CGM_ALGO_NO_OVERLAP, 1};
+    out[n++] = (cgm_tune_candidate){CGM_ALGO_NO_OVERLAP, 1, 0};
     return n;
 }
 

@@ -71,8 +71,11 @@ typedef struct p2p_state {
      * 2: alternating).
      * Local scheduling only, as fused_push. */
     int rs_compute_queues;
-    /* COMMGEMM_P2P_AG_GEMM_ORDER: the same for AG+GEMM's chunk GEMMs. */
+    /* COMMGEMM_P2P_AG_GEMM_ORDER: the same for AG+GEMM's chunk GEMMs
+     * (call.queues, set by the autotuner, takes precedence); auto (the
+     * default): 1, and the tuner also measures 2 (ag_order_tuned). */
     int ag_compute_queues;
+    bool ag_order_tuned;
     /* COMMGEMM_P2P_SM_PUSH_BYTES / _BLOCKS: a held-back run of comm-queue
      * steps copies with SMs up to this many bytes, with at most this many
      * blocks (p2p_exec.c, comm programs). */

@@ -140,11 +140,15 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
     st->rs_compute_queues = gemm_order == 1 ? 2 : 1;
     /* COMMGEMM_P2P_AG_GEMM_ORDER: the same for AG+GEMM. No push waits on
      * an AG GEMM, so running the next GEMM beside the previous one's last
-     * wave costs no push; only the whole op's end matters. */
+     * wave costs no push; only the whole op's end matters. auto: in order,
+     * and the autotuner measures both (docs/PERFORMANCE.md 4g: either
+     * order wins on some shapes). */
+    static const char *const ag_orders[] = {"auto", "in_order", "alternate"};
     int ag_gemm_order = 0;
-    CGM_TRY(cgm_param_choice("COMMGEMM_P2P_AG_GEMM_ORDER", gemm_orders, 2,
+    CGM_TRY(cgm_param_choice("COMMGEMM_P2P_AG_GEMM_ORDER", ag_orders, 3,
                              &ag_gemm_order));
-    st->ag_compute_queues = ag_gemm_order == 1 ? 2 : 1;
+    st->ag_compute_queues = ag_gemm_order == 2 ? 2 : 1;
+    st->ag_order_tuned = ag_gemm_order == 0;
     /* COMMGEMM_P2P_RUN_ORDER: in the order of plan_run_order. */
     static const char *const run_orders[] = {"held", "first_step"};
     int run_order = PLAN_RUNS_HELD;
@@ -285,26 +289,47 @@ fail:
 /* Smaller cuBLASLt chunks lose more than the earlier start wins. */
 #define P2P_TUNE_MIN_PIECE_ROWS 128
 
-/* The plan schedules' candidates, then the fused kernel with 2, 4 and 8
- * pieces per shard where it can run the call (as many as fit; measured
- * on nvidia-h200-x2, docs/PERFORMANCE.md 4c: 1 piece was never best, and
- * the comm-bound GEMM+RS shapes want 4 or 8); with
- * COMMGEMM_P2P_FUSED_PUSH=pieces, whose READY kernels between the copies
- * make more pieces cost more, 1, 2 and 4. */
+/* The fused kernel with 2, 4 and 8 pieces per shard where it can run the
+ * call (as many as fit; measured on nvidia-h200-x2, docs/PERFORMANCE.md 4c:
+ * 1 piece was never best, and the comm-bound GEMM+RS shapes want 4 or 8);
+ * with COMMGEMM_P2P_FUSED_PUSH=pieces, whose READY kernels between the
+ * copies make more pieces cost more, 1, 2 and 4. */
+static int add_fused_candidates(const p2p_state *st, const cgm_comm *comm,
+                                const cgm_call *call, cgm_tune_candidate *out,
+                                int n) {
+    if (!p2p_fused_tunable(st, call)) return n;
+    int64_t shard = cgm_ceil_div(call->m, comm->nranks);
+    static const int serial[] = {1, 2, 4}, usual[] = {2, 4, 8};
+    const int *pieces = st->fused_push == P2P_PUSH_PIECES ? serial : usual;
+    for (int i = 0; i < 3 && n < CGM_TUNE_MAX_CANDIDATES; i++)
+        if (i == 0 || shard >= (int64_t)pieces[i] * CGM_HGEMM_TILE_M)
+            out[n++] = (cgm_tune_candidate){CGM_ALGO_FUSED, pieces[i], 0};
+    return n;
+}
+
+/* COMMGEMM_P2P_AG_GEMM_ORDER=auto: AG+GEMM's split candidates once more
+ * with their GEMMs on two compute queues (after the others, as many as
+ * fit). */
+static int add_order_twins(const p2p_state *st, const cgm_call *call,
+                           cgm_tune_candidate *out, int n) {
+    if (!st->ag_order_tuned || call->op != CGM_OP_ALL_GATHER_GEMM) return n;
+    int base = n;
+    for (int i = 0; i < base && n < CGM_TUNE_MAX_CANDIDATES; i++)
+        if (out[i].algo == CGM_ALGO_SPLIT_PIPELINED)
+            out[n++] = (cgm_tune_candidate){out[i].algo, out[i].splits, 2};
+    return n;
+}
+
+/* The plan schedules' candidates, then fused, then the AG order twins. */
 static int p2p_tune_candidates(const cgm_comm *comm, const cgm_call *call,
                                cgm_tune_candidate *out) {
     int n = cgm_tune_plan_candidates(call->m, comm->nranks,
                                      P2P_TUNE_MIN_PIECE_ROWS,
                                      cgm_tune_lead_on(call), out);
     const p2p_state *st = comm->backend_state[CGM_BACKEND_P2P];
-    if (!st || !p2p_fused_tunable(st, call)) return n;
-    int64_t shard = cgm_ceil_div(call->m, comm->nranks);
-    static const int serial[] = {1, 2, 4}, usual[] = {2, 4, 8};
-    const int *pieces = st->fused_push == P2P_PUSH_PIECES ? serial : usual;
-    for (int i = 0; i < 3 && n < CGM_TUNE_MAX_CANDIDATES; i++)
-        if (i == 0 || shard >= (int64_t)pieces[i] * CGM_HGEMM_TILE_M)
-            out[n++] = (cgm_tune_candidate){CGM_ALGO_FUSED, pieces[i]};
-    return n;
+    if (!st) return n;
+    n = add_fused_candidates(st, comm, call, out, n);
+    return add_order_twins(st, call, out, n);
 }
 
 static const cgm_tune_hooks p2p_tune_hooks =

@@ -631,7 +631,8 @@ static cgm_status make_request(p2p_state *st, const cgm_call *call,
     switch (call->op) {
     case CGM_OP_ALL_GATHER_GEMM:
         req->op = PLAN_OP_AG_GEMM;
-        req->compute_queues = st->ag_compute_queues;
+        req->compute_queues =
+            call->queues > 0 ? call->queues : st->ag_compute_queues;
         break;
     case CGM_OP_GEMM_REDUCE_SCATTER:
         req->op = PLAN_OP_GEMM_RS;
