@@ -211,7 +211,7 @@ static void test_search_timeout(const void *param) {
                   (double)(cgm_now_ns() - t0) / 1e6, (unsigned long long)searches);
     }
     CHECK(cgm_now_ns() - t0 < 1000000000LL);
-    CHECK_CONTAINS(cgm_last_error(), "cuBLASLt search m=512 n=512 k=256: waited 100 ms");
+    CHECK_CONTAINS(cgm_last_error(), "cuBLASLt search m=2048 n=2048 k=2048: waited 100 ms");
     CHECK_CONTAINS(cgm_last_error(), "COMMGEMM_LT_SEARCH=1");
     CHECK_CUDA(cudaStreamSynchronize(f.stream));
     CHECK_STATUS(cgm_lt_prepare(lt, &g, WS_BYTES, f.stream, 60000), CGM_SUCCESS);
