@@ -683,6 +683,14 @@ static void run_line_format(const void *param) {
                                "algo=split splits=2 us=7", &e));
     CHECK_INT_EQ(e.choice.splits, 2);
     CHECK_INT_EQ(e.choice.queues, 0);
+    /* How the log names a choice: the queues only when the tuner set them. */
+    char name[32];
+    tune_candidate_describe((cgm_tune_candidate){CGM_ALGO_SPLIT_PIPELINED, 2, 2},
+                            name, sizeof name);
+    CHECK(strcmp(name, "split/2/q2") == 0);
+    tune_candidate_describe((cgm_tune_candidate){CGM_ALGO_SPLIT_PIPELINED, 2, 0},
+                            name, sizeof name);
+    CHECK(strcmp(name, "split/2") == 0);
     const char *bad[] = {
         "", "op=gemm_rs", "op=gemm_rs op=gemm_rs",
         "op=gemm_rs backend=p2p in=bf16 out=fp32 layout=NT P=8 m=16384 "
