@@ -193,7 +193,8 @@ const char *cgm_backend_name(cgm_backend backend);
 cgm_status cgm_backend_from_name(const char *name, cgm_backend *out);
 
 typedef enum cgm_algo {
-    /** The backend picks (tuned per op, shape, dtype, P). */
+    /** The backend picks (tuned per op, shape, dtype, P: algorithm, splits
+     *  and, for p2p AG+GEMM, one or two compute queues; docs/TUNING.md). */
     CGM_ALGO_AUTO = 0,
     /** Split into per-rank chunks pulled (AG) or pushed (RS) directly between
      *  peers, GEMM chunks pipelined behind the transfers (userbuffers "split").*/
@@ -218,12 +219,14 @@ typedef enum cgm_algo {
      *  peers' in the gathered buffer; then every other row runs as one GEMM
      *  (two on a middle rank). For GEMM-bound shapes, where two GEMMs per
      *  shard lose to one: docs/PLAN.md "Lead". Not among the autotuner's
-     *  candidates yet (not measured on GPUs). */
+     *  candidates unless COMMGEMM_TUNE_LEAD=1: on H200 it was not faster
+     *  than split on any shape measured (docs/PERFORMANCE.md 4g). */
     CGM_ALGO_LEAD = 6,
     CGM_ALGO_COUNT_ = 7
 } cgm_algo;
 
-/** "auto", "split", "ring", "bulk", "no_overlap", "fused" or "invalid". */
+/** "auto", "split", "ring", "bulk", "no_overlap", "fused", "lead" or
+ *  "invalid". */
 const char *cgm_algo_name(cgm_algo algo);
 /** Parses an algorithm name (as above; "split_pipelined" too). */
 cgm_status cgm_algo_from_name(const char *name, cgm_algo *out);
