@@ -640,12 +640,17 @@ static void run_files(const void *param) {
     copy_cache("same.txt", NULL);
     copy_cache("other.txt", is_no_overlap ? "algo=split splits=1"
                                           : "algo=no_overlap splits=1");
+    /* The same decision on two compute queues: the host backend does not
+     * offer that candidate, so both ranks measure again. */
+    copy_cache("queues.txt", is_no_overlap ? "algo=no_overlap splits=1 queues=2"
+                                           : "algo=split splits=1 queues=2");
     const files_case cases[] = {
         {{"cache.txt", "same.txt"}, CGM_TUNE_DISK},
         {{"cache.txt", "other.txt"}, CGM_TUNE_MEASURED},
         {{"cache.txt", "missing.txt"}, CGM_TUNE_MEASURED},
+        {{"queues.txt", "queues.txt"}, CGM_TUNE_MEASURED},
     };
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         for (int r = 0; r < 2; r++) {
             snprintf(path, sizeof path, "%s/decisions.%d", dir, r);
             unlink(path);
