@@ -40,7 +40,9 @@
 # (COMMGEMM_P2P_RUN_ORDER held against first_step; RUNORDER_SHAPES), ag-order
 # (COMMGEMM_P2P_AG_GEMM_ORDER in_order against alternate, AG split and the tuner;
 # AGORDER_SHAPES), gemm-bound (compare_torch --cgm-gemm, 40 rounds, AG on
-# GEMMBOUND_SHAPES, once per COMMGEMM_P2P_AG_GEMM_ORDER value), gpu-some (the GPU tests matching GPU_TESTS, a ctest -R regex), lead
+# GEMMBOUND_SHAPES, once per COMMGEMM_P2P_AG_GEMM_ORDER value), gpu-some (the
+# GPU tests matching GPU_TESTS, a ctest -R regex; after a full build: ctest
+# needs every test binary, which BUILD_TARGETS leaves out), lead
 # (test_gpu_ops ag_gemm_all_gpus, then AG split against lead on LEAD_SHAPES,
 # two rounds; BUILD_TARGETS="test_gpu_ops commgemm-bench commgemm-run" with
 # build makes it quick), lt-search
