@@ -303,7 +303,7 @@ static cgm_status measure_all(cgm_comm *comm, const cgm_backend_vtable *vt,
                               void *state, const cgm_call *call,
                               const cgm_tune_candidate *cands, int ncand,
                               int reps, int64_t *times) {
-    int64_t ns[CGM_TUNE_MAX_CANDIDATES][TUNE_MAX_REPS]; /* 8 KiB */
+    int64_t ns[CGM_TUNE_MAX_CANDIDATES][TUNE_MAX_REPS]; /* 11 KiB */
     int first = reps >= 2 ? reps / 2 : reps;
     cgm_status st = CGM_SUCCESS;
     for (int pass = 0; pass < 2 && st == CGM_SUCCESS; pass++) {
