@@ -124,6 +124,11 @@ static void test_all_schedules(const void *param) {
     CHECK(runs > 100);
 }
 
+/* The kind of step j of unit u. */
+static plan_step_kind kind_of(const plan *p, const plan_unit *u, int j) {
+    return p->steps[u->steps[j]].kind;
+}
+
 /* The plan of AG split, P = 2, rank 0, m = 2048, one piece, one compute
  * queue. */
 static void ag_split_p2_plan(plan *p) {
@@ -154,13 +159,13 @@ static void test_ag_split_order(const void *param) {
     CHECK(p.nsteps <= 16);
     int n = plan_units(&p, true, PLAN_UNIT_MAX, PLAN_RUNS_HELD, u);
     CHECK_INT_EQ(n, 4);
-    CHECK_INT_EQ(p.steps[u[0].steps[0]].kind, PLAN_GEMM);
+    CHECK_INT_EQ(kind_of(&p, &u[0], 0), PLAN_GEMM);
     CHECK_INT_EQ(u[1].nsteps, 4);
-    CHECK_INT_EQ(p.steps[u[1].steps[0]].kind, PLAN_SIGNAL);
-    CHECK_INT_EQ(p.steps[u[1].steps[1]].kind, PLAN_WAIT);
-    CHECK_INT_EQ(p.steps[u[1].steps[2]].kind, PLAN_COPY);
-    CHECK_INT_EQ(p.steps[u[1].steps[3]].kind, PLAN_SIGNAL);
-    CHECK_INT_EQ(p.steps[u[2].steps[0]].kind, PLAN_WAIT);
+    CHECK_INT_EQ(kind_of(&p, &u[1], 0), PLAN_SIGNAL);
+    CHECK_INT_EQ(kind_of(&p, &u[1], 1), PLAN_WAIT);
+    CHECK_INT_EQ(kind_of(&p, &u[1], 2), PLAN_COPY);
+    CHECK_INT_EQ(kind_of(&p, &u[1], 3), PLAN_SIGNAL);
+    CHECK_INT_EQ(kind_of(&p, &u[2], 0), PLAN_WAIT);
     CHECK_INT_EQ(p.steps[u[2].steps[0]].queue, 1);
     CHECK_INT_EQ(check_units(&p, u, n, PLAN_UNIT_MAX, true, err, sizeof err), 0);
     plan_unit swapped = u[1];
@@ -186,19 +191,19 @@ static void test_ag_split_order_first_step(const void *param) {
     int n = plan_units(&p, false, PLAN_UNIT_MAX, PLAN_RUNS_AT_FIRST_STEP, u);
     CHECK_INT_EQ(n, 6);
     CHECK_INT_EQ(u[0].nsteps, 2);
-    CHECK_INT_EQ(p.steps[u[0].steps[0]].kind, PLAN_SIGNAL);
-    CHECK_INT_EQ(p.steps[u[0].steps[1]].kind, PLAN_WAIT);
-    CHECK_INT_EQ(p.steps[u[1].steps[0]].kind, PLAN_GEMM);
-    CHECK_INT_EQ(p.steps[u[2].steps[0]].kind, PLAN_COPY);
-    CHECK_INT_EQ(p.steps[u[3].steps[0]].kind, PLAN_SIGNAL);
-    CHECK_INT_EQ(p.steps[u[4].steps[0]].kind, PLAN_WAIT);
+    CHECK_INT_EQ(kind_of(&p, &u[0], 0), PLAN_SIGNAL);
+    CHECK_INT_EQ(kind_of(&p, &u[0], 1), PLAN_WAIT);
+    CHECK_INT_EQ(kind_of(&p, &u[1], 0), PLAN_GEMM);
+    CHECK_INT_EQ(kind_of(&p, &u[2], 0), PLAN_COPY);
+    CHECK_INT_EQ(kind_of(&p, &u[3], 0), PLAN_SIGNAL);
+    CHECK_INT_EQ(kind_of(&p, &u[4], 0), PLAN_WAIT);
     CHECK_INT_EQ(p.steps[u[4].steps[0]].queue, 1);
     CHECK_INT_EQ(check_units(&p, u, n, PLAN_UNIT_MAX, false, err, sizeof err), 0);
     /* Copies in runs: one run of all four comm steps, first. */
     n = plan_units(&p, true, PLAN_UNIT_MAX, PLAN_RUNS_AT_FIRST_STEP, u);
     CHECK_INT_EQ(n, 4);
     CHECK_INT_EQ(u[0].nsteps, 4);
-    CHECK_INT_EQ(p.steps[u[1].steps[0]].kind, PLAN_GEMM);
+    CHECK_INT_EQ(kind_of(&p, &u[1], 0), PLAN_GEMM);
     CHECK_INT_EQ(check_units(&p, u, n, PLAN_UNIT_MAX, true, err, sizeof err), 0);
     plan_free(&p);
 }

@@ -196,6 +196,7 @@ static void test_param_choice_bad(const void *p) {
  * value NULL: unset, the first word; index -1: a word that is refused with
  * the variable, the value, the choices and the default. */
 typedef struct choice_case {
+    const char *name; /* the test case */
     const char *var;
     const char *choices[3];
     int count;
@@ -204,18 +205,29 @@ typedef struct choice_case {
     const char *expected; /* the message's list of choices */
 } choice_case;
 
+#define PRIORITY "COMMGEMM_P2P_COMM_PRIORITY", {"high", "low"}, 2
+#define GEMM_ORDER "COMMGEMM_P2P_GEMM_ORDER", {"in_order", "alternate"}, 2
+#define AG_ORDER "COMMGEMM_P2P_AG_GEMM_ORDER", {"auto", "in_order", "alternate"}, 3
+#define RUN_ORDER "COMMGEMM_P2P_RUN_ORDER", {"held", "first_step"}, 2
 static const choice_case choice_cases[] = {
-    {"COMMGEMM_P2P_COMM_PRIORITY", {"high", "low"}, 2, NULL, 0, NULL},
-    {"COMMGEMM_P2P_COMM_PRIORITY", {"high", "low"}, 2, "low", 1, NULL},
-    {"COMMGEMM_P2P_COMM_PRIORITY", {"high", "low"}, 2, "medium", -1, "expected high or low"},
-    {"COMMGEMM_P2P_GEMM_ORDER", {"in_order", "alternate"}, 2, NULL, 0, NULL},
-    {"COMMGEMM_P2P_GEMM_ORDER", {"in_order", "alternate"}, 2, "alternate", 1, NULL},
-    {"COMMGEMM_P2P_GEMM_ORDER", {"in_order", "alternate"}, 2, "ordered", -1,
-     "expected in_order or alternate"},
-    {"COMMGEMM_P2P_RUN_ORDER", {"held", "first_step"}, 2, NULL, 0, NULL},
-    {"COMMGEMM_P2P_RUN_ORDER", {"held", "first_step"}, 2, "first_step", 1, NULL},
-    {"COMMGEMM_P2P_RUN_ORDER", {"held", "first_step"}, 2, "first", -1, "expected held or first_step"},
+    {"param_choice_comm_priority_default", PRIORITY, NULL, 0, NULL},
+    {"param_choice_comm_priority_low", PRIORITY, "low", 1, NULL},
+    {"param_choice_comm_priority_bad", PRIORITY, "medium", -1, "expected high or low"},
+    {"param_choice_gemm_order_default", GEMM_ORDER, NULL, 0, NULL},
+    {"param_choice_gemm_order_alternate", GEMM_ORDER, "alternate", 1, NULL},
+    {"param_choice_gemm_order_bad", GEMM_ORDER, "ordered", -1, "expected in_order or alternate"},
+    {"param_choice_ag_gemm_order_default", AG_ORDER, NULL, 0, NULL},
+    {"param_choice_ag_gemm_order_in_order", AG_ORDER, "in_order", 1, NULL},
+    {"param_choice_ag_gemm_order_alternate", AG_ORDER, "alternate", 2, NULL},
+    {"param_choice_ag_gemm_order_bad", AG_ORDER, "two", -1, "expected auto, in_order or alternate"},
+    {"param_choice_run_order_default", RUN_ORDER, NULL, 0, NULL},
+    {"param_choice_run_order_first_step", RUN_ORDER, "first_step", 1, NULL},
+    {"param_choice_run_order_bad", RUN_ORDER, "first", -1, "expected held or first_step"},
 };
+#undef PRIORITY
+#undef GEMM_ORDER
+#undef AG_ORDER
+#undef RUN_ORDER
 
 static void test_param_choice_case(const void *p) {
     const choice_case *c = p;
@@ -334,15 +346,8 @@ static void register_cases(void) {
     test_add("param_choice_default", test_param_choice, NULL);
     test_add("param_choice_taper", test_param_choice, "taper");
     test_add("param_choice_bad", test_param_choice_bad, NULL);
-    test_add("param_choice_comm_priority_default", test_param_choice_case, &choice_cases[0]);
-    test_add("param_choice_comm_priority_low", test_param_choice_case, &choice_cases[1]);
-    test_add("param_choice_comm_priority_bad", test_param_choice_case, &choice_cases[2]);
-    test_add("param_choice_gemm_order_default", test_param_choice_case, &choice_cases[3]);
-    test_add("param_choice_gemm_order_alternate", test_param_choice_case, &choice_cases[4]);
-    test_add("param_choice_gemm_order_bad", test_param_choice_case, &choice_cases[5]);
-    test_add("param_choice_run_order_default", test_param_choice_case, &choice_cases[6]);
-    test_add("param_choice_run_order_first_step", test_param_choice_case, &choice_cases[7]);
-    test_add("param_choice_run_order_bad", test_param_choice_case, &choice_cases[8]);
+    for (size_t i = 0; i < sizeof choice_cases / sizeof choice_cases[0]; i++)
+        test_add(choice_cases[i].name, test_param_choice_case, &choice_cases[i]);
     test_add("param_int_range_default", test_param_int_range, NULL);
     test_add("param_int_range_in", test_param_int_range, "7");
     test_add("param_int_range_low", test_param_int_range, "0");
