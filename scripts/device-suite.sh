@@ -25,7 +25,9 @@
 # (commgemm-bench with fused at 1, 2, 4 and 8 pieces per shard, graphs and
 # eager, split and the tuner beside it unless FUSED_BASELINES=0, bf16 partials;
 # FUSED_SHAPES; FUSED_TAG names a second run, e.g. with
-# COMMGEMM_P2P_FUSED_PUSH=beside or taper), copybench (GPU0<->GPU1 copy rates: one way,
+# COMMGEMM_P2P_FUSED_PUSH=beside or taper), fused-store (fused GEMM+RS with
+# COMMGEMM_P2P_FUSED_PUSH beside against store at 2, 4 and 8 pieces, alternating,
+# two rounds, bf16 partials; FSTORE_SHAPES), copybench (GPU0<->GPU1 copy rates: one way,
 # both ways, streams per direction, pieces with the flag signal on the copy
 # stream or beside it; tests/gpu/copybench.c), small (the latency-bound sweep
 # shapes: every p2p algorithm with graphs, the tuner's log, eager traces of
@@ -226,6 +228,17 @@ stage_small() { # the latency-bound shapes: each algorithm, the tuner's search (
 }
 # A/B of one environment variable in alternating processes: NAME VAR "VALUES" SHAPES ALGOS [bench args].
 # Two rounds of each algorithm but auto (one), bf16 partials, graphs; rows "algo-value-rN op shape µs ratio".
+stage_fused_store() { # COMMGEMM_P2P_FUSED_PUSH beside against store: fused GEMM+RS at 2, 4, 8 pieces, alternating, two rounds
+    local d=$OUT/fused-store sh=${FSTORE_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,4096x4096x4096,2048x8192x8192,1024x28672x8192} r s v
+    mkdir -p "$d"
+    for r in 1 2; do for s in 2 4 8; do for v in beside store; do
+        COMMGEMM_P2P_FUSED_PUSH=$v COMMGEMM_PARTIAL_DTYPE=output bench_p2p "$d/$v-s$s-r$r.txt" 100 \
+            --op gemm_rs --shapes "$sh" -w 5 -i 20 --graph --algo fused --splits $s
+        echo "rc=$? $v-s$s-r$r" >>"$d/rc.txt"
+    done; done; done
+    note "fused-store (COMMGEMM_P2P_FUSED_PUSH beside against store, fused GEMM+RS, bf16 partials): $(runs_summary "$d" "$d"/*-r?.txt)"
+    bench_rows '$8, $13' "$d"/*-r?.txt | sort -k2,3 -s
+}
 stage_ab() {
     local name=$1 var=$2 values=$3 sh=$4 algos=$5 d=$OUT/$1 v a r
     shift 5
@@ -288,7 +301,7 @@ for s in "$@"; do
         "COMPARE_SWEEP_ARGS=--backends p2p" COMMGEMM_PARTIAL_DTYPE=output COMPARE_SWEEP_TIMEOUT=${SWEEP_TIMEOUT:-240} ;;
     hopper-bench) (timeout 120 "$B/tests/gpu/test_hopper_gemm" bench >"$OUT/hopper-bench.txt" 2>&1)
         note "hopper bench: rc=$? $(grep -cE '^ +[0-9]' "$OUT/hopper-bench.txt") rows" ;; cublasmp-cases) stage_cublasmp_cases ;; pack) stage_pack ;;
-    timeline) stage_timeline ;; lt-algos) stage_lt_algos ;;
+    timeline) stage_timeline ;; lt-algos) stage_lt_algos ;; fused-store) stage_fused_store ;;
     run-order) stage_ab run-order COMMGEMM_P2P_RUN_ORDER "held first_step" \
         "${RUNORDER_SHAPES:-1024x8192x28672,1024x4096x4096,2048x2048x2048,1024x1024x1024,16384x2048x8192,8192x4096x4096,4096x28672x8192}" "split auto" ;;
     lead) (cd "$B" && timeout 60 ./tests/gpu/test_gpu_ops ag_gemm_all_gpus >"$OUT/lead-test.log" 2>&1)

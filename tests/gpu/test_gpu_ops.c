@@ -44,7 +44,9 @@ typedef struct op_case {
      * COMMGEMM_P2P_SM_PUSH_BYTES=4194304 (comm programs copy up to 4 MiB
      * with SMs), COMMGEMM_P2P_RUN_ORDER=first_step, COMMGEMM_LT_SEARCH=1
      * (the heuristic's first cuBLASLt algorithm, no search),
-     * COMMGEMM_P2P_AG_GEMM_ORDER=alternate (AG's GEMMs on two queues). */
+     * COMMGEMM_P2P_AG_GEMM_ORDER=alternate (AG's GEMMs on two queues),
+     * COMMGEMM_P2P_FUSED_PUSH=store (the fused RS kernel stores each peer's
+     * tiles into its RECV slot). */
     const char *env_var, *env_value, *suffix;
 } op_case;
 
@@ -326,6 +328,7 @@ static void test_bulk(const void *param) {
 #define FIRST_STEP "COMMGEMM_P2P_RUN_ORDER", "first_step", "_first_step"
 #define LT_FIRST "COMMGEMM_LT_SEARCH", "1", "_lt_heuristic"
 #define AG_ALTERNATE "COMMGEMM_P2P_AG_GEMM_ORDER", "alternate", "_alternate"
+#define FUSED_STORE "COMMGEMM_P2P_FUSED_PUSH", "store", "_fused_store"
 static const op_case cases[] = {
     {CGM_OP_ALL_GATHER_GEMM, 0, 0, NULL, NULL, ""},
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, NULL, NULL, ""},
@@ -345,7 +348,9 @@ static const op_case cases[] = {
     {CGM_OP_GEMM_ALL_REDUCE, 0, 0, FIRST_STEP},
     {CGM_OP_ALL_GATHER_GEMM, 0, 0, LT_FIRST},
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, LT_FIRST},
-    {CGM_OP_ALL_GATHER_GEMM, 0, 0, AG_ALTERNATE}};
+    {CGM_OP_ALL_GATHER_GEMM, 0, 0, AG_ALTERNATE},
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, FUSED_STORE},
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, FUSED_STORE}};
 
 static void register_cases(void) {
     char name[128];

@@ -34,6 +34,10 @@ typedef struct p2p_plan_entry {
     plan plan;
     cudaEvent_t *events; /* per step; NULL where no other queue waits on it */
     plan_unit *units;    /* room for plan_units' order (one per step) */
+    /* units[0..nunits) is plan_units' order for (units_join, the comm's
+     * run order), made at the first call that needs it; -1: not yet. */
+    int nunits;
+    bool units_join;
     uint64_t last_use;
 } p2p_plan_entry;
 
@@ -65,7 +69,7 @@ typedef struct p2p_state {
     /* COMMGEMM_P2P_FUSED_PUSH: how the fused algorithm pushes a shard
      * (p2p_fused.c). Local scheduling only: the flags are the same, so
      * ranks may differ. */
-    enum { P2P_PUSH_BESIDE, P2P_PUSH_PIECES, P2P_PUSH_TAPER } fused_push;
+    enum { P2P_PUSH_BESIDE, P2P_PUSH_PIECES, P2P_PUSH_TAPER, P2P_PUSH_STORE } fused_push;
     /* COMMGEMM_P2P_GEMM_ORDER: compute queues of the split, ring and
      * no_overlap GEMM+RS / GEMM+AR schedules (1: in order, the default;
      * 2: alternating).

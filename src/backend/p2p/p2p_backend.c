@@ -119,9 +119,9 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
     st->device = comm->cuda_device;
     st->timeout_ms = comm->config.timeout_ms;
     /* In the order of the P2P_PUSH_* values; the first is the default. */
-    static const char *const push_modes[] = {"beside", "pieces", "taper"};
+    static const char *const push_modes[] = {"beside", "pieces", "taper", "store"};
     int push = P2P_PUSH_BESIDE;
-    CGM_TRY(cgm_param_choice("COMMGEMM_P2P_FUSED_PUSH", push_modes, 3, &push));
+    CGM_TRY(cgm_param_choice("COMMGEMM_P2P_FUSED_PUSH", push_modes, 4, &push));
     st->fused_push = push;
     /* COMMGEMM_P2P_COMM_PRIORITY: the comm queue's stream priority. */
     static const char *const priorities[] = {"high", "low"};

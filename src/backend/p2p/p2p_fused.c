@@ -560,6 +560,50 @@ fail:
     return status;
 }
 
+/* COMMGEMM_P2P_FUSED_PUSH=store: the kernel computes shard d's rows of X
+ * straight into d's RECV slot r through the peer mapping (the partial
+ * dtype, no bias, no accumulate): the stores cross NVLink while the kernel
+ * runs, and no partial slot, copy or copy engine is used. */
+static cgm_hgemm_args store_args(const p2p_state *st, const cgm_call *c,
+                                 int d, cgm_dtype pd, size_t stride) {
+    cgm_hgemm_args a = base_args(st, c);
+    int P = st->nranks;
+    int64_t ldx = cgm_matrix_ld(&c->x);
+    a.m = plan_shard_rows(c->m, d, P);
+    a.x = (const char *)c->x.data + (size_t)plan_shard_offset(c->m, d, P) *
+                                        (size_t)ldx * cgm_dtype_size(c->in_dtype);
+    a.ldx = ldx;
+    a.out_dtype = pd;
+    a.y = (char *)st->ws.peer[d] + st->recv_offset + (size_t)st->rank * stride;
+    a.ldy = c->n;
+    a.bias = NULL;
+    a.accumulate = 0;
+    return a;
+}
+
+/* The store form of one destination d on the compute queue: wait until d
+ * freed its slot (FREE/-1 from d), the kernel, then READY(d*S + q) to d
+ * for each of its npieces pieces (the kernel's end orders its stores
+ * before the signal's system-scope release). */
+static cgm_status store_to(p2p_state *st, const cgm_call *c, int d, int S,
+                           int npieces, const cgm_hgemm_args *a) {
+    cgm_status status = CGM_SUCCESS;
+    cudaStream_t gemm = st->queues[1];
+    int r = st->rank;
+    CGM_TRY(wait_from(st, d, PLAN_FLAG_FREE, -1, gemm));
+    int t = trace_open(st, data_step(PLAN_GEMM, loc(r, PLAN_BUF_INPUT),
+                                     loc(d, PLAN_BUF_RECV), d, d * S,
+                                     plan_shard_offset(c->m, d, st->nranks),
+                                     a->m),
+                       gemm);
+    CGM_CUDA_TRY(cgm_hgemm(a, gemm));
+    CGM_TRY(trace_close(st, t, gemm));
+    for (int q = 0; q < npieces; q++)
+        CGM_TRY(signal_to(st, d, PLAN_FLAG_READY, d * S + q, gemm));
+fail:
+    return status;
+}
+
 static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
                            const p2p_fused_entry *e, int S, bool kernel,
                            bool dry) {
@@ -600,6 +644,13 @@ static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
         int64_t rows_d = plan_shard_rows(m, d, P);
         int64_t off_d = plan_shard_offset(m, d, P);
         if (rows_d == 0) continue;
+        if (kernel && st->fused_push == P2P_PUSH_STORE) {
+            cgm_hgemm_args sa = store_args(st, c, d, pd, stride);
+            if (cgm_hgemm_supported(&sa, NULL)) {
+                CGM_TRY(store_to(st, c, d, S, (int)cgm_ceil_div(rows_d, rpf), &sa));
+                continue;
+            }
+        }
         int slot = (t - 1) % nslots;
         char *partial = (char *)st->partial + (size_t)slot * stride;
         char *dst = (char *)st->ws.peer[d] + st->recv_offset +
