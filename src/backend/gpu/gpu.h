@@ -30,6 +30,18 @@ cgm_status cgm_cublas_fail(cublasStatus_t err, const char *what,
 cgm_status cgm_nccl_fail(ncclResult_t err, const char *what, const char *file,
                          int line);
 
+/* A bounded wait from the host: polls `event` (or `stream` when event is
+ * NULL) until the work before it is done, yielding between polls for the
+ * first 100 us and sleeping 20 us after that. Returns CGM_SUCCESS when it
+ * is done; the status of a CUDA error; the status of `check(ctx)` (called
+ * every poll when not NULL, e.g. a backend's asynchronous error) when that
+ * is not CGM_SUCCESS; after timeout_ms, CGM_ERROR_TIMEOUT with *expired set
+ * to true and NO detail recorded: the caller says what it waited for. */
+cgm_status cgm_gpu_wait_done(cudaEvent_t event, cudaStream_t stream,
+                             int64_t timeout_ms,
+                             cgm_status (*check)(void *ctx), void *ctx,
+                             bool *expired);
+
 /* In a function with a `cgm_status status` and a `fail:` label. */
 #define CGM_CUDA_TRY(call)                                                   \
     do {                                                                     \

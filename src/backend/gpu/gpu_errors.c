@@ -1,5 +1,8 @@
-/* Error reporting for CUDA, cuBLAS(Lt) and NCCL calls, dtype mappings. */
+/* Error reporting for CUDA, cuBLAS(Lt) and NCCL calls, dtype mappings, and
+ * the host's bounded wait for device work. */
+#include <sched.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/gpu/gpu.h"
 
@@ -100,4 +103,28 @@ bool cgm_stream_capturing(cudaStream_t stream) {
         return false;
     }
     return capture != cudaStreamCaptureStatusNone;
+}
+
+cgm_status cgm_gpu_wait_done(cudaEvent_t event, cudaStream_t stream,
+                             int64_t timeout_ms,
+                             cgm_status (*check)(void *ctx), void *ctx,
+                             bool *expired) {
+    cgm_status status = CGM_SUCCESS;
+    int64_t start = cgm_now_ns(), deadline = start + timeout_ms * 1000000;
+    *expired = false;
+    for (;;) {
+        cudaError_t q = event ? cudaEventQuery(event) : cudaStreamQuery(stream);
+        if (q == cudaSuccess) return CGM_SUCCESS;
+        if (q != cudaErrorNotReady) CGM_CUDA_TRY(q);
+        if (check) CGM_TRY(check(ctx));
+        int64_t now = cgm_now_ns();
+        if (now > deadline) {
+            *expired = true;
+            return CGM_ERROR_TIMEOUT;
+        }
+        if (now - start < 100000) sched_yield();
+        else usleep(20);
+    }
+fail:
+    return status;
 }

@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "backend/gpu/gpu.h"
 #include "device/device.h"
@@ -13,31 +12,36 @@ bool cgm_gpu_tune_capturing(const cgm_call *call) {
     return cgm_stream_capturing((cudaStream_t)call->stream);
 }
 
+/* The backend's asynchronous error (a device wait that expired ends its
+ * kernels), for cgm_gpu_wait_done. */
+struct async_ctx {
+    cgm_comm *comm;
+    const cgm_backend_vtable *vt;
+    void *state;
+};
+
+static cgm_status backend_async(void *p) {
+    const struct async_ctx *a = p;
+    return a->vt->async_error ? a->vt->async_error(a->comm, a->state)
+                              : CGM_SUCCESS;
+}
+
 /* Waits for `event`, bounded by the comm's timeout, watching the backend's
- * asynchronous error (a device wait that expired ends its kernels). */
+ * asynchronous error. */
 static cgm_status wait_event(cgm_comm *comm, const cgm_backend_vtable *vt,
                              void *state, cudaEvent_t event) {
-    cgm_status status = CGM_SUCCESS;
-    int64_t deadline = cgm_now_ns() + comm->config.timeout_ms * 1000000;
-    for (;;) {
-        cudaError_t q = cudaEventQuery(event);
-        if (q == cudaSuccess) return CGM_SUCCESS;
-        if (q != cudaErrorNotReady) CGM_CUDA_TRY(q);
-        if (vt->async_error) {
-            status = vt->async_error(comm, state);
-            if (status != CGM_SUCCESS) return status;
-        }
-        if (cgm_now_ns() > deadline)
-            return cgm_error(CGM_ERROR_TIMEOUT,
-                             "autotuner (%s backend): rank %d waited %lld ms "
-                             "(COMMGEMM_TIMEOUT_MS) for its measured runs to "
-                             "finish; a peer did not run them; every rank must "
-                             "make the same calls with the same COMMGEMM_TUNE",
-                             vt->name, comm->rank,
-                             (long long)comm->config.timeout_ms);
-        usleep(20);
-    }
-fail:
+    struct async_ctx a = {comm, vt, state};
+    bool expired = false;
+    cgm_status status = cgm_gpu_wait_done(event, NULL, comm->config.timeout_ms,
+                                          backend_async, &a, &expired);
+    if (expired)
+        return cgm_error(CGM_ERROR_TIMEOUT,
+                         "autotuner (%s backend): rank %d waited %lld ms "
+                         "(COMMGEMM_TIMEOUT_MS) for its measured runs to "
+                         "finish; a peer did not run them; every rank must "
+                         "make the same calls with the same COMMGEMM_TUNE",
+                         vt->name, comm->rank,
+                         (long long)comm->config.timeout_ms);
     return status;
 }
 

@@ -8,7 +8,6 @@
  *   NT: Y^T = W^T . X   A = W (col-major n x k) op N;         B = X (m x k) op T
  * and cuBLASLt's (m, n, k) are ours (n, m, k). The bias (n values) is then
  * a per-row vector of D, which is what CUBLASLT_EPILOGUE_BIAS adds. */
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -304,24 +303,18 @@ static size_t scratch_y_bytes(const lt_key *key) {
 /* Waits for `event` at most timeout_ms. */
 static cgm_status wait_bounded(cudaEvent_t event, int64_t timeout_ms,
                                const lt_key *key) {
-    cgm_status status = CGM_SUCCESS;
-    int64_t deadline = cgm_now_ns() + timeout_ms * 1000000;
-    for (;;) {
-        cudaError_t q = cudaEventQuery(event);
-        if (q == cudaSuccess) return CGM_SUCCESS;
-        if (q != cudaErrorNotReady) CGM_CUDA_TRY(q);
-        if (cgm_now_ns() > deadline)
-            return cgm_error(CGM_ERROR_TIMEOUT,
-                             "cuBLASLt search m=%lld n=%lld k=%lld: waited "
-                             "%lld ms (COMMGEMM_TIMEOUT_MS) for the stream's "
-                             "earlier work and the timed runs; a peer did not "
-                             "make an earlier call, or set "
-                             "COMMGEMM_LT_SEARCH=1 to skip the search",
-                             (long long)key->m, (long long)key->n,
-                             (long long)key->k, (long long)timeout_ms);
-        sched_yield();
-    }
-fail:
+    bool expired = false;
+    cgm_status status = cgm_gpu_wait_done(event, NULL, timeout_ms, NULL, NULL,
+                                          &expired);
+    if (expired)
+        return cgm_error(CGM_ERROR_TIMEOUT,
+                         "cuBLASLt search m=%lld n=%lld k=%lld: waited "
+                         "%lld ms (COMMGEMM_TIMEOUT_MS) for the stream's "
+                         "earlier work and the timed runs; a peer did not "
+                         "make an earlier call, or set "
+                         "COMMGEMM_LT_SEARCH=1 to skip the search",
+                         (long long)key->m, (long long)key->n,
+                         (long long)key->k, (long long)timeout_ms);
     return status;
 }
 

@@ -22,30 +22,30 @@ fail:
     return status;
 }
 
+/* NCCL's asynchronous error of the communicator `ctx`, as a status. */
+static cgm_status nccl_async(void *ctx) {
+    cgm_status status = CGM_SUCCESS;
+    ncclResult_t async = ncclSuccess;
+    CGM_NCCL_TRY(ncclCommGetAsyncError((ncclComm_t)ctx, &async));
+    if (async != ncclSuccess && async != ncclInProgress) CGM_NCCL_TRY(async);
+fail:
+    return status;
+}
+
 /* Waits for `stream` with a deadline, watching NCCL's async error. */
 static cgm_status wait_stream_bounded(ncclComm_t comm, cudaStream_t stream,
                                       int64_t timeout_ms, const char *what) {
-    cgm_status status = CGM_SUCCESS;
-    int64_t deadline = cgm_now_ns() + timeout_ms * 1000000;
-    for (;;) {
-        cudaError_t q = cudaStreamQuery(stream);
-        if (q == cudaSuccess) return CGM_SUCCESS;
-        if (q != cudaErrorNotReady) CGM_CUDA_TRY(q);
-        ncclResult_t async = ncclSuccess;
-        CGM_NCCL_TRY(ncclCommGetAsyncError(comm, &async));
-        if (async != ncclSuccess && async != ncclInProgress)
-            CGM_NCCL_TRY(async);
-        if (cgm_now_ns() > deadline)
-            return cgm_error(CGM_ERROR_TIMEOUT,
-                             "%s: expected every rank of the NCCL "
-                             "communicator within %lld ms, found at least "
-                             "one missing (NCCL does not say which); make "
-                             "every rank call the same commgemm functions "
-                             "in the same order, or raise COMMGEMM_TIMEOUT_MS",
-                             what, (long long)timeout_ms);
-        usleep(50);
-    }
-fail:
+    bool expired = false;
+    cgm_status status = cgm_gpu_wait_done(NULL, stream, timeout_ms, nccl_async,
+                                          comm, &expired);
+    if (expired)
+        return cgm_error(CGM_ERROR_TIMEOUT,
+                         "%s: expected every rank of the NCCL "
+                         "communicator within %lld ms, found at least "
+                         "one missing (NCCL does not say which); make "
+                         "every rank call the same commgemm functions "
+                         "in the same order, or raise COMMGEMM_TIMEOUT_MS",
+                         what, (long long)timeout_ms);
     return status;
 }
 
