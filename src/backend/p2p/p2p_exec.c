@@ -751,9 +751,16 @@ cgm_status p2p_execute(p2p_state *st, const cgm_call *call) {
     for (int q = 0; q < nqueues; q++)
         CGM_CUDA_TRY(cudaStreamWaitEvent(st->queues[q], st->fork, 0));
     if (programs_on(&x)) {
-        int n = plan_units(&e->plan, !ar_accumulate(&x), CGM_DEV_PROGRAM_MAX,
-                           st->run_order, e->units);
-        for (int u = 0; u < n; u++) CGM_TRY(enqueue_unit(&x, e, &e->units[u]));
+        /* The order depends on the plan, the comm's run order and whether
+         * copies join (accumulate): made once per plan entry and kind. */
+        bool join = !ar_accumulate(&x);
+        if (e->nunits < 0 || e->units_join != join) {
+            e->nunits = plan_units(&e->plan, join, CGM_DEV_PROGRAM_MAX,
+                                   st->run_order, e->units);
+            e->units_join = join;
+        }
+        for (int u = 0; u < e->nunits; u++)
+            CGM_TRY(enqueue_unit(&x, e, &e->units[u]));
     } else {
         for (int i = 0; i < e->plan.nsteps; i++) CGM_TRY(run_step(&x, e, i));
     }

@@ -122,6 +122,7 @@ cgm_status p2p_plan_lookup(p2p_state *st, const plan_request *req,
         status = cgm_error(CGM_ERROR_OUT_OF_MEMORY, "events of a plan");
         goto fail;
     }
+    victim->nunits = -1;
     /* An event after every step that another queue waits for, and after
      * every copy into GATHER and every WAIT off the comm queue (x_gathered
      * waits on them: a pushed piece is in GATHER once its WAIT passed). */
