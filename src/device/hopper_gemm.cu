@@ -914,7 +914,8 @@ cudaError_t launch_out(cgm_dtype out, int dev, const CUtensorMap &mx, const CUte
 }
 
 /* The variant CGM_HGEMM_AUTO runs: ping-pong when k <= 2048, or when
- * k <= 4096 and n >= 16384; cooperative otherwise. Ping-pong hides the
+ * k <= 4096 and (n >= 16384 or m * n >= 2^25); cooperative otherwise.
+ * Ping-pong hides the
  * epilogue behind the other consumer's main loop, which matters most when
  * the main loop per tile is short (small k); the cooperative 128x256 tile
  * loads 3/4 of ping-pong's bytes per flop, which wins once the main loop
@@ -931,10 +932,16 @@ cudaError_t launch_out(cgm_dtype out, int dev, const CUtensorMap &mx, const CUte
  *    8192   2048  4096  0.963* 0.868
  *    4096  16384  4096  0.983  1.038*
  *
- * The rule picks the faster variant on all eight rows. */
+ * The first rule (without the m * n branch) picked the faster variant on
+ * all eight rows. In four later runs (11:13 and 19:12 UTC, twice each
+ * with and without an unrelated change) ping-pong was the faster on
+ * 8192x4096x4096 every time (0.971-0.983 against 0.944-0.954), and
+ * cooperative stayed the steadier on 4096x4096x4096 (ping-pong 0.88 or
+ * 0.96 from one run to the next) and the faster on 8192x2048x4096: hence
+ * ping-pong for k <= 4096 once the output holds 2^25 elements (about 16
+ * waves of 128x128 tiles on 132 SMs). */
 bool auto_pingpong(int64_t m, int64_t n, int64_t k) {
-    (void)m;
-    return k <= 2048 || (k <= 4096 && n >= 16384);
+    return k <= 2048 || (k <= 4096 && (n >= 16384 || m * n >= ((int64_t)1 << 25)));
 }
 
 /* Whether the current device is sm_90, its id and SM count; cached per

@@ -720,6 +720,30 @@ static void case_hook_arguments(const void *p) {
     }
 }
 
+/* CGM_HGEMM_AUTO's choice on the bench shapes (host only, no GPU needed):
+ * the faster variant of the runs in docs/HOPPER_GEMM.md. */
+static void case_auto_variant(const void *p) {
+    (void)p;
+    static const struct {
+        int64_t m, n, k;
+        int want;
+    } rows[] = {{16384, 2048, 8192, CGM_HGEMM_COOPERATIVE}, {8192, 4096, 4096, CGM_HGEMM_PINGPONG},
+                {16384, 8192, 2048, CGM_HGEMM_PINGPONG},    {4096, 4096, 4096, CGM_HGEMM_COOPERATIVE},
+                {8192, 8192, 8192, CGM_HGEMM_COOPERATIVE},  {2048, 8192, 8192, CGM_HGEMM_COOPERATIVE},
+                {8192, 2048, 4096, CGM_HGEMM_COOPERATIVE},  {4096, 16384, 4096, CGM_HGEMM_PINGPONG}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        cgm_hgemm_args a;
+        memset(&a, 0, sizeof a);
+        a.m = rows[i].m, a.n = rows[i].n, a.k = rows[i].k;
+        int got = cgm_hgemm_variant_for(&a);
+        if (got != rows[i].want)
+            TEST_FAIL("%lldx%lldx%lld: auto runs %s, expected %s", (long long)a.m, (long long)a.n, (long long)a.k,
+                      variant_name(got), variant_name(rows[i].want));
+        a.variant = CGM_HGEMM_COOPERATIVE + CGM_HGEMM_PINGPONG - rows[i].want; /* forced: the other */
+        CHECK_INT_EQ(cgm_hgemm_variant_for(&a), a.variant);
+    }
+}
+
 /* What cgm_hgemm refuses (the caller falls back to cuBLASLt), with reasons. */
 static void case_refusals(const void *p) {
     (void)p;
@@ -769,6 +793,7 @@ static void register_cases(void) {
     test_add("addends_and_shard_flags", case_addends, NULL);
     test_add("x_own", case_x_own, NULL);
     test_add("hook_arguments", case_hook_arguments, NULL);
+    test_add("auto_variant", case_auto_variant, NULL);
 }
 
 
