@@ -33,6 +33,8 @@ static const cgm_param params[] = {
      "1: choose algorithm and splits of calls that leave both open (algo auto, splits 0 in the call, the config and COMMGEMM_ALGO/COMMGEMM_SPLITS) by a short measured search at the first eager call of each key, agreed by all ranks and cached per comm (docs/TUNING.md). 0: the fixed default rules. Set it alike on every rank."},
     {"COMMGEMM_TUNE_REPS", CGM_PARAM_INT, "4",
      "Timed runs per candidate when tuning, 1..100: half in a pass over the candidates in list order, the rest in a second pass in reverse order, each after one warm-up run; the median counts, the slowest rank's median decides. The largest value of any rank is used."},
+    {"COMMGEMM_TUNE_RUNOFF", CGM_PARAM_INT, "10",
+     "Percent, 0..10000: when the tuner's runner-up is within this much of the fastest candidate, the two are timed again, alternating, with more runs (enough for about 2 ms of each, at least twice COMMGEMM_TUNE_REPS, at most 100), and the faster of that runoff is chosen. 0: no runoff. The largest value of any rank is used (docs/TUNING.md)."},
     {"COMMGEMM_TUNE_CACHE", CGM_PARAM_STRING, NULL,
      "Tuning cache file: decisions are loaded from it (used when every rank's file has the same one) and new ones appended (text, one line per key, docs/TUNING.md). Unset: memory only. %h in the name becomes the host name."},
     {"COMMGEMM_HOST_THREADS", CGM_PARAM_INT, "1",

@@ -10,8 +10,10 @@
  *      candidate reps times (two passes: list order, then reverse, each
  *      after a warm-up) with the call's own buffers, exchange the
  *      medians, take the slowest rank's time per candidate, pick the
- *      fastest (ties: the earlier candidate), cache it, and append it to
- *      the cache file (the lowest rank of each distinct file writes).
+ *      fastest (ties: the earlier candidate); when the runner-up is within
+ *      COMMGEMM_TUNE_RUNOFF percent, time the two again with more runs and
+ *      keep the faster (run_off); cache it, and append it to the cache
+ *      file (the lowest rank of each distinct file writes).
  *
  * Each rank takes the same branches from the same exchanged data, so all
  * ranks apply the same candidate. */
@@ -25,6 +27,9 @@
 
 #define TUNE_MEMORY_KEYS 256
 #define TUNE_MAX_REPS 100
+#define TUNE_MAX_RUNOFF 10000 /* percent */
+/* A runoff times each of the two about this long (COMMGEMM_TUNE_RUNOFF). */
+#define TUNE_RUNOFF_NS 2000000
 
 typedef struct tune_entry {
     bool used;
@@ -39,6 +44,7 @@ typedef struct tune_entry {
 struct cgm_tune_state {
     bool enabled;
     int reps;
+    int runoff; /* COMMGEMM_TUNE_RUNOFF, percent */
     char cache_path[1024]; /* "" when no COMMGEMM_TUNE_CACHE */
     char device[128];
     tune_disk disk;
@@ -75,8 +81,9 @@ static void expand_path(const char *path, char *out, size_t len) {
 }
 
 cgm_status cgm_tune_init(cgm_comm *comm) {
-    int64_t enabled = 1, reps = 4;
+    int64_t enabled = 1, reps = 4, runoff = 10;
     bool env_enabled = false, env_reps = false, env_cache = false;
+    bool env_runoff = false;
     cgm_status st = cgm_param_int("COMMGEMM_TUNE", &enabled, &env_enabled);
     if (st != CGM_SUCCESS) return st;
     if (enabled != 0 && enabled != 1)
@@ -93,6 +100,15 @@ cgm_status cgm_tune_init(cgm_comm *comm) {
                          "expected 1..%d timed runs per candidate; set it in "
                          "range or unset it (default 4)",
                          (long long)reps, TUNE_MAX_REPS);
+    st = cgm_param_int("COMMGEMM_TUNE_RUNOFF", &runoff, &env_runoff);
+    if (st != CGM_SUCCESS) return st;
+    if (runoff < 0 || runoff > TUNE_MAX_RUNOFF)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "environment variable COMMGEMM_TUNE_RUNOFF=%lld: "
+                         "expected 0..%d (percent: how close the runner-up "
+                         "must be to the fastest candidate to be timed again; "
+                         "0: never); set it in range or unset it (default 10)",
+                         (long long)runoff, TUNE_MAX_RUNOFF);
     const char *path = cgm_param_string("COMMGEMM_TUNE_CACHE", &env_cache);
     struct cgm_tune_state *ts = calloc(1, sizeof *ts);
     if (!ts)
@@ -100,11 +116,14 @@ cgm_status cgm_tune_init(cgm_comm *comm) {
                          "cgm_comm_create: no memory for the tuning state");
     ts->enabled = enabled == 1;
     ts->reps = (int)reps;
+    ts->runoff = (int)runoff;
     if (path && *path) expand_path(path, ts->cache_path, sizeof ts->cache_path);
     CGM_INFO(CGM_SUB_INIT | CGM_SUB_TUNE, "COMMGEMM_TUNE=%d from %s",
              ts->enabled, env_enabled ? "environment" : "default");
     CGM_INFO(CGM_SUB_INIT | CGM_SUB_TUNE, "COMMGEMM_TUNE_REPS=%d from %s",
              ts->reps, env_reps ? "environment" : "default");
+    CGM_INFO(CGM_SUB_INIT | CGM_SUB_TUNE, "COMMGEMM_TUNE_RUNOFF=%d from %s",
+             ts->runoff, env_runoff ? "environment" : "default");
     CGM_INFO(CGM_SUB_INIT | CGM_SUB_TUNE, "COMMGEMM_TUNE_CACHE=%s",
              ts->cache_path[0] ? ts->cache_path : "(unset: memory only)");
     comm->tune = ts;
@@ -302,7 +321,7 @@ static int tune_runs_per_candidate(int reps) {
 static cgm_status measure_all(cgm_comm *comm, const cgm_backend_vtable *vt,
                               void *state, const cgm_call *call,
                               const cgm_tune_candidate *cands, int ncand,
-                              int reps, int64_t *times) {
+                              int reps, int64_t *times, uint64_t *runs) {
     int64_t ns[CGM_TUNE_MAX_CANDIDATES][TUNE_MAX_REPS]; /* 11 KiB */
     int first = reps >= 2 ? reps / 2 : reps;
     cgm_status st = CGM_SUCCESS;
@@ -317,7 +336,7 @@ static cgm_status measure_all(cgm_comm *comm, const cgm_backend_vtable *vt,
             trial.queues = cands[i].queues;
             st = vt->tune->measure(comm, state, &trial, 1, n,
                                    ns[i] + (pass == 0 ? 0 : first));
-            comm->tune->stats.runs += (uint64_t)(1 + n);
+            *runs += (uint64_t)(1 + n);
             if (st != CGM_SUCCESS) {
                 char c[32];
                 tune_candidate_describe(cands[i], c, sizeof c);
@@ -355,6 +374,77 @@ static void log_measured(const tune_key *canonical,
              (double)elapsed_ns / 1e6);
 }
 
+/* Every rank's times of the ncand candidates exchanged: slowest[i] is the
+ * slowest rank's time of candidate i, the same on every rank. */
+static cgm_status slowest_times(cgm_comm *comm, const cgm_tune_hooks *h,
+                                void *state, const int64_t *times, int ncand,
+                                int64_t *slowest) {
+    int64_t *all = NULL;
+    cgm_status st = exchange(comm, h, state, times, ncand, &all);
+    if (st != CGM_SUCCESS) return st;
+    for (int i = 0; i < ncand; i++) {
+        slowest[i] = 0;
+        for (int r = 0; r < comm->nranks; r++)
+            if (all[(size_t)r * ncand + i] > slowest[i])
+                slowest[i] = all[(size_t)r * ncand + i];
+    }
+    free(all);
+    return CGM_SUCCESS;
+}
+
+/* The fastest of t[0..n) other than `skip` (-1: none skipped), the
+ * earlier on ties; -1 when there is none. */
+static int fastest(const int64_t *t, int n, int skip) {
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (i != skip && (best < 0 || t[i] < t[best])) best = i;
+    return best;
+}
+
+/* COMMGEMM_TUNE_RUNOFF: the fastest candidate (*best) and the runner-up
+ * timed again, alternating (measure_all's two passes), with enough runs
+ * for about TUNE_RUNOFF_NS of each (at least 2 * reps, at most
+ * TUNE_MAX_REPS): a few runs of a ~50 us op were not enough to tell
+ * candidates some percent apart (docs/PERFORMANCE.md 1l). The run count
+ * comes from exchanged times, so every rank runs the same. The faster of
+ * the runoff (the first-round winner on a tie) becomes *best, its time
+ * *us. */
+static cgm_status run_off(cgm_comm *comm, const cgm_backend_vtable *vt,
+                          const cgm_tune_hooks *h, void *state,
+                          const cgm_call *trial, const tune_key *canonical,
+                          const cgm_tune_candidate *cands, int reps,
+                          const int64_t *slowest, int *best, int second,
+                          double *us) {
+    struct cgm_tune_state *ts = comm->tune;
+    cgm_tune_candidate pair[2] = {cands[*best], cands[second]};
+    int64_t per = slowest[*best] > 0 ? slowest[*best] : 1;
+    int64_t n = (TUNE_RUNOFF_NS + per - 1) / per;
+    if (n < 2 * (int64_t)reps) n = 2 * (int64_t)reps;
+    if (n > TUNE_MAX_REPS) n = TUNE_MAX_REPS;
+    int64_t t0 = cgm_now_ns(), times[2], slow[2];
+    cgm_status st = measure_all(comm, vt, state, trial, pair, 2, (int)n, times,
+                                &ts->stats.runoff_runs);
+    if (st != CGM_SUCCESS) return st;
+    st = slowest_times(comm, h, state, times, 2, slow);
+    if (st != CGM_SUCCESS) return st;
+    int w = slow[1] < slow[0] ? 1 : 0;
+    ts->stats.runoffs++;
+    if (cgm_log_enabled(CGM_LOG_INFO, CGM_SUB_TUNE)) {
+        char k[192], a[32], b[32];
+        tune_key_describe(canonical, k, sizeof k);
+        tune_candidate_describe(pair[0], a, sizeof a);
+        tune_candidate_describe(pair[1], b, sizeof b);
+        CGM_INFO(CGM_SUB_TUNE, "tune %s: runoff %s %.1fus vs %s %.1fus (2 "
+                 "candidates x %d runs, slowest rank's median, %.1f ms) -> %s",
+                 k, a, (double)slow[0] / 1e3, b, (double)slow[1] / 1e3,
+                 tune_runs_per_candidate((int)n),
+                 (double)(cgm_now_ns() - t0) / 1e6, w ? b : a);
+    }
+    if (w) *best = second;
+    *us = (double)slow[w] / 1e3;
+    return CGM_SUCCESS;
+}
+
 /* ---------------------------------------------------------------- resolve */
 
 enum {
@@ -365,6 +455,7 @@ enum {
     X1_CANDS,
     X1_FILE,
     X1_HAS_DISK,
+    X1_RUNOFF,
     X1_WORDS
 };
 
@@ -501,6 +592,7 @@ cgm_status cgm_tune_resolve(cgm_comm *comm, const cgm_backend_vtable *vt,
                                                 (hash_text(ts->cache_path) * 31))
                                     : 0;
     mine[X1_HAS_DISK] = ts->disk.count > 0;
+    mine[X1_RUNOFF] = ts->runoff;
     int64_t *all = malloc(sizeof(int64_t) * X1_WORDS * (size_t)comm->nranks);
     if (!all)
         return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "autotuner: no memory for "
@@ -512,13 +604,14 @@ cgm_status cgm_tune_resolve(cgm_comm *comm, const cgm_backend_vtable *vt,
     }
     call->agreed = every;
     tune_key canonical = key;
-    int reps = 1;
+    int reps = 1, runoff = 0;
     bool same_candidates = true, any_disk = false, all_hit = true;
     bool writer = mine[X1_FILE] != 0;
     for (int r = 0; r < comm->nranks; r++) {
         const int64_t *a = all + (size_t)r * X1_WORDS;
         if (a[X1_LOCAL] > canonical.w[local]) canonical.w[local] = a[X1_LOCAL];
         if (a[X1_REPS] > reps) reps = (int)a[X1_REPS];
+        if (a[X1_RUNOFF] > runoff) runoff = (int)a[X1_RUNOFF];
         same_candidates &= a[X1_NCAND] == ncand && a[X1_CANDS] == mine[X1_CANDS];
         any_disk |= a[X1_HAS_DISK] != 0;
         all_hit &= a[X1_HIT] >= 0 && a[X1_HIT] == mine[X1_HIT];
@@ -526,6 +619,7 @@ cgm_status cgm_tune_resolve(cgm_comm *comm, const cgm_backend_vtable *vt,
     }
     free(all);
     if (reps > TUNE_MAX_REPS) reps = TUNE_MAX_REPS;
+    if (runoff > TUNE_MAX_RUNOFF) runoff = TUNE_MAX_RUNOFF;
     if (!same_candidates) {
         use_default(ts, &canonical, "the ranks' candidate lists differ (a "
                     "rank with another library build?); every rank uses the "
@@ -586,25 +680,25 @@ cgm_status cgm_tune_resolve(cgm_comm *comm, const cgm_backend_vtable *vt,
     int64_t times[CGM_TUNE_MAX_CANDIDATES];
     cgm_call trial = *call;
     trial.agreed = false; /* each candidate's own signature is checked */
-    st = measure_all(comm, vt, state, &trial, cands, ncand, reps, times);
-    if (st != CGM_SUCCESS) return st;
-    st = exchange(comm, h, state, times, ncand, &all);
+    st = measure_all(comm, vt, state, &trial, cands, ncand, reps, times,
+                     &ts->stats.runs);
     if (st != CGM_SUCCESS) return st;
     int64_t slowest[CGM_TUNE_MAX_CANDIDATES];
-    int best = 0;
-    for (int i = 0; i < ncand; i++) {
-        slowest[i] = 0;
-        for (int r = 0; r < comm->nranks; r++)
-            if (all[(size_t)r * ncand + i] > slowest[i])
-                slowest[i] = all[(size_t)r * ncand + i];
-        if (slowest[i] < slowest[best]) best = i;
-    }
-    free(all);
-    double us = (double)slowest[best] / 1e3;
-    remember(ts, hit, &key, hash, cands[best], us, CGM_TUNE_MEASURED);
-    apply(ts, call, CGM_TUNE_MEASURED, cands[best], us);
+    st = slowest_times(comm, h, state, times, ncand, slowest);
+    if (st != CGM_SUCCESS) return st;
+    int best = fastest(slowest, ncand, -1);
     log_measured(&canonical, cands, ncand, slowest, best, reps,
                  cgm_now_ns() - t0);
+    double us = (double)slowest[best] / 1e3;
+    int second = fastest(slowest, ncand, best);
+    if (runoff > 0 && second >= 0 &&
+        slowest[second] * 100 <= slowest[best] * (int64_t)(100 + runoff)) {
+        st = run_off(comm, vt, h, state, &trial, &canonical, cands, reps,
+                     slowest, &best, second, &us);
+        if (st != CGM_SUCCESS) return st;
+    }
+    remember(ts, hit, &key, hash, cands[best], us, CGM_TUNE_MEASURED);
+    apply(ts, call, CGM_TUNE_MEASURED, cands[best], us);
     if (writer) {
         tune_disk_append(&ts->disk, ts->device, &canonical, cands[best], us);
         ts->stats.disk_appended = ts->disk.appended;

@@ -34,6 +34,8 @@ typedef struct cgm_tune_decision {
 typedef struct cgm_tune_stats {
     uint64_t measured, memory, disk, defaults; /* decisions by source */
     uint64_t runs;      /* candidate executions (warm-up and timed) */
+    uint64_t runoffs;     /* measured decisions settled by a runoff of two */
+    uint64_t runoff_runs; /* candidate executions of the runoffs */
     int entries;        /* keys in the in-memory cache */
     int disk_entries;   /* decisions loaded from the cache file */
     int disk_rejected;  /* lines of it that did not parse */
