@@ -272,9 +272,14 @@ stage_lt_algos() { # cuBLASLt heuristic picks against the others and cublasGemmE
     note "lt-algos: rc=$rc; GPU0: $(grep -c '^shape' "$OUT/lt-algos-gpu0.txt") shapes"
     grep -h '^shape' "$OUT"/lt-algos-gpu*.txt
 }
-stage_pack() { # the device returns few files: everything but the summary into one tarball
+stage_pack() { # the device returns few files: everything but the top summary into one tarball
     local t=/tmp/commgemm-logs.tar.gz
-    tar -C "$OUT" --exclude=summary.txt -czf $t . && find "$OUT" -mindepth 1 ! -name summary.txt -delete && mv $t "$OUT/"
+    tar -C "$OUT" --exclude=./summary.txt -czf $t . || { note "pack: tar FAILED"; return 1; }
+    # Files first, then the directories they leave empty (a nested summary.txt
+    # once kept its directory, the delete failed and the tarball stayed in /tmp).
+    find "$OUT" -mindepth 1 -type f ! -path "$OUT/summary.txt" -delete
+    find "$OUT" -mindepth 1 -type d -empty -delete
+    mv $t "$OUT/"
 }
 
 for s in "$@"; do
