@@ -92,23 +92,16 @@ cgm_status cgm_tune_init(cgm_comm *comm) {
                          "(measure the open choices, the default) or 0 (the "
                          "fixed default rules); set it to 0 or 1 or unset it",
                          (long long)enabled);
-    st = cgm_param_int("COMMGEMM_TUNE_REPS", &reps, &env_reps);
+    st = cgm_param_int_range("COMMGEMM_TUNE_REPS", 1, TUNE_MAX_REPS,
+                             "timed runs per candidate", &reps);
     if (st != CGM_SUCCESS) return st;
-    if (reps < 1 || reps > TUNE_MAX_REPS)
-        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
-                         "environment variable COMMGEMM_TUNE_REPS=%lld: "
-                         "expected 1..%d timed runs per candidate; set it in "
-                         "range or unset it (default 4)",
-                         (long long)reps, TUNE_MAX_REPS);
-    st = cgm_param_int("COMMGEMM_TUNE_RUNOFF", &runoff, &env_runoff);
+    st = cgm_param_int_range("COMMGEMM_TUNE_RUNOFF", 0, TUNE_MAX_RUNOFF,
+                             "percent: how close the runner-up must be to "
+                             "the fastest candidate to be timed again; 0: "
+                             "never", &runoff);
     if (st != CGM_SUCCESS) return st;
-    if (runoff < 0 || runoff > TUNE_MAX_RUNOFF)
-        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
-                         "environment variable COMMGEMM_TUNE_RUNOFF=%lld: "
-                         "expected 0..%d (percent: how close the runner-up "
-                         "must be to the fastest candidate to be timed again; "
-                         "0: never); set it in range or unset it (default 10)",
-                         (long long)runoff, TUNE_MAX_RUNOFF);
+    (void)cgm_param_string("COMMGEMM_TUNE_REPS", &env_reps);
+    (void)cgm_param_string("COMMGEMM_TUNE_RUNOFF", &env_runoff);
     const char *path = cgm_param_string("COMMGEMM_TUNE_CACHE", &env_cache);
     struct cgm_tune_state *ts = calloc(1, sizeof *ts);
     if (!ts)
