@@ -27,7 +27,9 @@
 # FUSED_SHAPES; FUSED_TAG names a second run, e.g. with
 # COMMGEMM_P2P_FUSED_PUSH=beside or taper), fused-store (fused GEMM+RS with
 # COMMGEMM_P2P_FUSED_PUSH beside against store at 2, 4 and 8 pieces, alternating,
-# two rounds, bf16 partials; FSTORE_SHAPES), copybench (GPU0<->GPU1 copy rates: one way,
+# two rounds, bf16 partials; FSTORE_SHAPES), runoff-ab (the p2p sweep with
+# COMMGEMM_TUNE_RUNOFF 0 against 10, two rounds, TUNE logs in compare_sweep.err,
+# bench/sweep_summary.py side by side in runoff-ab.md), copybench (GPU0<->GPU1 copy rates: one way,
 # both ways, streams per direction, pieces with the flag signal on the copy
 # stream or beside it; tests/gpu/copybench.c), small (the latency-bound sweep
 # shapes: every p2p algorithm with graphs, the tuner's log, eager traces of
@@ -239,6 +241,17 @@ stage_fused_store() { # COMMGEMM_P2P_FUSED_PUSH beside against store: fused GEMM
     note "fused-store (COMMGEMM_P2P_FUSED_PUSH beside against store, fused GEMM+RS, bf16 partials): $(runs_summary "$d" "$d"/*-r?.txt)"
     bench_rows '$8, $13' "$d"/*-r?.txt | sort -k2,3 -s
 }
+stage_runoff_ab() { # the tuner's runoff: COMMGEMM_TUNE_RUNOFF 0 against 10 (the default), two sweeps each, alternating, TUNE logs kept
+    local r v
+    for r in 1 2; do for v in 0 10; do
+        stage_compare sweep-runoff$v-r$r COMPARE_ARGS=--graph COMPARE_SWEEP=only "COMPARE_SWEEP_ARGS=--backends p2p" \
+            COMMGEMM_PARTIAL_DTYPE=output COMPARE_SWEEP_TIMEOUT=${SWEEP_TIMEOUT:-240} COMMGEMM_TUNE_RUNOFF=$v \
+            COMMGEMM_DEBUG=INFO COMMGEMM_DEBUG_SUBSYS=TUNE
+    done; done
+    python3 bench/sweep_summary.py "$OUT"/compare-sweep-runoff*/compare_sweep.json >"$OUT/runoff-ab.md" 2>&1
+    note "runoff-ab: $(grep -c 'faster than torch' "$OUT/runoff-ab.md") sweeps summarized in runoff-ab.md; runoffs logged: $(cat "$OUT"/compare-sweep-runoff10-r?/compare_sweep.err 2>/dev/null | grep -c ': runoff ')"
+    tail -4 "$OUT/runoff-ab.md"
+}
 stage_ab() {
     local name=$1 var=$2 values=$3 sh=$4 algos=$5 d=$OUT/$1 v a r
     shift 5
@@ -306,7 +319,7 @@ for s in "$@"; do
         "COMPARE_SWEEP_ARGS=--backends p2p" COMMGEMM_PARTIAL_DTYPE=output COMPARE_SWEEP_TIMEOUT=${SWEEP_TIMEOUT:-240} ;;
     hopper-bench) (timeout 120 "$B/tests/gpu/test_hopper_gemm" bench >"$OUT/hopper-bench.txt" 2>&1)
         note "hopper bench: rc=$? $(grep -cE '^ +[0-9]' "$OUT/hopper-bench.txt") rows" ;; cublasmp-cases) stage_cublasmp_cases ;; pack) stage_pack ;;
-    timeline) stage_timeline ;; lt-algos) stage_lt_algos ;; fused-store) stage_fused_store ;;
+    timeline) stage_timeline ;; lt-algos) stage_lt_algos ;; fused-store) stage_fused_store ;; runoff-ab) stage_runoff_ab ;;
     run-order) stage_ab run-order COMMGEMM_P2P_RUN_ORDER "held first_step" \
         "${RUNORDER_SHAPES:-1024x8192x28672,1024x4096x4096,2048x2048x2048,1024x1024x1024,16384x2048x8192,8192x4096x4096,4096x28672x8192}" "split auto" ;;
     lead) (cd "$B" && timeout 60 ./tests/gpu/test_gpu_ops ag_gemm_all_gpus >"$OUT/lead-test.log" 2>&1)
