@@ -19,7 +19,11 @@
  * the comm queue pushes each piece into the owner's RECV slot r and raises
  * READY(d*S + q); then ONE kernel computes the own rows and adds, in its
  * epilogue, every peer's partial of the tile after waiting for its READY
- * cell: no reduce pass, and the main loop runs while partials arrive. */
+ * cell: no reduce pass, and the main loop runs while partials arrive. With
+ * COMMGEMM_P2P_FUSED_PUSH=store, each peer's rows are instead one kernel
+ * whose epilogue stores into that peer's RECV slot through the peer
+ * mapping, its READY cells raised after it (store_to; slower than the
+ * copy-engine pushes on most shapes, docs/PERFORMANCE.md 4h). */
 #include <stdlib.h>
 #include <string.h>
 
