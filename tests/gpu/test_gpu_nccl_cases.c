@@ -231,13 +231,8 @@ static void case_limits(const void *p) {
 /* No GPU needed: a LOCAL comm cannot run the nccl backend. */
 static void case_probe(const void *p) {
     (void)p;
-    cgm_bootstrap b = CGM_BOOTSTRAP_INIT;
-    b.kind = CGM_BOOTSTRAP_LOCAL;
-    b.rank = 0;
-    b.nranks = 1;
     char name[64];
-    snprintf(name, sizeof name, "nccl-probe-%d", (int)getpid());
-    b.rendezvous = name;
+    cgm_bootstrap b = test_local_bootstrap("nccl-probe", name, sizeof name);
     cgm_config c = CGM_CONFIG_INIT;
     c.backend = CGM_BACKEND_NCCL;
     cgm_comm *comm = NULL;

@@ -82,6 +82,10 @@ int test_run_ranks(int nranks, test_rank_fn fn, void *arg, int timeout_s,
 /* Creates a host comm for a rank inside test_run_ranks (CHECKs success). */
 cgm_comm *test_host_comm(int rank, int nranks, const char *rendezvous,
                          const cgm_config *config);
+/* A LOCAL bootstrap of rank 0 of 1 whose rendezvous, "<prefix>-<pid>", is
+ * written into name[len] (kept by the caller): for a comm the test creates
+ * itself, e.g. to see it refused. */
+cgm_bootstrap test_local_bootstrap(const char *prefix, char *name, size_t len);
 
 /* ---- data and reference ---- */
 

@@ -69,6 +69,16 @@ int test_run_ranks(int nranks, test_rank_fn fn, void *arg, int timeout_s,
     return failed ? 1 : 0;
 }
 
+cgm_bootstrap test_local_bootstrap(const char *prefix, char *name, size_t len) {
+    cgm_bootstrap b = CGM_BOOTSTRAP_INIT;
+    b.kind = CGM_BOOTSTRAP_LOCAL;
+    b.rank = 0;
+    b.nranks = 1;
+    snprintf(name, len, "%s-%d", prefix, (int)getpid());
+    b.rendezvous = name;
+    return b;
+}
+
 cgm_comm *test_host_comm(int rank, int nranks, const char *rendezvous,
                          const cgm_config *config) {
     cgm_bootstrap b = CGM_BOOTSTRAP_INIT;

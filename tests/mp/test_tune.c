@@ -365,13 +365,8 @@ static void run_runoff(const void *param) {
 static void run_runoff_bad(const void *param) {
     (void)param;
     setenv("COMMGEMM_TUNE_RUNOFF", "10001", 1);
-    cgm_bootstrap b = CGM_BOOTSTRAP_INIT;
-    b.kind = CGM_BOOTSTRAP_LOCAL;
-    b.rank = 0;
-    b.nranks = 1;
     char rdv[64];
-    snprintf(rdv, sizeof rdv, "tune-runoff-%d", (int)getpid());
-    b.rendezvous = rdv;
+    cgm_bootstrap b = test_local_bootstrap("tune-runoff", rdv, sizeof rdv);
     cgm_config cfg = mp_config(8000);
     cgm_comm *comm = NULL;
     CHECK_STATUS(cgm_comm_create(&b, &cfg, &comm), CGM_ERROR_INVALID_ARGUMENT);
