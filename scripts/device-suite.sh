@@ -31,7 +31,8 @@
 # COMMGEMM_TUNE_RUNOFF 0 against 10, two rounds, TUNE logs in compare_sweep.err,
 # bench/sweep_summary.py side by side in runoff-ab.md), copybench (GPU0<->GPU1 copy rates: one way,
 # both ways, streams per direction, pieces with the flag signal on the copy
-# stream or beside it; tests/gpu/copybench.c), small (the latency-bound sweep
+# stream or beside it, and beside a GEMM or an HBM-bound memset on each GPU;
+# tests/gpu/copybench.c), small (the latency-bound sweep
 # shapes: every p2p algorithm with graphs, the tuner's log, eager traces of
 # 2048x2048x2048; SMALL_SHAPES), priority (COMMGEMM_P2P_COMM_PRIORITY high
 # against low in alternating processes, split and the tuner; PRIO_SHAPES),
@@ -207,7 +208,7 @@ stage_fused_splits() { # fused AG/RS per piece count, graphs and eager, split be
     note "fused-splits: $(runs_summary "$d" "$d"/*.txt)"
     bench_rows '$8, $13' "$d"/f*.txt "$d"/[as]*.txt
 }
-stage_copybench() { # peer copy rates: one way, both ways, streams, pieces and where the signal runs
+stage_copybench() { # peer copy rates: one way, both ways, streams, pieces, where the signal runs, beside a GEMM or a memset
     timeout 200 "$B/tests/gpu/copybench" ${COPYBENCH_MIB:-128} 15 >"$OUT/copybench.txt" 2>&1
     note "copybench: rc=$? (copybench.txt)"
     cat "$OUT/copybench.txt"

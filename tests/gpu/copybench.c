@@ -10,7 +10,12 @@
  *   - the transfer cut in 2, 4 or 8 pieces with the backend's flag signal
  *     (cgm_dev_signal) after each, on the copy stream itself (the next
  *     piece waits for the signal kernel) or on a second stream that follows
- *     the copies through events (the copies run back to back).
+ *     the copies through events (the copies run back to back);
+ *   - both ways while each GPU computes (commgemm's kernel, 8192x8192x2048
+ *     bf16 back to back on all SMs but one, as the fused algorithm runs it)
+ *     or streams HBM (a cudaMemsetAsync of 4 GiB), started before the
+ *     copies: the fused GEMM+RS pushed at 250-285 GB/s beside its GEMMs
+ *     (docs/PERFORMANCE.md 4h), against ~385 GB/s alone.
  * Every case runs once per round, the order rotated each round; medians of
  * the rounds, per direction, the slower direction reported.
  *   copybench [MiB per direction, default 128] [rounds, default 15] */
@@ -21,6 +26,7 @@
 #include <cuda_runtime_api.h>
 
 #include "device/device.h"
+#include "device/hopper_gemm.h"
 
 #define MAX_STREAMS 4
 #define MAX_PIECES 8
@@ -42,30 +48,46 @@ typedef struct side {
     char *dst;                /* on the other GPU */
     unsigned long long *flags; /* on the other GPU */
     cgm_dev_state *state;     /* on dev */
+    /* The load beside the copies (LOAD_GEMM, LOAD_HBM). */
+    cudaStream_t load;
+    cgm_hgemm_args gemm; /* .x/.w/.y on dev; .m 0: no sm_90, no GEMM load */
+    void *hbm;           /* LOAD_HBM_BYTES on dev */
+    int sms;
 } side;
 
 typedef enum { PLAIN, ROWS_2D, STREAMS, PIECES_ON_STREAM, PIECES_BESIDE } kind;
+typedef enum { NO_LOAD, LOAD_GEMM, LOAD_HBM } load_kind;
+
+#define LOAD_M 8192
+#define LOAD_N 8192
+#define LOAD_K 2048
+#define LOAD_HBM_BYTES ((size_t)4 << 30)
 
 typedef struct bench_case {
     const char *name;
     int both; /* 1: both directions at once */
     kind how;
     int count; /* streams or pieces */
+    load_kind load;
 } bench_case;
 
 static const bench_case cases[] = {
-    {"one way, cudaMemcpyAsync", 0, PLAIN, 1},
-    {"one way, 2D rows of 16 KiB", 0, ROWS_2D, 1},
-    {"both ways, cudaMemcpyAsync", 1, PLAIN, 1},
-    {"both ways, 2D rows of 16 KiB", 1, ROWS_2D, 1},
-    {"both ways, 2 streams per direction", 1, STREAMS, 2},
-    {"both ways, 4 streams per direction", 1, STREAMS, 4},
-    {"both ways, 2 pieces, signal on the copy stream", 1, PIECES_ON_STREAM, 2},
-    {"both ways, 2 pieces, signal beside", 1, PIECES_BESIDE, 2},
-    {"both ways, 4 pieces, signal on the copy stream", 1, PIECES_ON_STREAM, 4},
-    {"both ways, 4 pieces, signal beside", 1, PIECES_BESIDE, 4},
-    {"both ways, 8 pieces, signal on the copy stream", 1, PIECES_ON_STREAM, 8},
-    {"both ways, 8 pieces, signal beside", 1, PIECES_BESIDE, 8},
+    {"one way, cudaMemcpyAsync", 0, PLAIN, 1, NO_LOAD},
+    {"one way, 2D rows of 16 KiB", 0, ROWS_2D, 1, NO_LOAD},
+    {"both ways, cudaMemcpyAsync", 1, PLAIN, 1, NO_LOAD},
+    {"both ways, 2D rows of 16 KiB", 1, ROWS_2D, 1, NO_LOAD},
+    {"both ways, 2 streams per direction", 1, STREAMS, 2, NO_LOAD},
+    {"both ways, 4 streams per direction", 1, STREAMS, 4, NO_LOAD},
+    {"both ways, 2 pieces, signal on the copy stream", 1, PIECES_ON_STREAM, 2, NO_LOAD},
+    {"both ways, 2 pieces, signal beside", 1, PIECES_BESIDE, 2, NO_LOAD},
+    {"both ways, 4 pieces, signal on the copy stream", 1, PIECES_ON_STREAM, 4, NO_LOAD},
+    {"both ways, 4 pieces, signal beside", 1, PIECES_BESIDE, 4, NO_LOAD},
+    {"both ways, 8 pieces, signal on the copy stream", 1, PIECES_ON_STREAM, 8, NO_LOAD},
+    {"both ways, 8 pieces, signal beside", 1, PIECES_BESIDE, 8, NO_LOAD},
+    {"both ways, beside a GEMM on each GPU", 1, PLAIN, 1, LOAD_GEMM},
+    {"both ways, 4 pieces, signal beside, beside a GEMM", 1, PIECES_BESIDE, 4, LOAD_GEMM},
+    {"one way, beside a GEMM on each GPU", 0, PLAIN, 1, LOAD_GEMM},
+    {"both ways, beside a 4 GiB memset on each GPU", 1, PLAIN, 1, LOAD_HBM},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -90,6 +112,40 @@ static void setup(side *d, int dev, size_t bytes) {
     OK(cudaMalloc((void **)&d->state, sizeof *d->state));
     OK(cudaMemset(d->state, 0, sizeof *d->state));
     OK(cgm_dev_preload());
+    OK(cgm_hgemm_preload());
+    OK(cudaStreamCreateWithFlags(&d->load, cudaStreamNonBlocking));
+    OK(cudaMalloc(&d->hbm, LOAD_HBM_BYTES));
+    OK(cudaDeviceGetAttribute(&d->sms, cudaDevAttrMultiProcessorCount, dev));
+    cgm_hgemm_args *g = &d->gemm;
+    memset(g, 0, sizeof *g);
+    g->in_dtype = g->out_dtype = CGM_DTYPE_BF16;
+    g->m = LOAD_M, g->n = LOAD_N, g->k = LOAD_K, g->ldx = g->ldw = LOAD_K, g->ldy = LOAD_N;
+    OK(cudaMalloc((void **)&g->x, (size_t)LOAD_M * LOAD_K * 2));
+    OK(cudaMalloc((void **)&g->w, (size_t)LOAD_N * LOAD_K * 2));
+    OK(cudaMalloc(&g->y, (size_t)LOAD_M * LOAD_N * 2));
+    OK(cudaMemset((void *)g->x, 0, (size_t)LOAD_M * LOAD_K * 2));
+    OK(cudaMemset((void *)g->w, 0, (size_t)LOAD_N * LOAD_K * 2));
+    g->sm_count = d->sms > 1 ? d->sms - 1 : 1; /* as the fused algorithm */
+    const char *why = NULL;
+    if (!cgm_hgemm_supported(g, &why)) {
+        printf("# GPU %d: no GEMM load (%s); those cases copy without it\n", dev, why);
+        g->m = 0;
+    }
+}
+
+/* Work on `d->load` (the current device is d's) that outlasts a copy of
+ * `bytes` (at >= 100 GB/s): GEMMs
+ * of about 2 * m * n * k / 700 TFLOP/s each, or one memset; enqueued before
+ * the copy so that it is running when the copy starts. */
+static void enqueue_load(side *d, load_kind load, size_t bytes) {
+    double copy_us = (double)bytes / 100e3;
+    if (load == LOAD_GEMM && d->gemm.m > 0) {
+        double gemm_us = 2.0 * LOAD_M * LOAD_N * LOAD_K / 700e6;
+        int launches = (int)(copy_us / gemm_us) + 1;
+        for (int i = 0; i < launches; i++) OK(cgm_hgemm(&d->gemm, d->load));
+    } else if (load == LOAD_HBM) {
+        OK(cudaMemsetAsync(d->hbm, 0, LOAD_HBM_BYTES, d->load));
+    }
 }
 
 /* The other GPU's buffers that `d` writes. */
@@ -194,6 +250,10 @@ int main(int argc, char **argv) {
             for (int i = 0; i < 2; i++) {
                 OK(cudaSetDevice(i));
                 OK(cudaDeviceSynchronize());
+            }
+            for (int i = 0; i < 2 && c->load != NO_LOAD; i++) { /* on both GPUs, first */
+                OK(cudaSetDevice(i));
+                enqueue_load(&d[i], c->load, bytes);
             }
             enqueue(&d[0], c, bytes);
             if (c->both) enqueue(&d[1], c, bytes);
