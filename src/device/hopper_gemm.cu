@@ -914,7 +914,8 @@ cudaError_t launch_out(cgm_dtype out, int dev, const CUtensorMap &mx, const CUte
 }
 
 /* The variant CGM_HGEMM_AUTO runs: ping-pong when k <= 2048, or when
- * k <= 4096 and (n >= 16384 or m * n >= 2^25); cooperative otherwise.
+ * k <= 4096 and (n >= 16384 or (n >= 4096 and m * n >= 2^25));
+ * cooperative otherwise.
  * Ping-pong hides the
  * epilogue behind the other consumer's main loop, which matters most when
  * the main loop per tile is short (small k); the cooperative 128x256 tile
@@ -939,9 +940,14 @@ cudaError_t launch_out(cgm_dtype out, int dev, const CUtensorMap &mx, const CUte
  * cooperative stayed the steadier on 4096x4096x4096 (ping-pong 0.88 or
  * 0.96 from one run to the next) and the faster on 8192x2048x4096: hence
  * ping-pong for k <= 4096 once the output holds 2^25 elements (about 16
- * waves of 128x128 tiles on 132 SMs). */
+ * waves of 128x128 tiles on 132 SMs) and n >= 4096: with n = 2048
+ * cooperative won every run (8192x2048x4096), and the fused AG of
+ * 32768x4096x4096 (its kernel 32768x2048x4096) ran 821 us in the 19:26
+ * sweep, after this branch had switched it to ping-pong, against 704 us
+ * in the sweeps before. */
 bool auto_pingpong(int64_t m, int64_t n, int64_t k) {
-    return k <= 2048 || (k <= 4096 && (n >= 16384 || m * n >= ((int64_t)1 << 25)));
+    return k <= 2048 ||
+           (k <= 4096 && (n >= 16384 || (n >= 4096 && m * n >= ((int64_t)1 << 25))));
 }
 
 /* Whether the current device is sm_90, its id and SM count; cached per

@@ -730,7 +730,9 @@ static void case_auto_variant(const void *p) {
     } rows[] = {{16384, 2048, 8192, CGM_HGEMM_COOPERATIVE}, {8192, 4096, 4096, CGM_HGEMM_PINGPONG},
                 {16384, 8192, 2048, CGM_HGEMM_PINGPONG},    {4096, 4096, 4096, CGM_HGEMM_COOPERATIVE},
                 {8192, 8192, 8192, CGM_HGEMM_COOPERATIVE},  {2048, 8192, 8192, CGM_HGEMM_COOPERATIVE},
-                {8192, 2048, 4096, CGM_HGEMM_COOPERATIVE},  {4096, 16384, 4096, CGM_HGEMM_PINGPONG}};
+                {8192, 2048, 4096, CGM_HGEMM_COOPERATIVE},  {4096, 16384, 4096, CGM_HGEMM_PINGPONG},
+                /* the fused AG's kernel of 32768x4096x4096 (n = 2048 per rank) */
+                {32768, 2048, 4096, CGM_HGEMM_COOPERATIVE}};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         cgm_hgemm_args a;
         memset(&a, 0, sizeof a);
