@@ -124,8 +124,8 @@ stage_fused() { # every test_gpu_ops case (p2p) with the fused algorithm forced
 stage_sanitize_fused() {
     local t c
     for t in memcheck racecheck; do
-        for c in ag_gemm_all_gpus gemm_rs_all_gpus graph_capture_replay_fused; do
-            [ $t = racecheck ] && [ $c != graph_capture_replay_fused ] && continue
+        for c in ag_gemm_all_gpus gemm_rs_all_gpus graph_capture_replay_fused graph_capture_replay_fused_store; do
+            [ $t = racecheck ] && [ "${c#graph_capture_replay_fused}" = "$c" ] && continue
             COMMGEMM_ALGO=fused timeout ${SANITIZE_TIMEOUT:-200} compute-sanitizer --tool $t --target-processes all --report-api-errors no \
                 --error-exitcode 99 "$B/tests/gpu/test_gpu_ops" $c >"$OUT/sanitize-fused-$t-$c.log" 2>&1
             note "compute-sanitizer $t, fused forced ($c): rc=$? $(grep -hE '(ERROR|RACECHECK) SUMMARY' "$OUT/sanitize-fused-$t-$c.log" | sort -u | tr '\n' ' ')"

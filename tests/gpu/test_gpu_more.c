@@ -150,6 +150,16 @@ static void test_graph(const void *param) {
     gpu_run(P, &cfg, graph_body, NULL, 120);
 }
 
+/* Fused, its GEMM+RS in the store form (COMMGEMM_P2P_FUSED_PUSH=store: the
+ * wait, kernel and signals of each peer on the compute queue) captured and
+ * replayed. */
+static void test_graph_fused_store(const void *param) {
+    (void)param;
+    setenv("COMMGEMM_P2P_FUSED_PUSH", "store", 1);
+    static const cgm_algo fused = CGM_ALGO_FUSED;
+    test_graph(&fused);
+}
+
 /* ------------------------------------------------------------- timeout */
 
 static void timeout_body(gpu_rank *g, void *arg) {
@@ -233,6 +243,7 @@ void register_more_cases(void) {
     static const cgm_algo fused = CGM_ALGO_FUSED;
     test_add("graph_capture_replay", test_graph, NULL);
     test_add("graph_capture_replay_fused", test_graph, &fused);
+    test_add("graph_capture_replay_fused_store", test_graph_fused_store, NULL);
     test_add("timeout_names_missing_rank", test_timeout, NULL);
     test_add("timeout_names_missing_rank_fused", test_timeout, &fused);
     test_add("workspace_limits", test_limits, NULL);
