@@ -155,6 +155,10 @@ stage_compare() { # tag [VAR=value...]: bench/compare_on_device.sh into $OUT/com
         bash bench/compare_on_device.sh >"$OUT/compare-$tag.log" 2>&1
     note "compare_torch $tag ($*): rc=$? $(grep -hE '^# wrong' "$OUT/compare-$tag"/compare*.txt 2>/dev/null | tr '\n' ' ')"
 }
+stage_sweep() { # tag [VAR=value...]: the p2p sweep (graphs, bf16 partials); later VAR=value override these
+    stage_compare "$1" COMPARE_ARGS=--graph COMPARE_SWEEP=only "COMPARE_SWEEP_ARGS=--backends p2p" \
+        COMMGEMM_PARTIAL_DTYPE=output COMPARE_SWEEP_TIMEOUT=${SWEEP_TIMEOUT:-240} "${@:2}"
+}
 stage_cublasmp_cases() {
     timeout 560 bash tests/cublasmp/run_on_device.sh >"$OUT/cublasmp-cases.log" 2>&1
     note "cublasmp cases: rc=$? $(tail -4 "$OUT/cublasmp-summary.txt" 2>/dev/null | tr '\n' ' ')"
@@ -245,9 +249,7 @@ stage_fused_store() { # COMMGEMM_P2P_FUSED_PUSH beside against store: fused GEMM
 stage_runoff_ab() { # the tuner's runoff: COMMGEMM_TUNE_RUNOFF 0 against 10 (the default), two sweeps each, alternating, TUNE logs kept
     local r v
     for r in 1 2; do for v in 0 10; do
-        stage_compare sweep-runoff$v-r$r COMPARE_ARGS=--graph COMPARE_SWEEP=only "COMPARE_SWEEP_ARGS=--backends p2p" \
-            COMMGEMM_PARTIAL_DTYPE=output COMPARE_SWEEP_TIMEOUT=${SWEEP_TIMEOUT:-240} COMMGEMM_TUNE_RUNOFF=$v \
-            COMMGEMM_DEBUG=INFO COMMGEMM_DEBUG_SUBSYS=TUNE
+        stage_sweep sweep-runoff$v-r$r COMMGEMM_TUNE_RUNOFF=$v COMMGEMM_DEBUG=INFO COMMGEMM_DEBUG_SUBSYS=TUNE
     done; done
     python3 bench/sweep_summary.py "$OUT"/compare-sweep-runoff*/compare_sweep.json >"$OUT/runoff-ab.md" 2>&1
     note "runoff-ab: $(grep -c 'faster than torch' "$OUT/runoff-ab.md") sweeps summarized in runoff-ab.md; runoffs logged: $(cat "$OUT"/compare-sweep-runoff10-r?/compare_sweep.err 2>/dev/null | grep -c ': runoff ')"
@@ -314,10 +316,8 @@ for s in "$@"; do
     compare-sweep-lead) stage_compare sweep-lead COMPARE_ARGS=--graph COMPARE_SWEEP=only \
         "COMPARE_SWEEP_ARGS=--backends p2p,p2p-lead --ops ag_gemm" COMMGEMM_PARTIAL_DTYPE=output COMMGEMM_TUNE_LEAD=1 \
         COMPARE_SWEEP_TIMEOUT=${SWEEP_TIMEOUT:-300} ;;
-    compare-sweep-aligned) stage_compare sweep-aligned "COMPARE_ARGS=--graph --pad-us 300 --align" COMPARE_SWEEP=only \
-        "COMPARE_SWEEP_ARGS=--backends p2p" COMMGEMM_PARTIAL_DTYPE=output COMPARE_SWEEP_TIMEOUT=${SWEEP_TIMEOUT:-240} ;;
-    compare-sweep) stage_compare sweep COMPARE_ARGS=--graph COMPARE_SWEEP=only \
-        "COMPARE_SWEEP_ARGS=--backends p2p" COMMGEMM_PARTIAL_DTYPE=output COMPARE_SWEEP_TIMEOUT=${SWEEP_TIMEOUT:-240} ;;
+    compare-sweep-aligned) stage_sweep sweep-aligned "COMPARE_ARGS=--graph --pad-us 300 --align" ;;
+    compare-sweep) stage_sweep sweep ;;
     hopper-bench) (timeout 120 "$B/tests/gpu/test_hopper_gemm" bench >"$OUT/hopper-bench.txt" 2>&1)
         note "hopper bench: rc=$? $(grep -cE '^ +[0-9]' "$OUT/hopper-bench.txt") rows" ;; cublasmp-cases) stage_cublasmp_cases ;; pack) stage_pack ;;
     timeline) stage_timeline ;; lt-algos) stage_lt_algos ;; fused-store) stage_fused_store ;; runoff-ab) stage_runoff_ab ;;

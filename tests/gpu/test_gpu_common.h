@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "gpu_check.h"
 #include "gpu_ref.h"
 #include "harness.h"
 
@@ -19,13 +20,6 @@ typedef struct gpu_rank {
 
 typedef void (*gpu_case_fn)(gpu_rank *g, void *arg);
 
-#define GPU_CHECK(call)                                                      \
-    do {                                                                     \
-        cudaError_t e_ = (call);                                             \
-        if (e_ != cudaSuccess)                                               \
-            TEST_FAIL("%s: %s (%s)", #call, cudaGetErrorName(e_),            \
-                      cudaGetErrorString(e_));                               \
-    } while (0)
 #define NCCL_CHECK(call)                                                     \
     do {                                                                     \
         ncclResult_t e_ = (call);                                            \

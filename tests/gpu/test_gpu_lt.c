@@ -11,14 +11,9 @@
 #include "harness.h"
 
 #include "backend/gpu/gpu.h"
+#include "gpu_check.h"
 #include "gpu_ref.h"
 
-#define CHECK_CUDA(expr)                                                     \
-    do {                                                                     \
-        cudaError_t e_ = (expr);                                             \
-        if (e_ != cudaSuccess)                                               \
-            TEST_FAIL("%s: %s", #expr, cudaGetErrorString(e_));               \
-    } while (0)
 
 static void need_gpu(void) {
     int count = 0;
@@ -41,17 +36,17 @@ static void fixture_make(lt_fixture *f, int64_t m, int64_t n, int64_t k) {
     f->m = m;
     f->n = n;
     f->k = k;
-    CHECK_CUDA(cudaStreamCreateWithFlags(&f->stream, cudaStreamNonBlocking));
-    CHECK_CUDA(cudaMalloc(&f->x, (size_t)(m * k) * 2));
-    CHECK_CUDA(cudaMalloc(&f->w, (size_t)(n * k) * 2));
-    CHECK_CUDA(cudaMalloc(&f->y, (size_t)(m * n) * 2));
-    CHECK_CUDA(cudaMalloc(&f->bias, (size_t)n * 2));
-    CHECK_CUDA(cudaMalloc(&f->ws, WS_BYTES));
-    CHECK_CUDA(tref_fill(f->x, CGM_DTYPE_BF16, m, k, k, 1, 0, 0, k, f->stream));
-    CHECK_CUDA(tref_fill(f->w, CGM_DTYPE_BF16, n, k, k, 2, 0, 0, k, f->stream));
-    CHECK_CUDA(tref_fill(f->y, CGM_DTYPE_BF16, m, n, n, 3, 0, 0, n, f->stream));
-    CHECK_CUDA(tref_fill(f->bias, CGM_DTYPE_BF16, 1, n, n, 4, 0, 0, n, f->stream));
-    CHECK_CUDA(cudaStreamSynchronize(f->stream));
+    GPU_CHECK(cudaStreamCreateWithFlags(&f->stream, cudaStreamNonBlocking));
+    GPU_CHECK(cudaMalloc(&f->x, (size_t)(m * k) * 2));
+    GPU_CHECK(cudaMalloc(&f->w, (size_t)(n * k) * 2));
+    GPU_CHECK(cudaMalloc(&f->y, (size_t)(m * n) * 2));
+    GPU_CHECK(cudaMalloc(&f->bias, (size_t)n * 2));
+    GPU_CHECK(cudaMalloc(&f->ws, WS_BYTES));
+    GPU_CHECK(tref_fill(f->x, CGM_DTYPE_BF16, m, k, k, 1, 0, 0, k, f->stream));
+    GPU_CHECK(tref_fill(f->w, CGM_DTYPE_BF16, n, k, k, 2, 0, 0, k, f->stream));
+    GPU_CHECK(tref_fill(f->y, CGM_DTYPE_BF16, m, n, n, 3, 0, 0, n, f->stream));
+    GPU_CHECK(tref_fill(f->bias, CGM_DTYPE_BF16, 1, n, n, 4, 0, 0, n, f->stream));
+    GPU_CHECK(cudaStreamSynchronize(f->stream));
 }
 
 static void fixture_free(lt_fixture *f) {
@@ -85,7 +80,7 @@ static cgm_lt_gemm_args args_of(const lt_fixture *f, bool bias, bool accumulate)
 static float *fetch_bf16(const void *dev, int64_t count) {
     uint16_t *raw = malloc((size_t)count * 2);
     float *out = malloc((size_t)count * sizeof *out);
-    CHECK_CUDA(cudaMemcpy(raw, dev, (size_t)count * 2, cudaMemcpyDeviceToHost));
+    GPU_CHECK(cudaMemcpy(raw, dev, (size_t)count * 2, cudaMemcpyDeviceToHost));
     for (int64_t i = 0; i < count; i++) {
         uint32_t bits = (uint32_t)raw[i] << 16;
         memcpy(&out[i], &bits, sizeof bits);
@@ -123,7 +118,7 @@ static void test_search(const void *param) {
         CHECK(memcmp(before, after, (size_t)(f.m * f.n) * sizeof(float)) == 0);
         /* The heuristic's first on the same input (accumulate: the same Y). */
         CHECK_STATUS(cgm_lt_gemm(first, &g, f.ws, WS_BYTES, f.stream), CGM_SUCCESS);
-        CHECK_CUDA(cudaStreamSynchronize(f.stream));
+        GPU_CHECK(cudaStreamSynchronize(f.stream));
         float *want = fetch_bf16(f.y, f.m * f.n);
         /* Put the input Y back (as bf16) and run the searched choice. */
         uint16_t *raw = malloc((size_t)(f.m * f.n) * 2);
@@ -132,9 +127,9 @@ static void test_search(const void *param) {
             memcpy(&bits, &before[i], sizeof bits);
             raw[i] = (uint16_t)(bits >> 16);
         }
-        CHECK_CUDA(cudaMemcpy(f.y, raw, (size_t)(f.m * f.n) * 2, cudaMemcpyHostToDevice));
+        GPU_CHECK(cudaMemcpy(f.y, raw, (size_t)(f.m * f.n) * 2, cudaMemcpyHostToDevice));
         CHECK_STATUS(cgm_lt_gemm(searched, &g, f.ws, WS_BYTES, f.stream), CGM_SUCCESS);
-        CHECK_CUDA(cudaStreamSynchronize(f.stream));
+        GPU_CHECK(cudaStreamSynchronize(f.stream));
         float *got = fetch_bf16(f.y, f.m * f.n);
         int64_t bad = 0;
         double scale = sqrt((double)f.k);
@@ -197,10 +192,10 @@ static void test_search_timeout(const void *param) {
      * another handle, and the bounded wait is what is left to test. */
     cgm_lt *loader = lt_with(8);
     CHECK_STATUS(cgm_lt_prepare(loader, &g, WS_BYTES, f.stream, 60000), CGM_SUCCESS);
-    CHECK_CUDA(cudaStreamSynchronize(f.stream));
+    GPU_CHECK(cudaStreamSynchronize(f.stream));
     cgm_lt_destroy(loader);
     cgm_lt *lt = lt_with(8);
-    CHECK_CUDA(cudaLaunchHostFunc(f.stream, sleep_host, (void *)(uintptr_t)1500000));
+    GPU_CHECK(cudaLaunchHostFunc(f.stream, sleep_host, (void *)(uintptr_t)1500000));
     int64_t t0 = cgm_now_ns();
     cgm_status got = cgm_lt_prepare(lt, &g, WS_BYTES, f.stream, 100);
     if (got != CGM_ERROR_TIMEOUT) {
@@ -213,10 +208,10 @@ static void test_search_timeout(const void *param) {
     CHECK(cgm_now_ns() - t0 < 1000000000LL);
     CHECK_CONTAINS(cgm_last_error(), "cuBLASLt search m=2048 n=2048 k=2048: waited 100 ms");
     CHECK_CONTAINS(cgm_last_error(), "COMMGEMM_LT_SEARCH=1");
-    CHECK_CUDA(cudaStreamSynchronize(f.stream));
+    GPU_CHECK(cudaStreamSynchronize(f.stream));
     CHECK_STATUS(cgm_lt_prepare(lt, &g, WS_BYTES, f.stream, 60000), CGM_SUCCESS);
     CHECK_STATUS(cgm_lt_gemm(lt, &g, f.ws, WS_BYTES, f.stream), CGM_SUCCESS);
-    CHECK_CUDA(cudaStreamSynchronize(f.stream));
+    GPU_CHECK(cudaStreamSynchronize(f.stream));
     cgm_lt_destroy(lt);
     fixture_free(&f);
 }

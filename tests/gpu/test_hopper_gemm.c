@@ -27,14 +27,9 @@
 
 #include "backend/gpu/gpu.h"
 #include "device/hopper_gemm.h"
+#include "gpu_check.h"
 #include "harness.h"
 
-#define CUDA_OK(call)                                                        \
-    do {                                                                     \
-        cudaError_t e_ = (call);                                             \
-        if (e_ != cudaSuccess)                                               \
-            TEST_FAIL("%s: %s", #call, cudaGetErrorString(e_));              \
-    } while (0)
 
 /* ---------------------------------------------------------------- values */
 
@@ -95,8 +90,8 @@ static void *fill(cgm_dtype t, size_t count, uint64_t seed) {
 }
 static void *to_device(const void *host, size_t bytes) {
     void *d = NULL;
-    CUDA_OK(cudaMalloc(&d, bytes + 64));
-    CUDA_OK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+    GPU_CHECK(cudaMalloc(&d, bytes + 64));
+    GPU_CHECK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
     return d;
 }
 
@@ -108,8 +103,8 @@ static void require_sm90(void) {
     if (err != cudaSuccess || count == 0)
         TEST_SKIP("no CUDA device: cudaGetDeviceCount returned %d (%s)", (int)err,
                   cudaGetErrorString(err));
-    CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-    CUDA_OK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+    GPU_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    GPU_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
     if (major != 9 || minor != 0)
         TEST_SKIP("cgm_hgemm needs an sm_90 device, this is sm_%d%d", major, minor);
 }
@@ -148,7 +143,7 @@ static cgm_lt *lt_handle(void **ws, size_t *ws_bytes) {
     static void *workspace;
     if (!lt) {
         if (cgm_lt_create(&lt) != CGM_SUCCESS) TEST_FAIL("cgm_lt_create: %s", cgm_last_error());
-        CUDA_OK(cudaMalloc(&workspace, 32u << 20));
+        GPU_CHECK(cudaMalloc(&workspace, 32u << 20));
     }
     *ws = workspace;
     *ws_bytes = 32u << 20;
@@ -214,7 +209,7 @@ static int64_t run_case(const gemm_case *c) {
     void *dx = to_device(hx, nx * dsize(c->in)), *dw = to_device(hw, nw * dsize(c->in));
     void *db = to_device(hb, (size_t)c->n * dsize(c->out));
     void *dy_ours_buf, *dy_ref = to_device(hy0, ny * dsize(c->out));
-    CUDA_OK(cudaMalloc(&dy_ours_buf, (ny + 8) * dsize(c->out)));
+    GPU_CHECK(cudaMalloc(&dy_ours_buf, (ny + 8) * dsize(c->out)));
     char *dy_ours = (char *)dy_ours_buf + c->y_offset * dsize(c->out);
 
     cgm_lt_gemm_args g;
@@ -230,9 +225,9 @@ static int64_t run_case(const gemm_case *c) {
     cgm_lt *lt = lt_handle(&ws, &ws_bytes);
     if (cgm_lt_gemm(lt, &g, ws, ws_bytes, 0) != CGM_SUCCESS)
         TEST_FAIL("cgm_lt_gemm: %s", cgm_last_error());
-    CUDA_OK(cudaDeviceSynchronize());
+    GPU_CHECK(cudaDeviceSynchronize());
     void *hy = malloc(ny * dsize(c->out) + 1), *href = malloc(ny * dsize(c->out) + 1);
-    CUDA_OK(cudaMemcpy(href, dy_ref, ny * dsize(c->out), cudaMemcpyDeviceToHost));
+    GPU_CHECK(cudaMemcpy(href, dy_ref, ny * dsize(c->out), cudaMemcpyDeviceToHost));
 
     /* Sampled rows and columns checked against the exact result. */
     int64_t srow[4] = {0, c->m / 3, c->m / 2, c->m - 1}, scol[3] = {0, c->n / 2, c->n - 1};
@@ -240,7 +235,7 @@ static int64_t run_case(const gemm_case *c) {
     int variants[2] = {CGM_HGEMM_COOPERATIVE, CGM_HGEMM_PINGPONG}, nvar = 2;
     if (c->variant) variants[0] = c->variant, nvar = 1;
     for (int v = 0; v < nvar; v++) {
-        CUDA_OK(cudaMemcpy(dy_ours, hy0, ny * dsize(c->out), cudaMemcpyHostToDevice));
+        GPU_CHECK(cudaMemcpy(dy_ours, hy0, ny * dsize(c->out), cudaMemcpyHostToDevice));
         cgm_hgemm_args a;
         memset(&a, 0, sizeof a);
         a.in_dtype = c->in;
@@ -262,8 +257,8 @@ static int64_t run_case(const gemm_case *c) {
             for (int i = 0; i < tiles_m; i++) ho[i] = tiles_m - 1 - i;
             dflags = to_device(hf, (size_t)nflags * 8);
             dorder = to_device(ho, (size_t)tiles_m * sizeof(int));
-            CUDA_OK(cudaMalloc((void **)&dtimeout, sizeof(int)));
-            CUDA_OK(cudaMemset(dtimeout, 0, sizeof(int)));
+            GPU_CHECK(cudaMalloc((void **)&dtimeout, sizeof(int)));
+            GPU_CHECK(cudaMemset(dtimeout, 0, sizeof(int)));
             free(hf);
             free(ho);
             a.row_flags = dflags, a.rows_per_flag = rows_per_flag, a.flag_epoch = 7;
@@ -271,9 +266,9 @@ static int64_t run_case(const gemm_case *c) {
         }
         const char *why = NULL;
         if (!cgm_hgemm_supported(&a, &why)) TEST_FAIL("cgm_hgemm_supported said no: %s", why);
-        CUDA_OK(cgm_hgemm(&a, 0));
-        CUDA_OK(cudaDeviceSynchronize());
-        CUDA_OK(cudaMemcpy(hy, dy_ours, ny * dsize(c->out), cudaMemcpyDeviceToHost));
+        GPU_CHECK(cgm_hgemm(&a, 0));
+        GPU_CHECK(cudaDeviceSynchronize());
+        GPU_CHECK(cudaMemcpy(hy, dy_ours, ny * dsize(c->out), cudaMemcpyDeviceToHost));
         double eps = c->out == CGM_DTYPE_BF16 ? 1.0 / 128 : c->out == CGM_DTYPE_FP16 ? 1.0 / 1024 : 1e-6;
         /* The rule: wherever the exact result is computed, ours must equal
          * it bit for bit. It is computed at every element of small cases,
@@ -328,7 +323,7 @@ static int64_t run_case(const gemm_case *c) {
         wrong += bad_here;
         if (dtimeout) {
             int timed_out = -1;
-            CUDA_OK(cudaMemcpy(&timed_out, dtimeout, sizeof(int), cudaMemcpyDeviceToHost));
+            GPU_CHECK(cudaMemcpy(&timed_out, dtimeout, sizeof(int), cudaMemcpyDeviceToHost));
             if (timed_out != 0) TEST_FAIL("flags preset to the epoch, but timeout_out = %d", timed_out);
         }
         cudaFree(dflags), cudaFree(dtimeout), cudaFree(dorder);
@@ -459,17 +454,17 @@ static void case_flags_timeout(const void *p) {
     require_sm90();
     int64_t m = 4096, n = 4096, k = 256;
     void *dx, *dw, *dy;
-    CUDA_OK(cudaMalloc(&dx, (size_t)(m * k * 2)));
-    CUDA_OK(cudaMalloc(&dw, (size_t)(n * k * 2)));
-    CUDA_OK(cudaMalloc(&dy, (size_t)(m * n * 2)));
-    CUDA_OK(cudaMemset(dx, 0, (size_t)(m * k * 2)));
-    CUDA_OK(cudaMemset(dw, 0, (size_t)(n * k * 2)));
+    GPU_CHECK(cudaMalloc(&dx, (size_t)(m * k * 2)));
+    GPU_CHECK(cudaMalloc(&dw, (size_t)(n * k * 2)));
+    GPU_CHECK(cudaMalloc(&dy, (size_t)(m * n * 2)));
+    GPU_CHECK(cudaMemset(dx, 0, (size_t)(m * k * 2)));
+    GPU_CHECK(cudaMemset(dw, 0, (size_t)(n * k * 2)));
     int64_t nflags = m / 512;
     unsigned long long hf[8] = {3, 3, 3, 2, 3, 3, 3, 3}; /* block 3 never comes */
     unsigned long long *df = to_device(hf, sizeof hf);
     int *dt;
-    CUDA_OK(cudaMalloc((void **)&dt, sizeof(int)));
-    CUDA_OK(cudaMemset(dt, 0, sizeof(int)));
+    GPU_CHECK(cudaMalloc((void **)&dt, sizeof(int)));
+    GPU_CHECK(cudaMemset(dt, 0, sizeof(int)));
     cgm_hgemm_args a;
     memset(&a, 0, sizeof a);
     a.in_dtype = a.out_dtype = CGM_DTYPE_BF16;
@@ -478,13 +473,13 @@ static void case_flags_timeout(const void *p) {
     a.wait_timeout_ns = 200000000ll, a.timeout_out = dt;
     for (int v = CGM_HGEMM_COOPERATIVE; v <= CGM_HGEMM_PINGPONG; v++) {
         a.variant = v;
-        CUDA_OK(cudaMemset(dt, 0, sizeof(int)));
+        GPU_CHECK(cudaMemset(dt, 0, sizeof(int)));
         double t0 = now_s();
-        CUDA_OK(cgm_hgemm(&a, 0));
-        CUDA_OK(cudaDeviceSynchronize());
+        GPU_CHECK(cgm_hgemm(&a, 0));
+        GPU_CHECK(cudaDeviceSynchronize());
         double waited = now_s() - t0;
         int timed_out = 0;
-        CUDA_OK(cudaMemcpy(&timed_out, dt, sizeof(int), cudaMemcpyDeviceToHost));
+        GPU_CHECK(cudaMemcpy(&timed_out, dt, sizeof(int), cudaMemcpyDeviceToHost));
         printf("flag timeout (%s): timeout_out %d after %.3f s (timeout 0.2 s)\n", variant_name(v), timed_out,
                waited);
         CHECK_INT_EQ(timed_out, 1);
@@ -516,7 +511,7 @@ static void case_addends(const void *p) {
     unsigned long long *drow = to_device(hrow, sizeof hrow), *dadd = to_device(hadd, sizeof hadd);
     unsigned long long *depoch = to_device(&epoch, sizeof epoch);
     int *dt;
-    CUDA_OK(cudaMalloc((void **)&dt, sizeof(int)));
+    GPU_CHECK(cudaMalloc((void **)&dt, sizeof(int)));
     for (int o = 0; o < 2; o++)
         for (int ad = 0; ad < 2; ad++)
             for (int na = 1; na <= 3; na += 2)
@@ -529,9 +524,9 @@ static void case_addends(const void *p) {
                         dadds[i] = to_device(hadds[i], (size_t)(m * ald) * dsize(adt));
                     }
                     void *db = to_device(hb, (size_t)n * dsize(out)), *dy;
-                    CUDA_OK(cudaMalloc(&dy, (size_t)(m * ldy) * dsize(out)));
-                    CUDA_OK(cudaMemset(dy, 0xFF, (size_t)(m * ldy) * dsize(out)));
-                    CUDA_OK(cudaMemset(dt, 0, sizeof(int)));
+                    GPU_CHECK(cudaMalloc(&dy, (size_t)(m * ldy) * dsize(out)));
+                    GPU_CHECK(cudaMemset(dy, 0xFF, (size_t)(m * ldy) * dsize(out)));
+                    GPU_CHECK(cudaMemset(dt, 0, sizeof(int)));
                     cgm_hgemm_args a;
                     memset(&a, 0, sizeof a);
                     a.in_dtype = CGM_DTYPE_BF16, a.out_dtype = out;
@@ -547,16 +542,16 @@ static void case_addends(const void *p) {
                     }
                     const char *why = NULL;
                     if (!cgm_hgemm_supported(&a, &why)) TEST_FAIL("cgm_hgemm_supported said no: %s", why);
-                    CUDA_OK(cgm_hgemm(&a, 0));
-                    CUDA_OK(cudaDeviceSynchronize());
+                    GPU_CHECK(cgm_hgemm(&a, 0));
+                    GPU_CHECK(cudaDeviceSynchronize());
                     int timed_out = -1;
-                    CUDA_OK(cudaMemcpy(&timed_out, dt, sizeof(int), cudaMemcpyDeviceToHost));
+                    GPU_CHECK(cudaMemcpy(&timed_out, dt, sizeof(int), cudaMemcpyDeviceToHost));
                     if (timed_out)
                         TEST_FAIL("flags at the epoch, but the kernel timed out (%s out %s addends %s x %d): a "
                                   "wrong flag cell was read", variant_name(v), cgm_dtype_name(out),
                                   cgm_dtype_name(adt), na);
                     void *hy = malloc((size_t)(m * ldy) * dsize(out));
-                    CUDA_OK(cudaMemcpy(hy, dy, (size_t)(m * ldy) * dsize(out), cudaMemcpyDeviceToHost));
+                    GPU_CHECK(cudaMemcpy(hy, dy, (size_t)(m * ldy) * dsize(out), cudaMemcpyDeviceToHost));
                     int64_t bad = 0;
                     for (int64_t i = 0; i < m; i++)
                         for (int64_t j = 0; j < n; j++) {
@@ -578,18 +573,18 @@ static void case_addends(const void *p) {
      * and record name the addend's peer and chunk. */
     unsigned int *dabort;
     cgm_dev_abort_record *rec;
-    CUDA_OK(cudaMalloc((void **)&dabort, sizeof *dabort));
-    CUDA_OK(cudaMemset(dabort, 0, sizeof *dabort));
-    CUDA_OK(cudaHostAlloc((void **)&rec, sizeof *rec, cudaHostAllocMapped));
+    GPU_CHECK(cudaMalloc((void **)&dabort, sizeof *dabort));
+    GPU_CHECK(cudaMemset(dabort, 0, sizeof *dabort));
+    GPU_CHECK(cudaHostAlloc((void **)&rec, sizeof *rec, cudaHostAllocMapped));
     memset((void *)rec, 0, sizeof *rec);
     cgm_dev_abort_record *rec_dev;
-    CUDA_OK(cudaHostGetDevicePointer((void **)&rec_dev, rec, 0));
+    GPU_CHECK(cudaHostGetDevicePointer((void **)&rec_dev, rec, 0));
     void *dy, *dz;
-    CUDA_OK(cudaMalloc(&dy, (size_t)(m * n) * 4));
-    CUDA_OK(cudaMalloc(&dz, (size_t)(m * n) * 4));
-    CUDA_OK(cudaMemset(dz, 0, (size_t)(m * n) * 4));
+    GPU_CHECK(cudaMalloc(&dy, (size_t)(m * n) * 4));
+    GPU_CHECK(cudaMalloc(&dz, (size_t)(m * n) * 4));
+    GPU_CHECK(cudaMemset(dz, 0, (size_t)(m * n) * 4));
     unsigned long long late[3] = {9, 8, 9}; /* piece 1 never reaches 9 */
-    CUDA_OK(cudaMemcpy(dadd, late, sizeof late, cudaMemcpyHostToDevice));
+    GPU_CHECK(cudaMemcpy(dadd, late, sizeof late, cudaMemcpyHostToDevice));
     cgm_hgemm_args a;
     memset(&a, 0, sizeof a);
     a.in_dtype = CGM_DTYPE_BF16, a.out_dtype = CGM_DTYPE_FP32;
@@ -599,11 +594,11 @@ static void case_addends(const void *p) {
     a.abort_word = dabort, a.abort_record = rec_dev, a.report_rank = 1;
     a.report_addend_peer[0] = 0, a.report_addend_chunk0 = 40;
     double t0 = now_s();
-    CUDA_OK(cgm_hgemm(&a, 0));
-    CUDA_OK(cudaDeviceSynchronize());
+    GPU_CHECK(cgm_hgemm(&a, 0));
+    GPU_CHECK(cudaDeviceSynchronize());
     double waited = now_s() - t0;
     unsigned int aborted = 0;
-    CUDA_OK(cudaMemcpy(&aborted, dabort, sizeof aborted, cudaMemcpyDeviceToHost));
+    GPU_CHECK(cudaMemcpy(&aborted, dabort, sizeof aborted, cudaMemcpyDeviceToHost));
     printf("addend flag timeout: abort %u, record set %d rank %d peer %d chunk %d after %.3f s\n", aborted,
            rec->set, rec->waiting_rank, rec->peer, rec->chunk, waited);
     CHECK_INT_EQ(aborted, 1);
@@ -635,13 +630,13 @@ static void case_x_own(const void *p) {
         for (int64_t j = 0; j < k; j++) put(hpoison, CGM_DTYPE_BF16, (size_t)(i * k + j), 4.0f);
     void *dx = to_device(hpoison, (size_t)(m * k) * 2), *dw = to_device(hw, (size_t)(n * k) * 2);
     void *down = to_device(hown, (size_t)(own * ldo) * 2), *dy;
-    CUDA_OK(cudaMalloc(&dy, (size_t)(m * n) * 4));
+    GPU_CHECK(cudaMalloc(&dy, (size_t)(m * n) * 4));
     unsigned long long hf[5] = {5, 0, 0, 5, 5}; /* 128-row blocks 1 and 2 never come */
     unsigned long long *df = to_device(hf, sizeof hf);
     int *dt;
-    CUDA_OK(cudaMalloc((void **)&dt, sizeof(int)));
+    GPU_CHECK(cudaMalloc((void **)&dt, sizeof(int)));
     for (int v = CGM_HGEMM_COOPERATIVE; v <= CGM_HGEMM_PINGPONG; v++) {
-        CUDA_OK(cudaMemset(dt, 0, sizeof(int)));
+        GPU_CHECK(cudaMemset(dt, 0, sizeof(int)));
         cgm_hgemm_args a;
         memset(&a, 0, sizeof a);
         a.in_dtype = CGM_DTYPE_BF16, a.out_dtype = CGM_DTYPE_FP32, a.variant = v;
@@ -651,13 +646,13 @@ static void case_x_own(const void *p) {
         a.wait_timeout_ns = 2000000000ll, a.timeout_out = dt;
         const char *why = NULL;
         if (!cgm_hgemm_supported(&a, &why)) TEST_FAIL("cgm_hgemm_supported said no: %s", why);
-        CUDA_OK(cgm_hgemm(&a, 0));
-        CUDA_OK(cudaDeviceSynchronize());
+        GPU_CHECK(cgm_hgemm(&a, 0));
+        GPU_CHECK(cudaDeviceSynchronize());
         int timed_out = -1;
-        CUDA_OK(cudaMemcpy(&timed_out, dt, sizeof(int), cudaMemcpyDeviceToHost));
+        GPU_CHECK(cudaMemcpy(&timed_out, dt, sizeof(int), cudaMemcpyDeviceToHost));
         if (timed_out) TEST_FAIL("%s: a tile inside the own rows waited for its flag", variant_name(v));
         float *hy = malloc((size_t)(m * n) * 4);
-        CUDA_OK(cudaMemcpy(hy, dy, (size_t)(m * n) * 4, cudaMemcpyDeviceToHost));
+        GPU_CHECK(cudaMemcpy(hy, dy, (size_t)(m * n) * 4, cudaMemcpyDeviceToHost));
         int64_t bad = 0;
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) {
@@ -751,7 +746,7 @@ static void case_refusals(const void *p) {
     (void)p;
     require_sm90();
     void *buf;
-    CUDA_OK(cudaMalloc(&buf, 1 << 20));
+    GPU_CHECK(cudaMalloc(&buf, 1 << 20));
     cgm_hgemm_args a;
     memset(&a, 0, sizeof a);
     a.in_dtype = a.out_dtype = CGM_DTYPE_BF16;
@@ -825,8 +820,8 @@ static int bench_shape(int64_t m, int64_t n, int64_t k) {
     size_t nx = (size_t)(m * k), nw = (size_t)(n * k), ny = (size_t)(m * n);
     void *hx = fill(CGM_DTYPE_BF16, nx, 1), *hw = fill(CGM_DTYPE_BF16, nw, 2);
     void *dx = to_device(hx, nx * 2), *dw = to_device(hw, nw * 2), *dy[3], *dref;
-    for (int v = 0; v < 3; v++) CUDA_OK(cudaMalloc(&dy[v], ny * 2));
-    CUDA_OK(cudaMalloc(&dref, ny * 2));
+    for (int v = 0; v < 3; v++) GPU_CHECK(cudaMalloc(&dy[v], ny * 2));
+    GPU_CHECK(cudaMalloc(&dref, ny * 2));
     cgm_hgemm_args a[3];
     const int variants[3] = {CGM_HGEMM_COOPERATIVE, CGM_HGEMM_PINGPONG, CGM_HGEMM_AUTO};
     for (int v = 0; v < 3; v++) {
@@ -846,35 +841,35 @@ static int bench_shape(int64_t m, int64_t n, int64_t k) {
     size_t ws_bytes;
     cgm_lt *lt = lt_handle(&ws, &ws_bytes);
     cudaEvent_t ev[2 * BENCH_WHO];
-    for (int i = 0; i < 2 * BENCH_WHO; i++) CUDA_OK(cudaEventCreate(&ev[i]));
+    for (int i = 0; i < 2 * BENCH_WHO; i++) GPU_CHECK(cudaEventCreate(&ev[i]));
     float times[BENCH_WHO][BENCH_ROUNDS];
     for (int r = -5; r < BENCH_ROUNDS; r++) {
         for (int turn = 0; turn < BENCH_WHO; turn++) {
             int who = (turn + (r + 5)) % BENCH_WHO;
-            CUDA_OK(cudaEventRecord(ev[2 * who], 0));
+            GPU_CHECK(cudaEventRecord(ev[2 * who], 0));
             for (int call = 0; call < BENCH_CALLS; call++) {
-                if (who < 3) CUDA_OK(cgm_hgemm(&a[who], 0));
+                if (who < 3) GPU_CHECK(cgm_hgemm(&a[who], 0));
                 else if (cgm_lt_gemm(lt, &g, ws, ws_bytes, 0) != CGM_SUCCESS)
                     TEST_FAIL("cgm_lt_gemm: %s", cgm_last_error());
             }
-            CUDA_OK(cudaEventRecord(ev[2 * who + 1], 0));
+            GPU_CHECK(cudaEventRecord(ev[2 * who + 1], 0));
         }
-        CUDA_OK(cudaStreamSynchronize(0));
+        GPU_CHECK(cudaStreamSynchronize(0));
         if (r < 0) continue;
         for (int who = 0; who < BENCH_WHO; who++)
-            CUDA_OK(cudaEventElapsedTime(&times[who][r], ev[2 * who], ev[2 * who + 1]));
+            GPU_CHECK(cudaEventElapsedTime(&times[who][r], ev[2 * who], ev[2 * who + 1]));
     }
     float t[BENCH_WHO];
     for (int who = 0; who < BENCH_WHO; who++) t[who] = median(times[who], BENCH_ROUNDS) * 1000 / BENCH_CALLS;
     double flop = 2.0 * (double)m * (double)n * (double)k;
     uint16_t *hy = malloc(ny * 2), *href = malloc(ny * 2), *hauto = malloc(ny * 2);
     if (!hy || !href || !hauto) TEST_FAIL("malloc 3 x %zu", ny * 2);
-    CUDA_OK(cudaMemcpy(href, dref, ny * 2, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(hauto, dy[2], ny * 2, cudaMemcpyDeviceToHost));
+    GPU_CHECK(cudaMemcpy(href, dref, ny * 2, cudaMemcpyDeviceToHost));
+    GPU_CHECK(cudaMemcpy(hauto, dy[2], ny * 2, cudaMemcpyDeviceToHost));
     size_t wrong[2] = {0, 0};
     int auto_differs = 0;
     for (int v = 0; v < 2; v++) {
-        CUDA_OK(cudaMemcpy(hy, dy[v], ny * 2, cudaMemcpyDeviceToHost));
+        GPU_CHECK(cudaMemcpy(hy, dy[v], ny * 2, cudaMemcpyDeviceToHost));
         for (size_t i = 0; i < ny; i++) {
             float x = bf16_float(hy[i]), y = bf16_float(href[i]);
             if (!(fabsf(x - y) <= fabsf(y) / 128 + 1e-6f * (float)k)) wrong[v]++;
@@ -909,7 +904,7 @@ static int hopper_bench(int argc, char **argv) {
         return TEST_SKIP_CODE;
     }
     struct cudaDeviceProp prop;
-    CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+    GPU_CHECK(cudaGetDeviceProperties(&prop, 0));
     major = prop.major, sms = prop.multiProcessorCount;
     printf("# cgm_hgemm (cooperative, ping-pong, auto) vs cuBLASLt, bf16 in/out, TN, %s (sm_%d%d, %d SMs); medians of %d interleaved rounds x %d calls\n",
            prop.name, major, prop.minor, sms, BENCH_ROUNDS, BENCH_CALLS);
@@ -954,16 +949,16 @@ static int fused_bench(int argc, char **argv) {
         size_t nx = (size_t)(m * k), nw = (size_t)(n * k), ny = (size_t)(m * n);
         void *hx = fill(CGM_DTYPE_BF16, nx, 1), *hw = fill(CGM_DTYPE_BF16, nw, 2);
         void *dx = to_device(hx, nx * 2), *dw = to_device(hw, nw * 2), *dy, *dadd;
-        CUDA_OK(cudaMalloc(&dy, ny * 2));
-        CUDA_OK(cudaMalloc(&dadd, ny * 2)); /* m/2 x n fp32 */
-        CUDA_OK(cudaMemset(dadd, 0, ny * 2));
+        GPU_CHECK(cudaMalloc(&dy, ny * 2));
+        GPU_CHECK(cudaMalloc(&dadd, ny * 2)); /* m/2 x n fp32 */
+        GPU_CHECK(cudaMemset(dadd, 0, ny * 2));
         int64_t half = m / 2, rpf = (half / 2 + 127) / 128 * 128, stride = 7;
         unsigned long long hf[16];
         for (int i = 0; i < 16; i++) hf[i] = 1;
         unsigned long long *df = to_device(hf, sizeof hf), *depoch = to_device(hf, 8);
         unsigned int *dabort;
-        CUDA_OK(cudaMalloc((void **)&dabort, 4));
-        CUDA_OK(cudaMemset(dabort, 0, 4));
+        GPU_CHECK(cudaMalloc((void **)&dabort, 4));
+        GPU_CHECK(cudaMemset(dabort, 0, 4));
         int tiles = (int)((m + 127) / 128), *ho = malloc((size_t)tiles * sizeof(int)), nt = 0;
         for (int t = (int)(half / 128); t < tiles; t++) ho[nt++] = t; /* own (second half) first */
         for (int t = 0; t < (int)(half / 128); t++) ho[nt++] = t;
@@ -984,24 +979,24 @@ static int fused_bench(int argc, char **argv) {
         rs->naddends = 1, rs->addend[0] = dadd, rs->addend_flags[0] = df, rs->addend_dtype = CGM_DTYPE_FP32;
         rs->addend_ld = n, rs->rows_per_flag = rpf, rs->flag_epoch_ptr = depoch, rs->abort_word = dabort;
         cudaEvent_t ev[10];
-        for (int i = 0; i < 10; i++) CUDA_OK(cudaEventCreate(&ev[i]));
+        for (int i = 0; i < 10; i++) GPU_CHECK(cudaEventCreate(&ev[i]));
         float times[5][BENCH_ROUNDS];
         for (int r = -5; r < BENCH_ROUNDS; r++) {
             for (int turn = 0; turn < 5; turn++) {
                 int who = (turn + r + 5) % 5;
-                CUDA_OK(cudaEventRecord(ev[2 * who], 0));
-                for (int call = 0; call < BENCH_CALLS; call++) CUDA_OK(cgm_hgemm(&a[who], 0));
-                CUDA_OK(cudaEventRecord(ev[2 * who + 1], 0));
+                GPU_CHECK(cudaEventRecord(ev[2 * who], 0));
+                for (int call = 0; call < BENCH_CALLS; call++) GPU_CHECK(cgm_hgemm(&a[who], 0));
+                GPU_CHECK(cudaEventRecord(ev[2 * who + 1], 0));
             }
-            CUDA_OK(cudaStreamSynchronize(0));
+            GPU_CHECK(cudaStreamSynchronize(0));
             if (r < 0) continue;
             for (int who = 0; who < 5; who++)
-                CUDA_OK(cudaEventElapsedTime(&times[who][r], ev[2 * who], ev[2 * who + 1]));
+                GPU_CHECK(cudaEventElapsedTime(&times[who][r], ev[2 * who], ev[2 * who + 1]));
         }
         float t[5];
         for (int who = 0; who < 5; who++) t[who] = median(times[who], BENCH_ROUNDS) * 1000 / BENCH_CALLS;
         unsigned int aborted = 0;
-        CUDA_OK(cudaMemcpy(&aborted, dabort, 4, cudaMemcpyDeviceToHost));
+        GPU_CHECK(cudaMemcpy(&aborted, dabort, 4, cudaMemcpyDeviceToHost));
         printf("%6lld %6lld %6lld  %8.1f %6.1f %8.1f  (%5.3f)  %8.1f %8.1f  (%5.3f)%s\n", m, n, k, t[0], t[1],
                t[2], t[2] / t[1], t[3], t[4], t[4] / t[3], aborted ? "  ABORTED (a flag wait expired)" : "");
         for (int i = 0; i < 10; i++) cudaEventDestroy(ev[i]);
@@ -1017,69 +1012,69 @@ static int fused_bench(int argc, char **argv) {
         cudaDeviceCanAccessPeer(&can, 0, 1) == cudaSuccess && can) {
         size_t bytes = 64u << 20;
         void *src, *dst, *dst2;
-        CUDA_OK(cudaMalloc(&src, bytes));
-        CUDA_OK(cudaMalloc(&dst2, bytes));
-        CUDA_OK(cudaSetDevice(1));
-        CUDA_OK(cudaMalloc(&dst, bytes));
-        CUDA_OK(cudaSetDevice(0));
+        GPU_CHECK(cudaMalloc(&src, bytes));
+        GPU_CHECK(cudaMalloc(&dst2, bytes));
+        GPU_CHECK(cudaSetDevice(1));
+        GPU_CHECK(cudaMalloc(&dst, bytes));
+        GPU_CHECK(cudaSetDevice(0));
         cudaError_t pe = cudaDeviceEnablePeerAccess(1, 0);
-        if (pe != cudaSuccess && pe != cudaErrorPeerAccessAlreadyEnabled) CUDA_OK(pe);
+        if (pe != cudaSuccess && pe != cudaErrorPeerAccessAlreadyEnabled) GPU_CHECK(pe);
         (void)cudaGetLastError();
         int64_t m = 8192, n = 4096, k = 4096;
         void *dx, *dw, *dy;
-        CUDA_OK(cudaMalloc(&dx, (size_t)(m * k) * 2));
-        CUDA_OK(cudaMalloc(&dw, (size_t)(n * k) * 2));
-        CUDA_OK(cudaMalloc(&dy, (size_t)(m * n) * 2));
-        CUDA_OK(cudaMemset(dx, 0, (size_t)(m * k) * 2));
-        CUDA_OK(cudaMemset(dw, 0, (size_t)(n * k) * 2));
+        GPU_CHECK(cudaMalloc(&dx, (size_t)(m * k) * 2));
+        GPU_CHECK(cudaMalloc(&dw, (size_t)(n * k) * 2));
+        GPU_CHECK(cudaMalloc(&dy, (size_t)(m * n) * 2));
+        GPU_CHECK(cudaMemset(dx, 0, (size_t)(m * k) * 2));
+        GPU_CHECK(cudaMemset(dw, 0, (size_t)(n * k) * 2));
         cgm_hgemm_args a;
         memset(&a, 0, sizeof a);
         a.in_dtype = a.out_dtype = CGM_DTYPE_BF16;
         a.m = m, a.n = n, a.k = k, a.x = dx, a.ldx = k, a.w = dw, a.ldw = k, a.y = dy, a.ldy = n;
         a.sm_count = sms - 1;
         cudaStream_t sk, sc;
-        CUDA_OK(cudaStreamCreateWithFlags(&sk, cudaStreamNonBlocking));
-        CUDA_OK(cudaStreamCreateWithFlags(&sc, cudaStreamNonBlocking));
+        GPU_CHECK(cudaStreamCreateWithFlags(&sk, cudaStreamNonBlocking));
+        GPU_CHECK(cudaStreamCreateWithFlags(&sc, cudaStreamNonBlocking));
         cudaEvent_t e[8];
-        for (int i = 0; i < 8; i++) CUDA_OK(cudaEventCreate(&e[i]));
+        for (int i = 0; i < 8; i++) GPU_CHECK(cudaEventCreate(&e[i]));
         const char *what[2] = {"peer copy 64 MiB (cudaMemcpy2DAsync, GPU0 -> GPU1)", "local copy 64 MiB (GPU0)"};
         for (int w = 0; w < 2; w++) {
             void *to = w ? dst2 : dst;
             float tc = 0, tk = 0, tcb = 0, tkb = 0;
             for (int r = 0; r < 6; r++) {
-                CUDA_OK(cudaEventRecord(e[0], sc));
-                CUDA_OK(cudaMemcpy2DAsync(to, 8192, src, 8192, 8192, bytes / 8192, cudaMemcpyDefault, sc));
-                CUDA_OK(cudaEventRecord(e[1], sc));
-                CUDA_OK(cudaEventRecord(e[2], sk));
-                CUDA_OK(cgm_hgemm(&a, sk));
-                CUDA_OK(cudaEventRecord(e[3], sk));
-                CUDA_OK(cudaDeviceSynchronize());
-                CUDA_OK(cudaEventRecord(e[4], sk)); /* both at once: kernel first, then the copy */
-                CUDA_OK(cgm_hgemm(&a, sk));
-                CUDA_OK(cudaEventRecord(e[5], sk));
+                GPU_CHECK(cudaEventRecord(e[0], sc));
+                GPU_CHECK(cudaMemcpy2DAsync(to, 8192, src, 8192, 8192, bytes / 8192, cudaMemcpyDefault, sc));
+                GPU_CHECK(cudaEventRecord(e[1], sc));
+                GPU_CHECK(cudaEventRecord(e[2], sk));
+                GPU_CHECK(cgm_hgemm(&a, sk));
+                GPU_CHECK(cudaEventRecord(e[3], sk));
+                GPU_CHECK(cudaDeviceSynchronize());
+                GPU_CHECK(cudaEventRecord(e[4], sk)); /* both at once: kernel first, then the copy */
+                GPU_CHECK(cgm_hgemm(&a, sk));
+                GPU_CHECK(cudaEventRecord(e[5], sk));
                 usleep(20);
-                CUDA_OK(cudaEventRecord(e[6], sc));
-                CUDA_OK(cudaMemcpy2DAsync(to, 8192, src, 8192, 8192, bytes / 8192, cudaMemcpyDefault, sc));
-                CUDA_OK(cudaEventRecord(e[7], sc));
-                CUDA_OK(cudaDeviceSynchronize());
+                GPU_CHECK(cudaEventRecord(e[6], sc));
+                GPU_CHECK(cudaMemcpy2DAsync(to, 8192, src, 8192, 8192, bytes / 8192, cudaMemcpyDefault, sc));
+                GPU_CHECK(cudaEventRecord(e[7], sc));
+                GPU_CHECK(cudaDeviceSynchronize());
                 if (r == 0) continue;
                 float x;
-                CUDA_OK(cudaEventElapsedTime(&x, e[0], e[1]));
+                GPU_CHECK(cudaEventElapsedTime(&x, e[0], e[1]));
                 tc += x / 5;
-                CUDA_OK(cudaEventElapsedTime(&x, e[2], e[3]));
+                GPU_CHECK(cudaEventElapsedTime(&x, e[2], e[3]));
                 tk += x / 5;
-                CUDA_OK(cudaEventElapsedTime(&x, e[4], e[5]));
+                GPU_CHECK(cudaEventElapsedTime(&x, e[4], e[5]));
                 tkb += x / 5;
-                CUDA_OK(cudaEventElapsedTime(&x, e[6], e[7]));
+                GPU_CHECK(cudaEventElapsedTime(&x, e[6], e[7]));
                 tcb += x / 5;
             }
             printf("# %s: alone %.1f us; kernel 8192x4096x4096 on SMs-1 alone %.1f us; together: kernel %.1f us,"
                    " copy %.1f us\n", what[w], tc * 1000, tk * 1000, tkb * 1000, tcb * 1000);
         }
         cudaFree(src), cudaFree(dst2), cudaFree(dx), cudaFree(dw), cudaFree(dy);
-        CUDA_OK(cudaSetDevice(1));
+        GPU_CHECK(cudaSetDevice(1));
         cudaFree(dst);
-        CUDA_OK(cudaSetDevice(0));
+        GPU_CHECK(cudaSetDevice(0));
     }
     return 0;
 }
