@@ -57,8 +57,17 @@ template <bool kPP> struct cfg {
 struct hgemm_params {
     int m, n, k;
     int tiles_m, tiles_n, k_blocks;
+    int group_m; /* rasterization: m tiles per group (tile_coords) */
     void *y;
     long long ldy;
+    /* The rows with the epilogue (bias, accumulate, addends): m tiles
+     * [yown_tile0, yown_tile1), stored at y_own (row-offset so that Y row g
+     * is y_own + g * ldy_own); the other tiles store plain partials to y.
+     * Without cgm_hgemm_args.y_own: every tile, y_own = y. */
+    void *y_own;
+    long long ldy_own;
+    int yown_tile0, yown_tile1;
+    long long addend_row0; /* Y row of the addends' row 0 */
     const void *bias;
     int accumulate;
     int vector_store; /* y and ldy allow 2-element stores */
@@ -83,6 +92,19 @@ struct hgemm_params {
     cgm_dev_abort_record *abort_record;
     int report_rank, report_chunks_per_shard, report_addend_chunk0;
     int report_addend_peer[CGM_HGEMM_MAX_ADDENDS];
+    /* Per-piece completion of the partial rows (cgm_hgemm_args.done_flags). */
+    unsigned int *done_count;
+    unsigned long long *done_flags;
+    long long done_shard_rows, done_rows_per_piece;
+    int done_pieces_per_shard;
+};
+
+/* Where one tile's epilogue stores, and with what. */
+struct tile_out {
+    void *y;
+    long long ldy;
+    const void *bias;
+    int accumulate;
 };
 
 /* ------------------------------------------------------------- PTX bits */
@@ -251,14 +273,17 @@ __device__ __forceinline__ unsigned long long globaltimer() { return cgm_flags::
 /* ------------------------------------------------------------ scheduler */
 
 /* Linear tile index -> (m tile, n tile). Tiles are taken in groups of
- * kGroupM m tiles; inside a group m runs fastest, so the ~#SMs tiles in
+ * group_m (kGroupM, or fewer so that groups do not straddle the done
+ * flags' shards or pieces) m tiles; inside a group m runs fastest, so the ~#SMs tiles in
  * flight at once share a few W column blocks and kGroupM X row blocks in
  * L2. m_block_order (if any) renames m tiles (e.g. local rows first). */
+template <bool kSplit>
 __device__ __forceinline__ void tile_coords(const hgemm_params &p, int t, int *tm, int *tn) {
-    int span = kGroupM * p.tiles_n;
+    int group_m = kSplit ? p.group_m : kGroupM;
+    int span = group_m * p.tiles_n;
     int group = t / span;
-    int first = group * kGroupM;
-    int size = min(p.tiles_m - first, kGroupM);
+    int first = group * group_m;
+    int size = min(p.tiles_m - first, group_m);
     int r = t - group * span;
     int lm = first + r % size;
     *tn = r / size;
@@ -365,10 +390,13 @@ __device__ __forceinline__ T param_at(const T (&arr)[CGM_HGEMM_MAX_ADDENDS], int
  * epilogue of rows [r0, r0 + rows) of Y: its leader waits for every
  * addend's flags of those rows, then the warpgroup meets on named barrier
  * 1 + consumer (barrier 0 is __syncthreads'). */
+template <bool kSplit>
 __device__ void wait_addend_flags(const hgemm_params &p, long long r0, int rows, int consumer,
                                   unsigned long long epoch) {
     if (threadIdx.x % 128 == 0 && !gave_up(p)) {
-        long long r1 = min(r0 + rows, (long long)p.m) - 1;
+        long long base = kSplit ? p.addend_row0 : 0;
+        long long r1 = min(r0 + rows, (long long)p.m) - 1 - base;
+        r0 -= base;
         unsigned long long start = globaltimer();
         bool ok = true;
         for (int i = 0; ok && i < p.naddends; i++) {
@@ -404,24 +432,24 @@ __device__ __forceinline__ void store_pair(__half *p, float a, float b) {
 
 /* One row of a thread's fragment pair: columns col, col + 1. */
 template <typename OutT>
-__device__ __forceinline__ void store_two(const hgemm_params &p, int row, int col, float a, float b,
+__device__ __forceinline__ void store_two(const hgemm_params &p, const tile_out &o, int row, int col, float a, float b,
                                           float bias_a, float bias_b) {
     if (row >= p.m || col >= p.n) return;
-    OutT *y = static_cast<OutT *>(p.y) + (long long)row * p.ldy + col;
+    OutT *y = static_cast<OutT *>(o.y) + (long long)row * o.ldy + col;
     a += bias_a;
     b += bias_b;
     if (col + 1 < p.n && p.vector_store) {
-        if (p.accumulate) {
+        if (o.accumulate) {
             a += to_float(y[0]);
             b += to_float(y[1]);
         }
         store_pair(y, a, b);
         return;
     }
-    if (p.accumulate) a += to_float(y[0]);
+    if (o.accumulate) a += to_float(y[0]);
     from_float(a, y);
     if (col + 1 < p.n) {
-        if (p.accumulate) b += to_float(y[1]);
+        if (o.accumulate) b += to_float(y[1]);
         from_float(b, y + 1);
     }
 }
@@ -466,20 +494,21 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&w)[4], int q) {
  * d[4j+3] eight rows below. This stores the 64 x 8NJ block of Y at (row0,
  * col0) held in d[OFF .. OFF + 4 NJ - 1]. */
 template <typename OutT, int OFF, int NJ>
-__device__ __forceinline__ void epilogue(const hgemm_params &p, float (&d)[128], int row0, int col0) {
+__device__ __forceinline__ void epilogue(const hgemm_params &p, const tile_out &o, float (&d)[128], int row0,
+                                         int col0) {
     int t = threadIdx.x % 128;
     int q = t % 4;
     int row = row0 + 16 * (t / 32) + (t % 32) / 4;
-    const OutT *bias = static_cast<const OutT *>(p.bias);
+    const OutT *bias = static_cast<const OutT *>(o.bias);
     bool interior = row0 + 64 <= p.m && col0 + 8 * NJ <= p.n;
-    if (sizeof(OutT) == 2 && interior && p.vector16 && !p.accumulate) {
+    if (sizeof(OutT) == 2 && interior && p.vector16 && !o.accumulate) {
         /* Interior tile, 16-bit Y, no accumulate: per 4 column groups, the
          * quad transposes its packed pairs so that lane q writes the 16
          * bytes of group q: a warp store covers 8 rows x 64 contiguous
          * bytes (whole 32-byte sectors) instead of 8 rows x 16 bytes. The
          * arithmetic (fp32 d + bias, one rounding) is the pair path's. */
-        OutT *y = static_cast<OutT *>(p.y) + (long long)row * p.ldy + col0 + 8 * q;
-        OutT *y8 = y + 8 * p.ldy;
+        OutT *y = static_cast<OutT *>(o.y) + (long long)row * o.ldy + col0 + 8 * q;
+        OutT *y8 = y + 8 * o.ldy;
 #pragma unroll
         for (int jb = 0; jb < NJ / 4; jb++) {
             uint32_t wa[4], wb[4];
@@ -505,8 +534,8 @@ __device__ __forceinline__ void epilogue(const hgemm_params &p, float (&d)[128],
     }
     if (p.vector_store && interior) {
         /* Interior tile: no bounds checks, pair stores only. */
-        OutT *y = static_cast<OutT *>(p.y) + (long long)row * p.ldy + col0 + 2 * q;
-        OutT *y8 = y + 8 * p.ldy;
+        OutT *y = static_cast<OutT *>(o.y) + (long long)row * o.ldy + col0 + 2 * q;
+        OutT *y8 = y + 8 * o.ldy;
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
             float ba = 0.f, bb = 0.f;
@@ -517,7 +546,7 @@ __device__ __forceinline__ void epilogue(const hgemm_params &p, float (&d)[128],
             float a0 = d[OFF + 4 * j], a1 = d[OFF + 4 * j + 1];
             float b0 = d[OFF + 4 * j + 2], b1 = d[OFF + 4 * j + 3];
             a0 += ba, a1 += bb, b0 += ba, b1 += bb;
-            if (p.accumulate) {
+            if (o.accumulate) {
                 a0 += to_float(y[8 * j]), a1 += to_float(y[8 * j + 1]);
                 b0 += to_float(y8[8 * j]), b1 += to_float(y8[8 * j + 1]);
             }
@@ -534,8 +563,8 @@ __device__ __forceinline__ void epilogue(const hgemm_params &p, float (&d)[128],
             if (col < p.n) ba = to_float(bias[col]);
             if (col + 1 < p.n) bb = to_float(bias[col + 1]);
         }
-        store_two<OutT>(p, row, col, d[OFF + 4 * j], d[OFF + 4 * j + 1], ba, bb);
-        store_two<OutT>(p, row + 8, col, d[OFF + 4 * j + 2], d[OFF + 4 * j + 3], ba, bb);
+        store_two<OutT>(p, o, row, col, d[OFF + 4 * j], d[OFF + 4 * j + 1], ba, bb);
+        store_two<OutT>(p, o, row + 8, col, d[OFF + 4 * j + 2], d[OFF + 4 * j + 3], ba, bb);
     }
 }
 
@@ -553,7 +582,7 @@ __device__ __forceinline__ float2 pair_of(const __half *p) {
     return __half22float2(*reinterpret_cast<const __half2 *>(p));
 }
 
-template <typename AT, int OFF, int NJ>
+template <typename AT, int OFF, int NJ, bool kSplit>
 __device__ __forceinline__ void add_addends_as(const hgemm_params &p, float (&d)[128], int row0, int col0) {
     int t = threadIdx.x % 128;
     int q = t % 4;
@@ -561,7 +590,8 @@ __device__ __forceinline__ void add_addends_as(const hgemm_params &p, float (&d)
     bool interior = row0 + 64 <= p.m && col0 + 8 * NJ <= p.n;
 #pragma unroll 1
     for (int i = 0; i < p.naddends; i++) {
-        const AT *a = static_cast<const AT *>(param_at(p.addend, i)) + (long long)row * p.addend_ld + col0 + 2 * q;
+        const AT *a = static_cast<const AT *>(param_at(p.addend, i)) + (long long)(row - (kSplit ? p.addend_row0 : 0)) * p.addend_ld +
+                      col0 + 2 * q;
         const AT *b = a + 8 * p.addend_ld;
         if (interior) {
             /* 16 loads in flight; 8 in the cooperative fragment, whose
@@ -600,11 +630,51 @@ __device__ __forceinline__ void add_addends_as(const hgemm_params &p, float (&d)
     }
 }
 
-template <int OFF, int NJ>
+template <int OFF, int NJ, bool kSplit>
 __device__ __forceinline__ void add_addends(const hgemm_params &p, float (&d)[128], int row0, int col0) {
-    if (p.addend_dtype == CGM_DTYPE_FP32) add_addends_as<float, OFF, NJ>(p, d, row0, col0);
-    else if (p.addend_dtype == CGM_DTYPE_BF16) add_addends_as<__nv_bfloat16, OFF, NJ>(p, d, row0, col0);
-    else add_addends_as<__half, OFF, NJ>(p, d, row0, col0);
+    if (p.addend_dtype == CGM_DTYPE_FP32) add_addends_as<float, OFF, NJ, kSplit>(p, d, row0, col0);
+    else if (p.addend_dtype == CGM_DTYPE_BF16) add_addends_as<__nv_bfloat16, OFF, NJ, kSplit>(p, d, row0, col0);
+    else add_addends_as<__half, OFF, NJ, kSplit>(p, d, row0, col0);
+}
+
+/* The epilogue's target of m tile tm: the rows with the epilogue, or the
+ * plain partial rows (no bias, no accumulate, no addends). */
+__device__ __forceinline__ bool epilogue_rows(const hgemm_params &p, int tm) {
+    return tm >= p.yown_tile0 && tm < p.yown_tile1;
+}
+template <bool kSplit>
+__device__ __forceinline__ tile_out out_of(const hgemm_params &p, bool own) {
+    if (!kSplit) return tile_out{p.y, p.ldy, p.bias, p.accumulate};
+    return tile_out{own ? p.y_own : p.y, own ? p.ldy_own : p.ldy, own ? p.bias : nullptr,
+                    own ? p.accumulate : 0};
+}
+
+/* After one consumer warpgroup stored its part of partial tile tm (rows
+ * outside the epilogue rows): the warpgroup meets on named barrier
+ * 1 + consumer, then its leader makes the stores visible at GPU scope and
+ * counts them toward the tile's piece. The last of the piece's
+ * tiles_m x tiles_n x (consumers per tile) counts resets the counter and
+ * raises the piece's done flag to the epoch (release), which a wait on
+ * another queue of this GPU watches before the copy engine pushes the
+ * piece (the fused GEMM+RS, p2p_fused.c). */
+template <bool kPP>
+__device__ void count_done(const hgemm_params &p, int tm, int consumer, unsigned long long epoch) {
+    asm volatile("bar.sync %0, 128;" ::"r"(1 + consumer) : "memory");
+    if (threadIdx.x % 128 != 0) return;
+    long long r0 = (long long)tm * kTileM;
+    long long j = r0 / p.done_shard_rows;
+    long long q = (r0 - j * p.done_shard_rows) / p.done_rows_per_piece;
+    long long shard_end = min((j + 1) * p.done_shard_rows, (long long)p.m);
+    long long first = j * p.done_shard_rows + q * p.done_rows_per_piece;
+    long long rows = min(first + p.done_rows_per_piece, shard_end) - first;
+    unsigned int need = (unsigned int)(((rows + kTileM - 1) / kTileM) * p.tiles_n * (kPP ? 1 : 2));
+    long long cell = j * p.done_pieces_per_shard + q;
+    __threadfence();
+    if (atomicAdd(p.done_count + cell, 1u) == need - 1) {
+        atomicExch(p.done_count + cell, 0u);
+        __threadfence();
+        cgm_flags::store_release_sys(p.done_flags + cell, epoch);
+    }
 }
 
 /* --------------------------------------------------------------- kernel */
@@ -617,7 +687,11 @@ __device__ __forceinline__ void ring_at(unsigned long long pos, int *stage, uint
     *phase = (uint32_t)((pos / kStages) & 1);
 }
 
-template <bool kBf16, typename OutT, bool kPP>
+/* kSplit: the split output of cgm_hgemm_args.y_own (epilogue rows, plain
+ * partial rows, done flags); without it the epilogue is the plain GEMM's,
+ * whose code is kept apart (the selection cost the cooperative kernel
+ * 1-3 % on the bench, docs/PERFORMANCE.md 4i). */
+template <bool kBf16, typename OutT, bool kPP, bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1)
     hgemm_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_x_own,
                  const __grid_constant__ CUtensorMap map_w,
@@ -661,7 +735,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         unsigned long long epoch = waiting ? flag_epoch(p) : 0, seen = 0;
         for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
             int tm, tn;
-            tile_coords(p, t, &tm, &tn);
+            tile_coords<kSplit>(p, t, &tm, &tn);
             /* Tiles inside the own rows read them from x_own, unflagged. */
             bool own = tm >= p.own_tile0 && tm < p.own_tile1;
             const CUtensorMap *mx = own ? &map_x_own : &map_x;
@@ -688,7 +762,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     int consumer = warpgroup - 1;
     bool leader = threadIdx.x % 128 == 0;
-    unsigned long long epoch = p.addend_waits ? flag_epoch(p) : 0;
+    unsigned long long epoch = p.addend_waits || (kSplit && p.done_flags) ? flag_epoch(p) : 0;
     float d[128];
 #pragma unroll
     for (int i = 0; i < 128; i++) d[i] = 0.f;
@@ -699,7 +773,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint32_t phase = 0;
         for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
             int tm, tn;
-            tile_coords(p, t, &tm, &tn);
+            tile_coords<kSplit>(p, t, &tm, &tn);
             int prev = 0;
             for (int kb = 0; kb < p.k_blocks; kb++) {
                 mbar_wait(full_bar + 8 * stage, phase);
@@ -727,10 +801,12 @@ __global__ void __launch_bounds__(kThreads, 1)
             wgmma_wait<0>();
             fence_accumulators(d);
             if (leader) mbar_arrive(empty_bar + 8 * prev);
-            if (p.addend_waits)
-                wait_addend_flags(p, (long long)tm * kTileM + consumer * 64, 64, consumer, epoch);
-            if (p.naddends) add_addends<0, 32>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
-            epilogue<OutT, 0, 32>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
+            bool own = !kSplit || epilogue_rows(p, tm);
+            if (p.addend_waits && own)
+                wait_addend_flags<kSplit>(p, (long long)tm * kTileM + consumer * 64, 64, consumer, epoch);
+            if (p.naddends && own) add_addends<0, 32, kSplit>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
+            epilogue<OutT, 0, 32>(p, out_of<kSplit>(p, own), d, tm * kTileM + consumer * 64, tn * C::tile_n);
+            if (kSplit && p.done_flags && !own) count_done<kPP>(p, tm, consumer, epoch);
         }
         return;
     }
@@ -753,7 +829,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (tl >= tiles) break;
         int t = (int)tl;
         int tm, tn;
-        tile_coords(p, t, &tm, &tn);
+        tile_coords<kSplit>(p, t, &tm, &tn);
         if (i > 0) {
             mbar_wait(turn_bar + 8 * consumer, turn_phase);
             turn_phase ^= 1;
@@ -793,13 +869,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_wait<0>();
         fence_accumulators(d);
         if (leader) mbar_arrive(empty_bar + 8 * prev);
-        if (p.addend_waits) wait_addend_flags(p, (long long)tm * kTileM, kTileM, consumer, epoch);
-        if (p.naddends) {
-            add_addends<0, 16>(p, d, tm * kTileM, tn * C::tile_n);
-            add_addends<64, 16>(p, d, tm * kTileM + 64, tn * C::tile_n);
+        bool own = !kSplit || epilogue_rows(p, tm);
+        if (p.addend_waits && own) wait_addend_flags<kSplit>(p, (long long)tm * kTileM, kTileM, consumer, epoch);
+        if (p.naddends && own) {
+            add_addends<0, 16, kSplit>(p, d, tm * kTileM, tn * C::tile_n);
+            add_addends<64, 16, kSplit>(p, d, tm * kTileM + 64, tn * C::tile_n);
         }
-        epilogue<OutT, 0, 16>(p, d, tm * kTileM, tn * C::tile_n);
-        epilogue<OutT, 64, 16>(p, d, tm * kTileM + 64, tn * C::tile_n);
+        tile_out o = out_of<kSplit>(p, own);
+        epilogue<OutT, 0, 16>(p, o, d, tm * kTileM, tn * C::tile_n);
+        epilogue<OutT, 64, 16>(p, o, d, tm * kTileM + 64, tn * C::tile_n);
+        if (kSplit && p.done_flags && !own) count_done<kPP>(p, tm, consumer, epoch);
     }
 }
 
@@ -886,12 +965,12 @@ bool make_map(CUtensorMap *map, bool bf16, const void *ptr, int64_t rows, int64_
  * host threads costs nothing but a redundant call). */
 constexpr int kMaxDevices = 64;
 
-template <bool kBf16, typename OutT, bool kPP>
+template <bool kBf16, typename OutT, bool kPP, bool kSplit>
 cudaError_t launch(int dev, const CUtensorMap &mx, const CUtensorMap &mx_own, const CUtensorMap &mw,
                    const hgemm_params &p,
                    int grid, cudaStream_t stream) {
     static volatile bool attribute_set[kMaxDevices];
-    auto kernel = hgemm_kernel<kBf16, OutT, kPP>;
+    auto kernel = hgemm_kernel<kBf16, OutT, kPP, kSplit>;
     constexpr int smem = cfg<kPP>::smem_bytes;
     if (dev < 0 || dev >= kMaxDevices || !attribute_set[dev]) {
         cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -902,15 +981,26 @@ cudaError_t launch(int dev, const CUtensorMap &mx, const CUtensorMap &mx_own, co
     return cudaGetLastError();
 }
 
-template <bool kBf16, bool kPP>
+template <bool kBf16, bool kPP, bool kSplit>
 cudaError_t launch_out(cgm_dtype out, int dev, const CUtensorMap &mx, const CUtensorMap &mx_own,
                        const CUtensorMap &mw,
                        const hgemm_params &p, int grid, cudaStream_t stream) {
     switch (out) {
-    case CGM_DTYPE_BF16: return launch<kBf16, __nv_bfloat16, kPP>(dev, mx, mx_own, mw, p, grid, stream);
-    case CGM_DTYPE_FP16: return launch<kBf16, __half, kPP>(dev, mx, mx_own, mw, p, grid, stream);
-    default: return launch<kBf16, float, kPP>(dev, mx, mx_own, mw, p, grid, stream);
+    case CGM_DTYPE_BF16: return launch<kBf16, __nv_bfloat16, kPP, kSplit>(dev, mx, mx_own, mw, p, grid, stream);
+    case CGM_DTYPE_FP16: return launch<kBf16, __half, kPP, kSplit>(dev, mx, mx_own, mw, p, grid, stream);
+    default: return launch<kBf16, float, kPP, kSplit>(dev, mx, mx_own, mw, p, grid, stream);
     }
+}
+
+template <bool kSplit>
+cudaError_t launch_variant(bool bf16, bool pp, cgm_dtype out, int dev, const CUtensorMap &mx,
+                           const CUtensorMap &mx_own, const CUtensorMap &mw, const hgemm_params &p, int grid,
+                           cudaStream_t stream) {
+    if (pp)
+        return bf16 ? launch_out<true, true, kSplit>(out, dev, mx, mx_own, mw, p, grid, stream)
+                    : launch_out<false, true, kSplit>(out, dev, mx, mx_own, mw, p, grid, stream);
+    return bf16 ? launch_out<true, false, kSplit>(out, dev, mx, mx_own, mw, p, grid, stream)
+                : launch_out<false, false, kSplit>(out, dev, mx, mx_own, mw, p, grid, stream);
 }
 
 /* The variant CGM_HGEMM_AUTO runs: ping-pong when k <= 2048, or when
@@ -1017,6 +1107,22 @@ const char *args_problem(const cgm_hgemm_args *a) {
         (a->rows_per_flag < 1 || (!a->timeout_out && !a->abort_word)))
         return "flags need rows_per_flag >= 1 and timeout_out or abort_word";
     if (a->row_flags && a->flag_shard_rows < 0) return "flag_shard_rows must be >= 0";
+    if (a->y_own) {
+        if (a->ldy_own < a->n || a->ldy_own > lim) return "needs n <= ldy_own < 2^31";
+        if (a->y_own_row0 < 0 || a->y_own_rows < 1 || a->y_own_row0 + a->y_own_rows > a->m)
+            return "the y_own rows must be a non-empty range of [0, m)";
+        if (a->y_own_row0 % kTileM || ((a->y_own_row0 + a->y_own_rows) % kTileM && a->y_own_row0 + a->y_own_rows != a->m))
+            return "the y_own rows must be whole 128-row tiles (start and end multiples of 128, or the end m)";
+    }
+    if (a->done_flags) {
+        if (!a->done_count) return "done_flags need done_count";
+        if (a->done_shard_rows < kTileM || a->done_shard_rows % kTileM || a->done_rows_per_piece < kTileM ||
+            a->done_rows_per_piece % kTileM || a->done_pieces_per_shard < 1 ||
+            (a->done_shard_rows + a->done_rows_per_piece - 1) / a->done_rows_per_piece > a->done_pieces_per_shard)
+            return "done_shard_rows and done_rows_per_piece must be multiples of 128, with at most "
+                   "done_pieces_per_shard pieces per shard";
+        if (!a->flag_epoch_ptr && a->flag_epoch == 0) return "done_flags need an epoch (flag_epoch or flag_epoch_ptr)";
+    }
     if (a->x_own) {
         if ((uintptr_t)a->x_own % 16 || a->ldx_own % 8 || a->ldx_own < a->k)
             return "TMA needs x_own 16-byte aligned and ldx_own a multiple of 8, >= k";
@@ -1043,8 +1149,10 @@ extern "C" int cgm_hgemm_variant_for(const cgm_hgemm_args *a) {
 
 template <bool kBf16, typename OutT> cudaError_t preload_out() {
     cudaFuncAttributes fa;
-    cudaError_t e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true>);
-    return e != cudaSuccess ? e : cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, false>);
+    cudaError_t e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true, false>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, false, false>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true, true>);
+    return e != cudaSuccess ? e : cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, false, true>);
 }
 
 template <bool kBf16> cudaError_t preload_in() {
@@ -1091,6 +1199,18 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
     p.n = (int)a->n;
     p.k = (int)a->k;
     p.tiles_m = (int)((a->m + kTileM - 1) / kTileM);
+    /* With done flags, a group never mixes two shards: in the fused
+     * GEMM+RS the epilogue rows (last in m_block_order) wait for data that
+     * the other shards' tiles produce, so every CTA must reach all of
+     * those tiles before any epilogue-row tile. */
+    p.group_m = kGroupM;
+    /* ... nor two pieces, so that a piece's tiles all run before the next
+     * piece's and its done flag rises as early as it can (a group of 16 m
+     * tiles over two pieces finished both at its end, and the pushes
+     * started only after the shard; docs/PERFORMANCE.md 4i). */
+    int64_t shard_tiles = a->done_flags ? a->done_shard_rows / kTileM : kGroupM;
+    int64_t piece_tiles = a->done_flags ? a->done_rows_per_piece / kTileM : kGroupM;
+    while (shard_tiles % p.group_m || piece_tiles % p.group_m) p.group_m--;
     p.tiles_n = (int)((a->n + tile_n - 1) / tile_n);
     p.k_blocks = (int)((a->k + kTileK - 1) / kTileK);
     p.y = a->y;
@@ -1100,6 +1220,27 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
     size_t out_size = a->out_dtype == CGM_DTYPE_FP32 ? 4 : 2;
     p.vector_store = a->ldy % 2 == 0 && (uintptr_t)a->y % (2 * out_size) == 0;
     p.vector16 = out_size == 2 && a->ldy % 8 == 0 && (uintptr_t)a->y % 16 == 0;
+    p.y_own = a->y;
+    p.ldy_own = a->ldy;
+    p.yown_tile0 = 0;
+    p.yown_tile1 = p.tiles_m;
+    p.addend_row0 = 0;
+    if (a->y_own) {
+        /* Row g of Y at y_own + (g - y_own_row0) * ldy_own: the base moved
+         * back by y_own_row0 rows (address arithmetic only). */
+        p.y_own = (void *)((uintptr_t)a->y_own - (uintptr_t)(a->y_own_row0 * a->ldy_own * (int64_t)out_size));
+        p.ldy_own = a->ldy_own;
+        p.yown_tile0 = (int)(a->y_own_row0 / kTileM);
+        p.yown_tile1 = (int)((a->y_own_row0 + a->y_own_rows + kTileM - 1) / kTileM);
+        p.addend_row0 = a->y_own_row0;
+        p.vector_store = p.vector_store && a->ldy_own % 2 == 0 && (uintptr_t)a->y_own % (2 * out_size) == 0;
+        p.vector16 = p.vector16 && a->ldy_own % 8 == 0 && (uintptr_t)a->y_own % 16 == 0;
+    }
+    p.done_count = a->done_count;
+    p.done_flags = a->done_flags;
+    p.done_shard_rows = a->done_shard_rows;
+    p.done_rows_per_piece = a->done_rows_per_piece;
+    p.done_pieces_per_shard = a->done_pieces_per_shard;
     p.row_flags = a->row_flags;
     p.rows_per_flag = a->rows_per_flag;
     p.flag_shard_rows = a->flag_shard_rows;
@@ -1128,9 +1269,6 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
     long long tiles = (long long)p.tiles_m * p.tiles_n;
     int grid = a->sm_count > 0 && a->sm_count < sms ? a->sm_count : sms;
     if (tiles < grid) grid = (int)tiles;
-    if (pp)
-        return bf16 ? launch_out<true, true>(a->out_dtype, dev, mx, mx_own, mw, p, grid, stream)
-                    : launch_out<false, true>(a->out_dtype, dev, mx, mx_own, mw, p, grid, stream);
-    return bf16 ? launch_out<true, false>(a->out_dtype, dev, mx, mx_own, mw, p, grid, stream)
-                : launch_out<false, false>(a->out_dtype, dev, mx, mx_own, mw, p, grid, stream);
+    if (a->y_own) return launch_variant<true>(bf16, pp, a->out_dtype, dev, mx, mx_own, mw, p, grid, stream);
+    return launch_variant<false>(bf16, pp, a->out_dtype, dev, mx, mx_own, mw, p, grid, stream);
 }

@@ -111,6 +111,33 @@ typedef struct cgm_hgemm_args {
     int report_chunks_per_shard;
     int report_addend_peer[CGM_HGEMM_MAX_ADDENDS];
     int report_addend_chunk0;
+    /* Optional split output (the fused GEMM+RS in one kernel): when y_own
+     * is not NULL, only rows [y_own_row0, y_own_row0 + y_own_rows) of Y
+     * (whole 128-row tiles) get the epilogue (bias, accumulate, addends)
+     * and are stored at y_own (row stride ldy_own, its row 0 = Y row
+     * y_own_row0); the addends' row 0 (and their flags' rows) is then Y row
+     * y_own_row0. Every other row is stored to y as a plain partial
+     * (X . W^T only, out_dtype). */
+    void *y_own;
+    int64_t ldy_own, y_own_row0, y_own_rows;
+    /* Optional per-piece completion of those partial rows: rows come in
+     * shards of done_shard_rows (a multiple of 128) cut into pieces of
+     * done_rows_per_piece (a multiple of 128), at most
+     * done_pieces_per_shard per shard. When every tile of piece q of shard
+     * j is stored, the kernel sets done_flags[j * done_pieces_per_shard +
+     * q] to the epoch (release, after a GPU-scope fence) and resets
+     * done_count of that cell (device memory, zero before the first
+     * launch; the kernel leaves it zero). Cells of the y_own shard are not
+     * touched. When the y_own rows wait (addend_flags) for data that other
+     * shards' done flags lead to, m_block_order must put the y_own tiles
+     * last: the tile groups then never mix them with other shards' tiles
+     * (cgm_hgemm sizes its tile groups to divide done_shard_rows / 128 and
+     * done_rows_per_piece / 128: pieces also finish one after the other), so every
+     * CTA reaches all of its other-shard tiles before it waits. */
+    unsigned int *done_count;
+    unsigned long long *done_flags;
+    int64_t done_shard_rows, done_rows_per_piece;
+    int done_pieces_per_shard;
 } cgm_hgemm_args;
 
 /* 1 when cgm_hgemm can run `args` on the current device; 0 otherwise, with

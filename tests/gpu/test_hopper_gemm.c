@@ -668,6 +668,112 @@ static void case_x_own(const void *p) {
     free(hx), free(hw), free(hown), free(hpoison), free(xq), free(wq);
 }
 
+/* The one-kernel fused GEMM+RS hooks: rows [256, 512) of a 900-row Y
+ * (shards of 256) get the epilogue (bias, an addend whose row 0 is Y row
+ * 256 and whose flags count from there, and, in the second launch,
+ * accumulate) and go to y_own; every other row is a plain partial in y
+ * (no bias, no accumulate), and each 128-row piece of the other shards
+ * raises its done flag to the epoch once stored. Two launches (epochs 1
+ * and 2): every value exact, the flags of the other shards' pieces at the
+ * epoch, the own shard's and the unused cells untouched, the counters
+ * back at zero. */
+static void case_split_output(const void *p) {
+    (void)p;
+    require_sm90();
+    const int64_t m = 900, n = 200, k = 136, shard = 256, own0 = 256, own = 256, ldo = 208, ald = 202;
+    const int per_shard = 3, cells = 4 * per_shard;
+    int64_t kp = (k + 15) / 16 * 16;
+    void *hx = fill(CGM_DTYPE_BF16, (size_t)(m * k), 81), *hw = fill(CGM_DTYPE_BF16, (size_t)(n * k), 82);
+    int16_t *xq = to_eighths(hx, CGM_DTYPE_BF16, m, k, k, kp), *wq = to_eighths(hw, CGM_DTYPE_BF16, n, k, k, kp);
+    void *dx = to_device(hx, (size_t)(m * k) * 2), *dw = to_device(hw, (size_t)(n * k) * 2);
+    unsigned long long hadd[2] = {7, 7}, *dadd = to_device(hadd, sizeof hadd), *depoch, *dflags;
+    unsigned int *dcount;
+    int *dt;
+    GPU_CHECK(cudaMalloc((void **)&depoch, sizeof *depoch));
+    GPU_CHECK(cudaMalloc((void **)&dflags, cells * sizeof *dflags));
+    GPU_CHECK(cudaMalloc((void **)&dcount, cells * sizeof *dcount));
+    GPU_CHECK(cudaMalloc((void **)&dt, sizeof(int)));
+    const cgm_dtype outs[] = {CGM_DTYPE_BF16, CGM_DTYPE_FP32};
+    for (int o = 0; o < 2; o++)
+        for (int v = CGM_HGEMM_COOPERATIVE; v <= CGM_HGEMM_PINGPONG; v++) {
+            cgm_dtype out = outs[o];
+            size_t es = dsize(out);
+            void *hb = fill(out, (size_t)n, 90 + (uint64_t)o), *ha = fill(out, (size_t)(own * ald), 92 + (uint64_t)o);
+            void *db = to_device(hb, (size_t)n * es), *da = to_device(ha, (size_t)(own * ald) * es);
+            void *hy = malloc((size_t)(m * n) * es), *ho = malloc((size_t)(own * ldo) * es);
+            void *prev = fill(out, (size_t)(own * ldo), 94 + (uint64_t)o);
+            void *dy, *dout = to_device(prev, (size_t)(own * ldo) * es);
+            GPU_CHECK(cudaMalloc(&dy, (size_t)(m * n) * es));
+            GPU_CHECK(cudaMemset(dflags, 0, cells * sizeof *dflags));
+            GPU_CHECK(cudaMemset(dcount, 0, cells * sizeof *dcount));
+            for (unsigned long long epoch = 1; epoch <= 2; epoch++) {
+                int acc = epoch == 2;
+                if (acc) GPU_CHECK(cudaMemcpy(prev, dout, (size_t)(own * ldo) * es, cudaMemcpyDeviceToHost));
+                GPU_CHECK(cudaMemcpy(depoch, &epoch, sizeof epoch, cudaMemcpyHostToDevice));
+                GPU_CHECK(cudaMemset(dy, 0xFF, (size_t)(m * n) * es)); /* NaN: no accumulate here */
+                GPU_CHECK(cudaMemset(dt, 0, sizeof(int)));
+                cgm_hgemm_args a;
+                memset(&a, 0, sizeof a);
+                a.in_dtype = CGM_DTYPE_BF16, a.out_dtype = out, a.variant = v;
+                a.m = m, a.n = n, a.k = k, a.x = dx, a.ldx = k, a.w = dw, a.ldw = k, a.y = dy, a.ldy = n;
+                a.bias = db, a.accumulate = acc;
+                a.y_own = dout, a.ldy_own = ldo, a.y_own_row0 = own0, a.y_own_rows = own;
+                a.naddends = 1, a.addend[0] = da, a.addend_dtype = out, a.addend_ld = ald;
+                a.addend_flags[0] = dadd, a.rows_per_flag = 128;
+                hadd[0] = hadd[1] = 7 + epoch;
+                GPU_CHECK(cudaMemcpy(dadd, hadd, sizeof hadd, cudaMemcpyHostToDevice));
+                a.flag_epoch_ptr = depoch, a.wait_timeout_ns = 2000000000ll, a.timeout_out = dt;
+                a.done_count = dcount, a.done_flags = dflags, a.done_shard_rows = shard;
+                a.done_rows_per_piece = 128, a.done_pieces_per_shard = per_shard;
+                const char *why = NULL;
+                if (!cgm_hgemm_supported(&a, &why)) TEST_FAIL("cgm_hgemm_supported said no: %s", why);
+                GPU_CHECK(cgm_hgemm(&a, 0));
+                GPU_CHECK(cudaDeviceSynchronize());
+                int timed_out = -1;
+                GPU_CHECK(cudaMemcpy(&timed_out, dt, sizeof(int), cudaMemcpyDeviceToHost));
+                if (timed_out) TEST_FAIL("%s: the addend flags were at the epoch, yet a wait expired", variant_name(v));
+                GPU_CHECK(cudaMemcpy(hy, dy, (size_t)(m * n) * es, cudaMemcpyDeviceToHost));
+                GPU_CHECK(cudaMemcpy(ho, dout, (size_t)(own * ldo) * es, cudaMemcpyDeviceToHost));
+                int64_t bad = 0;
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t j = 0; j < n; j++) {
+                        double dot = dot_eighths(xq + i * kp, wq + j * kp, kp) / 64.0, want, got;
+                        if (i >= own0 && i < own0 + own) {
+                            size_t at = (size_t)((i - own0) * ldo + j);
+                            double sum = dot + get(hb, out, (size_t)j) + get(ha, out, (size_t)((i - own0) * ald + j));
+                            if (acc) sum += get(prev, out, at);
+                            want = round_out(sum, out), got = get(ho, out, at);
+                        } else {
+                            want = round_out(dot, out), got = get(hy, out, (size_t)(i * n + j));
+                        }
+                        if (got != want && bad++ < 4)
+                            fprintf(stderr, "  %s %s epoch %llu (%lld, %lld) = %.7g, want %.7g\n", variant_name(v),
+                                    cgm_dtype_name(out), epoch, (long long)i, (long long)j, got, want);
+                    }
+                if (bad)
+                    TEST_FAIL("%s, out %s, epoch %llu: %lld of %lld wrong", variant_name(v), cgm_dtype_name(out),
+                              epoch, (long long)bad, (long long)(m * n));
+                unsigned long long hf[12];
+                unsigned int hc[12];
+                GPU_CHECK(cudaMemcpy(hf, dflags, sizeof hf, cudaMemcpyDeviceToHost));
+                GPU_CHECK(cudaMemcpy(hc, dcount, sizeof hc, cudaMemcpyDeviceToHost));
+                for (int c = 0; c < cells; c++) {
+                    int j = c / per_shard, q = c % per_shard;
+                    unsigned long long expect = (j != 1 && q < 2) ? epoch : 0; /* shard 1 is y_own's */
+                    if (hf[c] != expect)
+                        TEST_FAIL("%s: done flag of shard %d piece %d is %llu after epoch %llu, expected %llu",
+                                  variant_name(v), j, q, hf[c], epoch, expect);
+                    if (hc[c] != 0)
+                        TEST_FAIL("%s: done counter %d left at %u, expected 0", variant_name(v), c, hc[c]);
+                }
+            }
+            cudaFree(db), cudaFree(da), cudaFree(dy), cudaFree(dout);
+            free(hb), free(ha), free(hy), free(ho), free(prev);
+        }
+    cudaFree(dx), cudaFree(dw), cudaFree(dadd), cudaFree(depoch), cudaFree(dflags), cudaFree(dcount), cudaFree(dt);
+    free(hx), free(hw), free(xq), free(wq);
+}
+
 /* The argument checks of the fused hooks: each bad field is refused with a
  * reason that names it, by cgm_hgemm_supported and by cgm_hgemm
  * (cudaErrorInvalidValue), before any device call, so this case runs
@@ -683,9 +789,9 @@ static void case_hook_arguments(const void *p) {
     struct {
         const char *what, *reason;
         cgm_hgemm_args a;
-    } bad[10];
+    } bad[14];
     int n = 0;
-    for (int i = 0; i < 10; i++) bad[i].a = good;
+    for (int i = 0; i < 14; i++) bad[i].a = good;
     bad[n].what = "naddends 8", bad[n].reason = "naddends must be 0..", bad[n++].a.naddends = 8;
     bad[n].what = "a NULL addend", bad[n].reason = "addend[i] must not be NULL", bad[n++].a.naddends = 1;
     bad[n].a.naddends = 1, bad[n].a.addend[0] = buf + 4, bad[n].a.addend_dtype = CGM_DTYPE_FP32, bad[n].a.addend_ld = 64;
@@ -704,6 +810,16 @@ static void case_hook_arguments(const void *p) {
     bad[n].what = "x_own 8-byte aligned", bad[n++].reason = "x_own 16-byte aligned";
     bad[n].a.x_own = buf, bad[n].a.ldx_own = 64, bad[n].a.own_row0 = 60, bad[n].a.own_rows = 10;
     bad[n].what = "own rows past m", bad[n++].reason = "the own rows must lie in [0, m)";
+    bad[n].a.m = 300, bad[n].a.y_own = buf, bad[n].a.ldy_own = 64, bad[n].a.y_own_row0 = 100;
+    bad[n].a.y_own_rows = 100, bad[n].what = "y_own rows from 100";
+    bad[n++].reason = "whole 128-row tiles";
+    bad[n].a.m = 300, bad[n].a.y_own = buf, bad[n].a.ldy_own = 32, bad[n].a.y_own_rows = 128;
+    bad[n].what = "ldy_own 32 < n", bad[n++].reason = "n <= ldy_own";
+    bad[n].a.done_flags = (unsigned long long *)buf, bad[n].a.done_shard_rows = 128;
+    bad[n].what = "done flags without a counter", bad[n++].reason = "done_flags need done_count";
+    bad[n].a.done_flags = (unsigned long long *)buf, bad[n].a.done_count = (unsigned int *)buf;
+    bad[n].a.done_shard_rows = 256, bad[n].a.done_rows_per_piece = 64, bad[n].a.done_pieces_per_shard = 4;
+    bad[n].what = "pieces of 64 rows", bad[n++].reason = "multiples of 128";
     for (int i = 0; i < n; i++) {
         const char *why = NULL;
         if (cgm_hgemm_supported(&bad[i].a, &why))
@@ -789,6 +905,7 @@ static void register_cases(void) {
     test_add("refusals", case_refusals, NULL);
     test_add("addends_and_shard_flags", case_addends, NULL);
     test_add("x_own", case_x_own, NULL);
+    test_add("split_output", case_split_output, NULL);
     test_add("hook_arguments", case_hook_arguments, NULL);
     test_add("auto_variant", case_auto_variant, NULL);
 }
