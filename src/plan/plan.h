@@ -268,6 +268,13 @@ void plan_fused_own_copies(int64_t m, int64_t row0, int64_t rows,
  * tile_rows) tile indices to order; returns how many. */
 int64_t plan_fused_tile_order(int64_t m, int nranks, int rank, int tile_rows,
                               int *order);
+/* The one-kernel fused GEMM+RS's tile order on `rank` (docs/PLAN.md
+ * "Fused"): the rows of shard rank+1 first, then rank+2, ..., the own
+ * shard last (its tiles wait for the peers' partials); a tile goes with the
+ * shard of its first row, row order within one. Writes ceil(m /
+ * tile_rows) tile indices; returns how many. */
+int64_t plan_fused_rs_tile_order(int64_t m, int nranks, int rank,
+                                 int tile_rows, int *order);
 /* Tapered pushes of a shard cut in `pieces` flag pieces: segments of whole
  * pieces whose sizes, counted from the end, are 1, 1, 2, 4, ... pieces,
  * the remainder joining the first segment, so sizes never grow (AG: few

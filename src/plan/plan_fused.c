@@ -63,6 +63,21 @@ int64_t plan_fused_tile_order(int64_t m, int nranks, int rank, int tile_rows,
     return n;
 }
 
+int64_t plan_fused_rs_tile_order(int64_t m, int nranks, int rank,
+                                 int tile_rows, int *order) {
+    int64_t tiles = ceil_div(m, tile_rows);
+    int64_t block = ceil_div(m > 0 ? m : 1, nranks);
+    int64_t n = 0;
+    /* Position of shard j: t - 1 for rank + t, P - 1 for mine. */
+    for (int pos = 0; pos < nranks; pos++)
+        for (int64_t t = 0; t < tiles; t++) {
+            int j = (int)(t * tile_rows / block);
+            int at = (int)(((j - rank - 1) % nranks + nranks) % nranks);
+            if (at == pos) order[n++] = (int)t;
+        }
+    return n;
+}
+
 int plan_fused_taper(int pieces, bool growing, int *first) {
     if (pieces < 1) return 0;
     /* Sizes from the small end: 1, 1, 2, 4, ... while they fit, the

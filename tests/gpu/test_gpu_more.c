@@ -1,6 +1,8 @@
 /* GPU cases beyond the op matrix: a > 1 GiB gathered input, CUDA graph
  * capture + replay, the bounded wait (timeout naming the rank that never
  * came) and the workspace limits. */
+#include <math.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "core/core.h"
@@ -57,10 +59,10 @@ static void test_large(const void *param) {
 
 /* ------------------------------------------------------ graph capture */
 
+/* arg: NULL (m = 777), or the int64_t m to use. */
 static void graph_body(gpu_rank *g, void *arg) {
-    (void)arg;
     int r = g->rank, P = g->nranks;
-    const int64_t m = 777, k = 264, n = 192;
+    const int64_t m = arg ? *(const int64_t *)arg : 777, k = 264, n = 192;
     cudaStream_t st = g->stream;
     int64_t m_r = cgm_shard_rows(m, r, P), off = cgm_shard_offset(m, r, P);
     cgm_dtype dt = CGM_DTYPE_BF16;
@@ -108,7 +110,11 @@ static void graph_body(gpu_rank *g, void *arg) {
         cgm_status async = CGM_SUCCESS;
         CHECK_OK(cgm_comm_get_async_error(g->comm, &async));
         CHECK_INT_EQ(async, CGM_SUCCESS);
-        double tol = 4 * test_tolerance(dt, dt, k);
+        double tol = 4 * test_tolerance(dt, dt, k), tol_reduced = tol;
+        const char *pd = getenv("COMMGEMM_PARTIAL_DTYPE");
+        if (pd && !strcmp(pd, "output"))
+            /* P partials rounded once each to bf16, as in test_gpu_ops. */
+            tol_reduced += P * test_tolerance(dt, dt, 0) / 2 * sqrt((double)k);
         /* AG */
         GPU_CHECK(tref_gemm(CGM_LAYOUT_TN, dt, xg_ag.data, w.data, m, n, k,
                             ref_dev, 0, st));
@@ -123,9 +129,9 @@ static void graph_body(gpu_rank *g, void *arg) {
             NCCL_CHECK(ncclAllReduce(ref_dev, ref_dev, (size_t)(m * n),
                                      ncclFloat64, ncclSum, g->nccl, st));
         ref = gpu_fetch_doubles(ref_dev, (size_t)(m * n), st);
-        gpu_expect(&y_ar, ref, m, n, tol, st, "graph replay GEMM+AR");
+        gpu_expect(&y_ar, ref, m, n, tol_reduced, st, "graph replay GEMM+AR");
         for (int64_t i = 0; i < m * n; i++) ref[i] += gpu_value(88, i % n);
-        gpu_expect(&y_rs, ref + off * n, m_r, n, tol, st,
+        gpu_expect(&y_rs, ref + off * n, m_r, n, tol_reduced, st,
                    "graph replay GEMM+RS");
         free(ref);
         gpu_matrix_free(&xg_ag);
@@ -158,6 +164,23 @@ static void test_graph_fused_store(const void *param) {
     setenv("COMMGEMM_P2P_FUSED_PUSH", "store", 1);
     static const cgm_algo fused = CGM_ALGO_FUSED;
     test_graph(&fused);
+}
+
+/* The same with COMMGEMM_P2P_FUSED_PUSH=single: the fused GEMM+RS in one
+ * kernel whose done flags the comm queue waits on (bf16 outputs and
+ * COMMGEMM_PARTIAL_DTYPE=output, so that the kernel stores the partials
+ * in the output dtype), 1024 rows. */
+static void test_graph_fused_single(const void *param) {
+    (void)param;
+    setenv("COMMGEMM_P2P_FUSED_PUSH", "single", 1);
+    setenv("COMMGEMM_PARTIAL_DTYPE", "output", 1);
+    int P = gpu_count_or_skip();
+    cgm_config cfg = gpu_config();
+    cfg.algo = CGM_ALGO_FUSED;
+    /* Shards of whole 128-row tiles at P = 2, 4 and 8 (777 rows would run
+     * the beside form). */
+    static int64_t m = 1024;
+    gpu_run(P, &cfg, graph_body, &m, 120);
 }
 
 /* ------------------------------------------------------------- timeout */
@@ -244,6 +267,7 @@ void register_more_cases(void) {
     test_add("graph_capture_replay", test_graph, NULL);
     test_add("graph_capture_replay_fused", test_graph, &fused);
     test_add("graph_capture_replay_fused_store", test_graph_fused_store, NULL);
+    test_add("graph_capture_replay_fused_single", test_graph_fused_single, NULL);
     test_add("timeout_names_missing_rank", test_timeout, NULL);
     test_add("timeout_names_missing_rank_fused", test_timeout, &fused);
     test_add("workspace_limits", test_limits, NULL);

@@ -46,7 +46,9 @@ typedef struct op_case {
      * (the heuristic's first cuBLASLt algorithm, no search),
      * COMMGEMM_P2P_AG_GEMM_ORDER=alternate (AG's GEMMs on two queues),
      * COMMGEMM_P2P_FUSED_PUSH=store (the fused RS kernel stores each peer's
-     * tiles into its RECV slot). */
+     * tiles into its RECV slot), COMMGEMM_P2P_FUSED_PUSH=single (the fused
+     * RS in one kernel over every row; with output-dtype partials and
+     * shards of whole 128-row tiles, else beside). */
     const char *env_var, *env_value, *suffix;
 } op_case;
 
@@ -329,6 +331,7 @@ static void test_bulk(const void *param) {
 #define LT_FIRST "COMMGEMM_LT_SEARCH", "1", "_lt_heuristic"
 #define AG_ALTERNATE "COMMGEMM_P2P_AG_GEMM_ORDER", "alternate", "_alternate"
 #define FUSED_STORE "COMMGEMM_P2P_FUSED_PUSH", "store", "_fused_store"
+#define FUSED_SINGLE "COMMGEMM_P2P_FUSED_PUSH", "single", "_fused_single"
 static const op_case cases[] = {
     {CGM_OP_ALL_GATHER_GEMM, 0, 0, NULL, NULL, ""},
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, NULL, NULL, ""},
@@ -350,7 +353,9 @@ static const op_case cases[] = {
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, LT_FIRST},
     {CGM_OP_ALL_GATHER_GEMM, 0, 0, AG_ALTERNATE},
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, FUSED_STORE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, FUSED_STORE}};
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, FUSED_STORE},
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, FUSED_SINGLE},
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, FUSED_SINGLE}};
 
 static void register_cases(void) {
     char name[128];

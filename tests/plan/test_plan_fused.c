@@ -86,6 +86,42 @@ static void test_tile_order(const void *param) {
             }
 }
 
+/* The one-kernel GEMM+RS order: a permutation; the shard of a tile's first
+ * row at position (shard - rank - 1) mod P (rank + 1 first, mine last),
+ * positions never decrease, rows ascending within one; with P = 2 and
+ * aligned shards, exactly the peer's tiles then mine. */
+static void test_rs_tile_order(const void *param) {
+    (void)param;
+    const int T = 8;
+    for (int64_t m = 1; m <= 120; m++)
+        for (int P = 1; P <= 6; P++)
+            for (int r = 0; r < P; r++) {
+                int64_t tiles = (m + T - 1) / T, block = (m + P - 1) / P;
+                int *order = malloc((size_t)tiles * sizeof *order);
+                char *seen = calloc((size_t)tiles, 1);
+                CHECK_INT_EQ(plan_fused_rs_tile_order(m, P, r, T, order), tiles);
+                int last_pos = -1;
+                int64_t last_tile = -1;
+                for (int64_t i = 0; i < tiles; i++) {
+                    int t = order[i];
+                    CHECK(t >= 0 && t < tiles && !seen[t]);
+                    seen[t] = 1;
+                    int j = (int)((int64_t)t * T / block);
+                    int pos = ((j - r - 1) % P + P) % P;
+                    CHECK(pos >= last_pos);
+                    if (pos == last_pos) CHECK(t > last_tile);
+                    last_pos = pos, last_tile = t;
+                }
+                free(order);
+                free(seen);
+            }
+    int order[8];
+    CHECK_INT_EQ(plan_fused_rs_tile_order(64, 2, 0, 8, order), 8);
+    for (int i = 0; i < 8; i++) CHECK_INT_EQ(order[i], (i + 4) % 8); /* rows 32.. first */
+    CHECK_INT_EQ(plan_fused_rs_tile_order(64, 2, 1, 8, order), 8);
+    for (int i = 0; i < 8; i++) CHECK_INT_EQ(order[i], i);
+}
+
 /* Tapered pushes: segments cover the pieces in order; shrinking: sizes
  * never grow and the last is one piece; growing: the mirror image, the
  * first is one piece; about log2(pieces) + 1 segments either way. */
@@ -131,6 +167,7 @@ static void register_cases(void) {
     test_add("piece_rows", test_piece_rows, NULL);
     test_add("own_rows", test_own_rows, NULL);
     test_add("tile_order", test_tile_order, NULL);
+    test_add("rs_tile_order", test_rs_tile_order, NULL);
 }
 
 int main(int argc, char **argv) { return test_main(argc, argv, register_cases); }

@@ -69,7 +69,13 @@ typedef struct p2p_state {
     /* COMMGEMM_P2P_FUSED_PUSH: how the fused algorithm pushes a shard
      * (p2p_fused.c). Local scheduling only: the flags are the same, so
      * ranks may differ. */
-    enum { P2P_PUSH_BESIDE, P2P_PUSH_PIECES, P2P_PUSH_TAPER, P2P_PUSH_STORE } fused_push;
+    enum {
+        P2P_PUSH_BESIDE,
+        P2P_PUSH_PIECES,
+        P2P_PUSH_TAPER,
+        P2P_PUSH_STORE,
+        P2P_PUSH_SINGLE
+    } fused_push;
     /* COMMGEMM_P2P_GEMM_ORDER: compute queues of the split, ring and
      * no_overlap GEMM+RS / GEMM+AR schedules (1: in order, the default;
      * 2: alternating).
@@ -89,6 +95,9 @@ typedef struct p2p_state {
      * order). Local scheduling only, as fused_push. */
     plan_run_order run_order;
     unsigned int *program_counters; /* device: CGM_DEV_PROGRAM_MAX, zero */
+    /* device: nranks * P2P_MAX_SPLITS, zero: the one-kernel fused GEMM+RS's
+     * per-piece tile counts (the kernel leaves them zero). */
+    unsigned int *done_counts;
     int64_t timeout_ms;
 
     cgm_peer_mem ws;     /* registered workspace */

@@ -87,6 +87,7 @@ static void state_free(p2p_state *st) {
     if (st->partial) cudaFree(st->partial);
     if (st->dev) cudaFree(st->dev);
     if (st->program_counters) cudaFree(st->program_counters);
+    if (st->done_counts) cudaFree(st->done_counts);
     if (st->abort_host) cudaFreeHost(st->abort_host);
     cgm_peer_mem_destroy(&st->ws);
     free(st);
@@ -119,9 +120,10 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
     st->device = comm->cuda_device;
     st->timeout_ms = comm->config.timeout_ms;
     /* In the order of the P2P_PUSH_* values; the first is the default. */
-    static const char *const push_modes[] = {"beside", "pieces", "taper", "store"};
+    static const char *const push_modes[] = {"beside", "pieces", "taper",
+                                             "store", "single"};
     int push = P2P_PUSH_BESIDE;
-    CGM_TRY(cgm_param_choice("COMMGEMM_P2P_FUSED_PUSH", push_modes, 4, &push));
+    CGM_TRY(cgm_param_choice("COMMGEMM_P2P_FUSED_PUSH", push_modes, 5, &push));
     st->fused_push = push;
     /* COMMGEMM_P2P_COMM_PRIORITY: the comm queue's stream priority. */
     static const char *const priorities[] = {"high", "low"};
@@ -196,6 +198,9 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
                             CGM_DEV_PROGRAM_MAX * sizeof(unsigned int)));
     CGM_CUDA_TRY(cudaMemset(st->program_counters, 0,
                             CGM_DEV_PROGRAM_MAX * sizeof(unsigned int)));
+    size_t done_bytes = (size_t)st->nranks * P2P_MAX_SPLITS * sizeof(unsigned int);
+    CGM_CUDA_TRY(cudaMalloc((void **)&st->done_counts, done_bytes));
+    CGM_CUDA_TRY(cudaMemset(st->done_counts, 0, done_bytes));
     CGM_CUDA_TRY(cudaHostAlloc((void **)&st->abort_host,
                                sizeof *st->abort_host, cudaHostAllocMapped));
     memset((void *)st->abort_host, 0, sizeof *st->abort_host);

@@ -163,8 +163,9 @@ void p2p_fused_cache_clear(p2p_state *st) {
 
 /* AG: own shard first, then peers in the order their pushes reach me
  * (r-1 pushes to me first, then r-2, ...); a tile spanning two shards goes
- * with the later one. */
-static cgm_status make_order(p2p_state *st, int64_t m, int **out) {
+ * with the later one. RS (the one-kernel form): shard r+1 first, then
+ * r+2, ..., my own last. */
+static cgm_status make_order(p2p_state *st, int64_t m, bool ag, int **out) {
     cgm_status status = CGM_SUCCESS;
     int P = st->nranks, r = st->rank;
     int64_t tiles = cgm_ceil_div(m, CGM_HGEMM_TILE_M);
@@ -176,7 +177,9 @@ static cgm_status make_order(p2p_state *st, int64_t m, int **out) {
                            (long long)tiles);
         goto fail;
     }
-    if (plan_fused_tile_order(m, P, r, CGM_HGEMM_TILE_M, order) != tiles) {
+    int64_t n = ag ? plan_fused_tile_order(m, P, r, CGM_HGEMM_TILE_M, order)
+                   : plan_fused_rs_tile_order(m, P, r, CGM_HGEMM_TILE_M, order);
+    if (n != tiles) {
         status = cgm_error(CGM_ERROR_INTERNAL, "p2p fused: the tile order of "
                            "m=%lld is not a permutation; please report this",
                            (long long)m);
@@ -231,7 +234,8 @@ static cgm_status lookup(p2p_state *st, const cgm_call *c, int splits,
     for (int i = 0; i < e->nevents; i++)
         CGM_CUDA_TRY(cudaEventCreateWithFlags(&e->events[i],
                                               cudaEventDisableTiming));
-    if (c->op == CGM_OP_ALL_GATHER_GEMM) CGM_TRY(make_order(st, c->m, &e->order));
+    if (c->op == CGM_OP_ALL_GATHER_GEMM || st->fused_push == P2P_PUSH_SINGLE)
+        CGM_TRY(make_order(st, c->m, c->op == CGM_OP_ALL_GATHER_GEMM, &e->order));
     e->used = true;
     e->op = (int)c->op;
     e->m = c->m;
@@ -608,6 +612,127 @@ fail:
     return status;
 }
 
+/* The epilogue addends of my rows: every peer j's partial in my RECV slot
+ * j (`stride` bytes apart, n wide, dtype pd), each waited for per piece of
+ * rpf rows on its READY(r*S + q) cells. */
+static void peer_addends(const p2p_state *st, cgm_hgemm_args *a, int S,
+                         cgm_dtype pd, int64_t n, int64_t rpf, size_t stride) {
+    int r = st->rank;
+    a->naddends = 0;
+    a->addend_dtype = pd;
+    a->addend_ld = n;
+    a->rows_per_flag = rpf;
+    a->report_addend_chunk0 = r * S;
+    for (int j = 0; j < st->nranks; j++) {
+        if (j == r) continue;
+        int i = a->naddends++;
+        a->addend[i] = (const char *)st->ws.local + st->recv_offset +
+                       (size_t)j * stride;
+        a->addend_flags[i] = ready_cells(st, j, r * S);
+        a->report_addend_peer[i] = j;
+    }
+}
+
+/* COMMGEMM_P2P_FUSED_PUSH=single: ONE kernel over all m rows of X, tiles
+ * of shard r+1 first, then r+2, ..., my own last. A peer's rows are stored
+ * as plain partials into PARTIAL (global rows, the partial dtype); each
+ * piece's last tile raises my local DONE(d*S + q) cell (done_count /
+ * done_flags of cgm_hgemm_args). The comm queue waits for that cell, pushes
+ * the piece into d's RECV slot r with the copy engine and raises READY.
+ * My own rows get the epilogue (bias, accumulate, the peers' partials as
+ * they arrive) and go straight to the output. No cuBLASLt pieces, no gap
+ * between GEMMs: the copy engine starts on a piece as soon as its tiles
+ * are stored. Needs the partial dtype equal to the output dtype (one
+ * kernel, one store type) and m a multiple of 128 * P (equal shards of
+ * whole tiles: the kernel's tile groups then never mix my rows, which wait
+ * for the peers, with rows the peers wait for); NULL when it applies, else
+ * why not. */
+static const char *single_problem(const p2p_state *st, const cgm_call *c,
+                                  cgm_dtype pd, const cgm_hgemm_args *a) {
+    int P = st->nranks;
+    if (pd != c->out_dtype)
+        return "the partial dtype differs from the output dtype "
+               "(COMMGEMM_PARTIAL_DTYPE=output makes them one)";
+    if (c->m % P || (c->m / P) % CGM_HGEMM_TILE_M)
+        return "the shards are not equal runs of whole 128-row tiles (m is not a "
+               "multiple of 128 * nranks)";
+    if ((size_t)c->m * (size_t)c->n * cgm_dtype_size(pd) > st->partial_bytes)
+        return "the partial workspace holds fewer than m rows";
+    const char *why = NULL;
+    return cgm_hgemm_supported(a, &why) ? NULL : why;
+}
+
+static cgm_hgemm_args single_args(const p2p_state *st, const cgm_call *c,
+                                  const p2p_fused_entry *e, int S,
+                                  cgm_dtype pd) {
+    int r = st->rank, P = st->nranks;
+    int64_t block = cgm_ceil_div(c->m, P);
+    size_t stride = (size_t)block * (size_t)c->n * cgm_dtype_size(pd);
+    cgm_hgemm_args a = base_args(st, c);
+    a.m = c->m;
+    a.x = c->x.data;
+    a.ldx = cgm_matrix_ld(&c->x);
+    a.out_dtype = pd;
+    a.y = st->partial;
+    a.ldy = c->n;
+    a.y_own = c->y.data;
+    a.ldy_own = cgm_matrix_ld(&c->y);
+    a.y_own_row0 = plan_shard_offset(c->m, r, P);
+    a.y_own_rows = plan_shard_rows(c->m, r, P);
+    a.m_block_order = e->order;
+    peer_addends(st, &a, S, pd, c->n, piece_rows(c->m, P, S), stride);
+    plan_flag done = {PLAN_FLAG_DONE, 0};
+    a.done_count = st->done_counts;
+    a.done_flags = p2p_flag_from(st, r, done);
+    a.done_shard_rows = block;
+    a.done_rows_per_piece = a.rows_per_flag;
+    a.done_pieces_per_shard = S;
+    return a;
+}
+
+/* The single form's schedule (FREE already signalled to every writer). */
+static cgm_status single_rs(p2p_state *st, const cgm_call *c,
+                            const p2p_fused_entry *e, int S,
+                            const cgm_hgemm_args *a) {
+    cgm_status status = CGM_SUCCESS;
+    int r = st->rank, P = st->nranks;
+    int64_t m = c->m, block = cgm_ceil_div(m, P), rpf = a->rows_per_flag;
+    size_t prow = (size_t)c->n * cgm_dtype_size(a->out_dtype);
+    size_t stride = (size_t)block * prow;
+    cudaStream_t comm = st->queues[0], gemm = st->queues[1];
+    cudaEvent_t *copied = e->events + P * S + P;
+    int tk = trace_open(st, data_step(PLAN_GEMM, loc(r, PLAN_BUF_INPUT),
+                                      loc(r, PLAN_BUF_OUTPUT), -1, -1, 0, m),
+                        gemm);
+    CGM_CUDA_TRY(cgm_hgemm(a, gemm));
+    CGM_TRY(trace_close(st, tk, gemm));
+    for (int t = 1; t < P; t++) {
+        int d = (r + t) % P;
+        int64_t rows_d = plan_shard_rows(m, d, P);
+        int64_t off_d = plan_shard_offset(m, d, P);
+        if (rows_d == 0) continue;
+        CGM_TRY(wait_from(st, d, PLAN_FLAG_FREE, -1, comm));
+        char *dst = (char *)st->ws.peer[d] + st->recv_offset + (size_t)r * stride;
+        const char *src = (const char *)st->partial + (size_t)off_d * prow;
+        int npieces = (int)cgm_ceil_div(rows_d, rpf);
+        for (int q = 0; q < npieces; q++) {
+            int64_t row0 = q * rpf, rows = rows_d - row0 < rpf ? rows_d - row0 : rpf;
+            /* My kernel stored every tile of the piece. */
+            CGM_TRY(wait_from(st, r, PLAN_FLAG_DONE, d * S + q, comm));
+            CGM_TRY(copy_rows(st, data_step(PLAN_COPY, loc(r, PLAN_BUF_PARTIAL),
+                                            loc(d, PLAN_BUF_RECV), d, d * S + q,
+                                            off_d + row0, rows),
+                              dst + (size_t)row0 * prow, prow,
+                              src + (size_t)row0 * prow, prow, prow, rows,
+                              comm));
+            CGM_TRY(ready_after_copy(st, d, d * S + q, 1,
+                                     copied[(t - 1) * S + q]));
+        }
+    }
+fail:
+    return status;
+}
+
 static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
                            const p2p_fused_entry *e, int S, bool kernel,
                            bool dry) {
@@ -632,6 +757,19 @@ static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
                          "(sized from max_m/max_n); raise cgm_config.max_m/"
                          "max_n", (long long)m, (long long)n, P, stride,
                          st->recv_bytes, st->partial_bytes);
+    cgm_hgemm_args single;
+    bool one_kernel = false;
+    if (kernel && st->fused_push == P2P_PUSH_SINGLE && e->order) {
+        single = single_args(st, c, e, S, pd);
+        const char *why = single_problem(st, c, pd, &single);
+        one_kernel = why == NULL;
+        if (why && dry && st->fused_fallback_notes < 8) {
+            st->fused_fallback_notes++;
+            CGM_INFO(CGM_SUB_P2P, "p2p: fused GEMM+RS m=%lld n=%lld on rank %d "
+                     "not in one kernel (COMMGEMM_P2P_FUSED_PUSH=single): %s; "
+                     "pushing as beside", (long long)m, (long long)n, r, why);
+        }
+    }
     if (dry) return CGM_SUCCESS;
     cudaStream_t comm = st->queues[0], gemm = st->queues[1];
     cudaEvent_t *piece_done = e->events, *pushed = e->events + P * S,
@@ -643,6 +781,7 @@ static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
     if (own > 0)
         for (int j = 0; j < P; j++)
             if (j != r) CGM_TRY(signal_to(st, j, PLAN_FLAG_FREE, -1, comm));
+    if (one_kernel) return single_rs(st, c, e, S, &single);
     for (int t = 1; t < P; t++) {
         int d = (r + t) % P;
         int64_t rows_d = plan_shard_rows(m, d, P);
@@ -733,19 +872,7 @@ static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
     a.m = own;
     a.x = x + (size_t)off * (size_t)ldx * xes;
     a.ldx = ldx;
-    a.naddends = 0;
-    a.addend_dtype = pd;
-    a.addend_ld = n;
-    a.rows_per_flag = rpf;
-    a.report_addend_chunk0 = r * S;
-    for (int j = 0; j < P; j++) {
-        if (j == r) continue;
-        int i = a.naddends++;
-        a.addend[i] = (const char *)st->ws.local + st->recv_offset +
-                      (size_t)j * stride;
-        a.addend_flags[i] = ready_cells(st, j, r * S);
-        a.report_addend_peer[i] = j;
-    }
+    peer_addends(st, &a, S, pd, n, rpf, stride);
     int tk = trace_open(st, data_step(PLAN_GEMM, loc(r, PLAN_BUF_INPUT),
                                       loc(r, PLAN_BUF_OUTPUT), r, -1, off, own),
                         gemm);
