@@ -27,7 +27,9 @@
 # FUSED_SHAPES; FUSED_TAG names a second run, e.g. with
 # COMMGEMM_P2P_FUSED_PUSH=beside or taper), fused-store (fused GEMM+RS with
 # COMMGEMM_P2P_FUSED_PUSH beside against store at 2, 4 and 8 pieces, alternating,
-# two rounds, bf16 partials; FSTORE_SHAPES), runoff-ab (the p2p sweep with
+# two rounds, bf16 partials; FSTORE_SHAPES), fused-single (the same with split,
+# beside and single: the one-kernel GEMM+RS), hopper-ab (the kernel bench of
+# this tree against the tree at HOPPER_AB_BASE, alternating, two rounds), runoff-ab (the p2p sweep with
 # COMMGEMM_TUNE_RUNOFF 0 against 10, two rounds, TUNE logs in compare_sweep.err,
 # bench/sweep_summary.py side by side in runoff-ab.md), copybench (GPU0<->GPU1 copy rates: one way,
 # both ways, streams per direction, pieces with the flag signal on the copy
@@ -124,7 +126,7 @@ stage_fused() { # every test_gpu_ops case (p2p) with the fused algorithm forced
 stage_sanitize_fused() {
     local t c
     for t in memcheck racecheck; do
-        for c in ag_gemm_all_gpus gemm_rs_all_gpus graph_capture_replay_fused graph_capture_replay_fused_store; do
+        for c in ${SANITIZE_FUSED_CASES:-ag_gemm_all_gpus gemm_rs_all_gpus graph_capture_replay_fused graph_capture_replay_fused_store graph_capture_replay_fused_single gemm_rs_all_gpus_output_partials_fused_single}; do
             [ $t = racecheck ] && [ "${c#graph_capture_replay_fused}" = "$c" ] && continue
             COMMGEMM_ALGO=fused timeout ${SANITIZE_TIMEOUT:-200} compute-sanitizer --tool $t --target-processes all --report-api-errors no \
                 --error-exitcode 99 "$B/tests/gpu/test_gpu_ops" $c >"$OUT/sanitize-fused-$t-$c.log" 2>&1
@@ -182,18 +184,19 @@ bench_rows() {
     done
 }
 stage_timeline() { # p2p step timelines of the PERFORMANCE shapes (bench/timeline_summary.py reads them)
-    mkdir -p "$OUT/timeline"
-    local sh
-    local algo
-    for sh in 16384x2048x8192 8192x4096x4096 16384x8192x2048; do
-        for algo in auto fused; do # the tuner's pick (split) and fused: <prefix>.<op>.<algo>.r<rank>.json
-            COMMGEMM_TIMELINE=$OUT/timeline/$sh COMMGEMM_DEBUG=INFO COMMGEMM_DEBUG_SUBSYS=P2P \
-                bench_p2p "$OUT/timeline/$sh.$algo.txt" 120 --shapes $sh --algo $algo -w 3 -i 2
+    # TIMELINE_TAG names the folder (timeline-TAG), TIMELINE_SHAPES, TIMELINE_ALGOS and
+    # TIMELINE_ARGS (more bench arguments) change what is traced.
+    local d=$OUT/timeline${TIMELINE_TAG:+-$TIMELINE_TAG} sh algo
+    mkdir -p "$d"
+    for sh in ${TIMELINE_SHAPES:-16384x2048x8192 8192x4096x4096 16384x8192x2048}; do
+        for algo in ${TIMELINE_ALGOS:-auto fused}; do # <prefix>.<op>.<algo>.r<rank>.json
+            COMMGEMM_TIMELINE=$d/$sh COMMGEMM_DEBUG=INFO COMMGEMM_DEBUG_SUBSYS=P2P \
+                bench_p2p "$d/$sh.$algo.txt" 120 --shapes $sh --algo $algo -w 3 -i 2 ${TIMELINE_ARGS:-}
         done
     done
-    python3 bench/timeline_summary.py "$OUT"/timeline/*.json >"$OUT/timeline/summary.md" 2>&1
-    note "timeline: $(ls "$OUT"/timeline/*.json 2>/dev/null | wc -l) traces; bench/timeline_summary.py: timeline/summary.md"
-    grep -E 'r0.json' "$OUT/timeline/summary.md" | head -12
+    python3 bench/timeline_summary.py "$d"/*.json >"$d/summary.md" 2>&1
+    note "timeline${TIMELINE_TAG:+ $TIMELINE_TAG}: $(ls "$d"/*.json 2>/dev/null | wc -l) traces; bench/timeline_summary.py: $(basename "$d")/summary.md"
+    grep -E 'r0.json' "$d/summary.md" | head -12
 }
 stage_fused_splits() { # fused AG/RS per piece count, graphs and eager, split beside it (bf16 partials)
     local d=$OUT/fused-splits${FUSED_TAG:+-$FUSED_TAG} sh=${FUSED_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048} run
@@ -235,16 +238,31 @@ stage_small() { # the latency-bound shapes: each algorithm, the tuner's search (
 }
 # A/B of one environment variable in alternating processes: NAME VAR "VALUES" SHAPES ALGOS [bench args].
 # Two rounds of each algorithm but auto (one), bf16 partials, graphs; rows "algo-value-rN op shape µs ratio".
-stage_fused_store() { # COMMGEMM_P2P_FUSED_PUSH beside against store: fused GEMM+RS at 2, 4, 8 pieces, alternating, two rounds
-    local d=$OUT/fused-store sh=${FSTORE_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,4096x4096x4096,2048x8192x8192,1024x28672x8192} r s v
+stage_fused_store() { # tag "modes": COMMGEMM_P2P_FUSED_PUSH values (split: --algo split) on fused GEMM+RS at 2, 4, 8 pieces, alternating, two rounds
+    local tag=$1 modes=$2 d=$OUT/$1 sh=${FSTORE_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,4096x4096x4096,2048x8192x8192,1024x28672x8192} r s v
     mkdir -p "$d"
-    for r in 1 2; do for s in 2 4 8; do for v in beside store; do
-        COMMGEMM_P2P_FUSED_PUSH=$v COMMGEMM_PARTIAL_DTYPE=output bench_p2p "$d/$v-s$s-r$r.txt" 100 \
-            --op gemm_rs --shapes "$sh" -w 5 -i 20 --graph --algo fused --splits $s
+    for r in 1 2; do for s in ${FSTORE_SPLITS:-2 4 8}; do for v in $modes; do
+        local algo=fused
+        [ "$v" = split ] && algo=split
+        COMMGEMM_P2P_FUSED_PUSH=${v/split/beside} COMMGEMM_PARTIAL_DTYPE=output bench_p2p "$d/$v-s$s-r$r.txt" 100 \
+            --op gemm_rs --shapes "$sh" -w 5 -i 20 --graph --algo $algo --splits $s
         echo "rc=$? $v-s$s-r$r" >>"$d/rc.txt"
     done; done; done
-    note "fused-store (COMMGEMM_P2P_FUSED_PUSH beside against store, fused GEMM+RS, bf16 partials): $(runs_summary "$d" "$d"/*-r?.txt)"
+    note "$tag (COMMGEMM_P2P_FUSED_PUSH: $modes; GEMM+RS, bf16 partials): $(runs_summary "$d" "$d"/*-r?.txt)"
     bench_rows '$8, $13' "$d"/*-r?.txt | sort -k2,3 -s
+}
+stage_hopper_ab() { # the kernel bench, this tree against HOPPER_AB_BASE (another source tree), alternating, two rounds
+    local base=${HOPPER_AB_BASE:?HOPPER_AB_BASE: a source tree to compare with} bb r
+    bb=$base/build-ab
+    (cd "$base" && cmake -S . -B "$bb" -G Ninja "${args[@]}" >"$OUT/hopper-ab-configure.log" 2>&1 &&
+        cmake --build "$bb" --target test_hopper_gemm -j16 >"$OUT/hopper-ab-build.log" 2>&1) ||
+        { note "hopper-ab: the base build FAILED"; tail -20 "$OUT/hopper-ab-build.log"; return 1; }
+    for r in 1 2; do
+        timeout 120 "$bb/tests/gpu/test_hopper_gemm" bench >"$OUT/hopper-ab-base-r$r.txt" 2>&1
+        timeout 120 "$B/tests/gpu/test_hopper_gemm" bench >"$OUT/hopper-ab-tree-r$r.txt" 2>&1
+    done
+    note "hopper-ab: $(grep -cE '^ +[0-9]' "$OUT"/hopper-ab-tree-r1.txt) rows per run (hopper-ab-{base,tree}-r{1,2}.txt)"
+    grep -hE '^ +[0-9]' "$OUT"/hopper-ab-*-r?.txt | head -40
 }
 stage_runoff_ab() { # the tuner's runoff: COMMGEMM_TUNE_RUNOFF 0 against 10 (the default), two sweeps each, alternating, TUNE logs kept
     local r v
@@ -320,7 +338,8 @@ for s in "$@"; do
     compare-sweep) stage_sweep sweep ;;
     hopper-bench) (timeout 120 "$B/tests/gpu/test_hopper_gemm" bench >"$OUT/hopper-bench.txt" 2>&1)
         note "hopper bench: rc=$? $(grep -cE '^ +[0-9]' "$OUT/hopper-bench.txt") rows" ;; cublasmp-cases) stage_cublasmp_cases ;; pack) stage_pack ;;
-    timeline) stage_timeline ;; lt-algos) stage_lt_algos ;; fused-store) stage_fused_store ;; runoff-ab) stage_runoff_ab ;;
+    timeline) stage_timeline ;; lt-algos) stage_lt_algos ;; fused-store) stage_fused_store fused-store "beside store" ;;
+    fused-single) stage_fused_store fused-single "split beside single" ;; hopper-ab) stage_hopper_ab ;; runoff-ab) stage_runoff_ab ;;
     run-order) stage_ab run-order COMMGEMM_P2P_RUN_ORDER "held first_step" \
         "${RUNORDER_SHAPES:-1024x8192x28672,1024x4096x4096,2048x2048x2048,1024x1024x1024,16384x2048x8192,8192x4096x4096,4096x28672x8192}" "split auto" ;;
     lead) (cd "$B" && timeout 60 ./tests/gpu/test_gpu_ops ag_gemm_all_gpus >"$OUT/lead-test.log" 2>&1)

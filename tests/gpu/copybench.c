@@ -15,10 +15,13 @@
  *     bf16 back to back on all SMs but one, as the fused algorithm runs it)
  *     or streams HBM (a cudaMemsetAsync of 4 GiB), started before the
  *     copies: the fused GEMM+RS pushed at 250-285 GB/s beside its GEMMs
- *     (docs/PERFORMANCE.md 4h), against ~385 GB/s alone.
+ *     (docs/PERFORMANCE.md 4h), against ~385 GB/s alone. The GEMM runs on
+ *     zero operands and, in the `random` cases, on random ones (more
+ *     switching, more power: 4i measured 383 GB/s beside the zero GEMM).
  * Every case runs once per round, the order rotated each round; medians of
  * the rounds, per direction, the slower direction reported.
  *   copybench [MiB per direction, default 128] [rounds, default 15] */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,12 +54,13 @@ typedef struct side {
     /* The load beside the copies (LOAD_GEMM, LOAD_HBM). */
     cudaStream_t load;
     cgm_hgemm_args gemm; /* .x/.w/.y on dev; .m 0: no sm_90, no GEMM load */
+    cgm_hgemm_args gemm_random; /* the same GEMM on random operands */
     void *hbm;           /* LOAD_HBM_BYTES on dev */
     int sms;
 } side;
 
 typedef enum { PLAIN, ROWS_2D, STREAMS, PIECES_ON_STREAM, PIECES_BESIDE } kind;
-typedef enum { NO_LOAD, LOAD_GEMM, LOAD_HBM } load_kind;
+typedef enum { NO_LOAD, LOAD_GEMM, LOAD_GEMM_RANDOM, LOAD_HBM } load_kind;
 
 #define LOAD_M 8192
 #define LOAD_N 8192
@@ -87,6 +91,8 @@ static const bench_case cases[] = {
     {"both ways, beside a GEMM on each GPU", 1, PLAIN, 1, LOAD_GEMM},
     {"both ways, 4 pieces, signal beside, beside a GEMM", 1, PIECES_BESIDE, 4, LOAD_GEMM},
     {"one way, beside a GEMM on each GPU", 0, PLAIN, 1, LOAD_GEMM},
+    {"both ways, beside a GEMM of random operands", 1, PLAIN, 1, LOAD_GEMM_RANDOM},
+    {"both ways, 4 pieces, signal beside, random GEMM", 1, PIECES_BESIDE, 4, LOAD_GEMM_RANDOM},
     {"both ways, beside a 4 GiB memset on each GPU", 1, PLAIN, 1, LOAD_HBM},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
@@ -131,6 +137,30 @@ static void setup(side *d, int dev, size_t bytes) {
         printf("# GPU %d: no GEMM load (%s); those cases copy without it\n", dev, why);
         g->m = 0;
     }
+    /* Zero operands keep the tensor cores' switching (and the board's
+     * power) low; a GEMM of real data may lower the clocks the copies see. */
+    d->gemm_random = *g;
+    size_t nx = (size_t)LOAD_M * LOAD_K, nw = (size_t)LOAD_N * LOAD_K;
+    uint16_t *h = malloc((nx > nw ? nx : nw) * sizeof *h);
+    if (!h) {
+        fprintf(stderr, "copybench: out of host memory\n");
+        exit(1);
+    }
+    uint32_t seed = 12345u + (uint32_t)dev;
+    for (int which = 0; which < 2; which++) {
+        size_t count = which ? nw : nx;
+        for (size_t i = 0; i < count; i++) {
+            seed = seed * 1664525u + 1013904223u;
+            float v = (float)(seed >> 8) / 8388608.0f - 1.0f; /* [-1, 1) */
+            uint32_t bits;
+            memcpy(&bits, &v, sizeof bits);
+            h[i] = (uint16_t)(bits >> 16); /* bf16: the float's high half */
+        }
+        void **dst = which ? (void **)&d->gemm_random.w : (void **)&d->gemm_random.x;
+        OK(cudaMalloc(dst, count * 2));
+        OK(cudaMemcpy(*dst, h, count * 2, cudaMemcpyHostToDevice));
+    }
+    free(h);
 }
 
 /* Work on `d->load` (the current device is d's) that outlasts a copy of
@@ -139,10 +169,11 @@ static void setup(side *d, int dev, size_t bytes) {
  * the copy so that it is running when the copy starts. */
 static void enqueue_load(side *d, load_kind load, size_t bytes) {
     double copy_us = (double)bytes / 100e3;
-    if (load == LOAD_GEMM && d->gemm.m > 0) {
+    if ((load == LOAD_GEMM || load == LOAD_GEMM_RANDOM) && d->gemm.m > 0) {
         double gemm_us = 2.0 * LOAD_M * LOAD_N * LOAD_K / 700e6;
         int launches = (int)(copy_us / gemm_us) + 1;
-        for (int i = 0; i < launches; i++) OK(cgm_hgemm(&d->gemm, d->load));
+        const cgm_hgemm_args *g = load == LOAD_GEMM ? &d->gemm : &d->gemm_random;
+        for (int i = 0; i < launches; i++) OK(cgm_hgemm(g, d->load));
     } else if (load == LOAD_HBM) {
         OK(cudaMemsetAsync(d->hbm, 0, LOAD_HBM_BYTES, d->load));
     }
