@@ -23,7 +23,10 @@
  * COMMGEMM_P2P_FUSED_PUSH=store, each peer's rows are instead one kernel
  * whose epilogue stores into that peer's RECV slot through the peer
  * mapping, its READY cells raised after it (store_to; slower than the
- * copy-engine pushes on most shapes, docs/PERFORMANCE.md 4h). */
+ * copy-engine pushes on most shapes, docs/PERFORMANCE.md 4h). With
+ * COMMGEMM_P2P_FUSED_PUSH=single, ONE kernel computes every row, the peers'
+ * first into PARTIAL, raising a local done flag per piece that the comm
+ * queue waits on before its copy (single_rs; docs/PERFORMANCE.md 4i). */
 #include <stdlib.h>
 #include <string.h>
 
