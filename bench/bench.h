@@ -36,6 +36,9 @@ typedef struct bench_options {
     int warmup, iters;
     int check;
     int graph; /* --graph: time CUDA-graph replays where the env can */
+    /* --comm-baseline library: comm_us through commgemm's collective on the
+     * chosen backend instead of the environment's own (NCCL on GPUs). */
+    int comm_library;
     const char *json_path; /* NULL: no JSON */
     uint64_t seed;
     int ranks;          /* 0: not given */

@@ -181,12 +181,13 @@ static cgm_status collective(bench_context *ctx, cgm_collective which,
 
 /* The collective the op hides: AG of X; RS of the [m, n] product; AR of
  * it. Straight on the environment's communicator when it has one (NCCL on
- * GPU: the baseline is NCCL itself, not commgemm's use of it), else through
- * the library (host: AR as an RS then an AG of the reduced rows). */
+ * GPU: the baseline is NCCL itself, not commgemm's use of it) unless
+ * --comm-baseline library, else through the library (host, or that option:
+ * AR as an RS then an AG of the reduced rows). */
 static cgm_status run_comm_alone(bench_context *ctx, op_setup *s) {
     bench_env *env = ctx->env;
     int gathers = s->op == CGM_OP_ALL_GATHER_GEMM || s->op == CGM_OP_BULK;
-    if (env->ops->collective) {
+    if (env->ops->collective && !ctx->opt->comm_library) {
         int rc;
         if (gathers)
             rc = env->ops->collective(env, BENCH_COLLECTIVE_ALL_GATHER,

@@ -38,6 +38,10 @@ static void usage(FILE *to) {
         "  --check, --no-check verify results (default on)\n"
         "  --graph             GPU: capture each measurement in a CUDA graph after\n"
         "                      the warm-up and time its replays (no launch cost)\n"
+        "  --comm-baseline B   what comm_us times: env (default: the environment's\n"
+        "                      own collective, NCCL on GPUs) or library (commgemm's\n"
+        "                      collective on the chosen backend, no GEMM: e.g. the\n"
+        "                      p2p backend's copy-engine pushes alone)\n"
         "  --json FILE         also write the rows as JSON (rank 0)\n"
         "  --seed N            input seed (default 1)\n"
         "  --ranks N           start N ranks of this bench on this machine\n"
@@ -213,7 +217,7 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
     enum {
         OPT_OP = 256, OPT_DTYPE, OPT_BACKEND, OPT_ALGO, OPT_SPLITS, OPT_LAYOUT,
         OPT_CHECK, OPT_NO_CHECK, OPT_JSON, OPT_SEED, OPT_RANKS, OPT_TIMEOUT,
-        OPT_SHAPES, OPT_GRAPH
+        OPT_SHAPES, OPT_GRAPH, OPT_COMM_BASELINE
     };
     static const struct option long_options[] = {
         {"op", required_argument, NULL, OPT_OP},
@@ -228,6 +232,7 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
         {"check", no_argument, NULL, OPT_CHECK},
         {"no-check", no_argument, NULL, OPT_NO_CHECK},
         {"graph", no_argument, NULL, OPT_GRAPH},
+        {"comm-baseline", required_argument, NULL, OPT_COMM_BASELINE},
         {"json", required_argument, NULL, OPT_JSON},
         {"seed", required_argument, NULL, OPT_SEED},
         {"ranks", required_argument, NULL, OPT_RANKS},
@@ -268,6 +273,11 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
         case OPT_CHECK: opt->check = 1; break;
         case OPT_NO_CHECK: opt->check = 0; break;
         case OPT_GRAPH: opt->graph = 1; break;
+        case OPT_COMM_BASELINE:
+            if (!strcmp(optarg, "env")) opt->comm_library = 0;
+            else if (!strcmp(optarg, "library")) opt->comm_library = 1;
+            else rc = fail("--comm-baseline", "env or library", optarg);
+            break;
         case OPT_JSON: opt->json_path = optarg; break;
         case OPT_SEED:
             if (parse_i64(optarg, 0, INT64_MAX, &v))
@@ -331,8 +341,9 @@ void bench_print_options(FILE *to, const bench_options *opt) {
             opt->backend == CGM_BACKEND_DEFAULT ? "default" : cgm_backend_name(opt->backend),
             cgm_algo_name(opt->algo), opt->splits, opt->warmup, opt->iters,
             opt->check ? "on" : "off", opt->graph ? "on" : "off", opt->seed);
-    if (opt->timeout_ms == CGM_UNSET) fprintf(to, "default\n");
-    else fprintf(to, "%" PRId64 "\n", opt->timeout_ms);
+    if (opt->timeout_ms == CGM_UNSET) fprintf(to, "default");
+    else fprintf(to, "%" PRId64, opt->timeout_ms);
+    fprintf(to, "  comm baseline: %s\n", opt->comm_library ? "library" : "env");
 }
 
 void bench_json_options(FILE *to, const bench_options *opt) {
@@ -361,6 +372,7 @@ void bench_json_options(FILE *to, const bench_options *opt) {
             cgm_backend_name(opt->backend), cgm_algo_name(opt->algo), opt->splits,
             opt->warmup, opt->iters, opt->check ? "true" : "false",
             opt->graph ? "true" : "false", opt->seed);
-    if (opt->timeout_ms == CGM_UNSET) fprintf(to, "null}");
-    else fprintf(to, "%" PRId64 "}", opt->timeout_ms);
+    if (opt->timeout_ms == CGM_UNSET) fprintf(to, "null");
+    else fprintf(to, "%" PRId64, opt->timeout_ms);
+    fprintf(to, ", \"comm_baseline\": \"%s\"}", opt->comm_library ? "library" : "env");
 }

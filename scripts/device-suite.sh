@@ -29,7 +29,9 @@
 # COMMGEMM_P2P_FUSED_PUSH beside against store at 2, 4 and 8 pieces, alternating,
 # two rounds, bf16 partials; FSTORE_SHAPES), fused-single (the same with split,
 # beside and single: the one-kernel GEMM+RS), hopper-ab (the kernel bench of
-# this tree against the tree at HOPPER_AB_BASE, alternating, two rounds), runoff-ab (the p2p sweep with
+# this tree against the tree at HOPPER_AB_BASE, alternating, two rounds),
+# comm-alone (commgemm-bench --comm-baseline library: the p2p backend's own
+# collectives timed without a GEMM, and an eager trace), runoff-ab (the p2p sweep with
 # COMMGEMM_TUNE_RUNOFF 0 against 10, two rounds, TUNE logs in compare_sweep.err,
 # bench/sweep_summary.py side by side in runoff-ab.md), copybench (GPU0<->GPU1 copy rates: one way,
 # both ways, streams per direction, pieces with the flag signal on the copy
@@ -215,6 +217,18 @@ stage_fused_splits() { # fused AG/RS per piece count, graphs and eager, split be
     note "fused-splits: $(runs_summary "$d" "$d"/*.txt)"
     bench_rows '$8, $13' "$d"/f*.txt "$d"/[as]*.txt
 }
+stage_comm_alone() { # the p2p backend's collectives alone (--comm-baseline library): comm_us of its pushes without a GEMM beside, and eager traces
+    local d=$OUT/comm-alone sh=${COMMALONE_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,4096x4096x4096}
+    mkdir -p "$d"
+    COMMGEMM_PARTIAL_DTYPE=output bench_p2p "$d/graph.txt" 150 --shapes "$sh" -w 5 -i 20 --graph --comm-baseline library
+    echo "rc=$? graph" >>"$d/rc.txt"
+    COMMGEMM_PARTIAL_DTYPE=output COMMGEMM_TIMELINE=$d/trace bench_p2p "$d/trace.txt" 120 \
+        --shapes 8192x4096x4096 -w 3 -i 2 --comm-baseline library
+    echo "rc=$? trace" >>"$d/rc.txt"
+    python3 bench/timeline_summary.py "$d"/*.json >"$d/summary.md" 2>&1
+    note "comm-alone (--comm-baseline library, bf16 partials): $(runs_summary "$d" "$d"/*.txt); comm_us = p2p's own collective"
+    bench_rows '$8, $11, $13' "$d"/graph.txt
+}
 stage_copybench() { # peer copy rates: one way, both ways, streams, pieces, where the signal runs, beside a GEMM or a memset
     timeout 200 "$B/tests/gpu/copybench" ${COPYBENCH_MIB:-128} 15 >"$OUT/copybench.txt" 2>&1
     note "copybench: rc=$? (copybench.txt)"
@@ -339,7 +353,8 @@ for s in "$@"; do
     hopper-bench) (timeout 120 "$B/tests/gpu/test_hopper_gemm" bench >"$OUT/hopper-bench.txt" 2>&1)
         note "hopper bench: rc=$? $(grep -cE '^ +[0-9]' "$OUT/hopper-bench.txt") rows" ;; cublasmp-cases) stage_cublasmp_cases ;; pack) stage_pack ;;
     timeline) stage_timeline ;; lt-algos) stage_lt_algos ;; fused-store) stage_fused_store fused-store "beside store" ;;
-    fused-single) stage_fused_store fused-single "split beside single" ;; hopper-ab) stage_hopper_ab ;; runoff-ab) stage_runoff_ab ;;
+    fused-single) stage_fused_store fused-single "split beside single" ;; hopper-ab) stage_hopper_ab ;;
+    comm-alone) stage_comm_alone ;; runoff-ab) stage_runoff_ab ;;
     run-order) stage_ab run-order COMMGEMM_P2P_RUN_ORDER "held first_step" \
         "${RUNORDER_SHAPES:-1024x8192x28672,1024x4096x4096,2048x2048x2048,1024x1024x1024,16384x2048x8192,8192x4096x4096,4096x28672x8192}" "split auto" ;;
     lead) (cd "$B" && timeout 60 ./tests/gpu/test_gpu_ops ag_gemm_all_gpus >"$OUT/lead-test.log" 2>&1)

@@ -17,7 +17,8 @@ set(cases
   "--json" "option '--json' needs a value"
   "extra" "unexpected argument 'extra'"
   "--shapes|64x32" "--shapes: expected MxNxK"
-  "--shapes|64x32x0" "--shapes: expected MxNxK")
+  "--shapes|64x32x0" "--shapes: expected MxNxK"
+  "--comm-baseline|nccl" "--comm-baseline: expected env or library, got 'nccl'")
 list(LENGTH cases n)
 math(EXPR last "${n} - 1")
 set(failures "")
