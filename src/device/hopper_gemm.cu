@@ -1208,9 +1208,8 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
      * piece's and its done flag rises as early as it can (a group of 16 m
      * tiles over two pieces finished both at its end, and the pushes
      * started only after the shard; docs/PERFORMANCE.md 4i). */
-    int64_t shard_tiles = a->done_flags ? a->done_shard_rows / kTileM : kGroupM;
-    int64_t piece_tiles = a->done_flags ? a->done_rows_per_piece / kTileM : kGroupM;
-    while (shard_tiles % p.group_m || piece_tiles % p.group_m) p.group_m--;
+    if (a->done_flags)
+        p.group_m = plan_fused_group_m(a->done_shard_rows / kTileM, a->done_rows_per_piece / kTileM, kGroupM);
     p.tiles_n = (int)((a->n + tile_n - 1) / tile_n);
     p.k_blocks = (int)((a->k + kTileK - 1) / kTileK);
     p.y = a->y;

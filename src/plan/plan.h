@@ -275,6 +275,12 @@ int64_t plan_fused_tile_order(int64_t m, int nranks, int rank, int tile_rows,
  * tile_rows) tile indices; returns how many. */
 int64_t plan_fused_rs_tile_order(int64_t m, int nranks, int rank,
                                  int tile_rows, int *order);
+/* The rasterization group (m tiles per group) of commgemm's kernel when it
+ * raises per-piece done flags: the largest value <= max_group that divides
+ * both shard_tiles and piece_tiles, so that no group mixes two shards or
+ * two pieces (1 at worst). */
+int plan_fused_group_m(int64_t shard_tiles, int64_t piece_tiles,
+                       int max_group);
 /* Tapered pushes of a shard cut in `pieces` flag pieces: segments of whole
  * pieces whose sizes, counted from the end, are 1, 1, 2, 4, ... pieces,
  * the remainder joining the first segment, so sizes never grow (AG: few

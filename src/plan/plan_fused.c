@@ -78,6 +78,13 @@ int64_t plan_fused_rs_tile_order(int64_t m, int nranks, int rank,
     return n;
 }
 
+int plan_fused_group_m(int64_t shard_tiles, int64_t piece_tiles,
+                       int max_group) {
+    int g = max_group > 1 ? max_group : 1;
+    while (g > 1 && (shard_tiles % g || piece_tiles % g)) g--;
+    return g;
+}
+
 int plan_fused_taper(int pieces, bool growing, int *first) {
     if (pieces < 1) return 0;
     /* Sizes from the small end: 1, 1, 2, 4, ... while they fit, the

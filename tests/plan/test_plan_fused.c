@@ -122,6 +122,74 @@ static void test_rs_tile_order(const void *param) {
     for (int i = 0; i < 8; i++) CHECK_INT_EQ(order[i], i);
 }
 
+/* The one-kernel GEMM+RS on the device, modelled: the kernel's persistent
+ * CTAs take linear tiles c, c + G, ... and map them through its
+ * rasterization (groups of plan_fused_group_m m tiles, m fastest within a
+ * group, tiles_n columns) and plan_fused_rs_tile_order. Own tiles wait for
+ * the peers, whose pushes need every peer tile: no CTA may reach an own
+ * tile before all of its peer tiles (a deadlock on two GPUs otherwise,
+ * docs/PERFORMANCE.md 4i). And each piece's tiles are one contiguous run of
+ * linear tiles, in push order, so pieces finish one after another. */
+static int tile_of(int64_t t, int g, int64_t tiles_m, int64_t tiles_n, const int *order) {
+    int64_t group = t / (g * tiles_n), first = group * g;
+    int64_t size = tiles_m - first < g ? tiles_m - first : g;
+    int64_t rest = t - group * g * tiles_n;
+    return order[first + rest % size];
+}
+
+static void test_rs_kernel_schedule(const void *param) {
+    (void)param;
+    const int T = 128, grids[] = {1, 7, 131};
+    const int64_t widths[] = {1, 3, 32};
+    for (int P = 2; P <= 8; P++)
+        for (int64_t shard_tiles = 1; shard_tiles <= 40; shard_tiles++)
+            for (int S = 1; S <= 8; S++) {
+                int64_t m = P * shard_tiles * T, tiles_m = P * shard_tiles;
+                int64_t piece_tiles = plan_fused_piece_rows(m, P, S, T) / T;
+                int g = plan_fused_group_m(shard_tiles, piece_tiles, 16);
+                CHECK(g >= 1 && g <= 16 && shard_tiles % g == 0 && piece_tiles % g == 0);
+                int *order = malloc((size_t)tiles_m * sizeof *order);
+                for (int r = 0; r < P; r += P - 1) { /* the first and the last rank */
+                    CHECK_INT_EQ(plan_fused_rs_tile_order(m, P, r, T, order), tiles_m);
+                    for (int wi = 0; wi < 3; wi++) {
+                        int64_t tn = widths[wi], total = tiles_m * tn;
+                        /* Pieces in push order: shard r+1's pieces, then r+2's, ...;
+                         * key(tile) = position * pieces-per-shard + piece. */
+                        int64_t last_key = -1;
+                        for (int64_t t = 0; t < total; t++) {
+                            int tm = tile_of(t, g, tiles_m, tn, order);
+                            int64_t j = tm / shard_tiles, q = (tm % shard_tiles) / piece_tiles;
+                            int64_t pos = ((j - r - 1) % P + P) % P;
+                            int64_t key = pos * (shard_tiles + 1) + q;
+                            if (key < last_key)
+                                TEST_FAIL("P=%d shard %lld tiles, S=%d, r=%d, %lld columns: linear tile %lld "
+                                          "(m tile %d) comes after a later piece", P, (long long)shard_tiles, S, r,
+                                          (long long)tn, (long long)t, tm);
+                            last_key = key;
+                        }
+                        for (int gi = 0; gi < 3; gi++)
+                            for (int c = 0; c < grids[gi]; c++) {
+                                int seen_own = 0;
+                                for (int64_t t = c; t < total; t += grids[gi]) {
+                                    int own = tile_of(t, g, tiles_m, tn, order) / shard_tiles == r;
+                                    if (seen_own && !own)
+                                        TEST_FAIL("P=%d, S=%d, r=%d: CTA %d of %d reaches a peer tile after an own "
+                                                  "tile", P, S, r, c, grids[gi]);
+                                    seen_own |= own;
+                                }
+                            }
+                    }
+                }
+                free(order);
+            }
+    /* Groups never above the maximum, 16 when both divide. */
+    CHECK_INT_EQ(plan_fused_group_m(32, 16, 16), 16);
+    CHECK_INT_EQ(plan_fused_group_m(32, 8, 16), 8);
+    CHECK_INT_EQ(plan_fused_group_m(12, 6, 16), 6);
+    CHECK_INT_EQ(plan_fused_group_m(7, 7, 16), 7);
+    CHECK_INT_EQ(plan_fused_group_m(13, 5, 16), 1);
+}
+
 /* Tapered pushes: segments cover the pieces in order; shrinking: sizes
  * never grow and the last is one piece; growing: the mirror image, the
  * first is one piece; about log2(pieces) + 1 segments either way. */
@@ -168,6 +236,7 @@ static void register_cases(void) {
     test_add("own_rows", test_own_rows, NULL);
     test_add("tile_order", test_tile_order, NULL);
     test_add("rs_tile_order", test_rs_tile_order, NULL);
+    test_add("rs_kernel_schedule", test_rs_kernel_schedule, NULL);
 }
 
 int main(int argc, char **argv) { return test_main(argc, argv, register_cases); }
