@@ -17,7 +17,12 @@
  *     copies: the fused GEMM+RS pushed at 250-285 GB/s beside its GEMMs
  *     (docs/PERFORMANCE.md 4h), against ~385 GB/s alone. The GEMM runs on
  *     zero operands and, in the `random` cases, on random ones (more
- *     switching, more power: 4i measured 383 GB/s beside the zero GEMM).
+ *     switching, more power: 4i measured 383 GB/s beside the zero GEMM);
+ *   - as in the fused GEMM+RS: the GEMM writing its output into the very
+ *     buffer the copies read, or reading its X from the buffer the other
+ *     GPU's copies land in (values race; only the rates matter). 4i found
+ *     the copies at >= 374 GB/s in every other case, against 230-285 GB/s
+ *     in the ops.
  * Every case runs once per round, the order rotated each round; medians of
  * the rounds, per direction, the slower direction reported.
  *   copybench [MiB per direction, default 128] [rounds, default 15] */
@@ -55,12 +60,23 @@ typedef struct side {
     cudaStream_t load;
     cgm_hgemm_args gemm; /* .x/.w/.y on dev; .m 0: no sm_90, no GEMM load */
     cgm_hgemm_args gemm_random; /* the same GEMM on random operands */
+    /* The random GEMM writing its output into this side's copy source, and
+     * reading its X from the buffer the other side's copies land in (set
+     * once both sides have buffers: setup_targets). */
+    cgm_hgemm_args gemm_writes_src, gemm_reads_dst;
     void *hbm;           /* LOAD_HBM_BYTES on dev */
     int sms;
 } side;
 
 typedef enum { PLAIN, ROWS_2D, STREAMS, PIECES_ON_STREAM, PIECES_BESIDE } kind;
-typedef enum { NO_LOAD, LOAD_GEMM, LOAD_GEMM_RANDOM, LOAD_HBM } load_kind;
+typedef enum {
+    NO_LOAD,
+    LOAD_GEMM,
+    LOAD_GEMM_RANDOM,
+    LOAD_GEMM_WRITES_SRC,
+    LOAD_GEMM_READS_DST,
+    LOAD_HBM
+} load_kind;
 
 #define LOAD_M 8192
 #define LOAD_N 8192
@@ -93,6 +109,8 @@ static const bench_case cases[] = {
     {"one way, beside a GEMM on each GPU", 0, PLAIN, 1, LOAD_GEMM},
     {"both ways, beside a GEMM of random operands", 1, PLAIN, 1, LOAD_GEMM_RANDOM},
     {"both ways, 4 pieces, signal beside, random GEMM", 1, PIECES_BESIDE, 4, LOAD_GEMM_RANDOM},
+    {"both ways, the GEMM writing the copies' source", 1, PLAIN, 1, LOAD_GEMM_WRITES_SRC},
+    {"both ways, the GEMM reading where copies land", 1, PLAIN, 1, LOAD_GEMM_READS_DST},
     {"both ways, beside a 4 GiB memset on each GPU", 1, PLAIN, 1, LOAD_HBM},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
@@ -169,10 +187,13 @@ static void setup(side *d, int dev, size_t bytes) {
  * the copy so that it is running when the copy starts. */
 static void enqueue_load(side *d, load_kind load, size_t bytes) {
     double copy_us = (double)bytes / 100e3;
-    if ((load == LOAD_GEMM || load == LOAD_GEMM_RANDOM) && d->gemm.m > 0) {
+    if (load != NO_LOAD && load != LOAD_HBM && d->gemm.m > 0) {
         double gemm_us = 2.0 * LOAD_M * LOAD_N * LOAD_K / 700e6;
         int launches = (int)(copy_us / gemm_us) + 1;
-        const cgm_hgemm_args *g = load == LOAD_GEMM ? &d->gemm : &d->gemm_random;
+        const cgm_hgemm_args *g = load == LOAD_GEMM              ? &d->gemm
+                                  : load == LOAD_GEMM_WRITES_SRC ? &d->gemm_writes_src
+                                  : load == LOAD_GEMM_READS_DST  ? &d->gemm_reads_dst
+                                                                 : &d->gemm_random;
         for (int i = 0; i < launches; i++) OK(cgm_hgemm(g, d->load));
     } else if (load == LOAD_HBM) {
         OK(cudaMemsetAsync(d->hbm, 0, LOAD_HBM_BYTES, d->load));
@@ -272,6 +293,14 @@ int main(int argc, char **argv) {
     memset(d, 0, sizeof d);
     for (int i = 0; i < 2; i++) setup(&d[i], i, bytes);
     for (int i = 0; i < 2; i++) setup_targets(&d[i], bytes);
+    for (int i = 0; i < 2; i++) { /* the op-like loads (the bytes bound their rows) */
+        cgm_hgemm_args *w = &d[i].gemm_writes_src, *r = &d[i].gemm_reads_dst;
+        *w = *r = d[i].gemm_random;
+        w->y = d[i].src;
+        if ((size_t)w->m * LOAD_N * 2 > bytes) w->m = (int64_t)(bytes / (LOAD_N * 2));
+        r->x = d[1 - i].dst; /* on GPU i: where GPU 1 - i's copies land */
+        if ((size_t)r->m * LOAD_K * 2 > bytes) r->m = (int64_t)(bytes / (LOAD_K * 2));
+    }
     float *t = calloc((size_t)NCASES * 2 * (size_t)rounds, sizeof *t);
     if (!t) return 1;
     for (int r = -2; r < rounds; r++) { /* two rounds of warm-up */
