@@ -58,7 +58,7 @@ run_case() { # name timeout
 log "== test_hopper_gemm (cases vs cuBLASLt)"
 run_case refusals 30
 if run_case sanitize_subset 60; [ $? -ne 124 ]; then
-    for c in epilogue_and_ld many_tiles shapes_bf16 shapes_fp16 shapes_bf16_fp32 shapes_fp16_fp32 flags_ready flags_timeout addends_and_shard_flags x_own hook_arguments auto_variant; do
+    for c in epilogue_and_ld many_tiles shapes_bf16 shapes_fp16 shapes_bf16_fp32 shapes_fp16_fp32 flags_ready flags_timeout addends_and_shard_flags x_own split_output hook_arguments auto_variant; do
         run_case $c 150
         [ $? -eq 124 ] && { log "stopping the cases after a timeout"; break; }
     done
