@@ -1202,12 +1202,11 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
     /* With done flags, a group never mixes two shards: in the fused
      * GEMM+RS the epilogue rows (last in m_block_order) wait for data that
      * the other shards' tiles produce, so every CTA must reach all of
-     * those tiles before any epilogue-row tile. */
+     * those tiles before any epilogue-row tile. Nor two pieces, so that a
+     * piece's tiles all run before the next piece's and its done flag
+     * rises as early as it can (a group of 16 m tiles over two pieces
+     * finished both at its end; docs/PERFORMANCE.md 4i). */
     p.group_m = kGroupM;
-    /* ... nor two pieces, so that a piece's tiles all run before the next
-     * piece's and its done flag rises as early as it can (a group of 16 m
-     * tiles over two pieces finished both at its end, and the pushes
-     * started only after the shard; docs/PERFORMANCE.md 4i). */
     if (a->done_flags)
         p.group_m = plan_fused_group_m(a->done_shard_rows / kTileM, a->done_rows_per_piece / kTileM, kGroupM);
     p.tiles_n = (int)((a->n + tile_n - 1) / tile_n);

@@ -493,6 +493,19 @@ static void case_flags_timeout(const void *p) {
  * device memory (flag_epoch_ptr), and the fused all-gather's shard-mapped
  * row flags (a cell that is not a row flag stays 0: reading it times out).
  * Every element must equal the exact result rounded once. */
+/* Runs a GEMM with fused hooks on the default stream: checks that it is
+ * supported, waits for it, and returns *timeout_out (1: a flag wait
+ * expired). */
+static int run_hooked(const cgm_hgemm_args *a) {
+    const char *why = NULL;
+    if (!cgm_hgemm_supported(a, &why)) TEST_FAIL("cgm_hgemm_supported said no: %s", why);
+    GPU_CHECK(cgm_hgemm(a, 0));
+    GPU_CHECK(cudaDeviceSynchronize());
+    int timed_out = -1;
+    GPU_CHECK(cudaMemcpy(&timed_out, a->timeout_out, sizeof(int), cudaMemcpyDeviceToHost));
+    return timed_out;
+}
+
 static void case_addends(const void *p) {
     (void)p;
     require_sm90();
@@ -540,13 +553,7 @@ static void case_addends(const void *p) {
                         a.addend[i] = dadds[i];
                         a.addend_flags[i] = i == 1 ? NULL : dadd; /* one without flags */
                     }
-                    const char *why = NULL;
-                    if (!cgm_hgemm_supported(&a, &why)) TEST_FAIL("cgm_hgemm_supported said no: %s", why);
-                    GPU_CHECK(cgm_hgemm(&a, 0));
-                    GPU_CHECK(cudaDeviceSynchronize());
-                    int timed_out = -1;
-                    GPU_CHECK(cudaMemcpy(&timed_out, dt, sizeof(int), cudaMemcpyDeviceToHost));
-                    if (timed_out)
+                    if (run_hooked(&a))
                         TEST_FAIL("flags at the epoch, but the kernel timed out (%s out %s addends %s x %d): a "
                                   "wrong flag cell was read", variant_name(v), cgm_dtype_name(out),
                                   cgm_dtype_name(adt), na);
@@ -644,13 +651,7 @@ static void case_x_own(const void *p) {
         a.x_own = down, a.ldx_own = ldo, a.own_row0 = own0, a.own_rows = own;
         a.row_flags = df, a.rows_per_flag = 128, a.flag_epoch = 5;
         a.wait_timeout_ns = 2000000000ll, a.timeout_out = dt;
-        const char *why = NULL;
-        if (!cgm_hgemm_supported(&a, &why)) TEST_FAIL("cgm_hgemm_supported said no: %s", why);
-        GPU_CHECK(cgm_hgemm(&a, 0));
-        GPU_CHECK(cudaDeviceSynchronize());
-        int timed_out = -1;
-        GPU_CHECK(cudaMemcpy(&timed_out, dt, sizeof(int), cudaMemcpyDeviceToHost));
-        if (timed_out) TEST_FAIL("%s: a tile inside the own rows waited for its flag", variant_name(v));
+        if (run_hooked(&a)) TEST_FAIL("%s: a tile inside the own rows waited for its flag", variant_name(v));
         float *hy = malloc((size_t)(m * n) * 4);
         GPU_CHECK(cudaMemcpy(hy, dy, (size_t)(m * n) * 4, cudaMemcpyDeviceToHost));
         int64_t bad = 0;
@@ -725,13 +726,8 @@ static void case_split_output(const void *p) {
                 a.flag_epoch_ptr = depoch, a.wait_timeout_ns = 2000000000ll, a.timeout_out = dt;
                 a.done_count = dcount, a.done_flags = dflags, a.done_shard_rows = shard;
                 a.done_rows_per_piece = 128, a.done_pieces_per_shard = per_shard;
-                const char *why = NULL;
-                if (!cgm_hgemm_supported(&a, &why)) TEST_FAIL("cgm_hgemm_supported said no: %s", why);
-                GPU_CHECK(cgm_hgemm(&a, 0));
-                GPU_CHECK(cudaDeviceSynchronize());
-                int timed_out = -1;
-                GPU_CHECK(cudaMemcpy(&timed_out, dt, sizeof(int), cudaMemcpyDeviceToHost));
-                if (timed_out) TEST_FAIL("%s: the addend flags were at the epoch, yet a wait expired", variant_name(v));
+                if (run_hooked(&a))
+                    TEST_FAIL("%s: the addend flags were at the epoch, yet a wait expired", variant_name(v));
                 GPU_CHECK(cudaMemcpy(hy, dy, (size_t)(m * n) * es, cudaMemcpyDeviceToHost));
                 GPU_CHECK(cudaMemcpy(ho, dout, (size_t)(own * ldo) * es, cudaMemcpyDeviceToHost));
                 int64_t bad = 0;

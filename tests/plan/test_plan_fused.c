@@ -52,31 +52,28 @@ static void test_own_rows(const void *param) {
             }
 }
 
-/* AG order: a permutation; own tiles first; then by the arrival position
- * of the latest shard a tile touches (rank - 1 first), rows ascending
- * within one position. */
-static void test_tile_order(const void *param) {
-    (void)param;
+/* A tile's position in a fused order on rank r of P (m rows, tiles of T). */
+typedef int (*position_fn)(int64_t tile, int64_t m, int P, int r, int T);
+typedef int64_t (*order_fn)(int64_t m, int nranks, int rank, int tile_rows, int *order);
+
+/* For m 1..120, P 1..6, every rank: `make` writes a permutation of the
+ * tiles whose positions never decrease, rows ascending within one. */
+static void check_orders(order_fn make, position_fn position) {
     const int T = 8;
     for (int64_t m = 1; m <= 120; m++)
         for (int P = 1; P <= 6; P++)
             for (int r = 0; r < P; r++) {
-                int64_t tiles = (m + T - 1) / T, block = (m + P - 1) / P;
+                int64_t tiles = (m + T - 1) / T;
                 int *order = malloc((size_t)tiles * sizeof *order);
                 char *seen = calloc((size_t)tiles, 1);
-                CHECK_INT_EQ(plan_fused_tile_order(m, P, r, T, order), tiles);
+                CHECK_INT_EQ(make(m, P, r, T, order), tiles);
                 int last_pos = -1;
                 int64_t last_tile = -1;
                 for (int64_t i = 0; i < tiles; i++) {
                     int t = order[i];
                     CHECK(t >= 0 && t < tiles && !seen[t]);
                     seen[t] = 1;
-                    int64_t r0 = (int64_t)t * T, r1 = (r0 + T < m ? r0 + T : m) - 1;
-                    int pos = 0;
-                    for (int64_t j = r0 / block; j <= r1 / block; j++) {
-                        int p = (int)(((r - j) % P + P) % P);
-                        if (p > pos) pos = p;
-                    }
+                    int pos = position(t, m, P, r, T);
                     CHECK(pos >= last_pos);
                     if (pos == last_pos) CHECK(t > last_tile);
                     last_pos = pos, last_tile = t;
@@ -86,35 +83,41 @@ static void test_tile_order(const void *param) {
             }
 }
 
+/* AG: the arrival position of the latest shard the tile touches (mine 0,
+ * rank - 1 next, ...). */
+static int ag_position(int64_t t, int64_t m, int P, int r, int T) {
+    int64_t block = (m + P - 1) / P;
+    int64_t r0 = t * T, r1 = (r0 + T < m ? r0 + T : m) - 1;
+    int pos = 0;
+    for (int64_t j = r0 / block; j <= r1 / block; j++) {
+        int p = (int)(((r - j) % P + P) % P);
+        if (p > pos) pos = p;
+    }
+    return pos;
+}
+
+/* RS: the shard of the tile's first row, (shard - rank - 1) mod P (rank + 1
+ * first, mine last). */
+static int rs_position(int64_t t, int64_t m, int P, int r, int T) {
+    int j = (int)(t * T / ((m + P - 1) / P));
+    return ((j - r - 1) % P + P) % P;
+}
+
+/* AG order: a permutation; own tiles first; then by the arrival position
+ * of the latest shard a tile touches (rank - 1 first), rows ascending
+ * within one position. */
+static void test_tile_order(const void *param) {
+    (void)param;
+    check_orders(plan_fused_tile_order, ag_position);
+}
+
 /* The one-kernel GEMM+RS order: a permutation; the shard of a tile's first
  * row at position (shard - rank - 1) mod P (rank + 1 first, mine last),
  * positions never decrease, rows ascending within one; with P = 2 and
  * aligned shards, exactly the peer's tiles then mine. */
 static void test_rs_tile_order(const void *param) {
     (void)param;
-    const int T = 8;
-    for (int64_t m = 1; m <= 120; m++)
-        for (int P = 1; P <= 6; P++)
-            for (int r = 0; r < P; r++) {
-                int64_t tiles = (m + T - 1) / T, block = (m + P - 1) / P;
-                int *order = malloc((size_t)tiles * sizeof *order);
-                char *seen = calloc((size_t)tiles, 1);
-                CHECK_INT_EQ(plan_fused_rs_tile_order(m, P, r, T, order), tiles);
-                int last_pos = -1;
-                int64_t last_tile = -1;
-                for (int64_t i = 0; i < tiles; i++) {
-                    int t = order[i];
-                    CHECK(t >= 0 && t < tiles && !seen[t]);
-                    seen[t] = 1;
-                    int j = (int)((int64_t)t * T / block);
-                    int pos = ((j - r - 1) % P + P) % P;
-                    CHECK(pos >= last_pos);
-                    if (pos == last_pos) CHECK(t > last_tile);
-                    last_pos = pos, last_tile = t;
-                }
-                free(order);
-                free(seen);
-            }
+    check_orders(plan_fused_rs_tile_order, rs_position);
     int order[8];
     CHECK_INT_EQ(plan_fused_rs_tile_order(64, 2, 0, 8, order), 8);
     for (int i = 0; i < 8; i++) CHECK_INT_EQ(order[i], (i + 4) % 8); /* rows 32.. first */
