@@ -36,7 +36,9 @@
 # bench/sweep_summary.py side by side in runoff-ab.md), copybench (GPU0<->GPU1 copy rates: one way,
 # both ways, streams per direction, pieces with the flag signal on the copy
 # stream or beside it, and beside a GEMM or an HBM-bound memset on each GPU;
-# tests/gpu/copybench.c), small (the latency-bound sweep
+# tests/gpu/copybench.c), ipcbench (the same between two processes, one GPU each: legacy
+# IPC against VMM fds, push and pull, 2D rows, pieces, priority, offset; IPCBENCH_MIB,
+# default "32 128"; tests/gpu/ipcbench.c), small (the latency-bound sweep
 # shapes: every p2p algorithm with graphs, the tuner's log, eager traces of
 # 2048x2048x2048; SMALL_SHAPES), priority (COMMGEMM_P2P_COMM_PRIORITY high
 # against low in alternating processes, split and the tuner; PRIO_SHAPES),
@@ -234,6 +236,14 @@ stage_copybench() { # peer copy rates: one way, both ways, streams, pieces, wher
     note "copybench: rc=$? (copybench.txt)"
     cat "$OUT/copybench.txt"
 }
+stage_ipcbench() { # peer copies between two processes: legacy IPC against VMM fds, push/pull, rows, priority, offset
+    local mib
+    for mib in ${IPCBENCH_MIB:-32 128}; do
+        timeout 120 "$B/tests/gpu/ipcbench" "$mib" 21 >"$OUT/ipcbench-$mib.txt" 2>&1
+        note "ipcbench $mib MiB: rc=$? (ipcbench-$mib.txt)"
+        cat "$OUT/ipcbench-$mib.txt"
+    done
+}
 stage_small() { # the latency-bound shapes: each algorithm, the tuner's search (TUNE log), eager step traces
     local d=$OUT/small sh=${SMALL_SHAPES:-1024x1024x1024,2048x2048x2048,1024x4096x4096,1024x28672x8192} a
     mkdir -p "$d"
@@ -385,7 +395,7 @@ for s in "$@"; do
     max-conn) stage_ab max-conn CUDA_DEVICE_MAX_CONNECTIONS "8 32" \
         "${SMPUSH_SHAPES:-2048x2048x2048,16384x2048x8192,8192x4096x4096,4096x28672x8192}" "split" ;;
     sm-blocks) COMMGEMM_P2P_SM_PUSH_BYTES=4194304 stage_ab sm-blocks COMMGEMM_P2P_SM_PUSH_BLOCKS "16 32 64" \
-        "${SMPUSH_SHAPES:-1024x1024x1024,2048x2048x2048,1024x4096x4096}" "split" ;; fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;; fused-splits) stage_fused_splits ;; copybench) stage_copybench ;;
+        "${SMPUSH_SHAPES:-1024x1024x1024,2048x2048x2048,1024x4096x4096}" "split" ;; fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;; fused-splits) stage_fused_splits ;; copybench) stage_copybench ;; ipcbench) stage_ipcbench ;;
     compare-fused) stage_compare fused "COMPARE_ARGS=--graph --backends p2p,p2p-fused,p2p-split" ;;
     compare-fused-outpartial) stage_compare fused-outpartial "COMPARE_ARGS=--graph --ops gemm_rs --backends p2p,p2p-fused,p2p-split" \
         COMMGEMM_PARTIAL_DTYPE=output ;;
