@@ -15,6 +15,17 @@
  *   - the stream: the default priority against the greatest (the comm
  *     queue's);
  *   - the landing offset: 256 B into the buffer, not 2 MiB aligned.
+ * A second table cuts the transfer in 4 and 8 pieces (8 and 4 MiB at the
+ * default size: the pieces of the fused RS) and puts between them what
+ * the ops put there, to price each against back-to-back copies:
+ *   - after each piece, the signal to the peer: the flag kernel on the copy
+ *     stream (cgm_dev_signal), the flag kernel on a second stream that
+ *     follows the copy through an event (the fused RS), a stream memory
+ *     operation (cuStreamWriteValue64), or an 8-byte copy of the epoch cell
+ *     into the peer's flag on the copy stream itself;
+ *   - before each piece, what it waits on: a satisfied flag-wait kernel on
+ *     the copy stream (cgm_dev_wait), a satisfied cuStreamWaitValue64, or an
+ *     event of a one-thread kernel on another stream (a GEMM chunk's event).
  * Rank 0 is this process on GPU 0, rank 1 a forked child on GPU 1. Before
  * each case both meet at a socket barrier; each times its own copies with
  * events; rank 1 sends its time to rank 0. Every case runs once per round,
@@ -34,6 +45,8 @@
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+
+#include "device/device.h"
 
 #define PAD (4u << 20) /* room for the offset case, past the copy */
 
@@ -134,6 +147,10 @@ typedef struct buffers {
     char *vmm_local;  /* cuMemCreate + cuMemMap, exported as a POSIX fd */
     char *vmm_peer;   /* the peer's vmm_local, imported and mapped here */
     size_t vmm_size;
+    unsigned long long *flags;      /* local flag cells, exported with ipc_local */
+    unsigned long long *peer_flags; /* the peer's */
+    cgm_dev_state *state;           /* epoch 0: every wait is satisfied */
+    cgm_dev_abort_record *record;   /* host-mapped */
 } buffers;
 
 static void map_vmm(CUmemGenericAllocationHandle h, size_t size, int dev,
@@ -194,6 +211,14 @@ static void setup_buffers(buffers *b, int dev, size_t bytes) {
     map_vmm(ph, b->vmm_size, dev, &b->vmm_peer);
     close(fd);
     close(pfd);
+    /* Flag cells: the last 4 KiB of the PAD, past every copy's bytes. */
+    b->flags = (unsigned long long *)(b->ipc_local + room - 4096);
+    b->peer_flags = (unsigned long long *)(b->ipc_peer + room - 4096);
+    OK(cudaMalloc((void **)&b->state, sizeof *b->state));
+    OK(cudaMemset(b->state, 0, sizeof *b->state));
+    OK(cudaHostAlloc((void **)&b->record, sizeof *b->record, cudaHostAllocMapped));
+    memset((void *)b->record, 0, sizeof *b->record);
+    OK(cgm_dev_preload());
     OK(cudaDeviceSynchronize());
 }
 
@@ -228,8 +253,8 @@ static const bench_case cases[] = {
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
 typedef struct timing {
-    cudaStream_t plain, prio;
-    cudaEvent_t start, stop;
+    cudaStream_t plain, prio, beside;
+    cudaEvent_t start, stop, piece[8], joined;
 } timing;
 
 static float run_case(const bench_case *c, const buffers *b, timing *t,
@@ -262,9 +287,143 @@ static float run_case(const bench_case *c, const buffers *b, timing *t,
     return active ? ms * 1000.0f : 0.0f;
 }
 
+typedef enum { SIG_NONE, SIG_KERNEL, SIG_KERNEL_BESIDE, SIG_WRITE_VALUE, SIG_CE_COPY } signal_kind;
+typedef enum { WAIT_NONE, WAIT_KERNEL, WAIT_VALUE, WAIT_EVENT } wait_kind;
+
+typedef struct piece_case {
+    const char *name;
+    signal_kind sig;
+    wait_kind wait;
+} piece_case;
+
+static const piece_case piece_cases[] = {
+    {"copies back to back", SIG_NONE, WAIT_NONE},
+    {"signal: flag kernel on the copy stream", SIG_KERNEL, WAIT_NONE},
+    {"signal: flag kernel beside (event)", SIG_KERNEL_BESIDE, WAIT_NONE},
+    {"signal: cuStreamWriteValue64", SIG_WRITE_VALUE, WAIT_NONE},
+    {"signal: 8-byte copy of the epoch", SIG_CE_COPY, WAIT_NONE},
+    {"wait: flag kernel on the copy stream", SIG_NONE, WAIT_KERNEL},
+    {"wait: cuStreamWaitValue64", SIG_NONE, WAIT_VALUE},
+    {"wait: event of a kernel on another stream", SIG_NONE, WAIT_EVENT},
+    {"wait kernel + signal kernel beside (the ops)", SIG_KERNEL_BESIDE, WAIT_KERNEL},
+    {"wait value + write value", SIG_WRITE_VALUE, WAIT_VALUE},
+    {"event wait + 8-byte epoch copy", SIG_CE_COPY, WAIT_EVENT},
+};
+#define NPIECE_CASES ((int)(sizeof piece_cases / sizeof piece_cases[0]))
+
+/* Both ranks push `bytes` in `pieces` copies with c's wait before and
+ * signal after each; the time from before the first wait to after the
+ * last signal. */
+static float run_pieces(const piece_case *c, int pieces, const buffers *b,
+                        timing *t, size_t bytes) {
+    cudaStream_t s = t->plain;
+    size_t piece = bytes / (size_t)pieces;
+    float ms = 0.0f;
+    barrier();
+    OK(cudaEventRecord(t->start, s));
+    for (int p = 0; p < pieces; p++) {
+        unsigned long long *mine = b->flags + p, *theirs = b->peer_flags + p;
+        switch (c->wait) {
+        case WAIT_NONE: break;
+        case WAIT_KERNEL:
+            OK(cgm_dev_wait(b->state, mine, b->record, g_rank, 1 - g_rank, 0, p,
+                            10000000000ull, s));
+            break;
+        case WAIT_VALUE:
+            DRV(cuStreamWaitValue64((CUstream)s, (CUdeviceptr)(uintptr_t)mine, 0,
+                                    CU_STREAM_WAIT_VALUE_GEQ));
+            break;
+        case WAIT_EVENT:
+            /* a one-thread kernel: a signal into a spare local cell */
+            OK(cgm_dev_signal(b->state, b->flags + 16 + p, t->beside));
+            OK(cudaEventRecord(t->piece[p], t->beside));
+            OK(cudaStreamWaitEvent(s, t->piece[p], 0));
+            break;
+        }
+        OK(cudaMemcpyAsync(b->ipc_peer + (size_t)p * piece, b->src + (size_t)p * piece,
+                           piece, cudaMemcpyDefault, s));
+        switch (c->sig) {
+        case SIG_NONE: break;
+        case SIG_KERNEL: OK(cgm_dev_signal(b->state, theirs, s)); break;
+        case SIG_KERNEL_BESIDE:
+            OK(cudaEventRecord(t->piece[p], s));
+            OK(cudaStreamWaitEvent(t->beside, t->piece[p], 0));
+            OK(cgm_dev_signal(b->state, theirs, t->beside));
+            break;
+        case SIG_WRITE_VALUE:
+            DRV(cuStreamWriteValue64((CUstream)s, (CUdeviceptr)(uintptr_t)theirs,
+                                     (cuuint64_t)p + 1, CU_STREAM_WRITE_VALUE_DEFAULT));
+            break;
+        case SIG_CE_COPY:
+            OK(cudaMemcpyAsync(theirs, &b->state->epoch, sizeof *theirs,
+                               cudaMemcpyDefault, s));
+            break;
+        }
+    }
+    if (c->sig == SIG_KERNEL_BESIDE || c->wait == WAIT_EVENT) {
+        OK(cudaEventRecord(t->joined, t->beside));
+        OK(cudaStreamWaitEvent(s, t->joined, 0));
+    }
+    OK(cudaEventRecord(t->stop, s));
+    OK(cudaEventSynchronize(t->stop));
+    OK(cudaEventElapsedTime(&ms, t->start, t->stop));
+    return ms * 1000.0f;
+}
+
 static int cmp_float(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);
+}
+
+static void median_pair(float *v, int rounds, float out[2]) {
+    for (int k = 0; k < 2; k++) {
+        qsort(v + (size_t)k * (size_t)rounds, (size_t)rounds, sizeof *v, cmp_float);
+        out[k] = v[(size_t)k * (size_t)rounds + (size_t)(rounds / 2)];
+    }
+}
+
+/* The pieces table: every case at 4 and 8 pieces, interleaved as above. */
+static int run_piece_table(const buffers *b, timing *t, size_t bytes, int rounds) {
+    static const int counts[2] = {4, 8};
+    int n = NPIECE_CASES * 2;
+    for (int i = 0; i < n; i++)
+        (void)run_pieces(&piece_cases[i / 2], counts[i % 2], b, t, bytes);
+    float *us = calloc((size_t)n * (size_t)rounds * 2, sizeof(float));
+    if (!us) die("calloc", "out of memory");
+    for (int r = 0; r < rounds; r++)
+        for (int j = 0; j < n; j++) {
+            int i = (j + r) % n;
+            float mine = run_pieces(&piece_cases[i / 2], counts[i % 2], b, t, bytes);
+            float theirs = 0.0f;
+            if (g_rank == 1) {
+                send_all(&mine, sizeof mine);
+            } else {
+                recv_all(&theirs, sizeof theirs);
+                us[((size_t)i * 2 + 0) * (size_t)rounds + (size_t)r] = mine;
+                us[((size_t)i * 2 + 1) * (size_t)rounds + (size_t)r] = theirs;
+            }
+        }
+    if (g_rank == 0) {
+        printf("# pieces, both ways: us (slower rank) and GB/s per direction; "
+               "+us per piece against copies back to back\n");
+        printf("# %-48s %9s %7s %7s %9s %7s %7s\n", "case", "4 pc us", "GB/s", "+us/pc",
+               "8 pc us", "GB/s", "+us/pc");
+        float base[2] = {0.0f, 0.0f};
+        for (int c = 0; c < NPIECE_CASES; c++) {
+            printf("  %-48s", piece_cases[c].name);
+            for (int k = 0; k < 2; k++) {
+                float med[2];
+                median_pair(us + (size_t)(c * 2 + k) * 2 * (size_t)rounds, rounds, med);
+                float slow = med[0] > med[1] ? med[0] : med[1];
+                if (c == 0) base[k] = slow;
+                printf(" %9.1f %7.1f %7.1f", slow, (double)bytes / (slow * 1e3),
+                       (slow - base[k]) / (float)counts[k]);
+            }
+            printf("\n");
+        }
+    }
+    free(us);
+    return 0;
 }
 
 static int rank_main(int rank, size_t bytes, int rounds) {
@@ -284,8 +443,12 @@ static int rank_main(int rank, size_t bytes, int rounds) {
     OK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     OK(cudaStreamCreateWithFlags(&t.plain, cudaStreamNonBlocking));
     OK(cudaStreamCreateWithPriority(&t.prio, cudaStreamNonBlocking, greatest));
+    OK(cudaStreamCreateWithFlags(&t.beside, cudaStreamNonBlocking));
     OK(cudaEventCreate(&t.start));
     OK(cudaEventCreate(&t.stop));
+    OK(cudaEventCreateWithFlags(&t.joined, cudaEventDisableTiming));
+    for (int p = 0; p < 8; p++)
+        OK(cudaEventCreateWithFlags(&t.piece[p], cudaEventDisableTiming));
     for (int i = 0; i < NCASES; i++) /* warm-up: every case once */
         (void)run_case(&cases[i], &b, &t, bytes);
 
@@ -323,7 +486,7 @@ static int rank_main(int rank, size_t bytes, int rounds) {
         }
     }
     free(us);
-    return 0;
+    return run_piece_table(&b, &t, bytes, rounds);
 }
 
 int main(int argc, char **argv) {
