@@ -94,6 +94,11 @@ typedef struct p2p_state {
     /* COMMGEMM_P2P_RUN_ORDER: where comm programs are enqueued (plan_units'
      * order). Local scheduling only, as fused_push. */
     plan_run_order run_order;
+    /* COMMGEMM_P2P_SIGNAL: true (copy): a signal on the comm queue right
+     * after a copy-engine copy is itself an 8-byte copy of the epoch into
+     * the peer's flag (p2p_signal_by_copy), not a flag kernel. Local
+     * scheduling only: the flag values are the same. */
+    bool signal_copy;
     unsigned int *program_counters; /* device: CGM_DEV_PROGRAM_MAX, zero */
     /* device: nranks * P2P_MAX_SPLITS, zero: the one-kernel fused GEMM+RS's
      * per-piece tile counts (the kernel leaves them zero). */
@@ -169,6 +174,17 @@ cgm_status p2p_check_agreement(p2p_state *st, const cgm_call *call,
                                bool capturing);
 /* Runs one validated call (p2p_exec.c). */
 cgm_status p2p_execute(p2p_state *st, const cgm_call *call);
+
+/* Stores the comm's current epoch into *remote_flag with the copy engine:
+ * an 8-byte cudaMemcpyAsync from the device epoch cell, read when the copy
+ * runs (so graph replays signal their own epoch). On `stream` after a copy,
+ * it starts once that copy is complete, as the flag kernel would, without
+ * a switch from the copy engine to the SMs and back (~10 us per signal
+ * against ~2 us, docs/PERFORMANCE.md 4j). Unlike the kernel it is not
+ * skipped once the comm aborted. */
+cgm_status p2p_signal_by_copy(const p2p_state *st,
+                              unsigned long long *remote_flag,
+                              cudaStream_t stream);
 /* Frees the plan cache's plans and events (p2p_exec.c). */
 void p2p_plan_cache_clear(p2p_state *st);
 /* The step timeline (COMMGEMM_TIMELINE, p2p_timeline.c): on() reads the

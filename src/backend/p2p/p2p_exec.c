@@ -35,8 +35,28 @@ typedef struct exec_ctx {
     bool dry; /* check every step, enqueue nothing */
     bool search; /* dry pass: cgm_lt_prepare the GEMMs (not capturing) */
     bool timeline; /* COMMGEMM_TIMELINE: events around every step */
+    /* The last thing enqueued on the comm queue is a copy-engine copy (a
+     * data copy or a signal by copy): a SIGNAL there goes by copy too
+     * (COMMGEMM_P2P_SIGNAL=copy). */
+    bool q0_copy_last;
     view views[PLAN_BUF_COUNT];
 } exec_ctx;
+
+cgm_status p2p_signal_by_copy(const p2p_state *st,
+                              unsigned long long *remote_flag,
+                              cudaStream_t stream) {
+    cgm_status status = CGM_SUCCESS;
+    CGM_CUDA_TRY(cudaMemcpyAsync(remote_flag, &st->dev->epoch,
+                                 sizeof *remote_flag, cudaMemcpyDeviceToDevice,
+                                 stream));
+fail:
+    return status;
+}
+
+static bool signal_by_copy(const exec_ctx *x, const plan_step *s) {
+    return x->st->signal_copy && s->kind == PLAN_SIGNAL && s->queue == 0 &&
+           x->q0_copy_last;
+}
 
 static cgm_status setup_views(exec_ctx *x, plan_op op) {
     p2p_state *st = x->st;
@@ -423,6 +443,7 @@ static cgm_status run_step(exec_ctx *x, p2p_plan_entry *e, int i) {
             CGM_CUDA_TRY(cudaStreamWaitEvent(stream, e->events[dep], 0));
     }
     if (x->timeline && !x->dry) CGM_TRY(p2p_timeline_step(st, i, false, stream));
+    bool by_copy = s->kind == PLAN_COPY || signal_by_copy(x, s);
     switch (s->kind) {
     case PLAN_COPY: CGM_TRY(run_copy(x, s, i, stream)); break;
     case PLAN_GEMM: CGM_TRY(run_gemm(x, s, i, s->queue, stream)); break;
@@ -437,7 +458,9 @@ static cgm_status run_step(exec_ctx *x, p2p_plan_entry *e, int i) {
             goto fail;
         }
         if (x->dry) break;
-        if (s->kind == PLAN_SIGNAL)
+        if (signal_by_copy(x, s))
+            CGM_TRY(p2p_signal_by_copy(st, flag_cell(st, s), stream));
+        else if (s->kind == PLAN_SIGNAL)
             CGM_CUDA_TRY(cgm_dev_signal(st->dev, flag_cell(st, s), stream));
         else
             CGM_CUDA_TRY(cgm_dev_wait(
@@ -451,6 +474,7 @@ static cgm_status run_step(exec_ctx *x, p2p_plan_entry *e, int i) {
     }
     if (x->timeline && !x->dry) CGM_TRY(p2p_timeline_step(st, i, true, stream));
     if (e->events[i] && !x->dry) CGM_CUDA_TRY(cudaEventRecord(e->events[i], stream));
+    if (s->queue == 0) x->q0_copy_last = by_copy;
 fail:
     return status;
 }
@@ -519,6 +543,7 @@ static cgm_status run_program(exec_ctx *x, p2p_plan_entry *e,
         if (blocks < 1) blocks = 1;
         CGM_CUDA_TRY(cgm_dev_program_run(&prog, st->dev, st->program_counters,
                                          (int)blocks, stream));
+        x->q0_copy_last = false;
     }
     for (int j = 0; j < n; j++)
         if (e->events[steps[j]])
@@ -549,10 +574,21 @@ static cgm_status enqueue_unit(exec_ctx *x, p2p_plan_entry *e,
         if (e->plan.steps[head->deps[d]].queue != 0)
             CGM_CUDA_TRY(cudaStreamWaitEvent(x->st->queues[0],
                                              e->events[head->deps[d]], 0));
+    /* Signals right behind a copy go by copy, before the program of the
+     * rest (their order on the queue is kept). */
+    while (n > 0 && signal_by_copy(x, &e->plan.steps[steps[0]])) {
+        CGM_TRY(run_step(x, e, steps[0]));
+        steps++;
+        n--;
+    }
+    if (n == 0) return CGM_SUCCESS;
+    if (n == 1) return run_step(x, e, steps[0]);
     if (bytes <= x->st->sm_push_bytes) return run_program(x, e, steps, n);
     /* The head's waits are enqueued above: run_step adds them again, which
      * costs nothing on a stream already past them. */
     for (int j = 0; j < n;) {
+        while (j < n && signal_by_copy(x, &e->plan.steps[steps[j]]))
+            CGM_TRY(run_step(x, e, steps[j++]));
         int k = j;
         while (k < n && e->plan.steps[steps[k]].kind != PLAN_COPY) k++;
         if (k - j >= 2) CGM_TRY(run_program(x, e, steps + j, k - j));

@@ -371,14 +371,25 @@ fail:
 }
 
 /* READY(chunk0 .. chunk0 + count - 1) to `peer` once the copy just
- * enqueued on the comm queue is done: signal kernels on the comm queue
- * itself (the next copy then waits for them), or, unless
- * COMMGEMM_P2P_FUSED_PUSH=pieces, on the local queue behind `ev`, recorded
- * on the comm queue, so that the copies run back to back. */
+ * enqueued on the comm queue is done: with COMMGEMM_P2P_SIGNAL=copy (the
+ * default) 8-byte copies of the epoch right behind it on the comm queue;
+ * else signal kernels on the comm queue itself (the next copy then waits
+ * for them), or, unless COMMGEMM_P2P_FUSED_PUSH=pieces, on the local queue
+ * behind `ev`, recorded on the comm queue, so that the copies run back to
+ * back. */
 static cgm_status ready_after_copy(p2p_state *st, int peer, int chunk0,
                                    int count, cudaEvent_t ev) {
     cgm_status status = CGM_SUCCESS;
     cudaStream_t q = st->queues[0];
+    if (st->signal_copy) { /* the copy engine, right behind the copy */
+        for (int i = 0; i < count; i++) {
+            plan_flag f = {PLAN_FLAG_READY, chunk0 + i};
+            int t = trace_open(st, flag_step(PLAN_SIGNAL, peer, f.kind, f.chunk), q);
+            CGM_TRY(p2p_signal_by_copy(st, p2p_flag_to(st, peer, f), q));
+            CGM_TRY(trace_close(st, t, q));
+        }
+        return CGM_SUCCESS;
+    }
     if (st->fused_push != P2P_PUSH_PIECES) {
         q = st->queues[2];
         CGM_CUDA_TRY(cudaEventRecord(ev, st->queues[0]));
