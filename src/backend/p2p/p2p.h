@@ -94,11 +94,12 @@ typedef struct p2p_state {
     /* COMMGEMM_P2P_RUN_ORDER: where comm programs are enqueued (plan_units'
      * order). Local scheduling only, as fused_push. */
     plan_run_order run_order;
-    /* COMMGEMM_P2P_SIGNAL: true (copy): a signal on the comm queue right
-     * after a copy-engine copy is itself an 8-byte copy of the epoch into
-     * the peer's flag (p2p_signal_by_copy), not a flag kernel. Local
-     * scheduling only: the flag values are the same. */
-    bool signal_copy;
+    /* COMMGEMM_P2P_SIGNAL: whether a signal on the comm queue right after
+     * a copy-engine copy is itself an 8-byte copy of the epoch into the
+     * peer's flag (p2p_signal_by_copy) or a flag kernel; auto: by copy
+     * after copies of >= P2P_SIGNAL_COPY_MIN_BYTES (p2p_signal_copy_after).
+     * Local scheduling only: the flag values are the same. */
+    enum { P2P_SIGNAL_AUTO, P2P_SIGNAL_COPY, P2P_SIGNAL_KERNEL } signal_mode;
     unsigned int *program_counters; /* device: CGM_DEV_PROGRAM_MAX, zero */
     /* device: nranks * P2P_MAX_SPLITS, zero: the one-kernel fused GEMM+RS's
      * per-piece tile counts (the kernel leaves them zero). */
@@ -182,6 +183,15 @@ cgm_status p2p_execute(p2p_state *st, const cgm_call *call);
  * a switch from the copy engine to the SMs and back (~10 us per signal
  * against ~2 us, docs/PERFORMANCE.md 4j). Unlike the kernel it is not
  * skipped once the comm aborted. */
+/* COMMGEMM_P2P_SIGNAL=auto signals by copy after copies of at least this
+ * many bytes: measured faster from 16 MiB up, slower for the 4 MiB pushes
+ * of the small AG shapes (docs/PERFORMANCE.md 4j). */
+#define P2P_SIGNAL_COPY_MIN_BYTES ((size_t)8 << 20)
+
+/* Whether a signal right behind a copy-engine copy of copied_bytes goes by
+ * copy (p2p_signal_by_copy) under COMMGEMM_P2P_SIGNAL; false for 0. */
+bool p2p_signal_copy_after(const p2p_state *st, size_t copied_bytes);
+
 cgm_status p2p_signal_by_copy(const p2p_state *st,
                               unsigned long long *remote_flag,
                               cudaStream_t stream);

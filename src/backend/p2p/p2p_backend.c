@@ -126,11 +126,11 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
     CGM_TRY(cgm_param_choice("COMMGEMM_P2P_FUSED_PUSH", push_modes, 5, &push));
     st->fused_push = push;
     /* COMMGEMM_P2P_SIGNAL: how the comm queue signals after a copy. */
-    static const char *const signal_modes[] = {"copy", "kernel"};
-    int signal_mode = 0;
-    CGM_TRY(cgm_param_choice("COMMGEMM_P2P_SIGNAL", signal_modes, 2,
+    static const char *const signal_modes[] = {"auto", "copy", "kernel"};
+    int signal_mode = P2P_SIGNAL_AUTO;
+    CGM_TRY(cgm_param_choice("COMMGEMM_P2P_SIGNAL", signal_modes, 3,
                              &signal_mode));
-    st->signal_copy = signal_mode == 0;
+    st->signal_mode = signal_mode;
     /* COMMGEMM_P2P_COMM_PRIORITY: the comm queue's stream priority. */
     static const char *const priorities[] = {"high", "low"};
     int comm_priority = 0;

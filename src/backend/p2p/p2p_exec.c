@@ -35,10 +35,10 @@ typedef struct exec_ctx {
     bool dry; /* check every step, enqueue nothing */
     bool search; /* dry pass: cgm_lt_prepare the GEMMs (not capturing) */
     bool timeline; /* COMMGEMM_TIMELINE: events around every step */
-    /* The last thing enqueued on the comm queue is a copy-engine copy (a
-     * data copy or a signal by copy): a SIGNAL there goes by copy too
-     * (COMMGEMM_P2P_SIGNAL=copy). */
-    bool q0_copy_last;
+    /* The bytes of the copy-engine copy last enqueued on the comm queue,
+     * when nothing but signals by copy followed it; else 0. A SIGNAL there
+     * goes by copy when p2p_signal_copy_after says so. */
+    size_t q0_copy_bytes;
     view views[PLAN_BUF_COUNT];
 } exec_ctx;
 
@@ -53,9 +53,15 @@ fail:
     return status;
 }
 
+bool p2p_signal_copy_after(const p2p_state *st, size_t copied_bytes) {
+    if (copied_bytes == 0 || st->signal_mode == P2P_SIGNAL_KERNEL) return false;
+    return st->signal_mode == P2P_SIGNAL_COPY ||
+           copied_bytes >= P2P_SIGNAL_COPY_MIN_BYTES;
+}
+
 static bool signal_by_copy(const exec_ctx *x, const plan_step *s) {
-    return x->st->signal_copy && s->kind == PLAN_SIGNAL && s->queue == 0 &&
-           x->q0_copy_last;
+    return s->kind == PLAN_SIGNAL && s->queue == 0 &&
+           p2p_signal_copy_after(x->st, x->q0_copy_bytes);
 }
 
 static cgm_status setup_views(exec_ctx *x, plan_op op) {
@@ -308,10 +314,12 @@ fail:
     return status;
 }
 
+/* *copied: the bytes the copy engine moved, 0 when a kernel follows. */
 static cgm_status run_copy(exec_ctx *x, const plan_step *s, int i,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, size_t *copied) {
     cgm_status status = CGM_SUCCESS;
     copy_geometry g;
+    *copied = 0;
     CGM_TRY(copy_geometry_of(x, s, i, &g));
     if (g.skip) return CGM_SUCCESS;
     if (g.add_after && x->dry) /* validate the add's addresses */
@@ -321,6 +329,7 @@ static cgm_status run_copy(exec_ctx *x, const plan_step *s, int i,
     CGM_CUDA_TRY(cudaMemcpy2DAsync(g.dst, g.dst_pitch, g.src, g.src_pitch,
                                    g.width, g.height, cudaMemcpyDefault,
                                    stream));
+    if (!g.add_after) *copied = g.width * g.height;
     if (g.add_after)
         CGM_TRY(add_gathered_into_output(x, s->shard, s->row0, s->rows, i,
                                          stream));
@@ -443,9 +452,10 @@ static cgm_status run_step(exec_ctx *x, p2p_plan_entry *e, int i) {
             CGM_CUDA_TRY(cudaStreamWaitEvent(stream, e->events[dep], 0));
     }
     if (x->timeline && !x->dry) CGM_TRY(p2p_timeline_step(st, i, false, stream));
-    bool by_copy = s->kind == PLAN_COPY || signal_by_copy(x, s);
+    size_t copied = 0;
+    bool signal_copied = signal_by_copy(x, s);
     switch (s->kind) {
-    case PLAN_COPY: CGM_TRY(run_copy(x, s, i, stream)); break;
+    case PLAN_COPY: CGM_TRY(run_copy(x, s, i, stream, &copied)); break;
     case PLAN_GEMM: CGM_TRY(run_gemm(x, s, i, s->queue, stream)); break;
     case PLAN_REDUCE: CGM_TRY(run_reduce(x, s, i, stream)); break;
     case PLAN_SIGNAL:
@@ -458,7 +468,7 @@ static cgm_status run_step(exec_ctx *x, p2p_plan_entry *e, int i) {
             goto fail;
         }
         if (x->dry) break;
-        if (signal_by_copy(x, s))
+        if (signal_copied)
             CGM_TRY(p2p_signal_by_copy(st, flag_cell(st, s), stream));
         else if (s->kind == PLAN_SIGNAL)
             CGM_CUDA_TRY(cgm_dev_signal(st->dev, flag_cell(st, s), stream));
@@ -474,7 +484,7 @@ static cgm_status run_step(exec_ctx *x, p2p_plan_entry *e, int i) {
     }
     if (x->timeline && !x->dry) CGM_TRY(p2p_timeline_step(st, i, true, stream));
     if (e->events[i] && !x->dry) CGM_CUDA_TRY(cudaEventRecord(e->events[i], stream));
-    if (s->queue == 0) x->q0_copy_last = by_copy;
+    if (s->queue == 0 && !signal_copied) x->q0_copy_bytes = copied;
 fail:
     return status;
 }
@@ -543,7 +553,7 @@ static cgm_status run_program(exec_ctx *x, p2p_plan_entry *e,
         if (blocks < 1) blocks = 1;
         CGM_CUDA_TRY(cgm_dev_program_run(&prog, st->dev, st->program_counters,
                                          (int)blocks, stream));
-        x->q0_copy_last = false;
+        x->q0_copy_bytes = 0;
     }
     for (int j = 0; j < n; j++)
         if (e->events[steps[j]])

@@ -371,17 +371,18 @@ fail:
 }
 
 /* READY(chunk0 .. chunk0 + count - 1) to `peer` once the copy just
- * enqueued on the comm queue is done: with COMMGEMM_P2P_SIGNAL=copy (the
- * default) 8-byte copies of the epoch right behind it on the comm queue;
+ * enqueued on the comm queue (`copied` bytes) is done: 8-byte copies of
+ * the epoch right behind it on the comm queue when p2p_signal_copy_after
+ * says so (COMMGEMM_P2P_SIGNAL);
  * else signal kernels on the comm queue itself (the next copy then waits
  * for them), or, unless COMMGEMM_P2P_FUSED_PUSH=pieces, on the local queue
  * behind `ev`, recorded on the comm queue, so that the copies run back to
  * back. */
 static cgm_status ready_after_copy(p2p_state *st, int peer, int chunk0,
-                                   int count, cudaEvent_t ev) {
+                                   int count, size_t copied, cudaEvent_t ev) {
     cgm_status status = CGM_SUCCESS;
     cudaStream_t q = st->queues[0];
-    if (st->signal_copy) { /* the copy engine, right behind the copy */
+    if (p2p_signal_copy_after(st, copied)) { /* the copy engine, right behind */
         for (int i = 0; i < count; i++) {
             plan_flag f = {PLAN_FLAG_READY, chunk0 + i};
             int t = trace_open(st, flag_step(PLAN_SIGNAL, peer, f.kind, f.chunk), q);
@@ -533,6 +534,7 @@ static cgm_status fused_ag(p2p_state *st, const cgm_call *c,
                               row_bytes, in + (size_t)row0 * in_pitch,
                               in_pitch, row_bytes, end_row - row0, comm));
             CGM_TRY(ready_after_copy(st, d, r * S + q0, q1 - q0,
+                                     (size_t)(end_row - row0) * row_bytes,
                                      copied[(t - 1) * npieces + g]));
         }
     }
@@ -739,7 +741,7 @@ static cgm_status single_rs(p2p_state *st, const cgm_call *c,
                               dst + (size_t)row0 * prow, prow,
                               src + (size_t)row0 * prow, prow, prow, rows,
                               comm));
-            CGM_TRY(ready_after_copy(st, d, d * S + q, 1,
+            CGM_TRY(ready_after_copy(st, d, d * S + q, 1, (size_t)rows * prow,
                                      copied[(t - 1) * S + q]));
         }
     }
@@ -839,7 +841,7 @@ static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
                               partial + (size_t)row0 * prow, prow, prow, rows,
                               comm));
             CGM_TRY(ready_after_copy(st, d, d * S + q0, q1 - q0,
-                                     copied[(t - 1) * S + g]));
+                                     (size_t)rows * prow, copied[(t - 1) * S + g]));
         }
         CGM_CUDA_TRY(cudaEventRecord(pushed[t - 1], comm));
     }
