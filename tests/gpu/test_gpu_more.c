@@ -166,6 +166,14 @@ static void test_graph_fused_store(const void *param) {
     test_graph(&fused);
 }
 
+/* Every signal behind a copy by copy (COMMGEMM_P2P_SIGNAL=copy): the
+ * 8-byte copy reads the epoch when it runs, so each replay must signal its
+ * own; the default algorithm, then fused (its pieces signal so too). */
+static void test_graph_signal_copy(const void *param) {
+    setenv("COMMGEMM_P2P_SIGNAL", "copy", 1);
+    test_graph(param);
+}
+
 /* The same with COMMGEMM_P2P_FUSED_PUSH=single: the fused GEMM+RS in one
  * kernel whose done flags the comm queue waits on (bf16 outputs and
  * COMMGEMM_PARTIAL_DTYPE=output, so that the kernel stores the partials
@@ -268,6 +276,8 @@ void register_more_cases(void) {
     test_add("graph_capture_replay_fused", test_graph, &fused);
     test_add("graph_capture_replay_fused_store", test_graph_fused_store, NULL);
     test_add("graph_capture_replay_fused_single", test_graph_fused_single, NULL);
+    test_add("graph_capture_replay_signal_copy", test_graph_signal_copy, NULL);
+    test_add("graph_capture_replay_fused_signal_copy", test_graph_signal_copy, &fused);
     test_add("timeout_names_missing_rank", test_timeout, NULL);
     test_add("timeout_names_missing_rank_fused", test_timeout, &fused);
     test_add("workspace_limits", test_limits, NULL);

@@ -332,6 +332,10 @@ static void test_bulk(const void *param) {
 #define AG_ALTERNATE "COMMGEMM_P2P_AG_GEMM_ORDER", "alternate", "_alternate"
 #define FUSED_STORE "COMMGEMM_P2P_FUSED_PUSH", "store", "_fused_store"
 #define FUSED_SINGLE "COMMGEMM_P2P_FUSED_PUSH", "single", "_fused_single"
+/* Every signal behind a copy by copy (the tests' pushes are under auto's
+ * 8 MiB), and none. */
+#define SIGNAL_COPY "COMMGEMM_P2P_SIGNAL", "copy", "_signal_copy"
+#define SIGNAL_KERNEL "COMMGEMM_P2P_SIGNAL", "kernel", "_signal_kernel"
 static const op_case cases[] = {
     {CGM_OP_ALL_GATHER_GEMM, 0, 0, NULL, NULL, ""},
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, NULL, NULL, ""},
@@ -355,7 +359,12 @@ static const op_case cases[] = {
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, FUSED_STORE},
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, FUSED_STORE},
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, FUSED_SINGLE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, FUSED_SINGLE}};
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, FUSED_SINGLE},
+    {CGM_OP_ALL_GATHER_GEMM, 0, 0, SIGNAL_COPY},
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, SIGNAL_COPY},
+    {CGM_OP_GEMM_ALL_REDUCE, 0, 0, SIGNAL_COPY},
+    {CGM_OP_ALL_GATHER_GEMM, 0, 0, SIGNAL_KERNEL},
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, SIGNAL_KERNEL}};
 
 static void register_cases(void) {
     char name[128];
