@@ -39,7 +39,8 @@
 # tests/gpu/copybench.c), ipcbench (the same between two processes, one GPU each: legacy
 # IPC against VMM fds, push and pull, 2D rows, pieces, priority, offset; IPCBENCH_MIB,
 # default "32 128"; tests/gpu/ipcbench.c), signal (COMMGEMM_P2P_SIGNAL kernel against auto (SIGNAL_VALUES),
-# alternating processes, two rounds; SIGNAL_SHAPES, SIGNAL_ALGOS), small (the latency-bound sweep
+# alternating processes, two rounds; SIGNAL_SHAPES, SIGNAL_ALGOS), pre-copy (COMMGEMM_P2P_PRE_COPY_FLAGS
+# inline against beside, the same shapes and algorithms), small (the latency-bound sweep
 # shapes: every p2p algorithm with graphs, the tuner's log, eager traces of
 # 2048x2048x2048; SMALL_SHAPES), priority (COMMGEMM_P2P_COMM_PRIORITY high
 # against low in alternating processes, split and the tuner; PRIO_SHAPES),
@@ -387,6 +388,9 @@ for s in "$@"; do
         "${LTSEARCH_SHAPES:-16384x8192x2048,8192x4096x4096,16384x2048x8192,4096x28672x8192,1024x8192x28672,2048x2048x2048}" "split auto" ;;
     small) stage_small ;;
     signal) stage_ab signal COMMGEMM_P2P_SIGNAL "${SIGNAL_VALUES:-kernel auto}" \
+        "${SIGNAL_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,4096x4096x4096,2048x2048x2048,1024x4096x4096}" \
+        "${SIGNAL_ALGOS:-auto split fused}" ;;
+    pre-copy) stage_ab pre-copy COMMGEMM_P2P_PRE_COPY_FLAGS "inline beside" \
         "${SIGNAL_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,4096x4096x4096,2048x2048x2048,1024x4096x4096}" \
         "${SIGNAL_ALGOS:-auto split fused}" ;;
     priority) stage_ab priority COMMGEMM_P2P_COMM_PRIORITY "high low" \

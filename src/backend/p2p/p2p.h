@@ -100,6 +100,14 @@ typedef struct p2p_state {
      * after copies of >= P2P_SIGNAL_COPY_MIN_BYTES (p2p_signal_copy_after).
      * Local scheduling only: the flag values are the same. */
     enum { P2P_SIGNAL_AUTO, P2P_SIGNAL_COPY, P2P_SIGNAL_KERNEL } signal_mode;
+    /* COMMGEMM_P2P_PRE_COPY_FLAGS: true (beside): the flag steps right
+     * before a copy-engine copy run on flag_queue, between flag_pre
+     * (recorded on the comm queue) and flag_post (which the comm queue
+     * waits for), so that the comm queue holds only copies and event waits
+     * (p2p_flags_beside_begin/_end). Local scheduling only. */
+    bool pre_copy_beside;
+    cudaStream_t flag_queue;
+    cudaEvent_t flag_pre, flag_post;
     unsigned int *program_counters; /* device: CGM_DEV_PROGRAM_MAX, zero */
     /* device: nranks * P2P_MAX_SPLITS, zero: the one-kernel fused GEMM+RS's
      * per-piece tile counts (the kernel leaves them zero). */
@@ -191,6 +199,15 @@ cgm_status p2p_execute(p2p_state *st, const cgm_call *call);
 /* Whether a signal right behind a copy-engine copy of copied_bytes goes by
  * copy (p2p_signal_by_copy) under COMMGEMM_P2P_SIGNAL; false for 0. */
 bool p2p_signal_copy_after(const p2p_state *st, size_t copied_bytes);
+
+/* Flag steps that precede a copy on the comm queue, enqueued on
+ * st->flag_queue instead: _begin makes flag_queue follow the comm queue
+ * and returns it; _end makes the comm queue wait for what was enqueued
+ * there. A flag kernel on the copy stream costs ~9 us of switching from the
+ * SMs to the copy engine before the copy; an event wait ~1.5 us
+ * (tests/gpu/ipcbench.c, docs/PERFORMANCE.md 4j). */
+cgm_status p2p_flags_beside_begin(p2p_state *st, cudaStream_t *flag_queue);
+cgm_status p2p_flags_beside_end(p2p_state *st);
 
 cgm_status p2p_signal_by_copy(const p2p_state *st,
                               unsigned long long *remote_flag,

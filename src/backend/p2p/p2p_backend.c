@@ -83,6 +83,9 @@ static void state_free(p2p_state *st) {
         if (st->lt_workspace[q]) cudaFree(st->lt_workspace[q]);
     }
     if (st->fork) cudaEventDestroy(st->fork);
+    if (st->flag_queue) cudaStreamDestroy(st->flag_queue);
+    if (st->flag_pre) cudaEventDestroy(st->flag_pre);
+    if (st->flag_post) cudaEventDestroy(st->flag_post);
     cgm_lt_destroy(st->lt);
     if (st->partial) cudaFree(st->partial);
     if (st->dev) cudaFree(st->dev);
@@ -131,6 +134,12 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
     CGM_TRY(cgm_param_choice("COMMGEMM_P2P_SIGNAL", signal_modes, 3,
                              &signal_mode));
     st->signal_mode = signal_mode;
+    /* COMMGEMM_P2P_PRE_COPY_FLAGS: where the flag steps before a copy run. */
+    static const char *const pre_copy_modes[] = {"beside", "inline"};
+    int pre_copy = 0;
+    CGM_TRY(cgm_param_choice("COMMGEMM_P2P_PRE_COPY_FLAGS", pre_copy_modes, 2,
+                             &pre_copy));
+    st->pre_copy_beside = pre_copy == 0;
     /* COMMGEMM_P2P_COMM_PRIORITY: the comm queue's stream priority. */
     static const char *const priorities[] = {"high", "low"};
     int comm_priority = 0;
@@ -233,6 +242,12 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
             CGM_CUDA_TRY(cudaMalloc(&st->lt_workspace[q], P2P_LT_WORKSPACE));
     }
     CGM_CUDA_TRY(cudaEventCreateWithFlags(&st->fork, cudaEventDisableTiming));
+    /* The queue of the flag steps before a copy, as high as the comm queue. */
+    CGM_CUDA_TRY(cudaStreamCreateWithPriority(
+        &st->flag_queue, cudaStreamNonBlocking,
+        comm_priority == 1 ? least : greatest));
+    CGM_CUDA_TRY(cudaEventCreateWithFlags(&st->flag_pre, cudaEventDisableTiming));
+    CGM_CUDA_TRY(cudaEventCreateWithFlags(&st->flag_post, cudaEventDisableTiming));
     CGM_CUDA_TRY(cudaDeviceGetAttribute(&st->sm_count,
                                         cudaDevAttrMultiProcessorCount,
                                         st->device));

@@ -39,8 +39,33 @@ typedef struct exec_ctx {
      * when nothing but signals by copy followed it; else 0. A SIGNAL there
      * goes by copy when p2p_signal_copy_after says so. */
     size_t q0_copy_bytes;
+    /* Non-NULL: comm-queue steps are enqueued here (st->flag_queue, while
+     * p2p_flags_beside_begin/_end bracket them). */
+    cudaStream_t q0_stream;
     view views[PLAN_BUF_COUNT];
 } exec_ctx;
+
+cgm_status p2p_flags_beside_begin(p2p_state *st, cudaStream_t *flag_queue) {
+    cgm_status status = CGM_SUCCESS;
+    CGM_CUDA_TRY(cudaEventRecord(st->flag_pre, st->queues[0]));
+    CGM_CUDA_TRY(cudaStreamWaitEvent(st->flag_queue, st->flag_pre, 0));
+    *flag_queue = st->flag_queue;
+fail:
+    return status;
+}
+
+cgm_status p2p_flags_beside_end(p2p_state *st) {
+    cgm_status status = CGM_SUCCESS;
+    CGM_CUDA_TRY(cudaEventRecord(st->flag_post, st->flag_queue));
+    CGM_CUDA_TRY(cudaStreamWaitEvent(st->queues[0], st->flag_post, 0));
+fail:
+    return status;
+}
+
+/* The stream of a step's queue. */
+static cudaStream_t queue_stream(const exec_ctx *x, int queue) {
+    return queue == 0 && x->q0_stream ? x->q0_stream : x->st->queues[queue];
+}
 
 cgm_status p2p_signal_by_copy(const p2p_state *st,
                               unsigned long long *remote_flag,
@@ -445,7 +470,7 @@ static cgm_status run_step(exec_ctx *x, p2p_plan_entry *e, int i) {
     cgm_status status = CGM_SUCCESS;
     p2p_state *st = x->st;
     const plan_step *s = &e->plan.steps[i];
-    cudaStream_t stream = st->queues[s->queue];
+    cudaStream_t stream = queue_stream(x, s->queue);
     for (int d = 0; d < s->ndeps && !x->dry; d++) {
         int dep = s->deps[d];
         if (e->plan.steps[dep].queue != s->queue)
@@ -515,7 +540,7 @@ static cgm_status run_program(exec_ctx *x, p2p_plan_entry *e,
                               const int *steps, int n) {
     cgm_status status = CGM_SUCCESS;
     p2p_state *st = x->st;
-    cudaStream_t stream = st->queues[0];
+    cudaStream_t stream = queue_stream(x, 0);
     cgm_dev_program prog;
     int64_t bytes = 0;
     memset(&prog, 0, sizeof prog);
@@ -601,8 +626,16 @@ static cgm_status enqueue_unit(exec_ctx *x, p2p_plan_entry *e,
             CGM_TRY(run_step(x, e, steps[j++]));
         int k = j;
         while (k < n && e->plan.steps[steps[k]].kind != PLAN_COPY) k++;
+        /* Flag steps before a copy: beside it (COMMGEMM_P2P_PRE_COPY_FLAGS). */
+        bool beside = k > j && k < n && x->st->pre_copy_beside;
+        if (beside) CGM_TRY(p2p_flags_beside_begin(x->st, &x->q0_stream));
         if (k - j >= 2) CGM_TRY(run_program(x, e, steps + j, k - j));
         else if (k - j == 1) CGM_TRY(run_step(x, e, steps[j]));
+        if (beside) {
+            x->q0_stream = NULL;
+            x->q0_copy_bytes = 0;
+            CGM_TRY(p2p_flags_beside_end(x->st));
+        }
         if (k < n) CGM_TRY(run_step(x, e, steps[k]));
         j = k + 1;
     }

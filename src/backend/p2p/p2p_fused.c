@@ -347,6 +347,19 @@ fail:
     return status;
 }
 
+/* A wait that the next copy on the comm queue follows: on the flag queue
+ * beside it unless COMMGEMM_P2P_PRE_COPY_FLAGS=inline (p2p.h). */
+static cgm_status wait_before_copy(p2p_state *st, int peer,
+                                   plan_flag_kind kind, int chunk) {
+    cgm_status status = CGM_SUCCESS;
+    cudaStream_t q = st->queues[0];
+    if (st->pre_copy_beside) CGM_TRY(p2p_flags_beside_begin(st, &q));
+    CGM_TRY(wait_from(st, peer, kind, chunk, q));
+    if (st->pre_copy_beside) CGM_TRY(p2p_flags_beside_end(st));
+fail:
+    return status;
+}
+
 /* The READY cells of sender j for chunks j2 * S + q, q = 0.., as an array
  * (the layout of p2p_flag_offset: consecutive chunks are consecutive). */
 static const unsigned long long *ready_cells(const p2p_state *st, int sender,
@@ -522,7 +535,7 @@ static cgm_status fused_ag(p2p_state *st, const cgm_call *c,
     int first[P2P_MAX_SPLITS], nseg = push_segments(st, npieces, false, first);
     for (int t = 1; t < P && own > 0; t++) {
         int d = (r + t) % P;
-        CGM_TRY(wait_from(st, d, PLAN_FLAG_FREE, -1, comm));
+        CGM_TRY(wait_before_copy(st, d, PLAN_FLAG_FREE, -1));
         char *peer_gather = (char *)st->ws.peer[d] + st->gather_offset;
         for (int g = 0; g < nseg; g++) {
             int q0 = first[g], q1 = g + 1 < nseg ? first[g + 1] : npieces;
@@ -727,14 +740,14 @@ static cgm_status single_rs(p2p_state *st, const cgm_call *c,
         int64_t rows_d = plan_shard_rows(m, d, P);
         int64_t off_d = plan_shard_offset(m, d, P);
         if (rows_d == 0) continue;
-        CGM_TRY(wait_from(st, d, PLAN_FLAG_FREE, -1, comm));
+        CGM_TRY(wait_before_copy(st, d, PLAN_FLAG_FREE, -1));
         char *dst = (char *)st->ws.peer[d] + st->recv_offset + (size_t)r * stride;
         const char *src = (const char *)st->partial + (size_t)off_d * prow;
         int npieces = (int)cgm_ceil_div(rows_d, rpf);
         for (int q = 0; q < npieces; q++) {
             int64_t row0 = q * rpf, rows = rows_d - row0 < rpf ? rows_d - row0 : rpf;
             /* My kernel stored every tile of the piece. */
-            CGM_TRY(wait_from(st, r, PLAN_FLAG_DONE, d * S + q, comm));
+            CGM_TRY(wait_before_copy(st, r, PLAN_FLAG_DONE, d * S + q));
             CGM_TRY(copy_rows(st, data_step(PLAN_COPY, loc(r, PLAN_BUF_PARTIAL),
                                             loc(d, PLAN_BUF_RECV), d, d * S + q,
                                             off_d + row0, rows),
@@ -817,7 +830,7 @@ static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
         /* The slot's previous pushes are done before it is overwritten. */
         if (t - 1 >= nslots)
             CGM_CUDA_TRY(cudaStreamWaitEvent(gemm, pushed[t - 1 - nslots], 0));
-        CGM_TRY(wait_from(st, d, PLAN_FLAG_FREE, -1, comm));
+        CGM_TRY(wait_before_copy(st, d, PLAN_FLAG_FREE, -1));
         /* GEMM and push whole pieces; tapered, the first push waits for
          * one piece's GEMM. */
         int npieces = (int)cgm_ceil_div(rows_d, rpf), first[P2P_MAX_SPLITS];
