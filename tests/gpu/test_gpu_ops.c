@@ -336,7 +336,7 @@ static void test_bulk(const void *param) {
  * 8 MiB), and none. */
 #define SIGNAL_COPY "COMMGEMM_P2P_SIGNAL", "copy", "_signal_copy"
 #define SIGNAL_KERNEL "COMMGEMM_P2P_SIGNAL", "kernel", "_signal_kernel"
-#define PRE_COPY_INLINE "COMMGEMM_P2P_PRE_COPY_FLAGS", "inline", "_pre_copy_inline"
+#define PRE_COPY_BESIDE "COMMGEMM_P2P_PRE_COPY_FLAGS", "beside", "_pre_copy_beside"
 static const op_case cases[] = {
     {CGM_OP_ALL_GATHER_GEMM, 0, 0, NULL, NULL, ""},
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, NULL, NULL, ""},
@@ -366,9 +366,9 @@ static const op_case cases[] = {
     {CGM_OP_GEMM_ALL_REDUCE, 0, 0, SIGNAL_COPY},
     {CGM_OP_ALL_GATHER_GEMM, 0, 0, SIGNAL_KERNEL},
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, SIGNAL_KERNEL},
-    {CGM_OP_ALL_GATHER_GEMM, 0, 0, PRE_COPY_INLINE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, PRE_COPY_INLINE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, PRE_COPY_INLINE}};
+    {CGM_OP_ALL_GATHER_GEMM, 0, 0, PRE_COPY_BESIDE},
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, PRE_COPY_BESIDE},
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, PRE_COPY_BESIDE}};
 
 static void register_cases(void) {
     char name[128];

@@ -100,7 +100,7 @@ typedef struct p2p_state {
      * after copies of >= P2P_SIGNAL_COPY_MIN_BYTES (p2p_signal_copy_after).
      * Local scheduling only: the flag values are the same. */
     enum { P2P_SIGNAL_AUTO, P2P_SIGNAL_COPY, P2P_SIGNAL_KERNEL } signal_mode;
-    /* COMMGEMM_P2P_PRE_COPY_FLAGS: true (beside): the flag steps right
+    /* COMMGEMM_P2P_PRE_COPY_FLAGS=beside (not the default): the flag steps right
      * before a copy-engine copy run on flag_queue, between flag_pre
      * (recorded on the comm queue) and flag_post (which the comm queue
      * waits for), so that the comm queue holds only copies and event waits

@@ -135,11 +135,11 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
                              &signal_mode));
     st->signal_mode = signal_mode;
     /* COMMGEMM_P2P_PRE_COPY_FLAGS: where the flag steps before a copy run. */
-    static const char *const pre_copy_modes[] = {"beside", "inline"};
+    static const char *const pre_copy_modes[] = {"inline", "beside"};
     int pre_copy = 0;
     CGM_TRY(cgm_param_choice("COMMGEMM_P2P_PRE_COPY_FLAGS", pre_copy_modes, 2,
                              &pre_copy));
-    st->pre_copy_beside = pre_copy == 0;
+    st->pre_copy_beside = pre_copy == 1;
     /* COMMGEMM_P2P_COMM_PRIORITY: the comm queue's stream priority. */
     static const char *const priorities[] = {"high", "low"};
     int comm_priority = 0;
