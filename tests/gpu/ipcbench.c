@@ -382,6 +382,19 @@ static void median_pair(float *v, int rounds, float out[2]) {
     }
 }
 
+/* Rank 1 sends its time of case i in round r to rank 0, which keeps both
+ * in us[(i * 2 + rank) * rounds + r]. */
+static void keep_time(float *us, int i, int r, int rounds, float mine) {
+    float theirs = 0.0f;
+    if (g_rank == 1) {
+        send_all(&mine, sizeof mine);
+        return;
+    }
+    recv_all(&theirs, sizeof theirs);
+    us[((size_t)i * 2 + 0) * (size_t)rounds + (size_t)r] = mine;
+    us[((size_t)i * 2 + 1) * (size_t)rounds + (size_t)r] = theirs;
+}
+
 /* The pieces table: every case at 4 and 8 pieces, interleaved as above. */
 static int run_piece_table(const buffers *b, timing *t, size_t bytes, int rounds) {
     static const int counts[2] = {4, 8};
@@ -393,15 +406,8 @@ static int run_piece_table(const buffers *b, timing *t, size_t bytes, int rounds
     for (int r = 0; r < rounds; r++)
         for (int j = 0; j < n; j++) {
             int i = (j + r) % n;
-            float mine = run_pieces(&piece_cases[i / 2], counts[i % 2], b, t, bytes);
-            float theirs = 0.0f;
-            if (g_rank == 1) {
-                send_all(&mine, sizeof mine);
-            } else {
-                recv_all(&theirs, sizeof theirs);
-                us[((size_t)i * 2 + 0) * (size_t)rounds + (size_t)r] = mine;
-                us[((size_t)i * 2 + 1) * (size_t)rounds + (size_t)r] = theirs;
-            }
+            keep_time(us, i, r, rounds,
+                      run_pieces(&piece_cases[i / 2], counts[i % 2], b, t, bytes));
         }
     if (g_rank == 0) {
         printf("# pieces, both ways: us (slower rank) and GB/s per direction; "
@@ -457,14 +463,7 @@ static int rank_main(int rank, size_t bytes, int rounds) {
     for (int r = 0; r < rounds; r++)
         for (int j = 0; j < NCASES; j++) {
             int i = (j + r) % NCASES;
-            float mine = run_case(&cases[i], &b, &t, bytes), theirs = 0.0f;
-            if (rank == 1) {
-                send_all(&mine, sizeof mine);
-            } else {
-                recv_all(&theirs, sizeof theirs);
-                us[((size_t)i * 2 + 0) * (size_t)rounds + (size_t)r] = mine;
-                us[((size_t)i * 2 + 1) * (size_t)rounds + (size_t)r] = theirs;
-            }
+            keep_time(us, i, r, rounds, run_case(&cases[i], &b, &t, bytes));
         }
     if (rank == 0) {
         printf("# ipcbench: %zu MiB per direction, rank 0 on GPU 0, rank 1 "
@@ -475,11 +474,7 @@ static int rank_main(int rank, size_t bytes, int rounds) {
                "GB/s per dir");
         for (int i = 0; i < NCASES; i++) {
             float med[2];
-            for (int k = 0; k < 2; k++) {
-                float *v = us + ((size_t)i * 2 + (size_t)k) * (size_t)rounds;
-                qsort(v, (size_t)rounds, sizeof *v, cmp_float);
-                med[k] = v[rounds / 2];
-            }
+            median_pair(us + (size_t)i * 2 * (size_t)rounds, rounds, med);
             float slow = med[0] > med[1] ? med[0] : med[1];
             printf("  %-48s %10.1f %10.1f %14.1f\n", cases[i].name, med[0],
                    med[1], slow > 0 ? (double)bytes / (slow * 1e3) : 0.0);
