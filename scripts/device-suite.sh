@@ -37,8 +37,8 @@
 # both ways, streams per direction, pieces with the flag signal on the copy
 # stream or beside it, and beside a GEMM or an HBM-bound memset on each GPU;
 # tests/gpu/copybench.c), ipcbench (the same between two processes, one GPU each: legacy
-# IPC against VMM fds, push and pull, 2D rows, pieces, priority, offset; IPCBENCH_MIB,
-# default "32 128"; tests/gpu/ipcbench.c), signal (COMMGEMM_P2P_SIGNAL kernel against auto (SIGNAL_VALUES),
+# IPC against VMM fds, push and pull, 2D rows, pieces, priority, offset; what sits between pieces;
+# a ping-pong of signalled pushes; IPCBENCH_MIB, default "32 128"; tests/gpu/ipcbench.c), signal (COMMGEMM_P2P_SIGNAL kernel against auto (SIGNAL_VALUES),
 # alternating processes, two rounds; SIGNAL_SHAPES, SIGNAL_ALGOS), pre-copy (COMMGEMM_P2P_PRE_COPY_FLAGS
 # inline against beside, the same shapes and algorithms), small (the latency-bound sweep
 # shapes: every p2p algorithm with graphs, the tuner's log, eager traces of

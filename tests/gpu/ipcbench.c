@@ -26,6 +26,12 @@
  *   - before each piece, what it waits on: a satisfied flag-wait kernel on
  *     the copy stream (cgm_dev_wait), a satisfied cuStreamWaitValue64, or an
  *     event of a one-thread kernel on another stream (a GEMM chunk's event).
+ * A third table measures the latency that the first two cannot: a ping-pong
+ * of pushes, each signalled to the peer, whose wait kernel releases its push
+ * back. The signal is the flag kernel or the 8-byte epoch copy; the pushes
+ * are none (the flag alone), 4 MiB (a small AG's shard) or 16 MiB. The
+ * signal by copy made the 4 MiB AG pushes ~5 us slower in the ops while it
+ * saved time on 16 MiB and more (docs/PERFORMANCE.md 4j).
  * Rank 0 is this process on GPU 0, rank 1 a forked child on GPU 1. Before
  * each case both meet at a socket barrier; each times its own copies with
  * events; rank 1 sends its time to rank 0. Every case runs once per round,
@@ -150,6 +156,7 @@ typedef struct buffers {
     unsigned long long *flags;      /* local flag cells, exported with ipc_local */
     unsigned long long *peer_flags; /* the peer's */
     cgm_dev_state *state;           /* epoch 0: every wait is satisfied */
+    cgm_dev_state *pp_state;        /* the ping-pong's: bumped each run */
     cgm_dev_abort_record *record;   /* host-mapped */
 } buffers;
 
@@ -216,6 +223,8 @@ static void setup_buffers(buffers *b, int dev, size_t bytes) {
     b->peer_flags = (unsigned long long *)(b->ipc_peer + room - 4096);
     OK(cudaMalloc((void **)&b->state, sizeof *b->state));
     OK(cudaMemset(b->state, 0, sizeof *b->state));
+    OK(cudaMalloc((void **)&b->pp_state, sizeof *b->pp_state));
+    OK(cudaMemset(b->pp_state, 0, sizeof *b->pp_state));
     OK(cudaHostAlloc((void **)&b->record, sizeof *b->record, cudaHostAllocMapped));
     memset((void *)b->record, 0, sizeof *b->record);
     OK(cgm_dev_preload());
@@ -432,6 +441,77 @@ static int run_piece_table(const buffers *b, timing *t, size_t bytes, int rounds
     return 0;
 }
 
+#define PP_HOPS 8
+#define PP_CELL0 64 /* the ping-pong's flag cells: PP_CELL0 + hop */
+
+/* PP_HOPS round trips of `bytes` (0: the flag alone) from rank 0 to rank 1
+ * and back, each push followed by its signal (by copy or by the flag
+ * kernel) and released by the peer's wait kernel. Both ranks bump their
+ * ping-pong epoch first, so every run waits for fresh values. Returns rank
+ * 0's time per one-way hop. */
+static float run_pingpong(int by_copy, size_t bytes, const buffers *b,
+                          timing *t) {
+    cudaStream_t s = t->plain;
+    float ms = 0.0f;
+    barrier();
+    OK(cgm_dev_epoch_bump(b->pp_state, s));
+    OK(cudaEventRecord(t->start, s));
+    for (int h = 0; h < PP_HOPS; h++) {
+        unsigned long long *mine = b->flags + PP_CELL0 + h;
+        unsigned long long *theirs = b->peer_flags + PP_CELL0 + h;
+        for (int turn = 0; turn < 2; turn++) {
+            if (turn == g_rank) { /* push, then signal */
+                if (bytes)
+                    OK(cudaMemcpyAsync(b->ipc_peer, b->src, bytes,
+                                       cudaMemcpyDefault, s));
+                if (by_copy)
+                    OK(cudaMemcpyAsync(theirs, &b->pp_state->epoch, sizeof *theirs,
+                                       cudaMemcpyDeviceToDevice, s));
+                else
+                    OK(cgm_dev_signal(b->pp_state, theirs, s));
+            } else {
+                OK(cgm_dev_wait(b->pp_state, mine, b->record, g_rank, 1 - g_rank,
+                                0, PP_CELL0 + h, 10000000000ull, s));
+            }
+        }
+    }
+    OK(cudaEventRecord(t->stop, s));
+    OK(cudaEventSynchronize(t->stop));
+    OK(cudaEventElapsedTime(&ms, t->start, t->stop));
+    if (b->record->set) die("ping-pong", "a wait expired");
+    return ms * 1000.0f / (2.0f * PP_HOPS);
+}
+
+static int run_pingpong_table(const buffers *b, timing *t, int rounds) {
+    static const size_t sizes[3] = {0, (size_t)4 << 20, (size_t)16 << 20};
+    enum { N = 6 }; /* (signal kind, size) */
+    for (int i = 0; i < N; i++) (void)run_pingpong(i % 2, sizes[i / 2], b, t);
+    float *us = calloc((size_t)N * (size_t)rounds * 2, sizeof(float));
+    if (!us) die("calloc", "out of memory");
+    for (int r = 0; r < rounds; r++)
+        for (int j = 0; j < N; j++) {
+            int i = (j + r) % N;
+            keep_time(us, i, r, rounds, run_pingpong(i % 2, sizes[i / 2], b, t));
+        }
+    if (g_rank == 0) {
+        printf("# ping-pong, %d round trips: us per one-way hop (push + signal + the "
+               "peer's wait), rank 0's median\n", PP_HOPS);
+        printf("# %-20s %14s %14s %14s\n", "signal", "flag alone", "4 MiB push",
+               "16 MiB push");
+        for (int k = 0; k < 2; k++) {
+            printf("  %-20s", k ? "8-byte epoch copy" : "flag kernel");
+            for (int z = 0; z < 3; z++) {
+                float med[2];
+                median_pair(us + (size_t)(z * 2 + k) * 2 * (size_t)rounds, rounds, med);
+                printf(" %14.1f", med[0]);
+            }
+            printf("\n");
+        }
+    }
+    free(us);
+    return 0;
+}
+
 static int rank_main(int rank, size_t bytes, int rounds) {
     buffers b;
     timing t;
@@ -481,7 +561,8 @@ static int rank_main(int rank, size_t bytes, int rounds) {
         }
     }
     free(us);
-    return run_piece_table(&b, &t, bytes, rounds);
+    if (run_piece_table(&b, &t, bytes, rounds)) return 1;
+    return run_pingpong_table(&b, &t, rounds);
 }
 
 int main(int argc, char **argv) {
