@@ -269,6 +269,39 @@ static void test_limits(const void *param) {
     gpu_run(P, &cfg, limits_body, NULL, 60);
 }
 
+/* A p2p setting with a value it does not take: a second comm on the same
+ * NCCL communicator is refused at its creation with a message naming the
+ * variable, its value and the values it takes; without it the next one is
+ * created and works. The settings are read before any allocation or
+ * collective, on every rank alike. */
+static void bad_settings_body(gpu_rank *g, void *arg) {
+    (void)arg;
+    static const char *const cases[][3] = {
+        {"COMMGEMM_P2P_SIGNAL", "sometimes", "auto"},
+        {"COMMGEMM_P2P_PRE_COPY_FLAGS", "elsewhere", "inline"}};
+    cgm_config cfg = gpu_config();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cgm_comm *c = NULL;
+        setenv(cases[i][0], cases[i][1], 1);
+        CHECK_STATUS(cgm_comm_init_nccl(g->nccl, &cfg, &c),
+                     CGM_ERROR_INVALID_ARGUMENT);
+        CHECK(c == NULL);
+        CHECK_CONTAINS(cgm_last_error(), cases[i][0]);
+        CHECK_CONTAINS(cgm_last_error(), cases[i][1]);
+        CHECK_CONTAINS(cgm_last_error(), cases[i][2]);
+        unsetenv(cases[i][0]);
+        CHECK_OK(cgm_comm_init_nccl(g->nccl, &cfg, &c));
+        CHECK_OK(cgm_comm_destroy(c));
+    }
+}
+
+static void test_bad_settings(const void *param) {
+    (void)param;
+    int P = gpu_count_or_skip();
+    cgm_config cfg = gpu_config();
+    gpu_run(P, &cfg, bad_settings_body, NULL, 60);
+}
+
 void register_more_cases(void) {
     test_add("ag_gemm_1gib_gathered", test_large, NULL);
     static const cgm_algo fused = CGM_ALGO_FUSED;
@@ -281,4 +314,5 @@ void register_more_cases(void) {
     test_add("timeout_names_missing_rank", test_timeout, NULL);
     test_add("timeout_names_missing_rank_fused", test_timeout, &fused);
     test_add("workspace_limits", test_limits, NULL);
+    test_add("bad_p2p_settings", test_bad_settings, NULL);
 }
