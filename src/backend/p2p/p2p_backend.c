@@ -242,12 +242,15 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
             CGM_CUDA_TRY(cudaMalloc(&st->lt_workspace[q], P2P_LT_WORKSPACE));
     }
     CGM_CUDA_TRY(cudaEventCreateWithFlags(&st->fork, cudaEventDisableTiming));
-    /* The queue of the flag steps before a copy, as high as the comm queue. */
-    CGM_CUDA_TRY(cudaStreamCreateWithPriority(
-        &st->flag_queue, cudaStreamNonBlocking,
-        comm_priority == 1 ? least : greatest));
-    CGM_CUDA_TRY(cudaEventCreateWithFlags(&st->flag_pre, cudaEventDisableTiming));
-    CGM_CUDA_TRY(cudaEventCreateWithFlags(&st->flag_post, cudaEventDisableTiming));
+    /* COMMGEMM_P2P_PRE_COPY_FLAGS=beside: the queue of the flag steps before
+     * a copy, as high as the comm queue. */
+    if (st->pre_copy_beside) {
+        CGM_CUDA_TRY(cudaStreamCreateWithPriority(
+            &st->flag_queue, cudaStreamNonBlocking,
+            comm_priority == 1 ? least : greatest));
+        CGM_CUDA_TRY(cudaEventCreateWithFlags(&st->flag_pre, cudaEventDisableTiming));
+        CGM_CUDA_TRY(cudaEventCreateWithFlags(&st->flag_post, cudaEventDisableTiming));
+    }
     CGM_CUDA_TRY(cudaDeviceGetAttribute(&st->sm_count,
                                         cudaDevAttrMultiProcessorCount,
                                         st->device));

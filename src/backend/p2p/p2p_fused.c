@@ -415,6 +415,22 @@ fail:
     return status;
 }
 
+/* Pushes `rows` partial rows of shard d (global rows from grow0) from
+ * `src` into `dst` (d's RECV slot of this rank), rows of `prow` bytes, on
+ * the comm queue, then raises READY of chunks chunk0 .. chunk0 + count - 1
+ * to d (ready_after_copy). */
+static cgm_status push_partial(p2p_state *st, int d, int chunk0, int count,
+                               int64_t grow0, int64_t rows, char *dst,
+                               const char *src, size_t prow, cudaEvent_t ev) {
+    cgm_status status = CGM_SUCCESS;
+    CGM_TRY(copy_rows(st, data_step(PLAN_COPY, loc(st->rank, PLAN_BUF_PARTIAL),
+                                    loc(d, PLAN_BUF_RECV), d, chunk0, grow0, rows),
+                      dst, prow, src, prow, prow, rows, st->queues[0]));
+    CGM_TRY(ready_after_copy(st, d, chunk0, count, (size_t)rows * prow, ev));
+fail:
+    return status;
+}
+
 /* The segments a shard's `npieces` pieces are pushed in (the first piece
  * of each into first[]; returns their count): one per piece, or with
  * COMMGEMM_P2P_FUSED_PUSH=taper, plan_fused_taper's, `growing` for RS. */
@@ -728,7 +744,7 @@ static cgm_status single_rs(p2p_state *st, const cgm_call *c,
     int64_t m = c->m, block = cgm_ceil_div(m, P), rpf = a->rows_per_flag;
     size_t prow = (size_t)c->n * cgm_dtype_size(a->out_dtype);
     size_t stride = (size_t)block * prow;
-    cudaStream_t comm = st->queues[0], gemm = st->queues[1];
+    cudaStream_t gemm = st->queues[1];
     cudaEvent_t *copied = e->events + P * S + P;
     int tk = trace_open(st, data_step(PLAN_GEMM, loc(r, PLAN_BUF_INPUT),
                                       loc(r, PLAN_BUF_OUTPUT), -1, -1, 0, m),
@@ -748,14 +764,10 @@ static cgm_status single_rs(p2p_state *st, const cgm_call *c,
             int64_t row0 = q * rpf, rows = rows_d - row0 < rpf ? rows_d - row0 : rpf;
             /* My kernel stored every tile of the piece. */
             CGM_TRY(wait_before_copy(st, r, PLAN_FLAG_DONE, d * S + q));
-            CGM_TRY(copy_rows(st, data_step(PLAN_COPY, loc(r, PLAN_BUF_PARTIAL),
-                                            loc(d, PLAN_BUF_RECV), d, d * S + q,
-                                            off_d + row0, rows),
-                              dst + (size_t)row0 * prow, prow,
-                              src + (size_t)row0 * prow, prow, prow, rows,
-                              comm));
-            CGM_TRY(ready_after_copy(st, d, d * S + q, 1, (size_t)rows * prow,
-                                     copied[(t - 1) * S + q]));
+            CGM_TRY(push_partial(st, d, d * S + q, 1, off_d + row0, rows,
+                                 dst + (size_t)row0 * prow,
+                                 src + (size_t)row0 * prow, prow,
+                                 copied[(t - 1) * S + q]));
         }
     }
 fail:
@@ -847,14 +859,10 @@ static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
             cudaEvent_t ev = piece_done[(t - 1) * S + g];
             CGM_CUDA_TRY(cudaEventRecord(ev, gemm));
             CGM_CUDA_TRY(cudaStreamWaitEvent(comm, ev, 0));
-            CGM_TRY(copy_rows(st, data_step(PLAN_COPY, loc(r, PLAN_BUF_PARTIAL),
-                                            loc(d, PLAN_BUF_RECV), d, d * S + q0,
-                                            off_d + row0, rows),
-                              dst + (size_t)row0 * prow, prow,
-                              partial + (size_t)row0 * prow, prow, prow, rows,
-                              comm));
-            CGM_TRY(ready_after_copy(st, d, d * S + q0, q1 - q0,
-                                     (size_t)rows * prow, copied[(t - 1) * S + g]));
+            CGM_TRY(push_partial(st, d, d * S + q0, q1 - q0, off_d + row0, rows,
+                                 dst + (size_t)row0 * prow,
+                                 partial + (size_t)row0 * prow, prow,
+                                 copied[(t - 1) * S + g]));
         }
         CGM_CUDA_TRY(cudaEventRecord(pushed[t - 1], comm));
     }
