@@ -21,7 +21,9 @@
 # (the p2p GPU tests with COMMGEMM_ALGO=fused, case by case), sanitize-fused
 # (memcheck + racecheck with it forced), compare-fused (p2p's tuner pick,
 # fused and split side by side, graphs, the four shapes), compare-fused-outpartial
-# (the same for GEMM+RS with output-dtype partials), fused-splits
+# (the same for GEMM+RS with output-dtype partials), algos (one op, ALGOS_OP
+# default gemm_rs, at each entry of ALGOS_LIST, algo:splits, on ALGOS_SHAPES;
+# graphs, bf16 partials, the tuner's TUNE log for auto:0), fused-splits
 # (commgemm-bench with fused at 1, 2, 4 and 8 pieces per shard, graphs and
 # eager, split and the tuner beside it unless FUSED_BASELINES=0, bf16 partials;
 # FUSED_SHAPES; FUSED_TAG names a second run, e.g. with
@@ -221,6 +223,19 @@ stage_fused_splits() { # fused AG/RS per piece count, graphs and eager, split be
     note "fused-splits: $(runs_summary "$d" "$d"/*.txt)"
     bench_rows '$8, $13' "$d"/f*.txt "$d"/[as]*.txt
 }
+stage_algos() { # one op, every algorithm and split count (ALGOS_LIST: algo:splits; graphs, bf16 partials), the tuner's log for auto
+    local d=$OUT/algos${ALGOS_TAG:+-$ALGOS_TAG} sh=${ALGOS_SHAPES:-4096x4096x4096,16384x4096x4096,8192x14336x4096} e algo s
+    mkdir -p "$d"
+    for e in ${ALGOS_LIST:-split:1 split:2 split:4 fused:2 fused:4 fused:8 auto:0}; do
+        algo=${e%%:*} s=${e#*:}
+        COMMGEMM_PARTIAL_DTYPE=output COMMGEMM_DEBUG=INFO COMMGEMM_DEBUG_SUBSYS=TUNE bench_p2p "$d/$algo-$s.txt" 150 \
+            --shapes "$sh" --op "${ALGOS_OP:-gemm_rs}" -w 5 -i 20 --graph --algo "$algo" --splits "$s"
+        echo "rc=$? $algo-$s" >>"$d/rc.txt"
+    done
+    note "algos (${ALGOS_OP:-gemm_rs}): $(runs_summary "$d" "$d"/*.txt)"
+    bench_rows '$8, $13' "$d"/*.txt | sort -k2,3 -s
+    grep -h "tune .*->" "$d"/auto-0.txt | head -12
+}
 stage_comm_alone() { # the p2p backend's collectives alone (--comm-baseline library): comm_us of its pushes without a GEMM beside, and eager traces
     local d=$OUT/comm-alone sh=${COMMALONE_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,4096x4096x4096}
     mkdir -p "$d"
@@ -403,7 +418,7 @@ for s in "$@"; do
     max-conn) stage_ab max-conn CUDA_DEVICE_MAX_CONNECTIONS "8 32" \
         "${SMPUSH_SHAPES:-2048x2048x2048,16384x2048x8192,8192x4096x4096,4096x28672x8192}" "split" ;;
     sm-blocks) COMMGEMM_P2P_SM_PUSH_BYTES=4194304 stage_ab sm-blocks COMMGEMM_P2P_SM_PUSH_BLOCKS "16 32 64" \
-        "${SMPUSH_SHAPES:-1024x1024x1024,2048x2048x2048,1024x4096x4096}" "split" ;; fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;; fused-splits) stage_fused_splits ;; copybench) stage_copybench ;; ipcbench) stage_ipcbench ;;
+        "${SMPUSH_SHAPES:-1024x1024x1024,2048x2048x2048,1024x4096x4096}" "split" ;; fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;; fused-splits) stage_fused_splits ;; algos) stage_algos ;; copybench) stage_copybench ;; ipcbench) stage_ipcbench ;;
     compare-fused) stage_compare fused "COMPARE_ARGS=--graph --backends p2p,p2p-fused,p2p-split" ;;
     compare-fused-outpartial) stage_compare fused-outpartial "COMPARE_ARGS=--graph --ops gemm_rs --backends p2p,p2p-fused,p2p-split" \
         COMMGEMM_PARTIAL_DTYPE=output ;;

@@ -269,37 +269,44 @@ static void test_limits(const void *param) {
     gpu_run(P, &cfg, limits_body, NULL, 60);
 }
 
-/* A p2p setting with a value it does not take: a second comm on the same
- * NCCL communicator is refused at its creation with a message naming the
- * variable, its value and the values it takes; without it the next one is
- * created and works. The settings are read before any allocation or
- * collective, on every rank alike. */
+/* A p2p setting with a value it does not take. Parameters are read once per
+ * process, so the value is set in this (parent) process before the ranks
+ * start, and the ranks' own comm uses the nccl backend, which does not read
+ * it. A p2p comm on the same NCCL communicator is then refused at its
+ * creation, on every rank alike and before any allocation or collective,
+ * with a message naming the variable, its value and the values it takes;
+ * asking again is refused the same way (nothing half-made was kept), and
+ * the NCCL communicator still serves a new nccl comm. */
+typedef struct bad_setting {
+    const char *name, *value, *default_value;
+} bad_setting;
+
 static void bad_settings_body(gpu_rank *g, void *arg) {
-    (void)arg;
-    static const char *const cases[][3] = {
-        {"COMMGEMM_P2P_SIGNAL", "sometimes", "auto"},
-        {"COMMGEMM_P2P_PRE_COPY_FLAGS", "elsewhere", "inline"}};
+    const bad_setting *b = arg;
     cgm_config cfg = gpu_config();
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    for (int again = 0; again < 2; again++) {
         cgm_comm *c = NULL;
-        setenv(cases[i][0], cases[i][1], 1);
         CHECK_STATUS(cgm_comm_init_nccl(g->nccl, &cfg, &c),
                      CGM_ERROR_INVALID_ARGUMENT);
         CHECK(c == NULL);
-        CHECK_CONTAINS(cgm_last_error(), cases[i][0]);
-        CHECK_CONTAINS(cgm_last_error(), cases[i][1]);
-        CHECK_CONTAINS(cgm_last_error(), cases[i][2]);
-        unsetenv(cases[i][0]);
-        CHECK_OK(cgm_comm_init_nccl(g->nccl, &cfg, &c));
-        CHECK_OK(cgm_comm_destroy(c));
+        CHECK_CONTAINS(cgm_last_error(), b->name);
+        CHECK_CONTAINS(cgm_last_error(), b->value);
+        CHECK_CONTAINS(cgm_last_error(), b->default_value);
     }
+    cgm_comm *ok = NULL;
+    cfg.backend = CGM_BACKEND_NCCL;
+    CHECK_OK(cgm_comm_init_nccl(g->nccl, &cfg, &ok));
+    CHECK_OK(cgm_comm_destroy(ok));
 }
 
 static void test_bad_settings(const void *param) {
-    (void)param;
+    const bad_setting *b = param;
     int P = gpu_count_or_skip();
     cgm_config cfg = gpu_config();
-    gpu_run(P, &cfg, bad_settings_body, NULL, 60);
+    cfg.backend = CGM_BACKEND_NCCL;
+    setenv(b->name, b->value, 1);
+    gpu_run(P, &cfg, bad_settings_body, (void *)b, 60);
+    unsetenv(b->name);
 }
 
 void register_more_cases(void) {
@@ -314,5 +321,10 @@ void register_more_cases(void) {
     test_add("timeout_names_missing_rank", test_timeout, NULL);
     test_add("timeout_names_missing_rank_fused", test_timeout, &fused);
     test_add("workspace_limits", test_limits, NULL);
-    test_add("bad_p2p_settings", test_bad_settings, NULL);
+    static const bad_setting bad_signal = {"COMMGEMM_P2P_SIGNAL", "sometimes",
+                                           "auto"};
+    static const bad_setting bad_pre_copy = {"COMMGEMM_P2P_PRE_COPY_FLAGS",
+                                             "elsewhere", "inline"};
+    test_add("bad_p2p_signal_setting", test_bad_settings, &bad_signal);
+    test_add("bad_p2p_pre_copy_setting", test_bad_settings, &bad_pre_copy);
 }
