@@ -23,7 +23,9 @@
 # fused and split side by side, graphs, the four shapes), compare-fused-outpartial
 # (the same for GEMM+RS with output-dtype partials), algos (one op, ALGOS_OP
 # default gemm_rs, at each entry of ALGOS_LIST, algo:splits, on ALGOS_SHAPES;
-# graphs, bf16 partials, the tuner's TUNE log for auto:0), fused-splits
+# graphs, bf16 partials, the tuner's TUNE log for auto:0), rs-own (GEMM+RS with
+# COMMGEMM_RS_OWN reduce against gemm, alternating, two rounds; RSOWN_SHAPES,
+# RSOWN_ALGOS), fused-splits
 # (commgemm-bench with fused at 1, 2, 4 and 8 pieces per shard, graphs and
 # eager, split and the tuner beside it unless FUSED_BASELINES=0, bf16 partials;
 # FUSED_SHAPES; FUSED_TAG names a second run, e.g. with
@@ -405,6 +407,9 @@ for s in "$@"; do
     signal) stage_ab signal COMMGEMM_P2P_SIGNAL "${SIGNAL_VALUES:-kernel auto}" \
         "${SIGNAL_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,4096x4096x4096,2048x2048x2048,1024x4096x4096}" \
         "${SIGNAL_ALGOS:-auto split fused}" ;;
+    rs-own) stage_ab rs-own COMMGEMM_RS_OWN "${RSOWN_VALUES:-reduce gemm}" \
+        "${RSOWN_SHAPES:-4096x4096x4096,16384x4096x4096,8192x14336x4096,32768x4096x4096,8192x4096x4096,1024x4096x4096,16384x8192x2048}" \
+        "${RSOWN_ALGOS:-split auto}" --op gemm_rs ;;
     pre-copy) stage_ab pre-copy COMMGEMM_P2P_PRE_COPY_FLAGS "inline beside" \
         "${SIGNAL_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,4096x4096x4096,2048x2048x2048,1024x4096x4096}" \
         "${SIGNAL_ALGOS:-auto split fused}" ;;

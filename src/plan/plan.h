@@ -91,7 +91,9 @@ typedef enum plan_step_kind {
     /* GEMM of the rows: dst rows = src rows (as X) . W. final: dst is the
      * caller's OUTPUT (bias / accumulate / dtype conversion apply); else dst
      * is an fp32 PARTIAL slot. For bulk ops, rows = 0 and the step is the
-     * whole unrelated GEMM (src/dst PLAN_BUF_NONE). */
+     * whole unrelated GEMM (src/dst PLAN_BUF_NONE). With ref_count > 0 (RS
+     * split with own_addends) the product is added to the sum of those
+     * sources, as a final REDUCE would: dst is OUTPUT, the step is final. */
     PLAN_GEMM = 3,
     /* dst rows = sum (in fp32) of the sources plan->refs[ref_first ..
      * ref_first + ref_count). final: dst is the caller's OUTPUT (bias /
@@ -140,7 +142,7 @@ typedef struct plan_step {
     int chunk;           /* shard * splits + piece; -1 for whole-op steps */
     int64_t row0, rows;  /* global rows */
     bool final;          /* GEMM / REDUCE writing the caller's output */
-    int ref_first, ref_count; /* REDUCE sources in plan->refs */
+    int ref_first, ref_count; /* REDUCE sources (GEMM addends) in refs */
     int deps[PLAN_MAX_DEPS];  /* earlier steps of this rank, other queues */
     int ndeps;
 } plan_step;
@@ -158,6 +160,11 @@ typedef struct plan_request {
     bool has_gemm;      /* bulk ops: false when the call is collective-only */
     bool has_collective; /* bulk ops: false when the call is GEMM-only;
                             both ignored by the other ops */
+    bool own_addends;   /* GEMM_RS, SPLIT, nranks >= 2: each piece of my own
+                           rows is one final GEMM that adds the peers'
+                           partials (RECV slots) once they have arrived,
+                           instead of a GEMM into RECV[me] and a REDUCE;
+                           ignored by the other ops and algorithms */
 } plan_request;
 
 typedef struct plan {

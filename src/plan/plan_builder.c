@@ -99,6 +99,21 @@ int plan_emit_gemm(plan_builder *b, plan_loc src, plan_loc dst, int shard,
     return emit(b, &s);
 }
 
+int plan_emit_gemm_add(plan_builder *b, plan_loc src, plan_loc dst, int shard,
+                       int chunk, int64_t row0, int64_t rows, int first_ref) {
+    plan_step s = blank(PLAN_GEMM, next_compute_queue(b));
+    s.src = src;
+    s.dst = dst;
+    s.shard = shard;
+    s.chunk = chunk;
+    s.row0 = row0;
+    s.rows = rows;
+    s.final = true;
+    s.ref_first = first_ref;
+    s.ref_count = b->p->nrefs - first_ref;
+    return emit(b, &s);
+}
+
 int plan_emit_whole_gemm(plan_builder *b, int queue) {
     plan_step s = blank(PLAN_GEMM, queue);
     return emit(b, &s);

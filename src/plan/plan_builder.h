@@ -49,6 +49,10 @@ int plan_emit_wait_for_gemm(plan_builder *b, int peer, plan_flag_kind f,
 /* On the next compute queue (round robin). */
 int plan_emit_gemm(plan_builder *b, plan_loc src, plan_loc dst, int shard,
                    int chunk, int64_t row0, int64_t rows, bool final);
+/* A final GEMM into dst that adds the refs added since first_ref (which
+ * plan_refs_begin() returned): the reduce folded into the GEMM. */
+int plan_emit_gemm_add(plan_builder *b, plan_loc src, plan_loc dst, int shard,
+                       int chunk, int64_t row0, int64_t rows, int first_ref);
 /* The unrelated GEMM of a bulk op on `queue`: rows 0, no buffers. */
 int plan_emit_whole_gemm(plan_builder *b, int queue);
 /* REDUCE of the refs added since plan_refs_begin(); queue 0 means the next

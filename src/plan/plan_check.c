@@ -199,6 +199,23 @@ static int check_fields(checker *ck, int g, int r, int i) {
         return -1;
     if (s->kind == PLAN_GEMM && (s->src.rank != r || s->dst.rank != r))
         return check_fail_step(ck, g, "a GEMM reads and writes local buffers");
+    if (s->kind == PLAN_GEMM && s->ref_count != 0) {
+        if (!s->final || s->ref_count < 0 || s->ref_first < 0 ||
+            s->ref_first + s->ref_count > p->nrefs)
+            return check_fail_step(ck, g,
+                                   "a GEMM with addends (refs %d+%d of %d) "
+                                   "must be final",
+                                   s->ref_first, s->ref_count, p->nrefs);
+        for (int j = 0; j < s->ref_count; j++) {
+            plan_loc a = p->refs[s->ref_first + j];
+            if (a.rank != r)
+                return check_fail_step(ck, g, "a GEMM adds rank %d's buffer, "
+                                       "not a local one", a.rank);
+            if (check_loc(ck, g, "a GEMM addend", a, s->shard, s->row0,
+                          s->rows))
+                return -1;
+        }
+    }
     if (s->kind == PLAN_COPY) {
         if (s->src.rank != r && s->dst.rank != r)
             return check_fail_step(ck, g,

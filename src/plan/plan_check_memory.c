@@ -219,6 +219,46 @@ static int check_destination(checker *ck, int g, const plan_step *s) {
     return 0;
 }
 
+/* Adds the REDUCE sources (or a GEMM's addends) of row `row` into *out:
+ * partial sums only, no rank's contribution twice. */
+static int add_refs(checker *ck, int g, int rank, const plan_step *s,
+                    int64_t row, check_cell *out) {
+    const plan *p = &ck->plans[rank];
+    const char *what = plan_step_kind_name(s->kind);
+    for (int j = 0; j < s->ref_count; j++) {
+        check_cell in;
+        if (read_row(ck, g, p->refs[s->ref_first + j], s->shard, row, &in))
+            return -1;
+        if (in.kind != CELL_SUM || in.final)
+            return check_fail_step(ck, g,
+                                   "%s source %d holds %s%s at row %lld, not "
+                                   "partial sums",
+                                   what, j, in.final ? "final " : "",
+                                   cell_kind_name(in.kind), (long long)row);
+        if (in.mask & out->mask)
+            return check_fail_step(ck, g,
+                                   "%s adds the contribution of rank %d to "
+                                   "row %lld twice",
+                                   what, __builtin_ctzll(in.mask & out->mask),
+                                   (long long)row);
+        out->mask |= in.mask;
+    }
+    return 0;
+}
+
+/* A final sum must hold exactly one contribution of every rank. */
+static int check_complete(checker *ck, int g, const plan_step *s, int64_t row,
+                          uint64_t mask) {
+    uint64_t all = ck->P == 64 ? ~0ull : (1ull << ck->P) - 1;
+    if (!s->final || mask == all) return 0;
+    return check_fail_step(ck, g,
+                           "final %s of row %lld lacks the contribution of "
+                           "rank %d (each owner must sum exactly one from "
+                           "every rank)",
+                           plan_step_kind_name(s->kind), (long long)row,
+                           __builtin_ctzll(~mask & all));
+}
+
 static int apply_gemm(checker *ck, int g, int rank, const plan_step *s) {
     if (s->src.buf == PLAN_BUF_NONE) {
         ck->bulk_gemms[rank]++;
@@ -243,6 +283,9 @@ static int apply_gemm(checker *ck, int g, int rank, const plan_step *s) {
         out.kind = ag ? CELL_PRODUCT : CELL_SUM;
         out.mask = 1ull << rank;
         out.final = s->final;
+        if (s->ref_count > 0 && (add_refs(ck, g, rank, s, row, &out) ||
+                                 check_complete(ck, g, s, row, out.mask)))
+            return -1;
         ck->computed[(size_t)rank * (size_t)(ck->req->m + 1) + row]++;
         if (write_row(ck, g, s->dst, s->shard, row, &out)) return -1;
     }
@@ -250,39 +293,15 @@ static int apply_gemm(checker *ck, int g, int rank, const plan_step *s) {
 }
 
 static int apply_reduce(checker *ck, int g, int rank, const plan_step *s) {
-    const plan *p = &ck->plans[rank];
-    uint64_t all = ck->P == 64 ? ~0ull : (1ull << ck->P) - 1;
     if (check_destination(ck, g, s)) return -1;
     for (int64_t row = s->row0; row < s->row0 + s->rows; row++) {
         check_cell out;
         memset(&out, 0, sizeof out);
         out.kind = CELL_SUM;
         out.final = s->final;
-        for (int j = 0; j < s->ref_count; j++) {
-            check_cell in;
-            if (read_row(ck, g, p->refs[s->ref_first + j], s->shard, row, &in))
-                return -1;
-            if (in.kind != CELL_SUM || in.final)
-                return check_fail_step(
-                    ck, g,
-                    "REDUCE source %d holds %s%s at row %lld, not partial "
-                    "sums",
-                    j, in.final ? "final " : "", cell_kind_name(in.kind),
-                    (long long)row);
-            if (in.mask & out.mask)
-                return check_fail_step(
-                    ck, g,
-                    "REDUCE adds the contribution of rank %d to row %lld "
-                    "twice",
-                    __builtin_ctzll(in.mask & out.mask), (long long)row);
-            out.mask |= in.mask;
-        }
-        if (s->final && out.mask != all)
-            return check_fail_step(
-                ck, g,
-                "final REDUCE of row %lld lacks the contribution of rank %d "
-                "(each owner must sum exactly one from every rank)",
-                (long long)row, __builtin_ctzll(~out.mask & all));
+        if (add_refs(ck, g, rank, s, row, &out) ||
+            check_complete(ck, g, s, row, out.mask))
+            return -1;
         if (write_row(ck, g, s->dst, s->shard, row, &out)) return -1;
     }
     return 0;

@@ -337,6 +337,11 @@ static void test_bulk(const void *param) {
 #define SIGNAL_COPY "COMMGEMM_P2P_SIGNAL", "copy", "_signal_copy"
 #define SIGNAL_KERNEL "COMMGEMM_P2P_SIGNAL", "kernel", "_signal_kernel"
 #define PRE_COPY_BESIDE "COMMGEMM_P2P_PRE_COPY_FLAGS", "beside", "_pre_copy_beside"
+/* The GEMM+RS split's own pieces: reduce (a GEMM into a slot, then the
+ * reduce kernel) where the default (auto) adds the peer's partial in the
+ * GEMM (cuBLASLt's C) wherever it applies: 2 ranks, partials of the output
+ * dtype (fp32 outputs; bf16/fp16 with output partials), no accumulate. */
+#define RS_OWN_REDUCE "COMMGEMM_RS_OWN", "reduce", "_own_reduce"
 static const op_case cases[] = {
     {CGM_OP_ALL_GATHER_GEMM, 0, 0, NULL, NULL, ""},
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, NULL, NULL, ""},
@@ -368,7 +373,9 @@ static const op_case cases[] = {
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, SIGNAL_KERNEL},
     {CGM_OP_ALL_GATHER_GEMM, 0, 0, PRE_COPY_BESIDE},
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, PRE_COPY_BESIDE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, PRE_COPY_BESIDE}};
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, PRE_COPY_BESIDE},
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, RS_OWN_REDUCE},
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, RS_OWN_REDUCE}};
 
 static void register_cases(void) {
     char name[128];

@@ -77,6 +77,10 @@ static void sweep_one(const plan_request *req) {
     free_all(&set);
 }
 
+/* own_addends: the sweep with the flag set (GEMM+RS split only reads it;
+ * the other ops and algorithms must ignore it). */
+static bool sweep_own_addends;
+
 static void test_sweep(const void *param) {
     const combo *c = param;
     for (int P = 1; P <= 16; P++) {
@@ -90,6 +94,7 @@ static void test_sweep(const void *param) {
                             c->op, c->algo, P, ms[mi], splits, queues);
                         req.has_gemm = parts != 1;
                         req.has_collective = parts != 2;
+                        req.own_addends = sweep_own_addends;
                         sweep_one(&req);
                     }
     }
@@ -363,6 +368,58 @@ static void test_rs_split_shape(const void *param) {
     free_all(&set);
 }
 
+/* COMMGEMM_RS_OWN=gemm: my own pieces are final GEMMs that add the P-1
+ * peers' RECV slots after waiting for all of them; no REDUCE, no GEMM into
+ * RECV[me]; the peers' side (pushes, READY) is unchanged. */
+static void test_rs_own_addends_shape(const void *param) {
+    (void)param;
+    for (int P = 2; P <= 5; P++) {
+        plan_request req = make_request(PLAN_OP_GEMM_RS, PLAN_ALGO_SPLIT, P,
+                                        40 * P, 2, 1);
+        plan_set plain, add;
+        build_all(&req, &plain);
+        req.own_addends = true;
+        build_all(&req, &add);
+        require_valid(&add, "gemm_rs split own_addends");
+        for (int r = 0; r < P; r++) {
+            const plan *p = &add.plans[r];
+            int own = 0, copies = 0, plain_copies = 0;
+            CHECK_INT_EQ(first_of(p, PLAN_REDUCE), -1);
+            for (int i = 0; i < p->nsteps; i++) {
+                const plan_step *s = &p->steps[i];
+                copies += s->kind == PLAN_COPY;
+                if (s->kind != PLAN_GEMM || s->shard != r) continue;
+                own++;
+                CHECK(s->final);
+                CHECK_INT_EQ(s->dst.buf, PLAN_BUF_OUTPUT);
+                CHECK_INT_EQ(s->ref_count, P - 1);
+                for (int j = 0; j < s->ref_count; j++) {
+                    plan_loc a = p->refs[s->ref_first + j];
+                    CHECK_INT_EQ(a.buf, PLAN_BUF_RECV);
+                    CHECK(a.slot != r);
+                }
+                /* It waits (dep) for the last READY wait before it. */
+                CHECK_INT_EQ(s->ndeps, 1);
+                CHECK_INT_EQ(p->steps[s->deps[0]].kind, PLAN_WAIT);
+                CHECK_INT_EQ(p->steps[s->deps[0]].flag.kind, PLAN_FLAG_READY);
+                CHECK_INT_EQ(p->steps[s->deps[0]].flag.chunk, s->chunk);
+            }
+            CHECK_INT_EQ(own, p->splits);
+            for (int i = 0; i < plain.plans[r].nsteps; i++)
+                plain_copies += plain.plans[r].steps[i].kind == PLAN_COPY;
+            CHECK_INT_EQ(copies, plain_copies);
+        }
+        free_all(&plain);
+        free_all(&add);
+    }
+}
+
+static void test_sweep_own_addends(const void *param) {
+    sweep_own_addends = true;
+    test_sweep(param);
+    sweep_own_addends = false;
+}
+
 static void test_bulk_shape(const void *param) {
     (void)param;
     for (int op = PLAN_OP_BULK_AG; op <= PLAN_OP_BULK_RS; op++) {
@@ -437,6 +494,15 @@ static void register_cases(void) {
     test_add("shape.ag_split", test_ag_split_shape, NULL);
     test_add("shape.ag_lead", test_ag_lead_shape, NULL);
     test_add("shape.rs_split", test_rs_split_shape, NULL);
+    test_add("shape.rs_own_addends", test_rs_own_addends_shape, NULL);
+    /* The flag on every combination: GEMM+RS split uses it, the rest
+     * ignore it; all must pass plan_check. */
+    static char add_names[NCOMBOS][64];
+    for (int i = 0; i < NCOMBOS; i++) {
+        snprintf(add_names[i], sizeof add_names[i], "sweep.%s.%s.own_addends",
+                 plan_op_name(combos[i].op), plan_algo_name(combos[i].algo));
+        test_add(add_names[i], test_sweep_own_addends, &combos[i]);
+    }
     test_add("shape.bulk", test_bulk_shape, NULL);
     test_add("shape.splits_clamped", test_splits_clamped, NULL);
     register_negative_cases();

@@ -251,6 +251,52 @@ static void test_missing_contribution(const void *param) {
     expect_violation(&set, "lacks the contribution of rank 2", NULL);
 }
 
+/* COMMGEMM_RS_OWN=gemm: an own GEMM that adds a peer's slot must wait for
+ * that peer's READY; one that adds its own partial twice or misses a
+ * peer's is caught like a REDUCE. */
+static void build_own_addends(plan_set *set) {
+    plan_request req = make_request(PLAN_OP_GEMM_RS, PLAN_ALGO_SPLIT, 3, 9, 1,
+                                    1);
+    req.own_addends = true;
+    build_all(&req, set);
+    require_valid(set, "the plan before corruption");
+}
+
+static int own_gemm(const plan *p, int r) {
+    for (int i = 0; i < p->nsteps; i++)
+        if (p->steps[i].kind == PLAN_GEMM && p->steps[i].shard == r)
+            return i;
+    return -1;
+}
+
+static void test_own_addend_unwaited(const void *param) {
+    (void)param;
+    plan_set set;
+    build_own_addends(&set);
+    plan *p = &set.plans[1];
+    p->steps[own_gemm(p, 1)].ndeps = 0; /* no longer after the READY waits */
+    expect_violation(&set, "reads row 3 of rank 1's recv[0]", "no write to it");
+}
+
+static void test_own_addend_missing(const void *param) {
+    (void)param;
+    plan_set set;
+    build_own_addends(&set);
+    plan *p = &set.plans[0];
+    p->steps[own_gemm(p, 0)].ref_count--;
+    expect_violation(&set, "final gemm of row", "lacks the contribution");
+}
+
+static void test_own_addend_twice(const void *param) {
+    (void)param;
+    plan_set set;
+    build_own_addends(&set);
+    plan *p = &set.plans[2];
+    const plan_step *g = &p->steps[own_gemm(p, 2)];
+    p->refs[g->ref_first + 1] = p->refs[g->ref_first];
+    expect_violation(&set, "gemm adds the contribution of rank", "twice");
+}
+
 static void test_wrong_slot(const void *param) {
     (void)param;
     plan_set set;
@@ -375,4 +421,7 @@ void register_negative_cases(void) {
     test_add("negative.missing_final_reduce", test_missing_final_reduce, NULL);
     test_add("negative.bulk_gemm_twice", test_bulk_gemm_twice, NULL);
     test_add("negative.bad_structure", test_bad_structure, NULL);
+    test_add("negative.own_addend_unwaited", test_own_addend_unwaited, NULL);
+    test_add("negative.own_addend_missing", test_own_addend_missing, NULL);
+    test_add("negative.own_addend_twice", test_own_addend_twice, NULL);
 }

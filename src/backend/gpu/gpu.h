@@ -144,6 +144,11 @@ typedef struct cgm_lt_gemm_args {
     int64_t ldy;
     const void *bias; /* n elements of out_dtype, or NULL */
     bool accumulate;  /* beta = 1 */
+    /* Y = X . W^T + addend (+ bias): cuBLASLt's C, [m, n] of out_dtype with
+     * leading dimension ld_addend, read only; NULL: none. Not with
+     * accumulate. */
+    const void *addend;
+    int64_t ld_addend;
     bool allow_tf32;  /* fp32 inputs only */
 } cgm_lt_gemm_args;
 

@@ -22,9 +22,9 @@
 
 typedef struct lt_key {
     int layout, in_dtype, out_dtype;
-    int has_bias, accumulate, tf32;
-    int64_t m, n, k, ldx, ldw, ldy;
-    int align_x, align_w, align_y, align_bias;
+    int has_bias, accumulate, tf32, has_addend;
+    int64_t m, n, k, ldx, ldw, ldy, ld_addend;
+    int align_x, align_w, align_y, align_bias, align_addend;
     uint64_t workspace_bytes;
 } lt_key;
 
@@ -34,6 +34,7 @@ typedef struct lt_entry {
     lt_key key;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatrixLayout_t cin; /* the addend's (C) layout; else c */
     cublasLtMatmulAlgo_t algo;
 } lt_entry;
 
@@ -99,6 +100,7 @@ static void entry_clear(lt_entry *e) {
     if (e->a) cublasLtMatrixLayoutDestroy(e->a);
     if (e->b) cublasLtMatrixLayoutDestroy(e->b);
     if (e->c) cublasLtMatrixLayoutDestroy(e->c);
+    if (e->cin) cublasLtMatrixLayoutDestroy(e->cin);
     memset(e, 0, sizeof *e);
 }
 
@@ -138,8 +140,16 @@ static lt_key make_key(const cgm_lt_gemm_args *g, size_t workspace_bytes) {
     key.align_w = alignment(g->w);
     key.align_y = alignment(g->y);
     key.align_bias = g->bias ? alignment(g->bias) : 0;
+    key.has_addend = g->addend != NULL;
+    key.ld_addend = g->addend ? g->ld_addend : 0;
+    key.align_addend = g->addend ? alignment(g->addend) : 0;
     key.workspace_bytes = workspace_bytes;
     return key;
+}
+
+/* cuBLASLt's C layout: the addend's, or D's (beta 0 or accumulate). */
+static cublasLtMatrixLayout_t c_layout(const lt_entry *e) {
+    return e->cin ? e->cin : e->c;
 }
 
 /* The heuristic's first `want` algorithms for entry e (its descriptors and
@@ -152,7 +162,8 @@ static cgm_status heuristic(cgm_lt *lt, const lt_entry *e, int want,
     cublasLtMatmulPreference_t pref = NULL;
     uint64_t ws = key->workspace_bytes;
     uint32_t al_a = (uint32_t)key->align_w, al_b = (uint32_t)key->align_x,
-             al_c = (uint32_t)key->align_y;
+             al_d = (uint32_t)key->align_y,
+             al_c = key->has_addend ? (uint32_t)key->align_addend : al_d;
     *found = 0;
     memset(res, 0, (size_t)want * sizeof *res);
     CGM_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
@@ -165,10 +176,10 @@ static cgm_status heuristic(cgm_lt *lt, const lt_entry *e, int want,
     CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
     CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
     CGM_CUBLAS_TRY(cublasLtMatmulAlgoGetHeuristic(lt->handle, e->desc, e->a,
-                                                  e->b, e->c, e->c, pref,
-                                                  want, res, found));
+                                                  e->b, c_layout(e), e->c,
+                                                  pref, want, res, found));
 fail:
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     return status;
@@ -215,6 +226,10 @@ static cgm_status entry_build(cgm_lt *lt, lt_entry *e, const lt_key *key) {
                                               key->ldx));
     CGM_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&e->c, out, (uint64_t)key->n,
                                               (uint64_t)key->m, key->ldy));
+    if (key->has_addend)
+        CGM_CUBLAS_TRY(cublasLtMatrixLayoutCreate(
+            &e->cin, out, (uint64_t)key->n, (uint64_t)key->m,
+            key->ld_addend));
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
     CGM_TRY(heuristic(lt, e, 1, &result, &found));
@@ -333,7 +348,8 @@ static cgm_status search_entry(cgm_lt *lt, lt_entry *e,
     size_t y_room = (y_bytes + 255) & ~(size_t)255;
     float first_ms = 0;
     cudaStream_t s;
-    float alpha = 1.0f, beta = key->accumulate ? 1.0f : 0.0f;
+    float alpha = 1.0f,
+          beta = key->accumulate || key->has_addend ? 1.0f : 0.0f;
     e->searched = true;
     CGM_TRY(heuristic(lt, e, lt->search, res, &found));
     if (found < 2) goto fail;
@@ -369,8 +385,9 @@ static cgm_status search_entry(cgm_lt *lt, lt_entry *e,
     for (int c = 0; c < found; c++) {
         if (c == 0) CGM_CUDA_TRY(cudaEventRecord(lt->search_events[2], s));
         ok[c] = cublasLtMatmul(lt->handle, e->desc, &alpha, g->w, e->a, g->x,
-                               e->b, &beta, y, e->c, y, e->c, &res[c].algo,
-                               wsp, key->workspace_bytes,
+                               e->b, &beta, g->addend ? g->addend : y,
+                               c_layout(e), y, e->c, &res[c].algo, wsp,
+                               key->workspace_bytes,
                                s) == CUBLAS_STATUS_SUCCESS;
         if (c == 0) CGM_CUDA_TRY(cudaEventRecord(lt->search_events[3], s));
     }
@@ -390,8 +407,8 @@ static cgm_status search_entry(cgm_lt *lt, lt_entry *e,
             for (int i = 0; i < reps; i++)
                 CGM_CUBLAS_TRY(cublasLtMatmul(
                     lt->handle, e->desc, &alpha, g->w, e->a, g->x, e->b,
-                    &beta, y, e->c, y, e->c, &res[c].algo, wsp,
-                    key->workspace_bytes, s));
+                    &beta, g->addend ? g->addend : y, c_layout(e), y, e->c,
+                    &res[c].algo, wsp, key->workspace_bytes, s));
             CGM_CUDA_TRY(cudaEventRecord(ev[1], s));
         }
     CGM_CUDA_TRY(cudaEventRecord(lt->search_events[1], s));
@@ -464,8 +481,12 @@ cgm_status cgm_lt_gemm(cgm_lt *lt, const cgm_lt_gemm_args *g, void *workspace,
         CGM_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
             e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
             sizeof g->bias));
-    float alpha = 1.0f, beta = g->accumulate ? 1.0f : 0.0f;
-    if (g->k == 0 && !g->accumulate && !g->bias) {
+    if (g->addend && g->accumulate)
+        return cgm_error(CGM_ERROR_INTERNAL,
+                         "cgm_lt_gemm: an addend and accumulate together "
+                         "(cuBLASLt takes one C); please report this bug");
+    float alpha = 1.0f, beta = g->accumulate || g->addend ? 1.0f : 0.0f;
+    if (g->k == 0 && !g->accumulate && !g->bias && !g->addend) {
         /* Empty contraction: cuBLASLt may reject k = 0; the result is 0. */
         CGM_CUDA_TRY(cudaMemset2DAsync(
             g->y, (size_t)g->ldy * cgm_dtype_size(g->out_dtype), 0,
@@ -474,9 +495,10 @@ cgm_status cgm_lt_gemm(cgm_lt *lt, const cgm_lt_gemm_args *g, void *workspace,
         return CGM_SUCCESS;
     }
     CGM_CUBLAS_TRY(cublasLtMatmul(lt->handle, e->desc, &alpha, g->w, e->a,
-                                  g->x, e->b, &beta, g->y, e->c, g->y, e->c,
-                                  &e->algo, workspace, workspace_bytes,
-                                  stream));
+                                  g->x, e->b, &beta,
+                                  g->addend ? g->addend : g->y, c_layout(e),
+                                  g->y, e->c, &e->algo, workspace,
+                                  workspace_bytes, stream));
 fail:
     return status;
 }

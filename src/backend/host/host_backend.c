@@ -54,6 +54,15 @@ static cgm_status host_init(cgm_comm *comm, void **state) {
     st->rank = comm->rank;
     st->nranks = comm->nranks;
     st->listen_fd = -1;
+    /* COMMGEMM_RS_OWN: the host backend reduces unless told gemm. */
+    static const char *const rs_own[] = {"auto", "reduce", "gemm"};
+    int own = 0;
+    s = cgm_param_choice("COMMGEMM_RS_OWN", rs_own, 3, &own);
+    if (s != CGM_SUCCESS) {
+        free(st);
+        return s;
+    }
+    st->rs_own_gemm = own == 2;
     for (int g = 0; g < HOST_SEG_COUNT; g++) st->memfd[g] = -1;
     /* Flag chunk ids of a plan lie in [-1, 2 * P * splits). */
     st->chunks = 2 * comm->nranks * HOST_MAX_SPLITS + 1;
@@ -289,6 +298,8 @@ static cgm_status host_run_op(cgm_comm *comm, void *state,
                                                           : comm->config.host_threads;
     req.has_gemm = call->has_gemm;
     req.has_collective = bulk ? call->has_collective : true;
+    req.own_addends = st->rs_own_gemm && op == PLAN_OP_GEMM_RS &&
+                      req.algo == PLAN_ALGO_SPLIT;
     host_plan_entry *entry = NULL;
     s = get_plan(st, &req, &entry);
     if (s != CGM_SUCCESS) return s;

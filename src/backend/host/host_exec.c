@@ -360,7 +360,29 @@ static cgm_status do_gemm(exec_ctx *x, const plan_step *s, scratch *sc) {
     epilogue epi = s->src.buf == PLAN_BUF_NONE
                        ? EPI_BIAS_ACC
                        : epilogue_for(x, PLAN_GEMM, dst_buf);
-    bool direct = dst.dtype == CGM_DTYPE_FP32 && !dst.transposed &&
+    /* A GEMM with addends (RS split, COMMGEMM_RS_OWN=gemm): the arrived
+     * partials are added to the product before the epilogue. */
+    host_view *addends = NULL;
+    if (s->ref_count > 0) {
+        if (s->ref_first < 0 || s->ref_first + s->ref_count > x->p->nrefs)
+            return fail(x, CGM_ERROR_INTERNAL, -1,
+                        "plan GEMM step adds refs [%d, %d) of %d; please "
+                        "report this bug",
+                        s->ref_first, s->ref_first + s->ref_count,
+                        x->p->nrefs);
+        addends = malloc(sizeof *addends * (size_t)s->ref_count);
+        if (!addends)
+            return fail(x, CGM_ERROR_OUT_OF_MEMORY, -1,
+                        "expected room for %d addend views, found none",
+                        s->ref_count);
+        for (int r = 0; r < s->ref_count; r++)
+            if (view_of(x, x->p->refs[s->ref_first + r], s->shard, s->row0,
+                        s->rows, &addends[r])) {
+                free(addends);
+                return x->status;
+            }
+    }
+    bool direct = !addends && dst.dtype == CGM_DTYPE_FP32 && !dst.transposed &&
                   (epi == EPI_PLAIN || (!c->has_bias && epi != EPI_BIAS));
     if (direct) {
         float beta = (epi == EPI_ACC || epi == EPI_BIAS_ACC) && c->accumulate
@@ -371,14 +393,22 @@ static cgm_status do_gemm(exec_ctx *x, const plan_step *s, scratch *sc) {
     } else {
         float *out = grow(&sc->c, &sc->c_bytes,
                           (size_t)(a.rows * n) * sizeof(float));
-        if (!out && a.rows * n != 0)
+        if (!out && a.rows * n != 0) {
+            free(addends);
             return fail(x, CGM_ERROR_OUT_OF_MEMORY, -1,
                         "expected scratch for %lld x %lld fp32, found none",
                         (long long)a.rows, (long long)n);
+        }
         host_sgemm(&a, x->w32, x->ld_w, w_trans, n, k, out, n, 0.0f);
-        for (int64_t i = 0; i < a.rows; i++)
-            store_row(x, &dst, i, out + i * n, epi);
+        for (int64_t i = 0; i < a.rows; i++) {
+            float *row = out + i * n;
+            for (int r = 0; addends && r < s->ref_count; r++)
+                for (int64_t j = 0; j < n; j++)
+                    row[j] += host_view_get(&addends[r], i, j);
+            store_row(x, &dst, i, row, epi);
+        }
     }
+    free(addends);
     return CGM_SUCCESS;
 }
 

@@ -388,6 +388,31 @@ static cgm_status run_gemm(exec_ctx *x, const plan_step *s, int i, int queue,
             g.bias = NULL;
             g.accumulate = false;
         }
+        if (s->ref_count > 0) { /* COMMGEMM_RS_OWN=gemm: the peer's partial */
+            char *ap = NULL;
+            const view *va = NULL;
+            if (s->ref_count != 1 || s->ref_first < 0 ||
+                s->ref_first + 1 > x->p->nrefs || g.accumulate)
+                return cgm_error(CGM_ERROR_INTERNAL,
+                                 "p2p: GEMM step %d adds %d sources%s; "
+                                 "cuBLASLt takes one C without accumulate",
+                                 i, s->ref_count,
+                                 g.accumulate ? " and accumulates" : "");
+            CGM_TRY(locate(x, &x->p->refs[s->ref_first], s->shard, s->row0,
+                           s->rows, i, &ap, &va));
+            if (va->dtype != vy->dtype || va->width != vy->width) {
+                status = cgm_error(CGM_ERROR_INTERNAL,
+                                   "p2p: GEMM step %d adds %s rows %lld wide "
+                                   "to %s rows %lld wide",
+                                   i, cgm_dtype_name(va->dtype),
+                                   (long long)va->width,
+                                   cgm_dtype_name(vy->dtype),
+                                   (long long)vy->width);
+                goto fail;
+            }
+            g.addend = ap;
+            g.ld_addend = va->ld;
+        }
     }
     if (x->dry) /* before the fork: the first sight of a shape may time it */
         return x->search ? cgm_lt_prepare(st->lt, &g, P2P_LT_WORKSPACE,
@@ -701,6 +726,7 @@ static int auto_splits(plan_op op, int64_t m, int nranks) {
 
 static cgm_status make_request(p2p_state *st, const cgm_call *call,
                                plan_request *req) {
+    cgm_status status = CGM_SUCCESS;
     memset(req, 0, sizeof *req);
     req->nranks = st->nranks;
     req->rank = st->rank;
@@ -768,7 +794,17 @@ static cgm_status make_request(p2p_state *st, const cgm_call *call,
                      ? 4
                      : auto_splits(req->op, req->m, st->nranks);
     req->splits = splits > P2P_MAX_SPLITS ? P2P_MAX_SPLITS : splits;
-    return CGM_SUCCESS;
+    /* COMMGEMM_RS_OWN: cuBLASLt adds one addend (C), of D's dtype, and
+     * not beside an accumulate. */
+    if (st->rs_own_gemm && req->op == PLAN_OP_GEMM_RS &&
+        req->algo == PLAN_ALGO_SPLIT && st->nranks == 2 &&
+        !call->accumulate && call->k > 0) {
+        cgm_dtype pd = call->out_dtype;
+        CGM_TRY(cgm_partial_dtype(call->out_dtype, &pd));
+        req->own_addends = pd == call->out_dtype;
+    }
+fail:
+    return status;
 }
 
 cgm_status p2p_execute(p2p_state *st, const cgm_call *call) {

@@ -70,7 +70,8 @@ static bool same_request(const plan_request *a, const plan_request *b) {
            a->rank == b->rank && a->m == b->m && a->splits == b->splits &&
            a->compute_queues == b->compute_queues &&
            a->has_gemm == b->has_gemm &&
-           a->has_collective == b->has_collective;
+           a->has_collective == b->has_collective &&
+           a->own_addends == b->own_addends;
 }
 
 cgm_status p2p_plan_lookup(p2p_state *st, const plan_request *req,
