@@ -16,7 +16,8 @@ typedef struct rs_result {
  * d's RECV[my rank] after d's FREE, READY per chunk; my own rows' GEMM
  * goes last into my RECV[r]; then per piece wait for every writer and
  * reduce the P slots into OUTPUT. With own_addends, each own piece waits
- * for every writer first and is one final GEMM that adds their slots. */
+ * (on its compute queue) for every writer and is then one final GEMM that
+ * adds their slots. */
 static void build_rs_split(plan_builder *b, rs_result *res) {
     int r = b->r, P = b->P;
     int64_t row0, rows;
@@ -46,17 +47,19 @@ static void build_rs_split(plan_builder *b, rs_result *res) {
     }
     if (b->p->req.own_addends && b->p->req.op == PLAN_OP_GEMM_RS) {
         PLAN_FOR_PIECES(b, r, i, row0, rows) {
-            int chunk = plan_chunk_of(b, r, i), w = -1;
+            /* On the GEMM's own compute queue: a WAIT on the comm queue
+             * would come after all my pushes in its order and hold the
+             * own GEMMs back until they are done. */
+            int chunk = plan_chunk_of(b, r, i);
             for (int k = 1; k < P; k++)
-                w = plan_emit_wait(b, plan_mod(r - k, P), PLAN_FLAG_READY,
-                                   chunk);
+                plan_emit_wait_for_gemm(b, plan_mod(r - k, P),
+                                        PLAN_FLAG_READY, chunk);
             int first = plan_refs_begin(b);
             for (int k = 1; k < P; k++)
                 plan_add_ref(b, plan_at(r, PLAN_BUF_RECV, plan_mod(r - k, P)));
             int g = plan_emit_gemm_add(b, plan_at(r, PLAN_BUF_INPUT, 0),
                                        plan_at(r, PLAN_BUF_OUTPUT, 0), r,
                                        chunk, row0, rows, first);
-            plan_add_dep(b, g, w);
             res->own_final[i] = g;
         }
         return;

@@ -398,11 +398,16 @@ static void test_rs_own_addends_shape(const void *param) {
                     CHECK_INT_EQ(a.buf, PLAN_BUF_RECV);
                     CHECK(a.slot != r);
                 }
-                /* It waits (dep) for the last READY wait before it. */
-                CHECK_INT_EQ(s->ndeps, 1);
-                CHECK_INT_EQ(p->steps[s->deps[0]].kind, PLAN_WAIT);
-                CHECK_INT_EQ(p->steps[s->deps[0]].flag.kind, PLAN_FLAG_READY);
-                CHECK_INT_EQ(p->steps[s->deps[0]].flag.chunk, s->chunk);
+                /* Right after the READY waits of its chunk from every
+                 * writer, on its own compute queue (not behind the comm
+                 * queue's pushes). */
+                for (int k = 1; k < P; k++) {
+                    const plan_step *w = &p->steps[i - k];
+                    CHECK_INT_EQ(w->kind, PLAN_WAIT);
+                    CHECK_INT_EQ(w->queue, s->queue);
+                    CHECK_INT_EQ(w->flag.kind, PLAN_FLAG_READY);
+                    CHECK_INT_EQ(w->flag.chunk, s->chunk);
+                }
             }
             CHECK_INT_EQ(own, p->splits);
             for (int i = 0; i < plain.plans[r].nsteps; i++)

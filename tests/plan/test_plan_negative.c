@@ -274,7 +274,8 @@ static void test_own_addend_unwaited(const void *param) {
     plan_set set;
     build_own_addends(&set);
     plan *p = &set.plans[1];
-    p->steps[own_gemm(p, 1)].ndeps = 0; /* no longer after the READY waits */
+    int g = own_gemm(p, 1);
+    move_step(p, g, g - 2); /* before its READY waits on its queue */
     expect_violation(&set, "reads row 3 of rank 1's recv[0]", "no write to it");
 }
 

@@ -109,6 +109,7 @@ typedef struct p2p_state {
     /* COMMGEMM_RS_OWN (auto/gemm): GEMM+RS split's own pieces add the
      * peer's partial in the GEMM where it applies (make_request). */
     bool rs_own_gemm;
+    bool rs_own_forced; /* gemm: also with one piece per shard */
     cudaStream_t flag_queue;
     cudaEvent_t flag_pre, flag_post;
     unsigned int *program_counters; /* device: CGM_DEV_PROGRAM_MAX, zero */
