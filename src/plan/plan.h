@@ -165,6 +165,12 @@ typedef struct plan_request {
                            partials (RECV slots) once they have arrived,
                            instead of a GEMM into RECV[me] and a REDUCE;
                            ignored by the other ops and algorithms */
+    bool own_waits_beside; /* with own_addends: those pieces' READY waits
+                              run on the last compute queue, which runs
+                              nothing else (the GEMMs use the others and
+                              follow the waits through deps); needs
+                              compute_queues >= 2. Else they run on the
+                              GEMM's own queue, right before it. */
 } plan_request;
 
 typedef struct plan {
@@ -190,6 +196,9 @@ typedef struct plan {
  * invalid request (e.g. RING for a bulk op, nranks < 1, rank out of range,
  * m < 0). */
 int plan_build(const plan_request *req, plan *out, char *err, int err_len);
+/* Whether req's own pieces wait on a compute queue of their own (the last):
+ * own_addends and own_waits_beside on a GEMM+RS split of 2+ ranks. */
+bool plan_own_waits_beside(const plan_request *req);
 void plan_free(plan *p);
 
 /* LEAD's lead piece of a shard of `rows`: ceil(rows / splits) rounded up

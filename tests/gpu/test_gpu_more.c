@@ -174,6 +174,18 @@ static void test_graph_signal_copy(const void *param) {
     test_graph(param);
 }
 
+/* GEMM+RS split whose own pieces add the peer's partial in their GEMM
+ * (COMMGEMM_RS_OWN=gemm, forced also with one piece per shard; bf16
+ * partials, so cuBLASLt's C has the output's dtype; the bias in the same
+ * epilogue), captured and replayed; param non-NULL: their waits on a
+ * compute queue of their own (COMMGEMM_P2P_RS_OWN_WAITS=beside). */
+static void test_graph_rs_own(const void *param) {
+    setenv("COMMGEMM_RS_OWN", "gemm", 1);
+    setenv("COMMGEMM_PARTIAL_DTYPE", "output", 1);
+    if (param) setenv("COMMGEMM_P2P_RS_OWN_WAITS", "beside", 1);
+    test_graph(NULL);
+}
+
 /* The same with COMMGEMM_P2P_FUSED_PUSH=single: the fused GEMM+RS in one
  * kernel whose done flags the comm queue waits on (bf16 outputs and
  * COMMGEMM_PARTIAL_DTYPE=output, so that the kernel stores the partials
@@ -317,6 +329,10 @@ void register_more_cases(void) {
     test_add("graph_capture_replay_fused_store", test_graph_fused_store, NULL);
     test_add("graph_capture_replay_fused_single", test_graph_fused_single, NULL);
     test_add("graph_capture_replay_signal_copy", test_graph_signal_copy, NULL);
+    static const int beside = 1;
+    test_add("graph_capture_replay_rs_own_gemm", test_graph_rs_own, NULL);
+    test_add("graph_capture_replay_rs_own_waits_beside", test_graph_rs_own,
+             &beside);
     test_add("graph_capture_replay_fused_signal_copy", test_graph_signal_copy, &fused);
     test_add("timeout_names_missing_rank", test_timeout, NULL);
     test_add("timeout_names_missing_rank_fused", test_timeout, &fused);

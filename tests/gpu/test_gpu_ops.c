@@ -342,6 +342,8 @@ static void test_bulk(const void *param) {
  * GEMM (cuBLASLt's C) wherever it applies: 2 ranks, partials of the output
  * dtype (fp32 outputs; bf16/fp16 with output partials), no accumulate. */
 #define RS_OWN_REDUCE "COMMGEMM_RS_OWN", "reduce", "_own_reduce"
+/* Those pieces' READY waits on a compute queue of their own. */
+#define RS_OWN_WAITS_BESIDE "COMMGEMM_P2P_RS_OWN_WAITS", "beside", "_own_waits_beside"
 static const op_case cases[] = {
     {CGM_OP_ALL_GATHER_GEMM, 0, 0, NULL, NULL, ""},
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, NULL, NULL, ""},
@@ -375,7 +377,9 @@ static const op_case cases[] = {
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, PRE_COPY_BESIDE},
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, PRE_COPY_BESIDE},
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, RS_OWN_REDUCE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, RS_OWN_REDUCE}};
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, RS_OWN_REDUCE},
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, RS_OWN_WAITS_BESIDE},
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, RS_OWN_WAITS_BESIDE}};
 
 static void register_cases(void) {
     char name[128];

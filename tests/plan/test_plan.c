@@ -95,6 +95,9 @@ static void test_sweep(const void *param) {
                         req.has_gemm = parts != 1;
                         req.has_collective = parts != 2;
                         req.own_addends = sweep_own_addends;
+                        /* and their waits on a queue of their own */
+                        req.own_waits_beside = sweep_own_addends &&
+                                               queues >= 2;
                         sweep_one(&req);
                     }
     }
@@ -419,6 +422,46 @@ static void test_rs_own_addends_shape(const void *param) {
     }
 }
 
+/* own_waits_beside: the waits on the last compute queue, nothing else
+ * there, each own GEMM on another queue depending on its last wait. */
+static void test_rs_own_waits_beside_shape(const void *param) {
+    (void)param;
+    for (int P = 2; P <= 4; P++) {
+        plan_request req = make_request(PLAN_OP_GEMM_RS, PLAN_ALGO_SPLIT, P,
+                                        40 * P, 2, 2);
+        req.own_addends = true;
+        req.own_waits_beside = true;
+        plan_set set;
+        build_all(&req, &set);
+        require_valid(&set, "gemm_rs split own_waits_beside");
+        for (int r = 0; r < P; r++) {
+            const plan *p = &set.plans[r];
+            int waits = 0;
+            for (int i = 0; i < p->nsteps; i++) {
+                const plan_step *s = &p->steps[i];
+                if (s->queue == 2) {
+                    CHECK_INT_EQ(s->kind, PLAN_WAIT);
+                    waits++;
+                }
+                if (s->kind == PLAN_GEMM && s->shard == r) {
+                    CHECK_INT_EQ(s->queue, 1);
+                    CHECK_INT_EQ(s->ndeps, 1);
+                    CHECK_INT_EQ(p->steps[s->deps[0]].queue, 2);
+                    CHECK_INT_EQ(p->steps[s->deps[0]].flag.chunk, s->chunk);
+                }
+            }
+            CHECK_INT_EQ(waits, (P - 1) * p->splits);
+        }
+        free_all(&set);
+        /* One compute queue leaves none for the waits. */
+        req.compute_queues = 1;
+        plan p;
+        char err[256] = "";
+        CHECK_INT_EQ(plan_build(&req, &p, err, sizeof err), -1);
+        CHECK_CONTAINS(err, "needs 2 or more compute queues");
+    }
+}
+
 static void test_sweep_own_addends(const void *param) {
     sweep_own_addends = true;
     test_sweep(param);
@@ -500,6 +543,8 @@ static void register_cases(void) {
     test_add("shape.ag_lead", test_ag_lead_shape, NULL);
     test_add("shape.rs_split", test_rs_split_shape, NULL);
     test_add("shape.rs_own_addends", test_rs_own_addends_shape, NULL);
+    test_add("shape.rs_own_waits_beside", test_rs_own_waits_beside_shape,
+             NULL);
     /* The flag on every combination: GEMM+RS split uses it, the rest
      * ignore it; all must pass plan_check. */
     static char add_names[NCOMBOS][64];

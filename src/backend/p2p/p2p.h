@@ -110,6 +110,7 @@ typedef struct p2p_state {
      * peer's partial in the GEMM where it applies (make_request). */
     bool rs_own_gemm;
     bool rs_own_forced; /* gemm: also with one piece per shard */
+    bool rs_own_waits_beside; /* COMMGEMM_P2P_RS_OWN_WAITS=beside */
     cudaStream_t flag_queue;
     cudaEvent_t flag_pre, flag_post;
     unsigned int *program_counters; /* device: CGM_DEV_PROGRAM_MAX, zero */

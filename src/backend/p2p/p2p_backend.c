@@ -146,6 +146,11 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
     CGM_TRY(cgm_param_choice("COMMGEMM_RS_OWN", rs_own, 3, &rs_own_mode));
     st->rs_own_gemm = rs_own_mode != 1;
     st->rs_own_forced = rs_own_mode == 2;
+    static const char *const own_waits[] = {"queue", "beside"};
+    int own_waits_mode = 0;
+    CGM_TRY(cgm_param_choice("COMMGEMM_P2P_RS_OWN_WAITS", own_waits, 2,
+                             &own_waits_mode));
+    st->rs_own_waits_beside = own_waits_mode == 1;
     /* COMMGEMM_P2P_COMM_PRIORITY: the comm queue's stream priority. */
     static const char *const priorities[] = {"high", "low"};
     int comm_priority = 0;

@@ -806,6 +806,13 @@ static cgm_status make_request(p2p_state *st, const cgm_call *call,
         cgm_dtype pd = call->out_dtype;
         CGM_TRY(cgm_partial_dtype(call->out_dtype, &pd));
         req->own_addends = pd == call->out_dtype;
+        /* COMMGEMM_P2P_RS_OWN_WAITS=beside: one more compute queue, for
+         * the own pieces' waits alone. */
+        if (req->own_addends && st->rs_own_waits_beside &&
+            req->compute_queues < P2P_MAX_QUEUES - 1) {
+            req->own_waits_beside = true;
+            req->compute_queues++;
+        }
     }
 fail:
     return status;
