@@ -25,7 +25,10 @@
 # default gemm_rs, at each entry of ALGOS_LIST, algo:splits, on ALGOS_SHAPES;
 # graphs, bf16 partials, the tuner's TUNE log for auto:0), rs-own (GEMM+RS with
 # COMMGEMM_RS_OWN reduce against gemm, alternating, two rounds; RSOWN_SHAPES,
-# RSOWN_ALGOS), fused-splits
+# RSOWN_ALGOS), rs-own-waits (the same for COMMGEMM_P2P_RS_OWN_WAITS queue
+# against beside), compare-sweep-aligned (the sweep with --pad-us 300 --align:
+# the GPUs start each measurement together), sanitize-cases (memcheck and
+# racecheck on the test_gpu_ops cases in SANITIZE_CASES), fused-splits
 # (commgemm-bench with fused at 1, 2, 4 and 8 pieces per shard, graphs and
 # eager, split and the tuner beside it unless FUSED_BASELINES=0, bf16 partials;
 # FUSED_SHAPES; FUSED_TAG names a second run, e.g. with
@@ -118,6 +121,16 @@ stage_sanitize() {
         compute-sanitizer --tool $t --target-processes all --report-api-errors no --error-exitcode 99 \
             "$B/tests/gpu/test_gpu_ops" graph_capture_replay >"$OUT/sanitize-$t.log" 2>&1
         note "compute-sanitizer $t (test_gpu_ops graph_capture_replay): rc=$? $(grep -hE '(ERROR|RACECHECK) SUMMARY' "$OUT/sanitize-$t.log" | sort -u | tr '\n' ' ')"
+    done
+}
+stage_sanitize_cases() { # memcheck + racecheck on the test_gpu_ops cases of SANITIZE_CASES (no setting forced)
+    local t c
+    for t in memcheck racecheck; do
+        for c in ${SANITIZE_CASES:?SANITIZE_CASES: test_gpu_ops case names}; do
+            timeout ${SANITIZE_TIMEOUT:-200} compute-sanitizer --tool $t --target-processes all --report-api-errors no \
+                --error-exitcode 99 "$B/tests/gpu/test_gpu_ops" $c >"$OUT/sanitize-$t-$c.log" 2>&1
+            note "compute-sanitizer $t ($c): rc=$? $(grep -hE '(ERROR|RACECHECK) SUMMARY' "$OUT/sanitize-$t-$c.log" | sort -u | tr '\n' ' ')"
+        done
     done
 }
 stage_fused() { # every test_gpu_ops case (p2p) with the fused algorithm forced
@@ -379,6 +392,11 @@ for s in "$@"; do
         COMPARE_SWEEP_TIMEOUT=${SWEEP_TIMEOUT:-300} ;;
     compare-sweep-aligned) stage_sweep sweep-aligned "COMPARE_ARGS=--graph --pad-us 300 --align" ;;
     compare-sweep) stage_sweep sweep ;;
+    compare-sweep-aligned) stage_sweep sweep-aligned "COMPARE_ARGS=--graph --pad-us 300 --align" ;;
+    sanitize-cases) stage_sanitize_cases ;;
+    rs-own-waits) stage_ab rs-own-waits COMMGEMM_P2P_RS_OWN_WAITS "queue beside" \
+        "${RSOWN_SHAPES:-4096x4096x4096,16384x4096x4096,16384x8192x2048,8192x14336x4096,32768x4096x4096}" \
+        "${RSOWN_ALGOS:-split auto}" --op gemm_rs ;;
     hopper-bench) (timeout 120 "$B/tests/gpu/test_hopper_gemm" bench >"$OUT/hopper-bench.txt" 2>&1)
         note "hopper bench: rc=$? $(grep -cE '^ +[0-9]' "$OUT/hopper-bench.txt") rows" ;; cublasmp-cases) stage_cublasmp_cases ;; pack) stage_pack ;;
     timeline) stage_timeline ;; lt-algos) stage_lt_algos ;; fused-store) stage_fused_store fused-store "beside store" ;;
