@@ -91,8 +91,9 @@ int plan_emit_wait_for_gemm(plan_builder *b, int peer, plan_flag_kind f,
                      chunk);
 }
 
-int plan_emit_gemm(plan_builder *b, plan_loc src, plan_loc dst, int shard,
-                   int chunk, int64_t row0, int64_t rows, bool final) {
+static plan_step gemm_step(plan_builder *b, plan_loc src, plan_loc dst,
+                           int shard, int chunk, int64_t row0, int64_t rows,
+                           bool final) {
     plan_step s = blank(PLAN_GEMM, next_compute_queue(b));
     s.src = src;
     s.dst = dst;
@@ -101,19 +102,18 @@ int plan_emit_gemm(plan_builder *b, plan_loc src, plan_loc dst, int shard,
     s.row0 = row0;
     s.rows = rows;
     s.final = final;
+    return s;
+}
+
+int plan_emit_gemm(plan_builder *b, plan_loc src, plan_loc dst, int shard,
+                   int chunk, int64_t row0, int64_t rows, bool final) {
+    plan_step s = gemm_step(b, src, dst, shard, chunk, row0, rows, final);
     return emit(b, &s);
 }
 
 int plan_emit_gemm_add(plan_builder *b, plan_loc src, plan_loc dst, int shard,
                        int chunk, int64_t row0, int64_t rows, int first_ref) {
-    plan_step s = blank(PLAN_GEMM, next_compute_queue(b));
-    s.src = src;
-    s.dst = dst;
-    s.shard = shard;
-    s.chunk = chunk;
-    s.row0 = row0;
-    s.rows = rows;
-    s.final = true;
+    plan_step s = gemm_step(b, src, dst, shard, chunk, row0, rows, true);
     s.ref_first = first_ref;
     s.ref_count = b->p->nrefs - first_ref;
     return emit(b, &s);
