@@ -197,3 +197,12 @@ cgm_status cgm_partial_dtype(cgm_dtype out_dtype, cgm_dtype *partial) {
                    : CGM_DTYPE_FP32;
     return CGM_SUCCESS;
 }
+
+cgm_status cgm_param_rs_own(cgm_rs_own *mode) {
+    /* In the order of the cgm_rs_own values; the first is the default. */
+    static const char *const choices[] = {"auto", "reduce", "gemm"};
+    int which = CGM_RS_OWN_AUTO;
+    cgm_status st = cgm_param_choice("COMMGEMM_RS_OWN", choices, 3, &which);
+    if (st == CGM_SUCCESS) *mode = (cgm_rs_own)which;
+    return st;
+}

@@ -55,14 +55,13 @@ static cgm_status host_init(cgm_comm *comm, void **state) {
     st->nranks = comm->nranks;
     st->listen_fd = -1;
     /* COMMGEMM_RS_OWN: the host backend reduces unless told gemm. */
-    static const char *const rs_own[] = {"auto", "reduce", "gemm"};
-    int own = 0;
-    s = cgm_param_choice("COMMGEMM_RS_OWN", rs_own, 3, &own);
+    cgm_rs_own own = CGM_RS_OWN_AUTO;
+    s = cgm_param_rs_own(&own);
     if (s != CGM_SUCCESS) {
         free(st);
         return s;
     }
-    st->rs_own_gemm = own == 2;
+    st->rs_own_gemm = own == CGM_RS_OWN_GEMM;
     for (int g = 0; g < HOST_SEG_COUNT; g++) st->memfd[g] = -1;
     /* Flag chunk ids of a plan lie in [-1, 2 * P * splits). */
     st->chunks = 2 * comm->nranks * HOST_MAX_SPLITS + 1;

@@ -246,29 +246,44 @@ static cgm_status do_copy(exec_ctx *x, const plan_step *s, scratch *sc) {
     return CGM_SUCCESS;
 }
 
-static cgm_status do_reduce(exec_ctx *x, const plan_step *s, scratch *sc) {
-    host_view dst, *refs = NULL;
+/* Views of step s's sources in plan->refs (a REDUCE's, a GEMM's addends):
+ * *out is malloc'd (free it), NULL when there are none. */
+static cgm_status ref_views(exec_ctx *x, const plan_step *s,
+                            host_view **out) {
+    *out = NULL;
     if (s->ref_count < 0 || s->ref_first < 0 ||
         s->ref_first + s->ref_count > x->p->nrefs)
         return fail(x, CGM_ERROR_INTERNAL, -1,
-                    "plan reduce step names refs [%d, %d) of %d; please "
-                    "report this bug",
-                    s->ref_first, s->ref_first + s->ref_count, x->p->nrefs);
+                    "plan %s step names refs [%d, %d) of %d; please report "
+                    "this bug",
+                    plan_step_kind_name(s->kind), s->ref_first,
+                    s->ref_first + s->ref_count, x->p->nrefs);
+    if (s->ref_count == 0) return CGM_SUCCESS;
+    host_view *views = malloc(sizeof *views * (size_t)s->ref_count);
+    if (!views)
+        return fail(x, CGM_ERROR_OUT_OF_MEMORY, -1,
+                    "expected room for views of %d sources, found none",
+                    s->ref_count);
+    for (int r = 0; r < s->ref_count; r++)
+        if (view_of(x, x->p->refs[s->ref_first + r], s->shard, s->row0,
+                    s->rows, &views[r])) {
+            free(views);
+            return x->status;
+        }
+    *out = views;
+    return CGM_SUCCESS;
+}
+
+static cgm_status do_reduce(exec_ctx *x, const plan_step *s, scratch *sc) {
+    host_view dst, *refs = NULL;
     if (view_of(x, s->dst, s->shard, s->row0, s->rows, &dst)) return x->status;
-    refs = malloc(sizeof *refs * (size_t)(s->ref_count ? s->ref_count : 1));
     float *acc = grow(&sc->c, &sc->c_bytes, (size_t)dst.cols * sizeof(float));
-    if (!refs || (!acc && dst.cols)) {
-        free(refs);
+    if (!acc && dst.cols)
         return fail(x, CGM_ERROR_OUT_OF_MEMORY, -1,
                     "expected scratch for a reduce of %d sources, found none",
                     s->ref_count);
-    }
-    for (int r = 0; r < s->ref_count; r++)
-        if (view_of(x, x->p->refs[s->ref_first + r], s->shard, s->row0,
-                    s->rows, &refs[r])) {
-            free(refs);
-            return x->status;
-        }
+    cgm_status rs = ref_views(x, s, &refs);
+    if (rs != CGM_SUCCESS) return rs;
     epilogue epi = epilogue_for(x, PLAN_REDUCE, s->dst.buf);
     /* AR publishes the reduced rows (+ bias, once, here on the owner) for
      * the peers from this step rather than from OUTPUT, which may hold
@@ -363,25 +378,8 @@ static cgm_status do_gemm(exec_ctx *x, const plan_step *s, scratch *sc) {
     /* A GEMM with addends (RS split, COMMGEMM_RS_OWN=gemm): the arrived
      * partials are added to the product before the epilogue. */
     host_view *addends = NULL;
-    if (s->ref_count > 0) {
-        if (s->ref_first < 0 || s->ref_first + s->ref_count > x->p->nrefs)
-            return fail(x, CGM_ERROR_INTERNAL, -1,
-                        "plan GEMM step adds refs [%d, %d) of %d; please "
-                        "report this bug",
-                        s->ref_first, s->ref_first + s->ref_count,
-                        x->p->nrefs);
-        addends = malloc(sizeof *addends * (size_t)s->ref_count);
-        if (!addends)
-            return fail(x, CGM_ERROR_OUT_OF_MEMORY, -1,
-                        "expected room for %d addend views, found none",
-                        s->ref_count);
-        for (int r = 0; r < s->ref_count; r++)
-            if (view_of(x, x->p->refs[s->ref_first + r], s->shard, s->row0,
-                        s->rows, &addends[r])) {
-                free(addends);
-                return x->status;
-            }
-    }
+    cgm_status rs = ref_views(x, s, &addends);
+    if (rs != CGM_SUCCESS) return rs;
     bool direct = !addends && dst.dtype == CGM_DTYPE_FP32 && !dst.transposed &&
                   (epi == EPI_PLAIN || (!c->has_bias && epi != EPI_BIAS));
     if (direct) {

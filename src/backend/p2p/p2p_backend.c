@@ -140,12 +140,7 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
     CGM_TRY(cgm_param_choice("COMMGEMM_P2P_PRE_COPY_FLAGS", pre_copy_modes, 2,
                              &pre_copy));
     st->pre_copy_beside = pre_copy == 1;
-    /* COMMGEMM_RS_OWN: auto means gemm where it applies. */
-    static const char *const rs_own[] = {"auto", "reduce", "gemm"};
-    int rs_own_mode = 0;
-    CGM_TRY(cgm_param_choice("COMMGEMM_RS_OWN", rs_own, 3, &rs_own_mode));
-    st->rs_own_gemm = rs_own_mode != 1;
-    st->rs_own_forced = rs_own_mode == 2;
+    CGM_TRY(cgm_param_rs_own(&st->rs_own));
     static const char *const own_waits[] = {"queue", "beside"};
     int own_waits_mode = 0;
     CGM_TRY(cgm_param_choice("COMMGEMM_P2P_RS_OWN_WAITS", own_waits, 2,

@@ -795,14 +795,14 @@ static cgm_status make_request(p2p_state *st, const cgm_call *call,
                      : auto_splits(req->op, req->m, st->nranks);
     req->splits = splits > P2P_MAX_SPLITS ? P2P_MAX_SPLITS : splits;
     /* COMMGEMM_RS_OWN: cuBLASLt adds one addend (C), of D's dtype, and
-     * not beside an accumulate. */
-    /* auto: with 2+ pieces per shard; with one, the own GEMM would wait
-     * for the whole push. */
+     * not beside an accumulate. auto also wants 2+ pieces per shard: with
+     * one, the own GEMM would wait for the whole push. */
     int64_t shard_rows = cgm_ceil_div(req->m, st->nranks);
-    if (st->rs_own_gemm && req->op == PLAN_OP_GEMM_RS &&
-        req->algo == PLAN_ALGO_SPLIT && st->nranks == 2 &&
-        !call->accumulate && call->k > 0 &&
-        (st->rs_own_forced || (req->splits >= 2 && shard_rows >= 2))) {
+    bool enough_pieces = req->splits >= 2 && shard_rows >= 2;
+    if (req->op == PLAN_OP_GEMM_RS && req->algo == PLAN_ALGO_SPLIT &&
+        st->nranks == 2 && !call->accumulate && call->k > 0 &&
+        (st->rs_own == CGM_RS_OWN_GEMM ||
+         (st->rs_own == CGM_RS_OWN_AUTO && enough_pieces))) {
         cgm_dtype pd = call->out_dtype;
         CGM_TRY(cgm_partial_dtype(call->out_dtype, &pd));
         req->own_addends = pd == call->out_dtype;
