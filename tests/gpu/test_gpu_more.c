@@ -343,4 +343,11 @@ void register_more_cases(void) {
                                              "elsewhere", "inline"};
     test_add("bad_p2p_signal_setting", test_bad_settings, &bad_signal);
     test_add("bad_p2p_pre_copy_setting", test_bad_settings, &bad_pre_copy);
+    static const bad_setting bad_rs_own = {"COMMGEMM_RS_OWN", "sometimes",
+                                           "auto"};
+    static const bad_setting bad_own_waits = {"COMMGEMM_P2P_RS_OWN_WAITS",
+                                              "elsewhere", "queue"};
+    test_add("bad_rs_own_setting", test_bad_settings, &bad_rs_own);
+    test_add("bad_p2p_rs_own_waits_setting", test_bad_settings,
+             &bad_own_waits);
 }
