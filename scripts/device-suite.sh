@@ -28,7 +28,7 @@
 # RSOWN_ALGOS), rs-own-waits (the same for COMMGEMM_P2P_RS_OWN_WAITS queue
 # against beside), compare-sweep-aligned (the sweep with --pad-us 300 --align:
 # the GPUs start each measurement together), sanitize-cases (memcheck and
-# racecheck on the test_gpu_ops cases in SANITIZE_CASES), fused-splits
+# racecheck, or SANITIZE_TOOLS, on the test_gpu_ops cases in SANITIZE_CASES), fused-splits
 # (commgemm-bench with fused at 1, 2, 4 and 8 pieces per shard, graphs and
 # eager, split and the tuner beside it unless FUSED_BASELINES=0, bf16 partials;
 # FUSED_SHAPES; FUSED_TAG names a second run, e.g. with
@@ -123,9 +123,9 @@ stage_sanitize() {
         note "compute-sanitizer $t (test_gpu_ops graph_capture_replay): rc=$? $(grep -hE '(ERROR|RACECHECK) SUMMARY' "$OUT/sanitize-$t.log" | sort -u | tr '\n' ' ')"
     done
 }
-stage_sanitize_cases() { # memcheck + racecheck on the test_gpu_ops cases of SANITIZE_CASES (no setting forced)
+stage_sanitize_cases() { # SANITIZE_TOOLS (memcheck racecheck) on the test_gpu_ops cases of SANITIZE_CASES (no setting forced)
     local t c
-    for t in memcheck racecheck; do
+    for t in ${SANITIZE_TOOLS:-memcheck racecheck}; do
         for c in ${SANITIZE_CASES:?SANITIZE_CASES: test_gpu_ops case names}; do
             timeout ${SANITIZE_TIMEOUT:-200} compute-sanitizer --tool $t --target-processes all --report-api-errors no \
                 --error-exitcode 99 "$B/tests/gpu/test_gpu_ops" $c >"$OUT/sanitize-$t-$c.log" 2>&1
