@@ -47,7 +47,9 @@
 # IPC against VMM fds, push and pull, 2D rows, pieces, priority, offset; what sits between pieces;
 # a ping-pong of signalled pushes; IPCBENCH_MIB, default "32 128"; tests/gpu/ipcbench.c),
 # gemmbeside (the split GEMM+RS's GEMM pieces in one process: whole, pieces, a skeleton
-# with ideal event waits, beside a copy flood; GEMMBESIDE_SHAPES m x n x k : S, tests/gpu/gemmbeside.c), signal (COMMGEMM_P2P_SIGNAL kernel against auto (SIGNAL_VALUES),
+# with ideal event waits, beside a copy flood; GEMMBESIDE_SHAPES m x n x k : S, tests/gpu/gemmbeside.c),
+# addend-bench (test_hopper_gemm addendbench: an epilogue addend, cuBLASLt's C against
+# cgm_hgemm's, COMMGEMM_LT_SEARCH 8 and 16; ADDEND_SHAPES), signal (COMMGEMM_P2P_SIGNAL kernel against auto (SIGNAL_VALUES),
 # alternating processes, two rounds; SIGNAL_SHAPES, SIGNAL_ALGOS), pre-copy (COMMGEMM_P2P_PRE_COPY_FLAGS
 # inline against beside, the same shapes and algorithms), small (the latency-bound sweep
 # shapes: every p2p algorithm with graphs, the tuner's log, eager traces of
@@ -286,6 +288,14 @@ stage_gemmbeside() { # the split GEMM+RS's GEMM pieces: whole, pieces, ideal-wai
     kill $smi 2>/dev/null
     cat "$OUT/gemmbeside.txt"
 }
+stage_addend_bench() { # an epilogue addend: cuBLASLt's C against cgm_hgemm's addends (test_hopper_gemm addendbench), COMMGEMM_LT_SEARCH 8 and 16
+    local v
+    for v in 8 16; do
+        COMMGEMM_LT_SEARCH=$v timeout 150 "$B/tests/gpu/test_hopper_gemm" addendbench ${ADDEND_SHAPES:-} >"$OUT/addendbench-search$v.txt" 2>&1
+        note "addendbench (COMMGEMM_LT_SEARCH=$v): rc=$? (addendbench-search$v.txt)"
+        cat "$OUT/addendbench-search$v.txt"
+    done
+}
 stage_small() { # the latency-bound shapes: each algorithm, the tuner's search (TUNE log), eager step traces
     local d=$OUT/small sh=${SMALL_SHAPES:-1024x1024x1024,2048x2048x2048,1024x4096x4096,1024x28672x8192} a
     mkdir -p "$d"
@@ -451,7 +461,7 @@ for s in "$@"; do
     max-conn) stage_ab max-conn CUDA_DEVICE_MAX_CONNECTIONS "8 32" \
         "${SMPUSH_SHAPES:-2048x2048x2048,16384x2048x8192,8192x4096x4096,4096x28672x8192}" "split" ;;
     sm-blocks) COMMGEMM_P2P_SM_PUSH_BYTES=4194304 stage_ab sm-blocks COMMGEMM_P2P_SM_PUSH_BLOCKS "16 32 64" \
-        "${SMPUSH_SHAPES:-1024x1024x1024,2048x2048x2048,1024x4096x4096}" "split" ;; fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;; fused-splits) stage_fused_splits ;; algos) stage_algos ;; copybench) stage_copybench ;; gemmbeside) stage_gemmbeside ;; ipcbench) stage_ipcbench ;;
+        "${SMPUSH_SHAPES:-1024x1024x1024,2048x2048x2048,1024x4096x4096}" "split" ;; fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;; fused-splits) stage_fused_splits ;; algos) stage_algos ;; copybench) stage_copybench ;; gemmbeside) stage_gemmbeside ;; addend-bench) stage_addend_bench ;; ipcbench) stage_ipcbench ;;
     compare-fused) stage_compare fused "COMPARE_ARGS=--graph --backends p2p,p2p-fused,p2p-split" ;;
     compare-fused-outpartial) stage_compare fused-outpartial "COMPARE_ARGS=--graph --ops gemm_rs --backends p2p,p2p-fused,p2p-split" \
         COMMGEMM_PARTIAL_DTYPE=output ;;

@@ -17,7 +17,9 @@
  * (cuBLASLt's bf16 output at k 1536 rounds an intermediate: about 2 ulps off).
  *
  * `test_hopper_gemm bench [MxNxK,...]` times both variants and auto against
- * cuBLASLt, interleaved (rotating which goes first), CUDA events, medians. */
+ * cuBLASLt, interleaved (rotating which goes first), CUDA events, medians;
+ * `fusedbench` what the fused hooks cost; `addendbench` what an epilogue
+ * addend costs, ours against cuBLASLt's C. */
 #include <math.h>
 #include <time.h>
 #include <unistd.h>
@@ -1192,6 +1194,123 @@ static int fused_bench(int argc, char **argv) {
     return 0;
 }
 
+/* test_hopper_gemm addendbench [MxNxK,...]: what adding an addend in the
+ * epilogue costs (the own pieces of the p2p GEMM+RS in the GEMM form,
+ * COMMGEMM_RS_OWN), bf16 in, TN, us per call: cuBLASLt plain; cuBLASLt with
+ * a bf16 C (beta 1, what the GEMM form runs); cuBLASLt with fp32 C and D;
+ * cgm_hgemm (auto) plain, with one bf16 addend, and with one fp32 addend
+ * and a bf16 output (the default precision's partials). cuBLASLt's entries
+ * are searched first (cgm_lt_prepare), as the ops do. The addend GEMMs are
+ * checked against cuBLASLt's with C. Interleaved rounds, medians. */
+#define ADD_WHO 6
+static int addend_bench(int argc, char **argv) {
+    const char *list = argc > 0 ? argv[0]
+                                : "2048x4096x2048,4096x4096x2048,1024x4096x2048,1024x14336x2048,"
+                                  "2048x14336x2048,4096x4096x4096";
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major != 9) {
+        printf("skip: addendbench needs an sm_90 device\n");
+        return TEST_SKIP_CODE;
+    }
+    static const char *names[ADD_WHO] = {"lt", "lt+C16", "lt32+C32", "ours", "ours+a16", "ours+a32"};
+    printf("# epilogue addends, bf16 in, TN, %s: us per call, medians of %d interleaved rounds x %d calls\n",
+           prop.name, BENCH_ROUNDS, BENCH_CALLS);
+    printf("#    m      n      k");
+    for (int i = 0; i < ADD_WHO; i++) printf(" %9s", names[i]);
+    printf("   C16/lt a16/ours a16/lt  check\n");
+    int bad = 0;
+    void *ws;
+    size_t ws_bytes;
+    cgm_lt *lt = lt_handle(&ws, &ws_bytes);
+    char *copy = strdup(list), *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        long long m, n, k;
+        if (sscanf(tok, "%lldx%lldx%lld", &m, &n, &k) != 3 || m < 1 || n < 8 || k < 8 || k % 8 || n % 8) {
+            fprintf(stderr, "bad shape '%s' (MxNxK, n and k multiples of 8)\n", tok);
+            free(copy);
+            return 2;
+        }
+        size_t nx = (size_t)(m * k), nw = (size_t)(n * k), ny = (size_t)(m * n);
+        void *hx = fill(CGM_DTYPE_BF16, nx, 1), *hw = fill(CGM_DTYPE_BF16, nw, 2);
+        void *ha16 = fill(CGM_DTYPE_BF16, ny, 3), *ha32 = fill(CGM_DTYPE_FP32, ny, 3);
+        void *dx = to_device(hx, nx * 2), *dw = to_device(hw, nw * 2);
+        void *da16 = to_device(ha16, ny * 2), *da32 = to_device(ha32, ny * 4);
+        void *dy[ADD_WHO];
+        for (int i = 0; i < ADD_WHO; i++) GPU_CHECK(cudaMalloc(&dy[i], ny * 4));
+        cgm_lt_gemm_args g[3];
+        for (int i = 0; i < 3; i++) {
+            memset(&g[i], 0, sizeof g[i]);
+            g[i].layout = CGM_LAYOUT_TN;
+            g[i].in_dtype = CGM_DTYPE_BF16;
+            g[i].out_dtype = i == 2 ? CGM_DTYPE_FP32 : CGM_DTYPE_BF16;
+            g[i].m = m, g[i].n = n, g[i].k = k, g[i].x = dx, g[i].ldx = k, g[i].w = dw, g[i].ldw = k;
+            g[i].y = dy[i], g[i].ldy = n;
+            if (i) g[i].addend = i == 2 ? da32 : da16, g[i].ld_addend = n;
+            if (cgm_lt_prepare(lt, &g[i], ws_bytes, 0, 60000) != CGM_SUCCESS)
+                TEST_FAIL("cgm_lt_prepare: %s", cgm_last_error());
+        }
+        cgm_hgemm_args a[3];
+        for (int i = 0; i < 3; i++) {
+            memset(&a[i], 0, sizeof a[i]);
+            a[i].in_dtype = a[i].out_dtype = CGM_DTYPE_BF16;
+            a[i].m = m, a[i].n = n, a[i].k = k, a[i].x = dx, a[i].ldx = k, a[i].w = dw, a[i].ldw = k;
+            a[i].y = dy[3 + i], a[i].ldy = n;
+            if (i) {
+                a[i].naddends = 1, a[i].addend[0] = i == 2 ? da32 : da16, a[i].addend_ld = n;
+                a[i].addend_dtype = i == 2 ? CGM_DTYPE_FP32 : CGM_DTYPE_BF16;
+            }
+        }
+        cudaEvent_t ev[2 * ADD_WHO];
+        for (int i = 0; i < 2 * ADD_WHO; i++) GPU_CHECK(cudaEventCreate(&ev[i]));
+        float times[ADD_WHO][BENCH_ROUNDS];
+        for (int r = -5; r < BENCH_ROUNDS; r++) {
+            for (int turn = 0; turn < ADD_WHO; turn++) {
+                int who = (turn + r + 5) % ADD_WHO;
+                GPU_CHECK(cudaEventRecord(ev[2 * who], 0));
+                for (int call = 0; call < BENCH_CALLS; call++) {
+                    if (who >= 3) GPU_CHECK(cgm_hgemm(&a[who - 3], 0));
+                    else if (cgm_lt_gemm(lt, &g[who], ws, ws_bytes, 0) != CGM_SUCCESS)
+                        TEST_FAIL("cgm_lt_gemm: %s", cgm_last_error());
+                }
+                GPU_CHECK(cudaEventRecord(ev[2 * who + 1], 0));
+            }
+            GPU_CHECK(cudaStreamSynchronize(0));
+            if (r < 0) continue;
+            for (int who = 0; who < ADD_WHO; who++)
+                GPU_CHECK(cudaEventElapsedTime(&times[who][r], ev[2 * who], ev[2 * who + 1]));
+        }
+        float t[ADD_WHO];
+        for (int who = 0; who < ADD_WHO; who++) t[who] = median(times[who], BENCH_ROUNDS) * 1000 / BENCH_CALLS;
+        /* ours + a16 and ours + a32 against cuBLASLt with C (bf16 outputs). */
+        uint16_t *href = malloc(ny * 2), *hy = malloc(ny * 2);
+        if (!href || !hy) TEST_FAIL("malloc 2 x %zu", ny * 2);
+        GPU_CHECK(cudaMemcpy(href, dy[1], ny * 2, cudaMemcpyDeviceToHost));
+        size_t wrong = 0;
+        for (int v = 4; v < 6; v++) {
+            GPU_CHECK(cudaMemcpy(hy, dy[v], ny * 2, cudaMemcpyDeviceToHost));
+            for (size_t i = 0; i < ny; i++) {
+                float x = bf16_float(hy[i]), y = bf16_float(href[i]);
+                if (!(fabsf(x - y) <= fabsf(y) / 128 + 1e-6f * (float)k)) wrong++;
+            }
+        }
+        bad += wrong != 0;
+        printf("%6lld %6lld %6lld", m, n, k);
+        for (int i = 0; i < ADD_WHO; i++) printf(" %9.1f", t[i]);
+        printf("   %6.3f %9.3f %6.3f  %s\n", t[1] / t[0], t[4] / t[3], t[4] / t[1],
+               wrong ? "WRONG" : "ok");
+        if (wrong) printf("#   %zu of %zu elements of ours with an addend differ from cuBLASLt with C\n", wrong, 2 * ny);
+        for (int i = 0; i < 2 * ADD_WHO; i++) cudaEventDestroy(ev[i]);
+        for (int i = 0; i < ADD_WHO; i++) cudaFree(dy[i]);
+        cudaFree(dx), cudaFree(dw), cudaFree(da16), cudaFree(da32);
+        free(hx), free(hw), free(ha16), free(ha32), free(href), free(hy);
+    }
+    free(copy);
+    printf("# C16/lt: cuBLASLt with a bf16 C against without; a16/ours: ours with a bf16 addend against without;"
+           " a16/lt: ours with the addend against cuBLASLt with C (< 1: ours faster); %s\n",
+           bad ? "FAILED" : "OK");
+    return bad ? 1 : 0;
+}
+
 /* Running every case: exit 77 (with the reason) when there is no sm_90
  * device at all, probed in a child so that this process stays CUDA-free. */
 static int whole_run_skips(void) {
@@ -1226,6 +1345,7 @@ static int whole_run_skips(void) {
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "bench") == 0) return hopper_bench(argc - 2, argv + 2);
     if (argc > 1 && strcmp(argv[1], "fusedbench") == 0) return fused_bench(argc - 2, argv + 2);
+    if (argc > 1 && strcmp(argv[1], "addendbench") == 0) return addend_bench(argc - 2, argv + 2);
     if (argc == 1 && whole_run_skips()) return TEST_SKIP_CODE;
     return test_main(argc, argv, register_cases);
 }
