@@ -25,7 +25,7 @@
 # default gemm_rs, at each entry of ALGOS_LIST, algo:splits, on ALGOS_SHAPES;
 # graphs, bf16 partials, the tuner's TUNE log for auto:0), rs-own (GEMM+RS with
 # COMMGEMM_RS_OWN reduce against gemm, alternating, two rounds; RSOWN_SHAPES,
-# RSOWN_ALGOS), rs-own-waits (the same for COMMGEMM_P2P_RS_OWN_WAITS queue
+# RSOWN_ALGOS; these A/Bs run with COMMGEMM_PARTIAL_DTYPE from AB_PARTIAL_DTYPE, default output), rs-own-waits (the same for COMMGEMM_P2P_RS_OWN_WAITS queue
 # against beside), compare-sweep-aligned (the sweep with --pad-us 300 --align:
 # the GPUs start each measurement together), sanitize-cases (memcheck and
 # racecheck, or SANITIZE_TOOLS, on the test_gpu_ops cases in SANITIZE_CASES), fused-splits
@@ -357,7 +357,7 @@ stage_ab() {
         for a in $algos; do
             [ $r = 2 ] && [ $a = auto ] && continue
             for v in $values; do
-                (export "$var=$v" COMMGEMM_PARTIAL_DTYPE=output
+                (export "$var=$v" COMMGEMM_PARTIAL_DTYPE=${AB_PARTIAL_DTYPE:-output}
                  bench_p2p "$d/$a-$v-r$r.txt" 100 --shapes "$sh" -w 5 -i 20 --graph --algo $a "$@")
                 echo "rc=$? $a-$v-r$r" >>"$d/rc.txt"
             done

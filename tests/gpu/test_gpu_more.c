@@ -186,6 +186,15 @@ static void test_graph_rs_own(const void *param) {
     test_graph(NULL);
 }
 
+/* The same with fp32 partials (the default precision): the own pieces'
+ * GEMMs are commgemm's kernel, adding the fp32 partial in its epilogue
+ * before the bias and the conversion to the 16-bit output. */
+static void test_graph_rs_own_kernel(const void *param) {
+    (void)param;
+    setenv("COMMGEMM_RS_OWN", "gemm", 1);
+    test_graph(NULL);
+}
+
 /* The same with COMMGEMM_P2P_FUSED_PUSH=single: the fused GEMM+RS in one
  * kernel whose done flags the comm queue waits on (bf16 outputs and
  * COMMGEMM_PARTIAL_DTYPE=output, so that the kernel stores the partials
@@ -331,6 +340,7 @@ void register_more_cases(void) {
     test_add("graph_capture_replay_signal_copy", test_graph_signal_copy, NULL);
     static const int beside = 1;
     test_add("graph_capture_replay_rs_own_gemm", test_graph_rs_own, NULL);
+    test_add("graph_capture_replay_rs_own_kernel", test_graph_rs_own_kernel, NULL);
     test_add("graph_capture_replay_rs_own_waits_beside", test_graph_rs_own,
              &beside);
     test_add("graph_capture_replay_fused_signal_copy", test_graph_signal_copy, &fused);

@@ -342,6 +342,11 @@ static void test_bulk(const void *param) {
  * GEMM (cuBLASLt's C) wherever it applies: 2 ranks, partials of the output
  * dtype (fp32 outputs; bf16/fp16 with output partials), no accumulate. */
 #define RS_OWN_REDUCE "COMMGEMM_RS_OWN", "reduce", "_own_reduce"
+/* Forced: with fp32 partials and 16-bit outputs the own pieces' GEMMs run
+ * commgemm's kernel, which adds the fp32 partial in its epilogue (TN
+ * layout; other layouts reduce); with output partials cuBLASLt's C, also
+ * with one piece per shard. */
+#define RS_OWN_GEMM "COMMGEMM_RS_OWN", "gemm", "_own_gemm"
 /* Those pieces' READY waits on a compute queue of their own. */
 #define RS_OWN_WAITS_BESIDE "COMMGEMM_P2P_RS_OWN_WAITS", "beside", "_own_waits_beside"
 static const op_case cases[] = {
@@ -379,7 +384,9 @@ static const op_case cases[] = {
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, RS_OWN_REDUCE},
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, RS_OWN_REDUCE},
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, RS_OWN_WAITS_BESIDE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, RS_OWN_WAITS_BESIDE}};
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, RS_OWN_WAITS_BESIDE},
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, RS_OWN_GEMM},
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, RS_OWN_GEMM}};
 
 static void register_cases(void) {
     char name[128];

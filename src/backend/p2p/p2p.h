@@ -141,6 +141,7 @@ typedef struct p2p_state {
     p2p_timeline timeline;
     p2p_fused_entry fused[P2P_FUSED_CACHE];
     int fused_fallback_notes; /* INFO lines said about calls run split */
+    int own_kernel_notes; /* INFO lines: own GEMMs run by commgemm's kernel */
     struct p2p_fused_trace *fused_trace; /* during a traced fused call */
 } p2p_state;
 

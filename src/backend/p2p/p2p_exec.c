@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend/p2p/p2p.h"
+#include "device/hopper_gemm.h"
 
 /* ---------------------------------------------------------- buffer views */
 
@@ -362,6 +363,91 @@ fail:
     return status;
 }
 
+/* A final GEMM step that adds the peers' partials (COMMGEMM_RS_OWN=gemm):
+ * cuBLASLt's C when there is one addend of the output's dtype (the faster
+ * form, docs/PERFORMANCE.md 4l); else commgemm's kernel, which adds up to
+ * CGM_HGEMM_MAX_ADDENDS partials of any dtype in its epilogue (fp32
+ * partials with a 16-bit output, or P > 2). make_request chose the form
+ * only where one of the two applies; `g` holds the piece's operands. */
+static cgm_status run_gemm_adding(exec_ctx *x, const plan_step *s, int i,
+                                  cgm_lt_gemm_args *g, cgm_dtype out_dtype,
+                                  int64_t out_width, cudaStream_t stream) {
+    cgm_status status = CGM_SUCCESS;
+    p2p_state *st = x->st;
+    char *ap[CGM_HGEMM_MAX_ADDENDS] = {0};
+    const view *va = NULL;
+    cgm_dtype ad = out_dtype;
+    int64_t ld = 0;
+    if (s->ref_count > CGM_HGEMM_MAX_ADDENDS || s->ref_first < 0 ||
+        s->ref_first + s->ref_count > x->p->nrefs || g->accumulate)
+        return cgm_error(CGM_ERROR_INTERNAL,
+                         "p2p: GEMM step %d adds %d sources%s; at most %d "
+                         "without accumulate; please report this bug",
+                         i, s->ref_count,
+                         g->accumulate ? " and accumulates" : "",
+                         CGM_HGEMM_MAX_ADDENDS);
+    for (int j = 0; j < s->ref_count; j++) {
+        CGM_TRY(locate(x, &x->p->refs[s->ref_first + j], s->shard, s->row0,
+                       s->rows, i, &ap[j], &va));
+        if (j == 0) ad = va->dtype, ld = va->ld;
+        if (va->dtype != ad || va->ld != ld || va->width != out_width) {
+            status = cgm_error(CGM_ERROR_INTERNAL,
+                               "p2p: GEMM step %d adds %s rows %lld wide "
+                               "(ld %lld) to %s rows %lld wide; the addends "
+                               "must agree",
+                               i, cgm_dtype_name(va->dtype),
+                               (long long)va->width, (long long)va->ld,
+                               cgm_dtype_name(out_dtype),
+                               (long long)out_width);
+            goto fail;
+        }
+    }
+    if (s->ref_count == 1 && ad == out_dtype) { /* cuBLASLt's C */
+        g->addend = ap[0];
+        g->ld_addend = ld;
+        if (x->dry)
+            return x->search ? cgm_lt_prepare(st->lt, g, P2P_LT_WORKSPACE,
+                                              (cudaStream_t)x->call->stream,
+                                              st->timeout_ms)
+                             : CGM_SUCCESS;
+        return cgm_lt_gemm(st->lt, g, st->lt_workspace[s->queue],
+                           P2P_LT_WORKSPACE, stream);
+    }
+    cgm_hgemm_args a;
+    memset(&a, 0, sizeof a);
+    a.in_dtype = g->in_dtype;
+    a.out_dtype = out_dtype;
+    a.m = g->m, a.n = g->n, a.k = g->k;
+    a.x = g->x, a.ldx = g->ldx;
+    a.w = g->w, a.ldw = g->ldw;
+    a.y = g->y, a.ldy = g->ldy;
+    a.bias = g->bias;
+    a.naddends = s->ref_count;
+    for (int j = 0; j < s->ref_count; j++) a.addend[j] = ap[j];
+    a.addend_ld = ld;
+    a.addend_dtype = ad;
+    /* No flags: the READY waits ran before it on its queue; every SM. */
+    const char *why = NULL;
+    if (g->layout != CGM_LAYOUT_TN || !cgm_hgemm_supported(&a, &why))
+        return cgm_error(CGM_ERROR_INTERNAL,
+                         "p2p: GEMM step %d adds %d %s partials, which "
+                         "needs commgemm's kernel, and it cannot run it: %s; "
+                         "please report this bug",
+                         i, s->ref_count, cgm_dtype_name(ad),
+                         g->layout != CGM_LAYOUT_TN ? "not the TN layout"
+                                                    : why);
+    if (x->dry) return CGM_SUCCESS;
+    CGM_CUDA_TRY(cgm_hgemm(&a, stream));
+    if (st->own_kernel_notes < 8) {
+        st->own_kernel_notes++;
+        CGM_INFO(CGM_SUB_P2P, "p2p: GEMM+RS own piece of %lld rows: "
+                 "commgemm's kernel adds %d %s partial(s) in its epilogue",
+                 (long long)a.m, a.naddends, cgm_dtype_name(ad));
+    }
+fail:
+    return status;
+}
+
 static cgm_status run_gemm(exec_ctx *x, const plan_step *s, int i, int queue,
                            cudaStream_t stream) {
     cgm_status status = CGM_SUCCESS;
@@ -388,31 +474,8 @@ static cgm_status run_gemm(exec_ctx *x, const plan_step *s, int i, int queue,
             g.bias = NULL;
             g.accumulate = false;
         }
-        if (s->ref_count > 0) { /* COMMGEMM_RS_OWN=gemm: the peer's partial */
-            char *ap = NULL;
-            const view *va = NULL;
-            if (s->ref_count != 1 || s->ref_first < 0 ||
-                s->ref_first + 1 > x->p->nrefs || g.accumulate)
-                return cgm_error(CGM_ERROR_INTERNAL,
-                                 "p2p: GEMM step %d adds %d sources%s; "
-                                 "cuBLASLt takes one C without accumulate",
-                                 i, s->ref_count,
-                                 g.accumulate ? " and accumulates" : "");
-            CGM_TRY(locate(x, &x->p->refs[s->ref_first], s->shard, s->row0,
-                           s->rows, i, &ap, &va));
-            if (va->dtype != vy->dtype || va->width != vy->width) {
-                status = cgm_error(CGM_ERROR_INTERNAL,
-                                   "p2p: GEMM step %d adds %s rows %lld wide "
-                                   "to %s rows %lld wide",
-                                   i, cgm_dtype_name(va->dtype),
-                                   (long long)va->width,
-                                   cgm_dtype_name(vy->dtype),
-                                   (long long)vy->width);
-                goto fail;
-            }
-            g.addend = ap;
-            g.ld_addend = va->ld;
-        }
+        if (s->ref_count > 0) /* COMMGEMM_RS_OWN=gemm: the peers' partials */
+            return run_gemm_adding(x, s, i, &g, vy->dtype, vy->width, stream);
     }
     if (x->dry) /* before the fork: the first sight of a shape may time it */
         return x->search ? cgm_lt_prepare(st->lt, &g, P2P_LT_WORKSPACE,
@@ -794,18 +857,27 @@ static cgm_status make_request(p2p_state *st, const cgm_call *call,
                      ? 4
                      : auto_splits(req->op, req->m, st->nranks);
     req->splits = splits > P2P_MAX_SPLITS ? P2P_MAX_SPLITS : splits;
-    /* COMMGEMM_RS_OWN: cuBLASLt adds one addend (C), of D's dtype, and
-     * not beside an accumulate. auto also wants 2+ pieces per shard: with
-     * one, the own GEMM would wait for the whole push. */
+    /* COMMGEMM_RS_OWN: the own pieces' GEMMs add the peers' partials.
+     * cuBLASLt adds one (C) of the output's dtype; commgemm's kernel adds
+     * up to CGM_HGEMM_MAX_ADDENDS of any partial dtype (TN, 16-bit inputs,
+     * sm_90: p2p_fused_tunable). Neither beside an accumulate. auto takes
+     * cuBLASLt's form with 2+ pieces per shard (with one, the own GEMM
+     * would wait for the whole push), and the kernel's only when forced
+     * (docs/PERFORMANCE.md 4l). This rank's choice alone: the writers'
+     * side of the plan is the same either way. */
     int64_t shard_rows = cgm_ceil_div(req->m, st->nranks);
     bool enough_pieces = req->splits >= 2 && shard_rows >= 2;
     if (req->op == PLAN_OP_GEMM_RS && req->algo == PLAN_ALGO_SPLIT &&
-        st->nranks == 2 && !call->accumulate && call->k > 0 &&
-        (st->rs_own == CGM_RS_OWN_GEMM ||
-         (st->rs_own == CGM_RS_OWN_AUTO && enough_pieces))) {
+        st->nranks >= 2 && !call->accumulate && call->k > 0 &&
+        st->rs_own != CGM_RS_OWN_REDUCE) {
         cgm_dtype pd = call->out_dtype;
         CGM_TRY(cgm_partial_dtype(call->out_dtype, &pd));
-        req->own_addends = pd == call->out_dtype;
+        bool lt_form = st->nranks == 2 && pd == call->out_dtype;
+        bool kernel_form = !lt_form && st->rs_own == CGM_RS_OWN_GEMM &&
+                           p2p_fused_tunable(st, call);
+        req->own_addends =
+            kernel_form ||
+            (lt_form && (st->rs_own == CGM_RS_OWN_GEMM || enough_pieces));
         /* COMMGEMM_P2P_RS_OWN_WAITS=beside: one more compute queue, for
          * the own pieces' waits alone. */
         if (req->own_addends && st->rs_own_waits_beside &&
