@@ -339,8 +339,10 @@ static void test_bulk(const void *param) {
 #define PRE_COPY_BESIDE "COMMGEMM_P2P_PRE_COPY_FLAGS", "beside", "_pre_copy_beside"
 /* The GEMM+RS split's own pieces: reduce (a GEMM into a slot, then the
  * reduce kernel) where the default (auto) adds the peer's partial in the
- * GEMM (cuBLASLt's C) wherever it applies: 2 ranks, partials of the output
- * dtype (fp32 outputs; bf16/fp16 with output partials), no accumulate. */
+ * GEMM wherever it applies with 2+ pieces per shard: 2 ranks, no
+ * accumulate; cuBLASLt's C for partials of the output dtype (fp32 outputs;
+ * bf16/fp16 with output partials), commgemm's kernel for fp32 partials
+ * with 16-bit outputs (TN). */
 #define RS_OWN_REDUCE "COMMGEMM_RS_OWN", "reduce", "_own_reduce"
 /* Forced: with fp32 partials and 16-bit outputs the own pieces' GEMMs run
  * commgemm's kernel, which adds the fp32 partial in its epilogue (TN

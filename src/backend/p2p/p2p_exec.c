@@ -861,10 +861,10 @@ static cgm_status make_request(p2p_state *st, const cgm_call *call,
      * cuBLASLt adds one (C) of the output's dtype; commgemm's kernel adds
      * up to CGM_HGEMM_MAX_ADDENDS of any partial dtype (TN, 16-bit inputs,
      * sm_90: p2p_fused_tunable). Neither beside an accumulate. auto takes
-     * cuBLASLt's form with 2+ pieces per shard (with one, the own GEMM
-     * would wait for the whole push), and the kernel's only when forced
-     * (docs/PERFORMANCE.md 4l). This rank's choice alone: the writers'
-     * side of the plan is the same either way. */
+     * either with 2 ranks and 2+ pieces per shard (with one, the own GEMM
+     * would wait for the whole push; docs/PERFORMANCE.md 4k, 4l); with
+     * more ranks (unmeasured) only when forced. This rank's choice alone:
+     * the writers' side of the plan is the same either way. */
     int64_t shard_rows = cgm_ceil_div(req->m, st->nranks);
     bool enough_pieces = req->splits >= 2 && shard_rows >= 2;
     if (req->op == PLAN_OP_GEMM_RS && req->algo == PLAN_ALGO_SPLIT &&
@@ -872,12 +872,13 @@ static cgm_status make_request(p2p_state *st, const cgm_call *call,
         st->rs_own != CGM_RS_OWN_REDUCE) {
         cgm_dtype pd = call->out_dtype;
         CGM_TRY(cgm_partial_dtype(call->out_dtype, &pd));
+        bool forced = st->rs_own == CGM_RS_OWN_GEMM;
         bool lt_form = st->nranks == 2 && pd == call->out_dtype;
-        bool kernel_form = !lt_form && st->rs_own == CGM_RS_OWN_GEMM &&
-                           p2p_fused_tunable(st, call);
+        bool kernel_form =
+            !lt_form && (forced || (st->nranks == 2 && enough_pieces)) &&
+            p2p_fused_tunable(st, call);
         req->own_addends =
-            kernel_form ||
-            (lt_form && (st->rs_own == CGM_RS_OWN_GEMM || enough_pieces));
+            kernel_form || (lt_form && (forced || enough_pieces));
         /* COMMGEMM_P2P_RS_OWN_WAITS=beside: one more compute queue, for
          * the own pieces' waits alone. */
         if (req->own_addends && st->rs_own_waits_beside &&
