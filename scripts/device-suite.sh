@@ -49,7 +49,7 @@
 # gemmbeside (the split GEMM+RS's GEMM pieces in one process: whole, pieces, a skeleton
 # with ideal event waits, beside a copy flood; GEMMBESIDE_SHAPES m x n x k : S, tests/gpu/gemmbeside.c),
 # addend-bench (test_hopper_gemm addendbench: an epilogue addend, cuBLASLt's C against
-# cgm_hgemm's, COMMGEMM_LT_SEARCH 8 and 16; ADDEND_SHAPES), signal (COMMGEMM_P2P_SIGNAL kernel against auto (SIGNAL_VALUES),
+# cgm_hgemm's, COMMGEMM_LT_SEARCH 8 and 16 or ADDEND_SEARCH; ADDEND_SHAPES), signal (COMMGEMM_P2P_SIGNAL kernel against auto (SIGNAL_VALUES),
 # alternating processes, two rounds; SIGNAL_SHAPES, SIGNAL_ALGOS), pre-copy (COMMGEMM_P2P_PRE_COPY_FLAGS
 # inline against beside, the same shapes and algorithms), small (the latency-bound sweep
 # shapes: every p2p algorithm with graphs, the tuner's log, eager traces of
@@ -290,7 +290,7 @@ stage_gemmbeside() { # the split GEMM+RS's GEMM pieces: whole, pieces, ideal-wai
 }
 stage_addend_bench() { # an epilogue addend: cuBLASLt's C against cgm_hgemm's addends (test_hopper_gemm addendbench), COMMGEMM_LT_SEARCH 8 and 16
     local v
-    for v in 8 16; do
+    for v in ${ADDEND_SEARCH:-8 16}; do
         COMMGEMM_LT_SEARCH=$v timeout 150 "$B/tests/gpu/test_hopper_gemm" addendbench ${ADDEND_SHAPES:-} >"$OUT/addendbench-search$v.txt" 2>&1
         note "addendbench (COMMGEMM_LT_SEARCH=$v): rc=$? (addendbench-search$v.txt)"
         cat "$OUT/addendbench-search$v.txt"
