@@ -630,34 +630,6 @@ __device__ __forceinline__ void add_addends_as(const hgemm_params &p, float (&d)
     }
 }
 
-/* Before a tile's main loop: each thread of the consumer warpgroup asks
- * L2 for one row segment of every addend that the tile's epilogue will
- * read (rows row0 .. row0 + rows - 1, cols col0 .. col0 + cols - 1, inside
- * m x n), so that the epilogue's loads hit L2 instead of waiting on HBM
- * after the math (docs/HOPPER_GEMM.md, Addends). L2 is where this GPU's
- * memory is coherent, peers' NVLink writes included: a line fetched before
- * a peer's partial lands is updated by it, never stale. */
-template <bool kSplit>
-__device__ __forceinline__ void prefetch_addends(const hgemm_params &p, int row0, int rows, int col0, int cols) {
-    int t = threadIdx.x % 128;
-    int per_row = 128 / rows; /* threads per row: 1 (128 rows) or 2 (64) */
-    int row = row0 + t / per_row;
-    int c0 = col0 + (t % per_row) * (cols / per_row);
-    int c1 = min(c0 + cols / per_row, p.n);
-    if (row >= p.m || c0 >= c1) return;
-    int es = p.addend_dtype == CGM_DTYPE_FP32 ? 4 : 2;
-    for (int i = 0; i < p.naddends; i++) {
-        const char *base = static_cast<const char *>(param_at(p.addend, i)) +
-                           ((long long)(row - (kSplit ? p.addend_row0 : 0)) * p.addend_ld + c0) * es;
-        long long bytes = (long long)(c1 - c0) * es;
-        /* Lines of 128 bytes: the first at the segment's own line. */
-        uintptr_t first = reinterpret_cast<uintptr_t>(base) & ~uintptr_t(127);
-        uintptr_t end = reinterpret_cast<uintptr_t>(base) + (uintptr_t)bytes;
-        for (uintptr_t a = first; a < end; a += 128)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
-    }
-}
-
 template <int OFF, int NJ, bool kSplit>
 __device__ __forceinline__ void add_addends(const hgemm_params &p, float (&d)[128], int row0, int col0) {
     if (p.addend_dtype == CGM_DTYPE_FP32) add_addends_as<float, OFF, NJ, kSplit>(p, d, row0, col0);
@@ -802,9 +774,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
             int tm, tn;
             tile_coords<kSplit>(p, t, &tm, &tn);
-            bool own = !kSplit || epilogue_rows(p, tm);
-            if (p.naddends && own)
-                prefetch_addends<kSplit>(p, tm * kTileM + consumer * 64, 64, tn * C::tile_n, C::tile_n);
             int prev = 0;
             for (int kb = 0; kb < p.k_blocks; kb++) {
                 mbar_wait(full_bar + 8 * stage, phase);
@@ -832,6 +801,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             wgmma_wait<0>();
             fence_accumulators(d);
             if (leader) mbar_arrive(empty_bar + 8 * prev);
+            bool own = !kSplit || epilogue_rows(p, tm);
             if (p.addend_waits && own)
                 wait_addend_flags<kSplit>(p, (long long)tm * kTileM + consumer * 64, 64, consumer, epoch);
             if (p.naddends && own) add_addends<0, 32, kSplit>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
@@ -860,8 +830,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         int t = (int)tl;
         int tm, tn;
         tile_coords<kSplit>(p, t, &tm, &tn);
-        bool own = !kSplit || epilogue_rows(p, tm);
-        if (p.naddends && own) prefetch_addends<kSplit>(p, tm * kTileM, kTileM, tn * C::tile_n, C::tile_n);
         if (i > 0) {
             mbar_wait(turn_bar + 8 * consumer, turn_phase);
             turn_phase ^= 1;
@@ -901,6 +869,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_wait<0>();
         fence_accumulators(d);
         if (leader) mbar_arrive(empty_bar + 8 * prev);
+        bool own = !kSplit || epilogue_rows(p, tm);
         if (p.addend_waits && own) wait_addend_flags<kSplit>(p, (long long)tm * kTileM, kTileM, consumer, epoch);
         if (p.naddends && own) {
             add_addends<0, 16, kSplit>(p, d, tm * kTileM, tn * C::tile_n);
