@@ -33,6 +33,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "two_gpus.h"
+
 #include "device/device.h"
 #include "device/hopper_gemm.h"
 
@@ -278,17 +280,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     size_t bytes = mib << 20;
-    int ndev = 0, can01 = 0, can10 = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 2) {
-        printf("skip: copybench needs two GPUs, found %d\n", ndev);
-        return 77;
-    }
-    OK(cudaDeviceCanAccessPeer(&can01, 0, 1));
-    OK(cudaDeviceCanAccessPeer(&can10, 1, 0));
-    if (!can01 || !can10) {
-        printf("skip: GPUs 0 and 1 cannot access each other's memory\n");
-        return 77;
-    }
+    int skip = two_peer_gpus_or_skip("copybench");
+    if (skip) return skip;
     side d[2];
     memset(d, 0, sizeof d);
     for (int i = 0; i < 2; i++) setup(&d[i], i, bytes);

@@ -33,6 +33,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "two_gpus.h"
+
 #include "backend/gpu/gpu.h"
 
 #define WS_BYTES (32u << 20) /* P2P_LT_WORKSPACE */
@@ -245,17 +247,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: gemmbeside [rounds >= 1] [MxNxK:S ...]\n");
         return 2;
     }
-    int ndev = 0, can01 = 0, can10 = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 2) {
-        printf("skip: gemmbeside needs two GPUs, found %d\n", ndev);
-        return 77;
-    }
-    OK(cudaDeviceCanAccessPeer(&can01, 0, 1));
-    OK(cudaDeviceCanAccessPeer(&can10, 1, 0));
-    if (!can01 || !can10) {
-        printf("skip: GPUs 0 and 1 cannot access each other's memory\n");
-        return 77;
-    }
+    int skip = two_peer_gpus_or_skip("gemmbeside");
+    if (skip) return skip;
     side d[2];
     memset(d, 0, sizeof d);
     cudaEvent_t gate;
