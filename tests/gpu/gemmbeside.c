@@ -20,12 +20,18 @@
  *   pieces+flood  the pieces while both GPUs copy 1 GiB to each other the
  *                 whole time (the copies' worst interference);
  *   whole+flood   the whole GEMM in the same flood.
+ * With the suffix ":ag" the shape is the per-rank GEMM of a 2-rank
+ * AG+GEMM (all m rows, this rank's n columns): the pieces are this GPU's
+ * own shard's S pieces, then the other shard's S; in skeleton each GPU
+ * pushes its shard's X rows piece by piece into the other's X from the
+ * start, and a peer piece waits for its push.
  * Both GPUs start behind one event (a memset on GPU 0), so a cross-GPU
  * wait does not see the host's launch skew. Times are the slower GPU's
  * span from that start to its last GEMM (and, in skeleton, its last push),
  * medians over the rounds.
- *   gemmbeside [rounds, default 9] [m x n x k : S ...]
- * default shapes: the balanced GEMM+RS rows of docs/PERFORMANCE.md 4k. */
+ *   gemmbeside [rounds, default 9] [m x n x k : S [:ag] ...]
+ * default shapes: the balanced GEMM+RS rows of docs/PERFORMANCE.md 4k and
+ * three AG+GEMM rows. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +70,7 @@
 typedef struct shape {
     int64_t m, n, k;
     int S;
+    int ag; /* 1: the per-rank GEMM of a 2-rank AG+GEMM (suffix ":ag") */
 } shape;
 
 typedef struct side {
@@ -112,10 +119,17 @@ static cgm_lt_gemm_args gemm_rows(const side *d, const shape *sh, int64_t row0,
     return g;
 }
 
-/* Piece i of 2S: 0..S-1 are the peer's rows (into part), S..2S-1 mine (into
- * y, plus the received rows of the same piece). */
+/* GEMM+RS, piece i of 2S: 0..S-1 are the peer's rows (into part), S..2S-1
+ * mine (into y, plus the received rows of the same piece). AG+GEMM: 0..S-1
+ * my own shard's rows, S..2S-1 the other GPU's shard, which it pushes into
+ * my X (no addends). GPU d->dev owns rows [dev m/2, (dev + 1) m/2). */
 static cgm_lt_gemm_args piece_args(const side *d, const shape *sh, int i) {
     int64_t rows = sh->m / (2 * sh->S), half = sh->m / 2;
+    if (sh->ag) {
+        int shard = i < sh->S ? d->dev : 1 - d->dev;
+        int64_t row0 = shard * half + (i % sh->S) * rows;
+        return gemm_rows(d, sh, row0, rows, d->y + row0 * sh->n, NULL);
+    }
     if (i < sh->S)
         return gemm_rows(d, sh, (int64_t)i * rows, rows, d->part + i * rows * sh->n, NULL);
     int j = i - sh->S;
@@ -182,6 +196,19 @@ static void enqueue_case(side d[2], const shape *sh, int c, cudaEvent_t gate) {
             LT(cgm_lt_gemm(d[s].lt, &g, d[s].ws, WS_BYTES, d[s].compute));
         }
     } else {
+        if (c == SKELETON && sh->ag) { /* my shard's X rows, piece by piece */
+            size_t x_piece = (size_t)(rows * sh->k) * 2;
+            for (int s = 0; s < 2; s++) {
+                side *me = &d[s], *other = &d[1 - s];
+                OK(cudaSetDevice(me->dev));
+                for (int i = 0; i < sh->S; i++) {
+                    int64_t row0 = me->dev * (sh->m / 2) + i * rows;
+                    OK(cudaMemcpyAsync(other->x + row0 * sh->k, me->x + row0 * sh->k, x_piece,
+                                       cudaMemcpyDefault, me->comm));
+                    OK(cudaEventRecord(me->pushed[i], me->comm));
+                }
+            }
+        }
         for (int i = 0; i < 2 * sh->S; i++) {
             for (int s = 0; s < 2; s++) {
                 side *me = &d[s], *other = &d[1 - s];
@@ -190,7 +217,7 @@ static void enqueue_case(side d[2], const shape *sh, int c, cudaEvent_t gate) {
                     OK(cudaStreamWaitEvent(me->compute, other->pushed[i - sh->S], 0));
                 cgm_lt_gemm_args g = piece_args(me, sh, i);
                 LT(cgm_lt_gemm(me->lt, &g, me->ws, WS_BYTES, me->compute));
-                if (c == SKELETON && i < sh->S) {
+                if (c == SKELETON && !sh->ag && i < sh->S) {
                     OK(cudaEventRecord(me->piece[i], me->compute));
                     OK(cudaStreamWaitEvent(me->comm, me->piece[i], 0));
                     OK(cudaMemcpyAsync(other->recv + i * rows * sh->n,
@@ -216,9 +243,11 @@ static int cmp_float(const void *a, const void *b) {
 
 static int parse_shape(const char *s, shape *sh) {
     long long m, n, k;
-    int S = 0;
-    if (sscanf(s, "%lldx%lldx%lld:%d", &m, &n, &k, &S) != 4) return -1;
-    sh->m = m, sh->n = n, sh->k = k, sh->S = S;
+    int S = 0, used = 0;
+    if (sscanf(s, "%lldx%lldx%lld:%d%n", &m, &n, &k, &S, &used) != 4) return -1;
+    sh->m = m, sh->n = n, sh->k = k, sh->S = S, sh->ag = 0;
+    if (strcmp(s + used, ":ag") == 0) sh->ag = 1;
+    else if (s[used] != '\0') return -1;
     if (m < 1 || n < 1 || k < 1 || S < 1 || S > MAX_S || m % (2 * S)) return -1;
     return 0;
 }
@@ -227,24 +256,25 @@ int main(int argc, char **argv) {
     int rounds = argc > 1 ? atoi(argv[1]) : 9;
     shape shapes[16];
     int nshapes = 0;
-    static const char *defaults[] = {"16384x4096x2048:4", "32768x4096x2048:4",
-                                     "4096x4096x2048:2", "8192x14336x2048:2",
-                                     "16384x4096x2048:2"};
+    static const char *defaults[] = {"16384x4096x2048:4",    "32768x4096x2048:4",
+                                     "4096x4096x2048:2",     "8192x14336x2048:2",
+                                     "16384x4096x2048:2",    "16384x2048x4096:4:ag",
+                                     "32768x2048x4096:4:ag", "4096x2048x4096:1:ag"};
     int ndef = (int)(sizeof defaults / sizeof defaults[0]);
     for (int i = 2; i < argc || (argc <= 2 && i - 2 < ndef); i++) {
         const char *a = argc > 2 ? argv[i] : defaults[i - 2];
         if (nshapes == 16 || parse_shape(a, &shapes[nshapes]) != 0) {
             fprintf(stderr,
-                    "usage: gemmbeside [rounds >= 1] [MxNxK:S ...] (the per-rank GEMM, "
-                    "S pieces per shard, 1 <= S <= %d, m a multiple of 2S; at most 16); "
-                    "got '%s'\n",
+                    "usage: gemmbeside [rounds >= 1] [MxNxK:S[:ag] ...] (the per-rank "
+                    "GEMM, S pieces per shard, 1 <= S <= %d, m a multiple of 2S, :ag for "
+                    "AG+GEMM's; at most 16); got '%s'\n",
                     MAX_S, a);
             return 2;
         }
         nshapes++;
     }
     if (rounds < 1) {
-        fprintf(stderr, "usage: gemmbeside [rounds >= 1] [MxNxK:S ...]\n");
+        fprintf(stderr, "usage: gemmbeside [rounds >= 1] [MxNxK:S[:ag] ...]\n");
         return 2;
     }
     int skip = two_peer_gpus_or_skip("gemmbeside");
@@ -314,8 +344,8 @@ int main(int argc, char **argv) {
             med[c] = t[c * rounds + rounds / 2];
         }
         char name[64];
-        snprintf(name, sizeof name, "%lldx%lldx%lld:%d", (long long)sh->m, (long long)sh->n,
-                 (long long)sh->k, sh->S);
+        snprintf(name, sizeof name, "%lldx%lldx%lld:%d%s", (long long)sh->m, (long long)sh->n,
+                 (long long)sh->k, sh->S, sh->ag ? ":ag" : "");
         printf("  %-22s %10.1f %10.1f %10.1f %13.1f %12.1f %9.3f %9.3f %9.3f\n", name,
                med[WHOLE], med[PIECES], med[SKELETON], med[PIECES_FLOOD], med[WHOLE_FLOOD],
                med[PIECES] / med[WHOLE], med[SKELETON] / med[WHOLE],
