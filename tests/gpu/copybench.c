@@ -33,7 +33,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "two_gpus.h"
+#include "gpu_tools.h"
 
 #include "device/device.h"
 #include "device/hopper_gemm.h"
@@ -267,11 +267,6 @@ static float elapsed_us(side *d) {
     return ms * 1000;
 }
 
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
 int main(int argc, char **argv) {
     size_t mib = argc > 1 ? (size_t)atol(argv[1]) : 128;
     int rounds = argc > 2 ? atoi(argv[2]) : 15;
@@ -325,9 +320,7 @@ int main(int argc, char **argv) {
     for (int ci = 0; ci < NCASES; ci++) {
         float med[2];
         for (int i = 0; i < 2; i++) {
-            float *v = t + (ci * 2 + i) * rounds;
-            qsort(v, (size_t)rounds, sizeof *v, cmp_float);
-            med[i] = v[rounds / 2];
+            med[i] = tool_median(t + (ci * 2 + i) * rounds, rounds);
         }
         float worst = med[0] > med[1] ? med[0] : med[1];
         printf("  %-50s %12.1f %12.1f %14.1f\n", cases[ci].name, med[0], med[1],

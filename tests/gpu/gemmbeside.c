@@ -39,7 +39,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "two_gpus.h"
+#include "gpu_tools.h"
 
 #include "backend/gpu/gpu.h"
 
@@ -236,11 +236,6 @@ static void enqueue_case(side d[2], const shape *sh, int c, cudaEvent_t gate) {
     }
 }
 
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
 static int parse_shape(const char *s, shape *sh) {
     long long m, n, k;
     int S = 0, used = 0;
@@ -339,10 +334,7 @@ int main(int argc, char **argv) {
             }
         }
         float med[NCASES];
-        for (int c = 0; c < NCASES; c++) {
-            qsort(t + c * rounds, (size_t)rounds, sizeof *t, cmp_float);
-            med[c] = t[c * rounds + rounds / 2];
-        }
+        for (int c = 0; c < NCASES; c++) med[c] = tool_median(t + c * rounds, rounds);
         char name[64];
         snprintf(name, sizeof name, "%lldx%lldx%lld:%d%s", (long long)sh->m, (long long)sh->n,
                  (long long)sh->k, sh->S, sh->ag ? ":ag" : "");

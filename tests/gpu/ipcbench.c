@@ -53,6 +53,7 @@
 #include <cuda_runtime_api.h>
 
 #include "device/device.h"
+#include "gpu_tools.h"
 
 #define PAD (4u << 20) /* room for the offset case, past the copy */
 
@@ -379,16 +380,8 @@ static float run_pieces(const piece_case *c, int pieces, const buffers *b,
     return ms * 1000.0f;
 }
 
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
 static void median_pair(float *v, int rounds, float out[2]) {
-    for (int k = 0; k < 2; k++) {
-        qsort(v + (size_t)k * (size_t)rounds, (size_t)rounds, sizeof *v, cmp_float);
-        out[k] = v[(size_t)k * (size_t)rounds + (size_t)(rounds / 2)];
-    }
+    for (int k = 0; k < 2; k++) out[k] = tool_median(v + (size_t)k * (size_t)rounds, rounds);
 }
 
 /* Rank 1 sends its time of case i in round r to rank 0, which keeps both

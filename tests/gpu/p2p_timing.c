@@ -5,20 +5,11 @@
  *   p2p_timing timing      (prints one line per op and shape, rank 0) */
 #include "backend/gpu/gpu.h"
 #include "core/core.h"
+#include "gpu_tools.h"
 #include "test_gpu_common.h"
 
 #define WARM 5
 #define ITERS 20
-
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-static float median(float *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_float);
-    return v[n / 2];
-}
 
 static void timing_body(gpu_rank *g, void *arg) {
     (void)arg;
@@ -92,9 +83,9 @@ static void timing_body(gpu_rank *g, void *arg) {
                     GPU_CHECK(cudaEventSynchronize(e1));
                     GPU_CHECK(cudaEventElapsedTime(&t[which][it], e0, e1));
                 }
-            float op_ms = median(t[0] + WARM, ITERS);
-            float gemm_ms = median(t[1] + WARM, ITERS);
-            float nccl_ms = median(t[2] + WARM, ITERS);
+            float op_ms = tool_median(t[0] + WARM, ITERS);
+            float gemm_ms = tool_median(t[1] + WARM, ITERS);
+            float nccl_ms = tool_median(t[2] + WARM, ITERS);
             float ideal = gemm_ms > nccl_ms ? gemm_ms : nccl_ms;
             double flops = 2.0 * (double)m * (double)n * (double)k;
             if (r == 0)

@@ -924,6 +924,54 @@ static float median(float *v, int count) {
 #define BENCH_ROUNDS 30
 #define BENCH_CALLS 4 /* back to back per timed block: host launch cost hidden */
 
+/* The benches' timing: 5 warm-up rounds, then BENCH_ROUNDS rounds of the
+ * `who` contenders, the order rotating each round, each a block of
+ * BENCH_CALLS calls of run(i, ctx) on stream 0 timed with events; t[i]:
+ * the median microseconds per call of contender i. */
+#define BENCH_MAX_WHO 8
+typedef void (*bench_run_fn)(int who, void *ctx);
+static void time_interleaved(int who_count, bench_run_fn run, void *ctx, float *t) {
+    cudaEvent_t ev[2 * BENCH_MAX_WHO];
+    float times[BENCH_MAX_WHO][BENCH_ROUNDS];
+    if (who_count > BENCH_MAX_WHO) TEST_FAIL("%d contenders, at most %d", who_count, BENCH_MAX_WHO);
+    for (int i = 0; i < 2 * who_count; i++) GPU_CHECK(cudaEventCreate(&ev[i]));
+    for (int r = -5; r < BENCH_ROUNDS; r++) {
+        for (int turn = 0; turn < who_count; turn++) {
+            int who = (turn + r + 5) % who_count;
+            GPU_CHECK(cudaEventRecord(ev[2 * who], 0));
+            for (int call = 0; call < BENCH_CALLS; call++) run(who, ctx);
+            GPU_CHECK(cudaEventRecord(ev[2 * who + 1], 0));
+        }
+        GPU_CHECK(cudaStreamSynchronize(0));
+        if (r < 0) continue;
+        for (int who = 0; who < who_count; who++)
+            GPU_CHECK(cudaEventElapsedTime(&times[who][r], ev[2 * who], ev[2 * who + 1]));
+    }
+    for (int who = 0; who < who_count; who++) t[who] = median(times[who], BENCH_ROUNDS) * 1000 / BENCH_CALLS;
+    for (int i = 0; i < 2 * who_count; i++) cudaEventDestroy(ev[i]);
+}
+
+/* Contenders that are cgm_hgemm calls (hg[]) and cuBLASLt calls
+ * (lt_args[]): the nfirst first are hg's, or lt's when lt_first. */
+typedef struct gemm_contenders {
+    const cgm_hgemm_args *hg;
+    const cgm_lt_gemm_args *lt_args;
+    int nfirst;
+    bool lt_first;
+    cgm_lt *lt;
+    void *ws;
+    size_t ws_bytes;
+} gemm_contenders;
+
+static void run_contender(int who, void *ctx) {
+    const gemm_contenders *c = ctx;
+    bool first = who < c->nfirst;
+    int i = first ? who : who - c->nfirst;
+    if (first != c->lt_first) GPU_CHECK(cgm_hgemm(&c->hg[i], 0));
+    else if (cgm_lt_gemm(c->lt, &c->lt_args[i], c->ws, c->ws_bytes, 0) != CGM_SUCCESS)
+        TEST_FAIL("cgm_lt_gemm: %s", cgm_last_error());
+}
+
 /* One bf16 shape: warm-up, then BENCH_ROUNDS rounds of the four
  * contenders (cooperative, ping-pong, auto, cuBLASLt), the order rotating
  * each round, each a block of BENCH_CALLS calls timed with events (time per
@@ -955,27 +1003,9 @@ static int bench_shape(int64_t m, int64_t n, int64_t k) {
     void *ws;
     size_t ws_bytes;
     cgm_lt *lt = lt_handle(&ws, &ws_bytes);
-    cudaEvent_t ev[2 * BENCH_WHO];
-    for (int i = 0; i < 2 * BENCH_WHO; i++) GPU_CHECK(cudaEventCreate(&ev[i]));
-    float times[BENCH_WHO][BENCH_ROUNDS];
-    for (int r = -5; r < BENCH_ROUNDS; r++) {
-        for (int turn = 0; turn < BENCH_WHO; turn++) {
-            int who = (turn + (r + 5)) % BENCH_WHO;
-            GPU_CHECK(cudaEventRecord(ev[2 * who], 0));
-            for (int call = 0; call < BENCH_CALLS; call++) {
-                if (who < 3) GPU_CHECK(cgm_hgemm(&a[who], 0));
-                else if (cgm_lt_gemm(lt, &g, ws, ws_bytes, 0) != CGM_SUCCESS)
-                    TEST_FAIL("cgm_lt_gemm: %s", cgm_last_error());
-            }
-            GPU_CHECK(cudaEventRecord(ev[2 * who + 1], 0));
-        }
-        GPU_CHECK(cudaStreamSynchronize(0));
-        if (r < 0) continue;
-        for (int who = 0; who < BENCH_WHO; who++)
-            GPU_CHECK(cudaEventElapsedTime(&times[who][r], ev[2 * who], ev[2 * who + 1]));
-    }
     float t[BENCH_WHO];
-    for (int who = 0; who < BENCH_WHO; who++) t[who] = median(times[who], BENCH_ROUNDS) * 1000 / BENCH_CALLS;
+    gemm_contenders who = {a, &g, 3, false, lt, ws, ws_bytes};
+    time_interleaved(BENCH_WHO, run_contender, &who, t);
     double flop = 2.0 * (double)m * (double)n * (double)k;
     uint16_t *hy = malloc(ny * 2), *href = malloc(ny * 2), *hauto = malloc(ny * 2);
     if (!hy || !href || !hauto) TEST_FAIL("malloc 3 x %zu", ny * 2);
@@ -1001,7 +1031,6 @@ static int bench_shape(int64_t m, int64_t n, int64_t k) {
             printf("#   %s: %zu of %zu elements differ from cuBLASLt\n", variant_name(variants[v]), wrong[v], ny);
     if (auto_differs)
         printf("#   auto: not bit for bit the output of %s, the variant it chose\n", variant_name(chosen));
-    for (int i = 0; i < 2 * BENCH_WHO; i++) cudaEventDestroy(ev[i]);
     for (int v = 0; v < 3; v++) cudaFree(dy[v]);
     cudaFree(dx), cudaFree(dw), cudaFree(dref);
     free(hx), free(hw), free(hy), free(href), free(hauto);
@@ -1093,28 +1122,13 @@ static int fused_bench(int argc, char **argv) {
         a[3].m = rs->m = half;
         rs->naddends = 1, rs->addend[0] = dadd, rs->addend_flags[0] = df, rs->addend_dtype = CGM_DTYPE_FP32;
         rs->addend_ld = n, rs->rows_per_flag = rpf, rs->flag_epoch_ptr = depoch, rs->abort_word = dabort;
-        cudaEvent_t ev[10];
-        for (int i = 0; i < 10; i++) GPU_CHECK(cudaEventCreate(&ev[i]));
-        float times[5][BENCH_ROUNDS];
-        for (int r = -5; r < BENCH_ROUNDS; r++) {
-            for (int turn = 0; turn < 5; turn++) {
-                int who = (turn + r + 5) % 5;
-                GPU_CHECK(cudaEventRecord(ev[2 * who], 0));
-                for (int call = 0; call < BENCH_CALLS; call++) GPU_CHECK(cgm_hgemm(&a[who], 0));
-                GPU_CHECK(cudaEventRecord(ev[2 * who + 1], 0));
-            }
-            GPU_CHECK(cudaStreamSynchronize(0));
-            if (r < 0) continue;
-            for (int who = 0; who < 5; who++)
-                GPU_CHECK(cudaEventElapsedTime(&times[who][r], ev[2 * who], ev[2 * who + 1]));
-        }
         float t[5];
-        for (int who = 0; who < 5; who++) t[who] = median(times[who], BENCH_ROUNDS) * 1000 / BENCH_CALLS;
+        gemm_contenders who = {a, NULL, 5, false, NULL, NULL, 0};
+        time_interleaved(5, run_contender, &who, t);
         unsigned int aborted = 0;
         GPU_CHECK(cudaMemcpy(&aborted, dabort, 4, cudaMemcpyDeviceToHost));
         printf("%6lld %6lld %6lld  %8.1f %6.1f %8.1f  (%5.3f)  %8.1f %8.1f  (%5.3f)%s\n", m, n, k, t[0], t[1],
                t[2], t[2] / t[1], t[3], t[4], t[4] / t[3], aborted ? "  ABORTED (a flag wait expired)" : "");
-        for (int i = 0; i < 10; i++) cudaEventDestroy(ev[i]);
         cudaFree(dx), cudaFree(dw), cudaFree(dy), cudaFree(dadd), cudaFree(df), cudaFree(depoch);
         cudaFree(dabort), cudaFree(dorder);
         free(hx), free(hw), free(ho);
@@ -1260,27 +1274,9 @@ static int addend_bench(int argc, char **argv) {
                 a[i].addend_dtype = i == 2 ? CGM_DTYPE_FP32 : CGM_DTYPE_BF16;
             }
         }
-        cudaEvent_t ev[2 * ADD_WHO];
-        for (int i = 0; i < 2 * ADD_WHO; i++) GPU_CHECK(cudaEventCreate(&ev[i]));
-        float times[ADD_WHO][BENCH_ROUNDS];
-        for (int r = -5; r < BENCH_ROUNDS; r++) {
-            for (int turn = 0; turn < ADD_WHO; turn++) {
-                int who = (turn + r + 5) % ADD_WHO;
-                GPU_CHECK(cudaEventRecord(ev[2 * who], 0));
-                for (int call = 0; call < BENCH_CALLS; call++) {
-                    if (who >= 3) GPU_CHECK(cgm_hgemm(&a[who - 3], 0));
-                    else if (cgm_lt_gemm(lt, &g[who], ws, ws_bytes, 0) != CGM_SUCCESS)
-                        TEST_FAIL("cgm_lt_gemm: %s", cgm_last_error());
-                }
-                GPU_CHECK(cudaEventRecord(ev[2 * who + 1], 0));
-            }
-            GPU_CHECK(cudaStreamSynchronize(0));
-            if (r < 0) continue;
-            for (int who = 0; who < ADD_WHO; who++)
-                GPU_CHECK(cudaEventElapsedTime(&times[who][r], ev[2 * who], ev[2 * who + 1]));
-        }
-        float t[ADD_WHO];
-        for (int who = 0; who < ADD_WHO; who++) t[who] = median(times[who], BENCH_ROUNDS) * 1000 / BENCH_CALLS;
+        float t[ADD_WHO]; /* cuBLASLt g[0..2], then ours a[0..] */
+        gemm_contenders who = {a, g, 3, true, lt, ws, ws_bytes};
+        time_interleaved(ADD_WHO, run_contender, &who, t);
         /* ours + a16 and ours + a32 against cuBLASLt with C (bf16 outputs). */
         uint16_t *href = malloc(ny * 2), *hy = malloc(ny * 2);
         if (!href || !hy) TEST_FAIL("malloc 2 x %zu", ny * 2);
@@ -1299,7 +1295,6 @@ static int addend_bench(int argc, char **argv) {
         printf("   %6.3f %9.3f %6.3f  %s\n", t[1] / t[0], t[4] / t[3], t[4] / t[1],
                wrong ? "WRONG" : "ok");
         if (wrong) printf("#   %zu of %zu elements of ours with an addend differ from cuBLASLt with C\n", wrong, 2 * ny);
-        for (int i = 0; i < 2 * ADD_WHO; i++) cudaEventDestroy(ev[i]);
         for (int i = 0; i < ADD_WHO; i++) cudaFree(dy[i]);
         cudaFree(dx), cudaFree(dw), cudaFree(da16), cudaFree(da32);
         free(hx), free(hw), free(ha16), free(ha32), free(href), free(hy);

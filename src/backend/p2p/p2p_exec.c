@@ -363,69 +363,72 @@ fail:
     return status;
 }
 
-/* A final GEMM step that adds the peers' partials (COMMGEMM_RS_OWN=gemm):
- * cuBLASLt's C when there is one addend of the output's dtype (the faster
- * form, docs/PERFORMANCE.md 4l); else commgemm's kernel, which adds up to
- * CGM_HGEMM_MAX_ADDENDS partials of any dtype in its epilogue (fp32
- * partials with a 16-bit output, or P > 2). make_request chose the form
- * only where one of the two applies; `g` holds the piece's operands. */
-static cgm_status run_gemm_adding(exec_ctx *x, const plan_step *s, int i,
-                                  cgm_lt_gemm_args *g, cgm_dtype out_dtype,
-                                  int64_t out_width, cudaStream_t stream) {
+/* The peers' partials that a final GEMM step adds (COMMGEMM_RS_OWN=gemm):
+ * their rows of this piece, one dtype and row stride. */
+typedef struct gemm_addends {
+    char *ptr[CGM_HGEMM_MAX_ADDENDS];
+    cgm_dtype dtype;
+    int64_t ld;
+} gemm_addends;
+
+static cgm_status locate_addends(exec_ctx *x, const plan_step *s, int i,
+                                 bool accumulate, const view *vy,
+                                 gemm_addends *out) {
     cgm_status status = CGM_SUCCESS;
-    p2p_state *st = x->st;
-    char *ap[CGM_HGEMM_MAX_ADDENDS] = {0};
     const view *va = NULL;
-    cgm_dtype ad = out_dtype;
-    int64_t ld = 0;
+    memset(out, 0, sizeof *out);
     if (s->ref_count > CGM_HGEMM_MAX_ADDENDS || s->ref_first < 0 ||
-        s->ref_first + s->ref_count > x->p->nrefs || g->accumulate)
+        s->ref_first + s->ref_count > x->p->nrefs || accumulate)
         return cgm_error(CGM_ERROR_INTERNAL,
                          "p2p: GEMM step %d adds %d sources%s; at most %d "
                          "without accumulate; please report this bug",
-                         i, s->ref_count,
-                         g->accumulate ? " and accumulates" : "",
+                         i, s->ref_count, accumulate ? " and accumulates" : "",
                          CGM_HGEMM_MAX_ADDENDS);
     for (int j = 0; j < s->ref_count; j++) {
         CGM_TRY(locate(x, &x->p->refs[s->ref_first + j], s->shard, s->row0,
-                       s->rows, i, &ap[j], &va));
-        if (j == 0) ad = va->dtype, ld = va->ld;
-        if (va->dtype != ad || va->ld != ld || va->width != out_width) {
+                       s->rows, i, &out->ptr[j], &va));
+        if (j == 0) out->dtype = va->dtype, out->ld = va->ld;
+        if (va->dtype != out->dtype || va->ld != out->ld ||
+            va->width != vy->width) {
             status = cgm_error(CGM_ERROR_INTERNAL,
                                "p2p: GEMM step %d adds %s rows %lld wide "
                                "(ld %lld) to %s rows %lld wide; the addends "
                                "must agree",
                                i, cgm_dtype_name(va->dtype),
                                (long long)va->width, (long long)va->ld,
-                               cgm_dtype_name(out_dtype),
-                               (long long)out_width);
+                               cgm_dtype_name(vy->dtype),
+                               (long long)vy->width);
             goto fail;
         }
     }
-    if (s->ref_count == 1 && ad == out_dtype) { /* cuBLASLt's C */
-        g->addend = ap[0];
-        g->ld_addend = ld;
-        if (x->dry)
-            return x->search ? cgm_lt_prepare(st->lt, g, P2P_LT_WORKSPACE,
-                                              (cudaStream_t)x->call->stream,
-                                              st->timeout_ms)
-                             : CGM_SUCCESS;
-        return cgm_lt_gemm(st->lt, g, st->lt_workspace[s->queue],
-                           P2P_LT_WORKSPACE, stream);
-    }
+fail:
+    return status;
+}
+
+/* The own piece's GEMM through commgemm's kernel, which adds up to
+ * CGM_HGEMM_MAX_ADDENDS partials of any dtype in its epilogue (fp32
+ * partials with a 16-bit output, or P > 2), where cuBLASLt's C cannot
+ * (make_request chose this form only where the kernel applies). `g` holds
+ * the piece's operands. */
+static cgm_status run_gemm_kernel(exec_ctx *x, const plan_step *s, int i,
+                                  const cgm_lt_gemm_args *g,
+                                  const gemm_addends *ad,
+                                  cudaStream_t stream) {
+    cgm_status status = CGM_SUCCESS;
+    p2p_state *st = x->st;
     cgm_hgemm_args a;
     memset(&a, 0, sizeof a);
     a.in_dtype = g->in_dtype;
-    a.out_dtype = out_dtype;
+    a.out_dtype = g->out_dtype;
     a.m = g->m, a.n = g->n, a.k = g->k;
     a.x = g->x, a.ldx = g->ldx;
     a.w = g->w, a.ldw = g->ldw;
     a.y = g->y, a.ldy = g->ldy;
     a.bias = g->bias;
     a.naddends = s->ref_count;
-    for (int j = 0; j < s->ref_count; j++) a.addend[j] = ap[j];
-    a.addend_ld = ld;
-    a.addend_dtype = ad;
+    for (int j = 0; j < s->ref_count; j++) a.addend[j] = ad->ptr[j];
+    a.addend_ld = ad->ld;
+    a.addend_dtype = ad->dtype;
     /* No flags: the READY waits ran before it on its queue; every SM. */
     const char *why = NULL;
     if (g->layout != CGM_LAYOUT_TN || !cgm_hgemm_supported(&a, &why))
@@ -433,7 +436,7 @@ static cgm_status run_gemm_adding(exec_ctx *x, const plan_step *s, int i,
                          "p2p: GEMM step %d adds %d %s partials, which "
                          "needs commgemm's kernel, and it cannot run it: %s; "
                          "please report this bug",
-                         i, s->ref_count, cgm_dtype_name(ad),
+                         i, s->ref_count, cgm_dtype_name(ad->dtype),
                          g->layout != CGM_LAYOUT_TN ? "not the TN layout"
                                                     : why);
     if (x->dry) return CGM_SUCCESS;
@@ -442,7 +445,7 @@ static cgm_status run_gemm_adding(exec_ctx *x, const plan_step *s, int i,
         st->own_kernel_notes++;
         CGM_INFO(CGM_SUB_P2P, "p2p: GEMM+RS own piece of %lld rows: "
                  "commgemm's kernel adds %d %s partial(s) in its epilogue",
-                 (long long)a.m, a.naddends, cgm_dtype_name(ad));
+                 (long long)a.m, a.naddends, cgm_dtype_name(ad->dtype));
     }
 fail:
     return status;
@@ -474,8 +477,16 @@ static cgm_status run_gemm(exec_ctx *x, const plan_step *s, int i, int queue,
             g.bias = NULL;
             g.accumulate = false;
         }
-        if (s->ref_count > 0) /* COMMGEMM_RS_OWN=gemm: the peers' partials */
-            return run_gemm_adding(x, s, i, &g, vy->dtype, vy->width, stream);
+        if (s->ref_count > 0) { /* COMMGEMM_RS_OWN=gemm: the peers' partials */
+            gemm_addends ad;
+            CGM_TRY(locate_addends(x, s, i, g.accumulate, vy, &ad));
+            /* cuBLASLt's C takes one of the output's dtype, and is the
+             * faster (docs/PERFORMANCE.md 4l); else commgemm's kernel. */
+            if (s->ref_count != 1 || ad.dtype != vy->dtype)
+                return run_gemm_kernel(x, s, i, &g, &ad, stream);
+            g.addend = ad.ptr[0];
+            g.ld_addend = ad.ld;
+        }
     }
     if (x->dry) /* before the fork: the first sight of a shape may time it */
         return x->search ? cgm_lt_prepare(st->lt, &g, P2P_LT_WORKSPACE,
