@@ -28,7 +28,7 @@
 # RSOWN_ALGOS; these A/Bs run with COMMGEMM_PARTIAL_DTYPE from AB_PARTIAL_DTYPE, default output), rs-own-waits (the same for COMMGEMM_P2P_RS_OWN_WAITS queue
 # against beside), compare-sweep-aligned (the sweep with --pad-us 300 --align:
 # the GPUs start each measurement together), sanitize-cases (memcheck and
-# racecheck, or SANITIZE_TOOLS, on the test_gpu_ops cases in SANITIZE_CASES), fused-splits
+# racecheck, or SANITIZE_TOOLS, on the cases in SANITIZE_CASES of SANITIZE_BIN, default test_gpu_ops), fused-splits
 # (commgemm-bench with fused at 1, 2, 4 and 8 pieces per shard, graphs and
 # eager, split and the tuner beside it unless FUSED_BASELINES=0, bf16 partials;
 # FUSED_SHAPES; FUSED_TAG names a second run, e.g. with
@@ -36,7 +36,8 @@
 # COMMGEMM_P2P_FUSED_PUSH beside against store at 2, 4 and 8 pieces, alternating,
 # two rounds, bf16 partials; FSTORE_SHAPES), fused-single (the same with split,
 # beside and single: the one-kernel GEMM+RS), hopper-ab (the kernel bench of
-# this tree against the tree at HOPPER_AB_BASE, alternating, two rounds),
+# this tree against the tree at HOPPER_AB_BASE, alternating, two rounds; HOPPER_AB_BENCHES: the
+# test_hopper_gemm benches to run, default bench),
 # comm-alone (commgemm-bench --comm-baseline library: the p2p backend's own
 # collectives timed without a GEMM, and an eager trace), runoff-ab (the p2p sweep with
 # COMMGEMM_TUNE_RUNOFF 0 against 10, two rounds, TUNE logs in compare_sweep.err,
@@ -127,12 +128,12 @@ stage_sanitize() {
         note "compute-sanitizer $t (test_gpu_ops graph_capture_replay): rc=$? $(grep -hE '(ERROR|RACECHECK) SUMMARY' "$OUT/sanitize-$t.log" | sort -u | tr '\n' ' ')"
     done
 }
-stage_sanitize_cases() { # SANITIZE_TOOLS (memcheck racecheck) on the test_gpu_ops cases of SANITIZE_CASES (no setting forced)
+stage_sanitize_cases() { # SANITIZE_TOOLS (memcheck racecheck) on the cases of SANITIZE_CASES of SANITIZE_BIN (default test_gpu_ops; no setting forced)
     local t c
     for t in ${SANITIZE_TOOLS:-memcheck racecheck}; do
         for c in ${SANITIZE_CASES:?SANITIZE_CASES: test_gpu_ops case names}; do
             timeout ${SANITIZE_TIMEOUT:-200} compute-sanitizer --tool $t --target-processes all --report-api-errors no \
-                --error-exitcode 99 "$B/tests/gpu/test_gpu_ops" $c >"$OUT/sanitize-$t-$c.log" 2>&1
+                --error-exitcode 99 "$B/tests/gpu/${SANITIZE_BIN:-test_gpu_ops}" $c >"$OUT/sanitize-$t-$c.log" 2>&1
             note "compute-sanitizer $t ($c): rc=$? $(grep -hE '(ERROR|RACECHECK) SUMMARY' "$OUT/sanitize-$t-$c.log" | sort -u | tr '\n' ' ')"
         done
     done
@@ -333,12 +334,16 @@ stage_hopper_ab() { # the kernel bench, this tree against HOPPER_AB_BASE (anothe
     (cd "$base" && cmake -S . -B "$bb" -G Ninja "${args[@]}" >"$OUT/hopper-ab-configure.log" 2>&1 &&
         cmake --build "$bb" --target test_hopper_gemm -j16 >"$OUT/hopper-ab-build.log" 2>&1) ||
         { note "hopper-ab: the base build FAILED"; tail -20 "$OUT/hopper-ab-build.log"; return 1; }
-    for r in 1 2; do
-        timeout 120 "$bb/tests/gpu/test_hopper_gemm" bench >"$OUT/hopper-ab-base-r$r.txt" 2>&1
-        timeout 120 "$B/tests/gpu/test_hopper_gemm" bench >"$OUT/hopper-ab-tree-r$r.txt" 2>&1
+    local sub
+    for sub in ${HOPPER_AB_BENCHES:-bench}; do # test_hopper_gemm benches: bench, fusedbench, addendbench
+        local f=hopper-ab; [ "$sub" = bench ] || f=hopper-ab-$sub
+        for r in 1 2; do
+            timeout 120 "$bb/tests/gpu/test_hopper_gemm" $sub >"$OUT/$f-base-r$r.txt" 2>&1
+            timeout 120 "$B/tests/gpu/test_hopper_gemm" $sub >"$OUT/$f-tree-r$r.txt" 2>&1
+        done
+        note "$f: $(grep -cE '^ +[0-9]' "$OUT/$f-tree-r1.txt") rows per run ($f-{base,tree}-r{1,2}.txt)"
+        for r in base-r1 base-r2 tree-r1 tree-r2; do echo "# $f-$r"; grep -hE '^ +[0-9]' "$OUT/$f-$r.txt"; done | head -44
     done
-    note "hopper-ab: $(grep -cE '^ +[0-9]' "$OUT"/hopper-ab-tree-r1.txt) rows per run (hopper-ab-{base,tree}-r{1,2}.txt)"
-    grep -hE '^ +[0-9]' "$OUT"/hopper-ab-*-r?.txt | head -40
 }
 stage_runoff_ab() { # the tuner's runoff: COMMGEMM_TUNE_RUNOFF 0 against 10 (the default), two sweeps each, alternating, TUNE logs kept
     local r v

@@ -637,6 +637,69 @@ __device__ __forceinline__ void add_addends(const hgemm_params &p, float (&d)[12
     else add_addends_as<__half, OFF, NJ, kSplit>(p, d, row0, col0);
 }
 
+/* A ping-pong consumer's whole 128 x 128 interior tile of each addend: all
+ * of its loads are issued before the first is used (64 pairs per thread for
+ * 16-bit addends, two batches of 32 for fp32), so the epilogue waits for one
+ * round trip per batch instead of one per 8 column groups (add_addends_as
+ * with NJ = 16: 4 batches per 64 rows). The same sums in the same order.
+ * Edge tiles take add_addends_as, which checks bounds. */
+template <typename AT> struct addend_pair;
+template <> struct addend_pair<float> { using type = float2; };
+template <> struct addend_pair<__nv_bfloat16> { using type = __nv_bfloat162; };
+template <> struct addend_pair<__half> { using type = __half2; };
+__device__ __forceinline__ float2 widen(float2 v) { return v; }
+__device__ __forceinline__ float2 widen(__nv_bfloat162 v) { return __bfloat1622float2(v); }
+__device__ __forceinline__ float2 widen(__half2 v) { return __half22float2(v); }
+
+template <typename AT, typename OutT, bool kSplit>
+__device__ __forceinline__ void add_addends_tile_as(const hgemm_params &p, float (&d)[128], int row0, int col0) {
+    if (row0 + 128 > p.m || col0 + 128 > p.n) {
+        add_addends_as<AT, 0, 16, kSplit>(p, d, row0, col0);
+        add_addends_as<AT, 64, 16, kSplit>(p, d, row0 + 64, col0);
+        return;
+    }
+    using R = typename addend_pair<AT>::type;
+    /* Row sets of the fragment: 0 = row, 1 = row + 8, 2 = row + 64, 3 = row
+     * + 72. Two per batch where 64 more registers would spill (fp32 addends
+     * or an fp32 output's epilogue, -Xptxas -v). */
+    constexpr int kSets = sizeof(AT) == 4 || sizeof(OutT) == 4 ? 2 : 4;
+    int t = threadIdx.x % 128;
+    long long row = row0 + 16 * (t / 32) + (t % 32) / 4 - (kSplit ? p.addend_row0 : 0);
+    int col = col0 + 2 * (t % 4);
+#pragma unroll 1
+    for (int i = 0; i < p.naddends; i++) {
+        const AT *a = static_cast<const AT *>(param_at(p.addend, i)) + row * p.addend_ld + col;
+#pragma unroll
+        for (int b = 0; b < 4; b += kSets) {
+            R v[kSets][16];
+#pragma unroll
+            for (int s = 0; s < kSets; s++) {
+                const AT *r = a + (long long)(8 * ((b + s) & 1) + 64 * ((b + s) >> 1)) * p.addend_ld;
+#pragma unroll
+                for (int j = 0; j < 16; j++) v[s][j] = *reinterpret_cast<const R *>(r + 8 * j);
+            }
+#pragma unroll
+            for (int s = 0; s < kSets; s++) {
+                constexpr int kStride = 4;
+                int off = 64 * ((b + s) >> 1) + 2 * ((b + s) & 1);
+#pragma unroll
+                for (int j = 0; j < 16; j++) {
+                    float2 f = widen(v[s][j]);
+                    d[off + kStride * j] += f.x;
+                    d[off + kStride * j + 1] += f.y;
+                }
+            }
+        }
+    }
+}
+
+template <typename OutT, bool kSplit>
+__device__ __forceinline__ void add_addends_tile(const hgemm_params &p, float (&d)[128], int row0, int col0) {
+    if (p.addend_dtype == CGM_DTYPE_FP32) add_addends_tile_as<float, OutT, kSplit>(p, d, row0, col0);
+    else if (p.addend_dtype == CGM_DTYPE_BF16) add_addends_tile_as<__nv_bfloat16, OutT, kSplit>(p, d, row0, col0);
+    else add_addends_tile_as<__half, OutT, kSplit>(p, d, row0, col0);
+}
+
 /* The epilogue's target of m tile tm: the rows with the epilogue, or the
  * plain partial rows (no bias, no accumulate, no addends). */
 __device__ __forceinline__ bool epilogue_rows(const hgemm_params &p, int tm) {
@@ -871,10 +934,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (leader) mbar_arrive(empty_bar + 8 * prev);
         bool own = !kSplit || epilogue_rows(p, tm);
         if (p.addend_waits && own) wait_addend_flags<kSplit>(p, (long long)tm * kTileM, kTileM, consumer, epoch);
-        if (p.naddends && own) {
-            add_addends<0, 16, kSplit>(p, d, tm * kTileM, tn * C::tile_n);
-            add_addends<64, 16, kSplit>(p, d, tm * kTileM + 64, tn * C::tile_n);
-        }
+        if (p.naddends && own) add_addends_tile<OutT, kSplit>(p, d, tm * kTileM, tn * C::tile_n);
         tile_out o = out_of<kSplit>(p, own);
         epilogue<OutT, 0, 16>(p, o, d, tm * kTileM, tn * C::tile_n);
         epilogue<OutT, 64, 16>(p, o, d, tm * kTileM + 64, tn * C::tile_n);
