@@ -37,7 +37,8 @@
 # two rounds, bf16 partials; FSTORE_SHAPES), fused-single (the same with split,
 # beside and single: the one-kernel GEMM+RS), hopper-ab (the kernel bench of
 # this tree against the tree at HOPPER_AB_BASE, alternating, two rounds; HOPPER_AB_BENCHES: the
-# test_hopper_gemm benches to run, default bench),
+# test_hopper_gemm benches to run, default bench), single-bench (test_hopper_gemm singlebench:
+# the one-kernel GEMM+RS's kernel on one GPU against cuBLASLt; SINGLE_SHAPES),
 # comm-alone (commgemm-bench --comm-baseline library: the p2p backend's own
 # collectives timed without a GEMM, and an eager trace), runoff-ab (the p2p sweep with
 # COMMGEMM_TUNE_RUNOFF 0 against 10, two rounds, TUNE logs in compare_sweep.err,
@@ -424,6 +425,8 @@ for s in "$@"; do
         "${RSOWN_ALGOS:-split auto}" --op gemm_rs ;;
     hopper-bench) (timeout 120 "$B/tests/gpu/test_hopper_gemm" bench >"$OUT/hopper-bench.txt" 2>&1)
         note "hopper bench: rc=$? $(grep -cE '^ +[0-9]' "$OUT/hopper-bench.txt") rows" ;; cublasmp-cases) stage_cublasmp_cases ;; pack) stage_pack ;;
+    single-bench) timeout 150 "$B/tests/gpu/test_hopper_gemm" singlebench ${SINGLE_SHAPES:-} >"$OUT/singlebench.txt" 2>&1
+        note "singlebench: rc=$? (singlebench.txt)"; cat "$OUT/singlebench.txt" ;;
     timeline) stage_timeline ;; lt-algos) stage_lt_algos ;; fused-store) stage_fused_store fused-store "beside store" ;;
     fused-single) stage_fused_store fused-single "split beside single" ;; hopper-ab) stage_hopper_ab ;;
     comm-alone) stage_comm_alone ;; runoff-ab) stage_runoff_ab ;;

@@ -1337,10 +1337,126 @@ static int whole_run_skips(void) {
     return 0;
 }
 
+/* The one-kernel GEMM+RS's GEMM (COMMGEMM_P2P_FUSED_PUSH=single) on one GPU,
+ * as rank 0 of 2 runs it: the peer's shard (rows m/2..m) first, stored as
+ * plain partials with a done flag per piece, then the own shard with the
+ * epilogue adding the peer's bf16 partial (its flags already at the epoch),
+ * on all SMs but one. Against cuBLASLt's and our unsplit GEMM, and the same
+ * kernel without the addend: what the single form costs before any copy.
+ * Shapes MxNxK[:S], S pieces per shard (default 4). */
+#define SINGLE_WHO 4
+static int single_bench(int argc, char **argv) {
+    const char *list = argc > 0 ? argv[0] : "16384x4096x2048,32768x4096x2048,4096x4096x2048:2,8192x14336x2048:2";
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major != 9) {
+        printf("skip: singlebench needs an sm_90 device\n");
+        return TEST_SKIP_CODE;
+    }
+    printf("# the single form's GEMM (rank 0 of 2), bf16, %s: us per call, medians of %d interleaved rounds x %d "
+           "calls\n", prop.name, BENCH_ROUNDS, BENCH_CALLS);
+    printf("#    m      n      k  S        lt      ours    single  single-a  single/lt single/ours  addend  split  check\n");
+    int bad = 0;
+    void *ws;
+    size_t ws_bytes;
+    cgm_lt *lt = lt_handle(&ws, &ws_bytes);
+    char *copy = strdup(list), *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        long long m, n, k;
+        int S = 4;
+        int got = sscanf(tok, "%lldx%lldx%lld:%d", &m, &n, &k, &S);
+        if (got < 3 || m % 256 || n < 8 || n % 8 || k < 8 || k % 8 || S < 1 || S > 8) {
+            fprintf(stderr, "bad shape '%s' (MxNxK[:S], m a multiple of 256, n and k of 8, S 1..8)\n", tok);
+            free(copy);
+            return 2;
+        }
+        int64_t half = m / 2, rpf = ((half + S - 1) / S + 127) / 128 * 128;
+        int pieces = (int)((half + rpf - 1) / rpf);
+        size_t nx = (size_t)(m * k), nw = (size_t)(n * k), ny = (size_t)(m * n);
+        void *hx = fill(CGM_DTYPE_BF16, nx, 1), *hw = fill(CGM_DTYPE_BF16, nw, 2);
+        void *ha = fill(CGM_DTYPE_BF16, ny / 2, 3);
+        void *dx = to_device(hx, nx * 2), *dw = to_device(hw, nw * 2), *da = to_device(ha, ny);
+        void *dref, *dours, *dpart, *down;
+        GPU_CHECK(cudaMalloc(&dref, ny * 2));
+        GPU_CHECK(cudaMalloc(&dours, ny * 2));
+        GPU_CHECK(cudaMalloc(&dpart, ny * 2));
+        GPU_CHECK(cudaMalloc(&down, ny)); /* the own half */
+        unsigned long long one = 1, ready[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+        unsigned long long *depoch = to_device(&one, sizeof one), *dready = to_device(ready, sizeof ready), *ddone;
+        unsigned int *dcount;
+        GPU_CHECK(cudaMalloc((void **)&ddone, 16 * sizeof *ddone));
+        GPU_CHECK(cudaMalloc((void **)&dcount, 16 * sizeof *dcount));
+        GPU_CHECK(cudaMemset(ddone, 0, 16 * sizeof *ddone));
+        GPU_CHECK(cudaMemset(dcount, 0, 16 * sizeof *dcount));
+        int tiles = (int)(m / 128), *ho = malloc((size_t)tiles * sizeof(int)), nt = 0;
+        for (int t = tiles / 2; t < tiles; t++) ho[nt++] = t; /* the peer's shard first */
+        for (int t = 0; t < tiles / 2; t++) ho[nt++] = t;
+        int *dorder = to_device(ho, (size_t)tiles * sizeof(int));
+        cgm_hgemm_args a[SINGLE_WHO - 1];
+        for (int i = 0; i < SINGLE_WHO - 1; i++) {
+            memset(&a[i], 0, sizeof a[i]);
+            a[i].in_dtype = a[i].out_dtype = CGM_DTYPE_BF16;
+            a[i].m = m, a[i].n = n, a[i].k = k, a[i].x = dx, a[i].ldx = k, a[i].w = dw, a[i].ldw = k;
+            a[i].y = dours, a[i].ldy = n;
+            if (i == 0) continue;
+            a[i].sm_count = prop.multiProcessorCount - 1, a[i].y = dpart;
+            a[i].y_own = down, a[i].ldy_own = n, a[i].y_own_row0 = 0, a[i].y_own_rows = half;
+            a[i].m_block_order = dorder;
+            a[i].done_count = dcount, a[i].done_flags = ddone, a[i].done_shard_rows = half;
+            a[i].done_rows_per_piece = rpf, a[i].done_pieces_per_shard = pieces;
+            a[i].flag_epoch_ptr = depoch, a[i].rows_per_flag = rpf;
+            if (i == 1) {
+                a[i].naddends = 1, a[i].addend[0] = da, a[i].addend_dtype = CGM_DTYPE_BF16, a[i].addend_ld = n;
+                a[i].addend_flags[0] = dready;
+            }
+            const char *why = NULL;
+            if (!cgm_hgemm_supported(&a[i], &why)) TEST_FAIL("%s: cgm_hgemm_supported: %s", tok, why);
+        }
+        cgm_lt_gemm_args g;
+        memset(&g, 0, sizeof g);
+        g.layout = CGM_LAYOUT_TN;
+        g.in_dtype = g.out_dtype = CGM_DTYPE_BF16;
+        g.m = m, g.n = n, g.k = k, g.x = dx, g.ldx = k, g.w = dw, g.ldw = k, g.y = dref, g.ldy = n;
+        if (cgm_lt_prepare(lt, &g, ws_bytes, 0, 60000) != CGM_SUCCESS) TEST_FAIL("cgm_lt_prepare: %s", cgm_last_error());
+        float t[SINGLE_WHO]; /* cuBLASLt, then ours whole, single, single without the addend */
+        gemm_contenders who = {a, &g, 1, true, lt, ws, ws_bytes};
+        time_interleaved(SINGLE_WHO, run_contender, &who, t);
+        /* The last run was single without the addend (or another): rerun
+         * it, then its partial rows and own rows against cuBLASLt's. */
+        GPU_CHECK(cgm_hgemm(&a[2], 0));
+        uint16_t *href = malloc(ny * 2), *hpart = malloc(ny * 2), *hown = malloc(ny);
+        if (!href || !hpart || !hown) TEST_FAIL("malloc");
+        GPU_CHECK(cudaMemcpy(href, dref, ny * 2, cudaMemcpyDeviceToHost));
+        GPU_CHECK(cudaMemcpy(hpart, dpart, ny * 2, cudaMemcpyDeviceToHost));
+        GPU_CHECK(cudaMemcpy(hown, down, ny, cudaMemcpyDeviceToHost));
+        size_t wrong = 0;
+        for (size_t i = 0; i < ny; i++) {
+            float y = bf16_float(href[i]), x = bf16_float(i < ny / 2 ? hown[i] : hpart[i]);
+            if (!(fabsf(x - y) <= fabsf(y) / 128 + 1e-6f * (float)k)) wrong++;
+        }
+        unsigned long long hd[16];
+        GPU_CHECK(cudaMemcpy(hd, ddone, sizeof hd, cudaMemcpyDeviceToHost));
+        int unflagged = 0; /* the peer shard's pieces (cells pieces..) at the epoch */
+        for (int q = 0; q < pieces; q++) unflagged += hd[pieces + q] != 1;
+        bad += wrong != 0 || unflagged != 0;
+        printf("%6lld %6lld %6lld %2d %9.1f %9.1f %9.1f %9.1f   %8.3f %11.3f %7.3f %6.3f  %s\n", m, n, k, pieces, t[0],
+               t[1], t[2], t[3], t[2] / t[0], t[2] / t[1], t[2] / t[3], t[3] / t[1], wrong || unflagged ? "WRONG" : "ok");
+        if (wrong) printf("#   %zu of %zu elements differ from cuBLASLt\n", wrong, ny);
+        if (unflagged) printf("#   %d of %d done flags of the peer's shard not at the epoch\n", unflagged, pieces);
+        cudaFree(dx), cudaFree(dw), cudaFree(da), cudaFree(dref), cudaFree(dours), cudaFree(dpart), cudaFree(down);
+        cudaFree(depoch), cudaFree(dready), cudaFree(ddone), cudaFree(dcount), cudaFree(dorder);
+        free(hx), free(hw), free(ha), free(ho), free(href), free(hpart), free(hown);
+    }
+    free(copy);
+    printf("# ours: cgm_hgemm unsplit, all SMs; single: the single form's kernel (SMs - 1); single-a: the same without "
+           "the addend; addend = single / single-a; split = single-a / ours%s\n", bad ? "; WRONG" : "; OK");
+    return bad ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "bench") == 0) return hopper_bench(argc - 2, argv + 2);
     if (argc > 1 && strcmp(argv[1], "fusedbench") == 0) return fused_bench(argc - 2, argv + 2);
     if (argc > 1 && strcmp(argv[1], "addendbench") == 0) return addend_bench(argc - 2, argv + 2);
+    if (argc > 1 && strcmp(argv[1], "singlebench") == 0) return single_bench(argc - 2, argv + 2);
     if (argc == 1 && whole_run_skips()) return TEST_SKIP_CODE;
     return test_main(argc, argv, register_cases);
 }
