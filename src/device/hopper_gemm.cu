@@ -570,8 +570,8 @@ __device__ __forceinline__ void epilogue(const hgemm_params &p, const tile_out &
 
 /* The fused reduce-scatter's addends, added into the accumulator
  * fragment (the layout of `epilogue` below) before the epilogue: per
- * addend, interior tiles load U column groups x 2 rows of pairs at once
- * (cooperative 16, ping-pong 8) instead of one at a time, edge tiles element by
+ * addend, interior tiles load 8 (cooperative: 4) column groups x 2 rows
+ * of pairs at once instead of one at a time, edge tiles element by
  * element with bounds checks. The sum order per element is fixed (addend
  * 0, 1, ...), so results do not depend on the variant. */
 __device__ __forceinline__ float2 pair_of(const float *p) { return *reinterpret_cast<const float2 *>(p); }
@@ -594,10 +594,9 @@ __device__ __forceinline__ void add_addends_as(const hgemm_params &p, float (&d)
                       col0 + 2 * q;
         const AT *b = a + 8 * p.addend_ld;
         if (interior) {
-            /* 2U loads in flight: the cooperative fragment's 64 rows in
-             * two batches of 32 (U = 32 spills, -Xptxas -v); ping-pong
-             * edge tiles 16 (its interior tiles: add_addends_tile_as). */
-            constexpr int U = NJ >= 32 ? 16 : 8;
+            /* 16 loads in flight; 8 in the cooperative fragment, whose
+             * registers are tighter (no spills either way: -Xptxas -v). */
+            constexpr int U = NJ >= 32 ? 4 : 8;
 #pragma unroll
             for (int jb = 0; jb < NJ; jb += U) {
                 float2 va[U], vb[U];
@@ -641,8 +640,8 @@ __device__ __forceinline__ void add_addends(const hgemm_params &p, float (&d)[12
 /* A ping-pong consumer's whole 128 x 128 interior tile of each addend: all
  * of its loads are issued before the first is used (64 pairs per thread for
  * 16-bit addends, two batches of 32 for fp32), so the epilogue waits for one
- * round trip per batch instead of 4 (add_addends_as with NJ = 16: 2
- * batches per 64 rows). The same sums in the same order.
+ * round trip per batch instead of one per 8 column groups (add_addends_as
+ * with NJ = 16: 4 batches per 64 rows). The same sums in the same order.
  * Edge tiles take add_addends_as, which checks bounds. */
 template <typename AT> struct addend_pair;
 template <> struct addend_pair<float> { using type = float2; };
