@@ -1383,6 +1383,9 @@ static int single_bench(int argc, char **argv) {
         unsigned long long one = 1, ready[8] = {1, 1, 1, 1, 1, 1, 1, 1};
         unsigned long long *depoch = to_device(&one, sizeof one), *dready = to_device(ready, sizeof ready), *ddone;
         unsigned int *dcount;
+        int *dt;
+        GPU_CHECK(cudaMalloc((void **)&dt, sizeof(int)));
+        GPU_CHECK(cudaMemset(dt, 0, sizeof(int)));
         GPU_CHECK(cudaMalloc((void **)&ddone, 16 * sizeof *ddone));
         GPU_CHECK(cudaMalloc((void **)&dcount, 16 * sizeof *dcount));
         GPU_CHECK(cudaMemset(ddone, 0, 16 * sizeof *ddone));
@@ -1404,6 +1407,7 @@ static int single_bench(int argc, char **argv) {
             a[i].done_count = dcount, a[i].done_flags = ddone, a[i].done_shard_rows = half;
             a[i].done_rows_per_piece = rpf, a[i].done_pieces_per_shard = pieces;
             a[i].flag_epoch_ptr = depoch, a[i].rows_per_flag = rpf;
+            a[i].wait_timeout_ns = 2000000000ll, a[i].timeout_out = dt;
             if (i == 1) {
                 a[i].naddends = 1, a[i].addend[0] = da, a[i].addend_dtype = CGM_DTYPE_BF16, a[i].addend_ld = n;
                 a[i].addend_flags[0] = dready;
@@ -1435,15 +1439,18 @@ static int single_bench(int argc, char **argv) {
         }
         unsigned long long hd[16];
         GPU_CHECK(cudaMemcpy(hd, ddone, sizeof hd, cudaMemcpyDeviceToHost));
-        int unflagged = 0; /* the peer shard's pieces (cells pieces..) at the epoch */
+        int unflagged = 0, timed_out = 0; /* the peer shard's pieces (cells pieces..) at the epoch */
         for (int q = 0; q < pieces; q++) unflagged += hd[pieces + q] != 1;
+        GPU_CHECK(cudaMemcpy(&timed_out, dt, sizeof(int), cudaMemcpyDeviceToHost));
+        if (timed_out) printf("#   an addend flag wait expired (the flags were at the epoch)\n");
+        unflagged += timed_out;
         bad += wrong != 0 || unflagged != 0;
         printf("%6lld %6lld %6lld %2d %9.1f %9.1f %9.1f %9.1f   %8.3f %11.3f %7.3f %6.3f  %s\n", m, n, k, pieces, t[0],
                t[1], t[2], t[3], t[2] / t[0], t[2] / t[1], t[2] / t[3], t[3] / t[1], wrong || unflagged ? "WRONG" : "ok");
         if (wrong) printf("#   %zu of %zu elements differ from cuBLASLt\n", wrong, ny);
         if (unflagged) printf("#   %d of %d done flags of the peer's shard not at the epoch\n", unflagged, pieces);
         cudaFree(dx), cudaFree(dw), cudaFree(da), cudaFree(dref), cudaFree(dours), cudaFree(dpart), cudaFree(down);
-        cudaFree(depoch), cudaFree(dready), cudaFree(ddone), cudaFree(dcount), cudaFree(dorder);
+        cudaFree(depoch), cudaFree(dready), cudaFree(ddone), cudaFree(dcount), cudaFree(dorder), cudaFree(dt);
         free(hx), free(hw), free(ha), free(ho), free(href), free(hpart), free(hown);
     }
     free(copy);
