@@ -1344,7 +1344,7 @@ static int whole_run_skips(void) {
  * on all SMs but one. Against cuBLASLt's and our unsplit GEMM, and the same
  * kernel without the addend: what the single form costs before any copy.
  * Shapes MxNxK[:S], S pieces per shard (default 4). */
-#define SINGLE_WHO 4
+#define SINGLE_WHO 5
 static int single_bench(int argc, char **argv) {
     const char *list = argc > 0 ? argv[0] : "16384x4096x2048,32768x4096x2048,4096x4096x2048:2,8192x14336x2048:2";
     struct cudaDeviceProp prop;
@@ -1354,7 +1354,8 @@ static int single_bench(int argc, char **argv) {
     }
     printf("# the single form's GEMM (rank 0 of 2), bf16, %s: us per call, medians of %d interleaved rounds x %d "
            "calls\n", prop.name, BENCH_ROUNDS, BENCH_CALLS);
-    printf("#    m      n      k  S        lt      ours    single  single-a  single/lt single/ours  addend  split  check\n");
+    printf("#    m      n      k  S        lt      ours    single  single-a single-nf  single/lt single/ours  addend  "
+           "flags  split  check\n");
     int bad = 0;
     void *ws;
     size_t ws_bytes;
@@ -1408,9 +1409,9 @@ static int single_bench(int argc, char **argv) {
             a[i].done_rows_per_piece = rpf, a[i].done_pieces_per_shard = pieces;
             a[i].flag_epoch_ptr = depoch, a[i].rows_per_flag = rpf;
             a[i].wait_timeout_ns = 2000000000ll, a[i].timeout_out = dt;
-            if (i == 1) {
+            if (i != 2) { /* 1: the addend behind its flags, 3: without flags (no wait) */
                 a[i].naddends = 1, a[i].addend[0] = da, a[i].addend_dtype = CGM_DTYPE_BF16, a[i].addend_ld = n;
-                a[i].addend_flags[0] = dready;
+                a[i].addend_flags[0] = i == 1 ? dready : NULL;
             }
             const char *why = NULL;
             if (!cgm_hgemm_supported(&a[i], &why)) TEST_FAIL("%s: cgm_hgemm_supported: %s", tok, why);
@@ -1421,7 +1422,7 @@ static int single_bench(int argc, char **argv) {
         g.in_dtype = g.out_dtype = CGM_DTYPE_BF16;
         g.m = m, g.n = n, g.k = k, g.x = dx, g.ldx = k, g.w = dw, g.ldw = k, g.y = dref, g.ldy = n;
         if (cgm_lt_prepare(lt, &g, ws_bytes, 0, 60000) != CGM_SUCCESS) TEST_FAIL("cgm_lt_prepare: %s", cgm_last_error());
-        float t[SINGLE_WHO]; /* cuBLASLt, then ours whole, single, single without the addend */
+        float t[SINGLE_WHO]; /* cuBLASLt, ours whole, single, single without the addend, without the flags */
         gemm_contenders who = {a, &g, 1, true, lt, ws, ws_bytes};
         time_interleaved(SINGLE_WHO, run_contender, &who, t);
         /* The last run was single without the addend (or another): rerun
@@ -1445,8 +1446,9 @@ static int single_bench(int argc, char **argv) {
         if (timed_out) printf("#   an addend flag wait expired (the flags were at the epoch)\n");
         unflagged += timed_out;
         bad += wrong != 0 || unflagged != 0;
-        printf("%6lld %6lld %6lld %2d %9.1f %9.1f %9.1f %9.1f   %8.3f %11.3f %7.3f %6.3f  %s\n", m, n, k, pieces, t[0],
-               t[1], t[2], t[3], t[2] / t[0], t[2] / t[1], t[2] / t[3], t[3] / t[1], wrong || unflagged ? "WRONG" : "ok");
+        printf("%6lld %6lld %6lld %2d %9.1f %9.1f %9.1f %9.1f %9.1f   %8.3f %11.3f %7.3f %6.3f %6.3f  %s\n", m, n, k,
+               pieces, t[0], t[1], t[2], t[3], t[4], t[2] / t[0], t[2] / t[1], t[2] / t[3], t[2] / t[4], t[3] / t[1],
+               wrong || unflagged ? "WRONG" : "ok");
         if (wrong) printf("#   %zu of %zu elements differ from cuBLASLt\n", wrong, ny);
         if (unflagged) printf("#   %d of %d done flags of the peer's shard not at the epoch\n", unflagged, pieces);
         cudaFree(dx), cudaFree(dw), cudaFree(da), cudaFree(dref), cudaFree(dours), cudaFree(dpart), cudaFree(down);
@@ -1455,7 +1457,8 @@ static int single_bench(int argc, char **argv) {
     }
     free(copy);
     printf("# ours: cgm_hgemm unsplit, all SMs; single: the single form's kernel (SMs - 1); single-a: the same without "
-           "the addend; addend = single / single-a; split = single-a / ours%s\n", bad ? "; WRONG" : "; OK");
+           "the addend; single-nf: with the addend but no flags; addend = single / single-a; flags = single / "
+           "single-nf; split = single-a / ours%s\n", bad ? "; WRONG" : "; OK");
     return bad ? 1 : 0;
 }
 
