@@ -389,36 +389,24 @@ __device__ __forceinline__ T param_at(const T (&arr)[CGM_HGEMM_MAX_ADDENDS], int
 /* The fused reduce-scatter wait, by one consumer warpgroup before the
  * epilogue of rows [r0, r0 + rows) of Y: its leader waits for every
  * addend's flags of those rows, then the warpgroup meets on named barrier
- * 1 + consumer (barrier 0 is __syncthreads'). `seen` (the leader's, per
- * launch) holds the cells already seen at the epoch, bit q * naddends + i
- * for the first 64: epochs only grow, and the fence after the first
- * sighting already ordered those rows for the warpgroup's later loads, so
- * the other tiles of the same rows (tiles_n of them) skip the acquire
- * loads and the fence, as the producer's row-flag waits do. Ping-pong only
- * (kCache): in the cooperative kernels the mask's registers spill. */
-template <bool kSplit, bool kCache>
-__device__ __forceinline__ void wait_addend_flags(const hgemm_params &p, long long r0, int rows, int consumer,
-                                                  unsigned long long epoch, unsigned long long &seen) {
+ * 1 + consumer (barrier 0 is __syncthreads'). */
+template <bool kSplit>
+__device__ void wait_addend_flags(const hgemm_params &p, long long r0, int rows, int consumer,
+                                  unsigned long long epoch) {
     if (threadIdx.x % 128 == 0 && !gave_up(p)) {
         long long base = kSplit ? p.addend_row0 : 0;
         long long r1 = min(r0 + rows, (long long)p.m) - 1 - base;
         r0 -= base;
-        unsigned long long start = 0;
-        bool ok = true, waited = false;
+        unsigned long long start = globaltimer();
+        bool ok = true;
         for (int i = 0; ok && i < p.naddends; i++) {
             const unsigned long long *flags = param_at(p.addend_flags, i);
             if (!flags) continue;
-            for (long long q = r0 / p.rows_per_flag; ok && q <= r1 / p.rows_per_flag; q++) {
-                long long bit = q * p.naddends + i;
-                if (kCache && bit < 64 && (seen >> bit & 1)) continue;
-                if (!waited) start = globaltimer();
-                waited = true;
+            for (long long q = r0 / p.rows_per_flag; ok && q <= r1 / p.rows_per_flag; q++)
                 ok = wait_flag(p, flags + q, epoch, start, param_at(p.report_addend_peer, i),
                                (int)(p.report_addend_chunk0 + q));
-                if (kCache && ok && bit < 64) seen |= 1ull << bit;
-            }
         }
-        if (waited) __threadfence();
+        __threadfence();
     }
     asm volatile("bar.sync %0, 128;" ::"r"(1 + consumer) : "memory");
 }
@@ -838,7 +826,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     int consumer = warpgroup - 1;
     bool leader = threadIdx.x % 128 == 0;
     unsigned long long epoch = p.addend_waits || (kSplit && p.done_flags) ? flag_epoch(p) : 0;
-    unsigned long long addend_seen = 0; /* wait_addend_flags' cells seen at the epoch (the leader's) */
     float d[128];
 #pragma unroll
     for (int i = 0; i < 128; i++) d[i] = 0.f;
@@ -879,7 +866,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             if (leader) mbar_arrive(empty_bar + 8 * prev);
             bool own = !kSplit || epilogue_rows(p, tm);
             if (p.addend_waits && own)
-                wait_addend_flags<kSplit, false>(p, (long long)tm * kTileM + consumer * 64, 64, consumer, epoch, addend_seen);
+                wait_addend_flags<kSplit>(p, (long long)tm * kTileM + consumer * 64, 64, consumer, epoch);
             if (p.naddends && own) add_addends<0, 32, kSplit>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
             epilogue<OutT, 0, 32>(p, out_of<kSplit>(p, own), d, tm * kTileM + consumer * 64, tn * C::tile_n);
             if (kSplit && p.done_flags && !own) count_done<kPP>(p, tm, consumer, epoch);
@@ -946,7 +933,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         fence_accumulators(d);
         if (leader) mbar_arrive(empty_bar + 8 * prev);
         bool own = !kSplit || epilogue_rows(p, tm);
-        if (p.addend_waits && own) wait_addend_flags<kSplit, true>(p, (long long)tm * kTileM, kTileM, consumer, epoch, addend_seen);
+        if (p.addend_waits && own) wait_addend_flags<kSplit>(p, (long long)tm * kTileM, kTileM, consumer, epoch);
         if (p.naddends && own) add_addends_tile<OutT, kSplit>(p, d, tm * kTileM, tn * C::tile_n);
         tile_out o = out_of<kSplit>(p, own);
         epilogue<OutT, 0, 16>(p, o, d, tm * kTileM, tn * C::tile_n);
