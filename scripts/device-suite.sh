@@ -84,6 +84,10 @@ OUT=${OUT:-/tmp/commgemm-out}
 mkdir -p "$OUT"
 B=$PWD/build-device
 source scripts/device-env.sh
+# EXTRA_CMAKE_ARGS: more configure arguments, e.g. the kernel trace build
+# (-DCMAKE_CUDA_FLAGS=-DCGM_HGEMM_TRACE, docs/HOPPER_GEMM.md: diagnostic only).
+read -r -a extra <<<"${EXTRA_CMAKE_ARGS:-}"
+args+=("${extra[@]}")
 # Ranks = visible GPUs (2 on nvidia-h200-x2; 4 or 8 on the larger kinds, issue 9).
 NGPU=${NGPU:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')}
 [ "$NGPU" -ge 1 ] 2>/dev/null || NGPU=1

@@ -41,6 +41,25 @@ constexpr int kThreads = 384;
 constexpr int kGroupM = 16; /* rasterization: m tiles per group, see tile_coords */
 constexpr int kStageBytesA = kTileM * kTileK * 2; /* 16 KiB */
 
+/* CGM_HGEMM_TRACE (a build flag, off by default; never in a release
+ * build): the ping-pong consumers of CTA 0 stamp each tile with clock64()
+ * (the SM's cycles): before the turn wait, main loop start, main loop end
+ * (all wgmma done), after the addends, after the stores. cgm_hgemm_trace_read
+ * returns them (docs/HOPPER_GEMM.md, "Where a ping-pong tile's time goes"). */
+#ifdef CGM_HGEMM_TRACE
+constexpr int kTraceTiles = 64;
+__device__ unsigned long long trace_buf[2][kTraceTiles][6];
+#define CGM_TRACE(slot)                                                                          \
+    do {                                                                                         \
+        if (blockIdx.x == 0 && leader && (i >> 1) < kTraceTiles)                                 \
+            trace_buf[consumer][i >> 1][slot] = (unsigned long long)clock64();                   \
+    } while (0)
+#else
+#define CGM_TRACE(slot) \
+    do {                \
+    } while (0)
+#endif
+
 /* Per variant: the tile's n extent, the ring depth, the shared memory. */
 template <bool kPP> struct cfg {
     static constexpr int tile_n = kPP ? CGM_HGEMM_TILE_N_PINGPONG : CGM_HGEMM_TILE_N;
@@ -893,10 +912,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         int t = (int)tl;
         int tm, tn;
         tile_coords<kSplit>(p, t, &tm, &tn);
+        CGM_TRACE(0);
         if (i > 0) {
             mbar_wait(turn_bar + 8 * consumer, turn_phase);
             turn_phase ^= 1;
         }
+        CGM_TRACE(1);
         int stage;
         uint32_t phase;
         ring_at<kStages>((unsigned long long)i * (unsigned long long)p.k_blocks, &stage, &phase);
@@ -931,14 +952,21 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (leader) mbar_arrive(turn_bar + 8 * (consumer ^ 1));
         wgmma_wait<0>();
         fence_accumulators(d);
+        CGM_TRACE(2);
         if (leader) mbar_arrive(empty_bar + 8 * prev);
         bool own = !kSplit || epilogue_rows(p, tm);
         if (p.addend_waits && own) wait_addend_flags<kSplit>(p, (long long)tm * kTileM, kTileM, consumer, epoch);
         if (p.naddends && own) add_addends_tile<OutT, kSplit>(p, d, tm * kTileM, tn * C::tile_n);
+#ifdef CGM_HGEMM_TRACE
+        fence_accumulators(d); /* the addends are in before the stamp */
+        CGM_TRACE(3);
+        if (blockIdx.x == 0 && leader && (i >> 1) < kTraceTiles) trace_buf[consumer][i >> 1][5] = own;
+#endif
         tile_out o = out_of<kSplit>(p, own);
         epilogue<OutT, 0, 16>(p, o, d, tm * kTileM, tn * C::tile_n);
         epilogue<OutT, 64, 16>(p, o, d, tm * kTileM + 64, tn * C::tile_n);
         if (kSplit && p.done_flags && !own) count_done<kPP>(p, tm, consumer, epoch);
+        CGM_TRACE(4);
     }
 }
 
@@ -1219,6 +1247,23 @@ template <bool kBf16> cudaError_t preload_in() {
     cudaError_t e = preload_out<kBf16, float>();
     if (e == cudaSuccess) e = preload_out<kBf16, __nv_bfloat16>();
     return e != cudaSuccess ? e : preload_out<kBf16, __half>();
+}
+
+extern "C" int cgm_hgemm_trace_read(unsigned long long *out, int max_tiles) {
+#ifdef CGM_HGEMM_TRACE
+    int n = max_tiles < kTraceTiles ? max_tiles : kTraceTiles;
+    static unsigned long long host[2][kTraceTiles][6];
+    if (cudaMemcpyFromSymbol(host, trace_buf, sizeof host) != cudaSuccess) return -1;
+    for (int c = 0; c < 2; c++)
+        for (int t = 0; t < n; t++)
+            for (int f = 0; f < 6; f++) out[((size_t)c * n + t) * 6 + f] = host[c][t][f];
+    static unsigned long long zero[2][kTraceTiles][6];
+    if (cudaMemcpyToSymbol(trace_buf, zero, sizeof zero) != cudaSuccess) return -1;
+    return n;
+#else
+    (void)out, (void)max_tiles;
+    return 0;
+#endif
 }
 
 /* cudaFuncGetAttributes needs the loaded function, so it loads it. */

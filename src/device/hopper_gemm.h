@@ -163,6 +163,16 @@ cudaError_t cgm_hgemm(const cgm_hgemm_args *args, cudaStream_t stream);
  * device that is not sm_90): see cgm_dev_preload (device.h) for why. */
 cudaError_t cgm_hgemm_preload(void);
 
+/* Built with -DCGM_HGEMM_TRACE only (a diagnostic build, not a release
+ * one): the clock64() stamps of CTA 0's ping-pong tiles since the last read,
+ * out[(consumer * max_tiles + i) * 6 + f] for the consumer's i-th tile,
+ * f = 0 before the turn wait, 1 main loop start, 2 main loop end, 3 after
+ * the addends, 4 after the stores, 5 whether the tile had the epilogue rows
+ * (1) or stored a plain partial (0); zeroes the stamps. Returns the tiles
+ * per consumer written (min(max_tiles, 64)), 0 in a normal build, -1 on a
+ * CUDA error. */
+int cgm_hgemm_trace_read(unsigned long long *out, int max_tiles);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1337,6 +1337,58 @@ static int whole_run_skips(void) {
     return 0;
 }
 
+/* With a -DCGM_HGEMM_TRACE build: one more call of `a`, then CTA 0's
+ * ping-pong stamps (cgm_hgemm_trace_read): per consumer and kind of tile
+ * (epilogue rows or plain partial), the mean cycles of the turn wait, the
+ * main loop, the addends and the stores, and the share of the span during
+ * which some main loop ran (1: the tensor cores never waited for an
+ * epilogue). Prints nothing in a normal build. */
+#define TRACE_TILES 64
+static void trace_one(const char *name, const cgm_hgemm_args *a) {
+    static unsigned long long st[2 * TRACE_TILES * 6];
+    if (cgm_hgemm_trace_read(st, TRACE_TILES) <= 0) return; /* not a trace build: clears nothing */
+    GPU_CHECK(cgm_hgemm(a, 0));
+    GPU_CHECK(cudaDeviceSynchronize());
+    int n = cgm_hgemm_trace_read(st, TRACE_TILES);
+    if (n <= 0) return;
+    double sum[2][2][4] = {{{0}}}, cnt[2][2] = {{0}};
+    unsigned long long lo = ~0ull, hi = 0;
+    unsigned long long iv[2 * TRACE_TILES][2];
+    int niv = 0;
+    for (int c = 0; c < 2; c++)
+        for (int t = 0; t < n; t++) {
+            const unsigned long long *f = st + ((size_t)c * n + t) * 6;
+            if (!f[1] || !f[4]) continue; /* no tile here */
+            int own = f[5] != 0;
+            for (int j = 0; j < 4; j++) sum[c][own][j] += (double)(f[j + 1] - f[j]);
+            cnt[c][own] += 1;
+            if (f[1] < lo) lo = f[1];
+            if (f[4] > hi) hi = f[4];
+            iv[niv][0] = f[1], iv[niv][1] = f[2], niv++;
+        }
+    /* union of the main-loop intervals */
+    for (int i = 1; i < niv; i++)
+        for (int j = i; j > 0 && iv[j][0] < iv[j - 1][0]; j--) {
+            unsigned long long t0 = iv[j][0], t1 = iv[j][1];
+            iv[j][0] = iv[j - 1][0], iv[j][1] = iv[j - 1][1], iv[j - 1][0] = t0, iv[j - 1][1] = t1;
+        }
+    double busy = 0;
+    unsigned long long end = 0;
+    for (int i = 0; i < niv; i++) {
+        unsigned long long b = iv[i][0] > end ? iv[i][0] : end;
+        if (iv[i][1] > b) busy += (double)(iv[i][1] - b);
+        if (iv[i][1] > end) end = iv[i][1];
+    }
+    printf("#   trace %-9s CTA 0: main loops cover %.3f of %llu cycles\n", name, hi > lo ? busy / (double)(hi - lo) : 0,
+           hi - lo);
+    for (int c = 0; c < 2; c++)
+        for (int own = 0; own < 2; own++)
+            if (cnt[c][own] > 0)
+                printf("#     consumer %d, %-8s tiles %2.0f: turn wait %7.0f  main %7.0f  addends %6.0f  stores %6.0f "
+                       "cycles\n", c, own ? "epilogue" : "partial", cnt[c][own], sum[c][own][0] / cnt[c][own],
+                       sum[c][own][1] / cnt[c][own], sum[c][own][2] / cnt[c][own], sum[c][own][3] / cnt[c][own]);
+}
+
 /* The one-kernel GEMM+RS's GEMM (COMMGEMM_P2P_FUSED_PUSH=single) on one GPU,
  * as rank 0 of 2 runs it: the peer's shard (rows m/2..m) first, stored as
  * plain partials with a done flag per piece, then the own shard with the
@@ -1451,6 +1503,10 @@ static int single_bench(int argc, char **argv) {
                wrong || unflagged ? "WRONG" : "ok");
         if (wrong) printf("#   %zu of %zu elements differ from cuBLASLt\n", wrong, ny);
         if (unflagged) printf("#   %d of %d done flags of the peer's shard not at the epoch\n", unflagged, pieces);
+        trace_one("ours", &a[0]);
+        trace_one("single", &a[1]);
+        trace_one("single-a", &a[2]);
+        trace_one("single-nf", &a[3]);
         cudaFree(dx), cudaFree(dw), cudaFree(da), cudaFree(dref), cudaFree(dours), cudaFree(dpart), cudaFree(down);
         cudaFree(depoch), cudaFree(dready), cudaFree(ddone), cudaFree(dcount), cudaFree(dorder), cudaFree(dt);
         free(hx), free(hw), free(ha), free(ho), free(href), free(hpart), free(hown);
