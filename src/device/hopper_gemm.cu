@@ -430,44 +430,6 @@ __device__ void wait_addend_flags(const hgemm_params &p, long long r0, int rows,
     asm volatile("bar.sync %0, 128;" ::"r"(1 + consumer) : "memory");
 }
 
-/* The split-output (single form) kernels: the producer thread waits for
- * the addend flags of an epilogue-row tile before that tile's first TMA
- * load, instead of a consumer leader after the tile's main loop. In the
- * trace of the single form's kernel (docs/HOPPER_GEMM.md) the consumer's
- * wait cost ~7k cycles per tile with every flag already at the epoch, which
- * made the epilogue longer than the other consumer's main loop. The
- * producer's acquire happens before its arrive on the stage's full barrier,
- * whose completion the consumers wait for before any load of the addends.
- * `seen` as in wait_row_flags (bit q * naddends + i, the first 64). Returns
- * false once the launch gave up. */
-template <bool kSplit>
-__device__ bool wait_tile_addends(const hgemm_params &p, int tm, unsigned long long epoch,
-                                  unsigned long long *seen) {
-    long long r0 = (long long)tm * kTileM - (kSplit ? p.addend_row0 : 0);
-    long long r1 = min((long long)tm * kTileM + kTileM, (long long)p.m) - 1 - (kSplit ? p.addend_row0 : 0);
-    unsigned long long start = 0;
-    bool loaded = false;
-    for (int i = 0; i < p.naddends; i++) {
-        const unsigned long long *flags = param_at(p.addend_flags, i);
-        if (!flags) continue;
-        for (long long q = r0 / p.rows_per_flag; q <= r1 / p.rows_per_flag; q++) {
-            long long bit = q * p.naddends + i;
-            if (bit < 64 && ((*seen >> bit) & 1ull)) continue;
-            if (!loaded) {
-                if (gave_up(p)) return false;
-                start = globaltimer();
-                loaded = true;
-            }
-            if (!wait_flag(p, flags + q, epoch, start, param_at(p.report_addend_peer, i),
-                           (int)(p.report_addend_chunk0 + q)))
-                return false;
-            if (bit < 64) *seen |= 1ull << bit;
-        }
-    }
-    if (loaded) __threadfence();
-    return true;
-}
-
 /* ------------------------------------------------------------- epilogue */
 
 __device__ __forceinline__ float to_float(float v) { return v; }
@@ -852,8 +814,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         int stage = 0;
         uint32_t phase = 0;
         bool waiting = p.row_flags != nullptr;
-        bool addend_waiting = kSplit && p.addend_waits; /* wait_tile_addends */
-        unsigned long long epoch = waiting || addend_waiting ? flag_epoch(p) : 0, seen = 0, addend_seen = 0;
+        unsigned long long epoch = waiting ? flag_epoch(p) : 0, seen = 0;
         for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
             int tm, tn;
             tile_coords<kSplit>(p, t, &tm, &tn);
@@ -862,8 +823,6 @@ __global__ void __launch_bounds__(kThreads, 1)
             const CUtensorMap *mx = own ? &map_x_own : &map_x;
             int xrow = own ? tm * kTileM - (int)p.own_row0 : tm * kTileM;
             if (waiting && !own) waiting = wait_row_flags(p, tm, epoch, &seen);
-            if (kSplit && addend_waiting && epilogue_rows(p, tm))
-                addend_waiting = wait_tile_addends<kSplit>(p, tm, epoch, &addend_seen);
             for (int kb = 0; kb < p.k_blocks; kb++) {
                 /* A fresh barrier counts as having completed the phase
                  * before phase 0, so the first pass does not wait. */
@@ -925,7 +884,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             fence_accumulators(d);
             if (leader) mbar_arrive(empty_bar + 8 * prev);
             bool own = !kSplit || epilogue_rows(p, tm);
-            if (!kSplit && p.addend_waits && own) /* kSplit: the producer waited (wait_tile_addends) */
+            if (p.addend_waits && own)
                 wait_addend_flags<kSplit>(p, (long long)tm * kTileM + consumer * 64, 64, consumer, epoch);
             if (p.naddends && own) add_addends<0, 32, kSplit>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
             epilogue<OutT, 0, 32>(p, out_of<kSplit>(p, own), d, tm * kTileM + consumer * 64, tn * C::tile_n);
@@ -996,8 +955,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         CGM_TRACE(2);
         if (leader) mbar_arrive(empty_bar + 8 * prev);
         bool own = !kSplit || epilogue_rows(p, tm);
-        if (!kSplit && p.addend_waits && own) /* kSplit: the producer waited (wait_tile_addends) */
-            wait_addend_flags<kSplit>(p, (long long)tm * kTileM, kTileM, consumer, epoch);
+        if (p.addend_waits && own) wait_addend_flags<kSplit>(p, (long long)tm * kTileM, kTileM, consumer, epoch);
         if (p.naddends && own) add_addends_tile<OutT, kSplit>(p, d, tm * kTileM, tn * C::tile_n);
 #ifdef CGM_HGEMM_TRACE
         fence_accumulators(d); /* the addends are in before the stamp */
