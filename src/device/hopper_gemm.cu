@@ -658,9 +658,10 @@ __device__ __forceinline__ void add_addends(const hgemm_params &p, float (&d)[12
 
 /* A ping-pong consumer's whole 128 x 128 interior tile of each addend: all
  * of its loads are issued before the first is used (64 pairs per thread for
- * 16-bit addends, two batches of 32 for fp32), so the epilogue waits for one
- * round trip per batch instead of one per 8 column groups (add_addends_as
- * with NJ = 16: 4 batches per 64 rows). The same sums in the same order.
+ * 16-bit addends; two batches of 32 for fp32 addends or an fp32 output), so
+ * the epilogue waits for one round trip per batch instead of one per 8
+ * column groups (add_addends_as with NJ = 16: 2 batches per 64 rows, 4 per
+ * tile). The same sums in the same order.
  * Edge tiles take add_addends_as, which checks bounds. */
 template <typename AT> struct addend_pair;
 template <> struct addend_pair<float> { using type = float2; };
