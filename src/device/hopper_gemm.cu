@@ -700,13 +700,12 @@ __device__ __forceinline__ void add_addends_tile_as(const hgemm_params &p, float
             }
 #pragma unroll
             for (int s = 0; s < kSets; s++) {
-                constexpr int kStride = 4;
-                int off = 64 * ((b + s) >> 1) + 2 * ((b + s) & 1);
+                int off = 64 * ((b + s) >> 1) + 2 * ((b + s) & 1); /* column group j at off + 4j */
 #pragma unroll
                 for (int j = 0; j < 16; j++) {
                     float2 f = widen(v[s][j]);
-                    d[off + kStride * j] += f.x;
-                    d[off + kStride * j + 1] += f.y;
+                    d[off + 4 * j] += f.x;
+                    d[off + 4 * j + 1] += f.y;
                 }
             }
         }

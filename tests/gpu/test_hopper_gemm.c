@@ -1216,16 +1216,21 @@ static int fused_bench(int argc, char **argv) {
  * and a bf16 output (the default precision's partials). cuBLASLt's entries
  * are searched first (cgm_lt_prepare), as the ops do. The addend GEMMs are
  * checked against cuBLASLt's with C. Interleaved rounds, medians. */
+/* A bench's device: true on an sm_90 GPU (prop filled), else prints why it
+ * skips. */
+static bool bench_device(const char *bench, struct cudaDeviceProp *prop) {
+    if (cudaGetDeviceProperties(prop, 0) == cudaSuccess && prop->major == 9) return true;
+    printf("skip: %s needs an sm_90 device\n", bench);
+    return false;
+}
+
 #define ADD_WHO 6
 static int addend_bench(int argc, char **argv) {
     const char *list = argc > 0 ? argv[0]
                                 : "2048x4096x2048,4096x4096x2048,1024x4096x2048,1024x14336x2048,"
                                   "2048x14336x2048,4096x4096x4096";
     struct cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major != 9) {
-        printf("skip: addendbench needs an sm_90 device\n");
-        return TEST_SKIP_CODE;
-    }
+    if (!bench_device("addendbench", &prop)) return TEST_SKIP_CODE;
     static const char *names[ADD_WHO] = {"lt", "lt+C16", "lt32+C32", "ours", "ours+a16", "ours+a32"};
     printf("# epilogue addends, bf16 in, TN, %s: us per call, medians of %d interleaved rounds x %d calls\n",
            prop.name, BENCH_ROUNDS, BENCH_CALLS);
@@ -1400,10 +1405,7 @@ static void trace_one(const char *name, const cgm_hgemm_args *a) {
 static int single_bench(int argc, char **argv) {
     const char *list = argc > 0 ? argv[0] : "16384x4096x2048,32768x4096x2048,4096x4096x2048:2,8192x14336x2048:2";
     struct cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major != 9) {
-        printf("skip: singlebench needs an sm_90 device\n");
-        return TEST_SKIP_CODE;
-    }
+    if (!bench_device("singlebench", &prop)) return TEST_SKIP_CODE;
     printf("# the single form's GEMM (rank 0 of 2), bf16, %s: us per call, medians of %d interleaved rounds x %d "
            "calls\n", prop.name, BENCH_ROUNDS, BENCH_CALLS);
     printf("#    m      n      k  S        lt      ours    single  single-a single-nf  single/lt single/ours  addend  "
