@@ -68,8 +68,9 @@ template <bool kPP> struct cfg {
     static constexpr int stage_bytes = kStageBytesA + bytes_b;
     /* 1024: the 128B-swizzle pattern repeats every 8 rows x 128 bytes, and
      * TMA and wgmma both assume the pattern starts at a 1024-byte boundary.
-     * Barriers: full and empty per stage, two turn barriers. */
-    static constexpr int smem_bytes = 1024 + stages * stage_bytes + (2 * stages + 2) * 8;
+     * Barriers: full and empty per stage, two turn barriers, and (split
+     * ping-pong) two ready and two taken barriers of addend_flag_helper. */
+    static constexpr int smem_bytes = 1024 + stages * stage_bytes + (2 * stages + 6) * 8;
     static_assert(smem_bytes <= 227 * 1024, "shared memory per block");
 };
 
@@ -405,8 +406,38 @@ __device__ __forceinline__ T param_at(const T (&arr)[CGM_HGEMM_MAX_ADDENDS], int
     }
 }
 
-/* The fused reduce-scatter wait, by one consumer warpgroup before the
- * epilogue of rows [r0, r0 + rows) of Y: its leader waits for every
+/* The addend flags of Y rows [r0, r0 + rows), by addend_flag_helper's
+ * thread: every addend's flags of those rows must reach the epoch. Each
+ * flag is loaded first; the give-up check and the timer are read only when
+ * one is not ready yet. */
+template <bool kSplit>
+__device__ void wait_addend_rows(const hgemm_params &p, int r0, int rows, unsigned long long epoch) {
+    /* 32-bit row arithmetic (m < 2^31): no call to the 64-bit division
+     * in the producer warpgroup's few registers */
+    int base = kSplit ? (int)p.addend_row0 : 0;
+    int r1 = min(r0 + rows, p.m) - 1 - base;
+    r0 -= base;
+    int rpf = (int)min(p.rows_per_flag, (long long)INT_MAX);
+    unsigned long long start = 0;
+    bool ok = true;
+    for (int i = 0; ok && i < p.naddends; i++) {
+        const unsigned long long *flags = param_at(p.addend_flags, i);
+        if (!flags) continue;
+        for (int q = r0 / rpf; ok && q <= r1 / rpf; q++) {
+            if (load_acquire_sys(flags + q) >= epoch) continue;
+            if (!start) {
+                if (gave_up(p)) return;
+                start = globaltimer();
+            }
+            ok = wait_flag(p, flags + q, epoch, start, param_at(p.report_addend_peer, i),
+                           p.report_addend_chunk0 + q);
+        }
+    }
+}
+
+/* The fused reduce-scatter wait of the kernels without addend_flag_helper,
+ * by one consumer warpgroup before the epilogue of rows [r0, r0 + rows)
+ * of Y: its leader waits for every
  * addend's flags of those rows, then the warpgroup meets on named barrier
  * 1 + consumer (barrier 0 is __syncthreads'). */
 template <bool kSplit>
@@ -759,6 +790,49 @@ __device__ void count_done(const hgemm_params &p, int tm, int consumer, unsigned
     }
 }
 
+/* The split ping-pong kernel's addend-flag helper: thread 32 (warp 1 of
+ * the producer warpgroup, otherwise idle), when some addend has flags. For each own
+ * tile of the CTA, in tile order, its lane 0 waits for the addend flags of
+ * the tile's rows and arrives on ready[c] of the tile's consumer c. The
+ * consumer waits on ready[c] (shared memory) instead of polling the flags
+ * itself after its main loop, where the chain of loads (give-up check,
+ * timer, flag, fence: ~7k cycles) was on the tensor cores' path: an own
+ * tile's epilogue outlasted the other consumer's main loop
+ * (docs/HOPPER_GEMM.md). The consumer then arrives on taken[c]. Before the next
+ * ready[c] the helper waits for that taken[c], so ready[c] never runs two
+ * phases ahead of its consumer and both barriers alternate strictly. The
+ * addends' ordering for the consumer: the peer's release, the helper's
+ * acquire and fence, the mbarrier arrive (release, CTA), the consumer's
+ * wait (acquire, CTA). After a wait gave up the helper still arrives
+ * (later waits return at once), so nothing hangs. */
+template <bool kSplit>
+__device__ void addend_flag_helper(const hgemm_params &p, uint32_t ready_bar, uint32_t taken_bar) {
+    int tiles = p.tiles_m * p.tiles_n;
+    unsigned long long epoch = flag_epoch(p);
+    /* Per consumer (bit c): whether ready[c] was given yet, and the parity
+     * of taken[c]'s phase to wait for next (bits, not an indexed array:
+     * that would live in local memory). */
+    uint32_t given = 0, parity = 0;
+    for (int i = 0;; i++) {
+        long long tl = blockIdx.x + (long long)i * gridDim.x;
+        if (tl >= tiles) break;
+        int tm, tn;
+        tile_coords<kSplit>(p, (int)tl, &tm, &tn);
+        if (kSplit && !epilogue_rows(p, tm)) continue;
+        int c = i & 1;
+        if ((given >> c) & 1) {
+            mbar_wait(taken_bar + 8 * c, (parity >> c) & 1);
+            parity ^= 1u << c;
+        }
+        if (!gave_up(p)) {
+            wait_addend_rows<kSplit>(p, tm * kTileM, kTileM, epoch);
+            __threadfence();
+        }
+        mbar_arrive(ready_bar + 8 * c);
+        given |= 1u << c;
+    }
+}
+
 /* --------------------------------------------------------------- kernel */
 
 /* Ring position -> (stage, phase). The producer and both consumers count
@@ -780,6 +854,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                  const hgemm_params p) {
     using C = cfg<kPP>;
     constexpr int kStages = C::stages;
+    /* The split ping-pong kernel (the one-kernel GEMM+RS's) takes its
+     * addend flags from addend_flag_helper, with 56 registers for the
+     * producer warpgroup and 224 for the consumers; the other kernels keep
+     * 40 / 232 (the plain ping-pong kernel measured 1-2 % slower at 224)
+     * and wait in the consumer. */
+    constexpr bool kHelper = kPP && kSplit;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     uint32_t smem_a = base;                                 /* kStages x 16 KiB */
@@ -787,6 +867,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t full_bar = base + kStages * C::stage_bytes;    /* kStages x 8 bytes */
     uint32_t empty_bar = full_bar + kStages * 8;            /* kStages x 8 bytes */
     uint32_t turn_bar = empty_bar + kStages * 8;            /* 2 x 8 bytes (ping-pong) */
+    uint32_t ready_bar = turn_bar + 16;                     /* 2 x 8 bytes (addend_flag_helper) */
+    uint32_t taken_bar = ready_bar + 16;                    /* 2 x 8 bytes (addend_flag_helper) */
     int warpgroup = threadIdx.x / 128;
     int tiles = p.tiles_m * p.tiles_n;
 
@@ -798,6 +880,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         mbar_init(turn_bar, 1);
         mbar_init(turn_bar + 8, 1);
+        if (kHelper)
+            for (int c = 0; c < 2; c++) {
+                mbar_init(ready_bar + 8 * c, 1);
+                mbar_init(taken_bar + 8 * c, 1);
+            }
         /* Make the initialised barriers visible to the async proxy (TMA). */
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -805,7 +892,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
 
     if (warpgroup == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (kHelper) /* room for the addend-flag helper (no spills, -Xptxas -v) */
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
+        else
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (kHelper && p.addend_waits && threadIdx.x == 32) {
+            addend_flag_helper<kSplit>(p, ready_bar, taken_bar);
+            return;
+        }
         if (threadIdx.x != 0) return;
         asm volatile("prefetch.tensormap [%0];" ::"l"((uint64_t)&map_x) : "memory");
         if (p.own_tile1 > p.own_tile0)
@@ -841,7 +935,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         return;
     }
 
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    /* 128 x 56 + 256 x 224 = 128 x 40 + 256 x 232 = 64512 of the SM's 65536 */
+    if (kHelper)
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
+    else
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     int consumer = warpgroup - 1;
     bool leader = threadIdx.x % 128 == 0;
     unsigned long long epoch = p.addend_waits || (kSplit && p.done_flags) ? flag_epoch(p) : 0;
@@ -906,6 +1004,7 @@ __global__ void __launch_bounds__(kThreads, 1)
      * turn barriers alternate strictly (c signals tile i - 1 done only
      * after its own turn for i - 1 came), so their parity is unambiguous. */
     uint32_t turn_phase = 0;
+    int taken = 0; /* own tiles whose flags this consumer took from the helper */
     for (long long i = consumer;; i += 2) {
         long long tl = blockIdx.x + i * gridDim.x;
         if (tl >= tiles) break;
@@ -955,7 +1054,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         CGM_TRACE(2);
         if (leader) mbar_arrive(empty_bar + 8 * prev);
         bool own = !kSplit || epilogue_rows(p, tm);
-        if (p.addend_waits && own) wait_addend_flags<kSplit>(p, (long long)tm * kTileM, kTileM, consumer, epoch);
+        if (kHelper && p.addend_waits && own) {
+            mbar_wait(ready_bar + 8 * consumer, (uint32_t)(taken++ & 1));
+            if (leader) mbar_arrive(taken_bar + 8 * consumer);
+        } else if (p.addend_waits && own) {
+            wait_addend_flags<kSplit>(p, (long long)tm * kTileM, kTileM, consumer, epoch);
+        }
         if (p.naddends && own) add_addends_tile<OutT, kSplit>(p, d, tm * kTileM, tn * C::tile_n);
 #ifdef CGM_HGEMM_TRACE
         fence_accumulators(d); /* the addends are in before the stamp */

@@ -490,11 +490,6 @@ static void case_flags_timeout(const void *p) {
     cudaFree(dx), cudaFree(dw), cudaFree(dy), cudaFree(df), cudaFree(dt);
 }
 
-/* The fused reduce-scatter epilogue: Y = X . W^T + sum of 1 or 3 addends
- * (fp32 or bf16) + bias, with each addend's flags at the epoch read from
- * device memory (flag_epoch_ptr), and the fused all-gather's shard-mapped
- * row flags (a cell that is not a row flag stays 0: reading it times out).
- * Every element must equal the exact result rounded once. */
 /* Runs a GEMM with fused hooks on the default stream: checks that it is
  * supported, waits for it, and returns *timeout_out (1: a flag wait
  * expired). */
@@ -508,6 +503,11 @@ static int run_hooked(const cgm_hgemm_args *a) {
     return timed_out;
 }
 
+/* The fused reduce-scatter epilogue: Y = X . W^T + sum of 1 or 3 addends
+ * (fp32 or bf16) + bias, with each addend's flags at the epoch read from
+ * device memory (flag_epoch_ptr), and the fused all-gather's shard-mapped
+ * row flags (a cell that is not a row flag stays 0: reading it times out).
+ * Every element must equal the exact result rounded once. */
 static void case_addends(const void *p) {
     (void)p;
     require_sm90();
@@ -619,6 +619,112 @@ static void case_addends(const void *p) {
     cudaFree(dy), cudaFree(dz), cudaFree(dabort), cudaFreeHost(rec);
     cudaFree(dx), cudaFree(dw), cudaFree(drow), cudaFree(dadd), cudaFree(depoch), cudaFree(dt);
     free(hx), free(hw), free(xq), free(wq);
+}
+
+/* Addends that arrive while the kernel runs: the addend rows of each
+ * 128-row piece are copied in (over poison) and then the piece's flag
+ * raised, piece by piece in reverse row order, by copies on another stream
+ * that start after the kernel has been waiting for 20 ms. Two CTAs, so
+ * each consumer meets several own tiles in turn. Two forms: the whole Y
+ * with the addend (every tile waits in its consumer), and the split output
+ * of the one-kernel GEMM+RS (y_own rows [256, 768) with the addend, the
+ * rest plain partials), whose ping-pong kernel's consumers take each own
+ * tile's flags from the helper thread (the ready/taken barriers cycle
+ * through their phases). An addend read before its flag is poison
+ * (3.4e38) and shows; every element must equal the exact result rounded
+ * once, and no wait may time out. */
+static void case_addends_late(const void *p) {
+    (void)p;
+    require_sm90();
+    const int64_t m = 1024, n = 512, k = 64, rpf = 128, own0 = 256;
+    int64_t kp = k;
+    void *hx = fill(CGM_DTYPE_BF16, (size_t)(m * k), 91), *hw = fill(CGM_DTYPE_BF16, (size_t)(n * k), 92);
+    void *ha = fill(CGM_DTYPE_FP32, (size_t)(m * n), 93);
+    int16_t *xq = to_eighths(hx, CGM_DTYPE_BF16, m, k, k, kp), *wq = to_eighths(hw, CGM_DTYPE_BF16, n, k, k, kp);
+    void *dx = to_device(hx, (size_t)(m * k) * 2), *dw = to_device(hw, (size_t)(n * k) * 2);
+    void *dsrc = to_device(ha, (size_t)(m * n) * 4), *da, *dy, *dout;
+    unsigned long long epoch = 5, ready[8] = {5, 5, 5, 5, 5, 5, 5, 5}, *dflags, *dready = to_device(ready, sizeof ready);
+    unsigned long long *ddone;
+    unsigned int *dcount;
+    int *dt;
+    GPU_CHECK(cudaMalloc(&da, (size_t)(m * n) * 4));
+    GPU_CHECK(cudaMalloc(&dy, (size_t)(m * n) * 2));
+    GPU_CHECK(cudaMalloc(&dout, (size_t)(m * n) * 2));
+    GPU_CHECK(cudaMalloc((void **)&dflags, sizeof ready));
+    GPU_CHECK(cudaMalloc((void **)&ddone, 8 * sizeof *ddone));
+    GPU_CHECK(cudaMalloc((void **)&dcount, 8 * sizeof *dcount));
+    GPU_CHECK(cudaMemset(dcount, 0, 8 * sizeof *dcount));
+    GPU_CHECK(cudaMalloc((void **)&dt, sizeof(int)));
+    cudaStream_t s1, s2;
+    GPU_CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    GPU_CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    uint16_t *hy = malloc((size_t)(m * n) * 2), *ho = malloc((size_t)(m * n) * 2);
+    for (int split = 0; split < 2; split++)
+        for (int v = CGM_HGEMM_COOPERATIVE; v <= CGM_HGEMM_PINGPONG; v++) {
+            /* The addend rows: all of Y, or the y_own rows (addend row 0 = Y row own0). */
+            int64_t arows = split ? 512 : m, arow0 = split ? own0 : 0, pieces = arows / rpf;
+            const char *form = split ? "split output" : "whole Y";
+            GPU_CHECK(cudaMemset(da, 0x7F, (size_t)(m * n) * 4));
+            GPU_CHECK(cudaMemset(dflags, 0, sizeof ready));
+            GPU_CHECK(cudaMemset(ddone, 0, 8 * sizeof *ddone));
+            GPU_CHECK(cudaMemset(dt, 0, sizeof(int)));
+            GPU_CHECK(cudaMemset(dy, 0xFF, (size_t)(m * n) * 2));
+            GPU_CHECK(cudaMemset(dout, 0xFF, (size_t)(m * n) * 2));
+            GPU_CHECK(cudaDeviceSynchronize());
+            cgm_hgemm_args a;
+            memset(&a, 0, sizeof a);
+            a.in_dtype = CGM_DTYPE_BF16, a.out_dtype = CGM_DTYPE_BF16, a.variant = v, a.sm_count = 2;
+            a.m = m, a.n = n, a.k = k, a.x = dx, a.ldx = k, a.w = dw, a.ldw = k, a.y = dy, a.ldy = n;
+            a.rows_per_flag = rpf, a.flag_epoch = epoch, a.wait_timeout_ns = 2000000000ll, a.timeout_out = dt;
+            a.naddends = 1, a.addend_dtype = CGM_DTYPE_FP32, a.addend_ld = n, a.addend[0] = da;
+            a.addend_flags[0] = dflags;
+            if (split) {
+                a.y_own = dout, a.ldy_own = n, a.y_own_row0 = own0, a.y_own_rows = arows;
+                a.done_count = dcount, a.done_flags = ddone, a.done_shard_rows = 256;
+                a.done_rows_per_piece = 256, a.done_pieces_per_shard = 1;
+            }
+            const char *why = NULL;
+            if (!cgm_hgemm_supported(&a, &why)) TEST_FAIL("cgm_hgemm_supported said no: %s", why);
+            GPU_CHECK(cgm_hgemm(&a, s1));
+            struct timespec nap = {0, 20000000};
+            nanosleep(&nap, NULL);
+            int running = cudaStreamQuery(s1) == cudaErrorNotReady;
+            for (int64_t q = pieces - 1; q >= 0; q--) {
+                size_t off = (size_t)(q * rpf * n) * 4;
+                GPU_CHECK(cudaMemcpyAsync((char *)da + off, (char *)dsrc + off, (size_t)(rpf * n) * 4,
+                                          cudaMemcpyDeviceToDevice, s2));
+                GPU_CHECK(cudaMemcpyAsync(dflags + q, dready + q, sizeof *dflags, cudaMemcpyDeviceToDevice, s2));
+            }
+            GPU_CHECK(cudaDeviceSynchronize());
+            int timed_out = -1;
+            GPU_CHECK(cudaMemcpy(&timed_out, dt, sizeof(int), cudaMemcpyDeviceToHost));
+            printf("late addends (%s, %s): the kernel %s waiting after 20 ms, timeout_out %d\n", form,
+                   variant_name(v), running ? "was" : "was NOT", timed_out);
+            if (!running) TEST_FAIL("the kernel ended before any addend flag was raised (%s, %s)", form, variant_name(v));
+            CHECK_INT_EQ(timed_out, 0);
+            GPU_CHECK(cudaMemcpy(hy, dy, (size_t)(m * n) * 2, cudaMemcpyDeviceToHost));
+            GPU_CHECK(cudaMemcpy(ho, dout, (size_t)(m * n) * 2, cudaMemcpyDeviceToHost));
+            int64_t bad = 0;
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) {
+                    double sum = dot_eighths(xq + i * kp, wq + j * kp, kp) / 64.0;
+                    bool with = i >= arow0 && i < arow0 + arows;
+                    if (with) sum += get(ha, CGM_DTYPE_FP32, (size_t)((i - arow0) * n + j));
+                    /* split: the own rows at y_own (its row 0 = Y row own0), the rest at y */
+                    double want = round_out(sum, CGM_DTYPE_BF16);
+                    double got = bf16_float(split && with ? ho[(i - own0) * n + j] : hy[i * n + j]);
+                    if (got != want && bad++ < 4)
+                        fprintf(stderr, "  (%lld, %lld) = %.7g, exact %.7g\n", (long long)i, (long long)j, got, want);
+                }
+            if (bad)
+                TEST_FAIL("%lld of %lld wrong with late addends (%s, %s)", (long long)bad, (long long)(m * n), form,
+                          variant_name(v));
+        }
+    free(hy), free(ho);
+    cudaStreamDestroy(s1), cudaStreamDestroy(s2);
+    cudaFree(dx), cudaFree(dw), cudaFree(dsrc), cudaFree(da), cudaFree(dy), cudaFree(dout), cudaFree(dflags);
+    cudaFree(dready), cudaFree(ddone), cudaFree(dcount), cudaFree(dt);
+    free(hx), free(hw), free(ha), free(xq), free(wq);
 }
 
 /* The fused all-gather's own rows: tiles wholly inside rows [100, 400)
@@ -902,6 +1008,7 @@ static void register_cases(void) {
     test_add("flags_timeout", case_flags_timeout, NULL);
     test_add("refusals", case_refusals, NULL);
     test_add("addends_and_shard_flags", case_addends, NULL);
+    test_add("addends_late", case_addends_late, NULL);
     test_add("x_own", case_x_own, NULL);
     test_add("split_output", case_split_output, NULL);
     test_add("hook_arguments", case_hook_arguments, NULL);
