@@ -632,7 +632,8 @@ static void case_addends(const void *p) {
  * tile's flags from the helper thread (the ready/taken barriers cycle
  * through their phases). An addend read before its flag is poison
  * (3.4e38) and shows; every element must equal the exact result rounded
- * once, and no wait may time out. */
+ * once, and no wait may time out. Last, a flag that never comes in the
+ * split ping-pong kernel: bounded, timeout_out set. */
 static void case_addends_late(const void *p) {
     (void)p;
     require_sm90();
@@ -720,6 +721,35 @@ static void case_addends_late(const void *p) {
                 TEST_FAIL("%lld of %lld wrong with late addends (%s, %s)", (long long)bad, (long long)(m * n), form,
                           variant_name(v));
         }
+    /* A flag that never comes in the split ping-pong kernel: the helper's
+     * wait expires, it still hands every own tile on, and the kernel ends
+     * within a bounded time with timeout_out set (no consumer left waiting
+     * on ready). Pieces 0, 1 and 3 of the y_own rows are raised, 2 never. */
+    {
+        unsigned long long some[4] = {5, 5, 0, 5};
+        GPU_CHECK(cudaMemcpy(dflags, some, sizeof some, cudaMemcpyHostToDevice));
+        GPU_CHECK(cudaMemset(dt, 0, sizeof(int)));
+        GPU_CHECK(cudaMemset(ddone, 0, 8 * sizeof *ddone));
+        cgm_hgemm_args a;
+        memset(&a, 0, sizeof a);
+        a.in_dtype = CGM_DTYPE_BF16, a.out_dtype = CGM_DTYPE_BF16, a.variant = CGM_HGEMM_PINGPONG, a.sm_count = 2;
+        a.m = m, a.n = n, a.k = k, a.x = dx, a.ldx = k, a.w = dw, a.ldw = k, a.y = dy, a.ldy = n;
+        a.rows_per_flag = rpf, a.flag_epoch = epoch, a.wait_timeout_ns = 200000000ll, a.timeout_out = dt;
+        a.naddends = 1, a.addend_dtype = CGM_DTYPE_FP32, a.addend_ld = n, a.addend[0] = da, a.addend_flags[0] = dflags;
+        a.y_own = dout, a.ldy_own = n, a.y_own_row0 = own0, a.y_own_rows = 512;
+        a.done_count = dcount, a.done_flags = ddone, a.done_shard_rows = 256;
+        a.done_rows_per_piece = 256, a.done_pieces_per_shard = 1;
+        double t0 = now_s();
+        GPU_CHECK(cgm_hgemm(&a, s1));
+        GPU_CHECK(cudaStreamSynchronize(s1));
+        double waited = now_s() - t0;
+        int timed_out = 0;
+        GPU_CHECK(cudaMemcpy(&timed_out, dt, sizeof(int), cudaMemcpyDeviceToHost));
+        printf("late addends (split output, pingpong): a flag that never comes: timeout_out %d after %.3f s "
+               "(timeout 0.2 s)\n", timed_out, waited);
+        CHECK_INT_EQ(timed_out, 1);
+        if (waited > 5.0) TEST_FAIL("the kernel took %.2f s with a 0.2 s flag timeout", waited);
+    }
     free(hy), free(ho);
     cudaStreamDestroy(s1), cudaStreamDestroy(s2);
     cudaFree(dx), cudaFree(dw), cudaFree(dsrc), cudaFree(da), cudaFree(dy), cudaFree(dout), cudaFree(dflags);
