@@ -791,16 +791,16 @@ __device__ void count_done(const hgemm_params &p, int tm, int consumer, unsigned
 }
 
 /* The split ping-pong kernel's addend-flag helper: thread 32 (warp 1 of
- * the producer warpgroup, otherwise idle), when some addend has flags. For each own
- * tile of the CTA, in tile order, its lane 0 waits for the addend flags of
+ * the producer warpgroup, otherwise idle), when some addend has flags. For
+ * each own tile of the CTA, in tile order, it waits for the addend flags of
  * the tile's rows and arrives on ready[c] of the tile's consumer c. The
  * consumer waits on ready[c] (shared memory) instead of polling the flags
  * itself after its main loop, where the chain of loads (give-up check,
  * timer, flag, fence: ~7k cycles) was on the tensor cores' path: an own
  * tile's epilogue outlasted the other consumer's main loop
- * (docs/HOPPER_GEMM.md). The consumer then arrives on taken[c]. Before the next
- * ready[c] the helper waits for that taken[c], so ready[c] never runs two
- * phases ahead of its consumer and both barriers alternate strictly. The
+ * (docs/HOPPER_GEMM.md). The consumer then arrives on taken[c]. Before the
+ * next ready[c] the helper waits for that taken[c], so ready[c] never runs
+ * two phases ahead of its consumer and both barriers alternate strictly. The
  * addends' ordering for the consumer: the peer's release, the helper's
  * acquire and fence, the mbarrier arrive (release, CTA), the consumer's
  * wait (acquire, CTA). After a wait gave up the helper still arrives
