@@ -28,6 +28,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "device/flags.cuh"
 #include "device/hopper_gemm.h"
@@ -74,6 +75,25 @@ template <bool kPP> struct cfg {
     static_assert(smem_bytes <= 227 * 1024, "shared memory per block");
 };
 
+/* The split ping-pong kernel's addend slots (addend_tma_helper): two of 64
+ * rows x 128 columns of a 16-bit addend, each two TMA boxes of 64 x 64
+ * (128-byte rows, 128B swizzle), after the ring; and their barriers (full
+ * per consumer and slot, empty per slot) after the other barriers. */
+constexpr int kAddendBox = 64 * 64 * 2;          /* 8 KiB */
+constexpr int kAddendSlot = 2 * kAddendBox;      /* 16 KiB */
+template <bool kPP, bool kSplit> struct smem_of {
+    static constexpr bool slots = kPP && kSplit;
+    static constexpr int bytes = cfg<kPP>::smem_bytes + (slots ? 2 * kAddendSlot + 6 * 8 : 0);
+    static_assert(bytes <= 227 * 1024, "shared memory per block");
+};
+
+/* The addends' tensor maps (16-bit addends of the split ping-pong kernel,
+ * hgemm_params.addend_tma): [addend rows, n], box 64 x 64, 128B swizzle,
+ * zero fill past the ends. */
+struct addend_maps {
+    CUtensorMap map[CGM_HGEMM_MAX_ADDENDS];
+};
+
 struct hgemm_params {
     int m, n, k;
     int tiles_m, tiles_n, k_blocks;
@@ -104,6 +124,7 @@ struct hgemm_params {
     int own_tile0, own_tile1;  /* m tiles read from x_own: [own_tile0, own_tile1) */
     int naddends;
     int addend_waits; /* some addend_flags[i] is not NULL */
+    int addend_tma;   /* the split ping-pong kernel loads the addends by TMA (addend_maps) */
     int addend_dtype; /* cgm_dtype */
     long long addend_ld;
     const void *addend[CGM_HGEMM_MAX_ADDENDS];
@@ -406,12 +427,13 @@ __device__ __forceinline__ T param_at(const T (&arr)[CGM_HGEMM_MAX_ADDENDS], int
     }
 }
 
-/* The addend flags of Y rows [r0, r0 + rows), by addend_flag_helper's
- * thread: every addend's flags of those rows must reach the epoch. Each
- * flag is loaded first; the give-up check and the timer are read only when
- * one is not ready yet. */
+/* The addend flags of Y rows [r0, r0 + rows), by the helper thread
+ * (addend_flag_helper, addend_tma_helper): the flags of addends [a0, a1)
+ * of those rows must reach the epoch. Each flag is loaded first; the
+ * give-up check and the timer are read only when one is not ready yet. */
 template <bool kSplit>
-__device__ void wait_addend_rows(const hgemm_params &p, int r0, int rows, unsigned long long epoch) {
+__device__ void wait_addend_rows(const hgemm_params &p, int r0, int rows, unsigned long long epoch, int a0,
+                                 int a1) {
     /* 32-bit row arithmetic (m < 2^31): no call to the 64-bit division
      * in the producer warpgroup's few registers */
     int base = kSplit ? (int)p.addend_row0 : 0;
@@ -420,7 +442,7 @@ __device__ void wait_addend_rows(const hgemm_params &p, int r0, int rows, unsign
     int rpf = (int)min(p.rows_per_flag, (long long)INT_MAX);
     unsigned long long start = 0;
     bool ok = true;
-    for (int i = 0; ok && i < p.naddends; i++) {
+    for (int i = a0; ok && i < a1; i++) {
         const unsigned long long *flags = param_at(p.addend_flags, i);
         if (!flags) continue;
         for (int q = r0 / rpf; ok && q <= r1 / rpf; q++) {
@@ -750,6 +772,76 @@ __device__ __forceinline__ void add_addends_tile(const hgemm_params &p, float (&
     else add_addends_tile_as<__half, OutT, kSplit>(p, d, row0, col0);
 }
 
+/* One addend slot (rows 64 h .. 64 h + 63 of a ping-pong tile, 128
+ * columns, 16-bit, as addend_tma_helper's two 128B-swizzled TMA boxes
+ * left it) added into d[OFF .. OFF + 63] (OFF = 64 h). ldmatrix.x4 gives
+ * each thread exactly its accumulator fragment of four 8 x 8 blocks
+ * (PTX ISA, "Matrix fragments for ldmatrix": thread l holds row l / 4,
+ * elements 2 (l % 4), +1 of each block): blocks (rows 16w.., columns 8j),
+ * (rows 16w + 8.., 8j), (16w.., 8j + 8), (16w + 8.., 8j + 8) of warp w are
+ * d[OFF + 4j], +1; d[OFF + 4j + 2], +3; d[OFF + 4j + 4], +5; d[OFF + 4j +
+ * 6], +7. Lane l gives the address of row l % 8 of block l / 8; with the
+ * swizzle, 16-byte chunk c of row r sits at chunk c ^ (r % 8), so the 8
+ * rows of a block hit 8 different chunks: no bank conflicts. */
+__device__ __forceinline__ float2 widen_bits(uint32_t v, __nv_bfloat16 *) {
+    return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&v));
+}
+__device__ __forceinline__ float2 widen_bits(uint32_t v, __half *) {
+    return __half22float2(*reinterpret_cast<__half2 *>(&v));
+}
+
+template <typename AT, int OFF>
+__device__ __forceinline__ void add_addend_slot(float (&d)[128], uint32_t slot) {
+    int l = threadIdx.x % 32, w = (threadIdx.x / 32) % 4;
+    int r = 16 * w + 8 * ((l >> 3) & 1) + (l & 7);
+    uint32_t row = slot + (uint32_t)r * 128u;
+#pragma unroll
+    for (int j = 0; j < 16; j += 2) {
+        int chunk = (j % 8) + (l >> 4);
+        uint32_t addr = row + (uint32_t)(j / 8) * kAddendBox + (uint32_t)((chunk ^ (l & 7)) << 4);
+        uint32_t v0, v1, v2, v3;
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
+                     : "r"(addr)
+                     : "memory");
+        float2 f0 = widen_bits(v0, (AT *)nullptr), f1 = widen_bits(v1, (AT *)nullptr);
+        float2 f2 = widen_bits(v2, (AT *)nullptr), f3 = widen_bits(v3, (AT *)nullptr);
+        d[OFF + 4 * j] += f0.x;
+        d[OFF + 4 * j + 1] += f0.y;
+        d[OFF + 4 * j + 2] += f1.x;
+        d[OFF + 4 * j + 3] += f1.y;
+        d[OFF + 4 * j + 4] += f2.x;
+        d[OFF + 4 * j + 5] += f2.y;
+        d[OFF + 4 * j + 6] += f3.x;
+        d[OFF + 4 * j + 7] += f3.y;
+    }
+}
+
+/* A ping-pong consumer's own tile, addends from the slots (filled by
+ * addend_tma_helper): for each addend, per slot h, wait for this
+ * consumer's full barrier of the slot (afull: its two barriers; its use
+ * `uses` of them, parity uses % 2), add the slot, and give it back on the
+ * slot's empty barrier (one arrive per warp once the warp's ldmatrix reads
+ * are in registers). The sums per element in addend order, as
+ * add_addends_tile's. Returns the uses that follow. */
+template <typename AT>
+__device__ __forceinline__ uint32_t add_addends_slots(const hgemm_params &p, float (&d)[128], uint32_t slots,
+                                                      uint32_t afull, uint32_t aempty, uint32_t uses) {
+    bool lane0 = threadIdx.x % 32 == 0;
+#pragma unroll 1
+    for (int a = 0; a < p.naddends; a++, uses++) {
+        mbar_wait(afull, uses & 1u);
+        add_addend_slot<AT, 0>(d, slots);
+        __syncwarp();
+        if (lane0) mbar_arrive(aempty);
+        mbar_wait(afull + 8, uses & 1u);
+        add_addend_slot<AT, 64>(d, slots + kAddendSlot);
+        __syncwarp();
+        if (lane0) mbar_arrive(aempty + 8);
+    }
+    return uses;
+}
+
 /* The epilogue's target of m tile tm: the rows with the epilogue, or the
  * plain partial rows (no bias, no accumulate, no addends). */
 __device__ __forceinline__ bool epilogue_rows(const hgemm_params &p, int tm) {
@@ -825,11 +917,74 @@ __device__ void addend_flag_helper(const hgemm_params &p, uint32_t ready_bar, ui
             parity ^= 1u << c;
         }
         if (!gave_up(p)) {
-            wait_addend_rows<kSplit>(p, tm * kTileM, kTileM, epoch);
+            wait_addend_rows<kSplit>(p, tm * kTileM, kTileM, epoch, 0, p.naddends);
             __threadfence();
         }
         mbar_arrive(ready_bar + 8 * c);
         given |= 1u << c;
+    }
+}
+
+/* A tensor map of addend_maps by constant indices (see param_at). */
+__device__ __forceinline__ const CUtensorMap *addend_map(const addend_maps &am, int i) {
+    switch (i) {
+    case 0: return &am.map[0];
+    case 1: return &am.map[1];
+    case 2: return &am.map[2];
+    case 3: return &am.map[3];
+    case 4: return &am.map[4];
+    case 5: return &am.map[5];
+    default: return &am.map[6];
+    }
+}
+
+/* The split ping-pong kernel's addend loader (hgemm_params.addend_tma):
+ * thread 32, as addend_flag_helper, but it also brings the addends into
+ * shared memory, so that an own tile's epilogue reads them from there
+ * (add_addends_slots) instead of waiting ~9k cycles for global loads
+ * after its main loop. For each own tile of the CTA in tile order and each
+ * addend a: wait for a's flags of the tile's rows (then a proxy fence: the
+ * rows were acquired by the generic proxy, TMA reads through the async
+ * one), then per half h (64 rows) wait for slot h to be empty and load the
+ * half's two 64 x 64 boxes into it, completing on the full barrier of slot
+ * h of the tile's consumer c (afull + 16 c + 8 h). Use u of a slot (u = 0,
+ * 1, ...: every (own tile, addend) in order) waits for the slot's empty
+ * barrier's phase u - 1 (a fresh barrier counts as having completed the
+ * phase before 0). The full barriers are per consumer so that each counts
+ * only its consumer's uses, in that consumer's order: a parity wait is
+ * only sound when the barrier is at most one phase behind, and one
+ * consumer can reach its epilogue while the other still waits for an
+ * earlier use (late flags). The loads run one (own tile, addend) ahead of
+ * the epilogue that reads them, during the other consumer's main loop.
+ * After a wait gave up the loads still go out (the rows are whatever they
+ * hold), so nothing hangs. */
+template <bool kSplit>
+__device__ void addend_tma_helper(const hgemm_params &p, const addend_maps &am, uint32_t slots, uint32_t afull,
+                                  uint32_t aempty) {
+    int tiles = p.tiles_m * p.tiles_n;
+    unsigned long long epoch = p.addend_waits ? flag_epoch(p) : 0;
+    uint32_t use = 0;
+    for (int i = 0;; i++) {
+        long long tl = blockIdx.x + (long long)i * gridDim.x;
+        if (tl >= tiles) break;
+        int tm, tn;
+        tile_coords<kSplit>(p, (int)tl, &tm, &tn);
+        if (kSplit && !epilogue_rows(p, tm)) continue;
+        int row = tm * kTileM - (int)p.addend_row0;
+        for (int a = 0; a < p.naddends; a++, use++) {
+            if (param_at(p.addend_flags, a)) {
+                wait_addend_rows<kSplit>(p, tm * kTileM, kTileM, epoch, a, a + 1);
+                asm volatile("fence.proxy.async.global;" ::: "memory");
+            }
+            const CUtensorMap *map = addend_map(am, a);
+            for (int h = 0; h < 2; h++) {
+                uint32_t slot = slots + h * kAddendSlot, full = afull + 16 * (i & 1) + 8 * h;
+                mbar_wait(aempty + 8 * h, (use & 1u) ^ 1u);
+                mbar_arrive_expect_tx(full, kAddendSlot);
+                tma_load_2d(slot, map, tn * CGM_HGEMM_TILE_N_PINGPONG, row + 64 * h, full);
+                tma_load_2d(slot + kAddendBox, map, tn * CGM_HGEMM_TILE_N_PINGPONG + 64, row + 64 * h, full);
+            }
+        }
     }
 }
 
@@ -850,7 +1005,7 @@ __device__ __forceinline__ void ring_at(unsigned long long pos, int *stage, uint
 template <bool kBf16, typename OutT, bool kPP, bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1)
     hgemm_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_x_own,
-                 const __grid_constant__ CUtensorMap map_w,
+                 const __grid_constant__ CUtensorMap map_w, const __grid_constant__ addend_maps amaps,
                  const hgemm_params p) {
     using C = cfg<kPP>;
     constexpr int kStages = C::stages;
@@ -864,11 +1019,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     uint32_t smem_a = base;                                 /* kStages x 16 KiB */
     uint32_t smem_b = base + kStages * kStageBytesA;        /* kStages x C::bytes_b */
-    uint32_t full_bar = base + kStages * C::stage_bytes;    /* kStages x 8 bytes */
+    uint32_t slots = base + kStages * C::stage_bytes;       /* split ping-pong: 2 x kAddendSlot */
+    uint32_t full_bar = slots + (kHelper ? 2 * kAddendSlot : 0); /* kStages x 8 bytes */
     uint32_t empty_bar = full_bar + kStages * 8;            /* kStages x 8 bytes */
     uint32_t turn_bar = empty_bar + kStages * 8;            /* 2 x 8 bytes (ping-pong) */
     uint32_t ready_bar = turn_bar + 16;                     /* 2 x 8 bytes (addend_flag_helper) */
     uint32_t taken_bar = ready_bar + 16;                    /* 2 x 8 bytes (addend_flag_helper) */
+    uint32_t afull_bar = taken_bar + 16;                    /* 2 x 2 x 8 bytes (addend_tma_helper) */
+    uint32_t aempty_bar = afull_bar + 32;                   /* 2 x 8 bytes (addend_tma_helper) */
     int warpgroup = threadIdx.x / 128;
     int tiles = p.tiles_m * p.tiles_n;
 
@@ -884,6 +1042,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int c = 0; c < 2; c++) {
                 mbar_init(ready_bar + 8 * c, 1);
                 mbar_init(taken_bar + 8 * c, 1);
+                mbar_init(afull_bar + 16 * c, 1); /* the helper's arrive.expect_tx */
+                mbar_init(afull_bar + 16 * c + 8, 1);
+                mbar_init(aempty_bar + 8 * c, 4); /* one arrive per warp of the reading consumer */
             }
         /* Make the initialised barriers visible to the async proxy (TMA). */
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -896,6 +1057,10 @@ __global__ void __launch_bounds__(kThreads, 1)
             asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
         else
             asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (kHelper && p.addend_tma && threadIdx.x == 32) {
+            addend_tma_helper<kSplit>(p, amaps, slots, afull_bar, aempty_bar);
+            return;
+        }
         if (kHelper && p.addend_waits && threadIdx.x == 32) {
             addend_flag_helper<kSplit>(p, ready_bar, taken_bar);
             return;
@@ -1005,6 +1170,7 @@ __global__ void __launch_bounds__(kThreads, 1)
      * after its own turn for i - 1 came), so their parity is unambiguous. */
     uint32_t turn_phase = 0;
     int taken = 0; /* own tiles whose flags this consumer took from the helper */
+    uint32_t auses = 0; /* addend_tma: this consumer's uses of its full barriers */
     for (long long i = consumer;; i += 2) {
         long long tl = blockIdx.x + i * gridDim.x;
         if (tl >= tiles) break;
@@ -1054,13 +1220,21 @@ __global__ void __launch_bounds__(kThreads, 1)
         CGM_TRACE(2);
         if (leader) mbar_arrive(empty_bar + 8 * prev);
         bool own = !kSplit || epilogue_rows(p, tm);
-        if (kHelper && p.addend_waits && own) {
-            mbar_wait(ready_bar + 8 * consumer, (uint32_t)(taken++ & 1));
-            if (leader) mbar_arrive(taken_bar + 8 * consumer);
-        } else if (p.addend_waits && own) {
-            wait_addend_flags<kSplit>(p, (long long)tm * kTileM, kTileM, consumer, epoch);
+        if (kHelper && p.addend_tma && own) {
+            uint32_t afull = afull_bar + 16 * consumer;
+            if (p.addend_dtype == CGM_DTYPE_BF16)
+                auses = add_addends_slots<__nv_bfloat16>(p, d, slots, afull, aempty_bar, auses);
+            else
+                auses = add_addends_slots<__half>(p, d, slots, afull, aempty_bar, auses);
+        } else {
+            if (kHelper && p.addend_waits && own) {
+                mbar_wait(ready_bar + 8 * consumer, (uint32_t)(taken++ & 1));
+                if (leader) mbar_arrive(taken_bar + 8 * consumer);
+            } else if (p.addend_waits && own) {
+                wait_addend_flags<kSplit>(p, (long long)tm * kTileM, kTileM, consumer, epoch);
+            }
+            if (p.naddends && own) add_addends_tile<OutT, kSplit>(p, d, tm * kTileM, tn * C::tile_n);
         }
-        if (p.naddends && own) add_addends_tile<OutT, kSplit>(p, d, tm * kTileM, tn * C::tile_n);
 #ifdef CGM_HGEMM_TRACE
         fence_accumulators(d); /* the addends are in before the stamp */
         CGM_TRACE(3);
@@ -1128,7 +1302,7 @@ struct map_entry {
     bool used;
     CUtensorMap map;
 };
-constexpr int kMapCache = 8;
+constexpr int kMapCache = 16; /* X, x_own, W and up to 7 addends per call */
 thread_local map_entry map_cache[kMapCache];
 thread_local int map_victim;
 
@@ -1159,40 +1333,39 @@ constexpr int kMaxDevices = 64;
 
 template <bool kBf16, typename OutT, bool kPP, bool kSplit>
 cudaError_t launch(int dev, const CUtensorMap &mx, const CUtensorMap &mx_own, const CUtensorMap &mw,
-                   const hgemm_params &p,
-                   int grid, cudaStream_t stream) {
+                   const addend_maps &am, const hgemm_params &p, int grid, cudaStream_t stream) {
     static volatile bool attribute_set[kMaxDevices];
     auto kernel = hgemm_kernel<kBf16, OutT, kPP, kSplit>;
-    constexpr int smem = cfg<kPP>::smem_bytes;
+    constexpr int smem = smem_of<kPP, kSplit>::bytes;
     if (dev < 0 || dev >= kMaxDevices || !attribute_set[dev]) {
         cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (err != cudaSuccess) return err;
         if (dev >= 0 && dev < kMaxDevices) attribute_set[dev] = true;
     }
-    kernel<<<grid, kThreads, smem, stream>>>(mx, mx_own, mw, p);
+    kernel<<<grid, kThreads, smem, stream>>>(mx, mx_own, mw, am, p);
     return cudaGetLastError();
 }
 
 template <bool kBf16, bool kPP, bool kSplit>
 cudaError_t launch_out(cgm_dtype out, int dev, const CUtensorMap &mx, const CUtensorMap &mx_own,
-                       const CUtensorMap &mw,
-                       const hgemm_params &p, int grid, cudaStream_t stream) {
+                       const CUtensorMap &mw, const addend_maps &am, const hgemm_params &p, int grid,
+                       cudaStream_t stream) {
     switch (out) {
-    case CGM_DTYPE_BF16: return launch<kBf16, __nv_bfloat16, kPP, kSplit>(dev, mx, mx_own, mw, p, grid, stream);
-    case CGM_DTYPE_FP16: return launch<kBf16, __half, kPP, kSplit>(dev, mx, mx_own, mw, p, grid, stream);
-    default: return launch<kBf16, float, kPP, kSplit>(dev, mx, mx_own, mw, p, grid, stream);
+    case CGM_DTYPE_BF16: return launch<kBf16, __nv_bfloat16, kPP, kSplit>(dev, mx, mx_own, mw, am, p, grid, stream);
+    case CGM_DTYPE_FP16: return launch<kBf16, __half, kPP, kSplit>(dev, mx, mx_own, mw, am, p, grid, stream);
+    default: return launch<kBf16, float, kPP, kSplit>(dev, mx, mx_own, mw, am, p, grid, stream);
     }
 }
 
 template <bool kSplit>
 cudaError_t launch_variant(bool bf16, bool pp, cgm_dtype out, int dev, const CUtensorMap &mx,
-                           const CUtensorMap &mx_own, const CUtensorMap &mw, const hgemm_params &p, int grid,
-                           cudaStream_t stream) {
+                           const CUtensorMap &mx_own, const CUtensorMap &mw, const addend_maps &am,
+                           const hgemm_params &p, int grid, cudaStream_t stream) {
     if (pp)
-        return bf16 ? launch_out<true, true, kSplit>(out, dev, mx, mx_own, mw, p, grid, stream)
-                    : launch_out<false, true, kSplit>(out, dev, mx, mx_own, mw, p, grid, stream);
-    return bf16 ? launch_out<true, false, kSplit>(out, dev, mx, mx_own, mw, p, grid, stream)
-                : launch_out<false, false, kSplit>(out, dev, mx, mx_own, mw, p, grid, stream);
+        return bf16 ? launch_out<true, true, kSplit>(out, dev, mx, mx_own, mw, am, p, grid, stream)
+                    : launch_out<false, true, kSplit>(out, dev, mx, mx_own, mw, am, p, grid, stream);
+    return bf16 ? launch_out<true, false, kSplit>(out, dev, mx, mx_own, mw, am, p, grid, stream)
+                : launch_out<false, false, kSplit>(out, dev, mx, mx_own, mw, am, p, grid, stream);
 }
 
 /* The variant CGM_HGEMM_AUTO runs: ping-pong when k <= 2048, or when
@@ -1465,6 +1638,18 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
         p.report_addend_peer[i] = a->report_addend_peer[i];
         if (on && a->addend_flags[i]) p.addend_waits = 1;
     }
+    /* The split ping-pong kernel loads 16-bit addends by TMA when TMA can
+     * read them: 16-byte aligned, rows a multiple of 16 bytes apart;
+     * otherwise its consumers load them (add_addends_tile). */
+    addend_maps am;
+    memset(&am, 0, sizeof am);
+    p.addend_tma = pp && a->y_own && a->naddends > 0 && a->addend_dtype != CGM_DTYPE_FP32 && a->addend_ld % 8 == 0;
+    for (int i = 0; p.addend_tma && i < a->naddends; i++)
+        if ((uintptr_t)a->addend[i] % 16) p.addend_tma = 0;
+    for (int i = 0; p.addend_tma && i < a->naddends; i++)
+        if (!make_map(&am.map[i], a->addend_dtype == CGM_DTYPE_BF16, a->addend[i], a->y_own_rows, a->n,
+                      a->addend_ld, 64))
+            return cudaErrorInvalidValue;
     p.abort_word = a->abort_word;
     p.abort_record = a->abort_record;
     p.report_rank = a->report_rank;
@@ -1476,6 +1661,6 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
     long long tiles = (long long)p.tiles_m * p.tiles_n;
     int grid = a->sm_count > 0 && a->sm_count < sms ? a->sm_count : sms;
     if (tiles < grid) grid = (int)tiles;
-    if (a->y_own) return launch_variant<true>(bf16, pp, a->out_dtype, dev, mx, mx_own, mw, p, grid, stream);
-    return launch_variant<false>(bf16, pp, a->out_dtype, dev, mx, mx_own, mw, p, grid, stream);
+    if (a->y_own) return launch_variant<true>(bf16, pp, a->out_dtype, dev, mx, mx_own, mw, am, p, grid, stream);
+    return launch_variant<false>(bf16, pp, a->out_dtype, dev, mx, mx_own, mw, am, p, grid, stream);
 }

@@ -629,8 +629,10 @@ static void case_addends(const void *p) {
  * with the addend (every tile waits in its consumer), and the split output
  * of the one-kernel GEMM+RS (y_own rows [256, 768) with the addend, the
  * rest plain partials), whose ping-pong kernel's consumers take each own
- * tile's flags from the helper thread (the ready/taken barriers cycle
- * through their phases). An addend read before its flag is poison
+ * tile's flags from the helper thread (fp32 addend: the ready/taken
+ * barriers cycle through their phases; bf16 addend: the helper loads the
+ * addend into the shared-memory slots by TMA after each flag). An addend
+ * read before its flag is poison
  * (3.4e38) and shows; every element must equal the exact result rounded
  * once, and no wait may time out. Last, a flag that never comes in the
  * split ping-pong kernel: bounded, timeout_out set. */
@@ -644,6 +646,10 @@ static void case_addends_late(const void *p) {
     int16_t *xq = to_eighths(hx, CGM_DTYPE_BF16, m, k, k, kp), *wq = to_eighths(hw, CGM_DTYPE_BF16, n, k, k, kp);
     void *dx = to_device(hx, (size_t)(m * k) * 2), *dw = to_device(hw, (size_t)(n * k) * 2);
     void *dsrc = to_device(ha, (size_t)(m * n) * 4), *da, *dy, *dout;
+    /* the same values as bf16 (multiples of 1/8 in [-1, 1]: exact) */
+    uint16_t *ha16 = malloc((size_t)(m * n) * 2);
+    for (int64_t i = 0; i < m * n; i++) ha16[i] = bf16_bits(get(ha, CGM_DTYPE_FP32, (size_t)i));
+    void *dsrc16 = to_device(ha16, (size_t)(m * n) * 2);
     unsigned long long epoch = 5, ready[8] = {5, 5, 5, 5, 5, 5, 5, 5}, *dflags, *dready = to_device(ready, sizeof ready);
     unsigned long long *ddone;
     unsigned int *dcount;
@@ -661,10 +667,13 @@ static void case_addends_late(const void *p) {
     GPU_CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
     uint16_t *hy = malloc((size_t)(m * n) * 2), *ho = malloc((size_t)(m * n) * 2);
     for (int split = 0; split < 2; split++)
+        for (int a16 = 0; a16 <= split; a16++)
         for (int v = CGM_HGEMM_COOPERATIVE; v <= CGM_HGEMM_PINGPONG; v++) {
             /* The addend rows: all of Y, or the y_own rows (addend row 0 = Y row own0). */
             int64_t arows = split ? 512 : m, arow0 = split ? own0 : 0, pieces = arows / rpf;
-            const char *form = split ? "split output" : "whole Y";
+            const char *form = !split ? "whole Y" : a16 ? "split output, bf16 addend" : "split output";
+            size_t aes = a16 ? 2 : 4;
+            const void *src = a16 ? dsrc16 : dsrc;
             GPU_CHECK(cudaMemset(da, 0x7F, (size_t)(m * n) * 4));
             GPU_CHECK(cudaMemset(dflags, 0, sizeof ready));
             GPU_CHECK(cudaMemset(ddone, 0, 8 * sizeof *ddone));
@@ -677,7 +686,7 @@ static void case_addends_late(const void *p) {
             a.in_dtype = CGM_DTYPE_BF16, a.out_dtype = CGM_DTYPE_BF16, a.variant = v, a.sm_count = 2;
             a.m = m, a.n = n, a.k = k, a.x = dx, a.ldx = k, a.w = dw, a.ldw = k, a.y = dy, a.ldy = n;
             a.rows_per_flag = rpf, a.flag_epoch = epoch, a.wait_timeout_ns = 2000000000ll, a.timeout_out = dt;
-            a.naddends = 1, a.addend_dtype = CGM_DTYPE_FP32, a.addend_ld = n, a.addend[0] = da;
+            a.naddends = 1, a.addend_dtype = a16 ? CGM_DTYPE_BF16 : CGM_DTYPE_FP32, a.addend_ld = n, a.addend[0] = da;
             a.addend_flags[0] = dflags;
             if (split) {
                 a.y_own = dout, a.ldy_own = n, a.y_own_row0 = own0, a.y_own_rows = arows;
@@ -691,8 +700,8 @@ static void case_addends_late(const void *p) {
             nanosleep(&nap, NULL);
             int running = cudaStreamQuery(s1) == cudaErrorNotReady;
             for (int64_t q = pieces - 1; q >= 0; q--) {
-                size_t off = (size_t)(q * rpf * n) * 4;
-                GPU_CHECK(cudaMemcpyAsync((char *)da + off, (char *)dsrc + off, (size_t)(rpf * n) * 4,
+                size_t off = (size_t)(q * rpf * n) * aes;
+                GPU_CHECK(cudaMemcpyAsync((char *)da + off, (const char *)src + off, (size_t)(rpf * n) * aes,
                                           cudaMemcpyDeviceToDevice, s2));
                 GPU_CHECK(cudaMemcpyAsync(dflags + q, dready + q, sizeof *dflags, cudaMemcpyDeviceToDevice, s2));
             }
@@ -722,10 +731,11 @@ static void case_addends_late(const void *p) {
                           variant_name(v));
         }
     /* A flag that never comes in the split ping-pong kernel: the helper's
-     * wait expires, it still hands every own tile on, and the kernel ends
-     * within a bounded time with timeout_out set (no consumer left waiting
-     * on ready). Pieces 0, 1 and 3 of the y_own rows are raised, 2 never. */
-    {
+     * wait expires, it still hands every own tile on (fp32 addend: the
+     * ready barriers; bf16: the TMA loads into the slots), and the kernel
+     * ends within a bounded time with timeout_out set (no consumer left
+     * waiting). Pieces 0, 1 and 3 of the y_own rows are raised, 2 never. */
+    for (int a16 = 0; a16 < 2; a16++) {
         unsigned long long some[4] = {5, 5, 0, 5};
         GPU_CHECK(cudaMemcpy(dflags, some, sizeof some, cudaMemcpyHostToDevice));
         GPU_CHECK(cudaMemset(dt, 0, sizeof(int)));
@@ -735,7 +745,8 @@ static void case_addends_late(const void *p) {
         a.in_dtype = CGM_DTYPE_BF16, a.out_dtype = CGM_DTYPE_BF16, a.variant = CGM_HGEMM_PINGPONG, a.sm_count = 2;
         a.m = m, a.n = n, a.k = k, a.x = dx, a.ldx = k, a.w = dw, a.ldw = k, a.y = dy, a.ldy = n;
         a.rows_per_flag = rpf, a.flag_epoch = epoch, a.wait_timeout_ns = 200000000ll, a.timeout_out = dt;
-        a.naddends = 1, a.addend_dtype = CGM_DTYPE_FP32, a.addend_ld = n, a.addend[0] = da, a.addend_flags[0] = dflags;
+        a.naddends = 1, a.addend_dtype = a16 ? CGM_DTYPE_BF16 : CGM_DTYPE_FP32, a.addend_ld = n, a.addend[0] = da;
+        a.addend_flags[0] = dflags;
         a.y_own = dout, a.ldy_own = n, a.y_own_row0 = own0, a.y_own_rows = 512;
         a.done_count = dcount, a.done_flags = ddone, a.done_shard_rows = 256;
         a.done_rows_per_piece = 256, a.done_pieces_per_shard = 1;
@@ -745,16 +756,116 @@ static void case_addends_late(const void *p) {
         double waited = now_s() - t0;
         int timed_out = 0;
         GPU_CHECK(cudaMemcpy(&timed_out, dt, sizeof(int), cudaMemcpyDeviceToHost));
-        printf("late addends (split output, pingpong): a flag that never comes: timeout_out %d after %.3f s "
-               "(timeout 0.2 s)\n", timed_out, waited);
+        printf("late addends (split output, pingpong, %s addend): a flag that never comes: timeout_out %d after "
+               "%.3f s (timeout 0.2 s)\n", a16 ? "bf16" : "fp32", timed_out, waited);
         CHECK_INT_EQ(timed_out, 1);
         if (waited > 5.0) TEST_FAIL("the kernel took %.2f s with a 0.2 s flag timeout", waited);
     }
     free(hy), free(ho);
     cudaStreamDestroy(s1), cudaStreamDestroy(s2);
-    cudaFree(dx), cudaFree(dw), cudaFree(dsrc), cudaFree(da), cudaFree(dy), cudaFree(dout), cudaFree(dflags);
-    cudaFree(dready), cudaFree(ddone), cudaFree(dcount), cudaFree(dt);
-    free(hx), free(hw), free(ha), free(xq), free(wq);
+    cudaFree(dx), cudaFree(dw), cudaFree(dsrc), cudaFree(dsrc16), cudaFree(da), cudaFree(dy), cudaFree(dout);
+    cudaFree(dflags), cudaFree(dready), cudaFree(ddone), cudaFree(dcount), cudaFree(dt);
+    free(hx), free(hw), free(ha), free(ha16), free(xq), free(wq);
+}
+
+/* The split ping-pong kernel's addends through shared memory: 16-bit
+ * addends whose rows TMA can read (16-byte aligned, addend_ld a multiple
+ * of 8) are loaded by the helper thread into two 64-row slots, one
+ * (own tile, addend) ahead of the epilogue (docs/HOPPER_GEMM.md, "Addends
+ * by TMA"). y_own rows [512, 1000) of a 1000-row Y (the last own tile 104
+ * rows: TMA zero-fills past the end) and n = 328 (the last column tile 72
+ * wide), 1, 2, 3 and 7 addends (the slots' phases then run on by odd and
+ * even steps per tile), one of them without flags, bf16 and fp16 addends
+ * and outputs, two CTAs (several own tiles per consumer) and the whole
+ * grid. Each shape runs with addend_ld = n (TMA) and n + 2 (the consumers'
+ * global loads) and in the cooperative kernel: every element must equal
+ * the exact result rounded once, in all of them. */
+static void case_addends_tma(const void *p) {
+    (void)p;
+    require_sm90();
+    const int64_t m = 1000, n = 328, k = 192, own0 = 512, own = m - own0, ldy = 336, ldo = 344;
+    const int nas[] = {1, 2, 3, 7};
+    void *hx = fill(CGM_DTYPE_BF16, (size_t)(m * k), 101), *hw = fill(CGM_DTYPE_BF16, (size_t)(n * k), 102);
+    int16_t *xq = to_eighths(hx, CGM_DTYPE_BF16, m, k, k, k), *wq = to_eighths(hw, CGM_DTYPE_BF16, n, k, k, k);
+    void *dx = to_device(hx, (size_t)(m * k) * 2), *dw = to_device(hw, (size_t)(n * k) * 2);
+    double *dot = malloc((size_t)(m * n) * sizeof *dot);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) dot[i * n + j] = dot_eighths(xq + i * k, wq + j * k, k) / 64.0;
+    unsigned long long ready[4] = {3, 3, 3, 3}, *dready = to_device(ready, sizeof ready);
+    int *dt;
+    GPU_CHECK(cudaMalloc((void **)&dt, sizeof(int)));
+    const int64_t alds[] = {n, n + 2};
+    void *hy = malloc((size_t)(m * ldy) * 2), *ho = malloc((size_t)(own * ldo) * 2), *dy, *dout;
+    GPU_CHECK(cudaMalloc(&dy, (size_t)(m * ldy) * 2));
+    GPU_CHECK(cudaMalloc(&dout, (size_t)(own * ldo) * 2));
+    int runs = 0;
+    for (int o = 0; o < 2; o++) {
+        cgm_dtype out = o ? CGM_DTYPE_FP16 : CGM_DTYPE_BF16, adt = o ? CGM_DTYPE_BF16 : CGM_DTYPE_FP16;
+        void *hb = fill(out, (size_t)n, 103 + (uint64_t)o), *db = to_device(hb, (size_t)n * 2);
+        for (int ni = 0; ni < 4; ni++) {
+            int na = nas[ni];
+            for (int l = 0; l < 2; l++) {
+                int64_t ald = alds[l];
+                void *hadds[CGM_HGEMM_MAX_ADDENDS], *dadds[CGM_HGEMM_MAX_ADDENDS];
+                for (int i = 0; i < na; i++) {
+                    hadds[i] = fill(adt, (size_t)(own * ald), 110 + (uint64_t)(10 * o + i));
+                    dadds[i] = to_device(hadds[i], (size_t)(own * ald) * 2);
+                }
+                for (int v = CGM_HGEMM_COOPERATIVE; v <= CGM_HGEMM_PINGPONG; v++)
+                    for (int sms = 0; sms <= 2; sms += 2) {
+                        GPU_CHECK(cudaMemset(dy, 0xFF, (size_t)(m * ldy) * 2));
+                        GPU_CHECK(cudaMemset(dout, 0xFF, (size_t)(own * ldo) * 2));
+                        GPU_CHECK(cudaMemset(dt, 0, sizeof(int)));
+                        cgm_hgemm_args a;
+                        memset(&a, 0, sizeof a);
+                        a.in_dtype = CGM_DTYPE_BF16, a.out_dtype = out, a.variant = v, a.sm_count = sms;
+                        a.m = m, a.n = n, a.k = k, a.x = dx, a.ldx = k, a.w = dw, a.ldw = k, a.y = dy, a.ldy = ldy;
+                        a.bias = db;
+                        a.y_own = dout, a.ldy_own = ldo, a.y_own_row0 = own0, a.y_own_rows = own;
+                        a.naddends = na, a.addend_dtype = adt, a.addend_ld = ald;
+                        for (int i = 0; i < na; i++) {
+                            a.addend[i] = dadds[i];
+                            a.addend_flags[i] = i == 1 ? NULL : dready;
+                        }
+                        a.rows_per_flag = 128, a.flag_epoch = 3, a.wait_timeout_ns = 2000000000ll, a.timeout_out = dt;
+                        if (run_hooked(&a))
+                            TEST_FAIL("%s, %d addends: the flags were at the epoch, yet a wait expired",
+                                      variant_name(v), na);
+                        GPU_CHECK(cudaMemcpy(hy, dy, (size_t)(m * ldy) * 2, cudaMemcpyDeviceToHost));
+                        GPU_CHECK(cudaMemcpy(ho, dout, (size_t)(own * ldo) * 2, cudaMemcpyDeviceToHost));
+                        int64_t bad = 0;
+                        for (int64_t i = 0; i < m; i++)
+                            for (int64_t j = 0; j < n; j++) {
+                                double sum = dot[i * n + j], got;
+                                if (i >= own0) {
+                                    sum += get(hb, out, (size_t)j);
+                                    for (int t = 0; t < na; t++)
+                                        sum += get(hadds[t], adt, (size_t)((i - own0) * ald + j));
+                                    got = get(ho, out, (size_t)((i - own0) * ldo + j));
+                                } else {
+                                    got = get(hy, out, (size_t)(i * ldy + j));
+                                }
+                                double want = round_out(sum, out);
+                                if (got != want && bad++ < 4)
+                                    fprintf(stderr, "  (%lld, %lld) = %.7g, exact %.7g\n", (long long)i, (long long)j,
+                                            got, want);
+                            }
+                        if (bad)
+                            TEST_FAIL("%lld of %lld wrong: %s, out %s, %d addend(s) of %s, addend_ld %lld, sm_count %d",
+                                      (long long)bad, (long long)(m * n), variant_name(v), cgm_dtype_name(out), na,
+                                      cgm_dtype_name(adt), (long long)ald, sms);
+                        runs++;
+                    }
+                for (int i = 0; i < na; i++) cudaFree(dadds[i]), free(hadds[i]);
+            }
+        }
+        cudaFree(db), free(hb);
+    }
+    printf("addends by TMA: %d launches exact (2 dtypes x 4 addend counts x 2 addend_ld x 2 variants x 2 grids)\n",
+           runs);
+    free(hy), free(ho), free(dot);
+    cudaFree(dx), cudaFree(dw), cudaFree(dy), cudaFree(dout), cudaFree(dready), cudaFree(dt);
+    free(hx), free(hw), free(xq), free(wq);
 }
 
 /* The fused all-gather's own rows: tiles wholly inside rows [100, 400)
@@ -1039,6 +1150,7 @@ static void register_cases(void) {
     test_add("refusals", case_refusals, NULL);
     test_add("addends_and_shard_flags", case_addends, NULL);
     test_add("addends_late", case_addends_late, NULL);
+    test_add("addends_tma", case_addends_tma, NULL);
     test_add("x_own", case_x_own, NULL);
     test_add("split_output", case_split_output, NULL);
     test_add("hook_arguments", case_hook_arguments, NULL);
