@@ -75,10 +75,12 @@ template <bool kPP> struct cfg {
     static_assert(smem_bytes <= 227 * 1024, "shared memory per block");
 };
 
-/* The split ping-pong kernel's addend slots (addend_tma_helper): two of 64
- * rows x 128 columns of a 16-bit addend, each two TMA boxes of 64 x 64
- * (128-byte rows, 128B swizzle), after the ring; and their barriers (full
- * per consumer and slot, empty per slot) after the other barriers. */
+/* The addend slots of the ping-pong kernels whose helper loads addends
+ * (addend_tma_helper): two of 16 KiB after the ring, each one part of an
+ * addend's 128 x 128 tile: 64 rows of a 16-bit addend as two TMA boxes of
+ * 64 x 64 (128-byte rows, 128B swizzle), or 32 columns of an fp32 addend
+ * as one box of 128 rows x 32; and their barriers (full per consumer and
+ * slot, empty per slot) after the other barriers. */
 constexpr int kAddendBox = 64 * 64 * 2;          /* 8 KiB */
 constexpr int kAddendSlot = 2 * kAddendBox;      /* 16 KiB */
 template <bool kPP, bool kSplit> struct smem_of {
@@ -87,9 +89,9 @@ template <bool kPP, bool kSplit> struct smem_of {
     static_assert(bytes <= 227 * 1024, "shared memory per block");
 };
 
-/* The addends' tensor maps (16-bit addends of the split ping-pong kernel,
- * hgemm_params.addend_tma): [addend rows, n], box 64 x 64, 128B swizzle,
- * zero fill past the ends. */
+/* The addends' tensor maps (hgemm_params.addend_tma): [addend rows, n],
+ * box 64 x 64 (16-bit) or 32 columns x 128 rows (fp32), 128B swizzle, zero
+ * fill past the ends. */
 struct addend_maps {
     CUtensorMap map[CGM_HGEMM_MAX_ADDENDS];
 };
@@ -124,7 +126,7 @@ struct hgemm_params {
     int own_tile0, own_tile1;  /* m tiles read from x_own: [own_tile0, own_tile1) */
     int naddends;
     int addend_waits; /* some addend_flags[i] is not NULL */
-    int addend_tma;   /* the split ping-pong kernel loads the addends by TMA (addend_maps) */
+    int addend_tma;   /* the ping-pong helper loads the addends by TMA (addend_maps) */
     int addend_dtype; /* cgm_dtype */
     long long addend_ld;
     const void *addend[CGM_HGEMM_MAX_ADDENDS];
@@ -817,27 +819,74 @@ __device__ __forceinline__ void add_addend_slot(float (&d)[128], uint32_t slot) 
     }
 }
 
+/* One fp32 slot: columns 32 P .. 32 P + 31 of the tile, all 128 rows, as
+ * the helper's TMA box left it (128-byte rows, 128B swizzle: 16-byte chunk
+ * c of row r at chunk c ^ (r % 8)), added into column groups j = 4P ..
+ * 4P + 3 of both 64-row halves. A thread's pair (row R, columns 8j + 2q,
+ * +1) is 8 bytes in chunk 2 (j - 4P) + q / 2; a warp's 32 pairs fill each
+ * bank twice, the least two wavefronts for 256 bytes. */
+template <int P>
+__device__ __forceinline__ void add_addend_part_f32(float (&d)[128], uint32_t slot) {
+    int l = threadIdx.x % 32, w = (threadIdx.x / 32) % 4, q = l & 3;
+#pragma unroll
+    for (int half = 0; half < 2; half++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) { /* rows R and R + 8 */
+            int r = 64 * half + 16 * w + 8 * e + (l >> 2);
+            uint32_t row = slot + (uint32_t)r * 128u + (uint32_t)(q & 1) * 8u;
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++) {
+                uint32_t chunk = (uint32_t)((2 * jj + (q >> 1)) ^ (r & 7));
+                float x, y;
+                asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(x), "=f"(y) : "r"(row + (chunk << 4)) : "memory");
+                int at = 64 * half + 4 * (4 * P + jj) + 2 * e;
+                d[at] += x;
+                d[at + 1] += y;
+            }
+        }
+}
+
 /* A ping-pong consumer's own tile, addends from the slots (filled by
- * addend_tma_helper): for each addend, per slot h, wait for this
- * consumer's full barrier of the slot (afull: its two barriers; its use
- * `uses` of them, parity uses % 2), add the slot, and give it back on the
- * slot's empty barrier (one arrive per warp once the warp's ldmatrix reads
- * are in registers). The sums per element in addend order, as
- * add_addends_tile's. Returns the uses that follow. */
+ * addend_tma_helper): per addend its parts (16-bit: 2, the 64-row halves;
+ * fp32: 4, the 32-column quarters), part k in slot k % 2 as the slot's use
+ * `uses` + k / 2. For each: wait for this consumer's full barrier of the
+ * slot (afull: its two barriers, parity of the use), add the part, and
+ * give the slot back on its empty barrier (one arrive per warp once the
+ * warp's reads are in registers). The sums per element in addend order,
+ * as add_addends_tile's. Returns the uses that follow. */
+__device__ __forceinline__ void slot_done(uint32_t aempty) {
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) mbar_arrive(aempty);
+}
+
 template <typename AT>
 __device__ __forceinline__ uint32_t add_addends_slots(const hgemm_params &p, float (&d)[128], uint32_t slots,
                                                       uint32_t afull, uint32_t aempty, uint32_t uses) {
-    bool lane0 = threadIdx.x % 32 == 0;
 #pragma unroll 1
-    for (int a = 0; a < p.naddends; a++, uses++) {
-        mbar_wait(afull, uses & 1u);
-        add_addend_slot<AT, 0>(d, slots);
-        __syncwarp();
-        if (lane0) mbar_arrive(aempty);
-        mbar_wait(afull + 8, uses & 1u);
-        add_addend_slot<AT, 64>(d, slots + kAddendSlot);
-        __syncwarp();
-        if (lane0) mbar_arrive(aempty + 8);
+    for (int a = 0; a < p.naddends; a++) {
+        if constexpr (sizeof(AT) == 4) {
+            mbar_wait(afull, uses & 1u);
+            add_addend_part_f32<0>(d, slots);
+            slot_done(aempty);
+            mbar_wait(afull + 8, uses & 1u);
+            add_addend_part_f32<1>(d, slots + kAddendSlot);
+            slot_done(aempty + 8);
+            mbar_wait(afull, (uses + 1) & 1u);
+            add_addend_part_f32<2>(d, slots);
+            slot_done(aempty);
+            mbar_wait(afull + 8, (uses + 1) & 1u);
+            add_addend_part_f32<3>(d, slots + kAddendSlot);
+            slot_done(aempty + 8);
+            uses += 2;
+        } else {
+            mbar_wait(afull, uses & 1u);
+            add_addend_slot<AT, 0>(d, slots);
+            slot_done(aempty);
+            mbar_wait(afull + 8, uses & 1u);
+            add_addend_slot<AT, 64>(d, slots + kAddendSlot);
+            slot_done(aempty + 8);
+            uses += 1;
+        }
     }
     return uses;
 }
@@ -938,21 +987,24 @@ __device__ __forceinline__ const CUtensorMap *addend_map(const addend_maps &am, 
     }
 }
 
-/* The split ping-pong kernel's addend loader (hgemm_params.addend_tma):
- * thread 32, as addend_flag_helper, but it also brings the addends into
- * shared memory, so that an own tile's epilogue reads them from there
- * (add_addends_slots) instead of waiting ~9k cycles for global loads
- * after its main loop. For each own tile of the CTA in tile order and each
- * addend a: wait for a's flags of the tile's rows (then a proxy fence: the
- * rows were acquired by the generic proxy, TMA reads through the async
- * one), then per half h (64 rows) wait for slot h to be empty and load the
- * half's two 64 x 64 boxes into it, completing on the full barrier of slot
- * h of the tile's consumer c (afull + 16 c + 8 h). Use u of a slot (u = 0,
- * 1, ...: every (own tile, addend) in order) waits for the slot's empty
- * barrier's phase u - 1 (a fresh barrier counts as having completed the
- * phase before 0). The full barriers are per consumer so that each counts
- * only its consumer's uses, in that consumer's order: a parity wait is
- * only sound when the barrier is at most one phase behind, and one
+/* The addend loader of the ping-pong kernels with a helper
+ * (hgemm_params.addend_tma): thread 32, as addend_flag_helper, but it also
+ * brings the addends into shared memory, so that an own tile's epilogue
+ * reads them from there (add_addends_slots) instead of waiting ~9k cycles
+ * for global loads after its main loop. For each own tile of the CTA
+ * (split output: the y_own tiles; otherwise every tile) in tile order and
+ * each addend a: wait for a's flags of the tile's rows (then a proxy fence:
+ * the rows were acquired by the generic proxy, TMA reads through the async
+ * one), then for each part k of the addend's tile (16-bit: the two 64-row
+ * halves, two 64 x 64 boxes each; fp32: the four 32-column quarters, one
+ * 128 x 32 box each) wait for slot k % 2 to be empty and load the part
+ * into it, completing on the full barrier of that slot of the tile's
+ * consumer c (afull + 16 c + 8 (k % 2)). Use u of a slot (u = 0, 1, ...:
+ * the parts in order, two per slot per fp32 addend) waits for the slot's
+ * empty barrier's phase u - 1 (a fresh barrier counts as having completed
+ * the phase before 0). The full barriers are per consumer so that each
+ * counts only its consumer's uses, in that consumer's order: a parity wait
+ * is only sound when the barrier is at most one phase behind, and one
  * consumer can reach its epilogue while the other still waits for an
  * earlier use (late flags). The loads run one (own tile, addend) ahead of
  * the epilogue that reads them, during the other consumer's main loop.
@@ -963,6 +1015,8 @@ __device__ void addend_tma_helper(const hgemm_params &p, const addend_maps &am, 
                                   uint32_t aempty) {
     int tiles = p.tiles_m * p.tiles_n;
     unsigned long long epoch = p.addend_waits ? flag_epoch(p) : 0;
+    bool f32 = p.addend_dtype == CGM_DTYPE_FP32;
+    int parts = f32 ? 4 : 2;
     uint32_t use = 0;
     for (int i = 0;; i++) {
         long long tl = blockIdx.x + (long long)i * gridDim.x;
@@ -970,20 +1024,28 @@ __device__ void addend_tma_helper(const hgemm_params &p, const addend_maps &am, 
         int tm, tn;
         tile_coords<kSplit>(p, (int)tl, &tm, &tn);
         if (kSplit && !epilogue_rows(p, tm)) continue;
-        int row = tm * kTileM - (int)p.addend_row0;
-        for (int a = 0; a < p.naddends; a++, use++) {
+        int row = tm * kTileM - (kSplit ? (int)p.addend_row0 : 0);
+        int col = tn * CGM_HGEMM_TILE_N_PINGPONG;
+        uint32_t full0 = afull + 16 * (i & 1);
+        for (int a = 0; a < p.naddends; a++) {
             if (param_at(p.addend_flags, a)) {
                 wait_addend_rows<kSplit>(p, tm * kTileM, kTileM, epoch, a, a + 1);
                 asm volatile("fence.proxy.async.global;" ::: "memory");
             }
             const CUtensorMap *map = addend_map(am, a);
-            for (int h = 0; h < 2; h++) {
-                uint32_t slot = slots + h * kAddendSlot, full = afull + 16 * (i & 1) + 8 * h;
-                mbar_wait(aempty + 8 * h, (use & 1u) ^ 1u);
+            for (int k = 0; k < parts; k++) {
+                int h = k & 1;
+                uint32_t slot = slots + h * kAddendSlot, full = full0 + 8 * h, u = use + (uint32_t)(k / 2);
+                mbar_wait(aempty + 8 * h, (u & 1u) ^ 1u);
                 mbar_arrive_expect_tx(full, kAddendSlot);
-                tma_load_2d(slot, map, tn * CGM_HGEMM_TILE_N_PINGPONG, row + 64 * h, full);
-                tma_load_2d(slot + kAddendBox, map, tn * CGM_HGEMM_TILE_N_PINGPONG + 64, row + 64 * h, full);
+                if (f32) {
+                    tma_load_2d(slot, map, col + 32 * k, row, full);
+                } else {
+                    tma_load_2d(slot, map, col, row + 64 * h, full);
+                    tma_load_2d(slot + kAddendBox, map, col + 64, row + 64 * h, full);
+                }
             }
+            use += (uint32_t)(parts / 2);
         }
     }
 }
@@ -1002,7 +1064,7 @@ __device__ __forceinline__ void ring_at(unsigned long long pos, int *stage, uint
  * partial rows, done flags); without it the epilogue is the plain GEMM's,
  * whose code is kept apart (the selection cost the cooperative kernel
  * 1-3 % on the bench, docs/PERFORMANCE.md 4i). */
-template <bool kBf16, typename OutT, bool kPP, bool kSplit>
+template <bool kBf16, typename OutT, bool kPP, bool kSplit, bool kAddTma>
 __global__ void __launch_bounds__(kThreads, 1)
     hgemm_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_x_own,
                  const __grid_constant__ CUtensorMap map_w, const __grid_constant__ addend_maps amaps,
@@ -1010,11 +1072,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     using C = cfg<kPP>;
     constexpr int kStages = C::stages;
     /* The split ping-pong kernel (the one-kernel GEMM+RS's) takes its
-     * addend flags from addend_flag_helper, with 56 registers for the
-     * producer warpgroup and 224 for the consumers; the other kernels keep
+     * addend flags from a helper thread (addend_flag_helper), which with
+     * addend_tma also loads the addends (addend_tma_helper), with 56
+     * registers for the producer warpgroup and 224 for the consumers; so
+     * does the plain ping-pong kernel's kAddTma instantiation, which
+     * cgm_hgemm runs for addends that TMA can load. The other kernels keep
      * 40 / 232 (the plain ping-pong kernel measured 1-2 % slower at 224)
      * and wait in the consumer. */
-    constexpr bool kHelper = kPP && kSplit;
+    static_assert(!kAddTma || (kPP && !kSplit), "kAddTma: the plain ping-pong kernel's addend form");
+    constexpr bool kHelper = kPP && (kSplit || kAddTma);
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     uint32_t smem_a = base;                                 /* kStages x 16 KiB */
@@ -1224,8 +1290,10 @@ __global__ void __launch_bounds__(kThreads, 1)
             uint32_t afull = afull_bar + 16 * consumer;
             if (p.addend_dtype == CGM_DTYPE_BF16)
                 auses = add_addends_slots<__nv_bfloat16>(p, d, slots, afull, aempty_bar, auses);
-            else
+            else if (p.addend_dtype == CGM_DTYPE_FP16)
                 auses = add_addends_slots<__half>(p, d, slots, afull, aempty_bar, auses);
+            else
+                auses = add_addends_slots<float>(p, d, slots, afull, aempty_bar, auses);
         } else {
             if (kHelper && p.addend_waits && own) {
                 mbar_wait(ready_bar + 8 * consumer, (uint32_t)(taken++ & 1));
@@ -1270,17 +1338,23 @@ encode_tiled_fn encode_tiled() {
     return fn;
 }
 
-/* K-major [rows, k] operand, box kTileK x box_rows, 128B swizzle, zero fill
- * out of bounds (partial tiles in m, n and k). */
-bool encode_map(CUtensorMap *map, bool bf16, const void *ptr, int64_t rows, int64_t k, int64_t ld,
+/* Row-major [rows, k] matrix of dtype (bf16, fp16 or fp32; row stride ld
+ * elements), box of 128 bytes (64 16-bit or 32 fp32 elements) x box_rows,
+ * 128B swizzle, zero fill out of bounds (partial tiles in m, n and k): the
+ * K-major operands, and the addends. */
+bool encode_map(CUtensorMap *map, cgm_dtype dtype, const void *ptr, int64_t rows, int64_t k, int64_t ld,
                 int box_rows) {
     encode_tiled_fn enc = encode_tiled();
     if (!enc) return false;
+    cuuint64_t size = dtype == CGM_DTYPE_FP32 ? 4 : 2;
     cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows};
-    cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
-    cuuint32_t box[2] = {(cuuint32_t)kTileK, (cuuint32_t)box_rows};
+    cuuint64_t strides[1] = {(cuuint64_t)ld * size};
+    cuuint32_t box[2] = {(cuuint32_t)(128 / size), (cuuint32_t)box_rows};
     cuuint32_t element_strides[2] = {1, 1};
-    CUresult r = enc(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
+    CUtensorMapDataType type = dtype == CGM_DTYPE_FP32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                               : dtype == CGM_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                         : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    CUresult r = enc(map, type, 2,
                      const_cast<void *>(ptr), dims, strides, box, element_strides,
                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -1295,7 +1369,7 @@ struct map_key {
     const void *ptr;
     int64_t rows, k, ld;
     int box_rows;
-    bool bf16;
+    cgm_dtype dtype;
 };
 struct map_entry {
     map_key key;
@@ -1306,18 +1380,18 @@ constexpr int kMapCache = 16; /* X, x_own, W and up to 7 addends per call */
 thread_local map_entry map_cache[kMapCache];
 thread_local int map_victim;
 
-bool make_map(CUtensorMap *map, bool bf16, const void *ptr, int64_t rows, int64_t k, int64_t ld,
+bool make_map(CUtensorMap *map, cgm_dtype dtype, const void *ptr, int64_t rows, int64_t k, int64_t ld,
               int box_rows) {
-    map_key key = {ptr, rows, k, ld, box_rows, bf16};
+    map_key key = {ptr, rows, k, ld, box_rows, dtype};
     for (int i = 0; i < kMapCache; i++) {
         const map_entry &e = map_cache[i];
         if (e.used && e.key.ptr == ptr && e.key.rows == rows && e.key.k == k && e.key.ld == ld &&
-            e.key.box_rows == box_rows && e.key.bf16 == bf16) {
+            e.key.box_rows == box_rows && e.key.dtype == dtype) {
             *map = e.map;
             return true;
         }
     }
-    if (!encode_map(map, bf16, ptr, rows, k, ld, box_rows)) return false;
+    if (!encode_map(map, dtype, ptr, rows, k, ld, box_rows)) return false;
     map_entry &e = map_cache[map_victim];
     map_victim = (map_victim + 1) % kMapCache;
     e.key = key;
@@ -1331,12 +1405,12 @@ bool make_map(CUtensorMap *map, bool bf16, const void *ptr, int64_t rows, int64_
  * host threads costs nothing but a redundant call). */
 constexpr int kMaxDevices = 64;
 
-template <bool kBf16, typename OutT, bool kPP, bool kSplit>
+template <bool kBf16, typename OutT, bool kPP, bool kSplit, bool kAddTma>
 cudaError_t launch(int dev, const CUtensorMap &mx, const CUtensorMap &mx_own, const CUtensorMap &mw,
                    const addend_maps &am, const hgemm_params &p, int grid, cudaStream_t stream) {
     static volatile bool attribute_set[kMaxDevices];
-    auto kernel = hgemm_kernel<kBf16, OutT, kPP, kSplit>;
-    constexpr int smem = smem_of<kPP, kSplit>::bytes;
+    auto kernel = hgemm_kernel<kBf16, OutT, kPP, kSplit, kAddTma>;
+    constexpr int smem = smem_of<kPP, kSplit || kAddTma>::bytes;
     if (dev < 0 || dev >= kMaxDevices || !attribute_set[dev]) {
         cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (err != cudaSuccess) return err;
@@ -1346,14 +1420,14 @@ cudaError_t launch(int dev, const CUtensorMap &mx, const CUtensorMap &mx_own, co
     return cudaGetLastError();
 }
 
-template <bool kBf16, bool kPP, bool kSplit>
+template <bool kBf16, bool kPP, bool kSplit, bool kAddTma>
 cudaError_t launch_out(cgm_dtype out, int dev, const CUtensorMap &mx, const CUtensorMap &mx_own,
                        const CUtensorMap &mw, const addend_maps &am, const hgemm_params &p, int grid,
                        cudaStream_t stream) {
     switch (out) {
-    case CGM_DTYPE_BF16: return launch<kBf16, __nv_bfloat16, kPP, kSplit>(dev, mx, mx_own, mw, am, p, grid, stream);
-    case CGM_DTYPE_FP16: return launch<kBf16, __half, kPP, kSplit>(dev, mx, mx_own, mw, am, p, grid, stream);
-    default: return launch<kBf16, float, kPP, kSplit>(dev, mx, mx_own, mw, am, p, grid, stream);
+    case CGM_DTYPE_BF16: return launch<kBf16, __nv_bfloat16, kPP, kSplit, kAddTma>(dev, mx, mx_own, mw, am, p, grid, stream);
+    case CGM_DTYPE_FP16: return launch<kBf16, __half, kPP, kSplit, kAddTma>(dev, mx, mx_own, mw, am, p, grid, stream);
+    default: return launch<kBf16, float, kPP, kSplit, kAddTma>(dev, mx, mx_own, mw, am, p, grid, stream);
     }
 }
 
@@ -1361,11 +1435,16 @@ template <bool kSplit>
 cudaError_t launch_variant(bool bf16, bool pp, cgm_dtype out, int dev, const CUtensorMap &mx,
                            const CUtensorMap &mx_own, const CUtensorMap &mw, const addend_maps &am,
                            const hgemm_params &p, int grid, cudaStream_t stream) {
+    /* The plain ping-pong kernel's addend form (kAddTma) when the helper
+     * loads the addends; the split kernel always has the helper. */
+    if (pp && !kSplit && p.addend_tma)
+        return bf16 ? launch_out<true, true, false, true>(out, dev, mx, mx_own, mw, am, p, grid, stream)
+                    : launch_out<false, true, false, true>(out, dev, mx, mx_own, mw, am, p, grid, stream);
     if (pp)
-        return bf16 ? launch_out<true, true, kSplit>(out, dev, mx, mx_own, mw, am, p, grid, stream)
-                    : launch_out<false, true, kSplit>(out, dev, mx, mx_own, mw, am, p, grid, stream);
-    return bf16 ? launch_out<true, false, kSplit>(out, dev, mx, mx_own, mw, am, p, grid, stream)
-                : launch_out<false, false, kSplit>(out, dev, mx, mx_own, mw, am, p, grid, stream);
+        return bf16 ? launch_out<true, true, kSplit, false>(out, dev, mx, mx_own, mw, am, p, grid, stream)
+                    : launch_out<false, true, kSplit, false>(out, dev, mx, mx_own, mw, am, p, grid, stream);
+    return bf16 ? launch_out<true, false, kSplit, false>(out, dev, mx, mx_own, mw, am, p, grid, stream)
+                : launch_out<false, false, kSplit, false>(out, dev, mx, mx_own, mw, am, p, grid, stream);
 }
 
 /* The variant CGM_HGEMM_AUTO runs: ping-pong when k <= 2048, or when
@@ -1514,10 +1593,11 @@ extern "C" int cgm_hgemm_variant_for(const cgm_hgemm_args *a) {
 
 template <bool kBf16, typename OutT> cudaError_t preload_out() {
     cudaFuncAttributes fa;
-    cudaError_t e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true, false>);
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, false, false>);
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true, true>);
-    return e != cudaSuccess ? e : cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, false, true>);
+    cudaError_t e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true, false, false>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, false, false, false>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true, true, false>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true, false, true>);
+    return e != cudaSuccess ? e : cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, false, true, false>);
 }
 
 template <bool kBf16> cudaError_t preload_in() {
@@ -1559,8 +1639,8 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
     bool pp = cgm_hgemm_variant_for(a) == CGM_HGEMM_PINGPONG;
     int tile_n = pp ? cfg<true>::tile_n : cfg<false>::tile_n;
     CUtensorMap mx, mw, mx_own;
-    if (!make_map(&mx, bf16, a->x, a->m, a->k, a->ldx, kTileM) ||
-        !make_map(&mw, bf16, a->w, a->n, a->k, a->ldw, tile_n))
+    if (!make_map(&mx, a->in_dtype, a->x, a->m, a->k, a->ldx, kTileM) ||
+        !make_map(&mw, a->in_dtype, a->w, a->n, a->k, a->ldw, tile_n))
         return cudaErrorInvalidValue;
     hgemm_params p;
     /* The m tiles wholly inside the own rows (the last tile of X counts
@@ -1574,7 +1654,7 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
         p.own_tile0 = (int)t0;
         p.own_tile1 = (int)t1;
         if (p.own_tile1 > p.own_tile0 &&
-            !make_map(&mx_own, bf16, a->x_own, a->own_rows, a->k, a->ldx_own, kTileM))
+            !make_map(&mx_own, a->in_dtype, a->x_own, a->own_rows, a->k, a->ldx_own, kTileM))
             return cudaErrorInvalidValue;
     }
     p.m = (int)a->m;
@@ -1638,17 +1718,19 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
         p.report_addend_peer[i] = a->report_addend_peer[i];
         if (on && a->addend_flags[i]) p.addend_waits = 1;
     }
-    /* The split ping-pong kernel loads 16-bit addends by TMA when TMA can
+    /* The ping-pong kernels' helper loads the addends by TMA when TMA can
      * read them: 16-byte aligned, rows a multiple of 16 bytes apart;
-     * otherwise its consumers load them (add_addends_tile). */
+     * otherwise the consumers load them (add_addends_tile). Parts of 64
+     * rows (16-bit) or 32 columns (fp32): the map's box. */
     addend_maps am;
     memset(&am, 0, sizeof am);
-    p.addend_tma = pp && a->y_own && a->naddends > 0 && a->addend_dtype != CGM_DTYPE_FP32 && a->addend_ld % 8 == 0;
+    size_t addend_size = a->addend_dtype == CGM_DTYPE_FP32 ? 4 : 2;
+    p.addend_tma = pp && a->naddends > 0 && (a->addend_ld * (int64_t)addend_size) % 16 == 0;
     for (int i = 0; p.addend_tma && i < a->naddends; i++)
         if ((uintptr_t)a->addend[i] % 16) p.addend_tma = 0;
     for (int i = 0; p.addend_tma && i < a->naddends; i++)
-        if (!make_map(&am.map[i], a->addend_dtype == CGM_DTYPE_BF16, a->addend[i], a->y_own_rows, a->n,
-                      a->addend_ld, 64))
+        if (!make_map(&am.map[i], a->addend_dtype, a->addend[i], a->y_own ? a->y_own_rows : a->m, a->n,
+                      a->addend_ld, addend_size == 4 ? kTileM : 64))
             return cudaErrorInvalidValue;
     p.abort_word = a->abort_word;
     p.abort_record = a->abort_record;

@@ -768,22 +768,24 @@ static void case_addends_late(const void *p) {
     free(hx), free(hw), free(ha), free(ha16), free(xq), free(wq);
 }
 
-/* The split ping-pong kernel's addends through shared memory: 16-bit
- * addends whose rows TMA can read (16-byte aligned, addend_ld a multiple
- * of 8) are loaded by the helper thread into two 64-row slots, one
- * (own tile, addend) ahead of the epilogue (docs/HOPPER_GEMM.md, "Addends
- * by TMA"). y_own rows [512, 1000) of a 1000-row Y (the last own tile 104
- * rows: TMA zero-fills past the end) and n = 328 (the last column tile 72
- * wide), 1, 2, 3 and 7 addends (the slots' phases then run on by odd and
- * even steps per tile), one of them without flags, bf16 and fp16 addends
- * and outputs, two CTAs (several own tiles per consumer) and the whole
- * grid. Each shape runs with addend_ld = n (TMA) and n + 2 (the consumers'
- * global loads) and in the cooperative kernel: every element must equal
- * the exact result rounded once, in all of them. */
+/* The ping-pong kernels' addends through shared memory: addends whose rows
+ * TMA can read (16-byte aligned, rows a multiple of 16 bytes apart) are
+ * loaded by the helper thread into two 16 KiB slots, one (own tile,
+ * addend) ahead of the epilogue (docs/HOPPER_GEMM.md, "Addends by TMA").
+ * Two forms: the split output, y_own rows [512, 1000) of a 1000-row Y (the
+ * last own tile 104 rows: TMA zero-fills past the end), and the whole Y
+ * (the plain ping-pong kernel's addend form); n = 328 (the last column
+ * tile 72 wide). 1, 2, 3 and 7 addends (the slots' phases then run on by
+ * odd and even steps per tile), one of them without flags; 16-bit addends
+ * (bf16 and fp16, in halves of 64 rows) and fp32 ones (in quarters of 32
+ * columns); bf16 and fp16 outputs; two CTAs (several own tiles per
+ * consumer) and the whole grid. Each runs with addend_ld = n (TMA) and
+ * n + 2 (the consumers' global loads) and in the cooperative kernel: every
+ * element must equal the exact result rounded once, in all of them. */
 static void case_addends_tma(const void *p) {
     (void)p;
     require_sm90();
-    const int64_t m = 1000, n = 328, k = 192, own0 = 512, own = m - own0, ldy = 336, ldo = 344;
+    const int64_t m = 1000, n = 328, k = 192, own0 = 512, ldy = 336, ldo = 344;
     const int nas[] = {1, 2, 3, 7};
     void *hx = fill(CGM_DTYPE_BF16, (size_t)(m * k), 101), *hw = fill(CGM_DTYPE_BF16, (size_t)(n * k), 102);
     int16_t *xq = to_eighths(hx, CGM_DTYPE_BF16, m, k, k, k), *wq = to_eighths(hw, CGM_DTYPE_BF16, n, k, k, k);
@@ -791,78 +793,83 @@ static void case_addends_tma(const void *p) {
     double *dot = malloc((size_t)(m * n) * sizeof *dot);
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) dot[i * n + j] = dot_eighths(xq + i * k, wq + j * k, k) / 64.0;
-    unsigned long long ready[4] = {3, 3, 3, 3}, *dready = to_device(ready, sizeof ready);
+    unsigned long long ready[8] = {3, 3, 3, 3, 3, 3, 3, 3}, *dready = to_device(ready, sizeof ready);
     int *dt;
     GPU_CHECK(cudaMalloc((void **)&dt, sizeof(int)));
-    const int64_t alds[] = {n, n + 2};
-    void *hy = malloc((size_t)(m * ldy) * 2), *ho = malloc((size_t)(own * ldo) * 2), *dy, *dout;
+    void *hy = malloc((size_t)(m * ldy) * 2), *ho = malloc((size_t)(m * ldo) * 2), *dy, *dout;
     GPU_CHECK(cudaMalloc(&dy, (size_t)(m * ldy) * 2));
-    GPU_CHECK(cudaMalloc(&dout, (size_t)(own * ldo) * 2));
+    GPU_CHECK(cudaMalloc(&dout, (size_t)(m * ldo) * 2));
     int runs = 0;
-    for (int o = 0; o < 2; o++) {
-        cgm_dtype out = o ? CGM_DTYPE_FP16 : CGM_DTYPE_BF16, adt = o ? CGM_DTYPE_BF16 : CGM_DTYPE_FP16;
-        void *hb = fill(out, (size_t)n, 103 + (uint64_t)o), *db = to_device(hb, (size_t)n * 2);
-        for (int ni = 0; ni < 4; ni++) {
-            int na = nas[ni];
-            for (int l = 0; l < 2; l++) {
-                int64_t ald = alds[l];
-                void *hadds[CGM_HGEMM_MAX_ADDENDS], *dadds[CGM_HGEMM_MAX_ADDENDS];
-                for (int i = 0; i < na; i++) {
-                    hadds[i] = fill(adt, (size_t)(own * ald), 110 + (uint64_t)(10 * o + i));
-                    dadds[i] = to_device(hadds[i], (size_t)(own * ald) * 2);
-                }
-                for (int v = CGM_HGEMM_COOPERATIVE; v <= CGM_HGEMM_PINGPONG; v++)
-                    for (int sms = 0; sms <= 2; sms += 2) {
-                        GPU_CHECK(cudaMemset(dy, 0xFF, (size_t)(m * ldy) * 2));
-                        GPU_CHECK(cudaMemset(dout, 0xFF, (size_t)(own * ldo) * 2));
-                        GPU_CHECK(cudaMemset(dt, 0, sizeof(int)));
-                        cgm_hgemm_args a;
-                        memset(&a, 0, sizeof a);
-                        a.in_dtype = CGM_DTYPE_BF16, a.out_dtype = out, a.variant = v, a.sm_count = sms;
-                        a.m = m, a.n = n, a.k = k, a.x = dx, a.ldx = k, a.w = dw, a.ldw = k, a.y = dy, a.ldy = ldy;
-                        a.bias = db;
-                        a.y_own = dout, a.ldy_own = ldo, a.y_own_row0 = own0, a.y_own_rows = own;
-                        a.naddends = na, a.addend_dtype = adt, a.addend_ld = ald;
+    for (int split = 0; split < 2; split++)
+        for (int o = 0; o < 2; o++)
+            for (int f32 = 0; f32 < 2; f32++) {
+                cgm_dtype out = o ? CGM_DTYPE_FP16 : CGM_DTYPE_BF16;
+                cgm_dtype adt = f32 ? CGM_DTYPE_FP32 : o ? CGM_DTYPE_BF16 : CGM_DTYPE_FP16;
+                int64_t arow0 = split ? own0 : 0, arows = m - arow0;
+                void *hb = fill(out, (size_t)n, 103 + (uint64_t)o), *db = to_device(hb, (size_t)n * 2);
+                for (int ni = 0; ni < 4; ni++)
+                    for (int64_t ald = n; ald <= n + 2; ald += 2) {
+                        int na = nas[ni];
+                        void *hadds[CGM_HGEMM_MAX_ADDENDS], *dadds[CGM_HGEMM_MAX_ADDENDS];
                         for (int i = 0; i < na; i++) {
-                            a.addend[i] = dadds[i];
-                            a.addend_flags[i] = i == 1 ? NULL : dready;
+                            hadds[i] = fill(adt, (size_t)(arows * ald), 110 + (uint64_t)(20 * f32 + 10 * o + i));
+                            dadds[i] = to_device(hadds[i], (size_t)(arows * ald) * dsize(adt));
                         }
-                        a.rows_per_flag = 128, a.flag_epoch = 3, a.wait_timeout_ns = 2000000000ll, a.timeout_out = dt;
-                        if (run_hooked(&a))
-                            TEST_FAIL("%s, %d addends: the flags were at the epoch, yet a wait expired",
-                                      variant_name(v), na);
-                        GPU_CHECK(cudaMemcpy(hy, dy, (size_t)(m * ldy) * 2, cudaMemcpyDeviceToHost));
-                        GPU_CHECK(cudaMemcpy(ho, dout, (size_t)(own * ldo) * 2, cudaMemcpyDeviceToHost));
-                        int64_t bad = 0;
-                        for (int64_t i = 0; i < m; i++)
-                            for (int64_t j = 0; j < n; j++) {
-                                double sum = dot[i * n + j], got;
-                                if (i >= own0) {
-                                    sum += get(hb, out, (size_t)j);
-                                    for (int t = 0; t < na; t++)
-                                        sum += get(hadds[t], adt, (size_t)((i - own0) * ald + j));
-                                    got = get(ho, out, (size_t)((i - own0) * ldo + j));
-                                } else {
-                                    got = get(hy, out, (size_t)(i * ldy + j));
+                        for (int v = CGM_HGEMM_COOPERATIVE; v <= CGM_HGEMM_PINGPONG; v++)
+                            for (int sms = 0; sms <= 2; sms += 2) {
+                                GPU_CHECK(cudaMemset(dy, 0xFF, (size_t)(m * ldy) * 2));
+                                GPU_CHECK(cudaMemset(dout, 0xFF, (size_t)(m * ldo) * 2));
+                                GPU_CHECK(cudaMemset(dt, 0, sizeof(int)));
+                                cgm_hgemm_args a;
+                                memset(&a, 0, sizeof a);
+                                a.in_dtype = CGM_DTYPE_BF16, a.out_dtype = out, a.variant = v, a.sm_count = sms;
+                                a.m = m, a.n = n, a.k = k, a.x = dx, a.ldx = k, a.w = dw, a.ldw = k, a.y = dy;
+                                a.ldy = ldy, a.bias = db;
+                                if (split) a.y_own = dout, a.ldy_own = ldo, a.y_own_row0 = own0, a.y_own_rows = arows;
+                                a.naddends = na, a.addend_dtype = adt, a.addend_ld = ald;
+                                for (int i = 0; i < na; i++) {
+                                    a.addend[i] = dadds[i];
+                                    a.addend_flags[i] = i == 1 ? NULL : dready;
                                 }
-                                double want = round_out(sum, out);
-                                if (got != want && bad++ < 4)
-                                    fprintf(stderr, "  (%lld, %lld) = %.7g, exact %.7g\n", (long long)i, (long long)j,
-                                            got, want);
+                                a.rows_per_flag = 128, a.flag_epoch = 3, a.wait_timeout_ns = 2000000000ll;
+                                a.timeout_out = dt;
+                                if (run_hooked(&a))
+                                    TEST_FAIL("%s, %d addends: the flags were at the epoch, yet a wait expired",
+                                              variant_name(v), na);
+                                GPU_CHECK(cudaMemcpy(hy, dy, (size_t)(m * ldy) * 2, cudaMemcpyDeviceToHost));
+                                GPU_CHECK(cudaMemcpy(ho, dout, (size_t)(m * ldo) * 2, cudaMemcpyDeviceToHost));
+                                int64_t bad = 0;
+                                for (int64_t i = 0; i < m; i++)
+                                    for (int64_t j = 0; j < n; j++) {
+                                        double sum = dot[i * n + j], got;
+                                        if (i >= arow0) {
+                                            sum += get(hb, out, (size_t)j);
+                                            for (int t = 0; t < na; t++)
+                                                sum += get(hadds[t], adt, (size_t)((i - arow0) * ald + j));
+                                        }
+                                        if (split && i >= arow0)
+                                            got = get(ho, out, (size_t)((i - arow0) * ldo + j));
+                                        else
+                                            got = get(hy, out, (size_t)(i * ldy + j));
+                                        double want = round_out(sum, out);
+                                        if (got != want && bad++ < 4)
+                                            fprintf(stderr, "  (%lld, %lld) = %.7g, exact %.7g\n", (long long)i,
+                                                    (long long)j, got, want);
+                                    }
+                                if (bad)
+                                    TEST_FAIL("%lld of %lld wrong: %s, %s, out %s, %d addend(s) of %s, addend_ld "
+                                              "%lld, sm_count %d",
+                                              (long long)bad, (long long)(m * n), split ? "split output" : "whole Y",
+                                              variant_name(v), cgm_dtype_name(out), na, cgm_dtype_name(adt),
+                                              (long long)ald, sms);
+                                runs++;
                             }
-                        if (bad)
-                            TEST_FAIL("%lld of %lld wrong: %s, out %s, %d addend(s) of %s, addend_ld %lld, sm_count %d",
-                                      (long long)bad, (long long)(m * n), variant_name(v), cgm_dtype_name(out), na,
-                                      cgm_dtype_name(adt), (long long)ald, sms);
-                        runs++;
+                        for (int i = 0; i < na; i++) cudaFree(dadds[i]), free(hadds[i]);
                     }
-                for (int i = 0; i < na; i++) cudaFree(dadds[i]), free(hadds[i]);
+                cudaFree(db), free(hb);
             }
-        }
-        cudaFree(db), free(hb);
-    }
-    printf("addends by TMA: %d launches exact (2 dtypes x 4 addend counts x 2 addend_ld x 2 variants x 2 grids)\n",
-           runs);
+    printf("addends by TMA: %d launches exact (2 forms x 2 outputs x 16-bit and fp32 addends x 4 addend counts x 2 "
+           "addend_ld x 2 variants x 2 grids)\n", runs);
     free(hy), free(ho), free(dot);
     cudaFree(dx), cudaFree(dw), cudaFree(dy), cudaFree(dout), cudaFree(dready), cudaFree(dt);
     free(hx), free(hw), free(xq), free(wq);
