@@ -94,10 +94,10 @@ typedef struct cgm_hgemm_args {
     int64_t ldx_own, own_row0, own_rows;
     int variant;              /* CGM_HGEMM_AUTO (0), _COOPERATIVE or _PINGPONG */
     /* Fused reduce-scatter hooks (naddends 0: none). Addends 8-byte aligned
-     * (fp32) or 4-byte aligned (16-bit), addend_ld even. With y_own and the
-     * ping-pong variant, 16-bit addends that are 16-byte aligned with
-     * addend_ld a multiple of 8 are loaded by TMA ahead of the epilogue
-     * (docs/HOPPER_GEMM.md, "Addends by TMA"); others by the epilogue. */
+     * (fp32) or 4-byte aligned (16-bit), addend_ld even. In the ping-pong
+     * variant, addends that are 16-byte aligned with rows a multiple of 16
+     * bytes apart are loaded by TMA ahead of the epilogue (faster;
+     * docs/HOPPER_GEMM.md, "Addends by TMA"); others by the epilogue. */
     int naddends;
     const void *addend[CGM_HGEMM_MAX_ADDENDS];
     int64_t addend_ld;
