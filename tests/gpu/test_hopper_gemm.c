@@ -776,7 +776,8 @@ static void case_addends_late(const void *p) {
  * last own tile 104 rows: TMA zero-fills past the end), and the whole Y
  * (the plain ping-pong kernel's addend form); n = 328 (the last column
  * tile 72 wide). 1, 2, 3 and 7 addends (the slots' phases then run on by
- * odd and even steps per tile), one of them without flags; 16-bit addends
+ * odd and even steps per tile): with 1, 3 and 7 all but one behind flags,
+ * with 2 none (the helper then loads without waiting); 16-bit addends
  * (bf16 and fp16, in halves of 64 rows) and fp32 ones (in quarters of 32
  * columns); bf16 and fp16 outputs; two CTAs (several own tiles per
  * consumer) and the whole grid. Each runs with addend_ld = n (TMA) and
@@ -829,7 +830,7 @@ static void case_addends_tma(const void *p) {
                                 a.naddends = na, a.addend_dtype = adt, a.addend_ld = ald;
                                 for (int i = 0; i < na; i++) {
                                     a.addend[i] = dadds[i];
-                                    a.addend_flags[i] = i == 1 ? NULL : dready;
+                                    a.addend_flags[i] = i == 1 || na == 2 ? NULL : dready;
                                 }
                                 a.rows_per_flag = 128, a.flag_epoch = 3, a.wait_timeout_ns = 2000000000ll;
                                 a.timeout_out = dt;
