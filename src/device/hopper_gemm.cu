@@ -83,8 +83,8 @@ template <bool kPP> struct cfg {
  * slot, empty per slot) after the other barriers. */
 constexpr int kAddendBox = 64 * 64 * 2;          /* 8 KiB */
 constexpr int kAddendSlot = 2 * kAddendBox;      /* 16 KiB */
-template <bool kPP, bool kSplit> struct smem_of {
-    static constexpr bool slots = kPP && kSplit;
+template <bool kPP, bool kWithHelper> struct smem_of { /* kWithHelper: kSplit || kAddTma */
+    static constexpr bool slots = kPP && kWithHelper;
     static constexpr int bytes = cfg<kPP>::smem_bytes + (slots ? 2 * kAddendSlot + 6 * 8 : 0);
     static_assert(bytes <= 227 * 1024, "shared memory per block");
 };
