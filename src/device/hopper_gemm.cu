@@ -69,8 +69,9 @@ template <bool kPP> struct cfg {
     static constexpr int stage_bytes = kStageBytesA + bytes_b;
     /* 1024: the 128B-swizzle pattern repeats every 8 rows x 128 bytes, and
      * TMA and wgmma both assume the pattern starts at a 1024-byte boundary.
-     * Barriers: full and empty per stage, two turn barriers, and (split
-     * ping-pong) two ready and two taken barriers of addend_flag_helper. */
+     * Barriers: full and empty per stage, two turn barriers, and (kernels
+     * with the helper) two ready and two taken barriers of
+     * addend_flag_helper; the addend slots' barriers are smem_of's. */
     static constexpr int smem_bytes = 1024 + stages * stage_bytes + (2 * stages + 6) * 8;
     static_assert(smem_bytes <= 227 * 1024, "shared memory per block");
 };
@@ -1063,7 +1064,9 @@ __device__ __forceinline__ void ring_at(unsigned long long pos, int *stage, uint
 /* kSplit: the split output of cgm_hgemm_args.y_own (epilogue rows, plain
  * partial rows, done flags); without it the epilogue is the plain GEMM's,
  * whose code is kept apart (the selection cost the cooperative kernel
- * 1-3 % on the bench, docs/PERFORMANCE.md 4i). */
+ * 1-3 % on the bench, docs/PERFORMANCE.md 4i). kAddTma: the plain
+ * ping-pong kernel's form for addends that TMA can load (the helper and
+ * its slots; cgm_hgemm picks it per call). */
 template <bool kBf16, typename OutT, bool kPP, bool kSplit, bool kAddTma>
 __global__ void __launch_bounds__(kThreads, 1)
     hgemm_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_x_own,
@@ -1085,7 +1088,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     uint32_t smem_a = base;                                 /* kStages x 16 KiB */
     uint32_t smem_b = base + kStages * kStageBytesA;        /* kStages x C::bytes_b */
-    uint32_t slots = base + kStages * C::stage_bytes;       /* split ping-pong: 2 x kAddendSlot */
+    uint32_t slots = base + kStages * C::stage_bytes;       /* kHelper: 2 x kAddendSlot */
     uint32_t full_bar = slots + (kHelper ? 2 * kAddendSlot : 0); /* kStages x 8 bytes */
     uint32_t empty_bar = full_bar + kStages * 8;            /* kStages x 8 bytes */
     uint32_t turn_bar = empty_bar + kStages * 8;            /* 2 x 8 bytes (ping-pong) */
