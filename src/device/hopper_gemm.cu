@@ -141,6 +141,14 @@ struct hgemm_params {
     unsigned long long *done_flags;
     long long done_shard_rows, done_rows_per_piece;
     int done_pieces_per_shard;
+    /* Stream-K tail (unit_at): the first dp_tiles tiles of the linear order
+     * run whole, blockIdx.x + i * gridDim.x; the last sk_tiles (0: none)
+     * are cut along k over the grid. sk_cells: one counter per shared tile
+     * and consumer warpgroup (sk_fixup); sk_slots: a partial's 64 KiB each. */
+    int dp_tiles, sk_tiles;
+    int sk_q, sk_r; /* sk_tiles * k_blocks = sk_q * gridDim.x + sk_r (all 32-bit in sched_of) */
+    unsigned int *sk_cells;
+    float4 *sk_slots;
 };
 
 /* Where one tile's epilogue stores, and with what. */
@@ -1061,13 +1069,178 @@ __device__ __forceinline__ void ring_at(unsigned long long pos, int *stage, uint
     *phase = (uint32_t)((pos / kStages) & 1);
 }
 
+/* One piece of a CTA's work: k blocks [kb0, kb1) of linear tile t, at ring
+ * position pos (its first k block). sk: the shared tile's index among the
+ * stream-K tiles, or -1 for a whole tile. */
+struct unit {
+    int t, kb0, kb1, sk;
+    unsigned long long pos;
+};
+
+/* This CTA's share of the schedule: the consumers compute it once at
+ * their start; the producer only after its whole tiles (below). The
+ * first dp_tiles tiles of the linear order go whole to CTAs in turn, tile
+ * blockIdx.x + u * gridDim.x: ndp of them (dp_tiles is a multiple of the
+ * grid when sk_tiles > 0, so every CTA has the same number). The remaining
+ * sk_tiles tiles form sk_tiles * k_blocks iterations (tile-major), of
+ * which CTA c takes the range [s, e) = [c I / G, (c + 1) I / G): it ends
+ * the previous CTA's last tile and starts the next one's first. cgm_hgemm
+ * cuts only when a range holds at least k_blocks iterations, so a tile is
+ * shared by at most two CTAs. a0: the stream-K tile that holds s. kSK
+ * false: the whole-tile loop only (the kernels that never cut). */
+struct sched {
+    int ndp, s, e, a0; /* cgm_hgemm cuts only when sk_tiles * k_blocks < 2^31 */
+};
+
+template <bool kSK>
+__device__ __forceinline__ sched sched_of(const hgemm_params &p) {
+    /* 32-bit only (64-bit divisions need more registers than the producer
+     * has): c I / G = c q + c r / G with I = q G + r, c r < G^2 < 2^26. */
+    int G = gridDim.x, c = blockIdx.x;
+    int dp = kSK ? p.dp_tiles : p.tiles_m * p.tiles_n;
+    sched r;
+    r.ndp = dp > c ? (dp - c + G - 1) / G : 0;
+    r.s = r.e = r.a0 = 0;
+    if (kSK && p.sk_tiles > 0) {
+        r.s = c * p.sk_q + c * p.sk_r / G;
+        r.e = (c + 1) * p.sk_q + (c + 1) * p.sk_r / G;
+        r.a0 = r.s / p.k_blocks;
+    }
+    return r;
+}
+
+/* The u-th unit of this CTA (false past the last). Ring positions keep
+ * counting k blocks, so every role agrees on them. */
+__device__ __forceinline__ bool unit_at(const hgemm_params &p, int u, unit *w) {
+    const sched sc = sched_of<true>(p); /* a few integer operations per unit: nothing stays live */
+    long long K = p.k_blocks;
+    if (u < sc.ndp) {
+        w->t = (int)(blockIdx.x + u * gridDim.x);
+        w->kb0 = 0;
+        w->kb1 = (int)K;
+        w->sk = -1;
+        w->pos = (unsigned long long)(u * K);
+        return true;
+    }
+    if (sc.e == 0) return false;
+    int a = sc.a0 + (int)(u - sc.ndp), first = a * p.k_blocks;
+    if (first >= sc.e) return false;
+    int kb0 = sc.s > first ? sc.s - first : 0, kb1 = min(sc.e - first, p.k_blocks);
+    w->t = p.dp_tiles + a;
+    w->kb0 = kb0;
+    w->kb1 = kb1;
+    w->sk = kb0 == 0 && kb1 == p.k_blocks ? -1 : a; /* a whole tile has no partner */
+    w->pos = (unsigned long long)sc.ndp * (unsigned long long)K + (unsigned long long)(first + kb0 - sc.s);
+    return true;
+}
+
+/* bar.red.or over the 128 threads of named barrier `id`: true on every
+ * thread when `v` is true on any. */
+__device__ __forceinline__ bool bar_any(int id, bool v) {
+    uint32_t out;
+    asm volatile("{\n.reg .pred p, q;\n"
+                 "setp.ne.u32 p, %1, 0;\n"
+                 "bar.red.or.pred q, %2, 128, p;\n"
+                 "selp.u32 %0, 1, 0, q;\n}\n"
+                 : "=r"(out)
+                 : "r"((uint32_t)v), "r"(id)
+                 : "memory");
+    return out != 0;
+}
+
+/* A stream-K partial: k blocks [kb0, kb1) of a shared tile, in this
+ * consumer warpgroup's accumulators (its 64 or 128 rows: cell `cell`).
+ * Two units share each tile; their leaders take a ticket on the cell
+ * (+1). The first stores its fp32 partial in the cell's slot (per
+ * thread, 32 float4 in fragment order, so each warp store is 512
+ * contiguous bytes), then adds 2 (release); the second waits until the
+ * cell reaches 4 (acquire), adds the slot into its accumulators, resets
+ * the cell for the next launch and returns true: it runs the epilogue.
+ * The second only ever waits for a warpgroup that took its ticket, i.e.
+ * one that is running and storing, never for a CTA still to be scheduled;
+ * the wait is bounded anyway (wait_timeout_ns: timeout_out). */
+__device__ __forceinline__ bool sk_fixup(const hgemm_params &p, float (&d)[128], int cell, int consumer) {
+    int t = threadIdx.x % 128;
+    bool leader = t == 0;
+    unsigned int *ctr = p.sk_cells + cell;
+    float4 *slot = p.sk_slots + (size_t)cell * 32 * 128 + t;
+    unsigned int old = 1;
+    if (leader) old = atomicAdd(ctr, 1u);
+    if (bar_any(1 + consumer, old == 0)) {
+#pragma unroll
+        for (int i = 0; i < 32; i++) __stcg(slot + i * 128, make_float4(d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]));
+        asm volatile("bar.sync %0, 128;" ::"r"(1 + consumer) : "memory");
+        if (leader) {
+            __threadfence();
+            atomicAdd(ctr, 2u);
+        }
+        return false;
+    }
+    if (leader) {
+        unsigned long long start = globaltimer();
+        for (;;) {
+            unsigned int v;
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
+            if (v >= 4) break;
+            if ((long long)(globaltimer() - start) > p.wait_timeout_ns) {
+                if (p.timeout_out) *(volatile int *)p.timeout_out = 1;
+                break;
+            }
+            __nanosleep(64);
+        }
+        *(volatile unsigned int *)ctr = 0;
+    }
+    asm volatile("bar.sync %0, 128;" ::"r"(1 + consumer) : "memory");
+    /* 8 loads in flight at a time: all 32 at once would need 128 more
+     * registers than the consumer has (spills). */
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+        float4 v = __ldcg(slot + i * 128);
+        d[4 * i] += v.x, d[4 * i + 1] += v.y, d[4 * i + 2] += v.z, d[4 * i + 3] += v.w;
+        if (i % 8 == 7) asm volatile("" ::: "memory");
+    }
+    return true;
+}
+
+/* The producer's work for one unit: k blocks [kb0, kb1) of linear tile t
+ * into the ring (stage, phase: the next position), after the tile's row
+ * flags (waiting, epoch, seen: wait_row_flags). kHooks false (the stream-K
+ * kernels, which cgm_hgemm runs without row flags and x_own): neither,
+ * which leaves the producer's 40 registers enough for the unit walk. */
+template <bool kSplit, int kStages, typename C, bool kHooks = true>
+__device__ __forceinline__ void produce(const hgemm_params &p, const CUtensorMap *map_x,
+                                        const CUtensorMap *map_x_own, const CUtensorMap *map_w, uint32_t smem_a,
+                                        uint32_t smem_b, uint32_t full_bar, uint32_t empty_bar, int t, int kb0,
+                                        int kb1, int &stage, uint32_t &phase, bool &waiting,
+                                        unsigned long long epoch, unsigned long long &seen) {
+    int tm, tn;
+    tile_coords<kSplit>(p, t, &tm, &tn);
+    /* Tiles inside the own rows read them from x_own, unflagged. */
+    bool own = kHooks && tm >= p.own_tile0 && tm < p.own_tile1;
+    const CUtensorMap *mx = own ? map_x_own : map_x;
+    int xrow = own ? tm * kTileM - (int)p.own_row0 : tm * kTileM;
+    if (kHooks && waiting && !own) waiting = wait_row_flags(p, tm, epoch, &seen);
+    for (int kb = kb0; kb < kb1; kb++) {
+        /* A fresh barrier counts as having completed the phase before
+         * phase 0, so the first pass does not wait. */
+        mbar_wait(empty_bar + 8 * stage, phase ^ 1);
+        mbar_arrive_expect_tx(full_bar + 8 * stage, C::stage_bytes);
+        tma_load_2d(smem_a + stage * kStageBytesA, mx, kb * kTileK, xrow, full_bar + 8 * stage);
+        tma_load_2d(smem_b + stage * C::bytes_b, map_w, kb * kTileK, tn * C::tile_n, full_bar + 8 * stage);
+        if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1;
+        }
+    }
+}
+
 /* kSplit: the split output of cgm_hgemm_args.y_own (epilogue rows, plain
  * partial rows, done flags); without it the epilogue is the plain GEMM's,
  * whose code is kept apart (the selection cost the cooperative kernel
  * 1-3 % on the bench, docs/PERFORMANCE.md 4i). kAddTma: the plain
  * ping-pong kernel's form for addends that TMA can load (the helper and
  * its slots; cgm_hgemm picks it per call). */
-template <bool kBf16, typename OutT, bool kPP, bool kSplit, bool kAddTma>
+template <bool kBf16, typename OutT, bool kPP, bool kSplit, bool kAddTma, bool kSK>
 __global__ void __launch_bounds__(kThreads, 1)
     hgemm_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_x_own,
                  const __grid_constant__ CUtensorMap map_w, const __grid_constant__ addend_maps amaps,
@@ -1084,6 +1257,12 @@ __global__ void __launch_bounds__(kThreads, 1)
      * and wait in the consumer. */
     static_assert(!kAddTma || (kPP && !kSplit), "kAddTma: the plain ping-pong kernel's addend form");
     constexpr bool kHelper = kPP && (kSplit || kAddTma);
+    /* kSK: the plain kernels' form that cuts its last wave (the stream-K
+     * tail: unit_at, produce, sk_fixup), a separate instantiation that
+     * cgm_hgemm runs only when it cuts, so that every other kernel's code
+     * stays as it was (one that walked units with nothing to cut ran
+     * ping-pong 7-23 % slower, 2026-12-01). */
+    static_assert(!kSK || (!kSplit && !kAddTma), "kSK: the plain kernels only");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     uint32_t smem_a = base;                                 /* kStages x 16 KiB */
@@ -1143,28 +1322,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint32_t phase = 0;
         bool waiting = p.row_flags != nullptr;
         unsigned long long epoch = waiting ? flag_epoch(p) : 0, seen = 0;
-        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-            int tm, tn;
-            tile_coords<kSplit>(p, t, &tm, &tn);
-            /* Tiles inside the own rows read them from x_own, unflagged. */
-            bool own = tm >= p.own_tile0 && tm < p.own_tile1;
-            const CUtensorMap *mx = own ? &map_x_own : &map_x;
-            int xrow = own ? tm * kTileM - (int)p.own_row0 : tm * kTileM;
-            if (waiting && !own) waiting = wait_row_flags(p, tm, epoch, &seen);
-            for (int kb = 0; kb < p.k_blocks; kb++) {
-                /* A fresh barrier counts as having completed the phase
-                 * before phase 0, so the first pass does not wait. */
-                mbar_wait(empty_bar + 8 * stage, phase ^ 1);
-                mbar_arrive_expect_tx(full_bar + 8 * stage, C::stage_bytes);
-                tma_load_2d(smem_a + stage * kStageBytesA, mx, kb * kTileK, xrow,
-                            full_bar + 8 * stage);
-                tma_load_2d(smem_b + stage * C::bytes_b, &map_w, kb * kTileK, tn * C::tile_n,
-                            full_bar + 8 * stage);
-                if (++stage == kStages) {
-                    stage = 0;
-                    phase ^= 1;
-                }
-            }
+        if constexpr (kSK) {
+            /* One loop over the units, each recomputed from its index (the
+             * schedule is not kept live: with it, or with a second loop for
+             * the stream-K units, the producer's 40 registers spilled up to
+             * 120 bytes, and the kernel ran 10-15 % slower). */
+            unit w;
+            for (int u = 0; unit_at(p, u, &w); u++)
+                produce<kSplit, kStages, C, false>(p, &map_x, &map_x_own, &map_w, smem_a, smem_b, full_bar, empty_bar,
+                                                   w.t, w.kb0, w.kb1, stage, phase, waiting, epoch, seen);
+        } else {
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x)
+                produce<kSplit, kStages, C>(p, &map_x, &map_x_own, &map_w, smem_a, smem_b, full_bar, empty_bar, t,
+                                            0, p.k_blocks, stage, phase, waiting, epoch, seen);
         }
         return;
     }
@@ -1185,11 +1355,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         /* Cooperative: both consumers walk every tile of the CTA. */
         int stage = 0;
         uint32_t phase = 0;
-        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        for (int u = 0;; u++) {
+            unit w;
+            if constexpr (kSK) {
+                if (!unit_at(p, u, &w)) break;
+            } else {
+                w.t = blockIdx.x + u * gridDim.x;
+                if (w.t >= tiles) break;
+            }
             int tm, tn;
-            tile_coords<kSplit>(p, t, &tm, &tn);
+            tile_coords<kSplit>(p, w.t, &tm, &tn);
             int prev = 0;
-            for (int kb = 0; kb < p.k_blocks; kb++) {
+            int nk = kSK ? w.kb1 - w.kb0 : p.k_blocks;
+            for (int kb = 0; kb < nk; kb++) {
                 mbar_wait(full_bar + 8 * stage, phase);
                 uint64_t desc_a = smem_desc_sw128(smem_a + stage * kStageBytesA + consumer * 64 * 128);
                 uint64_t desc_b = smem_desc_sw128(smem_b + stage * C::bytes_b);
@@ -1215,6 +1393,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             wgmma_wait<0>();
             fence_accumulators(d);
             if (leader) mbar_arrive(empty_bar + 8 * prev);
+            /* A shared stream-K tile: the second of its two units stores it. */
+            if constexpr (kSK)
+                if (w.sk >= 0 && !sk_fixup(p, d, 2 * w.sk + consumer, consumer)) continue;
             bool own = !kSplit || epilogue_rows(p, tm);
             if (p.addend_waits && own)
                 wait_addend_flags<kSplit>(p, (long long)tm * kTileM + consumer * 64, 64, consumer, epoch);
@@ -1241,11 +1422,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     int taken = 0; /* own tiles whose flags this consumer took from the helper */
     uint32_t auses = 0; /* addend_tma: this consumer's uses of its full barriers */
     for (long long i = consumer;; i += 2) {
-        long long tl = blockIdx.x + i * gridDim.x;
-        if (tl >= tiles) break;
-        int t = (int)tl;
+        unit w;
+        if constexpr (kSK) {
+            if (!unit_at(p, (int)i, &w)) break;
+        } else {
+            long long tl = blockIdx.x + i * gridDim.x;
+            if (tl >= tiles) break;
+            w.t = (int)tl;
+            w.pos = (unsigned long long)i * (unsigned long long)p.k_blocks;
+        }
         int tm, tn;
-        tile_coords<kSplit>(p, t, &tm, &tn);
+        tile_coords<kSplit>(p, w.t, &tm, &tn);
         CGM_TRACE(0);
         if (i > 0) {
             mbar_wait(turn_bar + 8 * consumer, turn_phase);
@@ -1254,9 +1441,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         CGM_TRACE(1);
         int stage;
         uint32_t phase;
-        ring_at<kStages>((unsigned long long)i * (unsigned long long)p.k_blocks, &stage, &phase);
+        ring_at<kStages>(w.pos, &stage, &phase);
         int prev = 0;
-        for (int kb = 0; kb < p.k_blocks; kb++) {
+        int nk = kSK ? w.kb1 - w.kb0 : p.k_blocks;
+        for (int kb = 0; kb < nk; kb++) {
             mbar_wait(full_bar + 8 * stage, phase);
             uint32_t a0 = smem_a + stage * kStageBytesA;
             uint64_t desc_a0 = smem_desc_sw128(a0);        /* rows 0-63 */
@@ -1288,6 +1476,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         fence_accumulators(d);
         CGM_TRACE(2);
         if (leader) mbar_arrive(empty_bar + 8 * prev);
+        /* A shared stream-K tile: the second of its two units stores it. */
+        if constexpr (kSK)
+            if (w.sk >= 0 && !sk_fixup(p, d, w.sk, consumer)) continue;
         bool own = !kSplit || epilogue_rows(p, tm);
         if (kHelper && p.addend_tma && own) {
             uint32_t afull = afull_bar + 16 * consumer;
@@ -1408,11 +1599,11 @@ bool make_map(CUtensorMap *map, cgm_dtype dtype, const void *ptr, int64_t rows, 
  * host threads costs nothing but a redundant call). */
 constexpr int kMaxDevices = 64;
 
-template <bool kBf16, typename OutT, bool kPP, bool kSplit, bool kAddTma>
+template <bool kBf16, typename OutT, bool kPP, bool kSplit, bool kAddTma, bool kSK>
 cudaError_t launch(int dev, const CUtensorMap &mx, const CUtensorMap &mx_own, const CUtensorMap &mw,
                    const addend_maps &am, const hgemm_params &p, int grid, cudaStream_t stream) {
     static volatile bool attribute_set[kMaxDevices];
-    auto kernel = hgemm_kernel<kBf16, OutT, kPP, kSplit, kAddTma>;
+    auto kernel = hgemm_kernel<kBf16, OutT, kPP, kSplit, kAddTma, kSK>;
     constexpr int smem = smem_of<kPP, kSplit || kAddTma>::bytes;
     if (dev < 0 || dev >= kMaxDevices || !attribute_set[dev]) {
         cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -1423,14 +1614,14 @@ cudaError_t launch(int dev, const CUtensorMap &mx, const CUtensorMap &mx_own, co
     return cudaGetLastError();
 }
 
-template <bool kBf16, bool kPP, bool kSplit, bool kAddTma>
+template <bool kBf16, bool kPP, bool kSplit, bool kAddTma, bool kSK = false>
 cudaError_t launch_out(cgm_dtype out, int dev, const CUtensorMap &mx, const CUtensorMap &mx_own,
                        const CUtensorMap &mw, const addend_maps &am, const hgemm_params &p, int grid,
                        cudaStream_t stream) {
     switch (out) {
-    case CGM_DTYPE_BF16: return launch<kBf16, __nv_bfloat16, kPP, kSplit, kAddTma>(dev, mx, mx_own, mw, am, p, grid, stream);
-    case CGM_DTYPE_FP16: return launch<kBf16, __half, kPP, kSplit, kAddTma>(dev, mx, mx_own, mw, am, p, grid, stream);
-    default: return launch<kBf16, float, kPP, kSplit, kAddTma>(dev, mx, mx_own, mw, am, p, grid, stream);
+    case CGM_DTYPE_BF16: return launch<kBf16, __nv_bfloat16, kPP, kSplit, kAddTma, kSK>(dev, mx, mx_own, mw, am, p, grid, stream);
+    case CGM_DTYPE_FP16: return launch<kBf16, __half, kPP, kSplit, kAddTma, kSK>(dev, mx, mx_own, mw, am, p, grid, stream);
+    default: return launch<kBf16, float, kPP, kSplit, kAddTma, kSK>(dev, mx, mx_own, mw, am, p, grid, stream);
     }
 }
 
@@ -1443,6 +1634,15 @@ cudaError_t launch_variant(bool bf16, bool pp, cgm_dtype out, int dev, const CUt
     if (pp && !kSplit && p.addend_tma)
         return bf16 ? launch_out<true, true, false, true>(out, dev, mx, mx_own, mw, am, p, grid, stream)
                     : launch_out<false, true, false, true>(out, dev, mx, mx_own, mw, am, p, grid, stream);
+    /* The stream-K form when the call cuts its last wave (never with
+     * addends or split output: sk_tiles_for). */
+    if (!kSplit && p.sk_tiles > 0) {
+        if (pp)
+            return bf16 ? launch_out<true, true, false, false, true>(out, dev, mx, mx_own, mw, am, p, grid, stream)
+                        : launch_out<false, true, false, false, true>(out, dev, mx, mx_own, mw, am, p, grid, stream);
+        return bf16 ? launch_out<true, false, false, false, true>(out, dev, mx, mx_own, mw, am, p, grid, stream)
+                    : launch_out<false, false, false, false, true>(out, dev, mx, mx_own, mw, am, p, grid, stream);
+    }
     if (pp)
         return bf16 ? launch_out<true, true, kSplit, false>(out, dev, mx, mx_own, mw, am, p, grid, stream)
                     : launch_out<false, true, kSplit, false>(out, dev, mx, mx_own, mw, am, p, grid, stream);
@@ -1485,6 +1685,43 @@ cudaError_t launch_variant(bool bf16, bool pp, cgm_dtype out, int dev, const CUt
 bool auto_pingpong(int64_t m, int64_t n, int64_t k) {
     return k <= 2048 ||
            (k <= 4096 && (n >= 16384 || (n >= 4096 && m * n >= ((int64_t)1 << 25))));
+}
+
+/* The stream-K tail's plan for a call (cgm_hgemm_args.stream_k): how many
+ * of the last tiles to cut along k over the grid, 0 for none. Only when
+ * the tiles fill at least one wave and leave the last one partial: then
+ * the last partial wave plus one full wave (sk = tiles % grid + grid
+ * tiles) are cut, so that each CTA's range holds between k_blocks and
+ * 2 k_blocks iterations and no tile is shared by more than two CTAs. The
+ * whole-tile schedule lasts ceil(tiles / grid) tiles; the cut one
+ * tiles / grid plus the fix-ups (one 64 KiB partial stored and read per
+ * shared tile and consumer). CGM_HGEMM_SK_AUTO cuts only in the
+ * cooperative kernel, when its last wave is at most kSkAutoFill percent
+ * full and k has at least kSkAutoKBlocks k blocks: in the 2026-12-01 runs
+ * (docs/PERFORMANCE.md 4p) the cut ping-pong kernel was 2-18 % slower on
+ * every shape, and the cut cooperative one faster only with a last wave
+ * up to about half full (4352x4096x4096, 12 % full: 10 % faster), slower
+ * above (up to 42 % on 2048x8192x8192, where the CTAs' different k
+ * offsets spread the loads over all of X and W). */
+constexpr int kSkAutoFill = 40;
+constexpr int kSkAutoKBlocks = 8;
+constexpr size_t kSkSlotBytes = 128 * 128 * 4; /* one warpgroup's 128 fp32 per thread */
+
+long long sk_tiles_for(const cgm_hgemm_args *a, bool pp, long long tiles, int grid, int k_blocks) {
+    if (a->stream_k == CGM_HGEMM_SK_OFF || a->naddends > 0 || a->y_own || a->row_flags || a->x_own || k_blocks < 2)
+        return 0;
+    long long full = tiles / grid, rest = tiles % grid;
+    if (full < 1 || rest == 0 || (rest + grid) * (long long)k_blocks >= INT32_MAX) return 0;
+    if (a->stream_k == CGM_HGEMM_SK_AUTO &&
+        (pp || rest * 100 > (long long)grid * kSkAutoFill || k_blocks < kSkAutoKBlocks))
+        return 0;
+    return rest + grid;
+}
+
+size_t sk_bytes(long long sk_tiles, bool pp) {
+    long long cells = sk_tiles * (pp ? 1 : 2);
+    if (cells * 4 > CGM_HGEMM_WORKSPACE_COUNTERS) return 0; /* a grid of 4096 CTAs or more: no cut (sched_of's c r < 2^26 too) */
+    return sk_tiles ? CGM_HGEMM_WORKSPACE_COUNTERS + (size_t)cells * kSkSlotBytes : 0;
 }
 
 /* Whether the current device is sm_90, its id and SM count; cached per
@@ -1532,6 +1769,9 @@ const char *args_problem(const cgm_hgemm_args *a) {
         return "TMA needs row strides that are multiples of 16 bytes: ldx and ldw multiples of 8";
     if (a->variant < CGM_HGEMM_AUTO || a->variant > CGM_HGEMM_PINGPONG)
         return "variant must be CGM_HGEMM_AUTO, CGM_HGEMM_COOPERATIVE or CGM_HGEMM_PINGPONG";
+    if (a->stream_k < CGM_HGEMM_SK_AUTO || a->stream_k > CGM_HGEMM_SK_ON)
+        return "stream_k must be CGM_HGEMM_SK_AUTO, CGM_HGEMM_SK_OFF or CGM_HGEMM_SK_ON";
+    if ((uintptr_t)a->workspace % 16) return "the workspace must be 16-byte aligned";
     if (((a->m + kTileM - 1) / kTileM) * ((a->n + CGM_HGEMM_TILE_N_PINGPONG - 1) / CGM_HGEMM_TILE_N_PINGPONG) > lim)
         return "too many output tiles (more than 2^31)";
     bool addend_flags = false;
@@ -1589,6 +1829,30 @@ extern "C" int cgm_hgemm_supported(const cgm_hgemm_args *args, const char **reas
     return why == nullptr;
 }
 
+/* The persistent grid of a call: min(SMs or sm_count, tiles). */
+static int grid_for(const cgm_hgemm_args *a, int sms, long long tiles) {
+    int grid = a->sm_count > 0 && a->sm_count < sms ? a->sm_count : sms;
+    return tiles < grid ? (int)tiles : grid;
+}
+
+static long long tiles_of(const cgm_hgemm_args *a, bool pp) {
+    int tile_n = pp ? cfg<true>::tile_n : cfg<false>::tile_n;
+    return ((a->m + kTileM - 1) / kTileM) * ((a->n + tile_n - 1) / tile_n);
+}
+
+extern "C" size_t cgm_hgemm_workspace_bytes(const cgm_hgemm_args *a) {
+    int sms = 0;
+    if (args_problem(a) || !is_sm90(nullptr, &sms) || a->m == 0 || a->n == 0) return 0;
+    bool pp = cgm_hgemm_variant_for(a) == CGM_HGEMM_PINGPONG;
+    long long tiles = tiles_of(a, pp);
+    int k_blocks = (int)((a->k + kTileK - 1) / kTileK);
+    return sk_bytes(sk_tiles_for(a, pp, tiles, grid_for(a, sms, tiles), k_blocks), pp);
+}
+
+extern "C" size_t cgm_hgemm_workspace_max(int sm_count) {
+    return sm_count > 0 ? sk_bytes(2ll * sm_count - 1, false) : 0;
+}
+
 extern "C" int cgm_hgemm_variant_for(const cgm_hgemm_args *a) {
     if (a->variant == CGM_HGEMM_COOPERATIVE || a->variant == CGM_HGEMM_PINGPONG) return a->variant;
     return auto_pingpong(a->m, a->n, a->k) ? CGM_HGEMM_PINGPONG : CGM_HGEMM_COOPERATIVE;
@@ -1596,11 +1860,13 @@ extern "C" int cgm_hgemm_variant_for(const cgm_hgemm_args *a) {
 
 template <bool kBf16, typename OutT> cudaError_t preload_out() {
     cudaFuncAttributes fa;
-    cudaError_t e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true, false, false>);
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, false, false, false>);
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true, true, false>);
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true, false, true>);
-    return e != cudaSuccess ? e : cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, false, true, false>);
+    cudaError_t e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true, false, false, false>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, false, false, false, false>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true, true, false, false>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true, false, true, false>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true, false, false, true>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, false, false, false, true>);
+    return e != cudaSuccess ? e : cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, false, true, false, false>);
 }
 
 template <bool kBf16> cudaError_t preload_in() {
@@ -1744,8 +2010,20 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
     p.timeout_out = a->timeout_out;
     p.m_block_order = a->m_block_order;
     long long tiles = (long long)p.tiles_m * p.tiles_n;
-    int grid = a->sm_count > 0 && a->sm_count < sms ? a->sm_count : sms;
-    if (tiles < grid) grid = (int)tiles;
+    int grid = grid_for(a, sms, tiles);
+    /* The stream-K tail, when the call allows it and the workspace holds
+     * it (a smaller workspace: the whole-tile schedule, as cuBLASLt picks
+     * an algorithm that fits its workspace). */
+    long long skt = sk_tiles_for(a, pp, tiles, grid, p.k_blocks);
+    size_t need = sk_bytes(skt, pp);
+    bool cut = skt > 0 && need > 0 && a->workspace && a->workspace_bytes >= need;
+    p.sk_tiles = cut ? (int)skt : 0;
+    p.dp_tiles = (int)(tiles - p.sk_tiles);
+    p.sk_q = (int)((long long)p.sk_tiles * p.k_blocks / grid);
+    p.sk_r = (int)((long long)p.sk_tiles * p.k_blocks % grid);
+    p.sk_cells = cut ? static_cast<unsigned int *>(a->workspace) : nullptr;
+    p.sk_slots = cut ? reinterpret_cast<float4 *>(static_cast<char *>(a->workspace) + CGM_HGEMM_WORKSPACE_COUNTERS)
+                     : nullptr;
     if (a->y_own) return launch_variant<true>(bf16, pp, a->out_dtype, dev, mx, mx_own, mw, am, p, grid, stream);
     return launch_variant<false>(bf16, pp, a->out_dtype, dev, mx, mx_own, mw, am, p, grid, stream);
 }

@@ -141,7 +141,34 @@ typedef struct cgm_hgemm_args {
     unsigned long long *done_flags;
     int64_t done_shard_rows, done_rows_per_piece;
     int done_pieces_per_shard;
+    /* Optional stream-K tail (docs/HOPPER_GEMM.md, "Stream-K tail"). When
+     * the tiles do not fill the last wave of the persistent grid, the
+     * kernel can cut the last wave plus one full wave along k, so that
+     * every CTA does the same number of k blocks; two CTAs then share a
+     * tile, and the one that finishes second adds the other's fp32 partial
+     * and stores the tile (the sum of two partials does not depend on who
+     * comes second: results are deterministic, launch to launch). It needs
+     * `workspace`: device memory, 16-byte aligned, at least
+     * cgm_hgemm_workspace_bytes(args) bytes, whose first
+     * CGM_HGEMM_WORKSPACE_COUNTERS bytes are zero before its first use (the
+     * kernel leaves them zero). One launch at a time per workspace, as with
+     * cuBLASLt's: concurrent launches on other streams need their own.
+     * Applies to plain GEMMs (no addends, y_own, row_flags or x_own);
+     * ignored otherwise. stream_k: CGM_HGEMM_SK_AUTO (0) cuts when it pays (the
+     * rule: cgm_hgemm_workspace_bytes), CGM_HGEMM_SK_OFF never,
+     * CGM_HGEMM_SK_ON whenever the last wave is not full and k has two k
+     * blocks or more (tests, benches). */
+    void *workspace;
+    size_t workspace_bytes;
+    int stream_k;
 } cgm_hgemm_args;
+
+#define CGM_HGEMM_SK_AUTO 0
+#define CGM_HGEMM_SK_OFF 1
+#define CGM_HGEMM_SK_ON 2
+/* The counters at the start of the workspace (one per shared tile and
+ * consumer warpgroup): zero before the workspace's first use. */
+#define CGM_HGEMM_WORKSPACE_COUNTERS (64 * 1024)
 
 /* 1 when cgm_hgemm can run `args` on the current device; 0 otherwise, with
  * *reason (static string, may be NULL) saying why, e.g. "TMA needs the rows
@@ -154,6 +181,18 @@ int cgm_hgemm_supported(const cgm_hgemm_args *args, const char **reason);
  * CGM_HGEMM_COOPERATIVE or CGM_HGEMM_PINGPONG, the per-shape choice of
  * CGM_HGEMM_AUTO otherwise (host only, no device call; args not NULL). */
 int cgm_hgemm_variant_for(const cgm_hgemm_args *args);
+
+/* The workspace bytes the stream-K tail of `args` needs on the current
+ * device (grid, variant and stream_k as cgm_hgemm would take them): 0 when
+ * this call would not cut its last wave (every tile fits the last wave,
+ * k below two k blocks, addends or y_own, CGM_HGEMM_SK_OFF, or, with
+ * CGM_HGEMM_SK_AUTO, a last wave fuller than the rule allows), else
+ * CGM_HGEMM_WORKSPACE_COUNTERS + 64 KiB per shared tile and consumer that
+ * shares it. cgm_hgemm_workspace_max gives a bound over every call on a
+ * device with `sm_count` SMs (about 33 MiB for 132). Host only, cached
+ * device attributes; 0 when args is NULL or not valid. */
+size_t cgm_hgemm_workspace_bytes(const cgm_hgemm_args *args);
+size_t cgm_hgemm_workspace_max(int sm_count);
 
 /* Enqueues the GEMM on `stream` (no allocation, graph capturable).
  * cudaErrorInvalidValue when cgm_hgemm_supported says no (the caller falls

@@ -123,6 +123,7 @@ typedef struct gemm_case {
     int flags;     /* 1: row flags preset to the epoch, tiles in reverse order */
     uint64_t seed;
     int variant;   /* 0: both CGM_HGEMM_COOPERATIVE and CGM_HGEMM_PINGPONG */
+    int stream_k;  /* 1: CGM_HGEMM_SK_ON, which must cut (sk_check); 2: the same with a workspace one byte short, which must not */
 } gemm_case;
 
 static const char *variant_name(int v) {
@@ -150,6 +151,38 @@ static cgm_lt *lt_handle(void **ws, size_t *ws_bytes) {
     *ws = workspace;
     *ws_bytes = 32u << 20;
     return lt;
+}
+
+/* The stream-K cases' workspace: one buffer for all of them (grown when a
+ * case needs more), its counters zeroed once when allocated: the kernel
+ * must leave them zero for the next case, whatever its shape and variant. */
+static char *sk_workspace(size_t need) {
+    static char *ws;
+    static size_t have;
+    if (need > have) {
+        if (ws) GPU_CHECK(cudaFree(ws));
+        GPU_CHECK(cudaMalloc((void **)&ws, need));
+        GPU_CHECK(cudaMemset(ws, 0, CGM_HGEMM_WORKSPACE_COUNTERS));
+        have = need;
+    }
+    return ws;
+}
+
+/* After a stream-K run: the counters are zero again, and the slots (0xAB
+ * before the run) were written when the kernel was to cut (short 0) and
+ * untouched when its workspace was one byte short (short 1). */
+static void sk_check(const char *ws, size_t need, int short_ws, const char *what) {
+    unsigned char *h = malloc(need);
+    if (!h) TEST_FAIL("malloc %zu", need);
+    GPU_CHECK(cudaMemcpy(h, ws, need, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < CGM_HGEMM_WORKSPACE_COUNTERS; i++)
+        if (h[i]) TEST_FAIL("%s: stream-K counter byte %zu is %u after the launch, not 0", what, i, h[i]);
+    size_t written = 0;
+    for (size_t i = CGM_HGEMM_WORKSPACE_COUNTERS; i < need; i++) written += h[i] != 0xAB;
+    if (short_ws && written)
+        TEST_FAIL("%s: a workspace one byte short must not be used, but %zu slot bytes changed", what, written);
+    if (!short_ws && !written) TEST_FAIL("%s: stream-K forced on, but no partial was stored in the workspace", what);
+    free(h);
 }
 
 /* X and W as integers, 8 x the value (the inputs are multiples of 1/8 in
@@ -266,11 +299,26 @@ static int64_t run_case(const gemm_case *c) {
             a.row_flags = dflags, a.rows_per_flag = rows_per_flag, a.flag_epoch = 7;
             a.wait_timeout_ns = 2000000000ll, a.timeout_out = dtimeout, a.m_block_order = dorder;
         }
+        size_t sk_need = 0;
+        char *sk_ws = NULL;
+        if (c->stream_k) {
+            a.stream_k = CGM_HGEMM_SK_ON;
+            sk_need = cgm_hgemm_workspace_bytes(&a);
+            if (sk_need <= CGM_HGEMM_WORKSPACE_COUNTERS)
+                TEST_FAIL("stream-K case %lldx%lldx%lld (%s, sm_count %d): cgm_hgemm_workspace_bytes says it "
+                          "cuts nothing (%zu bytes)", (long long)c->m, (long long)c->n, (long long)c->k,
+                          variant_name(a.variant), c->sm_count, sk_need);
+            sk_ws = sk_workspace(sk_need);
+            GPU_CHECK(cudaMemset(sk_ws + CGM_HGEMM_WORKSPACE_COUNTERS, 0xAB, sk_need - CGM_HGEMM_WORKSPACE_COUNTERS));
+            a.workspace = sk_ws;
+            a.workspace_bytes = c->stream_k == 2 ? sk_need - 1 : sk_need;
+        }
         const char *why = NULL;
         if (!cgm_hgemm_supported(&a, &why)) TEST_FAIL("cgm_hgemm_supported said no: %s", why);
         GPU_CHECK(cgm_hgemm(&a, 0));
         GPU_CHECK(cudaDeviceSynchronize());
         GPU_CHECK(cudaMemcpy(hy, dy_ours, ny * dsize(c->out), cudaMemcpyDeviceToHost));
+        if (c->stream_k) sk_check(sk_ws, sk_need, c->stream_k == 2, variant_name(a.variant));
         double eps = c->out == CGM_DTYPE_BF16 ? 1.0 / 128 : c->out == CGM_DTYPE_FP16 ? 1.0 / 1024 : 1e-6;
         /* The rule: wherever the exact result is computed, ours must equal
          * it bit for bit. It is computed at every element of small cases,
@@ -350,7 +398,7 @@ static void sweep(cgm_dtype in, cgm_dtype out, int64_t limit) {
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < NSIZES; i++)
             for (int j = 0; j < NKS; j++) {
-                gemm_case c = {in, out, 0, 0, ks[j], 0, 0, 0, 0, 0, 0, 0, 0, (uint64_t)(i * 100 + j), 0};
+                gemm_case c = {in, out, 0, 0, ks[j], 0, 0, 0, 0, 0, 0, 0, 0, (uint64_t)(i * 100 + j), 0, 0};
                 int64_t other = sizes[(i * 7 + j * 3 + pass) % NSIZES];
                 c.m = pass == 0 ? sizes[i] : other;
                 c.n = pass == 0 ? other : sizes[i];
@@ -374,14 +422,15 @@ static void check_cases(const gemm_case *cases, int count);
 static void case_sanitize_subset(const void *p) {
     (void)p;
     const gemm_case cases[] = {
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0, 21, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 7, 300, 16, 0, 0, 0, 1, 1, 0, 0, 0, 22, 0},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 129, 257, 24, 8, 0, 1, 1, 0, 1, 0, 0, 23, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 300, 65, 65, 0, 8, 3, 0, 1, 0, 0, 0, 24, 0},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP32, 255, 129, 129, 0, 0, 0, 1, 1, 0, 2, 0, 25, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 256, 512, 1, 0, 0, 0, 1, 1, 0, 0, 0, 26, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 300, 300, 300, 0, 0, 0, 1, 0, 0, 0, 1, 27, 0},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 64, 63, 7, 0, 0, 0, 0, 0, 0, 0, 0, 28, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0, 21, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 7, 300, 16, 0, 0, 0, 1, 1, 0, 0, 0, 22, 0, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 129, 257, 24, 8, 0, 1, 1, 0, 1, 0, 0, 23, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 300, 65, 65, 0, 8, 3, 0, 1, 0, 0, 0, 24, 0, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP32, 255, 129, 129, 0, 0, 0, 1, 1, 0, 2, 0, 25, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 256, 512, 1, 0, 0, 0, 1, 1, 0, 0, 0, 26, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 300, 300, 300, 0, 0, 0, 1, 0, 0, 0, 1, 27, 0, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 64, 63, 7, 0, 0, 0, 0, 0, 0, 0, 0, 28, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 300, 300, 200, 0, 0, 0, 1, 1, 0, 5, 0, 29, 0, 1}, /* stream-K */
     };
     check_cases(cases, (int)(sizeof cases / sizeof cases[0]));
 }
@@ -393,21 +442,84 @@ static void check_cases(const gemm_case *cases, int count) {
     if (wrong) TEST_FAIL("%lld of %d GEMMs wrong (first ones above)", (long long)wrong, count);
 }
 
+/* The stream-K tail, forced on (CGM_HGEMM_SK_ON): grids of 5, 6, 7 and 13
+ * CTAs leave the last wave partial (ping-pong 24 tiles, cooperative 16;
+ * 13 CTAs cut every tile), and the whole grid on 2048x3072x4096 and
+ * 1536^3. k of 2, 3, 16 and 24 k blocks, so that shared tiles split at
+ * every kind of point (a single k block on either side included); bias,
+ * accumulate, every output dtype, odd ldy and an unaligned Y; and a
+ * workspace one byte short (no cut, slots untouched). Every result exact; the counters zero after each
+ * launch (one workspace for all cases); partials stored when cut. */
+static void case_stream_k(const void *p) {
+    (void)p;
+    const gemm_case cases[] = {
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1000, 300, 1000, 0, 0, 0, 1, 0, 0, 5, 0, 41, 0, 1},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP32, 1000, 300, 65, 0, 0, 0, 0, 1, 0, 7, 0, 42, 0, 1},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1000, 300, 129, 8, 0, 3, 1, 1, 0, 13, 0, 43, 0, 1},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1000, 300, 1536, 0, 0, 0, 0, 0, 1, 13, 0, 44, 0, 1},
+        {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 2049, 513, 1000, 0, 0, 0, 1, 0, 0, 6, 0, 45, 0, 1},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1536, 1536, 1536, 0, 0, 0, 0, 0, 0, 0, 0, 46, CGM_HGEMM_PINGPONG, 1},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 2048, 3072, 4096, 0, 0, 0, 1, 0, 0, 0, 0, 47, 0, 1},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1000, 300, 1000, 0, 0, 0, 1, 1, 0, 7, 0, 48, 0, 2},
+    };
+    check_cases(cases, (int)(sizeof cases / sizeof cases[0]));
+
+    /* When a call cuts (cgm_hgemm_workspace_bytes > 0) under each setting. */
+    void *buf;
+    GPU_CHECK(cudaMalloc(&buf, 1 << 20));
+    cgm_hgemm_args a;
+    memset(&a, 0, sizeof a);
+    a.in_dtype = a.out_dtype = CGM_DTYPE_BF16;
+    a.m = 1000, a.n = 300, a.k = 1000, a.x = buf, a.ldx = 1000, a.w = buf, a.ldw = 1000, a.y = buf, a.ldy = 300;
+    a.sm_count = 5, a.variant = CGM_HGEMM_PINGPONG; /* 24 tiles: last wave 4 of 5, 16 k blocks */
+    CHECK_INT_EQ((long long)cgm_hgemm_workspace_bytes(&a), 0); /* AUTO never cuts ping-pong */
+    a.stream_k = CGM_HGEMM_SK_ON;
+    CHECK_INT_EQ((long long)cgm_hgemm_workspace_bytes(&a), (long long)(CGM_HGEMM_WORKSPACE_COUNTERS + (4 + 5) * 65536));
+    a.stream_k = CGM_HGEMM_SK_AUTO, a.variant = CGM_HGEMM_COOPERATIVE; /* 16 tiles: last wave 1 of 5 (20 %) */
+    CHECK_INT_EQ((long long)cgm_hgemm_workspace_bytes(&a), (long long)(CGM_HGEMM_WORKSPACE_COUNTERS + 2 * (1 + 5) * 65536));
+    a.sm_count = 6; /* last wave 4 of 6: more than AUTO's 40 % */
+    CHECK_INT_EQ((long long)cgm_hgemm_workspace_bytes(&a), 0);
+    a.stream_k = CGM_HGEMM_SK_ON;
+    CHECK(cgm_hgemm_workspace_bytes(&a) > 0);
+    a.stream_k = CGM_HGEMM_SK_AUTO, a.sm_count = 8; /* 16 tiles on 8 CTAs: the last wave is full */
+    CHECK_INT_EQ((long long)cgm_hgemm_workspace_bytes(&a), 0);
+    a.sm_count = 5, a.stream_k = CGM_HGEMM_SK_OFF;
+    CHECK_INT_EQ((long long)cgm_hgemm_workspace_bytes(&a), 0);
+    a.stream_k = CGM_HGEMM_SK_AUTO, a.k = 65; /* 2 k blocks: AUTO does not cut, ON does */
+    CHECK_INT_EQ((long long)cgm_hgemm_workspace_bytes(&a), 0);
+    a.stream_k = CGM_HGEMM_SK_ON;
+    CHECK(cgm_hgemm_workspace_bytes(&a) > 0);
+    a.k = 1000;
+    a.naddends = 1, a.addend[0] = buf, a.addend_ld = 300, a.addend_dtype = CGM_DTYPE_FP32;
+    CHECK_INT_EQ((long long)cgm_hgemm_workspace_bytes(&a), 0); /* addends: never cut */
+    a.naddends = 0, a.row_flags = (const unsigned long long *)buf, a.rows_per_flag = 128;
+    a.timeout_out = (int *)buf;
+    CHECK_INT_EQ((long long)cgm_hgemm_workspace_bytes(&a), 0); /* row flags (the fused AG): never cut */
+    a.row_flags = NULL, a.timeout_out = NULL;
+    a.naddends = 0, a.sm_count = 0, a.m = 2048, a.n = 3072, a.k = 4096, a.ldx = a.ldw = 4096, a.ldy = 3072;
+    a.variant = CGM_HGEMM_COOPERATIVE;
+    CHECK(cgm_hgemm_workspace_bytes(&a) > 0);
+    int sms = 0;
+    GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    CHECK(cgm_hgemm_workspace_max(sms) >= cgm_hgemm_workspace_bytes(&a));
+    cudaFree(buf);
+}
+
 /* Bias and accumulate on every output dtype; padded and odd ldy; an
  * unaligned Y (scalar stores); more tiles than CTAs (ring phases wrap,
  * persistent loop); a grid of 3 CTAs. */
 static void case_epilogue_and_ld(const void *p) {
     (void)p;
     const gemm_case cases[] = {
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 300, 1000, 129, 8, 24, 3, 1, 1, 0, 0, 0, 1, 0},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1000, 300, 65, 16, 0, 1, 1, 0, 1, 0, 0, 2, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 129, 255, 1000, 0, 8, 5, 1, 1, 1, 0, 0, 3, 0},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP32, 65, 63, 24, 8, 8, 0, 1, 1, 1, 0, 0, 4, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 2048, 3072, 4096, 0, 0, 0, 1, 0, 0, 0, 0, 5, 0},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1536, 1536, 1536, 0, 0, 0, 0, 1, 0, 3, 0, 6, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 1000, 777, 333, 8, 8, 1, 1, 1, 1, 7, 0, 7, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 1024, 1024, 512, 0, 0, 0, 1, 1, 0, 0, 0, 8, 0},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 512, 768, 520, 0, 0, 0, 1, 1, 0, 0, 0, 9, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 300, 1000, 129, 8, 24, 3, 1, 1, 0, 0, 0, 1, 0, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1000, 300, 65, 16, 0, 1, 1, 0, 1, 0, 0, 2, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 129, 255, 1000, 0, 8, 5, 1, 1, 1, 0, 0, 3, 0, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP32, 65, 63, 24, 8, 8, 0, 1, 1, 1, 0, 0, 4, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 2048, 3072, 4096, 0, 0, 0, 1, 0, 0, 0, 0, 5, 0, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1536, 1536, 1536, 0, 0, 0, 0, 1, 0, 3, 0, 6, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 1000, 777, 333, 8, 8, 1, 1, 1, 1, 7, 0, 7, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 1024, 1024, 512, 0, 0, 0, 1, 1, 0, 0, 0, 8, 0, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 512, 768, 520, 0, 0, 0, 1, 1, 0, 0, 0, 9, 0, 0},
     };
     check_cases(cases, (int)(sizeof cases / sizeof cases[0]));
 }
@@ -419,14 +531,14 @@ static void case_epilogue_and_ld(const void *p) {
 static void case_many_tiles(const void *p) {
     (void)p;
     const gemm_case cases[] = {
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 300, 300, 8, 0, 0, 0, 1, 0, 0, 1, 0, 31, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 129, 257, 384, 0, 0, 0, 0, 1, 0, 2, 0, 32, 0},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1000, 1000, 448, 0, 0, 0, 1, 1, 0, 3, 0, 33, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 64, 128, 4096, 0, 0, 0, 1, 0, 0, 0, 0, 34, 0},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP32, 513, 385, 200, 0, 0, 0, 0, 1, 0, 4, 0, 35, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 256, 512, 320, 0, 0, 8, 1, 0, 0, 1, 0, 36, 0},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1024, 1024, 256, 0, 0, 0, 1, 0, 0, 5, 0, 37, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1536, 1536, 1536, 0, 0, 0, 0, 0, 0, 0, 1, 38, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 300, 300, 8, 0, 0, 0, 1, 0, 0, 1, 0, 31, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 129, 257, 384, 0, 0, 0, 0, 1, 0, 2, 0, 32, 0, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1000, 1000, 448, 0, 0, 0, 1, 1, 0, 3, 0, 33, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 64, 128, 4096, 0, 0, 0, 1, 0, 0, 0, 0, 34, 0, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP32, 513, 385, 200, 0, 0, 0, 0, 1, 0, 4, 0, 35, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 256, 512, 320, 0, 0, 8, 1, 0, 0, 1, 0, 36, 0, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1024, 1024, 256, 0, 0, 0, 1, 0, 0, 5, 0, 37, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1536, 1536, 1536, 0, 0, 0, 0, 0, 0, 0, 1, 38, 0, 0},
     };
     check_cases(cases, (int)(sizeof cases / sizeof cases[0]));
 }
@@ -436,9 +548,9 @@ static void case_many_tiles(const void *p) {
 static void case_flags_ready(const void *p) {
     (void)p;
     const gemm_case cases[] = {
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1000, 1536, 300, 0, 0, 0, 1, 0, 0, 0, 1, 11, 0},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP32, 2049, 513, 1000, 0, 0, 0, 0, 1, 0, 5, 1, 12, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 7, 300, 64, 0, 0, 0, 1, 1, 0, 0, 1, 13, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1000, 1536, 300, 0, 0, 0, 1, 0, 0, 0, 1, 11, 0, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP32, 2049, 513, 1000, 0, 0, 0, 0, 1, 0, 5, 1, 12, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 7, 300, 64, 0, 0, 0, 1, 1, 0, 0, 1, 13, 0, 0},
     };
     check_cases(cases, (int)(sizeof cases / sizeof cases[0]));
 }
@@ -1138,6 +1250,15 @@ static void case_refusals(const void *p) {
     CHECK_INT_EQ(cgm_hgemm_supported(&a, &why), 0);
     CHECK_CONTAINS(why, "variant");
     a.variant = CGM_HGEMM_AUTO;
+    a.stream_k = 3;
+    CHECK_INT_EQ(cgm_hgemm_supported(&a, &why), 0);
+    CHECK_CONTAINS(why, "stream_k");
+    CHECK_INT_EQ(cgm_hgemm(&a, 0), cudaErrorInvalidValue);
+    a.stream_k = CGM_HGEMM_SK_AUTO, a.workspace = (char *)buf + 8;
+    CHECK_INT_EQ(cgm_hgemm_supported(&a, &why), 0);
+    CHECK_CONTAINS(why, "workspace must be 16-byte aligned");
+    a.workspace = NULL;
+    CHECK_INT_EQ((long long)cgm_hgemm_workspace_bytes(&a), 0); /* one tile: nothing to cut */
     a.k = 60, a.m = 0; /* nothing to do */
     CHECK_INT_EQ(cgm_hgemm(&a, 0), cudaSuccess);
     cudaFree(buf);
@@ -1153,6 +1274,7 @@ static void register_cases(void) {
     test_add("epilogue_and_ld", case_epilogue_and_ld, NULL);
     test_add("flags_ready", case_flags_ready, NULL);
     test_add("many_tiles", case_many_tiles, NULL);
+    test_add("stream_k", case_stream_k, NULL);
     test_set_timeout(60);
     test_add("flags_timeout", case_flags_timeout, NULL);
     test_add("refusals", case_refusals, NULL);
@@ -1251,6 +1373,19 @@ static int bench_shape(int64_t m, int64_t n, int64_t k) {
         a[v].y = dy[v], a[v].ldy = n;
         a[v].variant = variants[v];
     }
+    /* auto with a workspace, as a caller of cuBLASLt gives it one: the
+     * stream-K tail where the rule cuts (the `sk` column). */
+    static void *sk_ws;
+    static size_t sk_ws_bytes;
+    if (!sk_ws) {
+        int sms = 0;
+        GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+        sk_ws_bytes = cgm_hgemm_workspace_max(sms);
+        GPU_CHECK(cudaMalloc(&sk_ws, sk_ws_bytes));
+        GPU_CHECK(cudaMemset(sk_ws, 0, sk_ws_bytes));
+    }
+    a[2].workspace = sk_ws, a[2].workspace_bytes = sk_ws_bytes;
+    int cut = cgm_hgemm_workspace_bytes(&a[2]) > 0;
     int chosen = cgm_hgemm_variant_for(&a[2]); /* what auto runs */
     cgm_lt_gemm_args g;
     memset(&g, 0, sizeof g);
@@ -1279,10 +1414,10 @@ static int bench_shape(int64_t m, int64_t n, int64_t k) {
         if (variants[v] == chosen) auto_differs = memcmp(hy, hauto, ny * 2) != 0;
     }
     int bad = wrong[0] || wrong[1] || auto_differs;
-    printf("%6lld %6lld %6lld  %8.1f %8.1f %8.1f %8.1f  %6.1f %6.1f %6.1f %6.1f  %6.3f %6.3f %6.3f  %-4s  %s\n",
+    printf("%6lld %6lld %6lld  %8.1f %8.1f %8.1f %8.1f  %6.1f %6.1f %6.1f %6.1f  %6.3f %6.3f %6.3f  %-4s %-3s %s\n",
            (long long)m, (long long)n, (long long)k, t[0], t[1], t[2], t[3], flop / t[0] * 1e-6,
            flop / t[1] * 1e-6, flop / t[2] * 1e-6, flop / t[3] * 1e-6, t[3] / t[0], t[3] / t[1], t[3] / t[2],
-           chosen == CGM_HGEMM_PINGPONG ? "pp" : "coop", bad ? "WRONG" : "ok");
+           chosen == CGM_HGEMM_PINGPONG ? "pp" : "coop", cut ? "yes" : "no", bad ? "WRONG" : "ok");
     for (int v = 0; v < 2; v++)
         if (wrong[v])
             printf("#   %s: %zu of %zu elements differ from cuBLASLt\n", variant_name(variants[v]), wrong[v], ny);
@@ -1310,7 +1445,7 @@ static int hopper_bench(int argc, char **argv) {
     printf("# cgm_hgemm (cooperative, ping-pong, auto) vs cuBLASLt, bf16 in/out, TN, %s (sm_%d%d, %d SMs); medians of %d interleaved rounds x %d calls\n",
            prop.name, major, prop.minor, sms, BENCH_ROUNDS, BENCH_CALLS);
     if (major != 9) return TEST_SKIP_CODE;
-    printf("#    m      n      k   coop_us    pp_us  auto_us  cuLt_us  coopTF   ppTF autoTF cuLtTF  r_coop   r_pp r_auto  auto  check\n");
+    printf("#    m      n      k   coop_us    pp_us  auto_us  cuLt_us  coopTF   ppTF autoTF cuLtTF  r_coop   r_pp r_auto  auto sk  check\n");
     int bad = 0;
     char *copy = strdup(list), *save = NULL;
     for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -1324,7 +1459,105 @@ static int hopper_bench(int argc, char **argv) {
     }
     free(copy);
     printf("# r_* = cuBLASLt time / ours (>= 0.95 is the goal); coop = cooperative 128x256, pp = ping-pong 128x128,"
-           " auto = CGM_HGEMM_AUTO (column `auto`: the variant it ran); %s\n", bad ? "FAILED" : "OK");
+           " auto = CGM_HGEMM_AUTO with a workspace (column `auto`: the variant it ran; `sk`: whether it cut"
+           " its last wave, the stream-K tail); %s\n", bad ? "FAILED" : "OK");
+    return bad ? 1 : 0;
+}
+
+/* test_hopper_gemm skbench [MxNxK,...] [sm_counts]: the stream-K tail.
+ * Per shape and grid (sm_counts: a comma list, 0 = every SM; default 0):
+ * cooperative and ping-pong without and with the cut forced on
+ * (CGM_HGEMM_SK_ON), auto with a workspace (CGM_HGEMM_SK_AUTO: the rule),
+ * and cuBLASLt, interleaved; fill = how full the whole-tile schedule's
+ * last wave is. The inputs are multiples of 1/8, so every sum is exact
+ * and the cut outputs must equal the whole-tile ones bit for bit. */
+#define SK_WHO 6 /* coop, coop+sk, pp, pp+sk, auto(ws), cuBLASLt */
+static bool bench_device(const char *bench, struct cudaDeviceProp *prop);
+static int sk_bench(int argc, char **argv) {
+    const char *list = argc > 0 ? argv[0] : "4096x4096x4096,8192x2048x4096,8192x4096x4096,16384x4096x2048";
+    const char *grids = argc > 1 ? argv[1] : "0";
+    struct cudaDeviceProp prop;
+    if (!bench_device("skbench", &prop)) return TEST_SKIP_CODE;
+    printf("# stream-K tail, bf16, %s (%d SMs): us per call, medians of %d interleaved rounds x %d calls\n",
+           prop.name, prop.multiProcessorCount, BENCH_ROUNDS, BENCH_CALLS);
+    printf("#    m      n      k grid  fill_coop fill_pp   coop  coop_sk     pp    pp_sk  auto_ws   cuLt   r_coop r_coop_sk  r_pp r_pp_sk r_auto  auto  check\n");
+    int bad = 0;
+    char *copy = strdup(list), *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        long long m, n, k;
+        if (sscanf(tok, "%lldx%lldx%lld", &m, &n, &k) != 3 || m < 1 || n < 1 || k < 8) {
+            fprintf(stderr, "bad shape '%s' (MxNxK, k >= 8)\n", tok);
+            bad++;
+            continue;
+        }
+        k = (k + 7) / 8 * 8;
+        size_t nx = (size_t)(m * k), nw = (size_t)(n * k), ny = (size_t)(m * n);
+        void *hx = fill(CGM_DTYPE_BF16, nx, 1), *hw = fill(CGM_DTYPE_BF16, nw, 2);
+        void *dx = to_device(hx, nx * 2), *dw = to_device(hw, nw * 2), *dy[SK_WHO], *ws;
+        for (int v = 0; v < SK_WHO; v++) GPU_CHECK(cudaMalloc(&dy[v], ny * 2));
+        size_t ws_bytes = cgm_hgemm_workspace_max(prop.multiProcessorCount);
+        GPU_CHECK(cudaMalloc(&ws, ws_bytes));
+        GPU_CHECK(cudaMemset(ws, 0, ws_bytes));
+        char *gcopy = strdup(grids), *gsave = NULL;
+        for (char *gt = strtok_r(gcopy, ",", &gsave); gt; gt = strtok_r(NULL, ",", &gsave)) {
+            int grid = atoi(gt);
+            cgm_hgemm_args a[SK_WHO - 1];
+            const int variants[SK_WHO - 1] = {CGM_HGEMM_COOPERATIVE, CGM_HGEMM_COOPERATIVE, CGM_HGEMM_PINGPONG,
+                                              CGM_HGEMM_PINGPONG, CGM_HGEMM_AUTO};
+            const int sk[SK_WHO - 1] = {CGM_HGEMM_SK_OFF, CGM_HGEMM_SK_ON, CGM_HGEMM_SK_OFF, CGM_HGEMM_SK_ON,
+                                        CGM_HGEMM_SK_AUTO};
+            for (int v = 0; v < SK_WHO - 1; v++) {
+                memset(&a[v], 0, sizeof a[v]);
+                a[v].in_dtype = a[v].out_dtype = CGM_DTYPE_BF16;
+                a[v].m = m, a[v].n = n, a[v].k = k, a[v].x = dx, a[v].ldx = k, a[v].w = dw, a[v].ldw = k;
+                a[v].y = dy[v], a[v].ldy = n, a[v].sm_count = grid;
+                a[v].variant = variants[v], a[v].stream_k = sk[v];
+                a[v].workspace = sk[v] == CGM_HGEMM_SK_OFF ? NULL : ws;
+                a[v].workspace_bytes = sk[v] == CGM_HGEMM_SK_OFF ? 0 : ws_bytes;
+            }
+            cgm_lt_gemm_args g;
+            memset(&g, 0, sizeof g);
+            g.layout = CGM_LAYOUT_TN;
+            g.in_dtype = g.out_dtype = CGM_DTYPE_BF16;
+            g.m = m, g.n = n, g.k = k, g.x = dx, g.ldx = k, g.w = dw, g.ldw = k, g.y = dy[SK_WHO - 1], g.ldy = n;
+            void *lws;
+            size_t lws_bytes;
+            cgm_lt *lt = lt_handle(&lws, &lws_bytes);
+            float t[SK_WHO];
+            gemm_contenders who = {a, &g, SK_WHO - 1, false, lt, lws, lws_bytes};
+            time_interleaved(SK_WHO, run_contender, &who, t);
+            int g_eff = grid > 0 && grid < prop.multiProcessorCount ? grid : prop.multiProcessorCount;
+            long long tc = ((m + 127) / 128) * ((n + 255) / 256), tp = ((m + 127) / 128) * ((n + 127) / 128);
+            double fill_c = tc % g_eff ? (double)(tc % g_eff) / g_eff : 1.0;
+            double fill_p = tp % g_eff ? (double)(tp % g_eff) / g_eff : 1.0;
+            /* cut == whole bit for bit (exact sums), auto == its variant */
+            size_t bytes = ny * 2;
+            unsigned char *h0 = malloc(bytes), *h1 = malloc(bytes);
+            if (!h0 || !h1) TEST_FAIL("malloc 2 x %zu", bytes);
+            int wrong = 0;
+            for (int v = 0; v < 4; v += 2) {
+                GPU_CHECK(cudaMemcpy(h0, dy[v], bytes, cudaMemcpyDeviceToHost));
+                GPU_CHECK(cudaMemcpy(h1, dy[v + 1], bytes, cudaMemcpyDeviceToHost));
+                if (memcmp(h0, h1, bytes)) wrong++, printf("#   %s: the cut output differs from the whole-tile one\n",
+                                                           variant_name(variants[v]));
+            }
+            int chosen = cgm_hgemm_variant_for(&a[4]);
+            size_t auto_ws = cgm_hgemm_workspace_bytes(&a[4]);
+            bad += wrong;
+            printf("%6lld %6lld %6lld %4d  %8.2f %7.2f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f  %6.3f %6.3f %8.3f %6.3f %6.3f  %-4s%s  %s\n",
+                   m, n, k, g_eff, fill_c, fill_p, t[0], t[1], t[2], t[3], t[4], t[5], t[5] / t[0], t[5] / t[1],
+                   t[5] / t[2], t[5] / t[3], t[5] / t[4], chosen == CGM_HGEMM_PINGPONG ? "pp" : "coop",
+                   auto_ws ? "+sk" : "", wrong ? "WRONG" : "ok");
+            free(h0), free(h1);
+        }
+        free(gcopy);
+        for (int v = 0; v < SK_WHO; v++) cudaFree(dy[v]);
+        cudaFree(dx), cudaFree(dw), cudaFree(ws);
+        free(hx), free(hw);
+    }
+    free(copy);
+    printf("# r_* = cuBLASLt time / ours; _sk: CGM_HGEMM_SK_ON; auto: CGM_HGEMM_SK_AUTO with a workspace (+sk: it cut); %s\n",
+           bad ? "FAILED" : "OK");
     return bad ? 1 : 0;
 }
 
@@ -1782,6 +2015,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "fusedbench") == 0) return fused_bench(argc - 2, argv + 2);
     if (argc > 1 && strcmp(argv[1], "addendbench") == 0) return addend_bench(argc - 2, argv + 2);
     if (argc > 1 && strcmp(argv[1], "singlebench") == 0) return single_bench(argc - 2, argv + 2);
+    if (argc > 1 && strcmp(argv[1], "skbench") == 0) return sk_bench(argc - 2, argv + 2);
     if (argc == 1 && whole_run_skips()) return TEST_SKIP_CODE;
     return test_main(argc, argv, register_cases);
 }
