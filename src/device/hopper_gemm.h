@@ -154,8 +154,9 @@ typedef struct cgm_hgemm_args {
      * kernel leaves them zero). One launch at a time per workspace, as with
      * cuBLASLt's: concurrent launches on other streams need their own.
      * Applies to plain GEMMs (no addends, y_own, row_flags or x_own);
-     * ignored otherwise. stream_k: CGM_HGEMM_SK_AUTO (0) cuts when it pays (the
-     * rule: cgm_hgemm_workspace_bytes), CGM_HGEMM_SK_OFF never,
+     * ignored otherwise. stream_k: CGM_HGEMM_SK_AUTO (0) cuts where it was
+     * measured to pay: the cooperative variant, its last wave at most 40 %
+     * full, k >= 512 (docs/HOPPER_GEMM.md); CGM_HGEMM_SK_OFF never,
      * CGM_HGEMM_SK_ON whenever the last wave is not full and k has two k
      * blocks or more (tests, benches). */
     void *workspace;
