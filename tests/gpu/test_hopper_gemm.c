@@ -418,7 +418,7 @@ static void case_shapes_fp16_fp32(const void *p) { (void)p, sweep(CGM_DTYPE_FP16
 static void check_cases(const gemm_case *cases, int count);
 
 /* Small enough for compute-sanitizer: partial tiles on every side, k below
- * and around the k block, both dtypes, odd ldy, flags. */
+ * and around the k block, both dtypes, odd ldy, flags, one stream-K cut. */
 static void case_sanitize_subset(const void *p) {
     (void)p;
     const gemm_case cases[] = {
@@ -448,8 +448,10 @@ static void check_cases(const gemm_case *cases, int count) {
  * 1536^3. k of 2, 3, 16 and 24 k blocks, so that shared tiles split at
  * every kind of point (a single k block on either side included); bias,
  * accumulate, every output dtype, odd ldy and an unaligned Y; and a
- * workspace one byte short (no cut, slots untouched). Every result exact; the counters zero after each
- * launch (one workspace for all cases); partials stored when cut. */
+ * workspace one byte short (no cut, slots untouched). Every result exact;
+ * the counters zero after each launch (one workspace for all cases);
+ * partials stored when cut. Then when cgm_hgemm_workspace_bytes says a call
+ * cuts, under each stream_k setting. */
 static void case_stream_k(const void *p) {
     (void)p;
     const gemm_case cases[] = {
@@ -464,7 +466,6 @@ static void case_stream_k(const void *p) {
     };
     check_cases(cases, (int)(sizeof cases / sizeof cases[0]));
 
-    /* When a call cuts (cgm_hgemm_workspace_bytes > 0) under each setting. */
     void *buf;
     GPU_CHECK(cudaMalloc(&buf, 1 << 20));
     cgm_hgemm_args a;
