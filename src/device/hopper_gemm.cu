@@ -1077,17 +1077,17 @@ struct unit {
     unsigned long long pos;
 };
 
-/* This CTA's share of the schedule: the consumers compute it once at
- * their start; the producer only after its whole tiles (below). The
- * first dp_tiles tiles of the linear order go whole to CTAs in turn, tile
+/* This CTA's share of the schedule, which unit_at recomputes for every
+ * unit (a few 32-bit integer operations) so that none of it stays live
+ * across the producer's loop (its 40 registers). The first dp_tiles tiles of the linear order go whole to CTAs in turn, tile
  * blockIdx.x + u * gridDim.x: ndp of them (dp_tiles is a multiple of the
  * grid when sk_tiles > 0, so every CTA has the same number). The remaining
  * sk_tiles tiles form sk_tiles * k_blocks iterations (tile-major), of
  * which CTA c takes the range [s, e) = [c I / G, (c + 1) I / G): it ends
  * the previous CTA's last tile and starts the next one's first. cgm_hgemm
  * cuts only when a range holds at least k_blocks iterations, so a tile is
- * shared by at most two CTAs. a0: the stream-K tile that holds s. kSK
- * false: the whole-tile loop only (the kernels that never cut). */
+ * shared by at most two CTAs. a0: the stream-K tile that holds s. Only
+ * the kSK kernels call it (kSK true). */
 struct sched {
     int ndp, s, e, a0; /* cgm_hgemm cuts only when sk_tiles * k_blocks < 2^31 */
 };
@@ -1324,9 +1324,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         unsigned long long epoch = waiting ? flag_epoch(p) : 0, seen = 0;
         if constexpr (kSK) {
             /* One loop over the units, each recomputed from its index (the
-             * schedule is not kept live: with it, or with a second loop for
-             * the stream-K units, the producer's 40 registers spilled up to
-             * 120 bytes, and the kernel ran 10-15 % slower). */
+             * schedule is not kept live: with it, with a second loop for
+             * the stream-K units, or with the row-flag logic, the producer's
+             * 40 registers spilled up to 120 bytes, and the cut ping-pong
+             * kernel ran 9-39 % slower; docs/PERFORMANCE.md 4p). */
             unit w;
             for (int u = 0; unit_at(p, u, &w); u++)
                 produce<kSplit, kStages, C, false>(p, &map_x, &map_x_own, &map_w, smem_a, smem_b, full_bar, empty_bar,
