@@ -28,6 +28,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "device/flags.cuh"
@@ -1087,21 +1089,19 @@ struct unit {
  * the previous CTA's last tile and starts the next one's first. cgm_hgemm
  * cuts only when a range holds at least k_blocks iterations, so a tile is
  * shared by at most two CTAs. a0: the stream-K tile that holds s. Only
- * the kSK kernels call it (kSK true). */
+ * the kSK kernels call it. */
 struct sched {
     int ndp, s, e, a0; /* cgm_hgemm cuts only when sk_tiles * k_blocks < 2^31 */
 };
 
-template <bool kSK>
-__device__ __forceinline__ sched sched_of(const hgemm_params &p) {
+__host__ __device__ __forceinline__ sched sched_of(const hgemm_params &p, int c, int G) {
     /* 32-bit only (64-bit divisions need more registers than the producer
      * has): c I / G = c q + c r / G with I = q G + r, c r < G^2 < 2^26. */
-    int G = gridDim.x, c = blockIdx.x;
-    int dp = kSK ? p.dp_tiles : p.tiles_m * p.tiles_n;
+    int dp = p.dp_tiles;
     sched r;
     r.ndp = dp > c ? (dp - c + G - 1) / G : 0;
     r.s = r.e = r.a0 = 0;
-    if (kSK && p.sk_tiles > 0) {
+    if (p.sk_tiles > 0) {
         r.s = c * p.sk_q + c * p.sk_r / G;
         r.e = (c + 1) * p.sk_q + (c + 1) * p.sk_r / G;
         r.a0 = r.s / p.k_blocks;
@@ -1109,13 +1109,14 @@ __device__ __forceinline__ sched sched_of(const hgemm_params &p) {
     return r;
 }
 
-/* The u-th unit of this CTA (false past the last). Ring positions keep
- * counting k blocks, so every role agrees on them. */
-__device__ __forceinline__ bool unit_at(const hgemm_params &p, int u, unit *w) {
-    const sched sc = sched_of<true>(p); /* a few integer operations per unit: nothing stays live */
+/* The u-th unit of CTA c of G (false past the last). Ring positions keep
+ * counting k blocks, so every role agrees on them. Host and device: the
+ * host's cgm_hgemm_sk_schedule_check walks it for every CTA. */
+__host__ __device__ __forceinline__ bool unit_at(const hgemm_params &p, int c, int G, int u, unit *w) {
+    const sched sc = sched_of(p, c, G); /* a few integer operations per unit: nothing stays live */
     long long K = p.k_blocks;
     if (u < sc.ndp) {
-        w->t = (int)(blockIdx.x + u * gridDim.x);
+        w->t = (int)((unsigned)c + (unsigned)u * (unsigned)G);
         w->kb0 = 0;
         w->kb1 = (int)K;
         w->sk = -1;
@@ -1125,7 +1126,7 @@ __device__ __forceinline__ bool unit_at(const hgemm_params &p, int u, unit *w) {
     if (sc.e == 0) return false;
     int a = sc.a0 + (int)(u - sc.ndp), first = a * p.k_blocks;
     if (first >= sc.e) return false;
-    int kb0 = sc.s > first ? sc.s - first : 0, kb1 = min(sc.e - first, p.k_blocks);
+    int kb0 = sc.s > first ? sc.s - first : 0, kb1 = sc.e - first < p.k_blocks ? sc.e - first : p.k_blocks;
     w->t = p.dp_tiles + a;
     w->kb0 = kb0;
     w->kb1 = kb1;
@@ -1329,7 +1330,7 @@ __global__ void __launch_bounds__(kThreads, 1)
              * 40 registers spilled up to 120 bytes, and the cut ping-pong
              * kernel ran 9-39 % slower; docs/PERFORMANCE.md 4p). */
             unit w;
-            for (int u = 0; unit_at(p, u, &w); u++)
+            for (int u = 0; unit_at(p, blockIdx.x, gridDim.x, u, &w); u++)
                 produce<kSplit, kStages, C, false>(p, &map_x, &map_x_own, &map_w, smem_a, smem_b, full_bar, empty_bar,
                                                    w.t, w.kb0, w.kb1, stage, phase, waiting, epoch, seen);
         } else {
@@ -1359,7 +1360,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int u = 0;; u++) {
             unit w;
             if constexpr (kSK) {
-                if (!unit_at(p, u, &w)) break;
+                if (!unit_at(p, blockIdx.x, gridDim.x, u, &w)) break;
             } else {
                 w.t = blockIdx.x + u * gridDim.x;
                 if (w.t >= tiles) break;
@@ -1425,7 +1426,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (long long i = consumer;; i += 2) {
         unit w;
         if constexpr (kSK) {
-            if (!unit_at(p, (int)i, &w)) break;
+            if (!unit_at(p, blockIdx.x, gridDim.x, (int)i, &w)) break;
         } else {
             long long tl = blockIdx.x + i * gridDim.x;
             if (tl >= tiles) break;
@@ -1719,6 +1720,18 @@ long long sk_tiles_for(const cgm_hgemm_args *a, bool pp, long long tiles, int gr
     return rest + grid;
 }
 
+/* p's stream-K fields: sk_tiles (0: none) of `tiles` cut over `grid`
+ * CTAs, with the workspace's counters and slots. */
+void sk_setup(hgemm_params *p, long long sk_tiles, long long tiles, int grid, void *workspace) {
+    p->sk_tiles = (int)sk_tiles;
+    p->dp_tiles = (int)(tiles - sk_tiles);
+    p->sk_q = (int)(sk_tiles * p->k_blocks / grid);
+    p->sk_r = (int)(sk_tiles * p->k_blocks % grid);
+    p->sk_cells = sk_tiles ? static_cast<unsigned int *>(workspace) : nullptr;
+    p->sk_slots = sk_tiles ? reinterpret_cast<float4 *>(static_cast<char *>(workspace) + CGM_HGEMM_WORKSPACE_COUNTERS)
+                           : nullptr;
+}
+
 size_t sk_bytes(long long sk_tiles, bool pp) {
     long long cells = sk_tiles * (pp ? 1 : 2);
     if (cells * 4 > CGM_HGEMM_WORKSPACE_COUNTERS) return 0; /* a grid of 4096 CTAs or more: no cut (sched_of's c r < 2^26 too) */
@@ -1852,6 +1865,87 @@ extern "C" size_t cgm_hgemm_workspace_bytes(const cgm_hgemm_args *a) {
 
 extern "C" size_t cgm_hgemm_workspace_max(int sm_count) {
     return sm_count > 0 ? sk_bytes(2ll * sm_count - 1, false) : 0;
+}
+
+/* Walks unit_at for every CTA of the cut schedule (CGM_HGEMM_SK_ON) and
+ * checks what the kernel relies on; see hopper_gemm.h. */
+extern "C" long long cgm_hgemm_sk_schedule_check(int64_t m, int64_t n, int64_t k, int variant, int grid, char *why,
+                                                 size_t len) {
+    auto fail = [&](const char *what, long long x, long long y) {
+        if (why && len) snprintf(why, len, "%lldx%lldx%lld %s grid %d: %s (%lld, %lld)", (long long)m, (long long)n,
+                                 (long long)k, variant == CGM_HGEMM_PINGPONG ? "ping-pong" : "cooperative", grid,
+                                 what, x, y);
+        return -1ll;
+    };
+    cgm_hgemm_args a;
+    memset(&a, 0, sizeof a);
+    a.m = m, a.n = n, a.k = k, a.variant = variant, a.stream_k = CGM_HGEMM_SK_ON;
+    bool pp = variant == CGM_HGEMM_PINGPONG;
+    long long tiles = tiles_of(&a, pp);
+    if (grid < 1 || tiles < 1 || tiles > INT32_MAX) return fail("needs grid >= 1 and 1 .. 2^31 tiles", grid, tiles);
+    grid = tiles < grid ? (int)tiles : grid;
+    hgemm_params p;
+    memset(&p, 0, sizeof p);
+    p.tiles_m = (int)((m + kTileM - 1) / kTileM);
+    p.tiles_n = (int)(tiles / p.tiles_m);
+    p.k_blocks = (int)((k + kTileK - 1) / kTileK);
+    long long skt = sk_tiles_for(&a, pp, tiles, grid, p.k_blocks);
+    if (skt > 0 && !sk_bytes(skt, pp)) skt = 0; /* cgm_hgemm would not cut */
+    static char dummy[16];
+    sk_setup(&p, skt, tiles, grid, dummy);
+    const int K = p.k_blocks;
+    /* per tile: units seen, k blocks covered, whether one starts at 0 and one ends at K */
+    int *count = (int *)calloc((size_t)tiles, sizeof(int));
+    long long *covered = (long long *)calloc((size_t)tiles, sizeof(long long));
+    unsigned char *ends = (unsigned char *)calloc((size_t)tiles, 1);
+    if (!count || !covered || !ends) {
+        free(count), free(covered), free(ends);
+        return fail("out of host memory", tiles, 0);
+    }
+    long long result = skt, least = -1, most = -1;
+    for (int c = 0; c < grid && result >= 0; c++) {
+        unit w;
+        unsigned long long pos = 0;
+        long long work = 0;
+        for (int u = 0; unit_at(p, c, grid, u, &w); u++) {
+            if (w.t < 0 || w.t >= tiles || w.kb0 < 0 || w.kb1 > K || w.kb0 >= w.kb1) {
+                result = fail("a unit outside the tiles or with an empty k range", w.t, w.kb0);
+                break;
+            }
+            if (w.pos != pos) { /* ring positions: the prefix sum of the CTA's k blocks */
+                result = fail("a unit's ring position is not the sum of the units before it", (long long)w.pos,
+                              (long long)pos);
+                break;
+            }
+            bool whole = w.kb0 == 0 && w.kb1 == K;
+            if (whole != (w.sk < 0) || (w.sk >= 0 && (w.t != p.dp_tiles + w.sk || w.sk >= skt))) {
+                result = fail("a unit's shared-tile index does not match its k range", w.t, w.sk);
+                break;
+            }
+            if (w.t < p.dp_tiles && w.t != c + u * grid) {
+                result = fail("a whole tile before the cut region is not the whole-tile loop's", w.t, u);
+                break;
+            }
+            count[w.t]++;
+            covered[w.t] += w.kb1 - w.kb0;
+            ends[w.t] |= (w.kb0 == 0 ? 1 : 0) | (w.kb1 == K ? 2 : 0);
+            pos += (unsigned long long)(w.kb1 - w.kb0);
+            work += w.kb1 - w.kb0;
+        }
+        least = least < 0 || work < least ? work : least;
+        most = work > most ? work : most;
+    }
+    for (long long t = 0; t < tiles && result >= 0; t++) {
+        bool cut_tile = t >= p.dp_tiles;
+        if (covered[t] != K || ends[t] != 3)
+            result = fail("a tile's units do not cover its k blocks exactly once", t, covered[t]);
+        else if (count[t] > (cut_tile ? 2 : 1))
+            result = fail("a tile is shared by more units than the fix-up pairs", t, count[t]);
+    }
+    /* cut: every CTA does the same work to within one k block */
+    if (result >= 0 && skt > 0 && most - least > 1) result = fail("the CTAs' work differs by more than a k block", least, most);
+    free(count), free(covered), free(ends);
+    return result;
 }
 
 extern "C" int cgm_hgemm_variant_for(const cgm_hgemm_args *a) {
@@ -2018,13 +2112,7 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
     long long skt = sk_tiles_for(a, pp, tiles, grid, p.k_blocks);
     size_t need = sk_bytes(skt, pp);
     bool cut = skt > 0 && need > 0 && a->workspace && a->workspace_bytes >= need;
-    p.sk_tiles = cut ? (int)skt : 0;
-    p.dp_tiles = (int)(tiles - p.sk_tiles);
-    p.sk_q = (int)((long long)p.sk_tiles * p.k_blocks / grid);
-    p.sk_r = (int)((long long)p.sk_tiles * p.k_blocks % grid);
-    p.sk_cells = cut ? static_cast<unsigned int *>(a->workspace) : nullptr;
-    p.sk_slots = cut ? reinterpret_cast<float4 *>(static_cast<char *>(a->workspace) + CGM_HGEMM_WORKSPACE_COUNTERS)
-                     : nullptr;
+    sk_setup(&p, cut ? skt : 0, tiles, grid, a->workspace);
     if (a->y_own) return launch_variant<true>(bf16, pp, a->out_dtype, dev, mx, mx_own, mw, am, p, grid, stream);
     return launch_variant<false>(bf16, pp, a->out_dtype, dev, mx, mx_own, mw, am, p, grid, stream);
 }

@@ -195,6 +195,19 @@ int cgm_hgemm_variant_for(const cgm_hgemm_args *args);
 size_t cgm_hgemm_workspace_bytes(const cgm_hgemm_args *args);
 size_t cgm_hgemm_workspace_max(int sm_count);
 
+/* For tests, host only (no device): the stream-K schedule of an m x n x k
+ * GEMM of `variant` (CGM_HGEMM_COOPERATIVE or _PINGPONG) on `grid` CTAs
+ * with the cut forced on, walked unit by unit for every CTA with the
+ * kernel's own unit_at. Checks that every tile's k blocks are covered
+ * exactly once, a cut tile by exactly the two units the fix-up pairs (one
+ * from k block 0, one to the last), whole tiles before the cut region as
+ * the whole-tile loop runs them, each CTA's ring positions the running sum
+ * of its units' k blocks, and the CTAs' work equal to within one k block.
+ * Returns the number of cut tiles (0: this call would not cut), or -1 with
+ * the first violation in why (len bytes). */
+long long cgm_hgemm_sk_schedule_check(int64_t m, int64_t n, int64_t k, int variant, int grid, char *why,
+                                      size_t len);
+
 /* Enqueues the GEMM on `stream` (no allocation, graph capturable).
  * cudaErrorInvalidValue when cgm_hgemm_supported says no (the caller falls
  * back to cuBLASLt); cudaErrorNotSupported on a device that is not sm_90;

@@ -506,6 +506,52 @@ static void case_stream_k(const void *p) {
     cudaFree(buf);
 }
 
+/* The stream-K schedule on the host (no GPU needed): the kernel's own
+ * unit_at walked for every CTA of many grids, tile counts and k
+ * (cgm_hgemm_sk_schedule_check says what it checks), both variants, from
+ * a single cut tile's worth of last wave to grids of 4095 CTAs and 2^20 k
+ * blocks; and the calls it must not cut (a full last wave, fewer tiles than
+ * CTAs, one k block). */
+static void case_sk_schedule(const void *p) {
+    (void)p;
+    static const int grids[] = {1, 2, 3, 5, 7, 13, 64, 131, 132, 133, 264, 1000, 4095};
+    static const int64_t ks[] = {128, 192, 448, 4096, 8192, 64 * 1001, (int64_t)64 << 20};
+    char why[256];
+    long long cut = 0, checked = 0;
+    for (size_t gi = 0; gi < sizeof grids / sizeof grids[0]; gi++)
+        for (int v = 0; v < 2; v++) {
+            int variant = v ? CGM_HGEMM_PINGPONG : CGM_HGEMM_COOPERATIVE;
+            int tile_n = v ? CGM_HGEMM_TILE_N_PINGPONG : CGM_HGEMM_TILE_N;
+            int g = grids[gi];
+            /* tile counts around 1, 2 and 3 waves; n tiles 1, 3 or 7 */
+            const int64_t extra[] = {-1, 0, 1, g / 3, g - 1, g + 1, 2 * g - 1, 2 * g + 1, 3 * g + g / 2};
+            for (size_t e = 0; e < sizeof extra / sizeof extra[0]; e++)
+                for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+                    int64_t tiles = g + extra[e], tn = (int64_t)1 + 2 * (int64_t)((e + ki) % 4);
+                    if (tiles < 1) continue;
+                    int64_t tm = (tiles + tn - 1) / tn; /* tm x tn >= tiles: the count the kernel sees */
+                    int64_t m = tm * CGM_HGEMM_TILE_M - (int64_t)(ki % 3) * 7, n = tn * tile_n - 5;
+                    int64_t k = ks[ki] - (int64_t)(e % 2) * 3;
+                    long long r = cgm_hgemm_sk_schedule_check(m, n, k, variant, g, why, sizeof why);
+                    if (r < 0) TEST_FAIL("stream-K schedule: %s", why);
+                    int64_t all = tm * tn, full = all / (g < all ? g : all), rest = all % (g < all ? g : all);
+                    long long want = full >= 1 && rest > 0 ? rest + (g < all ? g : all) : 0;
+                    if (want * (v ? 1 : 2) * 4 > CGM_HGEMM_WORKSPACE_COUNTERS ||
+                        want * ((k + 63) / 64) >= 2147483647ll)
+                        want = 0;
+                    if (r != want)
+                        TEST_FAIL("%lldx%lldx%lld %s grid %d: %lld tiles cut, expected %lld", (long long)m,
+                                  (long long)n, (long long)k, variant_name(variant), g, r, want);
+                    cut += r > 0;
+                    checked++;
+                }
+        }
+    /* one k block: nothing to cut */
+    CHECK_INT_EQ(cgm_hgemm_sk_schedule_check(1000, 300, 64, CGM_HGEMM_PINGPONG, 5, why, sizeof why), 0);
+    if (cut < checked / 2) TEST_FAIL("only %lld of %lld schedules cut anything", cut, checked);
+    printf("stream-K schedules checked: %lld, %lld of them cut\n", checked, cut);
+}
+
 /* Bias and accumulate on every output dtype; padded and odd ldy; an
  * unaligned Y (scalar stores); more tiles than CTAs (ring phases wrap,
  * persistent loop); a grid of 3 CTAs. */
@@ -1276,6 +1322,7 @@ static void register_cases(void) {
     test_add("flags_ready", case_flags_ready, NULL);
     test_add("many_tiles", case_many_tiles, NULL);
     test_add("stream_k", case_stream_k, NULL);
+    test_add("sk_schedule", case_sk_schedule, NULL);
     test_set_timeout(60);
     test_add("flags_timeout", case_flags_timeout, NULL);
     test_add("refusals", case_refusals, NULL);
