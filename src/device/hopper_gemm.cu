@@ -1953,14 +1953,15 @@ extern "C" int cgm_hgemm_variant_for(const cgm_hgemm_args *a) {
     return auto_pingpong(a->m, a->n, a->k) ? CGM_HGEMM_PINGPONG : CGM_HGEMM_COOPERATIVE;
 }
 
+/* The kernels the comms launch (beside spinning flag kernels, hence the
+ * preload). Not the stream-K ones: they need a workspace, which no comm
+ * passes, and load at their first standalone launch. */
 template <bool kBf16, typename OutT> cudaError_t preload_out() {
     cudaFuncAttributes fa;
     cudaError_t e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true, false, false, false>);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, false, false, false, false>);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true, true, false, false>);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true, false, true, false>);
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true, false, false, true>);
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, false, false, false, true>);
     return e != cudaSuccess ? e : cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, false, true, false, false>);
 }
 

@@ -215,8 +215,9 @@ long long cgm_hgemm_sk_schedule_check(int64_t m, int64_t n, int64_t k, int varia
  * *timeout_out, not through the return value (the launch is asynchronous). */
 cudaError_t cgm_hgemm(const cgm_hgemm_args *args, cudaStream_t stream);
 
-/* Loads every variant of the kernel on the current device now (nothing on a
- * device that is not sm_90): see cgm_dev_preload (device.h) for why. */
+/* Loads every kernel a comm launches on the current device now (nothing on
+ * a device that is not sm_90; not the stream-K kernels, which need a
+ * workspace that no comm passes): see cgm_dev_preload (device.h) for why. */
 cudaError_t cgm_hgemm_preload(void);
 
 /* Built with -DCGM_HGEMM_TRACE only (a diagnostic build, not a release
