@@ -171,15 +171,21 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
 
-/* Waits until the phase of parity `parity` of the barrier has completed. */
+/* Waits until the phase of parity `parity` of the barrier has completed.
+ * The suspend-time hint (10 ms, as CUTLASS's ClusterBarrier) lets the
+ * hardware park the waiting warp until the phase completes instead of
+ * returning after its own short limit, so waiting warps issue few
+ * instructions (the kernel is power-bound under load; docs/HOPPER_GEMM.md,
+ * "Waiting on mbarriers"). */
+constexpr uint32_t kSuspendHintNs = 0x989680;
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
     uint32_t done;
     do {
         asm volatile("{\n.reg .pred p;\n"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
                      "selp.u32 %0, 1, 0, p;\n}\n"
                      : "=r"(done)
-                     : "r"(bar), "r"(parity)
+                     : "r"(bar), "r"(parity), "n"(kSuspendHintNs)
                      : "memory");
     } while (!done);
 }
@@ -556,21 +562,49 @@ __device__ __forceinline__ uint32_t pick4(const uint32_t (&w)[4], int i) {
 /* 4x4 transpose inside each quad of lanes (q = lane % 4): on entry w[g] is
  * this lane's column pair q of 8-column group g (g = 0..3, one row); on
  * exit w[i] is column pair i of group q, i.e. the 16 contiguous bytes of
- * group q. Round r: lane q sends its w[(q + r) % 4] and receives from lane
- * (q - r) % 4 that lane's w[q]. */
+ * group q. Two forms:
+ *   kButterfly (the cooperative kernels): two butterfly stages (lane masks
+ *     2, then 1); in stage m, lanes q and q ^ m swap the words whose index
+ *     differs from the lane in bit m, so word g of lane q ends as word q of
+ *     lane g. Selects on the lane's bits only, constant shuffle masks: no
+ *     branches. The other form compiled to branches and convergence
+ *     barriers around every shuffle, about 1,400 instructions per warp and
+ *     tile in the cooperative epilogue, 11 % of the consumers' samples;
+ *     this one made the cooperative kernel 3-6 % faster (docs/HOPPER_GEMM.md,
+ *     "Epilogue instructions").
+ *   otherwise (the ping-pong kernels, where the butterfly form spilled and
+ *     ran 10-20 % slower): round r, lane q sends its w[(q + r) % 4] and
+ *     receives from lane (q - r) % 4 that lane's w[q]. */
+template <bool kButterfly>
 __device__ __forceinline__ void quad_transpose(uint32_t (&w)[4], int q) {
-    uint32_t out[4] = {w[0], w[1], w[2], w[3]};
-    int lane = threadIdx.x % 32;
+    if constexpr (kButterfly) {
+        bool hi2 = (q & 2) != 0, hi1 = (q & 1) != 0;
 #pragma unroll
-    for (int r = 1; r < 4; r++) {
-        uint32_t got = __shfl_sync(0xFFFFFFFFu, pick4(w, (q + r) & 3), (lane & ~3) | ((q - r) & 3));
-        int at = (q - r) & 3;
+        for (int j = 0; j < 2; j++) {
+            uint32_t got = __shfl_xor_sync(0xFFFFFFFFu, hi2 ? w[j] : w[j + 2], 2);
+            w[j] = hi2 ? got : w[j];
+            w[j + 2] = hi2 ? w[j + 2] : got;
+        }
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            if (i == at) out[i] = got;
+        for (int j = 0; j < 4; j += 2) {
+            uint32_t got = __shfl_xor_sync(0xFFFFFFFFu, hi1 ? w[j] : w[j + 1], 1);
+            w[j] = hi1 ? got : w[j];
+            w[j + 1] = hi1 ? w[j + 1] : got;
+        }
+    } else {
+        uint32_t out[4] = {w[0], w[1], w[2], w[3]};
+        int lane = threadIdx.x % 32;
+#pragma unroll
+        for (int r = 1; r < 4; r++) {
+            uint32_t got = __shfl_sync(0xFFFFFFFFu, pick4(w, (q + r) & 3), (lane & ~3) | ((q - r) & 3));
+            int at = (q - r) & 3;
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                if (i == at) out[i] = got;
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) w[i] = out[i];
     }
-#pragma unroll
-    for (int i = 0; i < 4; i++) w[i] = out[i];
 }
 
 /* Accumulator fragment of wgmma.m64nNk16 (PTX ISA, "Register Fragments"):
@@ -578,7 +612,7 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&w)[4], int q) {
  * 16 (t / 32) + (t % 32) / 4, columns 8j + 2 (t % 4) + {0, 1}, and d[4j+2],
  * d[4j+3] eight rows below. This stores the 64 x 8NJ block of Y at (row0,
  * col0) held in d[OFF .. OFF + 4 NJ - 1]. */
-template <typename OutT, int OFF, int NJ>
+template <typename OutT, int OFF, int NJ, bool kButterfly>
 __device__ __forceinline__ void epilogue(const hgemm_params &p, const tile_out &o, float (&d)[128], int row0,
                                          int col0) {
     int t = threadIdx.x % 128;
@@ -610,8 +644,8 @@ __device__ __forceinline__ void epilogue(const hgemm_params &p, const tile_out &
                 wa[g] = pack_pair((OutT *)nullptr, a0 + ba, a1 + bb);
                 wb[g] = pack_pair((OutT *)nullptr, b0 + ba, b1 + bb);
             }
-            quad_transpose(wa, q);
-            quad_transpose(wb, q);
+            quad_transpose<kButterfly>(wa, q);
+            quad_transpose<kButterfly>(wb, q);
             *reinterpret_cast<uint4 *>(y + 32 * jb) = make_uint4(wa[0], wa[1], wa[2], wa[3]);
             *reinterpret_cast<uint4 *>(y8 + 32 * jb) = make_uint4(wb[0], wb[1], wb[2], wb[3]);
         }
@@ -1402,7 +1436,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             if (p.addend_waits && own)
                 wait_addend_flags<kSplit>(p, (long long)tm * kTileM + consumer * 64, 64, consumer, epoch);
             if (p.naddends && own) add_addends<0, 32, kSplit>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
-            epilogue<OutT, 0, 32>(p, out_of<kSplit>(p, own), d, tm * kTileM + consumer * 64, tn * C::tile_n);
+            epilogue<OutT, 0, 32, true>(p, out_of<kSplit>(p, own), d, tm * kTileM + consumer * 64, tn * C::tile_n);
             if (kSplit && p.done_flags && !own) count_done<kPP>(p, tm, consumer, epoch);
         }
         return;
@@ -1505,8 +1539,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (blockIdx.x == 0 && leader && (i >> 1) < kTraceTiles) trace_buf[consumer][i >> 1][5] = own;
 #endif
         tile_out o = out_of<kSplit>(p, own);
-        epilogue<OutT, 0, 16>(p, o, d, tm * kTileM, tn * C::tile_n);
-        epilogue<OutT, 64, 16>(p, o, d, tm * kTileM + 64, tn * C::tile_n);
+        epilogue<OutT, 0, 16, false>(p, o, d, tm * kTileM, tn * C::tile_n);
+        epilogue<OutT, 64, 16, false>(p, o, d, tm * kTileM + 64, tn * C::tile_n);
         if (kSplit && p.done_flags && !own) count_done<kPP>(p, tm, consumer, epoch);
         CGM_TRACE(4);
     }
@@ -1684,6 +1718,10 @@ cudaError_t launch_variant(bool bf16, bool pp, cgm_dtype out, int dev, const CUt
  * 32768x4096x4096 (its kernel 32768x2048x4096) ran 821 us in the 19:26
  * sweep, after this branch had switched it to ping-pong, against 704 us
  * in the sweeps before. */
+/* Checked again after the cooperative epilogue's branch-free transpose
+ * (eighteenth session, docs/PERFORMANCE.md 4q): ping-pong still the faster
+ * on its three bench rows (8192x4096x4096 by 0-1 %, 16384x8192x2048 by 9 %,
+ * 4096x16384x4096 by 3 %), cooperative on the other five. */
 bool auto_pingpong(int64_t m, int64_t n, int64_t k) {
     return k <= 2048 ||
            (k <= 4096 && (n >= 16384 || (n >= 4096 && m * n >= ((int64_t)1 << 25))));
