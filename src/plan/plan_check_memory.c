@@ -226,7 +226,7 @@ static int add_refs(checker *ck, int g, int rank, const plan_step *s,
     const plan *p = &ck->plans[rank];
     const char *what = plan_step_kind_name(s->kind);
     for (int j = 0; j < s->ref_count; j++) {
-        check_cell in;
+        check_cell in = {0}; /* read_row fills it; -O3 cannot tell */
         if (read_row(ck, g, p->refs[s->ref_first + j], s->shard, row, &in))
             return -1;
         if (in.kind != CELL_SUM || in.final)
