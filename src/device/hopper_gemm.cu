@@ -175,8 +175,8 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
  * The suspend-time hint (10 ms, as CUTLASS's ClusterBarrier) lets the
  * hardware park the waiting warp until the phase completes instead of
  * returning after its own short limit, so waiting warps issue few
- * instructions (the kernel is power-bound under load; docs/HOPPER_GEMM.md,
- * "Waiting on mbarriers"). */
+ * instructions (measured neutral to +1 %; docs/HOPPER_GEMM.md, "Waiting on
+ * mbarriers"). */
 constexpr uint32_t kSuspendHintNs = 0x989680;
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
     uint32_t done;
@@ -570,10 +570,10 @@ __device__ __forceinline__ uint32_t pick4(const uint32_t (&w)[4], int i) {
  *     branches. The other form compiled to branches and convergence
  *     barriers around every shuffle, about 1,400 instructions per warp and
  *     tile in the cooperative epilogue, 11 % of the consumers' samples;
- *     this one made the cooperative kernel 3-6 % faster (docs/HOPPER_GEMM.md,
- *     "Epilogue instructions").
+ *     this one made the cooperative kernel 2-9 % faster (docs/HOPPER_GEMM.md,
+ *     "The cooperative epilogue's instructions").
  *   otherwise (the ping-pong kernels, where the butterfly form spilled and
- *     ran 10-20 % slower): round r, lane q sends its w[(q + r) % 4] and
+ *     ran 8-21 % slower): round r, lane q sends its w[(q + r) % 4] and
  *     receives from lane (q - r) % 4 that lane's w[q]. */
 template <bool kButterfly>
 __device__ __forceinline__ void quad_transpose(uint32_t (&w)[4], int q) {
@@ -1720,8 +1720,9 @@ cudaError_t launch_variant(bool bf16, bool pp, cgm_dtype out, int dev, const CUt
  * in the sweeps before. */
 /* Checked again after the cooperative epilogue's branch-free transpose
  * (eighteenth session, docs/PERFORMANCE.md 4q): ping-pong still the faster
- * on its three bench rows (8192x4096x4096 by 0-1 %, 16384x8192x2048 by 9 %,
- * 4096x16384x4096 by 3 %), cooperative on the other five. */
+ * or as fast on its three bench rows (8192x4096x4096 within 1 % either way,
+ * 16384x8192x2048 by 9 %, 4096x16384x4096 by 3 %), cooperative the faster
+ * on the other five. */
 bool auto_pingpong(int64_t m, int64_t n, int64_t k) {
     return k <= 2048 ||
            (k <= 4096 && (n >= 16384 || (n >= 4096 && m * n >= ((int64_t)1 << 25))));
