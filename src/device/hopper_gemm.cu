@@ -896,10 +896,17 @@ __device__ __forceinline__ void add_addend_part_f32(float (&d)[128], uint32_t sl
  * fp32: 4, the 32-column quarters), part k in slot k % 2 as the slot's use
  * `uses` + k / 2. For each: wait for this consumer's full barrier of the
  * slot (afull: its two barriers, parity of the use), add the part, and
- * give the slot back on its empty barrier (one arrive per warp once the
- * warp's reads are in registers). The sums per element in addend order,
+ * give the slot back on its empty barrier (one arrive per warp after a
+ * proxy fence of each thread's reads). The sums per element in addend order,
  * as add_addends_tile's. Returns the uses that follow. */
 __device__ __forceinline__ void slot_done(uint32_t aempty) {
+    /* The reads were generic-proxy loads; the helper's next TMA into the
+     * slot writes through the async proxy. Without this fence the arrive
+     * may go out while the warp's last loads are still in flight (SASS
+     * showed it, once the compiler knew the warp converged and dropped
+     * __syncwarp's WARPSYNC), and the next part overwrote the slot under
+     * them: wrong sums in addends_tma. */
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncwarp();
     if (threadIdx.x % 32 == 0) mbar_arrive(aempty);
 }
