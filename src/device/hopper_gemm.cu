@@ -1317,7 +1317,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t taken_bar = ready_bar + 16;                    /* 2 x 8 bytes (addend_flag_helper) */
     uint32_t afull_bar = taken_bar + 16;                    /* 2 x 2 x 8 bytes (addend_tma_helper) */
     uint32_t aempty_bar = afull_bar + 32;                   /* 2 x 8 bytes (addend_tma_helper) */
-    int warpgroup = threadIdx.x / 128;
+    /* The kernels without the helper broadcast the warpgroup from lane 0:
+     * the compiler then knows it (and the consumer index, its ring
+     * position, the wgmma descriptors) is warp-uniform and keeps the main
+     * loop in uniform registers, with no R2UR per wgmma (ping-pong 103 ->
+     * 75 instructions per k block, 85 -> 65 M per 16384x4096x2048 call;
+     * docs/HOPPER_GEMM.md, "Uniform registers"). In the helper kernels
+     * (224 registers) it left the main loop as it was and made the
+     * compiler re-read %tid.x ~100 times more (S2R), 1-2 % slower. */
+    int warpgroup = kHelper ? (int)(threadIdx.x / 128) : __shfl_sync(0xFFFFFFFFu, (int)(threadIdx.x / 128), 0);
     int tiles = p.tiles_m * p.tiles_n;
 
     if (threadIdx.x == 0) {
