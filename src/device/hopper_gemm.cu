@@ -1317,15 +1317,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t taken_bar = ready_bar + 16;                    /* 2 x 8 bytes (addend_flag_helper) */
     uint32_t afull_bar = taken_bar + 16;                    /* 2 x 2 x 8 bytes (addend_tma_helper) */
     uint32_t aempty_bar = afull_bar + 32;                   /* 2 x 8 bytes (addend_tma_helper) */
-    /* The kernels without the helper broadcast the warpgroup from lane 0:
-     * the compiler then knows it (and the consumer index, its ring
-     * position, the wgmma descriptors) is warp-uniform and keeps the main
-     * loop in uniform registers, with no R2UR per wgmma (ping-pong 103 ->
-     * 75 instructions per k block, 85 -> 65 M per 16384x4096x2048 call;
-     * docs/HOPPER_GEMM.md, "Uniform registers"). In the helper kernels
-     * (224 registers) it left the main loop as it was and made the
-     * compiler re-read %tid.x ~100 times more (S2R), 1-2 % slower. */
-    int warpgroup = kHelper ? (int)(threadIdx.x / 128) : __shfl_sync(0xFFFFFFFFu, (int)(threadIdx.x / 128), 0);
+    /* The warpgroup is broadcast from lane 0: the compiler then knows it
+     * (and the consumer index, its ring position, the wgmma descriptors)
+     * is warp-uniform and keeps the main loop in uniform registers, with
+     * no R2UR per wgmma (ping-pong 103 -> 75 instructions per k block,
+     * 85 -> 65 M per 16384x4096x2048 call; docs/HOPPER_GEMM.md, "Uniform
+     * registers"). The helper kernels also need the count of flag handoffs
+     * broadcast (below). */
+    int warpgroup = __shfl_sync(0xFFFFFFFFu, (int)(threadIdx.x / 128), 0);
     int tiles = p.tiles_m * p.tiles_n;
 
     if (threadIdx.x == 0) {
@@ -1541,7 +1540,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                 auses = add_addends_slots<float>(p, d, slots, afull, aempty_bar, auses);
         } else {
             if (kHelper && p.addend_waits && own) {
-                mbar_wait(ready_bar + 8 * consumer, (uint32_t)(taken++ & 1));
+                /* taken is the same in every lane, but the compiler cannot
+                 * tell (it is counted under a branch); without the
+                 * broadcast the whole consumer loop, k loop included, left
+                 * the uniform datapath (97 instead of 65 instructions per
+                 * k block, 32 R2UR). */
+                mbar_wait(ready_bar + 8 * consumer, (uint32_t)(__shfl_sync(0xFFFFFFFFu, taken++, 0) & 1));
                 if (leader) mbar_arrive(taken_bar + 8 * consumer);
             } else if (p.addend_waits && own) {
                 wait_addend_flags<kSplit>(p, (long long)tm * kTileM, kTileM, consumer, epoch);
