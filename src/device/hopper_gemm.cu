@@ -1176,6 +1176,18 @@ __host__ __device__ __forceinline__ bool unit_at(const hgemm_params &p, int c, i
     return true;
 }
 
+/* How many units unit_at gives CTA c of G: its whole tiles, then the
+ * stream-K tiles its range [s, e) touches (cgm_hgemm_sk_schedule_check
+ * compares it with the walk). The producer loops over this count: looping
+ * while unit_at returns true kept the k loop's stage, phase and
+ * coordinates in ordinary registers (6 R2UR per k block around the TMA
+ * loads), and counting by walking unit_at first delayed every CTA's first
+ * load by up to ~13 us (a division-heavy unit_at per unit, one thread). */
+__host__ __device__ __forceinline__ int units_of(const hgemm_params &p, int c, int G) {
+    const sched sc = sched_of(p, c, G);
+    return sc.e > sc.s ? sc.ndp + (sc.e - 1) / p.k_blocks - sc.a0 + 1 : sc.ndp;
+}
+
 /* bar.red.or over the 128 threads of named barrier `id`: true on every
  * thread when `v` is true on any. */
 __device__ __forceinline__ bool bar_any(int id, bool v) {
@@ -1382,9 +1394,12 @@ __global__ void __launch_bounds__(kThreads, 1)
              * 40 registers spilled up to 120 bytes, and the cut ping-pong
              * kernel ran 9-39 % slower; docs/PERFORMANCE.md 4p). */
             unit w;
-            for (int u = 0; unit_at(p, blockIdx.x, gridDim.x, u, &w); u++)
+            const int units = units_of(p, blockIdx.x, gridDim.x);
+            for (int u = 0; u < units; u++) {
+                unit_at(p, blockIdx.x, gridDim.x, u, &w);
                 produce<kSplit, kStages, C, false>(p, &map_x, &map_x_own, &map_w, smem_a, smem_b, full_bar, empty_bar,
                                                    w.t, w.kb0, w.kb1, stage, phase, waiting, epoch, seen);
+            }
         } else {
             for (int t = blockIdx.x; t < tiles; t += gridDim.x)
                 produce<kSplit, kStages, C>(p, &map_x, &map_x_own, &map_w, smem_a, smem_b, full_bar, empty_bar, t,
@@ -1969,7 +1984,8 @@ extern "C" long long cgm_hgemm_sk_schedule_check(int64_t m, int64_t n, int64_t k
         unit w;
         unsigned long long pos = 0;
         long long work = 0;
-        for (int u = 0; unit_at(p, c, grid, u, &w); u++) {
+        int u = 0;
+        for (; unit_at(p, c, grid, u, &w); u++) {
             if (w.t < 0 || w.t >= tiles || w.kb0 < 0 || w.kb1 > K || w.kb0 >= w.kb1) {
                 result = fail("a unit outside the tiles or with an empty k range", w.t, w.kb0);
                 break;
@@ -1994,6 +2010,8 @@ extern "C" long long cgm_hgemm_sk_schedule_check(int64_t m, int64_t n, int64_t k
             pos += (unsigned long long)(w.kb1 - w.kb0);
             work += w.kb1 - w.kb0;
         }
+        if (result >= 0 && units_of(p, c, grid) != u)
+            result = fail("units_of (the producer's loop count) differs from the units unit_at gives", units_of(p, c, grid), u);
         least = least < 0 || work < least ? work : least;
         most = work > most ? work : most;
     }

@@ -202,7 +202,9 @@ size_t cgm_hgemm_workspace_max(int sm_count);
  * exactly once, a cut tile by exactly the two units the fix-up pairs (one
  * from k block 0, one to the last), whole tiles before the cut region as
  * the whole-tile loop runs them, each CTA's ring positions the running sum
- * of its units' k blocks, and the CTAs' work equal to within one k block.
+ * of its units' k blocks, the CTAs' work equal to within one k block,
+ * and each CTA's unit count (units_of, the producer's loop bound) equal to
+ * the walk's.
  * Returns the number of cut tiles (0: this call would not cut), or -1 with
  * the first violation in why (len bytes). */
 long long cgm_hgemm_sk_schedule_check(int64_t m, int64_t n, int64_t k, int variant, int grid, char *why,
