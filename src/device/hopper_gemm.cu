@@ -1370,12 +1370,17 @@ __global__ void __launch_bounds__(kThreads, 1)
             asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
         else
             asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (kHelper && p.addend_tma && threadIdx.x == 32) {
-            addend_tma_helper<kSplit>(p, amaps, slots, afull_bar, aempty_bar);
-            return;
-        }
-        if (kHelper && p.addend_waits && threadIdx.x == 32) {
-            addend_flag_helper<kSplit>(p, ready_bar, taken_bar);
+        /* The helper's warp leaves on a branch the compiler knows to be
+         * warp-uniform (the warp index broadcast): branching on
+         * threadIdx.x == 32 here kept the producer's k loop below in
+         * ordinary registers (10 R2UR per k block). */
+        if (kHelper && __shfl_sync(0xFFFFFFFFu, (int)(threadIdx.x / 32), 0) == 1) {
+            if (threadIdx.x == 32) {
+                if (p.addend_tma)
+                    addend_tma_helper<kSplit>(p, amaps, slots, afull_bar, aempty_bar);
+                else if (p.addend_waits)
+                    addend_flag_helper<kSplit>(p, ready_bar, taken_bar);
+            }
             return;
         }
         if (threadIdx.x != 0) return;
