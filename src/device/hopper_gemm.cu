@@ -1730,7 +1730,7 @@ cudaError_t launch_variant(bool bf16, bool pp, cgm_dtype out, int dev, const CUt
 }
 
 /* The variant CGM_HGEMM_AUTO runs: ping-pong when k <= 2048, or when
- * k <= 4096 and (n >= 16384 or (n >= 4096 and m * n >= 2^25));
+ * k <= 4096 and (n >= 16384 or (n >= 4096 and (m * n >= 2^25 or m > 4096)));
  * cooperative otherwise.
  * Ping-pong hides the
  * epilogue behind the other consumer's main loop, which matters most when
@@ -1766,9 +1766,20 @@ cudaError_t launch_variant(bool bf16, bool pp, cgm_dtype out, int dev, const CUt
  * or as fast on its three bench rows (8192x4096x4096 within 1 % either way,
  * 16384x8192x2048 by 9 %, 4096x16384x4096 by 3 %), cooperative the faster
  * on the other five. */
+/* The m > 4096 branch came in the twentieth session, with every k loop in
+ * uniform registers (docs/PERFORMANCE.md 4s, two skbench and two bench
+ * runs, us): with k = 4096 and n = 4096 ping-pong was as fast or faster
+ * from m = 4352 up (4608: 198 against cooperative 216-226, whose last wave
+ * is 36 % full; 4352: 195 against 207-223, or 191-200 with the cut
+ * cooperative kernel; 5120 and 7168 by 2-3 %; 6144 within 2 %), and with
+ * k = 3072 too (6144x4096x3072 by 4 %). Below it cooperative stays:
+ * 3072x4096x4096 by 8 %, 4096x4096x4096 a tie (cooperative the steadier in
+ * earlier runs). With n >= 8192 under 2^25 (2560x8192x4096,
+ * 3072x8192x4096, 2048x12288x4096) the variants tied or cooperative won
+ * (2560x8192: 206-227 against ping-pong 223-230), so there it stays too. */
 bool auto_pingpong(int64_t m, int64_t n, int64_t k) {
     return k <= 2048 ||
-           (k <= 4096 && (n >= 16384 || (n >= 4096 && m * n >= ((int64_t)1 << 25))));
+           (k <= 4096 && (n >= 16384 || (n >= 4096 && (m * n >= ((int64_t)1 << 25) || m > 4096))));
 }
 
 /* The stream-K tail's plan for a call (cgm_hgemm_args.stream_k): how many

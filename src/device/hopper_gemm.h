@@ -55,7 +55,7 @@ extern "C" {
 #define CGM_HGEMM_TILE_K 64
 
 /* Kernel variants (cgm_hgemm_args.variant); docs/HOPPER_GEMM.md. */
-#define CGM_HGEMM_AUTO 0        /* per shape: ping-pong when k <= 2048 or (k <= 4096 and (n >= 16384 or (n >= 4096 and m n >= 2^25))) */
+#define CGM_HGEMM_AUTO 0        /* per shape: ping-pong when k <= 2048 or (k <= 4096 and (n >= 16384 or (n >= 4096 and (m n >= 2^25 or m > 4096)))) */
 #define CGM_HGEMM_COOPERATIVE 1 /* 128x256 tile shared by both consumer warpgroups */
 #define CGM_HGEMM_PINGPONG 2    /* 128x128 tiles, consumers alternate, epilogue hidden */
 

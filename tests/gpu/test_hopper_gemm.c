@@ -1255,7 +1255,12 @@ static void case_auto_variant(const void *p) {
                 {8192, 8192, 8192, CGM_HGEMM_COOPERATIVE},  {2048, 8192, 8192, CGM_HGEMM_COOPERATIVE},
                 {8192, 2048, 4096, CGM_HGEMM_COOPERATIVE},  {4096, 16384, 4096, CGM_HGEMM_PINGPONG},
                 /* the fused AG's kernel of 32768x4096x4096 (n = 2048 per rank) */
-                {32768, 2048, 4096, CGM_HGEMM_COOPERATIVE}};
+                {32768, 2048, 4096, CGM_HGEMM_COOPERATIVE},
+                /* m > 4096 with n >= 4096 (PERFORMANCE.md 4s); n >= 8192 below 2^25 stays cooperative */
+                {4352, 4096, 4096, CGM_HGEMM_PINGPONG},     {4608, 4096, 4096, CGM_HGEMM_PINGPONG},
+                {6144, 4096, 3072, CGM_HGEMM_PINGPONG},     {3072, 4096, 4096, CGM_HGEMM_COOPERATIVE},
+                {2560, 8192, 4096, CGM_HGEMM_COOPERATIVE},  {3072, 8192, 4096, CGM_HGEMM_COOPERATIVE},
+                {4352, 2048, 4096, CGM_HGEMM_COOPERATIVE}};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         cgm_hgemm_args a;
         memset(&a, 0, sizeof a);
