@@ -18,8 +18,9 @@
  *
  * `test_hopper_gemm bench [MxNxK,...]` times both variants and auto against
  * cuBLASLt, interleaved (rotating which goes first), CUDA events, medians;
- * `fusedbench` what the fused hooks cost; `addendbench` what an epilogue
- * addend costs, ours against cuBLASLt's C. */
+ * `fusedbench` what the fused hooks cost (`agbench` the AG's hooks one by
+ * one); `addendbench` what an epilogue addend costs, ours against
+ * cuBLASLt's C. */
 #include <math.h>
 #include <time.h>
 #include <unistd.h>
@@ -1614,6 +1615,72 @@ static int sk_bench(int argc, char **argv) {
     return bad ? 1 : 0;
 }
 
+/* test_hopper_gemm agbench [MxNxK,...]: which of the fused AG's hooks costs
+ * what, on all SMs but one (as the p2p backend launches it): the plain
+ * kernel; + m_block_order (own tiles first); + x_own (the own half from the
+ * caller's input, no order); + row flags on every tile (all ready, no
+ * x_own); + order and x_own; the whole AG form (order, x_own, flags on the
+ * peer half), as fusedbench's AG_form. Interleaved, medians. */
+#define AG_WHO 6
+static int ag_bench(int argc, char **argv) {
+    const char *list = argc > 0 ? argv[0] : "16384x2048x8192,8192x4096x4096,16384x8192x2048";
+    struct cudaDeviceProp prop;
+    if (!bench_device("agbench", &prop)) return TEST_SKIP_CODE;
+    int sms = prop.multiProcessorCount;
+    printf("# fused AG hooks one by one, bf16, %s, %d CTAs: us per call, medians of %d interleaved rounds x %d calls\n",
+           prop.name, sms - 1, BENCH_ROUNDS, BENCH_CALLS);
+    printf("#    m      n      k    plain   +order   +x_own   +flags  +ord+own  AG_form   (ratios to plain)\n");
+    char *copy = strdup(list), *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        long long m, n, k;
+        if (sscanf(tok, "%lldx%lldx%lld", &m, &n, &k) != 3 || m < 256 || n < 1 || k < 8) continue;
+        size_t nx = (size_t)(m * k), nw = (size_t)(n * k), ny = (size_t)(m * n);
+        void *hx = fill(CGM_DTYPE_BF16, nx, 1), *hw = fill(CGM_DTYPE_BF16, nw, 2);
+        void *dx = to_device(hx, nx * 2), *dw = to_device(hw, nw * 2), *dy;
+        GPU_CHECK(cudaMalloc(&dy, ny * 2));
+        int64_t half = m / 2, rpf = (half / 2 + 127) / 128 * 128, stride = 7;
+        unsigned long long hf[16];
+        for (int i = 0; i < 16; i++) hf[i] = 1;
+        unsigned long long *df = to_device(hf, sizeof hf), *depoch = to_device(hf, 8);
+        unsigned int *dabort;
+        GPU_CHECK(cudaMalloc((void **)&dabort, 4));
+        GPU_CHECK(cudaMemset(dabort, 0, 4));
+        int tiles = (int)((m + 127) / 128), *ho = malloc((size_t)tiles * sizeof(int)), nt = 0;
+        for (int t = (int)(half / 128); t < tiles; t++) ho[nt++] = t; /* own (second half) first */
+        for (int t = 0; t < (int)(half / 128); t++) ho[nt++] = t;
+        int *dorder = to_device(ho, (size_t)tiles * sizeof(int));
+        cgm_hgemm_args a[AG_WHO];
+        for (int v = 0; v < AG_WHO; v++) {
+            memset(&a[v], 0, sizeof a[v]);
+            a[v].in_dtype = a[v].out_dtype = CGM_DTYPE_BF16;
+            a[v].m = m, a[v].n = n, a[v].k = k, a[v].x = dx, a[v].ldx = k, a[v].w = dw, a[v].ldw = k;
+            a[v].y = dy, a[v].ldy = n, a[v].sm_count = sms - 1;
+            bool order = v == 1 || v == 4 || v == 5, own = v == 2 || v == 4 || v == 5, flags = v == 3 || v == 5;
+            if (order) a[v].m_block_order = dorder;
+            if (own) {
+                a[v].x_own = (char *)dx + (size_t)half * (size_t)k * 2, a[v].ldx_own = k, a[v].own_row0 = half;
+                a[v].own_rows = m - half;
+            }
+            if (flags) {
+                a[v].row_flags = df, a[v].rows_per_flag = rpf, a[v].flag_shard_rows = half;
+                a[v].flag_shard_stride = stride, a[v].flag_epoch_ptr = depoch, a[v].abort_word = dabort;
+            }
+        }
+        float t[AG_WHO];
+        gemm_contenders who = {a, NULL, AG_WHO, false, NULL, NULL, 0};
+        time_interleaved(AG_WHO, run_contender, &who, t);
+        unsigned int aborted = 0;
+        GPU_CHECK(cudaMemcpy(&aborted, dabort, 4, cudaMemcpyDeviceToHost));
+        printf("%6lld %6lld %6lld  %7.1f  %7.1f  %7.1f  %7.1f  %7.1f  %7.1f   (%5.3f %5.3f %5.3f %5.3f %5.3f)%s\n", m, n, k,
+               t[0], t[1], t[2], t[3], t[4], t[5], t[1] / t[0], t[2] / t[0], t[3] / t[0], t[4] / t[0], t[5] / t[0],
+               aborted ? "  ABORTED (a flag wait expired)" : "");
+        cudaFree(dx), cudaFree(dw), cudaFree(dy), cudaFree(df), cudaFree(depoch), cudaFree(dabort), cudaFree(dorder);
+        free(hx), free(hw), free(ho);
+    }
+    free(copy);
+    return 0;
+}
+
 /* test_hopper_gemm fusedbench [MxNxK,...]: what the fused algorithms'
  * hooks cost the kernel, with every flag already at the epoch (no
  * communication): auto on every SM; auto on all SMs but one (as p2p's
@@ -2066,6 +2133,7 @@ static int single_bench(int argc, char **argv) {
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "bench") == 0) return hopper_bench(argc - 2, argv + 2);
     if (argc > 1 && strcmp(argv[1], "fusedbench") == 0) return fused_bench(argc - 2, argv + 2);
+    if (argc > 1 && strcmp(argv[1], "agbench") == 0) return ag_bench(argc - 2, argv + 2);
     if (argc > 1 && strcmp(argv[1], "addendbench") == 0) return addend_bench(argc - 2, argv + 2);
     if (argc > 1 && strcmp(argv[1], "singlebench") == 0) return single_bench(argc - 2, argv + 2);
     if (argc > 1 && strcmp(argv[1], "skbench") == 0) return sk_bench(argc - 2, argv + 2);
