@@ -397,17 +397,23 @@ __device__ bool wait_flag(const hgemm_params &p, const unsigned long long *flag,
  * chain before each tile's first TMA load cost 5.7 % of the kernel. */
 __device__ bool wait_row_flags(const hgemm_params &p, int tm, unsigned long long epoch,
                                unsigned long long *seen) {
-    long long r0 = (long long)tm * kTileM;
-    long long r1 = min(r0 + kTileM, (long long)p.m) - 1;
-    long long sr = p.flag_shard_rows > 0 ? p.flag_shard_rows : (long long)p.m;
-    long long per_shard = (sr + p.rows_per_flag - 1) / p.rows_per_flag;
+    /* 32-bit row arithmetic (m < 2^31; rows_per_flag and the shard rows
+     * clamped to m, which changes no index). In 64 bits the divisions
+     * compiled to calls, five per tile before its first TMA load, which
+     * cost the ping-pong kernel 4-6 % with every flag ready (agbench,
+     * docs/PERFORMANCE.md 4s). */
+    int r0 = tm * kTileM;
+    int r1 = min(r0 + kTileM, p.m) - 1;
+    int rpf = (int)min(p.rows_per_flag, (long long)p.m);
+    int sr = p.flag_shard_rows > 0 ? (int)min(p.flag_shard_rows, (long long)p.m) : p.m;
+    int per_shard = (sr - 1) / rpf + 1;
     unsigned long long start = 0;
     bool loaded = false;
-    for (long long j = r0 / sr; j <= r1 / sr; j++) {
-        long long first = max(r0, j * sr) - j * sr;
-        long long last = min(r1, j * sr + sr - 1) - j * sr;
-        for (long long q = first / p.rows_per_flag; q <= last / p.rows_per_flag; q++) {
-            long long bit = j * per_shard + q;
+    for (int j = r0 / sr; j <= r1 / sr; j++) {
+        int j0 = j * sr; /* <= r1 */
+        int first = max(r0 - j0, 0), last = min(r1 - j0, sr - 1);
+        for (int q = first / rpf; q <= last / rpf; q++) {
+            long long bit = (long long)j * per_shard + q;
             if (bit < 64 && ((*seen >> bit) & 1ull)) continue;
             if (!loaded) {
                 if (gave_up(p)) return false;
@@ -415,10 +421,9 @@ __device__ bool wait_row_flags(const hgemm_params &p, int tm, unsigned long long
                 loaded = true;
             }
             const unsigned long long *f = p.flag_shard_rows > 0
-                                              ? p.row_flags + j * p.flag_shard_stride + q
+                                              ? p.row_flags + (long long)j * p.flag_shard_stride + q
                                               : p.row_flags + q;
-            if (!wait_flag(p, f, epoch, start, (int)j,
-                           (int)(j * p.report_chunks_per_shard + q)))
+            if (!wait_flag(p, f, epoch, start, j, (int)(j * p.report_chunks_per_shard + q)))
                 return false;
             if (bit < 64) *seen |= 1ull << bit;
         }
