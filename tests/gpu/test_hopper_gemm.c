@@ -1620,7 +1620,8 @@ static int sk_bench(int argc, char **argv) {
  * kernel; + m_block_order (own tiles first); + x_own (the own half from the
  * caller's input, no order); + row flags on every tile (all ready, no
  * x_own); + order and x_own; the whole AG form (order, x_own, flags on the
- * peer half), as fusedbench's AG_form. Interleaved, medians. */
+ * peer half), as fusedbench's AG_form. Interleaved, medians.
+ * CGM_AGBENCH_ONLY=v times contender v alone (for a profiler). */
 #define AG_WHO 6
 static int ag_bench(int argc, char **argv) {
     const char *list = argc > 0 ? argv[0] : "16384x2048x8192,8192x4096x4096,16384x8192x2048";
@@ -1667,8 +1668,17 @@ static int ag_bench(int argc, char **argv) {
             }
         }
         float t[AG_WHO];
-        gemm_contenders who = {a, NULL, AG_WHO, false, NULL, NULL, 0};
-        time_interleaved(AG_WHO, run_contender, &who, t);
+        /* CGM_AGBENCH_ONLY=v: only contender v (0-5), e.g. under a profiler */
+        const char *only = getenv("CGM_AGBENCH_ONLY");
+        if (only) {
+            int v = atoi(only);
+            if (v < 0 || v >= AG_WHO) TEST_FAIL("CGM_AGBENCH_ONLY=%s: expected 0..%d", only, AG_WHO - 1);
+            a[0] = a[v];
+        }
+        gemm_contenders who = {a, NULL, only ? 1 : AG_WHO, false, NULL, NULL, 0};
+        time_interleaved(only ? 1 : AG_WHO, run_contender, &who, t);
+        if (only)
+            for (int v = 1; v < AG_WHO; v++) t[v] = t[0];
         unsigned int aborted = 0;
         GPU_CHECK(cudaMemcpy(&aborted, dabort, 4, cudaMemcpyDeviceToHost));
         printf("%6lld %6lld %6lld  %7.1f  %7.1f  %7.1f  %7.1f  %7.1f  %7.1f   (%5.3f %5.3f %5.3f %5.3f %5.3f)%s\n", m, n, k,
