@@ -2031,8 +2031,9 @@ extern "C" long long cgm_hgemm_sk_schedule_check(int64_t m, int64_t n, int64_t k
             pos += (unsigned long long)(w.kb1 - w.kb0);
             work += w.kb1 - w.kb0;
         }
-        if (result >= 0 && units_of(p, c, grid) != u)
-            result = fail("units_of (the producer's loop count) differs from the units unit_at gives", units_of(p, c, grid), u);
+        const int counted = units_of(p, c, grid);
+        if (result >= 0 && counted != u)
+            result = fail("units_of (the producer's loop count) differs from the units unit_at gives", counted, u);
         least = least < 0 || work < least ? work : least;
         most = work > most ? work : most;
     }

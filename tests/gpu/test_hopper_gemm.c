@@ -1615,6 +1615,72 @@ static int sk_bench(int argc, char **argv) {
     return bad ? 1 : 0;
 }
 
+/* The fused AG's setting for agbench and fusedbench (no communication):
+ * X, W and Y of m x n x k (bf16), every flag already at the epoch (16
+ * cells: shards of m/2 rows, flag_shard_stride 7, 2 flags per shard), the
+ * abort word, and the m-tile order of rank 1 of 2 (its own second half
+ * first). hooks_args fills a plain call on sm_count SMs; hooks_order,
+ * hooks_own and hooks_flags add one hook each, as the AG form uses them. */
+typedef struct hooks_fixture {
+    long long m, n, k;
+    int64_t half, rpf, stride;
+    void *hx, *hw, *dx, *dw, *dy;
+    unsigned long long *df, *depoch;
+    unsigned int *dabort;
+    int *ho, *dorder;
+} hooks_fixture;
+
+static void hooks_fixture_make(hooks_fixture *f, long long m, long long n, long long k) {
+    f->m = m, f->n = n, f->k = k;
+    size_t nx = (size_t)(m * k), nw = (size_t)(n * k), ny = (size_t)(m * n);
+    f->hx = fill(CGM_DTYPE_BF16, nx, 1), f->hw = fill(CGM_DTYPE_BF16, nw, 2);
+    f->dx = to_device(f->hx, nx * 2), f->dw = to_device(f->hw, nw * 2);
+    GPU_CHECK(cudaMalloc(&f->dy, ny * 2));
+    f->half = m / 2, f->rpf = (f->half / 2 + 127) / 128 * 128, f->stride = 7;
+    unsigned long long hf[16];
+    for (int i = 0; i < 16; i++) hf[i] = 1;
+    f->df = to_device(hf, sizeof hf), f->depoch = to_device(hf, 8);
+    GPU_CHECK(cudaMalloc((void **)&f->dabort, 4));
+    GPU_CHECK(cudaMemset(f->dabort, 0, 4));
+    int tiles = (int)((m + 127) / 128), nt = 0;
+    f->ho = malloc((size_t)tiles * sizeof(int));
+    if (!f->ho) TEST_FAIL("malloc %d tiles", tiles);
+    for (int t = (int)(f->half / 128); t < tiles; t++) f->ho[nt++] = t; /* own (second half) first */
+    for (int t = 0; t < (int)(f->half / 128); t++) f->ho[nt++] = t;
+    f->dorder = to_device(f->ho, (size_t)tiles * sizeof(int));
+}
+
+static void hooks_fixture_free(hooks_fixture *f) {
+    cudaFree(f->dx), cudaFree(f->dw), cudaFree(f->dy), cudaFree(f->df), cudaFree(f->depoch);
+    cudaFree(f->dabort), cudaFree(f->dorder);
+    free(f->hx), free(f->hw), free(f->ho);
+}
+
+static void hooks_args(const hooks_fixture *f, cgm_hgemm_args *a, int sm_count) {
+    memset(a, 0, sizeof *a);
+    a->in_dtype = a->out_dtype = CGM_DTYPE_BF16;
+    a->m = f->m, a->n = f->n, a->k = f->k, a->x = f->dx, a->ldx = f->k, a->w = f->dw, a->ldw = f->k;
+    a->y = f->dy, a->ldy = f->n, a->sm_count = sm_count;
+}
+
+static void hooks_order(const hooks_fixture *f, cgm_hgemm_args *a) { a->m_block_order = f->dorder; }
+
+static void hooks_own(const hooks_fixture *f, cgm_hgemm_args *a) {
+    a->x_own = (char *)f->dx + (size_t)f->half * (size_t)f->k * 2, a->ldx_own = f->k, a->own_row0 = f->half;
+    a->own_rows = f->m - f->half;
+}
+
+static void hooks_flags(const hooks_fixture *f, cgm_hgemm_args *a) {
+    a->row_flags = f->df, a->rows_per_flag = f->rpf, a->flag_shard_rows = f->half;
+    a->flag_shard_stride = f->stride, a->flag_epoch_ptr = f->depoch, a->abort_word = f->dabort;
+}
+
+static bool hooks_aborted(const hooks_fixture *f) {
+    unsigned int aborted = 0;
+    GPU_CHECK(cudaMemcpy(&aborted, f->dabort, 4, cudaMemcpyDeviceToHost));
+    return aborted != 0;
+}
+
 /* test_hopper_gemm agbench [MxNxK,...]: which of the fused AG's hooks costs
  * what, on all SMs but one (as the p2p backend launches it): the plain
  * kernel; + m_block_order (own tiles first); + x_own (the own half from the
@@ -1635,37 +1701,14 @@ static int ag_bench(int argc, char **argv) {
     for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         long long m, n, k;
         if (sscanf(tok, "%lldx%lldx%lld", &m, &n, &k) != 3 || m < 256 || n < 1 || k < 8) continue;
-        size_t nx = (size_t)(m * k), nw = (size_t)(n * k), ny = (size_t)(m * n);
-        void *hx = fill(CGM_DTYPE_BF16, nx, 1), *hw = fill(CGM_DTYPE_BF16, nw, 2);
-        void *dx = to_device(hx, nx * 2), *dw = to_device(hw, nw * 2), *dy;
-        GPU_CHECK(cudaMalloc(&dy, ny * 2));
-        int64_t half = m / 2, rpf = (half / 2 + 127) / 128 * 128, stride = 7;
-        unsigned long long hf[16];
-        for (int i = 0; i < 16; i++) hf[i] = 1;
-        unsigned long long *df = to_device(hf, sizeof hf), *depoch = to_device(hf, 8);
-        unsigned int *dabort;
-        GPU_CHECK(cudaMalloc((void **)&dabort, 4));
-        GPU_CHECK(cudaMemset(dabort, 0, 4));
-        int tiles = (int)((m + 127) / 128), *ho = malloc((size_t)tiles * sizeof(int)), nt = 0;
-        for (int t = (int)(half / 128); t < tiles; t++) ho[nt++] = t; /* own (second half) first */
-        for (int t = 0; t < (int)(half / 128); t++) ho[nt++] = t;
-        int *dorder = to_device(ho, (size_t)tiles * sizeof(int));
+        hooks_fixture f;
+        hooks_fixture_make(&f, m, n, k);
         cgm_hgemm_args a[AG_WHO];
         for (int v = 0; v < AG_WHO; v++) {
-            memset(&a[v], 0, sizeof a[v]);
-            a[v].in_dtype = a[v].out_dtype = CGM_DTYPE_BF16;
-            a[v].m = m, a[v].n = n, a[v].k = k, a[v].x = dx, a[v].ldx = k, a[v].w = dw, a[v].ldw = k;
-            a[v].y = dy, a[v].ldy = n, a[v].sm_count = sms - 1;
-            bool order = v == 1 || v == 4 || v == 5, own = v == 2 || v == 4 || v == 5, flags = v == 3 || v == 5;
-            if (order) a[v].m_block_order = dorder;
-            if (own) {
-                a[v].x_own = (char *)dx + (size_t)half * (size_t)k * 2, a[v].ldx_own = k, a[v].own_row0 = half;
-                a[v].own_rows = m - half;
-            }
-            if (flags) {
-                a[v].row_flags = df, a[v].rows_per_flag = rpf, a[v].flag_shard_rows = half;
-                a[v].flag_shard_stride = stride, a[v].flag_epoch_ptr = depoch, a[v].abort_word = dabort;
-            }
+            hooks_args(&f, &a[v], sms - 1);
+            if (v == 1 || v == 4 || v == 5) hooks_order(&f, &a[v]);
+            if (v == 2 || v == 4 || v == 5) hooks_own(&f, &a[v]);
+            if (v == 3 || v == 5) hooks_flags(&f, &a[v]);
         }
         float t[AG_WHO];
         /* CGM_AGBENCH_ONLY=v: only contender v (0-5), e.g. under a profiler */
@@ -1679,13 +1722,10 @@ static int ag_bench(int argc, char **argv) {
         time_interleaved(only ? 1 : AG_WHO, run_contender, &who, t);
         if (only)
             for (int v = 1; v < AG_WHO; v++) t[v] = t[0];
-        unsigned int aborted = 0;
-        GPU_CHECK(cudaMemcpy(&aborted, dabort, 4, cudaMemcpyDeviceToHost));
         printf("%6lld %6lld %6lld  %7.1f  %7.1f  %7.1f  %7.1f  %7.1f  %7.1f   (%5.3f %5.3f %5.3f %5.3f %5.3f)%s\n", m, n, k,
                t[0], t[1], t[2], t[3], t[4], t[5], t[1] / t[0], t[2] / t[0], t[3] / t[0], t[4] / t[0], t[5] / t[0],
-               aborted ? "  ABORTED (a flag wait expired)" : "");
-        cudaFree(dx), cudaFree(dw), cudaFree(dy), cudaFree(df), cudaFree(depoch), cudaFree(dabort), cudaFree(dorder);
-        free(hx), free(hw), free(ho);
+               hooks_aborted(&f) ? "  ABORTED (a flag wait expired)" : "");
+        hooks_fixture_free(&f);
     }
     free(copy);
     return 0;
@@ -1710,48 +1750,25 @@ static int fused_bench(int argc, char **argv) {
     for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         long long m, n, k;
         if (sscanf(tok, "%lldx%lldx%lld", &m, &n, &k) != 3 || m < 256 || n < 1 || k < 8) continue;
-        size_t nx = (size_t)(m * k), nw = (size_t)(n * k), ny = (size_t)(m * n);
-        void *hx = fill(CGM_DTYPE_BF16, nx, 1), *hw = fill(CGM_DTYPE_BF16, nw, 2);
-        void *dx = to_device(hx, nx * 2), *dw = to_device(hw, nw * 2), *dy, *dadd;
-        GPU_CHECK(cudaMalloc(&dy, ny * 2));
-        GPU_CHECK(cudaMalloc(&dadd, ny * 2)); /* m/2 x n fp32 */
-        GPU_CHECK(cudaMemset(dadd, 0, ny * 2));
-        int64_t half = m / 2, rpf = (half / 2 + 127) / 128 * 128, stride = 7;
-        unsigned long long hf[16];
-        for (int i = 0; i < 16; i++) hf[i] = 1;
-        unsigned long long *df = to_device(hf, sizeof hf), *depoch = to_device(hf, 8);
-        unsigned int *dabort;
-        GPU_CHECK(cudaMalloc((void **)&dabort, 4));
-        GPU_CHECK(cudaMemset(dabort, 0, 4));
-        int tiles = (int)((m + 127) / 128), *ho = malloc((size_t)tiles * sizeof(int)), nt = 0;
-        for (int t = (int)(half / 128); t < tiles; t++) ho[nt++] = t; /* own (second half) first */
-        for (int t = 0; t < (int)(half / 128); t++) ho[nt++] = t;
-        int *dorder = to_device(ho, (size_t)tiles * sizeof(int));
+        hooks_fixture f;
+        hooks_fixture_make(&f, m, n, k);
+        void *dadd;
+        GPU_CHECK(cudaMalloc(&dadd, (size_t)(m * n) * 2)); /* m/2 x n fp32 */
+        GPU_CHECK(cudaMemset(dadd, 0, (size_t)(m * n) * 2));
         cgm_hgemm_args a[5];
-        for (int v = 0; v < 5; v++) {
-            memset(&a[v], 0, sizeof a[v]);
-            a[v].in_dtype = a[v].out_dtype = CGM_DTYPE_BF16;
-            a[v].m = m, a[v].n = n, a[v].k = k, a[v].x = dx, a[v].ldx = k, a[v].w = dw, a[v].ldw = k;
-            a[v].y = dy, a[v].ldy = n, a[v].sm_count = v == 0 ? 0 : sms - 1;
-        }
+        for (int v = 0; v < 5; v++) hooks_args(&f, &a[v], v == 0 ? 0 : sms - 1);
         cgm_hgemm_args *ag = &a[2], *rs = &a[4];
-        ag->row_flags = df, ag->rows_per_flag = rpf, ag->flag_shard_rows = half, ag->flag_shard_stride = stride;
-        ag->flag_epoch_ptr = depoch, ag->abort_word = dabort, ag->m_block_order = dorder;
-        ag->x_own = (char *)dx + (size_t)half * (size_t)k * 2, ag->ldx_own = k, ag->own_row0 = half;
-        ag->own_rows = m - half;
-        a[3].m = rs->m = half;
-        rs->naddends = 1, rs->addend[0] = dadd, rs->addend_flags[0] = df, rs->addend_dtype = CGM_DTYPE_FP32;
-        rs->addend_ld = n, rs->rows_per_flag = rpf, rs->flag_epoch_ptr = depoch, rs->abort_word = dabort;
+        hooks_flags(&f, ag), hooks_order(&f, ag), hooks_own(&f, ag);
+        a[3].m = rs->m = f.half;
+        rs->naddends = 1, rs->addend[0] = dadd, rs->addend_flags[0] = f.df, rs->addend_dtype = CGM_DTYPE_FP32;
+        rs->addend_ld = n, rs->rows_per_flag = f.rpf, rs->flag_epoch_ptr = f.depoch, rs->abort_word = f.dabort;
         float t[5];
         gemm_contenders who = {a, NULL, 5, false, NULL, NULL, 0};
         time_interleaved(5, run_contender, &who, t);
-        unsigned int aborted = 0;
-        GPU_CHECK(cudaMemcpy(&aborted, dabort, 4, cudaMemcpyDeviceToHost));
         printf("%6lld %6lld %6lld  %8.1f %6.1f %8.1f  (%5.3f)  %8.1f %8.1f  (%5.3f)%s\n", m, n, k, t[0], t[1],
-               t[2], t[2] / t[1], t[3], t[4], t[4] / t[3], aborted ? "  ABORTED (a flag wait expired)" : "");
-        cudaFree(dx), cudaFree(dw), cudaFree(dy), cudaFree(dadd), cudaFree(df), cudaFree(depoch);
-        cudaFree(dabort), cudaFree(dorder);
-        free(hx), free(hw), free(ho);
+               t[2], t[2] / t[1], t[3], t[4], t[4] / t[3], hooks_aborted(&f) ? "  ABORTED (a flag wait expired)" : "");
+        cudaFree(dadd);
+        hooks_fixture_free(&f);
     }
     free(copy);
     /* A copy to the peer GPU (what the fused algorithms' comm queue does)
