@@ -119,6 +119,11 @@ struct hgemm_params {
     int vector16;     /* 16-bit Y, y 16-byte aligned, ldy % 8 == 0: 16-byte stores */
     const unsigned long long *row_flags;
     long long rows_per_flag;
+    /* wait_row_flags' divisors, clamped to m, with their multiply-high
+     * forms (fastdiv): rows per flag, rows per shard, flags per shard. */
+    int flag_rpf, flag_sr, flag_per_shard;
+    unsigned int flag_rpf_mul, flag_sr_mul;
+    int flag_rpf_shr, flag_sr_shr;
     long long flag_shard_rows, flag_shard_stride;
     unsigned long long flag_epoch;
     const unsigned long long *flag_epoch_ptr;
@@ -337,6 +342,29 @@ __device__ __forceinline__ unsigned long long globaltimer() { return cgm_flags::
  * flags' shards or pieces) m tiles; inside a group m runs fastest, so the ~#SMs tiles in
  * flight at once share a few W column blocks and kGroupM X row blocks in
  * L2. m_block_order (if any) renames m tiles (e.g. local rows first). */
+/* n / d for 0 <= n < 2^31 and 1 <= d < 2^31 by a multiply-high and a shift
+ * (as CUTLASS's FastDivmod): with s = ceil(log2 d), mul = ceil(2^(31+s) / d)
+ * and n / d = umulhi(n, mul) >> (s - 1); d = 1 has mul = 0 (n / 1 = n).
+ * The host computes mul and the shift once per call, so the producer's
+ * per-tile flag check has no division (cgm_hgemm_fastdiv_check tests it). */
+__host__ __device__ __forceinline__ void fastdiv_init(int d, unsigned int *mul, int *shr) {
+    if (d <= 1) {
+        *mul = 0, *shr = 0;
+        return;
+    }
+    int s = 0;
+    while ((1ll << s) < d) s++;
+    *mul = (unsigned int)(((1ull << (31 + s)) + (unsigned long long)d - 1) / (unsigned long long)d);
+    *shr = s - 1;
+}
+__host__ __device__ __forceinline__ int fastdiv(int n, unsigned int mul, int shr) {
+#ifdef __CUDA_ARCH__
+    return mul ? (int)(__umulhi((unsigned int)n, mul) >> shr) : n;
+#else
+    return mul ? (int)((unsigned int)(((unsigned long long)(unsigned int)n * mul) >> 32) >> shr) : n;
+#endif
+}
+
 template <bool kSplit>
 __device__ __forceinline__ void tile_coords(const hgemm_params &p, int t, int *tm, int *tn) {
     int group_m = kSplit ? p.group_m : kGroupM;
@@ -404,16 +432,16 @@ __device__ bool wait_row_flags(const hgemm_params &p, int tm, unsigned long long
      * docs/PERFORMANCE.md 4s). */
     int r0 = tm * kTileM;
     int r1 = min(r0 + kTileM, p.m) - 1;
-    int rpf = (int)min(p.rows_per_flag, (long long)p.m);
-    int sr = p.flag_shard_rows > 0 ? (int)min(p.flag_shard_rows, (long long)p.m) : p.m;
-    int per_shard = (sr - 1) / rpf + 1;
+    int sr = p.flag_sr;
     unsigned long long start = 0;
     bool loaded = false;
-    for (int j = r0 / sr; j <= r1 / sr; j++) {
+    for (int j = fastdiv(r0, p.flag_sr_mul, p.flag_sr_shr), j1 = fastdiv(r1, p.flag_sr_mul, p.flag_sr_shr); j <= j1;
+         j++) {
         int j0 = j * sr; /* <= r1 */
         int first = max(r0 - j0, 0), last = min(r1 - j0, sr - 1);
-        for (int q = first / rpf; q <= last / rpf; q++) {
-            long long bit = (long long)j * per_shard + q;
+        int q1 = fastdiv(last, p.flag_rpf_mul, p.flag_rpf_shr);
+        for (int q = fastdiv(first, p.flag_rpf_mul, p.flag_rpf_shr); q <= q1; q++) {
+            long long bit = (long long)j * p.flag_per_shard + q;
             if (bit < 64 && ((*seen >> bit) & 1ull)) continue;
             if (!loaded) {
                 if (gave_up(p)) return false;
@@ -2050,6 +2078,33 @@ extern "C" long long cgm_hgemm_sk_schedule_check(int64_t m, int64_t n, int64_t k
     return result;
 }
 
+/* fastdiv against the division, host only; see hopper_gemm.h. */
+extern "C" long long cgm_hgemm_fastdiv_check(char *why, size_t len) {
+    long long checked = 0;
+    auto one = [&](int d, int n) {
+        unsigned int mul;
+        int shr;
+        fastdiv_init(d, &mul, &shr);
+        checked++;
+        if (fastdiv(n, mul, shr) == n / d) return true;
+        if (why && len) snprintf(why, len, "fastdiv(%d, %d) = %d, expected %d", n, d, fastdiv(n, mul, shr), n / d);
+        return false;
+    };
+    const int big = 0x7fffffff;
+    for (long long d = 1; d <= big; d = d < 4200 ? d + 1 : d * 3 / 2 + 7) {
+        const long long ns[] = {0, 1, d - 1, d, d + 1, 2 * d - 1, 2 * d, 127 * d + 5, big / 2, big - 1, big,
+                                (big / d) * d, (big / d) * d - 1, (big / d - 1) * d};
+        for (long long n : ns)
+            if (n >= 0 && n <= big && !one((int)d, (int)n)) return -1;
+        for (long long n = 0; n < 300000; n += 997)
+            if (!one((int)d, (int)n)) return -1;
+    }
+    for (int d : {big, big - 1, 1 << 30, (1 << 30) + 1, 3, 7, 128, 2048, 6144})
+        for (long long n = big; n > big - 5000; n--)
+            if (!one(d, (int)n)) return -1;
+    return checked;
+}
+
 extern "C" int cgm_hgemm_variant_for(const cgm_hgemm_args *a) {
     if (a->variant == CGM_HGEMM_COOPERATIVE || a->variant == CGM_HGEMM_PINGPONG) return a->variant;
     return auto_pingpong(a->m, a->n, a->k) ? CGM_HGEMM_PINGPONG : CGM_HGEMM_COOPERATIVE;
@@ -2172,6 +2227,11 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
     p.rows_per_flag = a->rows_per_flag;
     p.flag_shard_rows = a->flag_shard_rows;
     p.flag_shard_stride = a->flag_shard_stride;
+    p.flag_rpf = (int)(a->rows_per_flag < 1 ? 1 : a->rows_per_flag < a->m ? a->rows_per_flag : a->m);
+    p.flag_sr = (int)(a->flag_shard_rows > 0 && a->flag_shard_rows < a->m ? a->flag_shard_rows : a->m);
+    p.flag_per_shard = (p.flag_sr - 1) / p.flag_rpf + 1;
+    fastdiv_init(p.flag_rpf, &p.flag_rpf_mul, &p.flag_rpf_shr);
+    fastdiv_init(p.flag_sr, &p.flag_sr_mul, &p.flag_sr_shr);
     p.flag_epoch = a->flag_epoch;
     p.flag_epoch_ptr = a->flag_epoch_ptr;
     p.naddends = a->naddends;

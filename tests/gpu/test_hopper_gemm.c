@@ -513,6 +513,16 @@ static void case_stream_k(const void *p) {
  * a single cut tile's worth of last wave to grids of 4095 CTAs and 2^20 k
  * blocks; and the calls it must not cut (a full last wave, fewer tiles than
  * CTAs, one k block). */
+/* The multiply-high division of the row-flag check against '/' (host only,
+ * no GPU needed). */
+static void case_fastdiv(const void *p) {
+    (void)p;
+    char why[160] = "";
+    long long n = cgm_hgemm_fastdiv_check(why, sizeof why);
+    if (n < 0) TEST_FAIL("%s", why);
+    printf("fastdiv: %lld divisions checked\n", n);
+}
+
 static void case_sk_schedule(const void *p) {
     (void)p;
     static const int grids[] = {1, 2, 3, 5, 7, 13, 64, 131, 132, 133, 264, 1000, 4095};
@@ -1329,6 +1339,7 @@ static void register_cases(void) {
     test_add("many_tiles", case_many_tiles, NULL);
     test_add("stream_k", case_stream_k, NULL);
     test_add("sk_schedule", case_sk_schedule, NULL);
+    test_add("fastdiv", case_fastdiv, NULL);
     test_set_timeout(60);
     test_add("flags_timeout", case_flags_timeout, NULL);
     test_add("refusals", case_refusals, NULL);
