@@ -86,9 +86,13 @@ template <bool kPP> struct cfg {
  * slot, empty per slot) after the other barriers. */
 constexpr int kAddendBox = 64 * 64 * 2;          /* 8 KiB */
 constexpr int kAddendSlot = 2 * kAddendBox;      /* 16 KiB */
+/* The producer's map of the m tiles whose row flags it already saw ready
+ * (wait_ready_rows): one bit per m tile for the first kReadyTiles, after
+ * the barriers. */
+constexpr int kReadyTiles = 2048;
 template <bool kPP, bool kWithHelper> struct smem_of { /* kWithHelper: kSplit || kAddTma */
     static constexpr bool slots = kPP && kWithHelper;
-    static constexpr int bytes = cfg<kPP>::smem_bytes + (slots ? 2 * kAddendSlot + 6 * 8 : 0);
+    static constexpr int bytes = cfg<kPP>::smem_bytes + (slots ? 2 * kAddendSlot : 0) + 6 * 8 + kReadyTiles / 8;
     static_assert(bytes <= 227 * 1024, "shared memory per block");
 };
 
@@ -103,6 +107,11 @@ struct hgemm_params {
     int m, n, k;
     int tiles_m, tiles_n, k_blocks;
     int group_m; /* rasterization: m tiles per group (tile_coords) */
+    /* tile_coords' divisors in multiply-high form (fastdiv): group_m *
+     * tiles_n, group_m, and the last group's m tiles (tiles_m % group_m,
+     * or group_m) */
+    unsigned int span_mul, gm_mul, last_mul;
+    int span_shr, gm_shr, last_shr;
     void *y;
     long long ldy;
     /* The rows with the epilogue (bias, accumulate, addends): m tiles
@@ -337,11 +346,6 @@ __device__ __forceinline__ unsigned long long globaltimer() { return cgm_flags::
 
 /* ------------------------------------------------------------ scheduler */
 
-/* Linear tile index -> (m tile, n tile). Tiles are taken in groups of
- * group_m (kGroupM, or fewer so that groups do not straddle the done
- * flags' shards or pieces) m tiles; inside a group m runs fastest, so the ~#SMs tiles in
- * flight at once share a few W column blocks and kGroupM X row blocks in
- * L2. m_block_order (if any) renames m tiles (e.g. local rows first). */
 /* n / d for 0 <= n < 2^31 and 1 <= d < 2^31 by a multiply-high and a shift
  * (as CUTLASS's FastDivmod): with s = ceil(log2 d), mul = ceil(2^(31+s) / d)
  * and n / d = umulhi(n, mul) >> (s - 1); d = 1 has mul = 0 (n / 1 = n).
@@ -365,17 +369,37 @@ __host__ __device__ __forceinline__ int fastdiv(int n, unsigned int mul, int shr
 #endif
 }
 
+/* Linear tile index -> (m tile, n tile). Tiles are taken in groups of
+ * group_m (kGroupM, or fewer so that groups do not straddle the done
+ * flags' shards or pieces) m tiles; inside a group m runs fastest, so the ~#SMs tiles in
+ * flight at once share a few W column blocks and kGroupM X row blocks in
+ * L2. m_block_order (if any) renames m tiles (e.g. local rows first). */
 template <bool kSplit>
-__device__ __forceinline__ void tile_coords(const hgemm_params &p, int t, int *tm, int *tn) {
+__host__ __device__ __forceinline__ void tile_coords(const hgemm_params &p, int t, int *tm, int *tn) {
+    /* Divisions by multiply-high (coords_init): the producer computes this
+     * before each tile's first TMA load, with the two divisions compiled
+     * to MUFU.RCP chains (about 40 instructions per tile) */
     int group_m = kSplit ? p.group_m : kGroupM;
-    int span = group_m * p.tiles_n;
-    int group = t / span;
+    int group = fastdiv(t, p.span_mul, p.span_shr);
     int first = group * group_m;
-    int size = min(p.tiles_m - first, group_m);
-    int r = t - group * span;
-    int lm = first + r % size;
-    *tn = r / size;
+    int r = t - first * p.tiles_n;
+    bool last = p.tiles_m - first < group_m;
+    int size = last ? p.tiles_m - first : group_m;
+    int q = last     ? fastdiv(r, p.last_mul, p.last_shr)
+            : kSplit ? fastdiv(r, p.gm_mul, p.gm_shr)
+                     : (int)((unsigned int)r / (unsigned int)kGroupM);
+    *tn = q;
+    int lm = first + (r - q * size);
     *tm = p.m_block_order ? p.m_block_order[lm] : lm;
+}
+
+/* tile_coords' divisors, once per call on the host (group_m, tiles_m and
+ * tiles_n set). */
+void coords_init(hgemm_params *p) {
+    fastdiv_init(p->group_m * p->tiles_n, &p->span_mul, &p->span_shr);
+    fastdiv_init(p->group_m, &p->gm_mul, &p->gm_shr);
+    int rest = p->tiles_m % p->group_m;
+    fastdiv_init(rest ? rest : p->group_m, &p->last_mul, &p->last_shr);
 }
 
 /* The epoch the flags must reach: read from device memory when given, so
@@ -1303,14 +1327,27 @@ __device__ __forceinline__ void produce(const hgemm_params &p, const CUtensorMap
                                         const CUtensorMap *map_x_own, const CUtensorMap *map_w, uint32_t smem_a,
                                         uint32_t smem_b, uint32_t full_bar, uint32_t empty_bar, int t, int kb0,
                                         int kb1, int &stage, uint32_t &phase, bool &waiting,
-                                        unsigned long long epoch, unsigned long long &seen) {
+                                        unsigned long long epoch, unsigned long long &seen, unsigned int *ready) {
     int tm, tn;
     tile_coords<kSplit>(p, t, &tm, &tn);
     /* Tiles inside the own rows read them from x_own, unflagged. */
     bool own = kHooks && tm >= p.own_tile0 && tm < p.own_tile1;
     const CUtensorMap *mx = own ? map_x_own : map_x;
     int xrow = own ? tm * kTileM - (int)p.own_row0 : tm * kTileM;
-    if (kHooks && waiting && !own) waiting = wait_row_flags(p, tm, epoch, &seen);
+    if (kHooks && waiting && !own) {
+        /* An m tile whose flags this thread already saw ready costs one
+         * shared-memory load: the check itself is about 60 instructions
+         * before the tile's first TMA load, and each flagged tile's check
+         * cost the ping-pong kernel 0.4-0.8 us at k = 4096 (agbench,
+         * docs/PERFORMANCE.md 4t). Only this thread reads and writes the
+         * map. */
+        bool mapped = tm < kReadyTiles;
+        unsigned int bit = 1u << (tm & 31), word = mapped ? ready[tm >> 5] : 0u;
+        if (!(word & bit)) {
+            waiting = wait_row_flags(p, tm, epoch, &seen);
+            if (waiting && mapped) ready[tm >> 5] = word | bit;
+        }
+    }
     for (int kb = kb0; kb < kb1; kb++) {
         /* A fresh barrier counts as having completed the phase before
          * phase 0, so the first pass does not wait. */
@@ -1366,6 +1403,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t taken_bar = ready_bar + 16;                    /* 2 x 8 bytes (addend_flag_helper) */
     uint32_t afull_bar = taken_bar + 16;                    /* 2 x 2 x 8 bytes (addend_tma_helper) */
     uint32_t aempty_bar = afull_bar + 32;                   /* 2 x 8 bytes (addend_tma_helper) */
+    /* then kReadyTiles / 8 bytes: the producer's map of ready m tiles (produce) */
     /* The warpgroup is broadcast from lane 0: the compiler then knows it
      * (and the consumer index, its ring position, the wgmma descriptors)
      * is warp-uniform and keeps the main loop in uniform registers, with
@@ -1425,6 +1463,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint32_t phase = 0;
         bool waiting = p.row_flags != nullptr;
         unsigned long long epoch = waiting ? flag_epoch(p) : 0, seen = 0;
+        /* the map of ready m tiles (produce), after the barriers */
+        unsigned int *ready = (unsigned int *)(smem_raw + (aempty_bar + 16 - smem_addr(smem_raw)));
+        if (!kSK && waiting)
+#pragma unroll 1
+            for (int i = 0; i < kReadyTiles / 32 && i * 32 < p.tiles_m; i++) ready[i] = 0;
         if constexpr (kSK) {
             /* One loop over the units, each recomputed from its index (the
              * schedule is not kept live: with it, with a second loop for
@@ -1436,12 +1479,12 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int u = 0; u < units; u++) {
                 unit_at(p, blockIdx.x, gridDim.x, u, &w);
                 produce<kSplit, kStages, C, false>(p, &map_x, &map_x_own, &map_w, smem_a, smem_b, full_bar, empty_bar,
-                                                   w.t, w.kb0, w.kb1, stage, phase, waiting, epoch, seen);
+                                                   w.t, w.kb0, w.kb1, stage, phase, waiting, epoch, seen, ready);
             }
         } else {
             for (int t = blockIdx.x; t < tiles; t += gridDim.x)
                 produce<kSplit, kStages, C>(p, &map_x, &map_x_own, &map_w, smem_a, smem_b, full_bar, empty_bar, t,
-                                            0, p.k_blocks, stage, phase, waiting, epoch, seen);
+                                            0, p.k_blocks, stage, phase, waiting, epoch, seen, ready);
         }
         return;
     }
@@ -2102,6 +2145,39 @@ extern "C" long long cgm_hgemm_fastdiv_check(char *why, size_t len) {
     for (int d : {big, big - 1, 1 << 30, (1 << 30) + 1, 3, 7, 128, 2048, 6144})
         for (long long n = big; n > big - 5000; n--)
             if (!one(d, (int)n)) return -1;
+    /* tile_coords (with coords_init's divisors) against its division form,
+     * the split kernels' group_m and the others' kGroupM, every tile of
+     * small grids and the first and last tiles of large ones */
+    auto coords = [&](int tiles_m, int tiles_n, int group_m, long long t) {
+        hgemm_params p;
+        memset(&p, 0, sizeof p);
+        p.tiles_m = tiles_m, p.tiles_n = tiles_n, p.group_m = group_m;
+        coords_init(&p);
+        int tm, tn;
+        if (group_m == kGroupM) tile_coords<false>(p, (int)t, &tm, &tn);
+        else tile_coords<true>(p, (int)t, &tm, &tn);
+        long long span = (long long)group_m * tiles_n, group = t / span, first = group * group_m;
+        long long size = tiles_m - first < group_m ? tiles_m - first : group_m, r = t - group * span;
+        checked++;
+        if (tm == first + r % size && tn == r / size) return true;
+        if (why && len)
+            snprintf(why, len, "tile_coords(%lld) of %d x %d tiles, group_m %d = (%d, %d), expected (%lld, %lld)", t,
+                     tiles_m, tiles_n, group_m, tm, tn, first + r % size, r / size);
+        return false;
+    };
+    for (int g : {1, 2, 3, 5, 8, kGroupM})
+        for (int tm_ = 1; tm_ <= 70; tm_ += tm_ < 20 ? 1 : 7)
+            for (int tn_ : {1, 2, 3, 7, 32, 33})
+                for (long long t = 0; t < (long long)tm_ * tn_; t++)
+                    if (!coords(tm_, tn_, g, t)) return -1;
+    for (int g : {3, kGroupM})
+        for (long long tm_ : {16777215ll, 65537ll, 131ll})
+            for (long long tn_ : {127ll, 1ll, 16383ll}) {
+                long long tiles = tm_ * tn_;
+                if (tiles > big) continue;
+                for (long long t : {0ll, 1ll, tiles / 2, tiles - tn_ * g - 1, tiles - 2, tiles - 1})
+                    if (t >= 0 && t < tiles && !coords((int)tm_, (int)tn_, g, t)) return -1;
+            }
     return checked;
 }
 
@@ -2191,9 +2267,10 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
      * rises as early as it can (a group of 16 m tiles over two pieces
      * finished both at its end; docs/PERFORMANCE.md 4i). */
     p.group_m = kGroupM;
-    if (a->done_flags)
+    if (a->done_flags && a->y_own) /* only the split kernels (kSplit) count done pieces */
         p.group_m = plan_fused_group_m(a->done_shard_rows / kTileM, a->done_rows_per_piece / kTileM, kGroupM);
     p.tiles_n = (int)((a->n + tile_n - 1) / tile_n);
+    coords_init(&p);
     p.k_blocks = (int)((a->k + kTileK - 1) / kTileK);
     p.y = a->y;
     p.ldy = a->ldy;

@@ -211,9 +211,10 @@ long long cgm_hgemm_sk_schedule_check(int64_t m, int64_t n, int64_t k, int varia
                                       size_t len);
 
 /* For tests, host only: the multiply-high division that the row-flag check
- * uses (fastdiv in the .cu) against '/', over divisors 1 .. 2^31 - 1 and
- * dividends 0 .. 2^31 - 1 at their edges. Returns the number of pairs
- * checked, or -1 with the first wrong one in why. */
+ * and the tile scheduler use (fastdiv in the .cu) against '/', over
+ * divisors 1 .. 2^31 - 1 and dividends 0 .. 2^31 - 1 at their edges, and
+ * the scheduler's tile coordinates against their division form. Returns
+ * the number of checks, or -1 with the first wrong one in why. */
 long long cgm_hgemm_fastdiv_check(char *why, size_t len);
 
 /* Enqueues the GEMM on `stream` (no allocation, graph capturable).
