@@ -86,13 +86,16 @@ template <bool kPP> struct cfg {
  * slot, empty per slot) after the other barriers. */
 constexpr int kAddendBox = 64 * 64 * 2;          /* 8 KiB */
 constexpr int kAddendSlot = 2 * kAddendBox;      /* 16 KiB */
-/* The producer's map of the m tiles whose row flags it already saw ready
- * (wait_ready_rows): one bit per m tile for the first kReadyTiles, after
- * the barriers. */
+/* After the barriers: the tile queue (two slots of a tile index, their
+ * full and empty barriers: 48 bytes, tile_queue), then the producer's map
+ * of the m tiles whose row flags it already saw ready (produce): one bit
+ * per m tile for the first kReadyTiles. */
 constexpr int kReadyTiles = 2048;
+constexpr int kQueueBytes = 48;
 template <bool kPP, bool kWithHelper> struct smem_of { /* kWithHelper: kSplit || kAddTma */
     static constexpr bool slots = kPP && kWithHelper;
-    static constexpr int bytes = cfg<kPP>::smem_bytes + (slots ? 2 * kAddendSlot : 0) + 6 * 8 + kReadyTiles / 8;
+    static constexpr int bytes =
+        cfg<kPP>::smem_bytes + (slots ? 2 * kAddendSlot : 0) + 6 * 8 + kQueueBytes + kReadyTiles / 8;
     static_assert(bytes <= 227 * 1024, "shared memory per block");
 };
 
@@ -107,6 +110,11 @@ struct hgemm_params {
     int m, n, k;
     int tiles_m, tiles_n, k_blocks;
     int group_m; /* rasterization: m tiles per group (tile_coords) */
+    /* The dynamic schedule (cgm_hgemm_args.tile_counter): after its first
+     * tile blockIdx.x, a CTA takes gridDim.x + atomicAdd(tile_counter, 1)
+     * until that passes the last tile; NULL: tiles blockIdx.x + i *
+     * gridDim.x. Not in the helper and stream-K kernels. */
+    unsigned int *tile_counter;
     /* tile_coords' divisors in multiply-high form (fastdiv): group_m *
      * tiles_n, group_m, and the last group's m tiles (tiles_m % group_m,
      * or group_m) */
@@ -344,6 +352,21 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[128], uint64_t desc_
 using cgm_flags::load_acquire_sys;
 __device__ __forceinline__ unsigned long long globaltimer() { return cgm_flags::global_timer_ns(); }
 
+#ifdef CGM_HGEMM_TRACE
+/* The trace build's per-CTA stamps (%globaltimer, ns): start (thread 0
+ * after the barriers' set-up), and each consumer warpgroup's exit, on every
+ * path out of the kernel (cgm_hgemm_trace_ctas). */
+constexpr int kTraceCtas = 1024;
+__device__ unsigned long long trace_cta[kTraceCtas][3];
+struct cta_exit_stamp {
+    int slot;
+    bool on;
+    __device__ ~cta_exit_stamp() {
+        if (on && blockIdx.x < kTraceCtas) trace_cta[blockIdx.x][slot] = globaltimer();
+    }
+};
+#endif
+
 /* ------------------------------------------------------------ scheduler */
 
 /* n / d for 0 <= n < 2^31 and 1 <= d < 2^31 by a multiply-high and a shift
@@ -400,6 +423,39 @@ void coords_init(hgemm_params *p) {
     fastdiv_init(p->group_m, &p->gm_mul, &p->gm_shr);
     int rest = p->tiles_m % p->group_m;
     fastdiv_init(rest ? rest : p->group_m, &p->last_mul, &p->last_shr);
+}
+
+/* The tile queue of the kernels without an addend helper or a stream-K
+ * tail: the producer thread publishes each tile of its CTA (the CTA's j-th,
+ * j = 0, 1, ...) in slot j & 1 before loading it, and -1 for the two after
+ * the last; the consumers of tile j (ping-pong: consumer j & 1;
+ * cooperative: both) read it there. full[s]: one arrive, the producer's;
+ * empty[s]: one per reading warp, after its lane 0 read the slot and
+ * broadcast it (a warp-uniform value: the loops stay on the uniform
+ * datapath). Only with the dynamic schedule (tile_counter): with static
+ * tiles every role computes its own. */
+struct tile_queue {
+    uint32_t full, empty, slot; /* shared addresses: 2 barriers, 2 barriers, 2 ints */
+};
+
+__device__ __forceinline__ void queue_put(const tile_queue &q, int j, int t) {
+    int s = j & 1;
+    uint32_t use = (uint32_t)j >> 1;
+    mbar_wait(q.empty + 8 * s, (use & 1) ^ 1); /* a fresh barrier passes the first time */
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(q.slot + 4 * s), "r"(t) : "memory");
+    mbar_arrive(q.full + 8 * s); /* release: the slot's store is seen by whoever waits */
+}
+
+__device__ __forceinline__ int queue_get(const tile_queue &q, int j) {
+    int s = j & 1;
+    uint32_t use = (uint32_t)j >> 1;
+    mbar_wait(q.full + 8 * s, use & 1);
+    int t = 0;
+    bool lane0 = threadIdx.x % 32 == 0;
+    if (lane0) asm volatile("ld.shared.u32 %0, [%1];" : "=r"(t) : "r"(q.slot + 4 * s) : "memory");
+    t = __shfl_sync(0xFFFFFFFFu, t, 0);
+    if (lane0) mbar_arrive(q.empty + 8 * s);
+    return t;
 }
 
 /* The epoch the flags must reach: read from device memory when given, so
@@ -1403,7 +1459,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t taken_bar = ready_bar + 16;                    /* 2 x 8 bytes (addend_flag_helper) */
     uint32_t afull_bar = taken_bar + 16;                    /* 2 x 2 x 8 bytes (addend_tma_helper) */
     uint32_t aempty_bar = afull_bar + 32;                   /* 2 x 8 bytes (addend_tma_helper) */
-    /* then kReadyTiles / 8 bytes: the producer's map of ready m tiles (produce) */
+    /* then the tile queue (kQueueBytes) and the producer's map of ready m
+     * tiles (kReadyTiles / 8 bytes, produce) */
+    const tile_queue queue = {aempty_bar + 16, aempty_bar + 32, aempty_bar + 48};
+    constexpr bool kQueue = !kHelper && !kSK;
+    /* With the static schedule every role computes its tiles itself: going
+     * through the queue made the fused AG's form (row flags, tile order,
+     * x_own) 2-3 % slower with static tiles (docs/PERFORMANCE.md 4t). */
+    const bool dynamic = kQueue && p.tile_counter != nullptr;
     /* The warpgroup is broadcast from lane 0: the compiler then knows it
      * (and the consumer index, its ring position, the wgmma descriptors)
      * is warp-uniform and keeps the main loop in uniform registers, with
@@ -1430,11 +1493,19 @@ __global__ void __launch_bounds__(kThreads, 1)
                 mbar_init(afull_bar + 16 * c + 8, 1);
                 mbar_init(aempty_bar + 8 * c, 4); /* one arrive per warp of the reading consumer */
             }
+        if (dynamic)
+            for (int s = 0; s < 2; s++) {
+                mbar_init(queue.full + 8 * s, 1);
+                mbar_init(queue.empty + 8 * s, kPP ? 4 : 8); /* one arrive per reading warp */
+            }
         /* Make the initialised barriers visible to the async proxy (TMA). */
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     }
     __syncthreads();
+#ifdef CGM_HGEMM_TRACE
+    if (threadIdx.x == 0 && blockIdx.x < kTraceCtas) trace_cta[blockIdx.x][0] = globaltimer();
+#endif
 
     if (warpgroup == 0) {
         if (kHelper) /* room for the addend-flag helper (no spills, -Xptxas -v) */
@@ -1464,7 +1535,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         bool waiting = p.row_flags != nullptr;
         unsigned long long epoch = waiting ? flag_epoch(p) : 0, seen = 0;
         /* the map of ready m tiles (produce), after the barriers */
-        unsigned int *ready = (unsigned int *)(smem_raw + (aempty_bar + 16 - smem_addr(smem_raw)));
+        unsigned int *ready = (unsigned int *)(smem_raw + (aempty_bar + 16 + kQueueBytes - smem_addr(smem_raw)));
         if (!kSK && waiting)
 #pragma unroll 1
             for (int i = 0; i < kReadyTiles / 32 && i * 32 < p.tiles_m; i++) ready[i] = 0;
@@ -1481,6 +1552,29 @@ __global__ void __launch_bounds__(kThreads, 1)
                 produce<kSplit, kStages, C, false>(p, &map_x, &map_x_own, &map_w, smem_a, smem_b, full_bar, empty_bar,
                                                    w.t, w.kb0, w.kb1, stage, phase, waiting, epoch, seen, ready);
             }
+        } else if (kQueue && p.tile_counter) {
+            /* The next tile is claimed before this one's loads and read
+             * after them: the atomic's round trip stays off the path to
+             * the tile's first TMA load. The claim of value tiles - 1 is
+             * the launch's last (each CTA's claims end with one past the
+             * tiles: tiles claims in all), so its CTA resets the counter. */
+            unsigned int *counter = p.tile_counter;
+            int j = 0;
+            for (int t = blockIdx.x; t < tiles; j++) {
+                unsigned int v = atomicAdd(counter, 1u);
+                queue_put(queue, j, t);
+                produce<kSplit, kStages, C>(p, &map_x, &map_x_own, &map_w, smem_a, smem_b, full_bar, empty_bar, t,
+                                            0, p.k_blocks, stage, phase, waiting, epoch, seen, ready);
+                if (v == (unsigned int)tiles - 1u) *(volatile unsigned int *)counter = 0u;
+                long long next = (long long)gridDim.x + v;
+                /* the producer thread is the warp's only one left; the
+                 * shuffle tells the compiler the tile (an atomic's result)
+                 * is warp-uniform, which keeps the k loop's TMA coordinates
+                 * in uniform registers (10 R2UR per k block without) */
+                t = __shfl_sync(1u, next < tiles ? (int)next : tiles, 0);
+            }
+            queue_put(queue, j, -1);
+            queue_put(queue, j + 1, -1);
         } else {
             for (int t = blockIdx.x; t < tiles; t += gridDim.x)
                 produce<kSplit, kStages, C>(p, &map_x, &map_x_own, &map_w, smem_a, smem_b, full_bar, empty_bar, t,
@@ -1496,6 +1590,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     int consumer = warpgroup - 1;
     bool leader = threadIdx.x % 128 == 0;
+#ifdef CGM_HGEMM_TRACE
+    cta_exit_stamp exit_stamp{1 + consumer, leader};
+#endif
     unsigned long long epoch = p.addend_waits || (kSplit && p.done_flags) ? flag_epoch(p) : 0;
     float d[128];
 #pragma unroll
@@ -1509,6 +1606,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             unit w;
             if constexpr (kSK) {
                 if (!unit_at(p, blockIdx.x, gridDim.x, u, &w)) break;
+            } else if (kQueue && dynamic) {
+                w.t = queue_get(queue, u);
+                if (w.t < 0) break;
             } else {
                 w.t = blockIdx.x + u * gridDim.x;
                 if (w.t >= tiles) break;
@@ -1576,9 +1676,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         if constexpr (kSK) {
             if (!unit_at(p, blockIdx.x, gridDim.x, (int)i, &w)) break;
         } else {
-            long long tl = blockIdx.x + i * gridDim.x;
-            if (tl >= tiles) break;
-            w.t = (int)tl;
+            if (kQueue && dynamic) {
+                w.t = queue_get(queue, (int)i);
+                if (w.t < 0) break;
+            } else {
+                long long tl = blockIdx.x + i * gridDim.x;
+                if (tl >= tiles) break;
+                w.t = (int)tl;
+            }
             w.pos = (unsigned long long)i * (unsigned long long)p.k_blocks;
         }
         int tm, tn;
@@ -1955,6 +2060,7 @@ const char *args_problem(const cgm_hgemm_args *a) {
     if (a->stream_k < CGM_HGEMM_SK_AUTO || a->stream_k > CGM_HGEMM_SK_ON)
         return "stream_k must be CGM_HGEMM_SK_AUTO, CGM_HGEMM_SK_OFF or CGM_HGEMM_SK_ON";
     if ((uintptr_t)a->workspace % 16) return "the workspace must be 16-byte aligned";
+    if ((uintptr_t)a->tile_counter % 4) return "tile_counter must be 4-byte aligned";
     if (((a->m + kTileM - 1) / kTileM) * ((a->n + CGM_HGEMM_TILE_N_PINGPONG - 1) / CGM_HGEMM_TILE_N_PINGPONG) > lim)
         return "too many output tiles (more than 2^31)";
     bool addend_flags = false;
@@ -2221,6 +2327,21 @@ extern "C" int cgm_hgemm_trace_read(unsigned long long *out, int max_tiles) {
 #endif
 }
 
+extern "C" int cgm_hgemm_trace_ctas(unsigned long long *out, int max_ctas) {
+#ifdef CGM_HGEMM_TRACE
+    int n = max_ctas < kTraceCtas ? max_ctas : kTraceCtas;
+    static unsigned long long host[kTraceCtas][3];
+    if (cudaMemcpyFromSymbol(host, trace_cta, sizeof host) != cudaSuccess) return -1;
+    memcpy(out, host, (size_t)n * sizeof host[0]);
+    static unsigned long long zero[kTraceCtas][3];
+    if (cudaMemcpyToSymbol(trace_cta, zero, sizeof zero) != cudaSuccess) return -1;
+    return n;
+#else
+    (void)out, (void)max_ctas;
+    return 0;
+#endif
+}
+
 /* cudaFuncGetAttributes needs the loaded function, so it loads it. */
 extern "C" cudaError_t cgm_hgemm_preload(void) {
     if (!is_sm90(nullptr, nullptr)) return cudaSuccess;
@@ -2344,6 +2465,7 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
     p.wait_timeout_ns = a->wait_timeout_ns > 0 ? a->wait_timeout_ns : 10000000000ll;
     p.timeout_out = a->timeout_out;
     p.m_block_order = a->m_block_order;
+    p.tile_counter = a->tile_counter; /* the helper and stream-K kernels ignore it */
     long long tiles = (long long)p.tiles_m * p.tiles_n;
     int grid = grid_for(a, sms, tiles);
     /* The stream-K tail, when the call allows it and the workspace holds

@@ -162,6 +162,17 @@ typedef struct cgm_hgemm_args {
     void *workspace;
     size_t workspace_bytes;
     int stream_k;
+    /* Optional dynamic tile schedule: 4 bytes of device memory, 4-byte
+     * aligned, zero before its first use (the kernel leaves it zero). After
+     * its first tile a CTA takes the next one from this counter instead of
+     * every grid-th tile, so CTAs that run faster (the SMs do not all get
+     * the same share of L2 and memory) take more tiles and the launch ends
+     * when the average CTA would. One launch at a time per counter (stream
+     * order), as with `workspace`. NULL: the static schedule. The kernels
+     * with an addend helper (ping-pong with TMA-loadable addends or y_own)
+     * and the stream-K tail keep the static one (docs/HOPPER_GEMM.md,
+     * "Dynamic tile schedule"). */
+    unsigned int *tile_counter;
 } cgm_hgemm_args;
 
 #define CGM_HGEMM_SK_AUTO 0
@@ -238,6 +249,13 @@ cudaError_t cgm_hgemm_preload(void);
  * per consumer written (min(max_tiles, 64)), 0 in a normal build, -1 on a
  * CUDA error. */
 int cgm_hgemm_trace_read(unsigned long long *out, int max_tiles);
+
+/* The trace build's per-CTA stamps of the last launches (%globaltimer, ns):
+ * out[3 c] = CTA c's start, out[3 c + 1] and out[3 c + 2] its consumer
+ * warpgroups' exits (0 where none ran), for the first max_ctas CTAs (at
+ * most 1024); clears them. Returns the number of CTAs copied, 0 when not a
+ * trace build, -1 on a CUDA error. */
+int cgm_hgemm_trace_ctas(unsigned long long *out, int max_ctas);
 
 #ifdef __cplusplus
 }

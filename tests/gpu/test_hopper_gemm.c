@@ -125,6 +125,7 @@ typedef struct gemm_case {
     uint64_t seed;
     int variant;   /* 0: both CGM_HGEMM_COOPERATIVE and CGM_HGEMM_PINGPONG */
     int stream_k;  /* 1: CGM_HGEMM_SK_ON, which must cut (sk_check); 2: the same with a workspace one byte short, which must not */
+    int dynamic;   /* 1: with tile_counter, launched twice (Y reset between), the counter zero after each */
 } gemm_case;
 
 static const char *variant_name(int v) {
@@ -314,10 +315,29 @@ static int64_t run_case(const gemm_case *c) {
             a.workspace = sk_ws;
             a.workspace_bytes = c->stream_k == 2 ? sk_need - 1 : sk_need;
         }
+        unsigned int *dcounter = NULL;
+        if (c->dynamic) {
+            GPU_CHECK(cudaMalloc((void **)&dcounter, sizeof(unsigned int)));
+            GPU_CHECK(cudaMemset(dcounter, 0, sizeof(unsigned int)));
+            a.tile_counter = dcounter;
+        }
         const char *why = NULL;
         if (!cgm_hgemm_supported(&a, &why)) TEST_FAIL("cgm_hgemm_supported said no: %s", why);
-        GPU_CHECK(cgm_hgemm(&a, 0));
-        GPU_CHECK(cudaDeviceSynchronize());
+        for (int launch = 0; launch < (c->dynamic ? 2 : 1); launch++) {
+            if (launch) /* the second launch must find the counter as the first left it: zero */
+                GPU_CHECK(cudaMemcpy(dy_ours, hy0, ny * dsize(c->out), cudaMemcpyHostToDevice));
+            GPU_CHECK(cgm_hgemm(&a, 0));
+            GPU_CHECK(cudaDeviceSynchronize());
+            if (dcounter) {
+                unsigned int left = 1;
+                GPU_CHECK(cudaMemcpy(&left, dcounter, sizeof left, cudaMemcpyDeviceToHost));
+                if (left != 0)
+                    TEST_FAIL("%s %lldx%lldx%lld (sm_count %d): tile_counter %u after launch %d, expected 0",
+                              variant_name(a.variant), (long long)c->m, (long long)c->n, (long long)c->k,
+                              c->sm_count, left, launch + 1);
+            }
+        }
+        cudaFree(dcounter);
         GPU_CHECK(cudaMemcpy(hy, dy_ours, ny * dsize(c->out), cudaMemcpyDeviceToHost));
         if (c->stream_k) sk_check(sk_ws, sk_need, c->stream_k == 2, variant_name(a.variant));
         double eps = c->out == CGM_DTYPE_BF16 ? 1.0 / 128 : c->out == CGM_DTYPE_FP16 ? 1.0 / 1024 : 1e-6;
@@ -399,7 +419,7 @@ static void sweep(cgm_dtype in, cgm_dtype out, int64_t limit) {
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < NSIZES; i++)
             for (int j = 0; j < NKS; j++) {
-                gemm_case c = {in, out, 0, 0, ks[j], 0, 0, 0, 0, 0, 0, 0, 0, (uint64_t)(i * 100 + j), 0, 0};
+                gemm_case c = {in, out, 0, 0, ks[j], 0, 0, 0, 0, 0, 0, 0, 0, (uint64_t)(i * 100 + j), 0, 0, 0};
                 int64_t other = sizes[(i * 7 + j * 3 + pass) % NSIZES];
                 c.m = pass == 0 ? sizes[i] : other;
                 c.n = pass == 0 ? other : sizes[i];
@@ -423,15 +443,15 @@ static void check_cases(const gemm_case *cases, int count);
 static void case_sanitize_subset(const void *p) {
     (void)p;
     const gemm_case cases[] = {
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0, 21, 0, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 7, 300, 16, 0, 0, 0, 1, 1, 0, 0, 0, 22, 0, 0},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 129, 257, 24, 8, 0, 1, 1, 0, 1, 0, 0, 23, 0, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 300, 65, 65, 0, 8, 3, 0, 1, 0, 0, 0, 24, 0, 0},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP32, 255, 129, 129, 0, 0, 0, 1, 1, 0, 2, 0, 25, 0, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 256, 512, 1, 0, 0, 0, 1, 1, 0, 0, 0, 26, 0, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 300, 300, 300, 0, 0, 0, 1, 0, 0, 0, 1, 27, 0, 0},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 64, 63, 7, 0, 0, 0, 0, 0, 0, 0, 0, 28, 0, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 300, 300, 200, 0, 0, 0, 1, 1, 0, 5, 0, 29, 0, 1}, /* stream-K */
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0, 21, 0, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 7, 300, 16, 0, 0, 0, 1, 1, 0, 0, 0, 22, 0, 0, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 129, 257, 24, 8, 0, 1, 1, 0, 1, 0, 0, 23, 0, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 300, 65, 65, 0, 8, 3, 0, 1, 0, 0, 0, 24, 0, 0, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP32, 255, 129, 129, 0, 0, 0, 1, 1, 0, 2, 0, 25, 0, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 256, 512, 1, 0, 0, 0, 1, 1, 0, 0, 0, 26, 0, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 300, 300, 300, 0, 0, 0, 1, 0, 0, 0, 1, 27, 0, 0, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 64, 63, 7, 0, 0, 0, 0, 0, 0, 0, 0, 28, 0, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 300, 300, 200, 0, 0, 0, 1, 1, 0, 5, 0, 29, 0, 1, 0}, /* stream-K */
     };
     check_cases(cases, (int)(sizeof cases / sizeof cases[0]));
 }
@@ -456,14 +476,14 @@ static void check_cases(const gemm_case *cases, int count) {
 static void case_stream_k(const void *p) {
     (void)p;
     const gemm_case cases[] = {
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1000, 300, 1000, 0, 0, 0, 1, 0, 0, 5, 0, 41, 0, 1},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP32, 1000, 300, 65, 0, 0, 0, 0, 1, 0, 7, 0, 42, 0, 1},
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1000, 300, 129, 8, 0, 3, 1, 1, 0, 13, 0, 43, 0, 1},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1000, 300, 1536, 0, 0, 0, 0, 0, 1, 13, 0, 44, 0, 1},
-        {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 2049, 513, 1000, 0, 0, 0, 1, 0, 0, 6, 0, 45, 0, 1},
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1536, 1536, 1536, 0, 0, 0, 0, 0, 0, 0, 0, 46, CGM_HGEMM_PINGPONG, 1},
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 2048, 3072, 4096, 0, 0, 0, 1, 0, 0, 0, 0, 47, 0, 1},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1000, 300, 1000, 0, 0, 0, 1, 1, 0, 7, 0, 48, 0, 2},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1000, 300, 1000, 0, 0, 0, 1, 0, 0, 5, 0, 41, 0, 1, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP32, 1000, 300, 65, 0, 0, 0, 0, 1, 0, 7, 0, 42, 0, 1, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1000, 300, 129, 8, 0, 3, 1, 1, 0, 13, 0, 43, 0, 1, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1000, 300, 1536, 0, 0, 0, 0, 0, 1, 13, 0, 44, 0, 1, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 2049, 513, 1000, 0, 0, 0, 1, 0, 0, 6, 0, 45, 0, 1, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1536, 1536, 1536, 0, 0, 0, 0, 0, 0, 0, 0, 46, CGM_HGEMM_PINGPONG, 1, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 2048, 3072, 4096, 0, 0, 0, 1, 0, 0, 0, 0, 47, 0, 1, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1000, 300, 1000, 0, 0, 0, 1, 1, 0, 7, 0, 48, 0, 2, 0},
     };
     check_cases(cases, (int)(sizeof cases / sizeof cases[0]));
 
@@ -569,15 +589,15 @@ static void case_sk_schedule(const void *p) {
 static void case_epilogue_and_ld(const void *p) {
     (void)p;
     const gemm_case cases[] = {
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 300, 1000, 129, 8, 24, 3, 1, 1, 0, 0, 0, 1, 0, 0},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1000, 300, 65, 16, 0, 1, 1, 0, 1, 0, 0, 2, 0, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 129, 255, 1000, 0, 8, 5, 1, 1, 1, 0, 0, 3, 0, 0},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP32, 65, 63, 24, 8, 8, 0, 1, 1, 1, 0, 0, 4, 0, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 2048, 3072, 4096, 0, 0, 0, 1, 0, 0, 0, 0, 5, 0, 0},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1536, 1536, 1536, 0, 0, 0, 0, 1, 0, 3, 0, 6, 0, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 1000, 777, 333, 8, 8, 1, 1, 1, 1, 7, 0, 7, 0, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 1024, 1024, 512, 0, 0, 0, 1, 1, 0, 0, 0, 8, 0, 0},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 512, 768, 520, 0, 0, 0, 1, 1, 0, 0, 0, 9, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 300, 1000, 129, 8, 24, 3, 1, 1, 0, 0, 0, 1, 0, 0, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1000, 300, 65, 16, 0, 1, 1, 0, 1, 0, 0, 2, 0, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 129, 255, 1000, 0, 8, 5, 1, 1, 1, 0, 0, 3, 0, 0, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP32, 65, 63, 24, 8, 8, 0, 1, 1, 1, 0, 0, 4, 0, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 2048, 3072, 4096, 0, 0, 0, 1, 0, 0, 0, 0, 5, 0, 0, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1536, 1536, 1536, 0, 0, 0, 0, 1, 0, 3, 0, 6, 0, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 1000, 777, 333, 8, 8, 1, 1, 1, 1, 7, 0, 7, 0, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 1024, 1024, 512, 0, 0, 0, 1, 1, 0, 0, 0, 8, 0, 0, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 512, 768, 520, 0, 0, 0, 1, 1, 0, 0, 0, 9, 0, 0, 0},
     };
     check_cases(cases, (int)(sizeof cases / sizeof cases[0]));
 }
@@ -589,14 +609,34 @@ static void case_epilogue_and_ld(const void *p) {
 static void case_many_tiles(const void *p) {
     (void)p;
     const gemm_case cases[] = {
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 300, 300, 8, 0, 0, 0, 1, 0, 0, 1, 0, 31, 0, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 129, 257, 384, 0, 0, 0, 0, 1, 0, 2, 0, 32, 0, 0},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1000, 1000, 448, 0, 0, 0, 1, 1, 0, 3, 0, 33, 0, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 64, 128, 4096, 0, 0, 0, 1, 0, 0, 0, 0, 34, 0, 0},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP32, 513, 385, 200, 0, 0, 0, 0, 1, 0, 4, 0, 35, 0, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 256, 512, 320, 0, 0, 8, 1, 0, 0, 1, 0, 36, 0, 0},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1024, 1024, 256, 0, 0, 0, 1, 0, 0, 5, 0, 37, 0, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1536, 1536, 1536, 0, 0, 0, 0, 0, 0, 0, 1, 38, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 300, 300, 8, 0, 0, 0, 1, 0, 0, 1, 0, 31, 0, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 129, 257, 384, 0, 0, 0, 0, 1, 0, 2, 0, 32, 0, 0, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1000, 1000, 448, 0, 0, 0, 1, 1, 0, 3, 0, 33, 0, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 64, 128, 4096, 0, 0, 0, 1, 0, 0, 0, 0, 34, 0, 0, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP32, 513, 385, 200, 0, 0, 0, 0, 1, 0, 4, 0, 35, 0, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 256, 512, 320, 0, 0, 8, 1, 0, 0, 1, 0, 36, 0, 0, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1024, 1024, 256, 0, 0, 0, 1, 0, 0, 5, 0, 37, 0, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1536, 1536, 1536, 0, 0, 0, 0, 0, 0, 0, 1, 38, 0, 0, 0},
+    };
+    check_cases(cases, (int)(sizeof cases / sizeof cases[0]));
+}
+
+/* The dynamic tile schedule (tile_counter), each case launched twice with
+ * the same counter: grids of 1, 3 and 7 CTAs (many claims each, an odd
+ * count per consumer), a single tile, the whole GPU on 2048x3072x1000 and
+ * 4096x4096x256 (more claims than CTAs); flags with the reversed tile
+ * order, x_own-free hooks, bias, accumulate, every output dtype, odd ldy
+ * and an unaligned Y. Exact results, and the counter zero after every
+ * launch. */
+static void case_dynamic(const void *p) {
+    (void)p;
+    const gemm_case cases[] = {
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1000, 1000, 300, 0, 0, 0, 1, 0, 0, 1, 0, 51, 0, 0, 1},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP32, 1000, 513, 65, 0, 0, 0, 0, 1, 0, 3, 0, 52, 0, 0, 1},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1000, 300, 129, 8, 0, 3, 1, 1, 3, 7, 1, 53, 0, 0, 1},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 100, 100, 64, 0, 0, 0, 1, 0, 0, 0, 0, 54, 0, 0, 1},
+        {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 2048, 3072, 1000, 0, 0, 0, 1, 0, 0, 0, 1, 55, 0, 0, 1},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 4096, 4096, 256, 0, 0, 0, 0, 1, 0, 0, 0, 56, 0, 0, 1},
     };
     check_cases(cases, (int)(sizeof cases / sizeof cases[0]));
 }
@@ -606,9 +646,9 @@ static void case_many_tiles(const void *p) {
 static void case_flags_ready(const void *p) {
     (void)p;
     const gemm_case cases[] = {
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1000, 1536, 300, 0, 0, 0, 1, 0, 0, 0, 1, 11, 0, 0},
-        {CGM_DTYPE_FP16, CGM_DTYPE_FP32, 2049, 513, 1000, 0, 0, 0, 0, 1, 0, 5, 1, 12, 0, 0},
-        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 7, 300, 64, 0, 0, 0, 1, 1, 0, 0, 1, 13, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1000, 1536, 300, 0, 0, 0, 1, 0, 0, 0, 1, 11, 0, 0, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP32, 2049, 513, 1000, 0, 0, 0, 0, 1, 0, 5, 1, 12, 0, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 7, 300, 64, 0, 0, 0, 1, 1, 0, 0, 1, 13, 0, 0, 0},
     };
     check_cases(cases, (int)(sizeof cases / sizeof cases[0]));
 }
@@ -1321,6 +1361,11 @@ static void case_refusals(const void *p) {
     CHECK_INT_EQ(cgm_hgemm_supported(&a, &why), 0);
     CHECK_CONTAINS(why, "workspace must be 16-byte aligned");
     a.workspace = NULL;
+    a.tile_counter = (unsigned int *)((char *)buf + 2);
+    CHECK_INT_EQ(cgm_hgemm_supported(&a, &why), 0);
+    CHECK_CONTAINS(why, "tile_counter must be 4-byte aligned");
+    CHECK_INT_EQ(cgm_hgemm(&a, 0), cudaErrorInvalidValue);
+    a.tile_counter = NULL;
     CHECK_INT_EQ((long long)cgm_hgemm_workspace_bytes(&a), 0); /* one tile: nothing to cut */
     a.k = 60, a.m = 0; /* nothing to do */
     CHECK_INT_EQ(cgm_hgemm(&a, 0), cudaSuccess);
@@ -1340,6 +1385,7 @@ static void register_cases(void) {
     test_add("stream_k", case_stream_k, NULL);
     test_add("sk_schedule", case_sk_schedule, NULL);
     test_add("fastdiv", case_fastdiv, NULL);
+    test_add("dynamic", case_dynamic, NULL);
     test_set_timeout(60);
     test_add("flags_timeout", case_flags_timeout, NULL);
     test_add("refusals", case_refusals, NULL);
@@ -1407,11 +1453,35 @@ typedef struct gemm_contenders {
     size_t ws_bytes;
 } gemm_contenders;
 
+/* CGM_BENCH_DYNAMIC=1: the benches' cgm_hgemm calls take the dynamic tile
+ * schedule (one counter: they all run on the default stream), so that an
+ * A/B of the static and the dynamic schedule alternates two processes of
+ * one binary. */
+static unsigned int *bench_counter(void) {
+    static int done;
+    static unsigned int *d;
+    if (!done) {
+        done = 1;
+        const char *e = getenv("CGM_BENCH_DYNAMIC");
+        if (e && atoi(e) == 1) {
+            GPU_CHECK(cudaMalloc((void **)&d, sizeof *d));
+            GPU_CHECK(cudaMemset(d, 0, sizeof *d));
+        }
+    }
+    return d;
+}
+
+static cudaError_t bench_hgemm(const cgm_hgemm_args *args) {
+    cgm_hgemm_args a = *args;
+    if (!a.tile_counter) a.tile_counter = bench_counter();
+    return cgm_hgemm(&a, 0);
+}
+
 static void run_contender(int who, void *ctx) {
     const gemm_contenders *c = ctx;
     bool first = who < c->nfirst;
     int i = first ? who : who - c->nfirst;
-    if (first != c->lt_first) GPU_CHECK(cgm_hgemm(&c->hg[i], 0));
+    if (first != c->lt_first) GPU_CHECK(bench_hgemm(&c->hg[i]));
     else if (cgm_lt_gemm(c->lt, &c->lt_args[i], c->ws, c->ws_bytes, 0) != CGM_SUCCESS)
         TEST_FAIL("cgm_lt_gemm: %s", cgm_last_error());
 }
@@ -1538,6 +1608,63 @@ static int hopper_bench(int argc, char **argv) {
  * and the cut outputs must equal the whole-tile ones bit for bit. */
 #define SK_WHO 6 /* coop, coop+sk, pp, pp+sk, auto(ws), cuBLASLt */
 static bool bench_device(const char *bench, struct cudaDeviceProp *prop);
+
+static int cmp_ull(const void *a, const void *b) {
+    unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Trace builds only (cgm_hgemm_trace_ctas): 8 launches of `a` back to
+ * back, then when the last one's CTAs ended (the later consumer's exit), in us after the first CTA's
+ * start: quantiles over the CTAs, and how many ended within 1 us of the
+ * last. Shows what the last partial wave costs, and a cut tail's spread. */
+static void cta_profile(const char *name, const cgm_hgemm_args *a) {
+    static unsigned long long st[1024 * 3], end[1024], tiles[2 * 64 * 6];
+    if (cgm_hgemm_trace_ctas(st, 1024) <= 0) return; /* not a trace build; else clears */
+    GPU_CHECK(cudaDeviceSynchronize());
+    if (cgm_hgemm_trace_read(tiles, 64) < 0) TEST_FAIL("cgm_hgemm_trace_read");
+    for (int r = 0; r < 8; r++) GPU_CHECK(bench_hgemm(a)); /* warm, back to back: the stamps are the last's */
+    GPU_CHECK(cudaDeviceSynchronize());
+    int nt = cgm_hgemm_trace_read(tiles, 64);
+    if (a->variant == CGM_HGEMM_PINGPONG && nt > 0) {
+        /* CTA 0's last units per consumer: main loop start-end and the
+         * stores' end, in thousands of SM cycles after its first stamp */
+        unsigned long long z = ~0ull;
+        for (int i = 0; i < 2 * nt; i++)
+            if (tiles[6 * i] && tiles[6 * i] < z) z = tiles[6 * i];
+        for (int c = 0; c < 2; c++) {
+            int last = -1;
+            for (int t = 0; t < nt; t++)
+                if (tiles[(c * nt + t) * 6 + 2]) last = t;
+            printf("#   units %-8s CTA 0 consumer %d (%d units):", name, c, last + 1);
+            for (int t = last - 3 < 0 ? 0 : last - 3; t <= last; t++) {
+                const unsigned long long *f = tiles + (c * nt + t) * 6;
+                printf("  [%.1f-%.1f %.1f]", (double)(f[1] - z) / 1e3, (double)(f[2] - z) / 1e3,
+                       f[4] ? (double)(f[4] - z) / 1e3 : -1.0);
+            }
+            printf("\n");
+        }
+    }
+    int n = cgm_hgemm_trace_ctas(st, 1024), ctas = 0;
+    unsigned long long t0 = ~0ull, s1 = 0;
+    for (int c = 0; c < n; c++) {
+        if (!st[3 * c]) continue;
+        t0 = st[3 * c] < t0 ? st[3 * c] : t0;
+        s1 = st[3 * c] > s1 ? st[3 * c] : s1;
+        end[ctas++] = st[3 * c + 1] > st[3 * c + 2] ? st[3 * c + 1] : st[3 * c + 2];
+    }
+    if (!ctas) return;
+    qsort(end, (size_t)ctas, sizeof end[0], cmp_ull);
+    int near = 0;
+    double mean = 0;
+    for (int c = 0; c < ctas; c++) near += end[ctas - 1] - end[c] <= 1000, mean += (double)(end[c] - t0) / 1e3 / ctas;
+#define Q(f) ((double)(end[(int)((ctas - 1) * (f))] - t0) / 1e3)
+    printf("#   ctas %-8s %4d CTAs, starts within %5.1f us; ends (us) min %7.1f p10 %7.1f p50 %7.1f p90 %7.1f max %7.1f "
+           "mean %7.1f; %d within 1 us of the last\n",
+           name, ctas, (double)(s1 - t0) / 1e3, Q(0), Q(0.1), Q(0.5), Q(0.9), Q(1.0), mean, near);
+#undef Q
+}
+
 static int sk_bench(int argc, char **argv) {
     const char *list = argc > 0 ? argv[0] : "4096x4096x4096,8192x2048x4096,8192x4096x4096,16384x4096x2048";
     const char *grids = argc > 1 ? argv[1] : "0";
@@ -1614,6 +1741,8 @@ static int sk_bench(int argc, char **argv) {
                    t[5] / t[2], t[5] / t[3], t[5] / t[4], chosen == CGM_HGEMM_PINGPONG ? "pp" : "coop",
                    auto_ws ? "+sk" : "", wrong ? "WRONG" : "ok");
             free(h0), free(h1);
+            const char *names[SK_WHO - 1] = {"coop", "coop_sk", "pp", "pp_sk", "auto"};
+            for (int v = 0; v < SK_WHO - 1; v++) cta_profile(names[v], &a[v]);
         }
         free(gcopy);
         for (int v = 0; v < SK_WHO; v++) cudaFree(dy[v]);
