@@ -355,9 +355,9 @@ __device__ __forceinline__ unsigned long long globaltimer() { return cgm_flags::
 #ifdef CGM_HGEMM_TRACE
 /* The trace build's per-CTA stamps (%globaltimer, ns): start (thread 0
  * after the barriers' set-up), and each consumer warpgroup's exit, on every
- * path out of the kernel (cgm_hgemm_trace_ctas). */
+ * path out of the kernel; and the SM it ran on (cgm_hgemm_trace_ctas). */
 constexpr int kTraceCtas = 1024;
-__device__ unsigned long long trace_cta[kTraceCtas][3];
+__device__ unsigned long long trace_cta[kTraceCtas][4];
 struct cta_exit_stamp {
     int slot;
     bool on;
@@ -1504,7 +1504,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
 #ifdef CGM_HGEMM_TRACE
-    if (threadIdx.x == 0 && blockIdx.x < kTraceCtas) trace_cta[blockIdx.x][0] = globaltimer();
+    if (threadIdx.x == 0 && blockIdx.x < kTraceCtas) {
+        unsigned int smid;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+        trace_cta[blockIdx.x][0] = globaltimer();
+        trace_cta[blockIdx.x][3] = smid;
+    }
 #endif
 
     if (warpgroup == 0) {
@@ -2330,10 +2335,10 @@ extern "C" int cgm_hgemm_trace_read(unsigned long long *out, int max_tiles) {
 extern "C" int cgm_hgemm_trace_ctas(unsigned long long *out, int max_ctas) {
 #ifdef CGM_HGEMM_TRACE
     int n = max_ctas < kTraceCtas ? max_ctas : kTraceCtas;
-    static unsigned long long host[kTraceCtas][3];
+    static unsigned long long host[kTraceCtas][4];
     if (cudaMemcpyFromSymbol(host, trace_cta, sizeof host) != cudaSuccess) return -1;
     memcpy(out, host, (size_t)n * sizeof host[0]);
-    static unsigned long long zero[kTraceCtas][3];
+    static unsigned long long zero[kTraceCtas][4];
     if (cudaMemcpyToSymbol(trace_cta, zero, sizeof zero) != cudaSuccess) return -1;
     return n;
 #else

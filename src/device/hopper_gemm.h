@@ -251,9 +251,9 @@ cudaError_t cgm_hgemm_preload(void);
 int cgm_hgemm_trace_read(unsigned long long *out, int max_tiles);
 
 /* The trace build's per-CTA stamps of the last launches (%globaltimer, ns):
- * out[3 c] = CTA c's start, out[3 c + 1] and out[3 c + 2] its consumer
- * warpgroups' exits (0 where none ran), for the first max_ctas CTAs (at
- * most 1024); clears them. Returns the number of CTAs copied, 0 when not a
+ * out[4 c] = CTA c's start, out[4 c + 1] and out[4 c + 2] its consumer
+ * warpgroups' exits (0 where none ran), out[4 c + 3] the SM it ran on
+ * (%smid), for the first max_ctas CTAs (at most 1024); clears them. Returns the number of CTAs copied, 0 when not a
  * trace build, -1 on a CUDA error. */
 int cgm_hgemm_trace_ctas(unsigned long long *out, int max_ctas);
 

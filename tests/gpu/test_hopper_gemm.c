@@ -1619,7 +1619,7 @@ static int cmp_ull(const void *a, const void *b) {
  * start: quantiles over the CTAs, and how many ended within 1 us of the
  * last. Shows what the last partial wave costs, and a cut tail's spread. */
 static void cta_profile(const char *name, const cgm_hgemm_args *a) {
-    static unsigned long long st[1024 * 3], end[1024], tiles[2 * 64 * 6];
+    static unsigned long long st[1024 * 4], end[1024], tiles[2 * 64 * 6];
     if (cgm_hgemm_trace_ctas(st, 1024) <= 0) return; /* not a trace build; else clears */
     GPU_CHECK(cudaDeviceSynchronize());
     if (cgm_hgemm_trace_read(tiles, 64) < 0) TEST_FAIL("cgm_hgemm_trace_read");
@@ -1648,12 +1648,20 @@ static void cta_profile(const char *name, const cgm_hgemm_args *a) {
     int n = cgm_hgemm_trace_ctas(st, 1024), ctas = 0;
     unsigned long long t0 = ~0ull, s1 = 0;
     for (int c = 0; c < n; c++) {
-        if (!st[3 * c]) continue;
-        t0 = st[3 * c] < t0 ? st[3 * c] : t0;
-        s1 = st[3 * c] > s1 ? st[3 * c] : s1;
-        end[ctas++] = st[3 * c + 1] > st[3 * c + 2] ? st[3 * c + 1] : st[3 * c + 2];
+        if (!st[4 * c]) continue;
+        t0 = st[4 * c] < t0 ? st[4 * c] : t0;
+        s1 = st[4 * c] > s1 ? st[4 * c] : s1;
+        end[ctas++] = st[4 * c + 1] > st[4 * c + 2] ? st[4 * c + 1] : st[4 * c + 2];
     }
     if (!ctas) return;
+    /* CGM_TRACE_RAW=1: every CTA (index, SM, end in us) for an offline look */
+    const char *raw = getenv("CGM_TRACE_RAW");
+    if (raw && atoi(raw) == 1)
+        for (int c = 0; c < n; c++)
+            if (st[4 * c])
+                printf("#   raw %s %lldx%lldx%lld cta %d sm %llu end %.1f\n", name, (long long)a->m, (long long)a->n,
+                       (long long)a->k, c, st[4 * c + 3],
+                       (double)((st[4 * c + 1] > st[4 * c + 2] ? st[4 * c + 1] : st[4 * c + 2]) - t0) / 1e3);
     qsort(end, (size_t)ctas, sizeof end[0], cmp_ull);
     int near = 0;
     double mean = 0;
