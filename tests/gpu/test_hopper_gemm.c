@@ -533,8 +533,9 @@ static void case_stream_k(const void *p) {
  * a single cut tile's worth of last wave to grids of 4095 CTAs and 2^20 k
  * blocks; and the calls it must not cut (a full last wave, fewer tiles than
  * CTAs, one k block). */
-/* The multiply-high division of the row-flag check against '/' (host only,
- * no GPU needed). */
+/* The multiply-high division of the row-flag check and the tile scheduler
+ * against '/', and the scheduler's tile coordinates against their division
+ * form (host only, no GPU needed). */
 static void case_fastdiv(const void *p) {
     (void)p;
     char why[160] = "";
@@ -624,10 +625,9 @@ static void case_many_tiles(const void *p) {
 /* The dynamic tile schedule (tile_counter), each case launched twice with
  * the same counter: grids of 1, 3 and 7 CTAs (many claims each, an odd
  * count per consumer), a single tile, the whole GPU on 2048x3072x1000 and
- * 4096x4096x256 (more claims than CTAs); flags with the reversed tile
- * order, x_own-free hooks, bias, accumulate, every output dtype, odd ldy
- * and an unaligned Y. Exact results, and the counter zero after every
- * launch. */
+ * 4096x4096x256 (more claims than CTAs); row flags with the reversed tile
+ * order, bias, accumulate, every output dtype, odd ldy and an unaligned Y.
+ * Exact results, and the counter zero after every launch. */
 static void case_dynamic(const void *p) {
     (void)p;
     const gemm_case cases[] = {
@@ -1615,9 +1615,10 @@ static int cmp_ull(const void *a, const void *b) {
 }
 
 /* Trace builds only (cgm_hgemm_trace_ctas): 8 launches of `a` back to
- * back, then when the last one's CTAs ended (the later consumer's exit), in us after the first CTA's
- * start: quantiles over the CTAs, and how many ended within 1 us of the
- * last. Shows what the last partial wave costs, and a cut tail's spread. */
+ * back, then when the last one's CTAs ended (the later consumer's exit),
+ * in us after the first CTA's start: quantiles over the CTAs, and how many
+ * ended within 1 us of the last; for ping-pong, CTA 0's last units. Shows
+ * what the last partial wave costs, a cut tail's spread, uneven CTAs. */
 static void cta_profile(const char *name, const cgm_hgemm_args *a) {
     static unsigned long long st[1024 * 4], end[1024], tiles[2 * 64 * 6];
     if (cgm_hgemm_trace_ctas(st, 1024) <= 0) return; /* not a trace build; else clears */
