@@ -1557,7 +1557,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 produce<kSplit, kStages, C, false>(p, &map_x, &map_x_own, &map_w, smem_a, smem_b, full_bar, empty_bar,
                                                    w.t, w.kb0, w.kb1, stage, phase, waiting, epoch, seen, ready);
             }
-        } else if (kQueue && p.tile_counter) {
+        } else if (dynamic) {
             /* The next tile is claimed before this one's loads and read
              * after them: the atomic's round trip stays off the path to
              * the tile's first TMA load. The claim of value tiles - 1 is
@@ -1611,7 +1611,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             unit w;
             if constexpr (kSK) {
                 if (!unit_at(p, blockIdx.x, gridDim.x, u, &w)) break;
-            } else if (kQueue && dynamic) {
+            } else if (dynamic) {
                 w.t = queue_get(queue, u);
                 if (w.t < 0) break;
             } else {
@@ -1681,7 +1681,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if constexpr (kSK) {
             if (!unit_at(p, blockIdx.x, gridDim.x, (int)i, &w)) break;
         } else {
-            if (kQueue && dynamic) {
+            if (dynamic) {
                 w.t = queue_get(queue, (int)i);
                 if (w.t < 0) break;
             } else {

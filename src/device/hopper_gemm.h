@@ -165,8 +165,8 @@ typedef struct cgm_hgemm_args {
     /* Optional dynamic tile schedule: 4 bytes of device memory, 4-byte
      * aligned, zero before its first use (the kernel leaves it zero). After
      * its first tile a CTA takes the next one from this counter instead of
-     * every grid-th tile, so CTAs that run faster (the SMs do not all get
-     * the same share of L2 and memory) take more tiles and the launch ends
+     * every grid-th tile, so CTAs that run faster (under the static order
+     * some CTAs' tiles take longer) take more tiles and the launch ends
      * when the average CTA would. One launch at a time per counter (stream
      * order), as with `workspace`. NULL: the static schedule. The kernels
      * with an addend helper (ping-pong with TMA-loadable addends or y_own)
@@ -253,8 +253,9 @@ int cgm_hgemm_trace_read(unsigned long long *out, int max_tiles);
 /* The trace build's per-CTA stamps of the last launches (%globaltimer, ns):
  * out[4 c] = CTA c's start, out[4 c + 1] and out[4 c + 2] its consumer
  * warpgroups' exits (0 where none ran), out[4 c + 3] the SM it ran on
- * (%smid), for the first max_ctas CTAs (at most 1024); clears them. Returns the number of CTAs copied, 0 when not a
- * trace build, -1 on a CUDA error. */
+ * (%smid), for the first max_ctas CTAs (at most 1024); clears them.
+ * Returns the number of CTAs copied, 0 when not a trace build, -1 on a
+ * CUDA error. */
 int cgm_hgemm_trace_ctas(unsigned long long *out, int max_ctas);
 
 #ifdef __cplusplus

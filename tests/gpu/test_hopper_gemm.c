@@ -1609,18 +1609,14 @@ static int hopper_bench(int argc, char **argv) {
 #define SK_WHO 6 /* coop, coop+sk, pp, pp+sk, auto(ws), cuBLASLt */
 static bool bench_device(const char *bench, struct cudaDeviceProp *prop);
 
-static int cmp_ull(const void *a, const void *b) {
-    unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Trace builds only (cgm_hgemm_trace_ctas): 8 launches of `a` back to
  * back, then when the last one's CTAs ended (the later consumer's exit),
  * in us after the first CTA's start: quantiles over the CTAs, and how many
  * ended within 1 us of the last; for ping-pong, CTA 0's last units. Shows
  * what the last partial wave costs, a cut tail's spread, uneven CTAs. */
 static void cta_profile(const char *name, const cgm_hgemm_args *a) {
-    static unsigned long long st[1024 * 4], end[1024], tiles[2 * 64 * 6];
+    static unsigned long long st[1024 * 4], tiles[2 * 64 * 6];
+    static float end[1024]; /* us after the first CTA's start */
     if (cgm_hgemm_trace_ctas(st, 1024) <= 0) return; /* not a trace build; else clears */
     GPU_CHECK(cudaDeviceSynchronize());
     if (cgm_hgemm_trace_read(tiles, 64) < 0) TEST_FAIL("cgm_hgemm_trace_read");
@@ -1648,26 +1644,24 @@ static void cta_profile(const char *name, const cgm_hgemm_args *a) {
     }
     int n = cgm_hgemm_trace_ctas(st, 1024), ctas = 0;
     unsigned long long t0 = ~0ull, s1 = 0;
+    for (int c = 0; c < n; c++)
+        if (st[4 * c]) t0 = st[4 * c] < t0 ? st[4 * c] : t0, s1 = st[4 * c] > s1 ? st[4 * c] : s1;
+    /* CGM_TRACE_RAW=1: every CTA (index, SM, end) for an offline look */
+    const char *raw = getenv("CGM_TRACE_RAW");
     for (int c = 0; c < n; c++) {
         if (!st[4 * c]) continue;
-        t0 = st[4 * c] < t0 ? st[4 * c] : t0;
-        s1 = st[4 * c] > s1 ? st[4 * c] : s1;
-        end[ctas++] = st[4 * c + 1] > st[4 * c + 2] ? st[4 * c + 1] : st[4 * c + 2];
+        end[ctas] = (float)((st[4 * c + 1] > st[4 * c + 2] ? st[4 * c + 1] : st[4 * c + 2]) - t0) / 1e3f;
+        if (raw && atoi(raw) == 1)
+            printf("#   raw %s %lldx%lldx%lld cta %d sm %llu end %.1f\n", name, (long long)a->m, (long long)a->n,
+                   (long long)a->k, c, st[4 * c + 3], end[ctas]);
+        ctas++;
     }
     if (!ctas) return;
-    /* CGM_TRACE_RAW=1: every CTA (index, SM, end in us) for an offline look */
-    const char *raw = getenv("CGM_TRACE_RAW");
-    if (raw && atoi(raw) == 1)
-        for (int c = 0; c < n; c++)
-            if (st[4 * c])
-                printf("#   raw %s %lldx%lldx%lld cta %d sm %llu end %.1f\n", name, (long long)a->m, (long long)a->n,
-                       (long long)a->k, c, st[4 * c + 3],
-                       (double)((st[4 * c + 1] > st[4 * c + 2] ? st[4 * c + 1] : st[4 * c + 2]) - t0) / 1e3);
-    qsort(end, (size_t)ctas, sizeof end[0], cmp_ull);
+    qsort(end, (size_t)ctas, sizeof end[0], cmp_float);
     int near = 0;
     double mean = 0;
-    for (int c = 0; c < ctas; c++) near += end[ctas - 1] - end[c] <= 1000, mean += (double)(end[c] - t0) / 1e3 / ctas;
-#define Q(f) ((double)(end[(int)((ctas - 1) * (f))] - t0) / 1e3)
+    for (int c = 0; c < ctas; c++) near += end[ctas - 1] - end[c] <= 1.0f, mean += end[c] / ctas;
+#define Q(f) end[(int)((ctas - 1) * (f))]
     printf("#   ctas %-8s %4d CTAs, starts within %5.1f us; ends (us) min %7.1f p10 %7.1f p50 %7.1f p90 %7.1f max %7.1f "
            "mean %7.1f; %d within 1 us of the last\n",
            name, ctas, (double)(s1 - t0) / 1e3, Q(0), Q(0.1), Q(0.5), Q(0.9), Q(1.0), mean, near);
