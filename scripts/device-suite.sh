@@ -19,7 +19,9 @@
 # (p2p step traces, COMMGEMM_TIMELINE, of the PERFORMANCE shapes, split and
 # fused), fused
 # (the p2p GPU tests with COMMGEMM_ALGO=fused, case by case), sanitize-fused
-# (memcheck + racecheck with it forced), compare-fused (p2p's tuner pick,
+# (memcheck + racecheck with it forced), shared (every test_gpu_ops case with
+# SHARED_RANKS ranks, default "2 4 8", sharing the GPUs over a LOCAL bootstrap,
+# default and fused: correctness on fewer GPUs than ranks), compare-fused (p2p's tuner pick,
 # fused and split side by side, graphs, the four shapes), compare-fused-outpartial
 # (the same for GEMM+RS with output-dtype partials), algos (one op, ALGOS_OP
 # default gemm_rs, at each entry of ALGOS_LIST, algo:splits, on ALGOS_SHAPES;
@@ -153,8 +155,30 @@ stage_fused() { # every test_gpu_ops case (p2p) with the fused algorithm forced
         echo "== case $t rc=$c" >>"$log"
         [ $c -eq 0 ] || [ $c -eq 77 ] || { rc=1; grep -m5 -E "FAIL|fail|error" "$log" | tail -5; }
     done
-    note "fused forced (test_gpu_ops case by case, COMMGEMM_ALGO=fused): rc=$rc, $(grep -c '^== case .* rc=0' "$log") ok, $(grep -c '^== case .* rc=77' "$log") skipped, $(grep -cE '^== case .* rc=[1-9]' "$log") failed; $(grep -c 'p2p: fused' "$log") fused shapes made, $(grep -c 'runs split' "$log") calls run split"
+    note "fused forced (test_gpu_ops case by case, COMMGEMM_ALGO=fused): rc=$rc, $(grep -c '^== case .* rc=0' "$log") ok, $(grep -c '^== case .* rc=77' "$log") skipped, $(grep -E '^== case .* rc=' "$log" | grep -cvE 'rc=(0|77)$') failed; $(grep -c 'p2p: fused' "$log") fused shapes made, $(grep -c 'runs split' "$log") calls run split"
     grep -E '^== case .* rc=[1-9]' "$log" | grep -v 'rc=77' | head
+}
+stage_shared() { # test_gpu_ops with ranks sharing the GPUs (LOCAL bootstrap, p2p): SHARED_RANKS, default and fused
+    local log R mode t c rc=0
+    for R in ${SHARED_RANKS:-2 4 8}; do
+        for mode in default fused; do
+            log=$OUT/shared-r$R-$mode.log
+            : >"$log"
+            for t in $("$B/tests/gpu/test_gpu_ops" --list | cut -d' ' -f1); do
+                if [ $mode = fused ]; then
+                    COMMGEMM_ALGO=fused COMMGEMM_TEST_RANKS=$R timeout 300 "$B/tests/gpu/test_gpu_ops" "$t" >>"$log" 2>&1
+                else
+                    COMMGEMM_TEST_RANKS=$R timeout 300 "$B/tests/gpu/test_gpu_ops" "$t" >>"$log" 2>&1
+                fi
+                c=$?
+                echo "== case $t rc=$c" >>"$log"
+                [ $c -eq 0 ] || [ $c -eq 77 ] || rc=1
+            done
+            note "shared GPUs, $R ranks, $mode: $(grep -c '^== case .* rc=0' "$log") ok, $(grep -c '^== case .* rc=77' "$log") skipped, $(grep -E '^== case .* rc=' "$log" | grep -cvE 'rc=(0|77)$') failed"
+            grep -E '^== case .* rc=[1-9]' "$log" | grep -v 'rc=77' | head
+        done
+    done
+    return $rc
 }
 stage_sanitize_fused() {
     local t c
@@ -423,7 +447,7 @@ for s in "$@"; do
     compare-sweep-aligned) stage_sweep sweep-aligned "COMPARE_ARGS=--graph --pad-us 300 --align" ;;
     compare-sweep) stage_sweep sweep ;;
     compare-sweep-aligned) stage_sweep sweep-aligned "COMPARE_ARGS=--graph --pad-us 300 --align" ;;
-    sanitize-cases) stage_sanitize_cases ;;
+    sanitize-cases) stage_sanitize_cases ;; shared) stage_shared ;;
     rs-own-waits) stage_ab rs-own-waits COMMGEMM_P2P_RS_OWN_WAITS "queue beside" \
         "${RSOWN_SHAPES:-4096x4096x4096,16384x4096x4096,16384x8192x2048,8192x14336x4096,32768x4096x4096}" \
         "${RSOWN_ALGOS:-split auto}" --op gemm_rs ;;

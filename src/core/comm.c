@@ -217,6 +217,42 @@ cgm_status cgm_comm_backend_ready(cgm_comm *comm, cgm_backend id) {
     return CGM_SUCCESS;
 }
 
+cgm_status cgm_comm_local_allgather(cgm_comm *comm, const void *mine,
+                                    size_t bytes, void *all) {
+    if (comm->bootstrap_kind != CGM_BOOTSTRAP_LOCAL)
+        return cgm_error(CGM_ERROR_INTERNAL,
+                         "a host-channel exchange on a comm without a LOCAL "
+                         "bootstrap; please report this bug");
+    if (comm->nranks == 1 || bytes == 0) {
+        if (bytes) memcpy(all, mine, bytes);
+        return CGM_SUCCESS;
+    }
+    cgm_status st = cgm_comm_backend_ready(comm, CGM_BACKEND_HOST);
+    if (st != CGM_SUCCESS)
+        return cgm_error_context(st, "exchanging through the host channel");
+    const cgm_tune_hooks *hooks = cgm_backend_lookup(CGM_BACKEND_HOST)->tune;
+    /* The channel carries up to 31 words per exchange: go in pieces. */
+    enum { PIECE = 31 };
+    size_t words = (bytes + 7) / 8, nr = (size_t)comm->nranks;
+    int64_t piece[PIECE], *got = malloc(nr * PIECE * sizeof *got);
+    if (!got)
+        return cgm_error(CGM_ERROR_OUT_OF_MEMORY,
+                         "expected memory for an exchange of %d ranks, found "
+                         "none free", comm->nranks);
+    for (size_t w0 = 0; w0 < words && st == CGM_SUCCESS; w0 += PIECE) {
+        size_t n = words - w0 < PIECE ? words - w0 : PIECE;
+        size_t off = w0 * 8, len = bytes - off < n * 8 ? bytes - off : n * 8;
+        memset(piece, 0, sizeof piece);
+        memcpy(piece, (const char *)mine + off, len);
+        st = hooks->allgather(comm, comm->backend_state[CGM_BACKEND_HOST],
+                              piece, (int)n, got);
+        for (size_t r = 0; st == CGM_SUCCESS && r < nr; r++)
+            memcpy((char *)all + r * bytes + off, got + r * n, len);
+    }
+    free(got);
+    return st;
+}
+
 static cgm_status finalize_backends(cgm_comm *comm) {
     cgm_status first = CGM_SUCCESS;
     for (int id = CGM_BACKEND_COUNT_ - 1; id >= 0; id--) {

@@ -166,7 +166,9 @@ struct cgm_comm {
     cgm_bootstrap_kind bootstrap_kind;
     char rendezvous[96]; /* LOCAL bootstrap */
     void *nccl_comm;     /* NCCL bootstrap: the caller's ncclComm_t */
-    int cuda_device;     /* NCCL bootstrap: device of the nccl comm, else -1 */
+    int cuda_device;     /* NCCL bootstrap: device of the nccl comm; LOCAL:
+                            the current device when a GPU backend first
+                            initialised (p2p_init), else -1 */
     cgm_resolved_config config;
     /* Backend state, created collectively at comm creation for the backends
      * the ops resolved to, later (inside the first call that overrides the
@@ -192,6 +194,13 @@ cgm_status cgm_comm_check_usable(const cgm_comm *comm, const char *function);
 cgm_status cgm_comm_backend_ready(cgm_comm *comm, cgm_backend id);
 /* Marks the comm broken (timeout, peer failure) with the current detail. */
 void cgm_comm_mark_broken(cgm_comm *comm, cgm_status status);
+/* Collective, eager, LOCAL comms only: all-gathers `bytes` of every rank
+ * into all (nranks * bytes, rank major) through the host backend's
+ * exchange channel (the host backend is made ready on first use), bounded
+ * by the comm's timeout: a rank that never comes is a TIMEOUT naming it.
+ * How the GPU backends exchange handles without an NCCL communicator. */
+cgm_status cgm_comm_local_allgather(cgm_comm *comm, const void *mine,
+                                    size_t bytes, void *all);
 
 /* ------------------------------------------------------- normalized call */
 

@@ -107,7 +107,7 @@ MUT(xg_shape, a->has_xg = true; a->xg.rows = M - 1)
 MUT(xg_dtype, a->has_xg = true; a->xg.dtype = CGM_DTYPE_BF16)
 MUT(xg_overlap, a->has_xg = true; a->xg.data = ybuf)
 MUT(stream_on_host, a->stream = (void *)0x10)
-MUT(backend_p2p, a->opt.backend = CGM_BACKEND_P2P)
+MUT(backend_nccl, a->opt.backend = CGM_BACKEND_NCCL)
 MUT(backend_cublasmp, a->opt.backend = CGM_BACKEND_CUBLASMP)
 MUT(nt_shape, a->opt.layout = CGM_LAYOUT_NT)
 MUT(nn_shape, a->opt.layout = CGM_LAYOUT_NN)
@@ -155,7 +155,7 @@ static const bad_case bad_cases[] = {
     {"x_gathered_dtype", xg_dtype, CGM_ERROR_INVALID_ARGUMENT, "x_gathered is bf16"},
     {"x_gathered_overlap", xg_overlap, CGM_ERROR_INVALID_ARGUMENT, "overlaps"},
     {"stream_on_host", stream_on_host, CGM_ERROR_INVALID_USAGE, "pass NULL"},
-    {"backend_p2p_unavailable", backend_p2p, CGM_ERROR_UNAVAILABLE, "p2p"},
+    {"backend_nccl_unavailable", backend_nccl, CGM_ERROR_UNAVAILABLE, "nccl"},
     {"backend_cublasmp_unavailable", backend_cublasmp, CGM_ERROR_UNAVAILABLE, "cublasmp"},
     {"layout_nt_shapes", nt_shape, CGM_ERROR_INVALID_ARGUMENT, "layout NT"},
     {"layout_nn_shapes", nn_shape, CGM_ERROR_INVALID_ARGUMENT, "layout NN"},
@@ -274,8 +274,9 @@ static const create_case create_cases[] = {
      "COMMGEMM_TIMEOUT_MS=\"soon\""},
     {"env_backend", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_BACKEND", "gloo", CGM_ERROR_INVALID_ARGUMENT,
      "COMMGEMM_BACKEND=\"gloo\""},
-    {"env_op_backend_gpu_on_host", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_BACKEND_GEMM_RS", "p2p",
-     CGM_ERROR_UNAVAILABLE, "p2p"},
+    /* Not p2p: it takes LOCAL comms where a GPU is present. */
+    {"env_op_backend_gpu_on_host", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_BACKEND_GEMM_RS", "nccl",
+     CGM_ERROR_UNAVAILABLE, "nccl"},
     /* Read by the host backend when it starts (config.backend = host). */
     {"env_rs_own", 1, 0, 1, "x", 0, 0, CGM_UNSET, 2, "COMMGEMM_RS_OWN", "sometimes", CGM_ERROR_INVALID_ARGUMENT,
      "COMMGEMM_RS_OWN=\"sometimes\""},

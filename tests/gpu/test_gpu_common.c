@@ -36,6 +36,25 @@ int gpu_count_or_skip(void) {
     return count;
 }
 
+static int ndev_probed;
+
+int gpu_ranks_or_skip(void) {
+    ndev_probed = gpu_count_or_skip();
+    const char *v = getenv("COMMGEMM_TEST_RANKS");
+    if (!v || !*v) return ndev_probed;
+    char *end = NULL;
+    long n = strtol(v, &end, 10);
+    if (*end != '\0' || n < 1 || n > 64)
+        TEST_FAIL("COMMGEMM_TEST_RANKS=%s: expected a rank count 1..64", v);
+    return (int)n;
+}
+
+bool gpu_local_bootstrap(int nranks) {
+    if (!ndev_probed) ndev_probed = gpu_count_or_skip();
+    const char *b = getenv("COMMGEMM_TEST_BOOTSTRAP");
+    return nranks > ndev_probed || (b && !strcmp(b, "local"));
+}
+
 cgm_config gpu_config(void) {
     cgm_config c = CGM_CONFIG_INIT;
     c.backend = CGM_BACKEND_P2P;
@@ -54,6 +73,21 @@ typedef struct run_arg {
 
 static void id_path(char *buf, size_t len, const char *rendezvous) {
     snprintf(buf, len, "/tmp/cgm-gpu-%s.ncclid", rendezvous);
+}
+
+/* Checks the comm's backend, runs the case, tears down. */
+static int run_case(gpu_rank *g, run_arg *ra) {
+    cgm_backend b;
+    CHECK_OK(cgm_comm_backend(g->comm, CGM_OP_ALL_GATHER_GEMM, &b));
+    /* The suites run p2p; a case may ask for another backend. */
+    CHECK_INT_EQ(b, ra->config->backend > CGM_BACKEND_AUTO ? ra->config->backend
+                                                            : CGM_BACKEND_P2P);
+    ra->fn(g, ra->arg);
+    GPU_CHECK(cudaStreamSynchronize(g->stream));
+    CHECK_OK(cgm_comm_destroy(g->comm));
+    if (g->nccl) NCCL_CHECK(ncclCommDestroy(g->nccl));
+    cudaStreamDestroy(g->stream);
+    return 0;
 }
 
 static int rank_main(int rank, int nranks, const char *rendezvous, void *p) {
@@ -92,24 +126,42 @@ static int rank_main(int rank, int nranks, const char *rendezvous, void *p) {
     GPU_CHECK(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
     CHECK_OK(cgm_comm_init_nccl(g.nccl, ra->config, &g.comm));
     if (rank == 0) unlink(path);
-    cgm_backend b;
-    CHECK_OK(cgm_comm_backend(g.comm, CGM_OP_ALL_GATHER_GEMM, &b));
-    /* The suites run p2p; a case may ask for another backend. */
-    CHECK_INT_EQ(b, ra->config->backend > CGM_BACKEND_AUTO ? ra->config->backend
-                                                            : CGM_BACKEND_P2P);
-    ra->fn(&g, ra->arg);
-    GPU_CHECK(cudaStreamSynchronize(g.stream));
-    CHECK_OK(cgm_comm_destroy(g.comm));
-    NCCL_CHECK(ncclCommDestroy(g.nccl));
-    cudaStreamDestroy(g.stream);
-    return 0;
+    return run_case(&g, ra);
+}
+
+/* A rank of a LOCAL bootstrap: no NCCL, ranks may share a GPU. */
+static int rank_main_local(int rank, int nranks, const char *rendezvous,
+                           void *p) {
+    run_arg *ra = p;
+    gpu_rank g;
+    memset(&g, 0, sizeof g);
+    g.rank = rank;
+    g.nranks = nranks;
+    GPU_CHECK(cudaGetDeviceCount(&g.ndev));
+    GPU_CHECK(cudaSetDevice(rank % g.ndev));
+    GPU_CHECK(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
+    cgm_bootstrap b = CGM_BOOTSTRAP_INIT;
+    b.kind = CGM_BOOTSTRAP_LOCAL;
+    b.rank = rank;
+    b.nranks = nranks;
+    b.rendezvous = rendezvous;
+    CHECK_OK(cgm_comm_create(&b, ra->config, &g.comm));
+    return run_case(&g, ra);
 }
 
 void gpu_run(int nranks, const cgm_config *config, gpu_case_fn fn, void *arg,
              int timeout_s) {
     run_arg ra = {config, fn, arg};
     int codes[64];
-    if (test_run_ranks(nranks, rank_main, &ra, timeout_s, codes) != 0)
+    bool local = gpu_local_bootstrap(nranks);
+    if (local && config->backend != CGM_BACKEND_P2P)
+        TEST_SKIP("%d ranks on a LOCAL bootstrap (%d GPUs%s) run the p2p "
+                  "backend only, the case asks for %s: NCCL needs its own "
+                  "GPU per rank", nranks, ndev_probed,
+                  nranks > ndev_probed ? ", shared" : "",
+                  cgm_backend_name(config->backend));
+    if (test_run_ranks(nranks, local ? rank_main_local : rank_main, &ra,
+                       timeout_s, codes) != 0)
         TEST_FAIL("a rank failed (see above)");
 }
 
@@ -119,6 +171,9 @@ cgm_matrix gpu_matrix(cgm_dtype dtype, int64_t rows, int64_t cols) {
     if (bytes) {
         GPU_CHECK(cudaMalloc(&m.data, bytes));
         GPU_CHECK(cudaMemset(m.data, 0xff, bytes));
+        /* cudaMemset runs on the legacy stream, which the cases' streams
+         * (non-blocking) do not wait for: finish it before they write. */
+        GPU_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
     }
     return m;
 }

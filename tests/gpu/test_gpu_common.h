@@ -5,6 +5,7 @@
 #define COMMGEMM_TEST_GPU_COMMON_H
 
 #include <cuda_runtime_api.h>
+#include <stdbool.h>
 #include <nccl.h>
 
 #include "gpu_check.h"
@@ -29,10 +30,22 @@ typedef void (*gpu_case_fn)(gpu_rank *g, void *arg);
 
 /* GPUs visible (probed in a child process); skips the case when none. */
 int gpu_count_or_skip(void);
+/* The ranks of a case that runs "one rank per GPU": the GPU count, or
+ * COMMGEMM_TEST_RANKS (1..64) when set. More ranks than GPUs share them
+ * (rank r on GPU r % count) over a LOCAL bootstrap: p2p only, NCCL refuses
+ * ranks that share a GPU; the GPU time-slices between the ranks' processes,
+ * so it tests correctness, never speed. Skips the case when no GPU. */
+int gpu_ranks_or_skip(void);
+/* Whether gpu_run's ranks use a LOCAL bootstrap (no NCCL communicator:
+ * gpu_rank.nccl is NULL): when nranks exceeds the GPUs, or
+ * COMMGEMM_TEST_BOOTSTRAP=local. */
+bool gpu_local_bootstrap(int nranks);
 /* A config for the p2p backend with modest maxima (tests may override). */
 cgm_config gpu_config(void);
 /* Forks nranks ranks (device rank % ndev), creates NCCL + commgemm comms
- * from `config`, runs fn, destroys them; fails the case if a rank fails. */
+ * from `config` (a LOCAL commgemm comm, no NCCL, under
+ * gpu_local_bootstrap: then a config for another backend than p2p skips
+ * the case), runs fn, destroys them; fails the case if a rank fails. */
 void gpu_run(int nranks, const cgm_config *config, gpu_case_fn fn, void *arg,
              int timeout_s);
 

@@ -49,7 +49,7 @@ static void large_body(gpu_rank *g, void *arg) {
 
 static void test_large(const void *param) {
     (void)param;
-    int P = gpu_count_or_skip();
+    int P = gpu_ranks_or_skip();
     cgm_config cfg = gpu_config();
     cfg.max_m = 65536;
     cfg.max_k = 8192;
@@ -101,6 +101,7 @@ static void graph_body(gpu_rank *g, void *arg) {
         tol_reduced += P * test_tolerance(dt, dt, 0) / 2 * sqrt((double)k);
     double *ref_dev = NULL;
     GPU_CHECK(cudaMalloc((void **)&ref_dev, (size_t)(m * n) * sizeof(double)));
+    cgm_matrix xq = gpu_matrix(dt, m, k), wq = gpu_matrix(dt, n, k);
     for (int rep = 0; rep < 3; rep++) {
         /* Fresh inputs each replay: the graph must read them anew. */
         uint64_t seed = 10 + (uint64_t)rep;
@@ -122,12 +123,14 @@ static void graph_body(gpu_rank *g, void *arg) {
         for (int64_t i = 0; i < m * n; i++) ref[i] += gpu_value(88, i % n);
         gpu_expect(&y_ag, ref, m, n, tol, st, "graph replay AG+GEMM");
         free(ref);
-        /* RS and AR share the reduced reference. */
-        GPU_CHECK(tref_gemm(CGM_LAYOUT_TN, dt, xfull.data, w.data, m, n, k,
-                            ref_dev, 0, st));
-        if (P > 1)
-            NCCL_CHECK(ncclAllReduce(ref_dev, ref_dev, (size_t)(m * n),
-                                     ncclFloat64, ncclSum, g->nccl, st));
+        /* RS and AR share the reduced reference: every rank q's X and W
+         * refilled from their seeds (no collective, no NCCL). */
+        for (int q = 0; q < P; q++) {
+            gpu_fill(&xq, seed * 100 + (uint64_t)q, 0, 0, k, st);
+            gpu_fill(&wq, 31 + (uint64_t)q, 0, 0, k, st);
+            GPU_CHECK(tref_gemm(CGM_LAYOUT_TN, dt, xq.data, wq.data, m, n, k,
+                                ref_dev, q > 0, st));
+        }
         ref = gpu_fetch_doubles(ref_dev, (size_t)(m * n), st);
         gpu_expect(&y_ar, ref, m, n, tol_reduced, st, "graph replay GEMM+AR");
         for (int64_t i = 0; i < m * n; i++) ref[i] += gpu_value(88, i % n);
@@ -139,6 +142,8 @@ static void graph_body(gpu_rank *g, void *arg) {
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
     cudaFree(ref_dev);
+    gpu_matrix_free(&xq);
+    gpu_matrix_free(&wq);
     gpu_matrix_free(&xs);
     gpu_matrix_free(&xfull);
     gpu_matrix_free(&w);
@@ -150,7 +155,7 @@ static void graph_body(gpu_rank *g, void *arg) {
 
 /* param: NULL, or the cgm_algo every call of the comm uses (fused). */
 static void test_graph(const void *param) {
-    int P = gpu_count_or_skip();
+    int P = gpu_ranks_or_skip();
     cgm_config cfg = gpu_config();
     if (param) cfg.algo = *(const cgm_algo *)param;
     gpu_run(P, &cfg, graph_body, NULL, 120);
@@ -203,7 +208,7 @@ static void test_graph_fused_single(const void *param) {
     (void)param;
     setenv("COMMGEMM_P2P_FUSED_PUSH", "single", 1);
     setenv("COMMGEMM_PARTIAL_DTYPE", "output", 1);
-    int P = gpu_count_or_skip();
+    int P = gpu_ranks_or_skip();
     cgm_config cfg = gpu_config();
     cfg.algo = CGM_ALGO_FUSED;
     /* Shards of whole 128-row tiles at P = 2, 4 and 8 (777 rows would run
@@ -255,8 +260,10 @@ static void timeout_body(gpu_rank *g, void *arg) {
 }
 
 static void test_timeout(const void *param) {
-    int P = gpu_count_or_skip();
-    if (P < 2) TEST_SKIP("the timeout case needs 2 GPUs, found %d", P);
+    int P = gpu_ranks_or_skip();
+    if (P < 2)
+        TEST_SKIP("the timeout case needs 2 ranks, found %d GPU (or set "
+                  "COMMGEMM_TEST_RANKS=2 to share it)", P);
     cgm_config cfg = gpu_config();
     if (param) cfg.algo = *(const cgm_algo *)param;
     cfg.timeout_ms = 1000;
@@ -284,7 +291,7 @@ static void limits_body(gpu_rank *g, void *arg) {
 
 static void test_limits(const void *param) {
     (void)param;
-    int P = gpu_count_or_skip();
+    int P = gpu_ranks_or_skip();
     cgm_config cfg = gpu_config();
     cfg.max_m = 64;
     gpu_run(P, &cfg, limits_body, NULL, 60);
@@ -322,7 +329,7 @@ static void bad_settings_body(gpu_rank *g, void *arg) {
 
 static void test_bad_settings(const void *param) {
     const bad_setting *b = param;
-    int P = gpu_count_or_skip();
+    int P = gpu_ranks_or_skip();
     cgm_config cfg = gpu_config();
     cfg.backend = CGM_BACKEND_NCCL;
     setenv(b->name, b->value, 1);

@@ -228,6 +228,8 @@ void nt_run_case(nrank *g, const op_case *c) {
             cudaFree(dg.data);
             dg = nt_upload(&hx, 0, xr, 0, xc, c->pad);
             GCHECK(cudaMemset(dg.data, 0xff, (size_t)(xr * dg.ld) * cgm_dtype_size(c->in)));
+            /* Legacy stream: done before the op's (non-blocking) stream writes. */
+            GCHECK(cudaStreamSynchronize(cudaStreamLegacy));
         }
         CHECK_OK(cgm_all_gather_gemm(g->comm, &dx, &dw, c->bias ? &db : NULL, &dy,
                                      c->gathered ? &dg : NULL, &o, g->stream));
@@ -354,6 +356,7 @@ void nt_sweep_fn(nrank *g, const void *arg) {
         cgm_matrix ds = nt_upload(&hs, cgm_shard_offset(9, g->rank, g->nranks), mr, 0, 24, 0);
         cgm_matrix dr = nt_upload(&hs, 0, 9, 0, 24, 0);
         GCHECK(cudaMemset(dr.data, 0, 9 * 24 * 2));
+        GCHECK(cudaStreamSynchronize(cudaStreamLegacy));
         CHECK_OK(cgm_bulk_overlap(g->comm, NULL, NULL, NULL, NULL, CGM_COLLECTIVE_ALL_GATHER,
                                   &ds, &dr, NULL, g->stream));
         GCHECK(cudaStreamSynchronize(g->stream));

@@ -3,8 +3,10 @@
  * accumulate; a > 1 GiB gathered input; graph capture + replay; the bounded
  * wait (a rank that skips an op is named by the timeout); GEMM+RS and
  * GEMM+AR again with COMMGEMM_PARTIAL_DTYPE=output. References: a
- * plain double-precision GEMM on the GPU, summed across ranks with
- * ncclAllReduce for RS/AR. */
+ * plain double-precision GEMM on the GPU; for RS/AR every rank sums all
+ * ranks' products, their inputs refilled from the seeds. With
+ * COMMGEMM_TEST_RANKS above the GPU count the ranks share GPUs over a
+ * LOCAL bootstrap (test_gpu_common.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -80,6 +82,27 @@ static void fill_x(const cgm_matrix *x, cgm_layout layout, uint64_t seed,
         gpu_fill(x, seed, row0, 0, k, stream);
 }
 
+/* The reference of GEMM+RS/AR: the sum over ranks q of X_q W_q, every
+ * rank's inputs refilled here from run_gemm_op's seeds (rank q's k is
+ * k + 8 (q % 2)), so that no collective (and no NCCL) is needed. */
+static void reduced_ref(const op_run *o, int P, int64_t m, int64_t n,
+                        double *ref_dev, cudaStream_t st) {
+    for (int q = 0; q < P; q++) {
+        int64_t k = o->s.k + 8 * (q % 2), xr, xc;
+        x_shape(o->layout, m, k, &xr, &xc);
+        cgm_matrix x = gpu_matrix(o->dt.in, xr, xc);
+        fill_x(&x, o->layout, o->seed * 100 + (uint64_t)q + 1, 0, m, k, st);
+        cgm_matrix w = o->layout == CGM_LAYOUT_TN ? gpu_matrix(o->dt.in, n, k)
+                                                  : gpu_matrix(o->dt.in, k, n);
+        gpu_fill(&w, o->seed * 100 + 50 + (uint64_t)q, 0, 0, w.cols, st);
+        GPU_CHECK(tref_gemm((int)o->layout, (int)o->dt.in, x.data, w.data, m,
+                            n, k, ref_dev, q > 0, st));
+        GPU_CHECK(cudaStreamSynchronize(st));
+        gpu_matrix_free(&x);
+        gpu_matrix_free(&w);
+    }
+}
+
 static void run_gemm_op(gpu_rank *g, const op_run *o) {
     int r = g->rank, P = g->nranks;
     int64_t m = o->s.m, n = o->s.n, k = o->s.k;
@@ -110,7 +133,7 @@ static void run_gemm_op(gpu_rank *g, const op_run *o) {
         xg = gpu_matrix(o->dt.in, xr, xc);
     }
 
-    /* Reference: the full X (AG) or this rank's X, one plain GEMM. */
+    /* Reference: the full X (AG), or every rank's X and W (RS, AR). */
     double *ref_dev = NULL;
     GPU_CHECK(cudaMalloc((void **)&ref_dev,
                          (size_t)(m * n > 0 ? m * n : 1) * sizeof(double)));
@@ -120,11 +143,11 @@ static void run_gemm_op(gpu_rank *g, const op_run *o) {
         xfull = gpu_matrix(o->dt.in, xr, xc);
         fill_x(&xfull, o->layout, xseed, 0, m, k, st);
     }
-    GPU_CHECK(tref_gemm((int)o->layout, (int)o->dt.in, xfull.data, w.data, m,
-                        n, k, ref_dev, 0, st));
-    if (!ag && P > 1 && m * n > 0)
-        NCCL_CHECK(ncclAllReduce(ref_dev, ref_dev, (size_t)(m * n),
-                                 ncclFloat64, ncclSum, g->nccl, st));
+    if (ag)
+        GPU_CHECK(tref_gemm((int)o->layout, (int)o->dt.in, xfull.data, w.data,
+                            m, n, k, ref_dev, 0, st));
+    else
+        reduced_ref(o, P, m, n, ref_dev, st);
     GPU_CHECK(cudaStreamSynchronize(st));
 
     cgm_op_options opt = CGM_OP_OPTIONS_INIT;
@@ -219,8 +242,8 @@ static void ops_body(gpu_rank *g, void *arg) {
 }
 
 static int ranks_of(int single) {
-    int ndev = gpu_count_or_skip();
-    return single ? 1 : ndev;
+    int ranks = gpu_ranks_or_skip();
+    return single ? 1 : ranks;
 }
 
 static void test_ops(const void *param) {

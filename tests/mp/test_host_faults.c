@@ -8,6 +8,7 @@
 
 #include <cblas.h>
 
+#include "core/core.h"
 #include "mp_common.h"
 
 enum { TIMEOUT_MS = 2000, SLACK_MS = 2500 };
@@ -276,6 +277,70 @@ static void run_bad_arguments(const void *param) {
     mp_check_no_shm_leftovers();
 }
 
+/* ---- the host channel's all-gather of bytes (cgm_comm_local_allgather,
+ * how the GPU backends exchange handles on a LOCAL comm) ---- */
+
+static unsigned char byte_of(int rank, size_t i) {
+    return (unsigned char)((size_t)rank * 131 + i * 7 + 1);
+}
+
+static int rank_local_allgather(int rank, int P, const char *rdv, void *arg) {
+    (void)arg;
+    cgm_comm *comm = fault_comm(rank, P, rdv, 1);
+    /* Under, at and over one exchange's 31 words, and several pieces. */
+    static const size_t sizes[] = {1, 7, 8, 248, 249, 1000};
+    for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++) {
+        size_t n = sizes[c];
+        unsigned char *mine = malloc(n), *all = malloc(n * (size_t)P);
+        for (size_t i = 0; i < n; i++) mine[i] = byte_of(rank, i);
+        memset(all, 0xee, n * (size_t)P);
+        MP_CHECK_OK(cgm_comm_local_allgather(comm, mine, n, all));
+        for (int r = 0; r < P; r++)
+            for (size_t i = 0; i < n; i++)
+                if (all[(size_t)r * n + i] != byte_of(r, i))
+                    TEST_FAIL("rank %d, %zu bytes: byte %zu of rank %d is %d, "
+                              "expected %d", rank, n, i, r,
+                              all[(size_t)r * n + i], byte_of(r, i));
+        free(mine);
+        free(all);
+    }
+    /* The comm still runs ops after its exchanges. */
+    MP_CHECK_OK(run_op(comm, rank, P, good));
+    CHECK_OK(cgm_comm_destroy(comm));
+    return 0;
+}
+
+static void run_local_allgather(const void *param) {
+    (void)param;
+    CHECK_INT_EQ(test_run_ranks(3, rank_local_allgather, NULL, 30, NULL), 0);
+    mp_check_no_shm_leftovers();
+}
+
+/* Rank 2 never makes the exchange: the others time out naming it. */
+static int rank_local_allgather_absent(int rank, int P, const char *rdv,
+                                       void *arg) {
+    (void)arg;
+    cgm_comm *comm = fault_comm(rank, P, rdv, 1);
+    if (rank == 2) {
+        usleep((TIMEOUT_MS + SLACK_MS) * 1000);
+    } else {
+        int64_t mine[40] = {rank}, all[120];
+        double t0 = mp_now_ms();
+        cgm_status st =
+            cgm_comm_local_allgather(comm, mine, sizeof mine, all);
+        expect_failure_naming(st, t0, "rank 2", true);
+    }
+    CHECK_OK(cgm_comm_destroy(comm));
+    return 0;
+}
+
+static void run_local_allgather_absent(const void *param) {
+    (void)param;
+    CHECK_INT_EQ(
+        test_run_ranks(3, rank_local_allgather_absent, NULL, 30, NULL), 0);
+    mp_check_no_shm_leftovers();
+}
+
 static const int absent_rank[] = {2, 3};
 static int kill_marker;
 static const mismatch_case mismatches[] = {
@@ -303,6 +368,8 @@ static void register_cases(void) {
     test_add("mismatch_op", run_mismatch, &mismatches[5]);
     test_add("mismatch_nranks_at_rendezvous", run_bad_nranks, NULL);
     test_add("bad_arguments_keep_comm_usable", run_bad_arguments, NULL);
+    test_add("local_allgather", run_local_allgather, NULL);
+    test_add("local_allgather_rank_absent", run_local_allgather_absent, NULL);
 }
 
 int main(int argc, char **argv) {

@@ -44,7 +44,7 @@ cgm_status cmp_fail(cublasMpStatus_t s, const char *what,
 }
 
 static cgm_status cmp_probe(const cgm_comm *comm) {
-    cgm_status status = cgm_gpu_probe_common(comm, "cublasmp", NULL);
+    cgm_status status = cgm_gpu_probe_common(comm, "cublasmp", false, NULL);
     if (status != CGM_SUCCESS) return status;
     const cmp_api *api = NULL;
     return cmp_lib_get(&api);

@@ -78,11 +78,12 @@ cudaDataType_t cgm_cuda_dtype(cgm_dtype dtype);
 /* ncclDataType_t likewise. */
 ncclDataType_t cgm_nccl_dtype(cgm_dtype dtype);
 
-/* The checks every GPU backend's probe starts with: an NCCL bootstrap and
- * at least one visible CUDA device (*device_count, may be NULL).
- * CGM_ERROR_UNAVAILABLE naming `backend` and what to do otherwise. */
+/* The checks every GPU backend's probe starts with: an NCCL bootstrap (or,
+ * with local_ok, a LOCAL one) and at least one visible CUDA device
+ * (*device_count, may be NULL). CGM_ERROR_UNAVAILABLE naming `backend` and
+ * what to do otherwise. */
 cgm_status cgm_gpu_probe_common(const cgm_comm *comm, const char *backend,
-                                int *device_count);
+                                bool local_ok, int *device_count);
 
 /* Whether `stream` is being captured into a graph (false on error). */
 bool cgm_stream_capturing(cudaStream_t stream);
@@ -96,6 +97,11 @@ bool cgm_stream_capturing(cudaStream_t stream);
 cgm_status cgm_nccl_allgather_host(void *nccl_comm, int nranks,
                                    const void *send, void *recv, size_t bytes,
                                    int64_t timeout_ms);
+/* The same over the comm's bootstrap: cgm_nccl_allgather_host for an NCCL
+ * comm, cgm_comm_local_allgather for a LOCAL one; bounded by the comm's
+ * timeout either way. Collective, eager; never inside capture. */
+cgm_status cgm_gpu_allgather_host(cgm_comm *comm, const void *send,
+                                  void *recv, size_t bytes);
 
 /* ------------------------------------------------------------ autotuner */
 
@@ -103,8 +109,8 @@ cgm_status cgm_nccl_allgather_host(void *nccl_comm, int nranks,
  * check of the call's stream; timing of warmup + reps runs through the
  * call's backend with CUDA events on the call's stream (bounded wait); the
  * exchanges (agree: with the call's signature, compared like the backends'
- * agreement check; allgather: words only) through cgm_nccl_allgather_host
- * on the caller's communicator; the CUDA device's name. */
+ * agreement check; allgather: words only) through cgm_gpu_allgather_host
+ * on the comm's bootstrap; the CUDA device's name. */
 bool cgm_gpu_tune_capturing(const cgm_call *call);
 cgm_status cgm_gpu_tune_measure(cgm_comm *comm, void *state,
                                 const cgm_call *call, int warmup, int reps,
@@ -197,28 +203,31 @@ void cgm_lt_search_stats(const cgm_lt *lt, uint64_t *searches,
 
 /* One device allocation per rank, of the same size on every rank, mapped
  * into every rank of the comm with CUDA IPC (handles exchanged once through
- * NCCL). peer[r] is rank r's allocation as seen from this rank; peer[rank]
- * is the local one. */
+ * cgm_gpu_allgather_host); a rank of the same process (threads as ranks)
+ * maps the pointer itself, with peer access where it is on another device.
+ * peer[r] is rank r's allocation as seen from this rank; peer[rank] is the
+ * local one; opened[r]: peer[r] came from cudaIpcOpenMemHandle. */
 typedef struct cgm_peer_mem {
     int rank, nranks;
     size_t bytes;
     void *local;
     void **peer;
+    bool *opened;
 } cgm_peer_mem;
 
-/* Collective. Allocates and maps `bytes` (zeroed) on every rank. */
-cgm_status cgm_peer_mem_create(void *nccl_comm, int rank, int nranks,
-                               size_t bytes, int64_t timeout_ms,
+/* Collective. Allocates `bytes` (zeroed) on the current device of every
+ * rank and maps every rank's into every rank. */
+cgm_status cgm_peer_mem_create(cgm_comm *comm, size_t bytes,
                                cgm_peer_mem *out);
 /* Unmaps the peers and frees the local allocation (not collective; the
  * caller makes sure no peer still uses it). Safe on a zeroed struct. */
 void cgm_peer_mem_destroy(cgm_peer_mem *pm);
 
 /* Collective check that every rank runs on this host and that this rank's
- * device can reach every peer's (CUDA peer access), the same verdict on
- * every rank. CGM_ERROR_UNAVAILABLE naming the rank and device otherwise. */
-cgm_status cgm_check_node_peers(void *nccl_comm, int rank, int nranks,
-                                int cuda_device, int64_t timeout_ms);
+ * device, cuda_device, can reach every peer's (CUDA peer access; ranks on
+ * one device need none), the same verdict on every rank.
+ * CGM_ERROR_UNAVAILABLE naming the rank and device otherwise. */
+cgm_status cgm_check_node_peers(cgm_comm *comm, int cuda_device);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,10 @@
 /* What every GPU backend's probe checks first. */
 #include "backend/gpu/gpu.h"
 
-cgm_status cgm_gpu_probe_common(const cgm_comm *comm, const char *backend, int *device_count) {
-    if (comm->bootstrap_kind != CGM_BOOTSTRAP_NCCL || !comm->nccl_comm)
+cgm_status cgm_gpu_probe_common(const cgm_comm *comm, const char *backend, bool local_ok,
+                                int *device_count) {
+    bool nccl = comm->bootstrap_kind == CGM_BOOTSTRAP_NCCL && comm->nccl_comm;
+    if (!nccl && !(local_ok && comm->bootstrap_kind == CGM_BOOTSTRAP_LOCAL))
         return cgm_error(CGM_ERROR_UNAVAILABLE,
                          "the %s backend needs a comm created from an ncclComm_t (CGM_BOOTSTRAP_NCCL / "
                          "cgm_comm_init_nccl), found a %s bootstrap; create the comm from NCCL or use the "

@@ -95,9 +95,8 @@ cgm_status cgm_gpu_tune_allgather(cgm_comm *comm, void *state,
                                   const int64_t *mine, int words,
                                   int64_t *all) {
     (void)state;
-    return cgm_nccl_allgather_host(comm->nccl_comm, comm->nranks, mine, all,
-                                   sizeof(int64_t) * (size_t)words,
-                                   comm->config.timeout_ms);
+    return cgm_gpu_allgather_host(comm, mine, all,
+                                  sizeof(int64_t) * (size_t)words);
 }
 
 cgm_status cgm_gpu_tune_agree(cgm_comm *comm, void *state,
@@ -117,9 +116,7 @@ cgm_status cgm_gpu_tune_agree(cgm_comm *comm, void *state,
     }
     cgm_call_signature(call, send);
     memcpy(send + SIG, mine, (size_t)words * sizeof *mine);
-    CGM_TRY(cgm_nccl_allgather_host(comm->nccl_comm, comm->nranks, send, recv,
-                                    row * sizeof *send,
-                                    comm->config.timeout_ms));
+    CGM_TRY(cgm_gpu_allgather_host(comm, send, recv, row * sizeof *send));
     for (int r = 0; r < comm->nranks; r++) {
         memcpy(sigs + (size_t)r * SIG, recv + (size_t)r * row,
                SIG * sizeof *sigs);

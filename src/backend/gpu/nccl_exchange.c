@@ -1,6 +1,8 @@
-/* NCCL as a bootstrap: comm queries and bounded host-buffer all-gathers.
- * NCCL moves only handles and small records here, at init and at the first
- * call of a shape; the data path of the p2p backend runs no NCCL kernel. */
+/* The GPU backends' bootstrap: comm queries and bounded host-buffer
+ * all-gathers, through NCCL for a comm made from an ncclComm_t and through
+ * the host backend's channel for a LOCAL one. They move only handles and
+ * small records, at init and at the first call of a shape; the data path
+ * of the p2p backend runs no NCCL kernel. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -77,6 +79,14 @@ fail:
     return status;
 }
 
+cgm_status cgm_gpu_allgather_host(cgm_comm *comm, const void *send,
+                                  void *recv, size_t bytes) {
+    if (comm->bootstrap_kind == CGM_BOOTSTRAP_LOCAL)
+        return cgm_comm_local_allgather(comm, send, bytes, recv);
+    return cgm_nccl_allgather_host(comm->nccl_comm, comm->nranks, send, recv,
+                                   bytes, comm->config.timeout_ms);
+}
+
 typedef struct node_record {
     char host[64];
     char bus_id[32];
@@ -84,9 +94,9 @@ typedef struct node_record {
     int bad_peer;
 } node_record;
 
-cgm_status cgm_check_node_peers(void *nccl_comm, int rank, int nranks,
-                                int cuda_device, int64_t timeout_ms) {
+cgm_status cgm_check_node_peers(cgm_comm *comm, int cuda_device) {
     cgm_status status = CGM_SUCCESS;
+    int rank = comm->rank, nranks = comm->nranks;
     node_record mine, *all = calloc((size_t)nranks, sizeof *all);
     if (!all)
         return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "calloc of %d records",
@@ -95,8 +105,7 @@ cgm_status cgm_check_node_peers(void *nccl_comm, int rank, int nranks,
     gethostname(mine.host, sizeof mine.host - 1);
     CGM_CUDA_TRY(cudaDeviceGetPCIBusId(mine.bus_id, sizeof mine.bus_id,
                                        cuda_device));
-    CGM_TRY(cgm_nccl_allgather_host(nccl_comm, nranks, &mine, all,
-                                    sizeof mine, timeout_ms));
+    CGM_TRY(cgm_gpu_allgather_host(comm, &mine, all, sizeof mine));
     /* Local verdict, then agree on it so that every rank returns alike. */
     mine.ok = 1;
     mine.bad_peer = -1;
@@ -118,6 +127,7 @@ cgm_status cgm_check_node_peers(void *nccl_comm, int rank, int nranks,
                      rank);
             break;
         }
+        /* Ranks may share a GPU (LOCAL bootstraps: NCCL refuses that). */
         if (peer_dev == cuda_device) continue;
         int can = 0;
         CGM_CUDA_TRY(cudaDeviceCanAccessPeer(&can, cuda_device, peer_dev));
@@ -129,8 +139,7 @@ cgm_status cgm_check_node_peers(void *nccl_comm, int rank, int nranks,
         }
         if (!mine.ok) mine.bad_peer = r;
     }
-    CGM_TRY(cgm_nccl_allgather_host(nccl_comm, nranks, &mine, all,
-                                    sizeof mine, timeout_ms));
+    CGM_TRY(cgm_gpu_allgather_host(comm, &mine, all, sizeof mine));
     for (int r = 0; r < nranks; r++) {
         if (all[r].ok) continue;
         status = cgm_error(CGM_ERROR_UNAVAILABLE,
@@ -150,12 +159,34 @@ fail:
 typedef struct ipc_record {
     cudaIpcMemHandle_t handle;
     uint64_t bytes;
+    /* Ranks of one process (threads) cannot open each other's handles:
+     * they use the pointer itself. */
+    uint64_t pid;
+    uint64_t ptr;
+    int64_t device;
 } ipc_record;
 
-cgm_status cgm_peer_mem_create(void *nccl_comm, int rank, int nranks,
-                               size_t bytes, int64_t timeout_ms,
+/* A peer allocation of this process: the pointer, with peer access from
+ * this rank's device when it lives on another. */
+static cgm_status map_same_process(const ipc_record *rec, int device,
+                                   void **out) {
+    cgm_status status = CGM_SUCCESS;
+    if (rec->device != device) {
+        cudaError_t err = cudaDeviceEnablePeerAccess((int)rec->device, 0);
+        if (err == cudaErrorPeerAccessAlreadyEnabled)
+            (void)cudaGetLastError();
+        else
+            CGM_CUDA_TRY(err);
+    }
+    *out = (void *)(uintptr_t)rec->ptr;
+fail:
+    return status;
+}
+
+cgm_status cgm_peer_mem_create(cgm_comm *comm, size_t bytes,
                                cgm_peer_mem *out) {
     cgm_status status = CGM_SUCCESS;
+    int rank = comm->rank, nranks = comm->nranks, device = -1;
     ipc_record mine, *all = NULL;
     memset(out, 0, sizeof *out);
     memset(&mine, 0, sizeof mine);
@@ -163,19 +194,23 @@ cgm_status cgm_peer_mem_create(void *nccl_comm, int rank, int nranks,
     out->nranks = nranks;
     out->bytes = bytes;
     out->peer = calloc((size_t)nranks, sizeof(void *));
+    out->opened = calloc((size_t)nranks, sizeof(bool));
     all = calloc((size_t)nranks, sizeof *all);
-    if (!out->peer || !all) {
+    if (!out->peer || !out->opened || !all) {
         status = cgm_error(CGM_ERROR_OUT_OF_MEMORY, "calloc for %d peers",
                            nranks);
         goto fail;
     }
+    CGM_CUDA_TRY(cudaGetDevice(&device));
     CGM_CUDA_TRY(cudaMalloc(&out->local, bytes));
     CGM_CUDA_TRY(cudaMemset(out->local, 0, bytes));
     CGM_CUDA_TRY(cudaDeviceSynchronize());
     CGM_CUDA_TRY(cudaIpcGetMemHandle(&mine.handle, out->local));
     mine.bytes = bytes;
-    CGM_TRY(cgm_nccl_allgather_host(nccl_comm, nranks, &mine, all,
-                                    sizeof mine, timeout_ms));
+    mine.pid = (uint64_t)getpid();
+    mine.ptr = (uint64_t)(uintptr_t)out->local;
+    mine.device = device;
+    CGM_TRY(cgm_gpu_allgather_host(comm, &mine, all, sizeof mine));
     for (int r = 0; r < nranks; r++) {
         if (all[r].bytes != bytes) {
             status = cgm_error(CGM_ERROR_MISMATCH,
@@ -190,10 +225,13 @@ cgm_status cgm_peer_mem_create(void *nccl_comm, int rank, int nranks,
     for (int r = 0; r < nranks; r++) {
         if (r == rank) {
             out->peer[r] = out->local;
-            continue;
+        } else if (all[r].pid == mine.pid) {
+            CGM_TRY(map_same_process(&all[r], device, &out->peer[r]));
+        } else {
+            CGM_CUDA_TRY(cudaIpcOpenMemHandle(&out->peer[r], all[r].handle,
+                                              cudaIpcMemLazyEnablePeerAccess));
+            out->opened[r] = true;
         }
-        CGM_CUDA_TRY(cudaIpcOpenMemHandle(&out->peer[r], all[r].handle,
-                                          cudaIpcMemLazyEnablePeerAccess));
     }
     free(all);
     return CGM_SUCCESS;
@@ -204,11 +242,12 @@ fail:
 }
 
 void cgm_peer_mem_destroy(cgm_peer_mem *pm) {
-    if (pm->peer) {
+    if (pm->peer && pm->opened) {
         for (int r = 0; r < pm->nranks; r++)
-            if (r != pm->rank && pm->peer[r]) cudaIpcCloseMemHandle(pm->peer[r]);
-        free(pm->peer);
+            if (pm->opened[r]) cudaIpcCloseMemHandle(pm->peer[r]);
     }
+    free(pm->peer);
+    free(pm->opened);
     if (pm->local) cudaFree(pm->local);
     memset(pm, 0, sizeof *pm);
 }

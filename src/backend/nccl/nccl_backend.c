@@ -12,7 +12,7 @@
 /* ------------------------------------------------------------ lifetime */
 
 static cgm_status ncclb_probe(const cgm_comm *comm) {
-    return cgm_gpu_probe_common(comm, "nccl", NULL);
+    return cgm_gpu_probe_common(comm, "nccl", false, NULL);
 }
 
 static void state_free(ncclb_state *st, bool drained) {

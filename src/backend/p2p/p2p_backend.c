@@ -36,28 +36,41 @@ cgm_status cgm_p2p_async_error(cgm_comm *comm, void *state) {
                      r->peer, r->peer);
 }
 
+/* The comm's device: the NCCL communicator's, or for a LOCAL bootstrap
+ * the calling thread's current device (as ncclCommInitRank takes it). */
+static int comm_device(const cgm_comm *comm) {
+    int device = comm->cuda_device;
+    if (comm->bootstrap_kind == CGM_BOOTSTRAP_LOCAL && device < 0 &&
+        cudaGetDevice(&device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        device = -1;
+    }
+    return device;
+}
+
 static cgm_status p2p_probe(const cgm_comm *comm) {
     int count = 0;
-    cgm_status status = cgm_gpu_probe_common(comm, "p2p", &count);
+    cgm_status status = cgm_gpu_probe_common(comm, "p2p", true, &count);
     if (status != CGM_SUCCESS) return status;
-    if (comm->cuda_device < 0 || comm->cuda_device >= count)
+    int device = comm_device(comm);
+    if (device < 0 || device >= count)
         return cgm_error(CGM_ERROR_UNAVAILABLE,
-                         "the p2p backend needs the NCCL communicator's "
-                         "device, found device %d of %d visible; create the "
-                         "NCCL comm on a visible device",
-                         comm->cuda_device, count);
+                         "the p2p backend needs the comm's device (the NCCL "
+                         "communicator's, or the current one for a LOCAL "
+                         "bootstrap), found device %d of %d visible; create "
+                         "the comm on a visible device",
+                         device, count);
     for (int d = 0; d < count; d++) {
-        if (d == comm->cuda_device) continue;
+        if (d == device) continue;
         int can = 0;
-        if (cudaDeviceCanAccessPeer(&can, comm->cuda_device, d) !=
-            cudaSuccess) {
+        if (cudaDeviceCanAccessPeer(&can, device, d) != cudaSuccess) {
             (void)cudaGetLastError();
             can = 0;
         }
         if (!can && comm->nranks > 1)
             CGM_INFO(CGM_SUB_P2P, "device %d has no peer access to device "
                      "%d (init checks the devices the ranks actually use)",
-                     comm->cuda_device, d);
+                     device, d);
     }
     return CGM_SUCCESS;
 }
@@ -120,7 +133,7 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
     st->comm = comm;
     st->rank = comm->rank;
     st->nranks = comm->nranks;
-    st->device = comm->cuda_device;
+    st->device = comm->cuda_device = comm_device(comm);
     st->timeout_ms = comm->config.timeout_ms;
     /* In the order of the P2P_PUSH_* values; the first is the default. */
     static const char *const push_modes[] = {"beside", "pieces", "taper",
@@ -180,8 +193,7 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
     st->run_order = (plan_run_order)run_order;
     CGM_TRY(read_sm_push(st));
     CGM_TRY(enter_device(st, &previous));
-    CGM_TRY(cgm_check_node_peers(comm->nccl_comm, st->rank, st->nranks,
-                                 st->device, st->timeout_ms));
+    CGM_TRY(cgm_check_node_peers(comm, st->device));
 
     /* Sizes, from the config's maxima (fp32 elements: the widest dtype). */
     const cgm_resolved_config *c = &comm->config;
@@ -209,8 +221,7 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
              (long long)slot_rows, (long long)c->max_n,
              st->partial_bytes >> 20, (long long)c->max_m,
              (long long)c->max_n, (long long)c->max_k);
-    CGM_TRY(cgm_peer_mem_create(comm->nccl_comm, st->rank, st->nranks, total,
-                                st->timeout_ms, &st->ws));
+    CGM_TRY(cgm_peer_mem_create(comm, total, &st->ws));
     if (st->partial_bytes)
         CGM_CUDA_TRY(cudaMalloc(&st->partial, st->partial_bytes));
     CGM_CUDA_TRY(cudaMalloc((void **)&st->dev, sizeof *st->dev));
@@ -293,9 +304,8 @@ static cgm_status p2p_finalize(cgm_comm *comm, void *state) {
         if (!broken && st->nranks > 1) {
             int one = 1, *all = calloc((size_t)st->nranks, sizeof(int));
             if (all) {
-                status = cgm_nccl_allgather_host(comm->nccl_comm, st->nranks,
-                                                 &one, all, sizeof one,
-                                                 st->timeout_ms);
+                status = cgm_gpu_allgather_host(comm, &one, all,
+                                                sizeof one);
                 free(all);
             }
         }
