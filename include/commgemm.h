@@ -265,10 +265,10 @@ typedef enum cgm_bootstrap_kind {
      *  default, also under auto), and `p2p` comms when asked for
      *  (config.backend, COMMGEMM_BACKEND=p2p): each rank on the CUDA device
      *  current when it calls cgm_comm_create, handles exchanged through
-     *  the host backend's channel, no NCCL needed. There ranks may share a
-     *  GPU (NCCL refuses that): the GPU time-slices between their
-     *  processes, which is for testing (COMMGEMM_TEST_RANKS), never for
-     *  speed. `nccl` and `cublasmp` need an NCCL bootstrap. */
+     *  the host backend's channel, no NCCL needed; one process per rank.
+     *  There ranks may share a GPU (NCCL refuses that): the GPU time-slices
+     *  between their processes, which is for testing (COMMGEMM_TEST_RANKS),
+     *  never for speed. `nccl` and `cublasmp` need an NCCL bootstrap. */
     CGM_BOOTSTRAP_LOCAL = 1,
     /** From an ncclComm_t the caller created (field nccl_comm); rank and size
      *  are read from it. Gives GPU backend comms. */

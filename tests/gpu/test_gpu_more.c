@@ -2,6 +2,7 @@
  * capture + replay, the bounded wait (timeout naming the rank that never
  * came) and the workspace limits. */
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -337,6 +338,64 @@ static void test_bad_settings(const void *param) {
     unsetenv(b->name);
 }
 
+/* ------------------------------------- two ranks in one process: refused */
+
+/* Threads of one process as two ranks of a LOCAL p2p comm: CUDA IPC cannot
+ * map a process's own memory, so init refuses it on both ranks with a
+ * message that says so, before any workspace is made, and nothing is left
+ * (a host comm of the same threads still works). */
+typedef struct thread_rank {
+    int rank;
+    const char *rendezvous;
+    cgm_status status;
+    char message[1024];
+} thread_rank;
+
+static void *thread_rank_main(void *p) {
+    thread_rank *t = p;
+    if (cudaSetDevice(0) != cudaSuccess) {
+        t->status = CGM_ERROR_CUDA;
+        return NULL;
+    }
+    cgm_bootstrap b = CGM_BOOTSTRAP_INIT;
+    b.kind = CGM_BOOTSTRAP_LOCAL;
+    b.rank = t->rank;
+    b.nranks = 2;
+    b.rendezvous = t->rendezvous;
+    cgm_config cfg = gpu_config();
+    cfg.timeout_ms = 10000;
+    cgm_comm *c = (cgm_comm *)&b; /* must come back NULL */
+    t->status = cgm_comm_create(&b, &cfg, &c);
+    snprintf(t->message, sizeof t->message, "%s", cgm_last_error());
+    if (c) t->status = CGM_ERROR_INTERNAL; /* a failure leaves no comm */
+    cfg.backend = CGM_BACKEND_HOST;
+    cgm_comm *host = NULL;
+    if (cgm_comm_create(&b, &cfg, &host) != CGM_SUCCESS ||
+        cgm_comm_destroy(host) != CGM_SUCCESS)
+        t->status = CGM_ERROR_INTERNAL;
+    return NULL;
+}
+
+static void test_one_process_refused(const void *param) {
+    (void)param;
+    gpu_count_or_skip();
+    char rendezvous[64];
+    snprintf(rendezvous, sizeof rendezvous, "threads-%d", (int)getpid());
+    thread_rank t[2] = {{0, rendezvous, CGM_SUCCESS, ""},
+                        {1, rendezvous, CGM_SUCCESS, ""}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        CHECK_INT_EQ(pthread_create(&th[i], NULL, thread_rank_main, &t[i]), 0);
+    for (int i = 0; i < 2; i++) CHECK_INT_EQ(pthread_join(th[i], NULL), 0);
+    for (int i = 0; i < 2; i++) {
+        printf("rank %d: %s: %s\n", i, cgm_status_string(t[i].status),
+               t[i].message);
+        CHECK_INT_EQ(t[i].status, CGM_ERROR_UNAVAILABLE);
+        CHECK_CONTAINS(t[i].message, "threads of one process");
+        CHECK_CONTAINS(t[i].message, "one process per rank");
+    }
+}
+
 void register_more_cases(void) {
     test_add("ag_gemm_1gib_gathered", test_large, NULL);
     static const cgm_algo fused = CGM_ALGO_FUSED;
@@ -354,6 +413,7 @@ void register_more_cases(void) {
     test_add("timeout_names_missing_rank", test_timeout, NULL);
     test_add("timeout_names_missing_rank_fused", test_timeout, &fused);
     test_add("workspace_limits", test_limits, NULL);
+    test_add("one_process_two_ranks_refused", test_one_process_refused, NULL);
     static const bad_setting bad_signal = {"COMMGEMM_P2P_SIGNAL", "sometimes",
                                            "auto"};
     static const bad_setting bad_pre_copy = {"COMMGEMM_P2P_PRE_COPY_FLAGS",

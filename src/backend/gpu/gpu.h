@@ -203,16 +203,14 @@ void cgm_lt_search_stats(const cgm_lt *lt, uint64_t *searches,
 
 /* One device allocation per rank, of the same size on every rank, mapped
  * into every rank of the comm with CUDA IPC (handles exchanged once through
- * cgm_gpu_allgather_host); a rank of the same process (threads as ranks)
- * maps the pointer itself, with peer access where it is on another device.
- * peer[r] is rank r's allocation as seen from this rank; peer[rank] is the
- * local one; opened[r]: peer[r] came from cudaIpcOpenMemHandle. */
+ * cgm_gpu_allgather_host; one process per rank, which
+ * cgm_check_node_peers checks). peer[r] is rank r's allocation as seen from
+ * this rank; peer[rank] is the local one. */
 typedef struct cgm_peer_mem {
     int rank, nranks;
     size_t bytes;
     void *local;
     void **peer;
-    bool *opened;
 } cgm_peer_mem;
 
 /* Collective. Allocates `bytes` (zeroed) on the current device of every
@@ -223,10 +221,10 @@ cgm_status cgm_peer_mem_create(cgm_comm *comm, size_t bytes,
  * caller makes sure no peer still uses it). Safe on a zeroed struct. */
 void cgm_peer_mem_destroy(cgm_peer_mem *pm);
 
-/* Collective check that every rank runs on this host and that this rank's
- * device, cuda_device, can reach every peer's (CUDA peer access; ranks on
- * one device need none), the same verdict on every rank.
- * CGM_ERROR_UNAVAILABLE naming the rank and device otherwise. */
+/* Collective check that every rank runs on this host, in a process of its
+ * own, and that this rank's device, cuda_device, can reach every peer's
+ * (CUDA peer access; ranks on one device need none), the same verdict on
+ * every rank. CGM_ERROR_UNAVAILABLE naming the rank and device otherwise. */
 cgm_status cgm_check_node_peers(cgm_comm *comm, int cuda_device);
 
 #ifdef __cplusplus

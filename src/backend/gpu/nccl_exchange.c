@@ -92,6 +92,7 @@ typedef struct node_record {
     char bus_id[32];
     int ok; /* second round: this rank reaches every peer */
     int bad_peer;
+    int64_t pid;
 } node_record;
 
 cgm_status cgm_check_node_peers(cgm_comm *comm, int cuda_device) {
@@ -103,6 +104,7 @@ cgm_status cgm_check_node_peers(cgm_comm *comm, int cuda_device) {
                          nranks);
     memset(&mine, 0, sizeof mine);
     gethostname(mine.host, sizeof mine.host - 1);
+    mine.pid = (int64_t)getpid();
     CGM_CUDA_TRY(cudaDeviceGetPCIBusId(mine.bus_id, sizeof mine.bus_id,
                                        cuda_device));
     CGM_TRY(cgm_gpu_allgather_host(comm, &mine, all, sizeof mine));
@@ -116,6 +118,14 @@ cgm_status cgm_check_node_peers(cgm_comm *comm, int cuda_device) {
             mine.ok = 0;
             snprintf(why, sizeof why, "rank %d runs on host '%s', rank %d on "
                      "'%s'", r, all[r].host, rank, mine.host);
+            break;
+        }
+        if (all[r].pid == mine.pid) {
+            mine.ok = 0;
+            snprintf(why, sizeof why, "ranks %d and %d are threads of one "
+                     "process (pid %lld), and CUDA IPC cannot map a "
+                     "process's own memory: run one process per rank",
+                     r, rank, (long long)mine.pid);
             break;
         }
         int peer_dev = -1;
@@ -140,17 +150,20 @@ cgm_status cgm_check_node_peers(cgm_comm *comm, int cuda_device) {
         if (!mine.ok) mine.bad_peer = r;
     }
     CGM_TRY(cgm_gpu_allgather_host(comm, &mine, all, sizeof mine));
-    for (int r = 0; r < nranks; r++) {
-        if (all[r].ok) continue;
+    /* Blame the first rank that failed, or this one with its reason. */
+    int bad = -1;
+    for (int r = 0; r < nranks; r++)
+        if (!all[r].ok && (bad < 0 || r == rank)) bad = r;
+    if (bad >= 0)
         status = cgm_error(CGM_ERROR_UNAVAILABLE,
-                           "the p2p backend needs every rank on one host with "
-                           "CUDA peer access between all GPUs, but rank %d "
-                           "reports otherwise%s%s; use the nccl backend "
+                           "the p2p backend needs every rank on one host, in "
+                           "a process of its own, with CUDA peer access "
+                           "between all GPUs, but rank %d reports "
+                           "otherwise%s%s; use the nccl backend "
                            "(COMMGEMM_BACKEND=nccl) across hosts or without "
                            "peer access",
-                           r, r == rank ? ": " : "", r == rank ? why : "");
-        goto fail;
-    }
+                           bad, bad == rank ? ": " : "",
+                           bad == rank ? why : "");
 fail:
     free(all);
     return status;
@@ -159,34 +172,12 @@ fail:
 typedef struct ipc_record {
     cudaIpcMemHandle_t handle;
     uint64_t bytes;
-    /* Ranks of one process (threads) cannot open each other's handles:
-     * they use the pointer itself. */
-    uint64_t pid;
-    uint64_t ptr;
-    int64_t device;
 } ipc_record;
-
-/* A peer allocation of this process: the pointer, with peer access from
- * this rank's device when it lives on another. */
-static cgm_status map_same_process(const ipc_record *rec, int device,
-                                   void **out) {
-    cgm_status status = CGM_SUCCESS;
-    if (rec->device != device) {
-        cudaError_t err = cudaDeviceEnablePeerAccess((int)rec->device, 0);
-        if (err == cudaErrorPeerAccessAlreadyEnabled)
-            (void)cudaGetLastError();
-        else
-            CGM_CUDA_TRY(err);
-    }
-    *out = (void *)(uintptr_t)rec->ptr;
-fail:
-    return status;
-}
 
 cgm_status cgm_peer_mem_create(cgm_comm *comm, size_t bytes,
                                cgm_peer_mem *out) {
     cgm_status status = CGM_SUCCESS;
-    int rank = comm->rank, nranks = comm->nranks, device = -1;
+    int rank = comm->rank, nranks = comm->nranks;
     ipc_record mine, *all = NULL;
     memset(out, 0, sizeof *out);
     memset(&mine, 0, sizeof mine);
@@ -194,22 +185,17 @@ cgm_status cgm_peer_mem_create(cgm_comm *comm, size_t bytes,
     out->nranks = nranks;
     out->bytes = bytes;
     out->peer = calloc((size_t)nranks, sizeof(void *));
-    out->opened = calloc((size_t)nranks, sizeof(bool));
     all = calloc((size_t)nranks, sizeof *all);
-    if (!out->peer || !out->opened || !all) {
+    if (!out->peer || !all) {
         status = cgm_error(CGM_ERROR_OUT_OF_MEMORY, "calloc for %d peers",
                            nranks);
         goto fail;
     }
-    CGM_CUDA_TRY(cudaGetDevice(&device));
     CGM_CUDA_TRY(cudaMalloc(&out->local, bytes));
     CGM_CUDA_TRY(cudaMemset(out->local, 0, bytes));
     CGM_CUDA_TRY(cudaDeviceSynchronize());
     CGM_CUDA_TRY(cudaIpcGetMemHandle(&mine.handle, out->local));
     mine.bytes = bytes;
-    mine.pid = (uint64_t)getpid();
-    mine.ptr = (uint64_t)(uintptr_t)out->local;
-    mine.device = device;
     CGM_TRY(cgm_gpu_allgather_host(comm, &mine, all, sizeof mine));
     for (int r = 0; r < nranks; r++) {
         if (all[r].bytes != bytes) {
@@ -225,13 +211,10 @@ cgm_status cgm_peer_mem_create(cgm_comm *comm, size_t bytes,
     for (int r = 0; r < nranks; r++) {
         if (r == rank) {
             out->peer[r] = out->local;
-        } else if (all[r].pid == mine.pid) {
-            CGM_TRY(map_same_process(&all[r], device, &out->peer[r]));
-        } else {
-            CGM_CUDA_TRY(cudaIpcOpenMemHandle(&out->peer[r], all[r].handle,
-                                              cudaIpcMemLazyEnablePeerAccess));
-            out->opened[r] = true;
+            continue;
         }
+        CGM_CUDA_TRY(cudaIpcOpenMemHandle(&out->peer[r], all[r].handle,
+                                          cudaIpcMemLazyEnablePeerAccess));
     }
     free(all);
     return CGM_SUCCESS;
@@ -242,12 +225,11 @@ fail:
 }
 
 void cgm_peer_mem_destroy(cgm_peer_mem *pm) {
-    if (pm->peer && pm->opened) {
+    if (pm->peer) {
         for (int r = 0; r < pm->nranks; r++)
-            if (pm->opened[r]) cudaIpcCloseMemHandle(pm->peer[r]);
+            if (r != pm->rank && pm->peer[r]) cudaIpcCloseMemHandle(pm->peer[r]);
+        free(pm->peer);
     }
-    free(pm->peer);
-    free(pm->opened);
     if (pm->local) cudaFree(pm->local);
     memset(pm, 0, sizeof *pm);
 }
