@@ -349,6 +349,44 @@ static void test_bulk(const void *param) {
     gpu_run(ranks_of(c->single_rank), &cfg, bulk_body, NULL, 240);
 }
 
+/* The fused algorithm at sizes like the bench's: bf16 TN (what the kernel
+ * takes), many tiles per CTA of its persistent grid, pushes of tens of
+ * MiB; one shape with n off the 128-column tile, shards of whole 128-row
+ * tiles at P = 2, 4 and 8 (as the one-kernel GEMM+RS needs). GEMM+AR has
+ * no fused form: its case runs split at these sizes. */
+static const shape large_shapes[] = {{8192, 4096, 4096}, {12288, 2048, 2600}};
+
+static void large_body(gpu_rank *g, void *arg) {
+    const op_case *c = arg;
+    for (int s = 0; s < (int)(sizeof large_shapes / sizeof large_shapes[0]);
+         s++) {
+        op_run o;
+        memset(&o, 0, sizeof o);
+        o.op = c->op;
+        o.dt = dtypes[2]; /* bf16 -> bf16 */
+        o.layout = CGM_LAYOUT_TN;
+        o.s = large_shapes[s];
+        o.algo = CGM_ALGO_FUSED;
+        o.bias = s == 0;
+        o.seed = 900 + (uint64_t)s;
+        o.output_partials = c->output_partials;
+        run_gemm_op(g, &o);
+    }
+}
+
+static void test_fused_large(const void *param) {
+    const op_case *c = param;
+    cgm_config cfg = gpu_config();
+    cfg.max_m = 12288;
+    cfg.max_n = 4096 + 16 * 8; /* AG: rank r's n is n + 16 r */
+    cfg.max_k = 4096 + 8;      /* RS/AR: odd ranks' k is k + 8 */
+    if (c->output_partials) setenv("COMMGEMM_PARTIAL_DTYPE", "output", 1);
+    if (c->env_var) setenv(c->env_var, c->env_value, 1);
+    gpu_run(ranks_of(0), &cfg, large_body, (void *)c, 300);
+    if (c->output_partials) unsetenv("COMMGEMM_PARTIAL_DTYPE");
+    if (c->env_var) unsetenv(c->env_var);
+}
+
 #define SM_COPIES "COMMGEMM_P2P_SM_PUSH_BYTES", "4194304", "_sm_copies"
 #define FIRST_STEP "COMMGEMM_P2P_RUN_ORDER", "first_step", "_first_step"
 #define LT_FIRST "COMMGEMM_LT_SEARCH", "1", "_lt_heuristic"
@@ -413,6 +451,13 @@ static const op_case cases[] = {
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, RS_OWN_GEMM},
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, RS_OWN_GEMM}};
 
+static const op_case large_cases[] = {
+    {CGM_OP_ALL_GATHER_GEMM, 0, 0, NULL, NULL, ""},
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, NULL, NULL, ""},
+    {CGM_OP_GEMM_ALL_REDUCE, 0, 0, NULL, NULL, ""},
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, FUSED_STORE},
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, FUSED_SINGLE}};
+
 static void register_cases(void) {
     char name[128];
     test_set_timeout(300);
@@ -423,6 +468,13 @@ static void register_cases(void) {
                  cases[i].suffix);
         test_add(name, cases[i].op == CGM_OP_BULK ? test_bulk : test_ops,
                  &cases[i]);
+    }
+    for (size_t i = 0; i < sizeof large_cases / sizeof large_cases[0]; i++) {
+        snprintf(name, sizeof name, "%s_fused_large%s%s",
+                 cgm_op_name(large_cases[i].op),
+                 large_cases[i].output_partials ? "_output_partials" : "",
+                 large_cases[i].suffix);
+        test_add(name, test_fused_large, &large_cases[i]);
     }
     register_more_cases();
 }
