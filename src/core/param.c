@@ -75,6 +75,8 @@ static const cgm_param params[] = {
      "p2p backend: most blocks (of 512 threads, one per 64 KiB copied) of a comm program that copies, 1..1024."},
     {"COMMGEMM_LT_SEARCH", CGM_PARAM_INT, "8",
      "GPU backends (p2p, nccl): cuBLASLt algorithms timed per GEMM shape on its first use, 1..16. 8 (default): the heuristic's first 8 run in 3 interleaved rounds on a private stream with a scratch output (before the op enqueues anything; never in graph capture), and the fastest is kept when it beats the first by 1 % or more (docs/PERFORMANCE.md 4f: the first was up to 17 % slower than the best on H200). 1: the heuristic's first, no timing."},
+    {"COMMGEMM_LT_REDUCTION", CGM_PARAM_STRING, "any",
+     "GPU backends (p2p, nccl): which split-k reductions cuBLASLt's heuristic may pick for a GEMM. any (default; cuBLAS and PyTorch allow the same for bf16/fp16 by default): every scheme, including those that round the parts of a dot product split along k to the output type (bf16, fp16) before adding them, which errs by up to an output ulp of the largest part where parts cancel. fp32: a dot product is not split, or its parts are added in fp32 (the compute type), so a bf16/fp16 output is the fp32 sum rounded once. The GPU tests run with fp32, for exact references. Ranks may differ in this setting."},
     {"COMMGEMM_TUNE_LEAD", CGM_PARAM_INT, "0",
      "Autotuner, host and p2p backends, AG+GEMM: 1 adds the lead schedule (splits 4 and 8) to the candidates. 0 (default): lead runs only when asked for (COMMGEMM_ALGO=lead, options.algo), until it has been measured on GPUs (docs/P2P_BACKEND.md, Next). Every rank must use the same value."},
     {"COMMGEMM_TIMELINE", CGM_PARAM_STRING, NULL,

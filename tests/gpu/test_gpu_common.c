@@ -153,6 +153,10 @@ void gpu_run(int nranks, const cgm_config *config, gpu_case_fn fn, void *arg,
              int timeout_s) {
     run_arg ra = {config, fn, arg};
     int codes[64];
+    /* Exact references: cuBLASLt may not round split-k parts to a bf16/fp16
+     * output before their sum (read by the forked ranks; a value set by
+     * the caller stays). */
+    setenv("COMMGEMM_LT_REDUCTION", "fp32", 0);
     bool local = gpu_local_bootstrap(nranks);
     if (local && config->backend != CGM_BACKEND_P2P)
         TEST_SKIP("%d ranks on a LOCAL bootstrap (%d GPUs%s) run the p2p "

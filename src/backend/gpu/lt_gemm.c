@@ -47,6 +47,7 @@ struct cgm_lt {
     uint64_t hashes[LT_CACHE_SIZE];
     int next_victim;
     int search;                  /* COMMGEMM_LT_SEARCH */
+    bool reduction_fp32;         /* COMMGEMM_LT_REDUCTION=fp32 */
     cudaStream_t search_stream;  /* created on the first search */
     /* 0: the caller's stream, 1: the last round's end, then a start and an
      * end per candidate and round (the first two also time the warm-up). */
@@ -84,9 +85,15 @@ cgm_status cgm_lt_create(cgm_lt **out) {
                                  "heuristic's first, no timing",
                                  &search);
     if (status != CGM_SUCCESS) return status;
+    static const char *const reductions[] = {"any", "fp32"};
+    int reduction = 0;
+    status = cgm_param_choice("COMMGEMM_LT_REDUCTION", reductions, 2,
+                              &reduction);
+    if (status != CGM_SUCCESS) return status;
     cgm_lt *lt = calloc(1, sizeof *lt);
     if (!lt) return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "calloc of cgm_lt");
     lt->search = (int)search;
+    lt->reduction_fp32 = reduction == 1;
     CGM_CUBLAS_TRY(cublasLtCreate(&lt->handle));
     *out = lt;
     return CGM_SUCCESS;
@@ -177,6 +184,14 @@ static cgm_status heuristic(cgm_lt *lt, const lt_entry *e, int want,
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
     CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
+    if (lt->reduction_fp32) {
+        /* Split-k parts summed in the compute type only (NONE: not split,
+         * always allowed); never rounded to the output type first. */
+        uint32_t mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+        CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask,
+            sizeof mask));
+    }
     CGM_CUBLAS_TRY(cublasLtMatmulAlgoGetHeuristic(lt->handle, e->desc, e->a,
                                                   e->b, c_layout(e), e->c,
                                                   pref, want, res, found));
