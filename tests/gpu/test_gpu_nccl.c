@@ -110,6 +110,8 @@ void nt_run(int P, const cgm_config *config, nrank_fn fn, const void *arg,
                 int timeout_s) {
     run_args ra = {config, fn, arg};
     int codes[64] = {0};
+    /* Exact references, as test_gpu_common.c's gpu_run. */
+    setenv("COMMGEMM_LT_REDUCTION", "fp32", 0);
     if (test_run_ranks(P, rank_main, &ra, timeout_s, codes) != 0) {
         for (int r = 0; r < P; r++)
             if (codes[r] == TEST_SKIP_CODE)
