@@ -246,15 +246,21 @@ static int ranks_of(int single) {
     return single ? 1 : ranks;
 }
 
-static void test_ops(const void *param) {
-    const op_case *c = param;
-    cgm_config cfg = gpu_config();
-    /* Read at every call (cgm_partial_dtype); the ranks are forked. */
+/* Runs body on the case's ranks under its settings: set in this process
+ * before the ranks are forked (COMMGEMM_PARTIAL_DTYPE is read at every
+ * call, cgm_partial_dtype), unset after. */
+static void run_with_settings(const op_case *c, const cgm_config *cfg,
+                              gpu_case_fn body, int timeout_s) {
     if (c->output_partials) setenv("COMMGEMM_PARTIAL_DTYPE", "output", 1);
     if (c->env_var) setenv(c->env_var, c->env_value, 1);
-    gpu_run(ranks_of(c->single_rank), &cfg, ops_body, (void *)c, 240);
+    gpu_run(ranks_of(c->single_rank), cfg, body, (void *)c, timeout_s);
     if (c->output_partials) unsetenv("COMMGEMM_PARTIAL_DTYPE");
     if (c->env_var) unsetenv(c->env_var);
+}
+
+static void test_ops(const void *param) {
+    cgm_config cfg = gpu_config();
+    run_with_settings(param, &cfg, ops_body, 240);
 }
 
 /* ------------------------------------------------------------------ bulk */
@@ -375,16 +381,11 @@ static void large_body(gpu_rank *g, void *arg) {
 }
 
 static void test_fused_large(const void *param) {
-    const op_case *c = param;
     cgm_config cfg = gpu_config();
     cfg.max_m = 12288;
-    cfg.max_n = 4096 + 16 * 8; /* AG: rank r's n is n + 16 r */
-    cfg.max_k = 4096 + 8;      /* RS/AR: odd ranks' k is k + 8 */
-    if (c->output_partials) setenv("COMMGEMM_PARTIAL_DTYPE", "output", 1);
-    if (c->env_var) setenv(c->env_var, c->env_value, 1);
-    gpu_run(ranks_of(0), &cfg, large_body, (void *)c, 300);
-    if (c->output_partials) unsetenv("COMMGEMM_PARTIAL_DTYPE");
-    if (c->env_var) unsetenv(c->env_var);
+    cfg.max_n = 4096 + 16 * 64; /* AG: rank r's n is n + 16 r, r < 64 */
+    cfg.max_k = 4096 + 8;       /* RS/AR: odd ranks' k is k + 8 */
+    run_with_settings(param, &cfg, large_body, 300);
 }
 
 #define SM_COPIES "COMMGEMM_P2P_SM_PUSH_BYTES", "4194304", "_sm_copies"
