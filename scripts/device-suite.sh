@@ -84,7 +84,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/commgemm-out}
 mkdir -p "$OUT"
-B=$PWD/build-device
+# DEVICE_BUILD: a build made elsewhere and carried (e.g. .devc/build with
+# tests/gpu/test_gpu_ops and libcommgemm.so), for the stages that run its
+# binaries directly (fused, sanitize-fused, shared, sanitize-cases) without
+# the build stage; the ctest stages need a whole build tree.
+B=${DEVICE_BUILD:-$PWD/build-device}
 source scripts/device-env.sh
 # EXTRA_CMAKE_ARGS: more configure arguments, e.g. the kernel trace build
 # (-DCMAKE_CUDA_FLAGS=-DCGM_HGEMM_TRACE, docs/HOPPER_GEMM.md: diagnostic only).
