@@ -84,7 +84,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/commgemm-out}
 mkdir -p "$OUT"
-# DEVICE_BUILD: a build made elsewhere and carried (e.g. .devc/build with
+# DEVICE_BUILD: a build made elsewhere and carried (an absolute path, e.g.
+# $PWD/.devc/build with
 # tests/gpu/test_gpu_ops and libcommgemm.so), for the stages that run its
 # binaries directly (fused, sanitize-fused, shared, sanitize-cases) without
 # the build stage; the ctest stages need a whole build tree.
