@@ -85,10 +85,9 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/commgemm-out}
 mkdir -p "$OUT"
 # DEVICE_BUILD: a build made elsewhere and carried (an absolute path, e.g.
-# $PWD/.devc/build with
-# tests/gpu/test_gpu_ops and libcommgemm.so), for the stages that run its
-# binaries directly (fused, sanitize-fused, shared, sanitize-cases) without
-# the build stage; the ctest stages need a whole build tree.
+# $PWD/.devc/build holding tests/gpu/test_gpu_ops and libcommgemm.so), for
+# the stages that run its binaries directly (fused, sanitize-fused, shared,
+# sanitize-cases) without the build stage; ctest stages need a whole tree.
 B=${DEVICE_BUILD:-$PWD/build-device}
 source scripts/device-env.sh
 # EXTRA_CMAKE_ARGS: more configure arguments, e.g. the kernel trace build
