@@ -112,6 +112,7 @@ cgm_status cgm_check_node_peers(cgm_comm *comm, int cuda_device) {
     mine.ok = 1;
     mine.bad_peer = -1;
     char why[256] = "";
+    int shared = 0; /* peers on this rank's GPU */
     for (int r = 0; r < nranks && mine.ok; r++) {
         if (r == rank) continue;
         if (strcmp(all[r].host, mine.host) != 0) {
@@ -137,8 +138,17 @@ cgm_status cgm_check_node_peers(cgm_comm *comm, int cuda_device) {
                      rank);
             break;
         }
-        /* Ranks may share a GPU (LOCAL bootstraps: NCCL refuses that). */
-        if (peer_dev == cuda_device) continue;
+        /* Ranks may share a GPU (LOCAL bootstraps: NCCL refuses that); the
+         * GPU then time-slices between their processes. */
+        if (peer_dev == cuda_device) {
+            if (!shared++)
+                CGM_WARN(CGM_SUB_P2P, "rank %d shares GPU %d (%s) with rank "
+                         "%d: the GPU time-slices between their processes, "
+                         "right but slow; give each rank its own device "
+                         "(cudaSetDevice before cgm_comm_create) for speed",
+                         rank, cuda_device, mine.bus_id, r);
+            continue;
+        }
         int can = 0;
         CGM_CUDA_TRY(cudaDeviceCanAccessPeer(&can, cuda_device, peer_dev));
         if (!can) {
