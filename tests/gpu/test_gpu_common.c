@@ -90,15 +90,21 @@ static int run_case(gpu_rank *g, run_arg *ra) {
     return 0;
 }
 
+/* A forked rank's start: its device (rank % GPUs) and stream. */
+static void rank_begin(gpu_rank *g, int rank, int nranks) {
+    memset(g, 0, sizeof *g);
+    g->rank = rank;
+    g->nranks = nranks;
+    GPU_CHECK(cudaGetDeviceCount(&g->ndev));
+    GPU_CHECK(cudaSetDevice(rank % g->ndev));
+    GPU_CHECK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+}
+
 static int rank_main(int rank, int nranks, const char *rendezvous, void *p) {
     run_arg *ra = p;
     gpu_rank g;
-    memset(&g, 0, sizeof g);
-    g.rank = rank;
-    g.nranks = nranks;
     setenv("NCCL_NVLS_ENABLE", "0", 1); /* never NVLink multicast */
-    GPU_CHECK(cudaGetDeviceCount(&g.ndev));
-    GPU_CHECK(cudaSetDevice(rank % g.ndev));
+    rank_begin(&g, rank, nranks);
     ncclUniqueId id;
     char path[256], tmp[300];
     id_path(path, sizeof path, rendezvous);
@@ -123,7 +129,6 @@ static int rank_main(int rank, int nranks, const char *rendezvous, void *p) {
         }
     }
     NCCL_CHECK(ncclCommInitRank(&g.nccl, nranks, id, rank));
-    GPU_CHECK(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
     CHECK_OK(cgm_comm_init_nccl(g.nccl, ra->config, &g.comm));
     if (rank == 0) unlink(path);
     return run_case(&g, ra);
@@ -134,12 +139,7 @@ static int rank_main_local(int rank, int nranks, const char *rendezvous,
                            void *p) {
     run_arg *ra = p;
     gpu_rank g;
-    memset(&g, 0, sizeof g);
-    g.rank = rank;
-    g.nranks = nranks;
-    GPU_CHECK(cudaGetDeviceCount(&g.ndev));
-    GPU_CHECK(cudaSetDevice(rank % g.ndev));
-    GPU_CHECK(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
+    rank_begin(&g, rank, nranks);
     cgm_bootstrap b = CGM_BOOTSTRAP_INIT;
     b.kind = CGM_BOOTSTRAP_LOCAL;
     b.rank = rank;

@@ -91,7 +91,6 @@ typedef struct node_record {
     char host[64];
     char bus_id[32];
     int ok; /* second round: this rank reaches every peer */
-    int bad_peer;
     int64_t pid;
 } node_record;
 
@@ -110,7 +109,6 @@ cgm_status cgm_check_node_peers(cgm_comm *comm, int cuda_device) {
     CGM_TRY(cgm_gpu_allgather_host(comm, &mine, all, sizeof mine));
     /* Local verdict, then agree on it so that every rank returns alike. */
     mine.ok = 1;
-    mine.bad_peer = -1;
     char why[256] = "";
     int shared = 0; /* peers on this rank's GPU */
     for (int r = 0; r < nranks && mine.ok; r++) {
@@ -157,7 +155,6 @@ cgm_status cgm_check_node_peers(cgm_comm *comm, int cuda_device) {
                      "%d's GPU %d (cudaDeviceCanAccessPeer = 0)", rank,
                      cuda_device, r, peer_dev);
         }
-        if (!mine.ok) mine.bad_peer = r;
     }
     CGM_TRY(cgm_gpu_allgather_host(comm, &mine, all, sizeof mine));
     /* Blame the first rank that failed, or this one with its reason. */
