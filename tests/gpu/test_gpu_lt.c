@@ -1,7 +1,8 @@
 /* cuBLASLt's measured search (backend/gpu/lt_gemm.c, COMMGEMM_LT_SEARCH):
  * cgm_lt_prepare times a shape once, never writes the caller's output, and
  * the GEMM it leads to gives the heuristic's result up to rounding; a value
- * out of range is refused. One process, one GPU (skips without one). */
+ * out of range is refused, as is a COMMGEMM_LT_REDUCTION it does not take.
+ * One process, one GPU (skips without one). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -231,6 +232,18 @@ static const char *const bad_zero[2] = {"0", "COMMGEMM_LT_SEARCH=0: expected 1..
 static const char *const bad_high[2] = {"17", "COMMGEMM_LT_SEARCH=17: expected 1..16"};
 static const char *const bad_word[2] = {"lots", "COMMGEMM_LT_SEARCH=\"lots\": expected an integer"};
 
+/* COMMGEMM_LT_REDUCTION takes any or fp32; another value is refused the
+ * same way (read before cuBLASLt is touched; no GPU needed). */
+static void test_reduction_bad(const void *param) {
+    (void)param;
+    cgm_lt *lt = NULL;
+    setenv("COMMGEMM_LT_REDUCTION", "fp16", 1);
+    CHECK_STATUS(cgm_lt_create(&lt), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK(lt == NULL);
+    CHECK_CONTAINS(cgm_last_error(),
+                   "COMMGEMM_LT_REDUCTION=\"fp16\": expected any or fp32");
+}
+
 static const int64_t odd_shape[3] = {1000, 136, 256}, bench_shape[3] = {2048, 2048, 2048};
 
 static void register_cases(void) {
@@ -241,6 +254,7 @@ static void register_cases(void) {
     test_add("search_bad_zero", test_search_bad, bad_zero);
     test_add("search_bad_high", test_search_bad, bad_high);
     test_add("search_bad_word", test_search_bad, bad_word);
+    test_add("reduction_bad", test_reduction_bad, NULL);
 }
 
 int main(int argc, char **argv) { return test_main(argc, argv, register_cases); }
