@@ -79,6 +79,8 @@
 # (bench/lt_algos.c: cuBLASLt's top heuristic algorithms and cublasGemmEx
 # timed per GEMM shape, on every GPU at once; LT_SHAPES), pack
 # (everything but summary.txt into $OUT/commgemm-logs.tar.gz; run it last).
+# The sanitizer stages run the tests with TEST_TIMEOUT_SCALE=SANITIZE_TIME_SCALE
+# (default 10): their comm timeouts, rank bounds and waits stretched.
 # Logs go to $OUT; a summary line per stage is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -131,10 +133,14 @@ stage_cublasmp() {
     note "cublasmp 0.7.0.125: $(grep -E 'tests passed' "$OUT/cublasmp.log")"
     grep -E "Failed|# .*(ok|wrong)" "$OUT/cublasmp.log" | head -20
 }
+# Under compute-sanitizer the tests' waits and comm timeouts are stretched
+# (TEST_TIMEOUT_SCALE, tests/harness/harness.h): a rank's start and a
+# cuBLASLt search run 10-50x slower there.
+SAN_SCALE=${SANITIZE_TIME_SCALE:-10}
 stage_sanitize() {
     local t
     for t in memcheck racecheck; do
-        compute-sanitizer --tool $t --target-processes all --report-api-errors no --error-exitcode 99 \
+        TEST_TIMEOUT_SCALE=$SAN_SCALE compute-sanitizer --tool $t --target-processes all --report-api-errors no --error-exitcode 99 \
             "$B/tests/gpu/test_gpu_ops" graph_capture_replay >"$OUT/sanitize-$t.log" 2>&1
         note "compute-sanitizer $t (test_gpu_ops graph_capture_replay): rc=$? $(grep -hE '(ERROR|RACECHECK) SUMMARY' "$OUT/sanitize-$t.log" | sort -u | tr '\n' ' ')"
     done
@@ -143,7 +149,7 @@ stage_sanitize_cases() { # SANITIZE_TOOLS (memcheck racecheck) on the cases of S
     local t c
     for t in ${SANITIZE_TOOLS:-memcheck racecheck}; do
         for c in ${SANITIZE_CASES:?SANITIZE_CASES: test_gpu_ops case names}; do
-            timeout ${SANITIZE_TIMEOUT:-200} compute-sanitizer --tool $t --target-processes all --report-api-errors no \
+            timeout ${SANITIZE_TIMEOUT:-200} env TEST_TIMEOUT_SCALE=$SAN_SCALE compute-sanitizer --tool $t --target-processes all --report-api-errors no \
                 --error-exitcode 99 "$B/tests/gpu/${SANITIZE_BIN:-test_gpu_ops}" $c >"$OUT/sanitize-$t-$c.log" 2>&1
             note "compute-sanitizer $t ($c): rc=$? $(grep -hE '(ERROR|RACECHECK) SUMMARY' "$OUT/sanitize-$t-$c.log" | sort -u | tr '\n' ' ')"
         done
@@ -189,7 +195,7 @@ stage_sanitize_fused() {
     for t in memcheck racecheck; do
         for c in ${SANITIZE_FUSED_CASES:-ag_gemm_all_gpus gemm_rs_all_gpus graph_capture_replay_fused graph_capture_replay_fused_store graph_capture_replay_fused_single gemm_rs_all_gpus_output_partials_fused_single}; do
             [ $t = racecheck ] && [ "${c#graph_capture_replay_fused}" = "$c" ] && continue
-            COMMGEMM_ALGO=fused timeout ${SANITIZE_TIMEOUT:-200} compute-sanitizer --tool $t --target-processes all --report-api-errors no \
+            COMMGEMM_ALGO=fused timeout ${SANITIZE_TIMEOUT:-200} env TEST_TIMEOUT_SCALE=$SAN_SCALE compute-sanitizer --tool $t --target-processes all --report-api-errors no \
                 --error-exitcode 99 "$B/tests/gpu/test_gpu_ops" $c >"$OUT/sanitize-fused-$t-$c.log" 2>&1
             note "compute-sanitizer $t, fused forced ($c): rc=$? $(grep -hE '(ERROR|RACECHECK) SUMMARY' "$OUT/sanitize-fused-$t-$c.log" | sort -u | tr '\n' ' ')"
         done

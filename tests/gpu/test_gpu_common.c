@@ -61,7 +61,7 @@ cgm_config gpu_config(void) {
     c.max_m = 8192;
     c.max_n = 1024;
     c.max_k = 1024;
-    c.timeout_ms = 20000;
+    c.timeout_ms = test_scaled_ms(20000);
     return c;
 }
 

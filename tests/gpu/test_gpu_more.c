@@ -235,7 +235,8 @@ static void timeout_body(gpu_rank *g, void *arg) {
     CHECK_OK(cgm_all_gather_gemm(g->comm, &x, &w, NULL, &y, NULL, NULL, st));
     GPU_CHECK(cudaStreamSynchronize(st));
     if (r == 1) {
-        sleep(4); /* stay alive (mapped memory valid) while rank 0 waits */
+        /* stay alive (mapped memory valid) while rank 0 waits */
+        usleep((useconds_t)(test_scaled_ms(4000) * 1000));
         fflush(stdout);
         _exit(0); /* skip the teardown: the comm pair is broken */
     }
@@ -244,7 +245,10 @@ static void timeout_body(gpu_rank *g, void *arg) {
     CHECK_OK(cgm_all_gather_gemm(g->comm, &x, &w, NULL, &y, NULL, NULL, st));
     GPU_CHECK(cudaStreamSynchronize(st));
     double waited_s = (double)(cgm_now_ns() - t0) / 1e9;
-    if (waited_s > 2.5) TEST_FAIL("the wait took %.2f s, expected ~1 s", waited_s);
+    double bound_s = (double)test_scaled_ms(2500) / 1e3;
+    if (waited_s > bound_s)
+        TEST_FAIL("the wait took %.2f s, expected ~%.0f s (at most %.1f)",
+                  waited_s, (double)test_scaled_ms(1000) / 1e3, bound_s);
     cgm_status async = CGM_SUCCESS;
     CHECK_OK(cgm_comm_get_async_error(g->comm, &async));
     CHECK_INT_EQ(async, CGM_ERROR_TIMEOUT);
@@ -267,7 +271,7 @@ static void test_timeout(const void *param) {
                   "COMMGEMM_TEST_RANKS=2 to share it)", P);
     cgm_config cfg = gpu_config();
     if (param) cfg.algo = *(const cgm_algo *)param;
-    cfg.timeout_ms = 1000;
+    cfg.timeout_ms = test_scaled_ms(1000); /* also bounds comm creation */
     gpu_run(2, &cfg, timeout_body, NULL, 60);
 }
 
@@ -363,7 +367,7 @@ static void *thread_rank_main(void *p) {
     b.nranks = 2;
     b.rendezvous = t->rendezvous;
     cgm_config cfg = gpu_config();
-    cfg.timeout_ms = 10000;
+    cfg.timeout_ms = test_scaled_ms(10000);
     cgm_comm *c = (cgm_comm *)&b; /* must come back NULL */
     t->status = cgm_comm_create(&b, &cfg, &c);
     snprintf(t->message, sizeof t->message, "%s", cgm_last_error());

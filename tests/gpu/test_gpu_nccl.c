@@ -47,7 +47,7 @@ cgm_config nt_config(void) {
     c.max_m = 4096;
     c.max_n = 512;
     c.max_k = 512;
-    c.timeout_ms = 20000;
+    c.timeout_ms = test_scaled_ms(20000);
     return c;
 }
 

@@ -118,7 +118,8 @@ static void timeout_fn(nrank *g, const void *arg) {
     CHECK_OK(cgm_all_gather_gemm(g->comm, &dx, &dw, NULL, &dy, NULL, NULL, g->stream));
     GCHECK(cudaStreamSynchronize(g->stream));
     if (r != 0) {
-        sleep(4); /* skips the second op; rank 0 must not wait for it */
+        /* skips the second op; rank 0 must not wait for it */
+        usleep((useconds_t)(test_scaled_ms(4000) * 1000));
         return;
     }
     int64_t t0 = cgm_now_ns();
@@ -126,7 +127,7 @@ static void timeout_fn(nrank *g, const void *arg) {
     cgm_status async = st;
     char detail[1024];
     snprintf(detail, sizeof detail, "%s", cgm_last_error());
-    while (async == CGM_SUCCESS && cgm_now_ns() - t0 < 6000000000ll) {
+    while (async == CGM_SUCCESS && cgm_now_ns() - t0 < test_scaled_ms(6000) * 1000000) {
         CHECK_OK(cgm_comm_get_async_error(g->comm, &async));
         snprintf(detail, sizeof detail, "%s", cgm_last_error());
         usleep(10000);
@@ -135,12 +136,13 @@ static void timeout_fn(nrank *g, const void *arg) {
     fprintf(stderr, "timeout after %.2f s: status %s: %s\n", waited,
             cgm_status_string(async), detail);
     CHECK(async == CGM_ERROR_TIMEOUT || async == CGM_ERROR_PEER_FAILED);
-    CHECK(waited < 3.0);
+    CHECK(waited < (double)test_scaled_ms(3000) / 1e3);
     CHECK_CONTAINS(detail, "rank 1");
     /* The aborted comm lets the stream drain, bounded. */
     int64_t t1 = cgm_now_ns();
     while (cudaStreamQuery(g->stream) == cudaErrorNotReady) {
-        if (cgm_now_ns() - t1 > 5000000000ll) TEST_FAIL("stream still busy 5 s after the abort");
+        if (cgm_now_ns() - t1 > test_scaled_ms(5000) * 1000000)
+            TEST_FAIL("stream still busy %.0f s after the abort", (double)test_scaled_ms(5000) / 1e3);
         usleep(1000);
     }
     (void)cudaGetLastError();
@@ -220,7 +222,7 @@ static void case_mixed(const void *p) {
 }
 static void case_timeout(const void *p) {
     cgm_config c = nt_config();
-    c.timeout_ms = 1000;
+    c.timeout_ms = test_scaled_ms(1000);
     c.check_agreement = 0; /* the watchdog, not the agreement exchange */
     nt_run(multi(), &c, timeout_fn, p, 100);
 }

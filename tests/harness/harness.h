@@ -22,6 +22,12 @@ void test_add(const char *name, test_fn fn, const void *param);
 /* Per-case timeout in seconds for cases registered after this call
  * (default 60; env TEST_TIMEOUT_SCALE multiplies it, e.g. under ASan). */
 void test_set_timeout(int seconds);
+/* TEST_TIMEOUT_SCALE (default 1; e.g. 4 under ASan, 10 under
+ * compute-sanitizer): the factor of the case timeouts, of test_run_ranks'
+ * bound, and of the comm timeouts the tests set (test_scaled_ms). */
+double test_time_scale(void);
+/* ms times test_time_scale(), for a comm's timeout_ms or a bound. */
+int64_t test_scaled_ms(int64_t ms);
 int test_main(int argc, char **argv, void (*register_cases)(void));
 
 void test_fail_at(const char *file, int line, const char *fmt, ...)

@@ -27,6 +27,8 @@ int test_run_ranks(int nranks, test_rank_fn fn, void *arg, int timeout_s,
             _exit(rc ? 1 : 0);
         }
     }
+    /* Scaled like the case timeouts (TEST_TIMEOUT_SCALE). */
+    timeout_s = (int)(timeout_s * test_time_scale() + 0.5);
     struct timespec start, now;
     clock_gettime(CLOCK_MONOTONIC, &start);
     int remaining = nranks, failed = 0;

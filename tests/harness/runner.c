@@ -56,10 +56,14 @@ void test_skip(const char *fmt, ...) {
     _exit(TEST_SKIP_CODE);
 }
 
-static double timeout_scale(void) {
+double test_time_scale(void) {
     const char *s = getenv("TEST_TIMEOUT_SCALE");
     double v = s ? atof(s) : 1.0;
     return v > 0 ? v : 1.0;
+}
+
+int64_t test_scaled_ms(int64_t ms) {
+    return (int64_t)((double)ms * test_time_scale() + 0.5);
 }
 
 /* Runs one case in a child; returns 0 pass, 1 fail, TEST_SKIP_CODE skip. */
@@ -78,7 +82,7 @@ static int run_one(const test_entry *e) {
         _exit(0);
     }
     setpgid(pid, pid);
-    double limit = e->timeout_s * timeout_scale();
+    double limit = e->timeout_s * test_time_scale();
     struct timespec start, now;
     clock_gettime(CLOCK_MONOTONIC, &start);
     int status = 0;
