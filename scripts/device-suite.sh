@@ -80,7 +80,9 @@
 # timed per GEMM shape, on every GPU at once; LT_SHAPES), pack
 # (everything but summary.txt into $OUT/commgemm-logs.tar.gz; run it last).
 # The sanitizer stages run the tests with TEST_TIMEOUT_SCALE=SANITIZE_TIME_SCALE
-# (default 10): their comm timeouts, rank bounds and waits stretched.
+# (default 10): their comm timeouts, rank bounds and waits stretched;
+# sanitize-fused's racecheck runs the op cases' runs SANITIZE_RUNS only
+# (COMMGEMM_TEST_RUNS, default 24-27: bf16 TN).
 # Logs go to $OUT; a summary line per stage is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -194,8 +196,12 @@ stage_sanitize_fused() {
     local t c
     for t in memcheck racecheck; do
         for c in ${SANITIZE_FUSED_CASES:-ag_gemm_all_gpus gemm_rs_all_gpus graph_capture_replay_fused graph_capture_replay_fused_store graph_capture_replay_fused_single gemm_rs_all_gpus_output_partials_fused_single}; do
-            [ $t = racecheck ] && [ "${c#graph_capture_replay_fused}" = "$c" ] && continue
-            COMMGEMM_ALGO=fused timeout ${SANITIZE_TIMEOUT:-200} env TEST_TIMEOUT_SCALE=$SAN_SCALE compute-sanitizer --tool $t --target-processes all --report-api-errors no \
+            # racecheck: the op cases' 60 runs do not finish in 250 s
+            # there; SANITIZE_RUNS (COMMGEMM_TEST_RUNS, default the bf16 TN
+            # runs, which the fused kernels take) selects a few
+            local runs=
+            [ $t = racecheck ] && [ "${c#graph_capture_replay}" = "$c" ] && runs=${SANITIZE_RUNS:-24-27}
+            COMMGEMM_ALGO=fused COMMGEMM_TEST_RUNS=$runs timeout ${SANITIZE_TIMEOUT:-200} env TEST_TIMEOUT_SCALE=$SAN_SCALE compute-sanitizer --tool $t --target-processes all --report-api-errors no \
                 --error-exitcode 99 "$B/tests/gpu/test_gpu_ops" $c >"$OUT/sanitize-fused-$t-$c.log" 2>&1
             note "compute-sanitizer $t, fused forced ($c): rc=$? $(grep -hE '(ERROR|RACECHECK) SUMMARY' "$OUT/sanitize-fused-$t-$c.log" | sort -u | tr '\n' ' ')"
         done

@@ -236,7 +236,7 @@ static void timeout_body(gpu_rank *g, void *arg) {
     GPU_CHECK(cudaStreamSynchronize(st));
     if (r == 1) {
         /* stay alive (mapped memory valid) while rank 0 waits */
-        usleep((useconds_t)(test_scaled_ms(4000) * 1000));
+        sleep((unsigned)((test_scaled_ms(4000) + 999) / 1000));
         fflush(stdout);
         _exit(0); /* skip the teardown: the comm pair is broken */
     }

@@ -119,7 +119,7 @@ static void timeout_fn(nrank *g, const void *arg) {
     GCHECK(cudaStreamSynchronize(g->stream));
     if (r != 0) {
         /* skips the second op; rank 0 must not wait for it */
-        usleep((useconds_t)(test_scaled_ms(4000) * 1000));
+        sleep((unsigned)((test_scaled_ms(4000) + 999) / 1000));
         return;
     }
     int64_t t0 = cgm_now_ns();

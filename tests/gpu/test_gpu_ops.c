@@ -64,6 +64,7 @@ typedef struct op_run {
     int splits, bias, accumulate, gathered;
     int output_partials; /* the partials were rounded to the output dtype */
     uint64_t seed;
+    int index; /* in the case's runs (COMMGEMM_TEST_RUNS selects) */
 } op_run;
 
 static void x_shape(cgm_layout layout, int64_t rows, int64_t k, int64_t *r,
@@ -179,8 +180,8 @@ static void run_gemm_op(gpu_rank *g, const op_run *o) {
             want[i * n + j] = v;
         }
     char what[256];
-    snprintf(what, sizeof what, "rank %d/%d %s %s->%s%s %s m=%lld n=%lld "
-             "k=%lld algo=%s splits=%d bias=%d acc=%d", r, P,
+    snprintf(what, sizeof what, "run %d: rank %d/%d %s %s->%s%s %s m=%lld n=%lld "
+             "k=%lld algo=%s splits=%d bias=%d acc=%d", o->index, r, P,
              cgm_op_name(o->op), cgm_dtype_name(o->dt.in),
              cgm_dtype_name(o->dt.out), o->dt.tf32 ? "(tf32)" : "",
              cgm_layout_name(o->layout), (long long)m, (long long)n,
@@ -223,8 +224,13 @@ static void ops_body(gpu_rank *g, void *arg) {
     for (int d = 0; d < NDTYPES; d++)
         for (int l = 0; l < CGM_LAYOUT_COUNT_; l++)
             for (int s = 0; s < NSHAPES; s++, it++) {
+                /* COMMGEMM_TEST_RUNS: a subset of the 60 runs, e.g. the
+                 * 16-bit TN ones (the fused algorithm's), 24-27,36-39,48-51,
+                 * under compute-sanitizer */
+                if (!test_selected("COMMGEMM_TEST_RUNS", it)) continue;
                 op_run o;
                 memset(&o, 0, sizeof o);
+                o.index = it;
                 o.op = c->op;
                 o.dt = dtypes[d];
                 o.layout = (cgm_layout)l;
@@ -366,8 +372,10 @@ static void large_body(gpu_rank *g, void *arg) {
     const op_case *c = arg;
     for (int s = 0; s < (int)(sizeof large_shapes / sizeof large_shapes[0]);
          s++) {
+        if (!test_selected("COMMGEMM_TEST_RUNS", s)) continue;
         op_run o;
         memset(&o, 0, sizeof o);
+        o.index = s;
         o.op = c->op;
         o.dt = dtypes[2]; /* bf16 -> bf16 */
         o.layout = CGM_LAYOUT_TN;

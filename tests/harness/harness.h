@@ -29,6 +29,15 @@ double test_time_scale(void);
 /* ms times test_time_scale(), for a comm's timeout_ms or a bound. */
 int64_t test_scaled_ms(int64_t ms);
 int test_main(int argc, char **argv, void (*register_cases)(void));
+/* Whether `index` is in a selection: a comma-separated list of indices
+ * and inclusive ranges, e.g. "24-27,36"; NULL or empty selects every
+ * index. Returns 1 (selected), 0 (not) or -1 (malformed: why[len] says
+ * what was expected and what was found). */
+int test_parse_selection(const char *value, int index, char *why, size_t len);
+/* test_parse_selection of the environment variable `var` (unset: every
+ * index); a malformed value fails the case, naming the variable. For
+ * running a subset of a case's runs, e.g. under compute-sanitizer. */
+bool test_selected(const char *var, int index);
 
 void test_fail_at(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));

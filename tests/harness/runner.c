@@ -62,6 +62,43 @@ double test_time_scale(void) {
     return v > 0 ? v : 1.0;
 }
 
+int test_parse_selection(const char *value, int index, char *why, size_t len) {
+    if (!value || !*value) return 1;
+    const char *p = value;
+    int selected = 0;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long a = strtol(p, &end, 10), b;
+        if (end == p || errno || a < 0 || a > 1000000) goto bad;
+        p = end;
+        b = a;
+        if (*p == '-') {
+            const char *q = p + 1;
+            errno = 0;
+            b = strtol(q, &end, 10);
+            if (end == q || errno || b < a || b > 1000000) goto bad;
+            p = end;
+        }
+        if (index >= a && index <= b) selected = 1;
+        if (*p == '\0') return selected;
+        if (*p != ',') goto bad;
+        p++;
+    }
+bad:
+    snprintf(why, len, "expected indices and ranges a-b (0 <= a <= b <= "
+             "1000000) separated by commas, e.g. \"24-27,36\"; found \"%s\" "
+             "(bad at offset %d)", value, (int)(p - value));
+    return -1;
+}
+
+bool test_selected(const char *var, int index) {
+    char why[512];
+    int r = test_parse_selection(getenv(var), index, why, sizeof why);
+    if (r < 0) TEST_FAIL("%s: %s", var, why);
+    return r == 1;
+}
+
 int64_t test_scaled_ms(int64_t ms) {
     return (int64_t)((double)ms * test_time_scale() + 0.5);
 }

@@ -330,8 +330,44 @@ static void test_bootstrap_env_launchers(const void *p) {
     CHECK(strcmp(b.rendezvous, "mpi-12345") == 0);
 }
 
+/* The test harness's run selection (COMMGEMM_TEST_RUNS in the GPU op
+ * tests) and time scale (TEST_TIMEOUT_SCALE). */
+static void test_harness_selection(const void *param) {
+    (void)param;
+    char why[512];
+    for (int i = 0; i < 50; i++) {
+        CHECK_INT_EQ(test_parse_selection(NULL, i, why, sizeof why), 1);
+        CHECK_INT_EQ(test_parse_selection("", i, why, sizeof why), 1);
+        CHECK_INT_EQ(test_parse_selection("24-27,36", i, why, sizeof why),
+                     (i >= 24 && i <= 27) || i == 36);
+        CHECK_INT_EQ(test_parse_selection("3", i, why, sizeof why), i == 3);
+        CHECK_INT_EQ(test_parse_selection("0-0,5-5,7-9", i, why, sizeof why),
+                     i == 0 || i == 5 || (i >= 7 && i <= 9));
+    }
+    static const char *bad[] = {"a", "3,", ",3", "3-", "5-2", "-1", "3;4",
+                                "1 ,2", "99999999999", "2-x"};
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+        why[0] = 0;
+        CHECK_INT_EQ(test_parse_selection(bad[b], 3, why, sizeof why), -1);
+        CHECK_CONTAINS(why, "expected indices and ranges");
+        CHECK_CONTAINS(why, bad[b]);
+    }
+    setenv("CGM_TEST_SEL", "1-2", 1);
+    CHECK(test_selected("CGM_TEST_SEL", 2));
+    CHECK(!test_selected("CGM_TEST_SEL", 3));
+    unsetenv("CGM_TEST_SEL");
+    CHECK(test_selected("CGM_TEST_SEL", 3));
+    setenv("TEST_TIMEOUT_SCALE", "10", 1);
+    CHECK_INT_EQ(test_scaled_ms(1000), 10000);
+    setenv("TEST_TIMEOUT_SCALE", "0.5", 1);
+    CHECK_INT_EQ(test_scaled_ms(1000), 500);
+    unsetenv("TEST_TIMEOUT_SCALE");
+    CHECK_INT_EQ(test_scaled_ms(20000), 20000);
+}
+
 static void register_cases(void) {
     test_add("version", test_version, NULL);
+    test_add("harness_selection", test_harness_selection, NULL);
     test_add("status_strings", test_status_strings, NULL);
     test_add("last_error", test_last_error_per_thread, NULL);
     test_add("names", test_names_roundtrip, NULL);
