@@ -487,6 +487,28 @@ cgm_status cgm_bulk_overlap(cgm_comm *comm, const cgm_matrix *a,
                             const cgm_matrix *send, cgm_matrix *recv,
                             const cgm_op_options *options, void *stream);
 
+/* ------------------------------------------------------------------ */
+/* Framework hooks                                                     */
+/* ------------------------------------------------------------------ */
+
+/** XLA FFI handlers (XLA's FFI C API 0.x) of the three GEMM ops, for JAX:
+ *  python/commgemm/jax.py registers them with jax.ffi.register_ffi_target
+ *  (platforms "cpu" and "CUDA"); other programs need not call them.
+ *  `call_frame` is an XLA_FFI_CallFrame*; the return value an
+ *  XLA_FFI_Error* (NULL on success) made by XLA's own error_create.
+ *  Operands: x, w[, bias] (2-D row-major arrays; bias 1-D [n] or [1, n]);
+ *  results: y[, x_gathered (AG+GEMM only)], shaped as the op's. Attributes
+ *  (integer scalars): comm (the cgm_comm pointer, required), layout, algo,
+ *  splits, backend, allow_tf32 (optional, CGM_OP_OPTIONS_INIT's defaults).
+ *  The op runs on XLA's stream (GPU backends) or, on the host backend,
+ *  synchronously with a NULL stream. Errors: an XLA error whose message is
+ *  cgm_last_error() with the status (INVALID_ARGUMENT for argument and
+ *  agreement errors, DEADLINE_EXCEEDED for timeouts, ABORTED for a failed
+ *  peer, ...). Thread safety: as the op's (one thread per comm). */
+void *cgm_xla_ffi_all_gather_gemm(void *call_frame);
+void *cgm_xla_ffi_gemm_reduce_scatter(void *call_frame);
+void *cgm_xla_ffi_gemm_all_reduce(void *call_frame);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,257 @@
+/* XLA FFI handlers of the GEMM ops, for JAX (python/commgemm/jax.py
+ * registers them with jax.ffi.register_ffi_target, on "cpu" and "CUDA").
+ *
+ * XLA calls a handler with a call frame: the operands and results as
+ * buffers (dtype, data, dims), the attributes by name, an execution
+ * context (the stream comes from it) and the API's function table. That is
+ * XLA's FFI C API, a stable binary interface versioned by struct sizes and
+ * an API version (0.x): the structs below are declared here with that
+ * layout (xla/ffi/api/c_api.h is its definition), so the library needs no
+ * XLA or JAX headers to build, and the handlers are tested in C without
+ * JAX (tests/unit/test_xla_ffi.c builds call frames).
+ *
+ * Operands (row-major, dense): the op's X, W and, when present, a third,
+ * the bias [n] or [1, n]. Results: Y and, for AG+GEMM when present, the
+ * gathered X. Attributes: comm (u64, the cgm_comm pointer), layout, algo,
+ * splits, backend, allow_tf32 (s32 each; optional, defaults as
+ * CGM_OP_OPTIONS_INIT). The stream is XLA's on a GPU backend, NULL on the
+ * host backend. Errors come back as XLA errors carrying cgm_last_error(). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core.h"
+#include "xla_ffi.h"
+
+/* ------------------------------------------------------------ helpers */
+
+static xffi_error *fail(const xffi_frame *f, int errc, const char *op, const char *fmt, ...)
+    CGM_PRINTF(4, 5);
+static xffi_error *fail(const xffi_frame *f, int errc, const char *op, const char *fmt, ...) {
+    char msg[1536];
+    int n = snprintf(msg, sizeof msg, "commgemm %s (XLA FFI): ", op);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n > 0 && (size_t)n < sizeof msg) vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
+    va_end(ap);
+    xffi_error_args a = {sizeof a, NULL, msg, errc};
+    return f->api->error_create(&a);
+}
+
+static int status_code(cgm_status st) {
+    switch (st) {
+    case CGM_ERROR_INVALID_ARGUMENT: case CGM_ERROR_MISMATCH: return XFFI_INVALID_ARGUMENT;
+    case CGM_ERROR_INVALID_USAGE: return XFFI_FAILED_PRECONDITION;
+    case CGM_ERROR_NOT_SUPPORTED: return XFFI_UNIMPLEMENTED;
+    case CGM_ERROR_UNAVAILABLE: return XFFI_UNAVAILABLE;
+    case CGM_ERROR_TIMEOUT: return XFFI_DEADLINE_EXCEEDED;
+    case CGM_ERROR_PEER_FAILED: return XFFI_ABORTED;
+    default: return XFFI_INTERNAL;
+    }
+}
+
+static const char *dtype_label(int d) {
+    switch (d) {
+    case XFFI_F32: return "float32";
+    case XFFI_BF16: return "bfloat16";
+    case XFFI_F16: return "float16";
+    default: return "another dtype";
+    }
+}
+
+/* A buffer as a dense row-major cgm_matrix: rank 2, or rank 1 as one row
+ * (a bias) when `vector_ok`. */
+static xffi_error *matrix_of(const xffi_frame *f, const char *op, const char *what, const xffi_buffer *b,
+                             bool vector_ok, cgm_matrix *out) {
+    cgm_dtype dt;
+    switch (b->dtype) {
+    case XFFI_F32: dt = CGM_DTYPE_FP32; break;
+    case XFFI_BF16: dt = CGM_DTYPE_BF16; break;
+    case XFFI_F16: dt = CGM_DTYPE_FP16; break;
+    default:
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "%s: expected float32, bfloat16 or float16, found %s (XLA dtype %d); "
+                    "cast it first", what, dtype_label(b->dtype), b->dtype);
+    }
+    if (b->rank == 2) {
+        *out = cgm_matrix_make(b->data, dt, b->dims[0], b->dims[1]);
+    } else if (b->rank == 1 && vector_ok) {
+        *out = cgm_matrix_make(b->data, dt, 1, b->dims[0]);
+    } else {
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "%s: expected a %smatrix (2 dims), found %" PRId64 " dims; reshape "
+                    "it to [rows, cols]", what, vector_ok ? "vector or " : "", b->rank);
+    }
+    /* cgm_matrix_make leaves ld 0: dense */
+    return NULL;
+}
+
+typedef struct xffi_call {
+    cgm_comm *comm;
+    cgm_op_options opt;
+    void *stream;
+} xffi_call;
+
+static bool name_is(const xffi_span *s, const char *name) {
+    size_t n = strlen(name);
+    return s->len == n && memcmp(s->ptr, name, n) == 0;
+}
+
+static xffi_error *int_attr(const xffi_frame *f, const char *op, const xffi_span *name, const xffi_scalar *s,
+                            int64_t *out) {
+    switch (s->dtype) {
+    case XFFI_S32: *out = *(const int32_t *)s->value; return NULL;
+    case XFFI_S64: *out = *(const int64_t *)s->value; return NULL;
+    case XFFI_U32: *out = *(const uint32_t *)s->value; return NULL;
+    case XFFI_U64: *out = (int64_t)*(const uint64_t *)s->value; return NULL;
+    case XFFI_PRED: *out = *(const uint8_t *)s->value != 0; return NULL;
+    default:
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "attribute %.*s: expected an integer scalar, found XLA dtype %d",
+                    (int)name->len, name->ptr, s->dtype);
+    }
+}
+
+/* The attributes, the comm, and the stream (XLA's on a GPU backend). */
+static xffi_error *call_of(const xffi_frame *f, const char *op, cgm_op cop, xffi_call *c) {
+    memset(c, 0, sizeof *c);
+    c->opt = (cgm_op_options)CGM_OP_OPTIONS_INIT;
+    bool have_comm = false;
+    for (int64_t i = 0; i < f->attrs.size; i++) {
+        const xffi_span *name = f->attrs.names[i];
+        if (f->attrs.types[i] != XFFI_ATTR_SCALAR)
+            return fail(f, XFFI_INVALID_ARGUMENT, op, "attribute %.*s: expected a scalar, found attribute type %d",
+                        (int)name->len, name->ptr, f->attrs.types[i]);
+        int64_t v = 0;
+        xffi_error *e = int_attr(f, op, name, f->attrs.attrs[i], &v);
+        if (e) return e;
+        if (name_is(name, "comm")) {
+            c->comm = (cgm_comm *)(uintptr_t)v;
+            have_comm = true;
+        } else if (name_is(name, "layout")) {
+            c->opt.layout = (cgm_layout)v;
+        } else if (name_is(name, "algo")) {
+            c->opt.algo = (cgm_algo)v;
+        } else if (name_is(name, "splits")) {
+            c->opt.splits = (int)v;
+        } else if (name_is(name, "backend")) {
+            c->opt.backend = (cgm_backend)v;
+        } else if (name_is(name, "allow_tf32")) {
+            c->opt.allow_tf32 = (int)v;
+        } else {
+            return fail(f, XFFI_INVALID_ARGUMENT, op, "unknown attribute %.*s: expected comm, layout, algo, splits, "
+                        "backend or allow_tf32", (int)name->len, name->ptr);
+        }
+    }
+    if (!have_comm || !c->comm)
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "attribute comm: expected the cgm_comm pointer (commgemm.Comm."
+                    "handle as a u64), found %s", have_comm ? "0" : "none");
+    cgm_backend b;
+    cgm_status st = cgm_comm_backend(c->comm, cop, &b);
+    if (st == CGM_SUCCESS && c->opt.backend != CGM_BACKEND_DEFAULT) b = c->opt.backend;
+    if (st != CGM_SUCCESS) return fail(f, status_code(st), op, "%s", cgm_last_error());
+    if (b == CGM_BACKEND_HOST) return NULL; /* the host backend takes no stream */
+    if (!f->api->stream_get)
+        return fail(f, XFFI_INTERNAL, op, "the XLA FFI API has no stream query (API %d.%d)", f->api->version.major,
+                    f->api->version.minor);
+    xffi_stream_args sa = {sizeof sa, NULL, f->ctx, NULL};
+    xffi_error *e = f->api->stream_get(&sa);
+    if (e) return e;
+    c->stream = sa.stream;
+    return NULL;
+}
+
+/* The metadata query (API version, traits) and stages other than execute
+ * return true: nothing to do. */
+static bool not_execute(xffi_frame *f) {
+    for (xffi_ext *e = f->ext; e; e = e->next) {
+        if (e->type != XFFI_EXT_METADATA) continue;
+        xffi_metadata *m = ((xffi_metadata_ext *)e)->metadata;
+        m->version.major = XFFI_API_MAJOR;
+        m->version.minor = XFFI_API_MINOR;
+        m->traits = 0; /* not command-buffer safe: the first call per shape exchanges and tunes */
+        return true;
+    }
+    return f->stage != XFFI_STAGE_EXECUTE;
+}
+
+/* Checks the frame and the operand and result counts; fills x, w, bias
+ * (NULL when absent), y and, when asked for and present, the second
+ * result. */
+static xffi_error *operands(const xffi_frame *f, const char *op, cgm_matrix *x, cgm_matrix *w, cgm_matrix *bias,
+                            const cgm_matrix **bias_p, cgm_matrix *y, cgm_matrix *extra, bool *has_extra,
+                            int max_rets) {
+    if (f->struct_size < offsetof(xffi_frame, attrs) + sizeof f->attrs)
+        return fail(f, XFFI_INTERNAL, op, "call frame of %zu bytes, expected at least %zu (an older XLA FFI API?)",
+                    f->struct_size, offsetof(xffi_frame, attrs) + sizeof f->attrs);
+    if (f->args.size < 2 || f->args.size > 3)
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected 2 or 3 operands (x, w[, bias]), found %" PRId64,
+                    f->args.size);
+    if (f->rets.size < 1 || f->rets.size > max_rets)
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %s, found %" PRId64 " results",
+                    max_rets == 2 ? "1 or 2 results (y[, x_gathered])" : "1 result (y)", f->rets.size);
+    for (int64_t i = 0; i < f->args.size; i++)
+        if (f->args.types[i] != XFFI_BUFFER)
+            return fail(f, XFFI_INVALID_ARGUMENT, op, "operand %" PRId64 " is not a buffer", i);
+    for (int64_t i = 0; i < f->rets.size; i++)
+        if (f->rets.types[i] != XFFI_BUFFER)
+            return fail(f, XFFI_INVALID_ARGUMENT, op, "result %" PRId64 " is not a buffer", i);
+    xffi_error *e;
+    if ((e = matrix_of(f, op, "x", f->args.items[0], false, x))) return e;
+    if ((e = matrix_of(f, op, "w", f->args.items[1], false, w))) return e;
+    *bias_p = NULL;
+    if (f->args.size == 3) {
+        if ((e = matrix_of(f, op, "bias", f->args.items[2], true, bias))) return e;
+        *bias_p = bias;
+    }
+    if ((e = matrix_of(f, op, "y (result 0)", f->rets.items[0], false, y))) return e;
+    *has_extra = f->rets.size == 2;
+    if (*has_extra && (e = matrix_of(f, op, "x_gathered (result 1)", f->rets.items[1], false, extra))) return e;
+    return NULL;
+}
+
+static xffi_error *result(const xffi_frame *f, const char *op, cgm_status st) {
+    if (st == CGM_SUCCESS) return NULL;
+    return fail(f, status_code(st), op, "%s (%s)", cgm_last_error(), cgm_status_string(st));
+}
+
+/* ------------------------------------------------------------ handlers */
+
+void *cgm_xla_ffi_all_gather_gemm(void *frame) {
+    xffi_frame *f = frame;
+    const char *op = "all_gather_gemm";
+    if (not_execute(f)) return NULL;
+    cgm_matrix x, w, bias, y, xg;
+    const cgm_matrix *b;
+    bool has_xg;
+    xffi_error *e = operands(f, op, &x, &w, &bias, &b, &y, &xg, &has_xg, 2);
+    if (e) return e;
+    xffi_call c;
+    if ((e = call_of(f, op, CGM_OP_ALL_GATHER_GEMM, &c))) return e;
+    return result(f, op, cgm_all_gather_gemm(c.comm, &x, &w, b, &y, has_xg ? &xg : NULL, &c.opt, c.stream));
+}
+
+void *cgm_xla_ffi_gemm_reduce_scatter(void *frame) {
+    xffi_frame *f = frame;
+    const char *op = "gemm_reduce_scatter";
+    if (not_execute(f)) return NULL;
+    cgm_matrix x, w, bias, y, unused;
+    const cgm_matrix *b;
+    bool none;
+    xffi_error *e = operands(f, op, &x, &w, &bias, &b, &y, &unused, &none, 1);
+    if (e) return e;
+    xffi_call c;
+    if ((e = call_of(f, op, CGM_OP_GEMM_REDUCE_SCATTER, &c))) return e;
+    return result(f, op, cgm_gemm_reduce_scatter(c.comm, &x, &w, b, &y, &c.opt, c.stream));
+}
+
+void *cgm_xla_ffi_gemm_all_reduce(void *frame) {
+    xffi_frame *f = frame;
+    const char *op = "gemm_all_reduce";
+    if (not_execute(f)) return NULL;
+    cgm_matrix x, w, bias, y, unused;
+    const cgm_matrix *b;
+    bool none;
+    xffi_error *e = operands(f, op, &x, &w, &bias, &b, &y, &unused, &none, 1);
+    if (e) return e;
+    xffi_call c;
+    if ((e = call_of(f, op, CGM_OP_GEMM_ALL_REDUCE, &c))) return e;
+    return result(f, op, cgm_gemm_all_reduce(c.comm, &x, &w, b, &y, &c.opt, c.stream));
+}

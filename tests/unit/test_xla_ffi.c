@@ -1,0 +1,272 @@
+/* The XLA FFI handlers (cgm_xla_ffi_*) on call frames built here with the
+ * layout of XLA's FFI C API, with a one-rank host comm: results, the
+ * metadata query, the stages that do nothing, and every refusal with its
+ * XLA error code and message (the comm stays usable after each). No JAX
+ * needed; tests/python/test_jax_host.py runs them under JAX. */
+#include <string.h>
+
+#include "core/xla_ffi.h"
+#include "harness.h"
+
+/* A stand-in for XLA's error_create: keeps the last error. */
+static char last_message[2048];
+static int last_code, errors_made;
+static int error_token;
+
+static xffi_error *fake_error_create(xffi_error_args *a) {
+    snprintf(last_message, sizeof last_message, "%s", a->message);
+    last_code = a->errc;
+    errors_made++;
+    return (xffi_error *)&error_token;
+}
+
+static int streams_asked;
+static xffi_error *fake_stream_get(xffi_stream_args *a) {
+    streams_asked++;
+    a->stream = NULL;
+    return NULL;
+}
+
+typedef struct frame_builder {
+    xffi_api api;
+    xffi_frame f;
+    xffi_buffer in[3], out[2];
+    int64_t in_dims[3][2], out_dims[2][2];
+    void *in_ptrs[3], *out_ptrs[2];
+    int in_types[3], out_types[2];
+    xffi_span names[8], *name_ptrs[8];
+    int attr_types[8];
+    xffi_scalar scalars[8];
+    void *attr_ptrs[8];
+    uint64_t comm_value;
+    int32_t ints[8];
+} frame_builder;
+
+static void set_buffer(xffi_buffer *b, int64_t *dims, int dtype, void *data, int64_t rows, int64_t cols) {
+    memset(b, 0, sizeof *b);
+    b->struct_size = sizeof *b;
+    b->dtype = dtype;
+    b->data = data;
+    dims[0] = rows;
+    dims[1] = cols;
+    b->rank = cols < 0 ? 1 : 2;
+    if (cols < 0) dims[0] = rows;
+    b->dims = dims;
+}
+
+/* A frame of nin operands and nout results (set with in()/out()), the comm
+ * attribute and `nattr` more s32 attributes. */
+static void frame_init(frame_builder *fb, int nin, int nout) {
+    memset(fb, 0, sizeof *fb);
+    fb->api.struct_size = sizeof fb->api;
+    fb->api.version.major = 0;
+    fb->api.version.minor = 1;
+    fb->api.error_create = fake_error_create;
+    fb->api.stream_get = fake_stream_get;
+    xffi_frame *f = &fb->f;
+    f->struct_size = sizeof *f;
+    f->api = &fb->api;
+    f->stage = XFFI_STAGE_EXECUTE;
+    f->args.struct_size = f->rets.struct_size = sizeof f->args;
+    f->args.size = nin;
+    f->rets.size = nout;
+    for (int i = 0; i < 3; i++) {
+        fb->in_types[i] = XFFI_BUFFER;
+        fb->in_ptrs[i] = &fb->in[i];
+    }
+    for (int i = 0; i < 2; i++) {
+        fb->out_types[i] = XFFI_BUFFER;
+        fb->out_ptrs[i] = &fb->out[i];
+    }
+    f->args.types = fb->in_types;
+    f->args.items = fb->in_ptrs;
+    f->rets.types = fb->out_types;
+    f->rets.items = fb->out_ptrs;
+    f->attrs.struct_size = sizeof f->attrs;
+    f->attrs.types = fb->attr_types;
+    f->attrs.names = fb->name_ptrs;
+    f->attrs.attrs = fb->attr_ptrs;
+}
+
+static void add_attr(frame_builder *fb, const char *name, int dtype, void *value) {
+    int i = (int)fb->f.attrs.size++;
+    fb->names[i].ptr = name;
+    fb->names[i].len = strlen(name);
+    fb->name_ptrs[i] = &fb->names[i];
+    fb->attr_types[i] = XFFI_ATTR_SCALAR;
+    fb->scalars[i].dtype = dtype;
+    fb->scalars[i].value = value;
+    fb->attr_ptrs[i] = &fb->scalars[i];
+}
+
+static void add_comm(frame_builder *fb, cgm_comm *comm) {
+    fb->comm_value = (uint64_t)(uintptr_t)comm;
+    add_attr(fb, "comm", XFFI_U64, &fb->comm_value);
+}
+
+static void add_int(frame_builder *fb, const char *name, int32_t v) {
+    int i = (int)fb->f.attrs.size;
+    fb->ints[i] = v;
+    add_attr(fb, name, XFFI_S32, &fb->ints[i]);
+}
+
+/* Expects the handler to fail with `code` and a message holding `needle`. */
+static void expect_error(void *(*h)(void *), frame_builder *fb, int code, const char *needle) {
+    int before = errors_made;
+    void *e = h(&fb->f);
+    if (e != (void *)&error_token) TEST_FAIL("expected an XLA error containing \"%s\", got success", needle);
+    CHECK_INT_EQ(errors_made, before + 1);
+    CHECK_INT_EQ(last_code, code);
+    CHECK_CONTAINS(last_message, needle);
+    CHECK_CONTAINS(last_message, "commgemm ");
+}
+
+static cgm_comm *one_rank_comm(char *name, size_t len) {
+    cgm_bootstrap b = test_local_bootstrap("xla-ffi", name, len);
+    cgm_comm *comm = NULL;
+    CHECK_OK(cgm_comm_create(&b, NULL, &comm));
+    return comm;
+}
+
+/* The three ops on one rank, fp32, with and without bias, TN and NN, the
+ * gathered X; compared with a host reference. */
+static void test_ops(const void *param) {
+    (void)param;
+    char name[64];
+    cgm_comm *comm = one_rank_comm(name, sizeof name);
+    enum { M = 5, K = 6, N = 7 };
+    float x[M * K], w[N * K], bias[N], y[M * N], xg[M * K];
+    for (int i = 0; i < M * K; i++) x[i] = test_value(1, i);
+    for (int i = 0; i < N * K; i++) w[i] = test_value(2, i);
+    for (int i = 0; i < N; i++) bias[i] = test_value(3, i);
+    void *(*handlers[3])(void *) = {cgm_xla_ffi_all_gather_gemm, cgm_xla_ffi_gemm_reduce_scatter,
+                                    cgm_xla_ffi_gemm_all_reduce};
+    for (int h = 0; h < 3; h++)
+        for (int with_bias = 0; with_bias < 2; with_bias++)
+            for (int nn = 0; nn < 2; nn++) {
+                frame_builder fb;
+                bool gathered = h == 0 && with_bias;
+                frame_init(&fb, 2 + with_bias, gathered ? 2 : 1);
+                set_buffer(&fb.in[0], fb.in_dims[0], XFFI_F32, x, M, K);
+                /* NN: W is [k, n]; the same numbers read as [K, N] */
+                set_buffer(&fb.in[1], fb.in_dims[1], XFFI_F32, w, nn ? K : N, nn ? N : K);
+                set_buffer(&fb.in[2], fb.in_dims[2], XFFI_F32, bias, N, -1);
+                memset(y, 0xff, sizeof y);
+                memset(xg, 0xff, sizeof xg);
+                set_buffer(&fb.out[0], fb.out_dims[0], XFFI_F32, y, M, N);
+                set_buffer(&fb.out[1], fb.out_dims[1], XFFI_F32, xg, M, K);
+                add_comm(&fb, comm);
+                if (nn) add_int(&fb, "layout", CGM_LAYOUT_NN);
+                add_int(&fb, "splits", 2);
+                if (handlers[h](&fb.f) != NULL) TEST_FAIL("handler %d failed: %s", h, last_message);
+                for (int i = 0; i < M; i++)
+                    for (int j = 0; j < N; j++) {
+                        double ref = with_bias ? bias[j] : 0;
+                        for (int l = 0; l < K; l++) ref += (double)x[i * K + l] * (nn ? w[l * N + j] : w[j * K + l]);
+                        CHECK_NEAR(y[i * N + j], ref, 1e-5);
+                    }
+                if (gathered) CHECK(memcmp(xg, x, sizeof x) == 0);
+            }
+    CHECK_INT_EQ(streams_asked, 0); /* the host backend takes no stream */
+    CHECK_OK(cgm_comm_destroy(comm));
+}
+
+/* The metadata query, and stages other than execute: nothing done. */
+static void test_metadata(const void *param) {
+    (void)param;
+    frame_builder fb;
+    frame_init(&fb, 0, 0); /* no operands: a real call would be refused */
+    xffi_metadata md;
+    memset(&md, 0, sizeof md);
+    md.struct_size = sizeof md;
+    md.traits = 77;
+    xffi_metadata_ext ext;
+    memset(&ext, 0, sizeof ext);
+    ext.base.struct_size = sizeof ext;
+    ext.base.type = XFFI_EXT_METADATA;
+    ext.metadata = &md;
+    fb.f.ext = &ext.base;
+    int before = errors_made;
+    CHECK(cgm_xla_ffi_gemm_all_reduce(&fb.f) == NULL);
+    CHECK_INT_EQ(md.version.major, 0);
+    CHECK(md.version.minor >= 1);
+    CHECK_INT_EQ(md.traits, 0);
+    fb.f.ext = NULL;
+    for (int stage = 0; stage < 3; stage++) {
+        fb.f.stage = stage;
+        CHECK(cgm_xla_ffi_all_gather_gemm(&fb.f) == NULL);
+    }
+    CHECK_INT_EQ(errors_made, before);
+}
+
+/* Every refusal: the XLA error code and the message; the comm still works. */
+static void test_refusals(const void *param) {
+    (void)param;
+    char name[64];
+    cgm_comm *comm = one_rank_comm(name, sizeof name);
+    float x[12], w[12], y[16];
+    for (int i = 0; i < 12; i++) x[i] = w[i] = test_value(4, i);
+    frame_builder fb;
+#define GOOD()                                                                    \
+    do {                                                                          \
+        frame_init(&fb, 2, 1);                                                    \
+        set_buffer(&fb.in[0], fb.in_dims[0], XFFI_F32, x, 4, 3);                  \
+        set_buffer(&fb.in[1], fb.in_dims[1], XFFI_F32, w, 4, 3);                  \
+        set_buffer(&fb.out[0], fb.out_dims[0], XFFI_F32, y, 4, 4);                \
+        add_comm(&fb, comm);                                                      \
+    } while (0)
+    GOOD();
+    CHECK(cgm_xla_ffi_gemm_all_reduce(&fb.f) == NULL);
+
+    GOOD();
+    fb.in[0].dtype = XFFI_S32;
+    expect_error(cgm_xla_ffi_gemm_all_reduce, &fb, XFFI_INVALID_ARGUMENT, "x: expected float32, bfloat16 or float16");
+    GOOD();
+    fb.in[1].rank = 3;
+    expect_error(cgm_xla_ffi_gemm_reduce_scatter, &fb, XFFI_INVALID_ARGUMENT, "w: expected a matrix (2 dims), found 3");
+    GOOD();
+    fb.f.args.size = 1;
+    expect_error(cgm_xla_ffi_all_gather_gemm, &fb, XFFI_INVALID_ARGUMENT, "expected 2 or 3 operands");
+    GOOD();
+    fb.f.rets.size = 2;
+    expect_error(cgm_xla_ffi_gemm_all_reduce, &fb, XFFI_INVALID_ARGUMENT, "expected 1 result (y), found 2");
+    GOOD();
+    fb.f.attrs.size = 0;
+    expect_error(cgm_xla_ffi_gemm_all_reduce, &fb, XFFI_INVALID_ARGUMENT, "attribute comm: expected the cgm_comm");
+    GOOD();
+    add_int(&fb, "layuot", 0);
+    expect_error(cgm_xla_ffi_gemm_all_reduce, &fb, XFFI_INVALID_ARGUMENT, "unknown attribute layuot");
+    GOOD();
+    fb.scalars[0].dtype = XFFI_F32;
+    expect_error(cgm_xla_ffi_gemm_all_reduce, &fb, XFFI_INVALID_ARGUMENT, "attribute comm: expected an integer scalar");
+    GOOD();
+    fb.f.struct_size = 16;
+    expect_error(cgm_xla_ffi_gemm_all_reduce, &fb, XFFI_INTERNAL, "call frame of 16 bytes");
+    /* The library's own checks come back with the status: y of the wrong
+     * shape, and a layout out of range. */
+    GOOD();
+    fb.out_dims[0][0] = 3;
+    expect_error(cgm_xla_ffi_gemm_all_reduce, &fb, XFFI_INVALID_ARGUMENT, "y is 3 x 4, expected 4 x 4");
+    GOOD();
+    add_int(&fb, "layout", 9);
+    expect_error(cgm_xla_ffi_gemm_all_reduce, &fb, XFFI_INVALID_ARGUMENT, "layout");
+    /* backend host asked for by name: no stream asked for either */
+    GOOD();
+    add_int(&fb, "backend", CGM_BACKEND_HOST);
+    int asked = streams_asked;
+    CHECK(cgm_xla_ffi_gemm_all_reduce(&fb.f) == NULL);
+    CHECK_INT_EQ(streams_asked, asked);
+    /* still usable */
+    GOOD();
+    CHECK(cgm_xla_ffi_gemm_all_reduce(&fb.f) == NULL);
+#undef GOOD
+    CHECK_OK(cgm_comm_destroy(comm));
+}
+
+static void register_cases(void) {
+    test_add("ops", test_ops, NULL);
+    test_add("metadata", test_metadata, NULL);
+    test_add("refusals", test_refusals, NULL);
+}
+
+int main(int argc, char **argv) { return test_main(argc, argv, register_cases); }
