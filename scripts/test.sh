@@ -16,8 +16,9 @@ echo "== tests =="
 (cd build && ctest -j"$jobs" --output-on-failure --timeout 300)
 
 echo "== Python binding on the host backend =="
-python3 -m pip install -q --disable-pip-version-check numpy pytest 2>&1 | grep -v "Running pip as the 'root'" || true
-COMMGEMM_LIB="$PWD/build/libcommgemm.so" python3 -m pytest -q tests/python/test_host.py tests/python/test_torch_host.py tests/python/test_compare_torch.py tests/python/test_timeline_summary.py tests/python/test_sweep_summary.py
+# jax (CPU wheels here) for commgemm.jax's tests; already there on the device machine
+python3 -m pip install -q --disable-pip-version-check numpy pytest jax 2>&1 | grep -v "Running pip as the 'root'" || true
+COMMGEMM_LIB="$PWD/build/libcommgemm.so" JAX_PLATFORMS=cpu python3 -m pytest -q tests/python/test_host.py tests/python/test_torch_host.py tests/python/test_compare_torch.py tests/python/test_timeline_summary.py tests/python/test_sweep_summary.py tests/python/test_jax_host.py
 
 if [ "${COMMGEMM_SKIP_SANITIZE:-0}" != 1 ]; then
     echo "== ASan + UBSan build of the CPU tests =="

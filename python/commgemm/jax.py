@@ -1,0 +1,232 @@
+"""commgemm from JAX: the GEMM ops as XLA FFI custom calls.
+
+The library's XLA FFI handlers (cgm_xla_ffi_* in include/commgemm.h) are
+registered as custom-call targets for the "cpu" and "CUDA" platforms, so the
+ops run inside jit-compiled JAX programs, on XLA's stream on a GPU backend or
+synchronously on the host backend (CPU arrays):
+
+    import commgemm, commgemm.jax as cj
+    comm = commgemm.Comm.from_env()                  # or Comm.local(...) on CPU
+    y = cj.all_gather_matmul(x_shard, w, comm=comm, m=m)     # [m, n_loc]
+    y_r = cj.matmul_reduce_scatter(x, w, comm=comm)          # [m_r, n]
+    y = cj.column_parallel_linear(x_shard, w, b, comm=comm, m=m)  # differentiable
+
+Each call is collective: every rank of the comm makes the same calls in the
+same order (the ops carry has_side_effect, so XLA neither drops nor merges
+them; keep independent commgemm calls of one program in a data-dependent
+order, as with any collective). One process per rank, each with its own
+device; the comm must outlive the compiled programs that use it.
+"""
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+
+from . import _lib
+from ._lib import shard_rows
+from .core import Comm
+
+__all__ = ["register", "all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce",
+           "column_parallel_linear", "row_parallel_linear"]
+
+_TARGETS = {
+    "commgemm_all_gather_gemm": "cgm_xla_ffi_all_gather_gemm",
+    "commgemm_gemm_reduce_scatter": "cgm_xla_ffi_gemm_reduce_scatter",
+    "commgemm_gemm_all_reduce": "cgm_xla_ffi_gemm_all_reduce",
+}
+_registered = False
+
+
+def register():
+    """Registers the custom-call targets with XLA (once per process; the ops
+    call it). Raises commgemm.CommGemmError when the library cannot be
+    loaded or lacks the handlers (built before they existed)."""
+    global _registered
+    if _registered:
+        return
+    lib = _lib.lib()
+    for target, symbol in _TARGETS.items():
+        fn = getattr(lib, symbol, None)
+        if fn is None:
+            raise _lib.UnavailableError(_lib.Status.UNAVAILABLE,
+                                        f"{_lib.library_path()} has no {symbol}: rebuild libcommgemm "
+                                        "(the XLA FFI handlers came with the JAX binding)")
+        capsule = jax.ffi.pycapsule(fn)
+        for platform in ("cpu", "CUDA"):
+            jax.ffi.register_ffi_target(target, capsule, platform=platform)
+    _registered = True
+
+
+def _comm_attrs(comm, layout, algo, splits, backend, allow_tf32):
+    if not isinstance(comm, Comm):
+        raise TypeError(f"comm: expected a commgemm.Comm, got {type(comm).__name__}")
+    attrs = dict(comm=np.uint64(comm.handle.value), layout=np.int32(_lib.parse_layout(layout)),
+                 algo=np.int32(_lib.parse_algo(algo)), splits=np.int32(int(splits)),
+                 allow_tf32=np.int32(1 if allow_tf32 else 0))
+    if backend is not None:
+        attrs["backend"] = np.int32(_lib.parse_backend(backend))
+    return attrs
+
+
+def _check_2d(name, a):
+    if a.ndim != 2:
+        raise ValueError(f"{name}: expected a 2-D array, found shape {tuple(a.shape)}; reshape it to [rows, cols]")
+
+
+def _out_cols(layout, w):
+    return w.shape[0] if layout == "TN" else w.shape[1]
+
+
+def _layout_name(layout):
+    name = _lib.layout_name(_lib.parse_layout(layout))
+    return name
+
+
+def _call(target, results, operands, attrs):
+    register()
+    return jax.ffi.ffi_call(target, results, has_side_effect=True)(*operands, **attrs)
+
+
+def all_gather_matmul(x_shard, w, bias=None, *, comm, m=None, layout="TN", algo="auto", splits=0, backend=None,
+                      allow_tf32=False, out_dtype=None, return_gathered=False):
+    """AG+GEMM: Y[m, n] = allgather(X) . op(W) (+ bias), cgm_all_gather_gemm.
+
+    x_shard: this rank's rows, [m_r, k] (TN, NN) or [k, m_r] (NT), m_r =
+    commgemm.shard_rows(m, rank, P). w: [n, k] (TN) or [k, n]. bias: [n] or
+    None. m: total rows; default m_r * P, refused when the shards are uneven
+    (pass m then). out_dtype: x's dtype (default) or float32. With
+    return_gathered, also the gathered X ([m, k], or [k, m] for NT).
+    Not differentiable: see column_parallel_linear."""
+    layout = _layout_name(layout)
+    _check_2d("x_shard", x_shard)
+    _check_2d("w", w)
+    rows = x_shard.shape[1] if layout == "NT" else x_shard.shape[0]
+    m = _total_rows(comm, rows, m)
+    n = _out_cols(layout, w)
+    out_dtype = jnp.dtype(out_dtype or x_shard.dtype)
+    results = [jax.ShapeDtypeStruct((m, n), out_dtype)]
+    if return_gathered:
+        k = x_shard.shape[0] if layout == "NT" else x_shard.shape[1]
+        results.append(jax.ShapeDtypeStruct((k, m) if layout == "NT" else (m, k), x_shard.dtype))
+    operands = [x_shard, w] + ([bias] if bias is not None else [])
+    out = _call("commgemm_all_gather_gemm", results, operands,
+                _comm_attrs(comm, layout, algo, splits, backend, allow_tf32))
+    return (out[0], out[1]) if return_gathered else out[0]
+
+
+def _total_rows(comm, rows, m):
+    P, r = comm.size, comm.rank
+    if m is None:
+        m = rows * P
+        if shard_rows(m, r, P) != rows:
+            raise ValueError(f"all_gather_matmul: rank {r} of {P} has {rows} rows, which is not the shard of "
+                             f"m = {rows} * {P}; pass m (the total rows) for uneven shards")
+    elif shard_rows(int(m), r, P) != rows:
+        raise ValueError(f"all_gather_matmul: m = {m} gives rank {r} of {P} a shard of "
+                         f"{shard_rows(int(m), r, P)} rows, found {rows}; commgemm.shard_rows(m, rank, P) rows "
+                         "per rank")
+    return int(m)
+
+
+def _reduce_op(target, name, x, w, bias, comm, layout, algo, splits, backend, allow_tf32, out_dtype, scatter):
+    layout = _layout_name(layout)
+    _check_2d("x", x)
+    _check_2d("w", w)
+    m = x.shape[1] if layout == "NT" else x.shape[0]
+    rows = shard_rows(m, comm.rank, comm.size) if scatter else m
+    out = jax.ShapeDtypeStruct((rows, _out_cols(layout, w)), jnp.dtype(out_dtype or x.dtype))
+    operands = [x, w] + ([bias] if bias is not None else [])
+    return _call(target, out, operands, _comm_attrs(comm, layout, algo, splits, backend, allow_tf32))
+
+
+def matmul_reduce_scatter(x, w, bias=None, *, comm, layout="TN", algo="auto", splits=0, backend=None,
+                          allow_tf32=False, out_dtype=None):
+    """GEMM+RS: this rank's rows [m_r, n] of sum_ranks X . op(W) (+ bias, added
+    once), cgm_gemm_reduce_scatter. x: [m, k_loc] (TN, NN) or [k_loc, m]; w:
+    [n, k_loc] (TN) or [k_loc, n]. Not differentiable: see row_parallel_linear."""
+    return _reduce_op("commgemm_gemm_reduce_scatter", "matmul_reduce_scatter", x, w, bias, comm, layout, algo,
+                      splits, backend, allow_tf32, out_dtype, True)
+
+
+def matmul_all_reduce(x, w, bias=None, *, comm, layout="TN", algo="auto", splits=0, backend=None,
+                      allow_tf32=False, out_dtype=None):
+    """GEMM+AR: Y[m, n] = sum_ranks X . op(W) (+ bias, added once) on every rank,
+    cgm_gemm_all_reduce. Operands as matmul_reduce_scatter's."""
+    return _reduce_op("commgemm_gemm_all_reduce", "matmul_all_reduce", x, w, bias, comm, layout, algo, splits,
+                      backend, allow_tf32, out_dtype, False)
+
+
+# --------------------------------------------------------------------------
+# Differentiable layers (Megatron's sequence-parallel linear layers)
+# --------------------------------------------------------------------------
+
+
+def _bias_grad(g):
+    return jnp.sum(g, axis=0, dtype=jnp.float32).astype(g.dtype)
+
+
+def _column_fwd(x_shard, w, bias, comm, m, backend):
+    y, gathered = all_gather_matmul(x_shard, w, bias, comm=comm, m=m, backend=backend, return_gathered=True)
+    return y, (gathered, w, bias is not None)
+
+
+def _column_bwd(comm, m, backend, res, grad_y):
+    gathered, w, has_bias = res
+    # dX_r = reduce_scatter(dY . W): GEMM+RS with W [n_loc, k] as the NN operand [k_loc = n_loc, k]
+    dx = matmul_reduce_scatter(grad_y, w, comm=comm, layout="NN", backend=backend)
+    dw = jnp.matmul(grad_y.T, gathered, preferred_element_type=jnp.float32).astype(w.dtype)
+    db = _bias_grad(grad_y) if has_bias else None
+    return dx, dw, db
+
+
+def _column_impl(x_shard, w, bias, comm, m, backend):
+    return all_gather_matmul(x_shard, w, bias, comm=comm, m=m, backend=backend)
+
+
+_column = jax.custom_vjp(_column_impl, nondiff_argnums=(3, 4, 5))
+_column.defvjp(lambda x, w, b, comm, m, backend: _column_fwd(x, w, b, comm, m, backend), _column_bwd)
+
+
+def column_parallel_linear(x_shard, w, bias=None, *, comm, m=None, backend=None):
+    """Column-parallel linear with sequence parallelism: Y[m, n_loc] =
+    allgather(x_shard) . w^T + bias (AG+GEMM, TN). x_shard: [m_r, k] (this
+    rank's rows); w: [n_loc, k] (this rank's nn.Linear weight shard); bias:
+    [n_loc] or None. Differentiable (jax.grad, jax.vjp): dX_r =
+    reduce_scatter(dY . W) (GEMM+RS, NN), dW = dY^T . allgather(X), db =
+    sum_rows dY."""
+    if m is None:
+        m = _total_rows(comm, x_shard.shape[0], None)
+    return _column(x_shard, w, bias, comm, int(m), backend)
+
+
+def _row_fwd(x, w, bias, comm, backend):
+    y = matmul_reduce_scatter(x, w, bias, comm=comm, backend=backend)
+    return y, (x, w, bias is not None)
+
+
+def _row_bwd(comm, backend, res, grad_y):
+    x, w, has_bias = res
+    # dX = allgather(dY_r) . W (AG+GEMM, NN), which also gives the gathered dY
+    dx, gathered = all_gather_matmul(grad_y, w, comm=comm, m=x.shape[0], layout="NN", backend=backend,
+                                     return_gathered=True)
+    dw = jnp.matmul(gathered.T, x, preferred_element_type=jnp.float32).astype(w.dtype)
+    db = _bias_grad(gathered) if has_bias else None
+    return dx, dw, db
+
+
+def _row_impl(x, w, bias, comm, backend):
+    return matmul_reduce_scatter(x, w, bias, comm=comm, backend=backend)
+
+
+_row = jax.custom_vjp(_row_impl, nondiff_argnums=(3, 4))
+_row.defvjp(lambda x, w, b, comm, backend: _row_fwd(x, w, b, comm, backend), _row_bwd)
+
+
+def row_parallel_linear(x, w, bias=None, *, comm, backend=None):
+    """Row-parallel linear with sequence parallelism: this rank's rows
+    [m_r, n] of sum_ranks x . w^T, + bias (GEMM+RS, TN). x: [m, k_loc]; w:
+    [n, k_loc]; bias: [n] or None (the same on every rank). Differentiable:
+    dX = allgather(dY_r) . W (AG+GEMM, NN), dW = allgather(dY)^T . X, db =
+    the sum of every rank's rows of dY."""
+    return _row(x, w, bias, comm, backend)

@@ -1,0 +1,217 @@
+"""commgemm.jax on CPU arrays: the XLA FFI custom calls on host-backend comms
+(Comm.local), 1 to 3 ranks with uneven shards, eager and under jax.jit, and
+the differentiable layers' gradients against numpy references built from
+every rank's inputs. Skipped without jax or without the library.
+
+    python3 -m pytest tests/python/test_jax_host.py -q
+"""
+
+import multiprocessing
+import os
+import pathlib
+import queue
+import sys
+import traceback
+import uuid
+
+import numpy as np
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+if str(REPO / "python") not in sys.path:
+    sys.path.insert(0, str(REPO / "python"))
+
+pytest.importorskip("jax")
+
+import commgemm  # noqa: E402
+from commgemm import _lib  # noqa: E402
+
+try:
+    _lib.load()
+    _LOAD_ERROR = None
+except commgemm.CommGemmError as e:  # pragma: no cover
+    _LOAD_ERROR = str(e)
+
+pytestmark = pytest.mark.skipif(_LOAD_ERROR is not None, reason=f"libcommgemm.so not available: {_LOAD_ERROR}")
+
+RUN_TIMEOUT_S = 180
+
+
+def _worker(fn_name, rank, nranks, rendezvous, args, results):
+    try:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        fn = globals()[fn_name]
+        with commgemm.Comm.local(rank, nranks, rendezvous, timeout_ms=30000) as comm:
+            out = fn(comm, *args)
+        results.put((rank, "ok", out))
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        results.put((rank, "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+
+
+def run_ranks(fn, nranks, *args):
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    rendezvous = f"pyjax-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    procs = [ctx.Process(target=_worker, args=(fn.__name__, r, nranks, rendezvous, args, results), daemon=True)
+             for r in range(nranks)]
+    for p in procs:
+        p.start()
+    got, errors = {}, []
+    try:
+        for _ in range(nranks):
+            rank, kind, out = results.get(timeout=RUN_TIMEOUT_S)
+            (got.__setitem__(rank, out) if kind == "ok" else errors.append(f"rank {rank}: {out}"))
+    except queue.Empty:
+        errors.append(f"ranks {sorted(set(range(nranks)) - set(got))} did not finish in {RUN_TIMEOUT_S} s")
+    for p in procs:
+        p.join(timeout=10)
+        if p.is_alive():
+            p.kill()
+    if errors:
+        pytest.fail("\n".join(errors))
+    return [got[r] for r in range(nranks)]
+
+
+def _values(seed, shape):
+    """Multiples of 1/8 in [-1/2, 1/2): exact in bf16, small sums exact in fp32."""
+    return np.random.default_rng(seed).integers(-4, 4, shape).astype(np.float32) / 8
+
+
+# --------------------------------------------------------------------------
+# Rank bodies (module level: spawned processes look them up by name)
+# --------------------------------------------------------------------------
+
+
+def _ops_body(comm, m, dtype_name):
+    import jax
+    import jax.numpy as jnp
+    import commgemm.jax as cj
+    P, r = comm.size, comm.rank
+    dt = jnp.dtype(dtype_name)
+    tol = 1e-5 if dtype_name == "float32" else 2e-2
+    k, n = 24, 16
+    mr, off = commgemm.shard_rows(m, r, P), commgemm.shard_offset(m, r, P)
+    X = _values(1, (m, k))
+    W = [_values(10 + q, (n, k)) for q in range(P)]
+    Xq = [_values(20 + q, (m, k)) for q in range(P)]
+    B = _values(3, (n,))
+    checked = 0
+    for jit in (False, True):
+        wrap = jax.jit if jit else (lambda f: f)
+        # AG+GEMM, TN, bias, the gathered X
+        ag = wrap(lambda x, w, b: cj.all_gather_matmul(x, w, b, comm=comm, m=m, return_gathered=True))
+        y, xg = ag(jnp.asarray(X[off:off + mr], dt), jnp.asarray(W[r], dt), jnp.asarray(B, dt))
+        np.testing.assert_allclose(np.asarray(y, np.float32), X @ W[r].T + B, atol=tol)
+        np.testing.assert_array_equal(np.asarray(xg, np.float32), X)
+        # AG+GEMM, NT: X is [k, m_r], W [k, n]; fp32 output
+        agt = wrap(lambda x, w: cj.all_gather_matmul(x, w, comm=comm, m=m, layout="NT", out_dtype=jnp.float32))
+        y = agt(jnp.asarray(X[off:off + mr].T, dt), jnp.asarray(W[r].T, dt))
+        assert y.dtype == jnp.float32 and y.shape == (m, n)
+        np.testing.assert_allclose(np.asarray(y), X @ W[r].T, atol=tol)
+        # GEMM+RS and GEMM+AR: each rank its own X and W
+        full = sum(Xq[q] @ W[q].T for q in range(P))
+        rs = wrap(lambda x, w, b: cj.matmul_reduce_scatter(x, w, b, comm=comm, algo="split", splits=2))
+        y = rs(jnp.asarray(Xq[r], dt), jnp.asarray(W[r], dt), jnp.asarray(B, dt))
+        assert y.shape == (mr, n)
+        np.testing.assert_allclose(np.asarray(y, np.float32), (full + B)[off:off + mr], atol=tol * P)
+        ar = wrap(lambda x, w: cj.matmul_all_reduce(x, w, comm=comm, layout="NN"))
+        y = ar(jnp.asarray(Xq[r], dt), jnp.asarray(W[r].T, dt))
+        np.testing.assert_allclose(np.asarray(y, np.float32), full, atol=tol * P)
+        checked += 4
+    return checked
+
+
+def _grads_body(comm, m):
+    import jax
+    import jax.numpy as jnp
+    import commgemm.jax as cj
+    P, r = comm.size, comm.rank
+    k, n = 16, 24
+    mr, off = commgemm.shard_rows(m, r, P), commgemm.shard_offset(m, r, P)
+    X = _values(1, (m, k))
+    W = [_values(10 + q, (n, k)) for q in range(P)]
+    B = _values(3, (n,))
+    # column: loss = sum over ranks of sum(sin(X W_r^T + B))
+    col = jax.jit(jax.grad(lambda x, w, b: jnp.sum(jnp.sin(cj.column_parallel_linear(x, w, b, comm=comm, m=m))),
+                           argnums=(0, 1, 2)))
+    dx, dw, db = col(jnp.asarray(X[off:off + mr]), jnp.asarray(W[r]), jnp.asarray(B))
+    dx_full = sum(np.cos(X @ W[q].T + B) @ W[q] for q in range(P))
+    np.testing.assert_allclose(dx, dx_full[off:off + mr], atol=1e-4)
+    np.testing.assert_allclose(dw, np.cos(X @ W[r].T + B).T @ X, atol=1e-4)
+    np.testing.assert_allclose(db, np.cos(X @ W[r].T + B).sum(0), atol=1e-4)
+    # row: x [m, k_loc] per rank; loss = sum over ranks of its rows' sin
+    Xq = [_values(20 + q, (m, k)) for q in range(P)]
+    full = sum(Xq[q] @ W[q].T for q in range(P)) + B
+    row = jax.grad(lambda x, w, b: jnp.sum(jnp.sin(cj.row_parallel_linear(x, w, b, comm=comm))), argnums=(0, 1, 2))
+    dx, dw, db = row(jnp.asarray(Xq[r]), jnp.asarray(W[r]), jnp.asarray(B))
+    dy = np.cos(full)
+    np.testing.assert_allclose(dx, dy @ W[r], atol=1e-4)
+    np.testing.assert_allclose(dw, dy.T @ Xq[r], atol=1e-4)
+    np.testing.assert_allclose(db, dy.sum(0), atol=1e-4)
+    # without a bias
+    dx2 = jax.grad(lambda x: jnp.sum(cj.column_parallel_linear(x, jnp.asarray(W[r]), comm=comm, m=m)))(
+        jnp.asarray(X[off:off + mr]))
+    np.testing.assert_allclose(dx2, sum(np.ones((m, n)) @ W[q] for q in range(P))[off:off + mr], atol=1e-4)
+    return True
+
+
+def _errors_body(comm):
+    import jax.numpy as jnp
+    import commgemm.jax as cj
+    P = comm.size
+    x = jnp.ones((4, 8), jnp.float32)
+    w = jnp.ones((6, 8), jnp.float32)
+    out = {}
+    try:  # an integer operand: the handler's own check, as an XLA error
+        cj.matmul_all_reduce(x.astype(jnp.int32), w, comm=comm)
+    except Exception as e:  # noqa: BLE001 - jax's runtime error type varies
+        out["dtype"] = str(e)
+    try:  # shards that do not make m
+        cj.all_gather_matmul(x, w, comm=comm, m=4 * P + 3)
+    except ValueError as e:
+        out["m"] = str(e)
+    try:
+        cj.matmul_all_reduce(x[0], w, comm=comm)
+    except ValueError as e:
+        out["rank"] = str(e)
+    try:  # inner dimensions that disagree: the library's check
+        cj.matmul_all_reduce(x, jnp.ones((6, 7), jnp.float32), comm=comm)
+    except Exception as e:  # noqa: BLE001
+        out["shape"] = str(e)
+    try:
+        cj.matmul_all_reduce(x, w, comm="not a comm")
+    except TypeError as e:
+        out["comm"] = str(e)
+    # the comm still works
+    y = cj.matmul_all_reduce(x, w, comm=comm)
+    out["after"] = float(np.asarray(y)[0, 0])
+    return out
+
+
+# --------------------------------------------------------------------------
+# Tests
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("nranks,m", [(1, 5), (2, 9), (3, 7)])
+def test_ops_float32(nranks, m):
+    assert run_ranks(_ops_body, nranks, m, "float32") == [8] * nranks
+
+
+def test_ops_bfloat16():
+    assert run_ranks(_ops_body, 2, 11, "bfloat16") == [8, 8]
+
+
+@pytest.mark.parametrize("nranks,m", [(1, 6), (2, 7), (3, 10)])
+def test_layer_gradients(nranks, m):
+    assert run_ranks(_grads_body, nranks, m) == [True] * nranks
+
+
+def test_errors():
+    for out in run_ranks(_errors_body, 2):
+        assert "x: expected float32, bfloat16 or float16" in out["dtype"], out["dtype"]
+        assert "pass m" in out["m"] or "rows per rank" in out["m"], out["m"]
+        assert "expected a 2-D array" in out["rank"], out["rank"]
+        assert "cgm_gemm_all_reduce" in out["shape"], out["shape"]
+        assert "expected a commgemm.Comm" in out["comm"], out["comm"]
+        assert out["after"] == 2 * 8.0
