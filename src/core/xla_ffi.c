@@ -214,44 +214,35 @@ static xffi_error *result(const xffi_frame *f, const char *op, cgm_status st) {
 
 /* ------------------------------------------------------------ handlers */
 
-void *cgm_xla_ffi_all_gather_gemm(void *frame) {
+static void *handle(void *frame, cgm_op cop, const char *op) {
     xffi_frame *f = frame;
-    const char *op = "all_gather_gemm";
     if (not_execute(f)) return NULL;
+    bool ag = cop == CGM_OP_ALL_GATHER_GEMM;
     cgm_matrix x, w, bias, y, xg;
-    const cgm_matrix *b;
-    bool has_xg;
-    xffi_error *e = operands(f, op, &x, &w, &bias, &b, &y, &xg, &has_xg, 2);
+    const cgm_matrix *b = NULL;
+    bool has_xg = false;
+    xffi_error *e = operands(f, op, &x, &w, &bias, &b, &y, &xg, &has_xg, ag ? 2 : 1);
     if (e) return e;
     xffi_call c;
-    if ((e = call_of(f, op, CGM_OP_ALL_GATHER_GEMM, &c))) return e;
-    return result(f, op, cgm_all_gather_gemm(c.comm, &x, &w, b, &y, has_xg ? &xg : NULL, &c.opt, c.stream));
+    if ((e = call_of(f, op, cop, &c))) return e;
+    cgm_status st;
+    if (ag)
+        st = cgm_all_gather_gemm(c.comm, &x, &w, b, &y, has_xg ? &xg : NULL, &c.opt, c.stream);
+    else if (cop == CGM_OP_GEMM_REDUCE_SCATTER)
+        st = cgm_gemm_reduce_scatter(c.comm, &x, &w, b, &y, &c.opt, c.stream);
+    else
+        st = cgm_gemm_all_reduce(c.comm, &x, &w, b, &y, &c.opt, c.stream);
+    return result(f, op, st);
+}
+
+void *cgm_xla_ffi_all_gather_gemm(void *frame) {
+    return handle(frame, CGM_OP_ALL_GATHER_GEMM, "all_gather_gemm");
 }
 
 void *cgm_xla_ffi_gemm_reduce_scatter(void *frame) {
-    xffi_frame *f = frame;
-    const char *op = "gemm_reduce_scatter";
-    if (not_execute(f)) return NULL;
-    cgm_matrix x, w, bias, y, unused;
-    const cgm_matrix *b;
-    bool none;
-    xffi_error *e = operands(f, op, &x, &w, &bias, &b, &y, &unused, &none, 1);
-    if (e) return e;
-    xffi_call c;
-    if ((e = call_of(f, op, CGM_OP_GEMM_REDUCE_SCATTER, &c))) return e;
-    return result(f, op, cgm_gemm_reduce_scatter(c.comm, &x, &w, b, &y, &c.opt, c.stream));
+    return handle(frame, CGM_OP_GEMM_REDUCE_SCATTER, "gemm_reduce_scatter");
 }
 
 void *cgm_xla_ffi_gemm_all_reduce(void *frame) {
-    xffi_frame *f = frame;
-    const char *op = "gemm_all_reduce";
-    if (not_execute(f)) return NULL;
-    cgm_matrix x, w, bias, y, unused;
-    const cgm_matrix *b;
-    bool none;
-    xffi_error *e = operands(f, op, &x, &w, &bias, &b, &y, &unused, &none, 1);
-    if (e) return e;
-    xffi_call c;
-    if ((e = call_of(f, op, CGM_OP_GEMM_ALL_REDUCE, &c))) return e;
-    return result(f, op, cgm_gemm_all_reduce(c.comm, &x, &w, b, &y, &c.opt, c.stream));
+    return handle(frame, CGM_OP_GEMM_ALL_REDUCE, "gemm_all_reduce");
 }
