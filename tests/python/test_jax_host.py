@@ -1,7 +1,12 @@
-"""commgemm.jax on CPU arrays: the XLA FFI custom calls on host-backend comms
-(Comm.local), 1 to 3 ranks with uneven shards, eager and under jax.jit, and
-the differentiable layers' gradients against numpy references built from
+"""commgemm.jax: the XLA FFI custom calls on CPU arrays with host-backend
+comms (Comm.local), 1 to 3 ranks with uneven shards, eager and under jax.jit,
+and the differentiable layers' gradients against numpy references built from
 every rank's inputs. Skipped without jax or without the library.
+
+Where jax sees a GPU, the same cases run again on GPU arrays with p2p comms
+over the LOCAL bootstrap (rank r on GPU r % count; ranks may share a GPU,
+which checks correctness, not speed: docs/P2P_BACKEND.md); they skip with
+the reason elsewhere.
 
     python3 -m pytest tests/python/test_jax_host.py -q
 """
@@ -10,6 +15,8 @@ import multiprocessing
 import os
 import pathlib
 import queue
+import shutil
+import subprocess
 import sys
 import traceback
 import uuid
@@ -37,23 +44,60 @@ pytestmark = pytest.mark.skipif(_LOAD_ERROR is not None, reason=f"libcommgemm.so
 RUN_TIMEOUT_S = 180
 
 
-def _worker(fn_name, rank, nranks, rendezvous, args, results):
+def _gpu_count():
+    """GPUs jax sees, probed in a child (this process must not take a GPU)."""
+    if not shutil.which("nvidia-smi"):
+        return 0, "no nvidia-smi: no GPU"
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     try:
-        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        out = subprocess.run([sys.executable, "-c", "import jax; print(len(jax.devices('gpu')))"], env=env,
+                             capture_output=True, text=True, timeout=120)
+        count = int(out.stdout.strip().splitlines()[-1])
+        return count, f"jax sees {count} GPUs"
+    except Exception as e:  # noqa: BLE001 - any failure means no usable GPU
+        return 0, f"jax sees no GPU ({type(e).__name__}: {str(e)[:200]})"
+
+
+_GPUS = None
+
+
+def _gpus():
+    global _GPUS
+    if _GPUS is None:
+        _GPUS = _gpu_count()
+    return _GPUS
+
+
+def _worker(fn_name, rank, nranks, rendezvous, args, platform, ngpu, results):
+    try:
+        config = dict(timeout_ms=30000)
+        if platform == "gpu":
+            os.environ["CUDA_VISIBLE_DEVICES"] = str(rank % ngpu)
+            os.environ["JAX_PLATFORMS"] = "cuda"
+            os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+            config["backend"] = "p2p"  # on the CUDA device current at creation: the visible one
+        else:
+            os.environ["JAX_PLATFORMS"] = "cpu"
         fn = globals()[fn_name]
-        with commgemm.Comm.local(rank, nranks, rendezvous, timeout_ms=30000) as comm:
+        with commgemm.Comm.local(rank, nranks, rendezvous, **config) as comm:
             out = fn(comm, *args)
         results.put((rank, "ok", out))
     except BaseException as e:  # noqa: BLE001 - reported to the parent
         results.put((rank, "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
 
 
-def run_ranks(fn, nranks, *args):
+def run_ranks(fn, nranks, *args, platform="cpu"):
+    ngpu = 0
+    if platform == "gpu":
+        ngpu, why = _gpus()
+        if ngpu == 0:
+            pytest.skip(f"the GPU variant needs a GPU: {why}")
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     rendezvous = f"pyjax-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    procs = [ctx.Process(target=_worker, args=(fn.__name__, r, nranks, rendezvous, args, results), daemon=True)
-             for r in range(nranks)]
+    procs = [ctx.Process(target=_worker, args=(fn.__name__, r, nranks, rendezvous, args, platform, ngpu, results),
+                         daemon=True) for r in range(nranks)]
     for p in procs:
         p.start()
     got, errors = {}, []
@@ -193,22 +237,29 @@ def _errors_body(comm):
 # --------------------------------------------------------------------------
 
 
+PLATFORMS = pytest.mark.parametrize("platform", ["cpu", "gpu"])
+
+
+@PLATFORMS
 @pytest.mark.parametrize("nranks,m", [(1, 5), (2, 9), (3, 7)])
-def test_ops_float32(nranks, m):
-    assert run_ranks(_ops_body, nranks, m, "float32") == [8] * nranks
+def test_ops_float32(platform, nranks, m):
+    assert run_ranks(_ops_body, nranks, m, "float32", platform=platform) == [8] * nranks
 
 
-def test_ops_bfloat16():
-    assert run_ranks(_ops_body, 2, 11, "bfloat16") == [8, 8]
+@PLATFORMS
+def test_ops_bfloat16(platform):
+    assert run_ranks(_ops_body, 2, 11, "bfloat16", platform=platform) == [8, 8]
 
 
+@PLATFORMS
 @pytest.mark.parametrize("nranks,m", [(1, 6), (2, 7), (3, 10)])
-def test_layer_gradients(nranks, m):
-    assert run_ranks(_grads_body, nranks, m) == [True] * nranks
+def test_layer_gradients(platform, nranks, m):
+    assert run_ranks(_grads_body, nranks, m, platform=platform) == [True] * nranks
 
 
-def test_errors():
-    for out in run_ranks(_errors_body, 2):
+@PLATFORMS
+def test_errors(platform):
+    for out in run_ranks(_errors_body, 2, platform=platform):
         assert "x: expected float32, bfloat16 or float16" in out["dtype"], out["dtype"]
         assert "pass m" in out["m"] or "rows per rank" in out["m"], out["m"]
         assert "expected a 2-D array" in out["rank"], out["rank"]
