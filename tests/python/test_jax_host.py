@@ -232,6 +232,18 @@ def _errors_body(comm):
     return out
 
 
+def _example_body(comm, dtype):
+    """examples/jax_tp_mlp.py's training, three steps, against plain jnp."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("jax_tp_mlp", REPO / "examples" / "jax_tp_mlp.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    args = mod.parse_args(["--tokens", "203", "--hidden", "64", "--ffn", "130", "--steps", "3", "--dtype", dtype,
+                           "--compare"])
+    losses, ref_losses, diff = mod.train(comm, args)
+    return losses, ref_losses, diff
+
+
 # --------------------------------------------------------------------------
 # Tests
 # --------------------------------------------------------------------------
@@ -266,3 +278,18 @@ def test_errors(platform):
         assert "cgm_gemm_all_reduce" in out["shape"], out["shape"]
         assert "expected a commgemm.Comm" in out["comm"], out["comm"]
         assert out["after"] == 2 * 8.0
+
+
+@PLATFORMS
+@pytest.mark.parametrize("dtype,tol", [("float32", 1e-5), ("bfloat16", 5e-2)])
+def test_example_mlp(platform, dtype, tol):
+    out = run_ranks(_example_body, 3, dtype, platform=platform)
+    ref = out[0][1]
+    for losses, ref_losses, diff in out:
+        assert ref_losses == ref  # every rank computes the same plain-jnp run
+        assert diff <= tol, diff
+    # the ranks' own rows' terms add up to the global loss at every step
+    for step in range(3):
+        total = sum(o[0][step] for o in out)
+        assert abs(total - ref[step]) <= 1e-4 * max(1.0, abs(ref[step])) + (2e-2 if dtype == "bfloat16" else 0)
+    assert ref[-1] < ref[0]  # it trains
