@@ -4,6 +4,7 @@ sequence parallel) trained for a few SGD steps with commgemm's layers.
     commgemm-run -n 2 python3 examples/jax_tp_mlp.py --device cpu    # host backend, CPU arrays
     commgemm-run -n 2 python3 examples/jax_tp_mlp.py                 # p2p backend, a GPU per rank
     ... --compare   # also train the whole MLP in plain jnp on every rank: exit 1 if they differ
+    ... --no-sequence-parallel   # replicated activations: a local GEMM, then GEMM+AR
 
 Ranks come from the launcher (commgemm-run, torchrun or mpirun:
 commgemm.Comm.from_env). On GPUs rank r takes GPU r % count (set before jax
@@ -29,12 +30,15 @@ def parse_args(argv=None):
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     p.add_argument("--device", choices=["gpu", "cpu"], default="gpu")
     p.add_argument("--compare", action="store_true")
+    p.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false",
+                   help="every rank holds all rows (column: local GEMM, dX by GEMM+AR; row: GEMM+AR)")
     return p.parse_args(argv)
 
 
 def train(comm, args):
-    """Trains on `comm`; returns (this rank's loss terms per step, the
-    plain-jnp global losses or None, the largest weight difference or None)."""
+    """Trains on `comm`; returns (this rank's loss terms per step: its own
+    rows' with sequence parallelism, else the whole loss; the plain-jnp
+    global losses or None; the largest weight difference or None)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -58,11 +62,14 @@ def train(comm, args):
     cols = slice(commgemm.shard_offset(f, r, P), commgemm.shard_offset(f, r, P) + commgemm.shard_rows(f, r, P))
     params = {"w1": full["w1"][cols], "b1": full["b1"][cols], "w2": full["w2"][:, cols], "b2": full["b2"]}
     params = {k: jnp.asarray(v, dt) for k, v in params.items()}
+    sp = args.sequence_parallel
+    if not sp:
+        rows = slice(0, m)  # every rank all rows; the loss is then the same on every rank
     x, t = jnp.asarray(x_full[rows], dt), jnp.asarray(t_full[rows], dt)
 
     def loss_tp(p, x, t):
-        hid = jax.nn.gelu(cj.column_parallel_linear(x, p["w1"], p["b1"], comm=comm, m=m))
-        y = cj.row_parallel_linear(hid, p["w2"], p["b2"], comm=comm)
+        hid = jax.nn.gelu(cj.column_parallel_linear(x, p["w1"], p["b1"], comm=comm, m=m, sequence_parallel=sp))
+        y = cj.row_parallel_linear(hid, p["w2"], p["b2"], comm=comm, sequence_parallel=sp)
         return jnp.sum(jnp.square(y.astype(jnp.float32) - t.astype(jnp.float32))) / (m * h)
 
     def loss_ref(p, x, t):
@@ -115,7 +122,8 @@ def main():
     with commgemm.Comm.from_env(backend="p2p" if args.device == "gpu" else "host") as comm:
         losses, ref_losses, diff = train(comm, args)
         for i, loss in enumerate(losses):
-            line = f"rank {comm.rank}/{comm.size} step {i}: own rows' loss term {loss:.6f}"
+            what = "own rows' loss term" if args.sequence_parallel else "loss"
+            line = f"rank {comm.rank}/{comm.size} step {i}: {what} {loss:.6f}"
             if ref_losses is not None:
                 line += f", plain-jnp global loss {ref_losses[i]:.6f}"
             print(line, flush=True)

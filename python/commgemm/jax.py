@@ -188,16 +188,58 @@ _column = jax.custom_vjp(_column_impl, nondiff_argnums=(3, 4, 5))
 _column.defvjp(lambda x, w, b, comm, m, backend: _column_fwd(x, w, b, comm, m, backend), _column_bwd)
 
 
-def column_parallel_linear(x_shard, w, bias=None, *, comm, m=None, backend=None):
-    """Column-parallel linear with sequence parallelism: Y[m, n_loc] =
-    allgather(x_shard) . w^T + bias (AG+GEMM, TN). x_shard: [m_r, k] (this
-    rank's rows); w: [n_loc, k] (this rank's nn.Linear weight shard); bias:
-    [n_loc] or None. Differentiable (jax.grad, jax.vjp): dX_r =
+def _linear(x, w, bias):
+    y = jnp.matmul(x, w.T, preferred_element_type=jnp.float32)
+    if bias is not None:
+        y = y + bias.astype(jnp.float32)
+    return y.astype(x.dtype)
+
+
+def _column_ar_fwd(x, w, bias, comm, backend):
+    return _linear(x, w, bias), (x, w, bias is not None)
+
+
+def _column_ar_bwd(comm, backend, res, grad_y):
+    x, w, has_bias = res
+    # dX = allreduce(dY . W): GEMM+AR, NN
+    dx = matmul_all_reduce(grad_y, w, comm=comm, layout="NN", backend=backend)
+    dw = jnp.matmul(grad_y.T, x, preferred_element_type=jnp.float32).astype(w.dtype)
+    return dx, dw, (_bias_grad(grad_y) if has_bias else None)
+
+
+_column_ar = jax.custom_vjp(lambda x, w, b, comm, backend: _linear(x, w, b), nondiff_argnums=(3, 4))
+_column_ar.defvjp(_column_ar_fwd, _column_ar_bwd)
+
+
+def _rows_2d(x):
+    """[..., features] as [rows, features], and how to give the leading dims back."""
+    if x.ndim == 2:
+        return x, lambda y: y
+    if x.ndim < 2:
+        raise ValueError(f"expected [rows, features] or [..., features], found shape {tuple(x.shape)}")
+    lead = x.shape[:-1]
+    return x.reshape(-1, x.shape[-1]), (lambda y: y.reshape(-1, *lead[1:], y.shape[-1]))
+
+
+def column_parallel_linear(x, w, bias=None, *, comm, m=None, sequence_parallel=True, backend=None):
+    """Column-parallel linear: w's rows (the output features) split over the
+    ranks; w: [n_loc, k] (this rank's nn.Linear weight shard), bias: [n_loc]
+    or None. Differentiable (jax.grad, jax.vjp); x may have leading dims
+    ([..., k], flattened into rows).
+
+    sequence_parallel (default): x is this rank's rows [m_r, k] and the
+    forward is AG+GEMM, Y[m, n_loc] = allgather(x) . w^T + bias; m is the
+    total rows (default m_r * P; pass it for uneven shards). Backward: dX_r =
     reduce_scatter(dY . W) (GEMM+RS, NN), dW = dY^T . allgather(X), db =
-    sum_rows dY."""
+    sum_rows dY.
+    Without: x is the whole [m, k] on every rank, the forward is local and
+    the backward's dX = allreduce(dY . W) (GEMM+AR, NN)."""
+    x2, back = _rows_2d(x)
+    if not sequence_parallel:
+        return back(_column_ar(x2, w, bias, comm, backend))
     if m is None:
-        m = _total_rows(comm, x_shard.shape[0], None)
-    return _column(x_shard, w, bias, comm, int(m), backend)
+        m = _total_rows(comm, x2.shape[0], None)
+    return back(_column(x2, w, bias, comm, int(m), backend))
 
 
 def _row_fwd(x, w, bias, comm, backend):
@@ -223,10 +265,35 @@ _row = jax.custom_vjp(_row_impl, nondiff_argnums=(3, 4))
 _row.defvjp(lambda x, w, b, comm, backend: _row_fwd(x, w, b, comm, backend), _row_bwd)
 
 
-def row_parallel_linear(x, w, bias=None, *, comm, backend=None):
-    """Row-parallel linear with sequence parallelism: this rank's rows
-    [m_r, n] of sum_ranks x . w^T, + bias (GEMM+RS, TN). x: [m, k_loc]; w:
-    [n, k_loc]; bias: [n] or None (the same on every rank). Differentiable:
-    dX = allgather(dY_r) . W (AG+GEMM, NN), dW = allgather(dY)^T . X, db =
-    the sum of every rank's rows of dY."""
-    return _row(x, w, bias, comm, backend)
+def _row_ar_fwd(x, w, bias, comm, backend):
+    return matmul_all_reduce(x, w, bias, comm=comm, backend=backend), (x, w, bias is not None)
+
+
+def _row_ar_bwd(comm, backend, res, grad_y):
+    x, w, has_bias = res
+    # dY is the same on every rank (the output is replicated): all local
+    dx = jnp.matmul(grad_y, w, preferred_element_type=jnp.float32).astype(x.dtype)
+    dw = jnp.matmul(grad_y.T, x, preferred_element_type=jnp.float32).astype(w.dtype)
+    return dx, dw, (_bias_grad(grad_y) if has_bias else None)
+
+
+_row_ar = jax.custom_vjp(lambda x, w, b, comm, backend: matmul_all_reduce(x, w, b, comm=comm, backend=backend),
+                         nondiff_argnums=(3, 4))
+_row_ar.defvjp(_row_ar_fwd, _row_ar_bwd)
+
+
+def row_parallel_linear(x, w, bias=None, *, comm, sequence_parallel=True, backend=None):
+    """Row-parallel linear: w's columns (the input features) split over the
+    ranks; x: [m, k_loc] (e.g. a column-parallel layer's output; leading
+    dims allowed), w: [n, k_loc], bias: [n] or None, the same on every rank
+    and added once. Differentiable.
+
+    sequence_parallel (default): GEMM+RS, the output is this rank's rows
+    [m_r, n]. Backward: dX = allgather(dY_r) . W (AG+GEMM, NN), dW =
+    allgather(dY)^T . X, db = the sum of every rank's rows of dY.
+    Without: GEMM+AR, the output is all rows on every rank (compute the same
+    loss on every rank); the backward is local."""
+    x2, back = _rows_2d(x)
+    if not sequence_parallel:
+        return back(_row_ar(x2, w, bias, comm, backend))
+    return back(_row(x2, w, bias, comm, backend))

@@ -192,6 +192,11 @@ def _grads_body(comm, m):
     np.testing.assert_allclose(dx, dy @ W[r], atol=1e-4)
     np.testing.assert_allclose(dw, dy.T @ Xq[r], atol=1e-4)
     np.testing.assert_allclose(db, dy.sum(0), atol=1e-4)
+    # leading dims ([rows, 1, k]) are flattened into rows and given back
+    y3 = cj.column_parallel_linear(jnp.asarray(X[off:off + mr]).reshape(mr, 1, k), jnp.asarray(W[r]),
+                                   jnp.asarray(B), comm=comm, m=m)
+    assert y3.shape == (m, 1, n), y3.shape
+    np.testing.assert_allclose(np.asarray(y3)[:, 0], X @ W[r].T + B, atol=1e-5)
     # without a bias
     dx2 = jax.grad(lambda x: jnp.sum(cj.column_parallel_linear(x, jnp.asarray(W[r]), comm=comm, m=m)))(
         jnp.asarray(X[off:off + mr]))
@@ -232,14 +237,14 @@ def _errors_body(comm):
     return out
 
 
-def _example_body(comm, dtype):
+def _example_body(comm, dtype, sp=True):
     """examples/jax_tp_mlp.py's training, three steps, against plain jnp."""
     import importlib.util
     spec = importlib.util.spec_from_file_location("jax_tp_mlp", REPO / "examples" / "jax_tp_mlp.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     args = mod.parse_args(["--tokens", "203", "--hidden", "64", "--ffn", "130", "--steps", "3", "--dtype", dtype,
-                           "--compare"])
+                           "--compare"] + ([] if sp else ["--no-sequence-parallel"]))
     losses, ref_losses, diff = mod.train(comm, args)
     return losses, ref_losses, diff
 
@@ -281,15 +286,22 @@ def test_errors(platform):
 
 
 @PLATFORMS
+@pytest.mark.parametrize("sp", [True, False], ids=["sequence_parallel", "replicated"])
 @pytest.mark.parametrize("dtype,tol", [("float32", 1e-5), ("bfloat16", 5e-2)])
-def test_example_mlp(platform, dtype, tol):
-    out = run_ranks(_example_body, 3, dtype, platform=platform)
+def test_example_mlp(platform, dtype, tol, sp):
+    out = run_ranks(_example_body, 3, dtype, sp, platform=platform)
     ref = out[0][1]
     for losses, ref_losses, diff in out:
         assert ref_losses == ref  # every rank computes the same plain-jnp run
         assert diff <= tol, diff
-    # the ranks' own rows' terms add up to the global loss at every step
+    # the ranks' own rows' terms (sequence parallel) add up to the global
+    # loss at every step; replicated, every rank has the whole loss
+    slack = 2e-2 if dtype == "bfloat16" else 0
     for step in range(3):
-        total = sum(o[0][step] for o in out)
-        assert abs(total - ref[step]) <= 1e-4 * max(1.0, abs(ref[step])) + (2e-2 if dtype == "bfloat16" else 0)
+        if sp:
+            total = sum(o[0][step] for o in out)
+            assert abs(total - ref[step]) <= 1e-4 * max(1.0, abs(ref[step])) + slack
+        else:
+            for o in out:
+                assert abs(o[0][step] - ref[step]) <= 1e-4 * max(1.0, abs(ref[step])) + slack
     assert ref[-1] < ref[0]  # it trains
