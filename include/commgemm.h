@@ -491,7 +491,7 @@ cgm_status cgm_bulk_overlap(cgm_comm *comm, const cgm_matrix *a,
 /* Framework hooks                                                     */
 /* ------------------------------------------------------------------ */
 
-/** XLA FFI handlers (XLA's FFI C API 0.x) of the three GEMM ops, for JAX:
+/** XLA FFI handlers (XLA's FFI C API 0.x) of the ops, for JAX:
  *  python/commgemm/jax.py registers them with jax.ffi.register_ffi_target
  *  (platforms "cpu" and "CUDA"); other programs need not call them.
  *  `call_frame` is an XLA_FFI_CallFrame*; the return value an
@@ -508,6 +508,11 @@ cgm_status cgm_bulk_overlap(cgm_comm *comm, const cgm_matrix *a,
 void *cgm_xla_ffi_all_gather_gemm(void *call_frame);
 void *cgm_xla_ffi_gemm_reduce_scatter(void *call_frame);
 void *cgm_xla_ffi_gemm_all_reduce(void *call_frame);
+/** The same for cgm_bulk_overlap. Attributes gemm (0/1), bias (0/1) and
+ *  collective (-1: none, else a cgm_collective) say which parts are
+ *  present; operands a, b[, bias] (with the GEMM), then send (with the
+ *  collective); results c (with the GEMM), then recv. */
+void *cgm_xla_ffi_bulk_overlap(void *call_frame);
 
 #ifdef __cplusplus
 }

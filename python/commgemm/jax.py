@@ -28,12 +28,13 @@ from ._lib import shard_rows
 from .core import Comm
 
 __all__ = ["register", "all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce",
-           "column_parallel_linear", "row_parallel_linear"]
+           "bulk_matmul_collective", "column_parallel_linear", "row_parallel_linear"]
 
 _TARGETS = {
     "commgemm_all_gather_gemm": "cgm_xla_ffi_all_gather_gemm",
     "commgemm_gemm_reduce_scatter": "cgm_xla_ffi_gemm_reduce_scatter",
     "commgemm_gemm_all_reduce": "cgm_xla_ffi_gemm_all_reduce",
+    "commgemm_bulk_overlap": "cgm_xla_ffi_bulk_overlap",
 }
 _registered = False
 
@@ -115,15 +116,15 @@ def all_gather_matmul(x_shard, w, bias=None, *, comm, m=None, layout="TN", algo=
     return (out[0], out[1]) if return_gathered else out[0]
 
 
-def _total_rows(comm, rows, m):
+def _total_rows(comm, rows, m, what="all_gather_matmul"):
     P, r = comm.size, comm.rank
     if m is None:
         m = rows * P
         if shard_rows(m, r, P) != rows:
-            raise ValueError(f"all_gather_matmul: rank {r} of {P} has {rows} rows, which is not the shard of "
+            raise ValueError(f"{what}: rank {r} of {P} has {rows} rows, which is not the shard of "
                              f"m = {rows} * {P}; pass m (the total rows) for uneven shards")
     elif shard_rows(int(m), r, P) != rows:
-        raise ValueError(f"all_gather_matmul: m = {m} gives rank {r} of {P} a shard of "
+        raise ValueError(f"{what}: m = {m} gives rank {r} of {P} a shard of "
                          f"{shard_rows(int(m), r, P)} rows, found {rows}; commgemm.shard_rows(m, rank, P) rows "
                          "per rank")
     return int(m)
@@ -157,6 +158,47 @@ def matmul_all_reduce(x, w, bias=None, *, comm, layout="TN", algo="auto", splits
                       backend, allow_tf32, out_dtype, False)
 
 
+def bulk_matmul_collective(a=None, b=None, bias=None, send=None, *, comm, collective="all_gather", m=None,
+                           layout="TN", algo="auto", backend=None, allow_tf32=False, out_dtype=None):
+    """Bulk: a local GEMM C = op(a) . op(b) (+ bias) beside an unrelated
+    collective on `send`, overlapped (cgm_bulk_overlap; e.g. the wgrad GEMM
+    beside the dgrad's reduce-scatter). Either part may be left out (a and b
+    None, or send None). collective: "all_gather" (send [m_r, cols] -> recv
+    [m, cols]; m as in all_gather_matmul) or "reduce_scatter" (send [m, cols]
+    -> this rank's rows [m_r, cols], summed in fp32). Returns (c, recv), None
+    for a part left out."""
+    layout = _layout_name(layout)
+    gemm = a is not None or b is not None
+    if gemm and (a is None or b is None):
+        raise ValueError("bulk_matmul_collective: pass both a and b for the GEMM, or neither")
+    if bias is not None and not gemm:
+        raise ValueError("bulk_matmul_collective: bias without a GEMM (a, b)")
+    if not gemm and send is None:
+        raise ValueError("bulk_matmul_collective: expected a GEMM (a, b), a collective (send) or both")
+    results, operands, coll = [], [], -1
+    if gemm:
+        _check_2d("a", a)
+        _check_2d("b", b)
+        rows = a.shape[1] if layout == "NT" else a.shape[0]
+        results.append(jax.ShapeDtypeStruct((rows, _out_cols(layout, b)), jnp.dtype(out_dtype or a.dtype)))
+        operands += [a, b] + ([bias] if bias is not None else [])
+    if send is not None:
+        _check_2d("send", send)
+        coll = int(_lib.parse_collective(collective))
+        if coll == int(_lib.Collective.ALL_GATHER):
+            rows = _total_rows(comm, send.shape[0], m, "bulk_matmul_collective")
+        else:
+            rows = shard_rows(send.shape[0], comm.rank, comm.size)
+        results.append(jax.ShapeDtypeStruct((rows, send.shape[1]), send.dtype))
+        operands.append(send)
+    attrs = _comm_attrs(comm, layout, algo, 0, backend, allow_tf32)
+    attrs.update(gemm=np.int32(gemm), bias=np.int32(bias is not None), collective=np.int32(coll))
+    out = list(_call("commgemm_bulk_overlap", results, operands, attrs))
+    c = out.pop(0) if gemm else None
+    recv = out.pop(0) if send is not None else None
+    return c, recv
+
+
 # --------------------------------------------------------------------------
 # Differentiable layers (Megatron's sequence-parallel linear layers)
 # --------------------------------------------------------------------------
@@ -173,11 +215,14 @@ def _column_fwd(x_shard, w, bias, comm, m, backend):
 
 def _column_bwd(comm, m, backend, res, grad_y):
     gathered, w, has_bias = res
-    # dX_r = reduce_scatter(dY . W): GEMM+RS with W [n_loc, k] as the NN operand [k_loc = n_loc, k]
-    dx = matmul_reduce_scatter(grad_y, w, comm=comm, layout="NN", backend=backend)
-    dw = jnp.matmul(grad_y.T, gathered, preferred_element_type=jnp.float32).astype(w.dtype)
+    # As TransformerEngine's bulk overlap (and commgemm.torch): the dgrad
+    # GEMM dY . W alone, then its reduce-scatter (dX_r) beside the wgrad GEMM
+    # dW = dY^T . allgather(X) (NT: a = dY as [k = m, n_loc], b = X as [m, k]).
+    partial = jnp.matmul(grad_y, w, preferred_element_type=jnp.float32).astype(grad_y.dtype)
+    dw, dx = bulk_matmul_collective(grad_y, gathered, send=partial, comm=comm, collective="reduce_scatter",
+                                    layout="NT", backend=backend)
     db = _bias_grad(grad_y) if has_bias else None
-    return dx, dw, db
+    return dx, dw.astype(w.dtype), db
 
 
 def _column_impl(x_shard, w, bias, comm, m, backend):

@@ -88,6 +88,10 @@ typedef struct xffi_call {
     cgm_comm *comm;
     cgm_op_options opt;
     void *stream;
+    /* bulk only: whether the GEMM and its bias are present, the collective
+     * (-1: none), and whether any of these attributes was given */
+    int gemm, bias, collective;
+    bool bulk_attrs;
 } xffi_call;
 
 static bool name_is(const xffi_span *s, const char *name) {
@@ -113,6 +117,7 @@ static xffi_error *int_attr(const xffi_frame *f, const char *op, const xffi_span
 static xffi_error *call_of(const xffi_frame *f, const char *op, cgm_op cop, xffi_call *c) {
     memset(c, 0, sizeof *c);
     c->opt = (cgm_op_options)CGM_OP_OPTIONS_INIT;
+    c->collective = -1;
     bool have_comm = false;
     for (int64_t i = 0; i < f->attrs.size; i++) {
         const xffi_span *name = f->attrs.names[i];
@@ -135,9 +140,20 @@ static xffi_error *call_of(const xffi_frame *f, const char *op, cgm_op cop, xffi
             c->opt.backend = (cgm_backend)v;
         } else if (name_is(name, "allow_tf32")) {
             c->opt.allow_tf32 = (int)v;
+        } else if (cop == CGM_OP_BULK && name_is(name, "gemm")) {
+            c->gemm = v != 0;
+        } else if (cop == CGM_OP_BULK && name_is(name, "bias")) {
+            c->bias = v != 0;
+        } else if (cop == CGM_OP_BULK && name_is(name, "collective")) {
+            if (v < -1 || v >= CGM_COLLECTIVE_COUNT_)
+                return fail(f, XFFI_INVALID_ARGUMENT, op, "attribute collective: expected -1 (none), %d (all-gather) "
+                            "or %d (reduce-scatter), found %" PRId64, CGM_COLLECTIVE_ALL_GATHER,
+                            CGM_COLLECTIVE_REDUCE_SCATTER, v);
+            c->collective = (int)v;
         } else {
             return fail(f, XFFI_INVALID_ARGUMENT, op, "unknown attribute %.*s: expected comm, layout, algo, splits, "
-                        "backend or allow_tf32", (int)name->len, name->ptr);
+                        "backend, allow_tf32%s", (int)name->len, name->ptr,
+                        cop == CGM_OP_BULK ? ", gemm, bias or collective" : "");
         }
     }
     if (!have_comm || !c->comm)
@@ -245,4 +261,48 @@ void *cgm_xla_ffi_gemm_reduce_scatter(void *frame) {
 
 void *cgm_xla_ffi_gemm_all_reduce(void *frame) {
     return handle(frame, CGM_OP_GEMM_ALL_REDUCE, "gemm_all_reduce");
+}
+
+/* Bulk: operands a, b[, bias] (when gemm) then send (when a collective);
+ * results c (when gemm) then recv (when a collective). */
+void *cgm_xla_ffi_bulk_overlap(void *frame) {
+    xffi_frame *f = frame;
+    const char *op = "bulk_overlap";
+    if (not_execute(f)) return NULL;
+    xffi_call c;
+    xffi_error *e = call_of(f, op, CGM_OP_BULK, &c);
+    if (e) return e;
+    bool coll = c.collective >= 0;
+    int64_t nin = (c.gemm ? 2 + c.bias : 0) + coll, nout = c.gemm + coll;
+    if (!c.gemm && !coll)
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "neither a GEMM (attribute gemm = 1) nor a collective "
+                    "(attribute collective = 0 or 1): expected at least one");
+    if (f->args.size != nin || f->rets.size != nout)
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %" PRId64 " operands (%s%s%s) and %" PRId64 " results "
+                    "(%s%s), found %" PRId64 " and %" PRId64, nin, c.gemm ? "a, b" : "", c.gemm && c.bias ? ", bias" : "",
+                    coll ? (c.gemm ? ", send" : "send") : "", nout, c.gemm ? "c" : "",
+                    coll ? (c.gemm ? ", recv" : "recv") : "", f->args.size, f->rets.size);
+    for (int64_t i = 0; i < f->args.size; i++)
+        if (f->args.types[i] != XFFI_BUFFER)
+            return fail(f, XFFI_INVALID_ARGUMENT, op, "operand %" PRId64 " is not a buffer", i);
+    for (int64_t i = 0; i < f->rets.size; i++)
+        if (f->rets.types[i] != XFFI_BUFFER)
+            return fail(f, XFFI_INVALID_ARGUMENT, op, "result %" PRId64 " is not a buffer", i);
+    cgm_matrix a, b, bias, cm, send, recv;
+    int in = 0, out = 0;
+    if (c.gemm) {
+        if ((e = matrix_of(f, op, "a", f->args.items[in++], false, &a))) return e;
+        if ((e = matrix_of(f, op, "b", f->args.items[in++], false, &b))) return e;
+        if (c.bias && (e = matrix_of(f, op, "bias", f->args.items[in++], true, &bias))) return e;
+        if ((e = matrix_of(f, op, "c (result 0)", f->rets.items[out++], false, &cm))) return e;
+    }
+    if (coll) {
+        if ((e = matrix_of(f, op, "send", f->args.items[in], false, &send))) return e;
+        if ((e = matrix_of(f, op, "recv (the last result)", f->rets.items[out], false, &recv))) return e;
+    }
+    cgm_status st = cgm_bulk_overlap(c.comm, c.gemm ? &a : NULL, c.gemm ? &b : NULL, c.gemm && c.bias ? &bias : NULL,
+                                     c.gemm ? &cm : NULL,
+                                     coll ? (cgm_collective)c.collective : CGM_COLLECTIVE_ALL_GATHER,
+                                     coll ? &send : NULL, coll ? &recv : NULL, &c.opt, c.stream);
+    return result(f, op, st);
 }

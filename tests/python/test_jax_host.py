@@ -237,6 +237,40 @@ def _errors_body(comm):
     return out
 
 
+def _bulk_body(comm, m):
+    import jax
+    import jax.numpy as jnp
+    import commgemm.jax as cj
+    P, r = comm.size, comm.rank
+    mr, off = commgemm.shard_rows(m, r, P), commgemm.shard_offset(m, r, P)
+    A, Bm, bias = _values(40 + r, (9, 12)), _values(50 + r, (12, 5)), _values(60, (5,))
+    S = _values(70, (m, 6))  # the all-gather's rows
+    Sq = [_values(80 + q, (m, 6)) for q in range(P)]  # each rank's reduce-scatter input
+    done = 0
+    for jit in (False, True):
+        wrap = jax.jit if jit else (lambda f: f)
+        # GEMM (NN, bias) beside a reduce-scatter
+        c, recv = wrap(lambda a, b, bi, s: cj.bulk_matmul_collective(a, b, bi, s, comm=comm, layout="NN",
+                                                                     collective="reduce_scatter"))(
+            jnp.asarray(A), jnp.asarray(Bm), jnp.asarray(bias), jnp.asarray(Sq[r]))
+        np.testing.assert_allclose(c, A @ Bm + bias, atol=1e-5)
+        np.testing.assert_allclose(recv, sum(Sq)[off:off + mr], atol=1e-5)
+        # GEMM only; all-gather only (m given)
+        c, none = cj.bulk_matmul_collective(jnp.asarray(A), jnp.asarray(Bm.T), comm=comm)
+        assert none is None
+        np.testing.assert_allclose(c, A @ Bm, atol=1e-5)
+        none, recv = wrap(lambda s: cj.bulk_matmul_collective(send=s, comm=comm, m=m))(jnp.asarray(S[off:off + mr]))
+        assert none is None
+        np.testing.assert_array_equal(recv, S)
+        done += 3
+    try:
+        cj.bulk_matmul_collective(jnp.asarray(A), comm=comm)
+    except ValueError as e:
+        assert "pass both a and b" in str(e)
+        done += 1
+    return done
+
+
 def _example_body(comm, dtype, sp=True):
     """examples/jax_tp_mlp.py's training, three steps, against plain jnp."""
     import importlib.util
@@ -272,6 +306,12 @@ def test_ops_bfloat16(platform):
 @pytest.mark.parametrize("nranks,m", [(1, 6), (2, 7), (3, 10)])
 def test_layer_gradients(platform, nranks, m):
     assert run_ranks(_grads_body, nranks, m, platform=platform) == [True] * nranks
+
+
+@PLATFORMS
+@pytest.mark.parametrize("nranks,m", [(1, 4), (3, 8)])
+def test_bulk(platform, nranks, m):
+    assert run_ranks(_bulk_body, nranks, m, platform=platform) == [7] * nranks
 
 
 @PLATFORMS

@@ -30,10 +30,10 @@ static xffi_error *fake_stream_get(xffi_stream_args *a) {
 typedef struct frame_builder {
     xffi_api api;
     xffi_frame f;
-    xffi_buffer in[3], out[2];
-    int64_t in_dims[3][2], out_dims[2][2];
-    void *in_ptrs[3], *out_ptrs[2];
-    int in_types[3], out_types[2];
+    xffi_buffer in[4], out[2];
+    int64_t in_dims[4][2], out_dims[2][2];
+    void *in_ptrs[4], *out_ptrs[2];
+    int in_types[4], out_types[2];
     xffi_span names[8], *name_ptrs[8];
     int attr_types[8];
     xffi_scalar scalars[8];
@@ -70,7 +70,7 @@ static void frame_init(frame_builder *fb, int nin, int nout) {
     f->args.struct_size = f->rets.struct_size = sizeof f->args;
     f->args.size = nin;
     f->rets.size = nout;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         fb->in_types[i] = XFFI_BUFFER;
         fb->in_ptrs[i] = &fb->in[i];
     }
@@ -263,7 +263,75 @@ static void test_refusals(const void *param) {
     CHECK_OK(cgm_comm_destroy(comm));
 }
 
+/* Bulk: GEMM only, collective only, both; and its refusals. */
+static void test_bulk(const void *param) {
+    (void)param;
+    char name[64];
+    cgm_comm *comm = one_rank_comm(name, sizeof name);
+    enum { M = 4, K = 3, N = 5, R = 6, C = 7 };
+    float a[M * K], b[N * K], bias[N], c[M * N], send[R * C], recv[R * C];
+    for (int i = 0; i < M * K; i++) a[i] = test_value(5, i);
+    for (int i = 0; i < N * K; i++) b[i] = test_value(6, i);
+    for (int i = 0; i < N; i++) bias[i] = test_value(7, i);
+    for (int i = 0; i < R * C; i++) send[i] = test_value(8, i);
+    for (int parts = 1; parts <= 3; parts++)
+        for (int coll = 0; coll < 2; coll++) {
+            bool gemm = parts & 1, with_coll = parts & 2;
+            if (!with_coll && coll) continue;
+            frame_builder fb;
+            frame_init(&fb, (gemm ? 3 : 0) + with_coll, gemm + with_coll);
+            int in = 0, out = 0;
+            if (gemm) {
+                set_buffer(&fb.in[in], fb.in_dims[in], XFFI_F32, a, M, K), in++;
+                set_buffer(&fb.in[in], fb.in_dims[in], XFFI_F32, b, N, K), in++;
+                set_buffer(&fb.in[in], fb.in_dims[in], XFFI_F32, bias, N, -1), in++;
+                set_buffer(&fb.out[out], fb.out_dims[out], XFFI_F32, c, M, N), out++;
+            }
+            if (with_coll) {
+                set_buffer(&fb.in[in], fb.in_dims[in], XFFI_F32, send, R, C);
+                set_buffer(&fb.out[out], fb.out_dims[out], XFFI_F32, recv, R, C);
+            }
+            add_comm(&fb, comm);
+            add_int(&fb, "gemm", gemm);
+            add_int(&fb, "bias", gemm);
+            add_int(&fb, "collective", with_coll ? coll : -1);
+            memset(c, 0xff, sizeof c);
+            memset(recv, 0xff, sizeof recv);
+            if (cgm_xla_ffi_bulk_overlap(&fb.f) != NULL) TEST_FAIL("bulk parts %d: %s", parts, last_message);
+            if (gemm)
+                for (int i = 0; i < M; i++)
+                    for (int j = 0; j < N; j++) {
+                        double ref = bias[j];
+                        for (int l = 0; l < K; l++) ref += (double)a[i * K + l] * b[j * K + l];
+                        CHECK_NEAR(c[i * N + j], ref, 1e-5);
+                    }
+            if (with_coll) CHECK(memcmp(recv, send, sizeof send) == 0); /* one rank: the collective copies */
+        }
+    frame_builder fb;
+    frame_init(&fb, 0, 0);
+    add_comm(&fb, comm);
+    expect_error(cgm_xla_ffi_bulk_overlap, &fb, XFFI_INVALID_ARGUMENT, "neither a GEMM");
+    frame_init(&fb, 1, 1);
+    add_comm(&fb, comm);
+    add_int(&fb, "gemm", 1);
+    expect_error(cgm_xla_ffi_bulk_overlap, &fb, XFFI_INVALID_ARGUMENT, "expected 2 operands (a, b) and 1 results (c)");
+    frame_init(&fb, 1, 1);
+    add_comm(&fb, comm);
+    add_int(&fb, "collective", 2);
+    expect_error(cgm_xla_ffi_bulk_overlap, &fb, XFFI_INVALID_ARGUMENT, "attribute collective: expected -1");
+    /* the GEMM ops take no bulk attribute */
+    frame_init(&fb, 2, 1);
+    set_buffer(&fb.in[0], fb.in_dims[0], XFFI_F32, a, M, K);
+    set_buffer(&fb.in[1], fb.in_dims[1], XFFI_F32, b, N, K);
+    set_buffer(&fb.out[0], fb.out_dims[0], XFFI_F32, c, M, N);
+    add_comm(&fb, comm);
+    add_int(&fb, "gemm", 1);
+    expect_error(cgm_xla_ffi_gemm_all_reduce, &fb, XFFI_INVALID_ARGUMENT, "unknown attribute gemm");
+    CHECK_OK(cgm_comm_destroy(comm));
+}
+
 static void register_cases(void) {
+    test_add("bulk", test_bulk, NULL);
     test_add("ops", test_ops, NULL);
     test_add("metadata", test_metadata, NULL);
     test_add("refusals", test_refusals, NULL);
