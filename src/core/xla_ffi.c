@@ -191,9 +191,21 @@ static bool not_execute(xffi_frame *f) {
 /* Checks the frame and the operand and result counts; fills x, w, bias
  * (NULL when absent), y and, when asked for and present, the second
  * result. */
+/* Every operand and result is a buffer (the only kinds XLA passes today). */
+static xffi_error *all_buffers(const xffi_frame *f, const char *op) {
+    for (int64_t i = 0; i < f->args.size; i++)
+        if (f->args.types[i] != XFFI_BUFFER)
+            return fail(f, XFFI_INVALID_ARGUMENT, op, "operand %" PRId64 " is not a buffer", i);
+    for (int64_t i = 0; i < f->rets.size; i++)
+        if (f->rets.types[i] != XFFI_BUFFER)
+            return fail(f, XFFI_INVALID_ARGUMENT, op, "result %" PRId64 " is not a buffer", i);
+    return NULL;
+}
+
 static xffi_error *operands(const xffi_frame *f, const char *op, cgm_matrix *x, cgm_matrix *w, cgm_matrix *bias,
                             const cgm_matrix **bias_p, cgm_matrix *y, cgm_matrix *extra, bool *has_extra,
                             int max_rets) {
+    xffi_error *e;
     if (f->struct_size < offsetof(xffi_frame, attrs) + sizeof f->attrs)
         return fail(f, XFFI_INTERNAL, op, "call frame of %zu bytes, expected at least %zu (an older XLA FFI API?)",
                     f->struct_size, offsetof(xffi_frame, attrs) + sizeof f->attrs);
@@ -203,13 +215,7 @@ static xffi_error *operands(const xffi_frame *f, const char *op, cgm_matrix *x, 
     if (f->rets.size < 1 || f->rets.size > max_rets)
         return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %s, found %" PRId64 " results",
                     max_rets == 2 ? "1 or 2 results (y[, x_gathered])" : "1 result (y)", f->rets.size);
-    for (int64_t i = 0; i < f->args.size; i++)
-        if (f->args.types[i] != XFFI_BUFFER)
-            return fail(f, XFFI_INVALID_ARGUMENT, op, "operand %" PRId64 " is not a buffer", i);
-    for (int64_t i = 0; i < f->rets.size; i++)
-        if (f->rets.types[i] != XFFI_BUFFER)
-            return fail(f, XFFI_INVALID_ARGUMENT, op, "result %" PRId64 " is not a buffer", i);
-    xffi_error *e;
+    if ((e = all_buffers(f, op))) return e;
     if ((e = matrix_of(f, op, "x", f->args.items[0], false, x))) return e;
     if ((e = matrix_of(f, op, "w", f->args.items[1], false, w))) return e;
     *bias_p = NULL;
@@ -282,12 +288,7 @@ void *cgm_xla_ffi_bulk_overlap(void *frame) {
                     "(%s%s), found %" PRId64 " and %" PRId64, nin, c.gemm ? "a, b" : "", c.gemm && c.bias ? ", bias" : "",
                     coll ? (c.gemm ? ", send" : "send") : "", nout, c.gemm ? "c" : "",
                     coll ? (c.gemm ? ", recv" : "recv") : "", f->args.size, f->rets.size);
-    for (int64_t i = 0; i < f->args.size; i++)
-        if (f->args.types[i] != XFFI_BUFFER)
-            return fail(f, XFFI_INVALID_ARGUMENT, op, "operand %" PRId64 " is not a buffer", i);
-    for (int64_t i = 0; i < f->rets.size; i++)
-        if (f->rets.types[i] != XFFI_BUFFER)
-            return fail(f, XFFI_INVALID_ARGUMENT, op, "result %" PRId64 " is not a buffer", i);
+    if ((e = all_buffers(f, op))) return e;
     cgm_matrix a, b, bias, cm, send, recv;
     int in = 0, out = 0;
     if (c.gemm) {

@@ -225,6 +225,12 @@ static void test_refusals(const void *param) {
     fb.in[1].rank = 3;
     expect_error(cgm_xla_ffi_gemm_reduce_scatter, &fb, XFFI_INVALID_ARGUMENT, "w: expected a matrix (2 dims), found 3");
     GOOD();
+    fb.in_types[1] = 7;
+    expect_error(cgm_xla_ffi_gemm_all_reduce, &fb, XFFI_INVALID_ARGUMENT, "operand 1 is not a buffer");
+    GOOD();
+    fb.out_types[0] = 7;
+    expect_error(cgm_xla_ffi_all_gather_gemm, &fb, XFFI_INVALID_ARGUMENT, "result 0 is not a buffer");
+    GOOD();
     fb.f.args.size = 1;
     expect_error(cgm_xla_ffi_all_gather_gemm, &fb, XFFI_INVALID_ARGUMENT, "expected 2 or 3 operands");
     GOOD();
