@@ -1,4 +1,4 @@
-/* XLA FFI handlers of the GEMM ops, for JAX (python/commgemm/jax.py
+/* XLA FFI handlers of the ops, for JAX (python/commgemm/jax.py
  * registers them with jax.ffi.register_ffi_target, on "cpu" and "CUDA").
  *
  * XLA calls a handler with a call frame: the operands and results as
@@ -14,7 +14,8 @@
  * the bias [n] or [1, n]. Results: Y and, for AG+GEMM when present, the
  * gathered X. Attributes: comm (u64, the cgm_comm pointer), layout, algo,
  * splits, backend, allow_tf32 (s32 each; optional, defaults as
- * CGM_OP_OPTIONS_INIT). The stream is XLA's on a GPU backend, NULL on the
+ * CGM_OP_OPTIONS_INIT); bulk's parts (gemm, bias, collective) at its
+ * handler. The stream is XLA's on a GPU backend, NULL on the
  * host backend. Errors come back as XLA errors carrying cgm_last_error(). */
 #include <inttypes.h>
 #include <stdio.h>
@@ -89,9 +90,8 @@ typedef struct xffi_call {
     cgm_op_options opt;
     void *stream;
     /* bulk only: whether the GEMM and its bias are present, the collective
-     * (-1: none), and whether any of these attributes was given */
+     * (-1: none) */
     int gemm, bias, collective;
-    bool bulk_attrs;
 } xffi_call;
 
 static bool name_is(const xffi_span *s, const char *name) {
