@@ -180,8 +180,12 @@ static bool not_execute(xffi_frame *f) {
     for (xffi_ext *e = f->ext; e; e = e->next) {
         if (e->type != XFFI_EXT_METADATA) continue;
         xffi_metadata *m = ((xffi_metadata_ext *)e)->metadata;
+        /* the version of this layout, or the framework's if older (what
+         * the handler was built against, as XLA's own headers report it) */
         m->version.major = XFFI_API_MAJOR;
         m->version.minor = XFFI_API_MINOR;
+        if (f->api && f->api->version.major == XFFI_API_MAJOR && f->api->version.minor < XFFI_API_MINOR)
+            m->version.minor = f->api->version.minor;
         m->traits = 0; /* not command-buffer safe: the first call per shape exchanges and tunes */
         return true;
     }

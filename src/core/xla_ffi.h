@@ -14,7 +14,8 @@ enum { XFFI_EXT_METADATA = 1 };
 enum { XFFI_STAGE_EXECUTE = 3 };
 enum { XFFI_ATTR_SCALAR = 3 };
 enum { XFFI_BUFFER = 1 };
-enum { XFFI_API_MAJOR = 0, XFFI_API_MINOR = 1 };
+/* The API version this layout was checked against (jaxlib 0.10.2's header) */
+enum { XFFI_API_MAJOR = 0, XFFI_API_MINOR = 3 };
 /* XLA_FFI_DataType values used here */
 enum { XFFI_S32 = 4, XFFI_S64 = 5, XFFI_U32 = 8, XFFI_U64 = 9, XFFI_F16 = 10, XFFI_F32 = 11,
        XFFI_BF16 = 16, XFFI_PRED = 1 };

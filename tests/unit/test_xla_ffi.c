@@ -189,7 +189,10 @@ static void test_metadata(const void *param) {
     int before = errors_made;
     CHECK(cgm_xla_ffi_gemm_all_reduce(&fb.f) == NULL);
     CHECK_INT_EQ(md.version.major, 0);
-    CHECK(md.version.minor >= 1);
+    CHECK_INT_EQ(md.version.minor, 1); /* the framework's (the fake API's 0.1), older than the layout's */
+    fb.api.version.minor = 9;
+    CHECK(cgm_xla_ffi_gemm_all_reduce(&fb.f) == NULL);
+    CHECK_INT_EQ(md.version.minor, XFFI_API_MINOR); /* a newer framework: the layout's version */
     CHECK_INT_EQ(md.traits, 0);
     fb.f.ext = NULL;
     for (int stage = 0; stage < 3; stage++) {
