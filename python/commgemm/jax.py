@@ -80,8 +80,12 @@ def _out_cols(layout, w):
 
 
 def _layout_name(layout):
-    name = _lib.layout_name(_lib.parse_layout(layout))
-    return name
+    return _lib.layout_name(_lib.parse_layout(layout))
+
+
+def _rows_k(layout, x):
+    """(rows, k) of an X-like operand: [rows, k], or [k, rows] for NT."""
+    return (x.shape[1], x.shape[0]) if layout == "NT" else (x.shape[0], x.shape[1])
 
 
 def _call(target, results, operands, attrs):
@@ -102,13 +106,12 @@ def all_gather_matmul(x_shard, w, bias=None, *, comm, m=None, layout="TN", algo=
     layout = _layout_name(layout)
     _check_2d("x_shard", x_shard)
     _check_2d("w", w)
-    rows = x_shard.shape[1] if layout == "NT" else x_shard.shape[0]
+    rows, k = _rows_k(layout, x_shard)
     m = _total_rows(comm, rows, m)
     n = _out_cols(layout, w)
     out_dtype = jnp.dtype(out_dtype or x_shard.dtype)
     results = [jax.ShapeDtypeStruct((m, n), out_dtype)]
     if return_gathered:
-        k = x_shard.shape[0] if layout == "NT" else x_shard.shape[1]
         results.append(jax.ShapeDtypeStruct((k, m) if layout == "NT" else (m, k), x_shard.dtype))
     operands = [x_shard, w] + ([bias] if bias is not None else [])
     out = _call("commgemm_all_gather_gemm", results, operands,
@@ -130,11 +133,11 @@ def _total_rows(comm, rows, m, what="all_gather_matmul"):
     return int(m)
 
 
-def _reduce_op(target, name, x, w, bias, comm, layout, algo, splits, backend, allow_tf32, out_dtype, scatter):
+def _reduce_op(target, x, w, bias, comm, layout, algo, splits, backend, allow_tf32, out_dtype, scatter):
     layout = _layout_name(layout)
     _check_2d("x", x)
     _check_2d("w", w)
-    m = x.shape[1] if layout == "NT" else x.shape[0]
+    m = _rows_k(layout, x)[0]
     rows = shard_rows(m, comm.rank, comm.size) if scatter else m
     out = jax.ShapeDtypeStruct((rows, _out_cols(layout, w)), jnp.dtype(out_dtype or x.dtype))
     operands = [x, w] + ([bias] if bias is not None else [])
@@ -146,16 +149,16 @@ def matmul_reduce_scatter(x, w, bias=None, *, comm, layout="TN", algo="auto", sp
     """GEMM+RS: this rank's rows [m_r, n] of sum_ranks X . op(W) (+ bias, added
     once), cgm_gemm_reduce_scatter. x: [m, k_loc] (TN, NN) or [k_loc, m]; w:
     [n, k_loc] (TN) or [k_loc, n]. Not differentiable: see row_parallel_linear."""
-    return _reduce_op("commgemm_gemm_reduce_scatter", "matmul_reduce_scatter", x, w, bias, comm, layout, algo,
-                      splits, backend, allow_tf32, out_dtype, True)
+    return _reduce_op("commgemm_gemm_reduce_scatter", x, w, bias, comm, layout, algo, splits, backend, allow_tf32,
+                      out_dtype, True)
 
 
 def matmul_all_reduce(x, w, bias=None, *, comm, layout="TN", algo="auto", splits=0, backend=None,
                       allow_tf32=False, out_dtype=None):
     """GEMM+AR: Y[m, n] = sum_ranks X . op(W) (+ bias, added once) on every rank,
     cgm_gemm_all_reduce. Operands as matmul_reduce_scatter's."""
-    return _reduce_op("commgemm_gemm_all_reduce", "matmul_all_reduce", x, w, bias, comm, layout, algo, splits,
-                      backend, allow_tf32, out_dtype, False)
+    return _reduce_op("commgemm_gemm_all_reduce", x, w, bias, comm, layout, algo, splits, backend, allow_tf32,
+                      out_dtype, False)
 
 
 def bulk_matmul_collective(a=None, b=None, bias=None, send=None, *, comm, collective="all_gather", m=None,
@@ -179,8 +182,7 @@ def bulk_matmul_collective(a=None, b=None, bias=None, send=None, *, comm, collec
     if gemm:
         _check_2d("a", a)
         _check_2d("b", b)
-        rows = a.shape[1] if layout == "NT" else a.shape[0]
-        results.append(jax.ShapeDtypeStruct((rows, _out_cols(layout, b)), jnp.dtype(out_dtype or a.dtype)))
+        results.append(jax.ShapeDtypeStruct((_rows_k(layout, a)[0], _out_cols(layout, b)), jnp.dtype(out_dtype or a.dtype)))
         operands += [a, b] + ([bias] if bias is not None else [])
     if send is not None:
         _check_2d("send", send)
@@ -230,7 +232,7 @@ def _column_impl(x_shard, w, bias, comm, m, backend):
 
 
 _column = jax.custom_vjp(_column_impl, nondiff_argnums=(3, 4, 5))
-_column.defvjp(lambda x, w, b, comm, m, backend: _column_fwd(x, w, b, comm, m, backend), _column_bwd)
+_column.defvjp(_column_fwd, _column_bwd)
 
 
 def _linear(x, w, bias):
@@ -307,7 +309,7 @@ def _row_impl(x, w, bias, comm, backend):
 
 
 _row = jax.custom_vjp(_row_impl, nondiff_argnums=(3, 4))
-_row.defvjp(lambda x, w, b, comm, backend: _row_fwd(x, w, b, comm, backend), _row_bwd)
+_row.defvjp(_row_fwd, _row_bwd)
 
 
 def _row_ar_fwd(x, w, bias, comm, backend):

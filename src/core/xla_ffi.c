@@ -51,15 +51,6 @@ static int status_code(cgm_status st) {
     }
 }
 
-static const char *dtype_label(int d) {
-    switch (d) {
-    case XFFI_F32: return "float32";
-    case XFFI_BF16: return "bfloat16";
-    case XFFI_F16: return "float16";
-    default: return "another dtype";
-    }
-}
-
 /* A buffer as a dense row-major cgm_matrix: rank 2, or rank 1 as one row
  * (a bias) when `vector_ok`. */
 static xffi_error *matrix_of(const xffi_frame *f, const char *op, const char *what, const xffi_buffer *b,
@@ -70,8 +61,8 @@ static xffi_error *matrix_of(const xffi_frame *f, const char *op, const char *wh
     case XFFI_BF16: dt = CGM_DTYPE_BF16; break;
     case XFFI_F16: dt = CGM_DTYPE_FP16; break;
     default:
-        return fail(f, XFFI_INVALID_ARGUMENT, op, "%s: expected float32, bfloat16 or float16, found %s (XLA dtype %d); "
-                    "cast it first", what, dtype_label(b->dtype), b->dtype);
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "%s: expected float32, bfloat16 or float16, found XLA dtype %d; "
+                    "cast it first", what, b->dtype);
     }
     if (b->rank == 2) {
         *out = cgm_matrix_make(b->data, dt, b->dims[0], b->dims[1]);
