@@ -400,6 +400,11 @@ cgm_status cgm_comm_size(const cgm_comm *comm, int *nranks) {
     return CGM_SUCCESS;
 }
 
+cgm_backend cgm_comm_call_backend(const cgm_comm *comm, cgm_op op, cgm_backend requested) {
+    return requested == CGM_BACKEND_DEFAULT || requested == CGM_BACKEND_AUTO ? comm->config.op_backend[op]
+                                                                             : requested;
+}
+
 cgm_status cgm_comm_backend(const cgm_comm *comm, cgm_op op, cgm_backend *backend) {
     if (!cgm_comm_is_live(comm)) return cgm_comm_check_usable(comm, "cgm_comm_backend");
     if (!backend) return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "cgm_comm_backend: backend (output) is NULL");

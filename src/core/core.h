@@ -194,6 +194,11 @@ cgm_status cgm_comm_check_usable(const cgm_comm *comm, const char *function);
 cgm_status cgm_comm_backend_ready(cgm_comm *comm, cgm_backend id);
 /* Marks the comm broken (timeout, peer failure) with the current detail. */
 void cgm_comm_mark_broken(cgm_comm *comm, cgm_status status);
+/* The backend that runs `op` on a live comm when the call asks for
+ * `requested` (options.backend): the comm's choice for DEFAULT and AUTO
+ * (the comm already resolved auto), else `requested`. */
+cgm_backend cgm_comm_call_backend(const cgm_comm *comm, cgm_op op, cgm_backend requested);
+
 /* Collective, eager, LOCAL comms only: all-gathers `bytes` of every rank
  * into all (nranks * bytes, rank major) through the host backend's
  * exchange channel (the host backend is made ready on first use), bounded

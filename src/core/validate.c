@@ -144,9 +144,7 @@ static cgm_status check_options(const check_ctx *c, cgm_comm *comm, cgm_op op, c
     call->allow_tf32 = o->allow_tf32 != 0;
     call->algo = o->algo == CGM_ALGO_AUTO ? comm->config.algo : o->algo;
     call->splits = o->splits ? o->splits : comm->config.splits;
-    /* AUTO per call means the comm's choice, which already resolved auto. */
-    call->backend = (o->backend == CGM_BACKEND_DEFAULT || o->backend == CGM_BACKEND_AUTO)
-                        ? comm->config.op_backend[op] : o->backend;
+    call->backend = cgm_comm_call_backend(comm, op, o->backend);
     call->stream = stream;
     if (call->backend == CGM_BACKEND_HOST && stream)
         return cgm_error(CGM_ERROR_INVALID_USAGE,

@@ -150,11 +150,15 @@ static xffi_error *call_of(const xffi_frame *f, const char *op, cgm_op cop, xffi
     if (!have_comm || !c->comm)
         return fail(f, XFFI_INVALID_ARGUMENT, op, "attribute comm: expected the cgm_comm pointer (commgemm.Comm."
                     "handle as a u64), found %s", have_comm ? "0" : "none");
-    cgm_backend b;
-    cgm_status st = cgm_comm_backend(c->comm, cop, &b);
-    if (st == CGM_SUCCESS && c->opt.backend != CGM_BACKEND_DEFAULT) b = c->opt.backend;
-    if (st != CGM_SUCCESS) return fail(f, status_code(st), op, "%s", cgm_last_error());
-    if (b == CGM_BACKEND_HOST) return NULL; /* the host backend takes no stream */
+    if (!cgm_comm_is_live(c->comm)) {
+        cgm_status st = cgm_comm_check_usable(c->comm, op);
+        return fail(f, status_code(st), op, "%s", cgm_last_error());
+    }
+    /* the host backend takes no stream; an out-of-range backend is the op's
+     * own refusal */
+    if ((unsigned)c->opt.backend >= CGM_BACKEND_COUNT_ ||
+        cgm_comm_call_backend(c->comm, cop, c->opt.backend) == CGM_BACKEND_HOST)
+        return NULL;
     if (!f->api->stream_get)
         return fail(f, XFFI_INTERNAL, op, "the XLA FFI API has no stream query (API %d.%d)", f->api->version.major,
                     f->api->version.minor);

@@ -265,6 +265,16 @@ static void test_refusals(const void *param) {
     int asked = streams_asked;
     CHECK(cgm_xla_ffi_gemm_all_reduce(&fb.f) == NULL);
     CHECK_INT_EQ(streams_asked, asked);
+    /* backend auto per call means the comm's (host): no stream either */
+    GOOD();
+    add_int(&fb, "backend", CGM_BACKEND_AUTO);
+    CHECK(cgm_xla_ffi_gemm_all_reduce(&fb.f) == NULL);
+    CHECK_INT_EQ(streams_asked, asked);
+    /* an out-of-range backend: the library's refusal, no stream asked */
+    GOOD();
+    add_int(&fb, "backend", 99);
+    expect_error(cgm_xla_ffi_gemm_all_reduce, &fb, XFFI_INVALID_ARGUMENT, "options.backend = 99");
+    CHECK_INT_EQ(streams_asked, asked);
     /* still usable */
     GOOD();
     CHECK(cgm_xla_ffi_gemm_all_reduce(&fb.f) == NULL);
