@@ -154,18 +154,43 @@ static xffi_error *call_of(const xffi_frame *f, const char *op, cgm_op cop, xffi
         cgm_status st = cgm_comm_check_usable(c->comm, op);
         return fail(f, status_code(st), op, "%s", cgm_last_error());
     }
-    /* the host backend takes no stream; an out-of-range backend is the op's
-     * own refusal */
-    if ((unsigned)c->opt.backend >= CGM_BACKEND_COUNT_ ||
-        cgm_comm_call_backend(c->comm, cop, c->opt.backend) == CGM_BACKEND_HOST)
-        return NULL;
-    if (!f->api->stream_get)
+    /* an out-of-range backend is the op's own refusal */
+    if ((unsigned)c->opt.backend >= CGM_BACKEND_COUNT_) return NULL;
+    cgm_backend backend = cgm_comm_call_backend(c->comm, cop, c->opt.backend);
+    bool host = backend == CGM_BACKEND_HOST;
+    if (!f->api->stream_get) {
+        if (host) return NULL; /* no GPU context to ask about: XLA's CPU */
         return fail(f, XFFI_INTERNAL, op, "the XLA FFI API has no stream query (API %d.%d)", f->api->version.major,
                     f->api->version.minor);
+    }
+    /* XLA gives a stream on its GPU platform and an error on its CPU one:
+     * that says where the operands live, which must be where the comm's
+     * backend works (host: CPU memory; the others: GPU memory). */
     xffi_stream_args sa = {sizeof sa, NULL, f->ctx, NULL};
     xffi_error *e = f->api->stream_get(&sa);
-    if (e) return e;
-    c->stream = sa.stream;
+    if (host && !e && sa.stream)
+        return fail(f, XFFI_FAILED_PRECONDITION, op, "the comm's backend for this op is host, which works on CPU "
+                    "memory, but XLA runs this call on a GPU (its operands are in GPU memory): create the Comm "
+                    "with a GPU backend (backend=\"p2p\" or \"nccl\") for GPU arrays, or put the arrays on the "
+                    "CPU (JAX_PLATFORMS=cpu)");
+    if (e) {
+        char why[256] = "";
+        if (f->api->error_get_message) {
+            xffi_error_message_args ma = {sizeof ma, NULL, e, NULL};
+            f->api->error_get_message(&ma);
+            if (ma.message) snprintf(why, sizeof why, "%s", ma.message);
+        }
+        if (f->api->error_destroy) {
+            xffi_error_destroy_args da = {sizeof da, NULL, e};
+            f->api->error_destroy(&da);
+        }
+        if (host) return NULL; /* XLA's CPU: no stream, as the host backend wants */
+        return fail(f, XFFI_FAILED_PRECONDITION, op, "the comm's backend for this op is %s, which works on GPU "
+                    "memory, but XLA gives this call no GPU stream (\"%s\"): it runs on the CPU. Put the arrays on "
+                    "a GPU (jax.device_put, or leave JAX_PLATFORMS unset), or use a host-backend Comm for CPU arrays",
+                    cgm_backend_name(backend), why);
+    }
+    c->stream = host ? NULL : sa.stream;
     return NULL;
 }
 

@@ -80,6 +80,19 @@ typedef struct xffi_error_args {
     int errc;
 } xffi_error_args;
 
+typedef struct xffi_error_message_args {
+    size_t struct_size;
+    xffi_ext *ext;
+    xffi_error *error;
+    const char *message; /* out */
+} xffi_error_message_args;
+
+typedef struct xffi_error_destroy_args {
+    size_t struct_size;
+    xffi_ext *ext;
+    xffi_error *error;
+} xffi_error_destroy_args;
+
 typedef struct xffi_stream_args {
     size_t struct_size;
     xffi_ext *ext;
@@ -93,8 +106,8 @@ typedef struct xffi_api {
     xffi_version version;
     const void *internal;
     xffi_error *(*error_create)(xffi_error_args *args);
-    void (*error_get_message)(void *args);
-    void (*error_destroy)(void *args);
+    void (*error_get_message)(xffi_error_message_args *args);
+    void (*error_destroy)(xffi_error_destroy_args *args);
     void *(*handler_register)(void *args);
     xffi_error *(*stream_get)(xffi_stream_args *args);
 } xffi_api;

@@ -72,13 +72,19 @@ def _gpus():
 def _worker(fn_name, rank, nranks, rendezvous, args, platform, ngpu, results):
     try:
         config = dict(timeout_ms=30000)
+        # jax read JAX_PLATFORMS when this module (so jax) was imported, before
+        # this function ran: setting the variable now would not stop it from
+        # picking a GPU for the CPU variant; its config can still change until
+        # the first array (the GPU variant keeps the CPU too, for its
+        # platform-mismatch case)
+        import jax
         if platform == "gpu":
             os.environ["CUDA_VISIBLE_DEVICES"] = str(rank % ngpu)
-            os.environ["JAX_PLATFORMS"] = "cuda"
             os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+            jax.config.update("jax_platforms", "cuda,cpu")
             config["backend"] = "p2p"  # on the CUDA device current at creation: the visible one
         else:
-            os.environ["JAX_PLATFORMS"] = "cpu"
+            jax.config.update("jax_platforms", "cpu")
         fn = globals()[fn_name]
         with commgemm.Comm.local(rank, nranks, rendezvous, **config) as comm:
             out = fn(comm, *args)
@@ -204,13 +210,29 @@ def _grads_body(comm, m):
     return True
 
 
-def _errors_body(comm):
+def _errors_body(comm, platform, rendezvous):
+    import jax
     import jax.numpy as jnp
     import commgemm.jax as cj
     P = comm.size
     x = jnp.ones((4, 8), jnp.float32)
     w = jnp.ones((6, 8), jnp.float32)
     out = {}
+    if platform == "gpu":
+        # arrays on the CPU for this p2p comm, and GPU arrays for a host comm
+        # (one rank each): refused with what to do, not read from the wrong
+        # memory
+        cpu = jax.devices("cpu")[0]
+        try:
+            # np.asarray: a GPU call's error comes with its result (async)
+            np.asarray(cj.matmul_all_reduce(jax.device_put(x, cpu), jax.device_put(w, cpu), comm=comm))
+        except Exception as e:  # noqa: BLE001
+            out["cpu_arrays"] = str(e)
+        with commgemm.Comm.local(0, 1, f"{rendezvous}-{comm.rank}", backend="host") as host:
+            try:
+                np.asarray(cj.matmul_all_reduce(x, w, comm=host))
+            except Exception as e:  # noqa: BLE001
+                out["gpu_arrays"] = str(e)
     try:  # an integer operand: the handler's own check, as an XLA error
         cj.matmul_all_reduce(x.astype(jnp.int32), w, comm=comm)
     except Exception as e:  # noqa: BLE001 - jax's runtime error type varies
@@ -316,7 +338,11 @@ def test_bulk(platform, nranks, m):
 
 @PLATFORMS
 def test_errors(platform):
-    for out in run_ranks(_errors_body, 2, platform=platform):
+    rendezvous = f"pyjax-err-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    for out in run_ranks(_errors_body, 2, platform, rendezvous, platform=platform):
+        if platform == "gpu":
+            assert "backend for this op is p2p, which works on GPU memory" in out["cpu_arrays"], out["cpu_arrays"]
+            assert "XLA runs this call on a GPU" in out["gpu_arrays"], out["gpu_arrays"]
         assert "x: expected float32, bfloat16 or float16" in out["dtype"], out["dtype"]
         assert "pass m" in out["m"] or "rows per rank" in out["m"], out["m"]
         assert "expected a 2-D array" in out["rank"], out["rank"]

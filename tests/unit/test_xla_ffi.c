@@ -20,11 +20,27 @@ static xffi_error *fake_error_create(xffi_error_args *a) {
     return (xffi_error *)&error_token;
 }
 
-static int streams_asked;
+/* A stand-in for XLA's stream query: on its CPU platform (fake_on_gpu 0)
+ * an error, which the handler must read and destroy; on its GPU platform
+ * a stream. */
+static int streams_asked, fake_on_gpu, stream_errors_made, stream_errors_destroyed;
+static int stream_error_token, fake_stream;
 static xffi_error *fake_stream_get(xffi_stream_args *a) {
     streams_asked++;
-    a->stream = NULL;
-    return NULL;
+    if (fake_on_gpu) {
+        a->stream = &fake_stream;
+        return NULL;
+    }
+    stream_errors_made++;
+    return (xffi_error *)&stream_error_token;
+}
+static void fake_error_get_message(xffi_error_message_args *a) {
+    CHECK(a->error == (xffi_error *)&stream_error_token);
+    a->message = "XLA FFI GPU context is not available";
+}
+static void fake_error_destroy(xffi_error_destroy_args *a) {
+    CHECK(a->error == (xffi_error *)&stream_error_token);
+    stream_errors_destroyed++;
 }
 
 typedef struct frame_builder {
@@ -63,6 +79,8 @@ static void frame_init(frame_builder *fb, int nin, int nout) {
     fb->api.version.minor = 1;
     fb->api.error_create = fake_error_create;
     fb->api.stream_get = fake_stream_get;
+    fb->api.error_get_message = fake_error_get_message;
+    fb->api.error_destroy = fake_error_destroy;
     xffi_frame *f = &fb->f;
     f->struct_size = sizeof *f;
     f->api = &fb->api;
@@ -167,7 +185,10 @@ static void test_ops(const void *param) {
                     }
                 if (gathered) CHECK(memcmp(xg, x, sizeof x) == 0);
             }
-    CHECK_INT_EQ(streams_asked, 0); /* the host backend takes no stream */
+    /* the host backend ran on XLA's CPU platform: the stream query's error
+     * said so, and each was destroyed */
+    CHECK(streams_asked > 0);
+    CHECK_INT_EQ(stream_errors_destroyed, stream_errors_made);
     CHECK_OK(cgm_comm_destroy(comm));
 }
 
@@ -259,22 +280,47 @@ static void test_refusals(const void *param) {
     GOOD();
     add_int(&fb, "layout", 9);
     expect_error(cgm_xla_ffi_gemm_all_reduce, &fb, XFFI_INVALID_ARGUMENT, "layout");
-    /* backend host asked for by name: no stream asked for either */
+    /* backend host asked for by name, and auto (the comm's: host): fine on
+     * XLA's CPU platform */
     GOOD();
     add_int(&fb, "backend", CGM_BACKEND_HOST);
-    int asked = streams_asked;
     CHECK(cgm_xla_ffi_gemm_all_reduce(&fb.f) == NULL);
-    CHECK_INT_EQ(streams_asked, asked);
-    /* backend auto per call means the comm's (host): no stream either */
     GOOD();
     add_int(&fb, "backend", CGM_BACKEND_AUTO);
     CHECK(cgm_xla_ffi_gemm_all_reduce(&fb.f) == NULL);
-    CHECK_INT_EQ(streams_asked, asked);
+    /* an XLA without the stream query: the host backend needs none */
+    GOOD();
+    fb.api.stream_get = NULL;
+    CHECK(cgm_xla_ffi_gemm_all_reduce(&fb.f) == NULL);
     /* an out-of-range backend: the library's refusal, no stream asked */
     GOOD();
     add_int(&fb, "backend", 99);
+    int asked = streams_asked;
     expect_error(cgm_xla_ffi_gemm_all_reduce, &fb, XFFI_INVALID_ARGUMENT, "options.backend = 99");
     CHECK_INT_EQ(streams_asked, asked);
+    /* a host comm on XLA's GPU platform (GPU arrays): refused, whichever
+     * op, before it reaches the library */
+    fake_on_gpu = 1;
+    GOOD();
+    expect_error(cgm_xla_ffi_gemm_all_reduce, &fb, XFFI_FAILED_PRECONDITION, "XLA runs this call on a GPU");
+    GOOD();
+    add_int(&fb, "backend", CGM_BACKEND_AUTO);
+    expect_error(cgm_xla_ffi_all_gather_gemm, &fb, XFFI_FAILED_PRECONDITION, "backend=\"p2p\" or \"nccl\"");
+    fake_on_gpu = 0;
+    /* a GPU backend asked for on XLA's CPU platform: refused with XLA's
+     * reason, its error destroyed */
+    GOOD();
+    add_int(&fb, "backend", CGM_BACKEND_P2P);
+    int destroyed = stream_errors_destroyed;
+    expect_error(cgm_xla_ffi_gemm_reduce_scatter, &fb, XFFI_FAILED_PRECONDITION,
+                 "backend for this op is p2p, which works on GPU memory");
+    CHECK_CONTAINS(last_message, "GPU context is not available");
+    CHECK_INT_EQ(stream_errors_destroyed, destroyed + 1);
+    CHECK_INT_EQ(stream_errors_destroyed, stream_errors_made);
+    GOOD();
+    fb.api.stream_get = NULL;
+    add_int(&fb, "backend", CGM_BACKEND_NCCL);
+    expect_error(cgm_xla_ffi_gemm_all_reduce, &fb, XFFI_INTERNAL, "has no stream query");
     /* still usable */
     GOOD();
     CHECK(cgm_xla_ffi_gemm_all_reduce(&fb.f) == NULL);
