@@ -210,51 +210,62 @@ def _bias_grad(g):
     return jnp.sum(g, axis=0, dtype=jnp.float32).astype(g.dtype)
 
 
-def _column_fwd(x_shard, w, bias, comm, m, backend):
-    y, gathered = all_gather_matmul(x_shard, w, bias, comm=comm, m=m, backend=backend, return_gathered=True)
+def _mm(a, b, allow_tf32):
+    """A local matmul in fp32 accumulation at the layer's precision: float32
+    operands in full fp32 unless allow_tf32 (XLA's default precision runs
+    them in TF32 on GPUs), as the layer's commgemm ops do."""
+    exact = a.dtype == jnp.float32 and not allow_tf32
+    return jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST if exact else None,
+                      preferred_element_type=jnp.float32)
+
+
+def _column_fwd(x_shard, w, bias, comm, m, backend, allow_tf32):
+    y, gathered = all_gather_matmul(x_shard, w, bias, comm=comm, m=m, backend=backend, allow_tf32=allow_tf32,
+                                    return_gathered=True)
     return y, (gathered, w, bias is not None)
 
 
-def _column_bwd(comm, m, backend, res, grad_y):
+def _column_bwd(comm, m, backend, allow_tf32, res, grad_y):
     gathered, w, has_bias = res
     # As TransformerEngine's bulk overlap (and commgemm.torch): the dgrad
     # GEMM dY . W alone, then its reduce-scatter (dX_r) beside the wgrad GEMM
     # dW = dY^T . allgather(X) (NT: a = dY as [k = m, n_loc], b = X as [m, k]).
-    partial = jnp.matmul(grad_y, w, preferred_element_type=jnp.float32).astype(grad_y.dtype)
+    partial = _mm(grad_y, w, allow_tf32).astype(grad_y.dtype)
     dw, dx = bulk_matmul_collective(grad_y, gathered, send=partial, comm=comm, collective="reduce_scatter",
-                                    layout="NT", backend=backend)
+                                    layout="NT", backend=backend, allow_tf32=allow_tf32)
     db = _bias_grad(grad_y) if has_bias else None
     return dx, dw.astype(w.dtype), db
 
 
-def _column_impl(x_shard, w, bias, comm, m, backend):
-    return all_gather_matmul(x_shard, w, bias, comm=comm, m=m, backend=backend)
+def _column_impl(x_shard, w, bias, comm, m, backend, allow_tf32):
+    return all_gather_matmul(x_shard, w, bias, comm=comm, m=m, backend=backend, allow_tf32=allow_tf32)
 
 
-_column = jax.custom_vjp(_column_impl, nondiff_argnums=(3, 4, 5))
+_column = jax.custom_vjp(_column_impl, nondiff_argnums=(3, 4, 5, 6))
 _column.defvjp(_column_fwd, _column_bwd)
 
 
-def _linear(x, w, bias):
-    y = jnp.matmul(x, w.T, preferred_element_type=jnp.float32)
+def _linear(x, w, bias, allow_tf32):
+    y = _mm(x, w.T, allow_tf32)
     if bias is not None:
         y = y + bias.astype(jnp.float32)
     return y.astype(x.dtype)
 
 
-def _column_ar_fwd(x, w, bias, comm, backend):
-    return _linear(x, w, bias), (x, w, bias is not None)
+def _column_ar_fwd(x, w, bias, comm, backend, allow_tf32):
+    return _linear(x, w, bias, allow_tf32), (x, w, bias is not None)
 
 
-def _column_ar_bwd(comm, backend, res, grad_y):
+def _column_ar_bwd(comm, backend, allow_tf32, res, grad_y):
     x, w, has_bias = res
     # dX = allreduce(dY . W): GEMM+AR, NN
-    dx = matmul_all_reduce(grad_y, w, comm=comm, layout="NN", backend=backend)
-    dw = jnp.matmul(grad_y.T, x, preferred_element_type=jnp.float32).astype(w.dtype)
+    dx = matmul_all_reduce(grad_y, w, comm=comm, layout="NN", backend=backend, allow_tf32=allow_tf32)
+    dw = _mm(grad_y.T, x, allow_tf32).astype(w.dtype)
     return dx, dw, (_bias_grad(grad_y) if has_bias else None)
 
 
-_column_ar = jax.custom_vjp(lambda x, w, b, comm, backend: _linear(x, w, b), nondiff_argnums=(3, 4))
+_column_ar = jax.custom_vjp(lambda x, w, b, comm, backend, allow_tf32: _linear(x, w, b, allow_tf32),
+                            nondiff_argnums=(3, 4, 5))
 _column_ar.defvjp(_column_ar_fwd, _column_ar_bwd)
 
 
@@ -268,7 +279,8 @@ def _rows_2d(x):
     return x.reshape(-1, x.shape[-1]), (lambda y: y.reshape(-1, *lead[1:], y.shape[-1]))
 
 
-def column_parallel_linear(x, w, bias=None, *, comm, m=None, sequence_parallel=True, backend=None):
+def column_parallel_linear(x, w, bias=None, *, comm, m=None, sequence_parallel=True, backend=None,
+                           allow_tf32=False):
     """Column-parallel linear: w's rows (the output features) split over the
     ranks; w: [n_loc, k] (this rank's nn.Linear weight shard), bias: [n_loc]
     or None. Differentiable (jax.grad, jax.vjp); x may have leading dims
@@ -280,56 +292,64 @@ def column_parallel_linear(x, w, bias=None, *, comm, m=None, sequence_parallel=T
     reduce_scatter(dY . W) (GEMM+RS, NN), dW = dY^T . allgather(X), db =
     sum_rows dY.
     Without: x is the whole [m, k] on every rank, the forward is local and
-    the backward's dX = allreduce(dY . W) (GEMM+AR, NN)."""
+    the backward's dX = allreduce(dY . W) (GEMM+AR, NN).
+
+    allow_tf32: float32 GEMMs, the commgemm ops' and the layer's local ones
+    alike, may run in TF32 on GPUs (default: full fp32, as the ops; XLA's
+    default precision would take TF32 for the local ones)."""
     x2, back = _rows_2d(x)
+    allow_tf32 = bool(allow_tf32)
     if not sequence_parallel:
-        return back(_column_ar(x2, w, bias, comm, backend))
+        return back(_column_ar(x2, w, bias, comm, backend, allow_tf32))
     if m is None:
         m = _total_rows(comm, x2.shape[0], None)
-    return back(_column(x2, w, bias, comm, int(m), backend))
+    return back(_column(x2, w, bias, comm, int(m), backend, allow_tf32))
 
 
-def _row_fwd(x, w, bias, comm, backend):
-    y = matmul_reduce_scatter(x, w, bias, comm=comm, backend=backend)
+def _row_fwd(x, w, bias, comm, backend, allow_tf32):
+    y = matmul_reduce_scatter(x, w, bias, comm=comm, backend=backend, allow_tf32=allow_tf32)
     return y, (x, w, bias is not None)
 
 
-def _row_bwd(comm, backend, res, grad_y):
+def _row_bwd(comm, backend, allow_tf32, res, grad_y):
     x, w, has_bias = res
     # dX = allgather(dY_r) . W (AG+GEMM, NN), which also gives the gathered dY
     dx, gathered = all_gather_matmul(grad_y, w, comm=comm, m=x.shape[0], layout="NN", backend=backend,
-                                     return_gathered=True)
-    dw = jnp.matmul(gathered.T, x, preferred_element_type=jnp.float32).astype(w.dtype)
+                                     allow_tf32=allow_tf32, return_gathered=True)
+    dw = _mm(gathered.T, x, allow_tf32).astype(w.dtype)
     db = _bias_grad(gathered) if has_bias else None
     return dx, dw, db
 
 
-def _row_impl(x, w, bias, comm, backend):
-    return matmul_reduce_scatter(x, w, bias, comm=comm, backend=backend)
+def _row_impl(x, w, bias, comm, backend, allow_tf32):
+    return matmul_reduce_scatter(x, w, bias, comm=comm, backend=backend, allow_tf32=allow_tf32)
 
 
-_row = jax.custom_vjp(_row_impl, nondiff_argnums=(3, 4))
+_row = jax.custom_vjp(_row_impl, nondiff_argnums=(3, 4, 5))
 _row.defvjp(_row_fwd, _row_bwd)
 
 
-def _row_ar_fwd(x, w, bias, comm, backend):
-    return matmul_all_reduce(x, w, bias, comm=comm, backend=backend), (x, w, bias is not None)
+def _row_ar_impl(x, w, bias, comm, backend, allow_tf32):
+    return matmul_all_reduce(x, w, bias, comm=comm, backend=backend, allow_tf32=allow_tf32)
 
 
-def _row_ar_bwd(comm, backend, res, grad_y):
+def _row_ar_fwd(x, w, bias, comm, backend, allow_tf32):
+    return _row_ar_impl(x, w, bias, comm, backend, allow_tf32), (x, w, bias is not None)
+
+
+def _row_ar_bwd(comm, backend, allow_tf32, res, grad_y):
     x, w, has_bias = res
     # dY is the same on every rank (the output is replicated): all local
-    dx = jnp.matmul(grad_y, w, preferred_element_type=jnp.float32).astype(x.dtype)
-    dw = jnp.matmul(grad_y.T, x, preferred_element_type=jnp.float32).astype(w.dtype)
+    dx = _mm(grad_y, w, allow_tf32).astype(x.dtype)
+    dw = _mm(grad_y.T, x, allow_tf32).astype(w.dtype)
     return dx, dw, (_bias_grad(grad_y) if has_bias else None)
 
 
-_row_ar = jax.custom_vjp(lambda x, w, b, comm, backend: matmul_all_reduce(x, w, b, comm=comm, backend=backend),
-                         nondiff_argnums=(3, 4))
+_row_ar = jax.custom_vjp(_row_ar_impl, nondiff_argnums=(3, 4, 5))
 _row_ar.defvjp(_row_ar_fwd, _row_ar_bwd)
 
 
-def row_parallel_linear(x, w, bias=None, *, comm, sequence_parallel=True, backend=None):
+def row_parallel_linear(x, w, bias=None, *, comm, sequence_parallel=True, backend=None, allow_tf32=False):
     """Row-parallel linear: w's columns (the input features) split over the
     ranks; x: [m, k_loc] (e.g. a column-parallel layer's output; leading
     dims allowed), w: [n, k_loc], bias: [n] or None, the same on every rank
@@ -339,8 +359,11 @@ def row_parallel_linear(x, w, bias=None, *, comm, sequence_parallel=True, backen
     [m_r, n]. Backward: dX = allgather(dY_r) . W (AG+GEMM, NN), dW =
     allgather(dY)^T . X, db = the sum of every rank's rows of dY.
     Without: GEMM+AR, the output is all rows on every rank (compute the same
-    loss on every rank); the backward is local."""
+    loss on every rank); the backward is local.
+
+    allow_tf32: as column_parallel_linear's."""
     x2, back = _rows_2d(x)
+    allow_tf32 = bool(allow_tf32)
     if not sequence_parallel:
-        return back(_row_ar(x2, w, bias, comm, backend))
-    return back(_row(x2, w, bias, comm, backend))
+        return back(_row_ar(x2, w, bias, comm, backend, allow_tf32))
+    return back(_row(x2, w, bias, comm, backend, allow_tf32))

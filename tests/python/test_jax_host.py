@@ -198,6 +198,14 @@ def _grads_body(comm, m):
     np.testing.assert_allclose(dx, dy @ W[r], atol=1e-4)
     np.testing.assert_allclose(dw, dy.T @ Xq[r], atol=1e-4)
     np.testing.assert_allclose(db, dy.sum(0), atol=1e-4)
+    # allow_tf32: the same gradients within TF32's rounding (on a GPU; exact
+    # on the CPU), through the ops and the local GEMMs alike
+    for sp in (True, False):
+        dx, dw, _ = jax.grad(lambda x, w, b: jnp.sum(jnp.sin(cj.row_parallel_linear(
+            x, w, b, comm=comm, sequence_parallel=sp, allow_tf32=True))), argnums=(0, 1, 2))(
+                jnp.asarray(Xq[r]), jnp.asarray(W[r]), jnp.asarray(B))
+        np.testing.assert_allclose(dx, dy @ W[r], atol=5e-2)
+        np.testing.assert_allclose(dw, dy.T @ Xq[r], atol=5e-2)
     # leading dims ([rows, 1, k]) are flattened into rows and given back
     y3 = cj.column_parallel_linear(jnp.asarray(X[off:off + mr]).reshape(mr, 1, k), jnp.asarray(W[r]),
                                    jnp.asarray(B), comm=comm, m=m)
