@@ -24,7 +24,13 @@
  * - Reductions across ranks accumulate in fp32 whatever the input dtype.
  * - Memory: on the `host` backend every pointer is host memory; on the GPU
  *   backends (`p2p`, `nccl`, `cublasmp`) every matrix pointer is device
- *   memory of the comm's device.
+ *   memory of the comm's device (managed memory is taken by both). Where
+ *   the process has loaded the CUDA driver, the ops ask it where each
+ *   operand is and refuse one in the wrong place with
+ *   CGM_ERROR_INVALID_ARGUMENT before anything runs (GPU memory on the
+ *   host backend; pageable or pinned CPU memory, or another GPU's, on a GPU
+ *   backend); the check costs a driver query per operand and never loads
+ *   or initialises CUDA.
  * - Stream ordering: ops are enqueued on the caller's `stream` (a
  *   cudaStream_t, passed as void* so that this header needs no CUDA header)
  *   and return before the GPU work completes; results are ready when the
@@ -501,7 +507,11 @@ cgm_status cgm_bulk_overlap(cgm_comm *comm, const cgm_matrix *a,
  *  (integer scalars): comm (the cgm_comm pointer, required), layout, algo,
  *  splits, backend, allow_tf32 (optional, CGM_OP_OPTIONS_INIT's defaults).
  *  The op runs on XLA's stream (GPU backends) or, on the host backend,
- *  synchronously with a NULL stream. Errors: an XLA error whose message is
+ *  synchronously with a NULL stream. The call's backend must match XLA's
+ *  platform (which XLA's stream query tells: a stream on its GPU, an
+ *  error on its CPU): host for CPU arrays, a GPU backend for GPU arrays;
+ *  otherwise FAILED_PRECONDITION, before the op (a rank that refuses
+ *  alone leaves its peers to time out). Errors: an XLA error whose message is
  *  cgm_last_error() with the status (INVALID_ARGUMENT for argument and
  *  agreement errors, DEADLINE_EXCEEDED for timeouts, ABORTED for a failed
  *  peer, ...). Thread safety: as the op's (one thread per comm). */

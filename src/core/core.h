@@ -267,6 +267,27 @@ cgm_status cgm_signature_compare(const cgm_comm *comm,
 
 /* Validates an op's arguments and fills `call`. Implemented in validate.c;
  * used by the public op entry points. */
+/* memory.c: where an operand's memory is, as the CUDA driver tells when
+ * the process has loaded it (UNKNOWN otherwise); *device: the GPU of
+ * DEVICE memory, else -1. */
+typedef enum cgm_memory {
+    CGM_MEMORY_UNKNOWN, /* no driver in the process, or not initialised */
+    CGM_MEMORY_HOST,    /* memory the driver does not know: malloc, numpy */
+    CGM_MEMORY_PINNED,  /* page-locked host memory (cudaHostAlloc, registered) */
+    CGM_MEMORY_DEVICE,
+    CGM_MEMORY_MANAGED,
+} cgm_memory;
+typedef cgm_memory (*cgm_memory_query_fn)(const void *p, int *device);
+cgm_memory cgm_memory_of(const void *p, int *device);
+/* Tests: answer cgm_memory_of with `fn` (NULL: the driver again). */
+void cgm_memory_set_query(cgm_memory_query_fn fn);
+/* Refuses (INVALID_ARGUMENT, naming `fn` and `name`) an operand its
+ * backend cannot read: GPU memory on the host backend; CPU memory, pinned
+ * or not, on a GPU backend, or memory of a GPU other than comm_device (-1:
+ * not known yet). Managed memory and UNKNOWN pass. */
+cgm_status cgm_check_memory(const char *fn, const char *name, const cgm_matrix *m, cgm_backend backend,
+                            int comm_device);
+
 cgm_status cgm_validate_op(cgm_comm *comm, cgm_op op, const cgm_matrix *x,
                            const cgm_matrix *w, const cgm_matrix *bias,
                            cgm_matrix *y, cgm_matrix *x_gathered,

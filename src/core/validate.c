@@ -272,14 +272,21 @@ cgm_status cgm_validate_op(cgm_comm *comm, cgm_op op, const cgm_matrix *x, const
     }
     /* Outputs must not overlap inputs or each other. */
     const cgm_matrix *in[] = {x, w, bias, op == CGM_OP_BULK ? send : NULL};
-    const char *in_names[] = {op == CGM_OP_BULK ? "a" : "x", op == CGM_OP_BULK ? "b" : "w", "bias", "send"};
+    const char *in_names[] = {op == CGM_OP_BULK ? "a" : op == CGM_OP_ALL_GATHER_GEMM ? "x_shard" : "x",
+                              op == CGM_OP_BULK ? "b" : "w", "bias", "send"};
     cgm_matrix *outs[] = {y, xg, op == CGM_OP_BULK ? recv : NULL};
-    const char *out_names[] = {op == CGM_OP_BULK ? "c" : "y", "x_gathered", "recv"};
+    const char *out_names[] = {op == CGM_OP_BULK ? "c" : op == CGM_OP_GEMM_REDUCE_SCATTER ? "y_shard" : "y",
+                               "x_gathered", "recv"};
     for (int o = 0; o < 3; o++) {
         for (int i = 0; i < 4; i++)
             if ((st = check_disjoint(&c, out_names[o], outs[o], in_names[i], in[i]))) return st;
         for (int p = o + 1; p < 3; p++)
             if ((st = check_disjoint(&c, out_names[o], outs[o], out_names[p], outs[p]))) return st;
     }
+    /* Last, as it asks the CUDA driver: memory the call's backend can read. */
+    for (int i = 0; i < 4; i++)
+        if ((st = cgm_check_memory(c.fn, in_names[i], in[i], call->backend, comm->cuda_device))) return st;
+    for (int o = 0; o < 3; o++)
+        if ((st = cgm_check_memory(c.fn, out_names[o], outs[o], call->backend, comm->cuda_device))) return st;
     return CGM_SUCCESS;
 }

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "core/core.h"
 #include "harness.h"
 
 enum { M = 8, K = 4, N = 6 };
@@ -208,6 +209,29 @@ static void test_destroyed_comm(const void *p) {
     CHECK_OK(cgm_comm_destroy(comm));
 }
 
+/* GPU memory given to a host op (the driver's answer faked: no GPU here):
+ * refused before anything runs, naming the operand; the comm still works. */
+static cgm_memory x_on_gpu(const void *p, int *device) {
+    *device = p == (const void *)xbuf ? 1 : -1;
+    return p == (const void *)xbuf ? CGM_MEMORY_DEVICE : CGM_MEMORY_UNKNOWN;
+}
+
+static void test_gpu_memory_on_host(const void *p) {
+    (void)p;
+    cgm_comm *comm = single_rank_comm(NULL);
+    for (int op = 0; op < CGM_OP_BULK; op++) {
+        args a;
+        valid_args(&a, (cgm_op)op);
+        cgm_memory_set_query(x_on_gpu);
+        CHECK_STATUS(call(comm, &a), CGM_ERROR_INVALID_ARGUMENT);
+        cgm_memory_set_query(NULL);
+        CHECK_CONTAINS(cgm_last_error(), op == CGM_OP_ALL_GATHER_GEMM ? "x_shard.data" : "x.data");
+        CHECK_CONTAINS(cgm_last_error(), "is memory of GPU 1, but this call's backend is host");
+    }
+    check_comm_still_works(comm);
+    CHECK_OK(cgm_comm_destroy(comm));
+}
+
 static void test_queries(const void *p) {
     (void)p;
     cgm_comm *comm = single_rank_comm(NULL);
@@ -320,6 +344,7 @@ static void register_cases(void) {
     test_add("null_comm", test_null_comm, NULL);
     test_add("destroyed_comm", test_destroyed_comm, NULL);
     test_add("queries", test_queries, NULL);
+    test_add("gpu_memory_on_host_refused", test_gpu_memory_on_host, NULL);
     test_add("max_m_exceeded", test_max_m, NULL);
 }
 

@@ -342,6 +342,91 @@ static void test_bad_settings(const void *param) {
     unsetenv(b->name);
 }
 
+/* --------------------------------------------- memory a backend cannot read */
+
+/* An operand in memory the call's backend cannot read is refused before
+ * anything runs, naming it, where it is and what to pass (validation asks
+ * the CUDA driver): CPU memory, pageable or pinned, on the p2p comm; on a
+ * one-rank host comm, GPU memory; with two GPUs in the process, memory of
+ * the other one on the p2p comm. Each comm then still runs a correct call. */
+static void memory_body(gpu_rank *g, void *arg) {
+    (void)arg;
+    const int64_t m = 64, k = 32, n = 16;
+    cgm_matrix x = gpu_matrix(CGM_DTYPE_FP32, m, k);
+    cgm_matrix w = gpu_matrix(CGM_DTYPE_FP32, n, k);
+    cgm_matrix y = gpu_matrix(CGM_DTYPE_FP32, m, n);
+    gpu_fill(&x, 1, 0, 0, k, g->stream);
+    gpu_fill(&w, 2, 0, 0, k, g->stream);
+    size_t xbytes = (size_t)(m * k) * sizeof(float);
+    cgm_matrix hx = x, px = x;
+    hx.data = calloc(1, xbytes);
+    GPU_CHECK(cudaMallocHost(&px.data, xbytes));
+    CHECK_STATUS(cgm_gemm_all_reduce(g->comm, &hx, &w, NULL, &y, NULL, g->stream), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "x.data");
+    CHECK_CONTAINS(cgm_last_error(), "CPU memory the CUDA driver does not know");
+    CHECK_CONTAINS(cgm_last_error(), "backend is p2p, which needs device memory");
+    CHECK_STATUS(cgm_gemm_all_reduce(g->comm, &x, &w, NULL, &y, NULL, g->stream), CGM_SUCCESS);
+    cgm_matrix hy = y;
+    hy.data = px.data; /* m x n fits in the pinned m x k */
+    CHECK_STATUS(cgm_gemm_all_reduce(g->comm, &x, &w, NULL, &hy, NULL, g->stream), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "y.data");
+    CHECK_CONTAINS(cgm_last_error(), "pinned host memory");
+    int dev = -1, ndev = 0;
+    GPU_CHECK(cudaGetDevice(&dev));
+    GPU_CHECK(cudaGetDeviceCount(&ndev));
+    if (ndev > 1) {
+        int other = (dev + 1) % ndev;
+        cgm_matrix ow = w;
+        GPU_CHECK(cudaSetDevice(other));
+        GPU_CHECK(cudaMalloc(&ow.data, (size_t)(n * k) * sizeof(float)));
+        GPU_CHECK(cudaSetDevice(dev));
+        CHECK_STATUS(cgm_gemm_all_reduce(g->comm, &x, &ow, NULL, &y, NULL, g->stream), CGM_ERROR_INVALID_ARGUMENT);
+        char want[96];
+        snprintf(want, sizeof want, "w.data = %p is memory of GPU %d, but this comm's device is GPU %d", ow.data,
+                 other, dev);
+        CHECK_CONTAINS(cgm_last_error(), want);
+        cudaFree(ow.data);
+    }
+    /* what validation's question costs per operand (printed, not held) */
+    int64_t t0 = cgm_now_ns();
+    int dummy = 0;
+    for (int i = 0; i < 10000; i++) CHECK(cgm_memory_of(x.data, &dummy) == CGM_MEMORY_DEVICE);
+    if (g->rank == 0)
+        printf("cgm_memory_of: %.0f ns per device pointer\n", (double)(cgm_now_ns() - t0) / 10000);
+    /* the p2p comm still works: the sum of every rank's x . w^T */
+    CHECK_OK(cgm_gemm_all_reduce(g->comm, &x, &w, NULL, &y, NULL, g->stream));
+    GPU_CHECK(cudaStreamSynchronize(g->stream));
+
+    char name[64];
+    cgm_bootstrap b = test_local_bootstrap("gpu-mem", name, sizeof name);
+    cgm_config hc = CGM_CONFIG_INIT;
+    hc.backend = CGM_BACKEND_HOST;
+    cgm_comm *host = NULL;
+    CHECK_OK(cgm_comm_create(&b, &hc, &host));
+    float *hw = calloc((size_t)(n * k), sizeof(float)), *hyv = calloc((size_t)(m * n), sizeof(float));
+    cgm_matrix hw_m = cgm_matrix_make(hw, CGM_DTYPE_FP32, n, k), hy_m = cgm_matrix_make(hyv, CGM_DTYPE_FP32, m, n);
+    CHECK_STATUS(cgm_gemm_all_reduce(host, &x, &hw_m, NULL, &hy_m, NULL, NULL), CGM_ERROR_INVALID_ARGUMENT);
+    char want[128];
+    snprintf(want, sizeof want, "x.data = %p is memory of GPU %d, but this call's backend is host", x.data, dev);
+    CHECK_CONTAINS(cgm_last_error(), want);
+    CHECK_OK(cgm_gemm_all_reduce(host, &hx, &hw_m, NULL, &hy_m, NULL, NULL));
+    CHECK_OK(cgm_comm_destroy(host));
+    free(hw);
+    free(hyv);
+    free(hx.data);
+    cudaFreeHost(px.data);
+    gpu_matrix_free(&x);
+    gpu_matrix_free(&w);
+    gpu_matrix_free(&y);
+}
+
+static void test_memory(const void *param) {
+    (void)param;
+    int P = gpu_ranks_or_skip();
+    cgm_config cfg = gpu_config();
+    gpu_run(P, &cfg, memory_body, NULL, 120);
+}
+
 /* ------------------------------------- two ranks in one process: refused */
 
 /* Threads of one process as two ranks of a LOCAL p2p comm: CUDA IPC cannot
@@ -417,6 +502,7 @@ void register_more_cases(void) {
     test_add("timeout_names_missing_rank", test_timeout, NULL);
     test_add("timeout_names_missing_rank_fused", test_timeout, &fused);
     test_add("workspace_limits", test_limits, NULL);
+    test_add("memory_its_backend_cannot_read_refused", test_memory, NULL);
     test_add("one_process_two_ranks_refused", test_one_process_refused, NULL);
     static const bad_setting bad_signal = {"COMMGEMM_P2P_SIGNAL", "sometimes",
                                            "auto"};

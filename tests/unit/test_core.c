@@ -7,6 +7,59 @@
 #include "core/core.h"
 #include "harness.h"
 
+/* cgm_check_memory with the driver's answers faked: fake pointers
+ * 0x1000 * kind (never read). */
+static cgm_memory fake_memory(const void *p, int *device) {
+    *device = -1;
+    switch ((uintptr_t)p / 0x1000) {
+    case 1: *device = 2; return CGM_MEMORY_DEVICE;
+    case 2: return CGM_MEMORY_PINNED;
+    case 3: return CGM_MEMORY_MANAGED;
+    case 4: return CGM_MEMORY_HOST;
+    default: return CGM_MEMORY_UNKNOWN;
+    }
+}
+
+static void test_memory_checks(const void *p) {
+    (void)p;
+    cgm_memory_set_query(fake_memory);
+    cgm_matrix dev = cgm_matrix_make((void *)0x1000, CGM_DTYPE_FP32, 2, 3);
+    cgm_matrix pinned = dev, managed = dev, host = dev, unknown = dev, empty = dev;
+    pinned.data = (void *)0x2000;
+    managed.data = (void *)0x3000;
+    host.data = (void *)0x4000;
+    unknown.data = (void *)0x5000;
+    empty.rows = 0;
+    /* host backend: anything but GPU memory */
+    CHECK_STATUS(cgm_check_memory("fn", "x", &dev, CGM_BACKEND_HOST, -1), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "fn: x.data = ");
+    CHECK_CONTAINS(cgm_last_error(), "is memory of GPU 2, but this call's backend is host, which reads CPU memory");
+    CHECK_CONTAINS(cgm_last_error(), "pass host memory");
+    const cgm_matrix *fine_on_host[] = {&pinned, &managed, &host, &unknown, &empty, NULL};
+    for (int i = 0; i < 6; i++) CHECK_OK(cgm_check_memory("fn", "x", fine_on_host[i], CGM_BACKEND_HOST, 0));
+    /* GPU backends: device memory of the comm's GPU, or managed */
+    CHECK_OK(cgm_check_memory("fn", "w", &dev, CGM_BACKEND_P2P, 2));
+    CHECK_OK(cgm_check_memory("fn", "w", &dev, CGM_BACKEND_NCCL, -1)); /* the comm's GPU not known yet */
+    CHECK_STATUS(cgm_check_memory("fn", "w", &dev, CGM_BACKEND_P2P, 0), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "is memory of GPU 2, but this comm's device is GPU 0: pass memory of GPU 0");
+    CHECK_STATUS(cgm_check_memory("fn", "y", &pinned, CGM_BACKEND_NCCL, 1), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "y.data = ");
+    CHECK_CONTAINS(cgm_last_error(), "is pinned host memory, but this call's backend is nccl, which needs device "
+                                     "memory of the comm's GPU");
+    CHECK_STATUS(cgm_check_memory("fn", "bias", &host, CGM_BACKEND_CUBLASMP, -1), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "is CPU memory the CUDA driver does not know, but this call's backend is "
+                                     "cublasmp, which needs device memory: allocate it with cudaMalloc");
+    const cgm_matrix *fine_on_gpu[] = {&managed, &unknown, &empty, NULL};
+    for (int i = 0; i < 4; i++) CHECK_OK(cgm_check_memory("fn", "x", fine_on_gpu[i], CGM_BACKEND_P2P, 0));
+    /* the driver itself: this process has not loaded it (no GPU code
+     * here), or it does not know a stack address */
+    cgm_memory_set_query(NULL);
+    int device = 7;
+    cgm_memory where = cgm_memory_of(&device, &device);
+    CHECK(where == CGM_MEMORY_UNKNOWN || where == CGM_MEMORY_HOST);
+    CHECK_INT_EQ(device, -1);
+}
+
 static void test_version(const void *p) {
     (void)p;
     CHECK_INT_EQ(cgm_version(), COMMGEMM_VERSION);
@@ -367,6 +420,7 @@ static void test_harness_selection(const void *param) {
 
 static void register_cases(void) {
     test_add("version", test_version, NULL);
+    test_add("memory_checks", test_memory_checks, NULL);
     test_add("harness_selection", test_harness_selection, NULL);
     test_add("status_strings", test_status_strings, NULL);
     test_add("last_error", test_last_error_per_thread, NULL);
