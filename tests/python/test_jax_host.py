@@ -226,6 +226,13 @@ def _errors_body(comm, platform, rendezvous):
     x = jnp.ones((4, 8), jnp.float32)
     w = jnp.ones((6, 8), jnp.float32)
     out = {}
+    if platform == "cpu":
+        # a GPU backend asked for on CPU arrays: refused by the handler (XLA
+        # gives it no GPU stream), before the library
+        try:
+            np.asarray(cj.matmul_all_reduce(x, w, comm=comm, backend="p2p"))
+        except Exception as e:  # noqa: BLE001
+            out["cpu_arrays"] = str(e)
     if platform == "gpu":
         # arrays on the CPU for this p2p comm, and GPU arrays for a host comm
         # (one rank each): refused with what to do, not read from the wrong
@@ -348,8 +355,9 @@ def test_bulk(platform, nranks, m):
 def test_errors(platform):
     rendezvous = f"pyjax-err-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     for out in run_ranks(_errors_body, 2, platform, rendezvous, platform=platform):
+        assert "backend for this op is p2p, which works on GPU memory" in out["cpu_arrays"], out["cpu_arrays"]
+        assert "FAILED_PRECONDITION" in out["cpu_arrays"], out["cpu_arrays"]
         if platform == "gpu":
-            assert "backend for this op is p2p, which works on GPU memory" in out["cpu_arrays"], out["cpu_arrays"]
             assert "XLA runs this call on a GPU" in out["gpu_arrays"], out["gpu_arrays"]
         assert "x: expected float32, bfloat16 or float16" in out["dtype"], out["dtype"]
         assert "pass m" in out["m"] or "rows per rank" in out["m"], out["m"]
