@@ -4,7 +4,8 @@
 # Stages: build, gpu (p2p + nccl + mixed GPU tests, NCCL defaults),
 # nccl-net (nccl tests over NCCL's socket transport on loopback: two-node
 # stand-in), cublasmp (with the carried wheel), sanitize (compute-sanitizer
-# memcheck + racecheck), torch (torchrun pytest + the TP MLP example),
+# memcheck + racecheck), torch (torchrun pytest + the TP MLP example), jax
+# (tests/python/test_jax_host.py's GPU variants + examples/jax_tp_mlp.py on NGPU ranks),
 # perf (bench/perf_on_device.sh on this build; PERF_TABLES), hopper
 # (tests/gpu/hopper_on_device.sh), compare, compare-graph,
 # compare-graph-outpartial, compare-sweep (bench/compare_on_device.sh:
@@ -82,7 +83,7 @@
 # The sanitizer stages run the tests with TEST_TIMEOUT_SCALE=SANITIZE_TIME_SCALE
 # (default 10): their comm timeouts, rank bounds and waits stretched;
 # sanitize-fused's racecheck runs the op cases' runs SANITIZE_RUNS only
-# (COMMGEMM_TEST_RUNS, default 24-27: bf16 TN).
+# (COMMGEMM_TEST_RUNS, default 24: a bf16 TN run).
 # Logs go to $OUT; a summary line per stage is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -197,10 +198,11 @@ stage_sanitize_fused() {
     for t in memcheck racecheck; do
         for c in ${SANITIZE_FUSED_CASES:-ag_gemm_all_gpus gemm_rs_all_gpus graph_capture_replay_fused graph_capture_replay_fused_store graph_capture_replay_fused_single gemm_rs_all_gpus_output_partials_fused_single}; do
             # racecheck: the op cases' 60 runs do not finish in 250 s
-            # there; SANITIZE_RUNS (COMMGEMM_TEST_RUNS, default the bf16 TN
-            # runs, which the fused kernels take) selects a few
+            # there, nor did the 4 bf16 TN runs 24-27 of the RS case in 200 s
+            # (two ranks sharing one H200); SANITIZE_RUNS (COMMGEMM_TEST_RUNS,
+            # default 24: a bf16 TN run, which the fused kernels take) selects
             local runs=
-            [ $t = racecheck ] && [ "${c#graph_capture_replay}" = "$c" ] && runs=${SANITIZE_RUNS:-24-27}
+            [ $t = racecheck ] && [ "${c#graph_capture_replay}" = "$c" ] && runs=${SANITIZE_RUNS:-24}
             COMMGEMM_ALGO=fused COMMGEMM_TEST_RUNS=$runs timeout ${SANITIZE_TIMEOUT:-200} env TEST_TIMEOUT_SCALE=$SAN_SCALE compute-sanitizer --tool $t --target-processes all --report-api-errors no \
                 --error-exitcode 99 "$B/tests/gpu/test_gpu_ops" $c >"$OUT/sanitize-fused-$t-$c.log" 2>&1
             note "compute-sanitizer $t, fused forced ($c): rc=$? $(grep -hE '(ERROR|RACECHECK) SUMMARY' "$OUT/sanitize-fused-$t-$c.log" | sort -u | tr '\n' ' ')"
@@ -212,6 +214,18 @@ stage_torch() {
     note "torch tests (torchrun x2): $(grep -E 'passed|failed|error' "$OUT/torch.log" | tail -1)"
     (COMMGEMM_LIB=$B/libcommgemm.so timeout 200 torchrun --nproc-per-node $NGPU examples/torch_tp_mlp.py --compare) >"$OUT/torch-mlp.log" 2>&1
     note "examples/torch_tp_mlp.py --compare: rc=$? $(tail -1 "$OUT/torch-mlp.log")"
+}
+
+stage_jax() { # commgemm.jax on the GPUs: every test's GPU variant (ranks on GPU r % NGPU), the example on NGPU ranks
+    (unset JAX_PLATFORMS; COMMGEMM_LIB=$B/libcommgemm.so timeout 400 python3 -m pytest -q -rs tests/python/test_jax_host.py) \
+        >"$OUT/jax.log" 2>&1
+    note "jax tests: $(grep -E 'passed|failed|error' "$OUT/jax.log" | tail -1)"
+    local sp dt
+    for sp in "" --no-sequence-parallel; do for dt in float32 bfloat16; do
+        (unset JAX_PLATFORMS; COMMGEMM_LIB=$B/libcommgemm.so timeout 120 "$B/tools/commgemm-run" -n $NGPU \
+            python3 examples/jax_tp_mlp.py --device gpu --compare --dtype $dt $sp) >"$OUT/jax-mlp-$dt$sp.log" 2>&1
+        note "examples/jax_tp_mlp.py --compare --dtype $dt $sp: rc=$? $(tail -1 "$OUT/jax-mlp-$dt$sp.log")"
+    done; done
 }
 
 stage_perf() { # the PERFORMANCE.md tables from this build (PERF_TABLES picks them)
@@ -445,7 +459,7 @@ stage_pack() { # the device returns few files: everything but the top summary in
 for s in "$@"; do
     case $s in
     build) stage_build ;; gpu) stage_gpu ;; nccl-net) stage_nccl_net ;; cublasmp) stage_cublasmp ;;
-    sanitize) stage_sanitize ;; torch) stage_torch ;; perf) stage_perf ;; hopper) stage_hopper ;;
+    sanitize) stage_sanitize ;; torch) stage_torch ;; jax) stage_jax ;; perf) stage_perf ;; hopper) stage_hopper ;;
     compare) stage_compare eager ;;
     compare-graph) stage_compare graph COMPARE_ARGS=--graph ;;
     compare-graph-outpartial) stage_compare graph-outpartial COMPARE_ARGS=--graph COMMGEMM_PARTIAL_DTYPE=output ;;
