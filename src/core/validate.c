@@ -148,8 +148,9 @@ static cgm_status check_options(const check_ctx *c, cgm_comm *comm, cgm_op op, c
     call->stream = stream;
     if (call->backend == CGM_BACKEND_HOST && stream)
         return cgm_error(CGM_ERROR_INVALID_USAGE,
-                         "%s: stream = %p on the host backend: host ops run on the calling thread and take "
-                         "no stream; pass NULL", c->fn, stream);
+                         "%s: stream = %p on the host backend: host ops run on the calling thread on CPU "
+                         "memory and take no stream; pass NULL (with CPU buffers), or run GPU buffers on a GPU "
+                         "backend (p2p, nccl)", c->fn, stream);
     return CGM_SUCCESS;
 }
 
