@@ -25,20 +25,14 @@ import uuid
 import numpy as np
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-if str(REPO / "python") not in sys.path:
-    sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import libcheck  # noqa: E402 - puts this tree's python/ on sys.path
+from libcheck import REPO  # noqa: E402
 
 import commgemm  # noqa: E402
 from commgemm import _lib  # noqa: E402
 
-try:
-    _lib.load()
-    _LOAD_ERROR = None
-except commgemm.CommGemmError as e:  # pragma: no cover - depends on the build
-    _LOAD_ERROR = str(e)
-
-pytestmark = pytest.mark.skipif(_LOAD_ERROR is not None, reason=f"libcommgemm.so not available: {_LOAD_ERROR}")
+pytestmark = libcheck.skip_without_library()
 
 try:
     import ml_dtypes

@@ -17,23 +17,14 @@ import uuid
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-for p in (REPO / "python", pathlib.Path(__file__).resolve().parent):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import libcheck  # noqa: E402 - puts this tree's python/ on sys.path
 
 torch = pytest.importorskip("torch")
 
 import commgemm  # noqa: E402
-from commgemm import _lib  # noqa: E402
 
-try:
-    _lib.load()
-    _LOAD_ERROR = None
-except commgemm.CommGemmError as e:  # pragma: no cover
-    _LOAD_ERROR = str(e)
-
-pytestmark = pytest.mark.skipif(_LOAD_ERROR is not None, reason=f"libcommgemm.so not available: {_LOAD_ERROR}")
+pytestmark = libcheck.skip_without_library()
 
 
 def _free_port():

@@ -1,0 +1,24 @@
+"""The start the Python tests share: this repository's python/ first on
+sys.path (so they test this tree's commgemm), and a pytest mark that skips a
+module when libcommgemm.so cannot be loaded, saying why."""
+
+import pathlib
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+if str(REPO / "python") not in sys.path:
+    sys.path.insert(0, str(REPO / "python"))
+
+import commgemm  # noqa: E402
+from commgemm import _lib  # noqa: E402
+
+
+def skip_without_library():
+    """pytestmark for a module that needs the library."""
+    try:
+        _lib.load()
+    except commgemm.CommGemmError as e:  # pragma: no cover - depends on the build
+        return pytest.mark.skipif(True, reason=f"libcommgemm.so not available: {e}")
+    return pytest.mark.skipif(False, reason="libcommgemm.so loaded")
