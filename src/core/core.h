@@ -265,8 +265,6 @@ void cgm_call_signature(const cgm_call *call,
 cgm_status cgm_signature_compare(const cgm_comm *comm,
                                  const int64_t *all_signatures);
 
-/* Validates an op's arguments and fills `call`. Implemented in validate.c;
- * used by the public op entry points. */
 /* memory.c: where an operand's memory is, as the CUDA driver tells when
  * the process has loaded it (UNKNOWN otherwise); *device: the GPU of
  * DEVICE memory, else -1. */
@@ -288,6 +286,8 @@ void cgm_memory_set_query(cgm_memory_query_fn fn);
 cgm_status cgm_check_memory(const char *fn, const char *name, const cgm_matrix *m, cgm_backend backend,
                             int comm_device);
 
+/* Validates an op's arguments and fills `call`. Implemented in validate.c;
+ * used by the public op entry points. */
 cgm_status cgm_validate_op(cgm_comm *comm, cgm_op op, const cgm_matrix *x,
                            const cgm_matrix *w, const cgm_matrix *bias,
                            cgm_matrix *y, cgm_matrix *x_gathered,

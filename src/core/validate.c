@@ -223,13 +223,15 @@ cgm_status cgm_validate_op(cgm_comm *comm, cgm_op op, const cgm_matrix *x, const
     memset(call, 0, sizeof *call);
     if ((st = check_options(&c, comm, op, options, stream, call))) return st;
     const int P = comm->nranks, r = comm->rank;
-    if (op == CGM_OP_BULK) {
+    bool ag = op == CGM_OP_ALL_GATHER_GEMM, bulk = op == CGM_OP_BULK;
+    /* the operands' names in messages, as the public functions name them */
+    const char *xn = bulk ? "a" : ag ? "x_shard" : "x", *wn = bulk ? "b" : "w";
+    const char *yn = bulk ? "c" : op == CGM_OP_GEMM_REDUCE_SCATTER ? "y_shard" : "y";
+    if (bulk) {
         if ((st = check_bulk(&c, comm, x, w, bias, y, coll, send, recv, call))) return st;
     } else {
-        bool ag = op == CGM_OP_ALL_GATHER_GEMM;
-        const char *xn = ag ? "x_shard" : "x", *yn = op == CGM_OP_GEMM_REDUCE_SCATTER ? "y_shard" : "y";
         if ((st = require(&c, xn, x, ag ? "this rank's rows of X" : "this rank's X"))) return st;
-        if ((st = require(&c, "w", w, "this rank's weight shard"))) return st;
+        if ((st = require(&c, wn, w, "this rank's weight shard"))) return st;
         if ((st = require(&c, yn, y, "the output"))) return st;
         int64_t m;
         if (ag) m = y->rows;
@@ -243,7 +245,7 @@ cgm_status cgm_validate_op(cgm_comm *comm, cgm_op op, const cgm_matrix *x, const
         } else if (op == CGM_OP_GEMM_ALL_REDUCE && y->rows != m) {
             return check_shape(&c, yn, y, m, y->cols, "every rank gets all m rows of the sum");
         }
-        if ((st = check_gemm(&c, call->layout, xn, x, "w", w, bias, yn, y, ag ? mr : m, y->cols, &call->k)))
+        if ((st = check_gemm(&c, call->layout, xn, x, wn, w, bias, yn, y, ag ? mr : m, y->cols, &call->k)))
             return st;
         call->m = m;
         call->n = y->cols;
@@ -272,12 +274,10 @@ cgm_status cgm_validate_op(cgm_comm *comm, cgm_op op, const cgm_matrix *x, const
         }
     }
     /* Outputs must not overlap inputs or each other. */
-    const cgm_matrix *in[] = {x, w, bias, op == CGM_OP_BULK ? send : NULL};
-    const char *in_names[] = {op == CGM_OP_BULK ? "a" : op == CGM_OP_ALL_GATHER_GEMM ? "x_shard" : "x",
-                              op == CGM_OP_BULK ? "b" : "w", "bias", "send"};
-    cgm_matrix *outs[] = {y, xg, op == CGM_OP_BULK ? recv : NULL};
-    const char *out_names[] = {op == CGM_OP_BULK ? "c" : op == CGM_OP_GEMM_REDUCE_SCATTER ? "y_shard" : "y",
-                               "x_gathered", "recv"};
+    const cgm_matrix *in[] = {x, w, bias, bulk ? send : NULL};
+    const char *in_names[] = {xn, wn, "bias", "send"};
+    cgm_matrix *outs[] = {y, xg, bulk ? recv : NULL};
+    const char *out_names[] = {yn, "x_gathered", "recv"};
     for (int o = 0; o < 3; o++) {
         for (int i = 0; i < 4; i++)
             if ((st = check_disjoint(&c, out_names[o], outs[o], in_names[i], in[i]))) return st;

@@ -212,9 +212,6 @@ static bool not_execute(xffi_frame *f) {
     return f->stage != XFFI_STAGE_EXECUTE;
 }
 
-/* Checks the frame and the operand and result counts; fills x, w, bias
- * (NULL when absent), y and, when asked for and present, the second
- * result. */
 /* Every operand and result is a buffer (the only kinds XLA passes today). */
 static xffi_error *all_buffers(const xffi_frame *f, const char *op) {
     for (int64_t i = 0; i < f->args.size; i++)
@@ -226,6 +223,9 @@ static xffi_error *all_buffers(const xffi_frame *f, const char *op) {
     return NULL;
 }
 
+/* Checks the frame and the operand and result counts; fills x, w, bias
+ * (NULL when absent), y and, when asked for and present, the second
+ * result. */
 static xffi_error *operands(const xffi_frame *f, const char *op, cgm_matrix *x, cgm_matrix *w, cgm_matrix *bias,
                             const cgm_matrix **bias_p, cgm_matrix *y, cgm_matrix *extra, bool *has_extra,
                             int max_rets) {
