@@ -212,6 +212,14 @@ static bool not_execute(xffi_frame *f) {
     return f->stage != XFFI_STAGE_EXECUTE;
 }
 
+/* A frame as large as the layout read here (up to its attributes). */
+static xffi_error *frame_size(const xffi_frame *f, const char *op) {
+    size_t need = offsetof(xffi_frame, attrs) + sizeof f->attrs;
+    if (f->struct_size >= need) return NULL;
+    return fail(f, XFFI_INTERNAL, op, "call frame of %zu bytes, expected at least %zu (an older XLA FFI API?)",
+                f->struct_size, need);
+}
+
 /* Every operand and result is a buffer (the only kinds XLA passes today). */
 static xffi_error *all_buffers(const xffi_frame *f, const char *op) {
     for (int64_t i = 0; i < f->args.size; i++)
@@ -230,9 +238,7 @@ static xffi_error *operands(const xffi_frame *f, const char *op, cgm_matrix *x, 
                             const cgm_matrix **bias_p, cgm_matrix *y, cgm_matrix *extra, bool *has_extra,
                             int max_rets) {
     xffi_error *e;
-    if (f->struct_size < offsetof(xffi_frame, attrs) + sizeof f->attrs)
-        return fail(f, XFFI_INTERNAL, op, "call frame of %zu bytes, expected at least %zu (an older XLA FFI API?)",
-                    f->struct_size, offsetof(xffi_frame, attrs) + sizeof f->attrs);
+    if ((e = frame_size(f, op))) return e;
     if (f->args.size < 2 || f->args.size > 3)
         return fail(f, XFFI_INVALID_ARGUMENT, op, "expected 2 or 3 operands (x, w[, bias]), found %" PRId64,
                     f->args.size);
@@ -299,9 +305,10 @@ void *cgm_xla_ffi_bulk_overlap(void *frame) {
     xffi_frame *f = frame;
     const char *op = "bulk_overlap";
     if (not_execute(f)) return NULL;
-    xffi_call c;
-    xffi_error *e = call_of(f, op, CGM_OP_BULK, &c);
+    xffi_error *e = frame_size(f, op);
     if (e) return e;
+    xffi_call c;
+    if ((e = call_of(f, op, CGM_OP_BULK, &c))) return e;
     bool coll = c.collective >= 0;
     int64_t nin = (c.gemm ? 2 + c.bias : 0) + coll, nout = c.gemm + coll;
     if (!c.gemm && !coll)

@@ -384,6 +384,12 @@ static void test_bulk(const void *param) {
     add_comm(&fb, comm);
     add_int(&fb, "collective", 2);
     expect_error(cgm_xla_ffi_bulk_overlap, &fb, XFFI_INVALID_ARGUMENT, "attribute collective: expected -1");
+    /* a frame smaller than the layout: refused before its attributes are read */
+    frame_init(&fb, 0, 1);
+    add_comm(&fb, comm);
+    add_int(&fb, "collective", 0);
+    fb.f.struct_size = 16;
+    expect_error(cgm_xla_ffi_bulk_overlap, &fb, XFFI_INTERNAL, "call frame of 16 bytes");
     /* the GEMM ops take no bulk attribute */
     frame_init(&fb, 2, 1);
     set_buffer(&fb.in[0], fb.in_dims[0], XFFI_F32, a, M, K);
