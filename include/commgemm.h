@@ -321,15 +321,17 @@ typedef struct cgm_config {
      *  _GEMM_RS, _GEMM_AR, _BULK; default: `backend`). */
     cgm_backend op_backend[CGM_OP_COUNT_];
     /** Largest m (rows of the full, gathered matrix) any call will use
-     *  (COMMGEMM_MAX_M, default 16384). Workspaces are sized from it. */
+     *  (COMMGEMM_MAX_M, default 16384). Workspaces are sized from it.
+     *  1 to 2^31 - 1, with max_m x max(max_n, max_k) at most 2^46. */
     int64_t max_m;
     /** Largest n and k any call will use (COMMGEMM_MAX_N, COMMGEMM_MAX_K,
-     *  default 16384 each). */
+     *  default 16384 each; 1 to 2^31 - 1). */
     int64_t max_n;
     int64_t max_k;
     /** Bound of every wait, milliseconds (COMMGEMM_TIMEOUT_MS, default
-     *  60000). A rank that does not arrive within it makes the others return
-     *  CGM_ERROR_TIMEOUT naming it. */
+     *  60000; 1 to 2^31 - 1, about 24.8 days, the largest "no practical
+     *  bound"). A rank that does not arrive within it makes the others
+     *  return CGM_ERROR_TIMEOUT naming it. */
     int64_t timeout_ms;
     /** Default algorithm (COMMGEMM_ALGO, default auto). */
     int algo; /* a cgm_algo, or CGM_UNSET */

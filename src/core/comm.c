@@ -76,8 +76,16 @@ void cgm_comm_mark_broken(cgm_comm *comm, cgm_status status) {
 
 /* ---- configuration: config field, else environment, else default ---- */
 
+/* The largest max_m, max_n, max_k, and the largest timeout_ms: with them
+ * every workspace size (at most max_m x max(max_n, max_k) x 4 bytes, times
+ * the rank count) and every deadline in nanoseconds (timeout_ms x 10^6,
+ * plus the clock) stays far inside int64_t. 2^31 - 1 ms is 24.8 days. */
+#define DIM_MAX ((int64_t)INT32_MAX)
+#define TIMEOUT_MS_MAX ((int64_t)INT32_MAX)
+#define WORKSPACE_ELEMS_MAX ((int64_t)1 << 46) /* 256 TiB of fp32 */
+
 static cgm_status resolve_int(const char *field, int64_t config_value, const char *env,
-                              int64_t min, int64_t *out) {
+                              int64_t min, int64_t max, int64_t *out) {
     bool from_env = false;
     const char *source = "config";
     int64_t v = config_value;
@@ -86,10 +94,11 @@ static cgm_status resolve_int(const char *field, int64_t config_value, const cha
         if (st != CGM_SUCCESS) return st;
         source = from_env ? "environment" : "default";
     }
-    if (v < min)
+    if (v < min || v > max)
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
-                         "%s = %lld (from %s %s): expected >= %lld; fix the value or leave it unset "
-                         "(CGM_UNSET)", field, (long long)v, source, from_env ? env : "field", (long long)min);
+                         "%s = %lld (from %s %s): expected %lld to %lld; fix the value or leave it unset "
+                         "(CGM_UNSET)", field, (long long)v, source, from_env ? env : "field", (long long)min,
+                         (long long)max);
     CGM_INFO(CGM_SUB_INIT, "%s=%lld from %s", env, (long long)v, source);
     *out = v;
     return CGM_SUCCESS;
@@ -168,19 +177,27 @@ static cgm_status resolve_config(cgm_comm *comm, const cgm_config *in) {
         CGM_INFO(CGM_SUB_INIT, "%s backend=%s from %s", cgm_op_name((cgm_op)op), cgm_backend_name(b),
                  source);
     }
-    if ((st = resolve_int("config.max_m", in->max_m, "COMMGEMM_MAX_M", 1, &c->max_m))) return st;
-    if ((st = resolve_int("config.max_n", in->max_n, "COMMGEMM_MAX_N", 1, &c->max_n))) return st;
-    if ((st = resolve_int("config.max_k", in->max_k, "COMMGEMM_MAX_K", 1, &c->max_k))) return st;
-    if ((st = resolve_int("config.timeout_ms", in->timeout_ms, "COMMGEMM_TIMEOUT_MS", 1, &c->timeout_ms)))
+    if ((st = resolve_int("config.max_m", in->max_m, "COMMGEMM_MAX_M", 1, DIM_MAX, &c->max_m))) return st;
+    if ((st = resolve_int("config.max_n", in->max_n, "COMMGEMM_MAX_N", 1, DIM_MAX, &c->max_n))) return st;
+    if ((st = resolve_int("config.max_k", in->max_k, "COMMGEMM_MAX_K", 1, DIM_MAX, &c->max_k))) return st;
+    int64_t width = c->max_n > c->max_k ? c->max_n : c->max_k;
+    if (c->max_m > WORKSPACE_ELEMS_MAX / width)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "max_m = %lld with max(max_n, max_k) = %lld: workspaces of max_m x max(max_n, "
+                         "max_k) elements, expected at most 2^46; lower them to the largest m, n and k "
+                         "your calls use (config or COMMGEMM_MAX_M/N/K)",
+                         (long long)c->max_m, (long long)width);
+    if ((st = resolve_int("config.timeout_ms", in->timeout_ms, "COMMGEMM_TIMEOUT_MS", 1, TIMEOUT_MS_MAX,
+                          &c->timeout_ms)))
         return st;
     int64_t v;
-    if ((st = resolve_int("config.splits", in->splits, "COMMGEMM_SPLITS", 0, &v))) return st;
+    if ((st = resolve_int("config.splits", in->splits, "COMMGEMM_SPLITS", 0, INT32_MAX, &v))) return st;
     c->splits = (int)v;
-    if ((st = resolve_int("config.host_threads", in->host_threads, "COMMGEMM_HOST_THREADS", 1, &v)))
+    if ((st = resolve_int("config.host_threads", in->host_threads, "COMMGEMM_HOST_THREADS", 1, INT32_MAX, &v)))
         return st;
     c->host_threads = (int)v;
     if ((st = resolve_int("config.check_agreement", in->check_agreement, "COMMGEMM_CHECK_AGREEMENT", 0,
-                          &v)))
+                          INT64_MAX, &v)))
         return st;
     c->check_agreement = v != 0;
     if (in->algo != CGM_UNSET) {

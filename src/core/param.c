@@ -20,11 +20,14 @@ static const cgm_param params[] = {
     {"COMMGEMM_BACKEND_BULK", CGM_PARAM_STRING, NULL,
      "Backend for bulk overlap only (config `op_backend[CGM_OP_BULK]`)."},
     {"COMMGEMM_MAX_M", CGM_PARAM_INT, "16384",
-     "Largest m (rows of the gathered/full matrix) of any call; workspaces are sized from it (config `max_m`)."},
-    {"COMMGEMM_MAX_N", CGM_PARAM_INT, "16384", "Largest n of any call (config `max_n`)."},
-    {"COMMGEMM_MAX_K", CGM_PARAM_INT, "16384", "Largest k of any call (config `max_k`)."},
+     "Largest m (rows of the gathered/full matrix) of any call; workspaces are sized from it (config `max_m`). "
+     "1 to 2^31 - 1, and max_m x max(max_n, max_k) at most 2^46."},
+    {"COMMGEMM_MAX_N", CGM_PARAM_INT, "16384", "Largest n of any call (config `max_n`); 1 to 2^31 - 1."},
+    {"COMMGEMM_MAX_K", CGM_PARAM_INT, "16384", "Largest k of any call (config `max_k`); 1 to 2^31 - 1."},
     {"COMMGEMM_TIMEOUT_MS", CGM_PARAM_INT, "60000",
-     "Bound of every wait in milliseconds; a rank that does not arrive in time is named in a CGM_ERROR_TIMEOUT (config `timeout_ms`)."},
+     "Bound of every wait in milliseconds; a rank that does not arrive in time is named in a CGM_ERROR_TIMEOUT (config "
+     "`timeout_ms`). 1 to 2^31 - 1 (about 24.8 days, the value for no practical bound); larger values are refused: "
+     "they would overflow the deadlines in nanoseconds."},
     {"COMMGEMM_ALGO", CGM_PARAM_STRING, "auto",
      "Default algorithm: auto, split, ring, no_overlap, fused (p2p's own Hopper kernel; split elsewhere), lead (AG+GEMM on host and p2p: a lead piece of the own rows, then the rest as one GEMM; split elsewhere) (config `algo`; per call: options.algo)."},
     {"COMMGEMM_SPLITS", CGM_PARAM_INT, "0",

@@ -296,6 +296,18 @@ static const create_case create_cases[] = {
     {"config_backend", 1, 0, 1, "x", 0, 0, CGM_UNSET, 42, NULL, NULL, CGM_ERROR_INVALID_ARGUMENT, "config.backend = 42"},
     {"env_timeout", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_TIMEOUT_MS", "soon", CGM_ERROR_INVALID_ARGUMENT,
      "COMMGEMM_TIMEOUT_MS=\"soon\""},
+    /* Bounds that keep deadlines (ms x 10^6) and workspace sizes inside int64_t: 2^44 ms wrapped
+     * to a 0.45 ms bound once multiplied, 2^31 x 2^31 fp32 elements to a workspace of 0 bytes. */
+    {"env_timeout_huge", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_TIMEOUT_MS", "18446744073710",
+     CGM_ERROR_INVALID_ARGUMENT, "config.timeout_ms = 18446744073710 (from environment COMMGEMM_TIMEOUT_MS): "
+     "expected 1 to 2147483647"},
+    {"env_max_k_huge", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_MAX_K", "2147483648", CGM_ERROR_INVALID_ARGUMENT,
+     "config.max_k = 2147483648 (from environment COMMGEMM_MAX_K): expected 1 to 2147483647"},
+    {"workspace_huge", 1, 0, 1, "x", 0, 0, 2147483647, 0, "COMMGEMM_MAX_N", "2147483647", CGM_ERROR_INVALID_ARGUMENT,
+     "max_m = 2147483647 with max(max_n, max_k) = 2147483647: workspaces of max_m x max(max_n, max_k) elements, "
+     "expected at most 2^46"},
+    {"env_splits_huge", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_SPLITS", "4294967298", CGM_ERROR_INVALID_ARGUMENT,
+     "config.splits = 4294967298"},
     {"env_backend", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_BACKEND", "gloo", CGM_ERROR_INVALID_ARGUMENT,
      "COMMGEMM_BACKEND=\"gloo\""},
     /* Not p2p: it takes LOCAL comms where a GPU is present. */
