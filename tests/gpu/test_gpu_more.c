@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/p2p/p2p.h" /* P2P_FUSED_CACHE */
 #include "core/core.h"
 #include "test_gpu_common.h"
 
@@ -160,6 +161,81 @@ static void test_graph(const void *param) {
     cgm_config cfg = gpu_config();
     if (param) cfg.algo = *(const cgm_algo *)param;
     gpu_run(P, &cfg, graph_body, NULL, 120);
+}
+
+/* More captured fused shapes than the fused cache holds (P2P_FUSED_CACHE):
+ * capturing shape i+64 evicts the entry of shape i, whose tile order the
+ * graph of shape i still reads. Every graph, replayed afterwards with fresh
+ * inputs, must give its own shape's product (compute-sanitizer's memcheck
+ * catches a read of a freed order where the plain run may not). */
+enum { EVICT_SHAPES = P2P_FUSED_CACHE + 4 };
+
+static void graph_evicted_body(gpu_rank *g, void *arg) {
+    (void)arg;
+    int r = g->rank, P = g->nranks;
+    const int64_t k = 264, n = 192, m_max = 128 + 7 * (EVICT_SHAPES - 1);
+    cudaStream_t st = g->stream;
+    cgm_dtype dt = CGM_DTYPE_BF16;
+    cgm_matrix xs = gpu_matrix(dt, cgm_shard_rows(m_max, 0, P), k);
+    cgm_matrix xfull = gpu_matrix(dt, m_max, k), w = gpu_matrix(dt, n, k);
+    cgm_matrix y = gpu_matrix(dt, m_max, n);
+    gpu_fill(&w, 77 + (uint64_t)r, 0, 0, k, st);
+    static cudaGraphExec_t exec[EVICT_SHAPES];
+    for (int i = 0; i < EVICT_SHAPES; i++) {
+        int64_t m = 128 + 7 * i;
+        cgm_matrix xs_i = xs, y_i = y;
+        xs_i.rows = cgm_shard_rows(m, r, P);
+        y_i.rows = m;
+        gpu_fill(&xs_i, 1, cgm_shard_offset(m, r, P), 0, k, st);
+        /* the eager call makes the shape's entry, the capture reuses it */
+        CHECK_OK(cgm_all_gather_gemm(g->comm, &xs_i, &w, NULL, &y_i, NULL, NULL, st));
+        GPU_CHECK(cudaStreamSynchronize(st));
+        cudaGraph_t graph;
+        GPU_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        CHECK_OK(cgm_all_gather_gemm(g->comm, &xs_i, &w, NULL, &y_i, NULL, NULL, st));
+        GPU_CHECK(cudaStreamEndCapture(st, &graph));
+        GPU_CHECK(cudaGraphInstantiate(&exec[i], graph, 0));
+        cudaGraphDestroy(graph);
+    }
+    double *ref_dev = NULL;
+    GPU_CHECK(cudaMalloc((void **)&ref_dev, (size_t)(m_max * n) * sizeof(double)));
+    double tol = 4 * test_tolerance(dt, dt, k);
+    for (int i = 0; i < EVICT_SHAPES; i++) {
+        int64_t m = 128 + 7 * i;
+        uint64_t seed = 500 + (uint64_t)i;
+        cgm_matrix xs_i = xs, xfull_i = xfull, y_i = y;
+        xs_i.rows = cgm_shard_rows(m, r, P);
+        xfull_i.rows = y_i.rows = m;
+        gpu_fill(&xs_i, seed, cgm_shard_offset(m, r, P), 0, k, st);
+        gpu_fill(&xfull_i, seed, 0, 0, k, st);
+        GPU_CHECK(cudaMemsetAsync(y.data, 0xff, (size_t)(m_max * n) * 2, st));
+        GPU_CHECK(cudaGraphLaunch(exec[i], st));
+        GPU_CHECK(cudaStreamSynchronize(st));
+        cgm_status async = CGM_SUCCESS;
+        CHECK_OK(cgm_comm_get_async_error(g->comm, &async));
+        CHECK_INT_EQ(async, CGM_SUCCESS);
+        GPU_CHECK(tref_gemm(CGM_LAYOUT_TN, dt, xfull_i.data, w.data, m, n, k, ref_dev, 0, st));
+        double *ref = gpu_fetch_doubles(ref_dev, (size_t)(m * n), st);
+        char what[96];
+        snprintf(what, sizeof what, "replay of the graph of fused AG+GEMM m=%lld (shape %d of %d)",
+                 (long long)m, i + 1, EVICT_SHAPES);
+        gpu_expect(&y_i, ref, m, n, tol, st, what);
+        free(ref);
+        cudaGraphExecDestroy(exec[i]);
+    }
+    cudaFree(ref_dev);
+    gpu_matrix_free(&xs);
+    gpu_matrix_free(&xfull);
+    gpu_matrix_free(&w);
+    gpu_matrix_free(&y);
+}
+
+static void test_graph_fused_evicted(const void *param) {
+    (void)param;
+    int P = gpu_ranks_or_skip();
+    cgm_config cfg = gpu_config();
+    cfg.algo = CGM_ALGO_FUSED;
+    gpu_run(P, &cfg, graph_evicted_body, NULL, 240);
 }
 
 /* Fused, its GEMM+RS in the store form (COMMGEMM_P2P_FUSED_PUSH=store: the
@@ -491,6 +567,7 @@ void register_more_cases(void) {
     test_add("graph_capture_replay", test_graph, NULL);
     test_add("graph_capture_replay_fused", test_graph, &fused);
     test_add("graph_capture_replay_fused_store", test_graph_fused_store, NULL);
+    test_add("graph_capture_replay_fused_evicted", test_graph_fused_evicted, NULL);
     test_add("graph_capture_replay_fused_single", test_graph_fused_single, NULL);
     test_add("graph_capture_replay_signal_copy", test_graph_signal_copy, NULL);
     static const int beside = 1;

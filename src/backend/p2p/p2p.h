@@ -51,6 +51,9 @@ typedef struct p2p_fused_entry {
     int nevents;
     cudaEvent_t *events;
     int *order; /* device: AG m tile order, or NULL */
+    /* Looked up during a stream capture: a captured graph's kernel nodes
+     * hold `order`, so eviction keeps it (p2p_state.retired_orders). */
+    bool captured;
     uint64_t last_use;
 } p2p_fused_entry;
 
@@ -140,6 +143,10 @@ typedef struct p2p_state {
     int nchecked;
     p2p_timeline timeline;
     p2p_fused_entry fused[P2P_FUSED_CACHE];
+    /* Tile orders of evicted entries that a captured graph may still
+     * replay: freed with the comm (p2p_fused_cache_clear). */
+    int **retired_orders;
+    int nretired_orders;
     int fused_fallback_notes; /* INFO lines said about calls run split */
     int own_kernel_notes; /* INFO lines: own GEMMs run by commgemm's kernel */
     struct p2p_fused_trace *fused_trace; /* during a traced fused call */

@@ -162,6 +162,29 @@ static void entry_clear(p2p_fused_entry *e) {
 
 void p2p_fused_cache_clear(p2p_state *st) {
     for (int i = 0; i < P2P_FUSED_CACHE; i++) entry_clear(&st->fused[i]);
+    for (int i = 0; i < st->nretired_orders; i++) cudaFree(st->retired_orders[i]);
+    free(st->retired_orders);
+    st->retired_orders = NULL;
+    st->nretired_orders = 0;
+}
+
+/* Evicts e. Its events can go (a captured graph holds its dependencies,
+ * not the events), but not a tile order that a captured graph's kernel
+ * reads: that is kept until the comm is destroyed. */
+static cgm_status evict(p2p_state *st, p2p_fused_entry *e) {
+    if (e->used && e->captured && e->order) {
+        int **grown = realloc(st->retired_orders,
+                              (size_t)(st->nretired_orders + 1) * sizeof *grown);
+        if (!grown)
+            return cgm_error(CGM_ERROR_OUT_OF_MEMORY,
+                             "p2p fused: the list of %d tile orders kept for "
+                             "captured graphs", st->nretired_orders + 1);
+        st->retired_orders = grown;
+        st->retired_orders[st->nretired_orders++] = e->order;
+        e->order = NULL;
+    }
+    entry_clear(e);
+    return CGM_SUCCESS;
 }
 
 /* AG: own shard first, then peers in the order their pushes reach me
@@ -209,10 +232,16 @@ static cgm_status lookup(p2p_state *st, const cgm_call *c, int splits,
         if (e->used && e->op == (int)c->op && e->m == c->m &&
             e->splits == splits) {
             e->last_use = ++st->use_clock;
+            e->captured |= capturing;
             *out = e;
             return CGM_SUCCESS;
         }
-        if (!e->used || (victim->used && e->last_use < victim->last_use))
+        /* The victim: a free entry, else the least recently used one,
+         * an entry no graph captured before one that a graph did. */
+        if (!e->used ||
+            (victim->used && (e->captured < victim->captured ||
+                              (e->captured == victim->captured &&
+                               e->last_use < victim->last_use))))
             victim = e;
     }
     if (capturing)
@@ -222,7 +251,7 @@ static cgm_status lookup(p2p_state *st, const cgm_call *c, int splits,
                          "one eager call of each shape before capture (it "
                          "creates the events and the tile order)",
                          cgm_op_name(c->op), (long long)c->m, splits);
-    entry_clear(victim);
+    if ((status = evict(st, victim)) != CGM_SUCCESS) return status;
     p2p_fused_entry *e = victim;
     int P = st->nranks;
     /* RS: a piece's GEMM done (P*S), a destination's pushes done (P);
