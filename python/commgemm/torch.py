@@ -266,6 +266,31 @@ def _check_2d(name, t):
                                         f"{name} has shape {tuple(t.shape)}: expected 2-D [rows, features]")
 
 
+def _autocast_enabled(device_type):
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4: no device argument
+        return torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled()
+
+
+def _autocast_dtype(device_type):
+    try:
+        return torch.get_autocast_dtype(device_type)
+    except AttributeError:  # torch < 2.4
+        return torch.get_autocast_cpu_dtype() if device_type == "cpu" else torch.get_autocast_gpu_dtype()
+
+
+def _autocast(x, weight, bias):
+    """Under torch.autocast, the floating inputs cast to its dtype (as F.linear's
+    GEMM is), recorded by autograd: the op and its backward then see one dtype,
+    and the gradients reach fp32 parameters as fp32. Unchanged otherwise."""
+    dev = x.device.type
+    if not _autocast_enabled(dev):
+        return x, weight, bias
+    dt = _autocast_dtype(dev)
+    return tuple(t.to(dt) if t is not None and t.is_floating_point() else t for t in (x, weight, bias))
+
+
 def all_gather_matmul(x_shard, weight, bias=None, *, comm, m=None, backend=None, return_gathered=False):
     """Y[m, n_loc] = allgather(x_shard) . weight^T (+ bias), on the current CUDA stream.
 
@@ -276,6 +301,7 @@ def all_gather_matmul(x_shard, weight, bias=None, *, comm, m=None, backend=None,
     x_shard, weight and bias."""
     _check_2d("x_shard", x_shard)
     comm_id = _comm_arg(comm)
+    x_shard, weight, bias = _autocast(x_shard, weight, bias)
     if m is None:
         m = x_shard.shape[0] * comm.size
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x_shard, weight, bias)):
@@ -292,6 +318,7 @@ def matmul_reduce_scatter(x, weight, bias=None, *, comm, backend=None):
     CUDA stream. x: [m, k_loc]; weight: [n, k_loc]; bias: [n] or None. Differentiable."""
     _check_2d("x", x)
     comm_id = _comm_arg(comm)
+    x, weight, bias = _autocast(x, weight, bias)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
         return _MatmulReduceScatter.apply(x, weight, bias, comm_id, _backend_arg(backend))
     return _ops.matmul_reduce_scatter(x, weight, bias, comm_id, "TN", _backend_arg(backend))
@@ -301,6 +328,7 @@ def matmul_all_reduce(x, weight, bias=None, *, comm, backend=None):
     """Y[m, n] = sum_ranks x . weight^T (+ bias, added once), on every rank. Differentiable."""
     _check_2d("x", x)
     comm_id = _comm_arg(comm)
+    x, weight, bias = _autocast(x, weight, bias)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
         return _MatmulAllReduce.apply(x, weight, bias, comm_id, _backend_arg(backend))
     return _ops.matmul_all_reduce(x, weight, bias, comm_id, "TN", _backend_arg(backend))
@@ -313,6 +341,14 @@ def bulk_matmul_collective(a=None, b=None, send=None, *, comm, layout="TN", coll
     [m_r, cols], fp32 sums). Returns (c, recv); a half left out gives an empty tensor.
     Not differentiable."""
     comm_id = _comm_arg(comm)
+    if (a is None) != (b is None):
+        raise _lib.InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                        f"bulk_matmul_collective: a is {'None' if a is None else 'given'} and b is "
+                                        f"{'None' if b is None else 'given'}: expected both (the GEMM) or neither")
+    if a is None and send is None:
+        raise _lib.InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                        "bulk_matmul_collective: no GEMM (a, b) and no collective (send): expected "
+                                        "at least one of them")
     if send is not None and m is None:
         m = send.shape[0] * comm.size if _lib.parse_collective(collective) == _lib.Collective.ALL_GATHER else 0
     return _ops.bulk_matmul_collective(a, b, send, comm_id, layout, collective, int(m or 0),
@@ -326,6 +362,28 @@ def bulk_matmul_collective(a=None, b=None, send=None, *, comm, layout="TN", coll
 
 def _flatten(x):
     return x.reshape(-1, x.shape[-1])
+
+
+def _check_lead(what, lead, m, comm, sharded):
+    """x of shape [s, b..., features] flattens to m rows; the output goes back to
+    [rows / prod(b...), b..., out]. With sharded (GEMM+RS), each rank's rows are
+    shard_rows(m, q, P) of the flattened rows, which splits whole sequence
+    positions only if every shard is a multiple of prod(b...): checked for every
+    rank q alike, so all ranks raise together, before any collective."""
+    inner = math.prod(lead[1:]) if len(lead) > 1 else 1
+    if inner <= 1:
+        return
+    P = comm.size
+    bad = [q for q in range(P) if (shard_rows(m, q, P) if sharded else m) % inner]
+    if bad:
+        q = bad[0]
+        got = shard_rows(m, q, P) if sharded else m
+        raise _lib.InvalidArgumentError(
+            Status.INVALID_ARGUMENT,
+            f"{what}: input of leading shape {tuple(lead)} is {m} rows of {inner} per sequence position; rank {q} "
+            f"of {P} would get {got} rows, not a multiple of {inner}: expected a first dimension that splits "
+            f"evenly (rows per rank = shard_rows(m, rank, P)); pad the sequence to a multiple of {P} or pass "
+            "2-D [rows, features] inputs")
 
 
 class _ShardedLinear(torch.nn.Module):
@@ -345,11 +403,20 @@ class _ShardedLinear(torch.nn.Module):
         kw = {"dtype": dtype, "device": device}
         self.weight = torch.nn.Parameter(torch.empty(*weight_shape, **kw))
         self.bias = torch.nn.Parameter(torch.empty(bias_size, **kw)) if bias else None
-        self.reset_parameters()
+        # the subclass calls reset_parameters once it knows its shard
 
     def reset_parameters(self):
+        """nn.Linear's distribution (uniform, fan-in of the full layer), drawn for the
+        full weight and sliced, as Megatron initializes: every rank must draw the
+        same numbers, so seed the ranks alike (torch.manual_seed(s) on each). Drawing
+        only the shard would give every rank the same shard, hidden units that stay
+        copies of each other. Costs one full weight of memory for the moment."""
         bound = 1.0 / math.sqrt(self.in_features) if self.in_features else 0.0
-        torch.nn.init.uniform_(self.weight, -bound, bound)  # nn.Linear's distribution, fan_in of the full layer
+        with torch.no_grad():
+            full = torch.empty(self.out_features, self.in_features, dtype=self.weight.dtype,
+                               device=self.weight.device)
+            torch.nn.init.uniform_(full, -bound, bound)
+            self.weight.copy_(self._weight_shard(full))
         if self.bias is not None:
             torch.nn.init.zeros_(self.bias)  # the same on every rank (RowParallelLinear's is replicated)
 
@@ -364,6 +431,14 @@ class _ShardedLinear(torch.nn.Module):
         return layer
 
     def _copy_shard(self, linear):
+        self.weight.copy_(self._weight_shard(linear.weight))
+        if self.bias is not None:
+            self.bias.copy_(self._bias_shard(linear.bias))
+
+    def _weight_shard(self, full):
+        raise NotImplementedError
+
+    def _bias_shard(self, full):
         raise NotImplementedError
 
 
@@ -389,32 +464,34 @@ class ColumnParallelLinear(_ShardedLinear):
                          (out_local, in_features), out_local)
         self.out_local = out_local
         self.out_offset = comm.shard_offset(out_features)
+        self.reset_parameters()
 
-    def _copy_shard(self, linear):
-        rows = slice(self.out_offset, self.out_offset + self.out_local)
-        self.weight.copy_(linear.weight[rows])
-        if self.bias is not None:
-            self.bias.copy_(linear.bias[rows])
+    def _weight_shard(self, full):
+        return full[self.out_offset:self.out_offset + self.out_local]
+
+    def _bias_shard(self, full):
+        return full[self.out_offset:self.out_offset + self.out_local]
 
     def forward(self, x, m=None):
         lead = x.shape[:-1]
-        x2 = _flatten(x)
+        x2, weight, bias = _autocast(_flatten(x), self.weight, self.bias)
         backend = _backend_arg(self.backend)
         if self.sequence_parallel:
             if m is None:
                 m = x2.shape[0] * self.comm.size
+            _check_lead("ColumnParallelLinear", lead, int(m), self.comm, False)
             if torch.is_grad_enabled():
-                y, _ = _AllGatherMatmul.apply(x2, self.weight, self.bias, self.comm.id, m, backend,
-                                              self.weight.requires_grad, False)
+                y, _ = _AllGatherMatmul.apply(x2, weight, bias, self.comm.id, m, backend,
+                                              weight.requires_grad, False)
             else:
-                y, _ = _ops.all_gather_matmul(x2, self.weight, self.bias, self.comm.id, m, "TN", backend, False)
+                y, _ = _ops.all_gather_matmul(x2, weight, bias, self.comm.id, m, "TN", backend, False)
             if len(lead) > 1:
                 return y.view(-1, *lead[1:], self.out_local)
             return y
         if torch.is_grad_enabled():
-            y = _LinearAllReduceGrad.apply(x2, self.weight, self.bias, self.comm.id, backend)
+            y = _LinearAllReduceGrad.apply(x2, weight, bias, self.comm.id, backend)
         else:
-            y = torch.nn.functional.linear(x2, self.weight, self.bias)
+            y = torch.nn.functional.linear(x2, weight, bias)
         return y.view(*lead, self.out_local)
 
     def extra_repr(self):
@@ -441,28 +518,31 @@ class RowParallelLinear(_ShardedLinear):
                          (out_features, in_local), out_features)
         self.in_local = in_local
         self.in_offset = comm.shard_offset(in_features)
+        self.reset_parameters()
 
-    def _copy_shard(self, linear):
-        self.weight.copy_(linear.weight[:, self.in_offset:self.in_offset + self.in_local])
-        if self.bias is not None:
-            self.bias.copy_(linear.bias)
+    def _weight_shard(self, full):
+        return full[:, self.in_offset:self.in_offset + self.in_local]
+
+    def _bias_shard(self, full):
+        return full
 
     def forward(self, x):
         lead = x.shape[:-1]
-        x2 = _flatten(x)
+        x2, weight, bias = _autocast(_flatten(x), self.weight, self.bias)
         backend = _backend_arg(self.backend)
         if self.sequence_parallel:
+            _check_lead("RowParallelLinear", lead, x2.shape[0], self.comm, True)
             if torch.is_grad_enabled():
-                y = _MatmulReduceScatter.apply(x2, self.weight, self.bias, self.comm.id, backend)
+                y = _MatmulReduceScatter.apply(x2, weight, bias, self.comm.id, backend)
             else:
-                y = _ops.matmul_reduce_scatter(x2, self.weight, self.bias, self.comm.id, "TN", backend)
+                y = _ops.matmul_reduce_scatter(x2, weight, bias, self.comm.id, "TN", backend)
             if len(lead) > 1:
                 return y.view(-1, *lead[1:], self.out_features)
             return y
         if torch.is_grad_enabled():
-            y = _MatmulAllReduce.apply(x2, self.weight, self.bias, self.comm.id, backend)
+            y = _MatmulAllReduce.apply(x2, weight, bias, self.comm.id, backend)
         else:
-            y = _ops.matmul_all_reduce(x2, self.weight, self.bias, self.comm.id, "TN", backend)
+            y = _ops.matmul_all_reduce(x2, weight, bias, self.comm.id, "TN", backend)
         return y.view(*lead, self.out_features)
 
     def extra_repr(self):

@@ -124,6 +124,58 @@ def body_mlp_trains(comm, group):
         tc.assert_close(p, q, torch.float32, "parameters after training")
 
 
+def body_init(comm, group):
+    import torch_cases as tc
+    tc.check_init(comm, "cpu", torch.float32)
+
+
+def body_autocast(comm, group):
+    import torch_cases as tc
+    for sp in (True, False):
+        tc.check_autocast(comm, group, "cpu", 11, sequence_parallel=sp)
+
+
+def body_leading_dims(comm, group):
+    """[s, b, features] inputs: sequence shards that split whole positions work;
+    others are refused on every rank alike, before any collective, naming the fix."""
+    from commgemm import torch as cgt
+    assert comm.size == 2
+    row = cgt.RowParallelLinear(6, 5, comm)
+    y = row(torch.randn(4, 2, row.in_local))  # 8 rows: 4 per rank, 2 positions of 2
+    assert tuple(y.shape) == (2, 2, 5), tuple(y.shape)
+    with pytest.raises(commgemm.InvalidArgumentError, match=r"rank 0 of 2 would get 3 rows, not a multiple of 2.*pad"):
+        row(torch.randn(3, 2, row.in_local))  # 6 rows: 3 per rank
+    col = cgt.ColumnParallelLinear(6, 4, comm)
+    with pytest.raises(commgemm.InvalidArgumentError, match="7 rows of 2 per sequence position"):
+        col(torch.randn(2, 2, 6), m=7)
+    y = col(torch.randn(2, 2, 6))  # m = 8
+    assert tuple(y.shape) == (4, 2, col.out_local), tuple(y.shape)
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 3])
+def test_init_slices_one_full_draw(nranks):
+    run_ranks(body_init, nranks)
+
+
+@pytest.mark.parametrize("nranks", [1, 2])
+def test_autocast_bf16(nranks):
+    run_ranks(body_autocast, nranks)
+
+
+def test_leading_dims():
+    run_ranks(body_leading_dims, 2)
+
+
+def test_bulk_arguments_checked():
+    from commgemm import torch as cgt
+    with commgemm.Comm.local(0, 1, f"bulk-args-{os.getpid()}") as comm:
+        t = torch.ones(4, 4)
+        with pytest.raises(commgemm.InvalidArgumentError, match="a is given and b is None: expected both"):
+            cgt.bulk_matmul_collective(a=t, comm=comm)
+        with pytest.raises(commgemm.InvalidArgumentError, match="no GEMM .* and no collective"):
+            cgt.bulk_matmul_collective(comm=comm)
+
+
 @pytest.mark.parametrize("nranks", [1, 2, 3])
 def test_layers_fp32(nranks):
     run_ranks(body_layers, nranks, "float32")

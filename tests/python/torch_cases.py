@@ -144,3 +144,57 @@ class TPMLP(torch.nn.Module):
 
     def forward(self, x, m):
         return self.fc2(torch.nn.functional.gelu(self.fc1(x, m=m)))
+
+
+def check_init(comm, device, dtype, k=24, n=19, seed=1234):
+    """The layers' own initialization: with every rank seeded alike, each
+    rank's weight is its slice of one full nn.Linear-style draw (so shards
+    differ across ranks, as in Megatron), not the same shard everywhere."""
+    bound = 1 / math.sqrt(k)
+    for cls in (cgt.ColumnParallelLinear, cgt.RowParallelLinear):
+        torch.manual_seed(seed)
+        layer = cls(k, n, comm, dtype=dtype, device=device)
+        torch.manual_seed(seed)
+        full = torch.empty(n, k, dtype=dtype, device=device).uniform_(-bound, bound)
+        want = layer._weight_shard(full)
+        assert torch.equal(layer.weight.detach(), want), f"{cls.__name__} rank {comm.rank}: weight is not its " \
+            "slice of the full draw"
+        assert not torch.any(layer.bias.detach()), f"{cls.__name__}: bias not zero"
+
+
+def check_autocast(comm, group, device, m, sequence_parallel=True, k=24, n=19, seed=0):
+    """Column -> row with fp32 parameters under torch.autocast(bfloat16): outputs in
+    bfloat16, fp32 gradients, against fp32 math on the bf16-rounded values."""
+    P, r = comm.size, comm.rank
+    sp, bf = sequence_parallel, torch.bfloat16
+    col = cgt.ColumnParallelLinear.from_linear(full_linear(k, n, True, torch.float32, device, seed), comm,
+                                               sequence_parallel=sp)
+    row = cgt.RowParallelLinear.from_linear(full_linear(n, k, True, torch.float32, device, seed + 3), comm,
+                                            sequence_parallel=sp)
+    X = rand((m, k), seed + 2, torch.float32, device)
+    off, mr = shard_offset(m, r, P), shard_rows(m, r, P)
+    x = (X[off:off + mr] if sp else X).clone().requires_grad_()
+    with torch.autocast(torch.device(device).type, dtype=bf):
+        h = col(x, m=m)
+        y = row(h)
+    what = f"autocast P={P} r={r} m={m} sp={sp}"
+    assert h.dtype == bf and y.dtype == bf, f"{what}: outputs {h.dtype}, {y.dtype}, expected bfloat16"
+    grad = rand(tuple(y.shape), seed + 10 + (r if sp else 0), torch.float32, device)
+    (y.float() * grad).sum().backward()
+
+    def rounded(t):
+        return t.detach().to(bf).float().requires_grad_()
+
+    x_ref, w1, b1, w2, b2 = (rounded(t) for t in (x, col.weight, col.bias, row.weight, row.bias))
+    h_ref = ref.column_parallel_linear(x_ref, w1, b1, group, m=m, sequence_parallel=sp)
+    y_ref = ref.row_parallel_linear(h_ref.to(bf).float(), w2, b2, group, sequence_parallel=sp)
+    (y_ref * grad).sum().backward()
+    assert_close(y, y_ref, bf, what + " output")
+    for got, want, name in ((x.grad, x_ref.grad, "input"), (col.weight.grad, w1.grad, "column weight"),
+                            (col.bias.grad, b1.grad, "column bias"), (row.weight.grad, w2.grad, "row weight")):
+        assert got is not None and got.dtype == torch.float32, f"{what}: {name} grad {got if got is None else got.dtype}"
+        assert_close(got, want, bf, f"{what} {name} grad")
+    want = b2.grad.clone()
+    if sp:
+        dist.all_reduce(want, group=group)
+    assert_close(row.bias.grad, want, bf, what + " row bias grad")
