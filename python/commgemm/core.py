@@ -93,8 +93,12 @@ class Comm:
         self._keepalive = keepalive  # e.g. the torch process group owning the ncclComm_t
         rank, size = ctypes.c_int(), ctypes.c_int()
         lib = _lib.lib()
-        check(lib.cgm_comm_rank(self._handle, ctypes.byref(rank)))
-        check(lib.cgm_comm_size(self._handle, ctypes.byref(size)))
+        try:
+            check(lib.cgm_comm_rank(self._handle, ctypes.byref(rank)))
+            check(lib.cgm_comm_size(self._handle, ctypes.byref(size)))
+        except BaseException:
+            lib.cgm_comm_destroy(self._handle)  # not leaked (the handle is not live anyway)
+            raise
         self._rank, self._size = rank.value, size.value
         with _registry_lock:
             self.id = next(_ids)
@@ -117,6 +121,9 @@ class Comm:
         boot.kind = _lib.BootstrapKind.LOCAL
         boot.rank = int(rank)
         boot.nranks = int(nranks)
+        if not isinstance(rendezvous, (str, bytes, bytearray)):
+            raise TypeError(f"rendezvous: expected a str (letters, digits, '-', '_', '.'), got "
+                            f"{type(rendezvous).__name__} {rendezvous!r}")
         name = rendezvous.encode() if isinstance(rendezvous, str) else bytes(rendezvous)
         boot.rendezvous = name
         return cls._create(boot, Config.coerce(config, **config_kwargs), keepalive=name)
@@ -207,8 +214,11 @@ class Comm:
         handle, self._handle = self._handle, ctypes.c_void_p()
         with _registry_lock:
             _registry.pop(self.id, None)
-        self._keepalive = None
-        check(_lib.lib().cgm_comm_destroy(handle))
+        try:
+            check(_lib.lib().cgm_comm_destroy(handle))
+        finally:
+            # after the destroy: the keepalive may own what the comm uses (e.g. the ncclComm_t)
+            self._keepalive = None
 
     destroy = close
 

@@ -99,8 +99,9 @@ def all_gather_matmul(x_shard, w, bias=None, *, comm, m=None, layout="TN", algo=
 
     x_shard: this rank's rows, [m_r, k] (TN, NN) or [k, m_r] (NT), m_r =
     commgemm.shard_rows(m, rank, P). w: [n, k] (TN) or [k, n]. bias: [n] or
-    None. m: total rows; default m_r * P, refused when the shards are uneven
-    (pass m then). out_dtype: x's dtype (default) or float32. With
+    None. m: total rows; default m_r * P, right only for equal shards: with
+    uneven ones the ranks would call with different m, which the call's
+    cross-rank agreement check (on by default) refuses; pass m then. out_dtype: x's dtype (default) or float32. With
     return_gathered, also the gathered X ([m, k], or [k, m] for NT).
     Not differentiable: see column_parallel_linear."""
     layout = _layout_name(layout)
@@ -122,10 +123,9 @@ def all_gather_matmul(x_shard, w, bias=None, *, comm, m=None, layout="TN", algo=
 def _total_rows(comm, rows, m, what="all_gather_matmul"):
     P, r = comm.size, comm.rank
     if m is None:
+        # A rank cannot tell uneven shards from its own: the ranks' calls then
+        # disagree about m, which the C API's agreement check refuses.
         m = rows * P
-        if shard_rows(m, r, P) != rows:
-            raise ValueError(f"{what}: rank {r} of {P} has {rows} rows, which is not the shard of "
-                             f"m = {rows} * {P}; pass m (the total rows) for uneven shards")
     elif shard_rows(int(m), r, P) != rows:
         raise ValueError(f"{what}: m = {m} gives rank {r} of {P} a shard of "
                          f"{shard_rows(int(m), r, P)} rows, found {rows}; commgemm.shard_rows(m, rank, P) rows "

@@ -456,6 +456,8 @@ def test_config_validation():
         commgemm.Comm.local(0, 1, f"pytest-cfg-{uuid.uuid4().hex[:8]}", max_m=-5)
     with pytest.raises(commgemm.InvalidArgumentError):
         commgemm.Comm.local(2, 2, f"pytest-cfg-{uuid.uuid4().hex[:8]}")  # rank out of range
+    with pytest.raises(TypeError, match="rendezvous: expected a str"):
+        commgemm.Comm.local(0, 1, 5)  # bytes(5) would be five NUL bytes
 
 
 def test_closed_comm_raises():

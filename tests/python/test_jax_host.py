@@ -253,6 +253,10 @@ def _errors_body(comm, platform, rendezvous):
         cj.matmul_all_reduce(x[0], w, comm=comm)
     except ValueError as e:
         out["rank"] = str(e)
+    try:  # uneven shards (3 and 2 rows) without m: each rank's default m differs, the agreement check refuses
+        np.asarray(cj.all_gather_matmul(x[:3] if comm.rank == 0 else x[:2], w, comm=comm))
+    except Exception as e:  # noqa: BLE001
+        out["uneven"] = str(e)
     try:  # inner dimensions that disagree: the library's check
         np.asarray(cj.matmul_all_reduce(x, jnp.ones((6, 7), jnp.float32), comm=comm))
     except Exception as e:  # noqa: BLE001
@@ -355,6 +359,7 @@ def test_errors(platform):
         assert "x: expected float32, bfloat16 or float16" in out["dtype"], out["dtype"]
         assert "pass m" in out["m"] or "rows per rank" in out["m"], out["m"]
         assert "expected a 2-D array" in out["rank"], out["rank"]
+        assert "ranks disagree about the" in out.get("uneven", ""), out.get("uneven")
         assert "cgm_gemm_all_reduce" in out["shape"], out["shape"]
         assert "expected a commgemm.Comm" in out["comm"], out["comm"]
         assert out["after"] == 2 * 8.0
