@@ -101,8 +101,9 @@ def all_gather_matmul(x_shard, w, bias=None, *, comm, m=None, layout="TN", algo=
     commgemm.shard_rows(m, rank, P). w: [n, k] (TN) or [k, n]. bias: [n] or
     None. m: total rows; default m_r * P, right only for equal shards: with
     uneven ones the ranks would call with different m, which the call's
-    cross-rank agreement check (on by default) refuses; pass m then. out_dtype: x's dtype (default) or float32. With
-    return_gathered, also the gathered X ([m, k], or [k, m] for NT).
+    cross-rank agreement check (on by default) refuses; pass m then.
+    out_dtype: x's dtype (default) or float32. With return_gathered, also
+    the gathered X ([m, k], or [k, m] for NT).
     Not differentiable: see column_parallel_linear."""
     layout = _layout_name(layout)
     _check_2d("x_shard", x_shard)
