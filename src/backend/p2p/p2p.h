@@ -252,6 +252,14 @@ bool p2p_fused_applies(const p2p_state *st, const cgm_call *call,
 bool p2p_fused_tunable(const p2p_state *st, const cgm_call *call);
 cgm_status p2p_fused_execute(p2p_state *st, const cgm_call *call);
 void p2p_fused_cache_clear(p2p_state *st);
+/* A failure after an op's fork (p2p_execute, p2p_fused_execute): this rank
+ * enqueued part of the op (the epoch is bumped, signals may be out), so it
+ * and its peers are out of step. Joins the `nqueues` queues back into the
+ * caller's stream as far as CUDA still allows (a capture must not be left
+ * forked), says so in front of the detail, marks the comm broken and
+ * returns `status`. */
+cgm_status p2p_abandon_op(p2p_state *st, cudaStream_t caller, int nqueues,
+                          cgm_status status);
 
 /* Largest partial / recv slot counts any schedule of `nranks` may need. */
 void p2p_slot_needs(int nranks, int64_t max_m, int *partial_slots,

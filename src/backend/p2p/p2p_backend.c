@@ -21,6 +21,23 @@ cgm_status cgm_p2p_async_error(cgm_comm *comm, void *state) {
     if (__atomic_load_n(&st->abort_host->set, __ATOMIC_ACQUIRE) == 0)
         return CGM_SUCCESS;
     const cgm_dev_abort_record *r = st->abort_host;
+    if (r->peer == r->waiting_rank)
+        /* A flag this rank raises itself (the one-kernel GEMM+RS's done
+         * flags, AG's own READY cells): its own work did not finish. */
+        return cgm_error(CGM_ERROR_TIMEOUT,
+                         "p2p backend: rank %d waited %.1f ms for its own %s "
+                         "flag of chunk %d (op epoch %llu, flag held %llu) "
+                         "and gave up: expected this rank's GEMM or copy "
+                         "before it to finish within timeout_ms = %lld "
+                         "(COMMGEMM_TIMEOUT_MS); found it still running (a "
+                         "GPU shared with other work, or a timeout too short "
+                         "for the shape); the comm is broken: destroy it, "
+                         "and raise COMMGEMM_TIMEOUT_MS if the GPU is busy",
+                         r->waiting_rank, (double)r->waited_ns / 1e6,
+                         flag_kind_name(r->flag_kind), r->chunk,
+                         (unsigned long long)r->epoch,
+                         (unsigned long long)r->flag_value,
+                         (long long)(comm ? comm->config.timeout_ms : 0));
     return cgm_error(CGM_ERROR_TIMEOUT,
                      "p2p backend: rank %d waited %.1f ms for rank %d's %s "
                      "flag of chunk %d (op epoch %llu, flag held %llu) and "

@@ -902,6 +902,18 @@ fail:
     return status;
 }
 
+cgm_status p2p_abandon_op(p2p_state *st, cudaStream_t caller, int nqueues,
+                          cgm_status status) {
+    for (int q = 0; q < nqueues; q++)
+        if (cudaEventRecord(st->join[q], st->queues[q]) == cudaSuccess)
+            (void)cudaStreamWaitEvent(caller, st->join[q], 0);
+    cgm_error_context(status, "p2p: rank %d failed after enqueueing part "
+                      "of the op, so the ranks are out of step and the comm "
+                      "is broken (destroy it and create a new one)", st->rank);
+    cgm_comm_mark_broken(st->comm, status);
+    return status;
+}
+
 cgm_status p2p_execute(p2p_state *st, const cgm_call *call) {
     cgm_status status = CGM_SUCCESS;
     cudaStream_t caller = (cudaStream_t)call->stream;
@@ -910,6 +922,7 @@ cgm_status p2p_execute(p2p_state *st, const cgm_call *call) {
     plan_request req;
     p2p_plan_entry *e = NULL;
     exec_ctx x;
+    int forked = 0; /* queues forked off the caller's stream, not yet joined */
 
     if (call->has_gemm && (call->k > cfg->max_k || call->n > cfg->max_n))
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
@@ -955,9 +968,10 @@ cgm_status p2p_execute(p2p_state *st, const cgm_call *call) {
     x.timeline = !capturing && p2p_timeline_on(st);
     if (x.timeline) CGM_TRY(p2p_timeline_begin(st, e->plan.nsteps, caller));
     /* Fork: a fresh epoch, then every queue starts after the caller's work. */
+    int nqueues = 1 + req.compute_queues;
+    forked = nqueues;
     CGM_CUDA_TRY(cgm_dev_epoch_bump(st->dev, caller));
     CGM_CUDA_TRY(cudaEventRecord(st->fork, caller));
-    int nqueues = 1 + req.compute_queues;
     for (int q = 0; q < nqueues; q++)
         CGM_CUDA_TRY(cudaStreamWaitEvent(st->queues[q], st->fork, 0));
     if (programs_on(&x)) {
@@ -981,8 +995,9 @@ cgm_status p2p_execute(p2p_state *st, const cgm_call *call) {
         CGM_CUDA_TRY(cudaEventRecord(st->join[q], st->queues[q]));
         CGM_CUDA_TRY(cudaStreamWaitEvent(caller, st->join[q], 0));
     }
+    forked = 0;
     if (x.timeline) CGM_TRY(p2p_timeline_end(st, &e->plan, NULL, caller));
     return CGM_SUCCESS;
 fail:
-    return status;
+    return forked ? p2p_abandon_op(st, caller, forked, status) : status;
 }

@@ -958,6 +958,7 @@ cgm_status p2p_fused_execute(p2p_state *st, const cgm_call *call) {
     int S = effective_splits(call);
     struct p2p_fused_trace trace; /* COMMGEMM_TIMELINE only */
     memset(&trace, 0, sizeof trace);
+    int forked = 0; /* queues forked off the caller's stream, not yet joined */
     /* This rank's operands: the kernel, or the same protocol around
      * cuBLASLt (the other ranks run fused and wait for this one). */
     const char *local = local_problem(st, call);
@@ -989,6 +990,7 @@ cgm_status p2p_fused_execute(p2p_state *st, const cgm_call *call) {
     }
     /* Fork: a fresh epoch, then every queue starts after the caller's work. */
     const int nqueues = 3;
+    forked = nqueues;
     CGM_CUDA_TRY(cgm_dev_epoch_bump(st->dev, caller));
     CGM_CUDA_TRY(cudaEventRecord(st->fork, caller));
     for (int q = 0; q < nqueues; q++)
@@ -999,6 +1001,7 @@ cgm_status p2p_fused_execute(p2p_state *st, const cgm_call *call) {
         CGM_CUDA_TRY(cudaEventRecord(st->join[q], st->queues[q]));
         CGM_CUDA_TRY(cudaStreamWaitEvent(caller, st->join[q], 0));
     }
+    forked = 0;
     if (st->fused_trace) {
         st->fused_trace = NULL;
         CGM_TRY(p2p_timeline_end(st, &trace.plan, "fused", caller));
@@ -1006,5 +1009,5 @@ cgm_status p2p_fused_execute(p2p_state *st, const cgm_call *call) {
 fail:
     st->fused_trace = NULL;
     free(trace.plan.steps);
-    return status;
+    return forked ? p2p_abandon_op(st, caller, forked, status) : status;
 }
