@@ -395,6 +395,12 @@ typedef struct cgm_backend_vtable {
     cgm_status (*gemm_all_reduce)(cgm_comm *comm, void *state,
                                   const cgm_call *call);
     cgm_status (*bulk)(cgm_comm *comm, void *state, const cgm_call *call);
+    /* Optional (NULL: nothing to do). The core rejected this rank's call of
+     * `op` (bad arguments: `status`, the detail in cgm_last_error()) before
+     * the backend saw it, while the peers may be in the op's cross-rank
+     * exchange: tell them, so that they fail at once naming this rank.
+     * Never blocks; must keep cgm_last_error(). */
+    void (*rejected)(cgm_comm *comm, void *state, cgm_op op, cgm_status status);
     /* Optional (NULL: never fails asynchronously). Non-blocking: an error
      * that device work hit after its op returned (e.g. a bounded wait that
      * expired), with the detail set through cgm_error(); else CGM_SUCCESS. */

@@ -13,6 +13,18 @@ cgm_status cgm_backend_run(cgm_comm *comm, const cgm_backend_vtable *vt,
     }
 }
 
+/* A call this rank rejected: its op backend's peers may be waiting in the
+ * call's agreement exchange (the host backend checks every call), so the
+ * backend tells them (vtable `rejected`) instead of letting them wait out
+ * timeout_ms. */
+static cgm_status rejected(cgm_comm *comm, cgm_op op, cgm_status status) {
+    cgm_backend b = comm->config.op_backend[op];
+    const cgm_backend_vtable *vt = cgm_backend_lookup(b);
+    if (comm->config.check_agreement && vt && vt->rejected && comm->backend_state[b])
+        vt->rejected(comm, comm->backend_state[b], op, status);
+    return status;
+}
+
 static cgm_status dispatch(cgm_comm *comm, cgm_op op, const cgm_matrix *x, const cgm_matrix *w,
                            const cgm_matrix *bias, cgm_matrix *y, cgm_matrix *xg, cgm_collective coll,
                            const cgm_matrix *send, cgm_matrix *recv, const cgm_op_options *options,
@@ -27,7 +39,7 @@ static cgm_status dispatch(cgm_comm *comm, cgm_op op, const cgm_matrix *x, const
         return async_error;
     cgm_call call;
     st = cgm_validate_op(comm, op, x, w, bias, y, xg, coll, send, recv, options, stream, &call);
-    if (st != CGM_SUCCESS) return st;
+    if (st != CGM_SUCCESS) return rejected(comm, op, st);
     st = cgm_comm_backend_ready(comm, call.backend);
     if (st != CGM_SUCCESS) return cgm_error_context(st, "%s", fns[op]);
     const cgm_backend_vtable *vt = cgm_backend_lookup(call.backend);

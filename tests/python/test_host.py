@@ -418,6 +418,40 @@ def test_mismatch_raises_on_every_rank():
     run_ranks(body_mismatch, 2)
 
 
+def body_one_rank_rejected(comm):
+    """Rank 1 passes a shard of the wrong size (the library's validation
+    rejects it before any exchange); the other ranks' calls fail at once with
+    MISMATCH naming rank 1 and quoting its error, not after timeout_ms; every
+    comm stays usable. Then again with the tuner's exchange first (algo left
+    to the tuner on a new key)."""
+    import time
+    P, r = comm.size, comm.rank
+    k, n = 3, 2
+    w = rand(2, (n, k), np.float32)
+    for m, algo in ((10, "split"), (12, None)):
+        rows = commgemm.shard_rows(m, r, P) + (2 if r == 1 else 0)
+        x = rand(1, (rows, k), np.float32)
+        t0 = time.monotonic()
+        kw = {"algo": algo} if algo else {}
+        if r == 1:
+            with pytest.raises(commgemm.InvalidArgumentError):
+                commgemm.all_gather_gemm(comm, x, w, m=m, **kw)
+        else:
+            with pytest.raises(commgemm.MismatchError, match="rank 1 rejected its arguments .*x_shard"):
+                commgemm.all_gather_gemm(comm, x, w, m=m, **kw)
+        took = time.monotonic() - t0
+        assert took < TIMEOUT_MS / 1000 / 2, f"rank {r} took {took:.1f} s (timeout_ms {TIMEOUT_MS})"
+    m = 8
+    x = rand(1, (commgemm.shard_rows(m, r, P), k), np.float32)
+    y = commgemm.all_gather_gemm(comm, x, w, m=m)
+    assert y.shape == (m, n)
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_one_rank_rejected_fails_every_rank_at_once(nranks):
+    run_ranks(body_one_rank_rejected, nranks)
+
+
 def test_shard_rows_matches_library():
     lib = _lib.lib()
     for nranks in range(1, 6):

@@ -271,22 +271,33 @@ static cgm_status get_plan(host_state *st, const plan_request *req,
     return CGM_SUCCESS;
 }
 
+/* This rank cannot run the call (its arguments, limits or plan), while
+ * its peers are on their way into the call's agreement exchange: they are
+ * told (host_announce_rejection) instead of waiting out timeout_ms. */
+static cgm_status reject(cgm_comm *comm, host_state *st, const cgm_call *call,
+                         plan_op op, cgm_status s) {
+    if (comm->config.check_agreement && !call->agreed)
+        host_announce_rejection(comm, st, host_op_names[op], s, cgm_last_error());
+    return s;
+}
+
 static cgm_status host_run_op(cgm_comm *comm, void *state,
                               const cgm_call *call, plan_op op) {
     host_state *st = state;
     if (call->stream)
-        return cgm_error(CGM_ERROR_INVALID_USAGE,
-                         "the host backend runs ops to completion on host "
-                         "memory: expected stream NULL, found %p; pass NULL "
-                         "or use a GPU backend",
-                         call->stream);
+        return reject(comm, st, call, op,
+                      cgm_error(CGM_ERROR_INVALID_USAGE,
+                                "the host backend runs ops to completion on "
+                                "host memory: expected stream NULL, found %p; "
+                                "pass NULL or use a GPU backend",
+                                call->stream));
     cgm_status s = check_capacity(comm, st, call);
-    if (s != CGM_SUCCESS) return s;
+    if (s != CGM_SUCCESS) return reject(comm, st, call, op, s);
     plan_request req;
     memset(&req, 0, sizeof req); /* compared with memcmp in the cache */
     req.op = op;
     s = resolve_algo(comm, call, op, &req.algo);
-    if (s != CGM_SUCCESS) return s;
+    if (s != CGM_SUCCESS) return reject(comm, st, call, op, s);
     bool bulk = op == PLAN_OP_BULK_AG || op == PLAN_OP_BULK_RS;
     req.nranks = comm->nranks;
     req.rank = comm->rank;
@@ -301,7 +312,7 @@ static cgm_status host_run_op(cgm_comm *comm, void *state,
                       req.algo == PLAN_ALGO_SPLIT;
     host_plan_entry *entry = NULL;
     s = get_plan(st, &req, &entry);
-    if (s != CGM_SUCCESS) return s;
+    if (s != CGM_SUCCESS) return reject(comm, st, call, op, s);
 
     host_run run = {call, op, entry, ++st->epoch, host_op_names[op]};
     CGM_TRACE(CGM_SUB_HOST, "op #%llu %s: algo %s, m %lld, splits %d, %d steps",
@@ -341,6 +352,14 @@ static cgm_status host_bulk(cgm_comm *comm, void *state, const cgm_call *call) {
                      ? PLAN_OP_BULK_RS
                      : PLAN_OP_BULK_AG;
     return host_run_op(comm, state, call, op);
+}
+
+/* The core rejected this rank's call before it reached host_run_op. */
+static void host_rejected(cgm_comm *comm, void *state, cgm_op op,
+                          cgm_status status) {
+    static const char *names[] = {"ag_gemm", "gemm_rs", "gemm_ar", "bulk"};
+    host_announce_rejection(comm, state, (unsigned)op < 4 ? names[op] : "?", status,
+                            cgm_last_error());
 }
 
 /* ---- autotuner hooks ---- */
@@ -417,6 +436,7 @@ const cgm_backend_vtable cgm_host_backend = {
     .gemm_reduce_scatter = host_gemm_reduce_scatter,
     .gemm_all_reduce = host_gemm_all_reduce,
     .bulk = host_bulk,
+    .rejected = host_rejected,
     .async_error = NULL, /* ops complete before returning */
     .finalize = host_finalize,
     .tune = &host_tune_hooks,

@@ -164,7 +164,20 @@ cgm_status host_flag_wait(const cgm_comm *comm, host_state *st, int src,
 
 /* What the payload's first word says about the exchange, so that ranks in
  * different kinds of exchange fail alike instead of misreading each other. */
-enum { HOST_XCHG_CHECK = 0, HOST_XCHG_TUNE = 1, HOST_XCHG_WORDS_ONLY = 2 };
+enum { HOST_XCHG_CHECK = 0, HOST_XCHG_TUNE = 1, HOST_XCHG_WORDS_ONLY = 2, HOST_XCHG_REJECTED = 3 };
+
+/* Publishes this rank's entry of exchange n (slot n & 1). */
+static void publish_slot(host_state *st, uint64_t n, const int64_t sig[CGM_SIGNATURE_WORDS],
+                         const int64_t *payload, int words, uint64_t epoch) {
+    int slot = (int)(n & 1);
+    host_control *me = host_ctrl(st, st->rank);
+    for (int i = 0; i < CGM_SIGNATURE_WORDS; i++)
+        atomic_store_explicit(&me->sig[slot][i], sig[i], memory_order_relaxed);
+    for (int i = 0; i < words; i++)
+        atomic_store_explicit(&me->payload[slot][i], payload[i], memory_order_relaxed);
+    atomic_store_explicit(&me->sig_op[slot], epoch, memory_order_relaxed);
+    atomic_store_explicit(&me->sig_epoch[slot], n, memory_order_release);
+}
 
 /* One exchange on the agreement channel: publishes `sig` and `words`
  * payload words as this rank's entry for its next exchange number n (slot
@@ -188,15 +201,7 @@ static cgm_status exchange_slot(const cgm_comm *comm, host_state *st,
                          "report this bug", words, HOST_XCHG_WORDS);
     uint64_t n = ++st->xchg;
     int slot = (int)(n & 1);
-    host_control *me = host_ctrl(st, st->rank);
-    for (int i = 0; i < CGM_SIGNATURE_WORDS; i++)
-        atomic_store_explicit(&me->sig[slot][i], sig[i],
-                              memory_order_relaxed);
-    for (int i = 0; i < words; i++)
-        atomic_store_explicit(&me->payload[slot][i], payload[i],
-                              memory_order_relaxed);
-    atomic_store_explicit(&me->sig_op[slot], epoch, memory_order_relaxed);
-    atomic_store_explicit(&me->sig_epoch[slot], n, memory_order_release);
+    publish_slot(st, n, sig, payload, words, epoch);
 
     char msg[512];
     host_wait w = {"publish its call signature", epoch, op_name, NULL};
@@ -255,6 +260,59 @@ static cgm_status check_kinds(const host_state *st, const int64_t *all_payload,
     return CGM_SUCCESS;
 }
 
+/* A rank that rejected its own arguments (host_announce_rejection) in
+ * this exchange: CGM_ERROR_MISMATCH naming it and quoting its message,
+ * read from its slot (not rewritten before this rank's next exchange). */
+static cgm_status check_rejected(const host_state *st, const int64_t *all_payload, int words,
+                                 const char *op_name) {
+    int slot = (int)(st->xchg & 1);
+    for (int r = 0; r < st->nranks; r++) {
+        if (all_payload[(size_t)r * (size_t)words] != HOST_XCHG_REJECTED) continue;
+        host_control *c = host_ctrl(st, r);
+        int64_t status = atomic_load_explicit(&c->payload[slot][1], memory_order_relaxed);
+        char text[(HOST_XCHG_WORDS - 2) * 8 + 1];
+        for (int i = 0; i < HOST_XCHG_WORDS - 2; i++) {
+            int64_t v = atomic_load_explicit(&c->payload[slot][i + 2], memory_order_relaxed);
+            memcpy(text + 8 * i, &v, 8);
+        }
+        text[sizeof text - 1] = '\0';
+        return cgm_error(CGM_ERROR_MISMATCH,
+                         "ranks disagree about the %s call: rank %d rejected its arguments (%s: %s); "
+                         "fix that rank's call (this comm stays usable)",
+                         op_name, r, cgm_status_string((cgm_status)status), text);
+    }
+    return CGM_SUCCESS;
+}
+
+void host_announce_rejection(const cgm_comm *comm, host_state *st, const char *op_name,
+                             cgm_status status, const char *message) {
+    int64_t sig[CGM_SIGNATURE_WORDS], payload[HOST_XCHG_WORDS];
+    for (int i = 0; i < CGM_SIGNATURE_WORDS; i++) sig[i] = -3;
+    memset(payload, 0, sizeof payload);
+    payload[0] = HOST_XCHG_REJECTED;
+    payload[1] = status;
+    char text[(HOST_XCHG_WORDS - 2) * 8], saved[512];
+    snprintf(text, sizeof text, "%s", message ? message : "");
+    memcpy(payload + 2, text, sizeof text);
+    snprintf(saved, sizeof saved, "%s", cgm_last_error());
+    int64_t *all_sig = malloc((size_t)st->nranks * CGM_SIGNATURE_WORDS * sizeof *all_sig);
+    int64_t *all_payload = malloc((size_t)st->nranks * HOST_XCHG_WORDS * sizeof *all_payload);
+    uint64_t epoch = ++st->epoch;
+    int blamed = -1;
+    /* A whole exchange, waiting for every rank like the peers' own: a slot
+     * is rewritten two exchanges later, only once every rank read it. */
+    cgm_status s = all_sig && all_payload
+                       ? exchange_slot(comm, st, sig, payload, HOST_XCHG_WORDS, epoch, op_name,
+                                       &blamed, all_sig, all_payload)
+                       : CGM_ERROR_OUT_OF_MEMORY;
+    free(all_sig);
+    free(all_payload);
+    if (s != CGM_SUCCESS)
+        CGM_WARN(CGM_SUB_HOST, "rank %d could not tell its peers that it rejected its %s call: %s",
+                 st->rank, op_name, cgm_last_error());
+    cgm_error(status, "%s", saved); /* the caller's detail, as it was */
+}
+
 static cgm_status signed_exchange(const cgm_comm *comm, host_state *st,
                                   const int64_t sig[CGM_SIGNATURE_WORDS],
                                   const int64_t *payload, int words,
@@ -269,6 +327,7 @@ static cgm_status signed_exchange(const cgm_comm *comm, host_state *st,
                          "ranks, found none free", st->nranks);
     cgm_status s = exchange_slot(comm, st, sig, payload, words, epoch,
                                  op_name, blamed, all_sig, all_payload);
+    if (s == CGM_SUCCESS) s = check_rejected(st, all_payload, words, op_name);
     if (s == CGM_SUCCESS && compare) s = cgm_signature_compare(comm, all_sig);
     if (s == CGM_SUCCESS) s = check_kinds(st, all_payload, words, op_name);
     free(all_sig);
