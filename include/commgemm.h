@@ -48,8 +48,11 @@
  *   collective: every rank of the comm must call them, in the same order,
  *   with arguments that agree (same op, m, layout, dtypes, options...).
  *   Ranks that disagree are detected (CGM_ERROR_MISMATCH on every rank,
- *   naming the rank and field) where the backend can check; every wait is
- *   bounded by the comm's timeout (CGM_ERROR_TIMEOUT naming the missing rank).
+ *   naming the rank and field) where the backend can check; on the host
+ *   backend a rank whose own call is rejected (e.g. a shard of the wrong
+ *   size) returns its error and its peers CGM_ERROR_MISMATCH naming it, at
+ *   once. Every wait is bounded by the comm's timeout (CGM_ERROR_TIMEOUT
+ *   naming the missing rank).
  */
 #ifndef COMMGEMM_H
 #define COMMGEMM_H
