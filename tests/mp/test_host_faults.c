@@ -229,6 +229,34 @@ static void run_bad_nranks(const void *param) {
     mp_check_no_shm_leftovers();
 }
 
+/* ---- ranks disagree about check_agreement (an exchange at every call) ---- */
+
+static int rank_bad_agreement(int rank, int P, const char *rdv, void *arg) {
+    (void)arg;
+    cgm_config cfg = mp_config(TIMEOUT_MS);
+    cfg.check_agreement = rank == 1 ? 0 : 1;
+    cgm_bootstrap b = CGM_BOOTSTRAP_INIT;
+    b.rank = rank;
+    b.nranks = P;
+    b.rendezvous = rdv;
+    cgm_comm *comm = NULL;
+    double t0 = mp_now_ms();
+    cgm_status st = cgm_comm_create(&b, &cfg, &comm);
+    CHECK(st != CGM_SUCCESS && comm == NULL);
+    CHECK(mp_now_ms() - t0 < TIMEOUT_MS + SLACK_MS);
+    if (rank == 0) {
+        CHECK_INT_EQ(st, CGM_ERROR_MISMATCH);
+        CHECK_CONTAINS(cgm_last_error(), "check_agreement: rank 1 has 0, this rank (0) has 1");
+    }
+    return 0;
+}
+
+static void run_bad_agreement(const void *param) {
+    (void)param;
+    CHECK_INT_EQ(test_run_ranks(2, rank_bad_agreement, NULL, 30, NULL), 0);
+    mp_check_no_shm_leftovers();
+}
+
 /* ---- argument errors the backend catches leave the comm usable ---- */
 
 static int rank_bad_arguments(int rank, int P, const char *rdv, void *arg) {
@@ -367,6 +395,7 @@ static void register_cases(void) {
     test_add("mismatch_layout", run_mismatch, &mismatches[4]);
     test_add("mismatch_op", run_mismatch, &mismatches[5]);
     test_add("mismatch_nranks_at_rendezvous", run_bad_nranks, NULL);
+    test_add("mismatch_check_agreement_at_rendezvous", run_bad_agreement, NULL);
     test_add("bad_arguments_keep_comm_usable", run_bad_arguments, NULL);
     test_add("local_allgather", run_local_allgather, NULL);
     test_add("local_allgather_rank_absent", run_local_allgather_absent, NULL);

@@ -18,7 +18,7 @@
 extern const cgm_backend_vtable cgm_host_backend;
 
 #define HOST_MAGIC 0x686f7374636f6d6dull /* "hostcomm" */
-#define HOST_PROTOCOL_VERSION 3
+#define HOST_PROTOCOL_VERSION 4 /* 4: the hello carries check_agreement */
 /* Pieces per shard at most; bounds the flag array of the control block. */
 #define HOST_MAX_SPLITS 16
 /* Flag values are epoch * HOST_EPOCH_STRIDE + occurrence within the op. */

@@ -17,7 +17,7 @@
 
 typedef struct host_hello {
     uint64_t magic;
-    int32_t version, nranks, rank, pid, chunks, pad_;
+    int32_t version, nranks, rank, pid, chunks, check_agreement;
     int64_t max_m, max_n, max_k;
 } host_hello;
 
@@ -156,6 +156,7 @@ static host_hello make_hello(const cgm_comm *comm, const host_state *st) {
     h.rank = comm->rank;
     h.pid = (int32_t)getpid();
     h.chunks = st->chunks;
+    h.check_agreement = comm->config.check_agreement ? 1 : 0;
     h.max_m = comm->config.max_m;
     h.max_n = comm->config.max_n;
     h.max_k = comm->config.max_k;
@@ -206,6 +207,16 @@ static cgm_status check_hello(const cgm_comm *comm, const host_state *st,
                          (long long)comm->config.max_m,
                          (long long)comm->config.max_n,
                          (long long)comm->config.max_k);
+    if (h->check_agreement != (comm->config.check_agreement ? 1 : 0))
+        /* The check is an exchange at every call: ranks that skip it and
+         * ranks that wait in it would time out on each other. */
+        return cgm_error(CGM_ERROR_MISMATCH,
+                         "ranks disagree about config check_agreement: rank "
+                         "%d has %d, this rank (%d) has %d; set the same "
+                         "config.check_agreement (or COMMGEMM_CHECK_AGREEMENT) "
+                         "on every rank",
+                         h->rank, h->check_agreement, comm->rank,
+                         comm->config.check_agreement ? 1 : 0);
     return CGM_SUCCESS;
 }
 
