@@ -85,6 +85,21 @@ static cgm_status recv_message(const cgm_comm *comm, int fd, int peer,
         msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
     }
     ssize_t got = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    /* Whatever descriptors arrived are this process's now: on any error
+     * below they are closed (each pins a peer's segment). */
+    struct cmsghdr *c = got > 0 && nfds ? CMSG_FIRSTHDR(&msg) : NULL;
+    bool whole = c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+                 c->cmsg_len == CMSG_LEN(sizeof(int) * (size_t)nfds);
+    if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+        c->cmsg_len >= CMSG_LEN(0) && (!whole || (size_t)got != len)) {
+        size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        int *arrived = (int *)CMSG_DATA(c);
+        for (size_t i = 0; i < n; i++) {
+            int one;
+            memcpy(&one, arrived + i, sizeof one);
+            close(one);
+        }
+    }
     if (got == 0)
         return cgm_error(CGM_ERROR_PEER_FAILED,
                          "expected %s from rank %d, found the connection "
@@ -101,9 +116,7 @@ static cgm_status recv_message(const cgm_comm *comm, int fd, int peer,
                          "version",
                          what, len, peer, got);
     if (nfds) {
-        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-        if (!c || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
-            c->cmsg_len != CMSG_LEN(sizeof(int) * (size_t)nfds))
+        if (!whole)
             return cgm_error(CGM_ERROR_SYSTEM,
                              "expected %d file descriptors with %s from rank "
                              "%d, found none (truncated: %d); check the open "
