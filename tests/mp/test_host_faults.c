@@ -3,6 +3,11 @@
  * messages name the rank, mismatches leave the comm usable, and nothing is
  * left in /dev/shm. */
 #include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <stdbool.h>
 #include <unistd.h>
 
@@ -229,6 +234,41 @@ static void run_bad_nranks(const void *param) {
     mp_check_no_shm_leftovers();
 }
 
+/* ---- a connection that closes before its hello is dropped ---- */
+
+/* Rank 1 first connects to rank 0's listener and closes without a hello (a
+ * process that gave up, or an earlier run's), then joins for real: rank 0
+ * drops the empty connection and the comm is made. */
+static int rank_stray_connection(int rank, int P, const char *rdv, void *arg) {
+    (void)arg;
+    if (rank == 1) {
+        struct sockaddr_un addr;
+        memset(&addr, 0, sizeof addr);
+        addr.sun_family = AF_UNIX;
+        int len = snprintf(addr.sun_path + 1, sizeof addr.sun_path - 1, "commgemm.%s.0", rdv);
+        socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
+        bool connected = false;
+        for (int tries = 0; tries < 1000 && !connected; tries++) {
+            int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0); /* as the library's */
+            CHECK(fd >= 0);
+            connected = connect(fd, (struct sockaddr *)&addr, alen) == 0;
+            close(fd);
+            if (!connected) usleep(10000);
+        }
+        CHECK(connected);
+    }
+    cgm_comm *comm = fault_comm(rank, P, rdv, 1);
+    MP_CHECK_OK(run_op(comm, rank, P, good));
+    CHECK_OK(cgm_comm_destroy(comm));
+    return 0;
+}
+
+static void run_stray_connection(const void *param) {
+    (void)param;
+    CHECK_INT_EQ(test_run_ranks(2, rank_stray_connection, NULL, 30, NULL), 0);
+    mp_check_no_shm_leftovers();
+}
+
 /* ---- ranks disagree about check_agreement (an exchange at every call) ---- */
 
 static int rank_bad_agreement(int rank, int P, const char *rdv, void *arg) {
@@ -396,6 +436,7 @@ static void register_cases(void) {
     test_add("mismatch_op", run_mismatch, &mismatches[5]);
     test_add("mismatch_nranks_at_rendezvous", run_bad_nranks, NULL);
     test_add("mismatch_check_agreement_at_rendezvous", run_bad_agreement, NULL);
+    test_add("stray_connection_at_rendezvous", run_stray_connection, NULL);
     test_add("bad_arguments_keep_comm_usable", run_bad_arguments, NULL);
     test_add("local_allgather", run_local_allgather, NULL);
     test_add("local_allgather_rank_absent", run_local_allgather_absent, NULL);

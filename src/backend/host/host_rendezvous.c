@@ -352,6 +352,22 @@ static cgm_status connect_lower(cgm_comm *comm, host_state *st, int peer,
     }
 }
 
+/* The timeout of accept_higher, naming the first higher rank missing. */
+static cgm_status join_timeout(cgm_comm *comm, host_state *st, int missing) {
+    int first = -1;
+    for (int r = comm->rank + 1; r < comm->nranks && first < 0; r++)
+        if (st->peers[r].fd < 0) first = r;
+    return cgm_error(CGM_ERROR_TIMEOUT,
+                     "rank %d did not join rendezvous '%s' within "
+                     "%lld ms (%d of ranks %d..%d missing; this is "
+                     "rank %d); start it, check that every rank uses "
+                     "the same rendezvous name, or raise "
+                     "COMMGEMM_TIMEOUT_MS",
+                     first, comm->rendezvous,
+                     (long long)comm->config.timeout_ms, missing,
+                     comm->rank + 1, comm->nranks - 1, comm->rank);
+}
+
 static cgm_status accept_higher(cgm_comm *comm, host_state *st,
                                 int64_t deadline) {
     int missing = comm->nranks - 1 - comm->rank;
@@ -359,20 +375,7 @@ static cgm_status accept_higher(cgm_comm *comm, host_state *st,
         struct pollfd p = {st->listen_fd, POLLIN, 0};
         int rc = poll(&p, 1, remaining_ms(deadline));
         if (rc < 0 && errno == EINTR) continue;
-        if (rc == 0) {
-            int first = -1;
-            for (int r = comm->rank + 1; r < comm->nranks && first < 0; r++)
-                if (st->peers[r].fd < 0) first = r;
-            return cgm_error(CGM_ERROR_TIMEOUT,
-                             "rank %d did not join rendezvous '%s' within "
-                             "%lld ms (%d of ranks %d..%d missing; this is "
-                             "rank %d); start it, check that every rank uses "
-                             "the same rendezvous name, or raise "
-                             "COMMGEMM_TIMEOUT_MS",
-                             first, comm->rendezvous,
-                             (long long)comm->config.timeout_ms, missing,
-                             comm->rank + 1, comm->nranks - 1, comm->rank);
-        }
+        if (rc == 0) return join_timeout(comm, st, missing);
         if (rc < 0)
             return cgm_error(CGM_ERROR_SYSTEM, "poll(listen) failed: %s",
                              strerror(errno));
@@ -386,7 +389,19 @@ static cgm_status accept_higher(cgm_comm *comm, host_state *st,
         host_hello h;
         cgm_status s = recv_message(comm, fd, -1, &h, sizeof h, NULL, 0,
                                     deadline, "a hello");
-        if (s == CGM_SUCCESS) s = check_hello(comm, st, &h, -1);
+        if (s != CGM_SUCCESS) {
+            /* A connection that closed before its hello (a process that
+             * gave up or restarted) is dropped; one that sent nothing
+             * until the deadline: the ranks still missing are named. */
+            close(fd);
+            if (s == CGM_ERROR_PEER_FAILED) {
+                CGM_INFO(CGM_SUB_HOST, "rendezvous '%s': a connection closed before its hello; "
+                         "still waiting for %d rank(s)", comm->rendezvous, missing);
+                continue;
+            }
+            return s == CGM_ERROR_TIMEOUT ? join_timeout(comm, st, missing) : s;
+        }
+        s = check_hello(comm, st, &h, -1);
         if (s != CGM_SUCCESS) {
             close(fd);
             return s;
