@@ -269,6 +269,28 @@ static void run_stray_connection(const void *param) {
     mp_check_no_shm_leftovers();
 }
 
+/* ---- one name, comm after comm ---- */
+
+/* Every rank creates, uses and destroys a comm under one name, again and
+ * again, without waiting for the others in between: a rank done with one
+ * comm connects for the next while its peers may still be finishing the
+ * last (the name must be free by then, not held by a listener). */
+static int rank_same_name_again(int rank, int P, const char *rdv, void *arg) {
+    (void)arg;
+    for (int i = 0; i < 40; i++) {
+        cgm_comm *comm = fault_comm(rank, P, rdv, 1);
+        if (i % 2) MP_CHECK_OK(run_op(comm, rank, P, good)); /* and some with no op between */
+        CHECK_OK(cgm_comm_destroy(comm));
+    }
+    return 0;
+}
+
+static void run_same_name_again(const void *param) {
+    (void)param;
+    CHECK_INT_EQ(test_run_ranks(3, rank_same_name_again, NULL, 60, NULL), 0);
+    mp_check_no_shm_leftovers();
+}
+
 /* ---- ranks disagree about check_agreement (an exchange at every call) ---- */
 
 static int rank_bad_agreement(int rank, int P, const char *rdv, void *arg) {
@@ -437,6 +459,7 @@ static void register_cases(void) {
     test_add("mismatch_nranks_at_rendezvous", run_bad_nranks, NULL);
     test_add("mismatch_check_agreement_at_rendezvous", run_bad_agreement, NULL);
     test_add("stray_connection_at_rendezvous", run_stray_connection, NULL);
+    test_add("same_name_comm_after_comm", run_same_name_again, NULL);
     test_add("bad_arguments_keep_comm_usable", run_bad_arguments, NULL);
     test_add("local_allgather", run_local_allgather, NULL);
     test_add("local_allgather_rank_absent", run_local_allgather_absent, NULL);

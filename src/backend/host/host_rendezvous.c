@@ -478,6 +478,13 @@ cgm_status host_rendezvous(cgm_comm *comm, host_state *st) {
     for (int r = 0; r < comm->rank && s == CGM_SUCCESS; r++)
         s = connect_lower(comm, st, r, deadline);
     if (s == CGM_SUCCESS) s = accept_higher(comm, st, deadline);
+    /* Every higher rank is connected: nobody else may connect, and the
+     * name is free at once for this group's next comm (a rank that is
+     * done with this one may already be connecting to it; with the
+     * listener open until the segments were exchanged, it could reach
+     * this one's and lose its hello). */
+    if (st->listen_fd >= 0) close(st->listen_fd);
+    st->listen_fd = -1;
     for (int r = 0; r < comm->rank && s == CGM_SUCCESS; r++) {
         host_hello h;
         s = recv_message(comm, st->peers[r].fd, r, &h, sizeof h, NULL, 0,
@@ -486,9 +493,6 @@ cgm_status host_rendezvous(cgm_comm *comm, host_state *st) {
         if (s == CGM_SUCCESS) st->peers[r].pid = h.pid;
     }
     if (s == CGM_SUCCESS) s = exchange_segments(comm, st, deadline);
-    /* Nobody connects any more: free the name for a later group. */
-    if (st->listen_fd >= 0) close(st->listen_fd);
-    st->listen_fd = -1;
     if (s == CGM_SUCCESS)
         CGM_INFO(CGM_SUB_HOST,
                  "host rendezvous '%s' done: %d ranks, workspaces control "
