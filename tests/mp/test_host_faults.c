@@ -346,6 +346,16 @@ static int rank_bad_arguments(int rank, int P, const char *rdv, void *arg) {
                  CGM_ERROR_INVALID_ARGUMENT);
     CHECK_CONTAINS(cgm_last_error(), "ring");
     opt.algo = CGM_ALGO_AUTO;
+    /* a collective wider than the workspace (max(max_n, max_k) = 64) */
+    cgm_matrix wide = mp_logical(CGM_DTYPE_FP32, false, 4, 65, 0, 3, 0);
+    cgm_matrix wide_recv = test_alloc(CGM_DTYPE_FP32, 4 * P, 65, 0);
+    CHECK_STATUS(cgm_bulk_overlap(comm, NULL, NULL, NULL, NULL, CGM_COLLECTIVE_ALL_GATHER, &wide,
+                                  &wide_recv, &opt, NULL),
+                 CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "expected the collective's columns <= 64 (the comm's max(max_n, max_k)), "
+                                     "found the collective's columns = 65");
+    test_free(&wide);
+    test_free(&wide_recv);
     int fake_stream;
     cgm_status st = cgm_all_gather_gemm(comm, &x, &w, NULL, &y, NULL, &opt,
                                         &fake_stream);

@@ -121,7 +121,9 @@ static cgm_status check_capacity(const cgm_comm *comm, const host_state *st,
                              "COMMGEMM_MAX_M", c->max_m);
         if (call->coll_cols > st->width_max)
             return too_large("the collective's columns", call->coll_cols,
-                             "max_n", "COMMGEMM_MAX_N", st->width_max);
+                             "max(max_n, max_k)",
+                             "COMMGEMM_MAX_N or COMMGEMM_MAX_K",
+                             st->width_max);
     }
     return CGM_SUCCESS;
 }

@@ -62,14 +62,15 @@ static cgm_status peer_status(const host_state *st, int peer,
     if (state == HOST_RANK_FAILED) {
         int blamed = atomic_load(&c->failed_rank);
         int status = atomic_load(&c->failed_status);
-        char why[64];
+        char why[128];
         if (status == CGM_ERROR_TIMEOUT && blamed >= 0)
             snprintf(why, sizeof why, "it timed out waiting for rank %d",
                      blamed);
         else if (status == CGM_ERROR_PEER_FAILED && blamed >= 0)
             snprintf(why, sizeof why, "it saw rank %d fail", blamed);
         else
-            snprintf(why, sizeof why, "its error: status %d", status);
+            snprintf(why, sizeof why, "its error: %s",
+                     cgm_status_string((cgm_status)status));
         snprintf(msg, msg_len,
                  "rank %d gave up (%s) while this rank waited for it to %s "
                  "(op #%llu %s); the comm is broken: destroy it on every rank "
