@@ -308,10 +308,11 @@ void host_announce_rejection(const cgm_comm *comm, host_state *st, const char *o
                        : CGM_ERROR_OUT_OF_MEMORY;
     free(all_sig);
     free(all_payload);
-    if (s != CGM_SUCCESS)
+    if (s != CGM_SUCCESS) {
         CGM_WARN(CGM_SUB_HOST, "rank %d could not tell its peers that it rejected its %s call: %s",
                  st->rank, op_name, cgm_last_error());
-    cgm_error(status, "%s", saved); /* the caller's detail, as it was */
+        cgm_error(status, "%s", saved); /* the caller's detail, as it was */
+    }
 }
 
 static cgm_status signed_exchange(const cgm_comm *comm, host_state *st,
