@@ -16,6 +16,8 @@ Where the library comes from (first match wins):
   3. the repository's build trees: <repo>/build/libcommgemm.so, then any
      other <repo>/build*/libcommgemm.so (newest first);
   4. the system loader (libcommgemm.so.0, libcommgemm.so; after cmake --install).
+A library of another major.minor than VERSION is passed over (listed in the
+error when nothing else is found).
 """
 
 import ctypes
@@ -334,6 +336,12 @@ def candidate_paths():
 
 
 _lock = threading.Lock()
+# The library version this package mirrors (include/commgemm.h's
+# COMMGEMM_VERSION_*; CMakeLists.txt and pyproject.toml say the same). A
+# library of another major.minor is passed over when loading: its structs or
+# functions may differ from this mirror.
+VERSION = (0, 1, 0)
+
 _lib = None
 _lib_path = None
 
@@ -400,7 +408,13 @@ def load(path=None):
             except OSError as e:
                 tried.append(f"{p}: {e}")
                 continue
-            _lib = _declare(lib)
+            lib = _declare(lib)
+            v = lib.cgm_version()
+            if (v // 10000, v // 100 % 100) != VERSION[:2]:
+                tried.append(f"{p}: commgemm {v // 10000}.{v // 100 % 100}.{v % 100}, expected "
+                             f"{VERSION[0]}.{VERSION[1]}.x for this Python package (a stale build?)")
+                continue
+            _lib = lib
             _lib_path = getattr(lib, "_name", p)
             return _lib
         raise UnavailableError(

@@ -452,6 +452,30 @@ def test_one_rank_rejected_fails_every_rank_at_once(nranks):
     run_ranks(body_one_rank_rejected, nranks)
 
 
+def test_versions_agree():
+    """The package, its pyproject, CMake's project and the loaded library say one version."""
+    import re
+    want = ".".join(str(v) for v in _lib.VERSION)
+    assert commgemm.__version__ == want
+    cmake = (libcheck.REPO / "CMakeLists.txt").read_text()
+    assert re.search(r"project\(commgemm VERSION (\S+)", cmake).group(1) == want
+    pyproject = (libcheck.REPO / "python" / "pyproject.toml").read_text()
+    assert re.search(r'^version = "([^"]+)"', pyproject, re.M).group(1) == want
+    v = commgemm.library_version()
+    assert (v // 10000, v // 100 % 100, v % 100) == _lib.VERSION
+
+
+def test_library_of_another_version_passed_over(monkeypatch):
+    """A library whose major.minor differs from the package's is not used, and the
+    error says what was found where."""
+    path = _lib.library_path()
+    monkeypatch.setattr(_lib, "VERSION", (9, 9, 0))
+    monkeypatch.setattr(_lib, "_lib", None)
+    monkeypatch.setattr(_lib, "_lib_path", None)
+    with pytest.raises(commgemm.UnavailableError, match=r"expected 9\.9\.x for this Python package"):
+        _lib.load(path)
+
+
 def test_shard_rows_matches_library():
     lib = _lib.lib()
     for nranks in range(1, 6):
