@@ -432,6 +432,11 @@ int64_t cgm_now_ns(void);
 static inline int64_t cgm_matrix_ld(const cgm_matrix *m) {
     return m->ld ? m->ld : m->cols;
 }
+
+/* Do a and b share a byte of memory? Exact for equal row strides (e.g.
+ * column slices of one buffer); otherwise true when their byte ranges
+ * meet. The validation's in-place check (validate.c). */
+bool cgm_matrix_overlap(const cgm_matrix *a, const cgm_matrix *b);
 /* ceil(a / b) for a >= 0, b > 0. */
 static inline int64_t cgm_ceil_div(int64_t a, int64_t b) {
     return (a + b - 1) / b;

@@ -66,13 +66,37 @@ static void extent(const cgm_matrix *m, uintptr_t *begin, uintptr_t *end) {
         *end = *begin + (uintptr_t)(((m->rows - 1) * cgm_matrix_ld(m) + m->cols) * (int64_t)cgm_dtype_size(m->dtype));
 }
 
+static int64_t floor_div(int64_t a, int64_t b) { /* b > 0 */
+    return a / b - (a % b != 0 && a < 0);
+}
+
+/* Do two matrices share a byte (core.h)? Their byte ranges first; where those meet
+ * and the row strides are equal (e.g. column slices of one buffer, same
+ * ld), row i of a and row j of b meet iff -wb < d + (j - i) L < wa, with d
+ * the distance of their starts, L the stride and w the row widths in
+ * bytes: a t = j - i in [-(rows_a - 1), rows_b - 1] with that. Other
+ * strides: the byte ranges decide (may refuse a disjoint interleaving). */
+bool cgm_matrix_overlap(const cgm_matrix *a, const cgm_matrix *b) {
+    uintptr_t a0, a1, b0, b1;
+    extent(a, &a0, &a1);
+    extent(b, &b0, &b1);
+    if (!(a0 < a1 && b0 < b1 && a0 < b1 && b0 < a1)) return false;
+    int64_t ea = (int64_t)cgm_dtype_size(a->dtype), eb = (int64_t)cgm_dtype_size(b->dtype);
+    int64_t la = cgm_matrix_ld(a) * ea, lb = cgm_matrix_ld(b) * eb;
+    if (a->rows == 1) la = lb;
+    if (b->rows == 1) lb = la;
+    if (la != lb || la <= 0) return true;
+    int64_t d = (int64_t)(b0 - a0), wa = a->cols * ea, wb = b->cols * eb;
+    int64_t lo = floor_div(-wb - d, la) + 1, hi = -floor_div(-(wa - d), la) - 1; /* ceil - 1 */
+    if (lo < -(a->rows - 1)) lo = -(a->rows - 1);
+    if (hi > b->rows - 1) hi = b->rows - 1;
+    return lo <= hi;
+}
+
 static cgm_status check_disjoint(const check_ctx *c, const char *out_name, const cgm_matrix *out,
                                  const char *other_name, const cgm_matrix *other) {
     if (!out || !other) return CGM_SUCCESS;
-    uintptr_t a0, a1, b0, b1;
-    extent(out, &a0, &a1);
-    extent(other, &b0, &b1);
-    if (a0 < a1 && b0 < b1 && a0 < b1 && b0 < a1)
+    if (cgm_matrix_overlap(out, other))
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
                          "%s: output %s overlaps %s in memory: in-place operation is not supported; give "
                          "%s its own buffer", c->fn, out_name, other_name, out_name);

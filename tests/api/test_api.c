@@ -182,6 +182,34 @@ static void run_bad_case(const void *param) {
     CHECK_OK(cgm_comm_destroy(comm));
 }
 
+/* X and Y as column slices of one buffer (same ld): disjoint, so allowed;
+ * Y starting one column into X's: refused as in-place. */
+static void test_column_slices(const void *p) {
+    (void)p;
+    enum { m = 5, k = 3, n = 4 };
+    float buf[m * (k + n)], wbuf[n * k];
+    for (int i = 0; i < m * (k + n); i++) buf[i] = (float)(i % 7) - 3;
+    for (int i = 0; i < n * k; i++) wbuf[i] = (float)(i % 5) - 2;
+    cgm_matrix x = {buf, CGM_DTYPE_FP32, m, k, k + n, NULL};
+    cgm_matrix y = {buf + k, CGM_DTYPE_FP32, m, n, k + n, NULL};
+    cgm_matrix w = {wbuf, CGM_DTYPE_FP32, n, k, k, NULL};
+    double want[m * n];
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double acc = 0;
+            for (int l = 0; l < k; l++) acc += (double)buf[i * (k + n) + l] * wbuf[j * k + l];
+            want[i * n + j] = acc;
+        }
+    cgm_comm *comm = single_rank_comm(NULL);
+    CHECK_OK(cgm_gemm_all_reduce(comm, &x, &w, NULL, &y, NULL, NULL));
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) CHECK(buf[i * (k + n) + k + j] == (float)want[i * n + j]);
+    y.data = buf + k - 1; /* its first column is X's last */
+    CHECK_STATUS(cgm_gemm_all_reduce(comm, &x, &w, NULL, &y, NULL, NULL), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "in-place");
+    CHECK_OK(cgm_comm_destroy(comm));
+}
+
 static void test_null_comm(const void *p) {
     (void)p;
     args a;
@@ -354,6 +382,7 @@ static void register_cases(void) {
         test_add(name, run_create_case, &create_cases[i]);
     }
     test_add("null_comm", test_null_comm, NULL);
+    test_add("column_slices_of_one_buffer", test_column_slices, NULL);
     test_add("destroyed_comm", test_destroyed_comm, NULL);
     test_add("queries", test_queries, NULL);
     test_add("gpu_memory_on_host_refused", test_gpu_memory_on_host, NULL);

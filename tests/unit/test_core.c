@@ -60,6 +60,59 @@ static void test_memory_checks(const void *p) {
     CHECK_INT_EQ(device, -1);
 }
 
+/* cgm_matrix_overlap against marking every byte, on random small matrices
+ * in one buffer (both dtypes' sizes, equal and unequal strides). */
+static void test_matrix_overlap(const void *p) {
+    (void)p;
+    static unsigned char arena[4096];
+    unsigned seed = 12345;
+    int exact = 0, refused_disjoint = 0;
+    for (int it = 0; it < 20000; it++) {
+        cgm_matrix m[2];
+        for (int q = 0; q < 2; q++) {
+            seed = seed * 1103515245u + 12345u;
+            cgm_dtype dt = (seed >> 8) % 2 ? CGM_DTYPE_FP32 : CGM_DTYPE_BF16;
+            int64_t es = (int64_t)cgm_dtype_size(dt);
+            int64_t rows = 1 + (seed >> 12) % 5, cols = 1 + (seed >> 16) % 6;
+            int64_t ld = cols + (seed >> 20) % 5;
+            if (q == 1 && (seed >> 24) % 2) { /* the other's stride in bytes, where it divides */
+                int64_t lb = cgm_matrix_ld(&m[0]) * (int64_t)cgm_dtype_size(m[0].dtype);
+                if (lb % es == 0 && lb / es >= cols) ld = lb / es;
+            }
+            seed = seed * 1103515245u + 12345u;
+            int64_t off = (int64_t)((seed >> 8) % 200) * 2; /* even: bf16-aligned */
+            m[q] = (cgm_matrix){arena + off, dt, rows, cols, ld, NULL};
+        }
+        static unsigned char mark[4096];
+        memset(mark, 0, sizeof mark);
+        bool truth = false;
+        for (int q = 0; q < 2; q++) {
+            int64_t es = (int64_t)cgm_dtype_size(m[q].dtype);
+            for (int64_t i = 0; i < m[q].rows; i++)
+                for (int64_t b = 0; b < m[q].cols * es; b++) {
+                    size_t at = (size_t)((unsigned char *)m[q].data - arena + (i * m[q].ld) * es + b);
+                    if (q == 0) mark[at] = 1;
+                    else if (mark[at]) truth = true;
+                }
+        }
+        bool got = cgm_matrix_overlap(&m[0], &m[1]);
+        int64_t sa = m[0].rows > 1 ? m[0].ld * (int64_t)cgm_dtype_size(m[0].dtype) : -1;
+        int64_t sb = m[1].rows > 1 ? m[1].ld * (int64_t)cgm_dtype_size(m[1].dtype) : -1;
+        bool same_stride = sa < 0 || sb < 0 || sa == sb;
+        if (truth) CHECK(got); /* never misses a shared byte */
+        if (same_stride) {
+            exact++;
+            if (got != truth)
+                TEST_FAIL("iteration %d: overlap %d, expected %d (equal strides)", it, got, truth);
+        } else if (got && !truth) {
+            refused_disjoint++;
+        }
+    }
+    CHECK(exact > 2000);
+    printf("matrix_overlap: %d equal-stride cases exact, %d disjoint interleavings refused\n", exact,
+           refused_disjoint);
+}
+
 static void test_version(const void *p) {
     (void)p;
     CHECK_INT_EQ(cgm_version(), COMMGEMM_VERSION);
@@ -420,6 +473,7 @@ static void test_harness_selection(const void *param) {
 
 static void register_cases(void) {
     test_add("version", test_version, NULL);
+    test_add("matrix_overlap", test_matrix_overlap, NULL);
     test_add("memory_checks", test_memory_checks, NULL);
     test_add("harness_selection", test_harness_selection, NULL);
     test_add("status_strings", test_status_strings, NULL);
