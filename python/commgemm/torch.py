@@ -266,28 +266,14 @@ def _check_2d(name, t):
                                         f"{name} has shape {tuple(t.shape)}: expected 2-D [rows, features]")
 
 
-def _autocast_enabled(device_type):
-    try:
-        return torch.is_autocast_enabled(device_type)
-    except TypeError:  # torch < 2.4: no device argument
-        return torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled()
-
-
-def _autocast_dtype(device_type):
-    try:
-        return torch.get_autocast_dtype(device_type)
-    except AttributeError:  # torch < 2.4
-        return torch.get_autocast_cpu_dtype() if device_type == "cpu" else torch.get_autocast_gpu_dtype()
-
-
 def _autocast(x, weight, bias):
     """Under torch.autocast, the floating inputs cast to its dtype (as F.linear's
     GEMM is), recorded by autograd: the op and its backward then see one dtype,
     and the gradients reach fp32 parameters as fp32. Unchanged otherwise."""
     dev = x.device.type
-    if not _autocast_enabled(dev):
+    if not torch.is_autocast_enabled(dev):
         return x, weight, bias
-    dt = _autocast_dtype(dev)
+    dt = torch.get_autocast_dtype(dev)
     return tuple(t.to(dt) if t is not None and t.is_floating_point() else t for t in (x, weight, bias))
 
 

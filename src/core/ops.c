@@ -20,7 +20,7 @@ cgm_status cgm_backend_run(cgm_comm *comm, const cgm_backend_vtable *vt,
 static cgm_status rejected(cgm_comm *comm, cgm_op op, cgm_status status) {
     cgm_backend b = comm->config.op_backend[op];
     const cgm_backend_vtable *vt = cgm_backend_lookup(b);
-    if (comm->config.check_agreement && vt && vt->rejected && comm->backend_state[b])
+    if (vt && vt->rejected && comm->backend_state[b])
         vt->rejected(comm, comm->backend_state[b], op, status);
     return status;
 }

@@ -137,12 +137,12 @@ cgm_status host_allgather_words(const cgm_comm *comm, host_state *st,
                                 const int64_t *mine, int words, int64_t *all);
 /* This rank rejected its own call (bad arguments) where its peers run the
  * op's exchange: takes part in that exchange with the rejection (status,
- * message) as its entry, so that the peers return CGM_ERROR_MISMATCH at
+ * and the start of cgm_last_error()) as its entry, so that the peers return CGM_ERROR_MISMATCH at
  * once naming this rank instead of waiting out timeout_ms; every rank's
  * comm stays usable. Waits (bounded) for every rank to arrive; keeps
  * cgm_last_error(). */
 void host_announce_rejection(const cgm_comm *comm, host_state *st, const char *op_name,
-                             cgm_status status, const char *message);
+                             cgm_status status);
 /* Tells peers this rank failed (after a timeout or peer failure). */
 void host_publish_failure(host_state *st, cgm_status status, int blamed);
 

@@ -279,7 +279,7 @@ static cgm_status get_plan(host_state *st, const plan_request *req,
 static cgm_status reject(cgm_comm *comm, host_state *st, const cgm_call *call,
                          plan_op op, cgm_status s) {
     if (comm->config.check_agreement && !call->agreed)
-        host_announce_rejection(comm, st, host_op_names[op], s, cgm_last_error());
+        host_announce_rejection(comm, st, host_op_names[op], s);
     return s;
 }
 
@@ -356,12 +356,12 @@ static cgm_status host_bulk(cgm_comm *comm, void *state, const cgm_call *call) {
     return host_run_op(comm, state, call, op);
 }
 
-/* The core rejected this rank's call before it reached host_run_op. */
+/* The core rejected this rank's call before it reached host_run_op; with
+ * the agreement check the peers are in the call's exchange. */
 static void host_rejected(cgm_comm *comm, void *state, cgm_op op,
                           cgm_status status) {
-    static const char *names[] = {"ag_gemm", "gemm_rs", "gemm_ar", "bulk"};
-    host_announce_rejection(comm, state, (unsigned)op < 4 ? names[op] : "?", status,
-                            cgm_last_error());
+    if (comm->config.check_agreement)
+        host_announce_rejection(comm, state, cgm_op_name(op), status);
 }
 
 /* ---- autotuner hooks ---- */

@@ -88,10 +88,10 @@ static cgm_status recv_message(const cgm_comm *comm, int fd, int peer,
     /* Whatever descriptors arrived are this process's now: on any error
      * below they are closed (each pins a peer's segment). */
     struct cmsghdr *c = got > 0 && nfds ? CMSG_FIRSTHDR(&msg) : NULL;
-    bool whole = c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-                 c->cmsg_len == CMSG_LEN(sizeof(int) * (size_t)nfds);
-    if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-        c->cmsg_len >= CMSG_LEN(0) && (!whole || (size_t)got != len)) {
+    bool rights = c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+                  c->cmsg_len >= CMSG_LEN(0);
+    bool whole = rights && c->cmsg_len == CMSG_LEN(sizeof(int) * (size_t)nfds);
+    if (rights && (!whole || (size_t)got != len)) {
         size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
         int *arrived = (int *)CMSG_DATA(c);
         for (size_t i = 0; i < n; i++) {

@@ -167,18 +167,6 @@ cgm_status host_flag_wait(const cgm_comm *comm, host_state *st, int src,
  * different kinds of exchange fail alike instead of misreading each other. */
 enum { HOST_XCHG_CHECK = 0, HOST_XCHG_TUNE = 1, HOST_XCHG_WORDS_ONLY = 2, HOST_XCHG_REJECTED = 3 };
 
-/* Publishes this rank's entry of exchange n (slot n & 1). */
-static void publish_slot(host_state *st, uint64_t n, const int64_t sig[CGM_SIGNATURE_WORDS],
-                         const int64_t *payload, int words, uint64_t epoch) {
-    int slot = (int)(n & 1);
-    host_control *me = host_ctrl(st, st->rank);
-    for (int i = 0; i < CGM_SIGNATURE_WORDS; i++)
-        atomic_store_explicit(&me->sig[slot][i], sig[i], memory_order_relaxed);
-    for (int i = 0; i < words; i++)
-        atomic_store_explicit(&me->payload[slot][i], payload[i], memory_order_relaxed);
-    atomic_store_explicit(&me->sig_op[slot], epoch, memory_order_relaxed);
-    atomic_store_explicit(&me->sig_epoch[slot], n, memory_order_release);
-}
 
 /* One exchange on the agreement channel: publishes `sig` and `words`
  * payload words as this rank's entry for its next exchange number n (slot
@@ -202,7 +190,15 @@ static cgm_status exchange_slot(const cgm_comm *comm, host_state *st,
                          "report this bug", words, HOST_XCHG_WORDS);
     uint64_t n = ++st->xchg;
     int slot = (int)(n & 1);
-    publish_slot(st, n, sig, payload, words, epoch);
+    host_control *me = host_ctrl(st, st->rank);
+    for (int i = 0; i < CGM_SIGNATURE_WORDS; i++)
+        atomic_store_explicit(&me->sig[slot][i], sig[i],
+                              memory_order_relaxed);
+    for (int i = 0; i < words; i++)
+        atomic_store_explicit(&me->payload[slot][i], payload[i],
+                              memory_order_relaxed);
+    atomic_store_explicit(&me->sig_op[slot], epoch, memory_order_relaxed);
+    atomic_store_explicit(&me->sig_epoch[slot], n, memory_order_release);
 
     char msg[512];
     host_wait w = {"publish its call signature", epoch, op_name, NULL};
@@ -286,16 +282,15 @@ static cgm_status check_rejected(const host_state *st, const int64_t *all_payloa
 }
 
 void host_announce_rejection(const cgm_comm *comm, host_state *st, const char *op_name,
-                             cgm_status status, const char *message) {
+                             cgm_status status) {
     int64_t sig[CGM_SIGNATURE_WORDS], payload[HOST_XCHG_WORDS];
     for (int i = 0; i < CGM_SIGNATURE_WORDS; i++) sig[i] = -3;
     memset(payload, 0, sizeof payload);
     payload[0] = HOST_XCHG_REJECTED;
     payload[1] = status;
-    char text[(HOST_XCHG_WORDS - 2) * 8], saved[512];
-    snprintf(text, sizeof text, "%s", message ? message : "");
-    memcpy(payload + 2, text, sizeof text);
+    char saved[512] = {0}; /* the exchange may overwrite the detail */
     snprintf(saved, sizeof saved, "%s", cgm_last_error());
+    memcpy(payload + 2, saved, (HOST_XCHG_WORDS - 2) * 8 - 1); /* its start; the last byte stays 0 */
     int64_t *all_sig = malloc((size_t)st->nranks * CGM_SIGNATURE_WORDS * sizeof *all_sig);
     int64_t *all_payload = malloc((size_t)st->nranks * HOST_XCHG_WORDS * sizeof *all_payload);
     uint64_t epoch = ++st->epoch;
