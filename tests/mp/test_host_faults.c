@@ -242,38 +242,74 @@ static void run_bad_nranks(const void *param) {
     mp_check_no_shm_leftovers();
 }
 
-/* ---- a connection that closes before its hello is dropped ---- */
+/* ---- connections that send no hello ---- */
 
-/* Rank 1 first connects to rank 0's listener and closes without a hello (a
- * process that gave up, or an earlier run's), then joins for real: rank 0
- * drops the empty connection and the comm is made. */
-static int rank_stray_connection(int rank, int P, const char *rdv, void *arg) {
-    (void)arg;
-    if (rank == 1) {
-        struct sockaddr_un addr;
-        memset(&addr, 0, sizeof addr);
-        addr.sun_family = AF_UNIX;
-        int len = snprintf(addr.sun_path + 1, sizeof addr.sun_path - 1, "commgemm.%s.0", rdv);
-        socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
-        bool connected = false;
-        for (int tries = 0; tries < 1000 && !connected; tries++) {
-            int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0); /* as the library's */
-            CHECK(fd >= 0);
-            connected = connect(fd, (struct sockaddr *)&addr, alen) == 0;
-            close(fd);
-            if (!connected) usleep(10000);
-        }
-        CHECK(connected);
+/* A connection to rank 0's listener at rendezvous `rdv`, made as the
+ * library's (retried while rank 0 is not listening yet). */
+static int connect_rank0(const char *rdv) {
+    struct sockaddr_un addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sun_family = AF_UNIX;
+    int len = snprintf(addr.sun_path + 1, sizeof addr.sun_path - 1, "commgemm.%s.0", rdv);
+    socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
+    for (int tries = 0; tries < 1000; tries++) {
+        int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        CHECK(fd >= 0);
+        if (connect(fd, (struct sockaddr *)&addr, alen) == 0) return fd;
+        close(fd);
+        usleep(10000);
     }
+    TEST_FAIL("could not connect to rank 0 at rendezvous '%s'", rdv);
+    return -1;
+}
+
+/* Rank 1 first connects to rank 0's listener without a hello, then joins
+ * for real: with `arg` NULL the first connection is closed first (a
+ * process that gave up, or an earlier run's), else it stays open and
+ * silent through the create. Either way rank 0 takes the real rank's hello
+ * and the comm is made. */
+static int rank_stray_connection(int rank, int P, const char *rdv, void *arg) {
+    int stray = rank == 1 ? connect_rank0(rdv) : -1;
+    if (stray >= 0 && !arg) close(stray);
     cgm_comm *comm = fault_comm(rank, P, rdv, 1);
     MP_CHECK_OK(run_op(comm, rank, P, good));
     CHECK_OK(cgm_comm_destroy(comm));
+    if (stray >= 0 && arg) close(stray);
     return 0;
 }
 
 static void run_stray_connection(const void *param) {
+    CHECK_INT_EQ(test_run_ranks(2, rank_stray_connection, (void *)param, 30, NULL), 0);
+    mp_check_no_shm_leftovers();
+}
+
+/* Rank 1 only holds a silent connection past the timeout: rank 0's create
+ * times out naming rank 1 and the silent connection. */
+static int rank_only_silent(int rank, int P, const char *rdv, void *arg) {
+    (void)arg;
+    if (rank == 1) {
+        int fd = connect_rank0(rdv);
+        usleep((TIMEOUT_MS + 1000) * 1000);
+        close(fd);
+        return 0;
+    }
+    cgm_config cfg = mp_config(TIMEOUT_MS);
+    cgm_bootstrap b = CGM_BOOTSTRAP_INIT;
+    b.rank = rank;
+    b.nranks = P;
+    b.rendezvous = rdv;
+    cgm_comm *comm = NULL;
+    double t0 = mp_now_ms();
+    cgm_status st = cgm_comm_create(&b, &cfg, &comm);
+    CHECK(comm == NULL);
+    expect_failure_naming(st, t0, "rank 1 did not join", true);
+    CHECK_CONTAINS(cgm_last_error(), "1 connection(s) were open but sent no hello");
+    return 0;
+}
+
+static void run_only_silent(const void *param) {
     (void)param;
-    CHECK_INT_EQ(test_run_ranks(2, rank_stray_connection, NULL, 30, NULL), 0);
+    CHECK_INT_EQ(test_run_ranks(2, rank_only_silent, NULL, 30, NULL), 0);
     mp_check_no_shm_leftovers();
 }
 
@@ -439,6 +475,7 @@ static void run_local_allgather_absent(const void *param) {
 
 static const int absent_rank[] = {2, 3};
 static int kill_marker;
+static int keep_open; /* silent_connection_at_rendezvous */
 static const mismatch_case mismatches[] = {
     {" m = ", {0, 13, 4, 6, CGM_DTYPE_FP32, CGM_LAYOUT_TN}, {0, 12, 4, 6, CGM_DTYPE_FP32, CGM_LAYOUT_TN}},
     {" k = ", {0, 12, 4, 5, CGM_DTYPE_FP32, CGM_LAYOUT_TN}, {0, 12, 4, 6, CGM_DTYPE_FP32, CGM_LAYOUT_TN}},
@@ -465,6 +502,8 @@ static void register_cases(void) {
     test_add("mismatch_nranks_at_rendezvous", run_bad_nranks, NULL);
     test_add("mismatch_check_agreement_at_rendezvous", run_bad_agreement, NULL);
     test_add("stray_connection_at_rendezvous", run_stray_connection, NULL);
+    test_add("silent_connection_at_rendezvous", run_stray_connection, &keep_open);
+    test_add("only_a_silent_connection_at_rendezvous", run_only_silent, NULL);
     test_add("same_name_comm_after_comm", run_same_name_again, NULL);
     test_add("bad_arguments_keep_comm_usable", run_bad_arguments, NULL);
     test_add("local_allgather", run_local_allgather, NULL);

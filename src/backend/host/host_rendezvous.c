@@ -353,67 +353,108 @@ static cgm_status connect_lower(cgm_comm *comm, host_state *st, int peer,
 }
 
 /* The timeout of accept_higher, naming the first higher rank missing. */
-static cgm_status join_timeout(cgm_comm *comm, host_state *st, int missing) {
+static cgm_status join_timeout(cgm_comm *comm, host_state *st, int missing,
+                               int silent) {
     int first = -1;
     for (int r = comm->rank + 1; r < comm->nranks && first < 0; r++)
         if (st->peers[r].fd < 0) first = r;
+    char also[160] = "";
+    if (silent > 0)
+        snprintf(also, sizeof also, "; %d connection(s) were open but sent "
+                 "no hello (not commgemm ranks, or ranks stuck before it)",
+                 silent);
     return cgm_error(CGM_ERROR_TIMEOUT,
                      "rank %d did not join rendezvous '%s' within "
                      "%lld ms (%d of ranks %d..%d missing; this is "
-                     "rank %d); start it, check that every rank uses "
+                     "rank %d%s); start it, check that every rank uses "
                      "the same rendezvous name, or raise "
                      "COMMGEMM_TIMEOUT_MS",
                      first, comm->rendezvous,
                      (long long)comm->config.timeout_ms, missing,
-                     comm->rank + 1, comm->nranks - 1, comm->rank);
+                     comm->rank + 1, comm->nranks - 1, comm->rank, also);
+}
+
+/* Connections accepted whose hello has not come yet: polled beside the
+ * listener, so that one that stays silent cannot hold the others up. A
+ * rank sends its hello right after connecting; past this many the oldest
+ * silent one is dropped. */
+enum { HOST_PENDING_MAX = 64 };
+
+/* The hello on accepted connection `fd` (readable): the rank is joined
+ * (*missing drops), or a connection that closed is dropped, or the error.
+ * Takes `fd`. */
+static cgm_status take_hello(cgm_comm *comm, host_state *st, int fd,
+                             int64_t deadline, int *missing) {
+    host_hello h;
+    cgm_status s = recv_message(comm, fd, -1, &h, sizeof h, NULL, 0, deadline,
+                                "a hello");
+    if (s == CGM_SUCCESS) s = check_hello(comm, st, &h, -1);
+    if (s != CGM_SUCCESS) {
+        close(fd);
+        /* A connection that closed before its hello (a process that gave
+         * up or restarted) is dropped. */
+        if (s == CGM_ERROR_PEER_FAILED) {
+            CGM_INFO(CGM_SUB_HOST, "rendezvous '%s': a connection closed before its hello; "
+                     "still waiting for %d rank(s)", comm->rendezvous, *missing);
+            return CGM_SUCCESS;
+        }
+        return s;
+    }
+    st->peers[h.rank].fd = fd;
+    st->peers[h.rank].pid = h.pid;
+    (*missing)--;
+    host_hello mine = make_hello(comm, st);
+    return send_message(fd, h.rank, &mine, sizeof mine, NULL, 0, "hello");
 }
 
 static cgm_status accept_higher(cgm_comm *comm, host_state *st,
                                 int64_t deadline) {
     int missing = comm->nranks - 1 - comm->rank;
-    while (missing > 0) {
-        struct pollfd p = {st->listen_fd, POLLIN, 0};
-        int rc = poll(&p, 1, remaining_ms(deadline));
+    int pending[HOST_PENDING_MAX], npending = 0;
+    cgm_status s = CGM_SUCCESS;
+    while (missing > 0 && s == CGM_SUCCESS) {
+        struct pollfd p[1 + HOST_PENDING_MAX];
+        p[0] = (struct pollfd){st->listen_fd, POLLIN, 0};
+        for (int i = 0; i < npending; i++)
+            p[1 + i] = (struct pollfd){pending[i], POLLIN, 0};
+        int rc = poll(p, (nfds_t)(1 + npending), remaining_ms(deadline));
         if (rc < 0 && errno == EINTR) continue;
-        if (rc == 0) return join_timeout(comm, st, missing);
-        if (rc < 0)
-            return cgm_error(CGM_ERROR_SYSTEM, "poll(listen) failed: %s",
-                             strerror(errno));
+        if (rc == 0) {
+            s = join_timeout(comm, st, missing, npending);
+            break;
+        }
+        if (rc < 0) {
+            s = cgm_error(CGM_ERROR_SYSTEM, "poll(listen) failed: %s",
+                          strerror(errno));
+            break;
+        }
+        /* From the last: the one moved into a taken place was seen. */
+        for (int i = npending - 1; i >= 0 && s == CGM_SUCCESS; i--) {
+            if (!p[1 + i].revents) continue;
+            int fd = pending[i];
+            pending[i] = pending[--npending];
+            s = take_hello(comm, st, fd, deadline, &missing);
+        }
+        if (s != CGM_SUCCESS || !p[0].revents) continue;
         int fd = accept4(st->listen_fd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED)
                 continue;
-            return cgm_error(CGM_ERROR_SYSTEM, "accept() failed: %s",
-                             strerror(errno));
+            s = cgm_error(CGM_ERROR_SYSTEM, "accept() failed: %s",
+                          strerror(errno));
+            break;
         }
-        host_hello h;
-        cgm_status s = recv_message(comm, fd, -1, &h, sizeof h, NULL, 0,
-                                    deadline, "a hello");
-        if (s != CGM_SUCCESS) {
-            /* A connection that closed before its hello (a process that
-             * gave up or restarted) is dropped; one that sent nothing
-             * until the deadline: the ranks still missing are named. */
-            close(fd);
-            if (s == CGM_ERROR_PEER_FAILED) {
-                CGM_INFO(CGM_SUB_HOST, "rendezvous '%s': a connection closed before its hello; "
-                         "still waiting for %d rank(s)", comm->rendezvous, missing);
-                continue;
-            }
-            return s == CGM_ERROR_TIMEOUT ? join_timeout(comm, st, missing) : s;
+        if (npending == HOST_PENDING_MAX) {
+            CGM_INFO(CGM_SUB_HOST, "rendezvous '%s': %d connections sent no hello; "
+                     "dropping the oldest", comm->rendezvous, npending);
+            close(pending[0]);
+            memmove(pending, pending + 1, sizeof(int) * (size_t)(npending - 1));
+            npending--;
         }
-        s = check_hello(comm, st, &h, -1);
-        if (s != CGM_SUCCESS) {
-            close(fd);
-            return s;
-        }
-        st->peers[h.rank].fd = fd;
-        st->peers[h.rank].pid = h.pid;
-        host_hello mine = make_hello(comm, st);
-        s = send_message(fd, h.rank, &mine, sizeof mine, NULL, 0, "hello");
-        if (s != CGM_SUCCESS) return s;
-        missing--;
+        pending[npending++] = fd;
     }
-    return CGM_SUCCESS;
+    for (int i = 0; i < npending; i++) close(pending[i]);
+    return s;
 }
 
 static cgm_status exchange_segments(cgm_comm *comm, host_state *st,
