@@ -103,7 +103,8 @@ cgm_status cgm_param_int(const char *name, int64_t *value, bool *from_env);
  * `meaning` (what the range is) and the default (*value untouched). */
 cgm_status cgm_param_int_range(const char *name, int64_t lo, int64_t hi,
                                const char *meaning, int64_t *value);
-/* String parameter: the env value, else the default (may be NULL). */
+/* String parameter: the env value, else the default (may be NULL);
+ * *from_env (when from_env is not NULL) says which. */
 const char *cgm_param_string(const char *name, bool *from_env);
 
 /* A string parameter that takes one of `count` words, choices[0] being its

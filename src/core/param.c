@@ -84,6 +84,8 @@ static const cgm_param params[] = {
      "Autotuner, host and p2p backends, AG+GEMM: 1 adds the lead schedule (splits 4 and 8) to the candidates. 0 (default): lead runs only when asked for (COMMGEMM_ALGO=lead, options.algo), until it has been measured on GPUs (docs/P2P_BACKEND.md, Next). Every rank must use the same value."},
     {"COMMGEMM_TIMELINE", CGM_PARAM_STRING, NULL,
      "p2p backend, diagnostics: path prefix; each eager op records an event around every schedule step (fused calls: every copy, flag, GEMM and kernel launch) and writes a Chrome trace <prefix>.<op>.<algo>.r<rank>.json (last call per op and algorithm) plus an INFO line with the busy time per queue. The op then synchronizes its stream: never for timing runs."},
+    {"COMMGEMM_TEST_P2P_FAIL", CGM_PARAM_STRING, NULL,
+     "Testing only, never in production: RANK:N makes rank RANK's N-th p2p op on each comm (counted from 1: every op that gets as far as forking its queues, tuner measurements included) fail on purpose right after the fork, before it enqueues any step, with CGM_ERROR_CUDA (as a CUDA failure there would). Exercises the path that joins the queues and marks the comm broken while the peers wait for this rank and time out (tests/gpu p2p_failure_after_fork_breaks_comm)."},
     {"COMMGEMM_DEBUG", CGM_PARAM_STRING, NULL, "Log level: NONE (default), WARN, INFO, TRACE."},
     {"COMMGEMM_DEBUG_SUBSYS", CGM_PARAM_STRING, NULL,
      "Comma-separated subsystems to log: INIT, PLAN, HOST, P2P, NCCL, CUBLASMP, TUNE, CALL, ALL (default ALL)."},
@@ -165,7 +167,7 @@ cgm_status cgm_param_int_range(const char *name, int64_t lo, int64_t hi,
 const char *cgm_param_string(const char *name, bool *from_env) {
     int i = param_index(name);
     if (i < 0) return NULL;
-    *from_env = param_env[i] != NULL;
+    if (from_env) *from_env = param_env[i] != NULL;
     return param_env[i] ? param_env[i] : params[i].default_value;
 }
 

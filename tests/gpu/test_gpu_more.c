@@ -351,6 +351,130 @@ static void test_timeout(const void *param) {
     gpu_run(2, &cfg, timeout_body, NULL, 60);
 }
 
+/* ------------------------------------------------- failure after fork */
+
+/* COMMGEMM_TEST_P2P_FAIL=0:2: rank 0's second op fails on purpose right
+ * after its fork, before it enqueues a step. Rank 0 gets the failure at
+ * once, its stream joined back (a sync returns) and its comm broken; rank
+ * 1's op waits for rank 0's signals and times out naming rank 0. */
+static void fail_after_fork_body(gpu_rank *g, void *arg) {
+    (void)arg;
+    int r = g->rank, P = g->nranks;
+    const int64_t m = 512, k = 128, n = 128;
+    cudaStream_t st = g->stream;
+    int64_t m_r = cgm_shard_rows(m, r, P), off = cgm_shard_offset(m, r, P);
+    cgm_matrix x = gpu_matrix(CGM_DTYPE_BF16, m_r, k);
+    cgm_matrix w = gpu_matrix(CGM_DTYPE_BF16, n, k);
+    cgm_matrix y = gpu_matrix(CGM_DTYPE_BF16, m, n);
+    gpu_fill(&x, 3, off, 0, k, st);
+    gpu_fill(&w, 4, 0, 0, k, st);
+    CHECK_OK(cgm_all_gather_gemm(g->comm, &x, &w, NULL, &y, NULL, NULL, st));
+    GPU_CHECK(cudaStreamSynchronize(st));
+    int64_t t0 = cgm_now_ns();
+    if (r == 0) {
+        CHECK_STATUS(cgm_all_gather_gemm(g->comm, &x, &w, NULL, &y, NULL,
+                                         NULL, st),
+                     CGM_ERROR_CUDA);
+        CHECK_CONTAINS(cgm_last_error(), "failure injected on rank 0");
+        CHECK_CONTAINS(cgm_last_error(), "out of step");
+        CHECK_CONTAINS(cgm_last_error(), "destroy it");
+        GPU_CHECK(cudaStreamSynchronize(st));
+        double took_s = (double)(cgm_now_ns() - t0) / 1e9;
+        if (took_s > (double)test_scaled_ms(500) / 1e3)
+            TEST_FAIL("the failed op and its sync took %.2f s, expected at "
+                      "once", took_s);
+        /* Broken: the next op is refused at once, saying why. */
+        CHECK_STATUS(cgm_all_gather_gemm(g->comm, &x, &w, NULL, &y, NULL,
+                                         NULL, st),
+                     CGM_ERROR_CUDA);
+        CHECK_CONTAINS(cgm_last_error(), "broken by an earlier failure");
+        printf("rank 0: %s\n", cgm_last_error());
+        CHECK_OK(cgm_comm_destroy(g->comm));
+        /* stay alive (mapped memory valid) while rank 1 waits */
+        sleep((unsigned)((test_scaled_ms(4000) + 999) / 1000));
+        fflush(stdout);
+        _exit(0);
+    }
+    if (r != 1) _exit(0);
+    CHECK_OK(cgm_all_gather_gemm(g->comm, &x, &w, NULL, &y, NULL, NULL, st));
+    GPU_CHECK(cudaStreamSynchronize(st));
+    double waited_s = (double)(cgm_now_ns() - t0) / 1e9;
+    double bound_s = (double)test_scaled_ms(2500) / 1e3;
+    if (waited_s > bound_s)
+        TEST_FAIL("rank 1 waited %.2f s, expected ~%.0f s (at most %.1f)",
+                  waited_s, (double)test_scaled_ms(1000) / 1e3, bound_s);
+    cgm_status async = CGM_SUCCESS;
+    CHECK_OK(cgm_comm_get_async_error(g->comm, &async));
+    CHECK_INT_EQ(async, CGM_ERROR_TIMEOUT);
+    CHECK_CONTAINS(cgm_last_error(), "rank 0");
+    printf("rank 1 after %.2f s: %s\n", waited_s, cgm_last_error());
+    cgm_comm_destroy(g->comm);
+    fflush(stdout);
+    _exit(0);
+}
+
+static void test_fail_after_fork(const void *param) {
+    int P = gpu_ranks_or_skip();
+    if (P < 2)
+        TEST_SKIP("the failure case needs 2 ranks, found %d GPU (or set "
+                  "COMMGEMM_TEST_RANKS=2 to share it)", P);
+    /* Read once per process: set before the ranks start. */
+    setenv("COMMGEMM_TEST_P2P_FAIL", "0:2", 1);
+    cgm_config cfg = gpu_config();
+    /* An algorithm and split count given: no tuner runs among the ops. */
+    cfg.algo = param ? *(const cgm_algo *)param : CGM_ALGO_SPLIT_PIPELINED;
+    cfg.splits = 2;
+    cfg.timeout_ms = test_scaled_ms(1000);
+    gpu_run(2, &cfg, fail_after_fork_body, NULL, 60);
+}
+
+/* COMMGEMM_TEST_P2P_FAIL=1:init: rank 1's p2p init fails after making its
+ * device resources, past the last exchange it used to have. Every rank's
+ * create fails at once (not after the 20 s timeout): rank 1 with its own
+ * error, the others naming rank 1 and quoting it. LOCAL bootstrap, so the
+ * ranks may share a GPU. */
+static int rank_init_fails(int rank, int P, const char *rdv, void *arg) {
+    (void)arg;
+    int ndev = 0;
+    GPU_CHECK(cudaGetDeviceCount(&ndev));
+    GPU_CHECK(cudaSetDevice(rank % ndev));
+    cgm_bootstrap b = CGM_BOOTSTRAP_INIT;
+    b.kind = CGM_BOOTSTRAP_LOCAL;
+    b.rank = rank;
+    b.nranks = P;
+    b.rendezvous = rdv;
+    cgm_config cfg = gpu_config();
+    cgm_comm *c = NULL;
+    int64_t t0 = cgm_now_ns();
+    cgm_status st = cgm_comm_create(&b, &cfg, &c);
+    double took_s = (double)(cgm_now_ns() - t0) / 1e9;
+    printf("rank %d after %.2f s: %s: %s\n", rank, took_s,
+           cgm_status_string(st), cgm_last_error());
+    CHECK(c == NULL);
+    if (rank == 1) {
+        CHECK_INT_EQ(st, CGM_ERROR_CUDA);
+    } else {
+        CHECK_INT_EQ(st, CGM_ERROR_PEER_FAILED);
+        CHECK_CONTAINS(cgm_last_error(), "failed on rank 1");
+        CHECK_CONTAINS(cgm_last_error(), cgm_status_string(CGM_ERROR_CUDA));
+    }
+    CHECK_CONTAINS(cgm_last_error(), "failure injected on rank 1");
+    if (took_s > (double)cfg.timeout_ms / 2e3)
+        TEST_FAIL("the create took %.2f s, expected well under the %.0f s "
+                  "timeout", took_s, (double)cfg.timeout_ms / 1e3);
+    return 0;
+}
+
+static void test_init_fails(const void *param) {
+    (void)param;
+    int P = gpu_ranks_or_skip();
+    if (P < 2) P = 2; /* LOCAL: the ranks may share the GPU */
+    setenv("COMMGEMM_TEST_P2P_FAIL", "1:init", 1);
+    setenv("COMMGEMM_LT_REDUCTION", "fp32", 0);
+    if (test_run_ranks(P, rank_init_fails, NULL, 120, NULL) != 0)
+        TEST_FAIL("a rank failed (see above)");
+}
+
 /* -------------------------------------------------------------- limits */
 
 static void limits_body(gpu_rank *g, void *arg) {
@@ -578,6 +702,10 @@ void register_more_cases(void) {
     test_add("graph_capture_replay_fused_signal_copy", test_graph_signal_copy, &fused);
     test_add("timeout_names_missing_rank", test_timeout, NULL);
     test_add("timeout_names_missing_rank_fused", test_timeout, &fused);
+    test_add("p2p_failure_after_fork_breaks_comm", test_fail_after_fork, NULL);
+    test_add("p2p_failure_after_fork_breaks_comm_fused", test_fail_after_fork,
+             &fused);
+    test_add("p2p_init_failure_fails_every_rank", test_init_fails, NULL);
     test_add("workspace_limits", test_limits, NULL);
     test_add("memory_its_backend_cannot_read_refused", test_memory, NULL);
     test_add("one_process_two_ranks_refused", test_one_process_refused, NULL);
@@ -592,6 +720,9 @@ void register_more_cases(void) {
     static const bad_setting bad_own_waits = {"COMMGEMM_P2P_RS_OWN_WAITS",
                                               "elsewhere", "queue"};
     test_add("bad_rs_own_setting", test_bad_settings, &bad_rs_own);
+    static const bad_setting bad_test_fail = {"COMMGEMM_TEST_P2P_FAIL", "0:first",
+                                              "RANK:N"};
+    test_add("bad_p2p_test_fail_setting", test_bad_settings, &bad_test_fail);
     test_add("bad_p2p_rs_own_waits_setting", test_bad_settings,
              &bad_own_waits);
 }

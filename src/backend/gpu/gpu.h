@@ -211,15 +211,27 @@ typedef struct cgm_peer_mem {
     size_t bytes;
     void *local;
     void **peer;
+    cudaIpcMemHandle_t handle; /* of `local` */
 } cgm_peer_mem;
 
-/* Collective. Allocates `bytes` (zeroed) on the current device of every
- * rank and maps every rank's into every rank. */
-cgm_status cgm_peer_mem_create(cgm_comm *comm, size_t bytes,
-                               cgm_peer_mem *out);
+/* Local. Allocates `bytes` (zeroed) on the current device, for
+ * cgm_peer_mem_open; on failure `out` holds what to destroy. */
+cgm_status cgm_peer_mem_alloc(size_t bytes, cgm_peer_mem *out);
+/* Collective. Maps every rank's allocation (cgm_peer_mem_alloc, the same
+ * size on every rank) into every rank, with one verdict on every rank:
+ * a rank that cannot map a peer's fails every rank (cgm_gpu_agree). */
+cgm_status cgm_peer_mem_open(cgm_comm *comm, cgm_peer_mem *pm);
 /* Unmaps the peers and frees the local allocation (not collective; the
  * caller makes sure no peer still uses it). Safe on a zeroed struct. */
 void cgm_peer_mem_destroy(cgm_peer_mem *pm);
+
+/* Collective: every rank passes its own status of some local step
+ * (`what`, e.g. "making the p2p backend's device resources", its detail in
+ * cgm_last_error()) and every rank gets one verdict: CGM_SUCCESS if all
+ * succeeded; a rank that failed gets its own status and message back; the
+ * others get CGM_ERROR_PEER_FAILED naming the first rank that failed and
+ * quoting its status and message. Bounded by the comm's timeout. */
+cgm_status cgm_gpu_agree(cgm_comm *comm, cgm_status mine, const char *what);
 
 /* Collective check that every rank runs on this host, in a process of its
  * own, and that this rank's device, cuda_device, can reach every peer's

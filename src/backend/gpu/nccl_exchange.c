@@ -176,58 +176,108 @@ fail:
     return status;
 }
 
+typedef struct verdict_record {
+    int32_t status, pad_;
+    char message[248];
+} verdict_record;
+
+cgm_status cgm_gpu_agree(cgm_comm *comm, cgm_status mine, const char *what) {
+    int rank = comm->rank, nranks = comm->nranks;
+    if (nranks == 1) return mine;
+    verdict_record me;
+    memset(&me, 0, sizeof me);
+    me.status = (int32_t)mine;
+    if (mine != CGM_SUCCESS)
+        snprintf(me.message, sizeof me.message, "%s", cgm_last_error());
+    verdict_record *all = calloc((size_t)nranks, sizeof *all);
+    cgm_status st = all ? cgm_gpu_allgather_host(comm, &me, all, sizeof me)
+                        : cgm_error(CGM_ERROR_OUT_OF_MEMORY, "calloc of %d "
+                                    "verdicts", nranks);
+    if (mine != CGM_SUCCESS) {
+        free(all);
+        /* Its own failure, said again in case the exchange replaced it. */
+        return st == CGM_SUCCESS ? mine : cgm_error(mine, "%s", me.message);
+    }
+    if (st != CGM_SUCCESS) {
+        free(all);
+        return st;
+    }
+    for (int r = 0; r < nranks; r++) {
+        if (all[r].status == CGM_SUCCESS) continue;
+        all[r].message[sizeof all[r].message - 1] = '\0';
+        st = cgm_error(CGM_ERROR_PEER_FAILED,
+                       "%s failed on rank %d (%s: %s), so it fails on every "
+                       "rank (this is rank %d); fix rank %d and create the "
+                       "comm again",
+                       what, r, cgm_status_string((cgm_status)all[r].status),
+                       all[r].message, rank, r);
+        break;
+    }
+    free(all);
+    return st;
+}
+
 typedef struct ipc_record {
     cudaIpcMemHandle_t handle;
     uint64_t bytes;
 } ipc_record;
 
-cgm_status cgm_peer_mem_create(cgm_comm *comm, size_t bytes,
-                               cgm_peer_mem *out) {
+cgm_status cgm_peer_mem_alloc(size_t bytes, cgm_peer_mem *out) {
+    cgm_status status = CGM_SUCCESS;
+    memset(out, 0, sizeof *out);
+    out->bytes = bytes;
+    CGM_CUDA_TRY(cudaMalloc(&out->local, bytes));
+    CGM_CUDA_TRY(cudaMemset(out->local, 0, bytes));
+    CGM_CUDA_TRY(cudaDeviceSynchronize());
+    CGM_CUDA_TRY(cudaIpcGetMemHandle(&out->handle, out->local));
+fail:
+    return status;
+}
+
+cgm_status cgm_peer_mem_open(cgm_comm *comm, cgm_peer_mem *pm) {
     cgm_status status = CGM_SUCCESS;
     int rank = comm->rank, nranks = comm->nranks;
     ipc_record mine, *all = NULL;
-    memset(out, 0, sizeof *out);
     memset(&mine, 0, sizeof mine);
-    out->rank = rank;
-    out->nranks = nranks;
-    out->bytes = bytes;
-    out->peer = calloc((size_t)nranks, sizeof(void *));
+    mine.handle = pm->handle;
+    mine.bytes = pm->bytes;
+    pm->rank = rank;
+    pm->nranks = nranks;
+    pm->peer = calloc((size_t)nranks, sizeof(void *));
     all = calloc((size_t)nranks, sizeof *all);
-    if (!out->peer || !all) {
+    if (!pm->peer || !all) {
         status = cgm_error(CGM_ERROR_OUT_OF_MEMORY, "calloc for %d peers",
                            nranks);
         goto fail;
     }
-    CGM_CUDA_TRY(cudaMalloc(&out->local, bytes));
-    CGM_CUDA_TRY(cudaMemset(out->local, 0, bytes));
-    CGM_CUDA_TRY(cudaDeviceSynchronize());
-    CGM_CUDA_TRY(cudaIpcGetMemHandle(&mine.handle, out->local));
-    mine.bytes = bytes;
     CGM_TRY(cgm_gpu_allgather_host(comm, &mine, all, sizeof mine));
+    /* The same records on every rank: the same verdict. */
     for (int r = 0; r < nranks; r++) {
-        if (all[r].bytes != bytes) {
+        if (all[r].bytes != pm->bytes) {
             status = cgm_error(CGM_ERROR_MISMATCH,
                                "expected every rank to register a %llu-byte "
                                "workspace, found %llu bytes on rank %d; give "
                                "every rank the same COMMGEMM_MAX_M/N/K",
-                               (unsigned long long)bytes,
+                               (unsigned long long)pm->bytes,
                                (unsigned long long)all[r].bytes, r);
             goto fail;
         }
     }
-    for (int r = 0; r < nranks; r++) {
-        if (r == rank) {
-            out->peer[r] = out->local;
-            continue;
+    pm->peer[rank] = pm->local;
+    for (int r = 0; r < nranks && status == CGM_SUCCESS; r++) {
+        if (r == rank) continue;
+        cudaError_t e = cudaIpcOpenMemHandle(&pm->peer[r], all[r].handle,
+                                             cudaIpcMemLazyEnablePeerAccess);
+        if (e != cudaSuccess) {
+            pm->peer[r] = NULL;
+            status = cgm_error_context(
+                cgm_cuda_fail(e, "cudaIpcOpenMemHandle", __FILE__, __LINE__),
+                "mapping rank %d's workspace", r);
         }
-        CGM_CUDA_TRY(cudaIpcOpenMemHandle(&out->peer[r], all[r].handle,
-                                          cudaIpcMemLazyEnablePeerAccess));
     }
-    free(all);
-    return CGM_SUCCESS;
+    status = cgm_gpu_agree(comm, status, "mapping the peers' workspaces");
 fail:
     free(all);
-    cgm_peer_mem_destroy(out);
     return status;
 }
 

@@ -142,16 +142,32 @@ fail:
     return status;
 }
 
-static cgm_status p2p_init(cgm_comm *comm, void **state) {
+/* COMMGEMM_TEST_P2P_FAIL=RANK:N (testing only): p2p_after_fork fails this
+ * rank's N-th op; RANK:init: alloc_local fails. */
+static cgm_status read_test_fail(p2p_state *st) {
+    const char *v = cgm_param_string("COMMGEMM_TEST_P2P_FAIL", NULL);
+    if (!v) return CGM_SUCCESS;
+    int rank = -1, used = 0;
+    long long n = 0;
+    bool ok = sscanf(v, "%d:%lld%n", &rank, &n, &used) == 2 && n >= 1;
+    if (!ok) {
+        used = 0;
+        n = P2P_TEST_FAIL_INIT;
+        ok = sscanf(v, "%d:init%n", &rank, &used) == 1 && used > 0;
+    }
+    if (!ok || v[used] != '\0' || rank < 0)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "expected COMMGEMM_TEST_P2P_FAIL=RANK:N or RANK:init "
+                         "(a rank >= 0, an op count >= 1; testing only), "
+                         "found \"%s\"; unset it", v);
+    if (rank == st->rank) st->test_fail_at = n;
+    return CGM_SUCCESS;
+}
+
+/* The p2p settings (COMMGEMM_P2P_*), read into `st`; *comm_priority: the
+ * comm queue's (0 high, 1 low). Local: nothing is allocated. */
+static cgm_status read_settings(p2p_state *st, int *comm_priority_out) {
     cgm_status status = CGM_SUCCESS;
-    int previous = -1;
-    p2p_state *st = calloc(1, sizeof *st);
-    if (!st) return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "calloc p2p_state");
-    st->comm = comm;
-    st->rank = comm->rank;
-    st->nranks = comm->nranks;
-    st->device = comm->cuda_device = comm_device(comm);
-    st->timeout_ms = comm->config.timeout_ms;
     /* In the order of the P2P_PUSH_* values; the first is the default. */
     static const char *const push_modes[] = {"beside", "pieces", "taper",
                                              "store", "single"};
@@ -208,10 +224,18 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
     CGM_TRY(cgm_param_choice("COMMGEMM_P2P_RUN_ORDER", run_orders, 2,
                              &run_order));
     st->run_order = (plan_run_order)run_order;
+    *comm_priority_out = comm_priority;
     CGM_TRY(read_sm_push(st));
-    CGM_TRY(enter_device(st, &previous));
-    CGM_TRY(cgm_check_node_peers(comm, st->device));
+    CGM_TRY(read_test_fail(st));
+fail:
+    return status;
+}
 
+/* This rank's device resources: the workspace (not yet mapped by the
+ * peers), slots, queues, cuBLASLt, the kernels loaded. Local. */
+static cgm_status alloc_local(p2p_state *st, int comm_priority) {
+    cgm_status status = CGM_SUCCESS;
+    const cgm_comm *comm = st->comm;
     /* Sizes, from the config's maxima (fp32 elements: the widest dtype). */
     const cgm_resolved_config *c = &comm->config;
     int64_t width = c->max_k > c->max_n ? c->max_k : c->max_n;
@@ -238,7 +262,7 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
              (long long)slot_rows, (long long)c->max_n,
              st->partial_bytes >> 20, (long long)c->max_m,
              (long long)c->max_n, (long long)c->max_k);
-    CGM_TRY(cgm_peer_mem_create(comm, total, &st->ws));
+    CGM_TRY(cgm_peer_mem_alloc(total, &st->ws));
     if (st->partial_bytes)
         CGM_CUDA_TRY(cudaMalloc(&st->partial, st->partial_bytes));
     CGM_CUDA_TRY(cudaMalloc((void **)&st->dev, sizeof *st->dev));
@@ -295,6 +319,37 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
     CGM_CUDA_TRY(cgm_dev_preload());
     CGM_CUDA_TRY(cgm_hgemm_preload());
     CGM_CUDA_TRY(cudaDeviceSynchronize());
+    if (st->test_fail_at == P2P_TEST_FAIL_INIT)
+        status = cgm_error(CGM_ERROR_CUDA, "p2p: failure injected on rank %d "
+                           "after its device resources were made "
+                           "(COMMGEMM_TEST_P2P_FAIL, testing only)", st->rank);
+fail:
+    return status;
+}
+
+static cgm_status p2p_init(cgm_comm *comm, void **state) {
+    cgm_status status = CGM_SUCCESS;
+    int previous = -1;
+    p2p_state *st = calloc(1, sizeof *st);
+    if (!st) return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "calloc p2p_state");
+    st->comm = comm;
+    st->rank = comm->rank;
+    st->nranks = comm->nranks;
+    st->device = comm->cuda_device = comm_device(comm);
+    st->timeout_ms = comm->config.timeout_ms;
+    int comm_priority = 0;
+    /* Every step that can fail on one rank alone ends in an exchange of
+     * verdicts, so that a failure on any rank fails the create on every
+     * rank at once, naming it, instead of leaving the peers to wait out
+     * the timeout (or, past the last exchange, to make a comm whose first
+     * op waits for a rank that has none). */
+    status = read_settings(st, &comm_priority);
+    if (status == CGM_SUCCESS) status = enter_device(st, &previous);
+    CGM_TRY(cgm_gpu_agree(comm, status, "reading the p2p settings"));
+    CGM_TRY(cgm_check_node_peers(comm, st->device));
+    CGM_TRY(cgm_gpu_agree(comm, alloc_local(st, comm_priority),
+                          "making the p2p backend's device resources"));
+    CGM_TRY(cgm_peer_mem_open(comm, &st->ws));
     leave_device(st, previous);
     *state = st;
     return CGM_SUCCESS;
