@@ -154,13 +154,6 @@ cgm_status ncclb_bulk(ncclb_op *op) {
                          cgm_matrix_ld(&c->send), c->coll_m, c->coll_cols,
                          cgm_dtype_size(c->coll_dtype), st->comm_stream);
     }
-    if (st->nranks > CGM_DEV_MAX_SOURCES &&
-        c->collective == CGM_COLLECTIVE_REDUCE_SCATTER)
-        return cgm_error(CGM_ERROR_NOT_SUPPORTED,
-                         "cgm_bulk_overlap (nccl backend): reduce-scatter over "
-                         "%d ranks, but its reduction sums at most %d "
-                         "sources; use fewer ranks", st->nranks,
-                         CGM_DEV_MAX_SOURCES);
     if (c->collective == CGM_COLLECTIVE_ALL_GATHER)
         CGM_TRY(bulk_all_gather(op));
     else

@@ -68,6 +68,14 @@ static cgm_status check_limits(const ncclb_state *st, const cgm_call *c) {
         if ((s = limit(fn, "the collective's rows", c->coll_m,
                        "COMMGEMM_MAX_M", cfg->max_m)))
             return s;
+        /* Before its GEMM is enqueued: refused, the call does nothing. */
+        if (st->nranks > CGM_DEV_MAX_SOURCES &&
+            c->collective == CGM_COLLECTIVE_REDUCE_SCATTER)
+            return cgm_error(CGM_ERROR_NOT_SUPPORTED,
+                             "%s (nccl backend): reduce-scatter over %d "
+                             "ranks, but its reduction sums at most %d "
+                             "sources; use fewer ranks", fn, st->nranks,
+                             CGM_DEV_MAX_SOURCES);
         return limit(fn, "the collective's columns", c->coll_cols,
                      cfg->max_n >= cfg->max_k ? "COMMGEMM_MAX_N"
                                               : "COMMGEMM_MAX_K",
