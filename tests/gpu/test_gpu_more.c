@@ -353,7 +353,7 @@ static void test_timeout(const void *param) {
 
 /* ------------------------------------------------- failure after fork */
 
-/* COMMGEMM_TEST_P2P_FAIL=0:2: rank 0's second op fails on purpose right
+/* COMMGEMM_TEST_FAIL=0:2: rank 0's second op fails on purpose right
  * after its fork, before it enqueues a step. Rank 0 gets the failure at
  * once, its stream joined back (a sync returns) and its comm broken; rank
  * 1's op waits for rank 0's signals and times out naming rank 0. */
@@ -419,7 +419,7 @@ static void test_fail_after_fork(const void *param) {
         TEST_SKIP("the failure case needs 2 ranks, found %d GPU (or set "
                   "COMMGEMM_TEST_RANKS=2 to share it)", P);
     /* Read once per process: set before the ranks start. */
-    setenv("COMMGEMM_TEST_P2P_FAIL", "0:2", 1);
+    setenv("COMMGEMM_TEST_FAIL", "0:2", 1);
     cgm_config cfg = gpu_config();
     /* An algorithm and split count given: no tuner runs among the ops. */
     cfg.algo = param ? *(const cgm_algo *)param : CGM_ALGO_SPLIT_PIPELINED;
@@ -428,7 +428,7 @@ static void test_fail_after_fork(const void *param) {
     gpu_run(2, &cfg, fail_after_fork_body, NULL, 60);
 }
 
-/* COMMGEMM_TEST_P2P_FAIL=1:init: rank 1's p2p init fails after making its
+/* COMMGEMM_TEST_FAIL=1:init: rank 1's p2p init fails after making its
  * device resources, past the last exchange it used to have. Every rank's
  * create fails at once (not after the 20 s timeout): rank 1 with its own
  * error, the others naming rank 1 and quoting it. LOCAL bootstrap, so the
@@ -469,7 +469,7 @@ static void test_init_fails(const void *param) {
     (void)param;
     int P = gpu_ranks_or_skip();
     if (P < 2) P = 2; /* LOCAL: the ranks may share the GPU */
-    setenv("COMMGEMM_TEST_P2P_FAIL", "1:init", 1);
+    setenv("COMMGEMM_TEST_FAIL", "1:init", 1);
     setenv("COMMGEMM_LT_REDUCTION", "fp32", 0);
     if (test_run_ranks(P, rank_init_fails, NULL, 120, NULL) != 0)
         TEST_FAIL("a rank failed (see above)");
@@ -720,9 +720,6 @@ void register_more_cases(void) {
     static const bad_setting bad_own_waits = {"COMMGEMM_P2P_RS_OWN_WAITS",
                                               "elsewhere", "queue"};
     test_add("bad_rs_own_setting", test_bad_settings, &bad_rs_own);
-    static const bad_setting bad_test_fail = {"COMMGEMM_TEST_P2P_FAIL", "0:first",
-                                              "RANK:N"};
-    test_add("bad_p2p_test_fail_setting", test_bad_settings, &bad_test_fail);
     test_add("bad_p2p_rs_own_waits_setting", test_bad_settings,
              &bad_own_waits);
 }

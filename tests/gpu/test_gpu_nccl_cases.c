@@ -151,6 +151,65 @@ static void timeout_fn(nrank *g, const void *arg) {
                  async);
 }
 
+/* ---- a rank that fails in the middle of an op ---- */
+
+/* COMMGEMM_TEST_FAIL=0:2: rank 0's second op fails on purpose right after
+ * its fork. Rank 0 gets the failure at once, its streams joined, its comm
+ * broken; the peers' op waits for rank 0's part until their watchdog
+ * expires it. */
+static void fail_fn(nrank *g, const void *arg) {
+    (void)arg;
+    const int P = g->nranks, r = g->rank;
+    const int64_t m = 64, n = 64, k = 64;
+    cgm_matrix hx = nt_host(CGM_DTYPE_BF16, m, k, 1), hw = nt_host(CGM_DTYPE_BF16, n, k, 2);
+    int64_t mr = cgm_shard_rows(m, r, P);
+    cgm_matrix dx = nt_upload(&hx, cgm_shard_offset(m, r, P), mr, 0, k, 0);
+    cgm_matrix dw = nt_upload(&hw, 0, n, 0, k, 0), dy = nt_upload(&hx, 0, m, 0, n, 0);
+    CHECK_OK(cgm_all_gather_gemm(g->comm, &dx, &dw, NULL, &dy, NULL, NULL, g->stream));
+    GCHECK(cudaStreamSynchronize(g->stream));
+    int64_t t0 = cgm_now_ns();
+    cgm_status st = cgm_all_gather_gemm(g->comm, &dx, &dw, NULL, &dy, NULL, NULL, g->stream);
+    if (r == 0) {
+        CHECK_INT_EQ(st, CGM_ERROR_CUDA);
+        CHECK_CONTAINS(cgm_last_error(), "nccl backend: rank 0 failed in the middle of the op");
+        CHECK_CONTAINS(cgm_last_error(), "failure injected on rank 0 at its op 2");
+        GCHECK(cudaStreamSynchronize(g->stream));
+        double took = (double)(cgm_now_ns() - t0) / 1e9;
+        if (took > (double)test_scaled_ms(500) / 1e3)
+            TEST_FAIL("the failed op and its sync took %.2f s, expected at once", took);
+        CHECK_STATUS(cgm_all_gather_gemm(g->comm, &dx, &dw, NULL, &dy, NULL, NULL, g->stream),
+                     CGM_ERROR_CUDA);
+        CHECK_CONTAINS(cgm_last_error(), "broken by an earlier failure");
+        fprintf(stderr, "rank 0: %s\n", cgm_last_error());
+        /* alive while the peers wait */
+        if (P > 1) sleep((unsigned)((test_scaled_ms(4000) + 999) / 1000));
+    } else {
+        cgm_status async = st;
+        char detail[1024];
+        snprintf(detail, sizeof detail, "%s", cgm_last_error());
+        while (async == CGM_SUCCESS && cgm_now_ns() - t0 < test_scaled_ms(6000) * 1000000) {
+            CHECK_OK(cgm_comm_get_async_error(g->comm, &async));
+            snprintf(detail, sizeof detail, "%s", cgm_last_error());
+            usleep(10000);
+        }
+        double waited = (double)(cgm_now_ns() - t0) / 1e9;
+        fprintf(stderr, "rank %d after %.2f s: status %s: %s\n", r, waited,
+                cgm_status_string(async), detail);
+        CHECK(async == CGM_ERROR_TIMEOUT || async == CGM_ERROR_PEER_FAILED);
+        CHECK(waited < (double)test_scaled_ms(3000) / 1e3);
+        if (P == 2) CHECK_CONTAINS(detail, "rank 0");
+        int64_t t1 = cgm_now_ns();
+        while (cudaStreamQuery(g->stream) == cudaErrorNotReady) {
+            if (cgm_now_ns() - t1 > test_scaled_ms(5000) * 1000000)
+                TEST_FAIL("stream still busy %.0f s after the abort", (double)test_scaled_ms(5000) / 1e3);
+            usleep(1000);
+        }
+        (void)cudaGetLastError();
+    }
+    cudaFree(dx.data); cudaFree(dw.data); cudaFree(dy.data);
+    test_free(&hx); test_free(&hw);
+}
+
 /* ---- limits, agreement ---- */
 
 static void limits_fn(nrank *g, const void *arg) {
@@ -226,6 +285,16 @@ static void case_timeout(const void *p) {
     c.check_agreement = 0; /* the watchdog, not the agreement exchange */
     nt_run(multi(), &c, timeout_fn, p, 100);
 }
+/* Every GPU, or one: rank 0's own path needs no peer. */
+static void case_fail(const void *p) {
+    int n = nt_gpu_count();
+    setenv("COMMGEMM_TEST_FAIL", "0:2", 1); /* read once, by the forked ranks */
+    cgm_config c = nt_config();
+    c.timeout_ms = test_scaled_ms(1000);
+    c.algo = CGM_ALGO_SPLIT_PIPELINED; /* no tuner runs among the ops */
+    c.splits = 2;
+    nt_run(n > 8 ? 8 : n, &c, fail_fn, p, 100);
+}
 static void case_limits(const void *p) {
     cgm_config c = nt_config();
     nt_run(multi(), &c, limits_fn, p, 100);
@@ -258,6 +327,7 @@ static void register_cases(void) {
     test_set_timeout(100);
     test_add("timeout_names_missing_rank", case_timeout, NULL);
     test_add("limits_and_agreement", case_limits, NULL);
+    test_add("failure_after_fork_breaks_comm", case_fail, NULL);
     test_add("probe_needs_nccl_bootstrap", case_probe, NULL);
 }
 

@@ -37,10 +37,67 @@ static void test_other(const void *p) {
     CHECK_CONTAINS(cgm_last_error(), "destroy the comm");
 }
 
+/* COMMGEMM_TEST_FAIL (testing only): parameters are read once per
+ * process, and every case runs in a process of its own, so each sets its
+ * value first. */
+static void test_fault_op(const void *p) {
+    (void)p;
+    setenv("COMMGEMM_TEST_FAIL", "1:3", 1);
+    cgm_test_fault other, mine;
+    CHECK_OK(cgm_test_fault_read(0, &other));
+    CHECK_OK(cgm_test_fault_read(1, &mine));
+    CHECK(!mine.init && mine.fail_at == 3);
+    for (int op = 1; op <= 5; op++) {
+        CHECK_OK(cgm_test_fault_after_fork(&other, 0, "p2p"));
+        cgm_status st = cgm_test_fault_after_fork(&mine, 1, "nccl backend");
+        if (op != 3) {
+            CHECK_OK(st);
+            continue;
+        }
+        CHECK_INT_EQ(st, CGM_ERROR_CUDA);
+        CHECK_CONTAINS(cgm_last_error(), "nccl backend: failure injected on rank 1 at its op 3");
+    }
+}
+
+static void test_fault_init(const void *p) {
+    (void)p;
+    setenv("COMMGEMM_TEST_FAIL", "2:init", 1);
+    cgm_test_fault f;
+    CHECK_OK(cgm_test_fault_read(2, &f));
+    CHECK(f.init && f.fail_at == 0);
+    CHECK_OK(cgm_test_fault_read(1, &f));
+    CHECK(!f.init && f.fail_at == 0);
+}
+
+static void test_fault_unset(const void *p) {
+    (void)p;
+    unsetenv("COMMGEMM_TEST_FAIL");
+    cgm_test_fault f;
+    CHECK_OK(cgm_test_fault_read(0, &f));
+    for (int op = 1; op <= 3; op++) CHECK_OK(cgm_test_fault_after_fork(&f, 0, "p2p"));
+}
+
+static void test_fault_malformed(const void *p) {
+    const char *value = p;
+    setenv("COMMGEMM_TEST_FAIL", value, 1);
+    cgm_test_fault f;
+    CHECK_STATUS(cgm_test_fault_read(0, &f), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "expected COMMGEMM_TEST_FAIL=RANK:N or RANK:init");
+    CHECK_CONTAINS(cgm_last_error(), value);
+}
+
 static void register_cases(void) {
     test_add("out_of_memory", test_out_of_memory, NULL);
     test_add("no_kernel_image", test_no_kernel_image, NULL);
     test_add("other", test_other, NULL);
+    test_add("test_fault_op", test_fault_op, NULL);
+    test_add("test_fault_init", test_fault_init, NULL);
+    test_add("test_fault_unset", test_fault_unset, NULL);
+    static const char *const bad[] = {"0:first", "-1:2", "0:0", "0:2x", "x", "1:initx"};
+    static const char *const names[] = {"test_fault_word", "test_fault_negative_rank",
+                                        "test_fault_op_zero", "test_fault_trailing",
+                                        "test_fault_no_colon", "test_fault_init_trailing"};
+    for (int i = 0; i < 6; i++) test_add(names[i], test_fault_malformed, bad[i]);
 }
 
 int main(int argc, char **argv) { return test_main(argc, argv, register_cases); }

@@ -225,6 +225,23 @@ cgm_status cgm_peer_mem_open(cgm_comm *comm, cgm_peer_mem *pm);
  * caller makes sure no peer still uses it). Safe on a zeroed struct. */
 void cgm_peer_mem_destroy(cgm_peer_mem *pm);
 
+/* COMMGEMM_TEST_FAIL (testing only, docs/env.md): a failure injected into
+ * one rank's op or init, for the tests of the paths that share a failure
+ * with the peers. */
+typedef struct cgm_test_fault {
+    int64_t fail_at; /* this rank's op to fail, counted from 1; 0: none */
+    bool init;       /* fail this rank's init (p2p backend) */
+    int64_t forks;   /* ops counted so far (cgm_test_fault_after_fork) */
+} cgm_test_fault;
+/* Reads COMMGEMM_TEST_FAIL=RANK:N or RANK:init for this rank (zeroed when
+ * unset or naming another rank); CGM_ERROR_INVALID_ARGUMENT if malformed. */
+cgm_status cgm_test_fault_read(int rank, cgm_test_fault *f);
+/* Called by an op of `backend` right after it forked its streams: counts
+ * it, and fails (CGM_ERROR_CUDA, as a CUDA failure there would) the one
+ * COMMGEMM_TEST_FAIL names. */
+cgm_status cgm_test_fault_after_fork(cgm_test_fault *f, int rank,
+                                     const char *backend);
+
 /* Collective: every rank passes its own status of some local step
  * (`what`, e.g. "making the p2p backend's device resources", its detail in
  * cgm_last_error()) and every rank gets one verdict: CGM_SUCCESS if all

@@ -128,3 +128,35 @@ cgm_status cgm_gpu_wait_done(cudaEvent_t event, cudaStream_t stream,
 fail:
     return status;
 }
+
+cgm_status cgm_test_fault_read(int rank, cgm_test_fault *f) {
+    memset(f, 0, sizeof *f);
+    const char *v = cgm_param_string("COMMGEMM_TEST_FAIL", NULL);
+    if (!v) return CGM_SUCCESS;
+    int who = -1, used = 0;
+    long long n = 0;
+    bool init = false;
+    bool ok = sscanf(v, "%d:%lld%n", &who, &n, &used) == 2 && n >= 1;
+    if (!ok) {
+        used = 0;
+        init = true;
+        ok = sscanf(v, "%d:init%n", &who, &used) == 1 && used > 0;
+    }
+    if (!ok || v[used] != '\0' || who < 0)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "expected COMMGEMM_TEST_FAIL=RANK:N or RANK:init "
+                         "(a rank >= 0, an op count >= 1; testing only), "
+                         "found \"%s\"; unset it", v);
+    if (who != rank) return CGM_SUCCESS;
+    f->init = init;
+    f->fail_at = init ? 0 : n;
+    return CGM_SUCCESS;
+}
+
+cgm_status cgm_test_fault_after_fork(cgm_test_fault *f, int rank,
+                                     const char *backend) {
+    if (++f->forks != f->fail_at) return CGM_SUCCESS;
+    return cgm_error(CGM_ERROR_CUDA, "%s: failure injected on rank %d at its "
+                     "op %lld, right after the fork (COMMGEMM_TEST_FAIL, "
+                     "testing only)", backend, rank, (long long)f->forks);
+}

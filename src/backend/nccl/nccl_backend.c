@@ -191,6 +191,7 @@ static cgm_status ncclb_init(cgm_comm *comm, void **state) {
         goto fail;
     }
     st->blocking = blocking == 1;
+    CGM_TRY(cgm_test_fault_read(st->rank, &st->fault));
     CGM_CUDA_TRY(cudaGetDevice(&previous));
     CGM_CUDA_TRY(cudaSetDevice(st->device));
     CGM_TRY(split_comm(st, (ncclComm_t)comm->nccl_comm));
@@ -355,13 +356,13 @@ static cgm_status ncclb_run(cgm_comm *comm, void *state, const cgm_call *call) {
     ncclb_state *st = state;
     int previous = -1;
     cgm_status status = CGM_SUCCESS;
-    (void)comm;
     enum cudaStreamCaptureMode mode = ncclb_relax_capture();
     CGM_CUDA_TRY(cudaGetDevice(&previous));
     if (previous != st->device) CGM_CUDA_TRY(cudaSetDevice(st->device));
     ncclb_op op;
     CGM_TRY(ncclb_op_begin(st, call, &op));
-    switch (call->op) {
+    status = cgm_test_fault_after_fork(&st->fault, st->rank, "nccl backend");
+    if (status == CGM_SUCCESS) switch (call->op) {
     case CGM_OP_ALL_GATHER_GEMM: status = ncclb_all_gather_gemm(&op); break;
     case CGM_OP_GEMM_REDUCE_SCATTER:
         status = ncclb_gemm_reduce_scatter(&op, false);
@@ -372,6 +373,19 @@ static cgm_status ncclb_run(cgm_comm *comm, void *state, const cgm_call *call) {
     default: status = ncclb_bulk(&op); break;
     }
     status = ncclb_op_end(&op, status);
+    if (status != CGM_SUCCESS && status != CGM_ERROR_TIMEOUT &&
+        status != CGM_ERROR_PEER_FAILED) {
+        /* Past the agreement and the fork the peers are in this op too: a
+         * failure of this rank here (some of its NCCL calls may be out)
+         * leaves the ranks out of step. The peers' waits expire naming this
+         * rank (their watchdogs); this comm refuses further ops. (A timeout
+         * or a peer's failure: the core marks the comm broken.) */
+        cgm_error_context(status, "nccl backend: rank %d failed in the middle "
+                          "of the op, so the ranks are out of step and the "
+                          "comm is broken (destroy it and create a new one)",
+                          st->rank);
+        cgm_comm_mark_broken(comm, status);
+    }
 fail:
     if (previous >= 0 && previous != st->device) cudaSetDevice(previous);
     ncclb_restore_capture(mode);

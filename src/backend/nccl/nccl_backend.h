@@ -101,6 +101,7 @@ typedef struct ncclb_state {
     volatile int stop;
     ncclb_watch watch[NCCLB_WATCH_SLOTS];
     int watch_current; /* slot of the op being issued, or -1 */
+    cgm_test_fault fault; /* COMMGEMM_TEST_FAIL (testing only) */
     /* Sticky asynchronous error (set under lock). */
     cgm_status async_status;
     char async_message[640];

@@ -148,9 +148,7 @@ typedef struct p2p_state {
     int **retired_orders;
     int nretired_orders;
     int fused_fallback_notes; /* INFO lines said about calls run split */
-    int64_t forks;        /* ops that forked their queues (p2p_after_fork) */
-    int64_t test_fail_at; /* COMMGEMM_TEST_P2P_FAIL: this rank's op to fail,
-                           * or P2P_TEST_FAIL_INIT */
+    cgm_test_fault fault; /* COMMGEMM_TEST_FAIL (testing only) */
     int own_kernel_notes; /* INFO lines: own GEMMs run by commgemm's kernel */
     struct p2p_fused_trace *fused_trace; /* during a traced fused call */
 } p2p_state;
@@ -255,11 +253,6 @@ bool p2p_fused_applies(const p2p_state *st, const cgm_call *call,
 bool p2p_fused_tunable(const p2p_state *st, const cgm_call *call);
 cgm_status p2p_fused_execute(p2p_state *st, const cgm_call *call);
 void p2p_fused_cache_clear(p2p_state *st);
-enum { P2P_TEST_FAIL_INIT = -1 }; /* COMMGEMM_TEST_P2P_FAIL=RANK:init */
-
-/* Called by an op right after its fork: counts the fork, and fails the
- * one that COMMGEMM_TEST_P2P_FAIL names (testing only). */
-cgm_status p2p_after_fork(p2p_state *st);
 /* A failure after an op's fork (p2p_execute, p2p_fused_execute): this rank
  * enqueued part of the op (the epoch is bumped, signals may be out), so it
  * and its peers are out of step. Joins the `nqueues` queues back into the

@@ -142,28 +142,6 @@ fail:
     return status;
 }
 
-/* COMMGEMM_TEST_P2P_FAIL=RANK:N (testing only): p2p_after_fork fails this
- * rank's N-th op; RANK:init: alloc_local fails. */
-static cgm_status read_test_fail(p2p_state *st) {
-    const char *v = cgm_param_string("COMMGEMM_TEST_P2P_FAIL", NULL);
-    if (!v) return CGM_SUCCESS;
-    int rank = -1, used = 0;
-    long long n = 0;
-    bool ok = sscanf(v, "%d:%lld%n", &rank, &n, &used) == 2 && n >= 1;
-    if (!ok) {
-        used = 0;
-        n = P2P_TEST_FAIL_INIT;
-        ok = sscanf(v, "%d:init%n", &rank, &used) == 1 && used > 0;
-    }
-    if (!ok || v[used] != '\0' || rank < 0)
-        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
-                         "expected COMMGEMM_TEST_P2P_FAIL=RANK:N or RANK:init "
-                         "(a rank >= 0, an op count >= 1; testing only), "
-                         "found \"%s\"; unset it", v);
-    if (rank == st->rank) st->test_fail_at = n;
-    return CGM_SUCCESS;
-}
-
 /* The p2p settings (COMMGEMM_P2P_*), read into `st`; *comm_priority: the
  * comm queue's (0 high, 1 low). Local: nothing is allocated. */
 static cgm_status read_settings(p2p_state *st, int *comm_priority_out) {
@@ -226,7 +204,7 @@ static cgm_status read_settings(p2p_state *st, int *comm_priority_out) {
     st->run_order = (plan_run_order)run_order;
     *comm_priority_out = comm_priority;
     CGM_TRY(read_sm_push(st));
-    CGM_TRY(read_test_fail(st));
+    CGM_TRY(cgm_test_fault_read(st->rank, &st->fault));
 fail:
     return status;
 }
@@ -319,10 +297,10 @@ static cgm_status alloc_local(p2p_state *st, int comm_priority) {
     CGM_CUDA_TRY(cgm_dev_preload());
     CGM_CUDA_TRY(cgm_hgemm_preload());
     CGM_CUDA_TRY(cudaDeviceSynchronize());
-    if (st->test_fail_at == P2P_TEST_FAIL_INIT)
+    if (st->fault.init)
         status = cgm_error(CGM_ERROR_CUDA, "p2p: failure injected on rank %d "
                            "after its device resources were made "
-                           "(COMMGEMM_TEST_P2P_FAIL, testing only)", st->rank);
+                           "(COMMGEMM_TEST_FAIL, testing only)", st->rank);
 fail:
     return status;
 }

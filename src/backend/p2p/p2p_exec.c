@@ -902,14 +902,6 @@ fail:
     return status;
 }
 
-cgm_status p2p_after_fork(p2p_state *st) {
-    if (++st->forks != st->test_fail_at) return CGM_SUCCESS;
-    return cgm_error(CGM_ERROR_CUDA, "p2p: failure injected on rank %d "
-                     "at its op %lld, right after the fork "
-                     "(COMMGEMM_TEST_P2P_FAIL, testing only)", st->rank,
-                     (long long)st->forks);
-}
-
 cgm_status p2p_abandon_op(p2p_state *st, cudaStream_t caller, int nqueues,
                           cgm_status status) {
     for (int q = 0; q < nqueues; q++)
@@ -982,7 +974,7 @@ cgm_status p2p_execute(p2p_state *st, const cgm_call *call) {
     CGM_CUDA_TRY(cudaEventRecord(st->fork, caller));
     for (int q = 0; q < nqueues; q++)
         CGM_CUDA_TRY(cudaStreamWaitEvent(st->queues[q], st->fork, 0));
-    CGM_TRY(p2p_after_fork(st));
+    CGM_TRY(cgm_test_fault_after_fork(&st->fault, st->rank, "p2p"));
     if (programs_on(&x)) {
         /* The order depends on the plan, the comm's run order and whether
          * copies join (accumulate): made once per plan entry and kind. */

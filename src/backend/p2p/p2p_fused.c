@@ -995,7 +995,7 @@ cgm_status p2p_fused_execute(p2p_state *st, const cgm_call *call) {
     CGM_CUDA_TRY(cudaEventRecord(st->fork, caller));
     for (int q = 0; q < nqueues; q++)
         CGM_CUDA_TRY(cudaStreamWaitEvent(st->queues[q], st->fork, 0));
-    CGM_TRY(p2p_after_fork(st));
+    CGM_TRY(cgm_test_fault_after_fork(&st->fault, st->rank, "p2p"));
     CGM_TRY(ag ? fused_ag(st, call, e, S, kernel, false)
                : fused_rs(st, call, e, S, kernel, false));
     for (int q = 0; q < nqueues; q++) {
