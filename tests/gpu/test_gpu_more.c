@@ -296,48 +296,72 @@ static void test_graph_fused_single(const void *param) {
 
 /* ------------------------------------------------------------- timeout */
 
-static void timeout_body(gpu_rank *g, void *arg) {
-    (void)arg;
-    int r = g->rank, P = g->nranks;
+/* The op of the timeout and failure cases: a bf16 AG+GEMM of 512 rows
+ * (k = n = 128), this rank's operands filled. */
+typedef struct small_ag {
+    cgm_matrix x, w, y;
+} small_ag;
+
+static small_ag small_ag_make(gpu_rank *g) {
     const int64_t m = 512, k = 128, n = 128;
-    cudaStream_t st = g->stream;
-    int64_t m_r = cgm_shard_rows(m, r, P), off = cgm_shard_offset(m, r, P);
-    cgm_matrix x = gpu_matrix(CGM_DTYPE_BF16, m_r, k);
-    cgm_matrix w = gpu_matrix(CGM_DTYPE_BF16, n, k);
-    cgm_matrix y = gpu_matrix(CGM_DTYPE_BF16, m, n);
-    gpu_fill(&x, 3, off, 0, k, st);
-    gpu_fill(&w, 4, 0, 0, k, st);
-    /* Both ranks once (agreement and plan made), then rank 1 skips. */
-    CHECK_OK(cgm_all_gather_gemm(g->comm, &x, &w, NULL, &y, NULL, NULL, st));
-    GPU_CHECK(cudaStreamSynchronize(st));
-    if (r == 1) {
-        /* stay alive (mapped memory valid) while rank 0 waits */
-        sleep((unsigned)((test_scaled_ms(4000) + 999) / 1000));
-        fflush(stdout);
-        _exit(0); /* skip the teardown: the comm pair is broken */
-    }
-    if (r != 0) _exit(0);
-    int64_t t0 = cgm_now_ns();
-    CHECK_OK(cgm_all_gather_gemm(g->comm, &x, &w, NULL, &y, NULL, NULL, st));
-    GPU_CHECK(cudaStreamSynchronize(st));
+    int r = g->rank, P = g->nranks;
+    small_ag a;
+    a.x = gpu_matrix(CGM_DTYPE_BF16, cgm_shard_rows(m, r, P), k);
+    a.w = gpu_matrix(CGM_DTYPE_BF16, n, k);
+    a.y = gpu_matrix(CGM_DTYPE_BF16, m, n);
+    gpu_fill(&a.x, 3, cgm_shard_offset(m, r, P), 0, k, g->stream);
+    gpu_fill(&a.w, 4, 0, 0, k, g->stream);
+    return a;
+}
+
+static cgm_status small_ag_call(gpu_rank *g, small_ag *a) {
+    return cgm_all_gather_gemm(g->comm, &a->x, &a->w, NULL, &a->y, NULL, NULL,
+                               g->stream);
+}
+
+/* After an op enqueued at t0 whose peer `who` ("rank 1") never did its
+ * part: the stream drains after about the 1 s timeout (bounded), the comm
+ * reports CGM_ERROR_TIMEOUT naming `who`, and so does the next op. Returns
+ * the seconds waited. */
+static double expect_peer_timeout(gpu_rank *g, small_ag *a, int64_t t0,
+                                  const char *who) {
+    GPU_CHECK(cudaStreamSynchronize(g->stream));
     double waited_s = (double)(cgm_now_ns() - t0) / 1e9;
     double bound_s = (double)test_scaled_ms(2500) / 1e3;
     if (waited_s > bound_s)
-        TEST_FAIL("the wait took %.2f s, expected ~%.0f s (at most %.1f)",
-                  waited_s, (double)test_scaled_ms(1000) / 1e3, bound_s);
+        TEST_FAIL("rank %d waited %.2f s, expected ~%.0f s (at most %.1f)",
+                  g->rank, waited_s, (double)test_scaled_ms(1000) / 1e3,
+                  bound_s);
     cgm_status async = CGM_SUCCESS;
     CHECK_OK(cgm_comm_get_async_error(g->comm, &async));
     CHECK_INT_EQ(async, CGM_ERROR_TIMEOUT);
-    CHECK_CONTAINS(cgm_last_error(), "rank 1");
-    /* The next op returns it too. */
-    CHECK_STATUS(cgm_all_gather_gemm(g->comm, &x, &w, NULL, &y, NULL, NULL,
-                                     st),
-                 CGM_ERROR_TIMEOUT);
-    CHECK_CONTAINS(cgm_last_error(), "rank 1");
-    printf("timeout after %.2f s: %s\n", waited_s, cgm_last_error());
-    cgm_comm_destroy(g->comm);
+    CHECK_CONTAINS(cgm_last_error(), who);
+    CHECK_STATUS(small_ag_call(g, a), CGM_ERROR_TIMEOUT);
+    CHECK_CONTAINS(cgm_last_error(), who);
+    printf("rank %d after %.2f s: %s\n", g->rank, waited_s, cgm_last_error());
+    return waited_s;
+}
+
+/* Ends a rank of a broken pair without the teardown, after staying alive
+ * (its mapped memory valid) while the peer waits out its timeout. */
+static void linger_and_exit(bool linger) {
+    if (linger) sleep((unsigned)((test_scaled_ms(4000) + 999) / 1000));
     fflush(stdout);
     _exit(0);
+}
+
+static void timeout_body(gpu_rank *g, void *arg) {
+    (void)arg;
+    small_ag a = small_ag_make(g);
+    /* Both ranks once (agreement and plan made), then rank 1 skips. */
+    CHECK_OK(small_ag_call(g, &a));
+    GPU_CHECK(cudaStreamSynchronize(g->stream));
+    if (g->rank != 0) linger_and_exit(g->rank == 1);
+    int64_t t0 = cgm_now_ns();
+    CHECK_OK(small_ag_call(g, &a));
+    expect_peer_timeout(g, &a, t0, "rank 1");
+    cgm_comm_destroy(g->comm);
+    linger_and_exit(false);
 }
 
 static void test_timeout(const void *param) {
@@ -359,58 +383,32 @@ static void test_timeout(const void *param) {
  * 1's op waits for rank 0's signals and times out naming rank 0. */
 static void fail_after_fork_body(gpu_rank *g, void *arg) {
     (void)arg;
-    int r = g->rank, P = g->nranks;
-    const int64_t m = 512, k = 128, n = 128;
-    cudaStream_t st = g->stream;
-    int64_t m_r = cgm_shard_rows(m, r, P), off = cgm_shard_offset(m, r, P);
-    cgm_matrix x = gpu_matrix(CGM_DTYPE_BF16, m_r, k);
-    cgm_matrix w = gpu_matrix(CGM_DTYPE_BF16, n, k);
-    cgm_matrix y = gpu_matrix(CGM_DTYPE_BF16, m, n);
-    gpu_fill(&x, 3, off, 0, k, st);
-    gpu_fill(&w, 4, 0, 0, k, st);
-    CHECK_OK(cgm_all_gather_gemm(g->comm, &x, &w, NULL, &y, NULL, NULL, st));
-    GPU_CHECK(cudaStreamSynchronize(st));
+    small_ag a = small_ag_make(g);
+    CHECK_OK(small_ag_call(g, &a));
+    GPU_CHECK(cudaStreamSynchronize(g->stream));
     int64_t t0 = cgm_now_ns();
-    if (r == 0) {
-        CHECK_STATUS(cgm_all_gather_gemm(g->comm, &x, &w, NULL, &y, NULL,
-                                         NULL, st),
-                     CGM_ERROR_CUDA);
+    if (g->rank == 0) {
+        CHECK_STATUS(small_ag_call(g, &a), CGM_ERROR_CUDA);
         CHECK_CONTAINS(cgm_last_error(), "failure injected on rank 0");
         CHECK_CONTAINS(cgm_last_error(), "out of step");
         CHECK_CONTAINS(cgm_last_error(), "destroy it");
-        GPU_CHECK(cudaStreamSynchronize(st));
+        GPU_CHECK(cudaStreamSynchronize(g->stream));
         double took_s = (double)(cgm_now_ns() - t0) / 1e9;
         if (took_s > (double)test_scaled_ms(500) / 1e3)
             TEST_FAIL("the failed op and its sync took %.2f s, expected at "
                       "once", took_s);
         /* Broken: the next op is refused at once, saying why. */
-        CHECK_STATUS(cgm_all_gather_gemm(g->comm, &x, &w, NULL, &y, NULL,
-                                         NULL, st),
-                     CGM_ERROR_CUDA);
+        CHECK_STATUS(small_ag_call(g, &a), CGM_ERROR_CUDA);
         CHECK_CONTAINS(cgm_last_error(), "broken by an earlier failure");
         printf("rank 0: %s\n", cgm_last_error());
         CHECK_OK(cgm_comm_destroy(g->comm));
-        /* stay alive (mapped memory valid) while rank 1 waits */
-        sleep((unsigned)((test_scaled_ms(4000) + 999) / 1000));
-        fflush(stdout);
-        _exit(0);
+        linger_and_exit(true);
     }
-    if (r != 1) _exit(0);
-    CHECK_OK(cgm_all_gather_gemm(g->comm, &x, &w, NULL, &y, NULL, NULL, st));
-    GPU_CHECK(cudaStreamSynchronize(st));
-    double waited_s = (double)(cgm_now_ns() - t0) / 1e9;
-    double bound_s = (double)test_scaled_ms(2500) / 1e3;
-    if (waited_s > bound_s)
-        TEST_FAIL("rank 1 waited %.2f s, expected ~%.0f s (at most %.1f)",
-                  waited_s, (double)test_scaled_ms(1000) / 1e3, bound_s);
-    cgm_status async = CGM_SUCCESS;
-    CHECK_OK(cgm_comm_get_async_error(g->comm, &async));
-    CHECK_INT_EQ(async, CGM_ERROR_TIMEOUT);
-    CHECK_CONTAINS(cgm_last_error(), "rank 0");
-    printf("rank 1 after %.2f s: %s\n", waited_s, cgm_last_error());
+    if (g->rank != 1) linger_and_exit(false);
+    CHECK_OK(small_ag_call(g, &a));
+    expect_peer_timeout(g, &a, t0, "rank 0");
     cgm_comm_destroy(g->comm);
-    fflush(stdout);
-    _exit(0);
+    linger_and_exit(false);
 }
 
 static void test_fail_after_fork(const void *param) {

@@ -105,25 +105,40 @@ static void mixed_fn(nrank *g, const void *arg) {
     }
 }
 
-/* ---- a rank that never comes ---- */
+/* ---- a rank that never comes, a rank that fails mid-op ---- */
 
-static void timeout_fn(nrank *g, const void *arg) {
-    (void)arg;
+/* The op of these cases: a bf16 AG+GEMM of 64 rows (n = k = 64), this
+ * rank's operands uploaded. */
+typedef struct small_ag {
+    cgm_matrix hx, hw, dx, dw, dy;
+} small_ag;
+
+static small_ag small_ag_make(nrank *g) {
     const int P = g->nranks, r = g->rank;
     const int64_t m = 64, n = 64, k = 64;
-    cgm_matrix hx = nt_host(CGM_DTYPE_BF16, m, k, 1), hw = nt_host(CGM_DTYPE_BF16, n, k, 2);
-    int64_t mr = cgm_shard_rows(m, r, P);
-    cgm_matrix dx = nt_upload(&hx, cgm_shard_offset(m, r, P), mr, 0, k, 0);
-    cgm_matrix dw = nt_upload(&hw, 0, n, 0, k, 0), dy = nt_upload(&hx, 0, m, 0, n, 0);
-    CHECK_OK(cgm_all_gather_gemm(g->comm, &dx, &dw, NULL, &dy, NULL, NULL, g->stream));
-    GCHECK(cudaStreamSynchronize(g->stream));
-    if (r != 0) {
-        /* skips the second op; rank 0 must not wait for it */
-        sleep((unsigned)((test_scaled_ms(4000) + 999) / 1000));
-        return;
-    }
-    int64_t t0 = cgm_now_ns();
-    cgm_status st = cgm_all_gather_gemm(g->comm, &dx, &dw, NULL, &dy, NULL, NULL, g->stream);
+    small_ag a;
+    a.hx = nt_host(CGM_DTYPE_BF16, m, k, 1);
+    a.hw = nt_host(CGM_DTYPE_BF16, n, k, 2);
+    a.dx = nt_upload(&a.hx, cgm_shard_offset(m, r, P), cgm_shard_rows(m, r, P), 0, k, 0);
+    a.dw = nt_upload(&a.hw, 0, n, 0, k, 0);
+    a.dy = nt_upload(&a.hx, 0, m, 0, n, 0);
+    return a;
+}
+
+static cgm_status small_ag_call(nrank *g, small_ag *a) {
+    return cgm_all_gather_gemm(g->comm, &a->dx, &a->dw, NULL, &a->dy, NULL, NULL, g->stream);
+}
+
+static void small_ag_free(small_ag *a) {
+    cudaFree(a->dx.data); cudaFree(a->dw.data); cudaFree(a->dy.data);
+    test_free(&a->hx); test_free(&a->hw);
+}
+
+/* After an op (its call returned `st`) enqueued at t0 whose peer never did
+ * its part: the watchdog expires it within the 1 s timeout (bounded), the
+ * comm reports a timeout or peer failure naming `who` (NULL: not checked),
+ * and the aborted comm lets the stream drain, bounded. Returns the status. */
+static cgm_status expect_expired(nrank *g, cgm_status st, int64_t t0, const char *who) {
     cgm_status async = st;
     char detail[1024];
     snprintf(detail, sizeof detail, "%s", cgm_last_error());
@@ -133,12 +148,11 @@ static void timeout_fn(nrank *g, const void *arg) {
         usleep(10000);
     }
     double waited = (double)(cgm_now_ns() - t0) / 1e9;
-    fprintf(stderr, "timeout after %.2f s: status %s: %s\n", waited,
+    fprintf(stderr, "rank %d after %.2f s: status %s: %s\n", g->rank, waited,
             cgm_status_string(async), detail);
     CHECK(async == CGM_ERROR_TIMEOUT || async == CGM_ERROR_PEER_FAILED);
     CHECK(waited < (double)test_scaled_ms(3000) / 1e3);
-    CHECK_CONTAINS(detail, "rank 1");
-    /* The aborted comm lets the stream drain, bounded. */
+    if (who) CHECK_CONTAINS(detail, who);
     int64_t t1 = cgm_now_ns();
     while (cudaStreamQuery(g->stream) == cudaErrorNotReady) {
         if (cgm_now_ns() - t1 > test_scaled_ms(5000) * 1000000)
@@ -146,12 +160,29 @@ static void timeout_fn(nrank *g, const void *arg) {
         usleep(1000);
     }
     (void)cudaGetLastError();
-    /* The comm is broken: later ops say so. */
-    CHECK_STATUS(cgm_all_gather_gemm(g->comm, &dx, &dw, NULL, &dy, NULL, NULL, g->stream),
-                 async);
+    return async;
 }
 
-/* ---- a rank that fails in the middle of an op ---- */
+/* Stays alive while the peers wait out their timeout. */
+static void linger(void) {
+    sleep((unsigned)((test_scaled_ms(4000) + 999) / 1000));
+}
+
+static void timeout_fn(nrank *g, const void *arg) {
+    (void)arg;
+    small_ag a = small_ag_make(g);
+    CHECK_OK(small_ag_call(g, &a));
+    GCHECK(cudaStreamSynchronize(g->stream));
+    if (g->rank != 0) {
+        linger(); /* skips the second op; rank 0 must not wait for it */
+    } else {
+        int64_t t0 = cgm_now_ns();
+        cgm_status async = expect_expired(g, small_ag_call(g, &a), t0, "rank 1");
+        /* The comm is broken: later ops say so. */
+        CHECK_STATUS(small_ag_call(g, &a), async);
+    }
+    small_ag_free(&a);
+}
 
 /* COMMGEMM_TEST_FAIL=0:2: rank 0's second op fails on purpose right after
  * its fork. Rank 0 gets the failure at once, its streams joined, its comm
@@ -159,17 +190,12 @@ static void timeout_fn(nrank *g, const void *arg) {
  * expires it. */
 static void fail_fn(nrank *g, const void *arg) {
     (void)arg;
-    const int P = g->nranks, r = g->rank;
-    const int64_t m = 64, n = 64, k = 64;
-    cgm_matrix hx = nt_host(CGM_DTYPE_BF16, m, k, 1), hw = nt_host(CGM_DTYPE_BF16, n, k, 2);
-    int64_t mr = cgm_shard_rows(m, r, P);
-    cgm_matrix dx = nt_upload(&hx, cgm_shard_offset(m, r, P), mr, 0, k, 0);
-    cgm_matrix dw = nt_upload(&hw, 0, n, 0, k, 0), dy = nt_upload(&hx, 0, m, 0, n, 0);
-    CHECK_OK(cgm_all_gather_gemm(g->comm, &dx, &dw, NULL, &dy, NULL, NULL, g->stream));
+    small_ag a = small_ag_make(g);
+    CHECK_OK(small_ag_call(g, &a));
     GCHECK(cudaStreamSynchronize(g->stream));
     int64_t t0 = cgm_now_ns();
-    cgm_status st = cgm_all_gather_gemm(g->comm, &dx, &dw, NULL, &dy, NULL, NULL, g->stream);
-    if (r == 0) {
+    cgm_status st = small_ag_call(g, &a);
+    if (g->rank == 0) {
         CHECK_INT_EQ(st, CGM_ERROR_CUDA);
         CHECK_CONTAINS(cgm_last_error(), "nccl backend: rank 0 failed in the middle of the op");
         CHECK_CONTAINS(cgm_last_error(), "failure injected on rank 0 at its op 2");
@@ -177,37 +203,14 @@ static void fail_fn(nrank *g, const void *arg) {
         double took = (double)(cgm_now_ns() - t0) / 1e9;
         if (took > (double)test_scaled_ms(500) / 1e3)
             TEST_FAIL("the failed op and its sync took %.2f s, expected at once", took);
-        CHECK_STATUS(cgm_all_gather_gemm(g->comm, &dx, &dw, NULL, &dy, NULL, NULL, g->stream),
-                     CGM_ERROR_CUDA);
+        CHECK_STATUS(small_ag_call(g, &a), CGM_ERROR_CUDA);
         CHECK_CONTAINS(cgm_last_error(), "broken by an earlier failure");
         fprintf(stderr, "rank 0: %s\n", cgm_last_error());
-        /* alive while the peers wait */
-        if (P > 1) sleep((unsigned)((test_scaled_ms(4000) + 999) / 1000));
+        if (g->nranks > 1) linger();
     } else {
-        cgm_status async = st;
-        char detail[1024];
-        snprintf(detail, sizeof detail, "%s", cgm_last_error());
-        while (async == CGM_SUCCESS && cgm_now_ns() - t0 < test_scaled_ms(6000) * 1000000) {
-            CHECK_OK(cgm_comm_get_async_error(g->comm, &async));
-            snprintf(detail, sizeof detail, "%s", cgm_last_error());
-            usleep(10000);
-        }
-        double waited = (double)(cgm_now_ns() - t0) / 1e9;
-        fprintf(stderr, "rank %d after %.2f s: status %s: %s\n", r, waited,
-                cgm_status_string(async), detail);
-        CHECK(async == CGM_ERROR_TIMEOUT || async == CGM_ERROR_PEER_FAILED);
-        CHECK(waited < (double)test_scaled_ms(3000) / 1e3);
-        if (P == 2) CHECK_CONTAINS(detail, "rank 0");
-        int64_t t1 = cgm_now_ns();
-        while (cudaStreamQuery(g->stream) == cudaErrorNotReady) {
-            if (cgm_now_ns() - t1 > test_scaled_ms(5000) * 1000000)
-                TEST_FAIL("stream still busy %.0f s after the abort", (double)test_scaled_ms(5000) / 1e3);
-            usleep(1000);
-        }
-        (void)cudaGetLastError();
+        expect_expired(g, st, t0, g->nranks == 2 ? "rank 0" : NULL);
     }
-    cudaFree(dx.data); cudaFree(dw.data); cudaFree(dy.data);
-    test_free(&hx); test_free(&hw);
+    small_ag_free(&a);
 }
 
 /* ---- limits, agreement ---- */
