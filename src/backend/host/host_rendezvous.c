@@ -376,9 +376,9 @@ static cgm_status join_timeout(cgm_comm *comm, host_state *st, int missing,
 
 /* Connections accepted whose hello has not come yet: polled beside the
  * listener, so that one that stays silent cannot hold the others up. A
- * rank sends its hello right after connecting; past this many the oldest
- * silent one is dropped. */
-enum { HOST_PENDING_MAX = 64 };
+ * rank sends its hello right after connecting; past the ranks still
+ * missing and this many more, the oldest silent one is dropped. */
+enum { HOST_PENDING_EXTRA = 64 };
 
 /* The hello on accepted connection `fd` (readable): the rank is joined
  * (*missing drops), or a connection that closed is dropped, or the error.
@@ -410,10 +410,15 @@ static cgm_status take_hello(cgm_comm *comm, host_state *st, int fd,
 static cgm_status accept_higher(cgm_comm *comm, host_state *st,
                                 int64_t deadline) {
     int missing = comm->nranks - 1 - comm->rank;
-    int pending[HOST_PENDING_MAX], npending = 0;
-    cgm_status s = CGM_SUCCESS;
+    int cap = missing + HOST_PENDING_EXTRA, npending = 0;
+    int *pending = malloc(sizeof(int) * (size_t)cap);
+    struct pollfd *p = malloc(sizeof *p * (size_t)(1 + cap));
+    cgm_status s = pending && p ? CGM_SUCCESS
+                                : cgm_error(CGM_ERROR_OUT_OF_MEMORY,
+                                            "expected memory for %d "
+                                            "connections, found none free",
+                                            cap);
     while (missing > 0 && s == CGM_SUCCESS) {
-        struct pollfd p[1 + HOST_PENDING_MAX];
         p[0] = (struct pollfd){st->listen_fd, POLLIN, 0};
         for (int i = 0; i < npending; i++)
             p[1 + i] = (struct pollfd){pending[i], POLLIN, 0};
@@ -444,7 +449,7 @@ static cgm_status accept_higher(cgm_comm *comm, host_state *st,
                           strerror(errno));
             break;
         }
-        if (npending == HOST_PENDING_MAX) {
+        if (npending == cap) {
             CGM_INFO(CGM_SUB_HOST, "rendezvous '%s': %d connections sent no hello; "
                      "dropping the oldest", comm->rendezvous, npending);
             close(pending[0]);
@@ -454,6 +459,8 @@ static cgm_status accept_higher(cgm_comm *comm, host_state *st,
         pending[npending++] = fd;
     }
     for (int i = 0; i < npending; i++) close(pending[i]);
+    free(pending);
+    free(p);
     return s;
 }
 
