@@ -2,10 +2,12 @@
  * disagree about it. Every wait is bounded (~2 s here), statuses and
  * messages name the rank, mismatches leave the comm usable, and nothing is
  * left in /dev/shm. */
+#include <errno.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <stdbool.h>
@@ -306,6 +308,37 @@ static void run_only_silent(const void *param) {
     mp_check_no_shm_leftovers();
 }
 
+/* ---- many ranks, a small open-files limit ---- */
+
+/* Descriptors in flight over Unix sockets count against the sending user's
+ * open-files limit (unless the process has CAP_SYS_RESOURCE), summed over
+ * all of that user's processes. 16 ranks of an unprivileged user, each
+ * with a limit of 128 open files: the create and an op must work (each
+ * rank passes 3 segment descriptors to each of 15 peers: 720 in all, so
+ * they must not all be in flight at once). As root the ranks become
+ * nobody first, to drop the privilege. */
+enum { FEW_FDS_RANKS = 16, FEW_FDS_LIMIT = 128 };
+
+static int rank_few_fds(int rank, int P, const char *rdv, void *arg) {
+    (void)arg;
+    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
+        TEST_FAIL("rank %d: becoming nobody (uid 65534) failed: %s", rank, strerror(errno));
+    struct rlimit lim = {FEW_FDS_LIMIT, FEW_FDS_LIMIT};
+    if (setrlimit(RLIMIT_NOFILE, &lim) != 0)
+        TEST_FAIL("rank %d: setrlimit(RLIMIT_NOFILE, %d): %s", rank, FEW_FDS_LIMIT,
+                  strerror(errno));
+    cgm_comm *comm = fault_comm(rank, P, rdv, 1);
+    MP_CHECK_OK(run_op(comm, rank, P, good));
+    CHECK_OK(cgm_comm_destroy(comm));
+    return 0;
+}
+
+static void run_few_fds(const void *param) {
+    (void)param;
+    CHECK_INT_EQ(test_run_ranks(FEW_FDS_RANKS, rank_few_fds, NULL, 60, NULL), 0);
+    mp_check_no_shm_leftovers();
+}
+
 /* ---- one name, comm after comm ---- */
 
 /* Every rank creates, uses and destroys a comm under one name, again and
@@ -499,6 +532,7 @@ static void register_cases(void) {
     test_add("silent_connection_at_rendezvous", run_stray_connection, &keep_open);
     test_add("only_a_silent_connection_at_rendezvous", run_only_silent, NULL);
     test_add("same_name_comm_after_comm", run_same_name_again, NULL);
+    test_add("many_ranks_few_open_files", run_few_fds, NULL);
     test_add("bad_arguments_keep_comm_usable", run_bad_arguments, NULL);
     test_add("local_allgather", run_local_allgather, NULL);
     test_add("local_allgather_rank_absent", run_local_allgather_absent, NULL);

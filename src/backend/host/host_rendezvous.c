@@ -156,6 +156,12 @@ static cgm_status send_message(int fd, int peer, const void *buf, size_t len,
                          "sending %s to rank %d found the connection closed: "
                          "rank %d exited or failed during cgm_comm_create",
                          what, peer, peer);
+    if (sent < 0 && errno == ETOOMANYREFS)
+        return cgm_error(CGM_ERROR_SYSTEM,
+                         "sending %s to rank %d: %s: descriptors in flight "
+                         "between this user's processes exceed its open-files "
+                         "limit; raise it (ulimit -n)", what, peer,
+                         strerror(ETOOMANYREFS));
     return cgm_error(CGM_ERROR_SYSTEM, "sending %s to rank %d: %s", what, peer,
                      sent < 0 ? strerror(errno) : "short write");
 }
@@ -464,6 +470,52 @@ static cgm_status accept_higher(cgm_comm *comm, host_state *st,
     return s;
 }
 
+/* Receives rank r's segment descriptors and maps them. */
+static cgm_status map_peer(cgm_comm *comm, host_state *st, int r,
+                           int64_t deadline) {
+    host_segment_info info;
+    int fds[HOST_SEG_COUNT] = {-1, -1, -1};
+    cgm_status s = recv_message(comm, st->peers[r].fd, r, &info, sizeof info,
+                                fds, HOST_SEG_COUNT, deadline,
+                                "shared-memory handles");
+    if (s != CGM_SUCCESS) return s;
+    for (int g = 0; g < HOST_SEG_COUNT && s == CGM_SUCCESS; g++) {
+        void *p = mmap(NULL, info.bytes[g], PROT_READ | PROT_WRITE, MAP_SHARED,
+                       fds[g], 0);
+        if (p == MAP_FAILED)
+            s = cgm_error(CGM_ERROR_OUT_OF_MEMORY,
+                          "mapping rank %d's %s workspace (%llu bytes) "
+                          "failed: %s; lower COMMGEMM_MAX_M/N/K",
+                          r, segment_names[g],
+                          (unsigned long long)info.bytes[g], strerror(errno));
+        else {
+            st->peers[r].base[g] = p;
+            st->peers[r].bytes[g] = info.bytes[g];
+        }
+    }
+    for (int g = 0; g < HOST_SEG_COUNT; g++)
+        if (fds[g] >= 0) close(fds[g]);
+    if (s != CGM_SUCCESS) return s;
+    host_control *c = st->peers[r].base[HOST_SEG_CONTROL];
+    if (c->magic != HOST_MAGIC || c->rank != r || c->chunks != st->chunks)
+        return cgm_error(CGM_ERROR_MISMATCH,
+                         "rank %d's control block is not what this rank "
+                         "expects (rank %d, chunks %d vs %d); every rank "
+                         "must run the same commgemm version",
+                         r, c->rank, c->chunks, st->chunks);
+    st->peers[r].pid = c->pid;
+    return CGM_SUCCESS;
+}
+
+/* Rank `rank`'s partner in round t of a round robin over n players (n
+ * even; the circle method: player n - 1 stays, the others turn): every
+ * pair meets in exactly one of the n - 1 rounds. */
+static int round_partner(int rank, int t, int n) {
+    if (rank == n - 1) return t;
+    if (rank == t) return n - 1;
+    return ((2 * t - rank) % (n - 1) + (n - 1)) % (n - 1);
+}
+
 static cgm_status exchange_segments(cgm_comm *comm, host_state *st,
                                     int64_t deadline) {
     host_segment_info mine;
@@ -472,48 +524,21 @@ static cgm_status exchange_segments(cgm_comm *comm, host_state *st,
     mine.rank = comm->rank;
     for (int s = 0; s < HOST_SEG_COUNT; s++)
         mine.bytes[s] = st->peers[comm->rank].bytes[s];
-    /* Messages are small: sending to all before receiving cannot block. */
-    for (int r = 0; r < comm->nranks; r++) {
-        if (r == comm->rank) continue;
+    /* Pairwise, in rounds: each rank sends its descriptors to one partner,
+     * then takes the partner's, before the next round. Descriptors in
+     * flight count against the sending user's open-files limit, summed
+     * over all of the user's processes: sending to every peer first put
+     * 3 P (P - 1) in flight at once, past a limit of 1024 from P = 19 on;
+     * now each rank has at most two rounds' (6) out. */
+    int P = comm->nranks, n = P + P % 2; /* odd P: a bye each round */
+    for (int t = 0; t < n - 1; t++) {
+        int r = round_partner(comm->rank, t, n);
+        if (r >= P) continue;
         cgm_status s = send_message(st->peers[r].fd, r, &mine, sizeof mine,
                                     st->memfd, HOST_SEG_COUNT,
                                     "shared-memory handles");
+        if (s == CGM_SUCCESS) s = map_peer(comm, st, r, deadline);
         if (s != CGM_SUCCESS) return s;
-    }
-    for (int r = 0; r < comm->nranks; r++) {
-        if (r == comm->rank) continue;
-        host_segment_info info;
-        int fds[HOST_SEG_COUNT] = {-1, -1, -1};
-        cgm_status s =
-            recv_message(comm, st->peers[r].fd, r, &info, sizeof info, fds,
-                         HOST_SEG_COUNT, deadline, "shared-memory handles");
-        if (s != CGM_SUCCESS) return s;
-        for (int g = 0; g < HOST_SEG_COUNT && s == CGM_SUCCESS; g++) {
-            void *p = mmap(NULL, info.bytes[g], PROT_READ | PROT_WRITE,
-                           MAP_SHARED, fds[g], 0);
-            if (p == MAP_FAILED)
-                s = cgm_error(CGM_ERROR_OUT_OF_MEMORY,
-                              "mapping rank %d's %s workspace (%llu bytes) "
-                              "failed: %s; lower COMMGEMM_MAX_M/N/K",
-                              r, segment_names[g],
-                              (unsigned long long)info.bytes[g],
-                              strerror(errno));
-            else {
-                st->peers[r].base[g] = p;
-                st->peers[r].bytes[g] = info.bytes[g];
-            }
-        }
-        for (int g = 0; g < HOST_SEG_COUNT; g++)
-            if (fds[g] >= 0) close(fds[g]);
-        if (s != CGM_SUCCESS) return s;
-        host_control *c = st->peers[r].base[HOST_SEG_CONTROL];
-        if (c->magic != HOST_MAGIC || c->rank != r || c->chunks != st->chunks)
-            return cgm_error(CGM_ERROR_MISMATCH,
-                             "rank %d's control block is not what this rank "
-                             "expects (rank %d, chunks %d vs %d); every rank "
-                             "must run the same commgemm version",
-                             r, c->rank, c->chunks, st->chunks);
-        st->peers[r].pid = c->pid;
     }
     return CGM_SUCCESS;
 }
