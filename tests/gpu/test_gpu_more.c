@@ -500,6 +500,51 @@ static void test_limits(const void *param) {
     gpu_run(P, &cfg, limits_body, NULL, 60);
 }
 
+/* Only rank 1's call is beyond max_m (65 rows against rank 0's 64): the
+ * agreement exchange comes before the limits, so both ranks get
+ * CGM_ERROR_MISMATCH at once (before, rank 1 refused the call alone and
+ * rank 0 waited in the exchange until its timeout broke the comm), and
+ * both comms stay usable. */
+static void limits_one_rank_body(gpu_rank *g, void *arg) {
+    (void)arg;
+    int P = g->nranks, r = g->rank;
+    const int64_t k = 64, n = 64;
+    for (int round = 0; round < 2; round++) {
+        int64_t m = round == 0 && r == 1 ? 65 : 64; /* max_m is 64 */
+        cgm_matrix x = gpu_matrix(CGM_DTYPE_FP32, cgm_shard_rows(m, r, P), k);
+        cgm_matrix w = gpu_matrix(CGM_DTYPE_FP32, n, k);
+        cgm_matrix y = gpu_matrix(CGM_DTYPE_FP32, m, n);
+        int64_t t0 = cgm_now_ns();
+        cgm_status st = cgm_all_gather_gemm(g->comm, &x, &w, NULL, &y, NULL,
+                                            NULL, g->stream);
+        double took_s = (double)(cgm_now_ns() - t0) / 1e9;
+        if (round == 0) {
+            printf("rank %d after %.2f s: %s\n", r, took_s, cgm_last_error());
+            CHECK_INT_EQ(st, CGM_ERROR_MISMATCH);
+            CHECK_CONTAINS(cgm_last_error(), "rank 1");
+            if (took_s > (double)test_scaled_ms(5000) / 1e3)
+                TEST_FAIL("the refusal took %.2f s, expected at once", took_s);
+        } else {
+            CHECK_OK(st);
+        }
+        GPU_CHECK(cudaStreamSynchronize(g->stream));
+        gpu_matrix_free(&x);
+        gpu_matrix_free(&w);
+        gpu_matrix_free(&y);
+    }
+}
+
+static void test_limits_one_rank(const void *param) {
+    int P = gpu_ranks_or_skip();
+    if (P < 2)
+        TEST_SKIP("the case needs 2 ranks, found %d GPU (or set "
+                  "COMMGEMM_TEST_RANKS=2 to share it)", P);
+    cgm_config cfg = gpu_config();
+    if (param) cfg.algo = *(const cgm_algo *)param;
+    cfg.max_m = 64;
+    gpu_run(2, &cfg, limits_one_rank_body, NULL, 60);
+}
+
 /* A p2p setting with a value it does not take. Parameters are read once per
  * process, so the value is set in this (parent) process before the ranks
  * start, and the ranks' own comm uses the nccl backend, which does not read
@@ -705,6 +750,8 @@ void register_more_cases(void) {
              &fused);
     test_add("p2p_init_failure_fails_every_rank", test_init_fails, NULL);
     test_add("workspace_limits", test_limits, NULL);
+    test_add("limits_on_one_rank_mismatch", test_limits_one_rank, NULL);
+    test_add("limits_on_one_rank_mismatch_fused", test_limits_one_rank, &fused);
     test_add("memory_its_backend_cannot_read_refused", test_memory, NULL);
     test_add("one_process_two_ranks_refused", test_one_process_refused, NULL);
     static const bad_setting bad_signal = {"COMMGEMM_P2P_SIGNAL", "sometimes",

@@ -177,8 +177,11 @@ cgm_status ncclb_op_begin(ncclb_state *st, const cgm_call *call,
     op->caller = (cudaStream_t)call->stream;
     op->watch = -1;
     op->capturing = cgm_stream_capturing(op->caller);
-    CGM_TRY(check_limits(st, call));
+    /* Agreement first: a rank whose call is beyond its limits while its
+     * peers' are not (another shape) makes every rank fail the exchange
+     * with CGM_ERROR_MISMATCH, instead of leaving the peers in it. */
     CGM_TRY(check_agreement(st, call, op->capturing));
+    CGM_TRY(check_limits(st, call));
     CGM_TRY(needed_buffers(st, call, op->capturing));
     pthread_mutex_lock(&st->lock);
     if (st->async_status != CGM_SUCCESS || !st->nccl) {

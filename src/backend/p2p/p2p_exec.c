@@ -924,6 +924,10 @@ cgm_status p2p_execute(p2p_state *st, const cgm_call *call) {
     exec_ctx x;
     int forked = 0; /* queues forked off the caller's stream, not yet joined */
 
+    /* Agreement first: a rank whose call is beyond the maxima while its
+     * peers' are not (another shape) makes every rank fail the exchange
+     * with CGM_ERROR_MISMATCH, instead of leaving the peers in it. */
+    CGM_TRY(p2p_check_agreement(st, call, capturing));
     if (call->has_gemm && (call->k > cfg->max_k || call->n > cfg->max_n))
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
                          "p2p: %s with n=%lld, k=%lld, expected n <= "
@@ -940,7 +944,6 @@ cgm_status p2p_execute(p2p_state *st, const cgm_call *call) {
                          "workspace is sized from it); raise cgm_config.max_m "
                          "(COMMGEMM_MAX_M)", cgm_op_name(call->op),
                          (long long)req.m, (long long)cfg->max_m);
-    CGM_TRY(p2p_check_agreement(st, call, capturing));
     if (call->algo == CGM_ALGO_FUSED) {
         const char *why = NULL;
         if (p2p_fused_applies(st, call, &why))
