@@ -25,6 +25,20 @@ static cgm_status check_matrix(const check_ctx *c, const char *name, const cgm_m
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
                          "%s: %s.ld = %lld is smaller than its cols = %lld: expected ld >= cols (row-major) or 0",
                          c->fn, name, (long long)m->ld, (long long)m->cols);
+    /* No call can use more (the config maxima are at most 2^31 - 1), and
+     * with these bounds no size computed below wraps. */
+    if (m->rows > INT32_MAX || m->cols > INT32_MAX)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "%s: %s is %lld x %lld: expected rows and cols at most 2^31 - 1", c->fn, name,
+                         (long long)m->rows, (long long)m->cols);
+    int64_t span = 0;
+    if (m->rows > 0 && m->cols > 0 &&
+        (__builtin_mul_overflow(m->rows - 1, cgm_matrix_ld(m), &span) ||
+         __builtin_add_overflow(span, m->cols, &span) ||
+         span > ((int64_t)1 << 60) / (int64_t)cgm_dtype_size(m->dtype)))
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "%s: %s with %lld rows and ld = %lld spans more than 2^60 bytes: expected an ld that "
+                         "fits its memory", c->fn, name, (long long)m->rows, (long long)m->ld);
     if (m->scale)
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
                          "%s: %s.scale is set but %s.dtype is %s: scales are for fp8 only; pass NULL", c->fn,

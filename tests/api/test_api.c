@@ -100,6 +100,8 @@ MUT(options_size, a->opt.struct_size = 3)
 MUT(options_newer_header, a->opt.struct_size = sizeof(cgm_op_options) + 8)
 MUT(small_ld, a->x.ld = 2)
 MUT(negative_rows, a->y.rows = -1)
+MUT(huge_rows, a->x.rows = (int64_t)1 << 62; a->x.cols = (int64_t)1 << 40; a->x.ld = 0)
+MUT(huge_ld, a->x.ld = (int64_t)1 << 61)
 MUT(scale_set, static const float s = 1; a->x.scale = &s)
 MUT(bias_shape, a->has_bias = true; a->bias.cols = N - 1)
 MUT(bias_dtype, a->has_bias = true; a->bias.dtype = CGM_DTYPE_BF16)
@@ -148,6 +150,8 @@ static const bad_case bad_cases[] = {
     {"options_newer_header", options_newer_header, CGM_ERROR_INVALID_ARGUMENT, "compiled against a newer commgemm.h"},
     {"small_ld", small_ld, CGM_ERROR_INVALID_ARGUMENT, "x_shard.ld = 2"},
     {"negative_rows", negative_rows, CGM_ERROR_INVALID_ARGUMENT, "non-negative"},
+    {"huge_rows", huge_rows, CGM_ERROR_INVALID_ARGUMENT, "expected rows and cols at most 2^31 - 1"},
+    {"huge_ld", huge_ld, CGM_ERROR_INVALID_ARGUMENT, "spans more than 2^60 bytes"},
     {"scale_set", scale_set, CGM_ERROR_INVALID_ARGUMENT, "scales are for fp8 only"},
     {"bias_shape", bias_shape, CGM_ERROR_INVALID_ARGUMENT, "bias is 1 x 5, expected 1 x 6"},
     {"bias_dtype", bias_dtype, CGM_ERROR_INVALID_ARGUMENT, "bias is bf16 but y is fp32"},
