@@ -52,7 +52,9 @@
  *   backend a rank whose own call is rejected (e.g. a shard of the wrong
  *   size) returns its error and its peers CGM_ERROR_MISMATCH naming it, at
  *   once. Every wait is bounded by the comm's timeout (CGM_ERROR_TIMEOUT
- *   naming the missing rank).
+ *   naming the missing rank). A GPU backend's rank that fails in the middle
+ *   of an op (a CUDA or cuBLAS error after its streams forked) marks its
+ *   comm broken; its peers' waits for it then time out naming it.
  */
 #ifndef COMMGEMM_H
 #define COMMGEMM_H
@@ -365,8 +367,10 @@ typedef struct cgm_config {
  *  (a backend asked for cannot serve this bootstrap); CGM_ERROR_TIMEOUT (a
  *  rank did not join within the timeout: named); CGM_ERROR_MISMATCH (ranks
  *  disagree about the group size or config); CGM_ERROR_SYSTEM;
- *  CGM_ERROR_OUT_OF_MEMORY; CGM_ERROR_CUDA / _NCCL. On failure *comm is set
- *  to NULL and nothing is leaked. */
+ *  CGM_ERROR_OUT_OF_MEMORY; CGM_ERROR_CUDA / _NCCL; CGM_ERROR_PEER_FAILED
+ *  (the p2p backend's init failed on another rank, named with its error:
+ *  that rank returns its own status, every other rank this one, at once).
+ *  On failure *comm is set to NULL and nothing is leaked. */
 cgm_status cgm_comm_create(const cgm_bootstrap *bootstrap,
                            const cgm_config *config, cgm_comm **comm);
 
