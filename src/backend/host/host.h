@@ -99,6 +99,18 @@ typedef struct host_state {
 /* ---- host_rendezvous.c ---- */
 cgm_status host_rendezvous(cgm_comm *comm, host_state *st);
 void host_rendezvous_close(host_state *st);
+/* One message of the rendezvous on socket `fd` (SOCK_SEQPACKET), to or
+ * from rank `peer` (-1: not known yet), `what` naming it in errors. Sends
+ * `len` bytes and `nfds` descriptors (at most HOST_SEG_COUNT). */
+cgm_status host_send_message(int fd, int peer, const void *buf, size_t len,
+                             const int *fds, int nfds, const char *what);
+/* Waits until `deadline` (cgm_now_ns) for one message of exactly `len`
+ * bytes with exactly `nfds` descriptors (stored in fds); the comm gives the
+ * messages its rendezvous and timeout. Whatever descriptors came with a
+ * message it refuses are closed. */
+cgm_status host_recv_message(const cgm_comm *comm, int fd, int peer,
+                             void *buf, size_t len, int *fds, int nfds,
+                             int64_t deadline, const char *what);
 
 /* ---- host_sync.c ---- */
 host_control *host_ctrl(const host_state *st, int rank);

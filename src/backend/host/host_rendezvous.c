@@ -51,10 +51,9 @@ static socklen_t socket_address(const char *rendezvous, int rank,
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len);
 }
 
-/* Waits for one message from `fd` (bounded), with optional fds. */
-static cgm_status recv_message(const cgm_comm *comm, int fd, int peer,
-                               void *buf, size_t len, int *fds, int nfds,
-                               int64_t deadline, const char *what) {
+cgm_status host_recv_message(const cgm_comm *comm, int fd, int peer,
+                             void *buf, size_t len, int *fds, int nfds,
+                             int64_t deadline, const char *what) {
     struct pollfd p = {fd, POLLIN, 0};
     for (;;) {
         int ms = remaining_ms(deadline);
@@ -128,8 +127,8 @@ static cgm_status recv_message(const cgm_comm *comm, int fd, int peer,
     return CGM_SUCCESS;
 }
 
-static cgm_status send_message(int fd, int peer, const void *buf, size_t len,
-                               const int *fds, int nfds, const char *what) {
+cgm_status host_send_message(int fd, int peer, const void *buf, size_t len,
+                             const int *fds, int nfds, const char *what) {
     char control[CMSG_SPACE(sizeof(int) * HOST_SEG_COUNT)];
     struct iovec iov = {(void *)buf, len};
     struct msghdr msg;
@@ -335,7 +334,7 @@ static cgm_status connect_lower(cgm_comm *comm, host_state *st, int peer,
         if (connect(fd, (struct sockaddr *)&addr, len) == 0) {
             st->peers[peer].fd = fd;
             host_hello h = make_hello(comm, st);
-            return send_message(fd, peer, &h, sizeof h, NULL, 0, "hello");
+            return host_send_message(fd, peer, &h, sizeof h, NULL, 0, "hello");
         }
         int err = errno;
         close(fd);
@@ -392,8 +391,8 @@ enum { HOST_PENDING_EXTRA = 64 };
 static cgm_status take_hello(cgm_comm *comm, host_state *st, int fd,
                              int64_t deadline, int *missing) {
     host_hello h;
-    cgm_status s = recv_message(comm, fd, -1, &h, sizeof h, NULL, 0, deadline,
-                                "a hello");
+    cgm_status s = host_recv_message(comm, fd, -1, &h, sizeof h, NULL, 0,
+                                     deadline, "a hello");
     if (s == CGM_SUCCESS) s = check_hello(comm, st, &h, -1);
     if (s != CGM_SUCCESS) {
         close(fd);
@@ -410,7 +409,7 @@ static cgm_status take_hello(cgm_comm *comm, host_state *st, int fd,
     st->peers[h.rank].pid = h.pid;
     (*missing)--;
     host_hello mine = make_hello(comm, st);
-    return send_message(fd, h.rank, &mine, sizeof mine, NULL, 0, "hello");
+    return host_send_message(fd, h.rank, &mine, sizeof mine, NULL, 0, "hello");
 }
 
 static cgm_status accept_higher(cgm_comm *comm, host_state *st,
@@ -475,9 +474,9 @@ static cgm_status map_peer(cgm_comm *comm, host_state *st, int r,
                            int64_t deadline) {
     host_segment_info info;
     int fds[HOST_SEG_COUNT] = {-1, -1, -1};
-    cgm_status s = recv_message(comm, st->peers[r].fd, r, &info, sizeof info,
-                                fds, HOST_SEG_COUNT, deadline,
-                                "shared-memory handles");
+    cgm_status s = host_recv_message(comm, st->peers[r].fd, r, &info,
+                                     sizeof info, fds, HOST_SEG_COUNT,
+                                     deadline, "shared-memory handles");
     if (s != CGM_SUCCESS) return s;
     for (int g = 0; g < HOST_SEG_COUNT && s == CGM_SUCCESS; g++) {
         void *p = mmap(NULL, info.bytes[g], PROT_READ | PROT_WRITE, MAP_SHARED,
@@ -534,9 +533,10 @@ static cgm_status exchange_segments(cgm_comm *comm, host_state *st,
     for (int t = 0; t < n - 1; t++) {
         int r = round_partner(comm->rank, t, n);
         if (r >= P) continue;
-        cgm_status s = send_message(st->peers[r].fd, r, &mine, sizeof mine,
-                                    st->memfd, HOST_SEG_COUNT,
-                                    "shared-memory handles");
+        cgm_status s = host_send_message(st->peers[r].fd, r, &mine,
+                                         sizeof mine, st->memfd,
+                                         HOST_SEG_COUNT,
+                                         "shared-memory handles");
         if (s == CGM_SUCCESS) s = map_peer(comm, st, r, deadline);
         if (s != CGM_SUCCESS) return s;
     }
@@ -560,8 +560,8 @@ cgm_status host_rendezvous(cgm_comm *comm, host_state *st) {
     st->listen_fd = -1;
     for (int r = 0; r < comm->rank && s == CGM_SUCCESS; r++) {
         host_hello h;
-        s = recv_message(comm, st->peers[r].fd, r, &h, sizeof h, NULL, 0,
-                         deadline, "a hello reply");
+        s = host_recv_message(comm, st->peers[r].fd, r, &h, sizeof h, NULL,
+                              0, deadline, "a hello reply");
         if (s == CGM_SUCCESS) s = check_hello(comm, st, &h, r);
         if (s == CGM_SUCCESS) st->peers[r].pid = h.pid;
     }
