@@ -48,7 +48,7 @@ static void pair_close(pair *p) {
  * the sent copies are in flight). */
 static void send_with_fds(pair *p, size_t len, int nfds) {
     char buf[64] = {0};
-    int fds[HOST_SEG_COUNT];
+    int fds[HOST_SEG_COUNT] = {-1, -1, -1};
     for (int i = 0; i < nfds; i++) {
         fds[i] = memfd_create("socket-test", MFD_CLOEXEC);
         CHECK(fds[i] >= 0);
@@ -75,38 +75,34 @@ static void test_good(const void *param) {
     pair_close(&p);
 }
 
-/* A message of another size than expected, with its descriptors. */
-static void test_wrong_size(const void *param) {
-    (void)param;
+/* A refused message: sent with `len` bytes and `nfds` descriptors where 24
+ * bytes and 3 were expected. */
+typedef struct refused {
+    size_t len;
+    int nfds;
+    cgm_status expected;
+    const char *says;
+} refused;
+
+static const refused wrong_size = {16, HOST_SEG_COUNT, CGM_ERROR_MISMATCH,
+                                   "expected shared-memory handles of 24 bytes from rank 2, found 16 "
+                                   "bytes; every rank must run the same commgemm version"};
+static const refused too_few_fds = {24, HOST_SEG_COUNT - 1, CGM_ERROR_SYSTEM,
+                                    "expected 3 file descriptors with shared-memory handles from rank 2"};
+
+static void test_refused(const void *param) {
+    const refused *c = param;
     pair p;
     pair_open(&p);
-    send_with_fds(&p, 16, HOST_SEG_COUNT);
+    send_with_fds(&p, c->len, c->nfds);
     int before = open_fds();
     char buf[24];
     int fds[HOST_SEG_COUNT] = {-1, -1, -1};
     CHECK_STATUS(host_recv_message(&p.comm, p.b, 2, buf, sizeof buf, fds, HOST_SEG_COUNT,
                                    deadline_in(1000), "shared-memory handles"),
-                 CGM_ERROR_MISMATCH);
-    CHECK_CONTAINS(cgm_last_error(), "expected shared-memory handles of 24 bytes from rank 2, found 16");
-    CHECK_CONTAINS(cgm_last_error(), "same commgemm version");
-    CHECK_INT_EQ(open_fds(), before);
-    pair_close(&p);
-}
-
-/* The right size, but fewer descriptors than expected. */
-static void test_too_few_fds(const void *param) {
-    (void)param;
-    pair p;
-    pair_open(&p);
-    send_with_fds(&p, 24, HOST_SEG_COUNT - 1);
-    int before = open_fds();
-    char buf[24];
-    int fds[HOST_SEG_COUNT] = {-1, -1, -1};
-    CHECK_STATUS(host_recv_message(&p.comm, p.b, 1, buf, sizeof buf, fds, HOST_SEG_COUNT,
-                                   deadline_in(1000), "shared-memory handles"),
-                 CGM_ERROR_SYSTEM);
-    CHECK_CONTAINS(cgm_last_error(), "expected 3 file descriptors with shared-memory handles from rank 1");
-    CHECK_INT_EQ(open_fds(), before);
+                 c->expected);
+    CHECK_CONTAINS(cgm_last_error(), c->says);
+    CHECK_INT_EQ(open_fds(), before); /* the descriptors that came are closed */
     pair_close(&p);
 }
 
@@ -145,8 +141,8 @@ static void test_closed(const void *param) {
 
 static void register_cases(void) {
     test_add("good_message", test_good, NULL);
-    test_add("wrong_size_closes_its_fds", test_wrong_size, NULL);
-    test_add("too_few_fds_closes_them", test_too_few_fds, NULL);
+    test_add("wrong_size_closes_its_fds", test_refused, &wrong_size);
+    test_add("too_few_fds_closes_them", test_refused, &too_few_fds);
     test_add("silent_peer_times_out", test_silent, NULL);
     test_add("closed_peer_fails", test_closed, NULL);
 }
