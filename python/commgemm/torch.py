@@ -241,6 +241,25 @@ class _LinearAllReduceGrad(torch.autograd.Function):
         return dx, dw, db, None, None
 
 
+class _BiasSummedOverRanks(torch.autograd.Function):
+    """The row-parallel, sequence-parallel layer's bias handed back unadded
+    (skip_bias_add): the caller adds it to this rank's rows only, so its
+    gradient is summed over the ranks here (GEMM+AR of a 1 x 1 ones matrix by
+    the gradient), the full sum on every rank as when the layer adds it."""
+
+    @staticmethod
+    def forward(ctx, bias, comm_id, backend):
+        ctx.comm_id, ctx.backend = comm_id, backend
+        return bias.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        g = grad.contiguous().reshape(-1, 1)
+        ones = torch.ones((1, 1), dtype=g.dtype, device=g.device)
+        total = _ops.matmul_all_reduce(ones, g, None, ctx.comm_id, "TN", ctx.backend)
+        return total.reshape(grad.shape), None, None
+
+
 # --------------------------------------------------------------------------
 # Functional API
 # --------------------------------------------------------------------------
@@ -379,12 +398,13 @@ class _ShardedLinear(torch.nn.Module):
     from a full nn.Linear through _copy_shard."""
 
     def __init__(self, in_features, out_features, comm, bias, sequence_parallel, dtype, device, backend,
-                 weight_shape, bias_size):
+                 weight_shape, bias_size, skip_bias_add):
         super().__init__()
         self.in_features = in_features
         self.out_features = out_features
         self.comm = comm
         self.sequence_parallel = sequence_parallel
+        self.skip_bias_add = bool(skip_bias_add)
         self.backend = backend
         kw = {"dtype": dtype, "device": device}
         self.weight = torch.nn.Parameter(torch.empty(*weight_shape, **kw))
@@ -407,11 +427,11 @@ class _ShardedLinear(torch.nn.Module):
             torch.nn.init.zeros_(self.bias)  # the same on every rank (RowParallelLinear's is replicated)
 
     @classmethod
-    def from_linear(cls, linear, comm, sequence_parallel=True, backend=None):
+    def from_linear(cls, linear, comm, sequence_parallel=True, backend=None, skip_bias_add=False):
         """This rank's shard of a full nn.Linear (same values on every rank)."""
         layer = cls(linear.in_features, linear.out_features, comm, bias=linear.bias is not None,
                     sequence_parallel=sequence_parallel, dtype=linear.weight.dtype,
-                    device=linear.weight.device, backend=backend)
+                    device=linear.weight.device, backend=backend, skip_bias_add=skip_bias_add)
         with torch.no_grad():
             layer._copy_shard(linear)
         return layer
@@ -441,13 +461,15 @@ class ColumnParallelLinear(_ShardedLinear):
     forward(x, m=None): x is [rows, in_features] or [..., in_features]
     (leading dims flattened into rows); m is the total row count across
     ranks (default rows * P: pass it when the shards are uneven).
+    skip_bias_add=True: forward returns (y, bias) without adding the bias,
+    for the caller to add (Megatron's option; docs/PYTHON.md).
     """
 
     def __init__(self, in_features, out_features, comm, bias=True, sequence_parallel=True, dtype=None,
-                 device=None, backend=None):
+                 device=None, backend=None, skip_bias_add=False):
         out_local = comm.shard_rows(out_features)
         super().__init__(in_features, out_features, comm, bias, sequence_parallel, dtype, device, backend,
-                         (out_local, in_features), out_local)
+                         (out_local, in_features), out_local, skip_bias_add)
         self.out_local = out_local
         self.out_offset = comm.shard_offset(out_features)
         self.reset_parameters()
@@ -461,6 +483,8 @@ class ColumnParallelLinear(_ShardedLinear):
     def forward(self, x, m=None):
         lead = x.shape[:-1]
         x2, weight, bias = _autocast(_flatten(x), self.weight, self.bias)
+        if self.skip_bias_add:
+            bias = None
         backend = _backend_arg(self.backend)
         if self.sequence_parallel:
             if m is None:
@@ -472,18 +496,21 @@ class ColumnParallelLinear(_ShardedLinear):
             else:
                 y, _ = _ops.all_gather_matmul(x2, weight, bias, self.comm.id, m, "TN", backend, False)
             if len(lead) > 1:
-                return y.view(-1, *lead[1:], self.out_local)
-            return y
-        if torch.is_grad_enabled():
-            y = _LinearAllReduceGrad.apply(x2, weight, bias, self.comm.id, backend)
+                y = y.view(-1, *lead[1:], self.out_local)
         else:
-            y = torch.nn.functional.linear(x2, weight, bias)
-        return y.view(*lead, self.out_local)
+            if torch.is_grad_enabled():
+                y = _LinearAllReduceGrad.apply(x2, weight, bias, self.comm.id, backend)
+            else:
+                y = torch.nn.functional.linear(x2, weight, bias)
+            y = y.view(*lead, self.out_local)
+        # skip_bias_add: every row of this rank's features is here, so the
+        # caller's add gives the bias its whole gradient.
+        return (y, self.bias) if self.skip_bias_add else y
 
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features} (local {self.out_local}), "
                 f"bias={self.bias is not None}, sequence_parallel={self.sequence_parallel}, "
-                f"rank={self.comm.rank}/{self.comm.size}")
+                f"skip_bias_add={self.skip_bias_add}, rank={self.comm.rank}/{self.comm.size}")
 
 
 class RowParallelLinear(_ShardedLinear):
@@ -495,13 +522,16 @@ class RowParallelLinear(_ShardedLinear):
     a ColumnParallelLinear's output). With sequence_parallel (default) the
     forward is GEMM+RS and the output is this rank's rows [m_r, out_features];
     without, GEMM+AR and the output is all rows on every rank.
+    skip_bias_add=True: forward returns (y, bias) without adding the bias;
+    with sequence parallelism its gradient is summed over the ranks in the
+    backward, so it is the full sum on every rank as when the layer adds it.
     """
 
     def __init__(self, in_features, out_features, comm, bias=True, sequence_parallel=True, dtype=None,
-                 device=None, backend=None):
+                 device=None, backend=None, skip_bias_add=False):
         in_local = comm.shard_rows(in_features)
         super().__init__(in_features, out_features, comm, bias, sequence_parallel, dtype, device, backend,
-                         (out_features, in_local), out_features)
+                         (out_features, in_local), out_features, skip_bias_add)
         self.in_local = in_local
         self.in_offset = comm.shard_offset(in_features)
         self.reset_parameters()
@@ -515,6 +545,8 @@ class RowParallelLinear(_ShardedLinear):
     def forward(self, x):
         lead = x.shape[:-1]
         x2, weight, bias = _autocast(_flatten(x), self.weight, self.bias)
+        if self.skip_bias_add:
+            bias = None
         backend = _backend_arg(self.backend)
         if self.sequence_parallel:
             _check_lead("RowParallelLinear", lead, x2.shape[0], self.comm, True)
@@ -523,15 +555,22 @@ class RowParallelLinear(_ShardedLinear):
             else:
                 y = _ops.matmul_reduce_scatter(x2, weight, bias, self.comm.id, "TN", backend)
             if len(lead) > 1:
-                return y.view(-1, *lead[1:], self.out_features)
-            return y
-        if torch.is_grad_enabled():
-            y = _MatmulAllReduce.apply(x2, weight, bias, self.comm.id, backend)
+                y = y.view(-1, *lead[1:], self.out_features)
         else:
-            y = _ops.matmul_all_reduce(x2, weight, bias, self.comm.id, "TN", backend)
-        return y.view(*lead, self.out_features)
+            if torch.is_grad_enabled():
+                y = _MatmulAllReduce.apply(x2, weight, bias, self.comm.id, backend)
+            else:
+                y = _ops.matmul_all_reduce(x2, weight, bias, self.comm.id, "TN", backend)
+            y = y.view(*lead, self.out_features)
+        if not self.skip_bias_add:
+            return y
+        # The caller adds the bias to this rank's rows only (sequence
+        # parallel): its gradient is summed over the ranks on the way back.
+        if self.bias is not None and self.sequence_parallel and torch.is_grad_enabled():
+            return y, _BiasSummedOverRanks.apply(self.bias, self.comm.id, backend)
+        return y, self.bias
 
     def extra_repr(self):
         return (f"in_features={self.in_features} (local {self.in_local}), out_features={self.out_features}, "
                 f"bias={self.bias is not None}, sequence_parallel={self.sequence_parallel}, "
-                f"rank={self.comm.rank}/{self.comm.size}")
+                f"skip_bias_add={self.skip_bias_add}, rank={self.comm.rank}/{self.comm.size}")

@@ -86,6 +86,10 @@ def body_layers(comm, group, dtype_name):
             tc.check_row(comm, group, "cpu", dtype, m, sequence_parallel=sp)
     tc.check_column(comm, group, "cpu", dtype, 9, bias=False)
     tc.check_row(comm, group, "cpu", dtype, 9, bias=False)
+    for sp in (True, False):  # the bias handed back, added by the caller: the same output and grads
+        tc.check_column(comm, group, "cpu", dtype, 11, sequence_parallel=sp, skip_bias_add=True)
+        tc.check_row(comm, group, "cpu", dtype, 11, sequence_parallel=sp, skip_bias_add=True)
+    tc.check_row(comm, group, "cpu", dtype, 9, bias=False, skip_bias_add=True)
 
 
 def body_functional(comm, group, dtype_name):

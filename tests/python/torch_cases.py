@@ -48,20 +48,31 @@ def _ref_params(layer):
     return w, b
 
 
+def _added(out, skip_bias_add, bias):
+    """The layer's output, with the bias handed back by skip_bias_add added
+    (as the caller's fused bias-GELU or bias-dropout-add would)."""
+    if not skip_bias_add:
+        return out
+    y, b = out
+    assert (b is None) == (not bias), f"skip_bias_add handed back {b!r} with bias={bias}"
+    return y if b is None else y + b
+
+
 def check_column(comm, group, device, dtype, m, k=24, n=19, bias=True, sequence_parallel=True, backend=None,
-                 seed=0):
+                 seed=0, skip_bias_add=False):
     """ColumnParallelLinear forward and grads (input, weight, bias) vs the reference."""
     P, r = comm.size, comm.rank
     layer = cgt.ColumnParallelLinear.from_linear(full_linear(k, n, bias, dtype, device, seed), comm,
-                                                 sequence_parallel=sequence_parallel, backend=backend)
+                                                 sequence_parallel=sequence_parallel, backend=backend,
+                                                 skip_bias_add=skip_bias_add)
     w_ref, b_ref = _ref_params(layer)
     X = rand((m, k), seed + 2, dtype, device)
     off, mr = shard_offset(m, r, P), shard_rows(m, r, P)
     x = (X[off:off + mr] if sequence_parallel else X).clone().requires_grad_()
     x_ref = x.detach().float().clone().requires_grad_()
-    y = layer(x, m=m)
+    y = _added(layer(x, m=m), skip_bias_add, bias)
     y_ref = ref.column_parallel_linear(x_ref, w_ref, b_ref, group, m=m, sequence_parallel=sequence_parallel)
-    what = f"column P={P} r={r} m={m} {dtype} sp={sequence_parallel} backend={backend}"
+    what = f"column P={P} r={r} m={m} {dtype} sp={sequence_parallel} backend={backend} skip={skip_bias_add}"
     assert_close(y, y_ref, dtype, what + " output")
     grad = rand(tuple(y.shape), seed + 10 + r, dtype, device)  # the output's columns are this rank's
     y.backward(grad)
@@ -72,19 +83,21 @@ def check_column(comm, group, device, dtype, m, k=24, n=19, bias=True, sequence_
         assert_close(layer.bias.grad, b_ref.grad, dtype, what + " bias grad")
 
 
-def check_row(comm, group, device, dtype, m, k=21, n=17, bias=True, sequence_parallel=True, backend=None, seed=0):
+def check_row(comm, group, device, dtype, m, k=21, n=17, bias=True, sequence_parallel=True, backend=None, seed=0,
+              skip_bias_add=False):
     """RowParallelLinear forward and grads vs the reference. The replicated
     bias's gradient is the full sum on every rank (the reference's per-rank
     part, all-reduced)."""
     P, r = comm.size, comm.rank
     layer = cgt.RowParallelLinear.from_linear(full_linear(k, n, bias, dtype, device, seed), comm,
-                                              sequence_parallel=sequence_parallel, backend=backend)
+                                              sequence_parallel=sequence_parallel, backend=backend,
+                                              skip_bias_add=skip_bias_add)
     w_ref, b_ref = _ref_params(layer)
     x = rand((m, layer.in_local), seed + 20 + r, dtype, device).requires_grad_()
     x_ref = x.detach().float().clone().requires_grad_()
-    y = layer(x)
+    y = _added(layer(x), skip_bias_add, bias)
     y_ref = ref.row_parallel_linear(x_ref, w_ref, b_ref, group, sequence_parallel=sequence_parallel)
-    what = f"row P={P} r={r} m={m} {dtype} sp={sequence_parallel} backend={backend}"
+    what = f"row P={P} r={r} m={m} {dtype} sp={sequence_parallel} backend={backend} skip={skip_bias_add}"
     assert_close(y, y_ref, dtype, what + " output")
     # sequence parallel: this rank's rows' gradient; else the replicated output's (same on every rank)
     grad = rand(tuple(y.shape), seed + 30 + (r if sequence_parallel else 0), dtype, device)
