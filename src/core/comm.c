@@ -76,11 +76,10 @@ void cgm_comm_mark_broken(cgm_comm *comm, cgm_status status) {
 
 /* ---- configuration: config field, else environment, else default ---- */
 
-/* The largest max_m, max_n, max_k, and the largest timeout_ms: with them
+/* The largest max_m, max_n, max_k (CGM_DIM_MAX), and the largest timeout_ms: with them
  * every workspace size (at most max_m x max(max_n, max_k) x 4 bytes, times
  * the rank count) and every deadline in nanoseconds (timeout_ms x 10^6,
  * plus the clock) stays far inside int64_t. 2^31 - 1 ms is 24.8 days. */
-#define DIM_MAX ((int64_t)INT32_MAX)
 #define TIMEOUT_MS_MAX ((int64_t)INT32_MAX)
 #define WORKSPACE_ELEMS_MAX ((int64_t)1 << 46) /* 256 TiB of fp32 */
 
@@ -177,9 +176,9 @@ static cgm_status resolve_config(cgm_comm *comm, const cgm_config *in) {
         CGM_INFO(CGM_SUB_INIT, "%s backend=%s from %s", cgm_op_name((cgm_op)op), cgm_backend_name(b),
                  source);
     }
-    if ((st = resolve_int("config.max_m", in->max_m, "COMMGEMM_MAX_M", 1, DIM_MAX, &c->max_m))) return st;
-    if ((st = resolve_int("config.max_n", in->max_n, "COMMGEMM_MAX_N", 1, DIM_MAX, &c->max_n))) return st;
-    if ((st = resolve_int("config.max_k", in->max_k, "COMMGEMM_MAX_K", 1, DIM_MAX, &c->max_k))) return st;
+    if ((st = resolve_int("config.max_m", in->max_m, "COMMGEMM_MAX_M", 1, CGM_DIM_MAX, &c->max_m))) return st;
+    if ((st = resolve_int("config.max_n", in->max_n, "COMMGEMM_MAX_N", 1, CGM_DIM_MAX, &c->max_n))) return st;
+    if ((st = resolve_int("config.max_k", in->max_k, "COMMGEMM_MAX_K", 1, CGM_DIM_MAX, &c->max_k))) return st;
     int64_t width = c->max_n > c->max_k ? c->max_n : c->max_k;
     if (c->max_m > WORKSPACE_ELEMS_MAX / width)
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,

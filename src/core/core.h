@@ -193,6 +193,9 @@ cgm_status cgm_comm_check_usable(const cgm_comm *comm, const char *function);
 /* Makes sure backend `id` has its state on this comm (collective the first
  * time: probe + init). */
 cgm_status cgm_comm_backend_ready(cgm_comm *comm, cgm_backend id);
+/* The largest m, n, k (config max_m/n/k) and matrix rows and cols: every
+ * size computed from them fits an int64_t (comm.c, validate.c). */
+#define CGM_DIM_MAX ((int64_t)INT32_MAX)
 /* Marks the comm broken (timeout, peer failure) with the current detail. */
 void cgm_comm_mark_broken(cgm_comm *comm, cgm_status status);
 /* The backend that runs `op` on a live comm when the call asks for

@@ -25,9 +25,9 @@ static cgm_status check_matrix(const check_ctx *c, const char *name, const cgm_m
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
                          "%s: %s.ld = %lld is smaller than its cols = %lld: expected ld >= cols (row-major) or 0",
                          c->fn, name, (long long)m->ld, (long long)m->cols);
-    /* No call can use more (the config maxima are at most 2^31 - 1), and
-     * with these bounds no size computed below wraps. */
-    if (m->rows > INT32_MAX || m->cols > INT32_MAX)
+    /* No call can use more (the config maxima are at most CGM_DIM_MAX),
+     * and with these bounds no size computed below wraps. */
+    if (m->rows > CGM_DIM_MAX || m->cols > CGM_DIM_MAX)
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
                          "%s: %s is %lld x %lld: expected rows and cols at most 2^31 - 1", c->fn, name,
                          (long long)m->rows, (long long)m->cols);

@@ -296,6 +296,15 @@ static void test_graph_fused_single(const void *param) {
 
 /* ------------------------------------------------------------- timeout */
 
+/* The ranks of a case that needs two (COMMGEMM_TEST_RANKS=2 shares one
+ * GPU); skips, saying so, with fewer. `which`: "the timeout case"... */
+static void need_two_ranks(const char *which) {
+    int P = gpu_ranks_or_skip();
+    if (P < 2)
+        TEST_SKIP("%s needs 2 ranks, found %d GPU (or set "
+                  "COMMGEMM_TEST_RANKS=2 to share it)", which, P);
+}
+
 /* The op of the timeout and failure cases: a bf16 AG+GEMM of 512 rows
  * (k = n = 128), this rank's operands filled. */
 typedef struct small_ag {
@@ -365,10 +374,7 @@ static void timeout_body(gpu_rank *g, void *arg) {
 }
 
 static void test_timeout(const void *param) {
-    int P = gpu_ranks_or_skip();
-    if (P < 2)
-        TEST_SKIP("the timeout case needs 2 ranks, found %d GPU (or set "
-                  "COMMGEMM_TEST_RANKS=2 to share it)", P);
+    need_two_ranks("the timeout case");
     cgm_config cfg = gpu_config();
     if (param) cfg.algo = *(const cgm_algo *)param;
     cfg.timeout_ms = test_scaled_ms(1000); /* also bounds comm creation */
@@ -412,10 +418,7 @@ static void fail_after_fork_body(gpu_rank *g, void *arg) {
 }
 
 static void test_fail_after_fork(const void *param) {
-    int P = gpu_ranks_or_skip();
-    if (P < 2)
-        TEST_SKIP("the failure case needs 2 ranks, found %d GPU (or set "
-                  "COMMGEMM_TEST_RANKS=2 to share it)", P);
+    need_two_ranks("the failure case");
     /* Read once per process: set before the ranks start. */
     setenv("COMMGEMM_TEST_FAIL", "0:2", 1);
     cgm_config cfg = gpu_config();
@@ -535,10 +538,7 @@ static void limits_one_rank_body(gpu_rank *g, void *arg) {
 }
 
 static void test_limits_one_rank(const void *param) {
-    int P = gpu_ranks_or_skip();
-    if (P < 2)
-        TEST_SKIP("the case needs 2 ranks, found %d GPU (or set "
-                  "COMMGEMM_TEST_RANKS=2 to share it)", P);
+    need_two_ranks("the case");
     cgm_config cfg = gpu_config();
     if (param) cfg.algo = *(const cgm_algo *)param;
     cfg.max_m = 64;

@@ -219,7 +219,8 @@ typedef struct cgm_peer_mem {
 cgm_status cgm_peer_mem_alloc(size_t bytes, cgm_peer_mem *out);
 /* Collective. Maps every rank's allocation (cgm_peer_mem_alloc, the same
  * size on every rank) into every rank, with one verdict on every rank:
- * a rank that cannot map a peer's fails every rank (cgm_gpu_agree). */
+ * a rank that cannot map a peer's fails every rank (cgm_gpu_agree). On
+ * failure `pm` still holds what cgm_peer_mem_destroy frees. */
 cgm_status cgm_peer_mem_open(cgm_comm *comm, cgm_peer_mem *pm);
 /* Unmaps the peers and frees the local allocation (not collective; the
  * caller makes sure no peer still uses it). Safe on a zeroed struct. */

@@ -1,5 +1,6 @@
-/* Error reporting for CUDA, cuBLAS(Lt) and NCCL calls, dtype mappings, and
- * the host's bounded wait for device work. */
+/* Error reporting for CUDA, cuBLAS(Lt) and NCCL calls, dtype mappings, the
+ * host's bounded wait for device work, and the failures COMMGEMM_TEST_FAIL
+ * injects (testing only). */
 #include <sched.h>
 #include <string.h>
 #include <unistd.h>

@@ -167,7 +167,6 @@ cgm_status host_flag_wait(const cgm_comm *comm, host_state *st, int src,
  * different kinds of exchange fail alike instead of misreading each other. */
 enum { HOST_XCHG_CHECK = 0, HOST_XCHG_TUNE = 1, HOST_XCHG_WORDS_ONLY = 2, HOST_XCHG_REJECTED = 3 };
 
-
 /* One exchange on the agreement channel: publishes `sig` and `words`
  * payload words as this rank's entry for its next exchange number n (slot
  * n & 1; `epoch` is the op it belongs to, for messages), reads every
