@@ -8,7 +8,9 @@
  * reset can race with a peer. Every wait is bounded by %globaltimer: on
  * expiry it records who never came into host-mapped memory and raises the
  * comm's abort word; every later wait, signal and reduce then does nothing
- * (the op's output is garbage, and the host reports the error). */
+ * (the op's output is garbage, and the host reports the error). A peer
+ * whose comm broke raises the notice word (p2p: through the peer mapping)
+ * to the same effect, and the first kernel that sees it records it. */
 #ifndef COMMGEMM_DEVICE_H
 #define COMMGEMM_DEVICE_H
 
@@ -20,15 +22,28 @@
 extern "C" {
 #endif
 
-/* Per-comm device state (device memory, this rank only). */
+/* Per-comm device state (device memory of this rank; the p2p backend keeps
+ * it in its peer-mapped workspace, so that peers can raise `notice`). */
+typedef struct cgm_dev_abort_record cgm_dev_abort_record;
 typedef struct cgm_dev_state {
     unsigned long long epoch;
-    unsigned int abort; /* 0, or 1 once a wait expired */
-    unsigned int pad;
+    unsigned int abort;  /* 0, or 1 once a wait expired or a notice was taken */
+    unsigned int notice; /* 0, or cgm_dev_notice(teller, culprit): written by
+                            a peer whose comm broke (through the peer
+                            mapping); every later wait, signal and reduce
+                            then does nothing, and the first kernel that
+                            sees it fills `record` (its flag_kind
+                            CGM_DEV_NOTICE_KIND, peer the culprit, chunk the
+                            teller) */
+    cgm_dev_abort_record *record; /* device pointer of the host-mapped
+                                     record, or NULL (notices not recorded) */
+    int rank;                     /* this rank, for the record */
+    unsigned int notice_out;      /* the value this rank sends (a copy
+                                     source, p2p) */
 } cgm_dev_state;
 
 /* What an expired wait saw (host-mapped memory, written by the device). */
-typedef struct cgm_dev_abort_record {
+struct cgm_dev_abort_record {
     volatile int set; /* written last: 1 when the fields below are valid */
     volatile int waiting_rank;
     volatile int peer; /* the rank that never signalled */
@@ -38,7 +53,17 @@ typedef struct cgm_dev_abort_record {
     volatile unsigned long long epoch;
     volatile unsigned long long flag_value; /* what the flag held */
     volatile unsigned long long waited_ns;
-} cgm_dev_abort_record;
+};
+
+/* A peer's notice: rank `teller`'s comm broke because rank `culprit`
+ * failed (teller == culprit: the teller itself failed mid-op; otherwise
+ * the teller's wait for the culprit expired). Never 0; ranks < 65535. */
+#define CGM_DEV_NOTICE_KIND 100 /* the record's flag_kind for a notice */
+#define CGM_DEV_NOTICE_MAX_RANKS 65535
+#define cgm_dev_notice(teller, culprit) \
+    (((unsigned int)((teller) + 1) << 16) | (unsigned int)((culprit) + 1))
+#define cgm_dev_notice_teller(notice) ((int)((notice) >> 16) - 1)
+#define cgm_dev_notice_culprit(notice) ((int)((notice) & 0xffffu) - 1)
 
 /* Bumps state->epoch by one (single thread). */
 cudaError_t cgm_dev_epoch_bump(cgm_dev_state *state, cudaStream_t stream);

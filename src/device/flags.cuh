@@ -47,6 +47,36 @@ __device__ __forceinline__ void record_expiry(unsigned int *abort_word, cgm_dev_
     __threadfence_system();
 }
 
+/* A peer's notice (cgm_dev_state.notice) seen by a kernel of this rank:
+ * the first kernel to take it (turning *abort_word from 0 to 1) fills
+ * `record` with {rank, the culprit, CGM_DEV_NOTICE_KIND, the teller}.
+ * Inlined: out of line, the call made four of the fused GEMM kernels
+ * spill 8 bytes (ptxas --resource-usage); inlined, their registers and
+ * spills are what they were without it. */
+static __device__ __forceinline__ void take_notice(unsigned int *abort_word, cgm_dev_abort_record *record, int rank,
+                                         unsigned int notice) {
+    if (!abort_word || atomicCAS(abort_word, 0u, 1u) != 0u || !record) return;
+    record->waiting_rank = rank;
+    record->peer = cgm_dev_notice_culprit(notice);
+    record->flag_kind = CGM_DEV_NOTICE_KIND;
+    record->chunk = cgm_dev_notice_teller(notice);
+    record->epoch = 0;
+    record->flag_value = notice;
+    record->waited_ns = 0;
+    __threadfence_system();
+    record->set = 1;
+    __threadfence_system();
+}
+
+/* True when a peer raised *notice_word (taken, see take_notice). */
+__device__ __forceinline__ bool notice_raised(const unsigned int *notice_word, unsigned int *abort_word,
+                                              cgm_dev_abort_record *record, int rank) {
+    unsigned int n = notice_word ? *(volatile const unsigned int *)notice_word : 0u;
+    if (n == 0u) return false;
+    take_notice(abort_word, record, rank, n);
+    return true;
+}
+
 }  // namespace cgm_flags
 
 #endif

@@ -157,6 +157,7 @@ struct hgemm_params {
     const void *addend[CGM_HGEMM_MAX_ADDENDS];
     const unsigned long long *addend_flags[CGM_HGEMM_MAX_ADDENDS];
     unsigned int *abort_word;
+    const unsigned int *notice_word;
     cgm_dev_abort_record *abort_record;
     int report_rank, report_chunks_per_shard, report_addend_chunk0;
     int report_addend_peer[CGM_HGEMM_MAX_ADDENDS];
@@ -464,11 +465,13 @@ __device__ __forceinline__ unsigned long long flag_epoch(const hgemm_params &p) 
     return p.flag_epoch_ptr ? *(volatile const unsigned long long *)p.flag_epoch_ptr : p.flag_epoch;
 }
 
-/* True once this launch gave up waiting (a wait of any CTA expired) or the
- * comm aborted: later waits return at once. */
+/* True once this launch gave up waiting (a wait of any CTA expired), the
+ * comm aborted, or a peer's notice came (taken here: flags.cuh): later
+ * waits return at once. */
 __device__ __forceinline__ bool gave_up(const hgemm_params &p) {
     if (p.timeout_out && *(volatile int *)p.timeout_out) return true;
-    return p.abort_word && *(volatile unsigned int *)p.abort_word;
+    if (p.abort_word && *(volatile unsigned int *)p.abort_word) return true;
+    return cgm_flags::notice_raised(p.notice_word, p.abort_word, p.abort_record, p.report_rank);
 }
 
 /* Spins until *flag >= epoch; false when it gave up (see gave_up) or the
@@ -2087,6 +2090,7 @@ const char *args_problem(const cgm_hgemm_args *a) {
     if ((a->row_flags || addend_flags) &&
         (a->rows_per_flag < 1 || (!a->timeout_out && !a->abort_word)))
         return "flags need rows_per_flag >= 1 and timeout_out or abort_word";
+    if (a->notice_word && !a->abort_word) return "notice_word needs abort_word";
     if (a->row_flags && a->flag_shard_rows < 0) return "flag_shard_rows must be >= 0";
     if (a->y_own) {
         if (a->ldy_own < a->n || a->ldy_own > lim) return "needs n <= ldy_own < 2^31";
@@ -2463,6 +2467,7 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
                       a->addend_ld, addend_size == 4 ? kTileM : 64))
             return cudaErrorInvalidValue;
     p.abort_word = a->abort_word;
+    p.notice_word = a->notice_word;
     p.abort_record = a->abort_record;
     p.report_rank = a->report_rank;
     p.report_chunks_per_shard = a->report_chunks_per_shard;

@@ -109,6 +109,10 @@ typedef struct cgm_hgemm_args {
      * piece q: peer j, chunk j * report_chunks_per_shard + q; for addend i,
      * piece q: peer report_addend_peer[i], chunk report_addend_chunk0 + q. */
     unsigned int *abort_word;
+    /* Optional: a peer's notice (cgm_dev_state.notice): once it is not 0
+     * the waits return at once too, and the first to see it fills
+     * abort_record as a notice (device.h; needs abort_word). */
+    const unsigned int *notice_word;
     cgm_dev_abort_record *abort_record;
     int report_rank;
     int report_chunks_per_shard;

@@ -12,8 +12,12 @@ using cgm_flags::global_timer_ns;
 using cgm_flags::load_acquire_sys;
 using cgm_flags::store_release_sys;
 
+/* The comm aborted: a wait of this rank expired, or a peer's notice came
+ * (the first kernel to see it records it). */
 __device__ __forceinline__ bool aborted(const cgm_dev_state *state) {
-    return *(volatile const unsigned int *)&state->abort != 0;
+    if (*(volatile const unsigned int *)&state->abort != 0) return true;
+    cgm_dev_state *s = const_cast<cgm_dev_state *>(state);
+    return cgm_flags::notice_raised(&s->notice, &s->abort, s->record, s->rank);
 }
 
 /* Holds its stream for `ns` nanoseconds of device time (the autotuner's

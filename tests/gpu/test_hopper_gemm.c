@@ -826,6 +826,34 @@ static void case_addends(const void *p) {
     CHECK_INT_EQ(rec->peer, 0);
     CHECK_INT_EQ(rec->chunk, 41);
     if (waited > 5.0) TEST_FAIL("the kernel took %.2f s with a 0.2 s flag timeout", waited);
+    /* The same wait with a peer's notice raised (rank 3 says rank 5
+     * failed) and a 20 s flag timeout: the kernel gives up at once and
+     * records the notice, not an expiry. */
+    unsigned int *dnotice, notice = cgm_dev_notice(3, 5);
+    GPU_CHECK(cudaMalloc((void **)&dnotice, sizeof *dnotice));
+    GPU_CHECK(cudaMemcpy(dnotice, &notice, sizeof notice, cudaMemcpyHostToDevice));
+    GPU_CHECK(cudaMemset(dabort, 0, sizeof *dabort));
+    memset((void *)rec, 0, sizeof *rec);
+    a.notice_word = dnotice, a.wait_timeout_ns = 20000000000ll;
+    t0 = now_s();
+    GPU_CHECK(cgm_hgemm(&a, 0));
+    GPU_CHECK(cudaDeviceSynchronize());
+    waited = now_s() - t0;
+    GPU_CHECK(cudaMemcpy(&aborted, dabort, sizeof aborted, cudaMemcpyDeviceToHost));
+    printf("notice: abort %u, record set %d kind %d rank %d culprit %d teller %d after %.3f s\n", aborted,
+           rec->set, rec->flag_kind, rec->waiting_rank, rec->peer, rec->chunk, waited);
+    CHECK_INT_EQ(aborted, 1);
+    CHECK_INT_EQ(rec->set, 1);
+    CHECK_INT_EQ(rec->flag_kind, CGM_DEV_NOTICE_KIND);
+    CHECK_INT_EQ(rec->waiting_rank, 1);
+    CHECK_INT_EQ(rec->peer, 5);
+    CHECK_INT_EQ(rec->chunk, 3);
+    if (waited > 5.0) TEST_FAIL("the kernel took %.2f s with the notice raised", waited);
+    /* notice_word without abort_word (flags bounded by timeout_out alone):
+     * refused. */
+    a.abort_word = NULL, a.timeout_out = dt;
+    CHECK(cgm_hgemm(&a, 0) == cudaErrorInvalidValue);
+    cudaFree(dnotice);
     cudaFree(dy), cudaFree(dz), cudaFree(dabort), cudaFreeHost(rec);
     cudaFree(dx), cudaFree(dw), cudaFree(drow), cudaFree(dadd), cudaFree(depoch), cudaFree(dt);
     free(hx), free(hw), free(xq), free(wq);
