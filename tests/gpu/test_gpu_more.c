@@ -329,26 +329,33 @@ static cgm_status small_ag_call(gpu_rank *g, small_ag *a) {
 }
 
 /* After an op enqueued at t0 whose peer `who` ("rank 1") never did its
- * part: the stream drains after about the 1 s timeout (bounded), the comm
- * reports CGM_ERROR_TIMEOUT naming `who`, and so does the next op. Returns
+ * part, or failed in it: the stream drains within bound_ms (bounded), the
+ * comm reports `expected` naming `who`, and so does the next op. Returns
  * the seconds waited. */
-static double expect_peer_timeout(gpu_rank *g, small_ag *a, int64_t t0,
-                                  const char *who) {
+static double expect_peer_gave_up(gpu_rank *g, small_ag *a, int64_t t0,
+                                  cgm_status expected, const char *who,
+                                  int64_t bound_ms) {
     GPU_CHECK(cudaStreamSynchronize(g->stream));
     double waited_s = (double)(cgm_now_ns() - t0) / 1e9;
-    double bound_s = (double)test_scaled_ms(2500) / 1e3;
-    if (waited_s > bound_s)
-        TEST_FAIL("rank %d waited %.2f s, expected ~%.0f s (at most %.1f)",
-                  g->rank, waited_s, (double)test_scaled_ms(1000) / 1e3,
-                  bound_s);
+    if (waited_s > (double)bound_ms / 1e3)
+        TEST_FAIL("rank %d waited %.2f s, expected at most %.1f s", g->rank,
+                  waited_s, (double)bound_ms / 1e3);
     cgm_status async = CGM_SUCCESS;
     CHECK_OK(cgm_comm_get_async_error(g->comm, &async));
-    CHECK_INT_EQ(async, CGM_ERROR_TIMEOUT);
+    CHECK_INT_EQ(async, expected);
     CHECK_CONTAINS(cgm_last_error(), who);
-    CHECK_STATUS(small_ag_call(g, a), CGM_ERROR_TIMEOUT);
+    CHECK_STATUS(small_ag_call(g, a), expected);
     CHECK_CONTAINS(cgm_last_error(), who);
     printf("rank %d after %.2f s: %s\n", g->rank, waited_s, cgm_last_error());
     return waited_s;
+}
+
+/* The same for a peer that never came: CGM_ERROR_TIMEOUT after about the
+ * 1 s timeout. */
+static double expect_peer_timeout(gpu_rank *g, small_ag *a, int64_t t0,
+                                  const char *who) {
+    return expect_peer_gave_up(g, a, t0, CGM_ERROR_TIMEOUT, who,
+                               test_scaled_ms(2500));
 }
 
 /* Ends a rank of a broken pair without the teardown, after staying alive
@@ -385,8 +392,11 @@ static void test_timeout(const void *param) {
 
 /* COMMGEMM_TEST_FAIL=0:2: rank 0's second op fails on purpose right
  * after its fork, before it enqueues a step. Rank 0 gets the failure at
- * once, its stream joined back (a sync returns) and its comm broken; rank
- * 1's op waits for rank 0's signals and times out naming rank 0. */
+ * once, its stream joined back (a sync returns) and its comm broken, and
+ * it tells rank 1 (the notice word, device.h): rank 1's op, waiting for
+ * rank 0's signals, gives up at once with CGM_ERROR_PEER_FAILED naming
+ * rank 0, well within its 20 s timeout (before the notice it waited out
+ * the timeout). */
 static void fail_after_fork_body(gpu_rank *g, void *arg) {
     (void)arg;
     small_ag a = small_ag_make(g);
@@ -400,7 +410,7 @@ static void fail_after_fork_body(gpu_rank *g, void *arg) {
         CHECK_CONTAINS(cgm_last_error(), "destroy it");
         GPU_CHECK(cudaStreamSynchronize(g->stream));
         double took_s = (double)(cgm_now_ns() - t0) / 1e9;
-        if (took_s > (double)test_scaled_ms(500) / 1e3)
+        if (took_s > (double)test_scaled_ms(2500) / 1e3)
             TEST_FAIL("the failed op and its sync took %.2f s, expected at "
                       "once", took_s);
         /* Broken: the next op is refused at once, saying why. */
@@ -412,7 +422,9 @@ static void fail_after_fork_body(gpu_rank *g, void *arg) {
     }
     if (g->rank != 1) linger_and_exit(false);
     CHECK_OK(small_ag_call(g, &a));
-    expect_peer_timeout(g, &a, t0, "rank 0");
+    expect_peer_gave_up(g, &a, t0, CGM_ERROR_PEER_FAILED, "rank 0",
+                        test_scaled_ms(3000));
+    CHECK_CONTAINS(cgm_last_error(), "rank 0 failed during an op");
     cgm_comm_destroy(g->comm);
     linger_and_exit(false);
 }
@@ -425,8 +437,57 @@ static void test_fail_after_fork(const void *param) {
     /* An algorithm and split count given: no tuner runs among the ops. */
     cfg.algo = param ? *(const cgm_algo *)param : CGM_ALGO_SPLIT_PIPELINED;
     cfg.splits = 2;
-    cfg.timeout_ms = test_scaled_ms(1000);
-    gpu_run(2, &cfg, fail_after_fork_body, NULL, 60);
+    cfg.timeout_ms = test_scaled_ms(20000);
+    gpu_run(2, &cfg, fail_after_fork_body, NULL, 90);
+}
+
+/* Three ranks on a LOCAL bootstrap (they may share a GPU), each with its
+ * own timeout: rank 0 1 s, ranks 1 and 2 20 s. After one op together,
+ * rank 2 skips the next. Rank 0's wait expires after 1 s, naming rank 2,
+ * or rank 1 when rank 1's push to rank 0 was queued behind its push to
+ * rank 2 (which waits for rank 2); rank 0 tells every rank as soon as it
+ * learns of it, and rank 1 gives up at once with CGM_ERROR_TIMEOUT saying
+ * rank 0 told it, instead of waiting its own 20 s. */
+static int rank_told_of_expiry(int rank, int P, const char *rdv, void *arg) {
+    int ndev = 0;
+    GPU_CHECK(cudaGetDeviceCount(&ndev));
+    GPU_CHECK(cudaSetDevice(rank % ndev));
+    cgm_bootstrap b = CGM_BOOTSTRAP_INIT;
+    b.kind = CGM_BOOTSTRAP_LOCAL;
+    b.rank = rank;
+    b.nranks = P;
+    b.rendezvous = rdv;
+    cgm_config cfg = gpu_config();
+    cfg.algo = arg ? *(const cgm_algo *)arg : CGM_ALGO_SPLIT_PIPELINED;
+    cfg.splits = 2;
+    cfg.timeout_ms = test_scaled_ms(rank == 0 ? 1000 : 20000);
+    gpu_rank g = {rank, P, ndev, NULL, NULL, NULL};
+    CHECK_OK(cgm_comm_create(&b, &cfg, &g.comm));
+    GPU_CHECK(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
+    small_ag a = small_ag_make(&g);
+    CHECK_OK(small_ag_call(&g, &a));
+    GPU_CHECK(cudaStreamSynchronize(g.stream));
+    if (rank == 2) linger_and_exit(true);
+    int64_t t0 = cgm_now_ns();
+    CHECK_OK(small_ag_call(&g, &a));
+    if (rank == 0) {
+        expect_peer_timeout(&g, &a, t0, "never came");
+        CHECK(strstr(cgm_last_error(), "found rank 2 never came") ||
+              strstr(cgm_last_error(), "found rank 1 never came"));
+    } else {
+        expect_peer_gave_up(&g, &a, t0, CGM_ERROR_TIMEOUT, "rank 0 told it",
+                            test_scaled_ms(4000));
+    }
+    cgm_comm_destroy(g.comm);
+    linger_and_exit(rank == 0);
+    return 0;
+}
+
+static void test_told_of_expiry(const void *param) {
+    (void)gpu_ranks_or_skip();
+    setenv("COMMGEMM_LT_REDUCTION", "fp32", 0);
+    if (test_run_ranks(3, rank_told_of_expiry, (void *)param, 120, NULL) != 0)
+        TEST_FAIL("a rank failed (see above)");
 }
 
 /* COMMGEMM_TEST_FAIL=1:init: rank 1's p2p init fails after making its
@@ -747,6 +808,9 @@ void register_more_cases(void) {
     test_add("timeout_names_missing_rank_fused", test_timeout, &fused);
     test_add("p2p_failure_after_fork_breaks_comm", test_fail_after_fork, NULL);
     test_add("p2p_failure_after_fork_breaks_comm_fused", test_fail_after_fork,
+             &fused);
+    test_add("p2p_expired_wait_tells_peers", test_told_of_expiry, NULL);
+    test_add("p2p_expired_wait_tells_peers_fused", test_told_of_expiry,
              &fused);
     test_add("p2p_init_failure_fails_every_rank", test_init_fails, NULL);
     test_add("workspace_limits", test_limits, NULL);

@@ -128,9 +128,13 @@ typedef struct p2p_state {
     void *partial;       /* local fp32 slots */
     size_t partial_bytes;
 
-    cgm_dev_state *dev;              /* device memory */
+    cgm_dev_state *dev;              /* in the workspace, at state_offset */
+    size_t state_offset;             /* peers raise dev->notice there */
     cgm_dev_abort_record *abort_host; /* host-mapped: host pointer */
     cgm_dev_abort_record *abort_dev;  /* ... and its device pointer */
+    cudaStream_t notice_queue;       /* the notices to the peers */
+    unsigned int *notice_pinned;     /* their value (pinned host memory) */
+    bool told;                       /* the peers were sent a notice */
 
     cudaStream_t queues[P2P_MAX_QUEUES];
     cudaEvent_t fork, join[P2P_MAX_QUEUES];
@@ -261,6 +265,16 @@ void p2p_fused_cache_clear(p2p_state *st);
  * returns `status`. */
 cgm_status p2p_abandon_op(p2p_state *st, cudaStream_t caller, int nqueues,
                           cgm_status status);
+/* This rank's comm broke because rank `culprit` failed (this rank itself,
+ * or a peer its wait expired on): raises the notice word of every other
+ * rank, the culprit too (it may be alive and waiting in turn), through the
+ * peer mapping, by the copy engine, so that their waits give up at once
+ * and report it (device.h). A culprit whose process freed its workspace or
+ * exited still holds it mapped for us (the driver keeps an imported
+ * allocation until its importers close it; measured on the H200, docs/
+ * P2P_BACKEND.md). Once per comm; best effort, bounded (a copy that does
+ * not finish within 2 s is left); keeps the thread's error detail. */
+void p2p_tell_peers(p2p_state *st, int culprit);
 
 /* Largest partial / recv slot counts any schedule of `nranks` may need. */
 void p2p_slot_needs(int nranks, int64_t max_m, int *partial_slots,

@@ -2,6 +2,7 @@
  * entry points and the asynchronous error. Execution is in p2p_exec.c. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/p2p/p2p.h"
 #include "device/hopper_gemm.h"
@@ -21,6 +22,38 @@ cgm_status cgm_p2p_async_error(cgm_comm *comm, void *state) {
     if (__atomic_load_n(&st->abort_host->set, __ATOMIC_ACQUIRE) == 0)
         return CGM_SUCCESS;
     const cgm_dev_abort_record *r = st->abort_host;
+    if (r->flag_kind == CGM_DEV_NOTICE_KIND) {
+        if (r->chunk == r->peer)
+            return cgm_error(CGM_ERROR_PEER_FAILED,
+                             "p2p backend: rank %d stopped waiting for its "
+                             "op at once: rank %d failed during an op (after "
+                             "its streams forked) and told its peers, so the "
+                             "ranks are out of step; the comm is broken: "
+                             "destroy it; rank %d's own error says what "
+                             "failed",
+                             r->waiting_rank, r->peer, r->peer);
+        if (r->peer == r->waiting_rank)
+            return cgm_error(CGM_ERROR_TIMEOUT,
+                             "p2p backend: rank %d stopped waiting for its "
+                             "op at once: rank %d told it that its wait for "
+                             "this rank expired (expected this rank's op to "
+                             "signal within rank %d's timeout_ms, found it "
+                             "did not: it was waiting for another rank, or "
+                             "its GPU was busy); the comm is broken: destroy "
+                             "it, and look for the rank the others name",
+                             r->waiting_rank, r->chunk, r->chunk);
+        return cgm_error(CGM_ERROR_TIMEOUT,
+                         "p2p backend: rank %d stopped waiting for its op "
+                         "at once: rank %d told it that its own wait for "
+                         "rank %d expired (expected every rank to run the "
+                         "same ops in the same order within its timeout_ms, "
+                         "found rank %d never came); the comm is broken: "
+                         "destroy it (and check rank %d)",
+                         r->waiting_rank, r->chunk, r->peer, r->peer,
+                         r->peer);
+    }
+    /* An expiry of this rank's own: its peers may wait for it in turn. */
+    p2p_tell_peers(st, r->peer);
     if (r->peer == r->waiting_rank)
         /* A flag this rank raises itself (the one-kernel GEMM+RS's done
          * flags, AG's own READY cells): its own work did not finish. */
@@ -51,6 +84,48 @@ cgm_status cgm_p2p_async_error(cgm_comm *comm, void *state) {
                      (unsigned long long)r->flag_value,
                      (long long)(comm ? comm->config.timeout_ms : 0),
                      r->peer, r->peer);
+}
+
+void p2p_tell_peers(p2p_state *st, int culprit) {
+    if (st->told || st->nranks < 2 || !st->notice_queue ||
+        st->nranks > CGM_DEV_NOTICE_MAX_RANKS)
+        return;
+    st->told = true;
+    int previous = -1;
+    bool moved = cudaGetDevice(&previous) == cudaSuccess &&
+                 previous != st->device &&
+                 cudaSetDevice(st->device) == cudaSuccess;
+    *st->notice_pinned = cgm_dev_notice(st->rank, culprit);
+    cudaError_t e = cudaMemcpyAsync(&st->dev->notice_out, st->notice_pinned,
+                                    sizeof *st->notice_pinned,
+                                    cudaMemcpyHostToDevice, st->notice_queue);
+    int told = 0;
+    for (int d = 0; d < st->nranks && e == cudaSuccess; d++) {
+        if (d == st->rank) continue;
+        cgm_dev_state *peer =
+            (cgm_dev_state *)((char *)st->ws.peer[d] + st->state_offset);
+        e = cudaMemcpyAsync(&peer->notice, &st->dev->notice_out,
+                            sizeof peer->notice, cudaMemcpyDeviceToDevice,
+                            st->notice_queue);
+        told += e == cudaSuccess;
+    }
+    /* Bounded: copy engines do not wait for the queues' kernels. */
+    int64_t deadline = cgm_now_ns() + 2000000000ll;
+    cudaError_t q = cudaErrorNotReady;
+    while (e == cudaSuccess && (q = cudaStreamQuery(st->notice_queue)) ==
+                                   cudaErrorNotReady &&
+           cgm_now_ns() < deadline)
+        usleep(50);
+    if (e != cudaSuccess || q != cudaSuccess) {
+        (void)cudaGetLastError();
+        CGM_WARN(CGM_SUB_P2P, "p2p: rank %d could not tell its peers that "
+                 "its comm broke (%s); they find out by their timeout",
+                 st->rank, cudaGetErrorString(e != cudaSuccess ? e : q));
+    } else {
+        CGM_INFO(CGM_SUB_P2P, "p2p: rank %d told %d peer(s) that its comm "
+                 "broke (culprit rank %d)", st->rank, told, culprit);
+    }
+    if (moved) cudaSetDevice(previous);
 }
 
 /* The comm's device: the NCCL communicator's, or for a LOCAL bootstrap
@@ -118,7 +193,8 @@ static void state_free(p2p_state *st) {
     if (st->flag_post) cudaEventDestroy(st->flag_post);
     cgm_lt_destroy(st->lt);
     if (st->partial) cudaFree(st->partial);
-    if (st->dev) cudaFree(st->dev);
+    if (st->notice_queue) cudaStreamDestroy(st->notice_queue);
+    if (st->notice_pinned) cudaFreeHost(st->notice_pinned);
     if (st->program_counters) cudaFree(st->program_counters);
     if (st->done_counts) cudaFree(st->done_counts);
     if (st->abort_host) cudaFreeHost(st->abort_host);
@@ -232,7 +308,10 @@ static cgm_status alloc_local(p2p_state *st, int comm_priority) {
                      (size_t)c->max_n * 4;
     st->partial_bytes = (size_t)partial_slots * (size_t)slot_rows *
                         (size_t)c->max_n * 4;
-    size_t total = st->recv_offset + st->recv_bytes + 256;
+    /* The comm's device state last, where peers can raise its notice. */
+    st->state_offset = (st->recv_offset + st->recv_bytes + 255) &
+                       ~(size_t)255;
+    size_t total = st->state_offset + 256;
     CGM_INFO(CGM_SUB_P2P, "p2p workspace: %zu MiB registered (gather %zu, "
              "%d recv slots of %lld x %lld fp32) + %zu MiB local partials, "
              "from max_m=%lld max_n=%lld max_k=%lld",
@@ -243,8 +322,6 @@ static cgm_status alloc_local(p2p_state *st, int comm_priority) {
     CGM_TRY(cgm_peer_mem_alloc(total, &st->ws));
     if (st->partial_bytes)
         CGM_CUDA_TRY(cudaMalloc(&st->partial, st->partial_bytes));
-    CGM_CUDA_TRY(cudaMalloc((void **)&st->dev, sizeof *st->dev));
-    CGM_CUDA_TRY(cudaMemset(st->dev, 0, sizeof *st->dev));
     CGM_CUDA_TRY(cudaMalloc((void **)&st->program_counters,
                             CGM_DEV_PROGRAM_MAX * sizeof(unsigned int)));
     CGM_CUDA_TRY(cudaMemset(st->program_counters, 0,
@@ -257,6 +334,16 @@ static cgm_status alloc_local(p2p_state *st, int comm_priority) {
     memset((void *)st->abort_host, 0, sizeof *st->abort_host);
     CGM_CUDA_TRY(cudaHostGetDevicePointer((void **)&st->abort_dev,
                                           st->abort_host, 0));
+    /* The workspace is zeroed: epoch 0, no abort, no notice. */
+    st->dev = (cgm_dev_state *)((char *)st->ws.local + st->state_offset);
+    cgm_dev_state init;
+    memset(&init, 0, sizeof init);
+    init.record = st->abort_dev;
+    init.rank = st->rank;
+    CGM_CUDA_TRY(cudaMemcpy(st->dev, &init, sizeof init,
+                            cudaMemcpyHostToDevice));
+    CGM_CUDA_TRY(cudaHostAlloc((void **)&st->notice_pinned,
+                               sizeof *st->notice_pinned, cudaHostAllocDefault));
 
     int least = 0, greatest = 0;
     CGM_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
@@ -278,6 +365,9 @@ static cgm_status alloc_local(p2p_state *st, int comm_priority) {
             CGM_CUDA_TRY(cudaMalloc(&st->lt_workspace[q], P2P_LT_WORKSPACE));
     }
     CGM_CUDA_TRY(cudaEventCreateWithFlags(&st->fork, cudaEventDisableTiming));
+    /* The notices go by copy engine, beside whatever the queues hold. */
+    CGM_CUDA_TRY(cudaStreamCreateWithPriority(&st->notice_queue,
+                                              cudaStreamNonBlocking, greatest));
     /* COMMGEMM_P2P_PRE_COPY_FLAGS=beside: the queue of the flag steps before
      * a copy, as high as the comm queue. */
     if (st->pre_copy_beside) {
@@ -349,8 +439,11 @@ static cgm_status p2p_finalize(cgm_comm *comm, void *state) {
             if (st->queues[q]) (void)cudaStreamSynchronize(st->queues[q]);
         /* No peer may still read or write our workspace when it is freed:
          * meet once more, unless the comm is broken (peers may be gone). */
-        bool broken = comm->broken != CGM_SUCCESS ||
-                      (st->abort_host && st->abort_host->set);
+        bool expired = st->abort_host && st->abort_host->set;
+        bool broken = comm->broken != CGM_SUCCESS || expired;
+        /* An expiry nobody asked about yet: the peers may wait for us. */
+        if (expired && st->abort_host->flag_kind != CGM_DEV_NOTICE_KIND)
+            p2p_tell_peers(st, st->abort_host->peer);
         if (!broken && st->nranks > 1) {
             int one = 1, *all = calloc((size_t)st->nranks, sizeof(int));
             if (all) {

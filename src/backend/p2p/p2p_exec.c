@@ -911,6 +911,8 @@ cgm_status p2p_abandon_op(p2p_state *st, cudaStream_t caller, int nqueues,
                       "of the op, so the ranks are out of step and the comm "
                       "is broken (destroy it and create a new one)", st->rank);
     cgm_comm_mark_broken(st->comm, status);
+    /* A capture ran nothing on the peers: there is nothing to tell. */
+    if (!cgm_stream_capturing(caller)) p2p_tell_peers(st, st->rank);
     return status;
 }
 

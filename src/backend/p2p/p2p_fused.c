@@ -65,6 +65,7 @@ static cgm_hgemm_args base_args(const p2p_state *st, const cgm_call *c) {
     a.accumulate = c->accumulate;
     a.flag_epoch_ptr = st->dev ? &st->dev->epoch : NULL;
     a.abort_word = st->dev ? &st->dev->abort : NULL;
+    a.notice_word = st->dev ? &st->dev->notice : NULL;
     a.abort_record = st->abort_dev;
     a.wait_timeout_ns = st->timeout_ms * 1000000;
     a.report_rank = st->rank;
