@@ -112,6 +112,9 @@ def test_layers_match_reference(dist_env, backend, dtype, sequence_parallel):
         tc.check_row(comm, world, dev, dtype, m, k=k, n=n, sequence_parallel=sequence_parallel)
     tc.check_column(comm, world, dev, dtype, 37, bias=False, sequence_parallel=sequence_parallel)
     tc.check_row(comm, world, dev, dtype, 37, bias=False, sequence_parallel=sequence_parallel)
+    # the bias handed back (skip_bias_add), added by the caller: the same output and grads
+    tc.check_column(comm, world, dev, dtype, 37, sequence_parallel=sequence_parallel, skip_bias_add=True)
+    tc.check_row(comm, world, dev, dtype, 37, sequence_parallel=sequence_parallel, skip_bias_add=True)
     torch.cuda.synchronize()
 
 
