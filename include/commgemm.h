@@ -54,7 +54,14 @@
  *   once. Every wait is bounded by the comm's timeout (CGM_ERROR_TIMEOUT
  *   naming the missing rank). A GPU backend's rank that fails in the middle
  *   of an op (a CUDA or cuBLAS error after its streams forked) marks its
- *   comm broken; its peers' waits for it then time out naming it.
+ *   comm broken; on the p2p backend it tells its peers, whose waits give up
+ *   at once (CGM_ERROR_PEER_FAILED naming it), and a rank whose wait for a
+ *   peer expired tells the others too (CGM_ERROR_TIMEOUT naming the missing
+ *   rank and the rank that told); on the other GPU backends the peers'
+ *   waits time out naming it. On the GPU backends, a call rejected on some
+ *   ranks only (a NULL pointer on one rank, say) after the first call of
+ *   its signature leaves the other ranks in the op: treat such an error as
+ *   fatal for the comm (destroy it), as the other ranks will time out.
  */
 #ifndef COMMGEMM_H
 #define COMMGEMM_H

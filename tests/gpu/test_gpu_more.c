@@ -1,9 +1,11 @@
 /* GPU cases beyond the op matrix: a > 1 GiB gathered input, CUDA graph
  * capture + replay, the bounded wait (timeout naming the rank that never
  * came) and the workspace limits. */
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "backend/p2p/p2p.h" /* P2P_FUSED_CACHE */
@@ -490,6 +492,103 @@ static void test_told_of_expiry(const void *param) {
         TEST_FAIL("a rank failed (see above)");
 }
 
+/* What the notices (p2p_tell_peers) rely on: a copy-engine store into a
+ * peer's workspace stays safe when that peer freed it or exited, because
+ * the driver keeps an imported allocation until its importer closes it.
+ * Two forked processes (on one GPU, or GPUs 0 and 1): the exporter
+ * allocates and exports 1 MiB; the importer opens it; then the exporter
+ * (mode 0) stays, (1) exits without freeing, (2) frees it and stays, or
+ * (3) frees it and exits. The importer then stores 4 bytes into it with
+ * the copy engine (as a notice is sent), reads them back, and checks that
+ * its context still works. */
+static void read_all(int fd, void *buf, size_t n) {
+    if (read(fd, buf, n) != (ssize_t)n) TEST_FAIL("pipe read: %s", strerror(errno));
+}
+static void write_all(int fd, const void *buf, size_t n) {
+    if (write(fd, buf, n) != (ssize_t)n) TEST_FAIL("pipe write: %s", strerror(errno));
+}
+
+static void exporter(int mode, int to_imp, int from_imp) {
+    void *p = NULL;
+    cudaIpcMemHandle_t h;
+    GPU_CHECK(cudaMalloc(&p, 1 << 20));
+    GPU_CHECK(cudaMemset(p, 0, 1 << 20));
+    GPU_CHECK(cudaDeviceSynchronize());
+    GPU_CHECK(cudaIpcGetMemHandle(&h, p));
+    write_all(to_imp, &h, sizeof h);
+    char c;
+    read_all(from_imp, &c, 1); /* the importer opened it */
+    if (mode >= 2) {
+        GPU_CHECK(cudaFree(p));
+        GPU_CHECK(cudaDeviceSynchronize());
+    }
+    write_all(to_imp, &c, 1);
+    if (mode == 0 || mode == 2) read_all(from_imp, &c, 1); /* stay */
+    fflush(stdout);
+    _exit(0);
+}
+
+/* The importer: forks the exporter before its own first CUDA call, so
+ * that it can wait for the exporter's exit. Exits 0 when all held. */
+static void importer(int mode, int ndev) {
+    int to_imp[2], from_imp[2];
+    if (pipe(to_imp) || pipe(from_imp)) TEST_FAIL("pipe: %s", strerror(errno));
+    fflush(stdout);
+    pid_t ex = fork();
+    if (ex < 0) TEST_FAIL("fork: %s", strerror(errno));
+    if (ex == 0) {
+        GPU_CHECK(cudaSetDevice(0));
+        exporter(mode, to_imp[1], from_imp[0]);
+    }
+    GPU_CHECK(cudaSetDevice(1 % ndev));
+    cudaIpcMemHandle_t h;
+    read_all(to_imp[0], &h, sizeof h);
+    void *q = NULL, *src = NULL, *z = NULL;
+    unsigned int v = 0x600dc0deu, back = 0;
+    GPU_CHECK(cudaIpcOpenMemHandle(&q, h, cudaIpcMemLazyEnablePeerAccess));
+    GPU_CHECK(cudaMalloc(&src, sizeof v));
+    GPU_CHECK(cudaMemcpy(src, &v, sizeof v, cudaMemcpyHostToDevice));
+    char c = 1;
+    write_all(from_imp[1], &c, 1);
+    read_all(to_imp[0], &c, 1); /* the exporter freed it, or not */
+    int st_ex = 0;
+    if (mode == 1 || mode == 3) waitpid(ex, &st_ex, 0);
+    cudaStream_t s;
+    GPU_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    GPU_CHECK(cudaMemcpyAsync(q, src, sizeof v, cudaMemcpyDeviceToDevice, s));
+    GPU_CHECK(cudaStreamSynchronize(s));
+    GPU_CHECK(cudaMemcpy(&back, q, sizeof back, cudaMemcpyDeviceToHost));
+    CHECK_INT_EQ(back, v);
+    GPU_CHECK(cudaMalloc(&z, 1 << 20));
+    GPU_CHECK(cudaMemset(z, 1, 1 << 20));
+    GPU_CHECK(cudaDeviceSynchronize());
+    GPU_CHECK(cudaIpcCloseMemHandle(q));
+    printf("mode %d: the store landed and the importer's context works\n", mode);
+    write_all(from_imp[1], &c, 1); /* let a staying exporter go */
+    if (mode == 0 || mode == 2) waitpid(ex, &st_ex, 0);
+    if (!WIFEXITED(st_ex) || WEXITSTATUS(st_ex) != 0)
+        TEST_FAIL("mode %d: the exporter failed (status %d)", mode, st_ex);
+    fflush(stdout);
+    _exit(0);
+}
+
+static void store_after_exporter(int mode, int ndev) {
+    fflush(stdout);
+    pid_t im = fork();
+    if (im < 0) TEST_FAIL("fork: %s", strerror(errno));
+    if (im == 0) importer(mode, ndev);
+    int st_im = 0;
+    if (waitpid(im, &st_im, 0) < 0 || !WIFEXITED(st_im) ||
+        WEXITSTATUS(st_im) != 0)
+        TEST_FAIL("mode %d: the importer failed (status %d)", mode, st_im);
+}
+
+static void test_store_after_exporter(const void *param) {
+    (void)param;
+    int ndev = gpu_count_or_skip();
+    for (int mode = 0; mode < 4; mode++) store_after_exporter(mode, ndev);
+}
+
 /* COMMGEMM_TEST_FAIL=1:init: rank 1's p2p init fails after making its
  * device resources, past the last exchange it used to have. Every rank's
  * create fails at once (not after the 20 s timeout): rank 1 with its own
@@ -812,6 +911,8 @@ void register_more_cases(void) {
     test_add("p2p_expired_wait_tells_peers", test_told_of_expiry, NULL);
     test_add("p2p_expired_wait_tells_peers_fused", test_told_of_expiry,
              &fused);
+    test_add("ipc_store_after_exporter_gone", test_store_after_exporter,
+             NULL);
     test_add("p2p_init_failure_fails_every_rank", test_init_fails, NULL);
     test_add("workspace_limits", test_limits, NULL);
     test_add("limits_on_one_rank_mismatch", test_limits_one_rank, NULL);
