@@ -2,12 +2,16 @@
  * socket pair: a message of the wrong size or with the wrong number of
  * descriptors is refused with a message saying so, and the descriptors that
  * came with it are closed (each would pin a peer's shared memory); a silent
- * peer is a bounded timeout; a closed one is a peer failure. */
+ * peer is a bounded timeout; a closed one is a peer failure; descriptors
+ * in flight beyond the user's open-files limit say to raise it. */
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "backend/host/host.h"
@@ -139,12 +143,73 @@ static void test_closed(const void *param) {
     close(p.b);
 }
 
+/* Descriptors in flight beyond the open-files limit: the kernel counts
+ * the descriptors a user has sent and not yet received against its
+ * RLIMIT_NOFILE (for a user without CAP_SYS_RESOURCE), and refuses more
+ * with ETOOMANYREFS. A child (as nobody when run as root, to drop the
+ * capability) lowers its limit to 16 and sends 3 descriptors at a time that
+ * nobody receives: a send within the first 10 must fail with
+ * CGM_ERROR_SYSTEM saying to raise ulimit -n. */
+enum { INFLIGHT_LIMIT = 16, INFLIGHT_SENDS = 10 };
+
+static void inflight_child(void) {
+    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
+        TEST_FAIL("becoming nobody (uid 65534) failed: %s", strerror(errno));
+    struct rlimit lim = {INFLIGHT_LIMIT, INFLIGHT_LIMIT};
+    if (setrlimit(RLIMIT_NOFILE, &lim) != 0)
+        TEST_FAIL("setrlimit(RLIMIT_NOFILE, %d): %s", INFLIGHT_LIMIT, strerror(errno));
+    pair p;
+    pair_open(&p);
+    char buf[24] = {0};
+    for (int i = 0; i < INFLIGHT_SENDS; i++) {
+        int fds[HOST_SEG_COUNT];
+        for (int j = 0; j < HOST_SEG_COUNT; j++) {
+            fds[j] = memfd_create("socket-test", MFD_CLOEXEC);
+            CHECK(fds[j] >= 0);
+        }
+        cgm_status st = host_send_message(p.a, 4, buf, sizeof buf, fds, HOST_SEG_COUNT,
+                                          "shared-memory handles");
+        for (int j = 0; j < HOST_SEG_COUNT; j++) close(fds[j]);
+        if (st == CGM_SUCCESS) continue;
+        CHECK_INT_EQ(st, CGM_ERROR_SYSTEM);
+        CHECK_CONTAINS(cgm_last_error(), "sending shared-memory handles to rank 4");
+        CHECK_CONTAINS(cgm_last_error(), "exceed its open-files limit; raise it (ulimit -n)");
+        printf("send %d of 3 descriptors refused: %s\n", i + 1, cgm_last_error());
+        fflush(stdout);
+        _exit(0);
+    }
+    TEST_FAIL("%d sends of %d descriptors each, none received, all passed with an "
+              "open-files limit of %d", INFLIGHT_SENDS, HOST_SEG_COUNT, INFLIGHT_LIMIT);
+}
+
+static void test_inflight_limit(const void *param) {
+    (void)param;
+    if (geteuid() == 0) { /* can this root become nobody (a user namespace may not map it)? */
+        pid_t pid = fork();
+        if (pid == 0) _exit(setgid(65534) == 0 && setuid(65534) == 0 ? 0 : 1);
+        int status = 0;
+        if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+            WEXITSTATUS(status) != 0)
+            TEST_SKIP("running as root, and a child could not become nobody (uid 65534) to "
+                      "drop the privilege that lifts the open-files limit on descriptors in "
+                      "flight");
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) inflight_child();
+    int status = 0;
+    CHECK_INT_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 static void register_cases(void) {
     test_add("good_message", test_good, NULL);
     test_add("wrong_size_closes_its_fds", test_refused, &wrong_size);
     test_add("too_few_fds_closes_them", test_refused, &too_few_fds);
     test_add("silent_peer_times_out", test_silent, NULL);
     test_add("closed_peer_fails", test_closed, NULL);
+    test_add("descriptors_in_flight_over_the_limit", test_inflight_limit, NULL);
 }
 
 int main(int argc, char **argv) { return test_main(argc, argv, register_cases); }
