@@ -53,8 +53,8 @@ __device__ __forceinline__ void record_expiry(unsigned int *abort_word, cgm_dev_
  * Inlined: out of line, the call made four of the fused GEMM kernels
  * spill 8 bytes (ptxas --resource-usage); inlined, their registers and
  * spills are what they were without it. */
-static __device__ __forceinline__ void take_notice(unsigned int *abort_word, cgm_dev_abort_record *record, int rank,
-                                         unsigned int notice) {
+static __device__ __forceinline__ void take_notice(unsigned int *abort_word, cgm_dev_abort_record *record,
+                                                   int rank, unsigned int notice) {
     if (!abort_word || atomicCAS(abort_word, 0u, 1u) != 0u || !record) return;
     record->waiting_rank = rank;
     record->peer = cgm_dev_notice_culprit(notice);

@@ -443,6 +443,20 @@ static void test_fail_after_fork(const void *param) {
     gpu_run(2, &cfg, fail_after_fork_body, NULL, 90);
 }
 
+/* A rank of test_run_ranks on a LOCAL bootstrap: its device set (rank r
+ * on GPU r % count, so ranks may share one), its bootstrap returned. */
+static cgm_bootstrap local_rank_bootstrap(int rank, int P, const char *rdv,
+                                          int *ndev) {
+    GPU_CHECK(cudaGetDeviceCount(ndev));
+    GPU_CHECK(cudaSetDevice(rank % *ndev));
+    cgm_bootstrap b = CGM_BOOTSTRAP_INIT;
+    b.kind = CGM_BOOTSTRAP_LOCAL;
+    b.rank = rank;
+    b.nranks = P;
+    b.rendezvous = rdv;
+    return b;
+}
+
 /* Three ranks on a LOCAL bootstrap (they may share a GPU), each with its
  * own timeout: rank 0 1 s, ranks 1 and 2 20 s. After one op together,
  * rank 2 skips the next. Rank 0's wait expires after 1 s, naming rank 2,
@@ -452,13 +466,7 @@ static void test_fail_after_fork(const void *param) {
  * rank 0 told it, instead of waiting its own 20 s. */
 static int rank_told_of_expiry(int rank, int P, const char *rdv, void *arg) {
     int ndev = 0;
-    GPU_CHECK(cudaGetDeviceCount(&ndev));
-    GPU_CHECK(cudaSetDevice(rank % ndev));
-    cgm_bootstrap b = CGM_BOOTSTRAP_INIT;
-    b.kind = CGM_BOOTSTRAP_LOCAL;
-    b.rank = rank;
-    b.nranks = P;
-    b.rendezvous = rdv;
+    cgm_bootstrap b = local_rank_bootstrap(rank, P, rdv, &ndev);
     cgm_config cfg = gpu_config();
     cfg.algo = arg ? *(const cgm_algo *)arg : CGM_ALGO_SPLIT_PIPELINED;
     cfg.splits = 2;
@@ -597,13 +605,7 @@ static void test_store_after_exporter(const void *param) {
 static int rank_init_fails(int rank, int P, const char *rdv, void *arg) {
     (void)arg;
     int ndev = 0;
-    GPU_CHECK(cudaGetDeviceCount(&ndev));
-    GPU_CHECK(cudaSetDevice(rank % ndev));
-    cgm_bootstrap b = CGM_BOOTSTRAP_INIT;
-    b.kind = CGM_BOOTSTRAP_LOCAL;
-    b.rank = rank;
-    b.nranks = P;
-    b.rendezvous = rdv;
+    cgm_bootstrap b = local_rank_bootstrap(rank, P, rdv, &ndev);
     cgm_config cfg = gpu_config();
     cgm_comm *c = NULL;
     int64_t t0 = cgm_now_ns();

@@ -272,8 +272,9 @@ cgm_status p2p_abandon_op(p2p_state *st, cudaStream_t caller, int nqueues,
  * and report it (device.h). A culprit whose process freed its workspace or
  * exited still holds it mapped for us (the driver keeps an imported
  * allocation until its importers close it: test_gpu_ops
- * ipc_store_after_exporter_gone, docs/P2P_BACKEND.md). Once per comm; best effort, bounded (a copy that does
- * not finish within 2 s is left); keeps the thread's error detail. */
+ * ipc_store_after_exporter_gone, docs/P2P_BACKEND.md). Once per comm;
+ * best effort, bounded (a copy that does not finish within 2 s is left);
+ * keeps the thread's error detail. */
 void p2p_tell_peers(p2p_state *st, int culprit);
 
 /* Largest partial / recv slot counts any schedule of `nranks` may need. */

@@ -26,9 +26,11 @@ cgm_status cgm_p2p_async_error(cgm_comm *comm, void *state) {
         if (r->chunk == r->peer)
             return cgm_error(CGM_ERROR_PEER_FAILED,
                              "p2p backend: rank %d stopped waiting for its "
-                             "op at once: rank %d failed during an op (after "
-                             "its streams forked) and told its peers, so the "
-                             "ranks are out of step; the comm is broken: "
+                             "op at once: rank %d failed during an op (a "
+                             "failure after its streams forked, or its own "
+                             "work not done within its timeout) and told its "
+                             "peers, so the ranks are out of step; the comm "
+                             "is broken: "
                              "destroy it; rank %d's own error says what "
                              "failed",
                              r->waiting_rank, r->peer, r->peer);
