@@ -141,6 +141,10 @@ typedef struct ncclb_op {
 cgm_status ncclb_ensure_buffer(ncclb_state *st, ncclb_buffer which,
                                bool capturing);
 size_t ncclb_buffer_need(const ncclb_state *st, ncclb_buffer which);
+/* A call beyond what the comm was made for (its config's maxima; a
+ * reduction over more than CGM_DEV_MAX_SOURCES ranks), refused before
+ * anything is enqueued. Reads st->comm->config and st->nranks only. */
+cgm_status ncclb_check_limits(const ncclb_state *st, const cgm_call *c);
 /* Starts an op: agreement check, limits, fork of the internal streams
  * from the caller's, watch slot. Takes the lock on success. */
 cgm_status ncclb_op_begin(ncclb_state *st, const cgm_call *call,

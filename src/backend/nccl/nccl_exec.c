@@ -56,7 +56,7 @@ static cgm_status limit(const char *fn, const char *what, int64_t value,
                      env[strlen(env) - 1] + 32);
 }
 
-static cgm_status check_limits(const ncclb_state *st, const cgm_call *c) {
+cgm_status ncclb_check_limits(const ncclb_state *st, const cgm_call *c) {
     static const char *fns[] = {"cgm_all_gather_gemm",
                                 "cgm_gemm_reduce_scatter",
                                 "cgm_gemm_all_reduce", "cgm_bulk_overlap"};
@@ -181,7 +181,7 @@ cgm_status ncclb_op_begin(ncclb_state *st, const cgm_call *call,
      * peers' are not (another shape) makes every rank fail the exchange
      * with CGM_ERROR_MISMATCH, instead of leaving the peers in it. */
     CGM_TRY(check_agreement(st, call, op->capturing));
-    CGM_TRY(check_limits(st, call));
+    CGM_TRY(ncclb_check_limits(st, call));
     CGM_TRY(needed_buffers(st, call, op->capturing));
     pthread_mutex_lock(&st->lock);
     if (st->async_status != CGM_SUCCESS || !st->nccl) {
