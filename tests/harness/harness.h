@@ -101,6 +101,14 @@ cgm_comm *test_host_comm(int rank, int nranks, const char *rendezvous,
  * written into name[len] (kept by the caller): for a comm the test creates
  * itself, e.g. to see it refused. */
 cgm_bootstrap test_local_bootstrap(const char *prefix, char *name, size_t len);
+/* Run as root: skips the case unless a child can become nobody (uid and
+ * gid 65534; a user namespace may not map it), for cases that must run
+ * without root's privileges (e.g. the one that lifts the open-files limit
+ * on descriptors in flight). Does nothing for another user. */
+void test_skip_unless_root_can_drop(void);
+/* Becomes nobody when run as root (after test_skip_unless_root_can_drop);
+ * fails the case if it cannot. Does nothing for another user. */
+void test_drop_root(void);
 
 /* ---- data and reference ---- */
 

@@ -1,6 +1,9 @@
-/* Forks the ranks of a multi-rank test and waits for them, bounded. */
+/* Forks the ranks of a multi-rank test and waits for them, bounded; drops
+ * root for the cases that must run unprivileged. */
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -92,4 +95,22 @@ cgm_comm *test_host_comm(int rank, int nranks, const char *rendezvous,
     CHECK_OK(cgm_comm_create(&b, config, &comm));
     CHECK(comm != NULL);
     return comm;
+}
+
+void test_skip_unless_root_can_drop(void) {
+    if (geteuid() != 0) return;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) _exit(setgid(65534) == 0 && setuid(65534) == 0 ? 0 : 1);
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+        WEXITSTATUS(status) != 0)
+        TEST_SKIP("running as root, and a child could not become nobody (uid 65534) to "
+                  "drop the privilege that lifts the open-files limit on descriptors in "
+                  "flight");
+}
+
+void test_drop_root(void) {
+    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
+        TEST_FAIL("becoming nobody (uid 65534) failed: %s", strerror(errno));
 }

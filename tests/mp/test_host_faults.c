@@ -322,8 +322,7 @@ enum { FEW_FDS_RANKS = 16, FEW_FDS_LIMIT = 128 };
 
 static int rank_few_fds(int rank, int P, const char *rdv, void *arg) {
     (void)arg;
-    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
-        TEST_FAIL("rank %d: becoming nobody (uid 65534) failed: %s", rank, strerror(errno));
+    test_drop_root();
     struct rlimit lim = {FEW_FDS_LIMIT, FEW_FDS_LIMIT};
     if (setrlimit(RLIMIT_NOFILE, &lim) != 0)
         TEST_FAIL("rank %d: setrlimit(RLIMIT_NOFILE, %d): %s", rank, FEW_FDS_LIMIT,
@@ -336,16 +335,7 @@ static int rank_few_fds(int rank, int P, const char *rdv, void *arg) {
 
 static void run_few_fds(const void *param) {
     (void)param;
-    if (geteuid() == 0) { /* can this root become nobody (a user namespace may not map it)? */
-        pid_t pid = fork();
-        if (pid == 0) _exit(setgid(65534) == 0 && setuid(65534) == 0 ? 0 : 1);
-        int status = 0;
-        if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
-            WEXITSTATUS(status) != 0)
-            TEST_SKIP("running as root, and a child could not become nobody (uid 65534) to "
-                      "drop the privilege that lifts the open-files limit on descriptors in "
-                      "flight");
-    }
+    test_skip_unless_root_can_drop();
     CHECK_INT_EQ(test_run_ranks(FEW_FDS_RANKS, rank_few_fds, NULL, 60, NULL), 0);
     mp_check_no_shm_leftovers();
 }

@@ -153,8 +153,7 @@ static void test_closed(const void *param) {
 enum { INFLIGHT_LIMIT = 16, INFLIGHT_SENDS = 10 };
 
 static void inflight_child(void) {
-    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
-        TEST_FAIL("becoming nobody (uid 65534) failed: %s", strerror(errno));
+    test_drop_root();
     struct rlimit lim = {INFLIGHT_LIMIT, INFLIGHT_LIMIT};
     if (setrlimit(RLIMIT_NOFILE, &lim) != 0)
         TEST_FAIL("setrlimit(RLIMIT_NOFILE, %d): %s", INFLIGHT_LIMIT, strerror(errno));
@@ -184,16 +183,7 @@ static void inflight_child(void) {
 
 static void test_inflight_limit(const void *param) {
     (void)param;
-    if (geteuid() == 0) { /* can this root become nobody (a user namespace may not map it)? */
-        pid_t pid = fork();
-        if (pid == 0) _exit(setgid(65534) == 0 && setuid(65534) == 0 ? 0 : 1);
-        int status = 0;
-        if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
-            WEXITSTATUS(status) != 0)
-            TEST_SKIP("running as root, and a child could not become nobody (uid 65534) to "
-                      "drop the privilege that lifts the open-files limit on descriptors in "
-                      "flight");
-    }
+    test_skip_unless_root_can_drop();
     fflush(stdout);
     pid_t pid = fork();
     CHECK(pid >= 0);

@@ -44,34 +44,47 @@ static cgm_call bulk_call(cgm_collective coll, int64_t rows, int64_t cols) {
     return c;
 }
 
+/* A call and what the limits say of it: CGM_SUCCESS, or a status and a
+ * part of its message. */
+typedef struct limit_case {
+    cgm_call call;
+    cgm_status expected;
+    const char *says;
+} limit_case;
+
+static void expect_all(const fixture *f, const limit_case *cases, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        CHECK_STATUS(ncclb_check_limits(&f->st, &cases[i].call), cases[i].expected);
+        if (cases[i].says) CHECK_CONTAINS(cgm_last_error(), cases[i].says);
+    }
+}
+
 /* 64 ranks: every op within the maxima passes; each maximum is enforced,
- * naming its variable. */
+ * naming its variable; a GEMM-only bulk call has nothing to limit. */
 static void test_maxima(const void *p) {
     (void)p;
     fixture f;
     fixture_init(&f, CGM_DEV_MAX_SOURCES);
-    cgm_call ok[] = {gemm_call(CGM_OP_ALL_GATHER_GEMM, 4096, 9999, 1024),
-                     gemm_call(CGM_OP_GEMM_REDUCE_SCATTER, 4096, 2048, 9999),
-                     gemm_call(CGM_OP_GEMM_ALL_REDUCE, 4096, 2048, 9999),
-                     bulk_call(CGM_COLLECTIVE_REDUCE_SCATTER, 4096, 2048),
-                     bulk_call(CGM_COLLECTIVE_ALL_GATHER, 4096, 2048)};
-    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) CHECK_OK(ncclb_check_limits(&f.st, &ok[i]));
-    cgm_call m_big = gemm_call(CGM_OP_GEMM_REDUCE_SCATTER, 4097, 2048, 64);
-    CHECK_STATUS(ncclb_check_limits(&f.st, &m_big), CGM_ERROR_INVALID_ARGUMENT);
-    CHECK_CONTAINS(cgm_last_error(), "cgm_gemm_reduce_scatter (nccl backend): m = 4097 exceeds COMMGEMM_MAX_M = 4096");
-    CHECK_CONTAINS(cgm_last_error(), "(or config field max_m)");
-    cgm_call k_big = gemm_call(CGM_OP_ALL_GATHER_GEMM, 64, 64, 1025);
-    CHECK_STATUS(ncclb_check_limits(&f.st, &k_big), CGM_ERROR_INVALID_ARGUMENT);
-    CHECK_CONTAINS(cgm_last_error(), "k = 1025 exceeds COMMGEMM_MAX_K = 1024");
-    cgm_call n_big = gemm_call(CGM_OP_GEMM_ALL_REDUCE, 64, 2049, 64);
-    CHECK_STATUS(ncclb_check_limits(&f.st, &n_big), CGM_ERROR_INVALID_ARGUMENT);
-    CHECK_CONTAINS(cgm_last_error(), "n = 2049 exceeds COMMGEMM_MAX_N = 2048");
-    cgm_call cols_big = bulk_call(CGM_COLLECTIVE_ALL_GATHER, 64, 2049);
-    CHECK_STATUS(ncclb_check_limits(&f.st, &cols_big), CGM_ERROR_INVALID_ARGUMENT);
-    CHECK_CONTAINS(cgm_last_error(), "the collective's columns = 2049 exceeds COMMGEMM_MAX_N = 2048");
     cgm_call gemm_only = bulk_call(CGM_COLLECTIVE_ALL_GATHER, 1 << 20, 1 << 20);
-    gemm_only.has_collective = false; /* a GEMM-only bulk call: nothing to limit */
-    CHECK_OK(ncclb_check_limits(&f.st, &gemm_only));
+    gemm_only.has_collective = false;
+    const limit_case cases[] = {
+        {gemm_call(CGM_OP_ALL_GATHER_GEMM, 4096, 9999, 1024), CGM_SUCCESS, NULL},
+        {gemm_call(CGM_OP_GEMM_REDUCE_SCATTER, 4096, 2048, 9999), CGM_SUCCESS, NULL},
+        {gemm_call(CGM_OP_GEMM_ALL_REDUCE, 4096, 2048, 9999), CGM_SUCCESS, NULL},
+        {bulk_call(CGM_COLLECTIVE_REDUCE_SCATTER, 4096, 2048), CGM_SUCCESS, NULL},
+        {bulk_call(CGM_COLLECTIVE_ALL_GATHER, 4096, 2048), CGM_SUCCESS, NULL},
+        {gemm_only, CGM_SUCCESS, NULL},
+        {gemm_call(CGM_OP_GEMM_REDUCE_SCATTER, 4097, 2048, 64), CGM_ERROR_INVALID_ARGUMENT,
+         "cgm_gemm_reduce_scatter (nccl backend): m = 4097 exceeds COMMGEMM_MAX_M = 4096"},
+        {gemm_call(CGM_OP_ALL_GATHER_GEMM, 64, 64, 1025), CGM_ERROR_INVALID_ARGUMENT,
+         "k = 1025 exceeds COMMGEMM_MAX_K = 1024, the largest size its workspaces were made "
+         "for; create the comm with a larger COMMGEMM_MAX_K (or config field max_k)"},
+        {gemm_call(CGM_OP_GEMM_ALL_REDUCE, 64, 2049, 64), CGM_ERROR_INVALID_ARGUMENT,
+         "n = 2049 exceeds COMMGEMM_MAX_N = 2048"},
+        {bulk_call(CGM_COLLECTIVE_ALL_GATHER, 64, 2049), CGM_ERROR_INVALID_ARGUMENT,
+         "the collective's columns = 2049 exceeds COMMGEMM_MAX_N = 2048"},
+    };
+    expect_all(&f, cases, sizeof cases / sizeof cases[0]);
 }
 
 /* 65 ranks: the reductions (GEMM+RS, GEMM+AR, a bulk reduce-scatter) are
@@ -81,19 +94,18 @@ static void test_too_many_sources(const void *p) {
     (void)p;
     fixture f;
     fixture_init(&f, CGM_DEV_MAX_SOURCES + 1);
-    cgm_call rs = gemm_call(CGM_OP_GEMM_REDUCE_SCATTER, 4096, 2048, 64);
-    CHECK_STATUS(ncclb_check_limits(&f.st, &rs), CGM_ERROR_NOT_SUPPORTED);
-    CHECK_CONTAINS(cgm_last_error(), "cgm_gemm_reduce_scatter (nccl backend): 65 ranks, but its reduction sums at most 64 sources");
-    cgm_call ar = gemm_call(CGM_OP_GEMM_ALL_REDUCE, 4096, 2048, 64);
-    CHECK_STATUS(ncclb_check_limits(&f.st, &ar), CGM_ERROR_NOT_SUPPORTED);
-    CHECK_CONTAINS(cgm_last_error(), "use fewer ranks per tensor-parallel group");
-    cgm_call brs = bulk_call(CGM_COLLECTIVE_REDUCE_SCATTER, 4096, 2048);
-    CHECK_STATUS(ncclb_check_limits(&f.st, &brs), CGM_ERROR_NOT_SUPPORTED);
-    CHECK_CONTAINS(cgm_last_error(), "cgm_bulk_overlap (nccl backend): reduce-scatter over 65 ranks");
-    cgm_call ag = gemm_call(CGM_OP_ALL_GATHER_GEMM, 4096, 2048, 64);
-    CHECK_OK(ncclb_check_limits(&f.st, &ag));
-    cgm_call bag = bulk_call(CGM_COLLECTIVE_ALL_GATHER, 4096, 2048);
-    CHECK_OK(ncclb_check_limits(&f.st, &bag));
+    const limit_case cases[] = {
+        {gemm_call(CGM_OP_GEMM_REDUCE_SCATTER, 4096, 2048, 64), CGM_ERROR_NOT_SUPPORTED,
+         "cgm_gemm_reduce_scatter (nccl backend): 65 ranks, but its reduction sums at most 64 "
+         "sources"},
+        {gemm_call(CGM_OP_GEMM_ALL_REDUCE, 4096, 2048, 64), CGM_ERROR_NOT_SUPPORTED,
+         "use fewer ranks per tensor-parallel group"},
+        {bulk_call(CGM_COLLECTIVE_REDUCE_SCATTER, 4096, 2048), CGM_ERROR_NOT_SUPPORTED,
+         "cgm_bulk_overlap (nccl backend): reduce-scatter over 65 ranks"},
+        {gemm_call(CGM_OP_ALL_GATHER_GEMM, 4096, 2048, 64), CGM_SUCCESS, NULL},
+        {bulk_call(CGM_COLLECTIVE_ALL_GATHER, 4096, 2048), CGM_SUCCESS, NULL},
+    };
+    expect_all(&f, cases, sizeof cases / sizeof cases[0]);
 }
 
 static void register_cases(void) {
