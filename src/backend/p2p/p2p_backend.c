@@ -16,6 +16,15 @@ static const char *flag_kind_name(int kind) {
     }
 }
 
+/* An expiry of one of this rank's own waits (not a peer's notice): the
+ * peers may wait for this rank in turn, so tell them (once). */
+static void tell_of_own_expiry(p2p_state *st) {
+    const cgm_dev_abort_record *r = st->abort_host;
+    if (r && __atomic_load_n(&r->set, __ATOMIC_ACQUIRE) &&
+        r->flag_kind != CGM_DEV_NOTICE_KIND)
+        p2p_tell_peers(st, r->peer);
+}
+
 cgm_status cgm_p2p_async_error(cgm_comm *comm, void *state) {
     p2p_state *st = state;
     if (!st || !st->abort_host) return CGM_SUCCESS;
@@ -54,8 +63,7 @@ cgm_status cgm_p2p_async_error(cgm_comm *comm, void *state) {
                          r->waiting_rank, r->chunk, r->peer, r->peer,
                          r->peer);
     }
-    /* An expiry of this rank's own: its peers may wait for it in turn. */
-    p2p_tell_peers(st, r->peer);
+    tell_of_own_expiry(st);
     if (r->peer == r->waiting_rank)
         /* A flag this rank raises itself (the one-kernel GEMM+RS's done
          * flags, AG's own READY cells): its own work did not finish. */
@@ -441,11 +449,9 @@ static cgm_status p2p_finalize(cgm_comm *comm, void *state) {
             if (st->queues[q]) (void)cudaStreamSynchronize(st->queues[q]);
         /* No peer may still read or write our workspace when it is freed:
          * meet once more, unless the comm is broken (peers may be gone). */
-        bool expired = st->abort_host && st->abort_host->set;
-        bool broken = comm->broken != CGM_SUCCESS || expired;
-        /* An expiry nobody asked about yet: the peers may wait for us. */
-        if (expired && st->abort_host->flag_kind != CGM_DEV_NOTICE_KIND)
-            p2p_tell_peers(st, st->abort_host->peer);
+        bool broken = comm->broken != CGM_SUCCESS ||
+                      (st->abort_host && st->abort_host->set);
+        tell_of_own_expiry(st); /* one nobody asked about yet */
         if (!broken && st->nranks > 1) {
             int one = 1, *all = calloc((size_t)st->nranks, sizeof(int));
             if (all) {
