@@ -52,7 +52,13 @@
  *   backend a rank whose own call is rejected (e.g. a shard of the wrong
  *   size) returns its error and its peers CGM_ERROR_MISMATCH naming it, at
  *   once. Every wait is bounded by the comm's timeout (CGM_ERROR_TIMEOUT
- *   naming the missing rank). A GPU backend's rank that fails in the middle
+ *   naming the missing rank). On the nccl backend an eager op must start
+ *   within the timeout of its call and finish within the timeout of its
+ *   start: one queued behind stream work that does not end (a hung graph
+ *   replay, a kernel of the caller's) breaks the comm with
+ *   CGM_ERROR_TIMEOUT saying it never started; a call that finds its 64
+ *   ops in flight unfinished waits for a slot, bounded the same way. A GPU
+ *   backend's rank that fails in the middle
  *   of an op (a CUDA or cuBLAS error after its streams forked) marks its
  *   comm broken; on the p2p backend it tells its peers, whose waits give up
  *   at once (CGM_ERROR_PEER_FAILED naming it), and a rank whose wait for a
@@ -343,7 +349,8 @@ typedef struct cgm_config {
     /** Bound of every wait, milliseconds (COMMGEMM_TIMEOUT_MS, default
      *  60000; 1 to 2^31 - 1, about 24.8 days, the largest "no practical
      *  bound"). A rank that does not arrive within it makes the others
-     *  return CGM_ERROR_TIMEOUT naming it. */
+     *  return CGM_ERROR_TIMEOUT naming it. On the nccl backend an eager op
+     *  must also start (its stream reach it) within it of its call. */
     int64_t timeout_ms;
     /** Default algorithm (COMMGEMM_ALGO, default auto). */
     int algo; /* a cgm_algo, or CGM_UNSET */

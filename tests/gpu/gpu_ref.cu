@@ -71,6 +71,17 @@ __global__ void mismatch_kernel(const unsigned char *a, const unsigned char *b,
     if (local) atomicAdd(count, local);
 }
 
+__global__ void hold_kernel(const volatile int *release,
+                            unsigned long long max_ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        if (*release) return;
+        __nanosleep(1000);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < max_ns);
+}
+
 }  // namespace
 
 extern "C" cudaError_t tref_fill(void *p, int dtype, int64_t rows,
@@ -113,4 +124,11 @@ extern "C" cudaError_t tref_count_mismatch(const void *a, const void *b,
     if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
     cudaFree(dev);
     return err;
+}
+
+extern "C" cudaError_t tref_hold(const volatile int *release,
+                                 unsigned long long max_ns,
+                                 cudaStream_t stream) {
+    hold_kernel<<<1, 1, 0, stream>>>(release, max_ns);
+    return cudaGetLastError();
 }

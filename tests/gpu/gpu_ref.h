@@ -30,6 +30,11 @@ cudaError_t tref_count_mismatch(const void *a, const void *b, size_t bytes,
                                 unsigned long long *count,
                                 cudaStream_t stream);
 
+/* Holds `stream`: one thread spins until *release (host-mapped memory the
+ * test sets) is nonzero, or max_ns have passed, whichever comes first. */
+cudaError_t tref_hold(const volatile int *release, unsigned long long max_ns,
+                      cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,4 +1,4 @@
 # GPU tests of the nccl backend (included from tests/gpu/CMakeLists.txt).
 commgemm_add_test(test_gpu_nccl SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpu_nccl.c
   ${CMAKE_CURRENT_LIST_DIR}/test_gpu_nccl_cases.c
-  LABELS gpu LIBS CUDA::cudart commgemm_nccl)
+  LABELS gpu LIBS commgemm_test_gpu_ref CUDA::cudart commgemm_nccl)

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "gpu_ref.h"
 #include "test_gpu_nccl.h"
 
 /* ---- graph capture + replay ---- */
@@ -213,6 +214,77 @@ static void fail_fn(nrank *g, const void *arg) {
     small_ag_free(&a);
 }
 
+/* The caller's stream held (a kernel spinning on a host word, as a hung
+ * graph replay or a never-ending kernel would): the ops after it queue
+ * and never start. `burst` NULL: two ops, then nothing; the watchdog must
+ * report the oldest as never started within timeout_ms of its call (it
+ * times running ops from their start, so before it did not report them at
+ * all). `burst` set: calls until one fails; once every watch slot is
+ * taken a call waits for a free one, and it must give up within the
+ * timeout (the watchdog's report or its own wait, whichever comes first),
+ * without waiting for the held kernel (an ncclCommAbort there would).
+ * Either way the comm is broken, and the stream drains once released. */
+static void held_fn(nrank *g, const void *burst) {
+    small_ag a = small_ag_make(g);
+    CHECK_OK(small_ag_call(g, &a));
+    GCHECK(cudaStreamSynchronize(g->stream));
+    volatile int *release = NULL, *release_dev = NULL;
+    GCHECK(cudaHostAlloc((void **)&release, sizeof *release, cudaHostAllocMapped));
+    *release = 0;
+    GCHECK(cudaHostGetDevicePointer((void **)&release_dev, (void *)release, 0));
+    const unsigned long long hold_ns = (unsigned long long)test_scaled_ms(20000) * 1000000ull;
+    GCHECK(tref_hold(release_dev, hold_ns, g->stream));
+    const int64_t timeout_ns = test_scaled_ms(1000) * 1000000;
+    cgm_status st = CGM_SUCCESS;
+    int calls = 0;
+    int64_t t0 = cgm_now_ns(), took = 0;
+    while (st == CGM_SUCCESS && calls < (burst ? 1000 : 2)) {
+        int64_t c0 = cgm_now_ns();
+        st = small_ag_call(g, &a);
+        took = cgm_now_ns() - c0;
+        calls++;
+        if (st == CGM_SUCCESS && took > timeout_ns / 2)
+            TEST_FAIL("rank %d: call %d with the stream held succeeded after %.2f s: "
+                      "expected calls to return at once until the watch slots are full",
+                      g->rank, calls, (double)took / 1e9);
+    }
+    if (!burst) {
+        CHECK_OK(st);
+        while (st == CGM_SUCCESS && cgm_now_ns() - t0 < timeout_ns + test_scaled_ms(3000) * 1000000) {
+            CHECK_OK(cgm_comm_get_async_error(g->comm, &st));
+            usleep(10000);
+        }
+        took = cgm_now_ns() - t0; /* from the first held call */
+    }
+    char detail[1024];
+    snprintf(detail, sizeof detail, "%s", cgm_last_error());
+    fprintf(stderr, "rank %d: %s %d: %s after %.2f s: %s\n", g->rank,
+            burst ? "call" : "async error after call", calls, cgm_status_string(st),
+            (double)took / 1e9, detail);
+    *release = 1; /* before any check can fail: the stream must not stay held */
+    CHECK_STATUS(st, CGM_ERROR_TIMEOUT);
+    if (burst) CHECK(calls > 2);
+    CHECK(took >= timeout_ns);
+    CHECK(took < timeout_ns + test_scaled_ms(2000) * 1000000);
+    CHECK_CONTAINS(detail, "ag_gemm #");
+    CHECK_CONTAINS(detail, "never started");
+    CHECK_CONTAINS(detail, "the comm is broken");
+    int64_t t1 = cgm_now_ns();
+    while (cudaStreamQuery(g->stream) == cudaErrorNotReady) {
+        if (cgm_now_ns() - t1 > test_scaled_ms(10000) * 1000000)
+            TEST_FAIL("rank %d: stream still busy %.0f s after its release", g->rank,
+                      (double)test_scaled_ms(10000) / 1e3);
+        usleep(1000);
+    }
+    (void)cudaGetLastError();
+    fprintf(stderr, "rank %d: stream drained %.2f s after its release\n", g->rank,
+            (double)(cgm_now_ns() - t1) / 1e9);
+    CHECK_STATUS(small_ag_call(g, &a), CGM_ERROR_TIMEOUT);
+    CHECK_CONTAINS(cgm_last_error(), "never started");
+    GCHECK(cudaFreeHost((void *)release));
+    small_ag_free(&a);
+}
+
 /* ---- limits, agreement ---- */
 
 static void limits_fn(nrank *g, const void *arg) {
@@ -298,6 +370,15 @@ static void case_fail(const void *p) {
     c.splits = 2;
     nt_run(n > 8 ? 8 : n, &c, fail_fn, p, 100);
 }
+/* Every GPU, or one: each rank holds its own stream. */
+static void case_held(const void *p) {
+    int n = nt_gpu_count();
+    cgm_config c = nt_config();
+    c.timeout_ms = test_scaled_ms(1000);
+    c.algo = CGM_ALGO_SPLIT_PIPELINED; /* no tuner runs among the ops */
+    c.splits = 2;
+    nt_run(n > 8 ? 8 : n, &c, held_fn, p, 100);
+}
 static void case_limits(const void *p) {
     cgm_config c = nt_config();
     nt_run(multi(), &c, limits_fn, p, 100);
@@ -331,6 +412,8 @@ static void register_cases(void) {
     test_add("timeout_names_missing_rank", case_timeout, NULL);
     test_add("limits_and_agreement", case_limits, NULL);
     test_add("failure_after_fork_breaks_comm", case_fail, NULL);
+    test_add("ops_behind_a_held_stream_expire", case_held, NULL);
+    test_add("ops_behind_a_held_stream_bounded", case_held, "burst");
     test_add("probe_needs_nccl_bootstrap", case_probe, NULL);
 }
 

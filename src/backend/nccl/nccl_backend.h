@@ -104,7 +104,7 @@ typedef struct ncclb_state {
     cgm_test_fault fault; /* COMMGEMM_TEST_FAIL (testing only) */
     /* Sticky asynchronous error (set under lock). */
     cgm_status async_status;
-    char async_message[640];
+    char async_message[1024];
 } ncclb_state;
 
 /* ---- nccl_watch.c */

@@ -168,6 +168,46 @@ static int watch_slot(ncclb_state *st) {
     return free_slot;
 }
 
+/* Every watch slot stayed busy for timeout_ms (lock held): names the
+ * oldest op in flight and breaks the comm (this call is not enqueued, so
+ * this rank is one op behind its peers). The NCCL communicator is not
+ * aborted here: ncclCommAbort waits for the work queued on the stream
+ * before the ops (measured: as long as the kernel that held it), which
+ * would block this call; destroy aborts it after its bounded drain. */
+static cgm_status in_flight_expired(ncclb_state *st, const cgm_call *call,
+                                    int64_t waiting_since) {
+    const ncclb_watch *oldest = &st->watch[0];
+    for (int i = 1; i < NCCLB_WATCH_SLOTS; i++)
+        if (st->watch[i].issued_ns < oldest->issued_ns) oldest = &st->watch[i];
+    const int64_t now = cgm_now_ns();
+    char state[160];
+    if (oldest->started)
+        snprintf(state, sizeof state, "started %lld ms ago",
+                 (long long)((now - oldest->started_ns) / 1000000));
+    else
+        snprintf(state, sizeof state, "issued %lld ms ago and never "
+                 "started: the stream's work before it (a captured graph's "
+                 "replay, or the caller's own kernels) has not finished",
+                 (long long)((now - oldest->issued_ns) / 1000000));
+    cgm_status s = cgm_error(
+        CGM_ERROR_TIMEOUT,
+        "nccl backend: %s on rank %d waited %lld ms (timeout_ms, "
+        "COMMGEMM_TIMEOUT_MS) for one of its %d ops in flight to finish and "
+        "none did: expected the oldest, %s, to finish within the timeout, "
+        "found it %s; this call was not enqueued, so this rank is out of "
+        "step with its peers: the comm is broken: destroy it (which aborts "
+        "its NCCL communicator)",
+        cgm_op_name(call->op), st->rank,
+        (long long)((now - waiting_since) / 1000000), NCCLB_WATCH_SLOTS,
+        oldest->what, state);
+    if (st->async_status == CGM_SUCCESS) {
+        st->async_status = s;
+        snprintf(st->async_message, sizeof st->async_message, "%s",
+                 cgm_last_error());
+    }
+    return s;
+}
+
 cgm_status ncclb_op_begin(ncclb_state *st, const cgm_call *call,
                           ncclb_op *op) {
     cgm_status status = CGM_SUCCESS;
@@ -193,9 +233,18 @@ cgm_status ncclb_op_begin(ncclb_state *st, const cgm_call *call,
     }
     if (!op->capturing) {
         /* Back-pressure: at most NCCLB_WATCH_SLOTS ops in flight, so that
-         * every op is watched. Bounded: the watchdog expires stuck ones. */
+         * every op is watched. The watchdog expires started ops that never
+         * finish; ops that never start (queued behind work that never
+         * ends: a captured graph's replay, which is not watched, or the
+         * caller's own kernels) are bounded here. */
         int slot;
+        const int64_t waiting_since = cgm_now_ns();
         while ((slot = watch_slot(st)) < 0 && st->async_status == CGM_SUCCESS) {
+            if (cgm_now_ns() - waiting_since > st->timeout_ms * 1000000) {
+                status = in_flight_expired(st, call, waiting_since);
+                pthread_mutex_unlock(&st->lock);
+                return status;
+            }
             pthread_mutex_unlock(&st->lock);
             usleep(50);
             pthread_mutex_lock(&st->lock);

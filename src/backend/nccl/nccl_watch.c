@@ -178,6 +178,33 @@ static void watch_expired(ncclb_state *st, ncclb_watch *w, int64_t waited) {
     ncclb_fail_locked(st, s);
 }
 
+/* The oldest watched op never started within timeout_ms of its call, and
+ * no watched op is running: the stream's work before it (a captured
+ * graph's replay, which is not watched, or the caller's own kernels) has
+ * not finished. Breaks the comm without aborting the NCCL communicator:
+ * ncclCommAbort waits for the work queued before the ops, which may never
+ * end (a kernel of the caller's), and this thread holds the lock; destroy
+ * aborts it after its bounded drain (the replay's NCCL kernels then
+ * return). */
+static void watch_never_started(ncclb_state *st, const ncclb_watch *w,
+                                int64_t waited) {
+    cgm_status s = cgm_error(
+        CGM_ERROR_TIMEOUT,
+        "nccl backend: %s on rank %d was issued %lld ms ago and never "
+        "started: expected the stream's work before it to finish within "
+        "%lld ms (timeout_ms, COMMGEMM_TIMEOUT_MS), found it still running "
+        "(a captured graph's replay whose peer never came, or a kernel of "
+        "the caller's that does not end); the comm is broken: destroy it "
+        "(which aborts its NCCL communicator)",
+        w->what, st->rank, (long long)(waited / 1000000),
+        (long long)st->timeout_ms);
+    if (st->async_status == CGM_SUCCESS) {
+        st->async_status = s;
+        snprintf(st->async_message, sizeof st->async_message, "%s",
+                 cgm_last_error());
+    }
+}
+
 /* One round of checks (lock held): NCCL's async error and every watched
  * op's deadline. */
 static void watch_poll_locked(ncclb_state *st) {
@@ -196,12 +223,18 @@ static void watch_poll_locked(ncclb_state *st) {
         return;
     }
     int64_t now = cgm_now_ns();
+    const ncclb_watch *oldest_waiting = NULL; /* issued, not started */
+    bool running = false;
     for (int i = 0; i < NCCLB_WATCH_SLOTS; i++) {
         ncclb_watch *w = &st->watch[i];
         if (!w->busy) continue;
         if (!w->started) {
             cudaError_t q = cudaEventQuery(w->start);
-            if (q == cudaErrorNotReady) continue;
+            if (q == cudaErrorNotReady) {
+                if (!oldest_waiting || w->issued_ns < oldest_waiting->issued_ns)
+                    oldest_waiting = w;
+                continue;
+            }
             (void)cudaGetLastError();
             w->started = true;
             w->started_ns = now;
@@ -212,11 +245,17 @@ static void watch_poll_locked(ncclb_state *st) {
             w->busy = false;
             continue;
         }
+        running = true;
         if (now - w->started_ns > st->timeout_ms * 1000000) {
             watch_expired(st, w, now - w->started_ns);
             return;
         }
     }
+    /* An op waiting behind a running one of ours is that one's to expire;
+     * with none running, what holds the oldest is not watched. */
+    if (!running && oldest_waiting &&
+        now - oldest_waiting->issued_ns > st->timeout_ms * 1000000)
+        watch_never_started(st, oldest_waiting, now - oldest_waiting->issued_ns);
 }
 
 /* Lock-free: an NCCL call of the op thread (which holds the lock) that
