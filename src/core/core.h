@@ -432,6 +432,16 @@ cgm_status cgm_nccl_comm_query(void *nccl_comm, int *rank, int *nranks,
 
 /* Monotonic clock in nanoseconds. */
 int64_t cgm_now_ns(void);
+
+/* Runs run(arg) on a helper thread and waits at most timeout_ms for it:
+ * CGM_SUCCESS once it returned (what it made is in arg, the caller's
+ * again). CGM_ERROR_TIMEOUT ("<what> did not return within N ms") when it
+ * did not: the call stays with its thread, which calls orphan(arg) (if
+ * not NULL) when run returns, to release what the late call made and arg
+ * itself; the caller must not touch arg again. CGM_ERROR_SYSTEM when no
+ * thread could be started (arg untouched). */
+cgm_status cgm_bounded_run(void (*run)(void *), void (*orphan)(void *),
+                           void *arg, int64_t timeout_ms, const char *what);
 /* A matrix's leading dimension (ld = 0 means dense: ld = cols). */
 static inline int64_t cgm_matrix_ld(const cgm_matrix *m) {
     return m->ld ? m->ld : m->cols;

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/core.h"
 #include "harness.h"
@@ -471,6 +472,89 @@ static void test_harness_selection(const void *param) {
     CHECK_INT_EQ(test_scaled_ms(20000), 20000);
 }
 
+/* ---- cgm_bounded_run: a call on a helper thread, waited for with a
+ * deadline; a late call's result goes to orphan, exactly once. */
+
+typedef struct bounded_job {
+    int64_t sleep_us;
+    int ran;
+} bounded_job;
+
+static int orphans; /* atomic: orphan calls so far */
+
+static void bounded_sleep(void *arg) {
+    bounded_job *j = arg;
+    usleep((useconds_t)j->sleep_us);
+    j->ran = 1;
+}
+
+static void bounded_orphan(void *arg) {
+    bounded_job *j = arg;
+    if (!j->ran) abort(); /* orphan only after run returned */
+    free(j);
+    __atomic_add_fetch(&orphans, 1, __ATOMIC_ACQ_REL);
+}
+
+/* Waits, bounded, until `want` orphans have run. */
+static void wait_orphans(int want) {
+    const int64_t t0 = cgm_now_ns();
+    while (__atomic_load_n(&orphans, __ATOMIC_ACQUIRE) < want) {
+        if (cgm_now_ns() - t0 > test_scaled_ms(10000) * 1000000)
+            TEST_FAIL("%d of %d orphaned calls released after %.0f s", orphans, want,
+                      (double)test_scaled_ms(10000) / 1e3);
+        usleep(1000);
+    }
+    CHECK_INT_EQ(__atomic_load_n(&orphans, __ATOMIC_ACQUIRE), want);
+}
+
+static void test_bounded_run(const void *p) {
+    (void)p;
+    __atomic_store_n(&orphans, 0, __ATOMIC_RELEASE);
+    /* In time: the result is the caller's, no orphan. */
+    bounded_job *j = calloc(1, sizeof *j);
+    j->sleep_us = 1000;
+    CHECK_OK(cgm_bounded_run(bounded_sleep, bounded_orphan, j, test_scaled_ms(5000), "quick call"));
+    CHECK_INT_EQ(j->ran, 1);
+    free(j);
+    /* Late: a timeout naming the call, near the deadline; the orphan later. */
+    j = calloc(1, sizeof *j);
+    j->sleep_us = test_scaled_ms(500) * 1000;
+    const int64_t t0 = cgm_now_ns();
+    CHECK_STATUS(cgm_bounded_run(bounded_sleep, bounded_orphan, j, 50, "slow call"),
+                 CGM_ERROR_TIMEOUT);
+    const double took_ms = (double)(cgm_now_ns() - t0) / 1e6;
+    CHECK_CONTAINS(cgm_last_error(), "slow call did not return within 50 ms");
+    if (took_ms < 50 || took_ms > (double)test_scaled_ms(400))
+        TEST_FAIL("the 50 ms wait took %.1f ms", took_ms);
+    CHECK_INT_EQ(__atomic_load_n(&orphans, __ATOMIC_ACQUIRE), 0);
+    wait_orphans(1); /* j freed there */
+    CHECK_STATUS(cgm_bounded_run(NULL, NULL, NULL, 10, "nothing"), CGM_ERROR_INTERNAL);
+}
+
+/* Calls that end right at their 1 ms deadline: each is either the
+ * caller's (CGM_SUCCESS, freed here) or an orphan's (freed there), never
+ * both or neither; ASan's leak and use-after-free checks hold the rest. */
+static void test_bounded_run_races(const void *p) {
+    (void)p;
+    __atomic_store_n(&orphans, 0, __ATOMIC_RELEASE);
+    int late = 0, in_time = 0;
+    for (int i = 0; i < 300; i++) {
+        bounded_job *j = calloc(1, sizeof *j);
+        j->sleep_us = 600 + (i % 7) * 150; /* 0.6 to 1.5 ms around the 1 ms deadline */
+        cgm_status s = cgm_bounded_run(bounded_sleep, bounded_orphan, j, 1, "racing call");
+        if (s == CGM_SUCCESS) {
+            CHECK_INT_EQ(j->ran, 1);
+            free(j);
+            in_time++;
+        } else {
+            CHECK_STATUS(s, CGM_ERROR_TIMEOUT);
+            late++;
+        }
+    }
+    fprintf(stderr, "%d calls in time, %d late\n", in_time, late);
+    wait_orphans(late);
+}
+
 static void register_cases(void) {
     test_add("version", test_version, NULL);
     test_add("matrix_overlap", test_matrix_overlap, NULL);
@@ -498,6 +582,8 @@ static void register_cases(void) {
     test_add("param_int_range_word", test_param_int_range, "many");
     test_add("bootstrap_env_none", test_bootstrap_env_none, NULL);
     test_add("bootstrap_env_launchers", test_bootstrap_env_launchers, NULL);
+    test_add("bounded_run", test_bounded_run, NULL);
+    test_add("bounded_run_races", test_bounded_run_races, NULL);
 }
 
 int main(int argc, char **argv) { return test_main(argc, argv, register_cases); }

@@ -58,22 +58,28 @@ static void state_free(ncclb_state *st, bool drained) {
 }
 
 /* A blocking ncclCommSplit runs on a helper thread so that init stays
- * bounded: if a peer never splits, init returns CGM_ERROR_TIMEOUT and the
- * thread (and its job) is left behind, blocked in NCCL until the caller
- * aborts its own communicator. */
+ * bounded (cgm_bounded_run): if a peer never splits, init returns
+ * CGM_ERROR_TIMEOUT and the split is left to the thread, blocked in NCCL
+ * until the caller aborts its own communicator. If the split still
+ * succeeds after that (the peer came late), the thread aborts the child
+ * communicator nobody will use. */
 typedef struct split_job {
     ncclComm_t parent, child;
     ncclConfig_t config;
-    int rank, device, done;
+    int rank, device;
     ncclResult_t result;
 } split_job;
 
-static void *split_main(void *arg) {
+static void split_run(void *arg) {
     split_job *j = arg;
     (void)cudaSetDevice(j->device);
     j->result = ncclCommSplit(j->parent, 0, j->rank, &j->child, &j->config);
-    __atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
-    return NULL;
+}
+
+static void split_orphan(void *arg) {
+    split_job *j = arg;
+    if (j->result == ncclSuccess && j->child) (void)ncclCommAbort(j->child);
+    free(j);
 }
 
 static cgm_status split_blocking(ncclb_state *st, ncclComm_t parent,
@@ -84,28 +90,21 @@ static cgm_status split_blocking(ncclb_state *st, ncclComm_t parent,
     j->config = *config;
     j->rank = st->rank;
     j->device = st->device;
-    pthread_t thread;
-    if (pthread_create(&thread, NULL, split_main, j) != 0) {
+    cgm_status s = cgm_bounded_run(split_run, split_orphan, j, st->timeout_ms,
+                                   "ncclCommSplit");
+    if (s == CGM_ERROR_TIMEOUT) /* j is the thread's now */
+        return cgm_error(CGM_ERROR_TIMEOUT,
+                         "ncclCommSplit of the caller's communicator: "
+                         "rank %d waited %lld ms (timeout_ms, "
+                         "COMMGEMM_TIMEOUT_MS) for every rank to create "
+                         "the nccl backend's communicator; a peer did not "
+                         "create its comm; the caller's communicator is "
+                         "inside a collective split: abort it",
+                         st->rank, (long long)st->timeout_ms);
+    if (s != CGM_SUCCESS) {
         free(j);
-        return cgm_error(CGM_ERROR_SYSTEM, "nccl backend: could not start "
-                         "the thread of ncclCommSplit (pthread_create)");
+        return s;
     }
-    int64_t deadline = cgm_now_ns() + st->timeout_ms * 1000000;
-    while (!__atomic_load_n(&j->done, __ATOMIC_ACQUIRE)) {
-        if (cgm_now_ns() > deadline) {
-            pthread_detach(thread); /* j stays with the thread */
-            return cgm_error(CGM_ERROR_TIMEOUT,
-                             "ncclCommSplit of the caller's communicator: "
-                             "rank %d waited %lld ms (timeout_ms, "
-                             "COMMGEMM_TIMEOUT_MS) for every rank to create "
-                             "the nccl backend's communicator; a peer did not "
-                             "create its comm; the caller's communicator is "
-                             "inside a collective split: abort it",
-                             st->rank, (long long)st->timeout_ms);
-        }
-        usleep(200);
-    }
-    pthread_join(thread, NULL);
     ncclResult_t r = j->result;
     st->nccl = r == ncclSuccess ? j->child : NULL;
     free(j);
