@@ -313,8 +313,8 @@ typedef struct small_ag {
     cgm_matrix x, w, y;
 } small_ag;
 
-static small_ag small_ag_make(gpu_rank *g) {
-    const int64_t m = 512, k = 128, n = 128;
+static small_ag small_ag_rows(gpu_rank *g, int64_t m) {
+    const int64_t k = 128, n = 128;
     int r = g->rank, P = g->nranks;
     small_ag a;
     a.x = gpu_matrix(CGM_DTYPE_BF16, cgm_shard_rows(m, r, P), k);
@@ -323,6 +323,14 @@ static small_ag small_ag_make(gpu_rank *g) {
     gpu_fill(&a.x, 3, cgm_shard_offset(m, r, P), 0, k, g->stream);
     gpu_fill(&a.w, 4, 0, 0, k, g->stream);
     return a;
+}
+
+static small_ag small_ag_make(gpu_rank *g) { return small_ag_rows(g, 512); }
+
+static void small_ag_free(small_ag *a) {
+    gpu_matrix_free(&a->x);
+    gpu_matrix_free(&a->w);
+    gpu_matrix_free(&a->y);
 }
 
 static cgm_status small_ag_call(gpu_rank *g, small_ag *a) {
@@ -657,6 +665,56 @@ static void limits_body(gpu_rank *g, void *arg) {
     gpu_matrix_free(&y);
 }
 
+/* The first call of a new shape exchanges the call's signature through
+ * the ranks' workspaces. Rank 1 skips it (arg NULL) or has it refused by
+ * validation (a NULL shard): rank 0's exchange gives up after its 1 s
+ * timeout naming rank 1, having touched no NCCL communicator, and its comm
+ * is broken. */
+static void exchange_missing_body(gpu_rank *g, void *arg) {
+    small_ag a = small_ag_make(g), b = small_ag_rows(g, 256);
+    CHECK_OK(small_ag_call(g, &a));
+    GPU_CHECK(cudaStreamSynchronize(g->stream));
+    if (g->rank != 0) {
+        if (g->rank == 1 && arg) {
+            void *keep = b.x.data;
+            b.x.data = NULL;
+            CHECK_STATUS(small_ag_call(g, &b), CGM_ERROR_INVALID_ARGUMENT);
+            b.x.data = keep;
+        }
+        linger_and_exit(g->rank == 1);
+    }
+    int64_t t0 = cgm_now_ns();
+    CHECK_STATUS(small_ag_call(g, &b), CGM_ERROR_TIMEOUT);
+    double took_s = (double)(cgm_now_ns() - t0) / 1e9;
+    printf("rank 0 after %.2f s: %s\n", took_s, cgm_last_error());
+    CHECK_CONTAINS(cgm_last_error(), arg ? "in the exchange of the autotuner's decision for rank(s) 1"
+                                         : "in the exchange of the agreement check for rank(s) 1");
+    CHECK_CONTAINS(cgm_last_error(), "found rank 1 never came");
+    if (took_s < (double)test_scaled_ms(1000) / 1e3 || took_s > (double)test_scaled_ms(2500) / 1e3)
+        TEST_FAIL("the exchange gave up after %.2f s, expected about the 1 s timeout", took_s);
+    CHECK_STATUS(small_ag_call(g, &a), CGM_ERROR_TIMEOUT); /* broken */
+    CHECK_CONTAINS(cgm_last_error(), "rank(s) 1");
+    GPU_CHECK(cudaStreamSynchronize(g->stream));
+    small_ag_free(&a);
+    small_ag_free(&b);
+    cgm_comm_destroy(g->comm);
+    linger_and_exit(false);
+}
+
+static void test_exchange_missing(const void *param) {
+    need_two_ranks("the case");
+    cgm_config cfg = gpu_config();
+    cfg.timeout_ms = test_scaled_ms(1000);
+    cfg.check_agreement = 1;
+    /* Skipped: the agreement check's exchange (the algorithm forced, so
+     * no tuner runs). Refused: the tuner's, which comes first. */
+    if (!param) {
+        cfg.algo = CGM_ALGO_SPLIT_PIPELINED;
+        cfg.splits = 2;
+    }
+    gpu_run(2, &cfg, exchange_missing_body, (void *)param, 60);
+}
+
 static void test_limits(const void *param) {
     (void)param;
     int P = gpu_ranks_or_skip();
@@ -917,6 +975,8 @@ void register_more_cases(void) {
              NULL);
     test_add("p2p_init_failure_fails_every_rank", test_init_fails, NULL);
     test_add("workspace_limits", test_limits, NULL);
+    test_add("agreement_exchange_names_missing_rank", test_exchange_missing, NULL);
+    test_add("agreement_exchange_names_refusing_rank", test_exchange_missing, "refused");
     test_add("limits_on_one_rank_mismatch", test_limits_one_rank, NULL);
     test_add("limits_on_one_rank_mismatch_fused", test_limits_one_rank, &fused);
     test_add("memory_its_backend_cannot_read_refused", test_memory, NULL);

@@ -121,6 +121,16 @@ cgm_status cgm_gpu_tune_agree(cgm_comm *comm, void *state,
 cgm_status cgm_gpu_tune_allgather(cgm_comm *comm, void *state,
                                   const int64_t *mine, int words,
                                   int64_t *all);
+/* An all-gather of `bytes` per rank (rank major into recv), collective. */
+typedef cgm_status (*cgm_gpu_exchange_fn)(cgm_comm *comm, void *state,
+                                          const void *send, void *recv,
+                                          size_t bytes);
+/* cgm_gpu_tune_agree over a backend's own exchange (the p2p backend's, in
+ * its workspace) instead of the bootstrap's. */
+cgm_status cgm_gpu_tune_agree_via(cgm_gpu_exchange_fn exchange,
+                                  cgm_comm *comm, void *state,
+                                  const cgm_call *call, const int64_t *mine,
+                                  int words, int64_t *all);
 void cgm_gpu_tune_device_name(const cgm_comm *comm, void *state, char *buf,
                               size_t len);
 /* A GPU backend's cgm_tune_hooks: its own candidates, the shared rest

@@ -99,16 +99,30 @@ cgm_status cgm_gpu_tune_allgather(cgm_comm *comm, void *state,
                                   sizeof(int64_t) * (size_t)words);
 }
 
+static cgm_status bootstrap_exchange(cgm_comm *comm, void *state,
+                                     const void *send, void *recv,
+                                     size_t bytes) {
+    (void)state;
+    return cgm_gpu_allgather_host(comm, send, recv, bytes);
+}
+
 cgm_status cgm_gpu_tune_agree(cgm_comm *comm, void *state,
                               const cgm_call *call, const int64_t *mine,
                               int words, int64_t *all) {
+    return cgm_gpu_tune_agree_via(bootstrap_exchange, comm, state, call, mine,
+                                  words, all);
+}
+
+cgm_status cgm_gpu_tune_agree_via(cgm_gpu_exchange_fn exchange,
+                                  cgm_comm *comm, void *state,
+                                  const cgm_call *call, const int64_t *mine,
+                                  int words, int64_t *all) {
     enum { SIG = CGM_SIGNATURE_WORDS };
     const size_t row = (size_t)(SIG + words);
     int64_t *send = malloc(row * sizeof *send);
     int64_t *recv = malloc(row * (size_t)comm->nranks * sizeof *recv);
     int64_t *sigs = malloc((size_t)SIG * (size_t)comm->nranks * sizeof *sigs);
     cgm_status status = CGM_SUCCESS;
-    (void)state;
     if (!send || !recv || !sigs) {
         status = cgm_error(CGM_ERROR_OUT_OF_MEMORY, "autotuner: exchange "
                            "buffers for %d ranks", comm->nranks);
@@ -116,7 +130,7 @@ cgm_status cgm_gpu_tune_agree(cgm_comm *comm, void *state,
     }
     cgm_call_signature(call, send);
     memcpy(send + SIG, mine, (size_t)words * sizeof *mine);
-    CGM_TRY(cgm_gpu_allgather_host(comm, send, recv, row * sizeof *send));
+    CGM_TRY(exchange(comm, state, send, recv, row * sizeof *send));
     for (int r = 0; r < comm->nranks; r++) {
         memcpy(sigs + (size_t)r * SIG, recv + (size_t)r * row,
                SIG * sizeof *sigs);

@@ -27,6 +27,16 @@ extern "C" {
 #define P2P_SIGNATURE_CACHE 256
 #define P2P_LT_WORKSPACE (32u << 20)
 #define P2P_FUSED_CACHE 64    /* fused-algorithm shapes kept per comm */
+/* Bytes per rank of a host exchange through the workspace (p2p_exchange.c):
+ * the agreement check's signature and the autotuner's rows fit. */
+#define P2P_XCHG_PAYLOAD 256
+
+/* One rank's record in a peer's exchange bank (p2p_exchange.c). */
+typedef struct p2p_xchg_record {
+    uint64_t seq; /* exchange number, from 1 (the workspace starts zeroed) */
+    uint64_t sum; /* of seq and the payload: a half-written push differs */
+    unsigned char payload[P2P_XCHG_PAYLOAD];
+} p2p_xchg_record;
 
 typedef struct p2p_plan_entry {
     bool used;
@@ -135,6 +145,15 @@ typedef struct p2p_state {
     cudaStream_t notice_queue;       /* the notices to the peers */
     unsigned int *notice_pinned;     /* their value (pinned host memory) */
     bool told;                       /* the peers were sent a notice */
+    /* Host exchanges during ops (p2p_exchange.c): two banks of nranks
+     * records at xchg_offset in the workspace, after the device state. */
+    size_t xchg_offset;
+    uint64_t xchg_seq;               /* exchanges so far */
+    cudaStream_t xchg_queue;
+    p2p_xchg_record *xchg_out;       /* pinned: this rank's record */
+    p2p_xchg_record *xchg_in;        /* pinned: its bank, read back */
+    unsigned int *xchg_notice;       /* pinned: its notice word, read back */
+    bool *xchg_got;                  /* nranks: records arrived */
 
     cudaStream_t queues[P2P_MAX_QUEUES];
     cudaEvent_t fork, join[P2P_MAX_QUEUES];
@@ -195,7 +214,7 @@ cgm_status cgm_p2p_async_error(cgm_comm *comm, void *state);
 cgm_status p2p_plan_lookup(p2p_state *st, const plan_request *req,
                            bool capturing, p2p_plan_entry **out);
 /* Checks once per call signature that all ranks agree (when
- * config.check_agreement), through one small NCCL exchange. */
+ * config.check_agreement), through one exchange in the workspace. */
 cgm_status p2p_check_agreement(p2p_state *st, const cgm_call *call,
                                bool capturing);
 /* Runs one validated call (p2p_exec.c). */
@@ -276,6 +295,21 @@ cgm_status p2p_abandon_op(p2p_state *st, cudaStream_t caller, int nqueues,
  * best effort, bounded (a copy that does not finish within 2 s is left);
  * keeps the thread's error detail. */
 void p2p_tell_peers(p2p_state *st, int culprit);
+
+/* Workspace bytes of the exchange banks for `nranks`. */
+size_t p2p_exchange_bytes(int nranks);
+/* All-gather of `bytes` (at most P2P_XCHG_PAYLOAD) per rank into recv
+ * (rank major), through the ranks' workspaces by copy engine: collective
+ * among the comm's ranks, in the same order on each; eager, never inside
+ * capture. Bounded by the comm's timeout: CGM_ERROR_TIMEOUT naming the
+ * ranks whose records never came (and the peers are told); a notice from a
+ * peer ends it at once with that peer's error (p2p_notice_error). */
+cgm_status p2p_exchange_host(p2p_state *st, const void *send, void *recv,
+                             size_t bytes, const char *what);
+/* The error for a notice `notice` (cgm_dev_notice(teller, culprit)) seen
+ * by this rank: CGM_ERROR_PEER_FAILED when the teller failed itself, else
+ * CGM_ERROR_TIMEOUT naming the rank the teller's wait expired on. */
+cgm_status p2p_notice_error(const p2p_state *st, unsigned int notice);
 
 /* Largest partial / recv slot counts any schedule of `nranks` may need. */
 void p2p_slot_needs(int nranks, int64_t max_m, int *partial_slots,

@@ -25,44 +25,50 @@ static void tell_of_own_expiry(p2p_state *st) {
         p2p_tell_peers(st, r->peer);
 }
 
+cgm_status p2p_notice_error(const p2p_state *st, unsigned int notice) {
+    const int me = st->rank, teller = cgm_dev_notice_teller(notice),
+              culprit = cgm_dev_notice_culprit(notice);
+    if (teller == culprit)
+        return cgm_error(CGM_ERROR_PEER_FAILED,
+                         "p2p backend: rank %d stopped waiting for its "
+                         "op at once: rank %d failed during an op (a "
+                         "failure after its streams forked, or its own "
+                         "work not done within its timeout) and told its "
+                         "peers, so the ranks are out of step; the comm "
+                         "is broken: "
+                         "destroy it; rank %d's own error says what "
+                         "failed",
+                         me, culprit, culprit);
+    if (culprit == me)
+        return cgm_error(CGM_ERROR_TIMEOUT,
+                         "p2p backend: rank %d stopped waiting for its "
+                         "op at once: rank %d told it that its wait for "
+                         "this rank expired (expected this rank's op to "
+                         "signal within rank %d's timeout_ms, found it "
+                         "did not: it was waiting for another rank, or "
+                         "its GPU was busy); the comm is broken: destroy "
+                         "it, and look for the rank the others name",
+                         me, teller, teller);
+    return cgm_error(CGM_ERROR_TIMEOUT,
+                     "p2p backend: rank %d stopped waiting for its op "
+                     "at once: rank %d told it that its own wait for "
+                     "rank %d expired (expected every rank to run the "
+                     "same ops in the same order within its timeout_ms, "
+                     "found rank %d never came); the comm is broken: "
+                     "destroy it (and check rank %d)",
+                     me, teller, culprit, culprit, culprit);
+}
+
 cgm_status cgm_p2p_async_error(cgm_comm *comm, void *state) {
     p2p_state *st = state;
     if (!st || !st->abort_host) return CGM_SUCCESS;
     if (__atomic_load_n(&st->abort_host->set, __ATOMIC_ACQUIRE) == 0)
         return CGM_SUCCESS;
     const cgm_dev_abort_record *r = st->abort_host;
-    if (r->flag_kind == CGM_DEV_NOTICE_KIND) {
-        if (r->chunk == r->peer)
-            return cgm_error(CGM_ERROR_PEER_FAILED,
-                             "p2p backend: rank %d stopped waiting for its "
-                             "op at once: rank %d failed during an op (a "
-                             "failure after its streams forked, or its own "
-                             "work not done within its timeout) and told its "
-                             "peers, so the ranks are out of step; the comm "
-                             "is broken: "
-                             "destroy it; rank %d's own error says what "
-                             "failed",
-                             r->waiting_rank, r->peer, r->peer);
-        if (r->peer == r->waiting_rank)
-            return cgm_error(CGM_ERROR_TIMEOUT,
-                             "p2p backend: rank %d stopped waiting for its "
-                             "op at once: rank %d told it that its wait for "
-                             "this rank expired (expected this rank's op to "
-                             "signal within rank %d's timeout_ms, found it "
-                             "did not: it was waiting for another rank, or "
-                             "its GPU was busy); the comm is broken: destroy "
-                             "it, and look for the rank the others name",
-                             r->waiting_rank, r->chunk, r->chunk);
-        return cgm_error(CGM_ERROR_TIMEOUT,
-                         "p2p backend: rank %d stopped waiting for its op "
-                         "at once: rank %d told it that its own wait for "
-                         "rank %d expired (expected every rank to run the "
-                         "same ops in the same order within its timeout_ms, "
-                         "found rank %d never came); the comm is broken: "
-                         "destroy it (and check rank %d)",
-                         r->waiting_rank, r->chunk, r->peer, r->peer,
-                         r->peer);
-    }
+    /* A notice: the record holds the teller as its chunk, the culprit as
+     * its peer. */
+    if (r->flag_kind == CGM_DEV_NOTICE_KIND)
+        return p2p_notice_error(st, cgm_dev_notice(r->chunk, r->peer));
     tell_of_own_expiry(st);
     if (r->peer == r->waiting_rank)
         /* A flag this rank raises itself (the one-kernel GEMM+RS's done
@@ -205,6 +211,11 @@ static void state_free(p2p_state *st) {
     if (st->partial) cudaFree(st->partial);
     if (st->notice_queue) cudaStreamDestroy(st->notice_queue);
     if (st->notice_pinned) cudaFreeHost(st->notice_pinned);
+    if (st->xchg_queue) cudaStreamDestroy(st->xchg_queue);
+    if (st->xchg_out) cudaFreeHost(st->xchg_out);
+    if (st->xchg_in) cudaFreeHost(st->xchg_in);
+    if (st->xchg_notice) cudaFreeHost(st->xchg_notice);
+    free(st->xchg_got);
     if (st->program_counters) cudaFree(st->program_counters);
     if (st->done_counts) cudaFree(st->done_counts);
     if (st->abort_host) cudaFreeHost(st->abort_host);
@@ -321,7 +332,8 @@ static cgm_status alloc_local(p2p_state *st, int comm_priority) {
     /* The comm's device state last, where peers can raise its notice. */
     st->state_offset = (st->recv_offset + st->recv_bytes + 255) &
                        ~(size_t)255;
-    size_t total = st->state_offset + 256;
+    st->xchg_offset = st->state_offset + 256;
+    size_t total = st->xchg_offset + p2p_exchange_bytes(st->nranks);
     CGM_INFO(CGM_SUB_P2P, "p2p workspace: %zu MiB registered (gather %zu, "
              "%d recv slots of %lld x %lld fp32) + %zu MiB local partials, "
              "from max_m=%lld max_n=%lld max_k=%lld",
@@ -354,6 +366,17 @@ static cgm_status alloc_local(p2p_state *st, int comm_priority) {
                             cudaMemcpyHostToDevice));
     CGM_CUDA_TRY(cudaHostAlloc((void **)&st->notice_pinned,
                                sizeof *st->notice_pinned, cudaHostAllocDefault));
+    CGM_CUDA_TRY(cudaHostAlloc((void **)&st->xchg_out, sizeof *st->xchg_out,
+                               cudaHostAllocDefault));
+    CGM_CUDA_TRY(cudaHostAlloc((void **)&st->xchg_in,
+                               (size_t)st->nranks * sizeof *st->xchg_in,
+                               cudaHostAllocDefault));
+    CGM_CUDA_TRY(cudaHostAlloc((void **)&st->xchg_notice,
+                               sizeof *st->xchg_notice, cudaHostAllocDefault));
+    st->xchg_got = calloc((size_t)st->nranks, sizeof *st->xchg_got);
+    if (!st->xchg_got)
+        return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "p2p backend: %d exchange "
+                         "flags", st->nranks);
 
     int least = 0, greatest = 0;
     CGM_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
@@ -377,6 +400,8 @@ static cgm_status alloc_local(p2p_state *st, int comm_priority) {
     CGM_CUDA_TRY(cudaEventCreateWithFlags(&st->fork, cudaEventDisableTiming));
     /* The notices go by copy engine, beside whatever the queues hold. */
     CGM_CUDA_TRY(cudaStreamCreateWithPriority(&st->notice_queue,
+                                              cudaStreamNonBlocking, greatest));
+    CGM_CUDA_TRY(cudaStreamCreateWithPriority(&st->xchg_queue,
                                               cudaStreamNonBlocking, greatest));
     /* COMMGEMM_P2P_PRE_COPY_FLAGS=beside: the queue of the flag steps before
      * a copy, as high as the comm queue. */
@@ -528,8 +553,39 @@ static int p2p_tune_candidates(const cgm_comm *comm, const cgm_call *call,
     return add_order_twins(st, call, out, n);
 }
 
-static const cgm_tune_hooks p2p_tune_hooks =
-    CGM_GPU_TUNE_HOOKS(p2p_tune_candidates);
+/* The tuner's exchanges go through the workspace, like the agreement
+ * check's (p2p_exchange.c), not through the bootstrap's communicator. */
+static cgm_status p2p_tune_exchange(cgm_comm *comm, void *state,
+                                    const void *send, void *recv,
+                                    size_t bytes) {
+    (void)comm;
+    return p2p_exchange_host(state, send, recv, bytes,
+                             "the autotuner's decision");
+}
+
+static cgm_status p2p_tune_agree(cgm_comm *comm, void *state,
+                                 const cgm_call *call, const int64_t *mine,
+                                 int words, int64_t *all) {
+    return cgm_gpu_tune_agree_via(p2p_tune_exchange, comm, state, call, mine,
+                                  words, all);
+}
+
+static cgm_status p2p_tune_allgather(cgm_comm *comm, void *state,
+                                     const int64_t *mine, int words,
+                                     int64_t *all) {
+    return p2p_tune_exchange(comm, state, mine, all,
+                             sizeof(int64_t) * (size_t)words);
+}
+
+static const cgm_tune_hooks p2p_tune_hooks = {
+    .candidates = p2p_tune_candidates,
+    .capturing = cgm_gpu_tune_capturing,
+    .measure = cgm_gpu_tune_measure,
+    .agree = p2p_tune_agree,
+    .allgather = p2p_tune_allgather,
+    .agree_every_call = false,
+    .device_name = cgm_gpu_tune_device_name,
+};
 
 const cgm_backend_vtable cgm_p2p_backend = {
     .id = CGM_BACKEND_P2P,

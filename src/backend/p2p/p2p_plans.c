@@ -188,7 +188,8 @@ cgm_status p2p_check_agreement(p2p_state *st, const cgm_call *call,
     int64_t *all = calloc((size_t)st->nranks * CGM_SIGNATURE_WORDS,
                           sizeof(int64_t));
     if (!all) return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "signatures");
-    CGM_TRY(cgm_gpu_allgather_host(st->comm, sig, all, sizeof sig));
+    CGM_TRY(p2p_exchange_host(st, sig, all, sizeof sig,
+                              "the agreement check"));
     CGM_TRY(cgm_signature_compare(st->comm, all));
     if (st->nchecked < P2P_SIGNATURE_CACHE)
         st->checked_signatures[st->nchecked++] = h;
