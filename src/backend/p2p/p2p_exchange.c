@@ -57,10 +57,15 @@ cgm_status p2p_exchange_host(p2p_state *st, const void *send, void *recv,
     if (P == 1) return CGM_SUCCESS;
     const int64_t start = cgm_now_ns();
     const int64_t deadline = start + st->timeout_ms * 1000000;
+    /* The pinned record is free once the previous exchange's pushes are
+     * done: it drained them unless it ended early on an error. */
+    if (drain(st, deadline) != cudaSuccess)
+        return cgm_error(CGM_ERROR_TIMEOUT, "p2p backend: %s: rank %d's "
+                         "previous exchange's pushes did not complete within "
+                         "timeout_ms = %lld; the comm is broken: destroy it",
+                         what, me, (long long)st->timeout_ms);
     const uint64_t seq = ++st->xchg_seq;
     const int b = (int)(seq & 1);
-    /* The previous exchange's pushes are done (it drained), so the pinned
-     * record is free. */
     p2p_xchg_record *out = st->xchg_out;
     memset(out, 0, sizeof *out);
     out->seq = seq;
@@ -137,6 +142,8 @@ cgm_status p2p_exchange_host(p2p_state *st, const void *send, void *recv,
      * done (they are copies, not waits: bounded all the same). */
     if (drain(st, deadline + 2000000000ll) != cudaSuccess)
         return cgm_error(CGM_ERROR_TIMEOUT, "p2p backend: %s: rank %d's "
-                         "pushes of its record did not complete", what, me);
+                         "pushes of its record did not complete within "
+                         "timeout_ms = %lld + 2 s; the comm is broken: "
+                         "destroy it", what, me, (long long)st->timeout_ms);
     return CGM_SUCCESS;
 }
