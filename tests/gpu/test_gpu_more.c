@@ -668,8 +668,7 @@ static void limits_body(gpu_rank *g, void *arg) {
 /* The first call of a new shape exchanges the call's signature through
  * the ranks' workspaces. Rank 1 skips it (arg NULL) or has it refused by
  * validation (a NULL shard): rank 0's exchange gives up after its 1 s
- * timeout naming rank 1, having touched no NCCL communicator, and its comm
- * is broken. */
+ * timeout naming rank 1, and its comm is broken. */
 static void exchange_missing_body(gpu_rank *g, void *arg) {
     small_ag a = small_ag_make(g), b = small_ag_rows(g, 256);
     CHECK_OK(small_ag_call(g, &a));
