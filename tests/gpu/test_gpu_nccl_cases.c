@@ -135,6 +135,20 @@ static void small_ag_free(small_ag *a) {
     test_free(&a->hx); test_free(&a->hw);
 }
 
+/* Waits until the rank's stream is idle, failing the case after bound_ms
+ * ("stream still busy N s after <after>"). Returns the seconds waited. */
+static double wait_drained(nrank *g, int64_t bound_ms, const char *after) {
+    int64_t t1 = cgm_now_ns();
+    while (cudaStreamQuery(g->stream) == cudaErrorNotReady) {
+        if (cgm_now_ns() - t1 > bound_ms * 1000000)
+            TEST_FAIL("rank %d: stream still busy %.0f s after %s", g->rank,
+                      (double)bound_ms / 1e3, after);
+        usleep(1000);
+    }
+    (void)cudaGetLastError();
+    return (double)(cgm_now_ns() - t1) / 1e9;
+}
+
 /* After an op (its call returned `st`) enqueued at t0 whose peer never did
  * its part: the watchdog expires it within the 1 s timeout (bounded), the
  * comm reports a timeout or peer failure naming `who` (NULL: not checked),
@@ -154,13 +168,7 @@ static cgm_status expect_expired(nrank *g, cgm_status st, int64_t t0, const char
     CHECK(async == CGM_ERROR_TIMEOUT || async == CGM_ERROR_PEER_FAILED);
     CHECK(waited < (double)test_scaled_ms(3000) / 1e3);
     if (who) CHECK_CONTAINS(detail, who);
-    int64_t t1 = cgm_now_ns();
-    while (cudaStreamQuery(g->stream) == cudaErrorNotReady) {
-        if (cgm_now_ns() - t1 > test_scaled_ms(5000) * 1000000)
-            TEST_FAIL("stream still busy %.0f s after the abort", (double)test_scaled_ms(5000) / 1e3);
-        usleep(1000);
-    }
-    (void)cudaGetLastError();
+    wait_drained(g, test_scaled_ms(5000), "the abort");
     return async;
 }
 
@@ -269,16 +277,8 @@ static void held_fn(nrank *g, const void *burst) {
     CHECK_CONTAINS(detail, "ag_gemm #");
     CHECK_CONTAINS(detail, "never started");
     CHECK_CONTAINS(detail, "the comm is broken");
-    int64_t t1 = cgm_now_ns();
-    while (cudaStreamQuery(g->stream) == cudaErrorNotReady) {
-        if (cgm_now_ns() - t1 > test_scaled_ms(10000) * 1000000)
-            TEST_FAIL("rank %d: stream still busy %.0f s after its release", g->rank,
-                      (double)test_scaled_ms(10000) / 1e3);
-        usleep(1000);
-    }
-    (void)cudaGetLastError();
-    fprintf(stderr, "rank %d: stream drained %.2f s after its release\n", g->rank,
-            (double)(cgm_now_ns() - t1) / 1e9);
+    double drained_s = wait_drained(g, test_scaled_ms(10000), "its release");
+    fprintf(stderr, "rank %d: stream drained %.2f s after its release\n", g->rank, drained_s);
     CHECK_STATUS(small_ag_call(g, &a), CGM_ERROR_TIMEOUT);
     CHECK_CONTAINS(cgm_last_error(), "never started");
     GCHECK(cudaFreeHost((void *)release));

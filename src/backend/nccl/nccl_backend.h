@@ -121,8 +121,12 @@ cgm_status ncclb_call_enter(ncclb_state *st, const char *what);
  * meanwhile, and (non-blocking comm) polls until NCCL accepted the call,
  * bounded; on an NCCL error or expiry aborts the comm. Lock held. */
 cgm_status ncclb_settle(ncclb_state *st, ncclResult_t issued, const char *what);
-/* Marks the backend broken with `status` and the current detail, aborting
- * the split comm. Call with the lock held. */
+/* Marks the backend broken with `status` and the current detail (the first
+ * such error stays), without aborting the split comm: for breaks where
+ * ncclCommAbort would wait for stream work that may never end; destroy
+ * aborts it. Call with the lock held. */
+void ncclb_break_locked(ncclb_state *st, cgm_status status);
+/* The same, aborting the split comm. Call with the lock held. */
 void ncclb_fail_locked(ncclb_state *st, cgm_status status);
 /* Aborts the split comm unless someone already did (any thread). */
 void ncclb_abort_comm(ncclb_state *st);

@@ -200,11 +200,7 @@ static cgm_status in_flight_expired(ncclb_state *st, const cgm_call *call,
         cgm_op_name(call->op), st->rank,
         (long long)((now - waiting_since) / 1000000), NCCLB_WATCH_SLOTS,
         oldest->what, state);
-    if (st->async_status == CGM_SUCCESS) {
-        st->async_status = s;
-        snprintf(st->async_message, sizeof st->async_message, "%s",
-                 cgm_last_error());
-    }
+    ncclb_break_locked(st, s);
     return s;
 }
 

@@ -35,12 +35,16 @@ void ncclb_abort_comm(ncclb_state *st) {
     if (c) (void)ncclCommAbort(c);
 }
 
-void ncclb_fail_locked(ncclb_state *st, cgm_status status) {
+void ncclb_break_locked(ncclb_state *st, cgm_status status) {
     if (st->async_status == CGM_SUCCESS) {
         st->async_status = status;
         snprintf(st->async_message, sizeof st->async_message, "%s",
                  cgm_last_error());
     }
+}
+
+void ncclb_fail_locked(ncclb_state *st, cgm_status status) {
+    ncclb_break_locked(st, status);
     if (st->nccl) {
         ncclb_abort_comm(st);
         st->nccl = NULL;
@@ -198,11 +202,7 @@ static void watch_never_started(ncclb_state *st, const ncclb_watch *w,
         "(which aborts its NCCL communicator)",
         w->what, st->rank, (long long)(waited / 1000000),
         (long long)st->timeout_ms);
-    if (st->async_status == CGM_SUCCESS) {
-        st->async_status = s;
-        snprintf(st->async_message, sizeof st->async_message, "%s",
-                 cgm_last_error());
-    }
+    ncclb_break_locked(st, s);
 }
 
 /* One round of checks (lock held): NCCL's async error and every watched

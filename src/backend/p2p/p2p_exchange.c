@@ -36,14 +36,12 @@ static p2p_xchg_record *bank(void *ws_base, const p2p_state *st, int b) {
            (size_t)b * (size_t)st->nranks;
 }
 
-/* Waits for the exchange queue, at most until `deadline`. */
-static cudaError_t drain(p2p_state *st, int64_t deadline) {
-    cudaError_t q;
-    while ((q = cudaStreamQuery(st->xchg_queue)) == cudaErrorNotReady) {
-        if (cgm_now_ns() > deadline) return cudaErrorNotReady;
-        usleep(20);
-    }
-    return q;
+/* Waits for the exchange queue, at most until `deadline`: CGM_SUCCESS,
+ * CGM_ERROR_TIMEOUT with *expired set, or the queue's CUDA error. */
+static cgm_status drain(p2p_state *st, int64_t deadline, bool *expired) {
+    int64_t left_ms = (deadline - cgm_now_ns()) / 1000000;
+    return cgm_gpu_wait_done(NULL, st->xchg_queue, left_ms > 0 ? left_ms : 0,
+                             NULL, NULL, expired);
 }
 
 cgm_status p2p_exchange_host(p2p_state *st, const void *send, void *recv,
@@ -59,11 +57,14 @@ cgm_status p2p_exchange_host(p2p_state *st, const void *send, void *recv,
     const int64_t deadline = start + st->timeout_ms * 1000000;
     /* The pinned record is free once the previous exchange's pushes are
      * done: it drained them unless it ended early on an error. */
-    if (drain(st, deadline) != cudaSuccess)
+    bool expired = false;
+    cgm_status s = drain(st, deadline, &expired);
+    if (expired)
         return cgm_error(CGM_ERROR_TIMEOUT, "p2p backend: %s: rank %d's "
                          "previous exchange's pushes did not complete within "
                          "timeout_ms = %lld; the comm is broken: destroy it",
                          what, me, (long long)st->timeout_ms);
+    if (s != CGM_SUCCESS) return s;
     const uint64_t seq = ++st->xchg_seq;
     const int b = (int)(seq & 1);
     p2p_xchg_record *out = st->xchg_out;
@@ -93,12 +94,15 @@ cgm_status p2p_exchange_host(p2p_state *st, const void *send, void *recv,
             e = cudaMemcpyAsync(st->xchg_notice, &st->dev->notice,
                                 sizeof *st->xchg_notice,
                                 cudaMemcpyDeviceToHost, st->xchg_queue);
-        if (e == cudaSuccess) e = drain(st, deadline);
-        if (e != cudaSuccess && e != cudaErrorNotReady)
+        if (e != cudaSuccess)
             return cgm_error(CGM_ERROR_CUDA, "p2p backend: %s: reading the "
                              "peers' records failed on rank %d: %s", what, me,
                              cudaGetErrorString(e));
-        if (e == cudaSuccess) {
+        s = drain(st, deadline, &expired);
+        if (s != CGM_SUCCESS && !expired)
+            return cgm_error_context(s, "p2p backend: %s: reading the peers' "
+                                     "records on rank %d", what, me);
+        if (s == CGM_SUCCESS) {
             for (int r = 0; r < P; r++) {
                 const p2p_xchg_record *in = &st->xchg_in[r];
                 if (got[r] || in->seq != seq ||
@@ -122,28 +126,28 @@ cgm_status p2p_exchange_host(p2p_state *st, const void *send, void *recv,
                 n += (size_t)snprintf(who + n, sizeof who - n, "%s%d",
                                       n ? ", " : "", r);
             }
-            cgm_status s = cgm_error(
+            const long long waited_ms = (cgm_now_ns() - start) / 1000000;
+            (void)drain(st, cgm_now_ns() + 2000000000ll, &expired); /* the pushes */
+            p2p_tell_peers(st, first);
+            return cgm_error(
                 CGM_ERROR_TIMEOUT,
                 "p2p backend: rank %d waited %lld ms (timeout_ms, "
                 "COMMGEMM_TIMEOUT_MS) in the exchange of %s for rank(s) %s: "
                 "expected every rank to make the same calls in the same "
                 "order, found rank %d never came (it made another call, or "
                 "none, or its call was refused there); the comm is broken: "
-                "destroy it (and check rank %d)", me,
-                (long long)((cgm_now_ns() - start) / 1000000), what, who,
+                "destroy it (and check rank %d)", me, waited_ms, what, who,
                 first, first);
-            (void)drain(st, cgm_now_ns() + 2000000000ll); /* the pushes */
-            p2p_tell_peers(st, first);
-            return s;
         }
         usleep(round < 100 ? 20 : 200);
     }
     /* The pinned record is reused by the next exchange: the pushes must be
      * done (they are copies, not waits: bounded all the same). */
-    if (drain(st, deadline + 2000000000ll) != cudaSuccess)
+    s = drain(st, deadline + 2000000000ll, &expired);
+    if (expired)
         return cgm_error(CGM_ERROR_TIMEOUT, "p2p backend: %s: rank %d's "
                          "pushes of its record did not complete within "
                          "timeout_ms = %lld + 2 s; the comm is broken: "
                          "destroy it", what, me, (long long)st->timeout_ms);
-    return CGM_SUCCESS;
+    return s;
 }
