@@ -380,8 +380,8 @@ static void output_plan(const void *p) {
     const cgm_dtype outs[] = {CGM_DTYPE_BF16, CGM_DTYPE_FP16, CGM_DTYPE_FP32};
     const cgm_op ops[] = {CGM_OP_ALL_GATHER_GEMM, CGM_OP_GEMM_REDUCE_SCATTER,
                           CGM_OP_GEMM_ALL_REDUCE};
-    /* ldy 97: dense; 105: padded (cuBLASMp 0.7's RS returned INTERNAL_ERROR
-     * for an fp32 D with lld > n on the device). */
+    /* ldy 97: dense; 105: padded (cuBLASMp 0.7's RS returns INTERNAL_ERROR
+     * for an fp32 D with lld > n). */
     const int64_t ldys[] = {97, 105};
     for (int li = 0; li < 2; li++)
         for (int oi = 0; oi < 3; oi++)

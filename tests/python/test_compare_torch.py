@@ -2,7 +2,7 @@
 (shape parsing and meaning, round order, statistics, rows, table, JSON), the
 per-shape orchestration with a CPU test double in place of the GPUs and
 torch.distributed (fake clock, fake CUDA graphs), and plot_perf on synthetic
-JSON. The GPU part runs only on the device machine (bench/compare_on_device.sh).
+JSON. The GPU part runs only on a machine with GPUs (bench/compare_on_device.sh).
 
     python3 -m pytest tests/python/test_compare_torch.py -q
 """
@@ -41,15 +41,15 @@ def test_parse_shapes():
             ct.parse_shapes(bad)
 
 
-def test_default_shapes_are_the_issues_and_performance_md():
+def test_default_shapes_are_the_reference_shapes():
     shapes = ct.parse_shapes(ct.DEFAULT_SHAPES)
     # PERFORMANCE.md's --shapes, in its order
     assert shapes == [(16384, 2048, 8192), (8192, 4096, 4096), (16384, 8192, 2048)]
-    # the issue's table is (m, k, n): AG (16384, 8192, 2048), (8192, 4096, 4096);
-    # RS (16384, 2048, 8192), (8192, 4096, 4096)
-    issue = [("ag_gemm", (16384, 8192, 2048)), ("ag_gemm", (8192, 4096, 4096)),
-             ("gemm_rs", (16384, 2048, 8192)), ("gemm_rs", (8192, 4096, 4096))]
-    for op, (m, k, n) in issue:
+    # the four rows PyTorch's fused ops were quoted on, written (m, k, n): AG (16384, 8192, 2048),
+    # (8192, 4096, 4096); RS (16384, 2048, 8192), (8192, 4096, 4096)
+    reference = [("ag_gemm", (16384, 8192, 2048)), ("ag_gemm", (8192, 4096, 4096)),
+                 ("gemm_rs", (16384, 2048, 8192)), ("gemm_rs", (8192, 4096, 4096))]
+    for op, (m, k, n) in reference:
         assert (m, n, k) in shapes
         assert (op, m, n, k) in ct.ISSUE_TORCH_RATIOS
     assert len(ct.ISSUE_TORCH_RATIOS) == 4
@@ -250,7 +250,7 @@ def test_table():
 def test_report_and_json(tmp_path):
     names = ct.candidate_names("ag_gemm", ["p2p", "nccl", "cublasmp"])
     rows = ct.build_rows("ag_gemm", (16384, 2048, 8192), "eager", fake_results(), names)
-    machine = {"torch": "2.11.0", "nccl": "2.28.9", "gpu": "NVIDIA H200", "date_utc": "2026-12-01 00:00:00 UTC"}
+    machine = {"torch": "2.11.0", "nccl": "2.28.9", "gpu": "NVIDIA H200", "date_utc": "2026-12-01"}
     opts = ct.options_dict(ct.parse_args([]))
     rep = ct.build_report(rows, machine, opts)
     assert rep["wrong"] == 3 and rep["errors"] == 0 and rep["ok"] is False and rep["complete"]

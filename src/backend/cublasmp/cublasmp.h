@@ -93,7 +93,7 @@ cgm_status cmp_map_problem(const cmp_shape *s, cmp_problem *p);
  * a 1D distribution whose global size is block size x P, i.e. even shards.
  * Other shapes are not its AG+GEMM / GEMM+RS algorithms at all: cuBLASMp
  * 0.7 routes them to its generic matmul (no overlap), and one of them (an
- * NT AG+GEMM with 131 rows over 2 ranks) stalled a rank on the device. So
+ * NT AG+GEMM with 131 rows over 2 ranks) left a rank inside the call. So
  * the backend refuses them: m must be divisible by P (every op), and so
  * must AG's n_total and RS/AR's k_total. A total <= 0 is not checked (not
  * known yet: m alone is checked before the first-call exchange). Every
@@ -113,11 +113,11 @@ cgm_status cmp_check_even(cgm_op op, int64_t m, int64_t n_total,
  * one rounding). A dense fp32 Y (and every AG+GEMM, which sums nothing
  * across ranks) is written by cuBLASMp directly. An fp32 RS Y with a padded
  * ld (ld > n) also goes through the dense fp32 buffer and the pass (which
- * writes Y with its ld): cuBLASMp 0.7's Matmul+ReduceScatter returned
- * CUBLASMP_STATUS_INTERNAL_ERROR on the device for an fp32 D with lld > n.
+ * writes Y with its ld): cuBLASMp 0.7's Matmul+ReduceScatter returns
+ * CUBLASMP_STATUS_INTERNAL_ERROR for an fp32 D with lld > n.
  *
- * The bias never goes to cuBLASMp's BIAS epilogue: 0.7 refused it
- * (NOT_SUPPORTED) for uneven and empty shards on the device. It is added
+ * The bias never goes to cuBLASMp's BIAS epilogue: 0.7 refuses it
+ * (NOT_SUPPORTED) for uneven and empty shards. It is added
  * in the fp32 pass, or by an in-place pass over Y (Y += bias) after a
  * direct cuBLASMp call. */
 typedef struct cmp_output {

@@ -137,7 +137,7 @@ void cmp_plan_output(const cmp_shape *s, int rank, int64_t n_local,
     o->y_cols = n_local;
     o->gather = ar;
     /* RS with a padded Y (ld > n): cuBLASMp 0.7's Matmul+ReduceScatter
-     * returned INTERNAL_ERROR on the device for an fp32 D with lld > n
+     * returns INTERNAL_ERROR for an fp32 D with lld > n
      * (every bf16->fp32 call with pad = 8), so such a Y is written by the
      * fp32 pass from the dense buffer instead. A rank decides for its own
      * Y: D's lld is local. */
