@@ -43,6 +43,9 @@ typedef struct bench_options {
     uint64_t seed;
     int ranks;          /* 0: not given */
     int64_t timeout_ms; /* CGM_UNSET: the library's default */
+    /* --inject-wrong-value: rank 0 corrupts one output value before the
+     * check, so that a test can see a wrong value counted and failing. */
+    int inject_wrong_value;
 } bench_options;
 
 /* Parses argv into *opt. Returns 0 to run, 1 when --help was printed, -1

@@ -82,11 +82,12 @@ static int64_t now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Rank 0 writes the id; the others read it within timeout_ms. A file left
- * by an earlier run that died is recognised by its age and not read. */
+/* Rank 0 writes the id; the others read it within timeout_ms. The ranks
+ * are processes of one machine (the launcher's LOCAL bootstrap), so /tmp
+ * is a folder they all see. A file left by an earlier run that died is
+ * recognised by its age and not read. */
 static int share_id(gpu_env *g, const char *rendezvous, int64_t timeout_ms,
                     ncclUniqueId *id) {
-    const char *dir = getenv("COMMGEMM_BENCH_ID_DIR");
     char path[512], tmp[600];
     if (!rendezvous || !*rendezvous) {
         fprintf(stderr, "commgemm-bench: rank %d: the launcher gave no rendezvous "
@@ -94,8 +95,7 @@ static int share_id(gpu_env *g, const char *rendezvous, int64_t timeout_ms,
                 "commgemm-run -n N\n", g->rank);
         return -1;
     }
-    snprintf(path, sizeof path, "%s/commgemm-bench-%s.ncclid",
-             dir && *dir ? dir : "/tmp", rendezvous);
+    snprintf(path, sizeof path, "/tmp/commgemm-bench-%s.ncclid", rendezvous);
     if (g->rank == 0) {
         if (nccl_ok(ncclGetUniqueId(id), g, "ncclGetUniqueId")) return -1;
         snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
@@ -104,8 +104,8 @@ static int share_id(gpu_env *g, const char *rendezvous, int64_t timeout_ms,
         if (f && fclose(f) != 0) bad = 1;
         if (bad || rename(tmp, path) != 0) {
             fprintf(stderr, "commgemm-bench: rank 0: cannot write the NCCL id to "
-                    "%s: %s; set COMMGEMM_BENCH_ID_DIR to a writable folder all "
-                    "ranks see\n", path, strerror(errno));
+                    "%s: %s; the ranks share it through /tmp, which must be "
+                    "writable\n", path, strerror(errno));
             unlink(tmp);
             return -1;
         }
@@ -125,8 +125,8 @@ static int share_id(gpu_env *g, const char *rendezvous, int64_t timeout_ms,
         }
         if (now_ms() > deadline) {
             fprintf(stderr, "commgemm-bench: rank %d: no NCCL id from rank 0 in %s "
-                    "after %" PRId64 " ms; is rank 0 running, with the same "
-                    "rendezvous and COMMGEMM_BENCH_ID_DIR?\n", g->rank, path,
+                    "after %" PRId64 " ms; is rank 0 running, on this machine, "
+                    "with the same rendezvous?\n", g->rank, path,
                     timeout_ms);
             return -1;
         }

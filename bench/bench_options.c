@@ -46,6 +46,8 @@ static void usage(FILE *to) {
         "  --seed N            input seed (default 1)\n"
         "  --ranks N           start N ranks of this bench on this machine\n"
         "  --timeout-ms MS     comm timeout (default COMMGEMM_TIMEOUT_MS/60000)\n"
+        "  --inject-wrong-value  rank 0 corrupts one output value before the check\n"
+        "                      (tests that the check counts it and fails the run)\n"
         "  -h, --help          this text\n");
 }
 
@@ -217,7 +219,7 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
     enum {
         OPT_OP = 256, OPT_DTYPE, OPT_BACKEND, OPT_ALGO, OPT_SPLITS, OPT_LAYOUT,
         OPT_CHECK, OPT_NO_CHECK, OPT_JSON, OPT_SEED, OPT_RANKS, OPT_TIMEOUT,
-        OPT_SHAPES, OPT_GRAPH, OPT_COMM_BASELINE
+        OPT_SHAPES, OPT_GRAPH, OPT_COMM_BASELINE, OPT_INJECT_WRONG_VALUE
     };
     static const struct option long_options[] = {
         {"op", required_argument, NULL, OPT_OP},
@@ -237,6 +239,7 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
         {"seed", required_argument, NULL, OPT_SEED},
         {"ranks", required_argument, NULL, OPT_RANKS},
         {"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
+        {"inject-wrong-value", no_argument, NULL, OPT_INJECT_WRONG_VALUE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     static const bench_range default_size = {512, 512, 2};
@@ -289,6 +292,7 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
             if (parse_i64(optarg, 1, INT64_MAX, &opt->timeout_ms))
                 rc = fail("--timeout-ms", "a number of milliseconds >= 1", optarg);
             break;
+        case OPT_INJECT_WRONG_VALUE: opt->inject_wrong_value = 1; break;
         case 'h': usage(stdout); return 1;
         case ':':
             fprintf(stderr, "commgemm-bench: option '%s' needs a value\n",
@@ -343,7 +347,8 @@ void bench_print_options(FILE *to, const bench_options *opt) {
             opt->check ? "on" : "off", opt->graph ? "on" : "off", opt->seed);
     if (opt->timeout_ms == CGM_UNSET) fprintf(to, "default");
     else fprintf(to, "%" PRId64, opt->timeout_ms);
-    fprintf(to, "  comm baseline: %s\n", opt->comm_library ? "library" : "env");
+    fprintf(to, "  comm baseline: %s%s\n", opt->comm_library ? "library" : "env",
+            opt->inject_wrong_value ? "  inject wrong value: on" : "");
 }
 
 void bench_json_options(FILE *to, const bench_options *opt) {
