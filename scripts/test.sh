@@ -16,7 +16,7 @@ echo "== tests =="
 (cd build && ctest -j"$jobs" --output-on-failure --timeout 300)
 
 echo "== Python binding on the host backend =="
-# jax (CPU wheels here) for commgemm.jax's tests; already there on the device machine
+# jax for commgemm.jax's tests (the CPU wheels where no jax is installed; an installed one is kept)
 python3 -m pip install -q --disable-pip-version-check numpy pytest jax 2>&1 | grep -v "Running pip as the 'root'" || true
 # torch for commgemm.torch's tests (PyPI's wheel runs on the CPU; with its CUDA
 # libraries it takes ~4.2 GiB), when the disk has room and COMMGEMM_SKIP_TORCH

@@ -31,7 +31,7 @@ __global__ void fill_kernel(void *p, int dtype, int64_t rows, int64_t cols,
 
 // 16 x 16 tiles: out (m x n) = opX (m x k) . opW (k x n), in double.
 // The name is unique so that racecheck can skip this kernel by substring
-// (scripts/device-suite.sh: --kernel-name-exclude kns=tref_reference_gemm);
+// (scripts/gpu-suite.sh sanitize: --kernel-name-exclude kns=tref_reference_gemm);
 // "gemm_kernel" would also match the library's hgemm_kernel.
 __global__ void tref_reference_gemm(int layout, int dtype, const void *x,
                                     const void *w, int64_t m, int64_t n,
