@@ -65,12 +65,12 @@ TORCH = "torch_symm_mem"
 CGM_GEMM = "gemm-commgemm"
 BASELINES = (GEMM, COMM, CGM_GEMM)
 
-# Shapes as MxNxK (commgemm-bench order). The issue's table lists (m, k, n):
+# Shapes as MxNxK (commgemm-bench order). The reference shapes, as (m, k, n):
 # AG+GEMM (16384, 8192, 2048), (8192, 4096, 4096); GEMM+RS (16384, 2048, 8192),
 # (8192, 4096, 4096); docs/PERFORMANCE.md runs both ops on the same three shapes.
 DEFAULT_SHAPES = "16384x2048x8192,8192x4096x4096,16384x8192x2048"
 
-# The issue's PyTorch SymmetricMemory ratios (op, m, n, k) -> ratio, for reference.
+# PyTorch SymmetricMemory's reference ratios on those shapes, (op, m, n, k) -> ratio.
 ISSUE_TORCH_RATIOS = {
     ("ag_gemm", 16384, 2048, 8192): 1.27,
     ("ag_gemm", 8192, 4096, 4096): 1.57,
@@ -319,7 +319,7 @@ def make_parser():
                "GEMM+RS and GEMM+AR split k. Sets NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1, "
                "NVSHMEM_DISABLE_NVLS=1 before torch starts. See docs/BENCH.md, 'bench/compare_torch.py'.")
     p.add_argument("--shapes", default=None,
-                   help=f"MxNxK[,MxNxK...] (default: {DEFAULT_SHAPES}: the issue's and PERFORMANCE.md's shapes)")
+                   help=f"MxNxK[,MxNxK...] (default: {DEFAULT_SHAPES}: the reference shapes of docs/PERFORMANCE.md)")
     p.add_argument("--sweep", action="store_true",
                    help=f"run the sweep grid ({len(sweep_shapes())} shapes, m 1024..32768, n, k 1024..28672) "
                         "instead of the default shapes (with --shapes: both)")
