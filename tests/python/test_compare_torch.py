@@ -2,7 +2,7 @@
 (shape parsing and meaning, round order, statistics, rows, table, JSON), the
 per-shape orchestration with a CPU test double in place of the GPUs and
 torch.distributed (fake clock, fake CUDA graphs), and plot_perf on synthetic
-JSON. The GPU part runs only on a machine with GPUs (bench/compare_on_device.sh).
+JSON. The GPU part runs on GPUs only (scripts/gpu-suite.sh compare).
 
     python3 -m pytest tests/python/test_compare_torch.py -q
 """
