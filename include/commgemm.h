@@ -21,7 +21,9 @@
  *       CGM_LAYOUT_NT: Y[m,n] = X[k,m]^T . W[k,n]     (wgrad)
  *   Whatever the layout, the split dimension of the collective is m (the
  *   output's rows): with NT the shard X_r is stored [k, m_r].
- * - Reductions across ranks accumulate in fp32 whatever the input dtype.
+ * - Reductions across ranks accumulate in fp32 whatever the input dtype;
+ *   what the partials are rounded to before they travel, and how a GEMM
+ *   may split its dot products, are settings ("Precision" below).
  * - Memory: on the `host` backend every pointer is host memory; on the GPU
  *   backends (`p2p`, `nccl`, `cublasmp`) every matrix pointer is device
  *   memory of the comm's device (managed memory is taken by both). Where
@@ -278,6 +280,77 @@ typedef enum cgm_op {
 const char *cgm_op_name(cgm_op op);
 
 /* ------------------------------------------------------------------ */
+/* Precision                                                           */
+/* ------------------------------------------------------------------ */
+
+/* Two settings change results. Each is a config field (its default: the
+ * environment variable, then the library's default) and a per-call option
+ * (its default: the comm's value); cgm_comm_precision reports the comm's. */
+
+/** The element type of the partial products that GEMM+RS and GEMM+AR send
+ *  between ranks. Each rank multiplies its slice of the contraction; the
+ *  owner of each output row adds the P partials of that row in fp32, adds
+ *  the bias and rounds once to Y's dtype. What differs is whether the
+ *  partials are rounded before they travel:
+ *  - FP32: partials travel in fp32; Y is the fp32 sum rounded once, as one
+ *    GEMM over the whole k would give (up to the order of fp32 additions).
+ *  - OUTPUT: a bf16/fp16 Y gets partials rounded once to its dtype (what
+ *    Megatron-LM and PyTorch's fused ops send): half the bytes on the wire,
+ *    the sum still in fp32, but each partial carries up to half an output
+ *    ulp of itself, so where partials nearly cancel, Y loses accuracy
+ *    relative to its own size. With an fp32 Y it is FP32.
+ *  Backends: p2p and nccl honour it. The host backend always sums exact
+ *  fp32 partials (its GEMMs run in fp32); cublasmp always reduces in fp32
+ *  (cuBLASMp sums into an fp32 buffer, rounded once into Y). Every rank
+ *  must pass the same value (it changes the bytes on the wire): ranks that
+ *  differ get CGM_ERROR_MISMATCH naming "partial dtype", on the backends
+ *  that check agreement. AG+GEMM and bulk send no partials and ignore it. */
+typedef enum cgm_partial_dtype {
+    /** In a config: COMMGEMM_PARTIAL_DTYPE, else FP32. In an op's options:
+     *  the comm's value. */
+    CGM_PARTIAL_DTYPE_DEFAULT = 0,
+    CGM_PARTIAL_DTYPE_FP32 = 1,
+    CGM_PARTIAL_DTYPE_OUTPUT = 2,
+    CGM_PARTIAL_DTYPE_COUNT_ = 3
+} cgm_partial_dtype;
+
+/** "default", "fp32", "output" or "invalid". Thread safe. */
+const char *cgm_partial_dtype_name(cgm_partial_dtype partial_dtype);
+/** Parses a partial dtype name (as above, case-insensitive). */
+cgm_status cgm_partial_dtype_from_name(const char *name,
+                                       cgm_partial_dtype *out);
+
+/** How the GEMMs that commgemm runs through cuBLASLt may add the parts of
+ *  a dot product that cuBLASLt splits along k (split-k):
+ *  - ANY: any scheme cuBLASLt's heuristic picks, including those that round
+ *    each part to a bf16/fp16 output type before adding them (cuBLAS and
+ *    PyTorch allow it by default: torch.backends.cuda.matmul.
+ *    allow_bf16_reduced_precision_reduction); where parts cancel, Y errs by
+ *    up to an output ulp of the largest part.
+ *  - FP32: parts are added in fp32 (the compute type) or k is not split:
+ *    a bf16/fp16 Y is the fp32 dot product rounded once. May be slower on
+ *    shapes where split-k would win (small m x n, large k).
+ *  No effect on fp32 outputs. Backends: p2p and nccl honour it (their
+ *  cuBLASLt GEMMs; commgemm's own Hopper kernel, algo fused and the p2p
+ *  GEMM+RS own-rows kernel, never splits k). The host backend's GEMMs are
+ *  fp32 and never round parts (always as FP32); cublasmp's GEMMs are
+ *  cuBLASMp's, which it does not control. Local: ranks may differ. */
+typedef enum cgm_gemm_reduction {
+    /** In a config: COMMGEMM_GEMM_REDUCTION, else ANY. In an op's options:
+     *  the comm's value. */
+    CGM_GEMM_REDUCTION_DEFAULT = 0,
+    CGM_GEMM_REDUCTION_ANY = 1,
+    CGM_GEMM_REDUCTION_FP32 = 2,
+    CGM_GEMM_REDUCTION_COUNT_ = 3
+} cgm_gemm_reduction;
+
+/** "default", "any", "fp32" or "invalid". Thread safe. */
+const char *cgm_gemm_reduction_name(cgm_gemm_reduction gemm_reduction);
+/** Parses a GEMM reduction name (as above, case-insensitive). */
+cgm_status cgm_gemm_reduction_from_name(const char *name,
+                                        cgm_gemm_reduction *out);
+
+/* ------------------------------------------------------------------ */
 /* Communicators                                                       */
 /* ------------------------------------------------------------------ */
 
@@ -330,7 +403,10 @@ cgm_status cgm_bootstrap_from_env(cgm_bootstrap *out);
 
 /** Comm configuration. Start from CGM_CONFIG_INIT: every field is unset and
  *  falls back to its environment variable, then to its default. Each
- *  effective value and where it came from is logged at INFO level. */
+ *  effective value and where it came from is logged at INFO level.
+ *  The struct grows at its end: a program built against an older
+ *  commgemm.h passes its smaller struct_size, and the fields it does not
+ *  have are unset. */
 typedef struct cgm_config {
     size_t struct_size; /* sizeof(cgm_config): set by CGM_CONFIG_INIT */
     /** Backend for every op (COMMGEMM_BACKEND, default auto). */
@@ -364,6 +440,12 @@ typedef struct cgm_config {
      *  dtypes, options); costs one small exchange (COMMGEMM_CHECK_AGREEMENT,
      *  default 1 on host, first call per shape on GPU backends). */
     int check_agreement;
+    /** Partial dtype of GEMM+RS and GEMM+AR (COMMGEMM_PARTIAL_DTYPE,
+     *  default fp32; see cgm_partial_dtype). */
+    cgm_partial_dtype partial_dtype;
+    /** cuBLASLt's split-k reductions (COMMGEMM_GEMM_REDUCTION, default any;
+     *  see cgm_gemm_reduction). */
+    cgm_gemm_reduction gemm_reduction;
 } cgm_config;
 
 #define CGM_CONFIG_INIT                                                       \
@@ -371,7 +453,8 @@ typedef struct cgm_config {
       { CGM_BACKEND_DEFAULT, CGM_BACKEND_DEFAULT, CGM_BACKEND_DEFAULT,        \
         CGM_BACKEND_DEFAULT },                                                \
       CGM_UNSET, CGM_UNSET, CGM_UNSET, CGM_UNSET, CGM_UNSET, CGM_UNSET,        \
-      CGM_UNSET, CGM_UNSET }
+      CGM_UNSET, CGM_UNSET, CGM_PARTIAL_DTYPE_DEFAULT,                         \
+      CGM_GEMM_REDUCTION_DEFAULT }
 
 /** Creates a communicator. Collective over the ranks of `bootstrap`.
  *  `config` may be NULL (all defaults). The comm keeps no pointer to
@@ -421,12 +504,23 @@ cgm_status cgm_comm_backend(const cgm_comm *comm, cgm_op op,
  *  (not a live comm). */
 cgm_status cgm_comm_get_async_error(cgm_comm *comm, cgm_status *async_error);
 
+/** The comm's partial dtype and GEMM reduction, as resolved at creation
+ *  (config field, else environment variable, else default: never
+ *  DEFAULT); what calls that leave the options at DEFAULT use. Either
+ *  output may be NULL. Statuses: CGM_SUCCESS; CGM_ERROR_INVALID_ARGUMENT
+ *  (both NULL); CGM_ERROR_INVALID_USAGE (not a live comm). */
+cgm_status cgm_comm_precision(const cgm_comm *comm,
+                              cgm_partial_dtype *partial_dtype,
+                              cgm_gemm_reduction *gemm_reduction);
+
 /* ------------------------------------------------------------------ */
 /* Operations                                                          */
 /* ------------------------------------------------------------------ */
 
 /** Per-call options. Start from CGM_OP_OPTIONS_INIT. Passing NULL for the
- *  options means all defaults. */
+ *  options means all defaults. Grows at its end like cgm_config: an older
+ *  program's smaller struct_size leaves the newer fields at their
+ *  defaults. */
 typedef struct cgm_op_options {
     size_t struct_size; /* sizeof(cgm_op_options): set by the INIT macro */
     cgm_layout layout;  /* default CGM_LAYOUT_TN */
@@ -440,11 +534,16 @@ typedef struct cgm_op_options {
     cgm_backend backend;
     /** fp32 inputs: 0 = exact fp32 math; 1 = allow TF32 tensor cores. */
     int allow_tf32;
+    /** GEMM+RS, GEMM+AR: see cgm_partial_dtype. DEFAULT: the comm's. */
+    cgm_partial_dtype partial_dtype;
+    /** See cgm_gemm_reduction. DEFAULT: the comm's. */
+    cgm_gemm_reduction gemm_reduction;
 } cgm_op_options;
 
 #define CGM_OP_OPTIONS_INIT                                                   \
     { sizeof(cgm_op_options), CGM_LAYOUT_TN, 0, CGM_ALGO_AUTO, 0,             \
-      CGM_BACKEND_DEFAULT, 0 }
+      CGM_BACKEND_DEFAULT, 0, CGM_PARTIAL_DTYPE_DEFAULT,                      \
+      CGM_GEMM_REDUCTION_DEFAULT }
 
 /*
  * Operand rules common to the GEMM ops:
@@ -528,7 +627,8 @@ cgm_status cgm_bulk_overlap(cgm_comm *comm, const cgm_matrix *a,
  *  Operands: x, w[, bias] (2-D row-major arrays; bias 1-D [n] or [1, n]);
  *  results: y[, x_gathered (AG+GEMM only)], shaped as the op's. Attributes
  *  (integer scalars): comm (the cgm_comm pointer, required), layout, algo,
- *  splits, backend, allow_tf32 (optional, CGM_OP_OPTIONS_INIT's defaults).
+ *  splits, backend, allow_tf32, partial_dtype, gemm_reduction (optional,
+ *  CGM_OP_OPTIONS_INIT's defaults).
  *  The op runs on XLA's stream (GPU backends) or, on the host backend,
  *  synchronously with a NULL stream. The call's backend must match XLA's
  *  platform (which XLA's stream query tells: a stream on its GPU, an

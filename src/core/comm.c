@@ -120,6 +120,54 @@ static const char *op_backend_env[CGM_OP_COUNT_] = {
     "COMMGEMM_BACKEND_AG_GEMM", "COMMGEMM_BACKEND_GEMM_RS", "COMMGEMM_BACKEND_GEMM_AR",
     "COMMGEMM_BACKEND_BULK"};
 
+/* An enum field whose value 0 is DEFAULT (names[0]): the config's value,
+ * else the word of environment variable `env` among names[1..count-1]
+ * (the table's default, names[1], when it is unset); logged with where it
+ * came from. */
+static cgm_status resolve_enum(const char *field, int value, const char *const *names, int count,
+                               const char *env, int *out) {
+    const char *source = "config";
+    if (value < 0 || value >= count) {
+        char list[160] = "";
+        size_t used = 0;
+        for (int i = 0; i < count && used < sizeof list; i++)
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s%d (%s)",
+                                     i == 0 ? "" : i + 1 == count ? " or " : ", ", i, names[i]);
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "%s = %d: expected %s; set one of them, or 0 to take %s or its default", field, value,
+                         list, env);
+    }
+    if (value == 0) {
+        bool from_env = false;
+        (void)cgm_param_string(env, &from_env);
+        int which = 0;
+        cgm_status st = cgm_param_choice(env, names + 1, count - 1, &which);
+        if (st != CGM_SUCCESS) return st;
+        value = which + 1;
+        source = from_env ? "environment" : "default";
+    }
+    CGM_INFO(CGM_SUB_INIT, "%s=%s from %s", env, names[value], source);
+    *out = value;
+    return CGM_SUCCESS;
+}
+
+static cgm_status resolve_precision(cgm_resolved_config *c, const cgm_config *in) {
+    const char *partial[CGM_PARTIAL_DTYPE_COUNT_], *reduction[CGM_GEMM_REDUCTION_COUNT_];
+    for (int i = 0; i < CGM_PARTIAL_DTYPE_COUNT_; i++) partial[i] = cgm_partial_dtype_name((cgm_partial_dtype)i);
+    for (int i = 0; i < CGM_GEMM_REDUCTION_COUNT_; i++)
+        reduction[i] = cgm_gemm_reduction_name((cgm_gemm_reduction)i);
+    int v = 0;
+    cgm_status st = resolve_enum("config.partial_dtype", (int)in->partial_dtype, partial, CGM_PARTIAL_DTYPE_COUNT_,
+                                 "COMMGEMM_PARTIAL_DTYPE", &v);
+    if (st != CGM_SUCCESS) return st;
+    c->partial_dtype = (cgm_partial_dtype)v;
+    st = resolve_enum("config.gemm_reduction", (int)in->gemm_reduction, reduction, CGM_GEMM_REDUCTION_COUNT_,
+                      "COMMGEMM_GEMM_REDUCTION", &v);
+    if (st != CGM_SUCCESS) return st;
+    c->gemm_reduction = (cgm_gemm_reduction)v;
+    return CGM_SUCCESS;
+}
+
 /* AUTO: host for a LOCAL bootstrap; p2p inside one NVLink domain, else nccl. */
 static cgm_status resolve_auto(const cgm_comm *comm, cgm_backend *out) {
     if (comm->bootstrap_kind == CGM_BOOTSTRAP_LOCAL) {
@@ -199,6 +247,7 @@ static cgm_status resolve_config(cgm_comm *comm, const cgm_config *in) {
                           INT64_MAX, &v)))
         return st;
     c->check_agreement = v != 0;
+    if ((st = resolve_precision(c, in))) return st;
     if (in->algo != CGM_UNSET) {
         if ((unsigned)in->algo >= CGM_ALGO_COUNT_)
             return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "config.algo = %d: expected a cgm_algo value",
@@ -302,14 +351,20 @@ cgm_status cgm_comm_create(const cgm_bootstrap *bootstrap, const cgm_config *con
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
                          "cgm_comm_create: bootstrap is NULL; fill one with cgm_bootstrap_from_env() or "
                          "CGM_BOOTSTRAP_INIT and its fields");
-    st = cgm_check_struct_size("cgm_comm_create", "bootstrap", bootstrap->struct_size,
-                                          sizeof(cgm_bootstrap), "CGM_BOOTSTRAP_INIT");
+    static const size_t bootstrap_sizes[] = {sizeof(cgm_bootstrap)};
+    static const size_t config_sizes[] = {CGM_SIZE_BEFORE(cgm_config, partial_dtype), sizeof(cgm_config)};
+    st = cgm_check_struct_size("cgm_comm_create", "bootstrap", bootstrap->struct_size, bootstrap_sizes, 1,
+                               "CGM_BOOTSTRAP_INIT");
     if (st != CGM_SUCCESS) return st;
-    cgm_config defaults = CGM_CONFIG_INIT;
-    if (!config) config = &defaults;
-    st = cgm_check_struct_size("cgm_comm_create", "config", config->struct_size, sizeof(cgm_config),
-                               "CGM_CONFIG_INIT");
-    if (st != CGM_SUCCESS) return st;
+    cgm_config cfg = CGM_CONFIG_INIT;
+    if (config) {
+        st = cgm_check_struct_size("cgm_comm_create", "config", config->struct_size, config_sizes, 2,
+                                   "CGM_CONFIG_INIT");
+        if (st != CGM_SUCCESS) return st;
+        /* A program built against an older header: the fields it lacks stay unset. */
+        memcpy(&cfg, config, config->struct_size);
+        cfg.struct_size = sizeof cfg;
+    }
     comm = calloc(1, sizeof *comm);
     if (!comm) return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "cgm_comm_create: no memory for the comm");
     comm->magic = CGM_COMM_MAGIC;
@@ -354,7 +409,7 @@ cgm_status cgm_comm_create(const cgm_bootstrap *bootstrap, const cgm_config *con
         goto fail;
     }
     cgm_log_set_rank(comm->rank);
-    st = resolve_config(comm, config);
+    st = resolve_config(comm, &cfg);
     if (st != CGM_SUCCESS) goto fail;
     st = cgm_tune_init(comm);
     if (st != CGM_SUCCESS) goto fail;
@@ -428,6 +483,18 @@ cgm_status cgm_comm_backend(const cgm_comm *comm, cgm_op op, cgm_backend *backen
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "cgm_comm_backend: op = %d, expected a cgm_op value",
                          (int)op);
     *backend = comm->config.op_backend[op];
+    return CGM_SUCCESS;
+}
+
+cgm_status cgm_comm_precision(const cgm_comm *comm, cgm_partial_dtype *partial_dtype,
+                              cgm_gemm_reduction *gemm_reduction) {
+    if (!cgm_comm_is_live(comm)) return cgm_comm_check_usable(comm, "cgm_comm_precision");
+    if (!partial_dtype && !gemm_reduction)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "cgm_comm_precision: partial_dtype and gemm_reduction (outputs) are both NULL; pass "
+                         "at least one");
+    if (partial_dtype) *partial_dtype = comm->config.partial_dtype;
+    if (gemm_reduction) *gemm_reduction = comm->config.gemm_reduction;
     return CGM_SUCCESS;
 }
 

@@ -5,6 +5,7 @@
 
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "commgemm.h"
@@ -30,11 +31,17 @@ cgm_status cgm_error_context(cgm_status status, const char *fmt, ...)
     CGM_PRINTF(2, 3);
 
 /* Checks the struct_size of a versioned public struct (cgm_config,
- * cgm_bootstrap, cgm_op_options): CGM_SUCCESS when it is this library's
- * size; else CGM_ERROR_INVALID_ARGUMENT saying whether the program was built
- * against a newer header (larger), or did not use init_macro (smaller). */
-cgm_status cgm_check_struct_size(const char *function, const char *what, size_t found, size_t expected,
-                                 const char *init_macro);
+ * cgm_bootstrap, cgm_op_options) against the sizes it has had, oldest
+ * first, sizes[count - 1] being this library's: CGM_SUCCESS for any of
+ * them (the caller then reads only `found` bytes and leaves the later
+ * fields unset); else CGM_ERROR_INVALID_ARGUMENT saying whether the program
+ * was built against a newer header (larger), or did not use init_macro. */
+cgm_status cgm_check_struct_size(const char *function, const char *what, size_t found, const size_t *sizes,
+                                 int count, const char *init_macro);
+/* The sizeof a public struct had before `first_new_field` was added at its
+ * end (fields only ever grow at the end, never wider-aligned). */
+#define CGM_SIZE_BEFORE(type, first_new_field)                                \
+    ((offsetof(type, first_new_field) + _Alignof(type) - 1) / _Alignof(type) * _Alignof(type))
 
 /* ---------------------------------------------------------------- logging */
 
@@ -114,12 +121,6 @@ const char *cgm_param_string(const char *name, bool *from_env);
 cgm_status cgm_param_choice(const char *name, const char *const *choices,
                             int count, int *index);
 
-/* Element type of the partial products GPU backends ship for GEMM+RS and
- * GEMM+AR (COMMGEMM_PARTIAL_DTYPE): fp32 by default; with "output", the
- * output dtype for bf16/fp16 outputs. CGM_ERROR_INVALID_ARGUMENT naming the
- * variable when its value is neither. */
-cgm_status cgm_partial_dtype(cgm_dtype out_dtype, cgm_dtype *partial);
-
 /* COMMGEMM_RS_OWN: how GEMM+RS split finishes a rank's own pieces (a reduce
  * after the GEMM, or the GEMM adding the peers' partials); auto is each
  * backend's choice. CGM_ERROR_INVALID_ARGUMENT naming the variable, its
@@ -153,6 +154,8 @@ typedef struct cgm_resolved_config {
     int splits;
     int host_threads;
     int check_agreement;
+    cgm_partial_dtype partial_dtype;   /* never DEFAULT */
+    cgm_gemm_reduction gemm_reduction; /* never DEFAULT */
 } cgm_resolved_config;
 
 struct cgm_backend_vtable;
@@ -223,6 +226,14 @@ typedef struct cgm_call {
     cgm_layout layout;
     bool accumulate;
     bool allow_tf32;
+    /* GEMM+RS and GEMM+AR: the dtype the GPU backends send partials in,
+     * from the resolved cgm_partial_dtype: the output dtype for OUTPUT with
+     * a bf16/fp16 output, else fp32 (also for the ops that send none). In
+     * the agreement signature: it changes the bytes on the wire. */
+    cgm_dtype partial_dtype;
+    /* cuBLASLt may only add split-k parts in fp32 (CGM_GEMM_REDUCTION_FP32).
+     * Local: ranks may differ, it is not in the signature. */
+    bool gemm_reduction_fp32;
     cgm_algo algo; /* the hint: AUTO, or what the caller / config asked for */
     int splits;    /* the hint: 0 = auto */
     /* Compute queues of the schedule, set by the autotuner (p2p AG+GEMM:
@@ -257,8 +268,8 @@ typedef struct cgm_call {
 
 /* Signature of a call for cross-rank agreement: fields every rank must
  * agree on (op, layout, dtypes, m, k for AG / n for RS and AR, options,
- * bias presence, collective shape...). Fields that may legitimately differ
- * (AG's n, RS's k) are left out. */
+ * bias presence, RS's and AR's partial dtype, collective shape...).
+ * Fields that may legitimately differ (AG's n, RS's k) are left out. */
 #define CGM_SIGNATURE_WORDS 16
 void cgm_call_signature(const cgm_call *call,
                         int64_t signature[CGM_SIGNATURE_WORDS]);

@@ -65,16 +65,23 @@ cgm_status cgm_error_context(cgm_status status, const char *fmt, ...) {
     return status;
 }
 
-cgm_status cgm_check_struct_size(const char *function, const char *what, size_t found, size_t expected,
-                                 const char *init_macro) {
-    if (found == expected) return CGM_SUCCESS;
-    if (found > expected)
+cgm_status cgm_check_struct_size(const char *function, const char *what, size_t found, const size_t *sizes,
+                                 int count, const char *init_macro) {
+    size_t current = sizes[count - 1];
+    for (int i = 0; i < count; i++)
+        if (found == sizes[i]) return CGM_SUCCESS;
+    if (found > current)
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
-                         "%s: %s->struct_size = %zu, expected %zu: the program was compiled against a newer "
-                         "commgemm.h than this library (%d.%d.%d); run it with the library it was built for",
-                         function, what, found, expected, COMMGEMM_VERSION_MAJOR, COMMGEMM_VERSION_MINOR,
+                         "%s: %s->struct_size = %zu, expected %zu: the program was compiled against a "
+                         "newer commgemm.h than this library (%d.%d.%d); run it with the library it was built for",
+                         function, what, found, current, COMMGEMM_VERSION_MAJOR, COMMGEMM_VERSION_MINOR,
                          COMMGEMM_VERSION_PATCH);
+    char known[128] = "";
+    size_t used = 0;
+    for (int i = 0; i < count && used < sizeof known; i++)
+        used += (size_t)snprintf(known + used, sizeof known - used, "%s%zu", i == 0 ? "" : i + 1 == count ? " or " : ", ",
+                                 sizes[i]);
     return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
-                     "%s: %s->struct_size = %zu, expected %zu; initialise it with %s before setting fields",
-                     function, what, found, expected, init_macro);
+                     "%s: %s->struct_size = %zu, expected %s (the sizes this struct has had); initialise it with %s "
+                     "before setting fields", function, what, found, known, init_macro);
 }

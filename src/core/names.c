@@ -63,6 +63,47 @@ cgm_status cgm_algo_from_name(const char *name, cgm_algo *out) {
                      "unknown algorithm \"%s\": expected one of auto, split, ring, bulk, no_overlap, fused, lead", name);
 }
 
+/* Looks `name` up in names[count] (case-insensitive); `what` and
+ * `expected` for the message of an unknown one. */
+static cgm_status name_index(const char *fn, const char *name, const char *const *names, int count,
+                             const char *what, const char *expected, int *out) {
+    if (!name || !out) return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: name and out must not be NULL", fn);
+    for (int i = 0; i < count; i++)
+        if (!strcasecmp(name, names[i])) {
+            *out = i;
+            return CGM_SUCCESS;
+        }
+    return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "unknown %s \"%s\": expected one of %s", what, name, expected);
+}
+
+static const char *partial_dtype_names[] = {"default", "fp32", "output"};
+
+const char *cgm_partial_dtype_name(cgm_partial_dtype partial_dtype) {
+    return (unsigned)partial_dtype < CGM_PARTIAL_DTYPE_COUNT_ ? partial_dtype_names[partial_dtype] : "invalid";
+}
+
+cgm_status cgm_partial_dtype_from_name(const char *name, cgm_partial_dtype *out) {
+    int i = 0;
+    cgm_status st = name_index("cgm_partial_dtype_from_name", name, partial_dtype_names, CGM_PARTIAL_DTYPE_COUNT_,
+                               "partial dtype", "default, fp32, output", &i);
+    if (st == CGM_SUCCESS) *out = (cgm_partial_dtype)i;
+    return st;
+}
+
+static const char *gemm_reduction_names[] = {"default", "any", "fp32"};
+
+const char *cgm_gemm_reduction_name(cgm_gemm_reduction gemm_reduction) {
+    return (unsigned)gemm_reduction < CGM_GEMM_REDUCTION_COUNT_ ? gemm_reduction_names[gemm_reduction] : "invalid";
+}
+
+cgm_status cgm_gemm_reduction_from_name(const char *name, cgm_gemm_reduction *out) {
+    int i = 0;
+    cgm_status st = name_index("cgm_gemm_reduction_from_name", name, gemm_reduction_names,
+                               CGM_GEMM_REDUCTION_COUNT_, "GEMM reduction", "default, any, fp32", &i);
+    if (st == CGM_SUCCESS) *out = (cgm_gemm_reduction)i;
+    return st;
+}
+
 const char *cgm_layout_name(cgm_layout layout) {
     static const char *names[] = {"TN", "NN", "NT"};
     return (unsigned)layout < CGM_LAYOUT_COUNT_ ? names[layout] : "invalid";

@@ -53,7 +53,8 @@ static const cgm_param params[] = {
     {"COMMGEMM_CUBLASMP_ALGO", CGM_PARAM_STRING, NULL,
      "cuBLASMp algorithm when a call asks for auto: split_p2p (default), atomic_p2p or no_overlap. The multicast algorithms are never used."},
     {"COMMGEMM_PARTIAL_DTYPE", CGM_PARAM_STRING, "fp32",
-     "GPU backends, GEMM+RS and GEMM+AR: element type of the partial products that travel between ranks. fp32 (default): exact partials, the sum in fp32. output: partials rounded once to the output dtype (bf16/fp16; what Megatron and PyTorch's fused ops ship), half the bytes, the sum still in fp32; partials that nearly cancel then lose accuracy relative to the result. The host backend always uses fp32."},
+     "Default of config `partial_dtype`, the partials GEMM+RS/AR send (p2p, nccl): fp32 (exact) or output (rounded "
+     "once to a bf16/fp16 output: half the bytes, less accurate where partials cancel)."},
     {"COMMGEMM_P2P_FUSED_PUSH", CGM_PARAM_STRING, "beside",
      "p2p backend, fused algorithm: how a shard is pushed (docs/PLAN.md Fused; measured in docs/PERFORMANCE.md 4c). beside (default): one copy per piece, back to back on the comm queue; each piece's READY signal is raised from a second queue that follows the copy through an event. pieces: the READY signal kernel between the copies on the comm queue (slower with more pieces: the next copy waits for it). taper (experimental): signals beside, and the pieces grouped: AG copies of 1, 1, 2, 4, ... pieces counted from the end, RS GEMMs and pushes of 1, 1, 2, 4, ... pieces from the start; use it with more pieces, e.g. COMMGEMM_SPLITS=8. store (GEMM+RS only; AG pushes as beside; measured in docs/PERFORMANCE.md 4h): no partial slot and no copy: commgemm's kernel computes each peer's rows and its epilogue stores every tile straight into the owner's RECV slot through the peer mapping (the stores cross NVLink while the kernel runs); the READY signals of that peer's pieces follow the kernel on the compute queue (docs/PLAN.md Fused). single (GEMM+RS only; measured in docs/PERFORMANCE.md 4i): one kernel over every row, the peers' rows first: each piece's last tile raises a local done flag, the comm queue waits for it and the copy engine pushes the piece while the kernel goes on; the own rows add the arrived partials in the epilogue. Needs COMMGEMM_PARTIAL_DTYPE equal to the output dtype (e.g. output with bf16) and m a multiple of 128 * nranks; other calls push as beside. Ranks may differ in this setting."},
     {"COMMGEMM_RS_OWN", CGM_PARAM_STRING, "auto",
@@ -78,8 +79,9 @@ static const cgm_param params[] = {
      "p2p backend: most blocks (of 512 threads, one per 64 KiB copied) of a comm program that copies, 1..1024."},
     {"COMMGEMM_LT_SEARCH", CGM_PARAM_INT, "8",
      "GPU backends (p2p, nccl): cuBLASLt algorithms timed per GEMM shape on its first use, 1..16. 8 (default): the heuristic's first 8 run in 3 interleaved rounds on a private stream with a scratch output (before the op enqueues anything; never in graph capture), and the fastest is kept when it beats the first by 1 % or more (docs/PERFORMANCE.md 4f: the first was up to 17 % slower than the best on H200). 1: the heuristic's first, no timing."},
-    {"COMMGEMM_LT_REDUCTION", CGM_PARAM_STRING, "any",
-     "GPU backends (p2p, nccl): which split-k reductions cuBLASLt's heuristic may pick for a GEMM. any (default; cuBLAS and PyTorch allow the same for bf16/fp16 by default): every scheme, including those that round the parts of a dot product split along k to the output type (bf16, fp16) before adding them, which errs by up to an output ulp of the largest part where parts cancel. fp32: a dot product is not split, or its parts are added in fp32 (the compute type), so a bf16/fp16 output is the fp32 sum rounded once. The GPU tests run with fp32, for exact references. Ranks may differ in this setting."},
+    {"COMMGEMM_GEMM_REDUCTION", CGM_PARAM_STRING, "any",
+     "Default of config `gemm_reduction` (p2p, nccl): any (cuBLASLt may round split-k parts to a bf16/fp16 output "
+     "before adding them, as cuBLAS does) or fp32 (parts added in fp32)."},
     {"COMMGEMM_TUNE_LEAD", CGM_PARAM_INT, "0",
      "Autotuner, host and p2p backends, AG+GEMM: 1 adds the lead schedule (splits 4 and 8) to the candidates. 0 (default): lead runs only when asked for (COMMGEMM_ALGO=lead, options.algo), until it has been measured on GPUs (docs/P2P_BACKEND.md, Next). Every rank must use the same value."},
     {"COMMGEMM_TIMELINE", CGM_PARAM_STRING, NULL,
@@ -191,18 +193,6 @@ cgm_status cgm_param_choice(const char *name, const char *const *choices,
     return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
                      "environment variable %s=\"%s\": expected %s; set one "
                      "of them or unset it (default %s)", name, v, list, dflt);
-}
-
-cgm_status cgm_partial_dtype(cgm_dtype out_dtype, cgm_dtype *partial) {
-    static const char *const choices[] = {"fp32", "output"};
-    int which = 0;
-    cgm_status st = cgm_param_choice("COMMGEMM_PARTIAL_DTYPE", choices, 2, &which);
-    if (st != CGM_SUCCESS) return st;
-    *partial = which == 1 && (out_dtype == CGM_DTYPE_BF16 ||
-                              out_dtype == CGM_DTYPE_FP16)
-                   ? out_dtype
-                   : CGM_DTYPE_FP32;
-    return CGM_SUCCESS;
 }
 
 cgm_status cgm_param_rs_own(cgm_rs_own *mode) {

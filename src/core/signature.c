@@ -3,10 +3,19 @@
 
 #include "core.h"
 
+/* Word 13 is the collective of a bulk call and the partial dtype of
+ * GEMM+RS and GEMM+AR (AG+GEMM has neither): no word to spare, and the
+ * exchanges that carry signatures are sized for 16. */
+enum { WORD_COLLECTIVE_OR_PARTIAL = 13 };
+
 static const char *field_names[CGM_SIGNATURE_WORDS] = {
     "op", "layout", "input dtype", "output dtype", "m", "k", "n", "bias presence", "accumulate",
     "algorithm", "splits", "backend", "parts (GEMM/collective)", "collective", "collective rows",
     "collective cols"};
+
+static const char *field_name(int64_t op, int field) {
+    return field == WORD_COLLECTIVE_OR_PARTIAL && op != CGM_OP_BULK ? "partial dtype" : field_names[field];
+}
 
 void cgm_call_signature(const cgm_call *c, int64_t s[CGM_SIGNATURE_WORDS]) {
     bool bulk = c->op == CGM_OP_BULK;
@@ -24,19 +33,27 @@ void cgm_call_signature(const cgm_call *c, int64_t s[CGM_SIGNATURE_WORDS]) {
         s[4] = c->m;
         s[7] = c->has_bias;
         s[8] = c->accumulate;
-        if (c->op == CGM_OP_ALL_GATHER_GEMM) s[5] = c->k; /* n_loc may differ */
-        else s[6] = c->n;                                  /* k_loc may differ */
+        if (c->op == CGM_OP_ALL_GATHER_GEMM) {
+            s[5] = c->k; /* n_loc may differ */
+        } else {
+            s[6] = c->n; /* k_loc may differ */
+            s[WORD_COLLECTIVE_OR_PARTIAL] = c->partial_dtype;
+        }
     } else {
         s[12] = c->has_collective ? 2 : 0; /* GEMM-only ranks beside collective ones would hang */
     }
     if (c->has_collective) {
-        s[13] = (int64_t)c->collective * 16 + c->coll_dtype;
+        s[WORD_COLLECTIVE_OR_PARTIAL] = (int64_t)c->collective * 16 + c->coll_dtype;
         s[14] = c->coll_m;
         s[15] = c->coll_cols;
     }
 }
 
-static void describe(int field, int64_t v, char *buf, size_t len) {
+static void describe(int64_t op, int field, int64_t v, char *buf, size_t len) {
+    if (field == WORD_COLLECTIVE_OR_PARTIAL && op != CGM_OP_BULK) {
+        snprintf(buf, len, "%s", cgm_dtype_name((cgm_dtype)v));
+        return;
+    }
     switch (field) {
     case 0: snprintf(buf, len, "%s", cgm_op_name((cgm_op)v)); break;
     case 1: snprintf(buf, len, "%s", cgm_layout_name((cgm_layout)v)); break;
@@ -44,7 +61,7 @@ static void describe(int field, int64_t v, char *buf, size_t len) {
     case 3: snprintf(buf, len, "%s", cgm_dtype_name((cgm_dtype)v)); break;
     case 9: snprintf(buf, len, "%s", cgm_algo_name((cgm_algo)v)); break;
     case 11: snprintf(buf, len, "%s", cgm_backend_name((cgm_backend)v)); break;
-    case 13:
+    case WORD_COLLECTIVE_OR_PARTIAL:
         snprintf(buf, len, "%s of %s", v / 16 == CGM_COLLECTIVE_ALL_GATHER ? "all-gather" : "reduce-scatter",
                  cgm_dtype_name((cgm_dtype)(v % 16)));
         break;
@@ -58,13 +75,14 @@ cgm_status cgm_signature_compare(const cgm_comm *comm, const int64_t *all) {
         for (int f = 0; f < CGM_SIGNATURE_WORDS; f++) {
             if (s[f] == all[f]) continue;
             char mine[64], theirs[64];
-            describe(f, all[f], mine, sizeof mine);
-            describe(f, s[f], theirs, sizeof theirs);
+            /* op (word 0) is compared first: past it, both ranks make the same op */
+            const char *name = field_name(all[0], f);
+            describe(all[0], f, all[f], mine, sizeof mine);
+            describe(all[0], f, s[f], theirs, sizeof theirs);
             return cgm_error(CGM_ERROR_MISMATCH,
                              "ranks disagree about the %s call: rank %d passed %s = %s but rank 0 passed %s = "
                              "%s; every rank must make the same call with the same %s",
-                             cgm_op_name((cgm_op)all[0]), r, field_names[f], theirs, field_names[f], mine,
-                             field_names[f]);
+                             cgm_op_name((cgm_op)all[0]), r, name, theirs, name, mine, name);
         }
     }
     return CGM_SUCCESS;

@@ -157,13 +157,34 @@ static cgm_status check_gemm(const check_ctx *c, cgm_layout layout, const char *
     return CGM_SUCCESS;
 }
 
+/* The call's precision from the options (DEFAULT: the comm's). Bad enum
+ * values are refused for every op, also those that do not use them. */
+static cgm_status check_precision(const check_ctx *c, const cgm_comm *comm, const cgm_op_options *o,
+                                  cgm_partial_dtype *partial, cgm_gemm_reduction *reduction) {
+    if ((unsigned)o->partial_dtype >= CGM_PARTIAL_DTYPE_COUNT_)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "%s: options.partial_dtype = %d: expected CGM_PARTIAL_DTYPE_DEFAULT (the comm's), _FP32 "
+                         "or _OUTPUT; set one of them", c->fn, (int)o->partial_dtype);
+    if ((unsigned)o->gemm_reduction >= CGM_GEMM_REDUCTION_COUNT_)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "%s: options.gemm_reduction = %d: expected CGM_GEMM_REDUCTION_DEFAULT (the comm's), _ANY "
+                         "or _FP32; set one of them", c->fn, (int)o->gemm_reduction);
+    *partial = o->partial_dtype ? o->partial_dtype : comm->config.partial_dtype;
+    *reduction = o->gemm_reduction ? o->gemm_reduction : comm->config.gemm_reduction;
+    return CGM_SUCCESS;
+}
+
 static cgm_status check_options(const check_ctx *c, cgm_comm *comm, cgm_op op, const cgm_op_options *options,
-                                void *stream, cgm_call *call) {
-    cgm_op_options defaults = CGM_OP_OPTIONS_INIT;
-    const cgm_op_options *o = options ? options : &defaults;
-    cgm_status st = cgm_check_struct_size(c->fn, "options", o->struct_size, sizeof(cgm_op_options),
-                                          "CGM_OP_OPTIONS_INIT");
-    if (st != CGM_SUCCESS) return st;
+                                void *stream, cgm_call *call, cgm_partial_dtype *partial) {
+    static const size_t sizes[] = {CGM_SIZE_BEFORE(cgm_op_options, partial_dtype), sizeof(cgm_op_options)};
+    cgm_op_options opts = CGM_OP_OPTIONS_INIT, *o = &opts;
+    if (options) {
+        cgm_status st = cgm_check_struct_size(c->fn, "options", options->struct_size, sizes, 2,
+                                              "CGM_OP_OPTIONS_INIT");
+        if (st != CGM_SUCCESS) return st;
+        /* A program built against an older header: the fields it lacks keep their defaults. */
+        memcpy(&opts, options, options->struct_size);
+    }
     if ((unsigned)o->layout >= CGM_LAYOUT_COUNT_)
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: options.layout = %d: expected CGM_LAYOUT_TN, NN or NT",
                          c->fn, (int)o->layout);
@@ -176,6 +197,11 @@ static cgm_status check_options(const check_ctx *c, cgm_comm *comm, cgm_op op, c
     if ((unsigned)o->backend >= CGM_BACKEND_COUNT_)
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: options.backend = %d: expected a cgm_backend value",
                          c->fn, (int)o->backend);
+    cgm_gemm_reduction reduction = CGM_GEMM_REDUCTION_DEFAULT;
+    cgm_status st = check_precision(c, comm, o, partial, &reduction);
+    if (st != CGM_SUCCESS) return st;
+    call->gemm_reduction_fp32 = reduction == CGM_GEMM_REDUCTION_FP32;
+    call->partial_dtype = CGM_DTYPE_FP32; /* RS and AR: set from the output dtype */
     call->op = op;
     call->layout = o->layout;
     call->accumulate = o->accumulate != 0;
@@ -258,8 +284,9 @@ cgm_status cgm_validate_op(cgm_comm *comm, cgm_op op, const cgm_matrix *x, const
                                 "cgm_bulk_overlap"};
     check_ctx c = {fns[op]};
     cgm_status st;
+    cgm_partial_dtype partial = CGM_PARTIAL_DTYPE_DEFAULT;
     memset(call, 0, sizeof *call);
-    if ((st = check_options(&c, comm, op, options, stream, call))) return st;
+    if ((st = check_options(&c, comm, op, options, stream, call, &partial))) return st;
     const int P = comm->nranks, r = comm->rank;
     bool ag = op == CGM_OP_ALL_GATHER_GEMM, bulk = op == CGM_OP_BULK;
     /* the operands' names in messages, as the public functions name them */
@@ -290,6 +317,9 @@ cgm_status cgm_validate_op(cgm_comm *comm, cgm_op op, const cgm_matrix *x, const
         call->has_gemm = true;
         call->in_dtype = x->dtype;
         call->out_dtype = y->dtype;
+        if (!ag && partial == CGM_PARTIAL_DTYPE_OUTPUT &&
+            (y->dtype == CGM_DTYPE_BF16 || y->dtype == CGM_DTYPE_FP16))
+            call->partial_dtype = y->dtype;
         call->x = *x;
         call->w = *w;
         call->y = *y;

@@ -13,8 +13,9 @@
  * Operands (row-major, dense): the op's X, W and, when present, a third,
  * the bias [n] or [1, n]. Results: Y and, for AG+GEMM when present, the
  * gathered X. Attributes: comm (u64, the cgm_comm pointer), layout, algo,
- * splits, backend, allow_tf32 (s32 each; optional, defaults as
- * CGM_OP_OPTIONS_INIT); bulk's parts (gemm, bias, collective) at its
+ * splits, backend, allow_tf32, partial_dtype, gemm_reduction (s32 each;
+ * optional, defaults as CGM_OP_OPTIONS_INIT); bulk's parts (gemm, bias,
+ * collective) at its
  * handler. The stream is XLA's on a GPU backend, NULL on the
  * host backend. Errors come back as XLA errors carrying cgm_last_error(). */
 #include <inttypes.h>
@@ -131,6 +132,10 @@ static xffi_error *call_of(const xffi_frame *f, const char *op, cgm_op cop, xffi
             c->opt.backend = (cgm_backend)v;
         } else if (name_is(name, "allow_tf32")) {
             c->opt.allow_tf32 = (int)v;
+        } else if (name_is(name, "partial_dtype")) {
+            c->opt.partial_dtype = (cgm_partial_dtype)v; /* the op refuses a bad value */
+        } else if (name_is(name, "gemm_reduction")) {
+            c->opt.gemm_reduction = (cgm_gemm_reduction)v;
         } else if (cop == CGM_OP_BULK && name_is(name, "gemm")) {
             c->gemm = v != 0;
         } else if (cop == CGM_OP_BULK && name_is(name, "bias")) {
@@ -143,7 +148,7 @@ static xffi_error *call_of(const xffi_frame *f, const char *op, cgm_op cop, xffi
             c->collective = (int)v;
         } else {
             return fail(f, XFFI_INVALID_ARGUMENT, op, "unknown attribute %.*s: expected comm, layout, algo, splits, "
-                        "backend, allow_tf32%s", (int)name->len, name->ptr,
+                        "backend, allow_tf32, partial_dtype, gemm_reduction%s", (int)name->len, name->ptr,
                         cop == CGM_OP_BULK ? ", gemm, bias or collective" : "");
         }
     }

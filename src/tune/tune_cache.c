@@ -55,8 +55,8 @@ int tune_disk_format_line(const tune_key *k, cgm_tune_candidate c, double us,
                           char *buf, size_t len) {
     return snprintf(buf, len,
                     "op=%s backend=%s in=%s out=%s layout=%s P=%lld m=%lld "
-                    "k=%lld n=%lld bias=%lld algo=%s splits=%d queues=%d "
-                    "us=%.1f\n",
+                    "k=%lld n=%lld bias=%lld partial=%s algo=%s splits=%d "
+                    "queues=%d us=%.1f\n",
                     op_name((int)k->w[TUNE_KEY_OP]),
                     backend_name((int)k->w[TUNE_KEY_BACKEND]),
                     dtype_name((int)k->w[TUNE_KEY_IN]),
@@ -64,7 +64,8 @@ int tune_disk_format_line(const tune_key *k, cgm_tune_candidate c, double us,
                     layout_name((int)k->w[TUNE_KEY_LAYOUT]),
                     (long long)k->w[TUNE_KEY_P], (long long)k->w[TUNE_KEY_M],
                     (long long)k->w[TUNE_KEY_K], (long long)k->w[TUNE_KEY_N],
-                    (long long)k->w[TUNE_KEY_BIAS], algo_name(c.algo),
+                    (long long)k->w[TUNE_KEY_BIAS],
+                    dtype_name((int)k->w[TUNE_KEY_PARTIAL]), algo_name(c.algo),
                     c.splits, c.queues, us);
 }
 
@@ -72,10 +73,11 @@ bool tune_disk_parse_line(const char *line, tune_disk_entry *out) {
     static const char *keys[] = {"op",     "backend", "in", "out",
                                  "layout", "P",       "m",  "k",
                                  "n",      "bias",    "algo", "splits",
-                                 "us",     "queues"};
+                                 "us",     "queues", "partial"};
     /* queues (the compute queues the choice runs on, 0 = the backend's
-     * setting) came after the first files: a line without it reads 0. */
-    enum { NKEYS = 14, REQUIRED = (1u << 13) - 1 };
+     * setting) and partial (the partial dtype) came after the first files:
+     * a line without them reads 0 and fp32. */
+    enum { NKEYS = 15, REQUIRED = (1u << 13) - 1 };
     char copy[512];
     size_t n = strlen(line);
     if (n >= sizeof copy) return false;
@@ -139,9 +141,13 @@ bool tune_disk_parse_line(const char *line, tune_disk_entry *out) {
             ok = end != v && !*end && out->us >= 0;
             break;
         }
-        default:
+        case 13:
             ok = parse_int(v, 0, &num) && num <= 8;
             out->choice.queues = (int)num;
+            break;
+        default:
+            ok = name_index(v, dtype_name, CGM_DTYPE_COUNT_, &idx);
+            out->key.w[TUNE_KEY_PARTIAL] = idx;
             break;
         }
         if (!ok) return false;

@@ -7,7 +7,9 @@
 #include "tune/tune.h"
 
 /* A key: what a decision is valid for. Words: op, backend, input dtype,
- * output dtype, layout, P, m, k, n, bias presence. AG's n and RS/AR's k
+ * output dtype, layout, P, m, k, n, bias presence, the partial dtype
+ * (cgm_call.partial_dtype: RS/AR move half the bytes with bf16/fp16
+ * partials, which may move the best choice). AG's n and RS/AR's k
  * are per rank: in memory a rank looks up its own value; in the file (and
  * in log lines) the key holds the largest over the ranks, so that the
  * file's keys are the same whichever rank wrote them. */
@@ -22,6 +24,7 @@ enum {
     TUNE_KEY_K,
     TUNE_KEY_N,
     TUNE_KEY_BIAS,
+    TUNE_KEY_PARTIAL,
     TUNE_KEY_WORDS
 };
 
@@ -31,7 +34,7 @@ typedef struct tune_key {
 
 /* The word that may differ per rank: AG's n, RS/AR's k. */
 int tune_key_local_word(const tune_key *key);
-/* "ag_gemm host bf16->bf16 TN P=2 m=512 k=64 n=64 bias=0" */
+/* "gemm_rs host bf16->bf16 TN P=2 m=512 k=64 n=64 bias=0 partial=bf16" */
 void tune_key_describe(const tune_key *key, char *buf, size_t len);
 /* "split/2", "ring/1", "no_overlap" */
 void tune_candidate_describe(cgm_tune_candidate c, char *buf, size_t len);
@@ -39,9 +42,10 @@ void tune_candidate_describe(cgm_tune_candidate c, char *buf, size_t len);
 /* ---- the cache file (tune_cache.c) ----
  *
  *   # commgemm tune cache v1 library=0.1.0 device=NVIDIA_H200 host=node7
- *   op=ag_gemm backend=p2p in=bf16 out=bf16 layout=TN P=2 m=16384 k=8192 n=2048 bias=0 algo=split splits=2 us=1234.5
+ *   op=ag_gemm backend=p2p in=bf16 out=bf16 layout=TN P=2 m=16384 k=8192 n=2048 bias=0 partial=fp32 algo=split splits=2 queues=0 us=1234.5
  *
- * One decision per line; the last line of a key wins. Entries of a file
+ * One decision per line; the last line of a key wins. A line without
+ * partial= (written before it was part of the key) has fp32 partials. Entries of a file
  * whose header names another format version, library version or device
  * are not used (and nothing is appended to it). */
 #define TUNE_CACHE_VERSION 1

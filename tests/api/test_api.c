@@ -96,6 +96,9 @@ MUT(bad_layout, a->opt.layout = (cgm_layout)7)
 MUT(bad_algo, a->opt.algo = (cgm_algo)99)
 MUT(bad_backend_enum, a->opt.backend = (cgm_backend)42)
 MUT(negative_splits, a->opt.splits = -2)
+MUT(bad_partial_dtype, a->opt.partial_dtype = (cgm_partial_dtype)5)
+MUT(bad_gemm_reduction, a->opt.gemm_reduction = (cgm_gemm_reduction)-1)
+MUT(rs_bad_partial_dtype, a->op = CGM_OP_GEMM_REDUCE_SCATTER; a->opt.partial_dtype = CGM_PARTIAL_DTYPE_COUNT_)
 MUT(options_size, a->opt.struct_size = 3)
 MUT(options_newer_header, a->opt.struct_size = sizeof(cgm_op_options) + 8)
 MUT(small_ld, a->x.ld = 2)
@@ -146,6 +149,13 @@ static const bad_case bad_cases[] = {
     {"bad_algo", bad_algo, CGM_ERROR_INVALID_ARGUMENT, "options.algo = 99"},
     {"bad_backend_enum", bad_backend_enum, CGM_ERROR_INVALID_ARGUMENT, "options.backend = 42"},
     {"negative_splits", negative_splits, CGM_ERROR_INVALID_ARGUMENT, "options.splits = -2"},
+    {"bad_partial_dtype", bad_partial_dtype, CGM_ERROR_INVALID_ARGUMENT,
+     "cgm_all_gather_gemm: options.partial_dtype = 5: expected CGM_PARTIAL_DTYPE_DEFAULT (the comm's), _FP32 or "
+     "_OUTPUT"},
+    {"bad_gemm_reduction", bad_gemm_reduction, CGM_ERROR_INVALID_ARGUMENT,
+     "options.gemm_reduction = -1: expected CGM_GEMM_REDUCTION_DEFAULT (the comm's), _ANY or _FP32"},
+    {"rs_bad_partial_dtype", rs_bad_partial_dtype, CGM_ERROR_INVALID_ARGUMENT,
+     "cgm_gemm_reduce_scatter: options.partial_dtype = 3"},
     {"options_size", options_size, CGM_ERROR_INVALID_ARGUMENT, "CGM_OP_OPTIONS_INIT"},
     {"options_newer_header", options_newer_header, CGM_ERROR_INVALID_ARGUMENT, "compiled against a newer commgemm.h"},
     {"small_ld", small_ld, CGM_ERROR_INVALID_ARGUMENT, "x_shard.ld = 2"},
@@ -233,6 +243,8 @@ static void test_destroyed_comm(const void *p) {
     CHECK_CONTAINS(cgm_last_error(), "not a live communicator");
     int rank;
     CHECK_STATUS(cgm_comm_rank(comm, &rank), CGM_ERROR_INVALID_USAGE);
+    cgm_partial_dtype partial;
+    CHECK_STATUS(cgm_comm_precision(comm, &partial, NULL), CGM_ERROR_INVALID_USAGE);
     CHECK_STATUS(cgm_comm_destroy(comm), CGM_ERROR_INVALID_USAGE);
     CHECK_CONTAINS(cgm_last_error(), "already destroyed");
     /* A new comm works after all that. */
@@ -345,6 +357,11 @@ static const create_case create_cases[] = {
     /* Not p2p: it takes LOCAL comms where a GPU is present. */
     {"env_op_backend_gpu_on_host", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_BACKEND_GEMM_RS", "nccl",
      CGM_ERROR_UNAVAILABLE, "nccl"},
+    {"env_partial_dtype", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_PARTIAL_DTYPE", "bf16",
+     CGM_ERROR_INVALID_ARGUMENT, "COMMGEMM_PARTIAL_DTYPE=\"bf16\": expected fp32 or output; set one of them or unset "
+     "it (default fp32)"},
+    {"env_gemm_reduction", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_GEMM_REDUCTION", "fp16",
+     CGM_ERROR_INVALID_ARGUMENT, "COMMGEMM_GEMM_REDUCTION=\"fp16\": expected any or fp32"},
     /* Read by the host backend when it starts (config.backend = host). */
     {"env_rs_own", 1, 0, 1, "x", 0, 0, CGM_UNSET, 2, "COMMGEMM_RS_OWN", "sometimes", CGM_ERROR_INVALID_ARGUMENT,
      "COMMGEMM_RS_OWN=\"sometimes\""},
@@ -373,6 +390,106 @@ static void run_create_case(const void *param) {
     if (cc->env_name) unsetenv(cc->env_name);
 }
 
+/* Bad precision values in the config: refused at create, naming the field,
+ * the values it takes and the variable that DEFAULT reads. */
+static void test_config_precision_bad(const void *p) {
+    (void)p;
+    char name[64];
+    cgm_bootstrap b = test_local_bootstrap("api-precision", name, sizeof name);
+    cgm_config config = CGM_CONFIG_INIT;
+    config.partial_dtype = (cgm_partial_dtype)7;
+    cgm_comm *comm = (cgm_comm *)0x1;
+    CHECK_STATUS(cgm_comm_create(&b, &config, &comm), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK(comm == NULL);
+    CHECK_CONTAINS(cgm_last_error(), "config.partial_dtype = 7: expected 0 (default), 1 (fp32) or 2 (output); "
+                                     "set one of them, or 0 to take COMMGEMM_PARTIAL_DTYPE or its default");
+    config = (cgm_config)CGM_CONFIG_INIT;
+    config.gemm_reduction = (cgm_gemm_reduction)-3;
+    CHECK_STATUS(cgm_comm_create(&b, &config, &comm), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "config.gemm_reduction = -3: expected 0 (default), 1 (any) or 2 (fp32)");
+}
+
+/* ---- structs of a program built against an older commgemm.h ----
+ * cgm_config and cgm_op_options as they were before partial_dtype and
+ * gemm_reduction, each followed in memory by bytes that would be refused
+ * as those fields: the library must read only struct_size bytes, and
+ * treat what it did not get as unset. */
+typedef struct config_before_precision {
+    size_t struct_size;
+    cgm_backend backend;
+    cgm_backend op_backend[CGM_OP_COUNT_];
+    int64_t max_m, max_n, max_k, timeout_ms;
+    int algo, splits, host_threads, check_agreement;
+} config_before_precision;
+
+typedef struct options_before_precision {
+    size_t struct_size;
+    cgm_layout layout;
+    int accumulate;
+    cgm_algo algo;
+    int splits;
+    cgm_backend backend;
+    int allow_tf32;
+} options_before_precision;
+
+static void test_older_structs(const void *p) {
+    (void)p;
+    /* The fields the old config lacks fall back to the environment. */
+    setenv("COMMGEMM_PARTIAL_DTYPE", "output", 1);
+    union {
+        config_before_precision old;
+        unsigned char bytes[sizeof(cgm_config) + 16];
+    } config;
+    memset(config.bytes, 0x7f, sizeof config.bytes);
+    config.old = (config_before_precision){sizeof(config_before_precision), CGM_BACKEND_HOST,
+                                           {CGM_BACKEND_DEFAULT, CGM_BACKEND_DEFAULT, CGM_BACKEND_DEFAULT,
+                                            CGM_BACKEND_DEFAULT},
+                                           CGM_UNSET, CGM_UNSET, CGM_UNSET, CGM_UNSET,
+                                           CGM_UNSET, CGM_UNSET, CGM_UNSET, CGM_UNSET};
+    CHECK(sizeof(config_before_precision) < sizeof(cgm_config));
+    cgm_comm *comm = single_rank_comm((const cgm_config *)&config);
+    cgm_partial_dtype partial;
+    cgm_gemm_reduction reduction;
+    CHECK_OK(cgm_comm_precision(comm, &partial, &reduction));
+    CHECK_INT_EQ(partial, CGM_PARTIAL_DTYPE_OUTPUT);
+    CHECK_INT_EQ(reduction, CGM_GEMM_REDUCTION_ANY);
+
+    union {
+        options_before_precision old;
+        unsigned char bytes[sizeof(cgm_op_options) + 16];
+    } options;
+    memset(options.bytes, 0x7f, sizeof options.bytes);
+    options.old = (options_before_precision){sizeof(options_before_precision), CGM_LAYOUT_TN, 0, CGM_ALGO_AUTO, 0,
+                                             CGM_BACKEND_DEFAULT, 0};
+    CHECK(sizeof(options_before_precision) < sizeof(cgm_op_options));
+    for (int op = 0; op < CGM_OP_BULK; op++) {
+        args a;
+        valid_args(&a, (cgm_op)op);
+        memcpy(&a.opt, options.bytes, sizeof a.opt);
+        CHECK_OK(call(comm, &a));
+    }
+    /* A size that no version of the struct had is refused, naming the ones
+     * it had. */
+    args a;
+    valid_args(&a, CGM_OP_ALL_GATHER_GEMM);
+    a.opt.struct_size = sizeof(options_before_precision) + 4;
+    char want[96];
+    snprintf(want, sizeof want, "expected %zu or %zu (the sizes this struct has had)",
+             sizeof(options_before_precision), sizeof(cgm_op_options));
+    CHECK_STATUS(call(comm, &a), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), want);
+    check_comm_still_works(comm);
+    CHECK_OK(cgm_comm_destroy(comm));
+
+    config.old.struct_size = sizeof(config_before_precision) + 4;
+    char name[64];
+    cgm_bootstrap b = test_local_bootstrap("api-old", name, sizeof name);
+    CHECK_STATUS(cgm_comm_create(&b, (const cgm_config *)&config, &comm), CGM_ERROR_INVALID_ARGUMENT);
+    snprintf(want, sizeof want, "config->struct_size = %zu, expected %zu or %zu", sizeof(config_before_precision) + 4,
+             sizeof(config_before_precision), sizeof(cgm_config));
+    CHECK_CONTAINS(cgm_last_error(), want);
+}
+
 static void register_cases(void) {
     test_set_timeout(30);
     for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
@@ -391,6 +508,8 @@ static void register_cases(void) {
     test_add("queries", test_queries, NULL);
     test_add("gpu_memory_on_host_refused", test_gpu_memory_on_host, NULL);
     test_add("max_m_exceeded", test_max_m, NULL);
+    test_add("bad_create.config_precision", test_config_precision_bad, NULL);
+    test_add("older_header_structs", test_older_structs, NULL);
 }
 
 int main(int argc, char **argv) { return test_main(argc, argv, register_cases); }

@@ -62,6 +62,9 @@ cgm_config gpu_config(void) {
     c.max_n = 1024;
     c.max_k = 1024;
     c.timeout_ms = test_scaled_ms(20000);
+    /* Exact references: cuBLASLt may not round split-k parts to a
+     * bf16/fp16 output before their sum. */
+    c.gemm_reduction = CGM_GEMM_REDUCTION_FP32;
     return c;
 }
 
@@ -153,10 +156,6 @@ void gpu_run(int nranks, const cgm_config *config, gpu_case_fn fn, void *arg,
              int timeout_s) {
     run_arg ra = {config, fn, arg};
     int codes[64];
-    /* Exact references: cuBLASLt may not round split-k parts to a bf16/fp16
-     * output before their sum (read by the forked ranks; a value set by
-     * the caller stays). */
-    setenv("COMMGEMM_LT_REDUCTION", "fp32", 0);
     bool local = gpu_local_bootstrap(nranks);
     if (local && config->backend != CGM_BACKEND_P2P)
         TEST_SKIP("%d ranks on a LOCAL bootstrap (%d GPUs%s) run the p2p "

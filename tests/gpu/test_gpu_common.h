@@ -40,12 +40,12 @@ int gpu_ranks_or_skip(void);
  * gpu_rank.nccl is NULL): when nranks exceeds the GPUs, or
  * COMMGEMM_TEST_BOOTSTRAP=local. */
 bool gpu_local_bootstrap(int nranks);
-/* A config for the p2p backend with modest maxima (tests may override). */
-cgm_config gpu_config(void);
-/* Forks nranks ranks (device rank % ndev), with COMMGEMM_LT_REDUCTION=fp32
- * unless set (the references are exact: split-k parts rounded to a 16-bit
+/* A config for the p2p backend with modest maxima and the fp32 GEMM
+ * reduction (the references are exact: split-k parts rounded to a 16-bit
  * output before their sum would err by more than the tolerance where they
- * cancel), creates NCCL + commgemm comms
+ * cancel); tests may override. */
+cgm_config gpu_config(void);
+/* Forks nranks ranks (device rank % ndev), creates NCCL + commgemm comms
  * from `config` (a LOCAL commgemm comm, no NCCL, under
  * gpu_local_bootstrap: then a config for another backend than p2p skips
  * the case), runs fn, destroys them; fails the case if a rank fails. */

@@ -1,8 +1,8 @@
 /* cuBLASLt's measured search (backend/gpu/lt_gemm.c, COMMGEMM_LT_SEARCH):
  * cgm_lt_prepare times a shape once, never writes the caller's output, and
  * the GEMM it leads to gives the heuristic's result up to rounding; a value
- * out of range is refused, as is a COMMGEMM_LT_REDUCTION it does not take.
- * One process, one GPU (skips without one). */
+ * out of range is refused; the GEMM reduction is part of what a shape's
+ * entry is kept for. One process, one GPU (skips without one). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +97,16 @@ static cgm_lt *lt_with(int search) {
     return lt;
 }
 
+/* Fails unless got and want (f's output, bf16 read as float) agree within
+ * bf16 rounding of either algorithm: 1 % of |want| + sqrt(k). */
+static void expect_same_rounding(const lt_fixture *f, const float *got, const float *want, const char *what) {
+    int64_t bad = 0;
+    double scale = sqrt((double)f->k);
+    for (int64_t i = 0; i < f->m * f->n; i++)
+        if (!(fabs((double)got[i] - want[i]) <= 1e-2 * (fabs(want[i]) + scale))) bad++;
+    if (bad) TEST_FAIL("%lld of %lld values differ from %s", (long long)bad, (long long)(f->m * f->n), what);
+}
+
 /* Searched once per shape, the output untouched by the search, and the
  * result within bf16 rounding of the heuristic's first algorithm. Shapes:
  * m not a multiple of any tile, and one of the bench's. */
@@ -132,12 +142,7 @@ static void test_search(const void *param) {
         CHECK_STATUS(cgm_lt_gemm(searched, &g, f.ws, WS_BYTES, f.stream), CGM_SUCCESS);
         GPU_CHECK(cudaStreamSynchronize(f.stream));
         float *got = fetch_bf16(f.y, f.m * f.n);
-        int64_t bad = 0;
-        double scale = sqrt((double)f.k);
-        for (int64_t i = 0; i < f.m * f.n; i++)
-            if (!(fabs((double)got[i] - want[i]) <= 1e-2 * (fabs(want[i]) + scale))) bad++;
-        if (bad) TEST_FAIL("%lld of %lld values differ from the heuristic's algorithm", (long long)bad,
-                           (long long)(f.m * f.n));
+        expect_same_rounding(&f, got, want, "the heuristic's algorithm");
         free(raw);
         free(before);
         free(after);
@@ -232,16 +237,36 @@ static const char *const bad_zero[2] = {"0", "COMMGEMM_LT_SEARCH=0: expected 1..
 static const char *const bad_high[2] = {"17", "COMMGEMM_LT_SEARCH=17: expected 1..16"};
 static const char *const bad_word[2] = {"lots", "COMMGEMM_LT_SEARCH=\"lots\": expected an integer"};
 
-/* COMMGEMM_LT_REDUCTION takes any or fp32; another value is refused the
- * same way (read before cuBLASLt is touched; no GPU needed). */
-static void test_reduction_bad(const void *param) {
-    (void)param;
-    cgm_lt *lt = NULL;
-    setenv("COMMGEMM_LT_REDUCTION", "fp16", 1);
-    CHECK_STATUS(cgm_lt_create(&lt), CGM_ERROR_INVALID_ARGUMENT);
-    CHECK(lt == NULL);
-    CHECK_CONTAINS(cgm_last_error(),
-                   "COMMGEMM_LT_REDUCTION=\"fp16\": expected any or fp32");
+/* One handle, one shape, both GEMM reductions: each is its own cache
+ * entry, searched once (an entry shared by both would run the algorithm
+ * found for the first under the second's rule), and the fp32 one gives the
+ * heuristic's fp32-reduction result up to rounding. */
+static void test_reduction_keyed(const void *param) {
+    const int64_t *s = param;
+    need_gpu();
+    lt_fixture f;
+    fixture_make(&f, s[0], s[1], s[2]);
+    cgm_lt *lt = lt_with(8), *first = lt_with(1);
+    uint64_t searches = 0, improved = 0;
+    cgm_lt_gemm_args any = args_of(&f, false, false), exact = any;
+    exact.reduction_fp32 = true;
+    CHECK_STATUS(cgm_lt_prepare(lt, &any, WS_BYTES, f.stream, 60000), CGM_SUCCESS);
+    CHECK_STATUS(cgm_lt_prepare(lt, &exact, WS_BYTES, f.stream, 60000), CGM_SUCCESS);
+    CHECK_STATUS(cgm_lt_prepare(lt, &exact, WS_BYTES, f.stream, 60000), CGM_SUCCESS);
+    cgm_lt_search_stats(lt, &searches, &improved);
+    CHECK_INT_EQ((long long)searches, 2);
+    CHECK_STATUS(cgm_lt_gemm(first, &exact, f.ws, WS_BYTES, f.stream), CGM_SUCCESS);
+    GPU_CHECK(cudaStreamSynchronize(f.stream));
+    float *want = fetch_bf16(f.y, f.m * f.n);
+    CHECK_STATUS(cgm_lt_gemm(lt, &exact, f.ws, WS_BYTES, f.stream), CGM_SUCCESS);
+    GPU_CHECK(cudaStreamSynchronize(f.stream));
+    float *got = fetch_bf16(f.y, f.m * f.n);
+    expect_same_rounding(&f, got, want, "the heuristic's fp32-reduction algorithm");
+    free(want);
+    free(got);
+    cgm_lt_destroy(lt);
+    cgm_lt_destroy(first);
+    fixture_free(&f);
 }
 
 static const int64_t odd_shape[3] = {1000, 136, 256}, bench_shape[3] = {2048, 2048, 2048};
@@ -254,7 +279,7 @@ static void register_cases(void) {
     test_add("search_bad_zero", test_search_bad, bad_zero);
     test_add("search_bad_high", test_search_bad, bad_high);
     test_add("search_bad_word", test_search_bad, bad_word);
-    test_add("reduction_bad", test_reduction_bad, NULL);
+    test_add("reduction_keyed", test_reduction_keyed, bench_shape);
 }
 
 int main(int argc, char **argv) { return test_main(argc, argv, register_cases); }

@@ -99,8 +99,9 @@ static void graph_body(gpu_rank *g, void *arg) {
     GPU_CHECK(cudaGraphInstantiate(&exec, graph, 0));
 
     double tol = 4 * test_tolerance(dt, dt, k), tol_reduced = tol;
-    const char *pd = getenv("COMMGEMM_PARTIAL_DTYPE");
-    if (pd && !strcmp(pd, "output"))
+    cgm_partial_dtype pd = CGM_PARTIAL_DTYPE_DEFAULT;
+    CHECK_OK(cgm_comm_precision(g->comm, &pd, NULL));
+    if (pd == CGM_PARTIAL_DTYPE_OUTPUT)
         /* P partials rounded once each to bf16, as in test_gpu_ops. */
         tol_reduced += P * test_tolerance(dt, dt, 0) / 2 * sqrt((double)k);
     double *ref_dev = NULL;
@@ -260,14 +261,17 @@ static void test_graph_signal_copy(const void *param) {
 
 /* GEMM+RS split whose own pieces add the peer's partial in their GEMM
  * (COMMGEMM_RS_OWN=gemm, forced also with one piece per shard; bf16
- * partials, so cuBLASLt's C has the output's dtype; the bias in the same
- * epilogue), captured and replayed; param non-NULL: their waits on a
- * compute queue of their own (COMMGEMM_P2P_RS_OWN_WAITS=beside). */
+ * partials from the comm's partial_dtype, so cuBLASLt's C has the output's
+ * dtype; the bias in the same epilogue), captured and replayed; param
+ * non-NULL: their waits on a compute queue of their own
+ * (COMMGEMM_P2P_RS_OWN_WAITS=beside). */
 static void test_graph_rs_own(const void *param) {
     setenv("COMMGEMM_RS_OWN", "gemm", 1);
-    setenv("COMMGEMM_PARTIAL_DTYPE", "output", 1);
     if (param) setenv("COMMGEMM_P2P_RS_OWN_WAITS", "beside", 1);
-    test_graph(NULL);
+    int P = gpu_ranks_or_skip();
+    cgm_config cfg = gpu_config();
+    cfg.partial_dtype = CGM_PARTIAL_DTYPE_OUTPUT;
+    gpu_run(P, &cfg, graph_body, NULL, 120);
 }
 
 /* The same with fp32 partials (the default precision): the own pieces'
@@ -281,15 +285,15 @@ static void test_graph_rs_own_kernel(const void *param) {
 
 /* The same with COMMGEMM_P2P_FUSED_PUSH=single: the fused GEMM+RS in one
  * kernel whose done flags the comm queue waits on (bf16 outputs and
- * COMMGEMM_PARTIAL_DTYPE=output, so that the kernel stores the partials
- * in the output dtype), 1024 rows. */
+ * output-dtype partials, so that the kernel stores the partials in the
+ * output dtype), 1024 rows. */
 static void test_graph_fused_single(const void *param) {
     (void)param;
     setenv("COMMGEMM_P2P_FUSED_PUSH", "single", 1);
-    setenv("COMMGEMM_PARTIAL_DTYPE", "output", 1);
     int P = gpu_ranks_or_skip();
     cgm_config cfg = gpu_config();
     cfg.algo = CGM_ALGO_FUSED;
+    cfg.partial_dtype = CGM_PARTIAL_DTYPE_OUTPUT;
     /* Shards of whole 128-row tiles at P = 2, 4 and 8 (777 rows would run
      * the beside form). */
     static int64_t m = 1024;
@@ -503,7 +507,6 @@ static int rank_told_of_expiry(int rank, int P, const char *rdv, void *arg) {
 
 static void test_told_of_expiry(const void *param) {
     (void)gpu_ranks_or_skip();
-    setenv("COMMGEMM_LT_REDUCTION", "fp32", 0);
     if (test_run_ranks(3, rank_told_of_expiry, (void *)param, 120, NULL) != 0)
         TEST_FAIL("a rank failed (see above)");
 }
@@ -641,7 +644,6 @@ static void test_init_fails(const void *param) {
     int P = gpu_ranks_or_skip();
     if (P < 2) P = 2; /* LOCAL: the ranks may share the GPU */
     setenv("COMMGEMM_TEST_FAIL", "1:init", 1);
-    setenv("COMMGEMM_LT_REDUCTION", "fp32", 0);
     if (test_run_ranks(P, rank_init_fails, NULL, 120, NULL) != 0)
         TEST_FAIL("a rank failed (see above)");
 }

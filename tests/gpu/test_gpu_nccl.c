@@ -48,6 +48,7 @@ cgm_config nt_config(void) {
     c.max_n = 512;
     c.max_k = 512;
     c.timeout_ms = test_scaled_ms(20000);
+    c.gemm_reduction = CGM_GEMM_REDUCTION_FP32; /* exact references, as gpu_config */
     return c;
 }
 
@@ -110,8 +111,6 @@ void nt_run(int P, const cgm_config *config, nrank_fn fn, const void *arg,
                 int timeout_s) {
     run_args ra = {config, fn, arg};
     int codes[64] = {0};
-    /* Exact references, as test_gpu_common.c's gpu_run. */
-    setenv("COMMGEMM_LT_REDUCTION", "fp32", 0);
     if (test_run_ranks(P, rank_main, &ra, timeout_s, codes) != 0) {
         for (int r = 0; r < P; r++)
             if (codes[r] == TEST_SKIP_CODE)

@@ -2,7 +2,7 @@
  * (m < P, uneven m), algorithms and split counts rotated, bias and
  * accumulate; a > 1 GiB gathered input; graph capture + replay; the bounded
  * wait (a rank that skips an op is named by the timeout); GEMM+RS and
- * GEMM+AR again with COMMGEMM_PARTIAL_DTYPE=output. References: a
+ * GEMM+AR again with output-dtype partials (options.partial_dtype). References: a
  * plain double-precision GEMM on the GPU; for RS/AR every rank sums all
  * ranks' products, their inputs refilled from the seeds. With
  * COMMGEMM_TEST_RANKS above the GPU count the ranks share GPUs over a
@@ -41,7 +41,7 @@ static const cgm_algo algos[] = {CGM_ALGO_AUTO, CGM_ALGO_SPLIT_PIPELINED,
 typedef struct op_case {
     cgm_op op;
     int single_rank;     /* 1: a group of one rank */
-    int output_partials; /* 1: COMMGEMM_PARTIAL_DTYPE=output (RS, AR) */
+    int output_partials; /* 1: options.partial_dtype output (RS, AR) */
     /* A setting this case runs under (NULL: none), and its name suffix:
      * COMMGEMM_P2P_SM_PUSH_BYTES=4194304 (comm programs copy up to 4 MiB
      * with SMs), COMMGEMM_P2P_RUN_ORDER=first_step, COMMGEMM_LT_SEARCH=1
@@ -157,6 +157,7 @@ static void run_gemm_op(gpu_rank *g, const op_run *o) {
     opt.algo = o->algo;
     opt.splits = o->splits;
     opt.allow_tf32 = o->dt.tf32;
+    opt.partial_dtype = o->output_partials ? CGM_PARTIAL_DTYPE_OUTPUT : CGM_PARTIAL_DTYPE_DEFAULT;
     const cgm_matrix *b = o->bias ? &bias : NULL;
     if (ag)
         CHECK_OK(cgm_all_gather_gemm(g->comm, &x, &w, b, &y,
@@ -252,15 +253,12 @@ static int ranks_of(int single) {
     return single ? 1 : ranks;
 }
 
-/* Runs body on the case's ranks under its settings: set in this process
- * before the ranks are forked (COMMGEMM_PARTIAL_DTYPE is read at every
- * call, cgm_partial_dtype), unset after. */
+/* Runs body on the case's ranks under its setting: set in this process
+ * before the ranks are forked, unset after. */
 static void run_with_settings(const op_case *c, const cgm_config *cfg,
                               gpu_case_fn body, int timeout_s) {
-    if (c->output_partials) setenv("COMMGEMM_PARTIAL_DTYPE", "output", 1);
     if (c->env_var) setenv(c->env_var, c->env_value, 1);
     gpu_run(ranks_of(c->single_rank), cfg, body, (void *)c, timeout_s);
-    if (c->output_partials) unsetenv("COMMGEMM_PARTIAL_DTYPE");
     if (c->env_var) unsetenv(c->env_var);
 }
 

@@ -2,12 +2,14 @@
  * dtype x P, each forking P ranks that loop over layouts, algorithms,
  * shapes (m = 1, m < P, uneven m) and options (bias, accumulate, fp32
  * output, x_gathered, ld padding, splits), comparing with a one-process
- * reference of the full problem that every rank recomputes from seeds. */
+ * reference of the full problem that every rank recomputes from seeds;
+ * and the precision options (accepted, agreed, tuned apart). */
 #include <stdbool.h>
 
 #include <cblas.h>
 
 #include "mp_common.h"
+#include "tune/tune.h"
 
 typedef enum test_op {
     OP_AG,
@@ -79,9 +81,15 @@ static cgm_matrix make_w(cgm_dtype dtype, cgm_layout layout, int64_t n,
                                    : mp_logical(dtype, false, k, n, 0, seed, pad);
 }
 
+/* One op checked against the reference; `precision` (NULL: the defaults)
+ * gives the options' partial_dtype and gemm_reduction. A call expected to
+ * fail (`expected`, its message containing `message`) is only checked for
+ * that. */
 static void run_gemm_op(cgm_comm *comm, const ops_case *c, int rank, int P,
                         cgm_layout layout, cgm_algo algo, int64_t m,
-                        const variant *v, uint64_t seed) {
+                        const variant *v, uint64_t seed,
+                        const cgm_op_options *precision, cgm_status expected,
+                        const char *message) {
     cgm_dtype in = c->dtype;
     cgm_dtype out = v->out_fp32 ? CGM_DTYPE_FP32 : in;
     bool nt = layout == CGM_LAYOUT_NT, ag = c->op == OP_AG;
@@ -90,6 +98,10 @@ static void run_gemm_op(cgm_comm *comm, const ops_case *c, int rank, int P,
     int64_t n = ag ? N_BASE + rank % 3 : N_BASE;
     int64_t k = ag ? K_BASE : K_BASE + rank % 3;
     cgm_op_options opt = CGM_OP_OPTIONS_INIT;
+    if (precision) {
+        opt.partial_dtype = precision->partial_dtype;
+        opt.gemm_reduction = precision->gemm_reduction;
+    }
     opt.layout = layout;
     opt.accumulate = v->accumulate;
     opt.algo = algo;
@@ -121,10 +133,18 @@ static void run_gemm_op(cgm_comm *comm, const ops_case *c, int rank, int P,
         st = cgm_gemm_reduce_scatter(comm, &x, &w, b, &y, &opt, NULL);
     else
         st = cgm_gemm_all_reduce(comm, &x, &w, b, &y, &opt, NULL);
+    double *ref = NULL, *part = NULL;
+    if (expected != CGM_SUCCESS) {
+        if (st != expected)
+            TEST_FAIL("[%s] returned %s, expected %s; detail: %s", mp_context, cgm_status_string(st),
+                      cgm_status_string(expected), cgm_last_error());
+        CHECK_CONTAINS(cgm_last_error(), message);
+        goto done;
+    }
     MP_CHECK_OK(st);
 
-    double *ref = calloc((size_t)(m * n + 1), sizeof(double));
-    double *part = calloc((size_t)(m * n + 1), sizeof(double));
+    ref = calloc((size_t)(m * n + 1), sizeof(double));
+    part = calloc((size_t)(m * n + 1), sizeof(double));
     if (!ref || !part) TEST_FAIL("out of memory");
     int64_t k_total = 0;
     for (int q = 0; q < (ag ? 1 : P); q++) {
@@ -152,6 +172,7 @@ static void run_gemm_op(cgm_comm *comm, const ops_case *c, int rank, int P,
                     TEST_FAIL("[%s] x_gathered(%lld, %lld) = %g, expected %g",
                               mp_context, (long long)i, (long long)l, got, want);
             }
+done:
     free(ref);
     free(part);
     free(y_old);
@@ -283,11 +304,76 @@ static int rank_main(int rank, int P, const char *rendezvous, void *arg) {
                                  seed);
                     else
                         run_gemm_op(comm, c, rank, P, (cgm_layout)li, algo, m,
-                                    &variants[vi], seed);
+                                    &variants[vi], seed, NULL, CGM_SUCCESS, NULL);
                 }
             }
     MP_CHECK_OK(cgm_comm_destroy(comm));
     return 0;
+}
+
+/* Precision on the host backend, which always sums exact fp32 partials
+ * with fp32 GEMMs: every partial dtype and GEMM reduction is accepted and
+ * gives the exact result; the partial dtype is checked for agreement (on
+ * the GPU backends it changes the bytes on the wire), as the dtype sent,
+ * the GEMM reduction is not (local); the tuner keeps one decision per
+ * partial dtype. Rank 0's comm defaults to output-dtype partials. */
+static int rank_precision(int rank, int P, const char *rendezvous, void *arg) {
+    const ops_case *c = arg;
+    cgm_config cfg = mp_config(30000);
+    cfg.partial_dtype = rank == 0 ? CGM_PARTIAL_DTYPE_OUTPUT : CGM_PARTIAL_DTYPE_DEFAULT;
+    cgm_comm *comm = test_host_comm(rank, P, rendezvous, &cfg);
+    const int64_t m = 37;
+    const variant plain = variants[0], fp32_out = variants[2];
+    uint64_t seed = 1;
+    for (int op = OP_RS; op <= OP_AR; op++) {
+        ops_case oc = *c;
+        oc.op = (test_op)op;
+        for (int pd = CGM_PARTIAL_DTYPE_FP32; pd <= CGM_PARTIAL_DTYPE_OUTPUT; pd++) {
+            cgm_op_options o = CGM_OP_OPTIONS_INIT;
+            o.partial_dtype = (cgm_partial_dtype)pd;
+            o.gemm_reduction = rank % 2 ? CGM_GEMM_REDUCTION_ANY : CGM_GEMM_REDUCTION_FP32;
+            snprintf(mp_context, sizeof mp_context, "rank %d/%d %s %s partial_dtype %s, gemm_reduction %s", rank,
+                     P, op_names[op], cgm_dtype_name(c->dtype), cgm_partial_dtype_name(o.partial_dtype),
+                     cgm_gemm_reduction_name(o.gemm_reduction));
+            run_gemm_op(comm, &oc, rank, P, CGM_LAYOUT_TN, CGM_ALGO_SPLIT_PIPELINED, m, &plain, seed++, &o,
+                        CGM_SUCCESS, NULL);
+        }
+        /* The comms' defaults differ: bf16/fp16 partials on rank 0, fp32
+         * on the others; every rank is told, and the comm stays usable. */
+        snprintf(mp_context, sizeof mp_context, "rank %d/%d %s %s, the comms' partial dtypes", rank, P,
+                 op_names[op], cgm_dtype_name(c->dtype));
+        char want[160];
+        snprintf(want, sizeof want, "rank 1 passed partial dtype = fp32 but rank 0 passed partial dtype = %s",
+                 cgm_dtype_name(c->dtype)); /* the first rank that differs, on every rank */
+        run_gemm_op(comm, &oc, rank, P, CGM_LAYOUT_TN, CGM_ALGO_SPLIT_PIPELINED, m, &plain, seed++, NULL,
+                    CGM_ERROR_MISMATCH, want);
+        /* With fp32 outputs both send fp32: the same call. */
+        run_gemm_op(comm, &oc, rank, P, CGM_LAYOUT_TN, CGM_ALGO_SPLIT_PIPELINED, m, &fp32_out, seed++, NULL,
+                    CGM_SUCCESS, NULL);
+    }
+    /* Tuned calls (algo and splits left open): a decision per partial dtype. */
+    ops_case rs = *c;
+    rs.op = OP_RS;
+    const cgm_partial_dtype order[] = {CGM_PARTIAL_DTYPE_FP32, CGM_PARTIAL_DTYPE_OUTPUT, CGM_PARTIAL_DTYPE_FP32};
+    const uint64_t measured_after[] = {1, 2, 2};
+    for (int i = 0; i < 3; i++) {
+        cgm_op_options o = CGM_OP_OPTIONS_INIT;
+        o.partial_dtype = order[i];
+        snprintf(mp_context, sizeof mp_context, "rank %d/%d tuned gemm_rs %s partial_dtype %s", rank, P,
+                 cgm_dtype_name(c->dtype), cgm_partial_dtype_name(order[i]));
+        run_gemm_op(comm, &rs, rank, P, CGM_LAYOUT_TN, CGM_ALGO_AUTO, m, &plain, seed++, &o, CGM_SUCCESS, NULL);
+        cgm_tune_stats st;
+        cgm_tune_get_stats(comm, &st);
+        CHECK_INT_EQ(st.measured, measured_after[i]);
+    }
+    MP_CHECK_OK(cgm_comm_destroy(comm));
+    return 0;
+}
+
+static void run_precision(const void *param) {
+    const ops_case *c = param;
+    CHECK_INT_EQ(test_run_ranks(c->nranks, rank_precision, (void *)c, 100, NULL), 0);
+    mp_check_no_shm_leftovers();
 }
 
 static void run_case(const void *param) {
@@ -298,7 +384,7 @@ static void run_case(const void *param) {
     mp_check_no_shm_leftovers();
 }
 
-static ops_case cases[OP_COUNT * 3 * 5 + 6];
+static ops_case cases[OP_COUNT * 3 * 5 + 6 + 2];
 
 static void register_cases(void) {
     const cgm_dtype dtypes[] = {CGM_DTYPE_FP32, CGM_DTYPE_BF16, CGM_DTYPE_FP16};
@@ -324,6 +410,12 @@ static void register_cases(void) {
                      cgm_dtype_name(dtypes[d]), own_sizes[s]);
             test_add(name, run_case, &cases[i]);
         }
+    for (int d = 1; d < 3; d++, i++) {
+        cases[i] = (ops_case){OP_RS, dtypes[d], d + 1, false};
+        char name[64];
+        snprintf(name, sizeof name, "precision.%s.p%d", cgm_dtype_name(dtypes[d]), d + 1);
+        test_add(name, run_precision, &cases[i]);
+    }
 }
 
 int main(int argc, char **argv) {

@@ -584,7 +584,7 @@ static void run_round_trip(const void *param) {
     CHECK_INT_EQ(count_lines(path, "# commgemm tune cache v1 "), 1);
     CHECK_INT_EQ(count_lines(path, "op="), 2);
     CHECK_INT_EQ(count_lines(path, "op=ag_gemm backend=host in=fp32 out=fp32 "
-                             "layout=TN P=2 m=64 k=5 n=6 bias=0 algo="), 1);
+                             "layout=TN P=2 m=64 k=5 n=6 bias=0 partial=fp32 algo="), 1);
     /* The decisions of the second comm are the first comm's. */
     path_in_dir(path, sizeof path, "decisions.0");
     char *text = slurp(path);
@@ -744,12 +744,12 @@ static void run_files(const void *param) {
 static void run_line_format(const void *param) {
     (void)param;
     tune_key k = {{CGM_OP_GEMM_REDUCE_SCATTER, CGM_BACKEND_P2P, CGM_DTYPE_BF16,
-                   CGM_DTYPE_FP32, CGM_LAYOUT_NT, 8, 16384, 2048, 8192, 1}};
+                   CGM_DTYPE_BF16, CGM_LAYOUT_NT, 8, 16384, 2048, 8192, 1, CGM_DTYPE_BF16}};
     cgm_tune_candidate c = {CGM_ALGO_RING, 4, 2};
     char line[512];
     tune_disk_format_line(&k, c, 1234.5, line, sizeof line);
-    CHECK_CONTAINS(line, "op=gemm_rs backend=p2p in=bf16 out=fp32 layout=NT "
-                         "P=8 m=16384 k=2048 n=8192 bias=1 algo=ring "
+    CHECK_CONTAINS(line, "op=gemm_rs backend=p2p in=bf16 out=bf16 layout=NT "
+                         "P=8 m=16384 k=2048 n=8192 bias=1 partial=bf16 algo=ring "
                          "splits=4 queues=2 us=1234.5\n");
     tune_disk_entry e;
     CHECK(tune_disk_parse_line(line, &e));
@@ -758,13 +758,14 @@ static void run_line_format(const void *param) {
     CHECK_INT_EQ(e.choice.splits, 4);
     CHECK_INT_EQ(e.choice.queues, 2);
     CHECK_NEAR(e.us, 1234.5, 1e-9);
-    /* A line of a file written before queues= existed: the backend's own
-     * queues (0). */
-    CHECK(tune_disk_parse_line("op=gemm_rs backend=p2p in=bf16 out=fp32 "
+    /* A line of a file written before queues= and partial= existed: the
+     * backend's own queues (0), fp32 partials. */
+    CHECK(tune_disk_parse_line("op=gemm_rs backend=p2p in=bf16 out=bf16 "
                                "layout=NT P=8 m=16384 k=2048 n=8192 bias=1 "
                                "algo=split splits=2 us=7", &e));
     CHECK_INT_EQ(e.choice.splits, 2);
     CHECK_INT_EQ(e.choice.queues, 0);
+    CHECK_INT_EQ(e.key.w[TUNE_KEY_PARTIAL], CGM_DTYPE_FP32);
     /* How the log names a choice: the queues only when the tuner set them. */
     char name[32];
     tune_candidate_describe((cgm_tune_candidate){CGM_ALGO_SPLIT_PIPELINED, 2, 2},
@@ -789,6 +790,8 @@ static void run_line_format(const void *param) {
         "k=2048 n=8192 bias=1 algo=ring splits=4 queues=9 us=1",
         "op=gemm_rs backend=p2p in=bf16 out=fp32 layout=NT P=8 m=16 "
         "k=2048 n=8192 bias=1 algo=ring splits=4 queues=1 queues=1 us=1",
+        "op=gemm_rs backend=p2p in=bf16 out=bf16 layout=NT P=8 m=16 "
+        "k=2048 n=8192 bias=1 partial=int8 algo=ring splits=4 us=1",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if (tune_disk_parse_line(bad[i], &e))

@@ -247,30 +247,102 @@ static void test_param_defaults_and_env(const void *p) {
     }
 }
 
-/* COMMGEMM_PARTIAL_DTYPE: each case runs in its own process, so the
- * variable is read fresh. */
-static void test_partial_dtype(const void *p) {
-    const char *value = p;
-    if (value) setenv("COMMGEMM_PARTIAL_DTYPE", value, 1);
+/* Precision: the config field, else the environment variable, else the
+ * default (fp32 partials, any reduction) resolved once per comm; each
+ * call's option, else the comm's, resolved into the normalized call (the
+ * partial dtype as the dtype sent: a bf16/fp16 output's for OUTPUT, fp32
+ * otherwise and for AG+GEMM). Each case runs in its own process, so the
+ * variables are read fresh. */
+typedef struct precision_case {
+    const char *env_partial, *env_reduction;
+    cgm_partial_dtype config_partial;
+    cgm_gemm_reduction config_reduction;
+    cgm_partial_dtype comm_partial;      /* expected */
+    cgm_gemm_reduction comm_reduction;   /* expected */
+} precision_case;
+
+static const precision_case precision_default = {NULL, NULL, CGM_PARTIAL_DTYPE_DEFAULT, CGM_GEMM_REDUCTION_DEFAULT,
+                                                 CGM_PARTIAL_DTYPE_FP32, CGM_GEMM_REDUCTION_ANY};
+static const precision_case precision_env = {"output", "fp32", CGM_PARTIAL_DTYPE_DEFAULT, CGM_GEMM_REDUCTION_DEFAULT,
+                                             CGM_PARTIAL_DTYPE_OUTPUT, CGM_GEMM_REDUCTION_FP32};
+static const precision_case precision_config = {"output", "fp32", CGM_PARTIAL_DTYPE_FP32, CGM_GEMM_REDUCTION_ANY,
+                                                CGM_PARTIAL_DTYPE_FP32, CGM_GEMM_REDUCTION_ANY};
+static const precision_case precision_config_only = {NULL, NULL, CGM_PARTIAL_DTYPE_OUTPUT, CGM_GEMM_REDUCTION_FP32,
+                                                     CGM_PARTIAL_DTYPE_OUTPUT, CGM_GEMM_REDUCTION_FP32};
+
+static void test_precision(const void *p) {
+    const precision_case *pc = p;
+    if (pc->env_partial) setenv("COMMGEMM_PARTIAL_DTYPE", pc->env_partial, 1);
     else unsetenv("COMMGEMM_PARTIAL_DTYPE");
-    cgm_dtype d = CGM_DTYPE_FP16;
-    bool output = value && strcmp(value, "output") == 0;
-    CHECK_OK(cgm_partial_dtype(CGM_DTYPE_BF16, &d));
-    CHECK_INT_EQ(d, output ? CGM_DTYPE_BF16 : CGM_DTYPE_FP32);
-    CHECK_OK(cgm_partial_dtype(CGM_DTYPE_FP16, &d));
-    CHECK_INT_EQ(d, output ? CGM_DTYPE_FP16 : CGM_DTYPE_FP32);
-    CHECK_OK(cgm_partial_dtype(CGM_DTYPE_FP32, &d));
-    CHECK_INT_EQ(d, CGM_DTYPE_FP32);
+    if (pc->env_reduction) setenv("COMMGEMM_GEMM_REDUCTION", pc->env_reduction, 1);
+    else unsetenv("COMMGEMM_GEMM_REDUCTION");
+    cgm_config cfg = CGM_CONFIG_INIT;
+    cfg.partial_dtype = pc->config_partial;
+    cfg.gemm_reduction = pc->config_reduction;
+    char name[64];
+    cgm_bootstrap b = test_local_bootstrap("precision", name, sizeof name);
+    cgm_comm *comm = NULL;
+    CHECK_OK(cgm_comm_create(&b, &cfg, &comm));
+    cgm_partial_dtype partial = CGM_PARTIAL_DTYPE_DEFAULT;
+    cgm_gemm_reduction reduction = CGM_GEMM_REDUCTION_DEFAULT;
+    CHECK_OK(cgm_comm_precision(comm, &partial, &reduction));
+    CHECK_INT_EQ(partial, pc->comm_partial);
+    CHECK_INT_EQ(reduction, pc->comm_reduction);
+    CHECK_OK(cgm_comm_precision(comm, NULL, &reduction));
+    CHECK_STATUS(cgm_comm_precision(comm, NULL, NULL), CGM_ERROR_INVALID_ARGUMENT);
+
+    enum { M = 4, K = 3, N = 2 };
+    static uint16_t x16[M * K], w16[N * K], y16[M * N];
+    static float y32[M * N];
+    cgm_matrix x = cgm_matrix_make(x16, CGM_DTYPE_BF16, M, K), w = cgm_matrix_make(w16, CGM_DTYPE_BF16, N, K);
+    const cgm_op ops[] = {CGM_OP_GEMM_REDUCE_SCATTER, CGM_OP_GEMM_ALL_REDUCE, CGM_OP_ALL_GATHER_GEMM};
+    for (int o = 0; o < 3; o++)
+        for (int out = 0; out < 2; out++)
+            for (int op_partial = 0; op_partial < CGM_PARTIAL_DTYPE_COUNT_; op_partial++)
+                for (int op_reduction = 0; op_reduction < CGM_GEMM_REDUCTION_COUNT_; op_reduction++) {
+                    cgm_matrix y = out ? cgm_matrix_make(y32, CGM_DTYPE_FP32, M, N)
+                                       : cgm_matrix_make(y16, CGM_DTYPE_BF16, M, N);
+                    cgm_op_options opt = CGM_OP_OPTIONS_INIT;
+                    opt.partial_dtype = (cgm_partial_dtype)op_partial;
+                    opt.gemm_reduction = (cgm_gemm_reduction)op_reduction;
+                    cgm_call call;
+                    CHECK_OK(cgm_validate_op(comm, ops[o], &x, &w, NULL, &y, NULL, CGM_COLLECTIVE_ALL_GATHER, NULL,
+                                             NULL, &opt, NULL, &call));
+                    cgm_partial_dtype want_partial = op_partial ? (cgm_partial_dtype)op_partial : pc->comm_partial;
+                    cgm_gemm_reduction want_reduction =
+                        op_reduction ? (cgm_gemm_reduction)op_reduction : pc->comm_reduction;
+                    bool sent_in_output = want_partial == CGM_PARTIAL_DTYPE_OUTPUT && !out &&
+                                          ops[o] != CGM_OP_ALL_GATHER_GEMM;
+                    CHECK_INT_EQ(call.partial_dtype, sent_in_output ? CGM_DTYPE_BF16 : CGM_DTYPE_FP32);
+                    CHECK_INT_EQ(call.gemm_reduction_fp32, want_reduction == CGM_GEMM_REDUCTION_FP32);
+                }
+    CHECK_OK(cgm_comm_destroy(comm));
 }
 
-static void test_partial_dtype_bad(const void *p) {
+/* Names and parsers of the two enums, both ways. */
+static void test_precision_names(const void *p) {
     (void)p;
-    setenv("COMMGEMM_PARTIAL_DTYPE", "bf16", 1);
-    cgm_dtype d = CGM_DTYPE_FP16;
-    CHECK_STATUS(cgm_partial_dtype(CGM_DTYPE_BF16, &d), CGM_ERROR_INVALID_ARGUMENT);
-    CHECK_CONTAINS(cgm_last_error(), "COMMGEMM_PARTIAL_DTYPE=\"bf16\"");
-    CHECK_CONTAINS(cgm_last_error(), "expected fp32 or output");
-    CHECK_INT_EQ(d, CGM_DTYPE_FP16); /* untouched */
+    for (int i = 0; i < CGM_PARTIAL_DTYPE_COUNT_; i++) {
+        cgm_partial_dtype v = CGM_PARTIAL_DTYPE_COUNT_;
+        CHECK_OK(cgm_partial_dtype_from_name(cgm_partial_dtype_name((cgm_partial_dtype)i), &v));
+        CHECK_INT_EQ(v, i);
+    }
+    for (int i = 0; i < CGM_GEMM_REDUCTION_COUNT_; i++) {
+        cgm_gemm_reduction v = CGM_GEMM_REDUCTION_COUNT_;
+        CHECK_OK(cgm_gemm_reduction_from_name(cgm_gemm_reduction_name((cgm_gemm_reduction)i), &v));
+        CHECK_INT_EQ(v, i);
+    }
+    cgm_partial_dtype pd;
+    CHECK_OK(cgm_partial_dtype_from_name("OUTPUT", &pd));
+    CHECK_INT_EQ(pd, CGM_PARTIAL_DTYPE_OUTPUT);
+    CHECK(strcmp(cgm_partial_dtype_name((cgm_partial_dtype)9), "invalid") == 0);
+    CHECK(strcmp(cgm_gemm_reduction_name((cgm_gemm_reduction)-1), "invalid") == 0);
+    CHECK_STATUS(cgm_partial_dtype_from_name("bf16", &pd), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "unknown partial dtype \"bf16\": expected one of default, fp32, output");
+    cgm_gemm_reduction gr;
+    CHECK_STATUS(cgm_gemm_reduction_from_name("fp16", &gr), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "unknown GEMM reduction \"fp16\": expected one of default, any, fp32");
+    CHECK_STATUS(cgm_gemm_reduction_from_name(NULL, &gr), CGM_ERROR_INVALID_ARGUMENT);
 }
 
 /* A word parameter (cgm_param_choice), as the p2p backend reads
@@ -567,10 +639,11 @@ static void register_cases(void) {
     test_add("bf16_exhaustive", test_bf16_exhaustive, NULL);
     test_add("fp16_exhaustive", test_fp16_exhaustive, NULL);
     test_add("params", test_param_defaults_and_env, NULL);
-    test_add("partial_dtype_default", test_partial_dtype, NULL);
-    test_add("partial_dtype_fp32", test_partial_dtype, "fp32");
-    test_add("partial_dtype_output", test_partial_dtype, "output");
-    test_add("partial_dtype_bad", test_partial_dtype_bad, NULL);
+    test_add("precision_default", test_precision, &precision_default);
+    test_add("precision_env", test_precision, &precision_env);
+    test_add("precision_config_over_env", test_precision, &precision_config);
+    test_add("precision_config", test_precision, &precision_config_only);
+    test_add("precision_names", test_precision_names, NULL);
     test_add("param_choice_default", test_param_choice, NULL);
     test_add("param_choice_taper", test_param_choice, "taper");
     test_add("param_choice_bad", test_param_choice_bad, NULL);

@@ -176,6 +176,9 @@ static void test_ops(const void *param) {
                 add_comm(&fb, comm);
                 if (nn) add_int(&fb, "layout", CGM_LAYOUT_NN);
                 add_int(&fb, "splits", 2);
+                /* taken (the host backend sums exact fp32 partials whatever they are) */
+                add_int(&fb, "partial_dtype", with_bias ? CGM_PARTIAL_DTYPE_OUTPUT : CGM_PARTIAL_DTYPE_FP32);
+                add_int(&fb, "gemm_reduction", nn ? CGM_GEMM_REDUCTION_FP32 : CGM_GEMM_REDUCTION_ANY);
                 if (handlers[h](&fb.f) != NULL) TEST_FAIL("handler %d failed: %s", h, last_message);
                 for (int i = 0; i < M; i++)
                     for (int j = 0; j < N; j++) {
@@ -280,6 +283,12 @@ static void test_refusals(const void *param) {
     GOOD();
     add_int(&fb, "layout", 9);
     expect_error(cgm_xla_ffi_gemm_all_reduce, &fb, XFFI_INVALID_ARGUMENT, "layout");
+    GOOD();
+    add_int(&fb, "partial_dtype", 5);
+    expect_error(cgm_xla_ffi_gemm_reduce_scatter, &fb, XFFI_INVALID_ARGUMENT, "options.partial_dtype = 5");
+    GOOD();
+    add_int(&fb, "gemm_reduction", 3);
+    expect_error(cgm_xla_ffi_all_gather_gemm, &fb, XFFI_INVALID_ARGUMENT, "options.gemm_reduction = 3");
     /* backend host asked for by name, and auto (the comm's: host): fine on
      * XLA's CPU platform */
     GOOD();

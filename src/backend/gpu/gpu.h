@@ -166,10 +166,14 @@ typedef struct cgm_lt_gemm_args {
     const void *addend;
     int64_t ld_addend;
     bool allow_tf32;  /* fp32 inputs only */
+    /* Split-k parts added in fp32 only (CGM_GEMM_REDUCTION_FP32); false:
+     * any scheme cuBLASLt's heuristic picks. */
+    bool reduction_fp32;
 } cgm_lt_gemm_args;
 
 /* The caller's whole GEMM of a validated call: every field from `c`
- * (layout, dtypes, m, n, k, X, W, Y and their lds, bias, accumulate, TF32).
+ * (layout, dtypes, m, n, k, X, W, Y and their lds, bias, accumulate, TF32,
+ * the GEMM reduction).
  * Executors override what a chunk changes (m, x, y, lds, epilogue). */
 cgm_lt_gemm_args cgm_lt_args_from_call(const cgm_call *c);
 
@@ -179,7 +183,7 @@ typedef struct cgm_lt cgm_lt;
 cgm_status cgm_lt_create(cgm_lt **out);
 void cgm_lt_destroy(cgm_lt *lt);
 /* Enqueues the GEMM on `stream`. Descriptors and the algorithm are cached
- * per shape/alignment/workspace: the first call of a shape queries the
+ * per shape/alignment/workspace/reduction: the first call of a shape queries the
  * heuristic (host only) and takes its first algorithm, unless
  * cgm_lt_prepare searched the shape before; later calls, including inside
  * graph capture, reuse the entry. workspace: device memory of

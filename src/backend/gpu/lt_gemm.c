@@ -22,7 +22,7 @@
 
 typedef struct lt_key {
     int layout, in_dtype, out_dtype;
-    int has_bias, accumulate, tf32, has_addend;
+    int has_bias, accumulate, tf32, has_addend, reduction_fp32;
     int64_t m, n, k, ldx, ldw, ldy, ld_addend;
     int align_x, align_w, align_y, align_bias, align_addend;
     uint64_t workspace_bytes;
@@ -47,7 +47,6 @@ struct cgm_lt {
     uint64_t hashes[LT_CACHE_SIZE];
     int next_victim;
     int search;                  /* COMMGEMM_LT_SEARCH */
-    bool reduction_fp32;         /* COMMGEMM_LT_REDUCTION=fp32 */
     cudaStream_t search_stream;  /* created on the first search */
     /* 0: the caller's stream, 1: the last round's end, then a start and an
      * end per candidate and round (the first two also time the warm-up). */
@@ -74,6 +73,7 @@ cgm_lt_gemm_args cgm_lt_args_from_call(const cgm_call *c) {
     g.bias = c->has_bias ? c->bias.data : NULL;
     g.accumulate = c->accumulate;
     g.allow_tf32 = c->allow_tf32;
+    g.reduction_fp32 = c->gemm_reduction_fp32;
     return g;
 }
 
@@ -85,15 +85,9 @@ cgm_status cgm_lt_create(cgm_lt **out) {
                                  "heuristic's first, no timing",
                                  &search);
     if (status != CGM_SUCCESS) return status;
-    static const char *const reductions[] = {"any", "fp32"};
-    int reduction = 0;
-    status = cgm_param_choice("COMMGEMM_LT_REDUCTION", reductions, 2,
-                              &reduction);
-    if (status != CGM_SUCCESS) return status;
     cgm_lt *lt = calloc(1, sizeof *lt);
     if (!lt) return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "calloc of cgm_lt");
     lt->search = (int)search;
-    lt->reduction_fp32 = reduction == 1;
     CGM_CUBLAS_TRY(cublasLtCreate(&lt->handle));
     *out = lt;
     return CGM_SUCCESS;
@@ -137,6 +131,7 @@ static lt_key make_key(const cgm_lt_gemm_args *g, size_t workspace_bytes) {
     key.has_bias = g->bias != NULL;
     key.accumulate = g->accumulate;
     key.tf32 = g->in_dtype == CGM_DTYPE_FP32 && g->allow_tf32;
+    key.reduction_fp32 = g->reduction_fp32;
     key.m = g->m;
     key.n = g->n;
     key.k = g->k;
@@ -184,7 +179,7 @@ static cgm_status heuristic(cgm_lt *lt, const lt_entry *e, int want,
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
     CGM_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
-    if (lt->reduction_fp32) {
+    if (key->reduction_fp32) {
         /* Split-k parts summed in the compute type only (NONE: not split,
          * always allowed); never rounded to the output type first. */
         uint32_t mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;

@@ -272,10 +272,9 @@ cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
     const int64_t ldy = cgm_matrix_ld(&c->y);
     const int64_t mr = cgm_shard_rows(m, r, P), off = cgm_shard_offset(m, r, P);
     const bool overlap = c->algo != CGM_ALGO_NO_OVERLAP;
-    /* Partials travel in the partial dtype (COMMGEMM_PARTIAL_DTYPE: bf16 /
-     * fp16 for such outputs); the owner sums them in fp32. */
-    cgm_dtype pd = CGM_DTYPE_FP32;
-    CGM_TRY(cgm_partial_dtype(c->out_dtype, &pd));
+    /* Partials travel in the call's partial dtype (fp32, or a bf16/fp16
+     * output's dtype); the owner sums them in fp32. */
+    const cgm_dtype pd = c->partial_dtype;
     const size_t ep = cgm_dtype_size(pd);
     const int S = ncclb_splits(c, m, P, (size_t)n * ep);
     /* P <= CGM_DEV_MAX_SOURCES here (check_limits). */

@@ -155,14 +155,10 @@ static cgm_status setup_views(exec_ctx *x, plan_op op) {
                              st->gather_bytes, (long long)cfg->max_m,
                              (long long)cfg->max_k, (long long)cfg->max_n);
     }
-    /* Slots: partial rows of the output width, in the partial dtype
-     * (COMMGEMM_PARTIAL_DTYPE: bf16/fp16 outputs ship bf16/fp16 partials,
-     * summed in fp32 by the reduce kernel); bulk-RS: the send dtype. */
-    cgm_dtype slot_dtype = c->coll_dtype;
-    if (op != PLAN_OP_BULK_RS) {
-        cgm_status ps = cgm_partial_dtype(c->out_dtype, &slot_dtype);
-        if (ps != CGM_SUCCESS) return ps;
-    }
+    /* Slots: partial rows of the output width, in the call's partial
+     * dtype (summed in fp32 by the reduce kernel); bulk-RS: the send dtype. */
+    cgm_dtype slot_dtype =
+        op == PLAN_OP_BULK_RS ? c->coll_dtype : c->partial_dtype;
     size_t slot_es = cgm_dtype_size(slot_dtype);
     /* Contiguous (plan.h): slot s starts at row s * slot_rows. */
     size_t stride = (size_t)slot_rows * (size_t)out_width * slot_es;
@@ -881,8 +877,7 @@ static cgm_status make_request(p2p_state *st, const cgm_call *call,
     if (req->op == PLAN_OP_GEMM_RS && req->algo == PLAN_ALGO_SPLIT &&
         st->nranks >= 2 && !call->accumulate && call->k > 0 &&
         st->rs_own != CGM_RS_OWN_REDUCE) {
-        cgm_dtype pd = call->out_dtype;
-        CGM_TRY(cgm_partial_dtype(call->out_dtype, &pd));
+        cgm_dtype pd = call->partial_dtype;
         bool forced = st->rs_own == CGM_RS_OWN_GEMM;
         bool lt_form = st->nranks == 2 && pd == call->out_dtype;
         bool kernel_form =
@@ -898,7 +893,6 @@ static cgm_status make_request(p2p_state *st, const cgm_call *call,
             req->compute_queues++;
         }
     }
-fail:
     return status;
 }
 

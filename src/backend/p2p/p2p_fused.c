@@ -136,10 +136,7 @@ static const char *local_problem(const p2p_state *st, const cgm_call *c) {
         a.x = c->x.data;
         a.ldx = cgm_matrix_ld(&c->x);
         a.naddends = P - 1;
-        cgm_dtype pd = c->out_dtype;
-        if (cgm_partial_dtype(c->out_dtype, &pd) != CGM_SUCCESS)
-            return "COMMGEMM_PARTIAL_DTYPE is not valid";
-        a.addend_dtype = pd;
+        a.addend_dtype = c->partial_dtype;
         a.addend_ld = c->n;
         for (int i = 0; i < P - 1; i++)
             a.addend[i] = (const char *)st->ws.local + st->recv_offset;
@@ -727,7 +724,7 @@ static const char *single_problem(const p2p_state *st, const cgm_call *c,
     int P = st->nranks;
     if (pd != c->out_dtype)
         return "the partial dtype differs from the output dtype "
-               "(COMMGEMM_PARTIAL_DTYPE=output makes them one)";
+               "(partial_dtype output makes them one)";
     if (c->m % P || (c->m / P) % CGM_HGEMM_TILE_M)
         return "the shards are not equal runs of whole 128-row tiles (m is not a "
                "multiple of 128 * nranks)";
@@ -810,8 +807,7 @@ static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
     cgm_status status = CGM_SUCCESS;
     int r = st->rank, P = st->nranks;
     int64_t m = c->m, n = c->n;
-    cgm_dtype pd = c->out_dtype;
-    CGM_TRY(cgm_partial_dtype(c->out_dtype, &pd));
+    cgm_dtype pd = c->partial_dtype;
     size_t pes = cgm_dtype_size(pd), prow = (size_t)n * pes;
     size_t xes = cgm_dtype_size(c->in_dtype);
     int64_t slot_rows = cgm_ceil_div(m, P);
