@@ -33,6 +33,9 @@ typedef struct bench_options {
     cgm_algo algo;
     int splits;
     cgm_layout layout;
+    /* --partials: gemm_rs/gemm_ar's options.partial_dtype; DEFAULT until
+     * run_rank resolves it to the comm's. */
+    cgm_partial_dtype partials;
     int warmup, iters;
     int check;
     int graph; /* --graph: time CUDA-graph replays where the env can */

@@ -119,7 +119,7 @@ static double tolerance(cgm_dtype dtype, int64_t k, double ref,
                                            : 1.0 / 8388608;
     /* One rounding of the result, plus roundings of partial sums (per rank
      * or per chunk), which grow like sqrt(k) for these inputs. Partials
-     * that travel in the output dtype (COMMGEMM_PARTIAL_DTYPE=output) are
+     * that travel in the output dtype (--partials output) are
      * each rounded once more, by half an ulp of a partial's size, which
      * for these inputs is at most about |ref| + sqrt(k). */
     return 2 * eps * fmax(1.0, fabs(ref)) + eps * sqrt((double)k) * 0.5 +

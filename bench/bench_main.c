@@ -147,9 +147,10 @@ static int run_sweep(bench_context *ctx, bench_row *rows, int capacity, int *cou
     return 0;
 }
 
-static int run_rank(const bench_options *opt, const cgm_bootstrap *bootstrap,
+static int run_rank(const bench_options *given, const cgm_bootstrap *bootstrap,
                     bench_env *env) {
     int exit_code = 1, count = 0, errors = 0;
+    bench_options resolved = *given, *opt = &resolved;
     bench_context ctx;
     cgm_config config;
     char *map = NULL;
@@ -166,8 +167,12 @@ static int run_rank(const bench_options *opt, const cgm_bootstrap *bootstrap,
                 bootstrap->rank, cgm_status_string(st), cgm_last_error());
         goto done;
     }
+    /* No --partials: the comm's, so that the header, the calls and the
+     * check all say what ran. */
     if (cgm_comm_rank(ctx.comm, &ctx.rank) != CGM_SUCCESS ||
-        cgm_comm_size(ctx.comm, &ctx.nranks) != CGM_SUCCESS) {
+        cgm_comm_size(ctx.comm, &ctx.nranks) != CGM_SUCCESS ||
+        (opt->partials == CGM_PARTIAL_DTYPE_DEFAULT &&
+         cgm_comm_precision(ctx.comm, &opt->partials, NULL) != CGM_SUCCESS)) {
         fprintf(stderr, "commgemm-bench: querying the comm failed: %s\n", cgm_last_error());
         goto done;
     }

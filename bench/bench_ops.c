@@ -100,6 +100,7 @@ static int setup_create(bench_context *ctx, cgm_op op, int64_t m, int64_t n,
     s->options.layout = opt->layout;
     s->options.algo = opt->algo;
     s->options.splits = opt->splits;
+    s->options.partial_dtype = opt->partials;
     /* The bulk op has no split or ring variant: the whole collective beside
      * the whole GEMM is what it measures. */
     if (op == CGM_OP_BULK && opt->algo != CGM_ALGO_NO_OVERLAP) s->options.algo = CGM_ALGO_AUTO;
@@ -301,8 +302,7 @@ static int64_t check_outputs(bench_context *ctx, op_setup *s) {
         /* GPU backends ship RS/AR partials in the output dtype when asked
          * (the host backend keeps fp32; allowing for it there too only
          * widens its tolerance). */
-        const char *pd = getenv("COMMGEMM_PARTIAL_DTYPE");
-        int rounded = pd && strcmp(pd, "output") == 0 &&
+        int rounded = ctx->opt->partials == CGM_PARTIAL_DTYPE_OUTPUT &&
                               (dt == CGM_DTYPE_BF16 || dt == CGM_DTYPE_FP16)
                           ? ctx->nranks
                           : 0;

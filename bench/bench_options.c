@@ -33,6 +33,9 @@ static void usage(FILE *to) {
         "  --algo A            auto, split, ring, no_overlap, fused (p2p) or lead (AG) (default auto)\n"
         "  --splits N          split count hint, 0 = auto (default 0)\n"
         "  --layout L          TN, NN or NT (default TN)\n"
+        "  --partials P        fp32 or output: the partials gemm_rs and gemm_ar\n"
+        "                      send (default: the comm's, COMMGEMM_PARTIAL_DTYPE\n"
+        "                      or fp32)\n"
         "  -w, --warmup N      untimed rounds first (default 5)\n"
         "  -i, --iters N       timed rounds; medians are reported (default 20)\n"
         "  --check, --no-check verify results (default on)\n"
@@ -219,7 +222,7 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
     enum {
         OPT_OP = 256, OPT_DTYPE, OPT_BACKEND, OPT_ALGO, OPT_SPLITS, OPT_LAYOUT,
         OPT_CHECK, OPT_NO_CHECK, OPT_JSON, OPT_SEED, OPT_RANKS, OPT_TIMEOUT,
-        OPT_SHAPES, OPT_GRAPH, OPT_COMM_BASELINE, OPT_INJECT_WRONG_VALUE
+        OPT_SHAPES, OPT_GRAPH, OPT_COMM_BASELINE, OPT_INJECT_WRONG_VALUE, OPT_PARTIALS
     };
     static const struct option long_options[] = {
         {"op", required_argument, NULL, OPT_OP},
@@ -229,6 +232,7 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
         {"algo", required_argument, NULL, OPT_ALGO},
         {"splits", required_argument, NULL, OPT_SPLITS},
         {"layout", required_argument, NULL, OPT_LAYOUT},
+        {"partials", required_argument, NULL, OPT_PARTIALS},
         {"warmup", required_argument, NULL, 'w'},
         {"iters", required_argument, NULL, 'i'},
         {"check", no_argument, NULL, OPT_CHECK},
@@ -273,6 +277,11 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
         case OPT_ALGO: rc = parse_algo(optarg, &opt->algo); break;
         case OPT_SPLITS: rc = parse_int("--splits", optarg, 0, 4096, &opt->splits); break;
         case OPT_LAYOUT: rc = parse_layout(optarg, &opt->layout); break;
+        case OPT_PARTIALS:
+            if (cgm_partial_dtype_from_name(optarg, &opt->partials) != CGM_SUCCESS ||
+                opt->partials == CGM_PARTIAL_DTYPE_DEFAULT)
+                rc = fail("--partials", "fp32 or output", optarg);
+            break;
         case OPT_CHECK: opt->check = 1; break;
         case OPT_NO_CHECK: opt->check = 0; break;
         case OPT_GRAPH: opt->graph = 1; break;
@@ -338,8 +347,8 @@ void bench_print_options(FILE *to, const bench_options *opt) {
         fprintf(to, "  k: ");
         print_range(to, &opt->k);
     }
-    fprintf(to, "  dtype: %s  layout: %s\n", cgm_dtype_name(opt->dtype),
-            cgm_layout_name(opt->layout));
+    fprintf(to, "  dtype: %s  layout: %s  partials: %s\n", cgm_dtype_name(opt->dtype),
+            cgm_layout_name(opt->layout), cgm_partial_dtype_name(opt->partials));
     fprintf(to, "# backend: %s  algo: %s  splits: %d  warmup: %d  iters: %d  "
             "check: %s  graph: %s  seed: %" PRIu64 "  timeout_ms: ",
             opt->backend == CGM_BACKEND_DEFAULT ? "default" : cgm_backend_name(opt->backend),
@@ -370,6 +379,7 @@ void bench_json_options(FILE *to, const bench_options *opt) {
         fprintf(to, "%s[%" PRId64 ", %" PRId64 ", %" PRId64 "]", i ? ", " : "",
                 opt->shapes[i][0], opt->shapes[i][1], opt->shapes[i][2]);
     fprintf(to, "]");
+    fprintf(to, ", \"partials\": \"%s\"", cgm_partial_dtype_name(opt->partials));
     fprintf(to, ", \"dtype\": \"%s\", \"layout\": \"%s\", \"backend\": \"%s\", "
             "\"algo\": \"%s\", \"splits\": %d, \"warmup\": %d, \"iters\": %d, "
             "\"check\": %s, \"graph\": %s, \"seed\": %" PRIu64 ", \"timeout_ms\": ",
