@@ -89,6 +89,20 @@ class Op(enum.IntEnum):
     BULK = 3
 
 
+class PartialDtype(enum.IntEnum):
+    """cgm_partial_dtype: what GEMM+RS/AR's partials are rounded to before they travel."""
+    DEFAULT = 0  # config: COMMGEMM_PARTIAL_DTYPE, else FP32; per call: the comm's
+    FP32 = 1
+    OUTPUT = 2
+
+
+class GemmReduction(enum.IntEnum):
+    """cgm_gemm_reduction: how cuBLASLt may add the parts of a split-k dot product."""
+    DEFAULT = 0  # config: COMMGEMM_GEMM_REDUCTION, else ANY; per call: the comm's
+    ANY = 1
+    FP32 = 2
+
+
 class BootstrapKind(enum.IntEnum):
     LOCAL = 1
     NCCL = 2
@@ -147,6 +161,8 @@ class cgm_config(ctypes.Structure):
         ("splits", ctypes.c_int),
         ("host_threads", ctypes.c_int),
         ("check_agreement", ctypes.c_int),
+        ("partial_dtype", ctypes.c_int),  # cgm_partial_dtype
+        ("gemm_reduction", ctypes.c_int),  # cgm_gemm_reduction
     ]
 
     @classmethod
@@ -160,6 +176,8 @@ class cgm_config(ctypes.Structure):
         for name in ("max_m", "max_n", "max_k", "timeout_ms", "algo", "splits",
                      "host_threads", "check_agreement"):
             setattr(c, name, UNSET)
+        c.partial_dtype = PartialDtype.DEFAULT
+        c.gemm_reduction = GemmReduction.DEFAULT
         return c
 
 
@@ -172,12 +190,15 @@ class cgm_op_options(ctypes.Structure):
         ("splits", ctypes.c_int),
         ("backend", ctypes.c_int),
         ("allow_tf32", ctypes.c_int),
+        ("partial_dtype", ctypes.c_int),  # cgm_partial_dtype
+        ("gemm_reduction", ctypes.c_int),  # cgm_gemm_reduction
     ]
 
     @classmethod
     def init(cls):
         """CGM_OP_OPTIONS_INIT."""
-        return cls(ctypes.sizeof(cls), Layout.TN, 0, Algo.AUTO, 0, Backend.DEFAULT, 0)
+        return cls(ctypes.sizeof(cls), Layout.TN, 0, Algo.AUTO, 0, Backend.DEFAULT, 0, PartialDtype.DEFAULT,
+                   GemmReduction.DEFAULT)
 
 
 # sizeof() of each struct on LP64 Linux, worked out from commgemm.h by hand
@@ -188,10 +209,12 @@ _EXPECTED_SIZES = {
     # struct_size 0, kind 8, rank 12, nranks 16 (+4 pad), rendezvous 24, nccl_comm 32
     cgm_bootstrap: 40,
     # struct_size 0, backend 8, op_backend 12..28 (+4 pad), max_m 32, max_n 40,
-    # max_k 48, timeout_ms 56, algo 64, splits 68, host_threads 72, check_agreement 76
-    cgm_config: 80,
-    # struct_size 0, layout 8, accumulate 12, algo 16, splits 20, backend 24, allow_tf32 28
-    cgm_op_options: 32,
+    # max_k 48, timeout_ms 56, algo 64, splits 68, host_threads 72, check_agreement 76,
+    # partial_dtype 80, gemm_reduction 84
+    cgm_config: 88,
+    # struct_size 0, layout 8, accumulate 12, algo 16, splits 20, backend 24, allow_tf32 28,
+    # partial_dtype 32, gemm_reduction 36
+    cgm_op_options: 40,
 }
 if ctypes.sizeof(ctypes.c_void_p) == 8 and ctypes.sizeof(ctypes.c_size_t) == 8:
     for _cls, _size in _EXPECTED_SIZES.items():
@@ -365,6 +388,10 @@ def _declare(lib):
         "cgm_algo_from_name": (c_status, [ctypes.c_char_p, P(ctypes.c_int)]),
         "cgm_layout_name": (ctypes.c_char_p, [ctypes.c_int]),
         "cgm_op_name": (ctypes.c_char_p, [ctypes.c_int]),
+        "cgm_partial_dtype_name": (ctypes.c_char_p, [ctypes.c_int]),
+        "cgm_partial_dtype_from_name": (c_status, [ctypes.c_char_p, P(ctypes.c_int)]),
+        "cgm_gemm_reduction_name": (ctypes.c_char_p, [ctypes.c_int]),
+        "cgm_gemm_reduction_from_name": (c_status, [ctypes.c_char_p, P(ctypes.c_int)]),
         "cgm_bootstrap_from_env": (c_status, [P(cgm_bootstrap)]),
         "cgm_comm_create": (c_status, [P(cgm_bootstrap), P(cgm_config), P(ctypes.c_void_p)]),
         "cgm_comm_init_nccl": (c_status, [ctypes.c_void_p, P(cgm_config), P(ctypes.c_void_p)]),
@@ -373,6 +400,7 @@ def _declare(lib):
         "cgm_comm_size": (c_status, [ctypes.c_void_p, P(ctypes.c_int)]),
         "cgm_comm_backend": (c_status, [ctypes.c_void_p, ctypes.c_int, P(ctypes.c_int)]),
         "cgm_comm_get_async_error": (c_status, [ctypes.c_void_p, P(ctypes.c_int)]),
+        "cgm_comm_precision": (c_status, [ctypes.c_void_p, P(ctypes.c_int), P(ctypes.c_int)]),
         "cgm_all_gather_gemm": (c_status, [ctypes.c_void_p, mat, mat, mat, mat, mat,
                                            P(cgm_op_options), ctypes.c_void_p]),
         "cgm_gemm_reduce_scatter": (c_status, [ctypes.c_void_p, mat, mat, mat, mat,
@@ -481,25 +509,44 @@ def op_name(op):
     return _name(lib().cgm_op_name, op)
 
 
-def parse_backend(value):
-    """A Backend from an enum, int or name ("p2p", "NCCL", ...); None -> DEFAULT."""
+def partial_dtype_name(value):
+    return _name(lib().cgm_partial_dtype_name, value)
+
+
+def gemm_reduction_name(value):
+    return _name(lib().cgm_gemm_reduction_name, value)
+
+
+def _parse(value, cls, from_name, default):
+    """A `cls` member from a member, an int or a name (the C parser's, case
+    insensitive; a bad one raises InvalidArgumentError with its message);
+    None -> default."""
     if value is None:
-        return Backend.DEFAULT
+        return default
     if isinstance(value, str):
         out = ctypes.c_int()
-        check(lib().cgm_backend_from_name(value.encode(), ctypes.byref(out)))
-        return Backend(out.value)
-    return Backend(int(value))
+        check(from_name(value.encode(), ctypes.byref(out)))
+        return cls(out.value)
+    return cls(int(value))
+
+
+def parse_backend(value):
+    """A Backend from an enum, int or name ("p2p", "NCCL", ...); None -> DEFAULT."""
+    return _parse(value, Backend, lib().cgm_backend_from_name, Backend.DEFAULT)
 
 
 def parse_algo(value):
-    if value is None:
-        return Algo.AUTO
-    if isinstance(value, str):
-        out = ctypes.c_int()
-        check(lib().cgm_algo_from_name(value.encode(), ctypes.byref(out)))
-        return Algo(out.value)
-    return Algo(int(value))
+    return _parse(value, Algo, lib().cgm_algo_from_name, Algo.AUTO)
+
+
+def parse_partial_dtype(value):
+    """A PartialDtype from an enum, int or name ("fp32", "output"); None -> DEFAULT."""
+    return _parse(value, PartialDtype, lib().cgm_partial_dtype_from_name, PartialDtype.DEFAULT)
+
+
+def parse_gemm_reduction(value):
+    """A GemmReduction from an enum, int or name ("any", "fp32"); None -> DEFAULT."""
+    return _parse(value, GemmReduction, lib().cgm_gemm_reduction_from_name, GemmReduction.DEFAULT)
 
 
 def parse_layout(value):

@@ -42,12 +42,14 @@ def _as_matrix(name, t, for_output=False):
     return _lib.matrix(t.data_ptr(), dtype, rows, cols, ld), t
 
 
-def _options(layout, backend, accumulate=False, dtype=None):
+def _options(layout, backend, dtype, partial_dtype="", gemm_reduction=""):
+    """The op options; backend, partial_dtype and gemm_reduction as names, "" for the comm's."""
     o = _lib.cgm_op_options.init()
     o.layout = _lib.parse_layout(layout)
-    o.accumulate = int(bool(accumulate))
     o.backend = _lib.parse_backend(backend or None)
     o.allow_tf32 = int(dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32)
+    o.partial_dtype = _lib.parse_partial_dtype(partial_dtype or None)
+    o.gemm_reduction = _lib.parse_gemm_reduction(gemm_reduction or None)
     return o
 
 
@@ -105,7 +107,8 @@ def _sym_shard_rows(m, rank, nranks):
 
 @torch.library.custom_op("commgemm::all_gather_matmul", mutates_args=())
 def _all_gather_matmul_op(x_shard: Tensor, weight: Tensor, bias: Optional[Tensor], comm_id: int, m: int,
-                          layout: str, backend: str, return_gathered: bool) -> Tuple[Tensor, Tensor]:
+                          layout: str, backend: str, return_gathered: bool,
+                          gemm_reduction: str) -> Tuple[Tensor, Tensor]:
     comm = comm_by_id(comm_id)
     with _Launch(x_shard) as launch:
         y = torch.empty((m, _out_cols(layout, weight)), dtype=x_shard.dtype, device=x_shard.device)
@@ -120,7 +123,7 @@ def _all_gather_matmul_op(x_shard: Tensor, weight: Tensor, bias: Optional[Tensor
         mb, b_keep = _as_matrix("bias", bias) if bias is not None else (None, None)
         my, _ = _as_matrix("y", y, True)
         mg = _as_matrix("gathered", gathered, True)[0] if return_gathered else None
-        opts = _options(layout, backend, dtype=x_shard.dtype)
+        opts = _options(layout, backend, x_shard.dtype, gemm_reduction=gemm_reduction)
         check(_lib.lib().cgm_all_gather_gemm(comm.handle, _ref(mx), _ref(mw), _ref(mb), _ref(my), _ref(mg),
                                              ctypes.byref(opts), launch.stream))
         del x_keep, w_keep, b_keep  # the op is enqueued; the caching allocator is stream-ordered
@@ -128,7 +131,7 @@ def _all_gather_matmul_op(x_shard: Tensor, weight: Tensor, bias: Optional[Tensor
 
 
 @_all_gather_matmul_op.register_fake
-def _(x_shard, weight, bias, comm_id, m, layout, backend, return_gathered):
+def _(x_shard, weight, bias, comm_id, m, layout, backend, return_gathered, gemm_reduction):
     y = x_shard.new_empty((m, _out_cols(layout, weight)))
     if return_gathered:
         k = _contraction(layout, x_shard)
@@ -138,7 +141,7 @@ def _(x_shard, weight, bias, comm_id, m, layout, backend, return_gathered):
     return y, gathered
 
 
-def _gemm_then_reduce(c_function, comm, x, weight, bias, rows, layout, backend):
+def _gemm_then_reduce(c_function, comm, x, weight, bias, rows, layout, backend, partial_dtype, gemm_reduction):
     """GEMM+RS and GEMM+AR: one call of `c_function` into a new [rows, n] output."""
     with _Launch(x) as launch:
         y = torch.empty((rows, _out_cols(layout, weight)), dtype=x.dtype, device=x.device)
@@ -146,7 +149,7 @@ def _gemm_then_reduce(c_function, comm, x, weight, bias, rows, layout, backend):
         mw, w_keep = _as_matrix("weight", weight)
         mb, b_keep = _as_matrix("bias", bias) if bias is not None else (None, None)
         my, _ = _as_matrix("y", y, True)
-        opts = _options(layout, backend, dtype=x.dtype)
+        opts = _options(layout, backend, x.dtype, partial_dtype, gemm_reduction)
         check(c_function(comm.handle, _ref(mx), _ref(mw), _ref(mb), _ref(my), ctypes.byref(opts),
                          launch.stream))
         del x_keep, w_keep, b_keep
@@ -155,14 +158,15 @@ def _gemm_then_reduce(c_function, comm, x, weight, bias, rows, layout, backend):
 
 @torch.library.custom_op("commgemm::matmul_reduce_scatter", mutates_args=())
 def _matmul_reduce_scatter_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], comm_id: int, layout: str,
-                              backend: str) -> Tensor:
+                              backend: str, partial_dtype: str, gemm_reduction: str) -> Tensor:
     comm = comm_by_id(comm_id)
     rows = comm.shard_rows(_split_len(layout, x))
-    return _gemm_then_reduce(_lib.lib().cgm_gemm_reduce_scatter, comm, x, weight, bias, rows, layout, backend)
+    return _gemm_then_reduce(_lib.lib().cgm_gemm_reduce_scatter, comm, x, weight, bias, rows, layout, backend,
+                             partial_dtype, gemm_reduction)
 
 
 @_matmul_reduce_scatter_op.register_fake
-def _(x, weight, bias, comm_id, layout, backend):
+def _(x, weight, bias, comm_id, layout, backend, partial_dtype, gemm_reduction):
     comm = comm_by_id(comm_id)
     rows = _sym_shard_rows(_split_len(layout, x), comm.rank, comm.size)
     return x.new_empty((rows, _out_cols(layout, weight)))
@@ -170,20 +174,20 @@ def _(x, weight, bias, comm_id, layout, backend):
 
 @torch.library.custom_op("commgemm::matmul_all_reduce", mutates_args=())
 def _matmul_all_reduce_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], comm_id: int, layout: str,
-                          backend: str) -> Tensor:
+                          backend: str, partial_dtype: str, gemm_reduction: str) -> Tensor:
     comm = comm_by_id(comm_id)
     return _gemm_then_reduce(_lib.lib().cgm_gemm_all_reduce, comm, x, weight, bias, _split_len(layout, x),
-                             layout, backend)
+                             layout, backend, partial_dtype, gemm_reduction)
 
 
 @_matmul_all_reduce_op.register_fake
-def _(x, weight, bias, comm_id, layout, backend):
+def _(x, weight, bias, comm_id, layout, backend, partial_dtype, gemm_reduction):
     return x.new_empty((_split_len(layout, x), _out_cols(layout, weight)))
 
 
 @torch.library.custom_op("commgemm::bulk_matmul_collective", mutates_args=())
 def _bulk_op(a: Optional[Tensor], b: Optional[Tensor], send: Optional[Tensor], comm_id: int, layout: str,
-             collective: str, m: int, backend: str) -> Tuple[Tensor, Tensor]:
+             collective: str, m: int, backend: str, gemm_reduction: str) -> Tuple[Tensor, Tensor]:
     comm = comm_by_id(comm_id)
     ref = a if a is not None else send
     with _Launch(ref) as launch:
@@ -193,7 +197,7 @@ def _bulk_op(a: Optional[Tensor], b: Optional[Tensor], send: Optional[Tensor], c
         mc = _as_matrix("c", c, True)[0] if a is not None else None
         ms, s_keep = _as_matrix("send", send) if send is not None else (None, None)
         mr = _as_matrix("recv", recv, True)[0] if send is not None else None
-        opts = _options(layout, backend, dtype=ref.dtype)
+        opts = _options(layout, backend, ref.dtype, gemm_reduction=gemm_reduction)
         check(_lib.lib().cgm_bulk_overlap(comm.handle, _ref(ma), _ref(mb), None, _ref(mc),
                                           int(_lib.parse_collective(collective)), _ref(ms), _ref(mr),
                                           ctypes.byref(opts), launch.stream))
@@ -221,7 +225,7 @@ def _bulk_outputs(a, b, send, comm, layout, collective, m, empty, fake=False):
 
 
 @_bulk_op.register_fake
-def _(a, b, send, comm_id, layout, collective, m, backend):
+def _(a, b, send, comm_id, layout, collective, m, backend, gemm_reduction):
     return _bulk_outputs(a, b, send, comm_by_id(comm_id), layout, collective, m, torch.empty, fake=True)
 
 

@@ -26,7 +26,12 @@ __all__ = ["Config", "Comm", "all_gather_gemm", "gemm_reduce_scatter", "gemm_all
 @dataclasses.dataclass
 class Config:
     """Comm configuration (cgm_config). None = unset: the environment variable
-    (COMMGEMM_BACKEND, COMMGEMM_MAX_M, ...), then the library's default."""
+    (COMMGEMM_BACKEND, COMMGEMM_MAX_M, ...), then the library's default.
+
+    partial_dtype: "fp32" or "output", what GEMM+RS/AR's partial products are
+    rounded to before they travel (COMMGEMM_PARTIAL_DTYPE, default "fp32");
+    gemm_reduction: "any" or "fp32", how cuBLASLt may add split-k parts
+    (COMMGEMM_GEMM_REDUCTION, default "any"). See docs/PYTHON.md, Precision."""
     backend: Union[str, int, None] = None
     #: per-op backend, e.g. {"ag_gemm": "p2p", "gemm_rs": "nccl"}
     op_backend: Optional[Dict[Union[str, int], Union[str, int]]] = None
@@ -38,6 +43,8 @@ class Config:
     splits: Optional[int] = None
     host_threads: Optional[int] = None
     check_agreement: Optional[bool] = None
+    partial_dtype: Union[str, int, None] = None
+    gemm_reduction: Union[str, int, None] = None
 
     def to_c(self):
         c = _lib.cgm_config.init()
@@ -53,6 +60,8 @@ class Config:
             c.algo = _lib.parse_algo(self.algo)
         if self.check_agreement is not None:
             c.check_agreement = int(bool(self.check_agreement))
+        c.partial_dtype = _lib.parse_partial_dtype(self.partial_dtype)
+        c.gemm_reduction = _lib.parse_gemm_reduction(self.gemm_reduction)
         return c
 
     @classmethod
@@ -189,6 +198,22 @@ class Comm:
         check(_lib.lib().cgm_comm_backend(self.handle, int(_lib.parse_op(op)), ctypes.byref(out)))
         return _lib.backend_name(out.value)
 
+    def _precision(self):
+        partial, reduction = ctypes.c_int(), ctypes.c_int()
+        check(_lib.lib().cgm_comm_precision(self.handle, ctypes.byref(partial), ctypes.byref(reduction)))
+        return partial.value, reduction.value
+
+    @property
+    def partial_dtype(self):
+        """The comm's partial dtype ("fp32" or "output"): what GEMM+RS/AR calls
+        that do not choose one use (config, else COMMGEMM_PARTIAL_DTYPE, else fp32)."""
+        return _lib.partial_dtype_name(self._precision()[0])
+
+    @property
+    def gemm_reduction(self):
+        """The comm's GEMM reduction ("any" or "fp32"), as partial_dtype."""
+        return _lib.gemm_reduction_name(self._precision()[1])
+
     def async_error(self):
         """None while no asynchronous error occurred, else the CommGemmError
         (cgm_comm_get_async_error; never blocks)."""
@@ -321,7 +346,8 @@ def _writable(name, a):
         raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"{name} is read-only: outputs must be writable")
 
 
-def _options(layout="TN", accumulate=False, algo="auto", splits=0, backend=None, allow_tf32=False):
+def _options(layout="TN", accumulate=False, algo="auto", splits=0, backend=None, allow_tf32=False,
+             partial_dtype=None, gemm_reduction=None):
     o = _lib.cgm_op_options.init()
     o.layout = _lib.parse_layout(layout)
     o.accumulate = int(bool(accumulate))
@@ -329,6 +355,8 @@ def _options(layout="TN", accumulate=False, algo="auto", splits=0, backend=None,
     o.splits = int(splits or 0)
     o.backend = _lib.parse_backend(backend)
     o.allow_tf32 = int(bool(allow_tf32))
+    o.partial_dtype = _lib.parse_partial_dtype(partial_dtype)
+    o.gemm_reduction = _lib.parse_gemm_reduction(gemm_reduction)
     return o
 
 
@@ -366,13 +394,15 @@ def _check_2d(name, a):
 
 
 def all_gather_gemm(comm, x_shard, w, bias=None, out=None, gathered=None, layout="TN", accumulate=False,
-                    algo="auto", splits=0, backend=None, m=None, out_dtype=None, allow_tf32=False):
+                    algo="auto", splits=0, backend=None, m=None, out_dtype=None, allow_tf32=False,
+                    gemm_reduction=None):
     """AG+GEMM on numpy arrays (host backend): out[m, n] = allgather(x_shard) . op(w) (+ bias).
 
     x_shard: this rank's rows, [m_r, k] (TN, NN) or [k, m_r] (NT), m_r = shard_rows(m, rank, P).
     w: [n, k] (TN) or [k, n] (NN, NT). m: total rows; default out.shape[0], else m_r * P (equal
     shards: pass m when the shards are uneven). gathered: None, True (allocate) or an array that
-    receives the gathered input. Returns out, or (out, gathered) when gathered is not None.
+    receives the gathered input. gemm_reduction: "any" or "fp32" (None: the comm's; every op
+    takes it, see Config). Returns out, or (out, gathered) when gathered is not None.
     """
     handle = _check_comm(comm)
     lay = _lib.parse_layout(layout)
@@ -393,14 +423,14 @@ def all_gather_gemm(comm, x_shard, w, bias=None, out=None, gathered=None, layout
     mb = _matrix("bias", bias, allow_none=True)
     my = _matrix("out", out)
     mg = _matrix("gathered", gathered) if want_gathered else None
-    opts = _options(lay, accumulate, algo, splits, backend, allow_tf32)
+    opts = _options(lay, accumulate, algo, splits, backend, allow_tf32, gemm_reduction=gemm_reduction)
     check(_lib.lib().cgm_all_gather_gemm(handle, _ref(mx), _ref(mw), _ref(mb), _ref(my),
                                          _ref(mg), ctypes.byref(opts), None))
     return (out, gathered) if want_gathered else out
 
 
 def _gemm_then_reduce(c_function, comm, x, w, bias, out, layout, accumulate, algo, splits, backend, out_dtype,
-                      allow_tf32, shard_rows):
+                      allow_tf32, partial_dtype, gemm_reduction, shard_rows):
     """GEMM+RS (shard_rows: out holds this rank's rows) and GEMM+AR (all rows)."""
     handle = _check_comm(comm)
     lay = _lib.parse_layout(layout)
@@ -415,31 +445,34 @@ def _gemm_then_reduce(c_function, comm, x, w, bias, out, layout, accumulate, alg
     mw = _matrix("w", w)
     mb = _matrix("bias", bias, allow_none=True)
     my = _matrix("out", out)
-    opts = _options(lay, accumulate, algo, splits, backend, allow_tf32)
+    opts = _options(lay, accumulate, algo, splits, backend, allow_tf32, partial_dtype, gemm_reduction)
     check(c_function(handle, _ref(mx), _ref(mw), _ref(mb), _ref(my), ctypes.byref(opts), None))
     return out
 
 
 def gemm_reduce_scatter(comm, x, w, bias=None, out=None, layout="TN", accumulate=False, algo="auto", splits=0,
-                        backend=None, out_dtype=None, allow_tf32=False):
+                        backend=None, out_dtype=None, allow_tf32=False, partial_dtype=None, gemm_reduction=None):
     """GEMM+RS on numpy arrays: out[m_r, n] = this rank's rows of sum_ranks x . op(w) (+ bias, once).
 
     x: [m, k_loc] (TN, NN) or [k_loc, m] (NT); w: [n, k_loc] (TN) or [k_loc, n] (NN, NT).
+    partial_dtype: "fp32" or "output", the same on every rank (None: the comm's); the host
+    backend always sums exact fp32 partials.
     """
     return _gemm_then_reduce(_lib.lib().cgm_gemm_reduce_scatter, comm, x, w, bias, out, layout, accumulate, algo,
-                             splits, backend, out_dtype, allow_tf32, shard_rows=True)
+                             splits, backend, out_dtype, allow_tf32, partial_dtype, gemm_reduction, shard_rows=True)
 
 
 def gemm_all_reduce(comm, x, w, bias=None, out=None, layout="TN", accumulate=False, algo="auto", splits=0,
-                    backend=None, out_dtype=None, allow_tf32=False):
-    """GEMM+AR on numpy arrays: out[m, n] = sum_ranks x . op(w) (+ bias, once), on every rank."""
+                    backend=None, out_dtype=None, allow_tf32=False, partial_dtype=None, gemm_reduction=None):
+    """GEMM+AR on numpy arrays: out[m, n] = sum_ranks x . op(w) (+ bias, once), on every rank.
+    partial_dtype, gemm_reduction: as gemm_reduce_scatter's."""
     return _gemm_then_reduce(_lib.lib().cgm_gemm_all_reduce, comm, x, w, bias, out, layout, accumulate, algo,
-                             splits, backend, out_dtype, allow_tf32, shard_rows=False)
+                             splits, backend, out_dtype, allow_tf32, partial_dtype, gemm_reduction, shard_rows=False)
 
 
 def bulk_overlap(comm, a=None, b=None, c=None, bias=None, send=None, recv=None, collective="all_gather",
                  layout="TN", accumulate=False, algo="auto", splits=0, backend=None, m=None, out_dtype=None,
-                 allow_tf32=False):
+                 allow_tf32=False, gemm_reduction=None):
     """A local GEMM c = op(a) . op(b) (+ bias) overlapped with an unrelated collective
     (all_gather: send [m_r, cols] -> recv [m, cols]; reduce_scatter: send [m, cols] -> recv
     [m_r, cols], fp32 sums). Either half may be left out (a, b, c None, or send, recv None).
@@ -469,7 +502,7 @@ def bulk_overlap(comm, a=None, b=None, c=None, bias=None, send=None, recv=None, 
     mc = _matrix("c", c, allow_none=True)
     ms = _matrix("send", send, allow_none=True)
     mr = _matrix("recv", recv, allow_none=True)
-    opts = _options(lay, accumulate, algo, splits, backend, allow_tf32)
+    opts = _options(lay, accumulate, algo, splits, backend, allow_tf32, gemm_reduction=gemm_reduction)
     check(_lib.lib().cgm_bulk_overlap(handle, _ref(ma), _ref(mb_), _ref(mbias), _ref(mc), int(coll),
                                       _ref(ms), _ref(mr), ctypes.byref(opts), None))
     return c, recv

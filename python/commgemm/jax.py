@@ -59,7 +59,7 @@ def register():
     _registered = True
 
 
-def _comm_attrs(comm, layout, algo, splits, backend, allow_tf32):
+def _comm_attrs(comm, layout, algo, splits, backend, allow_tf32, partial_dtype=None, gemm_reduction=None):
     if not isinstance(comm, Comm):
         raise TypeError(f"comm: expected a commgemm.Comm, got {type(comm).__name__}")
     attrs = dict(comm=np.uint64(comm.handle.value), layout=np.int32(_lib.parse_layout(layout)),
@@ -67,6 +67,11 @@ def _comm_attrs(comm, layout, algo, splits, backend, allow_tf32):
                  allow_tf32=np.int32(1 if allow_tf32 else 0))
     if backend is not None:
         attrs["backend"] = np.int32(_lib.parse_backend(backend))
+    # left out (the comm's) unless given: the handler's default is CGM_OP_OPTIONS_INIT's
+    if partial_dtype is not None:
+        attrs["partial_dtype"] = np.int32(_lib.parse_partial_dtype(partial_dtype))
+    if gemm_reduction is not None:
+        attrs["gemm_reduction"] = np.int32(_lib.parse_gemm_reduction(gemm_reduction))
     return attrs
 
 
@@ -94,7 +99,7 @@ def _call(target, results, operands, attrs):
 
 
 def all_gather_matmul(x_shard, w, bias=None, *, comm, m=None, layout="TN", algo="auto", splits=0, backend=None,
-                      allow_tf32=False, out_dtype=None, return_gathered=False):
+                      allow_tf32=False, out_dtype=None, return_gathered=False, gemm_reduction=None):
     """AG+GEMM: Y[m, n] = allgather(X) . op(W) (+ bias), cgm_all_gather_gemm.
 
     x_shard: this rank's rows, [m_r, k] (TN, NN) or [k, m_r] (NT), m_r =
@@ -103,7 +108,8 @@ def all_gather_matmul(x_shard, w, bias=None, *, comm, m=None, layout="TN", algo=
     uneven ones the ranks would call with different m, which the call's
     cross-rank agreement check (on by default) refuses; pass m then.
     out_dtype: x's dtype (default) or float32. With return_gathered, also
-    the gathered X ([m, k], or [k, m] for NT).
+    the gathered X ([m, k], or [k, m] for NT). gemm_reduction: "any" or
+    "fp32" (None: the comm's; every op takes it, docs/PYTHON.md).
     Not differentiable: see column_parallel_linear."""
     layout = _layout_name(layout)
     _check_2d("x_shard", x_shard)
@@ -117,7 +123,7 @@ def all_gather_matmul(x_shard, w, bias=None, *, comm, m=None, layout="TN", algo=
         results.append(jax.ShapeDtypeStruct((k, m) if layout == "NT" else (m, k), x_shard.dtype))
     operands = [x_shard, w] + ([bias] if bias is not None else [])
     out = _call("commgemm_all_gather_gemm", results, operands,
-                _comm_attrs(comm, layout, algo, splits, backend, allow_tf32))
+                _comm_attrs(comm, layout, algo, splits, backend, allow_tf32, gemm_reduction=gemm_reduction))
     return (out[0], out[1]) if return_gathered else out[0]
 
 
@@ -134,7 +140,8 @@ def _total_rows(comm, rows, m, what="all_gather_matmul"):
     return int(m)
 
 
-def _reduce_op(target, x, w, bias, comm, layout, algo, splits, backend, allow_tf32, out_dtype, scatter):
+def _reduce_op(target, x, w, bias, comm, layout, algo, splits, backend, allow_tf32, out_dtype, partial_dtype,
+               gemm_reduction, scatter):
     layout = _layout_name(layout)
     _check_2d("x", x)
     _check_2d("w", w)
@@ -142,28 +149,32 @@ def _reduce_op(target, x, w, bias, comm, layout, algo, splits, backend, allow_tf
     rows = shard_rows(m, comm.rank, comm.size) if scatter else m
     out = jax.ShapeDtypeStruct((rows, _out_cols(layout, w)), jnp.dtype(out_dtype or x.dtype))
     operands = [x, w] + ([bias] if bias is not None else [])
-    return _call(target, out, operands, _comm_attrs(comm, layout, algo, splits, backend, allow_tf32))
+    return _call(target, out, operands,
+                 _comm_attrs(comm, layout, algo, splits, backend, allow_tf32, partial_dtype, gemm_reduction))
 
 
 def matmul_reduce_scatter(x, w, bias=None, *, comm, layout="TN", algo="auto", splits=0, backend=None,
-                          allow_tf32=False, out_dtype=None):
+                          allow_tf32=False, out_dtype=None, partial_dtype=None, gemm_reduction=None):
     """GEMM+RS: this rank's rows [m_r, n] of sum_ranks X . op(W) (+ bias, added
     once), cgm_gemm_reduce_scatter. x: [m, k_loc] (TN, NN) or [k_loc, m]; w:
-    [n, k_loc] (TN) or [k_loc, n]. Not differentiable: see row_parallel_linear."""
+    [n, k_loc] (TN) or [k_loc, n]. partial_dtype: "fp32" or "output", the
+    same on every rank; gemm_reduction: "any" or "fp32"; None: the comm's.
+    Not differentiable: see row_parallel_linear."""
     return _reduce_op("commgemm_gemm_reduce_scatter", x, w, bias, comm, layout, algo, splits, backend, allow_tf32,
-                      out_dtype, True)
+                      out_dtype, partial_dtype, gemm_reduction, True)
 
 
 def matmul_all_reduce(x, w, bias=None, *, comm, layout="TN", algo="auto", splits=0, backend=None,
-                      allow_tf32=False, out_dtype=None):
+                      allow_tf32=False, out_dtype=None, partial_dtype=None, gemm_reduction=None):
     """GEMM+AR: Y[m, n] = sum_ranks X . op(W) (+ bias, added once) on every rank,
-    cgm_gemm_all_reduce. Operands as matmul_reduce_scatter's."""
+    cgm_gemm_all_reduce. Operands and options as matmul_reduce_scatter's."""
     return _reduce_op("commgemm_gemm_all_reduce", x, w, bias, comm, layout, algo, splits, backend, allow_tf32,
-                      out_dtype, False)
+                      out_dtype, partial_dtype, gemm_reduction, False)
 
 
 def bulk_matmul_collective(a=None, b=None, bias=None, send=None, *, comm, collective="all_gather", m=None,
-                           layout="TN", algo="auto", backend=None, allow_tf32=False, out_dtype=None):
+                           layout="TN", algo="auto", backend=None, allow_tf32=False, out_dtype=None,
+                           gemm_reduction=None):
     """Bulk: a local GEMM C = op(a) . op(b) (+ bias) beside an unrelated
     collective on `send`, overlapped (cgm_bulk_overlap; e.g. the wgrad GEMM
     beside the dgrad's reduce-scatter). Either part may be left out (a and b
@@ -194,7 +205,7 @@ def bulk_matmul_collective(a=None, b=None, bias=None, send=None, *, comm, collec
             rows = shard_rows(send.shape[0], comm.rank, comm.size)
         results.append(jax.ShapeDtypeStruct((rows, send.shape[1]), send.dtype))
         operands.append(send)
-    attrs = _comm_attrs(comm, layout, algo, 0, backend, allow_tf32)
+    attrs = _comm_attrs(comm, layout, algo, 0, backend, allow_tf32, gemm_reduction=gemm_reduction)
     attrs.update(gemm=np.int32(gemm), bias=np.int32(bias is not None), collective=np.int32(coll))
     out = list(_call("commgemm_bulk_overlap", results, operands, attrs))
     c = out.pop(0) if gemm else None
@@ -220,29 +231,35 @@ def _mm(a, b, allow_tf32):
                       preferred_element_type=jnp.float32)
 
 
-def _column_fwd(x_shard, w, bias, comm, m, backend, allow_tf32):
+# `precision` below: (partial_dtype, gemm_reduction) of the layer's commgemm
+# ops, each None for the comm's; a static (hashable) argument like backend.
+
+
+def _column_fwd(x_shard, w, bias, comm, m, backend, allow_tf32, precision):
     y, gathered = all_gather_matmul(x_shard, w, bias, comm=comm, m=m, backend=backend, allow_tf32=allow_tf32,
-                                    return_gathered=True)
+                                    return_gathered=True, gemm_reduction=precision[1])
     return y, (gathered, w, bias is not None)
 
 
-def _column_bwd(comm, m, backend, allow_tf32, res, grad_y):
+def _column_bwd(comm, m, backend, allow_tf32, precision, res, grad_y):
     gathered, w, has_bias = res
     # As TransformerEngine's bulk overlap (and commgemm.torch): the dgrad
     # GEMM dY . W alone, then its reduce-scatter (dX_r) beside the wgrad GEMM
     # dW = dY^T . allgather(X) (NT: a = dY as [k = m, n_loc], b = X as [m, k]).
     partial = _mm(grad_y, w, allow_tf32).astype(grad_y.dtype)
     dw, dx = bulk_matmul_collective(grad_y, gathered, send=partial, comm=comm, collective="reduce_scatter",
-                                    layout="NT", backend=backend, allow_tf32=allow_tf32)
+                                    layout="NT", backend=backend, allow_tf32=allow_tf32,
+                                    gemm_reduction=precision[1])
     db = _bias_grad(grad_y) if has_bias else None
     return dx, dw.astype(w.dtype), db
 
 
-def _column_impl(x_shard, w, bias, comm, m, backend, allow_tf32):
-    return all_gather_matmul(x_shard, w, bias, comm=comm, m=m, backend=backend, allow_tf32=allow_tf32)
+def _column_impl(x_shard, w, bias, comm, m, backend, allow_tf32, precision):
+    return all_gather_matmul(x_shard, w, bias, comm=comm, m=m, backend=backend, allow_tf32=allow_tf32,
+                             gemm_reduction=precision[1])
 
 
-_column = jax.custom_vjp(_column_impl, nondiff_argnums=(3, 4, 5, 6))
+_column = jax.custom_vjp(_column_impl, nondiff_argnums=(3, 4, 5, 6, 7))
 _column.defvjp(_column_fwd, _column_bwd)
 
 
@@ -253,20 +270,21 @@ def _linear(x, w, bias, allow_tf32):
     return y.astype(x.dtype)
 
 
-def _column_ar_fwd(x, w, bias, comm, backend, allow_tf32):
+def _column_ar_fwd(x, w, bias, comm, backend, allow_tf32, precision):
     return _linear(x, w, bias, allow_tf32), (x, w, bias is not None)
 
 
-def _column_ar_bwd(comm, backend, allow_tf32, res, grad_y):
+def _column_ar_bwd(comm, backend, allow_tf32, precision, res, grad_y):
     x, w, has_bias = res
     # dX = allreduce(dY . W): GEMM+AR, NN
-    dx = matmul_all_reduce(grad_y, w, comm=comm, layout="NN", backend=backend, allow_tf32=allow_tf32)
+    dx = matmul_all_reduce(grad_y, w, comm=comm, layout="NN", backend=backend, allow_tf32=allow_tf32,
+                           partial_dtype=precision[0], gemm_reduction=precision[1])
     dw = _mm(grad_y.T, x, allow_tf32).astype(w.dtype)
     return dx, dw, (_bias_grad(grad_y) if has_bias else None)
 
 
-_column_ar = jax.custom_vjp(lambda x, w, b, comm, backend, allow_tf32: _linear(x, w, b, allow_tf32),
-                            nondiff_argnums=(3, 4, 5))
+_column_ar = jax.custom_vjp(lambda x, w, b, comm, backend, allow_tf32, precision: _linear(x, w, b, allow_tf32),
+                            nondiff_argnums=(3, 4, 5, 6))
 _column_ar.defvjp(_column_ar_fwd, _column_ar_bwd)
 
 
@@ -280,8 +298,15 @@ def _rows_2d(x):
     return x.reshape(-1, x.shape[-1]), (lambda y: y.reshape(-1, *lead[1:], y.shape[-1]))
 
 
+def _precision(partial_dtype, gemm_reduction):
+    """The layers' static precision argument, checked now (names, or None for the comm's)."""
+    pd, gr = _lib.parse_partial_dtype(partial_dtype), _lib.parse_gemm_reduction(gemm_reduction)
+    return (None if pd == _lib.PartialDtype.DEFAULT else _lib.partial_dtype_name(pd),
+            None if gr == _lib.GemmReduction.DEFAULT else _lib.gemm_reduction_name(gr))
+
+
 def column_parallel_linear(x, w, bias=None, *, comm, m=None, sequence_parallel=True, backend=None,
-                           allow_tf32=False):
+                           allow_tf32=False, partial_dtype=None, gemm_reduction=None):
     """Column-parallel linear: w's rows (the output features) split over the
     ranks; w: [n_loc, k] (this rank's nn.Linear weight shard), bias: [n_loc]
     or None. Differentiable (jax.grad, jax.vjp); x may have leading dims
@@ -290,55 +315,60 @@ def column_parallel_linear(x, w, bias=None, *, comm, m=None, sequence_parallel=T
     sequence_parallel (default): x is this rank's rows [m_r, k] and the
     forward is AG+GEMM, Y[m, n_loc] = allgather(x) . w^T + bias; m is the
     total rows (default m_r * P; pass it for uneven shards). Backward: dX_r =
-    reduce_scatter(dY . W) (GEMM+RS, NN), dW = dY^T . allgather(X), db =
-    sum_rows dY.
+    reduce_scatter(dY . W) (the dgrad GEMM, then its reduce-scatter beside
+    the wgrad GEMM), dW = dY^T . allgather(X), db = sum_rows dY.
     Without: x is the whole [m, k] on every rank, the forward is local and
     the backward's dX = allreduce(dY . W) (GEMM+AR, NN).
 
     allow_tf32: float32 GEMMs, the commgemm ops' and the layer's local ones
     alike, may run in TF32 on GPUs (default: full fp32, as the ops; XLA's
-    default precision would take TF32 for the local ones)."""
+    default precision would take TF32 for the local ones).
+    partial_dtype ("fp32", "output"): the backward's GEMM+AR partials
+    (without sequence parallelism), the same on every rank; gemm_reduction
+    ("any", "fp32"): the commgemm GEMMs'; None: the comm's (docs/PYTHON.md)."""
     x2, back = _rows_2d(x)
     allow_tf32 = bool(allow_tf32)
+    precision = _precision(partial_dtype, gemm_reduction)
     if not sequence_parallel:
-        return back(_column_ar(x2, w, bias, comm, backend, allow_tf32))
+        return back(_column_ar(x2, w, bias, comm, backend, allow_tf32, precision))
     if m is None:
         m = _total_rows(comm, x2.shape[0], None)
-    return back(_column(x2, w, bias, comm, int(m), backend, allow_tf32))
+    return back(_column(x2, w, bias, comm, int(m), backend, allow_tf32, precision))
 
 
-def _row_fwd(x, w, bias, comm, backend, allow_tf32):
-    y = matmul_reduce_scatter(x, w, bias, comm=comm, backend=backend, allow_tf32=allow_tf32)
-    return y, (x, w, bias is not None)
+def _row_fwd(x, w, bias, comm, backend, allow_tf32, precision):
+    return _row_impl(x, w, bias, comm, backend, allow_tf32, precision), (x, w, bias is not None)
 
 
-def _row_bwd(comm, backend, allow_tf32, res, grad_y):
+def _row_bwd(comm, backend, allow_tf32, precision, res, grad_y):
     x, w, has_bias = res
     # dX = allgather(dY_r) . W (AG+GEMM, NN), which also gives the gathered dY
     dx, gathered = all_gather_matmul(grad_y, w, comm=comm, m=x.shape[0], layout="NN", backend=backend,
-                                     allow_tf32=allow_tf32, return_gathered=True)
+                                     allow_tf32=allow_tf32, return_gathered=True, gemm_reduction=precision[1])
     dw = _mm(gathered.T, x, allow_tf32).astype(w.dtype)
     db = _bias_grad(gathered) if has_bias else None
     return dx, dw, db
 
 
-def _row_impl(x, w, bias, comm, backend, allow_tf32):
-    return matmul_reduce_scatter(x, w, bias, comm=comm, backend=backend, allow_tf32=allow_tf32)
+def _row_impl(x, w, bias, comm, backend, allow_tf32, precision):
+    return matmul_reduce_scatter(x, w, bias, comm=comm, backend=backend, allow_tf32=allow_tf32,
+                                 partial_dtype=precision[0], gemm_reduction=precision[1])
 
 
-_row = jax.custom_vjp(_row_impl, nondiff_argnums=(3, 4, 5))
+_row = jax.custom_vjp(_row_impl, nondiff_argnums=(3, 4, 5, 6))
 _row.defvjp(_row_fwd, _row_bwd)
 
 
-def _row_ar_impl(x, w, bias, comm, backend, allow_tf32):
-    return matmul_all_reduce(x, w, bias, comm=comm, backend=backend, allow_tf32=allow_tf32)
+def _row_ar_impl(x, w, bias, comm, backend, allow_tf32, precision):
+    return matmul_all_reduce(x, w, bias, comm=comm, backend=backend, allow_tf32=allow_tf32,
+                             partial_dtype=precision[0], gemm_reduction=precision[1])
 
 
-def _row_ar_fwd(x, w, bias, comm, backend, allow_tf32):
-    return _row_ar_impl(x, w, bias, comm, backend, allow_tf32), (x, w, bias is not None)
+def _row_ar_fwd(x, w, bias, comm, backend, allow_tf32, precision):
+    return _row_ar_impl(x, w, bias, comm, backend, allow_tf32, precision), (x, w, bias is not None)
 
 
-def _row_ar_bwd(comm, backend, allow_tf32, res, grad_y):
+def _row_ar_bwd(comm, backend, allow_tf32, precision, res, grad_y):
     x, w, has_bias = res
     # dY is the same on every rank (the output is replicated): all local
     dx = _mm(grad_y, w, allow_tf32).astype(x.dtype)
@@ -346,11 +376,12 @@ def _row_ar_bwd(comm, backend, allow_tf32, res, grad_y):
     return dx, dw, (_bias_grad(grad_y) if has_bias else None)
 
 
-_row_ar = jax.custom_vjp(_row_ar_impl, nondiff_argnums=(3, 4, 5))
+_row_ar = jax.custom_vjp(_row_ar_impl, nondiff_argnums=(3, 4, 5, 6))
 _row_ar.defvjp(_row_ar_fwd, _row_ar_bwd)
 
 
-def row_parallel_linear(x, w, bias=None, *, comm, sequence_parallel=True, backend=None, allow_tf32=False):
+def row_parallel_linear(x, w, bias=None, *, comm, sequence_parallel=True, backend=None, allow_tf32=False,
+                        partial_dtype=None, gemm_reduction=None):
     """Row-parallel linear: w's columns (the input features) split over the
     ranks; x: [m, k_loc] (e.g. a column-parallel layer's output; leading
     dims allowed), w: [n, k_loc], bias: [n] or None, the same on every rank
@@ -362,9 +393,12 @@ def row_parallel_linear(x, w, bias=None, *, comm, sequence_parallel=True, backen
     Without: GEMM+AR, the output is all rows on every rank (compute the same
     loss on every rank); the backward is local.
 
-    allow_tf32: as column_parallel_linear's."""
+    allow_tf32: as column_parallel_linear's. partial_dtype ("fp32",
+    "output"): the forward's GEMM+RS/AR partials, the same on every rank;
+    gemm_reduction ("any", "fp32"): the commgemm GEMMs'; None: the comm's."""
     x2, back = _rows_2d(x)
     allow_tf32 = bool(allow_tf32)
+    precision = _precision(partial_dtype, gemm_reduction)
     if not sequence_parallel:
-        return back(_row_ar(x2, w, bias, comm, backend, allow_tf32))
-    return back(_row(x2, w, bias, comm, backend, allow_tf32))
+        return back(_row_ar(x2, w, bias, comm, backend, allow_tf32, precision))
+    return back(_row(x2, w, bias, comm, backend, allow_tf32, precision))

@@ -136,10 +136,12 @@ class _AllGatherMatmul(torch.autograd.Function):
     without, dX is one pipelined GEMM+RS."""
 
     @staticmethod
-    def forward(ctx, x_shard, weight, bias, comm_id, m, backend, save_gathered, return_gathered):
+    def forward(ctx, x_shard, weight, bias, comm_id, m, backend, partial_dtype, gemm_reduction, save_gathered,
+                return_gathered):
         y, gathered = _ops.all_gather_matmul(x_shard, weight, bias, comm_id, m, "TN", backend,
-                                             save_gathered or return_gathered)
+                                             save_gathered or return_gathered, gemm_reduction)
         ctx.comm_id, ctx.backend, ctx.m = comm_id, backend, m
+        ctx.partial_dtype, ctx.gemm_reduction = partial_dtype, gemm_reduction
         ctx.save_for_backward(gathered if save_gathered else None, weight)
         ctx.mark_non_differentiable(gathered)
         return y, gathered
@@ -157,14 +159,15 @@ class _AllGatherMatmul(torch.autograd.Function):
             if need_x:
                 partial = torch.matmul(grad_y, weight)  # dgrad GEMM [m, k], this rank's contribution
                 dw, dx = _ops.bulk_matmul_collective(grad_y, gathered, partial, ctx.comm_id, "NT",
-                                                     "reduce_scatter", 0, ctx.backend)
+                                                     "reduce_scatter", 0, ctx.backend, ctx.gemm_reduction)
             else:
                 dw = torch.matmul(grad_y.t(), gathered)
         elif need_x:
-            dx = _ops.matmul_reduce_scatter(grad_y, weight, None, ctx.comm_id, "NN", ctx.backend)
+            dx = _ops.matmul_reduce_scatter(grad_y, weight, None, ctx.comm_id, "NN", ctx.backend,
+                                            ctx.partial_dtype, ctx.gemm_reduction)
         if need_b:
             db = _bias_grad(grad_y)
-        return dx, dw, db, None, None, None, None, None
+        return dx, dw, db, None, None, None, None, None, None, None
 
 
 class _MatmulReduceScatter(torch.autograd.Function):
@@ -173,9 +176,10 @@ class _MatmulReduceScatter(torch.autograd.Function):
     the gathered dY for dW = dY^T . X and db = sum_rows dY (every rank gets the full sums)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, comm_id, backend):
-        y = _ops.matmul_reduce_scatter(x, weight, bias, comm_id, "TN", backend)
+    def forward(ctx, x, weight, bias, comm_id, backend, partial_dtype, gemm_reduction):
+        y = _ops.matmul_reduce_scatter(x, weight, bias, comm_id, "TN", backend, partial_dtype, gemm_reduction)
         ctx.comm_id, ctx.backend, ctx.m = comm_id, backend, x.shape[0]
+        ctx.gemm_reduction = gemm_reduction
         ctx.save_for_backward(x, weight)
         return y
 
@@ -188,15 +192,15 @@ class _MatmulReduceScatter(torch.autograd.Function):
         dx = dw = db = gathered = None
         if need_x:
             dx, gathered = _ops.all_gather_matmul(grad_y, weight, None, ctx.comm_id, ctx.m, "NN", ctx.backend,
-                                                  need_gathered)
+                                                  need_gathered, ctx.gemm_reduction)
         elif need_gathered:
             _, gathered = _ops.bulk_matmul_collective(None, None, grad_y, ctx.comm_id, "TN", "all_gather", ctx.m,
-                                                      ctx.backend)
+                                                      ctx.backend, ctx.gemm_reduction)
         if need_w:
             dw = torch.matmul(gathered.t(), x)
         if need_b:
             db = _bias_grad(gathered)
-        return dx, dw, db, None, None
+        return dx, dw, db, None, None, None, None
 
 
 class _MatmulAllReduce(torch.autograd.Function):
@@ -204,8 +208,8 @@ class _MatmulAllReduce(torch.autograd.Function):
     Backward: dY is the same on every rank: dX = dY . W, dW = dY^T . X, db = sum_rows dY."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, comm_id, backend):
-        y = _ops.matmul_all_reduce(x, weight, bias, comm_id, "TN", backend)
+    def forward(ctx, x, weight, bias, comm_id, backend, partial_dtype, gemm_reduction):
+        y = _ops.matmul_all_reduce(x, weight, bias, comm_id, "TN", backend, partial_dtype, gemm_reduction)
         ctx.save_for_backward(x, weight)
         return y
 
@@ -217,7 +221,7 @@ class _MatmulAllReduce(torch.autograd.Function):
         dx = torch.matmul(grad_y, weight) if need_x else None
         dw = torch.matmul(grad_y.t(), x) if need_w else None
         db = _bias_grad(grad_y) if need_b else None
-        return dx, dw, db, None, None
+        return dx, dw, db, None, None, None, None
 
 
 class _LinearAllReduceGrad(torch.autograd.Function):
@@ -225,8 +229,9 @@ class _LinearAllReduceGrad(torch.autograd.Function):
     Backward: dX = allreduce(dY . W) (pipelined GEMM+AR, NN); dW, db local."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, comm_id, backend):
+    def forward(ctx, x, weight, bias, comm_id, backend, partial_dtype, gemm_reduction):
         ctx.comm_id, ctx.backend = comm_id, backend
+        ctx.partial_dtype, ctx.gemm_reduction = partial_dtype, gemm_reduction
         ctx.save_for_backward(x, weight)
         return torch.nn.functional.linear(x, weight, bias)
 
@@ -235,10 +240,13 @@ class _LinearAllReduceGrad(torch.autograd.Function):
         x, weight = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         grad_y = grad_y.contiguous()
-        dx = _ops.matmul_all_reduce(grad_y, weight, None, ctx.comm_id, "NN", ctx.backend) if need_x else None
+        dx = None
+        if need_x:
+            dx = _ops.matmul_all_reduce(grad_y, weight, None, ctx.comm_id, "NN", ctx.backend, ctx.partial_dtype,
+                                        ctx.gemm_reduction)
         dw = torch.matmul(grad_y.t(), x) if need_w else None
         db = _bias_grad(grad_y) if need_b else None
-        return dx, dw, db, None, None
+        return dx, dw, db, None, None, None, None
 
 
 class _BiasSummedOverRanks(torch.autograd.Function):
@@ -248,16 +256,16 @@ class _BiasSummedOverRanks(torch.autograd.Function):
     the gradient), the full sum on every rank as when the layer adds it."""
 
     @staticmethod
-    def forward(ctx, bias, comm_id, backend):
-        ctx.comm_id, ctx.backend = comm_id, backend
+    def forward(ctx, bias, comm_id, backend, partial_dtype):
+        ctx.comm_id, ctx.backend, ctx.partial_dtype = comm_id, backend, partial_dtype
         return bias.clone()
 
     @staticmethod
     def backward(ctx, grad):
         g = grad.contiguous().reshape(-1, 1)
         ones = torch.ones((1, 1), dtype=g.dtype, device=g.device)
-        total = _ops.matmul_all_reduce(ones, g, None, ctx.comm_id, "TN", ctx.backend)
-        return total.reshape(grad.shape), None, None
+        total = _ops.matmul_all_reduce(ones, g, None, ctx.comm_id, "TN", ctx.backend, ctx.partial_dtype, "")
+        return total.reshape(grad.shape), None, None, None
 
 
 # --------------------------------------------------------------------------
@@ -271,6 +279,18 @@ def _backend_arg(backend):
     if isinstance(backend, str):
         return backend
     return _lib.backend_name(backend)
+
+
+def _partial_dtype_arg(value):
+    """A custom op's partial_dtype: "" (the comm's), "fp32" or "output"."""
+    pd = _lib.parse_partial_dtype(value)
+    return "" if pd == _lib.PartialDtype.DEFAULT else _lib.partial_dtype_name(pd)
+
+
+def _gemm_reduction_arg(value):
+    """A custom op's gemm_reduction: "" (the comm's), "any" or "fp32"."""
+    gr = _lib.parse_gemm_reduction(value)
+    return "" if gr == _lib.GemmReduction.DEFAULT else _lib.gemm_reduction_name(gr)
 
 
 def _comm_arg(comm):
@@ -296,55 +316,64 @@ def _autocast(x, weight, bias):
     return tuple(t.to(dt) if t is not None and t.is_floating_point() else t for t in (x, weight, bias))
 
 
-def all_gather_matmul(x_shard, weight, bias=None, *, comm, m=None, backend=None, return_gathered=False):
+def all_gather_matmul(x_shard, weight, bias=None, *, comm, m=None, backend=None, return_gathered=False,
+                      partial_dtype=None, gemm_reduction=None):
     """Y[m, n_loc] = allgather(x_shard) . weight^T (+ bias), on the current CUDA stream.
 
     x_shard: [m_r, k], this rank's rows (m_r = shard_rows(m, rank, P)). weight: [n_loc, k] (this
     rank's nn.Linear weight shard). bias: [n_loc] or None. m: total rows (default m_r * P, right
     only when the shards are equal: pass m when they are uneven). Returns Y, or (Y, gathered X
     [m, k]) with return_gathered (the gathered X is not differentiable). Differentiable in
-    x_shard, weight and bias."""
+    x_shard, weight and bias. partial_dtype ("fp32", "output") is the backward's (its dX is a
+    GEMM+RS); gemm_reduction ("any", "fp32") every commgemm GEMM's; None: the comm's
+    (docs/PYTHON.md, Precision)."""
     _check_2d("x_shard", x_shard)
     comm_id = _comm_arg(comm)
     x_shard, weight, bias = _autocast(x_shard, weight, bias)
+    pd, gr = _partial_dtype_arg(partial_dtype), _gemm_reduction_arg(gemm_reduction)
     if m is None:
         m = x_shard.shape[0] * comm.size
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x_shard, weight, bias)):
-        y, gathered = _AllGatherMatmul.apply(x_shard, weight, bias, comm_id, m, _backend_arg(backend),
+        y, gathered = _AllGatherMatmul.apply(x_shard, weight, bias, comm_id, m, _backend_arg(backend), pd, gr,
                                              weight.requires_grad, return_gathered)
     else:
         y, gathered = _ops.all_gather_matmul(x_shard, weight, bias, comm_id, m, "TN", _backend_arg(backend),
-                                             return_gathered)
+                                             return_gathered, gr)
     return (y, gathered) if return_gathered else y
 
 
-def matmul_reduce_scatter(x, weight, bias=None, *, comm, backend=None):
+def matmul_reduce_scatter(x, weight, bias=None, *, comm, backend=None, partial_dtype=None, gemm_reduction=None):
     """Y_r[m_r, n] = this rank's rows of sum_ranks x . weight^T (+ bias, added once), on the current
-    CUDA stream. x: [m, k_loc]; weight: [n, k_loc]; bias: [n] or None. Differentiable."""
+    CUDA stream. x: [m, k_loc]; weight: [n, k_loc]; bias: [n] or None. Differentiable.
+    partial_dtype: "fp32" or "output" (the same on every rank), gemm_reduction: "any" or "fp32";
+    None: the comm's."""
     _check_2d("x", x)
     comm_id = _comm_arg(comm)
     x, weight, bias = _autocast(x, weight, bias)
+    pd, gr = _partial_dtype_arg(partial_dtype), _gemm_reduction_arg(gemm_reduction)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
-        return _MatmulReduceScatter.apply(x, weight, bias, comm_id, _backend_arg(backend))
-    return _ops.matmul_reduce_scatter(x, weight, bias, comm_id, "TN", _backend_arg(backend))
+        return _MatmulReduceScatter.apply(x, weight, bias, comm_id, _backend_arg(backend), pd, gr)
+    return _ops.matmul_reduce_scatter(x, weight, bias, comm_id, "TN", _backend_arg(backend), pd, gr)
 
 
-def matmul_all_reduce(x, weight, bias=None, *, comm, backend=None):
-    """Y[m, n] = sum_ranks x . weight^T (+ bias, added once), on every rank. Differentiable."""
+def matmul_all_reduce(x, weight, bias=None, *, comm, backend=None, partial_dtype=None, gemm_reduction=None):
+    """Y[m, n] = sum_ranks x . weight^T (+ bias, added once), on every rank. Differentiable.
+    partial_dtype, gemm_reduction: as matmul_reduce_scatter's."""
     _check_2d("x", x)
     comm_id = _comm_arg(comm)
     x, weight, bias = _autocast(x, weight, bias)
+    pd, gr = _partial_dtype_arg(partial_dtype), _gemm_reduction_arg(gemm_reduction)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
-        return _MatmulAllReduce.apply(x, weight, bias, comm_id, _backend_arg(backend))
-    return _ops.matmul_all_reduce(x, weight, bias, comm_id, "TN", _backend_arg(backend))
+        return _MatmulAllReduce.apply(x, weight, bias, comm_id, _backend_arg(backend), pd, gr)
+    return _ops.matmul_all_reduce(x, weight, bias, comm_id, "TN", _backend_arg(backend), pd, gr)
 
 
 def bulk_matmul_collective(a=None, b=None, send=None, *, comm, layout="TN", collective="all_gather", m=None,
-                           backend=None):
+                           backend=None, gemm_reduction=None):
     """c = op(a) . op(b) (local GEMM, layout as in commgemm.h) overlapped with an unrelated
     collective on `send` (all_gather: [m_r, cols] -> [m, cols]; reduce_scatter: [m, cols] ->
     [m_r, cols], fp32 sums). Returns (c, recv); a half left out gives an empty tensor.
-    Not differentiable."""
+    gemm_reduction: the GEMM's ("any", "fp32"; None: the comm's). Not differentiable."""
     comm_id = _comm_arg(comm)
     if (a is None) != (b is None):
         raise _lib.InvalidArgumentError(Status.INVALID_ARGUMENT,
@@ -357,7 +386,7 @@ def bulk_matmul_collective(a=None, b=None, send=None, *, comm, layout="TN", coll
     if send is not None and m is None:
         m = send.shape[0] * comm.size if _lib.parse_collective(collective) == _lib.Collective.ALL_GATHER else 0
     return _ops.bulk_matmul_collective(a, b, send, comm_id, layout, collective, int(m or 0),
-                                       _backend_arg(backend))
+                                       _backend_arg(backend), _gemm_reduction_arg(gemm_reduction))
 
 
 # --------------------------------------------------------------------------
@@ -398,7 +427,7 @@ class _ShardedLinear(torch.nn.Module):
     from a full nn.Linear through _copy_shard."""
 
     def __init__(self, in_features, out_features, comm, bias, sequence_parallel, dtype, device, backend,
-                 weight_shape, bias_size, skip_bias_add):
+                 weight_shape, bias_size, skip_bias_add, partial_dtype, gemm_reduction):
         super().__init__()
         self.in_features = in_features
         self.out_features = out_features
@@ -406,6 +435,9 @@ class _ShardedLinear(torch.nn.Module):
         self.sequence_parallel = sequence_parallel
         self.skip_bias_add = bool(skip_bias_add)
         self.backend = backend
+        # "fp32"/"output" and "any"/"fp32", or None: the comm's (checked here, not at the first call)
+        self.partial_dtype = _partial_dtype_arg(partial_dtype) or None
+        self.gemm_reduction = _gemm_reduction_arg(gemm_reduction) or None
         kw = {"dtype": dtype, "device": device}
         self.weight = torch.nn.Parameter(torch.empty(*weight_shape, **kw))
         self.bias = torch.nn.Parameter(torch.empty(bias_size, **kw)) if bias else None
@@ -427,11 +459,13 @@ class _ShardedLinear(torch.nn.Module):
             torch.nn.init.zeros_(self.bias)  # the same on every rank (RowParallelLinear's is replicated)
 
     @classmethod
-    def from_linear(cls, linear, comm, sequence_parallel=True, backend=None, skip_bias_add=False):
+    def from_linear(cls, linear, comm, sequence_parallel=True, backend=None, skip_bias_add=False,
+                    partial_dtype=None, gemm_reduction=None):
         """This rank's shard of a full nn.Linear (same values on every rank)."""
         layer = cls(linear.in_features, linear.out_features, comm, bias=linear.bias is not None,
                     sequence_parallel=sequence_parallel, dtype=linear.weight.dtype,
-                    device=linear.weight.device, backend=backend, skip_bias_add=skip_bias_add)
+                    device=linear.weight.device, backend=backend, skip_bias_add=skip_bias_add,
+                    partial_dtype=partial_dtype, gemm_reduction=gemm_reduction)
         with torch.no_grad():
             layer._copy_shard(linear)
         return layer
@@ -446,6 +480,19 @@ class _ShardedLinear(torch.nn.Module):
 
     def _bias_shard(self, full):
         raise NotImplementedError
+
+    def _precision_args(self):
+        """(partial_dtype, gemm_reduction) for the custom ops: "" is the comm's."""
+        return self.partial_dtype or "", self.gemm_reduction or ""
+
+    def _precision_repr(self):
+        """What the layer's commgemm ops compute with: its own settings, else the comm's."""
+        def show(mine, comms):
+            if mine is not None:
+                return mine
+            return "the comm's (closed)" if self.comm.closed else f"{comms()} (the comm's)"
+        return (f"partial_dtype={show(self.partial_dtype, lambda: self.comm.partial_dtype)}, "
+                f"gemm_reduction={show(self.gemm_reduction, lambda: self.comm.gemm_reduction)}")
 
 
 class ColumnParallelLinear(_ShardedLinear):
@@ -463,13 +510,17 @@ class ColumnParallelLinear(_ShardedLinear):
     ranks (default rows * P: pass it when the shards are uneven).
     skip_bias_add=True: forward returns (y, bias) without adding the bias,
     for the caller to add (Megatron's option; docs/PYTHON.md).
+    partial_dtype ("fp32" or "output"): the partials of the backward's dX
+    reduction (GEMM+RS, or GEMM+AR without sequence parallelism), the same
+    on every rank; gemm_reduction ("any" or "fp32"): the commgemm GEMMs';
+    None: the comm's (docs/PYTHON.md, Precision). extra_repr names both.
     """
 
     def __init__(self, in_features, out_features, comm, bias=True, sequence_parallel=True, dtype=None,
-                 device=None, backend=None, skip_bias_add=False):
+                 device=None, backend=None, skip_bias_add=False, partial_dtype=None, gemm_reduction=None):
         out_local = comm.shard_rows(out_features)
         super().__init__(in_features, out_features, comm, bias, sequence_parallel, dtype, device, backend,
-                         (out_local, in_features), out_local, skip_bias_add)
+                         (out_local, in_features), out_local, skip_bias_add, partial_dtype, gemm_reduction)
         self.out_local = out_local
         self.out_offset = comm.shard_offset(out_features)
         self.reset_parameters()
@@ -486,20 +537,21 @@ class ColumnParallelLinear(_ShardedLinear):
         if self.skip_bias_add:
             bias = None
         backend = _backend_arg(self.backend)
+        pd, gr = self._precision_args()
         if self.sequence_parallel:
             if m is None:
                 m = x2.shape[0] * self.comm.size
             _check_lead("ColumnParallelLinear", lead, int(m), self.comm, False)
             if torch.is_grad_enabled():
-                y, _ = _AllGatherMatmul.apply(x2, weight, bias, self.comm.id, m, backend,
+                y, _ = _AllGatherMatmul.apply(x2, weight, bias, self.comm.id, m, backend, pd, gr,
                                               weight.requires_grad, False)
             else:
-                y, _ = _ops.all_gather_matmul(x2, weight, bias, self.comm.id, m, "TN", backend, False)
+                y, _ = _ops.all_gather_matmul(x2, weight, bias, self.comm.id, m, "TN", backend, False, gr)
             if len(lead) > 1:
                 y = y.view(-1, *lead[1:], self.out_local)
         else:
             if torch.is_grad_enabled():
-                y = _LinearAllReduceGrad.apply(x2, weight, bias, self.comm.id, backend)
+                y = _LinearAllReduceGrad.apply(x2, weight, bias, self.comm.id, backend, pd, gr)
             else:
                 y = torch.nn.functional.linear(x2, weight, bias)
             y = y.view(*lead, self.out_local)
@@ -510,7 +562,8 @@ class ColumnParallelLinear(_ShardedLinear):
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features} (local {self.out_local}), "
                 f"bias={self.bias is not None}, sequence_parallel={self.sequence_parallel}, "
-                f"skip_bias_add={self.skip_bias_add}, rank={self.comm.rank}/{self.comm.size}")
+                f"skip_bias_add={self.skip_bias_add}, {self._precision_repr()}, "
+                f"rank={self.comm.rank}/{self.comm.size}")
 
 
 class RowParallelLinear(_ShardedLinear):
@@ -525,13 +578,17 @@ class RowParallelLinear(_ShardedLinear):
     skip_bias_add=True: forward returns (y, bias) without adding the bias;
     with sequence parallelism its gradient is summed over the ranks in the
     backward, so it is the full sum on every rank as when the layer adds it.
+    partial_dtype ("fp32" or "output"): the partials the forward's GEMM+RS
+    (GEMM+AR without sequence parallelism) sends, the same on every rank;
+    gemm_reduction ("any" or "fp32"): the commgemm GEMMs'; None: the comm's
+    (docs/PYTHON.md, Precision). extra_repr names both.
     """
 
     def __init__(self, in_features, out_features, comm, bias=True, sequence_parallel=True, dtype=None,
-                 device=None, backend=None, skip_bias_add=False):
+                 device=None, backend=None, skip_bias_add=False, partial_dtype=None, gemm_reduction=None):
         in_local = comm.shard_rows(in_features)
         super().__init__(in_features, out_features, comm, bias, sequence_parallel, dtype, device, backend,
-                         (out_features, in_local), out_features, skip_bias_add)
+                         (out_features, in_local), out_features, skip_bias_add, partial_dtype, gemm_reduction)
         self.in_local = in_local
         self.in_offset = comm.shard_offset(in_features)
         self.reset_parameters()
@@ -548,29 +605,31 @@ class RowParallelLinear(_ShardedLinear):
         if self.skip_bias_add:
             bias = None
         backend = _backend_arg(self.backend)
+        pd, gr = self._precision_args()
         if self.sequence_parallel:
             _check_lead("RowParallelLinear", lead, x2.shape[0], self.comm, True)
             if torch.is_grad_enabled():
-                y = _MatmulReduceScatter.apply(x2, weight, bias, self.comm.id, backend)
+                y = _MatmulReduceScatter.apply(x2, weight, bias, self.comm.id, backend, pd, gr)
             else:
-                y = _ops.matmul_reduce_scatter(x2, weight, bias, self.comm.id, "TN", backend)
+                y = _ops.matmul_reduce_scatter(x2, weight, bias, self.comm.id, "TN", backend, pd, gr)
             if len(lead) > 1:
                 y = y.view(-1, *lead[1:], self.out_features)
         else:
             if torch.is_grad_enabled():
-                y = _MatmulAllReduce.apply(x2, weight, bias, self.comm.id, backend)
+                y = _MatmulAllReduce.apply(x2, weight, bias, self.comm.id, backend, pd, gr)
             else:
-                y = _ops.matmul_all_reduce(x2, weight, bias, self.comm.id, "TN", backend)
+                y = _ops.matmul_all_reduce(x2, weight, bias, self.comm.id, "TN", backend, pd, gr)
             y = y.view(*lead, self.out_features)
         if not self.skip_bias_add:
             return y
         # The caller adds the bias to this rank's rows only (sequence
         # parallel): its gradient is summed over the ranks on the way back.
         if self.bias is not None and self.sequence_parallel and torch.is_grad_enabled():
-            return y, _BiasSummedOverRanks.apply(self.bias, self.comm.id, backend)
+            return y, _BiasSummedOverRanks.apply(self.bias, self.comm.id, backend, pd)
         return y, self.bias
 
     def extra_repr(self):
         return (f"in_features={self.in_features} (local {self.in_local}), out_features={self.out_features}, "
                 f"bias={self.bias is not None}, sequence_parallel={self.sequence_parallel}, "
-                f"skip_bias_add={self.skip_bias_add}, rank={self.comm.rank}/{self.comm.size}")
+                f"skip_bias_add={self.skip_bias_add}, {self._precision_repr()}, "
+                f"rank={self.comm.rank}/{self.comm.size}")

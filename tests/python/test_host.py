@@ -346,6 +346,43 @@ def body_mismatch(comm):
     return True
 
 
+def body_precision(comm, want_partial, want_reduction):
+    """The comm's precision, as configured (or from the environment); every
+    per-call value accepted, exact on the host backend (it sums exact fp32
+    partials); ranks that send different partial dtypes get MISMATCH naming
+    the field, and the comm stays usable."""
+    P, r = comm.size, comm.rank
+    assert (comm.partial_dtype, comm.gemm_reduction) == (want_partial, want_reduction)
+    m, n, k = 7, 4, 3
+    xl, wl = rand(10 + r, (m, k), np.float16), rand(20 + r, (n, k), np.float16)
+    total = sum(f64(rand(10 + q, (m, k), np.float16)) @ f64(rand(20 + q, (n, k), np.float16)).T for q in range(P))
+    off, mr = comm.shard_offset(m), comm.shard_rows(m)
+    for partial in (None, "fp32", "output", commgemm.PartialDtype.OUTPUT):
+        for reduction in (None, "any", "fp32"):
+            case = f"P={P} r={r} partial_dtype={partial} gemm_reduction={reduction}"
+            y = commgemm.gemm_reduce_scatter(comm, xl, wl, partial_dtype=partial, gemm_reduction=reduction)
+            assert_close(y, total[off:off + mr], TOL["fp16"], "GEMM+RS " + case)
+            y = commgemm.gemm_all_reduce(comm, xl, wl, partial_dtype=partial, gemm_reduction=reduction)
+            assert_close(y, total, TOL["fp16"], "GEMM+AR " + case)
+        y = commgemm.all_gather_gemm(comm, xl[off:off + mr], wl, m=m, gemm_reduction="fp32")
+    if P > 1:
+        # rank 0 sends other partials than the comm's, which the others send: refused on every rank
+        other = "fp32" if want_partial == "output" else "output"
+        sent = {"fp32": "fp32", "output": "fp16"}
+        with pytest.raises(commgemm.MismatchError, match=f"rank 1 passed partial dtype = {sent[want_partial]} but "
+                                                         f"rank 0 passed partial dtype = {sent[other]}"):
+            commgemm.gemm_reduce_scatter(comm, xl, wl, partial_dtype=other if r == 0 else None)
+        # the GEMM reduction is local: ranks may differ
+        commgemm.gemm_reduce_scatter(comm, xl, wl, gemm_reduction="fp32" if r == 0 else "any")
+    with pytest.raises(commgemm.InvalidArgumentError, match="unknown partial dtype \"bf16\""):
+        commgemm.gemm_all_reduce(comm, xl, wl, partial_dtype="bf16")
+    with pytest.raises(commgemm.InvalidArgumentError, match="unknown GEMM reduction"):
+        commgemm.gemm_all_reduce(comm, xl, wl, gemm_reduction="tf32")
+    y = commgemm.gemm_all_reduce(comm, xl, wl)
+    assert_close(y, total, TOL["fp16"], "GEMM+AR after the refusals")
+    return True
+
+
 def body_shape_only(comm, m):
     """m < P and m = 0 edge cases: empty shards on some ranks."""
     P, r = comm.size, comm.rank
@@ -416,6 +453,29 @@ def test_bad_input_raises_invalid_argument():
 
 def test_mismatch_raises_on_every_rank():
     run_ranks(body_mismatch, 2)
+
+
+@pytest.mark.parametrize("nranks", [1, 3])
+def test_precision_from_config(nranks):
+    config = commgemm.Config(timeout_ms=TIMEOUT_MS, partial_dtype="output", gemm_reduction="fp32")
+    run_ranks(body_precision, nranks, "output", "fp32", config=config)
+
+
+def test_precision_defaults_and_environment(monkeypatch):
+    run_ranks(body_precision, 2, "fp32", "any")
+    # spawned ranks read the environment afresh; the config's DEFAULT takes it
+    monkeypatch.setenv("COMMGEMM_PARTIAL_DTYPE", "output")
+    monkeypatch.setenv("COMMGEMM_GEMM_REDUCTION", "fp32")
+    run_ranks(body_precision, 2, "output", "fp32")
+    config = commgemm.Config(timeout_ms=TIMEOUT_MS, partial_dtype="fp32", gemm_reduction=commgemm.GemmReduction.ANY)
+    run_ranks(body_precision, 2, "fp32", "any", config=config)  # the config wins over the environment
+
+
+def test_precision_config_refused():
+    with pytest.raises(commgemm.InvalidArgumentError, match="unknown partial dtype"):
+        commgemm.Config(partial_dtype="fp16").to_c()
+    with pytest.raises(ValueError, match="7"):
+        commgemm.Comm.local(0, 1, f"pytest-cfg-{uuid.uuid4().hex[:8]}", gemm_reduction=7)
 
 
 def body_one_rank_rejected(comm):
@@ -489,8 +549,14 @@ def test_shard_rows_matches_library():
 def test_struct_sizes_and_names():
     assert ctypes.sizeof(_lib.cgm_matrix) == 48
     assert ctypes.sizeof(_lib.cgm_bootstrap) == 40
-    assert ctypes.sizeof(_lib.cgm_config) == 80
-    assert ctypes.sizeof(_lib.cgm_op_options) == 32
+    assert ctypes.sizeof(_lib.cgm_config) == 88
+    assert ctypes.sizeof(_lib.cgm_op_options) == 40
+    for p in commgemm.PartialDtype:
+        assert _lib.parse_partial_dtype(_lib.partial_dtype_name(p)) == p
+    for g in commgemm.GemmReduction:
+        assert _lib.parse_gemm_reduction(_lib.gemm_reduction_name(g)) == g
+    assert _lib.partial_dtype_name(len(commgemm.PartialDtype)) == "invalid"  # the C enum has no more
+    assert _lib.gemm_reduction_name(len(commgemm.GemmReduction)) == "invalid"
     assert commgemm.library_version() == 100  # 0.1.0
     assert _lib.backend_name(commgemm.Backend.P2P) == "p2p"
     assert _lib.parse_backend("NCCL") == commgemm.Backend.NCCL

@@ -305,6 +305,52 @@ def _bulk_body(comm, m):
     return done
 
 
+def _precision_body(comm, m):
+    """partial_dtype and gemm_reduction reach the ops as XLA attributes (and
+    through the layers): accepted, exact on the host backend; the ranks'
+    partial dtypes are checked for agreement; a bad name is refused before
+    XLA sees it."""
+    import jax
+    import jax.numpy as jnp
+    import commgemm.jax as cj
+    P, r = comm.size, comm.rank
+    k, n = 16, 8
+    mr, off = commgemm.shard_rows(m, r, P), commgemm.shard_offset(m, r, P)
+    W = [_values(10 + q, (n, k)) for q in range(P)]
+    Xq = [_values(20 + q, (m, k)) for q in range(P)]
+    full = sum(Xq[q] @ W[q].T for q in range(P))
+    bf = jnp.bfloat16
+    x, w = jnp.asarray(Xq[r], bf), jnp.asarray(W[r], bf)
+    done = 0
+    for pd, gr in ((None, None), ("fp32", "any"), ("output", "fp32")):
+        rs = jax.jit(lambda x, w: cj.matmul_reduce_scatter(x, w, comm=comm, partial_dtype=pd, gemm_reduction=gr))
+        np.testing.assert_allclose(np.asarray(rs(x, w), np.float32), full[off:off + mr], atol=2e-2 * P)
+        y = cj.matmul_all_reduce(x, w, comm=comm, partial_dtype=pd, gemm_reduction=gr)
+        np.testing.assert_allclose(np.asarray(y, np.float32), full, atol=2e-2 * P)
+        y = cj.all_gather_matmul(jnp.asarray(Xq[0][off:off + mr]), jnp.asarray(W[r]), comm=comm, m=m,
+                                 gemm_reduction=gr)
+        np.testing.assert_allclose(np.asarray(y), Xq[0] @ W[r].T, atol=1e-5)
+        dx = jax.grad(lambda x: jnp.sum(cj.row_parallel_linear(x, jnp.asarray(W[r]), comm=comm,
+                                                               partial_dtype=pd, gemm_reduction=gr)))(
+            jnp.asarray(Xq[r]))
+        # every rank's loss sums its rows of Y: dX = allgather(ones) . W
+        np.testing.assert_allclose(dx, np.ones((m, n)) @ W[r], atol=1e-4)
+        done += 1
+    try:  # rank 0 sends bf16 partials, the others fp32
+        np.asarray(cj.matmul_reduce_scatter(x, w, comm=comm, partial_dtype="output" if r == 0 else "fp32"))
+    except Exception as e:  # noqa: BLE001 - jax's runtime error type varies
+        assert "partial dtype" in str(e), str(e)
+        done += 1
+    try:
+        cj.matmul_all_reduce(x, w, comm=comm, partial_dtype="bf16")
+    except commgemm.InvalidArgumentError as e:
+        assert "unknown partial dtype" in str(e), str(e)
+        done += 1
+    y = cj.matmul_all_reduce(x, w, comm=comm)  # the comm still works
+    np.testing.assert_allclose(np.asarray(y, np.float32), full, atol=2e-2 * P)
+    return done
+
+
 def _example_body(comm, dtype, sp=True):
     """examples/jax_tp_mlp.py's training, three steps, against plain jnp."""
     import importlib.util
@@ -346,6 +392,11 @@ def test_layer_gradients(platform, nranks, m):
 @pytest.mark.parametrize("nranks,m", [(1, 4), (3, 8)])
 def test_bulk(platform, nranks, m):
     assert run_ranks(_bulk_body, nranks, m, platform=platform) == [7] * nranks
+
+
+@pytest.mark.parametrize("nranks,m", [(1, 5), (2, 9)])
+def test_precision(nranks, m):
+    assert run_ranks(_precision_body, nranks, m) == [3 + (nranks > 1) + 1] * nranks
 
 
 @PLATFORMS

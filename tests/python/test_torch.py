@@ -249,10 +249,11 @@ def test_opcheck(dist_env):
     b = tc.rand((n,), 4, torch.bfloat16, dev)
     utils = ("test_schema", "test_faketensor")
     ops = torch.ops.commgemm
-    torch.library.opcheck(ops.all_gather_matmul, (x, w, b, comm.id, m, "TN", "", True), test_utils=utils)
-    torch.library.opcheck(ops.matmul_reduce_scatter, (xf, w, b, comm.id, "TN", ""), test_utils=utils)
-    torch.library.opcheck(ops.matmul_all_reduce, (xf, w, None, comm.id, "TN", ""), test_utils=utils)
-    torch.library.opcheck(ops.bulk_matmul_collective, (xf, xf, xf, comm.id, "NT", "reduce_scatter", 0, ""),
+    torch.library.opcheck(ops.all_gather_matmul, (x, w, b, comm.id, m, "TN", "", True, "fp32"), test_utils=utils)
+    torch.library.opcheck(ops.matmul_reduce_scatter, (xf, w, b, comm.id, "TN", "", "output", "fp32"),
+                          test_utils=utils)
+    torch.library.opcheck(ops.matmul_all_reduce, (xf, w, None, comm.id, "TN", "", "", ""), test_utils=utils)
+    torch.library.opcheck(ops.bulk_matmul_collective, (xf, xf, xf, comm.id, "NT", "reduce_scatter", 0, "", ""),
                           test_utils=utils)
 
 

@@ -98,6 +98,39 @@ def body_functional(comm, group, dtype_name):
         tc.check_functional(comm, group, "cpu", getattr(torch, dtype_name), m)
 
 
+def body_precision(comm, group):
+    """partial_dtype and gemm_reduction: the layers and functional ops take
+    them (exact on the host backend, which sums fp32 partials), the layers
+    say what they compute, the ranks' partial dtypes must agree, bad names
+    are refused when the layer is made."""
+    import torch_cases as tc
+    from commgemm import torch as cgt
+    P, r = comm.size, comm.rank
+    for sp in (True, False):
+        for pd, gr in (("output", "fp32"), ("fp32", None)):
+            tc.check_column(comm, group, "cpu", torch.bfloat16, 11, sequence_parallel=sp, partial_dtype=pd,
+                            gemm_reduction=gr)
+            tc.check_row(comm, group, "cpu", torch.bfloat16, 11, sequence_parallel=sp, partial_dtype=pd,
+                         gemm_reduction=gr)
+            tc.check_row(comm, group, "cpu", torch.bfloat16, 11, sequence_parallel=sp, skip_bias_add=True,
+                         partial_dtype=pd, gemm_reduction=gr)
+    tc.check_functional(comm, group, "cpu", torch.bfloat16, 7, partial_dtype="output", gemm_reduction="fp32")
+    row = cgt.RowParallelLinear(6, 5, comm, partial_dtype="output", dtype=torch.bfloat16)
+    assert row.partial_dtype == "output" and row.gemm_reduction is None
+    text = repr(row)
+    assert "partial_dtype=output, gemm_reduction=any (the comm's)" in text, text
+    col = cgt.ColumnParallelLinear(6, 4, comm, gemm_reduction=commgemm.GemmReduction.FP32)
+    assert "partial_dtype=fp32 (the comm's), gemm_reduction=fp32" in repr(col), repr(col)
+    with pytest.raises(commgemm.InvalidArgumentError, match="unknown partial dtype"):
+        cgt.RowParallelLinear(6, 5, comm, partial_dtype="bf16")
+    if P > 1:
+        x = tc.rand((7, 4), 3, torch.bfloat16, "cpu")
+        w = tc.rand((5, 4), 4 + r, torch.bfloat16, "cpu")
+        with pytest.raises(commgemm.MismatchError, match="partial dtype = bf16"):
+            cgt.matmul_reduce_scatter(x, w, comm=comm, partial_dtype="output" if r == 0 else "fp32")
+        cgt.matmul_reduce_scatter(x, w, comm=comm)  # still usable
+
+
 def body_mlp_trains(comm, group):
     """A few SGD steps of column -> GELU -> row match the reference model."""
     import torch_cases as tc
@@ -192,6 +225,11 @@ def test_layers_bf16():
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_functional(nranks):
     run_ranks(body_functional, nranks, "float32")
+
+
+@pytest.mark.parametrize("nranks", [1, 2])
+def test_precision(nranks):
+    run_ranks(body_precision, nranks)
 
 
 def test_mlp_trains_like_reference():

@@ -59,12 +59,13 @@ def _added(out, skip_bias_add, bias):
 
 
 def check_column(comm, group, device, dtype, m, k=24, n=19, bias=True, sequence_parallel=True, backend=None,
-                 seed=0, skip_bias_add=False):
-    """ColumnParallelLinear forward and grads (input, weight, bias) vs the reference."""
+                 seed=0, skip_bias_add=False, **precision):
+    """ColumnParallelLinear forward and grads (input, weight, bias) vs the
+    reference; precision: the layer's partial_dtype and gemm_reduction."""
     P, r = comm.size, comm.rank
     layer = cgt.ColumnParallelLinear.from_linear(full_linear(k, n, bias, dtype, device, seed), comm,
                                                  sequence_parallel=sequence_parallel, backend=backend,
-                                                 skip_bias_add=skip_bias_add)
+                                                 skip_bias_add=skip_bias_add, **precision)
     w_ref, b_ref = _ref_params(layer)
     X = rand((m, k), seed + 2, dtype, device)
     off, mr = shard_offset(m, r, P), shard_rows(m, r, P)
@@ -84,14 +85,14 @@ def check_column(comm, group, device, dtype, m, k=24, n=19, bias=True, sequence_
 
 
 def check_row(comm, group, device, dtype, m, k=21, n=17, bias=True, sequence_parallel=True, backend=None, seed=0,
-              skip_bias_add=False):
+              skip_bias_add=False, **precision):
     """RowParallelLinear forward and grads vs the reference. The replicated
     bias's gradient is the full sum on every rank (the reference's per-rank
-    part, all-reduced)."""
+    part, all-reduced). precision: as check_column's."""
     P, r = comm.size, comm.rank
     layer = cgt.RowParallelLinear.from_linear(full_linear(k, n, bias, dtype, device, seed), comm,
                                               sequence_parallel=sequence_parallel, backend=backend,
-                                              skip_bias_add=skip_bias_add)
+                                              skip_bias_add=skip_bias_add, **precision)
     w_ref, b_ref = _ref_params(layer)
     x = rand((m, layer.in_local), seed + 20 + r, dtype, device).requires_grad_()
     x_ref = x.detach().float().clone().requires_grad_()
@@ -112,8 +113,10 @@ def check_row(comm, group, device, dtype, m, k=21, n=17, bias=True, sequence_par
         assert_close(layer.bias.grad, want, dtype, what + " bias grad")
 
 
-def check_functional(comm, group, device, dtype, m, backend=None, seed=0):
-    """The functional ops without autograd, vs the reference."""
+def check_functional(comm, group, device, dtype, m, backend=None, seed=0, partial_dtype=None, gemm_reduction=None):
+    """The functional ops without autograd, vs the reference (with the
+    precision arguments each takes)."""
+    pr = dict(partial_dtype=partial_dtype, gemm_reduction=gemm_reduction)
     P, r = comm.size, comm.rank
     k, n = 13, 7
     off, mr = shard_offset(m, r, P), shard_rows(m, r, P)
@@ -122,21 +125,22 @@ def check_functional(comm, group, device, dtype, m, backend=None, seed=0):
     b = rand((n,), seed + 5 + r, dtype, device)
     with torch.no_grad():
         y, gathered = cgt.all_gather_matmul(X[off:off + mr].contiguous(), w, b, comm=comm, m=m, backend=backend,
-                                            return_gathered=True)
+                                            return_gathered=True, **pr)
         assert_close(y, X.float() @ w.float().t() + b.float(), dtype, f"all_gather_matmul m={m}")
         assert torch.equal(gathered, X), "all_gather_matmul: gathered input differs"
         xs = rand((m, k), seed + 40 + r, dtype, device)
         bb = rand((n,), seed + 50, dtype, device)  # replicated bias
         partial = (xs.float() @ w.float().t()).contiguous()
         total = ref.all_reduce_(partial, group)
-        ys = cgt.matmul_reduce_scatter(xs, w, bb, comm=comm, backend=backend)
+        ys = cgt.matmul_reduce_scatter(xs, w, bb, comm=comm, backend=backend, **pr)
         assert_close(ys, total[off:off + mr] + bb.float(), dtype, f"matmul_reduce_scatter m={m}")
-        ya = cgt.matmul_all_reduce(xs, w, bb, comm=comm, backend=backend)
+        ya = cgt.matmul_all_reduce(xs, w, bb, comm=comm, backend=backend, **pr)
         assert_close(ya, total + bb.float(), dtype, f"matmul_all_reduce m={m}")
         # bulk: a wgrad-like NT GEMM beside a reduce-scatter
         a = rand((m, 5), seed + 60 + r, dtype, device)
         c, recv = cgt.bulk_matmul_collective(a, xs, partial.to(dtype), comm=comm, layout="NT",
-                                             collective="reduce_scatter", backend=backend)
+                                             collective="reduce_scatter", backend=backend,
+                                             gemm_reduction=gemm_reduction)
         assert_close(c, a.float().t() @ xs.float(), dtype, f"bulk GEMM m={m}")
         assert_close(recv, ref.reduce_scatter_rows_(partial.to(dtype).float(), group), dtype,
                      f"bulk reduce-scatter m={m}")
