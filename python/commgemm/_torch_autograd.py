@@ -1,0 +1,153 @@
+"""The autograd Functions of commgemm.torch: the math of the layers'
+forward and backward (the functional ops use them too), each a sequence of
+the custom ops of _torch_ops.py. Every Function takes the call's comm id,
+backend and precision (partial_dtype, gemm_reduction: names, "" for the
+comm's) as plain arguments and keeps what its backward needs in ctx."""
+
+import torch
+
+from ._torch_ops import _ops
+
+
+def _bias_grad(g):
+    return g.sum(dim=0, dtype=torch.float32).to(g.dtype)
+
+
+class _AllGatherMatmul(torch.autograd.Function):
+    """Y[m, n_loc] = allgather(X_r) . W^T + b (column-parallel, sequence parallel).
+    Backward: dX_r = reduce_scatter(dY . W); dW = dY^T . allgather(X); db = sum_rows dY.
+    With dW needed, the dgrad GEMM runs alone and its reduce-scatter is overlapped
+    with the wgrad GEMM (cgm_bulk_overlap, TransformerEngine's bulk overlap);
+    without, dX is one pipelined GEMM+RS."""
+
+    @staticmethod
+    def forward(ctx, x_shard, weight, bias, comm_id, m, backend, partial_dtype, gemm_reduction, save_gathered,
+                return_gathered):
+        y, gathered = _ops.all_gather_matmul(x_shard, weight, bias, comm_id, m, "TN", backend,
+                                             save_gathered or return_gathered, gemm_reduction)
+        ctx.comm_id, ctx.backend, ctx.m = comm_id, backend, m
+        ctx.partial_dtype, ctx.gemm_reduction = partial_dtype, gemm_reduction
+        ctx.save_for_backward(gathered if save_gathered else None, weight)
+        ctx.mark_non_differentiable(gathered)
+        return y, gathered
+
+    @staticmethod
+    def backward(ctx, grad_y, _grad_gathered):
+        gathered, weight = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_y = grad_y.contiguous()
+        dx = dw = db = None
+        if need_w:
+            if gathered is None:
+                raise RuntimeError("commgemm: weight needs a gradient but the gathered input was not saved "
+                                   "(weight.requires_grad changed after the forward?)")
+            if need_x:
+                partial = torch.matmul(grad_y, weight)  # dgrad GEMM [m, k], this rank's contribution
+                dw, dx = _ops.bulk_matmul_collective(grad_y, gathered, partial, ctx.comm_id, "NT",
+                                                     "reduce_scatter", 0, ctx.backend, ctx.gemm_reduction)
+            else:
+                dw = torch.matmul(grad_y.t(), gathered)
+        elif need_x:
+            dx = _ops.matmul_reduce_scatter(grad_y, weight, None, ctx.comm_id, "NN", ctx.backend,
+                                            ctx.partial_dtype, ctx.gemm_reduction)
+        if need_b:
+            db = _bias_grad(grad_y)
+        return dx, dw, db, None, None, None, None, None, None, None
+
+
+class _MatmulReduceScatter(torch.autograd.Function):
+    """Y_r[m_r, n] = rows of sum_ranks X . W^T (+ b once) (row-parallel, sequence parallel).
+    Backward: dX = allgather(dY_r) . W (pipelined AG+GEMM, NN), which also returns
+    the gathered dY for dW = dY^T . X and db = sum_rows dY (every rank gets the full sums)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, comm_id, backend, partial_dtype, gemm_reduction):
+        y = _ops.matmul_reduce_scatter(x, weight, bias, comm_id, "TN", backend, partial_dtype, gemm_reduction)
+        ctx.comm_id, ctx.backend, ctx.m = comm_id, backend, x.shape[0]
+        ctx.gemm_reduction = gemm_reduction
+        ctx.save_for_backward(x, weight)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, weight = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_y = grad_y.contiguous()
+        need_gathered = need_w or need_b
+        dx = dw = db = gathered = None
+        if need_x:
+            dx, gathered = _ops.all_gather_matmul(grad_y, weight, None, ctx.comm_id, ctx.m, "NN", ctx.backend,
+                                                  need_gathered, ctx.gemm_reduction)
+        elif need_gathered:
+            _, gathered = _ops.bulk_matmul_collective(None, None, grad_y, ctx.comm_id, "TN", "all_gather", ctx.m,
+                                                      ctx.backend, ctx.gemm_reduction)
+        if need_w:
+            dw = torch.matmul(gathered.t(), x)
+        if need_b:
+            db = _bias_grad(gathered)
+        return dx, dw, db, None, None, None, None
+
+
+class _MatmulAllReduce(torch.autograd.Function):
+    """Y[m, n] = sum_ranks X . W^T (+ b once) (row-parallel, no sequence parallelism).
+    Backward: dY is the same on every rank: dX = dY . W, dW = dY^T . X, db = sum_rows dY."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, comm_id, backend, partial_dtype, gemm_reduction):
+        y = _ops.matmul_all_reduce(x, weight, bias, comm_id, "TN", backend, partial_dtype, gemm_reduction)
+        ctx.save_for_backward(x, weight)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, weight = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_y = grad_y.contiguous()
+        dx = torch.matmul(grad_y, weight) if need_x else None
+        dw = torch.matmul(grad_y.t(), x) if need_w else None
+        db = _bias_grad(grad_y) if need_b else None
+        return dx, dw, db, None, None, None, None
+
+
+class _LinearAllReduceGrad(torch.autograd.Function):
+    """Y = X . W^T + b with X replicated (column-parallel, no sequence parallelism).
+    Backward: dX = allreduce(dY . W) (pipelined GEMM+AR, NN); dW, db local."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, comm_id, backend, partial_dtype, gemm_reduction):
+        ctx.comm_id, ctx.backend = comm_id, backend
+        ctx.partial_dtype, ctx.gemm_reduction = partial_dtype, gemm_reduction
+        ctx.save_for_backward(x, weight)
+        return torch.nn.functional.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, weight = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_y = grad_y.contiguous()
+        dx = None
+        if need_x:
+            dx = _ops.matmul_all_reduce(grad_y, weight, None, ctx.comm_id, "NN", ctx.backend, ctx.partial_dtype,
+                                        ctx.gemm_reduction)
+        dw = torch.matmul(grad_y.t(), x) if need_w else None
+        db = _bias_grad(grad_y) if need_b else None
+        return dx, dw, db, None, None, None, None
+
+
+class _BiasSummedOverRanks(torch.autograd.Function):
+    """The row-parallel, sequence-parallel layer's bias handed back unadded
+    (skip_bias_add): the caller adds it to this rank's rows only, so its
+    gradient is summed over the ranks here (GEMM+AR of a 1 x 1 ones matrix by
+    the gradient), the full sum on every rank as when the layer adds it."""
+
+    @staticmethod
+    def forward(ctx, bias, comm_id, backend, partial_dtype):
+        ctx.comm_id, ctx.backend, ctx.partial_dtype = comm_id, backend, partial_dtype
+        return bias.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        g = grad.contiguous().reshape(-1, 1)
+        ones = torch.ones((1, 1), dtype=g.dtype, device=g.device)
+        total = _ops.matmul_all_reduce(ones, g, None, ctx.comm_id, "TN", ctx.backend, ctx.partial_dtype, "")
+        return total.reshape(grad.shape), None, None, None
