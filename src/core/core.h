@@ -363,17 +363,10 @@ int64_t cgm_tune_hold_ns(int64_t warmup_ns, int warmup, int reps);
  * with 1, 2 and 4 pieces per shard, ring with 1 and 2 (P > 2 only: at
  * P = 2 a ring hop is the direct transfer), no_overlap; a piece count only
  * when every piece of a ceil(m / P)-row shard keeps >= min_piece_rows rows
- * (1 piece always). With `lead` (AG+GEMM under COMMGEMM_TUNE_LEAD=1, see
- * cgm_tune_lead_on), lead with splits 4 and 8 where its lead piece
- * (plan_lead_rows) leaves rows to the rest GEMM, once per distinct lead.
- * From m and P, which every rank agrees on. Returns the count (<= 8)
- * written to out (tune.c). */
+ * (1 piece always). From m and P, which every rank agrees on. Returns
+ * the count (<= 6) written to out (tune.c). */
 int cgm_tune_plan_candidates(int64_t m, int nranks, int min_piece_rows,
-                             bool lead, cgm_tune_candidate *out);
-/* COMMGEMM_TUNE_LEAD=1 and an AG+GEMM call: the plan backends offer lead
- * to the tuner (off by default until measured on GPUs; an invalid value
- * reads as 0 with a WARN). */
-bool cgm_tune_lead_on(const cgm_call *call);
+                             cgm_tune_candidate *out);
 
 /* --------------------------------------------------------------- backends */
 

@@ -71,10 +71,7 @@ typedef enum plan_algo {
     PLAN_ALGO_NO_OVERLAP = 2, /* whole collective, then whole GEMM (AG) or
                                  whole GEMM, then whole collective (RS/AR) */
     PLAN_ALGO_BULK = 3,       /* bulk ops: collective beside the GEMM */
-    PLAN_ALGO_LEAD = 4,       /* AG only: a lead piece of the own rows while
-                                 the shard is pushed, then every other row in
-                                 one GEMM (two on a middle rank) */
-    PLAN_ALGO_COUNT = 5
+    PLAN_ALGO_COUNT = 4
 } plan_algo;
 
 typedef enum plan_step_kind {
@@ -153,9 +150,7 @@ typedef struct plan_request {
     int nranks;
     int rank;
     int64_t m;          /* global rows of the split dimension (>= 0) */
-    int splits;         /* pieces per shard, >= 1 (clamped to shard rows);
-                           LEAD: the lead piece is 1/splits of the own rows
-                           (plan_lead_rows) */
+    int splits;         /* pieces per shard, >= 1 (clamped to shard rows) */
     int compute_queues; /* >= 1 */
     bool has_gemm;      /* bulk ops: false when the call is collective-only */
     bool has_collective; /* bulk ops: false when the call is GEMM-only;
@@ -200,11 +195,6 @@ int plan_build(const plan_request *req, plan *out, char *err, int err_len);
  * own_addends and own_waits_beside on a GEMM+RS split of 2+ ranks. */
 bool plan_own_waits_beside(const plan_request *req);
 void plan_free(plan *p);
-
-/* LEAD's lead piece of a shard of `rows`: ceil(rows / splits) rounded up
- * to a multiple of PLAN_LEAD_ALIGN (GEMM tile rows), at most rows. */
-#define PLAN_LEAD_ALIGN 128
-int64_t plan_lead_rows(int64_t rows, int splits);
 
 /* Rows of shard r and its first row (the ceil split of commgemm.h). */
 int64_t plan_shard_rows(int64_t m, int rank, int nranks);

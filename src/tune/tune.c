@@ -22,7 +22,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "plan/plan.h"
 #include "tune/tune_internal.h"
 
 #define TUNE_MEMORY_KEYS 256
@@ -485,20 +484,8 @@ int64_t cgm_tune_hold_ns(int64_t warmup_ns, int warmup, int reps) {
     return hold < CGM_TUNE_HOLD_MIN_NS ? CGM_TUNE_HOLD_MIN_NS : hold;
 }
 
-bool cgm_tune_lead_on(const cgm_call *call) {
-    int64_t v = 0;
-    if (call->op != CGM_OP_ALL_GATHER_GEMM) return false;
-    if (cgm_param_int_range("COMMGEMM_TUNE_LEAD", 0, 1, "0 or 1", &v) !=
-        CGM_SUCCESS) {
-        CGM_WARN(CGM_SUB_TUNE, "%s; lead stays out of the candidates",
-                 cgm_last_error());
-        return false;
-    }
-    return v == 1;
-}
-
 int cgm_tune_plan_candidates(int64_t m, int nranks, int min_piece_rows,
-                             bool lead, cgm_tune_candidate *out) {
+                             cgm_tune_candidate *out) {
     static const int split_counts[] = {1, 2, 4}, ring_counts[] = {1, 2};
     int n = 0;
     int64_t shard = cgm_ceil_div(m > 0 ? m : 1, nranks);
@@ -511,15 +498,6 @@ int cgm_tune_plan_candidates(int64_t m, int nranks, int min_piece_rows,
             out[n++] = (cgm_tune_candidate){CGM_ALGO_RING, ring_counts[i],
                                             0};
     out[n++] = (cgm_tune_candidate){CGM_ALGO_NO_OVERLAP, 1, 0};
-    static const int lead_splits[] = {4, 8};
-    int64_t previous = -1;
-    for (int i = 0; i < 2 && lead && nranks > 1; i++) {
-        int64_t rows = plan_lead_rows(shard, lead_splits[i]);
-        if (rows < shard && rows != previous)
-            out[n++] = (cgm_tune_candidate){CGM_ALGO_LEAD, lead_splits[i],
-                                            0};
-        previous = rows;
-    }
     return n;
 }
 

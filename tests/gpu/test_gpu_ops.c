@@ -35,7 +35,7 @@ static const shape shapes[] = {{1, 64, 96}, {7, 36, 48}, {1000, 136, 256},
 
 static const cgm_algo algos[] = {CGM_ALGO_AUTO, CGM_ALGO_SPLIT_PIPELINED,
                                  CGM_ALGO_RING, CGM_ALGO_NO_OVERLAP,
-                                 CGM_ALGO_FUSED, CGM_ALGO_LEAD};
+                                 CGM_ALGO_FUSED};
 #define NALGOS ((int)(sizeof algos / sizeof algos[0]))
 
 typedef struct op_case {

@@ -249,22 +249,18 @@ static int rank_main(int rank, int P, const char *rendezvous, void *arg) {
     if (c->own_gemm && rank % 2 == 0) setenv("COMMGEMM_RS_OWN", "gemm", 1);
     cgm_config cfg = mp_config(30000);
     cfg.host_threads = 1 + rank % 2; /* one and two compute queues */
-    cfg.max_m = 4096;                /* lead's shape below: 300 P + 1 */
     cgm_comm *comm = test_host_comm(rank, P, rendezvous, &cfg);
     bool bulk = c->op == OP_BULK_AG || c->op == OP_BULK_RS;
-    /* lead (AG+GEMM's; the other ops run split) also gets a shape whose
-     * shards pass its 128-row lead, so the rest of the own rows goes
-     * through the gathered buffer. */
     const cgm_algo gemm_algos[] = {CGM_ALGO_SPLIT_PIPELINED, CGM_ALGO_RING,
-                                   CGM_ALGO_NO_OVERLAP, CGM_ALGO_LEAD};
+                                   CGM_ALGO_NO_OVERLAP};
     const cgm_algo bulk_algos[] = {CGM_ALGO_BULK, CGM_ALGO_NO_OVERLAP,
                                    CGM_ALGO_AUTO};
     int64_t shapes[] = {1, P - 1, 2 * P + 1, 37, P <= 4 ? 200 : 96};
     uint64_t iteration = 0;
     for (int li = 0; li < 3; li++)
-        for (int ai = 0; ai < (bulk ? 3 : 4); ai++)
+        for (int ai = 0; ai < 3; ai++)
             for (int si = 0; si < 5; si++) {
-                int64_t m = ai == 3 && si == 4 ? 300 * (int64_t)P + 1 : shapes[si];
+                int64_t m = shapes[si];
                 if (m < 1 || (si == 1 && m == 1)) continue;
                 for (int vi = 0; vi < VARIANTS; vi++) {
                     cgm_algo algo = bulk ? bulk_algos[ai] : gemm_algos[ai];

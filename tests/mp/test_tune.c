@@ -193,7 +193,7 @@ static int rank_measured(int rank, int P, const char *rdv, void *arg) {
     cgm_tune_candidate c[CGM_TUNE_MAX_CANDIDATES];
     for (int s = 0; s < 3; s++)
         expected += 3 * 6 * (uint64_t)cgm_tune_plan_candidates(
-                                shapes[s], P, 16 /* host_backend.c's HOST_TUNE_MIN_PIECE_ROWS */, false, c);
+                                shapes[s], P, 16 /* host_backend.c's HOST_TUNE_MIN_PIECE_ROWS */, c);
     CHECK_INT_EQ(s.runs, expected);
     MP_CHECK_OK(cgm_comm_destroy(comm));
     return 0;
@@ -333,7 +333,7 @@ static int rank_runoff(int rank, int P, const char *rdv, void *arg) {
     cgm_tune_stats s = stats(comm);
     cgm_tune_candidate c[CGM_TUNE_MAX_CANDIDATES];
     /* The first round is unchanged: 6 runs per candidate (reps 4). */
-    CHECK_INT_EQ(s.runs, 3 * 6 * (uint64_t)cgm_tune_plan_candidates(200, P, 16, false, c));
+    CHECK_INT_EQ(s.runs, 3 * 6 * (uint64_t)cgm_tune_plan_candidates(200, P, 16, c));
     if (spec && on) {
         /* 10000 %: every key had a runoff, of 2 candidates x (2 warm-ups +
          * 8..100 timed runs). */
@@ -374,80 +374,6 @@ static void run_runoff_bad(const void *param) {
     CHECK_CONTAINS(cgm_last_error(), "COMMGEMM_TUNE_RUNOFF=10001");
     CHECK_CONTAINS(cgm_last_error(), "expected 0..10000");
     mp_check_no_shm_leftovers();
-}
-
-/* ---- COMMGEMM_TUNE_LEAD ---- */
-
-/* The plan backends' list: lead with splits 4 and 8 only for AG under the
- * setting, only where the lead leaves rows to the rest GEMM, each distinct
- * lead once. */
-static void run_lead_candidates(const void *param) {
-    (void)param;
-    cgm_tune_candidate c[CGM_TUNE_MAX_CANDIDATES];
-    /* m 2400, P 2: shards of 1200, leads of 384 (splits 4) and 256 (8). */
-    int n_off = cgm_tune_plan_candidates(2400, 2, 16, false, c);
-    int n = cgm_tune_plan_candidates(2400, 2, 16, true, c);
-    CHECK_INT_EQ(n, n_off + 2);
-    CHECK(n <= CGM_TUNE_MAX_CANDIDATES);
-    CHECK_INT_EQ(c[n - 2].algo, CGM_ALGO_LEAD);
-    CHECK_INT_EQ(c[n - 2].splits, 4);
-    CHECK_INT_EQ(c[n - 1].algo, CGM_ALGO_LEAD);
-    CHECK_INT_EQ(c[n - 1].splits, 8);
-    /* Shards of 250: both leads round up to 128 rows: one candidate. */
-    n = cgm_tune_plan_candidates(500, 2, 16, true, c);
-    CHECK_INT_EQ(n, cgm_tune_plan_candidates(500, 2, 16, false, c) + 1);
-    /* Shards of 100: a lead is the whole shard: none; P = 1: none. */
-    CHECK_INT_EQ(cgm_tune_plan_candidates(200, 2, 16, true, c),
-                 cgm_tune_plan_candidates(200, 2, 16, false, c));
-    CHECK_INT_EQ(cgm_tune_plan_candidates(4096, 1, 16, true, c),
-                 cgm_tune_plan_candidates(4096, 1, 16, false, c));
-}
-
-/* Under COMMGEMM_TUNE_LEAD=1 on every rank, a tuned AG measures the lead
- * candidates too (and its result is checked); GEMM+RS does not. */
-static int rank_lead_tuned(int rank, int P, const char *rdv, void *arg) {
-    (void)arg;
-    setenv("COMMGEMM_TUNE_LEAD", "1", 1);
-    cgm_config cfg = mp_config(8000);
-    cfg.max_m = 4096;
-    cgm_comm *comm = test_host_comm(rank, P, rdv, &cfg);
-    cgm_tune_candidate c[CGM_TUNE_MAX_CANDIDATES];
-    snprintf(mp_context, sizeof mp_context, "rank %d/%d AG m=2400 lead tuned", rank, P);
-    run_op(comm, rank, P, AG, 2400, NULL, false, 61);
-    CHECK_SOURCE(comm, CGM_TUNE_MEASURED);
-    uint64_t ag_runs = stats(comm).runs;
-    CHECK_INT_EQ(ag_runs, 6 * (uint64_t)cgm_tune_plan_candidates(2400, P, 16, true, c));
-    snprintf(mp_context, sizeof mp_context, "rank %d/%d RS m=2400", rank, P);
-    run_op(comm, rank, P, RS, 2400, NULL, false, 62);
-    CHECK_SOURCE(comm, CGM_TUNE_MEASURED);
-    CHECK_INT_EQ(stats(comm).runs - ag_runs,
-                 6 * (uint64_t)cgm_tune_plan_candidates(2400, P, 16, false, c));
-    MP_CHECK_OK(cgm_comm_destroy(comm));
-    return 0;
-}
-
-static void run_lead_tuned(const void *param) {
-    (void)param;
-    CHECK_INT_EQ(test_run_ranks(2, rank_lead_tuned, NULL, 30, NULL), 0);
-    mp_check_no_shm_leftovers();
-}
-
-/* COMMGEMM_TUNE_LEAD out of 0..1 or not a number: lead stays out (with a
- * WARN), as for a call that is not AG+GEMM. Each case is a process of its
- * own, and the variable is read once per process. */
-static void run_lead_env(const void *param) {
-    setenv("COMMGEMM_TUNE_LEAD", (const char *)param, 1);
-    cgm_call call;
-    memset(&call, 0, sizeof call);
-    call.op = CGM_OP_ALL_GATHER_GEMM;
-    bool on = strcmp((const char *)param, "1") == 0;
-    CHECK_INT_EQ(cgm_tune_lead_on(&call), on);
-    if (!on) /* what the WARN says */
-        CHECK_CONTAINS(cgm_last_error(), strcmp((const char *)param, "2") == 0
-                                             ? "COMMGEMM_TUNE_LEAD=2: expected 0..1"
-                                             : "COMMGEMM_TUNE_LEAD=\"yes\": expected an integer");
-    call.op = CGM_OP_GEMM_REDUCE_SCATTER;
-    CHECK_INT_EQ(cgm_tune_lead_on(&call), false);
 }
 
 static const char *env_tune_off[] = {"COMMGEMM_TUNE", "0"};
@@ -839,15 +765,10 @@ static void register_cases(void) {
     test_add("cache_files_differ", run_files, NULL);
     test_add("cache_line_format", run_line_format, NULL);
     test_add("gpu_hold_bounds", run_hold, NULL);
-    test_add("lead_candidates", run_lead_candidates, NULL);
     test_add("runoff_default", run_runoff, NULL);
     test_add("runoff_every_key_ranks_differ", run_runoff, "0,10000");
     test_add("runoff_off", run_runoff, "0,0");
     test_add("runoff_out_of_range", run_runoff_bad, NULL);
-    test_add("lead_tuned", run_lead_tuned, NULL);
-    test_add("lead_env_on", run_lead_env, "1");
-    test_add("lead_env_out_of_range", run_lead_env, "2");
-    test_add("lead_env_word", run_lead_env, "yes");
 }
 
 int main(int argc, char **argv) {

@@ -137,20 +137,16 @@ static cgm_status resolve_algo(const cgm_comm *comm, const cgm_call *call,
         cgm_algo d = comm->config.algo;
         bool fits = bulk ? d == CGM_ALGO_BULK || d == CGM_ALGO_NO_OVERLAP
                          : d == CGM_ALGO_SPLIT_PIPELINED ||
-                               d == CGM_ALGO_RING || d == CGM_ALGO_NO_OVERLAP ||
-                               d == CGM_ALGO_LEAD;
+                               d == CGM_ALGO_RING || d == CGM_ALGO_NO_OVERLAP;
         a = fits ? d : bulk ? CGM_ALGO_BULK : CGM_ALGO_SPLIT_PIPELINED;
     }
-    /* Fused is the p2p kernel's; here it means the split schedule. Lead is
-     * AG+GEMM's; the other ops run split. */
-    if (a == CGM_ALGO_FUSED || (a == CGM_ALGO_LEAD && op != PLAN_OP_AG_GEMM))
-        a = bulk ? CGM_ALGO_BULK : CGM_ALGO_SPLIT_PIPELINED;
+    /* Fused is the p2p kernel's; here it means the split schedule. */
+    if (a == CGM_ALGO_FUSED) a = bulk ? CGM_ALGO_BULK : CGM_ALGO_SPLIT_PIPELINED;
     switch (a) {
     case CGM_ALGO_SPLIT_PIPELINED: *out = PLAN_ALGO_SPLIT; break;
     case CGM_ALGO_RING: *out = PLAN_ALGO_RING; break;
     case CGM_ALGO_NO_OVERLAP: *out = PLAN_ALGO_NO_OVERLAP; break;
     case CGM_ALGO_BULK: *out = PLAN_ALGO_BULK; break;
-    case CGM_ALGO_LEAD: *out = PLAN_ALGO_LEAD; break;
     default:
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
                          "expected a cgm_algo, found %d; use CGM_ALGO_AUTO",
@@ -373,8 +369,7 @@ static void host_rejected(cgm_comm *comm, void *state, cgm_op op,
 static int host_tune_candidates(const cgm_comm *comm, const cgm_call *call,
                                 cgm_tune_candidate *out) {
     return cgm_tune_plan_candidates(call->m, comm->nranks,
-                                    HOST_TUNE_MIN_PIECE_ROWS,
-                                    cgm_tune_lead_on(call), out);
+                                    HOST_TUNE_MIN_PIECE_ROWS, out);
 }
 
 /* Host ops complete before they return: the wall clock around each. */

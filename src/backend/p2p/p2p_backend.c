@@ -545,8 +545,7 @@ static int add_order_twins(const p2p_state *st, const cgm_call *call,
 static int p2p_tune_candidates(const cgm_comm *comm, const cgm_call *call,
                                cgm_tune_candidate *out) {
     int n = cgm_tune_plan_candidates(call->m, comm->nranks,
-                                     P2P_TUNE_MIN_PIECE_ROWS,
-                                     cgm_tune_lead_on(call), out);
+                                     P2P_TUNE_MIN_PIECE_ROWS, out);
     const p2p_state *st = comm->backend_state[CGM_BACKEND_P2P];
     if (!st) return n;
     n = add_fused_candidates(st, comm, call, out, n);

@@ -851,22 +851,12 @@ static cgm_status make_request(p2p_state *st, const cgm_call *call,
         req->algo = PLAN_ALGO_BULK;
         break;
     case CGM_ALGO_NO_OVERLAP: req->algo = PLAN_ALGO_NO_OVERLAP; break;
-    case CGM_ALGO_LEAD: /* AG+GEMM's; the other ops run split */
-        req->algo = bulk ? PLAN_ALGO_BULK
-                    : req->op == PLAN_OP_AG_GEMM ? PLAN_ALGO_LEAD
-                                                 : PLAN_ALGO_SPLIT;
-        break;
     default:
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "p2p: algorithm %d",
                          (int)call->algo);
     }
-    /* Lead: a quarter of the own rows by default, which covers the push on
-     * the GEMM-bound shapes it is for (a shard's copy at ~380 GB/s against
-     * a quarter of the own rows' GEMM). */
     int splits = call->splits > 0 ? call->splits
-                 : req->algo == PLAN_ALGO_LEAD
-                     ? 4
-                     : auto_splits(req->op, req->m, st->nranks);
+                                  : auto_splits(req->op, req->m, st->nranks);
     req->splits = splits > P2P_MAX_SPLITS ? P2P_MAX_SPLITS : splits;
     /* COMMGEMM_RS_OWN: the own pieces' GEMMs add the peers' partials.
      * cuBLASLt adds one (C) of the output's dtype; commgemm's kernel adds
