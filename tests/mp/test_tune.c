@@ -188,7 +188,7 @@ static int rank_measured(int rank, int P, const char *rdv, void *arg) {
     CHECK_INT_EQ(s.memory, 9);
     CHECK_INT_EQ(s.entries, 9);
     /* Every candidate: one warm-up and 2 timed runs in list order, then one
-     * warm-up and 2 timed runs in reverse order (COMMGEMM_TUNE_REPS 4). */
+     * warm-up and 2 timed runs in reverse order (TUNE_REPS 4). */
     uint64_t expected = 0;
     cgm_tune_candidate c[CGM_TUNE_MAX_CANDIDATES];
     for (int s = 0; s < 3; s++)
@@ -299,26 +299,21 @@ static int rank_env_off(int rank, int P, const char *rdv, void *arg) {
     return 0;
 }
 
-/* ---- COMMGEMM_TUNE_RUNOFF ---- */
+/* ---- the runoff ---- */
 
-/* arg: NULL (the setting unset), or "<value on rank 0>,<value on the
- * others>". Ranks that differ use the largest: all run the same runoffs in
- * lockstep (the call would hang or MISMATCH otherwise), and decide alike.
- * 10000 % puts every runner-up into a runoff; 0 everywhere, none. */
+/* arg: NULL (TUNE_RUNOFF_PERCENT), or the percent every rank uses
+ * (tune_set_constants_for_tests): 10000 puts every runner-up into a
+ * runoff, 0 none. The ranks run the same runoffs in lockstep and decide
+ * alike. */
 static int rank_runoff(int rank, int P, const char *rdv, void *arg) {
-    const char *spec = arg;
-    bool on = true;
-    if (spec) {
-        char v0[16] = "", v1[16] = "";
-        CHECK_INT_EQ(sscanf(spec, "%15[^,],%15s", v0, v1), 2);
-        setenv("COMMGEMM_TUNE_RUNOFF", rank == 0 ? v0 : v1, 1);
-        on = strcmp(v0, "0") != 0 || strcmp(v1, "0") != 0;
-    }
+    const int *percent = arg;
+    if (percent) tune_set_constants_for_tests(TUNE_REPS, *percent);
+    bool on = !percent || *percent > 0;
     cgm_comm *comm = make_comm(rank, P, rdv);
     const op_kind ops[] = {AG, RS, AR};
     for (int o = 0; o < 3; o++) {
-        snprintf(mp_context, sizeof mp_context, "rank %d/%d runoff %s op %d", rank, P,
-                 spec ? spec : "unset", o);
+        snprintf(mp_context, sizeof mp_context, "rank %d/%d runoff %d%% op %d", rank, P,
+                 percent ? *percent : TUNE_RUNOFF_PERCENT, o);
         run_op(comm, rank, P, ops[o], 200, NULL, false, 80 + o);
         CHECK_SOURCE(comm, CGM_TUNE_MEASURED);
         record(comm, rank, mp_context + 9);
@@ -334,13 +329,13 @@ static int rank_runoff(int rank, int P, const char *rdv, void *arg) {
     cgm_tune_candidate c[CGM_TUNE_MAX_CANDIDATES];
     /* The first round is unchanged: 6 runs per candidate (reps 4). */
     CHECK_INT_EQ(s.runs, 3 * 6 * (uint64_t)cgm_tune_plan_candidates(200, P, 16, c));
-    if (spec && on) {
+    if (percent && on) {
         /* 10000 %: every key had a runoff, of 2 candidates x (2 warm-ups +
          * 8..100 timed runs). */
         CHECK_INT_EQ(s.runoffs, 3);
         CHECK(s.runoff_runs >= 3 * 2 * (2 + 8));
         CHECK(s.runoff_runs <= 3 * 2 * (2 + 100));
-    } else if (spec) {
+    } else if (percent) {
         CHECK_INT_EQ(s.runoffs, 0);
         CHECK_INT_EQ(s.runoff_runs, 0);
     } else { /* default 10 %: whatever the times say, but counted alike */
@@ -357,22 +352,6 @@ static void run_runoff(const void *param) {
     CHECK_INT_EQ(test_run_ranks(3, rank_runoff, (void *)param, 60, NULL), 0);
     check_same_decisions(3);
     remove_dir();
-    mp_check_no_shm_leftovers();
-}
-
-/* A value out of range: cgm_comm_create refuses it, naming the variable,
- * the value and the range, and creates nothing. */
-static void run_runoff_bad(const void *param) {
-    (void)param;
-    setenv("COMMGEMM_TUNE_RUNOFF", "10001", 1);
-    char rdv[64];
-    cgm_bootstrap b = test_local_bootstrap("tune-runoff", rdv, sizeof rdv);
-    cgm_config cfg = mp_config(8000);
-    cgm_comm *comm = NULL;
-    CHECK_STATUS(cgm_comm_create(&b, &cfg, &comm), CGM_ERROR_INVALID_ARGUMENT);
-    CHECK(comm == NULL);
-    CHECK_CONTAINS(cgm_last_error(), "COMMGEMM_TUNE_RUNOFF=10001");
-    CHECK_CONTAINS(cgm_last_error(), "expected 0..10000");
     mp_check_no_shm_leftovers();
 }
 
@@ -765,10 +744,10 @@ static void register_cases(void) {
     test_add("cache_files_differ", run_files, NULL);
     test_add("cache_line_format", run_line_format, NULL);
     test_add("gpu_hold_bounds", run_hold, NULL);
+    static const int every_key = 10000, never = 0;
     test_add("runoff_default", run_runoff, NULL);
-    test_add("runoff_every_key_ranks_differ", run_runoff, "0,10000");
-    test_add("runoff_off", run_runoff, "0,0");
-    test_add("runoff_out_of_range", run_runoff_bad, NULL);
+    test_add("runoff_every_key", run_runoff, &every_key);
+    test_add("runoff_off", run_runoff, &never);
 }
 
 int main(int argc, char **argv) {
