@@ -120,17 +120,6 @@ cgm_status cgm_param_choice(const char *name, const char *const *choices,
  * variable when its value is neither. */
 cgm_status cgm_partial_dtype(cgm_dtype out_dtype, cgm_dtype *partial);
 
-/* COMMGEMM_RS_OWN: how GEMM+RS split finishes a rank's own pieces (a reduce
- * after the GEMM, or the GEMM adding the peers' partials); auto is each
- * backend's choice. CGM_ERROR_INVALID_ARGUMENT naming the variable, its
- * value and the choices otherwise. */
-typedef enum cgm_rs_own {
-    CGM_RS_OWN_AUTO = 0,
-    CGM_RS_OWN_REDUCE = 1,
-    CGM_RS_OWN_GEMM = 2
-} cgm_rs_own;
-cgm_status cgm_param_rs_own(cgm_rs_own *mode);
-
 /* ------------------------------------------------------------------ dtype */
 
 float cgm_bf16_to_float(uint16_t v);

@@ -230,10 +230,13 @@ static bool is_bulk(plan_op op) {
     return op == PLAN_OP_BULK_AG || op == PLAN_OP_BULK_RS;
 }
 
-bool plan_own_waits_beside(const plan_request *req) {
-    return req->own_addends && req->own_waits_beside &&
-           req->op == PLAN_OP_GEMM_RS && req->algo == PLAN_ALGO_SPLIT &&
-           req->nranks > 1;
+bool plan_prefers_own_addends(const plan_request *req) {
+    if (req->op != PLAN_OP_GEMM_RS || req->algo != PLAN_ALGO_SPLIT ||
+        req->nranks != 2 || req->m < 0)
+        return false;
+    int64_t shard = (req->m + req->nranks - 1) / req->nranks;
+    int64_t pieces = req->splits < shard ? req->splits : shard;
+    return pieces >= 2;
 }
 
 static int check_request(const plan_request *req, char *err, int err_len) {
@@ -259,11 +262,6 @@ static int check_request(const plan_request *req, char *err, int err_len) {
         return plan_fail(err, err_len,
                          "plan_build: nranks must be >= 1, got %d",
                          req->nranks);
-    if (plan_own_waits_beside(req) && req->compute_queues < 2)
-        return plan_fail(err, err_len,
-                         "plan_build: own_waits_beside needs 2 or more "
-                         "compute queues (one for the waits), got %d",
-                         req->compute_queues);
     if (req->rank < 0 || req->rank >= req->nranks)
         return plan_fail(err, err_len,
                          "plan_build: rank %d is outside 0..%d (nranks %d)",
@@ -333,7 +331,6 @@ int plan_build(const plan_request *req, plan *out, char *err, int err_len) {
     b.S = out->splits;
     b.cq = req->compute_queues;
     b.m = req->m;
-    if (plan_own_waits_beside(req)) b.cq--; /* the last: the waits' */
     switch (req->op) {
     case PLAN_OP_AG_GEMM:
         if (req->algo == PLAN_ALGO_RING) build_ag_ring(&b);

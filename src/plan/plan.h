@@ -157,15 +157,10 @@ typedef struct plan_request {
                             both ignored by the other ops */
     bool own_addends;   /* GEMM_RS, SPLIT, nranks >= 2: each piece of my own
                            rows is one final GEMM that adds the peers'
-                           partials (RECV slots) once they have arrived,
-                           instead of a GEMM into RECV[me] and a REDUCE;
-                           ignored by the other ops and algorithms */
-    bool own_waits_beside; /* with own_addends: those pieces' READY waits
-                              run on the last compute queue, which runs
-                              nothing else (the GEMMs use the others and
-                              follow the waits through deps); needs
-                              compute_queues >= 2. Else they run on the
-                              GEMM's own queue, right before it. */
+                           partials (RECV slots) once they have arrived
+                           (their READY waits on the GEMM's queue, right
+                           before it), instead of a GEMM into RECV[me] and a
+                           REDUCE; ignored by the other ops and algorithms */
 } plan_request;
 
 typedef struct plan {
@@ -191,10 +186,15 @@ typedef struct plan {
  * invalid request (e.g. RING for a bulk op, nranks < 1, rank out of range,
  * m < 0). */
 int plan_build(const plan_request *req, plan *out, char *err, int err_len);
-/* Whether req's own pieces wait on a compute queue of their own (the last):
- * own_addends and own_waits_beside on a GEMM+RS split of 2+ ranks. */
-bool plan_own_waits_beside(const plan_request *req);
 void plan_free(plan *p);
+
+/* The rule the executors share for own_addends: a GEMM+RS split of 2 ranks
+ * with 2 or more pieces per shard (with one piece the own GEMM would wait
+ * for the whole push, where the reduce form computes beside it). More
+ * ranks reduce. An executor takes own_addends where this holds and its
+ * engines can add the partials (not beside an accumulate, whose Y the
+ * addend replaces). */
+bool plan_prefers_own_addends(const plan_request *req);
 
 /* Rows of shard r and its first row (the ceil split of commgemm.h). */
 int64_t plan_shard_rows(int64_t m, int rank, int nranks);

@@ -345,9 +345,6 @@ static const create_case create_cases[] = {
     /* Not p2p: it takes LOCAL comms where a GPU is present. */
     {"env_op_backend_gpu_on_host", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_BACKEND_GEMM_RS", "nccl",
      CGM_ERROR_UNAVAILABLE, "nccl"},
-    /* Read by the host backend when it starts (config.backend = host). */
-    {"env_rs_own", 1, 0, 1, "x", 0, 0, CGM_UNSET, 2, "COMMGEMM_RS_OWN", "sometimes", CGM_ERROR_INVALID_ARGUMENT,
-     "COMMGEMM_RS_OWN=\"sometimes\""},
 };
 
 static void run_create_case(const void *param) {

@@ -258,25 +258,18 @@ static void test_graph_signal_copy(const void *param) {
     test_graph(param);
 }
 
-/* GEMM+RS split whose own pieces add the peer's partial in their GEMM
- * (COMMGEMM_RS_OWN=gemm, forced also with one piece per shard; bf16
- * partials, so cuBLASLt's C has the output's dtype; the bias in the same
- * epilogue), captured and replayed; param non-NULL: their waits on a
- * compute queue of their own (COMMGEMM_P2P_RS_OWN_WAITS=beside). */
+/* GEMM+RS split with 2 pieces per shard (and AG, AR alike), captured and
+ * replayed: with 2 ranks the own pieces' GEMMs add the peer's partial (the
+ * bias in the same epilogue). param NULL: bf16 partials
+ * (COMMGEMM_PARTIAL_DTYPE=output), which cuBLASLt's C adds; non-NULL: fp32
+ * partials, which commgemm's kernel adds in its epilogue before the
+ * conversion to the 16-bit output. Other rank counts reduce. */
 static void test_graph_rs_own(const void *param) {
-    setenv("COMMGEMM_RS_OWN", "gemm", 1);
-    setenv("COMMGEMM_PARTIAL_DTYPE", "output", 1);
-    if (param) setenv("COMMGEMM_P2P_RS_OWN_WAITS", "beside", 1);
-    test_graph(NULL);
-}
-
-/* The same with fp32 partials (the default precision): the own pieces'
- * GEMMs are commgemm's kernel, adding the fp32 partial in its epilogue
- * before the bias and the conversion to the 16-bit output. */
-static void test_graph_rs_own_kernel(const void *param) {
-    (void)param;
-    setenv("COMMGEMM_RS_OWN", "gemm", 1);
-    test_graph(NULL);
+    if (!param) setenv("COMMGEMM_PARTIAL_DTYPE", "output", 1);
+    int P = gpu_ranks_or_skip();
+    cgm_config cfg = gpu_config();
+    cfg.splits = 2;
+    gpu_run(P, &cfg, graph_body, NULL, 120);
 }
 
 /* The same with COMMGEMM_P2P_FUSED_PUSH=single: the fused GEMM+RS in one
@@ -956,11 +949,9 @@ void register_more_cases(void) {
     test_add("graph_capture_replay_fused_evicted", test_graph_fused_evicted, NULL);
     test_add("graph_capture_replay_fused_single", test_graph_fused_single, NULL);
     test_add("graph_capture_replay_signal_copy", test_graph_signal_copy, NULL);
-    static const int beside = 1;
+    static const int fp32_partials = 1;
     test_add("graph_capture_replay_rs_own_gemm", test_graph_rs_own, NULL);
-    test_add("graph_capture_replay_rs_own_kernel", test_graph_rs_own_kernel, NULL);
-    test_add("graph_capture_replay_rs_own_waits_beside", test_graph_rs_own,
-             &beside);
+    test_add("graph_capture_replay_rs_own_kernel", test_graph_rs_own, &fp32_partials);
     test_add("graph_capture_replay_fused_signal_copy", test_graph_signal_copy, &fused);
     test_add("timeout_names_missing_rank", test_timeout, NULL);
     test_add("timeout_names_missing_rank_fused", test_timeout, &fused);
@@ -986,11 +977,4 @@ void register_more_cases(void) {
                                              "elsewhere", "inline"};
     test_add("bad_p2p_signal_setting", test_bad_settings, &bad_signal);
     test_add("bad_p2p_pre_copy_setting", test_bad_settings, &bad_pre_copy);
-    static const bad_setting bad_rs_own = {"COMMGEMM_RS_OWN", "sometimes",
-                                           "auto"};
-    static const bad_setting bad_own_waits = {"COMMGEMM_P2P_RS_OWN_WAITS",
-                                              "elsewhere", "queue"};
-    test_add("bad_rs_own_setting", test_bad_settings, &bad_rs_own);
-    test_add("bad_p2p_rs_own_waits_setting", test_bad_settings,
-             &bad_own_waits);
 }

@@ -407,20 +407,6 @@ static void test_fused_large(const void *param) {
 #define SIGNAL_COPY "COMMGEMM_P2P_SIGNAL", "copy", "_signal_copy"
 #define SIGNAL_KERNEL "COMMGEMM_P2P_SIGNAL", "kernel", "_signal_kernel"
 #define PRE_COPY_BESIDE "COMMGEMM_P2P_PRE_COPY_FLAGS", "beside", "_pre_copy_beside"
-/* The GEMM+RS split's own pieces: reduce (a GEMM into a slot, then the
- * reduce kernel) where the default (auto) adds the peer's partial in the
- * GEMM wherever it applies with 2+ pieces per shard: 2 ranks, no
- * accumulate; cuBLASLt's C for partials of the output dtype (fp32 outputs;
- * bf16/fp16 with output partials), commgemm's kernel for fp32 partials
- * with 16-bit outputs (TN). */
-#define RS_OWN_REDUCE "COMMGEMM_RS_OWN", "reduce", "_own_reduce"
-/* Forced: with fp32 partials and 16-bit outputs the own pieces' GEMMs run
- * commgemm's kernel, which adds the fp32 partial in its epilogue (TN
- * layout; other layouts reduce); with output partials cuBLASLt's C, also
- * with one piece per shard. */
-#define RS_OWN_GEMM "COMMGEMM_RS_OWN", "gemm", "_own_gemm"
-/* Those pieces' READY waits on a compute queue of their own. */
-#define RS_OWN_WAITS_BESIDE "COMMGEMM_P2P_RS_OWN_WAITS", "beside", "_own_waits_beside"
 static const op_case cases[] = {
     {CGM_OP_ALL_GATHER_GEMM, 0, 0, NULL, NULL, ""},
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, NULL, NULL, ""},
@@ -452,13 +438,7 @@ static const op_case cases[] = {
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, SIGNAL_KERNEL},
     {CGM_OP_ALL_GATHER_GEMM, 0, 0, PRE_COPY_BESIDE},
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, PRE_COPY_BESIDE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, PRE_COPY_BESIDE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, RS_OWN_REDUCE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, RS_OWN_REDUCE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, RS_OWN_WAITS_BESIDE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, RS_OWN_WAITS_BESIDE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, RS_OWN_GEMM},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, RS_OWN_GEMM}};
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, PRE_COPY_BESIDE}};
 
 static const op_case large_cases[] = {
     {CGM_OP_ALL_GATHER_GEMM, 0, 0, NULL, NULL, ""},

@@ -25,7 +25,6 @@ typedef struct ops_case {
     test_op op;
     cgm_dtype dtype;
     int nranks;
-    bool own_gemm; /* COMMGEMM_RS_OWN=gemm on the even ranks */
 } ops_case;
 
 /* Option sets, cycled for every shape. For bulk ops: 0 both halves,
@@ -244,9 +243,6 @@ static void run_bulk(cgm_comm *comm, const ops_case *c, int rank, int P,
 
 static int rank_main(int rank, int P, const char *rendezvous, void *arg) {
     const ops_case *c = arg;
-    /* Ranks may differ: the even ones add the peers' partials in their own
-     * GEMMs, the odd ones reduce (the host backend's default). */
-    if (c->own_gemm && rank % 2 == 0) setenv("COMMGEMM_RS_OWN", "gemm", 1);
     cgm_config cfg = mp_config(30000);
     cfg.host_threads = 1 + rank % 2; /* one and two compute queues */
     cgm_comm *comm = test_host_comm(rank, P, rendezvous, &cfg);
@@ -294,7 +290,7 @@ static void run_case(const void *param) {
     mp_check_no_shm_leftovers();
 }
 
-static ops_case cases[OP_COUNT * 3 * 5 + 6];
+static ops_case cases[OP_COUNT * 3 * 5];
 
 static void register_cases(void) {
     const cgm_dtype dtypes[] = {CGM_DTYPE_FP32, CGM_DTYPE_BF16, CGM_DTYPE_FP16};
@@ -304,22 +300,12 @@ static void register_cases(void) {
     for (int op = 0; op < OP_COUNT; op++)
         for (int d = 0; d < 3; d++)
             for (int s = 0; s < 5; s++, i++) {
-                cases[i] = (ops_case){(test_op)op, dtypes[d], sizes[s], false};
+                cases[i] = (ops_case){(test_op)op, dtypes[d], sizes[s]};
                 char name[64];
                 snprintf(name, sizeof name, "%s.%s.p%d", op_names[op],
                          cgm_dtype_name(dtypes[d]), sizes[s]);
                 test_add(name, run_case, &cases[i]);
             }
-    /* GEMM+RS split with COMMGEMM_RS_OWN=gemm (split's own pieces). */
-    static const int own_sizes[] = {2, 3, 4};
-    for (int d = 0; d < 2; d++)
-        for (int s = 0; s < 3; s++, i++) {
-            cases[i] = (ops_case){OP_RS, dtypes[d], own_sizes[s], true};
-            char name[64];
-            snprintf(name, sizeof name, "gemm_rs.%s.p%d.own_gemm",
-                     cgm_dtype_name(dtypes[d]), own_sizes[s]);
-            test_add(name, run_case, &cases[i]);
-        }
 }
 
 int main(int argc, char **argv) {

@@ -359,6 +359,38 @@ static void test_rs_own_addends_shape(const void *param) {
     }
 }
 
+/* The executors' rule for own_addends: GEMM+RS split, 2 ranks, 2 or more
+ * pieces per shard (splits clamped to the shard's rows). */
+static void test_prefers_own_addends(const void *param) {
+    (void)param;
+    plan_request req = make_request(PLAN_OP_GEMM_RS, PLAN_ALGO_SPLIT, 2, 100, 2, 1);
+    CHECK(plan_prefers_own_addends(&req));
+    req.splits = 1;
+    CHECK(!plan_prefers_own_addends(&req));
+    req.splits = 4;
+    req.m = 3; /* shards of 2 and 1 rows: 2 pieces in the larger */
+    CHECK(plan_prefers_own_addends(&req));
+    req.m = 2; /* shards of one row: one piece */
+    CHECK(!plan_prefers_own_addends(&req));
+    req.m = 0;
+    CHECK(!plan_prefers_own_addends(&req));
+    req.m = 100;
+    for (int P = 1; P <= 8; P++) {
+        req.nranks = P;
+        CHECK_INT_EQ(plan_prefers_own_addends(&req), P == 2);
+    }
+    req.nranks = 2;
+    req.algo = PLAN_ALGO_RING;
+    CHECK(!plan_prefers_own_addends(&req));
+    req.algo = PLAN_ALGO_NO_OVERLAP;
+    CHECK(!plan_prefers_own_addends(&req));
+    req.algo = PLAN_ALGO_SPLIT;
+    req.op = PLAN_OP_GEMM_AR;
+    CHECK(!plan_prefers_own_addends(&req));
+    req.op = PLAN_OP_AG_GEMM;
+    CHECK(!plan_prefers_own_addends(&req));
+}
+
 static void test_sweep_own_addends(const void *param) {
     sweep_own_addends = true;
     test_sweep(param);
@@ -439,6 +471,7 @@ static void register_cases(void) {
     test_add("shape.ag_split", test_ag_split_shape, NULL);
     test_add("shape.rs_split", test_rs_split_shape, NULL);
     test_add("shape.rs_own_addends", test_rs_own_addends_shape, NULL);
+    test_add("rule.own_addends", test_prefers_own_addends, NULL);
     /* The flag on every combination: GEMM+RS split uses it, the rest
      * ignore it; all must pass plan_check. */
     static char add_names[NCOMBOS][64];

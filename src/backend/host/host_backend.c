@@ -54,14 +54,6 @@ static cgm_status host_init(cgm_comm *comm, void **state) {
     st->rank = comm->rank;
     st->nranks = comm->nranks;
     st->listen_fd = -1;
-    /* COMMGEMM_RS_OWN: the host backend reduces unless told gemm. */
-    cgm_rs_own own = CGM_RS_OWN_AUTO;
-    s = cgm_param_rs_own(&own);
-    if (s != CGM_SUCCESS) {
-        free(st);
-        return s;
-    }
-    st->rs_own_gemm = own == CGM_RS_OWN_GEMM;
     for (int g = 0; g < HOST_SEG_COUNT; g++) st->memfd[g] = -1;
     /* Flag chunk ids of a plan lie in [-1, 2 * P * splits). */
     st->chunks = 2 * comm->nranks * HOST_MAX_SPLITS + 1;
@@ -306,8 +298,11 @@ static cgm_status host_run_op(cgm_comm *comm, void *state,
                                                           : comm->config.host_threads;
     req.has_gemm = call->has_gemm;
     req.has_collective = bulk ? call->has_collective : true;
-    req.own_addends = st->rs_own_gemm && op == PLAN_OP_GEMM_RS &&
-                      req.algo == PLAN_ALGO_SPLIT;
+    /* The rule the p2p backend applies too, so that this backend runs the
+     * schedules p2p runs (no accumulate: p2p's GEMMs take the addend where
+     * they would take Y). */
+    req.own_addends = !call->accumulate && call->k > 0 &&
+                      plan_prefers_own_addends(&req);
     host_plan_entry *entry = NULL;
     s = get_plan(st, &req, &entry);
     if (s != CGM_SUCCESS) return reject(comm, st, call, op, s);

@@ -119,10 +119,6 @@ typedef struct p2p_state {
      * waits for), so that the comm queue holds only copies and event waits
      * (p2p_flags_beside_begin/_end). Local scheduling only. */
     bool pre_copy_beside;
-    /* COMMGEMM_RS_OWN: whether GEMM+RS split's own pieces add the peer's
-     * partial in the GEMM where it applies (make_request). */
-    cgm_rs_own rs_own;
-    bool rs_own_waits_beside; /* COMMGEMM_P2P_RS_OWN_WAITS=beside */
     cudaStream_t flag_queue;
     cudaEvent_t flag_pre, flag_post;
     unsigned int *program_counters; /* device: CGM_DEV_PROGRAM_MAX, zero */

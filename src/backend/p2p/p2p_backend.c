@@ -261,12 +261,6 @@ static cgm_status read_settings(p2p_state *st, int *comm_priority_out) {
     CGM_TRY(cgm_param_choice("COMMGEMM_P2P_PRE_COPY_FLAGS", pre_copy_modes, 2,
                              &pre_copy));
     st->pre_copy_beside = pre_copy == 1;
-    CGM_TRY(cgm_param_rs_own(&st->rs_own));
-    static const char *const own_waits[] = {"queue", "beside"};
-    int own_waits_mode = 0;
-    CGM_TRY(cgm_param_choice("COMMGEMM_P2P_RS_OWN_WAITS", own_waits, 2,
-                             &own_waits_mode));
-    st->rs_own_waits_beside = own_waits_mode == 1;
     /* COMMGEMM_P2P_COMM_PRIORITY: the comm queue's stream priority. */
     static const char *const priorities[] = {"high", "low"};
     int comm_priority = 0;

@@ -363,7 +363,7 @@ fail:
     return status;
 }
 
-/* The peers' partials that a final GEMM step adds (COMMGEMM_RS_OWN=gemm):
+/* The peers' partials that a final GEMM step adds (own_addends):
  * their rows of this piece, one dtype and row stride. */
 typedef struct gemm_addends {
     char *ptr[CGM_HGEMM_MAX_ADDENDS];
@@ -477,7 +477,7 @@ static cgm_status run_gemm(exec_ctx *x, const plan_step *s, int i, int queue,
             g.bias = NULL;
             g.accumulate = false;
         }
-        if (s->ref_count > 0) { /* COMMGEMM_RS_OWN=gemm: the peers' partials */
+        if (s->ref_count > 0) { /* own_addends: the peers' partials */
             gemm_addends ad;
             CGM_TRY(locate_addends(x, s, i, g.accumulate, vy, &ad));
             /* cuBLASLt's C takes one of the output's dtype, and is the
@@ -858,35 +858,17 @@ static cgm_status make_request(p2p_state *st, const cgm_call *call,
     int splits = call->splits > 0 ? call->splits
                                   : auto_splits(req->op, req->m, st->nranks);
     req->splits = splits > P2P_MAX_SPLITS ? P2P_MAX_SPLITS : splits;
-    /* COMMGEMM_RS_OWN: the own pieces' GEMMs add the peers' partials.
-     * cuBLASLt adds one (C) of the output's dtype; commgemm's kernel adds
-     * up to CGM_HGEMM_MAX_ADDENDS of any partial dtype (TN, 16-bit inputs,
-     * sm_90: p2p_fused_tunable). Neither beside an accumulate. auto takes
-     * either with 2 ranks and 2+ pieces per shard (with one, the own GEMM
-     * would wait for the whole push; docs/PERFORMANCE.md 4k, 4l); with
-     * more ranks (unmeasured) only when forced. This rank's choice alone:
-     * the writers' side of the plan is the same either way. */
-    int64_t shard_rows = cgm_ceil_div(req->m, st->nranks);
-    bool enough_pieces = req->splits >= 2 && shard_rows >= 2;
-    if (req->op == PLAN_OP_GEMM_RS && req->algo == PLAN_ALGO_SPLIT &&
-        st->nranks >= 2 && !call->accumulate && call->k > 0 &&
-        st->rs_own != CGM_RS_OWN_REDUCE) {
+    /* GEMM+RS split's own pieces add the peer's partial in their GEMM
+     * where the plan layer's rule says so and an engine can: cuBLASLt's C
+     * takes a partial of the output's dtype, commgemm's kernel one of any
+     * partial dtype (TN, 16-bit inputs, sm_90: p2p_fused_tunable). Neither
+     * beside an accumulate. This rank's choice alone: the writers' side of
+     * the plan is the same either way. */
+    if (!call->accumulate && call->k > 0 && plan_prefers_own_addends(req)) {
         cgm_dtype pd = call->out_dtype;
         CGM_TRY(cgm_partial_dtype(call->out_dtype, &pd));
-        bool forced = st->rs_own == CGM_RS_OWN_GEMM;
-        bool lt_form = st->nranks == 2 && pd == call->out_dtype;
-        bool kernel_form =
-            !lt_form && (forced || (st->nranks == 2 && enough_pieces)) &&
-            p2p_fused_tunable(st, call);
         req->own_addends =
-            kernel_form || (lt_form && (forced || enough_pieces));
-        /* COMMGEMM_P2P_RS_OWN_WAITS=beside: one more compute queue, for
-         * the own pieces' waits alone. */
-        if (req->own_addends && st->rs_own_waits_beside &&
-            req->compute_queues < P2P_MAX_QUEUES - 1) {
-            req->own_waits_beside = true;
-            req->compute_queues++;
-        }
+            pd == call->out_dtype || p2p_fused_tunable(st, call);
     }
 fail:
     return status;

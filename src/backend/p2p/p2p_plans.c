@@ -71,8 +71,7 @@ static bool same_request(const plan_request *a, const plan_request *b) {
            a->compute_queues == b->compute_queues &&
            a->has_gemm == b->has_gemm &&
            a->has_collective == b->has_collective &&
-           a->own_addends == b->own_addends &&
-           a->own_waits_beside == b->own_waits_beside;
+           a->own_addends == b->own_addends;
 }
 
 cgm_status p2p_plan_lookup(p2p_state *st, const plan_request *req,
