@@ -229,25 +229,14 @@ int plan_check(const plan *plans, int nranks, char *err, int err_len);
  * that precedes it in plan order (streams may share a hardware queue, so a
  * comm step enqueued behind a spinning wait that needs it would never
  * run). units needs room for p->nsteps; max_run is clamped to
- * 1..PLAN_UNIT_MAX (1: every step alone). Returns the unit count.
- *
- * With PLAN_RUNS_AT_FIRST_STEP instead, a run is emitted at the place of its
- * first step, with the later comm steps that can join it (the steps of
- * other queues between them come after it). The same three properties
- * hold; what changes is that a run's kernel is enqueued (and, in a CUDA
- * graph, created) before the GEMMs that plan order puts between its
- * steps, so it is not left waiting for SMs that a long GEMM holds. */
+ * 1..PLAN_UNIT_MAX (1: every step alone). Returns the unit count. */
 #define PLAN_UNIT_MAX 16
 typedef struct plan_unit {
     int nsteps;
     int steps[PLAN_UNIT_MAX];
 } plan_unit;
-typedef enum plan_run_order {
-    PLAN_RUNS_HELD = 0,          /* held back in plan order (above) */
-    PLAN_RUNS_AT_FIRST_STEP = 1  /* emitted at their first step */
-} plan_run_order;
 int plan_units(const plan *p, bool copies_join, int max_run,
-               plan_run_order order, plan_unit *units);
+               plan_unit *units);
 
 /* Human-readable dump of a plan (one line per step) into buf. Returns the
  * length written (truncated to buf_len - 1). */
@@ -274,29 +263,12 @@ void plan_fused_own_copies(int64_t m, int64_t row0, int64_t rows,
  * tile_rows) tile indices to order; returns how many. */
 int64_t plan_fused_tile_order(int64_t m, int nranks, int rank, int tile_rows,
                               int *order);
-/* The one-kernel fused GEMM+RS's tile order on `rank` (docs/PLAN.md
- * "Fused"): the rows of shard rank+1 first, then rank+2, ..., the own
- * shard last (its tiles wait for the peers' partials); a tile goes with the
- * shard of its first row, row order within one. Writes ceil(m /
- * tile_rows) tile indices; returns how many. */
-int64_t plan_fused_rs_tile_order(int64_t m, int nranks, int rank,
-                                 int tile_rows, int *order);
 /* The rasterization group (m tiles per group) of commgemm's kernel when it
  * raises per-piece done flags: the largest value <= max_group that divides
  * both shard_tiles and piece_tiles, so that no group mixes two shards or
  * two pieces (1 at worst). */
 int plan_fused_group_m(int64_t shard_tiles, int64_t piece_tiles,
                        int max_group);
-/* Tapered pushes of a shard cut in `pieces` flag pieces: segments of whole
- * pieces whose sizes, counted from the end, are 1, 1, 2, 4, ... pieces,
- * the remainder joining the first segment, so sizes never grow (AG: few
- * copies, and one piece left to compute after the last lands). With
- * `growing` the mirror image: 1, 1, 2, 4, ... from the start, the
- * remainder joining the last (RS: the first push waits for the GEMM of one
- * piece only). Writes the first piece of each segment to first[] (room for
- * `pieces`) and returns the segment count (0 when pieces < 1). */
-int plan_fused_taper(int pieces, bool growing, int *first);
-
 const char *plan_op_name(plan_op op);
 const char *plan_algo_name(plan_algo algo);
 const char *plan_step_kind_name(plan_step_kind kind);

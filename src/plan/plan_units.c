@@ -19,41 +19,12 @@ static void emit(plan_unit *units, int *n, const plan_unit *u) {
     units[(*n)++] = *u;
 }
 
-/* PLAN_RUNS_AT_FIRST_STEP: the run that starts at comm step i takes the
- * later comm steps that can join it (steps of other queues between them are
- * enqueued after it) and is emitted at once. A run takes consecutive steps
- * of the comm queue, so a comm step is taken iff it is at most the last
- * step taken. */
-static int units_at_first_step(const plan *p, bool copies_join, int max_run,
-                               plan_unit *units) {
-    int n = 0, last_taken = -1;
-    plan_unit u = {0};
-    for (int i = 0; i < p->nsteps; i++) {
-        const plan_step *s = &p->steps[i];
-        if (s->queue == 0 && i <= last_taken) continue;
-        u.nsteps = 0;
-        u.steps[u.nsteps++] = i;
-        if (max_run > 1 && joins(s, copies_join))
-            for (int j = i + 1; j < p->nsteps && u.nsteps < max_run; j++) {
-                const plan_step *t = &p->steps[j];
-                if (t->queue != 0) continue;
-                if (!joins(t, copies_join) || t->ndeps > 0) break;
-                u.steps[u.nsteps++] = j;
-            }
-        if (s->queue == 0) last_taken = u.steps[u.nsteps - 1];
-        emit(units, &n, &u);
-    }
-    return n;
-}
-
 int plan_units(const plan *p, bool copies_join, int max_run,
-               plan_run_order order, plan_unit *units) {
+               plan_unit *units) {
     int n = 0;
     plan_unit run = {0}, one = {0};
     if (max_run > PLAN_UNIT_MAX) max_run = PLAN_UNIT_MAX;
     if (max_run < 1) max_run = 1;
-    if (order == PLAN_RUNS_AT_FIRST_STEP)
-        return units_at_first_step(p, copies_join, max_run, units);
     one.nsteps = 1;
     for (int i = 0; i < p->nsteps; i++) {
         const plan_step *s = &p->steps[i];

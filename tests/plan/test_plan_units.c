@@ -1,7 +1,6 @@
 /* The p2p executor's enqueue order (plan_units): over every schedule of
  * small m, P up to 8, every rank, splits and compute queues, with and
- * without copies in runs, runs held back or emitted at their first step,
- * the order keeps every queue's plan order, puts
+ * without copies in runs, the order keeps every queue's plan order, puts
  * each step after the steps it depends on, forms only valid runs, and
  * never enqueues a WAIT of a compute queue before a comm step that precedes
  * it in plan order (the rule whose breach hung AG+GEMM on the GPUs). */
@@ -103,15 +102,13 @@ static void test_all_schedules(const void *param) {
                                 memset(&p, 0, sizeof p);
                                 if (plan_build(&req, &p, err, (int)sizeof err) != 0) continue;
                                 plan_unit *u = calloc((size_t)(p.nsteps ? p.nsteps : 1), sizeof *u);
-                                for (int cj = 0; cj < 4; cj++)
+                                for (int cj = 0; cj < 2; cj++)
                                     for (size_t li = 0; li < 3; li++) {
-                                        plan_run_order order = cj >= 2 ? PLAN_RUNS_AT_FIRST_STEP : PLAN_RUNS_HELD;
-                                        int n = plan_units(&p, cj & 1, run_limits[li], order, u);
-                                        if (check_units(&p, u, n, run_limits[li], cj & 1, err, sizeof err) != 0)
-                                            TEST_FAIL("%s %s P=%d r=%d m=%lld S=%d cq=%d copies=%d max=%d order=%d: %s",
+                                        int n = plan_units(&p, cj, run_limits[li], u);
+                                        if (check_units(&p, u, n, run_limits[li], cj, err, sizeof err) != 0)
+                                            TEST_FAIL("%s %s P=%d r=%d m=%lld S=%d cq=%d copies=%d max=%d: %s",
                                                       plan_op_name(req.op), plan_algo_name(req.algo), req.nranks,
-                                                      r, (long long)req.m, S, cq, cj & 1, run_limits[li], (int)order,
-                                                      err);
+                                                      r, (long long)req.m, S, cq, cj, run_limits[li], err);
                                         for (int k = 0; k < n; k++) runs += u[k].nsteps > 1;
                                         if (run_limits[li] == 1) CHECK_INT_EQ(n, p.nsteps);
                                         checked++;
@@ -157,7 +154,7 @@ static void test_ag_split_order(const void *param) {
     ag_split_p2_plan(&p);
     plan_unit u[16];
     CHECK(p.nsteps <= 16);
-    int n = plan_units(&p, true, PLAN_UNIT_MAX, PLAN_RUNS_HELD, u);
+    int n = plan_units(&p, true, PLAN_UNIT_MAX, u);
     CHECK_INT_EQ(n, 4);
     CHECK_INT_EQ(kind_of(&p, &u[0], 0), PLAN_GEMM);
     CHECK_INT_EQ(u[1].nsteps, 4);
@@ -176,42 +173,9 @@ static void test_ag_split_order(const void *param) {
     plan_free(&p);
 }
 
-/* The same plan with runs at their first step: the run goes before the own
- * GEMM (a GEMM that fills every SM cannot hold it back), and the order
- * still passes the checker. */
-static void test_ag_split_order_first_step(const void *param) {
-    (void)param;
-    plan p;
-    char err[512];
-    ag_split_p2_plan(&p);
-    plan_unit u[16];
-    CHECK(p.nsteps <= 16);
-    /* Copies on the copy engine: the run is "signal free, wait free", the
-     * copy alone, then "signal ready", all before the GEMM's wait. */
-    int n = plan_units(&p, false, PLAN_UNIT_MAX, PLAN_RUNS_AT_FIRST_STEP, u);
-    CHECK_INT_EQ(n, 6);
-    CHECK_INT_EQ(u[0].nsteps, 2);
-    CHECK_INT_EQ(kind_of(&p, &u[0], 0), PLAN_SIGNAL);
-    CHECK_INT_EQ(kind_of(&p, &u[0], 1), PLAN_WAIT);
-    CHECK_INT_EQ(kind_of(&p, &u[1], 0), PLAN_GEMM);
-    CHECK_INT_EQ(kind_of(&p, &u[2], 0), PLAN_COPY);
-    CHECK_INT_EQ(kind_of(&p, &u[3], 0), PLAN_SIGNAL);
-    CHECK_INT_EQ(kind_of(&p, &u[4], 0), PLAN_WAIT);
-    CHECK_INT_EQ(p.steps[u[4].steps[0]].queue, 1);
-    CHECK_INT_EQ(check_units(&p, u, n, PLAN_UNIT_MAX, false, err, sizeof err), 0);
-    /* Copies in runs: one run of all four comm steps, first. */
-    n = plan_units(&p, true, PLAN_UNIT_MAX, PLAN_RUNS_AT_FIRST_STEP, u);
-    CHECK_INT_EQ(n, 4);
-    CHECK_INT_EQ(u[0].nsteps, 4);
-    CHECK_INT_EQ(kind_of(&p, &u[1], 0), PLAN_GEMM);
-    CHECK_INT_EQ(check_units(&p, u, n, PLAN_UNIT_MAX, true, err, sizeof err), 0);
-    plan_free(&p);
-}
-
 static void register_cases(void) {
     test_add("all_schedules", test_all_schedules, NULL);
     test_add("ag_split_order", test_ag_split_order, NULL);
-    test_add("ag_split_order_first_step", test_ag_split_order_first_step, NULL);
 }
 
 int main(int argc, char **argv) { return test_main(argc, argv, register_cases); }

@@ -19,9 +19,6 @@ extern "C" {
 #endif
 
 #define P2P_MAX_QUEUES 4      /* comm + up to 3 compute queues */
-/* A comm program's copies: one block of 512 threads per this many bytes,
- * up to COMMGEMM_P2P_SM_PUSH_BLOCKS. */
-#define P2P_SM_PUSH_BYTES_PER_BLOCK (64 << 10)
 #define P2P_MAX_SPLITS 16     /* pieces per shard */
 #define P2P_PLAN_CACHE 256    /* schedules kept per comm (the tuner builds one per candidate) */
 #define P2P_SIGNATURE_CACHE 256
@@ -79,52 +76,6 @@ typedef struct p2p_state {
     cgm_comm *comm;
     int rank, nranks, device;
     int sm_count; /* the device's SMs (the fused kernel leaves one free) */
-    /* COMMGEMM_P2P_FUSED_PUSH: how the fused algorithm pushes a shard
-     * (p2p_fused.c). Local scheduling only: the flags are the same, so
-     * ranks may differ. */
-    enum {
-        P2P_PUSH_BESIDE,
-        P2P_PUSH_PIECES,
-        P2P_PUSH_TAPER,
-        P2P_PUSH_STORE,
-        P2P_PUSH_SINGLE
-    } fused_push;
-    /* COMMGEMM_P2P_GEMM_ORDER: compute queues of the split, ring and
-     * no_overlap GEMM+RS / GEMM+AR schedules (1: in order, the default;
-     * 2: alternating).
-     * Local scheduling only, as fused_push. */
-    int rs_compute_queues;
-    /* COMMGEMM_P2P_AG_GEMM_ORDER: the same for AG+GEMM's chunk GEMMs
-     * (call.queues, set by the autotuner, takes precedence); auto (the
-     * default): 1, and the tuner also measures 2 (ag_order_tuned). */
-    int ag_compute_queues;
-    bool ag_order_tuned;
-    /* COMMGEMM_P2P_SM_PUSH_BYTES / _BLOCKS: a held-back run of comm-queue
-     * steps copies with SMs up to this many bytes, with at most this many
-     * blocks (p2p_exec.c, comm programs). */
-    int64_t sm_push_bytes;
-    int sm_push_blocks;
-    /* COMMGEMM_P2P_RUN_ORDER: where comm programs are enqueued (plan_units'
-     * order). Local scheduling only, as fused_push. */
-    plan_run_order run_order;
-    /* COMMGEMM_P2P_SIGNAL: whether a signal on the comm queue right after
-     * a copy-engine copy is itself an 8-byte copy of the epoch into the
-     * peer's flag (p2p_signal_by_copy) or a flag kernel; auto: by copy
-     * after copies of >= P2P_SIGNAL_COPY_MIN_BYTES (p2p_signal_copy_after).
-     * Local scheduling only: the flag values are the same. */
-    enum { P2P_SIGNAL_AUTO, P2P_SIGNAL_COPY, P2P_SIGNAL_KERNEL } signal_mode;
-    /* COMMGEMM_P2P_PRE_COPY_FLAGS=beside (not the default): the flag steps right
-     * before a copy-engine copy run on flag_queue, between flag_pre
-     * (recorded on the comm queue) and flag_post (which the comm queue
-     * waits for), so that the comm queue holds only copies and event waits
-     * (p2p_flags_beside_begin/_end). Local scheduling only. */
-    bool pre_copy_beside;
-    cudaStream_t flag_queue;
-    cudaEvent_t flag_pre, flag_post;
-    unsigned int *program_counters; /* device: CGM_DEV_PROGRAM_MAX, zero */
-    /* device: nranks * P2P_MAX_SPLITS, zero: the one-kernel fused GEMM+RS's
-     * per-piece tile counts (the kernel leaves them zero). */
-    unsigned int *done_counts;
     int64_t timeout_ms;
 
     cgm_peer_mem ws;     /* registered workspace */
@@ -220,30 +171,17 @@ cgm_status p2p_execute(p2p_state *st, const cgm_call *call);
  * an 8-byte cudaMemcpyAsync from the device epoch cell, read when the copy
  * runs (so graph replays signal their own epoch). On `stream` after a copy,
  * it starts once that copy is complete, as the flag kernel would, without
- * a switch from the copy engine to the SMs and back (~10 us per signal
- * against ~2 us, docs/PERFORMANCE.md 4j). Unlike the kernel it is not
- * skipped once the comm aborted. */
-/* COMMGEMM_P2P_SIGNAL=auto signals by copy after copies of at least this
- * many bytes: measured faster from 16 MiB up, slower for the 4 MiB pushes
- * of the small AG shapes (docs/PERFORMANCE.md 4j). */
-#define P2P_SIGNAL_COPY_MIN_BYTES ((size_t)8 << 20)
-
-/* Whether a signal right behind a copy-engine copy of copied_bytes goes by
- * copy (p2p_signal_by_copy) under COMMGEMM_P2P_SIGNAL; false for 0. */
-bool p2p_signal_copy_after(const p2p_state *st, size_t copied_bytes);
-
-/* Flag steps that precede a copy on the comm queue, enqueued on
- * st->flag_queue instead: _begin makes flag_queue follow the comm queue
- * and returns it; _end makes the comm queue wait for what was enqueued
- * there. A flag kernel on the copy stream costs ~9 us of switching from the
- * SMs to the copy engine before the copy; an event wait ~1.5 us
- * (tests/gpu/ipcbench.c, docs/PERFORMANCE.md 4j). */
-cgm_status p2p_flags_beside_begin(p2p_state *st, cudaStream_t *flag_queue);
-cgm_status p2p_flags_beside_end(p2p_state *st);
-
+ * a switch from the copy engine to the SMs and back. Unlike the kernel it
+ * is not skipped once the comm aborted. */
 cgm_status p2p_signal_by_copy(const p2p_state *st,
                               unsigned long long *remote_flag,
                               cudaStream_t stream);
+/* A signal right behind a copy-engine copy goes by copy after copies of at
+ * least this many bytes, else by a flag kernel: the switch from the copy
+ * engine to the SMs and back costs more than the 8-byte copy behind large
+ * pushes, less behind small ones. */
+#define P2P_SIGNAL_COPY_MIN_BYTES ((size_t)8 << 20)
+bool p2p_signal_copy_after(size_t copied_bytes);
 /* Frees the plan cache's plans and events (p2p_exec.c). */
 void p2p_plan_cache_clear(p2p_state *st);
 /* The step timeline (COMMGEMM_TIMELINE, p2p_timeline.c): on() reads the

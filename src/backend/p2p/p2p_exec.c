@@ -40,33 +40,8 @@ typedef struct exec_ctx {
      * when nothing but signals by copy followed it; else 0. A SIGNAL there
      * goes by copy when p2p_signal_copy_after says so. */
     size_t q0_copy_bytes;
-    /* Non-NULL: comm-queue steps are enqueued here (st->flag_queue, while
-     * p2p_flags_beside_begin/_end bracket them). */
-    cudaStream_t q0_stream;
     view views[PLAN_BUF_COUNT];
 } exec_ctx;
-
-cgm_status p2p_flags_beside_begin(p2p_state *st, cudaStream_t *flag_queue) {
-    cgm_status status = CGM_SUCCESS;
-    CGM_CUDA_TRY(cudaEventRecord(st->flag_pre, st->queues[0]));
-    CGM_CUDA_TRY(cudaStreamWaitEvent(st->flag_queue, st->flag_pre, 0));
-    *flag_queue = st->flag_queue;
-fail:
-    return status;
-}
-
-cgm_status p2p_flags_beside_end(p2p_state *st) {
-    cgm_status status = CGM_SUCCESS;
-    CGM_CUDA_TRY(cudaEventRecord(st->flag_post, st->flag_queue));
-    CGM_CUDA_TRY(cudaStreamWaitEvent(st->queues[0], st->flag_post, 0));
-fail:
-    return status;
-}
-
-/* The stream of a step's queue. */
-static cudaStream_t queue_stream(const exec_ctx *x, int queue) {
-    return queue == 0 && x->q0_stream ? x->q0_stream : x->st->queues[queue];
-}
 
 cgm_status p2p_signal_by_copy(const p2p_state *st,
                               unsigned long long *remote_flag,
@@ -79,15 +54,13 @@ fail:
     return status;
 }
 
-bool p2p_signal_copy_after(const p2p_state *st, size_t copied_bytes) {
-    if (copied_bytes == 0 || st->signal_mode == P2P_SIGNAL_KERNEL) return false;
-    return st->signal_mode == P2P_SIGNAL_COPY ||
-           copied_bytes >= P2P_SIGNAL_COPY_MIN_BYTES;
+bool p2p_signal_copy_after(size_t copied_bytes) {
+    return copied_bytes > 0 && copied_bytes >= P2P_SIGNAL_COPY_MIN_BYTES;
 }
 
 static bool signal_by_copy(const exec_ctx *x, const plan_step *s) {
     return s->kind == PLAN_SIGNAL && s->queue == 0 &&
-           p2p_signal_copy_after(x->st, x->q0_copy_bytes);
+           p2p_signal_copy_after(x->q0_copy_bytes);
 }
 
 static cgm_status setup_views(exec_ctx *x, plan_op op) {
@@ -569,7 +542,7 @@ static cgm_status run_step(exec_ctx *x, p2p_plan_entry *e, int i) {
     cgm_status status = CGM_SUCCESS;
     p2p_state *st = x->st;
     const plan_step *s = &e->plan.steps[i];
-    cudaStream_t stream = queue_stream(x, s->queue);
+    cudaStream_t stream = st->queues[s->queue];
     for (int d = 0; d < s->ndeps && !x->dry; d++) {
         int dep = s->deps[d];
         if (e->plan.steps[dep].queue != s->queue)
@@ -615,70 +588,48 @@ fail:
 
 /* ------------------------------------------------------- comm programs */
 
-/* Runs of consecutive comm-queue steps (signals, waits, plain copies) are
- * enqueued as one program kernel (cgm_dev_program_run): each separate flag
- * kernel or copy costs a few microseconds of launch and dependency latency,
- * and a small op is made of little else. A run's copies go through the
- * program, i.e. SMs, while its copy bytes are at most
- * COMMGEMM_P2P_SM_PUSH_BYTES; above that they stay on the copy engine and
- * only the flag steps between them are merged. Which steps form a run,
- * and where it is enqueued, is plan_units' (plan.h; test_plan_units checks
- * that no wait of another queue is enqueued before the comm steps that
- * precede it: streams may share a hardware queue, and an AG hung so). Not
- * with COMMGEMM_TIMELINE, which times every step. */
+/* Runs of consecutive comm-queue steps (signals, waits, and copies between
+ * them) come from p2p_units; each stretch of flag steps between two
+ * copy-engine copies is enqueued as one program kernel
+ * (cgm_dev_program_run): each separate flag kernel costs a few
+ * microseconds of launch and dependency latency, and a small op is made of
+ * little else. test_p2p_units checks that no wait of another queue is
+ * enqueued before the comm steps that precede it (streams may share a
+ * hardware queue, and an AG hung so). Not with COMMGEMM_TIMELINE, which
+ * times every step. */
 _Static_assert(CGM_DEV_PROGRAM_MAX <= PLAN_UNIT_MAX,
                "a plan_units run must fit one program");
 
-static bool programs_on(const exec_ctx *x) {
-    return !x->timeline && x->st->program_counters != NULL;
-}
+static bool programs_on(const exec_ctx *x) { return !x->timeline; }
 
-/* Enqueues the steps steps[0, n) of a run as one program, then records
- * their events. */
+/* Enqueues the flag steps steps[0, n) as one program, then records their
+ * events. */
 static cgm_status run_program(exec_ctx *x, p2p_plan_entry *e,
                               const int *steps, int n) {
     cgm_status status = CGM_SUCCESS;
     p2p_state *st = x->st;
-    cudaStream_t stream = queue_stream(x, 0);
+    cudaStream_t stream = st->queues[0];
     cgm_dev_program prog;
-    int64_t bytes = 0;
     memset(&prog, 0, sizeof prog);
     prog.rank = st->rank;
     prog.timeout_ns = p2p_timeout_ns(st);
     prog.record = st->abort_dev;
     for (int j = 0; j < n; j++) {
         const plan_step *s = &e->plan.steps[steps[j]];
-        cgm_dev_program_op *op = &prog.ops[prog.nops];
-        if (s->kind == PLAN_COPY) {
-            copy_geometry g;
-            CGM_TRY(copy_geometry_of(x, s, steps[j], &g));
-            if (g.skip) continue;
-            op->kind = CGM_DEV_OP_COPY;
-            op->dst = g.dst;
-            op->src = g.src;
-            op->dst_pitch = (int64_t)g.dst_pitch;
-            op->src_pitch = (int64_t)g.src_pitch;
-            op->width = (int64_t)g.width;
-            op->height = (int64_t)g.height;
-            bytes += op->width * op->height;
-        } else {
-            op->kind = s->kind == PLAN_SIGNAL ? CGM_DEV_OP_SIGNAL
-                                              : CGM_DEV_OP_WAIT;
-            op->flag = flag_cell(st, s);
-            op->peer = s->peer;
-            op->flag_kind = (int)s->flag.kind;
-            op->chunk = s->flag.chunk;
-        }
-        prog.nops++;
+        cgm_dev_program_op *op = &prog.ops[prog.nops++];
+        if (s->kind != PLAN_SIGNAL && s->kind != PLAN_WAIT)
+            return cgm_error(CGM_ERROR_INTERNAL, "p2p: step %d (%s) in a "
+                             "program of flag steps; please report this bug",
+                             steps[j], plan_step_kind_name(s->kind));
+        op->kind = s->kind == PLAN_SIGNAL ? CGM_DEV_OP_SIGNAL
+                                          : CGM_DEV_OP_WAIT;
+        op->flag = flag_cell(st, s);
+        op->peer = s->peer;
+        op->flag_kind = (int)s->flag.kind;
+        op->chunk = s->flag.chunk;
     }
-    if (prog.nops > 0) {
-        int64_t blocks = bytes / P2P_SM_PUSH_BYTES_PER_BLOCK;
-        if (blocks > st->sm_push_blocks) blocks = st->sm_push_blocks;
-        if (blocks < 1) blocks = 1;
-        CGM_CUDA_TRY(cgm_dev_program_run(&prog, st->dev, st->program_counters,
-                                         (int)blocks, stream));
-        x->q0_copy_bytes = 0;
-    }
+    CGM_CUDA_TRY(cgm_dev_program_run(&prog, st->dev, stream));
+    x->q0_copy_bytes = 0;
     for (int j = 0; j < n; j++)
         if (e->events[steps[j]])
             CGM_CUDA_TRY(cudaEventRecord(e->events[steps[j]], stream));
@@ -686,38 +637,20 @@ fail:
     return status;
 }
 
-/* One unit of plan_units: a step alone, or a run: one program when its
- * copies move at most COMMGEMM_P2P_SM_PUSH_BYTES, else its copies on the
- * copy engine and one program per stretch of flag steps between them. */
+/* One unit of p2p_units: a step alone, or a run: its copies on the copy
+ * engine, signals right behind a copy by copy where p2p_signal_copy_after
+ * says so, and one program per stretch of the other flag steps. */
 static cgm_status enqueue_unit(exec_ctx *x, p2p_plan_entry *e,
                                const plan_unit *u) {
     cgm_status status = CGM_SUCCESS;
     const int *steps = u->steps;
     int n = u->nsteps;
     if (n == 1) return run_step(x, e, steps[0]);
-    int64_t bytes = 0; /* summed until it passes the SM-copy bound */
-    for (int j = 0; j < n && bytes <= x->st->sm_push_bytes; j++) {
-        const plan_step *s = &e->plan.steps[steps[j]];
-        copy_geometry g;
-        if (s->kind != PLAN_COPY) continue;
-        CGM_TRY(copy_geometry_of(x, s, steps[j], &g));
-        if (!g.skip) bytes += (int64_t)(g.width * g.height);
-    }
     const plan_step *head = &e->plan.steps[steps[0]];
     for (int d = 0; d < head->ndeps; d++)
         if (e->plan.steps[head->deps[d]].queue != 0)
             CGM_CUDA_TRY(cudaStreamWaitEvent(x->st->queues[0],
                                              e->events[head->deps[d]], 0));
-    /* Signals right behind a copy go by copy, before the program of the
-     * rest (their order on the queue is kept). */
-    while (n > 0 && signal_by_copy(x, &e->plan.steps[steps[0]])) {
-        CGM_TRY(run_step(x, e, steps[0]));
-        steps++;
-        n--;
-    }
-    if (n == 0) return CGM_SUCCESS;
-    if (n == 1) return run_step(x, e, steps[0]);
-    if (bytes <= x->st->sm_push_bytes) return run_program(x, e, steps, n);
     /* The head's waits are enqueued above: run_step adds them again, which
      * costs nothing on a stream already past them. */
     for (int j = 0; j < n;) {
@@ -725,16 +658,8 @@ static cgm_status enqueue_unit(exec_ctx *x, p2p_plan_entry *e,
             CGM_TRY(run_step(x, e, steps[j++]));
         int k = j;
         while (k < n && e->plan.steps[steps[k]].kind != PLAN_COPY) k++;
-        /* Flag steps before a copy: beside it (COMMGEMM_P2P_PRE_COPY_FLAGS). */
-        bool beside = k > j && k < n && x->st->pre_copy_beside;
-        if (beside) CGM_TRY(p2p_flags_beside_begin(x->st, &x->q0_stream));
         if (k - j >= 2) CGM_TRY(run_program(x, e, steps + j, k - j));
         else if (k - j == 1) CGM_TRY(run_step(x, e, steps[j]));
-        if (beside) {
-            x->q0_stream = NULL;
-            x->q0_copy_bytes = 0;
-            CGM_TRY(p2p_flags_beside_end(x->st));
-        }
         if (k < n) CGM_TRY(run_step(x, e, steps[k]));
         j = k + 1;
     }
@@ -810,16 +735,19 @@ static cgm_status make_request(p2p_state *st, const cgm_call *call,
     switch (call->op) {
     case CGM_OP_ALL_GATHER_GEMM:
         req->op = PLAN_OP_AG_GEMM;
-        req->compute_queues =
-            call->queues > 0 ? call->queues : st->ag_compute_queues;
+        /* One compute queue, or the tuner's two (call->queues). */
+        req->compute_queues = call->queues > 0 ? call->queues : 1;
         break;
     case CGM_OP_GEMM_REDUCE_SCATTER:
+        /* One compute queue: each push starts when its GEMM ends (on
+         * two, the GPU may run a later GEMM beside or before the one
+         * whose push is due). */
         req->op = PLAN_OP_GEMM_RS;
-        req->compute_queues = st->rs_compute_queues;
+        req->compute_queues = 1;
         break;
     case CGM_OP_GEMM_ALL_REDUCE:
         req->op = PLAN_OP_GEMM_AR;
-        req->compute_queues = st->rs_compute_queues;
+        req->compute_queues = 1;
         break;
     case CGM_OP_BULK:
         req->op = call->collective == CGM_COLLECTIVE_ALL_GATHER
@@ -958,7 +886,7 @@ cgm_status p2p_execute(p2p_state *st, const cgm_call *call) {
         bool join = !ar_accumulate(&x);
         if (e->nunits < 0 || e->units_join != join) {
             e->nunits = plan_units(&e->plan, join, CGM_DEV_PROGRAM_MAX,
-                                   st->run_order, e->units);
+                                   e->units);
             e->units_join = join;
         }
         for (int u = 0; u < e->nunits; u++)

@@ -19,14 +19,13 @@
  * the comm queue pushes each piece into the owner's RECV slot r and raises
  * READY(d*S + q); then ONE kernel computes the own rows and adds, in its
  * epilogue, every peer's partial of the tile after waiting for its READY
- * cell: no reduce pass, and the main loop runs while partials arrive. With
- * COMMGEMM_P2P_FUSED_PUSH=store, each peer's rows are instead one kernel
- * whose epilogue stores into that peer's RECV slot through the peer
- * mapping, its READY cells raised after it (store_to; slower than the
- * copy-engine pushes on most shapes, docs/PERFORMANCE.md 4h). With
- * COMMGEMM_P2P_FUSED_PUSH=single, ONE kernel computes every row, the peers'
- * first into PARTIAL, raising a local done flag per piece that the comm
- * queue waits on before its copy (single_rs; docs/PERFORMANCE.md 4i). */
+ * cell: no reduce pass, and the main loop runs while partials arrive.
+ *
+ * Both ops push piece by piece, the copies back to back on the comm queue;
+ * each piece's READY follows its copy: by copy engine right behind it for
+ * large pieces (p2p_signal_copy_after), else a flag kernel on a second
+ * queue that follows the copy through an event, so that no kernel sits
+ * between two copies. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -188,11 +187,10 @@ static cgm_status evict(p2p_state *st, p2p_fused_entry *e) {
     return CGM_SUCCESS;
 }
 
-/* AG: own shard first, then peers in the order their pushes reach me
- * (r-1 pushes to me first, then r-2, ...); a tile spanning two shards goes
- * with the later one. RS (the one-kernel form): shard r+1 first, then
- * r+2, ..., my own last. */
-static cgm_status make_order(p2p_state *st, int64_t m, bool ag, int **out) {
+/* AG's tile order: own shard first, then peers in the order their pushes
+ * reach me (r-1 pushes to me first, then r-2, ...); a tile spanning two
+ * shards goes with the later one. */
+static cgm_status make_order(p2p_state *st, int64_t m, int **out) {
     cgm_status status = CGM_SUCCESS;
     int P = st->nranks, r = st->rank;
     int64_t tiles = cgm_ceil_div(m, CGM_HGEMM_TILE_M);
@@ -204,8 +202,7 @@ static cgm_status make_order(p2p_state *st, int64_t m, bool ag, int **out) {
                            (long long)tiles);
         goto fail;
     }
-    int64_t n = ag ? plan_fused_tile_order(m, P, r, CGM_HGEMM_TILE_M, order)
-                   : plan_fused_rs_tile_order(m, P, r, CGM_HGEMM_TILE_M, order);
+    int64_t n = plan_fused_tile_order(m, P, r, CGM_HGEMM_TILE_M, order);
     if (n != tiles) {
         status = cgm_error(CGM_ERROR_INTERNAL, "p2p fused: the tile order of "
                            "m=%lld is not a permutation; please report this",
@@ -256,7 +253,7 @@ static cgm_status lookup(p2p_state *st, const cgm_call *c, int splits,
     p2p_fused_entry *e = victim;
     int P = st->nranks;
     /* RS: a piece's GEMM done (P*S), a destination's pushes done (P);
-     * both: a push's copy done (P*S, COMMGEMM_P2P_FUSED_PUSH). */
+     * both: a piece's copy done (P*S, ready_after_copy). */
     e->nevents = 2 * P * splits + P;
     e->events = calloc((size_t)e->nevents, sizeof *e->events);
     if (!e->events) {
@@ -267,8 +264,8 @@ static cgm_status lookup(p2p_state *st, const cgm_call *c, int splits,
     for (int i = 0; i < e->nevents; i++)
         CGM_CUDA_TRY(cudaEventCreateWithFlags(&e->events[i],
                                               cudaEventDisableTiming));
-    if (c->op == CGM_OP_ALL_GATHER_GEMM || st->fused_push == P2P_PUSH_SINGLE)
-        CGM_TRY(make_order(st, c->m, c->op == CGM_OP_ALL_GATHER_GEMM, &e->order));
+    if (c->op == CGM_OP_ALL_GATHER_GEMM)
+        CGM_TRY(make_order(st, c->m, &e->order));
     e->used = true;
     e->op = (int)c->op;
     e->m = c->m;
@@ -377,19 +374,6 @@ fail:
     return status;
 }
 
-/* A wait that the next copy on the comm queue follows: on the flag queue
- * beside it unless COMMGEMM_P2P_PRE_COPY_FLAGS=inline (p2p.h). */
-static cgm_status wait_before_copy(p2p_state *st, int peer,
-                                   plan_flag_kind kind, int chunk) {
-    cgm_status status = CGM_SUCCESS;
-    cudaStream_t q = st->queues[0];
-    if (st->pre_copy_beside) CGM_TRY(p2p_flags_beside_begin(st, &q));
-    CGM_TRY(wait_from(st, peer, kind, chunk, q));
-    if (st->pre_copy_beside) CGM_TRY(p2p_flags_beside_end(st));
-fail:
-    return status;
-}
-
 /* The READY cells of sender j for chunks j2 * S + q, q = 0.., as an array
  * (the layout of p2p_flag_offset: consecutive chunks are consecutive). */
 static const unsigned long long *ready_cells(const p2p_state *st, int sender,
@@ -413,63 +397,42 @@ fail:
     return status;
 }
 
-/* READY(chunk0 .. chunk0 + count - 1) to `peer` once the copy just
- * enqueued on the comm queue (`copied` bytes) is done: 8-byte copies of
- * the epoch right behind it on the comm queue when p2p_signal_copy_after
- * says so (COMMGEMM_P2P_SIGNAL);
- * else signal kernels on the comm queue itself (the next copy then waits
- * for them), or, unless COMMGEMM_P2P_FUSED_PUSH=pieces, on the local queue
- * behind `ev`, recorded on the comm queue, so that the copies run back to
- * back. */
-static cgm_status ready_after_copy(p2p_state *st, int peer, int chunk0,
-                                   int count, size_t copied, cudaEvent_t ev) {
+/* READY(chunk) to `peer` once the copy just enqueued on the comm queue
+ * (`copied` bytes) is done: an 8-byte copy of the epoch right behind it on
+ * the comm queue when p2p_signal_copy_after says so; else a signal kernel
+ * on the local queue behind `ev`, recorded on the comm queue, so that the
+ * copies run back to back. */
+static cgm_status ready_after_copy(p2p_state *st, int peer, int chunk,
+                                   size_t copied, cudaEvent_t ev) {
     cgm_status status = CGM_SUCCESS;
-    cudaStream_t q = st->queues[0];
-    if (p2p_signal_copy_after(st, copied)) { /* the copy engine, right behind */
-        for (int i = 0; i < count; i++) {
-            plan_flag f = {PLAN_FLAG_READY, chunk0 + i};
-            int t = trace_open(st, flag_step(PLAN_SIGNAL, peer, f.kind, f.chunk), q);
-            CGM_TRY(p2p_signal_by_copy(st, p2p_flag_to(st, peer, f), q));
-            CGM_TRY(trace_close(st, t, q));
-        }
-        return CGM_SUCCESS;
+    cudaStream_t comm = st->queues[0], local = st->queues[2];
+    if (p2p_signal_copy_after(copied)) { /* the copy engine, right behind */
+        plan_flag f = {PLAN_FLAG_READY, chunk};
+        int t = trace_open(st, flag_step(PLAN_SIGNAL, peer, f.kind, f.chunk),
+                           comm);
+        CGM_TRY(p2p_signal_by_copy(st, p2p_flag_to(st, peer, f), comm));
+        return trace_close(st, t, comm);
     }
-    if (st->fused_push != P2P_PUSH_PIECES) {
-        q = st->queues[2];
-        CGM_CUDA_TRY(cudaEventRecord(ev, st->queues[0]));
-        CGM_CUDA_TRY(cudaStreamWaitEvent(q, ev, 0));
-    }
-    for (int i = 0; i < count; i++)
-        CGM_TRY(signal_to(st, peer, PLAN_FLAG_READY, chunk0 + i, q));
+    CGM_CUDA_TRY(cudaEventRecord(ev, comm));
+    CGM_CUDA_TRY(cudaStreamWaitEvent(local, ev, 0));
+    CGM_TRY(signal_to(st, peer, PLAN_FLAG_READY, chunk, local));
 fail:
     return status;
 }
 
 /* Pushes `rows` partial rows of shard d (global rows from grow0) from
  * `src` into `dst` (d's RECV slot of this rank), rows of `prow` bytes, on
- * the comm queue, then raises READY of chunks chunk0 .. chunk0 + count - 1
- * to d (ready_after_copy). */
-static cgm_status push_partial(p2p_state *st, int d, int chunk0, int count,
-                               int64_t grow0, int64_t rows, char *dst,
-                               const char *src, size_t prow, cudaEvent_t ev) {
+ * the comm queue, then raises READY(chunk) to d (ready_after_copy). */
+static cgm_status push_partial(p2p_state *st, int d, int chunk, int64_t grow0,
+                               int64_t rows, char *dst, const char *src,
+                               size_t prow, cudaEvent_t ev) {
     cgm_status status = CGM_SUCCESS;
     CGM_TRY(copy_rows(st, data_step(PLAN_COPY, loc(st->rank, PLAN_BUF_PARTIAL),
-                                    loc(d, PLAN_BUF_RECV), d, chunk0, grow0, rows),
+                                    loc(d, PLAN_BUF_RECV), d, chunk, grow0, rows),
                       dst, prow, src, prow, prow, rows, st->queues[0]));
-    CGM_TRY(ready_after_copy(st, d, chunk0, count, (size_t)rows * prow, ev));
+    CGM_TRY(ready_after_copy(st, d, chunk, (size_t)rows * prow, ev));
 fail:
     return status;
-}
-
-/* The segments a shard's `npieces` pieces are pushed in (the first piece
- * of each into first[]; returns their count): one per piece, or with
- * COMMGEMM_P2P_FUSED_PUSH=taper, plan_fused_taper's, `growing` for RS. */
-static int push_segments(const p2p_state *st, int npieces, bool growing,
-                         int *first) {
-    if (st->fused_push == P2P_PUSH_TAPER)
-        return plan_fused_taper(npieces, growing, first);
-    for (int q = 0; q < npieces; q++) first[q] = q;
-    return npieces;
 }
 
 /* ------------------------------------------------------------ AG+GEMM */
@@ -573,28 +536,25 @@ static cgm_status fused_ag(p2p_state *st, const cgm_call *c,
     CGM_CUDA_TRY(cgm_hgemm(&a, gemm));
     CGM_TRY(trace_close(st, t, gemm));
     }
-    /* The own shard into every peer's GATHER, r+1 first. Enqueued after
-     * the kernel: it runs the own rows first and waits on flags, not on
-     * this queue, so an eager call starts computing at once instead of
-     * after the host has enqueued every push. */
-    /* Copies of whole pieces, fewer toward the end when tapered. */
-    int first[P2P_MAX_SPLITS], nseg = push_segments(st, npieces, false, first);
+    /* The own shard into every peer's GATHER, r+1 first, piece by piece.
+     * Enqueued after the kernel: it runs the own rows first and waits on
+     * flags, not on this queue, so an eager call starts computing at once
+     * instead of after the host has enqueued every push. */
     for (int t = 1; t < P && own > 0; t++) {
         int d = (r + t) % P;
-        CGM_TRY(wait_before_copy(st, d, PLAN_FLAG_FREE, -1));
+        CGM_TRY(wait_from(st, d, PLAN_FLAG_FREE, -1, comm));
         char *peer_gather = (char *)st->ws.peer[d] + st->gather_offset;
-        for (int g = 0; g < nseg; g++) {
-            int q0 = first[g], q1 = g + 1 < nseg ? first[g + 1] : npieces;
-            int64_t row0 = q0 * rpf, end_row = q1 * rpf < own ? q1 * rpf : own;
+        for (int q = 0; q < npieces; q++) {
+            int64_t row0 = q * rpf, rows = own - row0 < rpf ? own - row0 : rpf;
             CGM_TRY(copy_rows(st, data_step(PLAN_COPY, loc(r, PLAN_BUF_INPUT),
-                                            loc(d, PLAN_BUF_GATHER), r, r * S + q0,
-                                            off + row0, end_row - row0),
+                                            loc(d, PLAN_BUF_GATHER), r, r * S + q,
+                                            off + row0, rows),
                               peer_gather + (size_t)(off + row0) * row_bytes,
                               row_bytes, in + (size_t)row0 * in_pitch,
-                              in_pitch, row_bytes, end_row - row0, comm));
-            CGM_TRY(ready_after_copy(st, d, r * S + q0, q1 - q0,
-                                     (size_t)(end_row - row0) * row_bytes,
-                                     copied[(t - 1) * npieces + g]));
+                              in_pitch, row_bytes, rows, comm));
+            CGM_TRY(ready_after_copy(st, d, r * S + q,
+                                     (size_t)rows * row_bytes,
+                                     copied[(t - 1) * npieces + q]));
         }
     }
     if (c->has_x_gathered) { /* the peers' rows from GATHER, mine from INPUT */
@@ -643,50 +603,6 @@ fail:
     return status;
 }
 
-/* COMMGEMM_P2P_FUSED_PUSH=store: the kernel computes shard d's rows of X
- * straight into d's RECV slot r through the peer mapping (the partial
- * dtype, no bias, no accumulate): the stores cross NVLink while the kernel
- * runs, and no partial slot, copy or copy engine is used. */
-static cgm_hgemm_args store_args(const p2p_state *st, const cgm_call *c,
-                                 int d, cgm_dtype pd, size_t stride) {
-    cgm_hgemm_args a = base_args(st, c);
-    int P = st->nranks;
-    int64_t ldx = cgm_matrix_ld(&c->x);
-    a.m = plan_shard_rows(c->m, d, P);
-    a.x = (const char *)c->x.data + (size_t)plan_shard_offset(c->m, d, P) *
-                                        (size_t)ldx * cgm_dtype_size(c->in_dtype);
-    a.ldx = ldx;
-    a.out_dtype = pd;
-    a.y = (char *)st->ws.peer[d] + st->recv_offset + (size_t)st->rank * stride;
-    a.ldy = c->n;
-    a.bias = NULL;
-    a.accumulate = 0;
-    return a;
-}
-
-/* The store form of one destination d on the compute queue: wait until d
- * freed its slot (FREE/-1 from d), the kernel, then READY(d*S + q) to d
- * for each of its npieces pieces (the kernel's end orders its stores
- * before the signal's system-scope release). */
-static cgm_status store_to(p2p_state *st, const cgm_call *c, int d, int S,
-                           int npieces, const cgm_hgemm_args *a) {
-    cgm_status status = CGM_SUCCESS;
-    cudaStream_t gemm = st->queues[1];
-    int r = st->rank;
-    CGM_TRY(wait_from(st, d, PLAN_FLAG_FREE, -1, gemm));
-    int t = trace_open(st, data_step(PLAN_GEMM, loc(r, PLAN_BUF_INPUT),
-                                     loc(d, PLAN_BUF_RECV), d, d * S,
-                                     plan_shard_offset(c->m, d, st->nranks),
-                                     a->m),
-                       gemm);
-    CGM_CUDA_TRY(cgm_hgemm(a, gemm));
-    CGM_TRY(trace_close(st, t, gemm));
-    for (int q = 0; q < npieces; q++)
-        CGM_TRY(signal_to(st, d, PLAN_FLAG_READY, d * S + q, gemm));
-fail:
-    return status;
-}
-
 /* The epilogue addends of my rows: every peer j's partial in my RECV slot
  * j (`stride` bytes apart, n wide, dtype pd), each waited for per piece of
  * rpf rows on its READY(r*S + q) cells. */
@@ -706,102 +622,6 @@ static void peer_addends(const p2p_state *st, cgm_hgemm_args *a, int S,
         a->addend_flags[i] = ready_cells(st, j, r * S);
         a->report_addend_peer[i] = j;
     }
-}
-
-/* COMMGEMM_P2P_FUSED_PUSH=single: ONE kernel over all m rows of X, tiles
- * of shard r+1 first, then r+2, ..., my own last. A peer's rows are stored
- * as plain partials into PARTIAL (global rows, the partial dtype); each
- * piece's last tile raises my local DONE(d*S + q) cell (done_count /
- * done_flags of cgm_hgemm_args). The comm queue waits for that cell, pushes
- * the piece into d's RECV slot r with the copy engine and raises READY.
- * My own rows get the epilogue (bias, accumulate, the peers' partials as
- * they arrive) and go straight to the output. No cuBLASLt pieces, no gap
- * between GEMMs: the copy engine starts on a piece as soon as its tiles
- * are stored. Needs the partial dtype equal to the output dtype (one
- * kernel, one store type) and m a multiple of 128 * P (equal shards of
- * whole tiles: the kernel's tile groups then never mix my rows, which wait
- * for the peers, with rows the peers wait for); NULL when it applies, else
- * why not. */
-static const char *single_problem(const p2p_state *st, const cgm_call *c,
-                                  cgm_dtype pd, const cgm_hgemm_args *a) {
-    int P = st->nranks;
-    if (pd != c->out_dtype)
-        return "the partial dtype differs from the output dtype "
-               "(COMMGEMM_PARTIAL_DTYPE=output makes them one)";
-    if (c->m % P || (c->m / P) % CGM_HGEMM_TILE_M)
-        return "the shards are not equal runs of whole 128-row tiles (m is not a "
-               "multiple of 128 * nranks)";
-    if ((size_t)c->m * (size_t)c->n * cgm_dtype_size(pd) > st->partial_bytes)
-        return "the partial workspace holds fewer than m rows";
-    const char *why = NULL;
-    return cgm_hgemm_supported(a, &why) ? NULL : why;
-}
-
-static cgm_hgemm_args single_args(const p2p_state *st, const cgm_call *c,
-                                  const p2p_fused_entry *e, int S,
-                                  cgm_dtype pd) {
-    int r = st->rank, P = st->nranks;
-    int64_t block = cgm_ceil_div(c->m, P);
-    size_t stride = (size_t)block * (size_t)c->n * cgm_dtype_size(pd);
-    cgm_hgemm_args a = base_args(st, c);
-    a.m = c->m;
-    a.x = c->x.data;
-    a.ldx = cgm_matrix_ld(&c->x);
-    a.out_dtype = pd;
-    a.y = st->partial;
-    a.ldy = c->n;
-    a.y_own = c->y.data;
-    a.ldy_own = cgm_matrix_ld(&c->y);
-    a.y_own_row0 = plan_shard_offset(c->m, r, P);
-    a.y_own_rows = plan_shard_rows(c->m, r, P);
-    a.m_block_order = e->order;
-    peer_addends(st, &a, S, pd, c->n, piece_rows(c->m, P, S), stride);
-    plan_flag done = {PLAN_FLAG_DONE, 0};
-    a.done_count = st->done_counts;
-    a.done_flags = p2p_flag_from(st, r, done);
-    a.done_shard_rows = block;
-    a.done_rows_per_piece = a.rows_per_flag;
-    a.done_pieces_per_shard = S;
-    return a;
-}
-
-/* The single form's schedule (FREE already signalled to every writer). */
-static cgm_status single_rs(p2p_state *st, const cgm_call *c,
-                            const p2p_fused_entry *e, int S,
-                            const cgm_hgemm_args *a) {
-    cgm_status status = CGM_SUCCESS;
-    int r = st->rank, P = st->nranks;
-    int64_t m = c->m, block = cgm_ceil_div(m, P), rpf = a->rows_per_flag;
-    size_t prow = (size_t)c->n * cgm_dtype_size(a->out_dtype);
-    size_t stride = (size_t)block * prow;
-    cudaStream_t gemm = st->queues[1];
-    cudaEvent_t *copied = e->events + P * S + P;
-    int tk = trace_open(st, data_step(PLAN_GEMM, loc(r, PLAN_BUF_INPUT),
-                                      loc(r, PLAN_BUF_OUTPUT), -1, -1, 0, m),
-                        gemm);
-    CGM_CUDA_TRY(cgm_hgemm(a, gemm));
-    CGM_TRY(trace_close(st, tk, gemm));
-    for (int t = 1; t < P; t++) {
-        int d = (r + t) % P;
-        int64_t rows_d = plan_shard_rows(m, d, P);
-        int64_t off_d = plan_shard_offset(m, d, P);
-        if (rows_d == 0) continue;
-        CGM_TRY(wait_before_copy(st, d, PLAN_FLAG_FREE, -1));
-        char *dst = (char *)st->ws.peer[d] + st->recv_offset + (size_t)r * stride;
-        const char *src = (const char *)st->partial + (size_t)off_d * prow;
-        int npieces = (int)cgm_ceil_div(rows_d, rpf);
-        for (int q = 0; q < npieces; q++) {
-            int64_t row0 = q * rpf, rows = rows_d - row0 < rpf ? rows_d - row0 : rpf;
-            /* My kernel stored every tile of the piece. */
-            CGM_TRY(wait_before_copy(st, r, PLAN_FLAG_DONE, d * S + q));
-            CGM_TRY(push_partial(st, d, d * S + q, 1, off_d + row0, rows,
-                                 dst + (size_t)row0 * prow,
-                                 src + (size_t)row0 * prow, prow,
-                                 copied[(t - 1) * S + q]));
-        }
-    }
-fail:
-    return status;
 }
 
 static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
@@ -828,19 +648,6 @@ static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
                          "(sized from max_m/max_n); raise cgm_config.max_m/"
                          "max_n", (long long)m, (long long)n, P, stride,
                          st->recv_bytes, st->partial_bytes);
-    cgm_hgemm_args single;
-    bool one_kernel = false;
-    if (kernel && st->fused_push == P2P_PUSH_SINGLE && e->order) {
-        single = single_args(st, c, e, S, pd);
-        const char *why = single_problem(st, c, pd, &single);
-        one_kernel = why == NULL;
-        if (why && dry && st->fused_fallback_notes < 8) {
-            st->fused_fallback_notes++;
-            CGM_INFO(CGM_SUB_P2P, "p2p: fused GEMM+RS m=%lld n=%lld on rank %d "
-                     "not in one kernel (COMMGEMM_P2P_FUSED_PUSH=single): %s; "
-                     "pushing as beside", (long long)m, (long long)n, r, why);
-        }
-    }
     if (dry) return CGM_SUCCESS;
     cudaStream_t comm = st->queues[0], gemm = st->queues[1];
     cudaEvent_t *piece_done = e->events, *pushed = e->events + P * S,
@@ -852,19 +659,11 @@ static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
     if (own > 0)
         for (int j = 0; j < P; j++)
             if (j != r) CGM_TRY(signal_to(st, j, PLAN_FLAG_FREE, -1, comm));
-    if (one_kernel) return single_rs(st, c, e, S, &single);
     for (int t = 1; t < P; t++) {
         int d = (r + t) % P;
         int64_t rows_d = plan_shard_rows(m, d, P);
         int64_t off_d = plan_shard_offset(m, d, P);
         if (rows_d == 0) continue;
-        if (kernel && st->fused_push == P2P_PUSH_STORE) {
-            cgm_hgemm_args sa = store_args(st, c, d, pd, stride);
-            if (cgm_hgemm_supported(&sa, NULL)) {
-                CGM_TRY(store_to(st, c, d, S, (int)cgm_ceil_div(rows_d, rpf), &sa));
-                continue;
-            }
-        }
         int slot = (t - 1) % nslots;
         char *partial = (char *)st->partial + (size_t)slot * stride;
         char *dst = (char *)st->ws.peer[d] + st->recv_offset +
@@ -872,27 +671,23 @@ static cgm_status fused_rs(p2p_state *st, const cgm_call *c,
         /* The slot's previous pushes are done before it is overwritten. */
         if (t - 1 >= nslots)
             CGM_CUDA_TRY(cudaStreamWaitEvent(gemm, pushed[t - 1 - nslots], 0));
-        CGM_TRY(wait_before_copy(st, d, PLAN_FLAG_FREE, -1));
-        /* GEMM and push whole pieces; tapered, the first push waits for
-         * one piece's GEMM. */
-        int npieces = (int)cgm_ceil_div(rows_d, rpf), first[P2P_MAX_SPLITS];
-        int nseg = push_segments(st, npieces, true, first);
-        for (int g = 0; g < nseg; g++) {
-            int q0 = first[g], q1 = g + 1 < nseg ? first[g + 1] : npieces;
-            int64_t row0 = q0 * rpf;
-            int64_t rows = (q1 * rpf < rows_d ? q1 * rpf : rows_d) - row0;
+        CGM_TRY(wait_from(st, d, PLAN_FLAG_FREE, -1, comm));
+        /* The GEMM of a piece, then its push. */
+        int npieces = (int)cgm_ceil_div(rows_d, rpf);
+        for (int q = 0; q < npieces; q++) {
+            int64_t row0 = q * rpf, rows = rows_d - row0 < rpf ? rows_d - row0 : rpf;
             CGM_TRY(partial_gemm(st, c, off_d + row0, rows,
                                  partial + (size_t)row0 * prow, pd,
                                  data_step(PLAN_GEMM, loc(r, PLAN_BUF_INPUT),
                                            loc(r, PLAN_BUF_PARTIAL), d,
-                                           d * S + q0, off_d + row0, rows)));
-            cudaEvent_t ev = piece_done[(t - 1) * S + g];
+                                           d * S + q, off_d + row0, rows)));
+            cudaEvent_t ev = piece_done[(t - 1) * S + q];
             CGM_CUDA_TRY(cudaEventRecord(ev, gemm));
             CGM_CUDA_TRY(cudaStreamWaitEvent(comm, ev, 0));
-            CGM_TRY(push_partial(st, d, d * S + q0, q1 - q0, off_d + row0, rows,
+            CGM_TRY(push_partial(st, d, d * S + q, off_d + row0, rows,
                                  dst + (size_t)row0 * prow,
                                  partial + (size_t)row0 * prow, prow,
-                                 copied[(t - 1) * S + g]));
+                                 copied[(t - 1) * S + q]));
         }
         CGM_CUDA_TRY(cudaEventRecord(pushed[t - 1], comm));
     }
