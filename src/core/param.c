@@ -67,8 +67,6 @@ static const cgm_param params[] = {
     {"COMMGEMM_NRANKS", CGM_PARAM_INT, NULL, "Set by commgemm-run: the number of ranks."},
     {"COMMGEMM_RENDEZVOUS", CGM_PARAM_STRING, NULL,
      "Set by commgemm-run: the rendezvous name the ranks share."},
-    {"COMMGEMM_LAUNCH_GRACE_S", CGM_PARAM_INT, "5",
-     "commgemm-run: seconds the other ranks get to finish after one rank failed, before they are terminated."},
 };
 
 #define PARAM_COUNT ((int)(sizeof params / sizeof params[0]))
