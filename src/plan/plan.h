@@ -217,27 +217,6 @@ int64_t plan_shard_offset(int64_t m, int rank, int nranks);
  * Returns 0, or -1 with the first violation described in err. */
 int plan_check(const plan *plans, int nranks, char *err, int err_len);
 
-/* The p2p executor's enqueue order (docs/P2P_BACKEND.md, comm programs):
- * every step of p once, in units. A unit of one step is enqueued alone; a
- * unit of 2..max_run steps is a run of consecutive comm-queue (queue 0)
- * SIGNAL, WAIT and (copies_join) COPY steps for one kernel, of which only
- * the first may have deps. A run is held back while plan order goes on and
- * emitted before the first of: a comm step that cannot join it, a WAIT of
- * another queue, a step that depends on one of its steps, the end. Hence
- * (test_plan_units): every queue keeps plan order; a step comes after the
- * steps it depends on; no WAIT of another queue comes before a comm step
- * that precedes it in plan order (streams may share a hardware queue, so a
- * comm step enqueued behind a spinning wait that needs it would never
- * run). units needs room for p->nsteps; max_run is clamped to
- * 1..PLAN_UNIT_MAX (1: every step alone). Returns the unit count. */
-#define PLAN_UNIT_MAX 16
-typedef struct plan_unit {
-    int nsteps;
-    int steps[PLAN_UNIT_MAX];
-} plan_unit;
-int plan_units(const plan *p, bool copies_join, int max_run,
-               plan_unit *units);
-
 /* Human-readable dump of a plan (one line per step) into buf. Returns the
  * length written (truncated to buf_len - 1). */
 int plan_format(const plan *p, char *buf, int buf_len);

@@ -1,148 +1,16 @@
-/* The p2p backend: probe, init (workspace registration), finalize, the op
- * entry points and the asynchronous error. Execution is in p2p_exec.c. */
+/* The p2p backend's table: probe, init (the workspace, registered and
+ * mapped by every rank), finalize, the autotuner's hooks. An op goes to
+ * p2p_run (p2p_run.c); p2p.h lists the files. */
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "backend/p2p/p2p.h"
+#include "backend/p2p/p2p_exchange.h"
+#include "backend/p2p/p2p_fused.h"
+#include "backend/p2p/p2p_plans.h"
+#include "backend/p2p/p2p_run.h"
+#include "backend/p2p/p2p_signal.h"
+#include "backend/p2p/p2p_timeline.h"
 #include "device/hopper_gemm.h"
-
-static const char *flag_kind_name(int kind) {
-    switch (kind) {
-    case PLAN_FLAG_READY: return "READY";
-    case PLAN_FLAG_DONE: return "DONE";
-    case PLAN_FLAG_FREE: return "FREE";
-    default: return "?";
-    }
-}
-
-/* An expiry of one of this rank's own waits (not a peer's notice): the
- * peers may wait for this rank in turn, so tell them (once). */
-static void tell_of_own_expiry(p2p_state *st) {
-    const cgm_dev_abort_record *r = st->abort_host;
-    if (r && __atomic_load_n(&r->set, __ATOMIC_ACQUIRE) &&
-        r->flag_kind != CGM_DEV_NOTICE_KIND)
-        p2p_tell_peers(st, r->peer);
-}
-
-cgm_status p2p_notice_error(const p2p_state *st, unsigned int notice) {
-    const int me = st->rank, teller = cgm_dev_notice_teller(notice),
-              culprit = cgm_dev_notice_culprit(notice);
-    if (teller == culprit)
-        return cgm_error(CGM_ERROR_PEER_FAILED,
-                         "p2p backend: rank %d stopped waiting for its "
-                         "op at once: rank %d failed during an op (a "
-                         "failure after its streams forked, or its own "
-                         "work not done within its timeout) and told its "
-                         "peers, so the ranks are out of step; the comm "
-                         "is broken: "
-                         "destroy it; rank %d's own error says what "
-                         "failed",
-                         me, culprit, culprit);
-    if (culprit == me)
-        return cgm_error(CGM_ERROR_TIMEOUT,
-                         "p2p backend: rank %d stopped waiting for its "
-                         "op at once: rank %d told it that its wait for "
-                         "this rank expired (expected this rank's op to "
-                         "signal within rank %d's timeout_ms, found it "
-                         "did not: it was waiting for another rank, or "
-                         "its GPU was busy); the comm is broken: destroy "
-                         "it, and look for the rank the others name",
-                         me, teller, teller);
-    return cgm_error(CGM_ERROR_TIMEOUT,
-                     "p2p backend: rank %d stopped waiting for its op "
-                     "at once: rank %d told it that its own wait for "
-                     "rank %d expired (expected every rank to run the "
-                     "same ops in the same order within its timeout_ms, "
-                     "found rank %d never came); the comm is broken: "
-                     "destroy it (and check rank %d)",
-                     me, teller, culprit, culprit, culprit);
-}
-
-cgm_status cgm_p2p_async_error(cgm_comm *comm, void *state) {
-    p2p_state *st = state;
-    if (!st || !st->abort_host) return CGM_SUCCESS;
-    if (__atomic_load_n(&st->abort_host->set, __ATOMIC_ACQUIRE) == 0)
-        return CGM_SUCCESS;
-    const cgm_dev_abort_record *r = st->abort_host;
-    /* A notice: the record holds the teller as its chunk, the culprit as
-     * its peer. */
-    if (r->flag_kind == CGM_DEV_NOTICE_KIND)
-        return p2p_notice_error(st, cgm_dev_notice(r->chunk, r->peer));
-    tell_of_own_expiry(st);
-    if (r->peer == r->waiting_rank)
-        /* A flag this rank raises itself (the one-kernel GEMM+RS's done
-         * flags, AG's own READY cells): its own work did not finish. */
-        return cgm_error(CGM_ERROR_TIMEOUT,
-                         "p2p backend: rank %d waited %.1f ms for its own %s "
-                         "flag of chunk %d (op epoch %llu, flag held %llu) "
-                         "and gave up: expected this rank's GEMM or copy "
-                         "before it to finish within timeout_ms = %lld "
-                         "(COMMGEMM_TIMEOUT_MS); found it still running (a "
-                         "GPU shared with other work, or a timeout too short "
-                         "for the shape); the comm is broken: destroy it, "
-                         "and raise COMMGEMM_TIMEOUT_MS if the GPU is busy",
-                         r->waiting_rank, (double)r->waited_ns / 1e6,
-                         flag_kind_name(r->flag_kind), r->chunk,
-                         (unsigned long long)r->epoch,
-                         (unsigned long long)r->flag_value,
-                         (long long)(comm ? comm->config.timeout_ms : 0));
-    return cgm_error(CGM_ERROR_TIMEOUT,
-                     "p2p backend: rank %d waited %.1f ms for rank %d's %s "
-                     "flag of chunk %d (op epoch %llu, flag held %llu) and "
-                     "gave up: expected every rank to run the same ops in "
-                     "the same order within timeout_ms = %lld "
-                     "(COMMGEMM_TIMEOUT_MS), found rank %d never came; the "
-                     "comm is broken: destroy it (and check rank %d)",
-                     r->waiting_rank, (double)r->waited_ns / 1e6, r->peer,
-                     flag_kind_name(r->flag_kind), r->chunk,
-                     (unsigned long long)r->epoch,
-                     (unsigned long long)r->flag_value,
-                     (long long)(comm ? comm->config.timeout_ms : 0),
-                     r->peer, r->peer);
-}
-
-void p2p_tell_peers(p2p_state *st, int culprit) {
-    if (st->told || st->nranks < 2 || !st->notice_queue ||
-        st->nranks > CGM_DEV_NOTICE_MAX_RANKS)
-        return;
-    st->told = true;
-    int previous = -1;
-    bool moved = cudaGetDevice(&previous) == cudaSuccess &&
-                 previous != st->device &&
-                 cudaSetDevice(st->device) == cudaSuccess;
-    *st->notice_pinned = cgm_dev_notice(st->rank, culprit);
-    cudaError_t e = cudaMemcpyAsync(&st->dev->notice_out, st->notice_pinned,
-                                    sizeof *st->notice_pinned,
-                                    cudaMemcpyHostToDevice, st->notice_queue);
-    int told = 0;
-    for (int d = 0; d < st->nranks && e == cudaSuccess; d++) {
-        if (d == st->rank) continue;
-        cgm_dev_state *peer =
-            (cgm_dev_state *)((char *)st->ws.peer[d] + st->state_offset);
-        e = cudaMemcpyAsync(&peer->notice, &st->dev->notice_out,
-                            sizeof peer->notice, cudaMemcpyDeviceToDevice,
-                            st->notice_queue);
-        told += e == cudaSuccess;
-    }
-    /* Bounded: copy engines do not wait for the queues' kernels. */
-    int64_t deadline = cgm_now_ns() + 2000000000ll;
-    cudaError_t q = cudaErrorNotReady;
-    while (e == cudaSuccess && (q = cudaStreamQuery(st->notice_queue)) ==
-                                   cudaErrorNotReady &&
-           cgm_now_ns() < deadline)
-        usleep(50);
-    if (e != cudaSuccess || q != cudaSuccess) {
-        (void)cudaGetLastError();
-        CGM_WARN(CGM_SUB_P2P, "p2p: rank %d could not tell its peers that "
-                 "its comm broke (%s); they find out by their timeout",
-                 st->rank, cudaGetErrorString(e != cudaSuccess ? e : q));
-    } else {
-        CGM_INFO(CGM_SUB_P2P, "p2p: rank %d told %d peer(s) that its comm "
-                 "broke (culprit rank %d)", st->rank, told, culprit);
-    }
-    if (moved) cudaSetDevice(previous);
-}
 
 /* The comm's device: the NCCL communicator's, or for a LOCAL bootstrap
  * the calling thread's current device (as ncclCommInitRank takes it). */
@@ -183,21 +51,10 @@ static cgm_status p2p_probe(const cgm_comm *comm) {
     return CGM_SUCCESS;
 }
 
-/* Sets the comm's device for the duration of a call. */
-static cgm_status enter_device(const p2p_state *st, int *previous) {
-    cgm_status status = CGM_SUCCESS;
-    CGM_CUDA_TRY(cudaGetDevice(previous));
-    if (*previous != st->device) CGM_CUDA_TRY(cudaSetDevice(st->device));
-fail:
-    return status;
-}
-
-static void leave_device(const p2p_state *st, int previous) {
-    if (previous >= 0 && previous != st->device) cudaSetDevice(previous);
-}
-
 static void state_free(p2p_state *st) {
+    p2p_timeline_free(st);
     p2p_plan_cache_clear(st);
+    p2p_fused_cache_clear(st);
     for (int q = 0; q < P2P_MAX_QUEUES; q++) {
         if (st->queues[q]) cudaStreamDestroy(st->queues[q]);
         if (st->join[q]) cudaEventDestroy(st->join[q]);
@@ -341,13 +198,13 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
      * the timeout (or, past the last exchange, to make a comm whose first
      * op waits for a rank that has none). */
     status = cgm_test_fault_read(st->rank, &st->fault);
-    if (status == CGM_SUCCESS) status = enter_device(st, &previous);
+    if (status == CGM_SUCCESS) status = p2p_enter_device(st, &previous);
     CGM_TRY(cgm_gpu_agree(comm, status, "reading COMMGEMM_TEST_FAIL"));
     CGM_TRY(cgm_check_node_peers(comm, st->device));
     CGM_TRY(cgm_gpu_agree(comm, alloc_local(st),
                           "making the p2p backend's device resources"));
     CGM_TRY(cgm_peer_mem_open(comm, &st->ws));
-    leave_device(st, previous);
+    p2p_leave_device(st, previous);
     *state = st;
     return CGM_SUCCESS;
 fail:
@@ -362,7 +219,7 @@ static cgm_status p2p_finalize(cgm_comm *comm, void *state) {
     cgm_status status = CGM_SUCCESS;
     int previous = -1;
     if (!st) return CGM_SUCCESS;
-    if (enter_device(st, &previous) == CGM_SUCCESS) {
+    if (p2p_enter_device(st, &previous) == CGM_SUCCESS) {
         /* Waits are bounded, so this is too. */
         for (int q = 0; q < P2P_MAX_QUEUES; q++)
             if (st->queues[q]) (void)cudaStreamSynchronize(st->queues[q]);
@@ -370,7 +227,7 @@ static cgm_status p2p_finalize(cgm_comm *comm, void *state) {
          * meet once more, unless the comm is broken (peers may be gone). */
         bool broken = comm->broken != CGM_SUCCESS ||
                       (st->abort_host && st->abort_host->set);
-        tell_of_own_expiry(st); /* one nobody asked about yet */
+        p2p_tell_of_own_expiry(st); /* one nobody asked about yet */
         if (!broken && st->nranks > 1) {
             int one = 1, *all = calloc((size_t)st->nranks, sizeof(int));
             if (all) {
@@ -383,19 +240,6 @@ static cgm_status p2p_finalize(cgm_comm *comm, void *state) {
     int device = st->device;
     state_free(st);
     if (previous >= 0 && previous != device) cudaSetDevice(previous);
-    return status;
-}
-
-/* The entry points share one path: the call carries the op. */
-static cgm_status p2p_run(cgm_comm *comm, void *state, const cgm_call *call) {
-    p2p_state *st = state;
-    int previous = -1;
-    cgm_status status = cgm_p2p_async_error(comm, st);
-    if (status != CGM_SUCCESS) return status;
-    CGM_TRY(enter_device(st, &previous));
-    status = p2p_execute(st, call);
-fail:
-    leave_device(st, previous);
     return status;
 }
 

@@ -1,6 +1,6 @@
-/* The p2p executor's enqueue order: runs of comm-queue steps for one
- * program kernel each (plan.h, plan_units; docs/P2P_BACKEND.md). */
-#include "plan/plan.h"
+/* The p2p executor's enqueue order: runs of comm-queue steps held back in
+ * plan order (p2p_units.h; docs/P2P_BACKEND.md, "Comm programs"). */
+#include "backend/p2p/p2p_units.h"
 
 static bool joins(const plan_step *s, bool copies_join) {
     if (s->queue != 0) return false;
@@ -8,22 +8,22 @@ static bool joins(const plan_step *s, bool copies_join) {
            (copies_join && s->kind == PLAN_COPY);
 }
 
-static bool waits_on(const plan_step *s, const plan_unit *run) {
+static bool waits_on(const plan_step *s, const p2p_unit *run) {
     for (int d = 0; d < s->ndeps; d++)
         for (int j = 0; j < run->nsteps; j++)
             if (s->deps[d] == run->steps[j]) return true;
     return false;
 }
 
-static void emit(plan_unit *units, int *n, const plan_unit *u) {
+static void emit(p2p_unit *units, int *n, const p2p_unit *u) {
     units[(*n)++] = *u;
 }
 
-int plan_units(const plan *p, bool copies_join, int max_run,
-               plan_unit *units) {
+int p2p_units(const plan *p, bool copies_join, int max_run,
+               p2p_unit *units) {
     int n = 0;
-    plan_unit run = {0}, one = {0};
-    if (max_run > PLAN_UNIT_MAX) max_run = PLAN_UNIT_MAX;
+    p2p_unit run = {0}, one = {0};
+    if (max_run > P2P_UNIT_MAX) max_run = P2P_UNIT_MAX;
     if (max_run < 1) max_run = 1;
     one.nsteps = 1;
     for (int i = 0; i < p->nsteps; i++) {
