@@ -14,8 +14,7 @@
 # compare-graph-outpartial-aligned (the same with --pad-us 300 --align: the
 # GPUs meet in an all_reduce before each start event), compare-contested
 # (CONTESTED_SHAPES, 40 rounds, p2p, without and with --align),
-# compare-sweep-lead (the AG sweep, the tuner offered lead by
-# COMMGEMM_TUNE_LEAD=1, and p2p-lead: lead forced), hopper-bench (the kernel bench only),
+# hopper-bench (the kernel bench only),
 # cublasmp-cases (tests/cublasmp/run_on_device.sh, case by case), timeline
 # (p2p step traces, COMMGEMM_TIMELINE, of the PERFORMANCE shapes, split and
 # fused), fused
@@ -26,26 +25,18 @@
 # fused and split side by side, graphs, the four shapes), compare-fused-outpartial
 # (the same for GEMM+RS with output-dtype partials), algos (one op, ALGOS_OP
 # default gemm_rs, at each entry of ALGOS_LIST, algo:splits, on ALGOS_SHAPES;
-# graphs, bf16 partials, the tuner's TUNE log for auto:0), rs-own (GEMM+RS with
-# COMMGEMM_RS_OWN reduce against gemm, alternating, two rounds; RSOWN_SHAPES,
-# RSOWN_ALGOS; these A/Bs run with COMMGEMM_PARTIAL_DTYPE from AB_PARTIAL_DTYPE, default output), rs-own-waits (the same for COMMGEMM_P2P_RS_OWN_WAITS queue
-# against beside), compare-sweep-aligned (the sweep with --pad-us 300 --align:
+# graphs, bf16 partials, the tuner's TUNE log for auto:0; the A/Bs run with
+# COMMGEMM_PARTIAL_DTYPE from AB_PARTIAL_DTYPE, default output), compare-sweep-aligned (the sweep with --pad-us 300 --align:
 # the GPUs start each measurement together), sanitize-cases (memcheck and
 # racecheck, or SANITIZE_TOOLS, on the cases in SANITIZE_CASES of SANITIZE_BIN, default test_gpu_ops), fused-splits
 # (commgemm-bench with fused at 1, 2, 4 and 8 pieces per shard, graphs and
 # eager, split and the tuner beside it unless FUSED_BASELINES=0, bf16 partials;
-# FUSED_SHAPES; FUSED_TAG names a second run, e.g. with
-# COMMGEMM_P2P_FUSED_PUSH=beside or taper), fused-store (fused GEMM+RS with
-# COMMGEMM_P2P_FUSED_PUSH beside against store at 2, 4 and 8 pieces, alternating,
-# two rounds, bf16 partials; FSTORE_SHAPES), fused-single (the same with split,
-# beside and single: the one-kernel GEMM+RS), hopper-ab (the kernel bench of
+# FUSED_SHAPES; FUSED_TAG names a second run), hopper-ab (the kernel bench of
 # this tree against the tree at HOPPER_AB_BASE, alternating, two rounds; HOPPER_AB_BENCHES: the
 # test_hopper_gemm benches to run, default bench), single-bench (test_hopper_gemm singlebench:
 # the one-kernel GEMM+RS's kernel on one GPU against cuBLASLt; SINGLE_SHAPES),
 # comm-alone (commgemm-bench --comm-baseline library: the p2p backend's own
-# collectives timed without a GEMM, and an eager trace), runoff-ab (the p2p sweep with
-# COMMGEMM_TUNE_RUNOFF 0 against 10, two rounds, TUNE logs in compare_sweep.err,
-# bench/sweep_summary.py side by side in runoff-ab.md), copybench (GPU0<->GPU1 copy rates: one way,
+# collectives timed without a GEMM, and an eager trace), copybench (GPU0<->GPU1 copy rates: one way,
 # both ways, streams per direction, pieces with the flag signal on the copy
 # stream or beside it, and beside a GEMM or an HBM-bound memset on each GPU;
 # tests/gpu/copybench.c), ipcbench (the same between two processes, one GPU each: legacy
@@ -54,27 +45,12 @@
 # gemmbeside (the split GEMM+RS's GEMM pieces in one process: whole, pieces, a skeleton
 # with ideal event waits, beside a copy flood; GEMMBESIDE_SHAPES m x n x k : S, tests/gpu/gemmbeside.c),
 # addend-bench (test_hopper_gemm addendbench: an epilogue addend, cuBLASLt's C against
-# cgm_hgemm's, COMMGEMM_LT_SEARCH 8 and 16 or ADDEND_SEARCH; ADDEND_SHAPES), signal (COMMGEMM_P2P_SIGNAL kernel against auto (SIGNAL_VALUES),
-# alternating processes, two rounds; SIGNAL_SHAPES, SIGNAL_ALGOS), pre-copy (COMMGEMM_P2P_PRE_COPY_FLAGS
-# inline against beside, the same shapes and algorithms), small (the latency-bound sweep
+# cgm_hgemm's, COMMGEMM_LT_SEARCH 8 and 16 or ADDEND_SEARCH; ADDEND_SHAPES), small (the latency-bound sweep
 # shapes: every p2p algorithm with graphs, the tuner's log, eager traces of
-# 2048x2048x2048; SMALL_SHAPES), priority (COMMGEMM_P2P_COMM_PRIORITY high
-# against low in alternating processes, split and the tuner; PRIO_SHAPES),
-# gemm-order (COMMGEMM_P2P_GEMM_ORDER in_order against alternate, GEMM+RS and
-# GEMM+AR, split and the tuner; ORDER_SHAPES), sm-push (comm programs'
-# copies on the copy engine against SMs up to 4 MiB, COMMGEMM_P2P_SM_PUSH_BYTES
-# 0 vs 4194304; SMPUSH_SHAPES), sm-blocks (COMMGEMM_P2P_SM_PUSH_BLOCKS 16,
-# 32, 64 with SM copies up to 4 MiB, on the small shapes), max-conn (CUDA_DEVICE_MAX_CONNECTIONS 8, the
-# default, against 32: do the p2p queues share hardware queues?), run-order
-# (COMMGEMM_P2P_RUN_ORDER held against first_step; RUNORDER_SHAPES), ag-order
-# (COMMGEMM_P2P_AG_GEMM_ORDER in_order against alternate, AG split and the tuner;
-# AGORDER_SHAPES), gemm-bound (compare_torch --cgm-gemm, 40 rounds, AG on
-# GEMMBOUND_SHAPES, once per COMMGEMM_P2P_AG_GEMM_ORDER value), gpu-some (the
+# 2048x2048x2048; SMALL_SHAPES), max-conn (CUDA_DEVICE_MAX_CONNECTIONS 8, the
+# default, against 32: do the p2p queues share hardware queues?), gpu-some (the
 # GPU tests matching GPU_TESTS, a ctest -R regex; after a full build: ctest
-# needs every test binary, which BUILD_TARGETS leaves out), lead
-# (test_gpu_ops ag_gemm_all_gpus, then AG split against lead on LEAD_SHAPES,
-# two rounds; BUILD_TARGETS="test_gpu_ops commgemm-bench commgemm-run" with
-# build makes it quick), lt-search
+# needs every test binary, which BUILD_TARGETS leaves out), lt-search
 # (COMMGEMM_LT_SEARCH 1 against 8: cuBLASLt's first heuristic algorithm or the
 # fastest of 8 timed; LTSEARCH_SHAPES), lt-algos
 # (bench/lt_algos.c: cuBLASLt's top heuristic algorithms and cublasGemmEx
@@ -210,7 +186,7 @@ stage_shared() { # test_gpu_ops with ranks sharing the GPUs (LOCAL bootstrap, p2
 stage_sanitize_fused() {
     local t c
     for t in memcheck racecheck; do
-        for c in ${SANITIZE_FUSED_CASES:-ag_gemm_all_gpus gemm_rs_all_gpus graph_capture_replay_fused graph_capture_replay_fused_store graph_capture_replay_fused_single gemm_rs_all_gpus_output_partials_fused_single}; do
+        for c in ${SANITIZE_FUSED_CASES:-ag_gemm_all_gpus gemm_rs_all_gpus graph_capture_replay_fused gemm_rs_all_gpus_output_partials}; do
             # racecheck: the op cases' 60 runs do not finish in 250 s
             # there, nor did the 4 bf16 TN runs 24-27 of the RS case in 200 s
             # (two ranks sharing one H200); SANITIZE_RUNS (COMMGEMM_TEST_RUNS,
@@ -388,19 +364,6 @@ stage_small() { # the latency-bound shapes: each algorithm, the tuner's search (
 }
 # A/B of one environment variable in alternating processes: NAME VAR "VALUES" SHAPES ALGOS [bench args].
 # Two rounds of each algorithm but auto (one), bf16 partials, graphs; rows "algo-value-rN op shape µs ratio".
-stage_fused_store() { # tag "modes": COMMGEMM_P2P_FUSED_PUSH values (split: --algo split) on fused GEMM+RS at 2, 4, 8 pieces, alternating, two rounds
-    local tag=$1 modes=$2 d=$OUT/$1 sh=${FSTORE_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,4096x4096x4096,2048x8192x8192,1024x28672x8192} r s v
-    mkdir -p "$d"
-    for r in 1 2; do for s in ${FSTORE_SPLITS:-2 4 8}; do for v in $modes; do
-        local algo=fused
-        [ "$v" = split ] && algo=split
-        COMMGEMM_P2P_FUSED_PUSH=${v/split/beside} COMMGEMM_PARTIAL_DTYPE=output bench_p2p "$d/$v-s$s-r$r.txt" 100 \
-            --op gemm_rs --shapes "$sh" -w 5 -i 20 --graph --algo $algo --splits $s
-        echo "rc=$? $v-s$s-r$r" >>"$d/rc.txt"
-    done; done; done
-    note "$tag (COMMGEMM_P2P_FUSED_PUSH: $modes; GEMM+RS, bf16 partials): $(runs_summary "$d" "$d"/*-r?.txt)"
-    bench_rows '$8, $13' "$d"/*-r?.txt | sort -k2,3 -s
-}
 stage_hopper_ab() { # the kernel bench, this tree against HOPPER_AB_BASE (another source tree), alternating, two rounds
     local base=${HOPPER_AB_BASE:?HOPPER_AB_BASE: a source tree to compare with} bb r
     bb=$base/build-ab
@@ -417,15 +380,6 @@ stage_hopper_ab() { # the kernel bench, this tree against HOPPER_AB_BASE (anothe
         note "$f: $(grep -cE '^ +[0-9]' "$OUT/$f-tree-r1.txt") rows per run ($f-{base,tree}-r{1,2}.txt)"
         for r in base-r1 base-r2 tree-r1 tree-r2; do echo "# $f-$r"; grep -hE '^ +[0-9]' "$OUT/$f-$r.txt"; done | head -44
     done
-}
-stage_runoff_ab() { # the tuner's runoff: COMMGEMM_TUNE_RUNOFF 0 against 10 (the default), two sweeps each, alternating, TUNE logs kept
-    local r v
-    for r in 1 2; do for v in 0 10; do
-        stage_sweep sweep-runoff$v-r$r COMMGEMM_TUNE_RUNOFF=$v COMMGEMM_DEBUG=INFO COMMGEMM_DEBUG_SUBSYS=TUNE
-    done; done
-    python3 bench/sweep_summary.py "$OUT"/compare-sweep-runoff*/compare_sweep.json >"$OUT/runoff-ab.md" 2>&1
-    note "runoff-ab: $(grep -c 'faster than torch' "$OUT/runoff-ab.md") sweeps summarized in runoff-ab.md; runoffs logged: $(cat "$OUT"/compare-sweep-runoff10-r?/compare_sweep.err 2>/dev/null | grep -c ': runoff ')"
-    tail -4 "$OUT/runoff-ab.md"
 }
 stage_ab() {
     local name=$1 var=$2 values=$3 sh=$4 algos=$5 d=$OUT/$1 v a r
@@ -482,40 +436,16 @@ for s in "$@"; do
     compare-contested) for a in plain aligned; do # the rows that flipped between sweeps, 40 rounds, without and with --align
         stage_compare contested-$a "COMPARE_ARGS=--graph $([ $a = aligned ] && echo --pad-us 300 --align) --backends p2p -i 40 --shapes ${CONTESTED_SHAPES:-1024x1024x1024,2048x2048x2048,1024x4096x4096,16384x8192x2048,16384x28672x8192,32768x28672x8192}" \
             COMMGEMM_PARTIAL_DTYPE=output; done ;;
-    gemm-bound) for v in in_order alternate; do # commgemm's unsplit GEMM beside torch's, the AG GEMM order per process
-        stage_compare gemm-bound-$v "COMPARE_ARGS=--graph --cgm-gemm --backends p2p -i 40 --ops ag_gemm --shapes ${GEMMBOUND_SHAPES:-16384x28672x8192,32768x28672x8192,4096x28672x8192,16384x8192x2048}" \
-            COMMGEMM_PARTIAL_DTYPE=output COMMGEMM_P2P_AG_GEMM_ORDER=$v; done ;;
-    compare-sweep-lead) stage_compare sweep-lead COMPARE_ARGS=--graph COMPARE_SWEEP=only \
-        "COMPARE_SWEEP_ARGS=--backends p2p,p2p-lead --ops ag_gemm" COMMGEMM_PARTIAL_DTYPE=output COMMGEMM_TUNE_LEAD=1 \
-        COMPARE_SWEEP_TIMEOUT=${SWEEP_TIMEOUT:-300} ;;
     compare-sweep-aligned) stage_sweep sweep-aligned "COMPARE_ARGS=--graph --pad-us 300 --align" ;;
     compare-sweep) stage_sweep sweep ;;
     compare-sweep-aligned) stage_sweep sweep-aligned "COMPARE_ARGS=--graph --pad-us 300 --align" ;;
     sanitize-cases) stage_sanitize_cases ;; shared) stage_shared ;;
-    rs-own-waits) stage_ab rs-own-waits COMMGEMM_P2P_RS_OWN_WAITS "queue beside" \
-        "${RSOWN_SHAPES:-4096x4096x4096,16384x4096x4096,16384x8192x2048,8192x14336x4096,32768x4096x4096}" \
-        "${RSOWN_ALGOS:-split auto}" --op gemm_rs ;;
     hopper-bench) (timeout 120 "$B/tests/gpu/test_hopper_gemm" bench >"$OUT/hopper-bench.txt" 2>&1)
         note "hopper bench: rc=$? $(grep -cE '^ +[0-9]' "$OUT/hopper-bench.txt") rows" ;; cublasmp-cases) stage_cublasmp_cases ;; pack) stage_pack ;;
     single-bench) timeout 150 "$B/tests/gpu/test_hopper_gemm" singlebench ${SINGLE_SHAPES:-} >"$OUT/singlebench.txt" 2>&1
         note "singlebench: rc=$? (singlebench.txt)"; cat "$OUT/singlebench.txt" ;;
-    timeline) stage_timeline ;; lt-algos) stage_lt_algos ;; fused-store) stage_fused_store fused-store "beside store" ;;
-    fused-single) stage_fused_store fused-single "split beside single" ;; hopper-ab) stage_hopper_ab ;;
-    comm-alone) stage_comm_alone ;; runoff-ab) stage_runoff_ab ;;
-    run-order) stage_ab run-order COMMGEMM_P2P_RUN_ORDER "held first_step" \
-        "${RUNORDER_SHAPES:-1024x8192x28672,1024x4096x4096,2048x2048x2048,1024x1024x1024,16384x2048x8192,8192x4096x4096,4096x28672x8192}" "split auto" ;;
-    lead) (cd "$B" && timeout 60 ./tests/gpu/test_gpu_ops ag_gemm_all_gpus >"$OUT/lead-test.log" 2>&1)
-        note "lead: test_gpu_ops ag_gemm_all_gpus (lead among its algorithms) rc=$? $(tail -1 "$OUT/lead-test.log")"
-        mkdir -p "$OUT/lead"
-        for r in 1 2; do for a in ${LEAD_ALGOS:-split:0 lead:4 lead:8}; do # algo:splits, alternating
-            COMMGEMM_PARTIAL_DTYPE=output bench_p2p "$OUT/lead/${a%%:*}${a##*:}-r$r.txt" 60 --op ag_gemm \
-                --shapes "${LEAD_SHAPES:-4096x28672x8192,16384x28672x8192,32768x28672x8192,16384x8192x28672,16384x2048x8192}" \
-                -w 3 -i 10 --graph --algo ${a%%:*} --splits ${a##*:}
-        done; done
-        bench_rows '$8, $13' "$OUT"/lead/*.txt | sort -k2,3 -s ;;
-    ag-order) stage_ab ag-order COMMGEMM_P2P_AG_GEMM_ORDER "in_order alternate" \
-        "${AGORDER_SHAPES:-16384x28672x8192,32768x28672x8192,4096x28672x8192,16384x2048x8192,8192x4096x4096,16384x8192x2048,2048x2048x2048}" \
-        "split auto" --op ag_gemm ;;
+    timeline) stage_timeline ;; lt-algos) stage_lt_algos ;; hopper-ab) stage_hopper_ab ;;
+    comm-alone) stage_comm_alone ;;
     gpu-some) (cd "$B" && ctest -L gpu -R "${GPU_TESTS:?GPU_TESTS: a ctest -R regex}" --timeout 300 --output-on-failure) >"$OUT/gpu-some.log" 2>&1
         note "gpu-some (-R $GPU_TESTS): $(grep -E 'tests passed' "$OUT/gpu-some.log" ||
             echo "ctest ran nothing${BUILD_TARGETS:+ (BUILD_TARGETS=$BUILD_TARGETS: ctest needs every test binary)}")"
@@ -523,26 +453,9 @@ for s in "$@"; do
     lt-search) stage_ab lt-search COMMGEMM_LT_SEARCH "1 8" \
         "${LTSEARCH_SHAPES:-16384x8192x2048,8192x4096x4096,16384x2048x8192,4096x28672x8192,1024x8192x28672,2048x2048x2048}" "split auto" ;;
     small) stage_small ;;
-    signal) stage_ab signal COMMGEMM_P2P_SIGNAL "${SIGNAL_VALUES:-kernel auto}" \
-        "${SIGNAL_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,4096x4096x4096,2048x2048x2048,1024x4096x4096}" \
-        "${SIGNAL_ALGOS:-auto split fused}" ;;
-    rs-own) stage_ab rs-own COMMGEMM_RS_OWN "${RSOWN_VALUES:-reduce gemm}" \
-        "${RSOWN_SHAPES:-4096x4096x4096,16384x4096x4096,8192x14336x4096,32768x4096x4096,8192x4096x4096,1024x4096x4096,16384x8192x2048}" \
-        "${RSOWN_ALGOS:-split auto}" --op gemm_rs ;;
-    pre-copy) stage_ab pre-copy COMMGEMM_P2P_PRE_COPY_FLAGS "inline beside" \
-        "${SIGNAL_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,4096x4096x4096,2048x2048x2048,1024x4096x4096}" \
-        "${SIGNAL_ALGOS:-auto split fused}" ;;
-    priority) stage_ab priority COMMGEMM_P2P_COMM_PRIORITY "high low" \
-        "${PRIO_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,1024x28672x8192,2048x2048x2048}" "split auto" ;;
-    gemm-order) stage_ab gemm-order COMMGEMM_P2P_GEMM_ORDER "in_order alternate" \
-        "${ORDER_SHAPES:-16384x2048x8192,8192x4096x4096,16384x8192x2048,1024x28672x8192,2048x2048x2048,4096x4096x4096}" \
-        "split auto" --op gemm_rs,gemm_ar ;;
-    sm-push) stage_ab sm-push COMMGEMM_P2P_SM_PUSH_BYTES "0 4194304" \
-        "${SMPUSH_SHAPES:-1024x1024x1024,2048x2048x2048,1024x4096x4096,4096x4096x4096,16384x2048x8192}" "split auto" ;;
     max-conn) stage_ab max-conn CUDA_DEVICE_MAX_CONNECTIONS "8 32" \
         "${SMPUSH_SHAPES:-2048x2048x2048,16384x2048x8192,8192x4096x4096,4096x28672x8192}" "split" ;;
-    sm-blocks) COMMGEMM_P2P_SM_PUSH_BYTES=4194304 stage_ab sm-blocks COMMGEMM_P2P_SM_PUSH_BLOCKS "16 32 64" \
-        "${SMPUSH_SHAPES:-1024x1024x1024,2048x2048x2048,1024x4096x4096}" "split" ;; fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;; fused-splits) stage_fused_splits ;; algos) stage_algos ;; copybench) stage_copybench ;; gemmbeside) stage_gemmbeside ;; addend-bench) stage_addend_bench ;; ipcbench) stage_ipcbench ;;
+    fused) stage_fused ;; sanitize-fused) stage_sanitize_fused ;; fused-splits) stage_fused_splits ;; algos) stage_algos ;; copybench) stage_copybench ;; gemmbeside) stage_gemmbeside ;; addend-bench) stage_addend_bench ;; ipcbench) stage_ipcbench ;;
     compare-fused) stage_compare fused "COMPARE_ARGS=--graph --backends p2p,p2p-fused,p2p-split" ;;
     compare-fused-outpartial) stage_compare fused-outpartial "COMPARE_ARGS=--graph --ops gemm_rs --backends p2p,p2p-fused,p2p-split" \
         COMMGEMM_PARTIAL_DTYPE=output ;;

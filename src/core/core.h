@@ -215,7 +215,7 @@ typedef struct cgm_call {
     cgm_algo algo; /* the hint: AUTO, or what the caller / config asked for */
     int splits;    /* the hint: 0 = auto */
     /* Compute queues of the schedule, set by the autotuner (p2p AG+GEMM:
-     * cgm_tune_candidate.queues); 0 = the backend's own setting. Local
+     * cgm_tune_candidate.queues); 0 = the backend's default (one). Local
      * scheduling only: ranks may differ, it is not in the signature. */
     int queues;
     cgm_backend backend; /* resolved for this call */
@@ -295,7 +295,7 @@ cgm_status cgm_validate_op(cgm_comm *comm, cgm_op op, const cgm_matrix *x,
 typedef struct cgm_tune_candidate {
     cgm_algo algo;
     int splits;
-    int queues; /* cgm_call.queues: 0 = the backend's setting */
+    int queues; /* cgm_call.queues: 0 = the backend's default */
 } cgm_tune_candidate;
 
 /* What a backend offers the autotuner. Every hook may assume the call left

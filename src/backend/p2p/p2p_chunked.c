@@ -192,7 +192,7 @@ static cgm_status run_gemm(p2p_exec_ctx *x, const plan_step *s, int i,
             gemm_addends ad;
             CGM_TRY(locate_addends(x, s, i, g.accumulate, vy, &ad));
             /* cuBLASLt's C takes one of the output's dtype, and is the
-             * faster (docs/PERFORMANCE.md 4l); else commgemm's kernel. */
+             * faster; else commgemm's kernel. */
             if (s->ref_count != 1 || ad.dtype != vy->dtype)
                 return run_gemm_kernel(x, s, i, &g, &ad, stream);
             g.addend = ad.ptr[0];
