@@ -149,6 +149,31 @@ fail:
     return status;
 }
 
+/* The kernel (a) or a cuBLASLt GEMM (g) on the compute queue, traced as
+ * `what`. */
+static cgm_status hgemm_traced(p2p_state *st, const cgm_hgemm_args *a,
+                               plan_step what) {
+    cgm_status status = CGM_SUCCESS;
+    cudaStream_t gemm = st->queues[1];
+    int t = trace_open(st, what, gemm);
+    CGM_CUDA_TRY(cgm_hgemm(a, gemm));
+    CGM_TRY(trace_close(st, t, gemm));
+fail:
+    return status;
+}
+
+static cgm_status lt_traced(p2p_state *st, const cgm_lt_gemm_args *g,
+                            plan_step what) {
+    cgm_status status = CGM_SUCCESS;
+    cudaStream_t gemm = st->queues[1];
+    int t = trace_open(st, what, gemm);
+    CGM_TRY(cgm_lt_gemm(st->lt, g, st->lt_workspace[1], P2P_LT_WORKSPACE,
+                        gemm));
+    CGM_TRY(trace_close(st, t, gemm));
+fail:
+    return status;
+}
+
 /* READY(chunk) to `peer` once the copy just enqueued on the comm queue
  * (`copied` bytes) is done: an 8-byte copy of the epoch right behind it on
  * the comm queue when p2p_signal_copy_after says so; else a signal kernel
@@ -255,9 +280,7 @@ fail:
 static cgm_status ag_gemm_kernel(p2p_state *st, const cgm_call *c,
                                  const p2p_fused_entry *e, int S,
                                  const ag_rows *rows) {
-    cgm_status status = CGM_SUCCESS;
     int r = st->rank;
-    cudaStream_t gemm = st->queues[1];
     cgm_hgemm_args a = p2p_fused_kernel_args(st, c);
     a.m = c->m;
     a.x = rows->gather;
@@ -274,13 +297,9 @@ static cgm_status ag_gemm_kernel(p2p_state *st, const cgm_call *c,
     a.ldx_own = cgm_matrix_ld(&c->x);
     a.own_row0 = rows->off;
     a.own_rows = rows->own;
-    int t = trace_open(st, data_step(PLAN_GEMM, loc(r, PLAN_BUF_GATHER),
-                                     loc(r, PLAN_BUF_OUTPUT), -1, -1, 0, c->m),
-                       gemm);
-    CGM_CUDA_TRY(cgm_hgemm(&a, gemm));
-    CGM_TRY(trace_close(st, t, gemm));
-fail:
-    return status;
+    return hgemm_traced(st, &a, data_step(PLAN_GEMM, loc(r, PLAN_BUF_GATHER),
+                                          loc(r, PLAN_BUF_OUTPUT), -1, -1, 0,
+                                          c->m));
 }
 
 /* Without the kernel: after my own rows (e->events[0]) and every peer's
@@ -301,12 +320,9 @@ static cgm_status ag_gemm_lt(p2p_state *st, const cgm_call *c,
     cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
     g.x = rows->gather;
     g.ldx = c->k;
-    int t = trace_open(st, data_step(PLAN_GEMM, loc(r, PLAN_BUF_GATHER),
-                                     loc(r, PLAN_BUF_OUTPUT), -1, -1, 0, c->m),
-                       gemm);
-    CGM_TRY(cgm_lt_gemm(st->lt, &g, st->lt_workspace[1], P2P_LT_WORKSPACE,
-                        gemm));
-    CGM_TRY(trace_close(st, t, gemm));
+    CGM_TRY(lt_traced(st, &g, data_step(PLAN_GEMM, loc(r, PLAN_BUF_GATHER),
+                                        loc(r, PLAN_BUF_OUTPUT), -1, -1, 0,
+                                        c->m)));
 fail:
     return status;
 }
@@ -416,8 +432,6 @@ typedef struct rs_slots {
 static cgm_status partial_gemm(p2p_state *st, const cgm_call *c, int64_t row0,
                                int64_t rows, void *y, cgm_dtype pd,
                                plan_step what) {
-    cgm_status status = CGM_SUCCESS;
-    cudaStream_t gemm = st->queues[1];
     cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
     g.m = rows;
     g.x = (const char *)c->x.data + (size_t)row0 * (size_t)g.ldx *
@@ -427,12 +441,7 @@ static cgm_status partial_gemm(p2p_state *st, const cgm_call *c, int64_t row0,
     g.out_dtype = pd;
     g.bias = NULL;
     g.accumulate = false;
-    int t = trace_open(st, what, gemm);
-    CGM_TRY(cgm_lt_gemm(st->lt, &g, st->lt_workspace[1], P2P_LT_WORKSPACE,
-                        gemm));
-    CGM_TRY(trace_close(st, t, gemm));
-fail:
-    return status;
+    return lt_traced(st, &g, what);
 }
 
 /* Each peer's rows, destination r+1 first: per piece a GEMM into a local
@@ -488,9 +497,7 @@ fail:
  * the main loop runs while the partials arrive. */
 static cgm_status rs_own_kernel(p2p_state *st, const cgm_call *c, int S,
                                 const rs_slots *sl) {
-    cgm_status status = CGM_SUCCESS;
     int r = st->rank;
-    cudaStream_t gemm = st->queues[1];
     int64_t ldx = cgm_matrix_ld(&c->x);
     cgm_hgemm_args a = p2p_fused_kernel_args(st, c);
     a.m = sl->own;
@@ -509,14 +516,9 @@ static cgm_status rs_own_kernel(p2p_state *st, const cgm_call *c, int S,
         a.addend_flags[i] = ready_cells(st, j, r * S);
         a.report_addend_peer[i] = j;
     }
-    int t = trace_open(st, data_step(PLAN_GEMM, loc(r, PLAN_BUF_INPUT),
-                                     loc(r, PLAN_BUF_OUTPUT), r, -1, sl->off,
-                                     sl->own),
-                       gemm);
-    CGM_CUDA_TRY(cgm_hgemm(&a, gemm));
-    CGM_TRY(trace_close(st, t, gemm));
-fail:
-    return status;
+    return hgemm_traced(st, &a, data_step(PLAN_GEMM, loc(r, PLAN_BUF_INPUT),
+                                          loc(r, PLAN_BUF_OUTPUT), r, -1,
+                                          sl->off, sl->own));
 }
 
 /* Without the kernel: my rows into my own RECV slot with cuBLASLt, then per
