@@ -199,7 +199,7 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
      * op waits for a rank that has none). */
     status = cgm_test_fault_read(st->rank, &st->fault);
     if (status == CGM_SUCCESS) status = p2p_enter_device(st, &previous);
-    CGM_TRY(cgm_gpu_agree(comm, status, "reading COMMGEMM_TEST_FAIL"));
+    CGM_TRY(cgm_gpu_agree(comm, status, "starting the p2p backend"));
     CGM_TRY(cgm_check_node_peers(comm, st->device));
     CGM_TRY(cgm_gpu_agree(comm, alloc_local(st),
                           "making the p2p backend's device resources"));
