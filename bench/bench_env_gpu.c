@@ -1,5 +1,5 @@
 /* bench_env for the GPU backends (p2p, nccl, cublasmp). Rank r uses device
- * LOCAL_RANK % ndev; rank 0 makes an ncclUniqueId and passes it to the
+ * (its local rank) % ndev; rank 0 makes an ncclUniqueId and passes it to the
  * others through a file named after the launcher's rendezvous (written to a
  * temporary name, then renamed; the others poll for it with a bounded
  * wait); the commgemm comm is made from the resulting ncclComm_t.
@@ -61,11 +61,14 @@ int bench_gpu_count(char *why, size_t why_size) {
     return count > 0 ? count : 0;
 }
 
-/* The launcher's local rank (commgemm-run, torchrun, Open MPI, Slurm), else
- * the global rank. */
+/* The rank under commgemm-run (COMMGEMM_RANK set), which starts every rank
+ * on this machine; else the launcher's local rank (torchrun, Open MPI,
+ * Slurm), else the global rank. */
 static int local_rank(int rank) {
-    static const char *names[] = {"COMMGEMM_LOCAL_RANK", "LOCAL_RANK",
-                                  "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"};
+    static const char *names[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                  "SLURM_LOCALID"};
+    const char *ours = getenv("COMMGEMM_RANK");
+    if (ours && *ours) return rank;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const char *text = getenv(names[i]);
         char *end = NULL;

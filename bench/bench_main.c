@@ -32,7 +32,7 @@ static int relaunch(char **argv, int nranks) {
     launch_options launch;
     memset(&launch, 0, sizeof launch);
     launch.nranks = nranks;
-    launch.grace_s = launch_default_grace();
+    launch.grace_s = LAUNCH_DEFAULT_GRACE_S;
     launch.name = "commgemm-bench";
     launch.argv = argv;
     int rc = launch_run(&launch);

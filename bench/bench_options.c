@@ -30,7 +30,7 @@ static void usage(FILE *to) {
         "  --dtype T           fp32, bf16 or fp16 (default fp32)\n"
         "  --backend B         auto, host, p2p, nccl or cublasmp (default: the\n"
         "                      comm's choice, COMMGEMM_BACKEND or auto)\n"
-        "  --algo A            auto, split, ring, no_overlap, fused (p2p) or lead (AG) (default auto)\n"
+        "  --algo A            auto, split, ring, no_overlap or fused (p2p) (default auto)\n"
         "  --splits N          split count hint, 0 = auto (default 0)\n"
         "  --layout L          TN, NN or NT (default TN)\n"
         "  --partials P        fp32 or output: the partials gemm_rs and gemm_ar\n"
@@ -214,7 +214,7 @@ static int parse_backend(const char *text, cgm_backend *out) {
 
 static int parse_algo(const char *text, cgm_algo *out) {
     if (cgm_algo_from_name(text, out) != CGM_SUCCESS || *out == CGM_ALGO_BULK)
-        return fail("--algo", "auto, split, ring, no_overlap, fused or lead", text);
+        return fail("--algo", "auto, split, ring, no_overlap or fused", text);
     return 0;
 }
 

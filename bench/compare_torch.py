@@ -52,10 +52,9 @@ import warnings
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 OPS = ("ag_gemm", "gemm_rs", "gemm_ar")
-# "p2p-fused", "p2p-split", "p2p-lead": the p2p backend with that algorithm as
-# the comm's default (COMMGEMM_ALGO for this comm only) instead of the tuner's
-# choice (lead: AG+GEMM; the other ops run split).
-GPU_BACKENDS = ("p2p", "nccl", "cublasmp", "p2p-fused", "p2p-split", "p2p-lead")
+# "p2p-fused", "p2p-split": the p2p backend with that algorithm as the comm's
+# default (COMMGEMM_ALGO for this comm only) instead of the tuner's choice.
+GPU_BACKENDS = ("p2p", "nccl", "cublasmp", "p2p-fused", "p2p-split")
 DTYPES = ("bf16", "fp16", "fp32")
 
 GEMM = "gemm"
@@ -326,8 +325,8 @@ def make_parser():
     p.add_argument("--ops", default="ag_gemm,gemm_rs", help="ag_gemm, gemm_rs, gemm_ar, a comma list or all "
                                                               "(default ag_gemm,gemm_rs)")
     p.add_argument("--backends", default="p2p,nccl,cublasmp",
-                   help="commgemm GPU backends to run, comma list (default p2p,nccl,cublasmp; also p2p-fused, "
-                        "p2p-split and p2p-lead: p2p with that algorithm instead of the tuner's pick); an unavailable "
+                   help="commgemm GPU backends to run, comma list (default p2p,nccl,cublasmp; also p2p-fused "
+                        "and p2p-split: p2p with that algorithm instead of the tuner's pick); an unavailable "
                         "one is a skipped row with the reason")
     p.add_argument("--dtype", default="bf16", choices=DTYPES)
     p.add_argument("-w", "--warmup", type=int, default=5, help="untimed rounds (default 5)")

@@ -238,21 +238,11 @@ typedef enum cgm_algo {
      *  GEMM+AR, bulk, not sm_90, not TN, not bf16/fp16 in, k or an ld not a
      *  multiple of 8, RS with P > 8) the call runs split (bulk: bulk). */
     CGM_ALGO_FUSED = 5,
-    /** AG+GEMM on the host and p2p backends (other ops, and the other
-     *  backends, run split): a lead piece of the own rows (1/splits of
-     *  them, rounded up to 128 rows) is computed while the shard is pushed
-     *  to every peer and the rest of the own rows are copied beside the
-     *  peers' in the gathered buffer; then every other row runs as one GEMM
-     *  (two on a middle rank). For GEMM-bound shapes, where two GEMMs per
-     *  shard lose to one: docs/PLAN.md "Lead". Not among the autotuner's
-     *  candidates unless COMMGEMM_TUNE_LEAD=1: on H200 it was not faster
-     *  than split on any shape measured (docs/PERFORMANCE.md 4g). */
-    CGM_ALGO_LEAD = 6,
-    CGM_ALGO_COUNT_ = 7
+    /* 6 is retired: never reuse it. */
+    CGM_ALGO_COUNT_ = 6
 } cgm_algo;
 
-/** "auto", "split", "ring", "bulk", "no_overlap", "fused", "lead" or
- *  "invalid". */
+/** "auto", "split", "ring", "bulk", "no_overlap", "fused" or "invalid". */
 const char *cgm_algo_name(cgm_algo algo);
 /** Parses an algorithm name (as above; "split_pipelined" too). */
 cgm_status cgm_algo_from_name(const char *name, cgm_algo *out);

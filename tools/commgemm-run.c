@@ -2,8 +2,8 @@
  *
  *   commgemm-run -n N [--timeout S] [--grace S] [--prefix] PROGRAM [ARGS...]
  *
- * Each rank gets COMMGEMM_RANK, COMMGEMM_NRANKS, COMMGEMM_LOCAL_RANK and a
- * fresh COMMGEMM_RENDEZVOUS, which cgm_bootstrap_from_env() reads. */
+ * Each rank gets COMMGEMM_RANK, COMMGEMM_NRANKS and a fresh
+ * COMMGEMM_RENDEZVOUS, which cgm_bootstrap_from_env() reads. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,14 +16,13 @@ static void usage(FILE *to) {
     fprintf(to,
             "Usage: commgemm-run -n N [options] PROGRAM [ARGS...]\n"
             "Starts N ranks of PROGRAM on this machine, each with COMMGEMM_RANK,\n"
-            "COMMGEMM_NRANKS, COMMGEMM_LOCAL_RANK and a shared, fresh\n"
-            "COMMGEMM_RENDEZVOUS (read by cgm_bootstrap_from_env()).\n"
+            "COMMGEMM_NRANKS and a shared, fresh COMMGEMM_RENDEZVOUS (read by\n"
+            "cgm_bootstrap_from_env()); the rank is also the local rank.\n"
             "\n"
             "  -n, --nranks N     number of ranks (1..%d)\n"
             "  -t, --timeout S    terminate every rank after S seconds (exit 124)\n"
             "  -g, --grace S      after a rank fails, give the others S seconds\n"
-            "                     before terminating them (default 5, or\n"
-            "                     COMMGEMM_LAUNCH_GRACE_S)\n"
+            "                     before terminating them (default 5)\n"
             "  -p, --prefix       prefix each output line with \"[rank] \"\n"
             "  -h, --help         this text\n"
             "  -V, --version      print the commgemm version\n"
@@ -55,7 +54,7 @@ int main(int argc, char **argv) {
     launch_options opt;
     memset(&opt, 0, sizeof opt);
     opt.nranks = 0;
-    opt.grace_s = launch_default_grace();
+    opt.grace_s = LAUNCH_DEFAULT_GRACE_S;
     opt.name = "commgemm-run";
     int c;
     /* '+': stop at the program name; its options are its own. */

@@ -62,13 +62,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-double launch_default_grace(void) {
-    const char *env = getenv("COMMGEMM_LAUNCH_GRACE_S");
-    double grace;
-    if (env && launch_parse_seconds(env, &grace) == 0) return grace;
-    return 5.0;
-}
-
 int launch_parse_seconds(const char *text, double *out) {
     char *end = NULL;
     if (!text || !*text) return -1;
@@ -81,7 +74,6 @@ int launch_parse_seconds(const char *text, double *out) {
 
 static int is_launch_var(const char *entry) {
     static const char *const names[] = {"COMMGEMM_RANK=", "COMMGEMM_NRANKS=",
-                                        "COMMGEMM_LOCAL_RANK=",
                                         "COMMGEMM_RENDEZVOUS="};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strncmp(entry, names[i], strlen(names[i])) == 0) return 1;
@@ -90,21 +82,21 @@ static int is_launch_var(const char *entry) {
 
 /* The environment of one rank: ours without stale launch variables, plus
  * this rank's. Built before fork so the child only calls async-safe code.
- * One allocation: the pointer array, then the text of the four variables. */
+ * One allocation: the pointer array, then the text of the three variables.
+ * Every rank runs on this machine, so the rank is also the local rank. */
 static char **build_env(int rank, int nranks, const char *rendezvous) {
     size_t count = 0, n = 0;
     while (environ[count]) count++;
-    size_t array_bytes = (count + 5) * sizeof(char *);
-    char **envp = malloc(array_bytes + 4 * 128);
+    size_t array_bytes = (count + 4) * sizeof(char *);
+    char **envp = malloc(array_bytes + 3 * 128);
     if (!envp) return NULL;
     char *vars = (char *)envp + array_bytes;
     for (size_t i = 0; i < count; i++)
         if (!is_launch_var(environ[i])) envp[n++] = environ[i];
     snprintf(vars, 128, "COMMGEMM_RANK=%d", rank);
     snprintf(vars + 128, 128, "COMMGEMM_NRANKS=%d", nranks);
-    snprintf(vars + 256, 128, "COMMGEMM_LOCAL_RANK=%d", rank);
-    snprintf(vars + 384, 128, "COMMGEMM_RENDEZVOUS=%s", rendezvous);
-    for (int i = 0; i < 4; i++) envp[n++] = vars + 128 * i;
+    snprintf(vars + 256, 128, "COMMGEMM_RENDEZVOUS=%s", rendezvous);
+    for (int i = 0; i < 3; i++) envp[n++] = vars + 128 * i;
     envp[n] = NULL;
     return envp;
 }

@@ -1,9 +1,9 @@
 /* Starts N ranks of a program on this machine (fork + exec) and supervises
  * them: the engine of commgemm-run, also used by commgemm-bench --ranks.
  *
- * Each rank gets COMMGEMM_RANK, COMMGEMM_NRANKS, COMMGEMM_LOCAL_RANK and a
- * COMMGEMM_RENDEZVOUS name fresh for this launch; cgm_bootstrap_from_env()
- * reads them. Each rank runs in its own process group (so a Ctrl-C reaches
+ * Each rank gets COMMGEMM_RANK, COMMGEMM_NRANKS and a COMMGEMM_RENDEZVOUS
+ * name fresh for this launch; cgm_bootstrap_from_env() reads them. Every
+ * rank runs on this machine: its rank is its local rank. Each rank runs in its own process group (so a Ctrl-C reaches
  * the launcher, which forwards it once) and dies with the launcher
  * (PR_SET_PDEATHSIG). */
 #ifndef COMMGEMM_TOOLS_LAUNCH_H
@@ -27,8 +27,8 @@ typedef struct launch_options {
     char *const *argv;   /* program and arguments, NULL-terminated */
 } launch_options;
 
-/* Default grace period: COMMGEMM_LAUNCH_GRACE_S if set, else 5 s. */
-double launch_default_grace(void);
+/* The grace period when none is given. */
+#define LAUNCH_DEFAULT_GRACE_S 5.0
 
 /* Runs the ranks to completion. Returns the exit code for the launcher:
  * 0 when every rank exited 0; else the first failing rank's exit code

@@ -73,7 +73,7 @@ class Algo(enum.IntEnum):
     BULK = 3
     NO_OVERLAP = 4
     FUSED = 5  # p2p: commgemm's own Hopper kernel (split elsewhere)
-    LEAD = 6  # AG+GEMM on host and p2p: a lead piece, then one GEMM (split elsewhere)
+    # 6 is retired: never reuse it
 
 
 class Layout(enum.IntEnum):

@@ -259,7 +259,7 @@ static cgm_status resolve_config(cgm_comm *comm, const cgm_config *in) {
         if (cgm_algo_from_name(text, &c->algo) != CGM_SUCCESS)
             return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
                              "environment variable COMMGEMM_ALGO=\"%s\": expected auto, split, ring, "
-                             "no_overlap, fused or lead", text);
+                             "no_overlap or fused", text);
     }
     return CGM_SUCCESS;
 }

@@ -121,16 +121,6 @@ const char *cgm_param_string(const char *name, bool *from_env);
 cgm_status cgm_param_choice(const char *name, const char *const *choices,
                             int count, int *index);
 
-/* COMMGEMM_RS_OWN: how GEMM+RS split finishes a rank's own pieces (a reduce
- * after the GEMM, or the GEMM adding the peers' partials); auto is each
- * backend's choice. CGM_ERROR_INVALID_ARGUMENT naming the variable, its
- * value and the choices otherwise. */
-typedef enum cgm_rs_own {
-    CGM_RS_OWN_AUTO = 0,
-    CGM_RS_OWN_REDUCE = 1,
-    CGM_RS_OWN_GEMM = 2
-} cgm_rs_own;
-cgm_status cgm_param_rs_own(cgm_rs_own *mode);
 
 /* ------------------------------------------------------------------ dtype */
 
@@ -237,7 +227,7 @@ typedef struct cgm_call {
     cgm_algo algo; /* the hint: AUTO, or what the caller / config asked for */
     int splits;    /* the hint: 0 = auto */
     /* Compute queues of the schedule, set by the autotuner (p2p AG+GEMM:
-     * cgm_tune_candidate.queues); 0 = the backend's own setting. Local
+     * cgm_tune_candidate.queues); 0 = the backend's default (one). Local
      * scheduling only: ranks may differ, it is not in the signature. */
     int queues;
     cgm_backend backend; /* resolved for this call */
@@ -317,7 +307,7 @@ cgm_status cgm_validate_op(cgm_comm *comm, cgm_op op, const cgm_matrix *x,
 typedef struct cgm_tune_candidate {
     cgm_algo algo;
     int splits;
-    int queues; /* cgm_call.queues: 0 = the backend's setting */
+    int queues; /* cgm_call.queues: 0 = the backend's default */
 } cgm_tune_candidate;
 
 /* What a backend offers the autotuner. Every hook may assume the call left
@@ -374,17 +364,10 @@ int64_t cgm_tune_hold_ns(int64_t warmup_ns, int warmup, int reps);
  * with 1, 2 and 4 pieces per shard, ring with 1 and 2 (P > 2 only: at
  * P = 2 a ring hop is the direct transfer), no_overlap; a piece count only
  * when every piece of a ceil(m / P)-row shard keeps >= min_piece_rows rows
- * (1 piece always). With `lead` (AG+GEMM under COMMGEMM_TUNE_LEAD=1, see
- * cgm_tune_lead_on), lead with splits 4 and 8 where its lead piece
- * (plan_lead_rows) leaves rows to the rest GEMM, once per distinct lead.
- * From m and P, which every rank agrees on. Returns the count (<= 8)
- * written to out (tune.c). */
+ * (1 piece always). From m and P, which every rank agrees on. Returns
+ * the count (<= 6) written to out (tune.c). */
 int cgm_tune_plan_candidates(int64_t m, int nranks, int min_piece_rows,
-                             bool lead, cgm_tune_candidate *out);
-/* COMMGEMM_TUNE_LEAD=1 and an AG+GEMM call: the plan backends offer lead
- * to the tuner (off by default until measured on GPUs; an invalid value
- * reads as 0 with a WARN). */
-bool cgm_tune_lead_on(const cgm_call *call);
+                             cgm_tune_candidate *out);
 
 /* --------------------------------------------------------------- backends */
 

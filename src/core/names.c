@@ -41,7 +41,7 @@ cgm_status cgm_backend_from_name(const char *name, cgm_backend *out) {
                      "unknown backend \"%s\": expected one of auto, host, p2p, nccl, cublasmp", name);
 }
 
-static const char *algo_names[] = {"auto", "split", "ring", "bulk", "no_overlap", "fused", "lead"};
+static const char *algo_names[] = {"auto", "split", "ring", "bulk", "no_overlap", "fused"};
 
 const char *cgm_algo_name(cgm_algo algo) {
     return (unsigned)algo < CGM_ALGO_COUNT_ ? algo_names[algo] : "invalid";
@@ -60,7 +60,7 @@ cgm_status cgm_algo_from_name(const char *name, cgm_algo *out) {
             return CGM_SUCCESS;
         }
     return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
-                     "unknown algorithm \"%s\": expected one of auto, split, ring, bulk, no_overlap, fused, lead", name);
+                     "unknown algorithm \"%s\": expected one of auto, split, ring, bulk, no_overlap, fused", name);
 }
 
 /* Looks `name` up in names[count] (case-insensitive); `what` and

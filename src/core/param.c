@@ -29,15 +29,11 @@ static const cgm_param params[] = {
      "`timeout_ms`). 1 to 2^31 - 1 (about 24.8 days, the value for no practical bound); larger values are refused: "
      "they would overflow the deadlines in nanoseconds."},
     {"COMMGEMM_ALGO", CGM_PARAM_STRING, "auto",
-     "Default algorithm: auto, split, ring, no_overlap, fused (p2p's own Hopper kernel; split elsewhere), lead (AG+GEMM on host and p2p: a lead piece of the own rows, then the rest as one GEMM; split elsewhere) (config `algo`; per call: options.algo)."},
+     "Default algorithm: auto, split, ring, no_overlap, fused (p2p's own Hopper kernel; split elsewhere) (config `algo`; per call: options.algo)."},
     {"COMMGEMM_SPLITS", CGM_PARAM_INT, "0",
      "Default pieces per shard for split/ring algorithms, 0 = auto (config `splits`)."},
     {"COMMGEMM_TUNE", CGM_PARAM_INT, "1",
      "1: choose algorithm and splits of calls that leave both open (algo auto, splits 0 in the call, the config and COMMGEMM_ALGO/COMMGEMM_SPLITS) by a short measured search at the first eager call of each key, agreed by all ranks and cached per comm (docs/TUNING.md). 0: the fixed default rules. Set it alike on every rank."},
-    {"COMMGEMM_TUNE_REPS", CGM_PARAM_INT, "4",
-     "Timed runs per candidate when tuning, 1..100: half in a pass over the candidates in list order, the rest in a second pass in reverse order, each after one warm-up run; the median counts, the slowest rank's median decides. The largest value of any rank is used."},
-    {"COMMGEMM_TUNE_RUNOFF", CGM_PARAM_INT, "10",
-     "Percent, 0..10000: when the tuner's runner-up is within this much of the fastest candidate, the two are timed again, alternating, with more runs (enough for about 2 ms of each, at least twice COMMGEMM_TUNE_REPS, at most 100), and the faster of that runoff is chosen. 0: no runoff. The largest value of any rank is used (docs/TUNING.md)."},
     {"COMMGEMM_TUNE_CACHE", CGM_PARAM_STRING, NULL,
      "Tuning cache file: decisions are loaded from it (used when every rank's file has the same one) and new ones appended (text, one line per key, docs/TUNING.md). Unset: memory only. %h in the name becomes the host name."},
     {"COMMGEMM_HOST_THREADS", CGM_PARAM_INT, "1",
@@ -55,35 +51,11 @@ static const cgm_param params[] = {
     {"COMMGEMM_PARTIAL_DTYPE", CGM_PARAM_STRING, "fp32",
      "Default of config `partial_dtype`, the partials GEMM+RS/AR send (p2p, nccl): fp32 (exact) or output (rounded "
      "once to a bf16/fp16 output: half the bytes, less accurate where partials cancel)."},
-    {"COMMGEMM_P2P_FUSED_PUSH", CGM_PARAM_STRING, "beside",
-     "p2p backend, fused algorithm: how a shard is pushed (docs/PLAN.md Fused; measured in docs/PERFORMANCE.md 4c). beside (default): one copy per piece, back to back on the comm queue; each piece's READY signal is raised from a second queue that follows the copy through an event. pieces: the READY signal kernel between the copies on the comm queue (slower with more pieces: the next copy waits for it). taper (experimental): signals beside, and the pieces grouped: AG copies of 1, 1, 2, 4, ... pieces counted from the end, RS GEMMs and pushes of 1, 1, 2, 4, ... pieces from the start; use it with more pieces, e.g. COMMGEMM_SPLITS=8. store (GEMM+RS only; AG pushes as beside; measured in docs/PERFORMANCE.md 4h): no partial slot and no copy: commgemm's kernel computes each peer's rows and its epilogue stores every tile straight into the owner's RECV slot through the peer mapping (the stores cross NVLink while the kernel runs); the READY signals of that peer's pieces follow the kernel on the compute queue (docs/PLAN.md Fused). single (GEMM+RS only; measured in docs/PERFORMANCE.md 4i): one kernel over every row, the peers' rows first: each piece's last tile raises a local done flag, the comm queue waits for it and the copy engine pushes the piece while the kernel goes on; the own rows add the arrived partials in the epilogue. Needs COMMGEMM_PARTIAL_DTYPE equal to the output dtype (e.g. output with bf16) and m a multiple of 128 * nranks; other calls push as beside. Ranks may differ in this setting."},
-    {"COMMGEMM_RS_OWN", CGM_PARAM_STRING, "auto",
-     "host and p2p backends, GEMM+RS with the split algorithm: how each piece of a rank's own rows is finished. reduce: the GEMM writes a workspace slot, then, once every peer's partial has arrived, a reduce kernel sums the slots into the output. gemm: the piece's GEMM waits for the peers' partials and adds them itself, bias in the same epilogue: no reduce step and no slot written and read back, but the GEMM cannot start before the partials are in. The waits for a piece's partials run on the GEMM's compute queue. On p2p, with 2 ranks and partials in the output dtype (COMMGEMM_PARTIAL_DTYPE=output with bf16/fp16 outputs, or fp32 outputs) the partial is cuBLASLt's C input (beta = 1); otherwise (fp32 partials with bf16/fp16 outputs, or more than 2 ranks, up to 8) commgemm's sm_90 kernel adds them in its epilogue, which needs the TN layout and bf16/fp16 inputs; k > 0 and no accumulate; other calls reduce. auto (default): reduce on host; on p2p, with 2 ranks and 2 or more pieces per shard, the GEMM form (either engine; with one piece the own GEMM would wait for the whole push), else reduce; more than 2 ranks take the kernel's form only with gemm (not measured there) (docs/PERFORMANCE.md 4k, 4l). Ranks may differ in this setting."},
-    {"COMMGEMM_P2P_RS_OWN_WAITS", CGM_PARAM_STRING, "queue",
-     "p2p backend, GEMM+RS split with the own pieces' GEMMs adding the peer's partial (COMMGEMM_RS_OWN): where each piece's wait for the peer's READY runs. queue (default): a flag kernel on the GEMM's compute queue, right before the GEMM. beside: on a compute queue of its own, which the GEMM follows through an event, so no flag kernel sits between two GEMMs (tests/gpu/ipcbench.c: ~9 us for a flag kernel between two copies against ~1.5 us for an event wait). Measured in docs/PERFORMANCE.md 4k: beside was 2-11 % slower on four of five shapes (the wait kernel on its own stream waits for an SM the GEMM holds), so queue is the default. Ranks may differ in this setting."},
-    {"COMMGEMM_P2P_SIGNAL", CGM_PARAM_STRING, "auto",
-     "p2p backend: how the comm queue raises a flag (FREE, READY) right after a copy-engine copy, in the split/ring/no_overlap schedules and the fused pieces. copy: the copy engine itself copies the comm's 8-byte epoch into the peer's flag, next on the comm queue, with no kernel (the fused pieces then signal on the comm queue too, with no second queue). kernel: a one-thread flag kernel (the fused pieces: on a second queue behind an event, COMMGEMM_P2P_FUSED_PUSH). auto (default): copy after copies of at least 8 MiB, kernel after smaller ones. Measured (docs/PERFORMANCE.md 4j): copy is 3-15 % faster on the AG/RS splits of 16-128 MiB pushes and ~5 us slower on the small AG shapes' 4 MiB pushes; a kernel between two copies costs ~10 us per piece, the 8-byte copy ~2 us (tests/gpu/ipcbench.c). Ranks may differ in this setting."},
-    {"COMMGEMM_P2P_PRE_COPY_FLAGS", CGM_PARAM_STRING, "inline",
-     "p2p backend: where the flag steps right before a copy-engine copy of the comm queue run (the FREE handshake before the first push, the one-kernel fused GEMM+RS's done-flag waits before each piece). inline (default): on the comm queue itself. beside: on a second queue as high as the comm queue, which the comm queue follows through an event, so that only copies and event waits sit on the comm queue (a flag kernel right before a copy costs ~9 us of switching from the SMs to the copy engine, an event wait ~1.5 us, in tests/gpu/ipcbench.c). In the ops beside measured the same as inline on 22 of 24 rows, 3 us faster on fused AG 4096^3 and 6 us slower on split AG 4096^3 (docs/PERFORMANCE.md 4j), so it is opt-in. Ranks may differ in this setting."},
-    {"COMMGEMM_P2P_COMM_PRIORITY", CGM_PARAM_STRING, "high",
-     "p2p backend: stream priority of the comm queue (copies and one-thread flag kernels). high (default): the highest, one above the compute queues, so a flag kernel is dispatched at the next free slot. low: the lowest, behind every pending GEMM block (the order before 2026-11-30; a push could then wait for a whole GEMM; the measured difference did not reproduce, docs/PERFORMANCE.md 4e)."},
-    {"COMMGEMM_P2P_GEMM_ORDER", CGM_PARAM_STRING, "in_order",
-     "p2p backend, GEMM+RS and GEMM+AR with the split, ring and no_overlap schedules: how the chunk GEMMs are queued. in_order (default): on one compute queue in the schedule's order (the peers' rows first), so each push starts when its GEMM ends. alternate: on two compute queues in turn, so one GEMM's last wave may overlap the next one's first, but the GPU may also run two GEMMs side by side or the later one first, and a push then waits for both (docs/PERFORMANCE.md 4e: 1024x28672x8192 ran in 322 or 436 us from one process to the next). Ranks may differ in this setting."},
-    {"COMMGEMM_P2P_AG_GEMM_ORDER", CGM_PARAM_STRING, "auto",
-     "p2p backend, AG+GEMM with the split, ring, lead and no_overlap schedules: how the chunk GEMMs are queued. in_order: on one compute queue in the schedule's order (the own rows first, then each peer's as they arrive). alternate: on two compute queues in turn, so a GEMM whose rows have arrived may start on the SMs that the previous GEMM's last wave leaves idle (no push waits on an AG GEMM). auto (default): in order, and the autotuner also measures each split candidate on two queues (shown as split/S/q2 in its log and cache) and keeps the faster; docs/PERFORMANCE.md 4g: either order wins on some shapes. Ranks may differ in in_order/alternate; with auto on some ranks and not on others the candidate lists differ and the tuner falls back to the default."},
-    {"COMMGEMM_P2P_SM_PUSH_BYTES", CGM_PARAM_INT, "0",
-     "p2p backend, split/ring/no_overlap schedules: consecutive comm-queue steps (flag signals, flag waits, copies) run as one kernel instead of one launch each (docs/P2P_BACKEND.md, comm programs). 0 (default): the copies stay on the copy engine and only the flag steps between them are merged. N > 0: a run that copies at most N bytes copies with SMs inside that kernel (docs/PERFORMANCE.md 4e: faster on some small shapes, slower on others, where the GEMMs hold the SMs)."},
-    {"COMMGEMM_P2P_RUN_ORDER", CGM_PARAM_STRING, "held",
-     "p2p backend: where a comm program (a run of comm-queue steps, docs/P2P_BACKEND.md) is enqueued. held (default): held back in plan order and enqueued before the first step that needs it or a wait of another queue, so GEMMs that precede it in plan order are enqueued first. first_step: at its first step, with the later comm steps that can join it, ahead of the GEMMs between them, so a GEMM that fills every SM cannot keep it waiting (docs/PERFORMANCE.md 4f). Ranks may differ in this setting."},
-    {"COMMGEMM_P2P_SM_PUSH_BLOCKS", CGM_PARAM_INT, "32",
-     "p2p backend: most blocks (of 512 threads, one per 64 KiB copied) of a comm program that copies, 1..1024."},
     {"COMMGEMM_LT_SEARCH", CGM_PARAM_INT, "8",
-     "GPU backends (p2p, nccl): cuBLASLt algorithms timed per GEMM shape on its first use, 1..16. 8 (default): the heuristic's first 8 run in 3 interleaved rounds on a private stream with a scratch output (before the op enqueues anything; never in graph capture), and the fastest is kept when it beats the first by 1 % or more (docs/PERFORMANCE.md 4f: the first was up to 17 % slower than the best on H200). 1: the heuristic's first, no timing."},
+     "GPU backends (p2p, nccl): cuBLASLt algorithms timed per GEMM shape on its first use, 1..16. 8 (default): the heuristic's first 8 run in 3 interleaved rounds on a private stream with a scratch output (before the op enqueues anything; never in graph capture), and the fastest is kept when it beats the first by 1 % or more (on H200 the heuristic's first was up to 17 % slower than the best). 1: the heuristic's first, no timing."},
     {"COMMGEMM_GEMM_REDUCTION", CGM_PARAM_STRING, "any",
      "Default of config `gemm_reduction` (p2p, nccl): any (cuBLASLt may round split-k parts to a bf16/fp16 output "
      "before adding them, as cuBLAS does) or fp32 (parts added in fp32)."},
-    {"COMMGEMM_TUNE_LEAD", CGM_PARAM_INT, "0",
-     "Autotuner, host and p2p backends, AG+GEMM: 1 adds the lead schedule (splits 4 and 8) to the candidates. 0 (default): lead runs only when asked for (COMMGEMM_ALGO=lead, options.algo), until it has been measured on GPUs (docs/P2P_BACKEND.md, Next). Every rank must use the same value."},
     {"COMMGEMM_TIMELINE", CGM_PARAM_STRING, NULL,
      "p2p backend, diagnostics: path prefix; each eager op records an event around every schedule step (fused calls: every copy, flag, GEMM and kernel launch) and writes a Chrome trace <prefix>.<op>.<algo>.r<rank>.json (last call per op and algorithm) plus an INFO line with the busy time per queue. The op then synchronizes its stream: never for timing runs."},
     {"COMMGEMM_TEST_FAIL", CGM_PARAM_STRING, NULL,
@@ -97,8 +69,6 @@ static const cgm_param params[] = {
     {"COMMGEMM_NRANKS", CGM_PARAM_INT, NULL, "Set by commgemm-run: the number of ranks."},
     {"COMMGEMM_RENDEZVOUS", CGM_PARAM_STRING, NULL,
      "Set by commgemm-run: the rendezvous name the ranks share."},
-    {"COMMGEMM_LAUNCH_GRACE_S", CGM_PARAM_INT, "5",
-     "commgemm-run: seconds the other ranks get to finish after one rank failed, before they are terminated."},
 };
 
 #define PARAM_COUNT ((int)(sizeof params / sizeof params[0]))
@@ -193,13 +163,4 @@ cgm_status cgm_param_choice(const char *name, const char *const *choices,
     return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
                      "environment variable %s=\"%s\": expected %s; set one "
                      "of them or unset it (default %s)", name, v, list, dflt);
-}
-
-cgm_status cgm_param_rs_own(cgm_rs_own *mode) {
-    /* In the order of the cgm_rs_own values; the first is the default. */
-    static const char *const choices[] = {"auto", "reduce", "gemm"};
-    int which = CGM_RS_OWN_AUTO;
-    cgm_status st = cgm_param_choice("COMMGEMM_RS_OWN", choices, 3, &which);
-    if (st == CGM_SUCCESS) *mode = (cgm_rs_own)which;
-    return st;
 }

@@ -105,26 +105,20 @@ typedef struct cgm_dev_reduce_args {
 cudaError_t cgm_dev_reduce(const cgm_dev_reduce_args *args,
                            const cgm_dev_state *state, cudaStream_t stream);
 
-/* A short program of flag waits, flag signals and 2D copies that one kernel
- * runs in order: what a queue of separate wait, signal and copy steps
- * would do, in one launch (each launch in a graph or a stream costs a few
- * microseconds of dependency latency; small ops are made of them). COPY
- * moves `height` rows of `width` bytes (pitches in bytes) with every block
- * of the grid, e.g. into a peer's memory through the peer mapping; a WAIT
- * holds every block until *flag >= the epoch (bounded as cgm_dev_wait,
- * which it names in the abort record); a SIGNAL stores the epoch into the
- * peer's flag once every earlier op of the program is done in every block,
- * after a system-scope fence. */
+/* A short program of flag waits and flag signals that one kernel runs in
+ * order: what a queue of separate wait and signal kernels would do, in one
+ * launch (each launch in a graph or a stream costs a few microseconds of
+ * dependency latency; small ops are made of them). A WAIT spins until
+ * *flag >= the epoch (bounded as cgm_dev_wait, which it names in the abort
+ * record); a SIGNAL stores the epoch into the peer's flag after a
+ * system-scope fence. */
 #define CGM_DEV_PROGRAM_MAX 16
-enum { CGM_DEV_OP_SIGNAL = 0, CGM_DEV_OP_WAIT = 1, CGM_DEV_OP_COPY = 2 };
+enum { CGM_DEV_OP_SIGNAL = 0, CGM_DEV_OP_WAIT = 1 };
 typedef struct cgm_dev_program_op {
     int kind;
     int peer, flag_kind, chunk;   /* WAIT: for the abort record */
     unsigned long long *flag;     /* SIGNAL: the peer's (peer-mapped);
                                      WAIT: this rank's */
-    void *dst;                    /* COPY */
-    const void *src;
-    int64_t dst_pitch, src_pitch, width, height;
 } cgm_dev_program_op;
 typedef struct cgm_dev_program {
     int nops;
@@ -134,15 +128,11 @@ typedef struct cgm_dev_program {
     cgm_dev_program_op ops[CGM_DEV_PROGRAM_MAX];
 } cgm_dev_program;
 
-/* Runs `prog` on `stream`: `blocks` blocks of 512 threads when it copies
- * (else one block). counters: CGM_DEV_PROGRAM_MAX zeroed unsigned ints of
- * device memory, for the programs of this stream only (each program leaves
- * them zero). Skipped when the comm aborted. cudaErrorInvalidValue for an
- * empty or too long program, an unknown op, a null flag, or a copy without
- * addresses. */
+/* Runs `prog` on `stream` (one thread). Skipped when the comm aborted.
+ * cudaErrorInvalidValue for an empty or too long program, an unknown op or
+ * a null flag. */
 cudaError_t cgm_dev_program_run(const cgm_dev_program *prog,
-                                cgm_dev_state *state, unsigned int *counters,
-                                int blocks, cudaStream_t stream);
+                                cgm_dev_state *state, cudaStream_t stream);
 
 /* Holds `stream` for `ns` nanoseconds of device time (one thread, sleeping
  * between reads of the global timer). The autotuner enqueues it before its

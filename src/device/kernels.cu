@@ -76,122 +76,24 @@ __global__ void wait_kernel(cgm_dev_state *state,
                  timeout_ns);
 }
 
-/* Rows of one program copy, T-sized words (the widest that every address,
- * pitch and the width are aligned to), over the whole grid: four loads in
- * flight per thread before their stores. */
-template <typename T>
-__device__ void copy_rows(const cgm_dev_program_op &op) {
-    const int64_t per_row = op.width / (int64_t)sizeof(T);
-    const int64_t total = per_row * op.height;
-    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i < total; i += 4 * stride) {
-        T v[4];
-        int64_t at[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            int64_t e = i + u * stride;
-            at[u] = e;
-            if (e < total) {
-                int64_t row = e / per_row, col = e - row * per_row;
-                v[u] = *reinterpret_cast<const T *>(
-                    static_cast<const char *>(op.src) + row * op.src_pitch +
-                    col * (int64_t)sizeof(T));
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            if (at[u] < total) {
-                int64_t row = at[u] / per_row, col = at[u] - row * per_row;
-                *reinterpret_cast<T *>(static_cast<char *>(op.dst) +
-                                       row * op.dst_pitch +
-                                       col * (int64_t)sizeof(T)) = v[u];
-            }
-        }
-    }
-}
-
-__device__ void program_copy(const cgm_dev_program_op &op) {
-    uintptr_t bits = reinterpret_cast<uintptr_t>(op.dst) |
-                     reinterpret_cast<uintptr_t>(op.src) |
-                     (uintptr_t)op.dst_pitch | (uintptr_t)op.src_pitch |
-                     (uintptr_t)op.width;
-    if (bits % 16 == 0) copy_rows<uint4>(op);
-    else if (bits % 8 == 0) copy_rows<uint2>(op);
-    else if (bits % 4 == 0) copy_rows<unsigned int>(op);
-    else if (bits % 2 == 0) copy_rows<unsigned short>(op);
-    else copy_rows<unsigned char>(op);
-}
-
-/* cgm_dev_program_run: the ops in order. A COPY is split over every block.
- * A WAIT holds the block (its thread 0 spins, the block meets after). A
- * SIGNAL with no COPY before it is raised by block 0; one between copies by
- * the block that reaches it last (counted in counters[i], which that block
- * resets), after a system-scope fence of every block: the peer that sees
- * the flag sees every block's copies. After the last COPY every block but
- * block 0 reports its arrival (counters[i]) and exits, and block 0, once
- * all have arrived, runs the rest alone: a trailing WAIT then spins in one
- * block, not in every block beside the GEMMs. */
-__global__ void __launch_bounds__(512)
-program_kernel(const __grid_constant__ cgm_dev_program prog,
-               cgm_dev_state *state, unsigned int *counters) {
+/* cgm_dev_program_run: the ops in order, by one thread. A WAIT spins
+ * (bounded, as wait_kernel); a SIGNAL stores the epoch after a
+ * system-scope fence, so the peer that sees it sees what this rank's
+ * earlier work on the stream wrote. */
+__global__ void program_kernel(const __grid_constant__ cgm_dev_program prog,
+                               cgm_dev_state *state) {
     if (aborted(state)) return;
     const unsigned long long epoch =
         *(volatile const unsigned long long *)&state->epoch;
-    int tail = 0; /* the op after the last COPY */
-    for (int i = 0; i < prog.nops; i++)
-        if (prog.ops[i].kind == CGM_DEV_OP_COPY) tail = i + 1;
-    bool copied = false, alone = gridDim.x == 1;
     for (int i = 0; i < prog.nops; i++) {
         const cgm_dev_program_op &op = prog.ops[i];
-        if (i == tail && !alone) {
-            __syncthreads();
-            if (blockIdx.x != 0) {
-                if (threadIdx.x == 0) {
-                    __threadfence_system();
-                    atomicAdd(&counters[i], 1u);
-                }
+        if (op.kind == CGM_DEV_OP_WAIT) {
+            if (!bounded_wait(state, op.flag, prog.record, prog.rank, op.peer,
+                              op.flag_kind, op.chunk, epoch, prog.timeout_ns))
                 return;
-            }
-            if (threadIdx.x == 0) {
-                __threadfence_system();
-                volatile unsigned int *arrived = &counters[i];
-                while (*arrived < gridDim.x - 1 && !aborted(state))
-                    __nanosleep(100);
-                counters[i] = 0;
-                __threadfence_system();
-            }
-            __syncthreads();
-            if (aborted(state)) return;
-            alone = true;
-        }
-        if (op.kind == CGM_DEV_OP_COPY) {
-            program_copy(op);
-            copied = true;
-        } else if (op.kind == CGM_DEV_OP_WAIT) {
-            bool fail = threadIdx.x == 0 &&
-                        !bounded_wait(state, op.flag, prog.record, prog.rank,
-                                      op.peer, op.flag_kind, op.chunk, epoch,
-                                      prog.timeout_ns);
-            if (__syncthreads_or(fail)) return;
-        } else if (!copied || alone) {
-            /* Block 0: no copy before it, or the only block left (the
-             * grid's one block, or every other block arrived, above). */
-            if (copied) __syncthreads(); /* this block's own copies */
-            if (blockIdx.x == 0 && threadIdx.x == 0) {
-                __threadfence_system();
-                store_release_sys(op.flag, epoch);
-            }
         } else {
-            __syncthreads();
-            if (threadIdx.x == 0) {
-                __threadfence_system();
-                if (atomicAdd(&counters[i], 1u) == gridDim.x - 1) {
-                    counters[i] = 0;
-                    __threadfence_system();
-                    store_release_sys(op.flag, epoch);
-                }
-            }
+            __threadfence_system();
+            store_release_sys(op.flag, epoch);
         }
     }
 }
@@ -421,26 +323,16 @@ extern "C" cudaError_t cgm_dev_wait(cgm_dev_state *state,
 
 extern "C" cudaError_t cgm_dev_program_run(const cgm_dev_program *prog,
                                            cgm_dev_state *state,
-                                           unsigned int *counters, int blocks,
                                            cudaStream_t stream) {
-    if (prog->nops < 1 || prog->nops > CGM_DEV_PROGRAM_MAX || blocks < 1 ||
-        !counters)
+    if (prog->nops < 1 || prog->nops > CGM_DEV_PROGRAM_MAX)
         return cudaErrorInvalidValue;
-    bool copies = false;
     for (int i = 0; i < prog->nops; i++) {
         const cgm_dev_program_op *op = &prog->ops[i];
-        if (op->kind == CGM_DEV_OP_COPY) {
-            if (op->width < 0 || op->height < 0 ||
-                (op->width > 0 && op->height > 0 && (!op->dst || !op->src)))
-                return cudaErrorInvalidValue;
-            copies = true;
-        } else if ((op->kind != CGM_DEV_OP_SIGNAL &&
-                    op->kind != CGM_DEV_OP_WAIT) || !op->flag) {
+        if ((op->kind != CGM_DEV_OP_SIGNAL && op->kind != CGM_DEV_OP_WAIT) ||
+            !op->flag)
             return cudaErrorInvalidValue;
-        }
     }
-    program_kernel<<<copies ? blocks : 1, copies ? 512 : 32, 0, stream>>>(
-        *prog, state, counters);
+    program_kernel<<<1, 1, 0, stream>>>(*prog, state);
     return cudaGetLastError();
 }
 

@@ -83,67 +83,6 @@ static void build_ag_push(plan_builder *b) {
     }
 }
 
-/* LEAD (AG only): for GEMM-bound shapes, where the shard's copy takes a
- * small part of the GEMM. The own rows' lead piece (plan_lead_rows; at the
- * end of the shard on the last rank, else at its start) is the first GEMM,
- * from INPUT, while the comm queue pushes the whole shard into every peer's
- * GATHER (after its FREE, READY after) and copies the own rows outside the
- * lead into my own GATHER. Then every other row, own and gathered, sits in
- * GATHER in global order and runs as one GEMM (two on a middle rank, one
- * each side of the lead), after the peers' READY and the local copy: a GEMM
- * of nearly all rows instead of one per shard. */
-static void build_ag_lead(plan_builder *b) {
-    int r = b->r, P = b->P;
-    if (P == 1) return build_local_only(b, true);
-    int64_t own = plan_rows_of(b, r), off = plan_offset_of(b, r);
-    int64_t lead = plan_lead_rows(own, b->S);
-    int64_t lead0 = r == P - 1 ? off + own - lead : off;
-    int chunk = plan_chunk_of(b, r, 0);
-    for (int k = 1; k < P; k++) {
-        int q = plan_mod(r - k, P);
-        if (plan_rows_of(b, q) > 0) plan_emit_signal(b, q, PLAN_FLAG_FREE, -1);
-    }
-    if (lead > 0)
-        plan_emit_gemm(b, plan_at(r, PLAN_BUF_INPUT, 0),
-                       plan_at(r, PLAN_BUF_OUTPUT, 0), r, chunk, lead0, lead,
-                       true);
-    for (int k = 1; k < P && own > 0; k++) {
-        int d = plan_mod(r + k, P);
-        plan_emit_wait(b, d, PLAN_FLAG_FREE, -1);
-        plan_emit_copy(b, plan_at(r, PLAN_BUF_INPUT, 0),
-                       plan_at(d, PLAN_BUF_GATHER, 0), r, chunk, off, own);
-        plan_emit_signal(b, d, PLAN_FLAG_READY, chunk);
-    }
-    /* The own rows outside the lead, beside the peers' in my GATHER. */
-    int local[2] = {-1, -1};
-    int64_t rest0[2] = {off, lead0 + lead};
-    int64_t restn[2] = {lead0 - off, off + own - lead0 - lead};
-    for (int i = 0; i < 2; i++)
-        if (restn[i] > 0)
-            local[i] = plan_emit_copy(b, plan_at(r, PLAN_BUF_INPUT, 0),
-                                      plan_at(r, PLAN_BUF_GATHER, 0), r,
-                                      chunk, rest0[i], restn[i]);
-    for (int k = 1; k < P; k++) {
-        int q = plan_mod(r - k, P);
-        if (plan_rows_of(b, q) > 0)
-            plan_emit_wait_for_gemm(b, q, PLAN_FLAG_READY,
-                                    plan_chunk_of(b, q, 0));
-    }
-    /* Every row but the lead: [0, lead0) and [lead0 + lead, m). The waits
-     * above sit on the compute queue the first of these GEMMs uses; with
-     * several compute queues the second waits for them through a dep. */
-    int64_t g0[2] = {0, lead0 + lead}, gn[2] = {lead0, b->m - lead0 - lead};
-    int last_wait = plan_last_on_queue(b, 1 + b->next_compute % b->cq);
-    for (int i = 0, emitted = 0; i < 2; i++) {
-        if (gn[i] <= 0) continue;
-        int g = plan_emit_gemm(b, plan_at(r, PLAN_BUF_GATHER, 0),
-                               plan_at(r, PLAN_BUF_OUTPUT, 0), -1, -1, g0[i],
-                               gn[i], true);
-        for (int j = 0; j < 2; j++) plan_add_dep(b, g, local[j]);
-        if (emitted++ > 0) plan_add_dep(b, g, last_wait);
-    }
-}
-
 /* NO_OVERLAP: publish my shard in my GATHER, pull every peer's whole
  * shard into mine, then one GEMM of all m gathered rows. */
 static void build_ag_no_overlap(plan_builder *b) {
@@ -291,10 +230,13 @@ static bool is_bulk(plan_op op) {
     return op == PLAN_OP_BULK_AG || op == PLAN_OP_BULK_RS;
 }
 
-bool plan_own_waits_beside(const plan_request *req) {
-    return req->own_addends && req->own_waits_beside &&
-           req->op == PLAN_OP_GEMM_RS && req->algo == PLAN_ALGO_SPLIT &&
-           req->nranks > 1;
+bool plan_prefers_own_addends(const plan_request *req) {
+    if (req->op != PLAN_OP_GEMM_RS || req->algo != PLAN_ALGO_SPLIT ||
+        req->nranks != 2 || req->m < 0)
+        return false;
+    int64_t shard = (req->m + req->nranks - 1) / req->nranks;
+    int64_t pieces = req->splits < shard ? req->splits : shard;
+    return pieces >= 2;
 }
 
 static int check_request(const plan_request *req, char *err, int err_len) {
@@ -309,27 +251,17 @@ static int check_request(const plan_request *req, char *err, int err_len) {
     bool bulk = is_bulk(req->op);
     bool ok = bulk ? req->algo == PLAN_ALGO_BULK ||
                          req->algo == PLAN_ALGO_NO_OVERLAP
-                   : req->algo != PLAN_ALGO_BULK &&
-                         (req->algo != PLAN_ALGO_LEAD ||
-                          req->op == PLAN_OP_AG_GEMM);
+                   : req->algo != PLAN_ALGO_BULK;
     if (!ok)
         return plan_fail(err, err_len,
                          "plan_build: algorithm %s does not apply to %s; "
                          "use %s",
                          plan_algo_name(req->algo), plan_op_name(req->op),
-                         bulk ? "bulk or no_overlap"
-                         : req->op == PLAN_OP_AG_GEMM
-                             ? "split, ring, no_overlap or lead"
-                             : "split, ring or no_overlap");
+                         bulk ? "bulk or no_overlap" : "split, ring or no_overlap");
     if (req->nranks < 1)
         return plan_fail(err, err_len,
                          "plan_build: nranks must be >= 1, got %d",
                          req->nranks);
-    if (plan_own_waits_beside(req) && req->compute_queues < 2)
-        return plan_fail(err, err_len,
-                         "plan_build: own_waits_beside needs 2 or more "
-                         "compute queues (one for the waits), got %d",
-                         req->compute_queues);
     if (req->rank < 0 || req->rank >= req->nranks)
         return plan_fail(err, err_len,
                          "plan_build: rank %d is outside 0..%d (nranks %d)",
@@ -399,12 +331,10 @@ int plan_build(const plan_request *req, plan *out, char *err, int err_len) {
     b.S = out->splits;
     b.cq = req->compute_queues;
     b.m = req->m;
-    if (plan_own_waits_beside(req)) b.cq--; /* the last: the waits' */
     switch (req->op) {
     case PLAN_OP_AG_GEMM:
         if (req->algo == PLAN_ALGO_RING) build_ag_ring(&b);
         else if (req->algo == PLAN_ALGO_SPLIT) build_ag_push(&b);
-        else if (req->algo == PLAN_ALGO_LEAD) build_ag_lead(&b);
         else build_ag_no_overlap(&b);
         break;
     case PLAN_OP_GEMM_RS:

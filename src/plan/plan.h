@@ -71,10 +71,7 @@ typedef enum plan_algo {
     PLAN_ALGO_NO_OVERLAP = 2, /* whole collective, then whole GEMM (AG) or
                                  whole GEMM, then whole collective (RS/AR) */
     PLAN_ALGO_BULK = 3,       /* bulk ops: collective beside the GEMM */
-    PLAN_ALGO_LEAD = 4,       /* AG only: a lead piece of the own rows while
-                                 the shard is pushed, then every other row in
-                                 one GEMM (two on a middle rank) */
-    PLAN_ALGO_COUNT = 5
+    PLAN_ALGO_COUNT = 4
 } plan_algo;
 
 typedef enum plan_step_kind {
@@ -153,24 +150,17 @@ typedef struct plan_request {
     int nranks;
     int rank;
     int64_t m;          /* global rows of the split dimension (>= 0) */
-    int splits;         /* pieces per shard, >= 1 (clamped to shard rows);
-                           LEAD: the lead piece is 1/splits of the own rows
-                           (plan_lead_rows) */
+    int splits;         /* pieces per shard, >= 1 (clamped to shard rows) */
     int compute_queues; /* >= 1 */
     bool has_gemm;      /* bulk ops: false when the call is collective-only */
     bool has_collective; /* bulk ops: false when the call is GEMM-only;
                             both ignored by the other ops */
     bool own_addends;   /* GEMM_RS, SPLIT, nranks >= 2: each piece of my own
                            rows is one final GEMM that adds the peers'
-                           partials (RECV slots) once they have arrived,
-                           instead of a GEMM into RECV[me] and a REDUCE;
-                           ignored by the other ops and algorithms */
-    bool own_waits_beside; /* with own_addends: those pieces' READY waits
-                              run on the last compute queue, which runs
-                              nothing else (the GEMMs use the others and
-                              follow the waits through deps); needs
-                              compute_queues >= 2. Else they run on the
-                              GEMM's own queue, right before it. */
+                           partials (RECV slots) once they have arrived
+                           (their READY waits on the GEMM's queue, right
+                           before it), instead of a GEMM into RECV[me] and a
+                           REDUCE; ignored by the other ops and algorithms */
 } plan_request;
 
 typedef struct plan {
@@ -196,15 +186,15 @@ typedef struct plan {
  * invalid request (e.g. RING for a bulk op, nranks < 1, rank out of range,
  * m < 0). */
 int plan_build(const plan_request *req, plan *out, char *err, int err_len);
-/* Whether req's own pieces wait on a compute queue of their own (the last):
- * own_addends and own_waits_beside on a GEMM+RS split of 2+ ranks. */
-bool plan_own_waits_beside(const plan_request *req);
 void plan_free(plan *p);
 
-/* LEAD's lead piece of a shard of `rows`: ceil(rows / splits) rounded up
- * to a multiple of PLAN_LEAD_ALIGN (GEMM tile rows), at most rows. */
-#define PLAN_LEAD_ALIGN 128
-int64_t plan_lead_rows(int64_t rows, int splits);
+/* The rule the executors share for own_addends: a GEMM+RS split of 2 ranks
+ * with 2 or more pieces per shard (with one piece the own GEMM would wait
+ * for the whole push, where the reduce form computes beside it). More
+ * ranks reduce. An executor takes own_addends where this holds and its
+ * engines can add the partials (not beside an accumulate, whose Y the
+ * addend replaces). */
+bool plan_prefers_own_addends(const plan_request *req);
 
 /* Rows of shard r and its first row (the ceil split of commgemm.h). */
 int64_t plan_shard_rows(int64_t m, int rank, int nranks);
@@ -226,38 +216,6 @@ int64_t plan_shard_offset(int64_t m, int rank, int nranks);
  *   - no deadlock: every WAIT has its SIGNAL; deps point backwards.
  * Returns 0, or -1 with the first violation described in err. */
 int plan_check(const plan *plans, int nranks, char *err, int err_len);
-
-/* The p2p executor's enqueue order (docs/P2P_BACKEND.md, comm programs):
- * every step of p once, in units. A unit of one step is enqueued alone; a
- * unit of 2..max_run steps is a run of consecutive comm-queue (queue 0)
- * SIGNAL, WAIT and (copies_join) COPY steps for one kernel, of which only
- * the first may have deps. A run is held back while plan order goes on and
- * emitted before the first of: a comm step that cannot join it, a WAIT of
- * another queue, a step that depends on one of its steps, the end. Hence
- * (test_plan_units): every queue keeps plan order; a step comes after the
- * steps it depends on; no WAIT of another queue comes before a comm step
- * that precedes it in plan order (streams may share a hardware queue, so a
- * comm step enqueued behind a spinning wait that needs it would never
- * run). units needs room for p->nsteps; max_run is clamped to
- * 1..PLAN_UNIT_MAX (1: every step alone). Returns the unit count.
- *
- * With PLAN_RUNS_AT_FIRST_STEP instead, a run is emitted at the place of its
- * first step, with the later comm steps that can join it (the steps of
- * other queues between them come after it). The same three properties
- * hold; what changes is that a run's kernel is enqueued (and, in a CUDA
- * graph, created) before the GEMMs that plan order puts between its
- * steps, so it is not left waiting for SMs that a long GEMM holds. */
-#define PLAN_UNIT_MAX 16
-typedef struct plan_unit {
-    int nsteps;
-    int steps[PLAN_UNIT_MAX];
-} plan_unit;
-typedef enum plan_run_order {
-    PLAN_RUNS_HELD = 0,          /* held back in plan order (above) */
-    PLAN_RUNS_AT_FIRST_STEP = 1  /* emitted at their first step */
-} plan_run_order;
-int plan_units(const plan *p, bool copies_join, int max_run,
-               plan_run_order order, plan_unit *units);
 
 /* Human-readable dump of a plan (one line per step) into buf. Returns the
  * length written (truncated to buf_len - 1). */
@@ -284,29 +242,12 @@ void plan_fused_own_copies(int64_t m, int64_t row0, int64_t rows,
  * tile_rows) tile indices to order; returns how many. */
 int64_t plan_fused_tile_order(int64_t m, int nranks, int rank, int tile_rows,
                               int *order);
-/* The one-kernel fused GEMM+RS's tile order on `rank` (docs/PLAN.md
- * "Fused"): the rows of shard rank+1 first, then rank+2, ..., the own
- * shard last (its tiles wait for the peers' partials); a tile goes with the
- * shard of its first row, row order within one. Writes ceil(m /
- * tile_rows) tile indices; returns how many. */
-int64_t plan_fused_rs_tile_order(int64_t m, int nranks, int rank,
-                                 int tile_rows, int *order);
 /* The rasterization group (m tiles per group) of commgemm's kernel when it
  * raises per-piece done flags: the largest value <= max_group that divides
  * both shard_tiles and piece_tiles, so that no group mixes two shards or
  * two pieces (1 at worst). */
 int plan_fused_group_m(int64_t shard_tiles, int64_t piece_tiles,
                        int max_group);
-/* Tapered pushes of a shard cut in `pieces` flag pieces: segments of whole
- * pieces whose sizes, counted from the end, are 1, 1, 2, 4, ... pieces,
- * the remainder joining the first segment, so sizes never grow (AG: few
- * copies, and one piece left to compute after the last lands). With
- * `growing` the mirror image: 1, 1, 2, 4, ... from the start, the
- * remainder joining the last (RS: the first push waits for the GEMM of one
- * piece only). Writes the first piece of each segment to first[] (room for
- * `pieces`) and returns the segment count (0 when pieces < 1). */
-int plan_fused_taper(int pieces, bool growing, int *first);
-
 const char *plan_op_name(plan_op op);
 const char *plan_algo_name(plan_algo algo);
 const char *plan_step_kind_name(plan_step_kind kind);

@@ -80,11 +80,6 @@ int plan_emit_wait(plan_builder *b, int peer, plan_flag_kind f, int chunk) {
     return flag_step(b, PLAN_WAIT, 0, peer, f, chunk);
 }
 
-int plan_emit_wait_on(plan_builder *b, int queue, int peer, plan_flag_kind f,
-                      int chunk) {
-    return flag_step(b, PLAN_WAIT, queue, peer, f, chunk);
-}
-
 int plan_emit_wait_for_gemm(plan_builder *b, int peer, plan_flag_kind f,
                             int chunk) {
     return flag_step(b, PLAN_WAIT, 1 + (b->next_compute % b->cq), peer, f,

@@ -46,9 +46,6 @@ int plan_emit_wait(plan_builder *b, int peer, plan_flag_kind f, int chunk);
  * the GEMM, not the comm queue, waits for data a peer pushes. */
 int plan_emit_wait_for_gemm(plan_builder *b, int peer, plan_flag_kind f,
                             int chunk);
-/* A WAIT on compute queue `queue` (own_waits_beside). */
-int plan_emit_wait_on(plan_builder *b, int queue, int peer, plan_flag_kind f,
-                      int chunk);
 /* On the next compute queue (round robin). */
 int plan_emit_gemm(plan_builder *b, plan_loc src, plan_loc dst, int shard,
                    int chunk, int64_t row0, int64_t rows, bool final);

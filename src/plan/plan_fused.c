@@ -63,42 +63,9 @@ int64_t plan_fused_tile_order(int64_t m, int nranks, int rank, int tile_rows,
     return n;
 }
 
-int64_t plan_fused_rs_tile_order(int64_t m, int nranks, int rank,
-                                 int tile_rows, int *order) {
-    int64_t tiles = ceil_div(m, tile_rows);
-    int64_t block = ceil_div(m > 0 ? m : 1, nranks);
-    int64_t n = 0;
-    /* Position of shard j: t - 1 for rank + t, P - 1 for mine. */
-    for (int pos = 0; pos < nranks; pos++)
-        for (int64_t t = 0; t < tiles; t++) {
-            int j = (int)(t * tile_rows / block);
-            int at = (int)(((j - rank - 1) % nranks + nranks) % nranks);
-            if (at == pos) order[n++] = (int)t;
-        }
-    return n;
-}
-
 int plan_fused_group_m(int64_t shard_tiles, int64_t piece_tiles,
                        int max_group) {
     int g = max_group > 1 ? max_group : 1;
     while (g > 1 && (shard_tiles % g || piece_tiles % g)) g--;
     return g;
-}
-
-int plan_fused_taper(int pieces, bool growing, int *first) {
-    if (pieces < 1) return 0;
-    /* Sizes from the small end: 1, 1, 2, 4, ... while they fit, the
-     * remainder added to the largest. */
-    int sizes[64], n = 0, covered = 0;
-    for (int next = 1; n < 64 && covered + next <= pieces;) {
-        sizes[n++] = next;
-        covered += next;
-        if (n >= 2) next *= 2;
-    }
-    sizes[n - 1] += pieces - covered;
-    for (int i = 0, at = 0; i < n; i++) {
-        first[i] = at;
-        at += growing ? sizes[i] : sizes[n - 1 - i];
-    }
-    return n;
 }

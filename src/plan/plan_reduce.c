@@ -46,25 +46,20 @@ static void build_rs_split(plan_builder *b, rs_result *res) {
         slot_reader[slot] = last_copy;
     }
     if (b->p->req.own_addends && b->p->req.op == PLAN_OP_GEMM_RS) {
-        bool beside = plan_own_waits_beside(&b->p->req);
         PLAN_FOR_PIECES(b, r, i, row0, rows) {
             /* On the GEMM's own compute queue: a WAIT on the comm queue
              * would come after all my pushes in its order and hold the
              * own GEMMs back until they are done. */
-            int chunk = plan_chunk_of(b, r, i), w = -1;
+            int chunk = plan_chunk_of(b, r, i);
             for (int k = 1; k < P; k++)
-                w = beside ? plan_emit_wait_on(b, b->cq + 1, plan_mod(r - k, P),
-                                               PLAN_FLAG_READY, chunk)
-                           : plan_emit_wait_for_gemm(b, plan_mod(r - k, P),
-                                                     PLAN_FLAG_READY, chunk);
+                plan_emit_wait_for_gemm(b, plan_mod(r - k, P),
+                                        PLAN_FLAG_READY, chunk);
             int first = plan_refs_begin(b);
             for (int k = 1; k < P; k++)
                 plan_add_ref(b, plan_at(r, PLAN_BUF_RECV, plan_mod(r - k, P)));
-            int g = plan_emit_gemm_add(b, plan_at(r, PLAN_BUF_INPUT, 0),
-                                       plan_at(r, PLAN_BUF_OUTPUT, 0), r,
-                                       chunk, row0, rows, first);
-            plan_add_dep(b, g, w); /* beside: a dep; else queue order */
-            res->own_final[i] = g;
+            res->own_final[i] = plan_emit_gemm_add(
+                b, plan_at(r, PLAN_BUF_INPUT, 0),
+                plan_at(r, PLAN_BUF_OUTPUT, 0), r, chunk, row0, rows, first);
         }
         return;
     }

@@ -100,17 +100,9 @@ const char *plan_op_name(plan_op op) {
     return (unsigned)op < PLAN_OP_COUNT ? names[op] : "invalid";
 }
 
-int64_t plan_lead_rows(int64_t rows, int splits) {
-    if (rows <= 0) return 0;
-    if (splits < 1) splits = 1;
-    int64_t lead = (rows + splits - 1) / splits;
-    lead = (lead + PLAN_LEAD_ALIGN - 1) / PLAN_LEAD_ALIGN * PLAN_LEAD_ALIGN;
-    return lead < rows ? lead : rows;
-}
-
 const char *plan_algo_name(plan_algo algo) {
     static const char *const names[] = {"split", "ring", "no_overlap",
-                                        "bulk", "lead"};
+                                        "bulk"};
     return (unsigned)algo < PLAN_ALGO_COUNT ? names[algo] : "invalid";
 }
 

@@ -2,18 +2,18 @@
  * LRU) and the first-use protocol that every rank runs in lockstep:
  *
  *   1. exchange: this rank's per-rank key word (AG's n, RS/AR's k), its
- *      repetition count, its candidate list (count and hash), its cache
- *      file identity and whether its file has decisions;
+ *      candidate list (count and hash), its cache file identity and
+ *      whether its file has decisions;
  *   2. only when some rank's file has decisions: exchange each rank's
  *      proposal from its file; used when every rank proposes the same one;
  *   3. else (never for accumulate calls, never inside capture) time every
- *      candidate reps times (two passes: list order, then reverse, each
- *      after a warm-up) with the call's own buffers, exchange the
+ *      candidate TUNE_REPS times (two passes: list order, then reverse,
+ *      each after a warm-up) with the call's own buffers, exchange the
  *      medians, take the slowest rank's time per candidate, pick the
  *      fastest (ties: the earlier candidate); when the runner-up is within
- *      COMMGEMM_TUNE_RUNOFF percent, time the two again with more runs and
- *      keep the faster (run_off); cache it, and append it to the cache
- *      file (the lowest rank of each distinct file writes).
+ *      TUNE_RUNOFF_PERCENT, time the two again with more runs and keep the
+ *      faster (run_off); cache it, and append it to the cache file (the
+ *      lowest rank of each distinct file writes).
  *
  * Each rank takes the same branches from the same exchanged data, so all
  * ranks apply the same candidate. */
@@ -22,14 +22,24 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "plan/plan.h"
 #include "tune/tune_internal.h"
 
 #define TUNE_MEMORY_KEYS 256
 #define TUNE_MAX_REPS 100
 #define TUNE_MAX_RUNOFF 10000 /* percent */
-/* A runoff times each of the two about this long (COMMGEMM_TUNE_RUNOFF). */
+/* A runoff times each of the two about this long. */
 #define TUNE_RUNOFF_NS 2000000
+
+/* What comms created from now on use (tune_set_constants_for_tests). */
+static int tune_reps = TUNE_REPS;
+static int tune_runoff = TUNE_RUNOFF_PERCENT;
+
+void tune_set_constants_for_tests(int reps, int runoff_percent) {
+    tune_reps = reps < 1 ? 1 : reps > TUNE_MAX_REPS ? TUNE_MAX_REPS : reps;
+    tune_runoff = runoff_percent < 0 ? 0
+                  : runoff_percent > TUNE_MAX_RUNOFF ? TUNE_MAX_RUNOFF
+                                                     : runoff_percent;
+}
 
 typedef struct tune_entry {
     bool used;
@@ -43,8 +53,8 @@ typedef struct tune_entry {
 
 struct cgm_tune_state {
     bool enabled;
-    int reps;
-    int runoff; /* COMMGEMM_TUNE_RUNOFF, percent */
+    int reps;   /* timed runs per candidate */
+    int runoff; /* percent */
     char cache_path[1024]; /* "" when no COMMGEMM_TUNE_CACHE */
     char device[128];
     tune_disk disk;
@@ -81,9 +91,8 @@ static void expand_path(const char *path, char *out, size_t len) {
 }
 
 cgm_status cgm_tune_init(cgm_comm *comm) {
-    int64_t enabled = 1, reps = 4, runoff = 10;
-    bool env_enabled = false, env_reps = false, env_cache = false;
-    bool env_runoff = false;
+    int64_t enabled = 1;
+    bool env_enabled = false, env_cache = false;
     cgm_status st = cgm_param_int("COMMGEMM_TUNE", &enabled, &env_enabled);
     if (st != CGM_SUCCESS) return st;
     if (enabled != 0 && enabled != 1)
@@ -92,31 +101,17 @@ cgm_status cgm_tune_init(cgm_comm *comm) {
                          "(measure the open choices, the default) or 0 (the "
                          "fixed default rules); set it to 0 or 1 or unset it",
                          (long long)enabled);
-    st = cgm_param_int_range("COMMGEMM_TUNE_REPS", 1, TUNE_MAX_REPS,
-                             "timed runs per candidate", &reps);
-    if (st != CGM_SUCCESS) return st;
-    st = cgm_param_int_range("COMMGEMM_TUNE_RUNOFF", 0, TUNE_MAX_RUNOFF,
-                             "percent: how close the runner-up must be to "
-                             "the fastest candidate to be timed again; 0: "
-                             "never", &runoff);
-    if (st != CGM_SUCCESS) return st;
-    (void)cgm_param_string("COMMGEMM_TUNE_REPS", &env_reps);
-    (void)cgm_param_string("COMMGEMM_TUNE_RUNOFF", &env_runoff);
     const char *path = cgm_param_string("COMMGEMM_TUNE_CACHE", &env_cache);
     struct cgm_tune_state *ts = calloc(1, sizeof *ts);
     if (!ts)
         return cgm_error(CGM_ERROR_OUT_OF_MEMORY,
                          "cgm_comm_create: no memory for the tuning state");
     ts->enabled = enabled == 1;
-    ts->reps = (int)reps;
-    ts->runoff = (int)runoff;
+    ts->reps = tune_reps;
+    ts->runoff = tune_runoff;
     if (path && *path) expand_path(path, ts->cache_path, sizeof ts->cache_path);
     CGM_INFO(CGM_SUB_INIT | CGM_SUB_TUNE, "COMMGEMM_TUNE=%d from %s",
              ts->enabled, env_enabled ? "environment" : "default");
-    CGM_INFO(CGM_SUB_INIT | CGM_SUB_TUNE, "COMMGEMM_TUNE_REPS=%d from %s",
-             ts->reps, env_reps ? "environment" : "default");
-    CGM_INFO(CGM_SUB_INIT | CGM_SUB_TUNE, "COMMGEMM_TUNE_RUNOFF=%d from %s",
-             ts->runoff, env_runoff ? "environment" : "default");
     CGM_INFO(CGM_SUB_INIT | CGM_SUB_TUNE, "COMMGEMM_TUNE_CACHE=%s",
              ts->cache_path[0] ? ts->cache_path : "(unset: memory only)");
     comm->tune = ts;
@@ -395,11 +390,10 @@ static int fastest(const int64_t *t, int n, int skip) {
     return best;
 }
 
-/* COMMGEMM_TUNE_RUNOFF: the fastest candidate (*best) and the runner-up
- * timed again, alternating (measure_all's two passes), with enough runs
- * for about TUNE_RUNOFF_NS of each (at least 2 * reps, at most
- * TUNE_MAX_REPS): a few runs of a ~50 us op were not enough to tell
- * candidates some percent apart (docs/PERFORMANCE.md 1l). The run count
+/* The runoff: the fastest candidate (*best) and the runner-up timed
+ * again, alternating (measure_all's two passes), with enough runs for about
+ * TUNE_RUNOFF_NS of each (at least 2 * reps, at most TUNE_MAX_REPS): a few
+ * runs of a ~50 us op cannot tell candidates some percent apart. The run count
  * comes from exchanged times, so every rank runs the same. The faster of
  * the runoff (the first-round winner on a tie) becomes *best, its time
  * *us. */
@@ -444,12 +438,10 @@ static cgm_status run_off(cgm_comm *comm, const cgm_backend_vtable *vt,
 enum {
     X1_HIT, /* index of this rank's in-memory decision, -1 none */
     X1_LOCAL,
-    X1_REPS,
     X1_NCAND,
     X1_CANDS,
     X1_FILE,
     X1_HAS_DISK,
-    X1_RUNOFF,
     X1_WORDS
 };
 
@@ -486,20 +478,8 @@ int64_t cgm_tune_hold_ns(int64_t warmup_ns, int warmup, int reps) {
     return hold < CGM_TUNE_HOLD_MIN_NS ? CGM_TUNE_HOLD_MIN_NS : hold;
 }
 
-bool cgm_tune_lead_on(const cgm_call *call) {
-    int64_t v = 0;
-    if (call->op != CGM_OP_ALL_GATHER_GEMM) return false;
-    if (cgm_param_int_range("COMMGEMM_TUNE_LEAD", 0, 1, "0 or 1", &v) !=
-        CGM_SUCCESS) {
-        CGM_WARN(CGM_SUB_TUNE, "%s; lead stays out of the candidates",
-                 cgm_last_error());
-        return false;
-    }
-    return v == 1;
-}
-
 int cgm_tune_plan_candidates(int64_t m, int nranks, int min_piece_rows,
-                             bool lead, cgm_tune_candidate *out) {
+                             cgm_tune_candidate *out) {
     static const int split_counts[] = {1, 2, 4}, ring_counts[] = {1, 2};
     int n = 0;
     int64_t shard = cgm_ceil_div(m > 0 ? m : 1, nranks);
@@ -512,15 +492,6 @@ int cgm_tune_plan_candidates(int64_t m, int nranks, int min_piece_rows,
             out[n++] = (cgm_tune_candidate){CGM_ALGO_RING, ring_counts[i],
                                             0};
     out[n++] = (cgm_tune_candidate){CGM_ALGO_NO_OVERLAP, 1, 0};
-    static const int lead_splits[] = {4, 8};
-    int64_t previous = -1;
-    for (int i = 0; i < 2 && lead && nranks > 1; i++) {
-        int64_t rows = plan_lead_rows(shard, lead_splits[i]);
-        if (rows < shard && rows != previous)
-            out[n++] = (cgm_tune_candidate){CGM_ALGO_LEAD, lead_splits[i],
-                                            0};
-        previous = rows;
-    }
     return n;
 }
 
@@ -579,14 +550,12 @@ cgm_status cgm_tune_resolve(cgm_comm *comm, const cgm_backend_vtable *vt,
     int local = tune_key_local_word(&key);
     mine[X1_HIT] = hit ? candidate_index(cands, ncand, hit->choice) : -1;
     mine[X1_LOCAL] = key.w[local];
-    mine[X1_REPS] = ts->reps;
     mine[X1_NCAND] = ncand;
     mine[X1_CANDS] = (int64_t)hash_words(cand_words, 3 * ncand);
     mine[X1_FILE] = ts->disk.usable ? (int64_t)(hash_text(host) ^
                                                 (hash_text(ts->cache_path) * 31))
                                     : 0;
     mine[X1_HAS_DISK] = ts->disk.count > 0;
-    mine[X1_RUNOFF] = ts->runoff;
     int64_t *all = malloc(sizeof(int64_t) * X1_WORDS * (size_t)comm->nranks);
     if (!all)
         return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "autotuner: no memory for "
@@ -598,22 +567,18 @@ cgm_status cgm_tune_resolve(cgm_comm *comm, const cgm_backend_vtable *vt,
     }
     call->agreed = every;
     tune_key canonical = key;
-    int reps = 1, runoff = 0;
+    const int reps = ts->reps, runoff = ts->runoff;
     bool same_candidates = true, any_disk = false, all_hit = true;
     bool writer = mine[X1_FILE] != 0;
     for (int r = 0; r < comm->nranks; r++) {
         const int64_t *a = all + (size_t)r * X1_WORDS;
         if (a[X1_LOCAL] > canonical.w[local]) canonical.w[local] = a[X1_LOCAL];
-        if (a[X1_REPS] > reps) reps = (int)a[X1_REPS];
-        if (a[X1_RUNOFF] > runoff) runoff = (int)a[X1_RUNOFF];
         same_candidates &= a[X1_NCAND] == ncand && a[X1_CANDS] == mine[X1_CANDS];
         any_disk |= a[X1_HAS_DISK] != 0;
         all_hit &= a[X1_HIT] >= 0 && a[X1_HIT] == mine[X1_HIT];
         if (r < comm->rank && a[X1_FILE] == mine[X1_FILE]) writer = false;
     }
     free(all);
-    if (reps > TUNE_MAX_REPS) reps = TUNE_MAX_REPS;
-    if (runoff > TUNE_MAX_RUNOFF) runoff = TUNE_MAX_RUNOFF;
     if (!same_candidates) {
         use_default(ts, &canonical, "the ranks' candidate lists differ (a "
                     "rank with another library build?); every rank uses the "

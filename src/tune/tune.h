@@ -42,9 +42,9 @@ typedef struct cgm_tune_stats {
     int disk_appended;  /* lines this rank appended to it */
 } cgm_tune_stats;
 
-/* Reads COMMGEMM_TUNE, COMMGEMM_TUNE_REPS, COMMGEMM_TUNE_CACHE (logged at
- * INFO) and creates the comm's tuning state. CGM_ERROR_INVALID_ARGUMENT
- * for a value out of range; CGM_ERROR_OUT_OF_MEMORY. */
+/* Reads COMMGEMM_TUNE and COMMGEMM_TUNE_CACHE (logged at INFO) and creates
+ * the comm's tuning state. CGM_ERROR_INVALID_ARGUMENT for a value out of
+ * range; CGM_ERROR_OUT_OF_MEMORY. */
 cgm_status cgm_tune_init(cgm_comm *comm);
 /* Frees it (NULL-safe). */
 void cgm_tune_destroy(cgm_comm *comm);

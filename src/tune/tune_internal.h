@@ -32,6 +32,16 @@ typedef struct tune_key {
     int64_t w[TUNE_KEY_WORDS];
 } tune_key;
 
+/* The measurement's constants (docs/TUNING.md): timed runs per candidate,
+ * and how close (percent) the runner-up must be to the fastest for a
+ * runoff of the two. */
+#define TUNE_REPS 4
+#define TUNE_RUNOFF_PERCENT 10
+/* Tests only: the constants of the comms created after the call (reps
+ * clamped to 1..100, the percent to 0..10000); every rank of a comm must
+ * use the same values, or the ranks' measurements fall out of step. */
+void tune_set_constants_for_tests(int reps, int runoff_percent);
+
 /* The word that may differ per rank: AG's n, RS/AR's k. */
 int tune_key_local_word(const tune_key *key);
 /* "gemm_rs host bf16->bf16 TN P=2 m=512 k=64 n=64 bias=0 partial=bf16" */

@@ -362,9 +362,6 @@ static const create_case create_cases[] = {
      "it (default fp32)"},
     {"env_gemm_reduction", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_GEMM_REDUCTION", "fp16",
      CGM_ERROR_INVALID_ARGUMENT, "COMMGEMM_GEMM_REDUCTION=\"fp16\": expected any or fp32"},
-    /* Read by the host backend when it starts (config.backend = host). */
-    {"env_rs_own", 1, 0, 1, "x", 0, 0, CGM_UNSET, 2, "COMMGEMM_RS_OWN", "sometimes", CGM_ERROR_INVALID_ARGUMENT,
-     "COMMGEMM_RS_OWN=\"sometimes\""},
 };
 
 static void run_create_case(const void *param) {

@@ -241,63 +241,33 @@ static void test_graph_fused_evicted(const void *param) {
     gpu_run(P, &cfg, graph_evicted_body, NULL, 240);
 }
 
-/* Fused, its GEMM+RS in the store form (COMMGEMM_P2P_FUSED_PUSH=store: the
- * wait, kernel and signals of each peer on the compute queue) captured and
- * replayed. */
-static void test_graph_fused_store(const void *param) {
-    (void)param;
-    setenv("COMMGEMM_P2P_FUSED_PUSH", "store", 1);
-    static const cgm_algo fused = CGM_ALGO_FUSED;
-    test_graph(&fused);
-}
-
-/* Every signal behind a copy by copy (COMMGEMM_P2P_SIGNAL=copy): the
- * 8-byte copy reads the epoch when it runs, so each replay must signal its
- * own; the default algorithm, then fused (its pieces signal so too). */
+/* Pushes of 8 MiB or more, whose signals go by copy (p2p_signal_copy_after:
+ * one piece per shard of 65536 rows, up to 4 ranks; more ranks push less
+ * and signal by kernel): the 8-byte copy reads the epoch when it runs, so
+ * each replay must signal its own. param: NULL, or the cgm_algo (fused). */
 static void test_graph_signal_copy(const void *param) {
-    setenv("COMMGEMM_P2P_SIGNAL", "copy", 1);
-    test_graph(param);
+    int P = gpu_ranks_or_skip();
+    cgm_config cfg = gpu_config();
+    cfg.max_m = 65536;
+    cfg.max_n = cfg.max_k = 512;
+    cfg.splits = 1;
+    if (param) cfg.algo = *(const cgm_algo *)param;
+    static int64_t m = 65536;
+    gpu_run(P, &cfg, graph_body, &m, 240);
 }
 
-/* GEMM+RS split whose own pieces add the peer's partial in their GEMM
- * (COMMGEMM_RS_OWN=gemm, forced also with one piece per shard; bf16
- * partials from the comm's partial_dtype, so cuBLASLt's C has the output's
- * dtype; the bias in the same epilogue), captured and replayed; param
- * non-NULL: their waits on a compute queue of their own
- * (COMMGEMM_P2P_RS_OWN_WAITS=beside). */
+/* GEMM+RS split with 2 pieces per shard (and AG, AR alike), captured and
+ * replayed: with 2 ranks the own pieces' GEMMs add the peer's partial (the
+ * bias in the same epilogue). param NULL: bf16 partials
+ * (config partial_dtype output), which cuBLASLt's C adds; non-NULL: fp32
+ * partials, which commgemm's kernel adds in its epilogue before the
+ * conversion to the 16-bit output. Other rank counts reduce. */
 static void test_graph_rs_own(const void *param) {
-    setenv("COMMGEMM_RS_OWN", "gemm", 1);
-    if (param) setenv("COMMGEMM_P2P_RS_OWN_WAITS", "beside", 1);
     int P = gpu_ranks_or_skip();
     cgm_config cfg = gpu_config();
-    cfg.partial_dtype = CGM_PARTIAL_DTYPE_OUTPUT;
+    cfg.splits = 2;
+    if (!param) cfg.partial_dtype = CGM_PARTIAL_DTYPE_OUTPUT;
     gpu_run(P, &cfg, graph_body, NULL, 120);
-}
-
-/* The same with fp32 partials (the default precision): the own pieces'
- * GEMMs are commgemm's kernel, adding the fp32 partial in its epilogue
- * before the bias and the conversion to the 16-bit output. */
-static void test_graph_rs_own_kernel(const void *param) {
-    (void)param;
-    setenv("COMMGEMM_RS_OWN", "gemm", 1);
-    test_graph(NULL);
-}
-
-/* The same with COMMGEMM_P2P_FUSED_PUSH=single: the fused GEMM+RS in one
- * kernel whose done flags the comm queue waits on (bf16 outputs and
- * output-dtype partials, so that the kernel stores the partials in the
- * output dtype), 1024 rows. */
-static void test_graph_fused_single(const void *param) {
-    (void)param;
-    setenv("COMMGEMM_P2P_FUSED_PUSH", "single", 1);
-    int P = gpu_ranks_or_skip();
-    cgm_config cfg = gpu_config();
-    cfg.algo = CGM_ALGO_FUSED;
-    cfg.partial_dtype = CGM_PARTIAL_DTYPE_OUTPUT;
-    /* Shards of whole 128-row tiles at P = 2, 4 and 8 (777 rows would run
-     * the beside form). */
-    static int64_t m = 1024;
-    gpu_run(P, &cfg, graph_body, &m, 120);
 }
 
 /* ------------------------------------------------------------- timeout */
@@ -766,46 +736,6 @@ static void test_limits_one_rank(const void *param) {
     gpu_run(2, &cfg, limits_one_rank_body, NULL, 60);
 }
 
-/* A p2p setting with a value it does not take. Parameters are read once per
- * process, so the value is set in this (parent) process before the ranks
- * start, and the ranks' own comm uses the nccl backend, which does not read
- * it. A p2p comm on the same NCCL communicator is then refused at its
- * creation, on every rank alike and before any allocation or collective,
- * with a message naming the variable, its value and the values it takes;
- * asking again is refused the same way (nothing half-made was kept), and
- * the NCCL communicator still serves a new nccl comm. */
-typedef struct bad_setting {
-    const char *name, *value, *default_value;
-} bad_setting;
-
-static void bad_settings_body(gpu_rank *g, void *arg) {
-    const bad_setting *b = arg;
-    cgm_config cfg = gpu_config();
-    for (int again = 0; again < 2; again++) {
-        cgm_comm *c = NULL;
-        CHECK_STATUS(cgm_comm_init_nccl(g->nccl, &cfg, &c),
-                     CGM_ERROR_INVALID_ARGUMENT);
-        CHECK(c == NULL);
-        CHECK_CONTAINS(cgm_last_error(), b->name);
-        CHECK_CONTAINS(cgm_last_error(), b->value);
-        CHECK_CONTAINS(cgm_last_error(), b->default_value);
-    }
-    cgm_comm *ok = NULL;
-    cfg.backend = CGM_BACKEND_NCCL;
-    CHECK_OK(cgm_comm_init_nccl(g->nccl, &cfg, &ok));
-    CHECK_OK(cgm_comm_destroy(ok));
-}
-
-static void test_bad_settings(const void *param) {
-    const bad_setting *b = param;
-    int P = gpu_ranks_or_skip();
-    cgm_config cfg = gpu_config();
-    cfg.backend = CGM_BACKEND_NCCL;
-    setenv(b->name, b->value, 1);
-    gpu_run(P, &cfg, bad_settings_body, (void *)b, 60);
-    unsetenv(b->name);
-}
-
 /* --------------------------------------------- memory a backend cannot read */
 
 /* An operand in memory the call's backend cannot read is refused before
@@ -954,15 +884,11 @@ void register_more_cases(void) {
     static const cgm_algo fused = CGM_ALGO_FUSED;
     test_add("graph_capture_replay", test_graph, NULL);
     test_add("graph_capture_replay_fused", test_graph, &fused);
-    test_add("graph_capture_replay_fused_store", test_graph_fused_store, NULL);
     test_add("graph_capture_replay_fused_evicted", test_graph_fused_evicted, NULL);
-    test_add("graph_capture_replay_fused_single", test_graph_fused_single, NULL);
     test_add("graph_capture_replay_signal_copy", test_graph_signal_copy, NULL);
-    static const int beside = 1;
+    static const int fp32_partials = 1;
     test_add("graph_capture_replay_rs_own_gemm", test_graph_rs_own, NULL);
-    test_add("graph_capture_replay_rs_own_kernel", test_graph_rs_own_kernel, NULL);
-    test_add("graph_capture_replay_rs_own_waits_beside", test_graph_rs_own,
-             &beside);
+    test_add("graph_capture_replay_rs_own_kernel", test_graph_rs_own, &fp32_partials);
     test_add("graph_capture_replay_fused_signal_copy", test_graph_signal_copy, &fused);
     test_add("timeout_names_missing_rank", test_timeout, NULL);
     test_add("timeout_names_missing_rank_fused", test_timeout, &fused);
@@ -982,17 +908,4 @@ void register_more_cases(void) {
     test_add("limits_on_one_rank_mismatch_fused", test_limits_one_rank, &fused);
     test_add("memory_its_backend_cannot_read_refused", test_memory, NULL);
     test_add("one_process_two_ranks_refused", test_one_process_refused, NULL);
-    static const bad_setting bad_signal = {"COMMGEMM_P2P_SIGNAL", "sometimes",
-                                           "auto"};
-    static const bad_setting bad_pre_copy = {"COMMGEMM_P2P_PRE_COPY_FLAGS",
-                                             "elsewhere", "inline"};
-    test_add("bad_p2p_signal_setting", test_bad_settings, &bad_signal);
-    test_add("bad_p2p_pre_copy_setting", test_bad_settings, &bad_pre_copy);
-    static const bad_setting bad_rs_own = {"COMMGEMM_RS_OWN", "sometimes",
-                                           "auto"};
-    static const bad_setting bad_own_waits = {"COMMGEMM_P2P_RS_OWN_WAITS",
-                                              "elsewhere", "queue"};
-    test_add("bad_rs_own_setting", test_bad_settings, &bad_rs_own);
-    test_add("bad_p2p_rs_own_waits_setting", test_bad_settings,
-             &bad_own_waits);
 }

@@ -35,7 +35,7 @@ static const shape shapes[] = {{1, 64, 96}, {7, 36, 48}, {1000, 136, 256},
 
 static const cgm_algo algos[] = {CGM_ALGO_AUTO, CGM_ALGO_SPLIT_PIPELINED,
                                  CGM_ALGO_RING, CGM_ALGO_NO_OVERLAP,
-                                 CGM_ALGO_FUSED, CGM_ALGO_LEAD};
+                                 CGM_ALGO_FUSED};
 #define NALGOS ((int)(sizeof algos / sizeof algos[0]))
 
 typedef struct op_case {
@@ -43,14 +43,8 @@ typedef struct op_case {
     int single_rank;     /* 1: a group of one rank */
     int output_partials; /* 1: options.partial_dtype output (RS, AR) */
     /* A setting this case runs under (NULL: none), and its name suffix:
-     * COMMGEMM_P2P_SM_PUSH_BYTES=4194304 (comm programs copy up to 4 MiB
-     * with SMs), COMMGEMM_P2P_RUN_ORDER=first_step, COMMGEMM_LT_SEARCH=1
-     * (the heuristic's first cuBLASLt algorithm, no search),
-     * COMMGEMM_P2P_AG_GEMM_ORDER=alternate (AG's GEMMs on two queues),
-     * COMMGEMM_P2P_FUSED_PUSH=store (the fused RS kernel stores each peer's
-     * tiles into its RECV slot), COMMGEMM_P2P_FUSED_PUSH=single (the fused
-     * RS in one kernel over every row; with output-dtype partials and
-     * shards of whole 128-row tiles, else beside). */
+     * COMMGEMM_LT_SEARCH=1 (the heuristic's first cuBLASLt algorithm, no
+     * search). */
     const char *env_var, *env_value, *suffix;
 } op_case;
 
@@ -361,9 +355,9 @@ static void test_bulk(const void *param) {
 
 /* The fused algorithm at sizes like the bench's: bf16 TN (what the kernel
  * takes), many tiles per CTA of its persistent grid, pushes of tens of
- * MiB; one shape with n off the 128-column tile, shards of whole 128-row
- * tiles at P = 2, 4 and 8 (as the one-kernel GEMM+RS needs). GEMM+AR has
- * no fused form: its case runs split at these sizes. */
+ * MiB (whose READY signals go by copy); one shape with n off the
+ * 128-column tile. GEMM+AR has no fused form: its case runs split at these
+ * sizes. */
 static const shape large_shapes[] = {{8192, 4096, 4096}, {12288, 2048, 2600}};
 
 static void large_body(gpu_rank *g, void *arg) {
@@ -394,31 +388,7 @@ static void test_fused_large(const void *param) {
     run_with_settings(param, &cfg, large_body, 300);
 }
 
-#define SM_COPIES "COMMGEMM_P2P_SM_PUSH_BYTES", "4194304", "_sm_copies"
-#define FIRST_STEP "COMMGEMM_P2P_RUN_ORDER", "first_step", "_first_step"
 #define LT_FIRST "COMMGEMM_LT_SEARCH", "1", "_lt_heuristic"
-#define AG_ALTERNATE "COMMGEMM_P2P_AG_GEMM_ORDER", "alternate", "_alternate"
-#define FUSED_STORE "COMMGEMM_P2P_FUSED_PUSH", "store", "_fused_store"
-#define FUSED_SINGLE "COMMGEMM_P2P_FUSED_PUSH", "single", "_fused_single"
-/* Every signal behind a copy by copy (the tests' pushes are under auto's
- * 8 MiB), and none. */
-#define SIGNAL_COPY "COMMGEMM_P2P_SIGNAL", "copy", "_signal_copy"
-#define SIGNAL_KERNEL "COMMGEMM_P2P_SIGNAL", "kernel", "_signal_kernel"
-#define PRE_COPY_BESIDE "COMMGEMM_P2P_PRE_COPY_FLAGS", "beside", "_pre_copy_beside"
-/* The GEMM+RS split's own pieces: reduce (a GEMM into a slot, then the
- * reduce kernel) where the default (auto) adds the peer's partial in the
- * GEMM wherever it applies with 2+ pieces per shard: 2 ranks, no
- * accumulate; cuBLASLt's C for partials of the output dtype (fp32 outputs;
- * bf16/fp16 with output partials), commgemm's kernel for fp32 partials
- * with 16-bit outputs (TN). */
-#define RS_OWN_REDUCE "COMMGEMM_RS_OWN", "reduce", "_own_reduce"
-/* Forced: with fp32 partials and 16-bit outputs the own pieces' GEMMs run
- * commgemm's kernel, which adds the fp32 partial in its epilogue (TN
- * layout; other layouts reduce); with output partials cuBLASLt's C, also
- * with one piece per shard. */
-#define RS_OWN_GEMM "COMMGEMM_RS_OWN", "gemm", "_own_gemm"
-/* Those pieces' READY waits on a compute queue of their own. */
-#define RS_OWN_WAITS_BESIDE "COMMGEMM_P2P_RS_OWN_WAITS", "beside", "_own_waits_beside"
 static const op_case cases[] = {
     {CGM_OP_ALL_GATHER_GEMM, 0, 0, NULL, NULL, ""},
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, NULL, NULL, ""},
@@ -430,40 +400,14 @@ static const op_case cases[] = {
     {CGM_OP_BULK, 1, 0, NULL, NULL, ""},
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, NULL, NULL, ""},
     {CGM_OP_GEMM_ALL_REDUCE, 0, 1, NULL, NULL, ""},
-    {CGM_OP_ALL_GATHER_GEMM, 0, 0, SM_COPIES},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, SM_COPIES},
-    {CGM_OP_GEMM_ALL_REDUCE, 0, 0, SM_COPIES},
-    {CGM_OP_ALL_GATHER_GEMM, 0, 0, FIRST_STEP},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, FIRST_STEP},
-    {CGM_OP_GEMM_ALL_REDUCE, 0, 0, FIRST_STEP},
     {CGM_OP_ALL_GATHER_GEMM, 0, 0, LT_FIRST},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, LT_FIRST},
-    {CGM_OP_ALL_GATHER_GEMM, 0, 0, AG_ALTERNATE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, FUSED_STORE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, FUSED_STORE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, FUSED_SINGLE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, FUSED_SINGLE},
-    {CGM_OP_ALL_GATHER_GEMM, 0, 0, SIGNAL_COPY},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, SIGNAL_COPY},
-    {CGM_OP_GEMM_ALL_REDUCE, 0, 0, SIGNAL_COPY},
-    {CGM_OP_ALL_GATHER_GEMM, 0, 0, SIGNAL_KERNEL},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, SIGNAL_KERNEL},
-    {CGM_OP_ALL_GATHER_GEMM, 0, 0, PRE_COPY_BESIDE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, PRE_COPY_BESIDE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, PRE_COPY_BESIDE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, RS_OWN_REDUCE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, RS_OWN_REDUCE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, RS_OWN_WAITS_BESIDE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, RS_OWN_WAITS_BESIDE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, RS_OWN_GEMM},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, RS_OWN_GEMM}};
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, LT_FIRST}};
 
 static const op_case large_cases[] = {
     {CGM_OP_ALL_GATHER_GEMM, 0, 0, NULL, NULL, ""},
     {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, NULL, NULL, ""},
     {CGM_OP_GEMM_ALL_REDUCE, 0, 0, NULL, NULL, ""},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 0, FUSED_STORE},
-    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, FUSED_SINGLE}};
+    {CGM_OP_GEMM_REDUCE_SCATTER, 0, 1, NULL, NULL, ""}};
 
 static void register_cases(void) {
     char name[128];

@@ -27,7 +27,6 @@ typedef struct ops_case {
     test_op op;
     cgm_dtype dtype;
     int nranks;
-    bool own_gemm; /* COMMGEMM_RS_OWN=gemm on the even ranks */
 } ops_case;
 
 /* Option sets, cycled for every shape. For bulk ops: 0 both halves,
@@ -265,27 +264,20 @@ static void run_bulk(cgm_comm *comm, const ops_case *c, int rank, int P,
 
 static int rank_main(int rank, int P, const char *rendezvous, void *arg) {
     const ops_case *c = arg;
-    /* Ranks may differ: the even ones add the peers' partials in their own
-     * GEMMs, the odd ones reduce (the host backend's default). */
-    if (c->own_gemm && rank % 2 == 0) setenv("COMMGEMM_RS_OWN", "gemm", 1);
     cgm_config cfg = mp_config(30000);
     cfg.host_threads = 1 + rank % 2; /* one and two compute queues */
-    cfg.max_m = 4096;                /* lead's shape below: 300 P + 1 */
     cgm_comm *comm = test_host_comm(rank, P, rendezvous, &cfg);
     bool bulk = c->op == OP_BULK_AG || c->op == OP_BULK_RS;
-    /* lead (AG+GEMM's; the other ops run split) also gets a shape whose
-     * shards pass its 128-row lead, so the rest of the own rows goes
-     * through the gathered buffer. */
     const cgm_algo gemm_algos[] = {CGM_ALGO_SPLIT_PIPELINED, CGM_ALGO_RING,
-                                   CGM_ALGO_NO_OVERLAP, CGM_ALGO_LEAD};
+                                   CGM_ALGO_NO_OVERLAP};
     const cgm_algo bulk_algos[] = {CGM_ALGO_BULK, CGM_ALGO_NO_OVERLAP,
                                    CGM_ALGO_AUTO};
     int64_t shapes[] = {1, P - 1, 2 * P + 1, 37, P <= 4 ? 200 : 96};
     uint64_t iteration = 0;
     for (int li = 0; li < 3; li++)
-        for (int ai = 0; ai < (bulk ? 3 : 4); ai++)
+        for (int ai = 0; ai < 3; ai++)
             for (int si = 0; si < 5; si++) {
-                int64_t m = ai == 3 && si == 4 ? 300 * (int64_t)P + 1 : shapes[si];
+                int64_t m = shapes[si];
                 if (m < 1 || (si == 1 && m == 1)) continue;
                 for (int vi = 0; vi < VARIANTS; vi++) {
                     cgm_algo algo = bulk ? bulk_algos[ai] : gemm_algos[ai];
@@ -384,7 +376,7 @@ static void run_case(const void *param) {
     mp_check_no_shm_leftovers();
 }
 
-static ops_case cases[OP_COUNT * 3 * 5 + 6 + 2];
+static ops_case cases[OP_COUNT * 3 * 5 + 2];
 
 static void register_cases(void) {
     const cgm_dtype dtypes[] = {CGM_DTYPE_FP32, CGM_DTYPE_BF16, CGM_DTYPE_FP16};
@@ -394,24 +386,14 @@ static void register_cases(void) {
     for (int op = 0; op < OP_COUNT; op++)
         for (int d = 0; d < 3; d++)
             for (int s = 0; s < 5; s++, i++) {
-                cases[i] = (ops_case){(test_op)op, dtypes[d], sizes[s], false};
+                cases[i] = (ops_case){(test_op)op, dtypes[d], sizes[s]};
                 char name[64];
                 snprintf(name, sizeof name, "%s.%s.p%d", op_names[op],
                          cgm_dtype_name(dtypes[d]), sizes[s]);
                 test_add(name, run_case, &cases[i]);
             }
-    /* GEMM+RS split with COMMGEMM_RS_OWN=gemm (split's own pieces). */
-    static const int own_sizes[] = {2, 3, 4};
-    for (int d = 0; d < 2; d++)
-        for (int s = 0; s < 3; s++, i++) {
-            cases[i] = (ops_case){OP_RS, dtypes[d], own_sizes[s], true};
-            char name[64];
-            snprintf(name, sizeof name, "gemm_rs.%s.p%d.own_gemm",
-                     cgm_dtype_name(dtypes[d]), own_sizes[s]);
-            test_add(name, run_case, &cases[i]);
-        }
     for (int d = 1; d < 3; d++, i++) {
-        cases[i] = (ops_case){OP_RS, dtypes[d], d + 1, false};
+        cases[i] = (ops_case){OP_RS, dtypes[d], d + 1};
         char name[64];
         snprintf(name, sizeof name, "precision.%s.p%d", cgm_dtype_name(dtypes[d]), d + 1);
         test_add(name, run_precision, &cases[i]);

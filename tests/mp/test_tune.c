@@ -188,12 +188,12 @@ static int rank_measured(int rank, int P, const char *rdv, void *arg) {
     CHECK_INT_EQ(s.memory, 9);
     CHECK_INT_EQ(s.entries, 9);
     /* Every candidate: one warm-up and 2 timed runs in list order, then one
-     * warm-up and 2 timed runs in reverse order (COMMGEMM_TUNE_REPS 4). */
+     * warm-up and 2 timed runs in reverse order (TUNE_REPS 4). */
     uint64_t expected = 0;
     cgm_tune_candidate c[CGM_TUNE_MAX_CANDIDATES];
     for (int s = 0; s < 3; s++)
         expected += 3 * 6 * (uint64_t)cgm_tune_plan_candidates(
-                                shapes[s], P, 16 /* host_backend.c's HOST_TUNE_MIN_PIECE_ROWS */, false, c);
+                                shapes[s], P, 16 /* host_backend.c's HOST_TUNE_MIN_PIECE_ROWS */, c);
     CHECK_INT_EQ(s.runs, expected);
     MP_CHECK_OK(cgm_comm_destroy(comm));
     return 0;
@@ -299,26 +299,21 @@ static int rank_env_off(int rank, int P, const char *rdv, void *arg) {
     return 0;
 }
 
-/* ---- COMMGEMM_TUNE_RUNOFF ---- */
+/* ---- the runoff ---- */
 
-/* arg: NULL (the setting unset), or "<value on rank 0>,<value on the
- * others>". Ranks that differ use the largest: all run the same runoffs in
- * lockstep (the call would hang or MISMATCH otherwise), and decide alike.
- * 10000 % puts every runner-up into a runoff; 0 everywhere, none. */
+/* arg: NULL (TUNE_RUNOFF_PERCENT), or the percent every rank uses
+ * (tune_set_constants_for_tests): 10000 puts every runner-up into a
+ * runoff, 0 none. The ranks run the same runoffs in lockstep and decide
+ * alike. */
 static int rank_runoff(int rank, int P, const char *rdv, void *arg) {
-    const char *spec = arg;
-    bool on = true;
-    if (spec) {
-        char v0[16] = "", v1[16] = "";
-        CHECK_INT_EQ(sscanf(spec, "%15[^,],%15s", v0, v1), 2);
-        setenv("COMMGEMM_TUNE_RUNOFF", rank == 0 ? v0 : v1, 1);
-        on = strcmp(v0, "0") != 0 || strcmp(v1, "0") != 0;
-    }
+    const int *percent = arg;
+    if (percent) tune_set_constants_for_tests(TUNE_REPS, *percent);
+    bool on = !percent || *percent > 0;
     cgm_comm *comm = make_comm(rank, P, rdv);
     const op_kind ops[] = {AG, RS, AR};
     for (int o = 0; o < 3; o++) {
-        snprintf(mp_context, sizeof mp_context, "rank %d/%d runoff %s op %d", rank, P,
-                 spec ? spec : "unset", o);
+        snprintf(mp_context, sizeof mp_context, "rank %d/%d runoff %d%% op %d", rank, P,
+                 percent ? *percent : TUNE_RUNOFF_PERCENT, o);
         run_op(comm, rank, P, ops[o], 200, NULL, false, 80 + o);
         CHECK_SOURCE(comm, CGM_TUNE_MEASURED);
         record(comm, rank, mp_context + 9);
@@ -333,14 +328,14 @@ static int rank_runoff(int rank, int P, const char *rdv, void *arg) {
     cgm_tune_stats s = stats(comm);
     cgm_tune_candidate c[CGM_TUNE_MAX_CANDIDATES];
     /* The first round is unchanged: 6 runs per candidate (reps 4). */
-    CHECK_INT_EQ(s.runs, 3 * 6 * (uint64_t)cgm_tune_plan_candidates(200, P, 16, false, c));
-    if (spec && on) {
+    CHECK_INT_EQ(s.runs, 3 * 6 * (uint64_t)cgm_tune_plan_candidates(200, P, 16, c));
+    if (percent && on) {
         /* 10000 %: every key had a runoff, of 2 candidates x (2 warm-ups +
          * 8..100 timed runs). */
         CHECK_INT_EQ(s.runoffs, 3);
         CHECK(s.runoff_runs >= 3 * 2 * (2 + 8));
         CHECK(s.runoff_runs <= 3 * 2 * (2 + 100));
-    } else if (spec) {
+    } else if (percent) {
         CHECK_INT_EQ(s.runoffs, 0);
         CHECK_INT_EQ(s.runoff_runs, 0);
     } else { /* default 10 %: whatever the times say, but counted alike */
@@ -358,96 +353,6 @@ static void run_runoff(const void *param) {
     check_same_decisions(3);
     remove_dir();
     mp_check_no_shm_leftovers();
-}
-
-/* A value out of range: cgm_comm_create refuses it, naming the variable,
- * the value and the range, and creates nothing. */
-static void run_runoff_bad(const void *param) {
-    (void)param;
-    setenv("COMMGEMM_TUNE_RUNOFF", "10001", 1);
-    char rdv[64];
-    cgm_bootstrap b = test_local_bootstrap("tune-runoff", rdv, sizeof rdv);
-    cgm_config cfg = mp_config(8000);
-    cgm_comm *comm = NULL;
-    CHECK_STATUS(cgm_comm_create(&b, &cfg, &comm), CGM_ERROR_INVALID_ARGUMENT);
-    CHECK(comm == NULL);
-    CHECK_CONTAINS(cgm_last_error(), "COMMGEMM_TUNE_RUNOFF=10001");
-    CHECK_CONTAINS(cgm_last_error(), "expected 0..10000");
-    mp_check_no_shm_leftovers();
-}
-
-/* ---- COMMGEMM_TUNE_LEAD ---- */
-
-/* The plan backends' list: lead with splits 4 and 8 only for AG under the
- * setting, only where the lead leaves rows to the rest GEMM, each distinct
- * lead once. */
-static void run_lead_candidates(const void *param) {
-    (void)param;
-    cgm_tune_candidate c[CGM_TUNE_MAX_CANDIDATES];
-    /* m 2400, P 2: shards of 1200, leads of 384 (splits 4) and 256 (8). */
-    int n_off = cgm_tune_plan_candidates(2400, 2, 16, false, c);
-    int n = cgm_tune_plan_candidates(2400, 2, 16, true, c);
-    CHECK_INT_EQ(n, n_off + 2);
-    CHECK(n <= CGM_TUNE_MAX_CANDIDATES);
-    CHECK_INT_EQ(c[n - 2].algo, CGM_ALGO_LEAD);
-    CHECK_INT_EQ(c[n - 2].splits, 4);
-    CHECK_INT_EQ(c[n - 1].algo, CGM_ALGO_LEAD);
-    CHECK_INT_EQ(c[n - 1].splits, 8);
-    /* Shards of 250: both leads round up to 128 rows: one candidate. */
-    n = cgm_tune_plan_candidates(500, 2, 16, true, c);
-    CHECK_INT_EQ(n, cgm_tune_plan_candidates(500, 2, 16, false, c) + 1);
-    /* Shards of 100: a lead is the whole shard: none; P = 1: none. */
-    CHECK_INT_EQ(cgm_tune_plan_candidates(200, 2, 16, true, c),
-                 cgm_tune_plan_candidates(200, 2, 16, false, c));
-    CHECK_INT_EQ(cgm_tune_plan_candidates(4096, 1, 16, true, c),
-                 cgm_tune_plan_candidates(4096, 1, 16, false, c));
-}
-
-/* Under COMMGEMM_TUNE_LEAD=1 on every rank, a tuned AG measures the lead
- * candidates too (and its result is checked); GEMM+RS does not. */
-static int rank_lead_tuned(int rank, int P, const char *rdv, void *arg) {
-    (void)arg;
-    setenv("COMMGEMM_TUNE_LEAD", "1", 1);
-    cgm_config cfg = mp_config(8000);
-    cfg.max_m = 4096;
-    cgm_comm *comm = test_host_comm(rank, P, rdv, &cfg);
-    cgm_tune_candidate c[CGM_TUNE_MAX_CANDIDATES];
-    snprintf(mp_context, sizeof mp_context, "rank %d/%d AG m=2400 lead tuned", rank, P);
-    run_op(comm, rank, P, AG, 2400, NULL, false, 61);
-    CHECK_SOURCE(comm, CGM_TUNE_MEASURED);
-    uint64_t ag_runs = stats(comm).runs;
-    CHECK_INT_EQ(ag_runs, 6 * (uint64_t)cgm_tune_plan_candidates(2400, P, 16, true, c));
-    snprintf(mp_context, sizeof mp_context, "rank %d/%d RS m=2400", rank, P);
-    run_op(comm, rank, P, RS, 2400, NULL, false, 62);
-    CHECK_SOURCE(comm, CGM_TUNE_MEASURED);
-    CHECK_INT_EQ(stats(comm).runs - ag_runs,
-                 6 * (uint64_t)cgm_tune_plan_candidates(2400, P, 16, false, c));
-    MP_CHECK_OK(cgm_comm_destroy(comm));
-    return 0;
-}
-
-static void run_lead_tuned(const void *param) {
-    (void)param;
-    CHECK_INT_EQ(test_run_ranks(2, rank_lead_tuned, NULL, 30, NULL), 0);
-    mp_check_no_shm_leftovers();
-}
-
-/* COMMGEMM_TUNE_LEAD out of 0..1 or not a number: lead stays out (with a
- * WARN), as for a call that is not AG+GEMM. Each case is a process of its
- * own, and the variable is read once per process. */
-static void run_lead_env(const void *param) {
-    setenv("COMMGEMM_TUNE_LEAD", (const char *)param, 1);
-    cgm_call call;
-    memset(&call, 0, sizeof call);
-    call.op = CGM_OP_ALL_GATHER_GEMM;
-    bool on = strcmp((const char *)param, "1") == 0;
-    CHECK_INT_EQ(cgm_tune_lead_on(&call), on);
-    if (!on) /* what the WARN says */
-        CHECK_CONTAINS(cgm_last_error(), strcmp((const char *)param, "2") == 0
-                                             ? "COMMGEMM_TUNE_LEAD=2: expected 0..1"
-                                             : "COMMGEMM_TUNE_LEAD=\"yes\": expected an integer");
-    call.op = CGM_OP_GEMM_REDUCE_SCATTER;
-    CHECK_INT_EQ(cgm_tune_lead_on(&call), false);
 }
 
 static const char *env_tune_off[] = {"COMMGEMM_TUNE", "0"};
@@ -842,15 +747,10 @@ static void register_cases(void) {
     test_add("cache_files_differ", run_files, NULL);
     test_add("cache_line_format", run_line_format, NULL);
     test_add("gpu_hold_bounds", run_hold, NULL);
-    test_add("lead_candidates", run_lead_candidates, NULL);
+    static const int every_key = 10000, never = 0;
     test_add("runoff_default", run_runoff, NULL);
-    test_add("runoff_every_key_ranks_differ", run_runoff, "0,10000");
-    test_add("runoff_off", run_runoff, "0,0");
-    test_add("runoff_out_of_range", run_runoff_bad, NULL);
-    test_add("lead_tuned", run_lead_tuned, NULL);
-    test_add("lead_env_on", run_lead_env, "1");
-    test_add("lead_env_out_of_range", run_lead_env, "2");
-    test_add("lead_env_word", run_lead_env, "yes");
+    test_add("runoff_every_key", run_runoff, &every_key);
+    test_add("runoff_off", run_runoff, &never);
 }
 
 int main(int argc, char **argv) {

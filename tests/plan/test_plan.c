@@ -13,7 +13,7 @@ typedef struct combo {
 
 static const combo combos[] = {
     {PLAN_OP_AG_GEMM, PLAN_ALGO_SPLIT},  {PLAN_OP_AG_GEMM, PLAN_ALGO_RING},
-    {PLAN_OP_AG_GEMM, PLAN_ALGO_NO_OVERLAP}, {PLAN_OP_AG_GEMM, PLAN_ALGO_LEAD},
+    {PLAN_OP_AG_GEMM, PLAN_ALGO_NO_OVERLAP},
     {PLAN_OP_GEMM_RS, PLAN_ALGO_SPLIT},  {PLAN_OP_GEMM_RS, PLAN_ALGO_RING},
     {PLAN_OP_GEMM_RS, PLAN_ALGO_NO_OVERLAP},
     {PLAN_OP_GEMM_AR, PLAN_ALGO_SPLIT},  {PLAN_OP_GEMM_AR, PLAN_ALGO_RING},
@@ -95,9 +95,6 @@ static void test_sweep(const void *param) {
                         req.has_gemm = parts != 1;
                         req.has_collective = parts != 2;
                         req.own_addends = sweep_own_addends;
-                        /* and their waits on a queue of their own */
-                        req.own_waits_beside = sweep_own_addends &&
-                                               queues >= 2;
                         sweep_one(&req);
                     }
     }
@@ -287,66 +284,6 @@ static void test_ag_split_shape(const void *param) {
     free_all(&set);
 }
 
-/* The GEMM steps of one plan, in plan order: {row0, rows, src buffer}. */
-static int gemms_of(const plan *p, int64_t (*out)[3], int max) {
-    int n = 0;
-    for (int i = 0; i < p->nsteps && n < max; i++)
-        if (p->steps[i].kind == PLAN_GEMM) {
-            out[n][0] = p->steps[i].row0;
-            out[n][1] = p->steps[i].rows;
-            out[n][2] = p->steps[i].src.buf;
-            n++;
-        }
-    return n;
-}
-
-/* LEAD, P = 3, m = 1200, splits 4: shards of 400 rows, a lead of
- * ceil(400 / 4) = 100 rounded up to 128 rows. Rank 0: lead [0, 128) from
- * INPUT, then [128, 1200) from GATHER as one GEMM. Rank 2 (last): lead at
- * the end of its shard, [1072, 1200), then [0, 1072). Rank 1 (middle):
- * [400, 528), then [0, 400) and [528, 1200). The own rows outside the lead
- * are copied INPUT -> own GATHER; the shard is pushed whole to each peer. */
-static void test_ag_lead_shape(const void *param) {
-    (void)param;
-    plan_request req = make_request(PLAN_OP_AG_GEMM, PLAN_ALGO_LEAD, 3, 1200, 4, 1);
-    plan_set set;
-    build_all(&req, &set);
-    require_valid(&set, "ag_gemm/lead P=3 m=1200 splits=4");
-    static const int64_t want[3][3][3] = {
-        {{0, 128, PLAN_BUF_INPUT}, {128, 1072, PLAN_BUF_GATHER}, {0, 0, 0}},
-        {{400, 128, PLAN_BUF_INPUT}, {0, 400, PLAN_BUF_GATHER}, {528, 672, PLAN_BUF_GATHER}},
-        {{1072, 128, PLAN_BUF_INPUT}, {0, 1072, PLAN_BUF_GATHER}, {0, 0, 0}}};
-    static const int ngemm[3] = {2, 3, 2};
-    for (int r = 0; r < 3; r++) {
-        const plan *p = &set.plans[r];
-        int64_t got[4][3];
-        CHECK_INT_EQ(gemms_of(p, got, 4), ngemm[r]);
-        for (int g = 0; g < ngemm[r]; g++)
-            for (int f = 0; f < 3; f++) CHECK_INT_EQ(got[g][f], want[r][g][f]);
-        /* Own rows outside the lead into the own GATHER: 400 - 128 rows. */
-        int64_t local = 0;
-        for (int i = 0; i < p->nsteps; i++) {
-            const plan_step *s = &p->steps[i];
-            if (s->kind == PLAN_COPY && s->dst.rank == r && s->dst.buf == PLAN_BUF_GATHER)
-                local += s->rows;
-            if (s->kind == PLAN_COPY && s->dst.rank != r) CHECK_INT_EQ(s->rows, 400);
-        }
-        CHECK_INT_EQ(local, 272);
-    }
-    free_all(&set);
-    /* Not for GEMM+RS / GEMM+AR: refused with what applies. */
-    plan pl;
-    char err[256] = "";
-    req = make_request(PLAN_OP_GEMM_RS, PLAN_ALGO_LEAD, 2, 64, 2, 1);
-    CHECK_INT_EQ(plan_build(&req, &pl, err, sizeof err), -1);
-    CHECK_CONTAINS(err, "lead does not apply to gemm_rs");
-    CHECK_INT_EQ(plan_lead_rows(400, 4), 128);
-    CHECK_INT_EQ(plan_lead_rows(100, 4), 100);
-    CHECK_INT_EQ(plan_lead_rows(8192, 8), 1024);
-    CHECK_INT_EQ(plan_lead_rows(8192, 1), 8192);
-    CHECK_INT_EQ(plan_lead_rows(0, 4), 0);
-}
-
 static void test_rs_split_shape(const void *param) {
     (void)param;
     plan_request req = make_request(PLAN_OP_GEMM_RS, PLAN_ALGO_SPLIT, 4, 40, 1, 1);
@@ -371,7 +308,7 @@ static void test_rs_split_shape(const void *param) {
     free_all(&set);
 }
 
-/* COMMGEMM_RS_OWN=gemm: my own pieces are final GEMMs that add the P-1
+/* own_addends: my own pieces are final GEMMs that add the P-1
  * peers' RECV slots after waiting for all of them; no REDUCE, no GEMM into
  * RECV[me]; the peers' side (pushes, READY) is unchanged. */
 static void test_rs_own_addends_shape(const void *param) {
@@ -422,44 +359,36 @@ static void test_rs_own_addends_shape(const void *param) {
     }
 }
 
-/* own_waits_beside: the waits on the last compute queue, nothing else
- * there, each own GEMM on another queue depending on its last wait. */
-static void test_rs_own_waits_beside_shape(const void *param) {
+/* The executors' rule for own_addends: GEMM+RS split, 2 ranks, 2 or more
+ * pieces per shard (splits clamped to the shard's rows). */
+static void test_prefers_own_addends(const void *param) {
     (void)param;
-    for (int P = 2; P <= 4; P++) {
-        plan_request req = make_request(PLAN_OP_GEMM_RS, PLAN_ALGO_SPLIT, P,
-                                        40 * P, 2, 2);
-        req.own_addends = true;
-        req.own_waits_beside = true;
-        plan_set set;
-        build_all(&req, &set);
-        require_valid(&set, "gemm_rs split own_waits_beside");
-        for (int r = 0; r < P; r++) {
-            const plan *p = &set.plans[r];
-            int waits = 0;
-            for (int i = 0; i < p->nsteps; i++) {
-                const plan_step *s = &p->steps[i];
-                if (s->queue == 2) {
-                    CHECK_INT_EQ(s->kind, PLAN_WAIT);
-                    waits++;
-                }
-                if (s->kind == PLAN_GEMM && s->shard == r) {
-                    CHECK_INT_EQ(s->queue, 1);
-                    CHECK_INT_EQ(s->ndeps, 1);
-                    CHECK_INT_EQ(p->steps[s->deps[0]].queue, 2);
-                    CHECK_INT_EQ(p->steps[s->deps[0]].flag.chunk, s->chunk);
-                }
-            }
-            CHECK_INT_EQ(waits, (P - 1) * p->splits);
-        }
-        free_all(&set);
-        /* One compute queue leaves none for the waits. */
-        req.compute_queues = 1;
-        plan p;
-        char err[256] = "";
-        CHECK_INT_EQ(plan_build(&req, &p, err, sizeof err), -1);
-        CHECK_CONTAINS(err, "needs 2 or more compute queues");
+    plan_request req = make_request(PLAN_OP_GEMM_RS, PLAN_ALGO_SPLIT, 2, 100, 2, 1);
+    CHECK(plan_prefers_own_addends(&req));
+    req.splits = 1;
+    CHECK(!plan_prefers_own_addends(&req));
+    req.splits = 4;
+    req.m = 3; /* shards of 2 and 1 rows: 2 pieces in the larger */
+    CHECK(plan_prefers_own_addends(&req));
+    req.m = 2; /* shards of one row: one piece */
+    CHECK(!plan_prefers_own_addends(&req));
+    req.m = 0;
+    CHECK(!plan_prefers_own_addends(&req));
+    req.m = 100;
+    for (int P = 1; P <= 8; P++) {
+        req.nranks = P;
+        CHECK_INT_EQ(plan_prefers_own_addends(&req), P == 2);
     }
+    req.nranks = 2;
+    req.algo = PLAN_ALGO_RING;
+    CHECK(!plan_prefers_own_addends(&req));
+    req.algo = PLAN_ALGO_NO_OVERLAP;
+    CHECK(!plan_prefers_own_addends(&req));
+    req.algo = PLAN_ALGO_SPLIT;
+    req.op = PLAN_OP_GEMM_AR;
+    CHECK(!plan_prefers_own_addends(&req));
+    req.op = PLAN_OP_AG_GEMM;
+    CHECK(!plan_prefers_own_addends(&req));
 }
 
 static void test_sweep_own_addends(const void *param) {
@@ -540,11 +469,9 @@ static void register_cases(void) {
     test_add("names", test_names, NULL);
     test_add("format", test_format, NULL);
     test_add("shape.ag_split", test_ag_split_shape, NULL);
-    test_add("shape.ag_lead", test_ag_lead_shape, NULL);
     test_add("shape.rs_split", test_rs_split_shape, NULL);
     test_add("shape.rs_own_addends", test_rs_own_addends_shape, NULL);
-    test_add("shape.rs_own_waits_beside", test_rs_own_waits_beside_shape,
-             NULL);
+    test_add("rule.own_addends", test_prefers_own_addends, NULL);
     /* The flag on every combination: GEMM+RS split uses it, the rest
      * ignore it; all must pass plan_check. */
     static char add_names[NCOMBOS][64];

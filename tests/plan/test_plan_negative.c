@@ -251,7 +251,7 @@ static void test_missing_contribution(const void *param) {
     expect_violation(&set, "lacks the contribution of rank 2", NULL);
 }
 
-/* COMMGEMM_RS_OWN=gemm: an own GEMM that adds a peer's slot must wait for
+/* own_addends: an own GEMM that adds a peer's slot must wait for
  * that peer's READY; one that adds its own partial twice or misses a
  * peer's is caught like a REDUCE. */
 static void build_own_addends(plan_set *set) {

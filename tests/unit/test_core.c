@@ -345,35 +345,35 @@ static void test_precision_names(const void *p) {
     CHECK_STATUS(cgm_gemm_reduction_from_name(NULL, &gr), CGM_ERROR_INVALID_ARGUMENT);
 }
 
-/* A word parameter (cgm_param_choice), as the p2p backend reads
- * COMMGEMM_P2P_FUSED_PUSH: unset is the default, the first word. */
-static const char *const push_modes[] = {"beside", "pieces", "taper"};
+/* A word parameter (cgm_param_choice), with the words of
+ * COMMGEMM_CUBLASMP_ALGO: unset is the default, the first word. */
+static const char *const algo_words[] = {"split_p2p", "atomic_p2p", "no_overlap"};
 
 static void test_param_choice(const void *p) {
     const char *value = p;
-    if (value) setenv("COMMGEMM_P2P_FUSED_PUSH", value, 1);
-    else unsetenv("COMMGEMM_P2P_FUSED_PUSH");
+    if (value) setenv("COMMGEMM_CUBLASMP_ALGO", value, 1);
+    else unsetenv("COMMGEMM_CUBLASMP_ALGO");
     int which = -1;
-    CHECK_OK(cgm_param_choice("COMMGEMM_P2P_FUSED_PUSH", push_modes, 3, &which));
+    CHECK_OK(cgm_param_choice("COMMGEMM_CUBLASMP_ALGO", algo_words, 3, &which));
     CHECK_INT_EQ(which, value ? 2 : 0);
 }
 
 static void test_param_choice_bad(const void *p) {
     (void)p;
-    setenv("COMMGEMM_P2P_FUSED_PUSH", "fast", 1);
+    setenv("COMMGEMM_CUBLASMP_ALGO", "fast", 1);
     int which = 7;
-    CHECK_STATUS(cgm_param_choice("COMMGEMM_P2P_FUSED_PUSH", push_modes, 3, &which),
+    CHECK_STATUS(cgm_param_choice("COMMGEMM_CUBLASMP_ALGO", algo_words, 3, &which),
                  CGM_ERROR_INVALID_ARGUMENT);
-    CHECK_CONTAINS(cgm_last_error(), "COMMGEMM_P2P_FUSED_PUSH=\"fast\"");
-    CHECK_CONTAINS(cgm_last_error(), "expected beside, pieces or taper");
-    CHECK_CONTAINS(cgm_last_error(), "(default beside)");
+    CHECK_CONTAINS(cgm_last_error(), "COMMGEMM_CUBLASMP_ALGO=\"fast\"");
+    CHECK_CONTAINS(cgm_last_error(), "expected split_p2p, atomic_p2p or no_overlap");
+    CHECK_CONTAINS(cgm_last_error(), "(default split_p2p)");
     CHECK_INT_EQ(which, 7); /* untouched */
 }
 
-/* The p2p backend's word parameters, as p2p_backend.c reads them at comm
- * creation (parameters are read once per process: one value per case).
- * value NULL: unset, the first word; index -1: a word that is refused with
- * the variable, the value, the choices and the default. */
+/* Word parameters as the GPU backends read them (parameters are read once
+ * per process: one value per case). value NULL: unset, the first word;
+ * index -1: a word that is refused with the variable, the value, the
+ * choices and the default. */
 typedef struct choice_case {
     const char *name; /* the test case */
     const char *var;
@@ -384,29 +384,13 @@ typedef struct choice_case {
     const char *expected; /* the message's list of choices */
 } choice_case;
 
-#define PRIORITY "COMMGEMM_P2P_COMM_PRIORITY", {"high", "low"}, 2
-#define GEMM_ORDER "COMMGEMM_P2P_GEMM_ORDER", {"in_order", "alternate"}, 2
-#define AG_ORDER "COMMGEMM_P2P_AG_GEMM_ORDER", {"auto", "in_order", "alternate"}, 3
-#define RUN_ORDER "COMMGEMM_P2P_RUN_ORDER", {"held", "first_step"}, 2
+#define REDUCTION "COMMGEMM_GEMM_REDUCTION", {"any", "fp32"}, 2
 static const choice_case choice_cases[] = {
-    {"param_choice_comm_priority_default", PRIORITY, NULL, 0, NULL},
-    {"param_choice_comm_priority_low", PRIORITY, "low", 1, NULL},
-    {"param_choice_comm_priority_bad", PRIORITY, "medium", -1, "expected high or low"},
-    {"param_choice_gemm_order_default", GEMM_ORDER, NULL, 0, NULL},
-    {"param_choice_gemm_order_alternate", GEMM_ORDER, "alternate", 1, NULL},
-    {"param_choice_gemm_order_bad", GEMM_ORDER, "ordered", -1, "expected in_order or alternate"},
-    {"param_choice_ag_gemm_order_default", AG_ORDER, NULL, 0, NULL},
-    {"param_choice_ag_gemm_order_in_order", AG_ORDER, "in_order", 1, NULL},
-    {"param_choice_ag_gemm_order_alternate", AG_ORDER, "alternate", 2, NULL},
-    {"param_choice_ag_gemm_order_bad", AG_ORDER, "two", -1, "expected auto, in_order or alternate"},
-    {"param_choice_run_order_default", RUN_ORDER, NULL, 0, NULL},
-    {"param_choice_run_order_first_step", RUN_ORDER, "first_step", 1, NULL},
-    {"param_choice_run_order_bad", RUN_ORDER, "first", -1, "expected held or first_step"},
+    {"param_choice_lt_reduction_default", REDUCTION, NULL, 0, NULL},
+    {"param_choice_lt_reduction_fp32", REDUCTION, "fp32", 1, NULL},
+    {"param_choice_lt_reduction_bad", REDUCTION, "fp16", -1, "expected any or fp32"},
 };
-#undef PRIORITY
-#undef GEMM_ORDER
-#undef AG_ORDER
-#undef RUN_ORDER
+#undef REDUCTION
 
 static void test_param_choice_case(const void *p) {
     const choice_case *c = p;
@@ -429,28 +413,28 @@ static void test_param_choice_case(const void *p) {
     CHECK_INT_EQ(which, 5); /* untouched */
 }
 
-/* An integer parameter with a range (cgm_param_int_range), as the p2p
- * backend reads COMMGEMM_P2P_SM_PUSH_BLOCKS: unset is the default; in
- * range is taken; out of range or not a number is refused naming the
- * variable, the value, the range and the default. */
+/* An integer parameter with a range (cgm_param_int_range), as the GPU
+ * backends read COMMGEMM_LT_SEARCH: unset is the default; in range is
+ * taken; out of range or not a number is refused naming the variable, the
+ * value, the range and the default. */
 static void test_param_int_range(const void *p) {
     const char *value = p;
-    if (value) setenv("COMMGEMM_P2P_SM_PUSH_BLOCKS", value, 1);
-    else unsetenv("COMMGEMM_P2P_SM_PUSH_BLOCKS");
+    if (value) setenv("COMMGEMM_LT_SEARCH", value, 1);
+    else unsetenv("COMMGEMM_LT_SEARCH");
     int64_t v = -5;
-    cgm_status st = cgm_param_int_range("COMMGEMM_P2P_SM_PUSH_BLOCKS", 1, 1024,
-                                        "blocks", &v);
+    cgm_status st = cgm_param_int_range("COMMGEMM_LT_SEARCH", 1, 16,
+                                        "algorithms", &v);
     if (!value || strcmp(value, "7") == 0) {
         CHECK_OK(st);
-        CHECK_INT_EQ(v, value ? 7 : 32);
+        CHECK_INT_EQ(v, value ? 7 : 8);
         return;
     }
     CHECK_INT_EQ(st, CGM_ERROR_INVALID_ARGUMENT);
-    CHECK_CONTAINS(cgm_last_error(), "COMMGEMM_P2P_SM_PUSH_BLOCKS");
+    CHECK_CONTAINS(cgm_last_error(), "COMMGEMM_LT_SEARCH");
     CHECK_CONTAINS(cgm_last_error(), value);
     if (strcmp(value, "0") == 0) {
-        CHECK_CONTAINS(cgm_last_error(), "expected 1..1024 (blocks)");
-        CHECK_CONTAINS(cgm_last_error(), "(default 32)");
+        CHECK_CONTAINS(cgm_last_error(), "expected 1..16 (algorithms)");
+        CHECK_CONTAINS(cgm_last_error(), "(default 8)");
     } else {
         CHECK_CONTAINS(cgm_last_error(), "expected an integer");
     }
@@ -645,7 +629,7 @@ static void register_cases(void) {
     test_add("precision_config", test_precision, &precision_config_only);
     test_add("precision_names", test_precision_names, NULL);
     test_add("param_choice_default", test_param_choice, NULL);
-    test_add("param_choice_taper", test_param_choice, "taper");
+    test_add("param_choice_no_overlap", test_param_choice, "no_overlap");
     test_add("param_choice_bad", test_param_choice_bad, NULL);
     for (size_t i = 0; i < sizeof choice_cases / sizeof choice_cases[0]; i++)
         test_add(choice_cases[i].name, test_param_choice_case, &choice_cases[i]);

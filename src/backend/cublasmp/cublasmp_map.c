@@ -204,7 +204,6 @@ cgm_status cmp_map_algo(cgm_algo algo, const char *override, int *algo_type) {
                          override);
     case CGM_ALGO_SPLIT_PIPELINED:
     case CGM_ALGO_FUSED: /* the p2p kernel's; cuBLASMp's split here */
-    case CGM_ALGO_LEAD:  /* the plan schedule's; likewise */
         *algo_type = CUBLASMP_MATMUL_ALGO_TYPE_SPLIT_P2P;
         return CGM_SUCCESS;
     case CGM_ALGO_NO_OVERLAP:

@@ -87,7 +87,6 @@ typedef struct host_state {
     int chunks;        /* flag slots per (src, kind): nranks * splits + 1 */
     int64_t width_max; /* max(max_n, max_k): row width bound of workspaces */
     uint64_t epoch;    /* ops issued on this comm */
-    bool rs_own_gemm;  /* COMMGEMM_RS_OWN=gemm: plan_request.own_addends */
     uint64_t xchg;     /* agreement-channel exchanges issued on this comm */
     uint64_t plan_clock;
     host_plan_entry plans[HOST_PLAN_CACHE];

@@ -54,14 +54,6 @@ static cgm_status host_init(cgm_comm *comm, void **state) {
     st->rank = comm->rank;
     st->nranks = comm->nranks;
     st->listen_fd = -1;
-    /* COMMGEMM_RS_OWN: the host backend reduces unless told gemm. */
-    cgm_rs_own own = CGM_RS_OWN_AUTO;
-    s = cgm_param_rs_own(&own);
-    if (s != CGM_SUCCESS) {
-        free(st);
-        return s;
-    }
-    st->rs_own_gemm = own == CGM_RS_OWN_GEMM;
     for (int g = 0; g < HOST_SEG_COUNT; g++) st->memfd[g] = -1;
     /* Flag chunk ids of a plan lie in [-1, 2 * P * splits). */
     st->chunks = 2 * comm->nranks * HOST_MAX_SPLITS + 1;
@@ -137,20 +129,16 @@ static cgm_status resolve_algo(const cgm_comm *comm, const cgm_call *call,
         cgm_algo d = comm->config.algo;
         bool fits = bulk ? d == CGM_ALGO_BULK || d == CGM_ALGO_NO_OVERLAP
                          : d == CGM_ALGO_SPLIT_PIPELINED ||
-                               d == CGM_ALGO_RING || d == CGM_ALGO_NO_OVERLAP ||
-                               d == CGM_ALGO_LEAD;
+                               d == CGM_ALGO_RING || d == CGM_ALGO_NO_OVERLAP;
         a = fits ? d : bulk ? CGM_ALGO_BULK : CGM_ALGO_SPLIT_PIPELINED;
     }
-    /* Fused is the p2p kernel's; here it means the split schedule. Lead is
-     * AG+GEMM's; the other ops run split. */
-    if (a == CGM_ALGO_FUSED || (a == CGM_ALGO_LEAD && op != PLAN_OP_AG_GEMM))
-        a = bulk ? CGM_ALGO_BULK : CGM_ALGO_SPLIT_PIPELINED;
+    /* Fused is the p2p kernel's; here it means the split schedule. */
+    if (a == CGM_ALGO_FUSED) a = bulk ? CGM_ALGO_BULK : CGM_ALGO_SPLIT_PIPELINED;
     switch (a) {
     case CGM_ALGO_SPLIT_PIPELINED: *out = PLAN_ALGO_SPLIT; break;
     case CGM_ALGO_RING: *out = PLAN_ALGO_RING; break;
     case CGM_ALGO_NO_OVERLAP: *out = PLAN_ALGO_NO_OVERLAP; break;
     case CGM_ALGO_BULK: *out = PLAN_ALGO_BULK; break;
-    case CGM_ALGO_LEAD: *out = PLAN_ALGO_LEAD; break;
     default:
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
                          "expected a cgm_algo, found %d; use CGM_ALGO_AUTO",
@@ -310,8 +298,11 @@ static cgm_status host_run_op(cgm_comm *comm, void *state,
                                                           : comm->config.host_threads;
     req.has_gemm = call->has_gemm;
     req.has_collective = bulk ? call->has_collective : true;
-    req.own_addends = st->rs_own_gemm && op == PLAN_OP_GEMM_RS &&
-                      req.algo == PLAN_ALGO_SPLIT;
+    /* The rule the p2p backend applies too, so that this backend runs the
+     * schedules p2p runs (no accumulate: p2p's GEMMs take the addend where
+     * they would take Y). */
+    req.own_addends = !call->accumulate && call->k > 0 &&
+                      plan_prefers_own_addends(&req);
     host_plan_entry *entry = NULL;
     s = get_plan(st, &req, &entry);
     if (s != CGM_SUCCESS) return reject(comm, st, call, op, s);
@@ -373,8 +364,7 @@ static void host_rejected(cgm_comm *comm, void *state, cgm_op op,
 static int host_tune_candidates(const cgm_comm *comm, const cgm_call *call,
                                 cgm_tune_candidate *out) {
     return cgm_tune_plan_candidates(call->m, comm->nranks,
-                                    HOST_TUNE_MIN_PIECE_ROWS,
-                                    cgm_tune_lead_on(call), out);
+                                    HOST_TUNE_MIN_PIECE_ROWS, out);
 }
 
 /* Host ops complete before they return: the wall clock around each. */

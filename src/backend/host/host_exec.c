@@ -375,7 +375,7 @@ static cgm_status do_gemm(exec_ctx *x, const plan_step *s, scratch *sc) {
     epilogue epi = s->src.buf == PLAN_BUF_NONE
                        ? EPI_BIAS_ACC
                        : epilogue_for(x, PLAN_GEMM, dst_buf);
-    /* A GEMM with addends (RS split, COMMGEMM_RS_OWN=gemm): the arrived
+    /* A GEMM with addends (RS split, plan_request.own_addends): the arrived
      * partials are added to the product before the epilogue. */
     host_view *addends = NULL;
     cgm_status rs = ref_views(x, s, &addends);

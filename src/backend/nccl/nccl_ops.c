@@ -107,9 +107,9 @@ cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
     const size_t es = cgm_dtype_size(c->in_dtype);
     const bool nt = c->layout == CGM_LAYOUT_NT;
     const bool overlap = c->algo != CGM_ALGO_NO_OVERLAP;
-    /* fused (the p2p kernel's) and lead (the plan backends') run split. */
+    /* fused (the p2p kernel's) runs split. */
     const bool ring = c->algo != CGM_ALGO_SPLIT_PIPELINED &&
-                      c->algo != CGM_ALGO_FUSED && c->algo != CGM_ALGO_LEAD;
+                      c->algo != CGM_ALGO_FUSED;
     const int64_t ldx = cgm_matrix_ld(&c->x);
     const int64_t mr = cgm_shard_rows(m, r, P), off = cgm_shard_offset(m, r, P);
     const int S = ncclb_splits(c, m, P, (size_t)k * es);

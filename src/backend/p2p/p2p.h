@@ -1,16 +1,35 @@
-/* The p2p backend (userbuffers design): internal header.
+/* The p2p backend (userbuffers design): the state its files share.
  *
  * Per comm, one workspace registered once (CUDA IPC, handles exchanged
  * through NCCL at init) and mapped into every rank:
- *     [ flags | gather | recv slots ]      (peer visible, same on all ranks)
- * plus local fp32 partial slots, a device state (epoch, abort word) and a
- * host-mapped abort record. Ops execute plan_build() schedules: queue 0 is
- * the comm stream (copy-engine copies, flag kernels), queues >= 1 are
- * high-priority compute streams (cuBLASLt chunks, reduce kernels). */
+ *     [ flags | gather | recv slots | device state | exchange banks ]
+ * (peer visible, the same offsets on every rank), plus local partial
+ * slots and a host-mapped abort record. Ops run on queue 0, the comm
+ * stream (copy-engine copies, flag kernels), and queues 1.., compute
+ * streams (GEMMs, reduce kernels), forked off the caller's stream and
+ * joined back into it. docs/P2P_BACKEND.md describes the design.
+ *
+ * The files, each using only the ones above it in this list:
+ *   p2p_units.c     pure C: the enqueue order of a schedule's steps
+ *   p2p_signal.c    flags, epochs, signals, waits, notices, failure
+ *   p2p_exchange.c  host exchanges during ops, through the workspace
+ *   p2p_timeline.c  COMMGEMM_TIMELINE, the per-step trace
+ *   p2p_plans.c     workspace slot sizing, the plan cache, the agreement
+ *                   check
+ *   p2p_views.c     how a schedule's buffers map to memory
+ *   p2p_chunked.c   the chunked executor: a schedule's steps as copies,
+ *                   flags, cuBLASLt chunks, reduce kernels, comm programs
+ *   p2p_fused_ops.c the fused algorithm's two schedules (AG, RS)
+ *   p2p_fused.c     the fused executor: when it applies, its cache, a call
+ *   p2p_run.c       one op: validate, agree, choose chunked or fused, run
+ *   p2p_backend.c   probe, init, finalize, the tuner's hooks, the table
+ * Each has its header (p2p_<file>.h) but p2p_backend.c, whose table
+ * (cgm_p2p_backend) core/core.h declares. */
 #ifndef COMMGEMM_P2P_H
 #define COMMGEMM_P2P_H
 
 #include "backend/gpu/gpu.h"
+#include "backend/p2p/p2p_units.h"
 #include "device/device.h"
 #include "plan/plan.h"
 
@@ -19,9 +38,6 @@ extern "C" {
 #endif
 
 #define P2P_MAX_QUEUES 4      /* comm + up to 3 compute queues */
-/* A comm program's copies: one block of 512 threads per this many bytes,
- * up to COMMGEMM_P2P_SM_PUSH_BLOCKS. */
-#define P2P_SM_PUSH_BYTES_PER_BLOCK (64 << 10)
 #define P2P_MAX_SPLITS 16     /* pieces per shard */
 #define P2P_PLAN_CACHE 256    /* schedules kept per comm (the tuner builds one per candidate) */
 #define P2P_SIGNATURE_CACHE 256
@@ -38,14 +54,16 @@ typedef struct p2p_xchg_record {
     unsigned char payload[P2P_XCHG_PAYLOAD];
 } p2p_xchg_record;
 
+/* A schedule of the plan cache (p2p_plans.c) and what running it needs. */
 typedef struct p2p_plan_entry {
     bool used;
     plan_request req; /* the key */
     plan plan;
     cudaEvent_t *events; /* per step; NULL where no other queue waits on it */
-    plan_unit *units;    /* room for plan_units' order (one per step) */
-    /* units[0..nunits) is plan_units' order for (units_join, the comm's
-     * run order), made at the first call that needs it; -1: not yet. */
+    p2p_unit *units;     /* room for p2p_units' order (one per step) */
+    /* units[0..nunits) is p2p_units' order with copies joining runs or
+     * not (units_join), made at the first call that needs it; -1: not
+     * yet. */
     int nunits;
     bool units_join;
     uint64_t last_use;
@@ -79,63 +97,13 @@ typedef struct p2p_state {
     cgm_comm *comm;
     int rank, nranks, device;
     int sm_count; /* the device's SMs (the fused kernel leaves one free) */
-    /* COMMGEMM_P2P_FUSED_PUSH: how the fused algorithm pushes a shard
-     * (p2p_fused.c). Local scheduling only: the flags are the same, so
-     * ranks may differ. */
-    enum {
-        P2P_PUSH_BESIDE,
-        P2P_PUSH_PIECES,
-        P2P_PUSH_TAPER,
-        P2P_PUSH_STORE,
-        P2P_PUSH_SINGLE
-    } fused_push;
-    /* COMMGEMM_P2P_GEMM_ORDER: compute queues of the split, ring and
-     * no_overlap GEMM+RS / GEMM+AR schedules (1: in order, the default;
-     * 2: alternating).
-     * Local scheduling only, as fused_push. */
-    int rs_compute_queues;
-    /* COMMGEMM_P2P_AG_GEMM_ORDER: the same for AG+GEMM's chunk GEMMs
-     * (call.queues, set by the autotuner, takes precedence); auto (the
-     * default): 1, and the tuner also measures 2 (ag_order_tuned). */
-    int ag_compute_queues;
-    bool ag_order_tuned;
-    /* COMMGEMM_P2P_SM_PUSH_BYTES / _BLOCKS: a held-back run of comm-queue
-     * steps copies with SMs up to this many bytes, with at most this many
-     * blocks (p2p_exec.c, comm programs). */
-    int64_t sm_push_bytes;
-    int sm_push_blocks;
-    /* COMMGEMM_P2P_RUN_ORDER: where comm programs are enqueued (plan_units'
-     * order). Local scheduling only, as fused_push. */
-    plan_run_order run_order;
-    /* COMMGEMM_P2P_SIGNAL: whether a signal on the comm queue right after
-     * a copy-engine copy is itself an 8-byte copy of the epoch into the
-     * peer's flag (p2p_signal_by_copy) or a flag kernel; auto: by copy
-     * after copies of >= P2P_SIGNAL_COPY_MIN_BYTES (p2p_signal_copy_after).
-     * Local scheduling only: the flag values are the same. */
-    enum { P2P_SIGNAL_AUTO, P2P_SIGNAL_COPY, P2P_SIGNAL_KERNEL } signal_mode;
-    /* COMMGEMM_P2P_PRE_COPY_FLAGS=beside (not the default): the flag steps right
-     * before a copy-engine copy run on flag_queue, between flag_pre
-     * (recorded on the comm queue) and flag_post (which the comm queue
-     * waits for), so that the comm queue holds only copies and event waits
-     * (p2p_flags_beside_begin/_end). Local scheduling only. */
-    bool pre_copy_beside;
-    /* COMMGEMM_RS_OWN: whether GEMM+RS split's own pieces add the peer's
-     * partial in the GEMM where it applies (make_request). */
-    cgm_rs_own rs_own;
-    bool rs_own_waits_beside; /* COMMGEMM_P2P_RS_OWN_WAITS=beside */
-    cudaStream_t flag_queue;
-    cudaEvent_t flag_pre, flag_post;
-    unsigned int *program_counters; /* device: CGM_DEV_PROGRAM_MAX, zero */
-    /* device: nranks * P2P_MAX_SPLITS, zero: the one-kernel fused GEMM+RS's
-     * per-piece tile counts (the kernel leaves them zero). */
-    unsigned int *done_counts;
     int64_t timeout_ms;
 
     cgm_peer_mem ws;     /* registered workspace */
     size_t flag_chunks;  /* flag slots per (source rank, kind) */
     size_t gather_offset, gather_bytes;
     size_t recv_offset, recv_bytes;
-    void *partial;       /* local fp32 slots */
+    void *partial;       /* local slots */
     size_t partial_bytes;
 
     cgm_dev_state *dev;              /* in the workspace, at state_offset */
@@ -176,144 +144,20 @@ typedef struct p2p_state {
     struct p2p_fused_trace *fused_trace; /* during a traced fused call */
 } p2p_state;
 
-/* One flag cell per (sender, kind, chunk + 1) in the receiver's flag area
- * (the first bytes of the workspace); chunk + 1 < flag_chunks. */
-static inline size_t p2p_flag_offset(const p2p_state *st, int src_rank,
-                                     plan_flag flag) {
-    size_t chunk = (size_t)(flag.chunk + 1);
-    return (((size_t)src_rank * PLAN_FLAG_COUNT + (size_t)flag.kind) *
-                st->flag_chunks + chunk) * sizeof(unsigned long long);
+/* The comm's device for the duration of a call: p2p_enter_device makes it
+ * current and keeps the caller's in *previous, p2p_leave_device restores
+ * it. */
+static inline cgm_status p2p_enter_device(const p2p_state *st, int *previous) {
+    cgm_status status = CGM_SUCCESS;
+    CGM_CUDA_TRY(cudaGetDevice(previous));
+    if (*previous != st->device) CGM_CUDA_TRY(cudaSetDevice(st->device));
+fail:
+    return status;
 }
 
-/* The cell a SIGNAL of mine to `peer` stores into (peer-mapped), and the
- * cell where I wait for `sender`'s (local). */
-static inline unsigned long long *p2p_flag_to(const p2p_state *st, int peer,
-                                              plan_flag flag) {
-    return (unsigned long long *)((char *)st->ws.peer[peer] +
-                                  p2p_flag_offset(st, st->rank, flag));
+static inline void p2p_leave_device(const p2p_state *st, int previous) {
+    if (previous >= 0 && previous != st->device) cudaSetDevice(previous);
 }
-static inline unsigned long long *p2p_flag_from(const p2p_state *st,
-                                                int sender, plan_flag flag) {
-    return (unsigned long long *)((char *)st->ws.local +
-                                  p2p_flag_offset(st, sender, flag));
-}
-
-/* The bound of every device wait, in nanoseconds. */
-static inline unsigned long long p2p_timeout_ns(const p2p_state *st) {
-    return (unsigned long long)st->timeout_ms * 1000000ull;
-}
-
-/* The asynchronous error of a p2p comm: CGM_SUCCESS, or the status of a
- * wait that expired on the device (CGM_ERROR_TIMEOUT naming the rank that
- * never came, the flag and the chunk), with the detail set. Never blocks.
- * Signature of the core's backend hook `async_error`. */
-cgm_status cgm_p2p_async_error(cgm_comm *comm, void *state);
-
-/* The schedule for `req`, built (with its events) on a cache miss; a miss
- * while capturing is CGM_ERROR_INVALID_USAGE (p2p_plans.c). */
-cgm_status p2p_plan_lookup(p2p_state *st, const plan_request *req,
-                           bool capturing, p2p_plan_entry **out);
-/* Checks once per call signature that all ranks agree (when
- * config.check_agreement), through one exchange in the workspace. */
-cgm_status p2p_check_agreement(p2p_state *st, const cgm_call *call,
-                               bool capturing);
-/* Runs one validated call (p2p_exec.c). */
-cgm_status p2p_execute(p2p_state *st, const cgm_call *call);
-
-/* Stores the comm's current epoch into *remote_flag with the copy engine:
- * an 8-byte cudaMemcpyAsync from the device epoch cell, read when the copy
- * runs (so graph replays signal their own epoch). On `stream` after a copy,
- * it starts once that copy is complete, as the flag kernel would, without
- * a switch from the copy engine to the SMs and back (~10 us per signal
- * against ~2 us, docs/PERFORMANCE.md 4j). Unlike the kernel it is not
- * skipped once the comm aborted. */
-/* COMMGEMM_P2P_SIGNAL=auto signals by copy after copies of at least this
- * many bytes: measured faster from 16 MiB up, slower for the 4 MiB pushes
- * of the small AG shapes (docs/PERFORMANCE.md 4j). */
-#define P2P_SIGNAL_COPY_MIN_BYTES ((size_t)8 << 20)
-
-/* Whether a signal right behind a copy-engine copy of copied_bytes goes by
- * copy (p2p_signal_by_copy) under COMMGEMM_P2P_SIGNAL; false for 0. */
-bool p2p_signal_copy_after(const p2p_state *st, size_t copied_bytes);
-
-/* Flag steps that precede a copy on the comm queue, enqueued on
- * st->flag_queue instead: _begin makes flag_queue follow the comm queue
- * and returns it; _end makes the comm queue wait for what was enqueued
- * there. A flag kernel on the copy stream costs ~9 us of switching from the
- * SMs to the copy engine before the copy; an event wait ~1.5 us
- * (tests/gpu/ipcbench.c, docs/PERFORMANCE.md 4j). */
-cgm_status p2p_flags_beside_begin(p2p_state *st, cudaStream_t *flag_queue);
-cgm_status p2p_flags_beside_end(p2p_state *st);
-
-cgm_status p2p_signal_by_copy(const p2p_state *st,
-                              unsigned long long *remote_flag,
-                              cudaStream_t stream);
-/* Frees the plan cache's plans and events (p2p_exec.c). */
-void p2p_plan_cache_clear(p2p_state *st);
-/* The step timeline (COMMGEMM_TIMELINE, p2p_timeline.c): on() reads the
- * variable once; begin() records the op start on the caller's stream,
- * step() an event before/after step i on its queue, end() synchronizes
- * the caller's stream and writes the trace (algo: the file name's, NULL:
- * the plan's). free() on plan cache clear. Fused calls trace pseudo steps
- * (p2p_fused.c). */
-bool p2p_timeline_on(p2p_state *st);
-cgm_status p2p_timeline_begin(p2p_state *st, int nsteps, cudaStream_t caller);
-cgm_status p2p_timeline_step(p2p_state *st, int step, bool after,
-                             cudaStream_t stream);
-cgm_status p2p_timeline_end(p2p_state *st, const plan *p, const char *algo,
-                            cudaStream_t caller);
-void p2p_timeline_free(p2p_state *st);
-
-/* The fused algorithm (p2p_fused.c): whether it can run `call`, from what
- * every rank decides alike (else *why, a static string, says why; `why`
- * may be NULL; the call then runs split on every rank), and running a call
- * it applies to, validated and agreed by p2p_execute, with call->splits
- * pieces per shard (0: the default). Freeing its cache. */
-bool p2p_fused_applies(const p2p_state *st, const cgm_call *call,
-                       const char **why);
-/* applies() holds and this rank's operands suit the kernel too: the
- * tuner's test (ranks whose lists differ fall back to the default). */
-bool p2p_fused_tunable(const p2p_state *st, const cgm_call *call);
-cgm_status p2p_fused_execute(p2p_state *st, const cgm_call *call);
-void p2p_fused_cache_clear(p2p_state *st);
-/* A failure after an op's fork (p2p_execute, p2p_fused_execute): this rank
- * enqueued part of the op (the epoch is bumped, signals may be out), so it
- * and its peers are out of step. Joins the `nqueues` queues back into the
- * caller's stream as far as CUDA still allows (a capture must not be left
- * forked), says so in front of the detail, marks the comm broken and
- * returns `status`. */
-cgm_status p2p_abandon_op(p2p_state *st, cudaStream_t caller, int nqueues,
-                          cgm_status status);
-/* This rank's comm broke because rank `culprit` failed (this rank itself,
- * or a peer its wait expired on): raises the notice word of every other
- * rank, the culprit too (it may be alive and waiting in turn), through the
- * peer mapping, by the copy engine, so that their waits give up at once
- * and report it (device.h). A culprit whose process freed its workspace or
- * exited still holds it mapped for us (the driver keeps an imported
- * allocation until its importers close it: test_gpu_ops
- * ipc_store_after_exporter_gone, docs/P2P_BACKEND.md). Once per comm;
- * best effort, bounded (a copy that does not finish within 2 s is left);
- * keeps the thread's error detail. */
-void p2p_tell_peers(p2p_state *st, int culprit);
-
-/* Workspace bytes of the exchange banks for `nranks`. */
-size_t p2p_exchange_bytes(int nranks);
-/* All-gather of `bytes` (at most P2P_XCHG_PAYLOAD) per rank into recv
- * (rank major), through the ranks' workspaces by copy engine: collective
- * among the comm's ranks, in the same order on each; eager, never inside
- * capture. Bounded by the comm's timeout: CGM_ERROR_TIMEOUT naming the
- * ranks whose records never came (and the peers are told); a notice from a
- * peer ends it at once with that peer's error (p2p_notice_error). */
-cgm_status p2p_exchange_host(p2p_state *st, const void *send, void *recv,
-                             size_t bytes, const char *what);
-/* The error for a notice `notice` (cgm_dev_notice(teller, culprit)) seen
- * by this rank: CGM_ERROR_PEER_FAILED when the teller failed itself, else
- * CGM_ERROR_TIMEOUT naming the rank the teller's wait expired on. */
-cgm_status p2p_notice_error(const p2p_state *st, unsigned int notice);
-
-/* Largest partial / recv slot counts any schedule of `nranks` may need. */
-void p2p_slot_needs(int nranks, int64_t max_m, int *partial_slots,
-                    int *recv_slots);
 
 #ifdef __cplusplus
 }

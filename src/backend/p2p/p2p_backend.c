@@ -1,148 +1,16 @@
-/* The p2p backend: probe, init (workspace registration), finalize, the op
- * entry points and the asynchronous error. Execution is in p2p_exec.c. */
+/* The p2p backend's table: probe, init (the workspace, registered and
+ * mapped by every rank), finalize, the autotuner's hooks. An op goes to
+ * p2p_run (p2p_run.c); p2p.h lists the files. */
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "backend/p2p/p2p.h"
+#include "backend/p2p/p2p_exchange.h"
+#include "backend/p2p/p2p_fused.h"
+#include "backend/p2p/p2p_plans.h"
+#include "backend/p2p/p2p_run.h"
+#include "backend/p2p/p2p_signal.h"
+#include "backend/p2p/p2p_timeline.h"
 #include "device/hopper_gemm.h"
-
-static const char *flag_kind_name(int kind) {
-    switch (kind) {
-    case PLAN_FLAG_READY: return "READY";
-    case PLAN_FLAG_DONE: return "DONE";
-    case PLAN_FLAG_FREE: return "FREE";
-    default: return "?";
-    }
-}
-
-/* An expiry of one of this rank's own waits (not a peer's notice): the
- * peers may wait for this rank in turn, so tell them (once). */
-static void tell_of_own_expiry(p2p_state *st) {
-    const cgm_dev_abort_record *r = st->abort_host;
-    if (r && __atomic_load_n(&r->set, __ATOMIC_ACQUIRE) &&
-        r->flag_kind != CGM_DEV_NOTICE_KIND)
-        p2p_tell_peers(st, r->peer);
-}
-
-cgm_status p2p_notice_error(const p2p_state *st, unsigned int notice) {
-    const int me = st->rank, teller = cgm_dev_notice_teller(notice),
-              culprit = cgm_dev_notice_culprit(notice);
-    if (teller == culprit)
-        return cgm_error(CGM_ERROR_PEER_FAILED,
-                         "p2p backend: rank %d stopped waiting for its "
-                         "op at once: rank %d failed during an op (a "
-                         "failure after its streams forked, or its own "
-                         "work not done within its timeout) and told its "
-                         "peers, so the ranks are out of step; the comm "
-                         "is broken: "
-                         "destroy it; rank %d's own error says what "
-                         "failed",
-                         me, culprit, culprit);
-    if (culprit == me)
-        return cgm_error(CGM_ERROR_TIMEOUT,
-                         "p2p backend: rank %d stopped waiting for its "
-                         "op at once: rank %d told it that its wait for "
-                         "this rank expired (expected this rank's op to "
-                         "signal within rank %d's timeout_ms, found it "
-                         "did not: it was waiting for another rank, or "
-                         "its GPU was busy); the comm is broken: destroy "
-                         "it, and look for the rank the others name",
-                         me, teller, teller);
-    return cgm_error(CGM_ERROR_TIMEOUT,
-                     "p2p backend: rank %d stopped waiting for its op "
-                     "at once: rank %d told it that its own wait for "
-                     "rank %d expired (expected every rank to run the "
-                     "same ops in the same order within its timeout_ms, "
-                     "found rank %d never came); the comm is broken: "
-                     "destroy it (and check rank %d)",
-                     me, teller, culprit, culprit, culprit);
-}
-
-cgm_status cgm_p2p_async_error(cgm_comm *comm, void *state) {
-    p2p_state *st = state;
-    if (!st || !st->abort_host) return CGM_SUCCESS;
-    if (__atomic_load_n(&st->abort_host->set, __ATOMIC_ACQUIRE) == 0)
-        return CGM_SUCCESS;
-    const cgm_dev_abort_record *r = st->abort_host;
-    /* A notice: the record holds the teller as its chunk, the culprit as
-     * its peer. */
-    if (r->flag_kind == CGM_DEV_NOTICE_KIND)
-        return p2p_notice_error(st, cgm_dev_notice(r->chunk, r->peer));
-    tell_of_own_expiry(st);
-    if (r->peer == r->waiting_rank)
-        /* A flag this rank raises itself (the one-kernel GEMM+RS's done
-         * flags, AG's own READY cells): its own work did not finish. */
-        return cgm_error(CGM_ERROR_TIMEOUT,
-                         "p2p backend: rank %d waited %.1f ms for its own %s "
-                         "flag of chunk %d (op epoch %llu, flag held %llu) "
-                         "and gave up: expected this rank's GEMM or copy "
-                         "before it to finish within timeout_ms = %lld "
-                         "(COMMGEMM_TIMEOUT_MS); found it still running (a "
-                         "GPU shared with other work, or a timeout too short "
-                         "for the shape); the comm is broken: destroy it, "
-                         "and raise COMMGEMM_TIMEOUT_MS if the GPU is busy",
-                         r->waiting_rank, (double)r->waited_ns / 1e6,
-                         flag_kind_name(r->flag_kind), r->chunk,
-                         (unsigned long long)r->epoch,
-                         (unsigned long long)r->flag_value,
-                         (long long)(comm ? comm->config.timeout_ms : 0));
-    return cgm_error(CGM_ERROR_TIMEOUT,
-                     "p2p backend: rank %d waited %.1f ms for rank %d's %s "
-                     "flag of chunk %d (op epoch %llu, flag held %llu) and "
-                     "gave up: expected every rank to run the same ops in "
-                     "the same order within timeout_ms = %lld "
-                     "(COMMGEMM_TIMEOUT_MS), found rank %d never came; the "
-                     "comm is broken: destroy it (and check rank %d)",
-                     r->waiting_rank, (double)r->waited_ns / 1e6, r->peer,
-                     flag_kind_name(r->flag_kind), r->chunk,
-                     (unsigned long long)r->epoch,
-                     (unsigned long long)r->flag_value,
-                     (long long)(comm ? comm->config.timeout_ms : 0),
-                     r->peer, r->peer);
-}
-
-void p2p_tell_peers(p2p_state *st, int culprit) {
-    if (st->told || st->nranks < 2 || !st->notice_queue ||
-        st->nranks > CGM_DEV_NOTICE_MAX_RANKS)
-        return;
-    st->told = true;
-    int previous = -1;
-    bool moved = cudaGetDevice(&previous) == cudaSuccess &&
-                 previous != st->device &&
-                 cudaSetDevice(st->device) == cudaSuccess;
-    *st->notice_pinned = cgm_dev_notice(st->rank, culprit);
-    cudaError_t e = cudaMemcpyAsync(&st->dev->notice_out, st->notice_pinned,
-                                    sizeof *st->notice_pinned,
-                                    cudaMemcpyHostToDevice, st->notice_queue);
-    int told = 0;
-    for (int d = 0; d < st->nranks && e == cudaSuccess; d++) {
-        if (d == st->rank) continue;
-        cgm_dev_state *peer =
-            (cgm_dev_state *)((char *)st->ws.peer[d] + st->state_offset);
-        e = cudaMemcpyAsync(&peer->notice, &st->dev->notice_out,
-                            sizeof peer->notice, cudaMemcpyDeviceToDevice,
-                            st->notice_queue);
-        told += e == cudaSuccess;
-    }
-    /* Bounded: copy engines do not wait for the queues' kernels. */
-    int64_t deadline = cgm_now_ns() + 2000000000ll;
-    cudaError_t q = cudaErrorNotReady;
-    while (e == cudaSuccess && (q = cudaStreamQuery(st->notice_queue)) ==
-                                   cudaErrorNotReady &&
-           cgm_now_ns() < deadline)
-        usleep(50);
-    if (e != cudaSuccess || q != cudaSuccess) {
-        (void)cudaGetLastError();
-        CGM_WARN(CGM_SUB_P2P, "p2p: rank %d could not tell its peers that "
-                 "its comm broke (%s); they find out by their timeout",
-                 st->rank, cudaGetErrorString(e != cudaSuccess ? e : q));
-    } else {
-        CGM_INFO(CGM_SUB_P2P, "p2p: rank %d told %d peer(s) that its comm "
-                 "broke (culprit rank %d)", st->rank, told, culprit);
-    }
-    if (moved) cudaSetDevice(previous);
-}
 
 /* The comm's device: the NCCL communicator's, or for a LOCAL bootstrap
  * the calling thread's current device (as ncclCommInitRank takes it). */
@@ -183,30 +51,16 @@ static cgm_status p2p_probe(const cgm_comm *comm) {
     return CGM_SUCCESS;
 }
 
-/* Sets the comm's device for the duration of a call. */
-static cgm_status enter_device(const p2p_state *st, int *previous) {
-    cgm_status status = CGM_SUCCESS;
-    CGM_CUDA_TRY(cudaGetDevice(previous));
-    if (*previous != st->device) CGM_CUDA_TRY(cudaSetDevice(st->device));
-fail:
-    return status;
-}
-
-static void leave_device(const p2p_state *st, int previous) {
-    if (previous >= 0 && previous != st->device) cudaSetDevice(previous);
-}
-
 static void state_free(p2p_state *st) {
+    p2p_timeline_free(st);
     p2p_plan_cache_clear(st);
+    p2p_fused_cache_clear(st);
     for (int q = 0; q < P2P_MAX_QUEUES; q++) {
         if (st->queues[q]) cudaStreamDestroy(st->queues[q]);
         if (st->join[q]) cudaEventDestroy(st->join[q]);
         if (st->lt_workspace[q]) cudaFree(st->lt_workspace[q]);
     }
     if (st->fork) cudaEventDestroy(st->fork);
-    if (st->flag_queue) cudaStreamDestroy(st->flag_queue);
-    if (st->flag_pre) cudaEventDestroy(st->flag_pre);
-    if (st->flag_post) cudaEventDestroy(st->flag_post);
     cgm_lt_destroy(st->lt);
     if (st->partial) cudaFree(st->partial);
     if (st->notice_queue) cudaStreamDestroy(st->notice_queue);
@@ -216,99 +70,14 @@ static void state_free(p2p_state *st) {
     if (st->xchg_in) cudaFreeHost(st->xchg_in);
     if (st->xchg_notice) cudaFreeHost(st->xchg_notice);
     free(st->xchg_got);
-    if (st->program_counters) cudaFree(st->program_counters);
-    if (st->done_counts) cudaFree(st->done_counts);
     if (st->abort_host) cudaFreeHost(st->abort_host);
     cgm_peer_mem_destroy(&st->ws);
     free(st);
 }
 
-/* COMMGEMM_P2P_SM_PUSH_BYTES and COMMGEMM_P2P_SM_PUSH_BLOCKS. */
-static cgm_status read_sm_push(p2p_state *st) {
-    cgm_status status = CGM_SUCCESS;
-    int64_t bytes = 0, blocks = 0;
-    CGM_TRY(cgm_param_int_range("COMMGEMM_P2P_SM_PUSH_BYTES", 0, INT64_MAX,
-                                "bytes; 0: every copy on the copy engine",
-                                &bytes));
-    CGM_TRY(cgm_param_int_range("COMMGEMM_P2P_SM_PUSH_BLOCKS", 1, 1024,
-                                "blocks of a comm program that copies",
-                                &blocks));
-    st->sm_push_bytes = bytes;
-    st->sm_push_blocks = (int)blocks;
-fail:
-    return status;
-}
-
-/* The p2p settings (COMMGEMM_P2P_*), read into `st`; *comm_priority: the
- * comm queue's (0 high, 1 low). Local: nothing is allocated. */
-static cgm_status read_settings(p2p_state *st, int *comm_priority_out) {
-    cgm_status status = CGM_SUCCESS;
-    /* In the order of the P2P_PUSH_* values; the first is the default. */
-    static const char *const push_modes[] = {"beside", "pieces", "taper",
-                                             "store", "single"};
-    int push = P2P_PUSH_BESIDE;
-    CGM_TRY(cgm_param_choice("COMMGEMM_P2P_FUSED_PUSH", push_modes, 5, &push));
-    st->fused_push = push;
-    /* COMMGEMM_P2P_SIGNAL: how the comm queue signals after a copy. */
-    static const char *const signal_modes[] = {"auto", "copy", "kernel"};
-    int signal_mode = P2P_SIGNAL_AUTO;
-    CGM_TRY(cgm_param_choice("COMMGEMM_P2P_SIGNAL", signal_modes, 3,
-                             &signal_mode));
-    st->signal_mode = signal_mode;
-    /* COMMGEMM_P2P_PRE_COPY_FLAGS: where the flag steps before a copy run. */
-    static const char *const pre_copy_modes[] = {"inline", "beside"};
-    int pre_copy = 0;
-    CGM_TRY(cgm_param_choice("COMMGEMM_P2P_PRE_COPY_FLAGS", pre_copy_modes, 2,
-                             &pre_copy));
-    st->pre_copy_beside = pre_copy == 1;
-    CGM_TRY(cgm_param_rs_own(&st->rs_own));
-    static const char *const own_waits[] = {"queue", "beside"};
-    int own_waits_mode = 0;
-    CGM_TRY(cgm_param_choice("COMMGEMM_P2P_RS_OWN_WAITS", own_waits, 2,
-                             &own_waits_mode));
-    st->rs_own_waits_beside = own_waits_mode == 1;
-    /* COMMGEMM_P2P_COMM_PRIORITY: the comm queue's stream priority. */
-    static const char *const priorities[] = {"high", "low"};
-    int comm_priority = 0;
-    CGM_TRY(cgm_param_choice("COMMGEMM_P2P_COMM_PRIORITY", priorities, 2,
-                             &comm_priority));
-    /* COMMGEMM_P2P_GEMM_ORDER: one compute queue (in_order, the default)
-     * or two in turn for the GEMM+RS/AR schedules. Two queues let the GPU
-     * run a later GEMM beside or before the one whose push is due; from
-     * one process to the next a push then waited for both GEMMs
-     * (docs/PERFORMANCE.md 4e). */
-    static const char *const gemm_orders[] = {"in_order", "alternate"};
-    int gemm_order = 0;
-    CGM_TRY(cgm_param_choice("COMMGEMM_P2P_GEMM_ORDER", gemm_orders, 2,
-                             &gemm_order));
-    st->rs_compute_queues = gemm_order == 1 ? 2 : 1;
-    /* COMMGEMM_P2P_AG_GEMM_ORDER: the same for AG+GEMM. No push waits on
-     * an AG GEMM, so running the next GEMM beside the previous one's last
-     * wave costs no push; only the whole op's end matters. auto: in order,
-     * and the autotuner measures both (docs/PERFORMANCE.md 4g: either
-     * order wins on some shapes). */
-    static const char *const ag_orders[] = {"auto", "in_order", "alternate"};
-    int ag_gemm_order = 0;
-    CGM_TRY(cgm_param_choice("COMMGEMM_P2P_AG_GEMM_ORDER", ag_orders, 3,
-                             &ag_gemm_order));
-    st->ag_compute_queues = ag_gemm_order == 2 ? 2 : 1;
-    st->ag_order_tuned = ag_gemm_order == 0;
-    /* COMMGEMM_P2P_RUN_ORDER: in the order of plan_run_order. */
-    static const char *const run_orders[] = {"held", "first_step"};
-    int run_order = PLAN_RUNS_HELD;
-    CGM_TRY(cgm_param_choice("COMMGEMM_P2P_RUN_ORDER", run_orders, 2,
-                             &run_order));
-    st->run_order = (plan_run_order)run_order;
-    *comm_priority_out = comm_priority;
-    CGM_TRY(read_sm_push(st));
-    CGM_TRY(cgm_test_fault_read(st->rank, &st->fault));
-fail:
-    return status;
-}
-
 /* This rank's device resources: the workspace (not yet mapped by the
  * peers), slots, queues, cuBLASLt, the kernels loaded. Local. */
-static cgm_status alloc_local(p2p_state *st, int comm_priority) {
+static cgm_status alloc_local(p2p_state *st) {
     cgm_status status = CGM_SUCCESS;
     const cgm_comm *comm = st->comm;
     /* Sizes, from the config's maxima (fp32 elements: the widest dtype). */
@@ -344,13 +113,6 @@ static cgm_status alloc_local(p2p_state *st, int comm_priority) {
     CGM_TRY(cgm_peer_mem_alloc(total, &st->ws));
     if (st->partial_bytes)
         CGM_CUDA_TRY(cudaMalloc(&st->partial, st->partial_bytes));
-    CGM_CUDA_TRY(cudaMalloc((void **)&st->program_counters,
-                            CGM_DEV_PROGRAM_MAX * sizeof(unsigned int)));
-    CGM_CUDA_TRY(cudaMemset(st->program_counters, 0,
-                            CGM_DEV_PROGRAM_MAX * sizeof(unsigned int)));
-    size_t done_bytes = (size_t)st->nranks * P2P_MAX_SPLITS * sizeof(unsigned int);
-    CGM_CUDA_TRY(cudaMalloc((void **)&st->done_counts, done_bytes));
-    CGM_CUDA_TRY(cudaMemset(st->done_counts, 0, done_bytes));
     CGM_CUDA_TRY(cudaHostAlloc((void **)&st->abort_host,
                                sizeof *st->abort_host, cudaHostAllocMapped));
     memset((void *)st->abort_host, 0, sizeof *st->abort_host);
@@ -386,10 +148,9 @@ static cgm_status alloc_local(p2p_state *st, int comm_priority) {
          * kernels are one thread each, and a wait or signal kernel queued
          * at a lower priority than a pending GEMM is dispatched only once
          * every block of that GEMM has been, so a push could wait for a
-         * whole GEMM (docs/PERFORMANCE.md 4d).
-         * COMMGEMM_P2P_COMM_PRIORITY=low puts it at the lowest instead. */
+         * whole GEMM. */
         int below = greatest < least ? greatest + 1 : greatest;
-        int prio = q > 0 ? below : comm_priority == 1 ? least : greatest;
+        int prio = q > 0 ? below : greatest;
         CGM_CUDA_TRY(cudaStreamCreateWithPriority(
             &st->queues[q], cudaStreamNonBlocking, prio));
         CGM_CUDA_TRY(cudaEventCreateWithFlags(&st->join[q],
@@ -403,15 +164,6 @@ static cgm_status alloc_local(p2p_state *st, int comm_priority) {
                                               cudaStreamNonBlocking, greatest));
     CGM_CUDA_TRY(cudaStreamCreateWithPriority(&st->xchg_queue,
                                               cudaStreamNonBlocking, greatest));
-    /* COMMGEMM_P2P_PRE_COPY_FLAGS=beside: the queue of the flag steps before
-     * a copy, as high as the comm queue. */
-    if (st->pre_copy_beside) {
-        CGM_CUDA_TRY(cudaStreamCreateWithPriority(
-            &st->flag_queue, cudaStreamNonBlocking,
-            comm_priority == 1 ? least : greatest));
-        CGM_CUDA_TRY(cudaEventCreateWithFlags(&st->flag_pre, cudaEventDisableTiming));
-        CGM_CUDA_TRY(cudaEventCreateWithFlags(&st->flag_post, cudaEventDisableTiming));
-    }
     CGM_CUDA_TRY(cudaDeviceGetAttribute(&st->sm_count,
                                         cudaDevAttrMultiProcessorCount,
                                         st->device));
@@ -440,20 +192,19 @@ static cgm_status p2p_init(cgm_comm *comm, void **state) {
     st->nranks = comm->nranks;
     st->device = comm->cuda_device = comm_device(comm);
     st->timeout_ms = comm->config.timeout_ms;
-    int comm_priority = 0;
     /* Every step that can fail on one rank alone ends in an exchange of
      * verdicts, so that a failure on any rank fails the create on every
      * rank at once, naming it, instead of leaving the peers to wait out
      * the timeout (or, past the last exchange, to make a comm whose first
      * op waits for a rank that has none). */
-    status = read_settings(st, &comm_priority);
-    if (status == CGM_SUCCESS) status = enter_device(st, &previous);
-    CGM_TRY(cgm_gpu_agree(comm, status, "reading the p2p settings"));
+    status = cgm_test_fault_read(st->rank, &st->fault);
+    if (status == CGM_SUCCESS) status = p2p_enter_device(st, &previous);
+    CGM_TRY(cgm_gpu_agree(comm, status, "starting the p2p backend"));
     CGM_TRY(cgm_check_node_peers(comm, st->device));
-    CGM_TRY(cgm_gpu_agree(comm, alloc_local(st, comm_priority),
+    CGM_TRY(cgm_gpu_agree(comm, alloc_local(st),
                           "making the p2p backend's device resources"));
     CGM_TRY(cgm_peer_mem_open(comm, &st->ws));
-    leave_device(st, previous);
+    p2p_leave_device(st, previous);
     *state = st;
     return CGM_SUCCESS;
 fail:
@@ -468,7 +219,7 @@ static cgm_status p2p_finalize(cgm_comm *comm, void *state) {
     cgm_status status = CGM_SUCCESS;
     int previous = -1;
     if (!st) return CGM_SUCCESS;
-    if (enter_device(st, &previous) == CGM_SUCCESS) {
+    if (p2p_enter_device(st, &previous) == CGM_SUCCESS) {
         /* Waits are bounded, so this is too. */
         for (int q = 0; q < P2P_MAX_QUEUES; q++)
             if (st->queues[q]) (void)cudaStreamSynchronize(st->queues[q]);
@@ -476,7 +227,7 @@ static cgm_status p2p_finalize(cgm_comm *comm, void *state) {
          * meet once more, unless the comm is broken (peers may be gone). */
         bool broken = comm->broken != CGM_SUCCESS ||
                       (st->abort_host && st->abort_host->set);
-        tell_of_own_expiry(st); /* one nobody asked about yet */
+        p2p_tell_of_own_expiry(st); /* one nobody asked about yet */
         if (!broken && st->nranks > 1) {
             int one = 1, *all = calloc((size_t)st->nranks, sizeof(int));
             if (all) {
@@ -492,48 +243,34 @@ static cgm_status p2p_finalize(cgm_comm *comm, void *state) {
     return status;
 }
 
-/* The entry points share one path: the call carries the op. */
-static cgm_status p2p_run(cgm_comm *comm, void *state, const cgm_call *call) {
-    p2p_state *st = state;
-    int previous = -1;
-    cgm_status status = cgm_p2p_async_error(comm, st);
-    if (status != CGM_SUCCESS) return status;
-    CGM_TRY(enter_device(st, &previous));
-    status = p2p_execute(st, call);
-fail:
-    leave_device(st, previous);
-    return status;
-}
-
 /* ---- autotuner candidates (the other hooks are gpu_tune.c's) ---- */
 
 /* Smaller cuBLASLt chunks lose more than the earlier start wins. */
 #define P2P_TUNE_MIN_PIECE_ROWS 128
 
 /* The fused kernel with 2, 4 and 8 pieces per shard where it can run the
- * call (as many as fit; measured on nvidia-h200-x2, docs/PERFORMANCE.md 4c:
- * 1 piece was never best, and the comm-bound GEMM+RS shapes want 4 or 8);
- * with COMMGEMM_P2P_FUSED_PUSH=pieces, whose READY kernels between the
- * copies make more pieces cost more, 1, 2 and 4. */
+ * call (as many as fit: 1 piece is never best, and the comm-bound GEMM+RS
+ * shapes want 4 or 8). */
 static int add_fused_candidates(const p2p_state *st, const cgm_comm *comm,
                                 const cgm_call *call, cgm_tune_candidate *out,
                                 int n) {
     if (!p2p_fused_tunable(st, call)) return n;
     int64_t shard = cgm_ceil_div(call->m, comm->nranks);
-    static const int serial[] = {1, 2, 4}, usual[] = {2, 4, 8};
-    const int *pieces = st->fused_push == P2P_PUSH_PIECES ? serial : usual;
+    static const int pieces[] = {2, 4, 8};
     for (int i = 0; i < 3 && n < CGM_TUNE_MAX_CANDIDATES; i++)
         if (i == 0 || shard >= (int64_t)pieces[i] * CGM_HGEMM_TILE_M)
             out[n++] = (cgm_tune_candidate){CGM_ALGO_FUSED, pieces[i], 0};
     return n;
 }
 
-/* COMMGEMM_P2P_AG_GEMM_ORDER=auto: AG+GEMM's split candidates once more
- * with their GEMMs on two compute queues (after the others, as many as
- * fit). */
-static int add_order_twins(const p2p_state *st, const cgm_call *call,
-                           cgm_tune_candidate *out, int n) {
-    if (!st->ag_order_tuned || call->op != CGM_OP_ALL_GATHER_GEMM) return n;
+/* AG+GEMM's split candidates once more with their chunk GEMMs on two
+ * compute queues in turn (after the others, as many as fit): no push
+ * waits on an AG GEMM, so a GEMM whose rows have arrived may start on the
+ * SMs that the previous one's last wave leaves idle; either order wins on
+ * some shapes. */
+static int add_order_twins(const cgm_call *call, cgm_tune_candidate *out,
+                           int n) {
+    if (call->op != CGM_OP_ALL_GATHER_GEMM) return n;
     int base = n;
     for (int i = 0; i < base && n < CGM_TUNE_MAX_CANDIDATES; i++)
         if (out[i].algo == CGM_ALGO_SPLIT_PIPELINED)
@@ -545,12 +282,11 @@ static int add_order_twins(const p2p_state *st, const cgm_call *call,
 static int p2p_tune_candidates(const cgm_comm *comm, const cgm_call *call,
                                cgm_tune_candidate *out) {
     int n = cgm_tune_plan_candidates(call->m, comm->nranks,
-                                     P2P_TUNE_MIN_PIECE_ROWS,
-                                     cgm_tune_lead_on(call), out);
+                                     P2P_TUNE_MIN_PIECE_ROWS, out);
     const p2p_state *st = comm->backend_state[CGM_BACKEND_P2P];
     if (!st) return n;
     n = add_fused_candidates(st, comm, call, out, n);
-    return add_order_twins(st, call, out, n);
+    return add_order_twins(call, out, n);
 }
 
 /* The tuner's exchanges go through the workspace, like the agreement

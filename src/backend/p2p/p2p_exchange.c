@@ -15,7 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend/p2p/p2p.h"
+#include "backend/p2p/p2p_exchange.h"
+#include "backend/p2p/p2p_signal.h"
 
 static uint64_t record_sum(uint64_t seq, const unsigned char *payload,
                            size_t bytes) {

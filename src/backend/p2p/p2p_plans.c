@@ -4,7 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/p2p/p2p.h"
+#include "backend/p2p/p2p_exchange.h"
+#include "backend/p2p/p2p_plans.h"
 
 /* ------------------------------------------------------------ slot sizing */
 
@@ -60,9 +61,7 @@ static void entry_clear(p2p_plan_entry *e) {
 }
 
 void p2p_plan_cache_clear(p2p_state *st) {
-    p2p_timeline_free(st);
     for (int i = 0; i < P2P_PLAN_CACHE; i++) entry_clear(&st->plans[i]);
-    p2p_fused_cache_clear(st);
 }
 
 static bool same_request(const plan_request *a, const plan_request *b) {
@@ -71,8 +70,7 @@ static bool same_request(const plan_request *a, const plan_request *b) {
            a->compute_queues == b->compute_queues &&
            a->has_gemm == b->has_gemm &&
            a->has_collective == b->has_collective &&
-           a->own_addends == b->own_addends &&
-           a->own_waits_beside == b->own_waits_beside;
+           a->own_addends == b->own_addends;
 }
 
 cgm_status p2p_plan_lookup(p2p_state *st, const plan_request *req,
@@ -119,7 +117,7 @@ cgm_status p2p_plan_lookup(p2p_state *st, const plan_request *req,
     victim->events = calloc((size_t)(p->nsteps ? p->nsteps : 1),
                             sizeof(cudaEvent_t));
     victim->units = calloc((size_t)(p->nsteps ? p->nsteps : 1),
-                           sizeof(plan_unit));
+                           sizeof(p2p_unit));
     if (!victim->events || !victim->units) {
         status = cgm_error(CGM_ERROR_OUT_OF_MEMORY, "events of a plan");
         goto fail;

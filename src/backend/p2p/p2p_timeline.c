@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/p2p/p2p.h"
+#include "backend/p2p/p2p_timeline.h"
 
 void p2p_timeline_free(p2p_state *st) {
     p2p_timeline *t = &st->timeline;

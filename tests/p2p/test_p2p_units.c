@@ -1,7 +1,6 @@
-/* The p2p executor's enqueue order (plan_units): over every schedule of
+/* The p2p executor's enqueue order (p2p_units): over every schedule of
  * small m, P up to 8, every rank, splits and compute queues, with and
- * without copies in runs, runs held back or emitted at their first step,
- * the order keeps every queue's plan order, puts
+ * without copies in runs, the order keeps every queue's plan order, puts
  * each step after the steps it depends on, forms only valid runs, and
  * never enqueues a WAIT of a compute queue before a comm step that precedes
  * it in plan order (the rule whose breach hung AG+GEMM on the GPUs). */
@@ -9,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/p2p/p2p_units.h"
 #include "harness.h"
-#include "plan/plan.h"
 
 /* 0, or -1 with the first violation in err. pos[i]: the unit of step i. */
-static int check_units(const plan *p, const plan_unit *u, int n, int max_run,
+static int check_units(const plan *p, const p2p_unit *u, int n, int max_run,
                        bool copies_join, char *err, size_t len) {
     int *pos = malloc((size_t)(p->nsteps ? p->nsteps : 1) * sizeof *pos);
     int rc = -1;
@@ -78,7 +77,7 @@ out:
 
 static void test_all_schedules(const void *param) {
     (void)param;
-    static const int sizes[] = {1, 2, 3, 4, 8}, run_limits[] = {1, 2, PLAN_UNIT_MAX};
+    static const int sizes[] = {1, 2, 3, 4, 8}, run_limits[] = {1, 2, P2P_UNIT_MAX};
     static const int64_t ms[] = {1, 7, 64, 1000};
     int checked = 0, runs = 0;
     char err[512];
@@ -102,16 +101,14 @@ static void test_all_schedules(const void *param) {
                                 plan p;
                                 memset(&p, 0, sizeof p);
                                 if (plan_build(&req, &p, err, (int)sizeof err) != 0) continue;
-                                plan_unit *u = calloc((size_t)(p.nsteps ? p.nsteps : 1), sizeof *u);
-                                for (int cj = 0; cj < 4; cj++)
+                                p2p_unit *u = calloc((size_t)(p.nsteps ? p.nsteps : 1), sizeof *u);
+                                for (int cj = 0; cj < 2; cj++)
                                     for (size_t li = 0; li < 3; li++) {
-                                        plan_run_order order = cj >= 2 ? PLAN_RUNS_AT_FIRST_STEP : PLAN_RUNS_HELD;
-                                        int n = plan_units(&p, cj & 1, run_limits[li], order, u);
-                                        if (check_units(&p, u, n, run_limits[li], cj & 1, err, sizeof err) != 0)
-                                            TEST_FAIL("%s %s P=%d r=%d m=%lld S=%d cq=%d copies=%d max=%d order=%d: %s",
+                                        int n = p2p_units(&p, cj, run_limits[li], u);
+                                        if (check_units(&p, u, n, run_limits[li], cj, err, sizeof err) != 0)
+                                            TEST_FAIL("%s %s P=%d r=%d m=%lld S=%d cq=%d copies=%d max=%d: %s",
                                                       plan_op_name(req.op), plan_algo_name(req.algo), req.nranks,
-                                                      r, (long long)req.m, S, cq, cj & 1, run_limits[li], (int)order,
-                                                      err);
+                                                      r, (long long)req.m, S, cq, cj, run_limits[li], err);
                                         for (int k = 0; k < n; k++) runs += u[k].nsteps > 1;
                                         if (run_limits[li] == 1) CHECK_INT_EQ(n, p.nsteps);
                                         checked++;
@@ -125,7 +122,7 @@ static void test_all_schedules(const void *param) {
 }
 
 /* The kind of step j of unit u. */
-static plan_step_kind kind_of(const plan *p, const plan_unit *u, int j) {
+static plan_step_kind kind_of(const plan *p, const p2p_unit *u, int j) {
     return p->steps[u->steps[j]].kind;
 }
 
@@ -155,9 +152,9 @@ static void test_ag_split_order(const void *param) {
     plan p;
     char err[512];
     ag_split_p2_plan(&p);
-    plan_unit u[16];
+    p2p_unit u[16];
     CHECK(p.nsteps <= 16);
-    int n = plan_units(&p, true, PLAN_UNIT_MAX, PLAN_RUNS_HELD, u);
+    int n = p2p_units(&p, true, P2P_UNIT_MAX, u);
     CHECK_INT_EQ(n, 4);
     CHECK_INT_EQ(kind_of(&p, &u[0], 0), PLAN_GEMM);
     CHECK_INT_EQ(u[1].nsteps, 4);
@@ -167,51 +164,18 @@ static void test_ag_split_order(const void *param) {
     CHECK_INT_EQ(kind_of(&p, &u[1], 3), PLAN_SIGNAL);
     CHECK_INT_EQ(kind_of(&p, &u[2], 0), PLAN_WAIT);
     CHECK_INT_EQ(p.steps[u[2].steps[0]].queue, 1);
-    CHECK_INT_EQ(check_units(&p, u, n, PLAN_UNIT_MAX, true, err, sizeof err), 0);
-    plan_unit swapped = u[1];
+    CHECK_INT_EQ(check_units(&p, u, n, P2P_UNIT_MAX, true, err, sizeof err), 0);
+    p2p_unit swapped = u[1];
     u[1] = u[2];
     u[2] = swapped;
-    CHECK_INT_EQ(check_units(&p, u, n, PLAN_UNIT_MAX, true, err, sizeof err), -1);
+    CHECK_INT_EQ(check_units(&p, u, n, P2P_UNIT_MAX, true, err, sizeof err), -1);
     CHECK_CONTAINS(err, "is enqueued before comm step");
-    plan_free(&p);
-}
-
-/* The same plan with runs at their first step: the run goes before the own
- * GEMM (a GEMM that fills every SM cannot hold it back), and the order
- * still passes the checker. */
-static void test_ag_split_order_first_step(const void *param) {
-    (void)param;
-    plan p;
-    char err[512];
-    ag_split_p2_plan(&p);
-    plan_unit u[16];
-    CHECK(p.nsteps <= 16);
-    /* Copies on the copy engine: the run is "signal free, wait free", the
-     * copy alone, then "signal ready", all before the GEMM's wait. */
-    int n = plan_units(&p, false, PLAN_UNIT_MAX, PLAN_RUNS_AT_FIRST_STEP, u);
-    CHECK_INT_EQ(n, 6);
-    CHECK_INT_EQ(u[0].nsteps, 2);
-    CHECK_INT_EQ(kind_of(&p, &u[0], 0), PLAN_SIGNAL);
-    CHECK_INT_EQ(kind_of(&p, &u[0], 1), PLAN_WAIT);
-    CHECK_INT_EQ(kind_of(&p, &u[1], 0), PLAN_GEMM);
-    CHECK_INT_EQ(kind_of(&p, &u[2], 0), PLAN_COPY);
-    CHECK_INT_EQ(kind_of(&p, &u[3], 0), PLAN_SIGNAL);
-    CHECK_INT_EQ(kind_of(&p, &u[4], 0), PLAN_WAIT);
-    CHECK_INT_EQ(p.steps[u[4].steps[0]].queue, 1);
-    CHECK_INT_EQ(check_units(&p, u, n, PLAN_UNIT_MAX, false, err, sizeof err), 0);
-    /* Copies in runs: one run of all four comm steps, first. */
-    n = plan_units(&p, true, PLAN_UNIT_MAX, PLAN_RUNS_AT_FIRST_STEP, u);
-    CHECK_INT_EQ(n, 4);
-    CHECK_INT_EQ(u[0].nsteps, 4);
-    CHECK_INT_EQ(kind_of(&p, &u[1], 0), PLAN_GEMM);
-    CHECK_INT_EQ(check_units(&p, u, n, PLAN_UNIT_MAX, true, err, sizeof err), 0);
     plan_free(&p);
 }
 
 static void register_cases(void) {
     test_add("all_schedules", test_all_schedules, NULL);
     test_add("ag_split_order", test_ag_split_order, NULL);
-    test_add("ag_split_order_first_step", test_ag_split_order_first_step, NULL);
 }
 
 int main(int argc, char **argv) { return test_main(argc, argv, register_cases); }

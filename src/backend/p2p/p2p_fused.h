@@ -1,0 +1,31 @@
+/* The fused executor (p2p_fused.c): CGM_ALGO_FUSED, where commgemm's own
+ * Hopper GEMM waits for its inputs per tile (p2p_fused_ops.h). */
+#ifndef COMMGEMM_P2P_FUSED_H
+#define COMMGEMM_P2P_FUSED_H
+
+#include "backend/p2p/p2p.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Whether the fused algorithm can run `call`, from what every rank decides
+ * alike (else *why, a static string, says why; `why` may be NULL; the call
+ * then runs chunked on every rank). */
+bool p2p_fused_applies(const p2p_state *st, const cgm_call *call,
+                       const char **why);
+/* applies() holds and this rank's operands suit the kernel too: the
+ * tuner's test (ranks whose lists differ fall back to the default), and
+ * whether commgemm's kernel can add a GEMM+RS own piece's partials. */
+bool p2p_fused_tunable(const p2p_state *st, const cgm_call *call);
+/* Runs a call it applies to, validated and agreed by p2p_run, with
+ * call->splits pieces per shard (0: the default). */
+cgm_status p2p_fused_execute(p2p_state *st, const cgm_call *call);
+/* Frees the cache, and the tile orders kept for captured graphs. */
+void p2p_fused_cache_clear(p2p_state *st);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COMMGEMM_P2P_FUSED_H */
