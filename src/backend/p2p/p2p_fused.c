@@ -734,13 +734,14 @@ static const char *single_problem(const p2p_state *st, const cgm_call *c,
     if ((size_t)c->m * (size_t)c->n * cgm_dtype_size(pd) > st->partial_bytes)
         return "the partial workspace holds fewer than m rows";
     const char *why = NULL;
-    return cgm_hgemm_supported(a, &why) ? NULL : why;
+    if (!cgm_hgemm_supported(a, &why)) return why;
+    return "the kernel has no split output";
 }
 
 static cgm_hgemm_args single_args(const p2p_state *st, const cgm_call *c,
                                   const p2p_fused_entry *e, int S,
                                   cgm_dtype pd) {
-    int r = st->rank, P = st->nranks;
+    int P = st->nranks;
     int64_t block = cgm_ceil_div(c->m, P);
     size_t stride = (size_t)block * (size_t)c->n * cgm_dtype_size(pd);
     cgm_hgemm_args a = base_args(st, c);
@@ -750,18 +751,8 @@ static cgm_hgemm_args single_args(const p2p_state *st, const cgm_call *c,
     a.out_dtype = pd;
     a.y = st->partial;
     a.ldy = c->n;
-    a.y_own = c->y.data;
-    a.ldy_own = cgm_matrix_ld(&c->y);
-    a.y_own_row0 = plan_shard_offset(c->m, r, P);
-    a.y_own_rows = plan_shard_rows(c->m, r, P);
     a.m_block_order = e->order;
     peer_addends(st, &a, S, pd, c->n, piece_rows(c->m, P, S), stride);
-    plan_flag done = {PLAN_FLAG_DONE, 0};
-    a.done_count = st->done_counts;
-    a.done_flags = p2p_flag_from(st, r, done);
-    a.done_shard_rows = block;
-    a.done_rows_per_piece = a.rows_per_flag;
-    a.done_pieces_per_shard = S;
     return a;
 }
 
