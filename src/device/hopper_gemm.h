@@ -124,8 +124,10 @@ typedef struct cgm_hgemm_args {
      * every grid-th tile, so CTAs that run faster (under the static order
      * some CTAs' tiles take longer) take more tiles and the launch ends
      * when the average CTA would. One launch at a time per counter (stream
-     * order), as with cuBLASLt's workspace. NULL: the static schedule. The
-     * ping-pong kernel with TMA-loaded addends keeps the static one. */
+     * order), as with cuBLASLt's workspace. NULL: the static schedule.
+     * cgm_hgemm takes the counter for plain GEMMs only (no row flags, no
+     * addends), where it measured faster or the same; other calls keep the
+     * static schedule and leave the counter alone. */
     unsigned int *tile_counter;
 } cgm_hgemm_args;
 

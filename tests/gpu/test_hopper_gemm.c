@@ -418,9 +418,10 @@ static void case_many_tiles(const void *p) {
 /* The dynamic tile schedule (tile_counter), each case launched twice with
  * the same counter: grids of 1, 3 and 7 CTAs (many claims each, an odd
  * count per consumer), a single tile, the whole GPU on 2048x3072x1000 and
- * 4096x4096x256 (more claims than CTAs); row flags with the reversed tile
- * order, bias, accumulate, every output dtype, odd ldy and an unaligned Y.
- * Exact results, and the counter zero after every launch. */
+ * 4096x4096x256 (more claims than CTAs); bias, accumulate, every output
+ * dtype, odd ldy and an unaligned Y. Two cases have row flags with the
+ * reversed tile order, which take the static schedule with the counter
+ * given. Exact results, and the counter zero after every launch. */
 static void case_dynamic(const void *p) {
     (void)p;
     const gemm_case cases[] = {

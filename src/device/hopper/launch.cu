@@ -160,6 +160,13 @@ bool auto_pingpong(int64_t m, int64_t n, int64_t k) {
            (k <= 4096 && (n >= 16384 || (n >= 4096 && (m * n >= ((int64_t)1 << 25) || m > 4096))));
 }
 
+/* Whether a call takes the dynamic tile schedule when the caller passes a
+ * tile_counter: plain GEMMs only (no row flags, no addends). There it lets
+ * the ping-pong kernel's CTAs, which under the static order end at
+ * different times, finish together; with the fused all-gather's row flags
+ * it measured slower, and the addend forms were not measured with it. */
+bool dynamic_pays(const cgm_hgemm_args *a) { return a->tile_counter && !a->row_flags && a->naddends == 0; }
+
 /* Whether the current device is sm_90, its id and SM count; cached per
  * device (attribute queries are cheap, but this runs on every call). */
 bool is_sm90(int *dev_out, int *sm_count) {
@@ -253,7 +260,7 @@ void params_shape(const cgm_hgemm_args *a, int tile_n, hgemm_params *p) {
     p->tiles_n = (int)((a->n + tile_n - 1) / tile_n);
     coords_init(p);
     p->k_blocks = (int)((a->k + kTileK - 1) / kTileK);
-    p->tile_counter = a->tile_counter; /* the helper kernel ignores it */
+    p->tile_counter = dynamic_pays(a) ? a->tile_counter : nullptr;
     p->m_block_order = a->m_block_order;
     p->y = a->y;
     p->ldy = a->ldy;
