@@ -273,39 +273,6 @@ __device__ __forceinline__ uint32_t add_addends_slots(const hgemm_params &p, flo
     return uses;
 }
 
-/* The helper's addend-flag handoff without TMA loads: for each tile of the
- * CTA, in tile order, it waits for the addend flags of the tile's rows and
- * arrives on ready[c] of the tile's consumer c, which waits on ready[c]
- * (shared memory) instead of polling the flags itself after its main loop
- * and then arrives on taken[c]. Before the next ready[c] the helper waits
- * for that taken[c], so both barriers alternate strictly. After a wait
- * gave up the helper still arrives (later waits return at once). */
-__device__ void addend_flag_helper(const hgemm_params &p, uint32_t ready_bar, uint32_t taken_bar) {
-    int tiles = p.tiles_m * p.tiles_n;
-    unsigned long long epoch = flag_epoch(p);
-    /* Per consumer (bit c): whether ready[c] was given yet, and the parity
-     * of taken[c]'s phase to wait for next (bits, not an indexed array:
-     * that would live in local memory). */
-    uint32_t given = 0, parity = 0;
-    for (int i = 0;; i++) {
-        long long tl = blockIdx.x + (long long)i * gridDim.x;
-        if (tl >= tiles) break;
-        int tm, tn;
-        tile_coords(p, (int)tl, &tm, &tn);
-        int c = i & 1;
-        if ((given >> c) & 1) {
-            mbar_wait(taken_bar + 8 * c, (parity >> c) & 1);
-            parity ^= 1u << c;
-        }
-        if (!gave_up(p)) {
-            wait_addend_rows(p, tm * kTileM, kTileM, epoch, 0, p.naddends);
-            __threadfence();
-        }
-        mbar_arrive(ready_bar + 8 * c);
-        given |= 1u << c;
-    }
-}
-
 /* A tensor map of addend_maps by constant indices (see param_at). */
 __device__ __forceinline__ const CUtensorMap *addend_map(const addend_maps &am, int i) {
     switch (i) {

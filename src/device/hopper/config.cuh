@@ -26,9 +26,9 @@ template <bool kPP> struct cfg {
     static constexpr int stage_bytes = kStageBytesA + bytes_b;
     /* 1024: the 128B-swizzle pattern repeats every 8 rows x 128 bytes, and
      * TMA and wgmma both assume the pattern starts at a 1024-byte boundary.
-     * Barriers: full and empty per stage, two turn barriers, and two ready
-     * and two taken barriers; the addend slots' barriers are smem_of's. */
-    static constexpr int smem_bytes = 1024 + stages * stage_bytes + (2 * stages + 6) * 8;
+     * Barriers: full and empty per stage and two turn barriers; the addend
+     * slots' barriers are smem_of's. */
+    static constexpr int smem_bytes = 1024 + stages * stage_bytes + (2 * stages + 2) * 8;
     static_assert(smem_bytes <= 227 * 1024, "shared memory per block");
 };
 

@@ -56,9 +56,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t full_bar = slots + (kHelper ? 2 * kAddendSlot : 0); /* kStages x 8 bytes */
     uint32_t empty_bar = full_bar + kStages * 8;                 /* kStages x 8 bytes */
     uint32_t turn_bar = empty_bar + kStages * 8;                 /* 2 x 8 bytes (ping-pong) */
-    uint32_t ready_bar = turn_bar + 16;                          /* 2 x 8 bytes (addend_flag_helper) */
-    uint32_t taken_bar = ready_bar + 16;                         /* 2 x 8 bytes (addend_flag_helper) */
-    uint32_t afull_bar = taken_bar + 16;                         /* 2 x 2 x 8 bytes (addend_tma_helper) */
+    uint32_t afull_bar = turn_bar + 16;                          /* 2 x 2 x 8 bytes (addend_tma_helper) */
     uint32_t aempty_bar = afull_bar + 32;                        /* 2 x 8 bytes (addend_tma_helper) */
     /* then the tile queue (kQueueBytes) and the producer's map of ready m
      * tiles (kReadyTiles / 8 bytes, produce) */
@@ -82,8 +80,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_init(turn_bar + 8, 1);
         if (kHelper)
             for (int c = 0; c < 2; c++) {
-                mbar_init(ready_bar + 8 * c, 1);
-                mbar_init(taken_bar + 8 * c, 1);
                 mbar_init(afull_bar + 16 * c, 1); /* the helper's arrive.expect_tx */
                 mbar_init(afull_bar + 16 * c + 8, 1);
                 mbar_init(aempty_bar + 8 * c, 4); /* one arrive per warp of the reading consumer */
@@ -109,12 +105,7 @@ __global__ void __launch_bounds__(kThreads, 1)
          * threadIdx.x == 32 here would keep the producer's k loop in
          * ordinary registers. */
         if (kHelper && __shfl_sync(0xFFFFFFFFu, (int)(threadIdx.x / 32), 0) == 1) {
-            if (threadIdx.x == 32) {
-                if (p.addend_tma)
-                    addend_tma_helper(p, amaps, slots, afull_bar, aempty_bar);
-                else if (p.addend_waits)
-                    addend_flag_helper(p, ready_bar, taken_bar);
-            }
+            if (threadIdx.x == 32) addend_tma_helper(p, amaps, slots, afull_bar, aempty_bar);
             return;
         }
         if (threadIdx.x != 0) return;
@@ -233,8 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1)
      * every ring position before i * k_blocks has completed. The turn
      * barriers alternate strictly, so their parity is unambiguous. */
     uint32_t turn_phase = 0;
-    int taken = 0;      /* tiles whose flags this consumer took from the helper */
-    uint32_t auses = 0; /* addend_tma: this consumer's uses of its full barriers */
+    uint32_t auses = 0; /* the helper kernel: this consumer's uses of its full barriers */
     for (long long i = consumer;; i += 2) {
         int t;
         if (dynamic) {
@@ -287,7 +277,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_wait<0>();
         fence_accumulators(d);
         if (leader) mbar_arrive(empty_bar + 8 * prev);
-        if (kHelper && p.addend_tma) {
+        if (kHelper) { /* launch.cu runs it only when the helper loads the addends */
             uint32_t afull = afull_bar + 16 * consumer;
             if (p.addend_dtype == CGM_DTYPE_BF16)
                 auses = add_addends_slots<__nv_bfloat16>(p, d, slots, afull, aempty_bar, auses);
@@ -296,15 +286,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             else
                 auses = add_addends_slots<float>(p, d, slots, afull, aempty_bar, auses);
         } else {
-            if (kHelper && p.addend_waits) {
-                /* taken is the same in every lane, but the compiler cannot
-                 * tell (it is counted under a branch); the broadcast keeps
-                 * the consumer loop on the uniform datapath. */
-                mbar_wait(ready_bar + 8 * consumer, (uint32_t)(__shfl_sync(0xFFFFFFFFu, taken++, 0) & 1));
-                if (leader) mbar_arrive(taken_bar + 8 * consumer);
-            } else if (p.addend_waits) {
-                wait_addend_flags(p, (long long)tm * kTileM, kTileM, consumer, epoch);
-            }
+            if (p.addend_waits) wait_addend_flags(p, (long long)tm * kTileM, kTileM, consumer, epoch);
             if (p.naddends) add_addends_tile<OutT>(p, d, tm * kTileM, tn * C::tile_n);
         }
         epilogue<OutT, 0, 16, false>(p, d, tm * kTileM, tn * C::tile_n);
