@@ -1,4 +1,4 @@
-/* commgemm's own sm_90a GEMM (hopper_gemm.cu), C entry points.
+/* commgemm's own sm_90a GEMM (src/device/hopper/), C entry points.
  *
  *   Y[m, n] = X[m, k] . W[n, k]^T (+ bias[n]) (+ Y when accumulate)
  *
@@ -96,8 +96,8 @@ typedef struct cgm_hgemm_args {
     /* Fused reduce-scatter hooks (naddends 0: none). Addends 8-byte aligned
      * (fp32) or 4-byte aligned (16-bit), addend_ld even. In the ping-pong
      * variant, addends that are 16-byte aligned with rows a multiple of 16
-     * bytes apart are loaded by TMA ahead of the epilogue (faster;
-     * docs/HOPPER_GEMM.md, "Addends by TMA"); others by the epilogue. */
+     * bytes apart are loaded by TMA ahead of the epilogue (faster); others
+     * by the epilogue. */
     int naddends;
     const void *addend[CGM_HGEMM_MAX_ADDENDS];
     int64_t addend_ld;
@@ -118,73 +118,18 @@ typedef struct cgm_hgemm_args {
     int report_chunks_per_shard;
     int report_addend_peer[CGM_HGEMM_MAX_ADDENDS];
     int report_addend_chunk0;
-    /* Optional split output (the fused GEMM+RS in one kernel): when y_own
-     * is not NULL, only rows [y_own_row0, y_own_row0 + y_own_rows) of Y
-     * (whole 128-row tiles) get the epilogue (bias, accumulate, addends)
-     * and are stored at y_own (row stride ldy_own, its row 0 = Y row
-     * y_own_row0); the addends' row 0 (and their flags' rows) is then Y row
-     * y_own_row0. Every other row is stored to y as a plain partial
-     * (X . W^T only, out_dtype). */
-    void *y_own;
-    int64_t ldy_own, y_own_row0, y_own_rows;
-    /* Optional per-piece completion of those partial rows: rows come in
-     * shards of done_shard_rows (a multiple of 128) cut into pieces of
-     * done_rows_per_piece (a multiple of 128), at most
-     * done_pieces_per_shard per shard. When every tile of piece q of shard
-     * j is stored, the kernel sets done_flags[j * done_pieces_per_shard +
-     * q] to the epoch (release, after a GPU-scope fence) and resets
-     * done_count of that cell (device memory, zero before the first
-     * launch; the kernel leaves it zero). Cells of the y_own shard are not
-     * touched. When the y_own rows wait (addend_flags) for data that other
-     * shards' done flags lead to, m_block_order must put the y_own tiles
-     * last: the tile groups then never mix them with other shards' tiles
-     * (cgm_hgemm sizes its tile groups to divide done_shard_rows / 128 and
-     * done_rows_per_piece / 128: pieces also finish one after the other), so every
-     * CTA reaches all of its other-shard tiles before it waits. */
-    unsigned int *done_count;
-    unsigned long long *done_flags;
-    int64_t done_shard_rows, done_rows_per_piece;
-    int done_pieces_per_shard;
-    /* Optional stream-K tail (docs/HOPPER_GEMM.md, "Stream-K tail"). When
-     * the tiles do not fill the last wave of the persistent grid, the
-     * kernel can cut the last wave plus one full wave along k, so that
-     * every CTA does the same number of k blocks; two CTAs then share a
-     * tile, and the one that finishes second adds the other's fp32 partial
-     * and stores the tile (the sum of two partials does not depend on who
-     * comes second: results are deterministic, launch to launch). It needs
-     * `workspace`: device memory, 16-byte aligned, at least
-     * cgm_hgemm_workspace_bytes(args) bytes, whose first
-     * CGM_HGEMM_WORKSPACE_COUNTERS bytes are zero before its first use (the
-     * kernel leaves them zero). One launch at a time per workspace, as with
-     * cuBLASLt's: concurrent launches on other streams need their own.
-     * Applies to plain GEMMs (no addends, y_own, row_flags or x_own);
-     * ignored otherwise. stream_k: CGM_HGEMM_SK_AUTO (0) cuts where it was
-     * measured to pay: the cooperative variant, its last wave at most 40 %
-     * full, k >= 512 (docs/HOPPER_GEMM.md); CGM_HGEMM_SK_OFF never,
-     * CGM_HGEMM_SK_ON whenever the last wave is not full and k has two k
-     * blocks or more (tests, benches). */
-    void *workspace;
-    size_t workspace_bytes;
-    int stream_k;
     /* Optional dynamic tile schedule: 4 bytes of device memory, 4-byte
      * aligned, zero before its first use (the kernel leaves it zero). After
      * its first tile a CTA takes the next one from this counter instead of
      * every grid-th tile, so CTAs that run faster (under the static order
      * some CTAs' tiles take longer) take more tiles and the launch ends
      * when the average CTA would. One launch at a time per counter (stream
-     * order), as with `workspace`. NULL: the static schedule. The kernels
-     * with an addend helper (ping-pong with TMA-loadable addends or y_own)
-     * and the stream-K tail keep the static one (docs/HOPPER_GEMM.md,
-     * "Dynamic tile schedule"). */
+     * order), as with cuBLASLt's workspace. NULL: the static schedule.
+     * cgm_hgemm takes the counter for plain GEMMs only (no row flags, no
+     * addends), where it measured faster or the same; other calls keep the
+     * static schedule and leave the counter alone. */
     unsigned int *tile_counter;
 } cgm_hgemm_args;
-
-#define CGM_HGEMM_SK_AUTO 0
-#define CGM_HGEMM_SK_OFF 1
-#define CGM_HGEMM_SK_ON 2
-/* The counters at the start of the workspace (one per shared tile and
- * consumer warpgroup): zero before the workspace's first use. */
-#define CGM_HGEMM_WORKSPACE_COUNTERS (64 * 1024)
 
 /* 1 when cgm_hgemm can run `args` on the current device; 0 otherwise, with
  * *reason (static string, may be NULL) saying why, e.g. "TMA needs the rows
@@ -198,35 +143,8 @@ int cgm_hgemm_supported(const cgm_hgemm_args *args, const char **reason);
  * CGM_HGEMM_AUTO otherwise (host only, no device call; args not NULL). */
 int cgm_hgemm_variant_for(const cgm_hgemm_args *args);
 
-/* The workspace bytes the stream-K tail of `args` needs on the current
- * device (grid, variant and stream_k as cgm_hgemm would take them): 0 when
- * this call would not cut its last wave (every tile fits the last wave,
- * k below two k blocks, addends or y_own, CGM_HGEMM_SK_OFF, or, with
- * CGM_HGEMM_SK_AUTO, a last wave fuller than the rule allows), else
- * CGM_HGEMM_WORKSPACE_COUNTERS + 64 KiB per shared tile and consumer that
- * shares it. cgm_hgemm_workspace_max gives a bound over every call on a
- * device with `sm_count` SMs (about 33 MiB for 132). Host only, cached
- * device attributes; 0 when args is NULL or not valid. */
-size_t cgm_hgemm_workspace_bytes(const cgm_hgemm_args *args);
-size_t cgm_hgemm_workspace_max(int sm_count);
-
-/* For tests, host only (no device): the stream-K schedule of an m x n x k
- * GEMM of `variant` (CGM_HGEMM_COOPERATIVE or _PINGPONG) on `grid` CTAs
- * with the cut forced on, walked unit by unit for every CTA with the
- * kernel's own unit_at. Checks that every tile's k blocks are covered
- * exactly once, a cut tile by exactly the two units the fix-up pairs (one
- * from k block 0, one to the last), whole tiles before the cut region as
- * the whole-tile loop runs them, each CTA's ring positions the running sum
- * of its units' k blocks, the CTAs' work equal to within one k block,
- * and each CTA's unit count (units_of, the producer's loop bound) equal to
- * the walk's.
- * Returns the number of cut tiles (0: this call would not cut), or -1 with
- * the first violation in why (len bytes). */
-long long cgm_hgemm_sk_schedule_check(int64_t m, int64_t n, int64_t k, int variant, int grid, char *why,
-                                      size_t len);
-
 /* For tests, host only: the multiply-high division that the row-flag check
- * and the tile scheduler use (fastdiv in the .cu) against '/', over
+ * and the tile scheduler use (fastdiv, hopper/scheduler.cuh) against '/', over
  * divisors 1 .. 2^31 - 1 and dividends 0 .. 2^31 - 1 at their edges, and
  * the scheduler's tile coordinates against their division form. Returns
  * the number of checks, or -1 with the first wrong one in why. */
@@ -239,28 +157,9 @@ long long cgm_hgemm_fastdiv_check(char *why, size_t len);
  * *timeout_out, not through the return value (the launch is asynchronous). */
 cudaError_t cgm_hgemm(const cgm_hgemm_args *args, cudaStream_t stream);
 
-/* Loads every kernel a comm launches on the current device now (nothing on
- * a device that is not sm_90; not the stream-K kernels, which need a
- * workspace that no comm passes): see cgm_dev_preload (device.h) for why. */
+/* Loads every kernel of cgm_hgemm on the current device now (nothing on a
+ * device that is not sm_90): see cgm_dev_preload (device.h) for why. */
 cudaError_t cgm_hgemm_preload(void);
-
-/* Built with -DCGM_HGEMM_TRACE only (a diagnostic build, not a release
- * one): the clock64() stamps of CTA 0's ping-pong tiles since the last read,
- * out[(consumer * max_tiles + i) * 6 + f] for the consumer's i-th tile,
- * f = 0 before the turn wait, 1 main loop start, 2 main loop end, 3 after
- * the addends, 4 after the stores, 5 whether the tile had the epilogue rows
- * (1) or stored a plain partial (0); zeroes the stamps. Returns the tiles
- * per consumer written (min(max_tiles, 64)), 0 in a normal build, -1 on a
- * CUDA error. */
-int cgm_hgemm_trace_read(unsigned long long *out, int max_tiles);
-
-/* The trace build's per-CTA stamps of the last launches (%globaltimer, ns):
- * out[4 c] = CTA c's start, out[4 c + 1] and out[4 c + 2] its consumer
- * warpgroups' exits (0 where none ran), out[4 c + 3] the SM it ran on
- * (%smid), for the first max_ctas CTAs (at most 1024); clears them.
- * Returns the number of CTAs copied, 0 when not a trace build, -1 on a
- * CUDA error. */
-int cgm_hgemm_trace_ctas(unsigned long long *out, int max_ctas);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,70 @@
+/* commgemm-kernel-bench internals: commgemm's own Hopper GEMM (cgm_hgemm)
+ * timed against cuBLASLt and against itself with the fused hooks, one GPU,
+ * no communication. Every bench times its contenders in interleaved rounds
+ * (the order rotating each round), each a block of calls between CUDA
+ * events, and reports medians (kb_time_interleaved). */
+#ifndef COMMGEMM_KERNEL_BENCH_H
+#define COMMGEMM_KERNEL_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backend/gpu/gpu.h"
+#include "device/hopper_gemm.h"
+
+#define KB_ROUNDS 30
+#define KB_CALLS 4 /* back to back per timed block: the host's launch cost hidden */
+#define KB_MAX_WHO 8
+#define KB_MAX_SHAPES 32
+
+typedef struct kb_options {
+    const char *bench;  /* plain, ag, fused or addend */
+    int nshapes;        /* 0: the bench's default shapes */
+    long long shapes[KB_MAX_SHAPES][3];
+    bool dynamic;       /* --dynamic: every cgm_hgemm call gets a tile counter */
+    int only;           /* --only V (ag): time contender V alone; -1: all */
+} kb_options;
+
+/* A CUDA call that must succeed: else the bench prints the call and the
+ * error and exits 1 (a bench has nothing to fall back to). */
+#define KB_CUDA(call) kb_cuda((call), #call, __FILE__, __LINE__)
+void kb_cuda(cudaError_t e, const char *call, const char *file, int line);
+/* Prints what failed and exits 1. */
+void kb_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/* Host values (hgemm_values.h) copied to a new device buffer. */
+void *kb_fill_device(cgm_dtype t, size_t count, unsigned long long seed);
+void *kb_to_device(const void *host, size_t bytes);
+/* The bench's cuBLASLt handle and its 32 MiB workspace. */
+cgm_lt *kb_lt(void **ws, size_t *ws_bytes);
+/* True on an sm_90 GPU (prop filled); else prints why the bench skips. */
+bool kb_device(const char *bench, struct cudaDeviceProp *prop);
+/* Elements of a and b (bf16, count) further apart than the bench's
+ * tolerance (|a - b| <= |b| / 128 + 1e-6 k). */
+size_t kb_bf16_differ(const void *a, const void *b, size_t count, long long k);
+
+/* Contenders that are cgm_hgemm calls (hg[]) and cuBLASLt calls
+ * (lt_args[]): the nfirst first are hg's, or lt's when lt_first. */
+typedef struct kb_contenders {
+    const cgm_hgemm_args *hg;
+    const cgm_lt_gemm_args *lt_args;
+    int nfirst;
+    bool lt_first;
+    bool dynamic; /* cgm_hgemm calls get the bench's tile counter */
+} kb_contenders;
+
+/* KB_ROUNDS rounds (after 5 warm-up rounds) of the `who` contenders, the
+ * order rotating each round, each a block of KB_CALLS calls on stream 0
+ * between two events; t[i]: the median microseconds per call of
+ * contender i. */
+void kb_time_interleaved(int who, const kb_contenders *c, float *t);
+
+/* The benches; each returns the process's exit code (77: skipped). */
+int kb_plain(const kb_options *o);
+int kb_ag(const kb_options *o);
+int kb_fused(const kb_options *o);
+int kb_addend(const kb_options *o);
+
+#endif

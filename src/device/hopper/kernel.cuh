@@ -1,0 +1,299 @@
+/* The Hopper GEMM kernel: Y[m,n] = X[m,k] . W[n,k]^T (+ addends) (+ bias)
+ * (+ Y). One CTA of 384 threads per SM (persistent), three warpgroups:
+ *   warpgroup 0  the producer thread (mainloop.cuh) and, in the kernel with
+ *                the addend helper, the helper thread 32 (addends.cuh);
+ *                setmaxnreg.dec 40 (56 with the helper);
+ *   warpgroups 1, 2  consumers (setmaxnreg.inc 232, 224 with the helper),
+ *                in one of two variants:
+ *     cooperative  (tile 128x256, 4 stages) both consumers share each tile,
+ *                each owns 64 rows; then both run the epilogue, during
+ *                which the tensor cores idle (the producer only refills);
+ *     ping-pong    (tile 128x128, 6 stages) the consumers take alternate
+ *                tiles of the CTA, each a whole 128x128 tile; a turn
+ *                barrier pair hands the main loop from one to the other,
+ *                so one consumer's epilogue runs while the other's main
+ *                loop keeps the tensor cores busy.
+ * Template parameters: the input dtype (kBf16), the output type, the
+ * variant (kPP), and kAddTma: the ping-pong kernel whose helper thread
+ * loads TMA-loadable addends into shared memory (launch.cu picks it per
+ * call). */
+#ifndef COMMGEMM_HOPPER_KERNEL_CUH
+#define COMMGEMM_HOPPER_KERNEL_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "device/hopper/addends.cuh"
+#include "device/hopper/config.cuh"
+#include "device/hopper/epilogue.cuh"
+#include "device/hopper/mainloop.cuh"
+#include "device/hopper/ptx.cuh"
+#include "device/hopper/scheduler.cuh"
+#include "device/hopper/waits.cuh"
+
+namespace {
+
+/* The kernel body: shared-memory layout, barriers, then each warpgroup's
+ * role. One function, the roles' loops included: nvcc compiles it to the
+ * code that was measured, which moving the loops into inline functions
+ * changed. Its register budget is set per role (setmaxnreg): 128 x 40 +
+ * 256 x 232 = 128 x 56 + 256 x 224 = 64512 of the SM's 65536. */
+template <bool kBf16, typename OutT, bool kPP, bool kAddTma>
+__global__ void __launch_bounds__(kThreads, 1)
+    hgemm_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_x_own,
+                 const __grid_constant__ CUtensorMap map_w, const __grid_constant__ addend_maps amaps,
+                 const hgemm_params p) {
+    using C = cfg<kPP>;
+    constexpr int kStages = C::stages;
+    static_assert(!kAddTma || kPP, "kAddTma: the ping-pong kernel's addend form");
+    constexpr bool kHelper = kPP && kAddTma;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+    uint32_t smem_a = base;                                      /* kStages x 16 KiB */
+    uint32_t smem_b = base + kStages * kStageBytesA;             /* kStages x C::bytes_b */
+    uint32_t slots = base + kStages * C::stage_bytes;            /* kHelper: 2 x kAddendSlot */
+    uint32_t full_bar = slots + (kHelper ? 2 * kAddendSlot : 0); /* kStages x 8 bytes */
+    uint32_t empty_bar = full_bar + kStages * 8;                 /* kStages x 8 bytes */
+    uint32_t turn_bar = empty_bar + kStages * 8;                 /* 2 x 8 bytes (ping-pong) */
+    uint32_t afull_bar = turn_bar + 16;                          /* 2 x 2 x 8 bytes (addend_tma_helper) */
+    uint32_t aempty_bar = afull_bar + 32;                        /* 2 x 8 bytes (addend_tma_helper) */
+    /* then the tile queue (kQueueBytes) and the producer's map of ready m
+     * tiles (kReadyTiles / 8 bytes, produce) */
+    const tile_queue queue = {aempty_bar + 16, aempty_bar + 32, aempty_bar + 48};
+    /* The helper kernel keeps the static schedule: its helper thread
+     * follows the static order. */
+    const bool dynamic = !kHelper && p.tile_counter != nullptr;
+    /* The warpgroup is broadcast from lane 0: the compiler then knows it
+     * (and the consumer index, its ring position, the wgmma descriptors)
+     * is warp-uniform and keeps the main loop in uniform registers. */
+    int warpgroup = __shfl_sync(0xFFFFFFFFu, (int)(threadIdx.x / 128), 0);
+    int tiles = p.tiles_m * p.tiles_n;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kStages; s++) {
+            mbar_init(full_bar + 8 * s, 1); /* the producer's arrive.expect_tx */
+            /* one arrive per consumer warpgroup that reads the stage */
+            mbar_init(empty_bar + 8 * s, kPP ? 1 : 2);
+        }
+        mbar_init(turn_bar, 1);
+        mbar_init(turn_bar + 8, 1);
+        if (kHelper)
+            for (int c = 0; c < 2; c++) {
+                mbar_init(afull_bar + 16 * c, 1); /* the helper's arrive.expect_tx */
+                mbar_init(afull_bar + 16 * c + 8, 1);
+                mbar_init(aempty_bar + 8 * c, 4); /* one arrive per warp of the reading consumer */
+            }
+        if (dynamic)
+            for (int s = 0; s < 2; s++) {
+                mbar_init(queue.full + 8 * s, 1);
+                mbar_init(queue.empty + 8 * s, kPP ? 4 : 8); /* one arrive per reading warp */
+            }
+        /* Make the initialised barriers visible to the async proxy (TMA). */
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {
+        if (kHelper)
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
+        else
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        /* The helper's warp leaves on a branch the compiler knows to be
+         * warp-uniform (the warp index broadcast): branching on
+         * threadIdx.x == 32 here would keep the producer's k loop in
+         * ordinary registers. */
+        if (kHelper && __shfl_sync(0xFFFFFFFFu, (int)(threadIdx.x / 32), 0) == 1) {
+            if (threadIdx.x == 32) addend_tma_helper(p, amaps, slots, afull_bar, aempty_bar);
+            return;
+        }
+        if (threadIdx.x != 0) return;
+        asm volatile("prefetch.tensormap [%0];" ::"l"((uint64_t)&map_x) : "memory");
+        if (p.own_tile1 > p.own_tile0)
+            asm volatile("prefetch.tensormap [%0];" ::"l"((uint64_t)&map_x_own) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"((uint64_t)&map_w) : "memory");
+        int stage = 0;
+        uint32_t phase = 0;
+        bool waiting = p.row_flags != nullptr;
+        unsigned long long epoch = waiting ? flag_epoch(p) : 0, seen = 0;
+        /* the map of ready m tiles (produce), after the barriers */
+        unsigned int *ready = (unsigned int *)(smem_raw + (aempty_bar + 16 + kQueueBytes - smem_addr(smem_raw)));
+        if (waiting)
+#pragma unroll 1
+            for (int i = 0; i < kReadyTiles / 32 && i * 32 < p.tiles_m; i++) ready[i] = 0;
+        if (dynamic) {
+            /* The next tile is claimed before this one's loads and read
+             * after them: the atomic's round trip stays off the path to
+             * the tile's first TMA load. The claim of value tiles - 1 is
+             * the launch's last (each CTA's claims end with one past the
+             * tiles: tiles claims in all), so its CTA resets the counter. */
+            unsigned int *counter = p.tile_counter;
+            int j = 0;
+            for (int t = blockIdx.x; t < tiles; j++) {
+                unsigned int v = atomicAdd(counter, 1u);
+                queue_put(queue, j, t);
+                produce<kStages, C>(p, &map_x, &map_x_own, &map_w, smem_a, smem_b, full_bar, empty_bar, t, 0,
+                                    p.k_blocks, stage, phase, waiting, epoch, seen, ready);
+                if (v == (unsigned int)tiles - 1u) *(volatile unsigned int *)counter = 0u;
+                long long next = (long long)gridDim.x + v;
+                /* the producer thread is the warp's only one left; the
+                 * shuffle tells the compiler the tile (an atomic's result)
+                 * is warp-uniform, which keeps the k loop's TMA
+                 * coordinates in uniform registers */
+                t = __shfl_sync(1u, next < tiles ? (int)next : tiles, 0);
+            }
+            queue_put(queue, j, -1);
+            queue_put(queue, j + 1, -1);
+        } else {
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x)
+                produce<kStages, C>(p, &map_x, &map_x_own, &map_w, smem_a, smem_b, full_bar, empty_bar, t, 0,
+                                    p.k_blocks, stage, phase, waiting, epoch, seen, ready);
+        }
+        return;
+    }
+
+    if (kHelper)
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
+    else
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    int consumer = warpgroup - 1;
+    bool leader = threadIdx.x % 128 == 0;
+    unsigned long long epoch = p.addend_waits ? flag_epoch(p) : 0;
+    float d[128];
+#pragma unroll
+    for (int i = 0; i < 128; i++) d[i] = 0.f;
+
+    if (!kPP) {
+        /* Cooperative: both consumers walk every tile of the CTA, each its
+         * 64 rows (A rows 64 consumer ..), one wgmma.m64n256k16 per k step. */
+        int stage = 0;
+        uint32_t phase = 0;
+        for (int u = 0;; u++) {
+            int t;
+            if (dynamic) {
+                t = queue_get(queue, u);
+                if (t < 0) break;
+            } else {
+                t = blockIdx.x + u * gridDim.x;
+                if (t >= tiles) break;
+            }
+            int tm, tn;
+            tile_coords(p, t, &tm, &tn);
+            int prev = 0;
+            for (int kb = 0; kb < p.k_blocks; kb++) {
+                mbar_wait(full_bar + 8 * stage, phase);
+                uint64_t desc_a = smem_desc_sw128(smem_a + stage * kStageBytesA + consumer * 64 * 128);
+                uint64_t desc_b = smem_desc_sw128(smem_b + stage * C::bytes_b);
+                fence_accumulators(d);
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < kTileK / 16; kk++)
+                    wgmma_m64n256k16<kBf16>(d, desc_a + 2 * kk, desc_b + 2 * kk, (kb > 0 || kk > 0) ? 1u : 0u);
+                wgmma_commit();
+                fence_accumulators(d);
+                /* At most this stage's group in flight: the previous
+                 * stage's reads are done, hand it back to the producer. */
+                wgmma_wait<1>();
+                fence_accumulators(d);
+                if (kb > 0 && leader) mbar_arrive(empty_bar + 8 * prev);
+                prev = stage;
+                if (++stage == kStages) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+            wgmma_wait<0>();
+            fence_accumulators(d);
+            if (leader) mbar_arrive(empty_bar + 8 * prev);
+            if (p.addend_waits) wait_addend_flags(p, (long long)tm * kTileM + consumer * 64, 64, consumer, epoch);
+            if (p.naddends) add_addends<0, 32>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
+            epilogue<OutT, 0, 32, true>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
+        }
+        return;
+    }
+
+    /* Ping-pong: consumer c computes the CTA-local tiles i = c, c + 2, ...
+     * (global tile blockIdx.x + i * gridDim.x, or the queue's i-th), all
+     * 128 rows of each, and skips the other's ring positions. Before the
+     * main loop of tile i > 0 it waits on turn[c], which the other consumer
+     * arrives on once it has waited on every full barrier of tile i - 1.
+     * That keeps the two main loops from interleaving (the tensor cores
+     * serve one at a time; the other runs its epilogue) and keeps every
+     * mbarrier parity wait at most one phase ahead: when tile i starts,
+     * every ring position before i * k_blocks has completed. The turn
+     * barriers alternate strictly, so their parity is unambiguous. */
+    uint32_t turn_phase = 0;
+    uint32_t auses = 0; /* the helper kernel: this consumer's uses of its full barriers */
+    for (long long i = consumer;; i += 2) {
+        int t;
+        if (dynamic) {
+            t = queue_get(queue, (int)i);
+            if (t < 0) break;
+        } else {
+            long long tl = blockIdx.x + i * gridDim.x;
+            if (tl >= tiles) break;
+            t = (int)tl;
+        }
+        unsigned long long pos = (unsigned long long)i * (unsigned long long)p.k_blocks;
+        int tm, tn;
+        tile_coords(p, t, &tm, &tn);
+        if (i > 0) {
+            mbar_wait(turn_bar + 8 * consumer, turn_phase);
+            turn_phase ^= 1;
+        }
+        int stage;
+        uint32_t phase;
+        ring_at<kStages>(pos, &stage, &phase);
+        int prev = 0;
+        for (int kb = 0; kb < p.k_blocks; kb++) {
+            mbar_wait(full_bar + 8 * stage, phase);
+            uint32_t a0 = smem_a + stage * kStageBytesA;
+            uint64_t desc_a0 = smem_desc_sw128(a0);            /* rows 0-63 */
+            uint64_t desc_a1 = smem_desc_sw128(a0 + 64 * 128); /* rows 64-127 */
+            uint64_t desc_b = smem_desc_sw128(smem_b + stage * C::bytes_b);
+            fence_accumulators(d);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < kTileK / 16; kk++) {
+                uint32_t scale = (kb > 0 || kk > 0) ? 1u : 0u;
+                wgmma_m64n128k16<kBf16, 0>(d, desc_a0 + 2 * kk, desc_b + 2 * kk, scale);
+                wgmma_m64n128k16<kBf16, 64>(d, desc_a1 + 2 * kk, desc_b + 2 * kk, scale);
+            }
+            wgmma_commit();
+            fence_accumulators(d);
+            wgmma_wait<1>();
+            fence_accumulators(d);
+            if (kb > 0 && leader) mbar_arrive(empty_bar + 8 * prev);
+            prev = stage;
+            if (++stage == kStages) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+        /* Every full barrier of this tile has been waited on: the other
+         * consumer may start its main loop. */
+        if (leader) mbar_arrive(turn_bar + 8 * (consumer ^ 1));
+        wgmma_wait<0>();
+        fence_accumulators(d);
+        if (leader) mbar_arrive(empty_bar + 8 * prev);
+        if (kHelper) { /* launch.cu runs it only when the helper loads the addends */
+            uint32_t afull = afull_bar + 16 * consumer;
+            if (p.addend_dtype == CGM_DTYPE_BF16)
+                auses = add_addends_slots<__nv_bfloat16>(p, d, slots, afull, aempty_bar, auses);
+            else if (p.addend_dtype == CGM_DTYPE_FP16)
+                auses = add_addends_slots<__half>(p, d, slots, afull, aempty_bar, auses);
+            else
+                auses = add_addends_slots<float>(p, d, slots, afull, aempty_bar, auses);
+        } else {
+            if (p.addend_waits) wait_addend_flags(p, (long long)tm * kTileM, kTileM, consumer, epoch);
+            if (p.naddends) add_addends_tile<OutT>(p, d, tm * kTileM, tn * C::tile_n);
+        }
+        epilogue<OutT, 0, 16, false>(p, d, tm * kTileM, tn * C::tile_n);
+        epilogue<OutT, 64, 16, false>(p, d, tm * kTileM + 64, tn * C::tile_n);
+    }
+}
+
+} // namespace
+
+#endif

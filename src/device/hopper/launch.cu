@@ -1,0 +1,394 @@
+/* The Hopper GEMM's host side: argument checks, the per-call parameters
+ * (hgemm_params), the TMA tensor maps (cached per host thread), the choice
+ * of variant and kernel, the launch, and the preload of every kernel a
+ * comm launches. The C entry points are declared in device/hopper_gemm.h.
+ * The only translation unit that includes kernel.cuh: every kernel is
+ * instantiated here. */
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "device/hopper/kernel.cuh"
+#include "device/hopper_gemm.h"
+#include "plan/plan.h"
+
+namespace {
+
+typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                    const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                    const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                    CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+/* cuTensorMapEncodeTiled through the runtime's driver entry point, so that
+ * nothing links libcuda directly. */
+encode_tiled_fn encode_tiled() {
+    static encode_tiled_fn fn = []() -> encode_tiled_fn {
+        void *ptr = nullptr;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault,
+                                             &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess)
+            return nullptr;
+        return reinterpret_cast<encode_tiled_fn>(ptr);
+    }();
+    return fn;
+}
+
+/* Row-major [rows, k] matrix of dtype (bf16, fp16 or fp32; row stride ld
+ * elements), box of 128 bytes (64 16-bit or 32 fp32 elements) x box_rows,
+ * 128B swizzle, zero fill out of bounds (partial tiles in m, n and k): the
+ * K-major operands, and the addends. */
+bool encode_map(CUtensorMap *map, cgm_dtype dtype, const void *ptr, int64_t rows, int64_t k, int64_t ld,
+                int box_rows) {
+    encode_tiled_fn enc = encode_tiled();
+    if (!enc) return false;
+    cuuint64_t size = dtype == CGM_DTYPE_FP32 ? 4 : 2;
+    cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows};
+    cuuint64_t strides[1] = {(cuuint64_t)ld * size};
+    cuuint32_t box[2] = {(cuuint32_t)(128 / size), (cuuint32_t)box_rows};
+    cuuint32_t element_strides[2] = {1, 1};
+    CUtensorMapDataType type = dtype == CGM_DTYPE_FP32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                               : dtype == CGM_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                         : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    CUresult r = enc(map, type, 2, const_cast<void *>(ptr), dims, strides, box, element_strides,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS;
+}
+
+/* A few recently encoded maps per host thread (no lock): the fused
+ * algorithms call the GEMM again and again on the same buffers. A map only
+ * holds the address, the shape, the strides and the box, so a hit is valid
+ * whatever happened to the memory in between. */
+struct map_key {
+    const void *ptr;
+    int64_t rows, k, ld;
+    int box_rows;
+    cgm_dtype dtype;
+};
+struct map_entry {
+    map_key key;
+    bool used;
+    CUtensorMap map;
+};
+constexpr int kMapCache = 16; /* X, x_own, W and up to 7 addends per call */
+thread_local map_entry map_cache[kMapCache];
+thread_local int map_victim;
+
+bool make_map(CUtensorMap *map, cgm_dtype dtype, const void *ptr, int64_t rows, int64_t k, int64_t ld,
+              int box_rows) {
+    map_key key = {ptr, rows, k, ld, box_rows, dtype};
+    for (int i = 0; i < kMapCache; i++) {
+        const map_entry &e = map_cache[i];
+        if (e.used && e.key.ptr == ptr && e.key.rows == rows && e.key.k == k && e.key.ld == ld &&
+            e.key.box_rows == box_rows && e.key.dtype == dtype) {
+            *map = e.map;
+            return true;
+        }
+    }
+    if (!encode_map(map, dtype, ptr, rows, k, ld, box_rows)) return false;
+    map_entry &e = map_cache[map_victim];
+    map_victim = (map_victim + 1) % kMapCache;
+    e.key = key;
+    e.map = *map;
+    e.used = true;
+    return true;
+}
+
+/* The tensor maps of one call. */
+struct call_maps {
+    CUtensorMap x, x_own, w;
+    addend_maps addends;
+};
+
+/* cudaFuncSetAttribute once per device and instantiation (it is per
+ * function and device; setting it again is harmless, so a race between
+ * host threads costs nothing but a redundant call). */
+constexpr int kMaxDevices = 64;
+
+template <bool kBf16, typename OutT, bool kPP, bool kAddTma>
+cudaError_t launch(int dev, const call_maps &m, const hgemm_params &p, int grid, cudaStream_t stream) {
+    static volatile bool attribute_set[kMaxDevices];
+    auto kernel = hgemm_kernel<kBf16, OutT, kPP, kAddTma>;
+    constexpr int smem = smem_of<kPP, kAddTma>::bytes;
+    if (dev < 0 || dev >= kMaxDevices || !attribute_set[dev]) {
+        cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (err != cudaSuccess) return err;
+        if (dev >= 0 && dev < kMaxDevices) attribute_set[dev] = true;
+    }
+    kernel<<<grid, kThreads, smem, stream>>>(m.x, m.x_own, m.w, m.addends, p);
+    return cudaGetLastError();
+}
+
+template <bool kBf16, bool kPP, bool kAddTma>
+cudaError_t launch_out(cgm_dtype out, int dev, const call_maps &m, const hgemm_params &p, int grid,
+                       cudaStream_t stream) {
+    switch (out) {
+    case CGM_DTYPE_BF16: return launch<kBf16, __nv_bfloat16, kPP, kAddTma>(dev, m, p, grid, stream);
+    case CGM_DTYPE_FP16: return launch<kBf16, __half, kPP, kAddTma>(dev, m, p, grid, stream);
+    default: return launch<kBf16, float, kPP, kAddTma>(dev, m, p, grid, stream);
+    }
+}
+
+/* The kernel of a call: its variant, and in ping-pong the addend form
+ * (kAddTma) when the helper loads the addends by TMA. */
+cudaError_t launch_variant(bool bf16, bool pp, cgm_dtype out, int dev, const call_maps &m, const hgemm_params &p,
+                           int grid, cudaStream_t stream) {
+    if (pp && p.addend_tma)
+        return bf16 ? launch_out<true, true, true>(out, dev, m, p, grid, stream)
+                    : launch_out<false, true, true>(out, dev, m, p, grid, stream);
+    if (pp)
+        return bf16 ? launch_out<true, true, false>(out, dev, m, p, grid, stream)
+                    : launch_out<false, true, false>(out, dev, m, p, grid, stream);
+    return bf16 ? launch_out<true, false, false>(out, dev, m, p, grid, stream)
+                : launch_out<false, false, false>(out, dev, m, p, grid, stream);
+}
+
+/* The variant CGM_HGEMM_AUTO runs: ping-pong when k <= 2048, or when
+ * k <= 4096 and (n >= 16384 or (n >= 4096 and (m * n >= 2^25 or m > 4096)));
+ * cooperative otherwise. Ping-pong hides the epilogue behind the other
+ * consumer's main loop, which matters most when the main loop per tile is
+ * short (small k) and there are many tiles; the cooperative 128x256 tile
+ * loads 3/4 of ping-pong's bytes per flop, which wins once the main loop
+ * dominates, and its CTAs end closer together. Fitted to the kernel bench
+ * (docs/PERFORMANCE.md has the table). */
+bool auto_pingpong(int64_t m, int64_t n, int64_t k) {
+    return k <= 2048 ||
+           (k <= 4096 && (n >= 16384 || (n >= 4096 && (m * n >= ((int64_t)1 << 25) || m > 4096))));
+}
+
+/* Whether a call takes the dynamic tile schedule when the caller passes a
+ * tile_counter: plain GEMMs only (no row flags, no addends). There it lets
+ * the ping-pong kernel's CTAs, which under the static order end at
+ * different times, finish together; with the fused all-gather's row flags
+ * it measured slower, and the addend forms were not measured with it. */
+bool dynamic_pays(const cgm_hgemm_args *a) { return a->tile_counter && !a->row_flags && a->naddends == 0; }
+
+/* Whether the current device is sm_90, its id and SM count; cached per
+ * device (attribute queries are cheap, but this runs on every call). */
+bool is_sm90(int *dev_out, int *sm_count) {
+    static volatile int known[kMaxDevices]; /* 0 unknown, 1 sm_90, 2 other */
+    static volatile int sms_of[kMaxDevices];
+    int dev = 0, major = 0, minor = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (dev_out) *dev_out = dev;
+    if (dev >= 0 && dev < kMaxDevices && known[dev]) {
+        if (sm_count) *sm_count = sms_of[dev];
+        return known[dev] == 1;
+    }
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        return false;
+    if (sm_count) *sm_count = sms;
+    bool yes = major == 9 && minor == 0;
+    if (dev >= 0 && dev < kMaxDevices) {
+        sms_of[dev] = sms;
+        known[dev] = yes ? 1 : 2;
+    }
+    return yes;
+}
+
+/* The checks of the fused hooks' arguments (args_problem's second half). */
+const char *hooks_problem(const cgm_hgemm_args *a) {
+    const int64_t lim = INT32_MAX;
+    bool addend_flags = false;
+    if (a->naddends < 0 || a->naddends > CGM_HGEMM_MAX_ADDENDS) return "naddends must be 0..CGM_HGEMM_MAX_ADDENDS";
+    for (int i = 0; i < a->naddends; i++) {
+        if (!a->addend[i]) return "addend[i] must not be NULL for i < naddends";
+        size_t es = a->addend_dtype == CGM_DTYPE_FP32 ? 4 : 2;
+        if ((uintptr_t)a->addend[i] % (2 * es)) return "addends must be aligned to two elements";
+        if (a->addend_flags[i]) addend_flags = true;
+    }
+    if (a->naddends > 0) {
+        if (a->addend_dtype != CGM_DTYPE_FP32 && a->addend_dtype != CGM_DTYPE_BF16 &&
+            a->addend_dtype != CGM_DTYPE_FP16)
+            return "addend_dtype must be fp32, bf16 or fp16";
+        if (a->addend_ld < a->n || a->addend_ld % 2 || a->addend_ld > lim)
+            return "addend_ld must be even, >= n and below 2^31";
+    }
+    if ((a->row_flags || addend_flags) && (a->rows_per_flag < 1 || (!a->timeout_out && !a->abort_word)))
+        return "flags need rows_per_flag >= 1 and timeout_out or abort_word";
+    if (a->notice_word && !a->abort_word) return "notice_word needs abort_word";
+    if (a->row_flags && a->flag_shard_rows < 0) return "flag_shard_rows must be >= 0";
+    if (a->x_own) {
+        if ((uintptr_t)a->x_own % 16 || a->ldx_own % 8 || a->ldx_own < a->k)
+            return "TMA needs x_own 16-byte aligned and ldx_own a multiple of 8, >= k";
+        if (a->own_row0 < 0 || a->own_rows < 0 || a->own_row0 + a->own_rows > a->m)
+            return "the own rows must lie in [0, m)";
+    }
+    return nullptr;
+}
+
+/* The argument checks, without the device check. */
+const char *args_problem(const cgm_hgemm_args *a) {
+    const int64_t lim = INT32_MAX;
+    if (!a) return "args is NULL";
+    if (a->in_dtype != CGM_DTYPE_BF16 && a->in_dtype != CGM_DTYPE_FP16) return "inputs must be bf16 or fp16";
+    if (a->out_dtype != CGM_DTYPE_BF16 && a->out_dtype != CGM_DTYPE_FP16 && a->out_dtype != CGM_DTYPE_FP32)
+        return "output must be bf16, fp16 or fp32";
+    if (a->m < 0 || a->n < 0 || a->k < 1) return "needs m >= 0, n >= 0, k >= 1";
+    if (a->m > lim || a->n > lim || a->k > lim || a->ldy > lim) return "m, n, k and ldy must be below 2^31";
+    if (a->ldx < a->k || a->ldw < a->k || a->ldy < a->n) return "needs ldx >= k, ldw >= k, ldy >= n";
+    if (!a->x || !a->w || (!a->y && a->m > 0 && a->n > 0)) return "x, w and y must not be NULL";
+    if ((uintptr_t)a->x % 16 || (uintptr_t)a->w % 16) return "TMA needs x and w 16-byte aligned";
+    if (a->ldx % 8 || a->ldw % 8)
+        return "TMA needs row strides that are multiples of 16 bytes: ldx and ldw multiples of 8";
+    if (a->variant < CGM_HGEMM_AUTO || a->variant > CGM_HGEMM_PINGPONG)
+        return "variant must be CGM_HGEMM_AUTO, CGM_HGEMM_COOPERATIVE or CGM_HGEMM_PINGPONG";
+    if ((uintptr_t)a->tile_counter % 4) return "tile_counter must be 4-byte aligned";
+    if (((a->m + kTileM - 1) / kTileM) * ((a->n + CGM_HGEMM_TILE_N_PINGPONG - 1) / CGM_HGEMM_TILE_N_PINGPONG) > lim)
+        return "too many output tiles (more than 2^31)";
+    return hooks_problem(a);
+}
+
+/* The persistent grid of a call: min(SMs or sm_count, tiles). */
+int grid_for(const cgm_hgemm_args *a, int sms, long long tiles) {
+    int grid = a->sm_count > 0 && a->sm_count < sms ? a->sm_count : sms;
+    return tiles < grid ? (int)tiles : grid;
+}
+
+/* The shape, schedule and output fields of p. */
+void params_shape(const cgm_hgemm_args *a, int tile_n, hgemm_params *p) {
+    p->m = (int)a->m;
+    p->n = (int)a->n;
+    p->k = (int)a->k;
+    p->tiles_m = (int)((a->m + kTileM - 1) / kTileM);
+    p->tiles_n = (int)((a->n + tile_n - 1) / tile_n);
+    coords_init(p);
+    p->k_blocks = (int)((a->k + kTileK - 1) / kTileK);
+    p->tile_counter = dynamic_pays(a) ? a->tile_counter : nullptr;
+    p->m_block_order = a->m_block_order;
+    p->y = a->y;
+    p->ldy = a->ldy;
+    p->bias = a->bias;
+    p->accumulate = a->accumulate != 0;
+    size_t out_size = a->out_dtype == CGM_DTYPE_FP32 ? 4 : 2;
+    p->vector_store = a->ldy % 2 == 0 && (uintptr_t)a->y % (2 * out_size) == 0;
+    p->vector16 = out_size == 2 && a->ldy % 8 == 0 && (uintptr_t)a->y % 16 == 0;
+}
+
+/* The fused hooks' fields of p: the row flags (with wait_row_flags'
+ * divisors), the addends and their flags, the abort and report fields. */
+void params_hooks(const cgm_hgemm_args *a, hgemm_params *p) {
+    p->row_flags = a->row_flags;
+    p->rows_per_flag = a->rows_per_flag;
+    p->flag_shard_rows = a->flag_shard_rows;
+    p->flag_shard_stride = a->flag_shard_stride;
+    p->flag_rpf = (int)(a->rows_per_flag < 1 ? 1 : a->rows_per_flag < a->m ? a->rows_per_flag : a->m);
+    p->flag_sr = (int)(a->flag_shard_rows > 0 && a->flag_shard_rows < a->m ? a->flag_shard_rows : a->m);
+    p->flag_per_shard = (p->flag_sr - 1) / p->flag_rpf + 1;
+    fastdiv_init(p->flag_rpf, &p->flag_rpf_mul, &p->flag_rpf_shr);
+    fastdiv_init(p->flag_sr, &p->flag_sr_mul, &p->flag_sr_shr);
+    p->flag_epoch = a->flag_epoch;
+    p->flag_epoch_ptr = a->flag_epoch_ptr;
+    p->naddends = a->naddends;
+    p->addend_waits = 0;
+    p->addend_dtype = (int)a->addend_dtype;
+    p->addend_ld = a->addend_ld;
+    for (int i = 0; i < CGM_HGEMM_MAX_ADDENDS; i++) {
+        bool on = i < a->naddends;
+        p->addend[i] = on ? a->addend[i] : nullptr;
+        p->addend_flags[i] = on ? a->addend_flags[i] : nullptr;
+        p->report_addend_peer[i] = a->report_addend_peer[i];
+        if (on && a->addend_flags[i]) p->addend_waits = 1;
+    }
+    p->abort_word = a->abort_word;
+    p->notice_word = a->notice_word;
+    p->abort_record = a->abort_record;
+    p->report_rank = a->report_rank;
+    p->report_chunks_per_shard = a->report_chunks_per_shard;
+    p->report_addend_chunk0 = a->report_addend_chunk0;
+    p->wait_timeout_ns = a->wait_timeout_ns > 0 ? a->wait_timeout_ns : 10000000000ll;
+    p->timeout_out = a->timeout_out;
+}
+
+/* The tensor maps of a call, and p's fields that depend on them: the own
+ * rows' tiles (x_own) and whether the ping-pong helper loads the addends
+ * by TMA (16-byte aligned addends, rows a multiple of 16 bytes apart;
+ * otherwise the consumers load them). Parts of 64 rows (16-bit) or 32
+ * columns (fp32): the map's box. False when a map cannot be encoded. */
+bool maps_for(const cgm_hgemm_args *a, bool pp, int tile_n, call_maps *m, hgemm_params *p) {
+    if (!make_map(&m->x, a->in_dtype, a->x, a->m, a->k, a->ldx, kTileM) ||
+        !make_map(&m->w, a->in_dtype, a->w, a->n, a->k, a->ldw, tile_n))
+        return false;
+    /* The m tiles wholly inside the own rows (the last tile of X counts
+     * when the own rows end X: both maps zero-fill past the end). */
+    p->own_row0 = a->own_row0;
+    p->own_tile0 = p->own_tile1 = 0;
+    m->x_own = m->x;
+    if (a->x_own && a->own_rows > 0) {
+        int64_t t0 = 0, t1 = 0; /* the same tiles p2p_fused.c does not copy */
+        plan_fused_inside_tiles(a->m, a->own_row0, a->own_rows, kTileM, &t0, &t1);
+        p->own_tile0 = (int)t0;
+        p->own_tile1 = (int)t1;
+        if (p->own_tile1 > p->own_tile0 &&
+            !make_map(&m->x_own, a->in_dtype, a->x_own, a->own_rows, a->k, a->ldx_own, kTileM))
+            return false;
+    }
+    memset(&m->addends, 0, sizeof m->addends);
+    size_t addend_size = a->addend_dtype == CGM_DTYPE_FP32 ? 4 : 2;
+    p->addend_tma = pp && a->naddends > 0 && (a->addend_ld * (int64_t)addend_size) % 16 == 0;
+    for (int i = 0; p->addend_tma && i < a->naddends; i++)
+        if ((uintptr_t)a->addend[i] % 16) p->addend_tma = 0;
+    for (int i = 0; p->addend_tma && i < a->naddends; i++)
+        if (!make_map(&m->addends.map[i], a->addend_dtype, a->addend[i], a->m, a->n, a->addend_ld,
+                      addend_size == 4 ? kTileM : 64))
+            return false;
+    return true;
+}
+
+/* The kernels a comm launches, loaded now (cudaFuncGetAttributes needs the
+ * loaded function, so it loads it). */
+template <bool kBf16, typename OutT> cudaError_t preload_out() {
+    cudaFuncAttributes fa;
+    cudaError_t e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true, false>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, false, false>);
+    return e != cudaSuccess ? e : cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true, true>);
+}
+
+template <bool kBf16> cudaError_t preload_in() {
+    cudaError_t e = preload_out<kBf16, float>();
+    if (e == cudaSuccess) e = preload_out<kBf16, __nv_bfloat16>();
+    return e != cudaSuccess ? e : preload_out<kBf16, __half>();
+}
+
+} // namespace
+
+extern "C" int cgm_hgemm_supported(const cgm_hgemm_args *args, const char **reason) {
+    const char *why = args_problem(args);
+    if (!why && !is_sm90(nullptr, nullptr)) why = "needs an sm_90 (Hopper) device";
+    if (!why && !encode_tiled()) why = "the driver has no cuTensorMapEncodeTiled";
+    if (reason) *reason = why;
+    return why == nullptr;
+}
+
+extern "C" int cgm_hgemm_variant_for(const cgm_hgemm_args *a) {
+    if (a->variant == CGM_HGEMM_COOPERATIVE || a->variant == CGM_HGEMM_PINGPONG) return a->variant;
+    return auto_pingpong(a->m, a->n, a->k) ? CGM_HGEMM_PINGPONG : CGM_HGEMM_COOPERATIVE;
+}
+
+extern "C" cudaError_t cgm_hgemm_preload(void) {
+    if (!is_sm90(nullptr, nullptr)) return cudaSuccess;
+    cudaError_t e = preload_in<true>();
+    return e != cudaSuccess ? e : preload_in<false>();
+}
+
+extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
+    if (args_problem(a)) return cudaErrorInvalidValue;
+    int sms = 0, dev = 0;
+    if (!is_sm90(&dev, &sms)) return cudaErrorNotSupported;
+    if (a->m == 0 || a->n == 0) return cudaSuccess;
+    bool pp = cgm_hgemm_variant_for(a) == CGM_HGEMM_PINGPONG;
+    int tile_n = pp ? cfg<true>::tile_n : cfg<false>::tile_n;
+    hgemm_params p;
+    call_maps maps;
+    if (!maps_for(a, pp, tile_n, &maps, &p)) return cudaErrorInvalidValue;
+    params_shape(a, tile_n, &p);
+    params_hooks(a, &p);
+    int grid = grid_for(a, sms, (long long)p.tiles_m * p.tiles_n);
+    return launch_variant(a->in_dtype == CGM_DTYPE_BF16, pp, a->out_dtype, dev, maps, p, grid, stream);
+}

@@ -1,0 +1,28 @@
+/* What the two files of test_hopper_gemm share (test_hopper_gemm.c defines
+ * it): the test values on the device, the exact reference, and the
+ * registration of the fused hooks' cases (test_hopper_gemm_hooks.c). */
+#ifndef COMMGEMM_TEST_HOPPER_GEMM_H
+#define COMMGEMM_TEST_HOPPER_GEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "commgemm.h"
+
+/* hv_fill that fails the case when malloc does. */
+void *fill(cgm_dtype t, size_t count, uint64_t seed);
+/* A new device buffer (64 bytes of slack) holding bytes of host. */
+void *to_device(const void *host, size_t bytes);
+/* Skips the case unless an sm_90 device is there. */
+void require_sm90(void);
+const char *variant_name(int v);
+/* v rounded once (nearest even) to dtype t. */
+double round_out(double v, cgm_dtype t);
+/* X or W as 8 x the values, rows of kp (k rounded up to 16) ints. */
+int16_t *to_eighths(const void *buf, cgm_dtype t, int64_t rows, int64_t ld, int64_t k, int64_t kp);
+/* The exact dot product of two to_eighths rows (64 x the real one). */
+int32_t dot_eighths(const int16_t *a, const int16_t *b, int64_t kp);
+/* Registers the fused hooks' cases (timeout 60 s). */
+void hgemm_register_hook_cases(void);
+
+#endif
