@@ -242,12 +242,6 @@ void plan_fused_own_copies(int64_t m, int64_t row0, int64_t rows,
  * tile_rows) tile indices to order; returns how many. */
 int64_t plan_fused_tile_order(int64_t m, int nranks, int rank, int tile_rows,
                               int *order);
-/* The rasterization group (m tiles per group) of commgemm's kernel when it
- * raises per-piece done flags: the largest value <= max_group that divides
- * both shard_tiles and piece_tiles, so that no group mixes two shards or
- * two pieces (1 at worst). */
-int plan_fused_group_m(int64_t shard_tiles, int64_t piece_tiles,
-                       int max_group);
 const char *plan_op_name(plan_op op);
 const char *plan_algo_name(plan_algo algo);
 const char *plan_step_kind_name(plan_step_kind kind);

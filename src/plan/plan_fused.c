@@ -62,10 +62,3 @@ int64_t plan_fused_tile_order(int64_t m, int nranks, int rank, int tile_rows,
         }
     return n;
 }
-
-int plan_fused_group_m(int64_t shard_tiles, int64_t piece_tiles,
-                       int max_group) {
-    int g = max_group > 1 ? max_group : 1;
-    while (g > 1 && (shard_tiles % g || piece_tiles % g)) g--;
-    return g;
-}

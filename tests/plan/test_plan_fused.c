@@ -104,24 +104,10 @@ static void test_tile_order(const void *param) {
     check_orders(plan_fused_tile_order, ag_position);
 }
 
-/* The kernel's tile groups (m tiles per group) where it raises per-piece
- * done flags: the largest size up to the maximum that divides both the
- * shard's and the piece's tiles. */
-static void test_group_m(const void *param) {
-    (void)param;
-    CHECK_INT_EQ(plan_fused_group_m(32, 16, 16), 16);
-    CHECK_INT_EQ(plan_fused_group_m(32, 8, 16), 8);
-    CHECK_INT_EQ(plan_fused_group_m(12, 6, 16), 6);
-    CHECK_INT_EQ(plan_fused_group_m(7, 7, 16), 7);
-    CHECK_INT_EQ(plan_fused_group_m(13, 5, 16), 1);
-    CHECK_INT_EQ(plan_fused_group_m(32, 16, 0), 1);
-}
-
 static void register_cases(void) {
     test_add("piece_rows", test_piece_rows, NULL);
     test_add("own_rows", test_own_rows, NULL);
     test_add("tile_order", test_tile_order, NULL);
-    test_add("group_m", test_group_m, NULL);
 }
 
 int main(int argc, char **argv) { return test_main(argc, argv, register_cases); }
