@@ -399,10 +399,12 @@ cgm_status cgm_bootstrap_from_env(cgm_bootstrap *out);
  *  have are unset. */
 typedef struct cgm_config {
     size_t struct_size; /* sizeof(cgm_config): set by CGM_CONFIG_INIT */
-    /** Backend for every op (COMMGEMM_BACKEND, default auto). */
+    /** Backend for every op (default: COMMGEMM_BACKEND's backend item,
+     *  else auto). */
     cgm_backend backend;
-    /** Per-op override, indexed by cgm_op (COMMGEMM_BACKEND_AG_GEMM,
-     *  _GEMM_RS, _GEMM_AR, _BULK; default: `backend`). */
+    /** Per-op override, indexed by cgm_op (default: COMMGEMM_BACKEND's
+     *  op:backend item for that op, e.g. "p2p,gemm_rs:nccl", else
+     *  `backend`). */
     cgm_backend op_backend[CGM_OP_COUNT_];
     /** Largest m (rows of the full, gathered matrix) any call will use
      *  (COMMGEMM_MAX_M, default 16384). Workspaces are sized from it.

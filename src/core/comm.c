@@ -103,22 +103,54 @@ static cgm_status resolve_int(const char *field, int64_t config_value, const cha
     return CGM_SUCCESS;
 }
 
-static cgm_status env_backend(const char *env, cgm_backend *out, bool *set) {
+/* COMMGEMM_BACKEND: comma-separated items, each a backend name (every op)
+ * or op:backend (that op only), e.g. "p2p,gemm_rs:nccl". *all and op[]
+ * stay CGM_BACKEND_DEFAULT where the variable says nothing. */
+static cgm_status env_backends(cgm_backend *all, cgm_backend op[CGM_OP_COUNT_]) {
+    static const char *env = "COMMGEMM_BACKEND";
     bool from_env = false;
     const char *text = cgm_param_string(env, &from_env);
-    *set = false;
+    *all = CGM_BACKEND_DEFAULT;
+    for (int i = 0; i < CGM_OP_COUNT_; i++) op[i] = CGM_BACKEND_DEFAULT;
     if (!from_env) return CGM_SUCCESS;
-    if (cgm_backend_from_name(text, out) != CGM_SUCCESS || *out == CGM_BACKEND_DEFAULT)
-        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
-                         "environment variable %s=\"%s\": expected auto, host, p2p, nccl or cublasmp",
-                         env, text);
-    *set = true;
+    const char *p = text;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        char item[64];
+        if (len >= sizeof item) len = sizeof item - 1;
+        memcpy(item, p, len);
+        item[len] = '\0';
+        p += strcspn(p, ",");
+        if (*p == ',') p++;
+        char *colon = strchr(item, ':');
+        const char *name = colon ? colon + 1 : item;
+        cgm_backend *slot = all;
+        if (colon) {
+            *colon = '\0';
+            int which = -1;
+            for (int i = 0; i < CGM_OP_COUNT_; i++)
+                if (strcmp(item, cgm_op_name((cgm_op)i)) == 0) which = i;
+            if (which < 0)
+                return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                                 "environment variable %s=\"%s\": unknown op \"%s\"; expected ag_gemm, gemm_rs, "
+                                 "gemm_ar or bulk before the ':' (e.g. %s=p2p,gemm_rs:nccl)",
+                                 env, text, item, env);
+            slot = &op[which];
+        }
+        cgm_backend b = CGM_BACKEND_DEFAULT;
+        if (cgm_backend_from_name(name, &b) != CGM_SUCCESS || b == CGM_BACKEND_DEFAULT)
+            return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                             "environment variable %s=\"%s\": \"%s\" is not a backend; expected auto, host, p2p, "
+                             "nccl or cublasmp, each optionally after op: (e.g. %s=p2p,gemm_rs:nccl)",
+                             env, text, name, env);
+        if (*slot != CGM_BACKEND_DEFAULT)
+            return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                             "environment variable %s=\"%s\": %s%s given twice; give each at most once",
+                             env, text, colon ? item : "the backend for every op", colon ? "'s backend" : "");
+        *slot = b;
+    }
     return CGM_SUCCESS;
 }
-
-static const char *op_backend_env[CGM_OP_COUNT_] = {
-    "COMMGEMM_BACKEND_AG_GEMM", "COMMGEMM_BACKEND_GEMM_RS", "COMMGEMM_BACKEND_GEMM_AR",
-    "COMMGEMM_BACKEND_BULK"};
 
 /* An enum field whose value 0 is DEFAULT (names[0]): the config's value,
  * else the word of environment variable `env` among names[1..count-1]
@@ -195,18 +227,17 @@ static cgm_status resolve_auto(const cgm_comm *comm, cgm_backend *out) {
 static cgm_status resolve_config(cgm_comm *comm, const cgm_config *in) {
     cgm_resolved_config *c = &comm->config;
     cgm_status st;
-    bool set;
+    cgm_backend env_all, env_op[CGM_OP_COUNT_];
+    if ((st = env_backends(&env_all, env_op))) return st;
     /* Global default: config, env, auto. */
-    c->backend = in->backend;
-    if (c->backend == CGM_BACKEND_DEFAULT) {
-        if ((st = env_backend("COMMGEMM_BACKEND", &c->backend, &set))) return st;
-        if (!set) c->backend = CGM_BACKEND_AUTO;
-    }
+    c->backend = in->backend != CGM_BACKEND_DEFAULT ? in->backend
+                 : env_all != CGM_BACKEND_DEFAULT    ? env_all
+                                                     : CGM_BACKEND_AUTO;
     if ((unsigned)c->backend >= CGM_BACKEND_COUNT_)
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "config.backend = %d: expected a cgm_backend value",
                          (int)c->backend);
     /* Per op, the more specific setting wins: config.op_backend[op], then
-     * COMMGEMM_BACKEND_<OP>, then the global default. */
+     * the variable's op:backend item, then the default above. */
     for (int op = 0; op < CGM_OP_COUNT_; op++) {
         cgm_backend b = in->op_backend[op];
         const char *source = "config.op_backend";
@@ -215,9 +246,8 @@ static cgm_status resolve_config(cgm_comm *comm, const cgm_config *in) {
                              "config.op_backend[%s] = %d: expected a cgm_backend value",
                              cgm_op_name((cgm_op)op), (int)b);
         if (b == CGM_BACKEND_DEFAULT) {
-            if ((st = env_backend(op_backend_env[op], &b, &set))) return st;
-            source = set ? op_backend_env[op] : "default backend";
-            if (!set) b = c->backend;
+            b = env_op[op] != CGM_BACKEND_DEFAULT ? env_op[op] : c->backend;
+            source = env_op[op] != CGM_BACKEND_DEFAULT ? "COMMGEMM_BACKEND" : "default backend";
         }
         if (b == CGM_BACKEND_AUTO && (st = resolve_auto(comm, &b))) return st;
         c->op_backend[op] = b;

@@ -92,12 +92,21 @@ typedef enum cgm_param_type {
     CGM_PARAM_STRING = 1
 } cgm_param_type;
 
+/* Who a parameter is for: docs/env.md lists each kind in its section. */
+typedef enum cgm_param_section {
+    CGM_PARAM_SETTING = 0,  /* a user's setting */
+    CGM_PARAM_LAUNCHER = 1, /* set by commgemm-run for cgm_bootstrap_from_env */
+    CGM_PARAM_TESTING = 2   /* tests only */
+} cgm_param_section;
+
 typedef struct cgm_param {
     const char *name;
     cgm_param_type type;
     const char *default_value; /* NULL: no default ("unset") */
-    const char *help;
+    cgm_param_section section;
+    const char *help; /* at most CGM_PARAM_HELP_MAX characters: two lines of env.md */
 } cgm_param;
+#define CGM_PARAM_HELP_MAX 200
 
 const cgm_param *cgm_param_table(int *count);
 

@@ -355,8 +355,16 @@ static const create_case create_cases[] = {
     {"env_backend", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_BACKEND", "gloo", CGM_ERROR_INVALID_ARGUMENT,
      "COMMGEMM_BACKEND=\"gloo\""},
     /* Not p2p: it takes LOCAL comms where a GPU is present. */
-    {"env_op_backend_gpu_on_host", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_BACKEND_GEMM_RS", "nccl",
+    {"env_op_backend_gpu_on_host", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_BACKEND", "host,gemm_rs:nccl",
      CGM_ERROR_UNAVAILABLE, "nccl"},
+    {"env_backend_unknown_op", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_BACKEND", "host,gemm_xx:host",
+     CGM_ERROR_INVALID_ARGUMENT, "COMMGEMM_BACKEND=\"host,gemm_xx:host\": unknown op \"gemm_xx\"; expected ag_gemm"},
+    {"env_backend_op_bad_backend", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_BACKEND", "bulk:gloo",
+     CGM_ERROR_INVALID_ARGUMENT, "\"gloo\" is not a backend; expected auto, host, p2p, nccl or cublasmp"},
+    {"env_backend_twice", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_BACKEND", "ag_gemm:host,ag_gemm:p2p",
+     CGM_ERROR_INVALID_ARGUMENT, "ag_gemm's backend given twice"},
+    {"env_backend_empty_item", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_BACKEND", "host,,bulk:host",
+     CGM_ERROR_INVALID_ARGUMENT, "\"\" is not a backend"},
     {"env_partial_dtype", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_PARTIAL_DTYPE", "bf16",
      CGM_ERROR_INVALID_ARGUMENT, "COMMGEMM_PARTIAL_DTYPE=\"bf16\": expected fp32 or output; set one of them or unset "
      "it (default fp32)"},
@@ -385,6 +393,26 @@ static void run_create_case(const void *param) {
     CHECK_CONTAINS(cgm_last_error(), cc->message);
     /* Nothing broke: a valid comm can be created afterwards. */
     if (cc->env_name) unsetenv(cc->env_name);
+}
+
+/* COMMGEMM_BACKEND's op:backend items pick each op's backend; the config's
+ * per-op field still wins over them. */
+static void test_env_backend_per_op(const void *p) {
+    (void)p;
+    char name[64];
+    cgm_bootstrap b = test_local_bootstrap("api-backend-env", name, sizeof name);
+    setenv("COMMGEMM_BACKEND", "host,gemm_rs:host,bulk:auto", 1);
+    cgm_config config = CGM_CONFIG_INIT;
+    config.op_backend[CGM_OP_BULK] = CGM_BACKEND_HOST;
+    cgm_comm *comm = NULL;
+    CHECK_OK(cgm_comm_create(&b, &config, &comm));
+    for (int op = 0; op < CGM_OP_COUNT_; op++) {
+        cgm_backend got = CGM_BACKEND_DEFAULT;
+        CHECK_OK(cgm_comm_backend(comm, (cgm_op)op, &got));
+        CHECK_INT_EQ(got, CGM_BACKEND_HOST);
+    }
+    CHECK_OK(cgm_comm_destroy(comm));
+    unsetenv("COMMGEMM_BACKEND");
 }
 
 /* Bad precision values in the config: refused at create, naming the field,
@@ -506,6 +534,7 @@ static void register_cases(void) {
     test_add("gpu_memory_on_host_refused", test_gpu_memory_on_host, NULL);
     test_add("max_m_exceeded", test_max_m, NULL);
     test_add("bad_create.config_precision", test_config_precision_bad, NULL);
+    test_add("env_backend_per_op", test_env_backend_per_op, NULL);
     test_add("older_header_structs", test_older_structs, NULL);
 }
 

@@ -54,20 +54,8 @@ set(rule_10 "\\([1-5][a-t](, [^)]*)?\\)")
 list(LENGTH rule_names nrules)
 math(EXPR last_rule "${nrules} - 1")
 
-find_program(GIT_EXECUTABLE git)
-set(files "")
-if(GIT_EXECUTABLE AND EXISTS "${SOURCE_DIR}/.git")
-  execute_process(COMMAND "${GIT_EXECUTABLE}" -c core.quotepath=off ls-files
-                  WORKING_DIRECTORY "${SOURCE_DIR}"
-                  OUTPUT_VARIABLE listing RESULT_VARIABLE rc ERROR_QUIET)
-  if(rc EQUAL 0)
-    string(REPLACE "\n" ";" files "${listing}")
-  endif()
-endif()
-if(NOT files)
-  file(GLOB_RECURSE files RELATIVE "${SOURCE_DIR}" "${SOURCE_DIR}/*")
-  list(FILTER files EXCLUDE REGEX "^(\\.git|build[^/]*)/|/CMakeFiles/")
-endif()
+include("${CMAKE_CURRENT_LIST_DIR}/../../cmake/RepoFiles.cmake")
+repo_files(files "${SOURCE_DIR}")
 
 set(offences 0)
 set(checked 0)

@@ -241,10 +241,16 @@ static void test_param_defaults_and_env(const void *p) {
     int count = 0;
     const cgm_param *t = cgm_param_table(&count);
     CHECK(count > 10);
+    /* Few, real knobs, each said in at most two lines of docs/env.md. */
+    int settings = 0;
     for (int i = 0; i < count; i++) {
         CHECK(strncmp(t[i].name, "COMMGEMM_", 9) == 0);
         CHECK(t[i].help && strlen(t[i].help) > 10);
+        if (strlen(t[i].help) > CGM_PARAM_HELP_MAX)
+            TEST_FAIL("%s: help of %zu characters, at most %d", t[i].name, strlen(t[i].help), CGM_PARAM_HELP_MAX);
+        settings += t[i].section == CGM_PARAM_SETTING;
     }
+    CHECK(settings <= 25);
 }
 
 /* Precision: the config field, else the environment variable, else the
