@@ -70,7 +70,7 @@ BASELINES = (GEMM, COMM, CGM_GEMM)
 DEFAULT_SHAPES = "16384x2048x8192,8192x4096x4096,16384x8192x2048"
 
 # PyTorch SymmetricMemory's reference ratios on those shapes, (op, m, n, k) -> ratio.
-ISSUE_TORCH_RATIOS = {
+REFERENCE_TORCH_RATIOS = {
     ("ag_gemm", 16384, 2048, 8192): 1.27,
     ("ag_gemm", 8192, 4096, 4096): 1.57,
     ("gemm_rs", 16384, 8192, 2048): 1.52,
@@ -243,9 +243,9 @@ def build_rows(op, shape, mode, results, names=None):
         for key, value in r.items():
             if key not in row:
                 row[key] = value
-        issue = ISSUE_TORCH_RATIOS.get((op, m, n, k))
-        if issue is not None and name == TORCH:
-            row["issue_ratio"] = issue
+        reference = REFERENCE_TORCH_RATIOS.get((op, m, n, k))
+        if reference is not None and name == TORCH:
+            row["reference_ratio"] = reference
         rows.append(row)
     return rows
 
@@ -265,8 +265,8 @@ def table_line(row):
         note = f"ERROR: {note}"
     elif row.get("status") == "skipped":
         note = f"skipped: {note}"
-    if row.get("issue_ratio") is not None:
-        note = (note + "; " if note else "") + f"issue: {row['issue_ratio']:.2f}"
+    if row.get("reference_ratio") is not None:
+        note = (note + "; " if note else "") + f"reference: {row['reference_ratio']:.2f}"
     note = note.replace("|", "/").replace("\n", " ")
     return (f"| {row['op']} | {row['m']} | {row['n']} | {row['k']} | {row['mode']} | {row['candidate']} "
             f"| {_fmt(row.get('time_us'), '.1f')} | {_fmt(row.get('ratio'), '.2f')} "

@@ -51,8 +51,8 @@ def test_default_shapes_are_the_reference_shapes():
                  ("gemm_rs", (16384, 2048, 8192)), ("gemm_rs", (8192, 4096, 4096))]
     for op, (m, k, n) in reference:
         assert (m, n, k) in shapes
-        assert (op, m, n, k) in ct.ISSUE_TORCH_RATIOS
-    assert len(ct.ISSUE_TORCH_RATIOS) == 4
+        assert (op, m, n, k) in ct.REFERENCE_TORCH_RATIOS
+    assert len(ct.REFERENCE_TORCH_RATIOS) == 4
 
 
 def test_shape_semantics_match_commgemm_bench():
@@ -210,7 +210,7 @@ def test_build_rows():
     assert by["commgemm-p2p"]["speedup_vs_seq"] == pytest.approx(500 / 360)
     assert by["commgemm-p2p"]["max_rel_diff"] == 0.001  # extra fields are kept
     assert by["torch_symm_mem"]["speedup_vs_torch"] == pytest.approx(1.0)
-    assert by["torch_symm_mem"]["issue_ratio"] == 1.27
+    assert by["torch_symm_mem"]["reference_ratio"] == 1.27
     assert by["commgemm-p2p"]["tflops"] == pytest.approx(2 * 16384 * 2048 * 8192 / 360e-6 / 1e12)
     sk = by["commgemm-cublasmp"]
     assert sk["status"] == "skipped" and sk["time_us"] is None and sk["ratio"] is None
@@ -242,7 +242,7 @@ def test_table():
     assert "| 360.0 | 1.20 | 1.25 | 1.39 |" in p2p and p2p.endswith("| 0 |  |")
     assert "skipped: backend cublasmp unavailable" in text
     assert "ERROR: CudaError: bad / thing second line" in text
-    assert "issue: 1.27" in next(line for line in lines if "torch_symm_mem" in line)
+    assert "reference: 1.27" in next(line for line in lines if "torch_symm_mem" in line)
     gemm = next(line for line in lines if "| gemm |" in line)
     assert "| 300.0 | 1.00 |" in gemm and "| - |" in gemm  # baselines have no #wrong
 
