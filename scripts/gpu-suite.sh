@@ -103,7 +103,7 @@ run_stage() {
     case $1 in
     fetch) x 600 bash -c 'mkdir -p .carry/debs .whl && cd .carry/debs &&
         apt-get download libopenblas{0-pthread,-pthread-dev,-dev} && for f in *.deb; do dpkg -x "$f" ../root || exit; done &&
-        cd ../.. && rm -rf .carry/debs && python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+        cd ../.. && rm -rf .carry/debs && find .carry/root \( -name "*.a" -o -name "liblapack*" \) -delete && python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
         --implementation cp --platform manylinux_2_28_x86_64 -d .whl nvidia-cublasmp-cu13==0.7.0.125'
         note "fetch: rc=$? ($L)" ;;
     build) x 300 cmake -S . -B "$B" -DCOMMGEMM_CUDA_ARCHITECTURES=90a "${cfg[@]}" && x 1800 cmake --build "$B" -j"$(nproc)"
