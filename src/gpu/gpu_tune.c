@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/gpu/gpu.h"
 #include "device/device.h"
+#include "gpu/gpu.h"
 
 bool cgm_gpu_tune_capturing(const cgm_call *call) {
     return cgm_stream_capturing((cudaStream_t)call->stream);
