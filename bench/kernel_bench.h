@@ -11,8 +11,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "backend/gpu/gpu.h"
 #include "device/hopper_gemm.h"
+#include "gpu/gpu.h"
 
 #define KB_ROUNDS 30
 #define KB_CALLS 4 /* back to back per timed block: the host's launch cost hidden */

@@ -332,7 +332,7 @@ typedef struct cgm_tune_hooks {
      * Nothing is measured or exchanged then. */
     bool (*capturing)(const cgm_call *call);
     /* Runs `call` (algo and splits set) `warmup` times, then `reps` times
-     * timed, through this backend's op entry; ns[i] is timed run i in
+     * timed, through this backend's run entry; ns[i] is timed run i in
      * nanoseconds (GPU: events on the call's stream, synchronized with a
      * bounded wait; host: the wall clock around the synchronous op).
      * Collective, like the op itself. */
@@ -391,17 +391,13 @@ typedef struct cgm_backend_vtable {
     cgm_status (*probe)(const cgm_comm *comm);
     /* Collective. Creates the backend's state for `comm`. */
     cgm_status (*init)(cgm_comm *comm, void **state);
-    /* Op entry points: `call` is validated; the backend resolves algo and
-     * splits, checks cross-rank agreement when config.check_agreement, and
-     * runs or enqueues the op. A timeout or peer failure must be returned
-     * as such (the core then marks the comm broken). */
-    cgm_status (*all_gather_gemm)(cgm_comm *comm, void *state,
-                                  const cgm_call *call);
-    cgm_status (*gemm_reduce_scatter)(cgm_comm *comm, void *state,
-                                      const cgm_call *call);
-    cgm_status (*gemm_all_reduce)(cgm_comm *comm, void *state,
-                                  const cgm_call *call);
-    cgm_status (*bulk)(cgm_comm *comm, void *state, const cgm_call *call);
+    /* Runs one op: `call` is validated and carries the op (call->op); the
+     * backend resolves algo and splits, checks cross-rank agreement when
+     * config.check_agreement, and runs or enqueues the op. An op the
+     * backend does not offer is CGM_ERROR_NOT_SUPPORTED saying which
+     * backend to use. A timeout or peer failure must be returned as such
+     * (the core then marks the comm broken). */
+    cgm_status (*run)(cgm_comm *comm, void *state, const cgm_call *call);
     /* Optional (NULL: nothing to do). The core rejected this rank's call of
      * `op` (bad arguments: `status`, the detail in cgm_last_error()) before
      * the backend saw it, while the peers may be in the op's cross-rank
@@ -421,10 +417,6 @@ typedef struct cgm_backend_vtable {
 
 /* The table for `id`, or NULL when this build does not include it. */
 const cgm_backend_vtable *cgm_backend_lookup(cgm_backend id);
-/* Runs a validated call through the op entry of `vt` that matches
- * call->op (the dispatch shared by the public ops and the autotuner). */
-cgm_status cgm_backend_run(cgm_comm *comm, const cgm_backend_vtable *vt,
-                           void *state, const cgm_call *call);
 
 /* For NCCL bootstraps: rank, size and CUDA device of an ncclComm_t.
  * CGM_ERROR_UNAVAILABLE in a build without NCCL. */

@@ -3,16 +3,6 @@
 #include "core.h"
 #include "tune/tune.h"
 
-cgm_status cgm_backend_run(cgm_comm *comm, const cgm_backend_vtable *vt,
-                           void *state, const cgm_call *call) {
-    switch (call->op) {
-    case CGM_OP_ALL_GATHER_GEMM: return vt->all_gather_gemm(comm, state, call);
-    case CGM_OP_GEMM_REDUCE_SCATTER: return vt->gemm_reduce_scatter(comm, state, call);
-    case CGM_OP_GEMM_ALL_REDUCE: return vt->gemm_all_reduce(comm, state, call);
-    default: return vt->bulk(comm, state, call);
-    }
-}
-
 /* A call this rank rejected: its op backend's peers may be waiting in the
  * call's agreement exchange (the host backend checks every call), so the
  * backend tells them (vtable `rejected`) instead of letting them wait out
@@ -52,7 +42,7 @@ static cgm_status dispatch(cgm_comm *comm, cgm_op op, const cgm_matrix *x, const
      * the candidates with this call's buffers on first use of its key); the
      * real call below is always the last execution. */
     st = cgm_tune_resolve(comm, vt, state, &call);
-    if (st == CGM_SUCCESS) st = cgm_backend_run(comm, vt, state, &call);
+    if (st == CGM_SUCCESS) st = vt->run(comm, state, &call);
     if (st == CGM_ERROR_TIMEOUT || st == CGM_ERROR_PEER_FAILED) cgm_comm_mark_broken(comm, st);
     return st;
 }

@@ -1,4 +1,4 @@
-/* cuBLASLt's measured search (backend/gpu/lt_gemm.c, COMMGEMM_LT_SEARCH):
+/* cuBLASLt's measured search (gpu/lt_gemm.c, COMMGEMM_LT_SEARCH):
  * cgm_lt_prepare times a shape once, never writes the caller's output, and
  * the GEMM it leads to gives the heuristic's result up to rounding; a value
  * out of range is refused; the GEMM reduction is part of what a shape's
@@ -11,7 +11,7 @@
 
 #include "harness.h"
 
-#include "backend/gpu/gpu.h"
+#include "gpu/gpu.h"
 #include "gpu_check.h"
 #include "gpu_ref.h"
 

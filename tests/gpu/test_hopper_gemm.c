@@ -26,8 +26,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "backend/gpu/gpu.h"
 #include "device/hopper_gemm.h"
+#include "gpu/gpu.h"
 #include "gpu_check.h"
 #include "harness.h"
 #include "hgemm_values.h"

@@ -1,8 +1,8 @@
-/* The messages of failed CUDA calls (backend/gpu/gpu_errors.c): pure
+/* The messages of failed CUDA calls (gpu/gpu_errors.c): pure
  * formatting, so they run without a GPU (built where the CUDA toolkit is). */
 #include "harness.h"
 
-#include "backend/gpu/gpu.h"
+#include "gpu/gpu.h"
 
 /* Out of memory: the status, and what to lower. */
 static void test_out_of_memory(const void *p) {

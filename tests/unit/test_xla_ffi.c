@@ -5,7 +5,7 @@
  * needed; tests/python/test_jax_host.py runs them under JAX. */
 #include <string.h>
 
-#include "core/xla_ffi.h"
+#include "bindings/xla_ffi.h"
 #include "harness.h"
 
 /* A stand-in for XLA's error_create: keeps the last error. */

@@ -189,8 +189,15 @@ static cgm_status cmp_finalize(cgm_comm *comm, void *state) {
     return CGM_SUCCESS;
 }
 
-/* The entry points share one path: the call carries the op. */
+/* The table's run entry: AG+GEMM, GEMM+RS and GEMM+AR are one distributed
+ * matmul each (cmp_execute maps the op); bulk has none. */
 static cgm_status cmp_run(cgm_comm *comm, void *state, const cgm_call *call) {
+    if (call->op == CGM_OP_BULK)
+        return cgm_error(CGM_ERROR_NOT_SUPPORTED,
+                         "the cublasmp backend has no bulk overlap (cuBLASMp runs "
+                         "one distributed matmul, not a GEMM beside an unrelated "
+                         "collective); use p2p or nccl for bulk "
+                         "(options.backend, or COMMGEMM_BACKEND=bulk:p2p)");
     cmp_state *st = state;
     int previous = -1;
     cgm_status status = enter_device(st->device, &previous);
@@ -199,22 +206,11 @@ static cgm_status cmp_run(cgm_comm *comm, void *state, const cgm_call *call) {
     return status;
 }
 
-static cgm_status cmp_bulk(cgm_comm *comm, void *state, const cgm_call *call) {
-    return cgm_error(CGM_ERROR_NOT_SUPPORTED,
-                     "the cublasmp backend has no bulk overlap (cuBLASMp runs "
-                     "one distributed matmul, not a GEMM beside an unrelated "
-                     "collective); use p2p or nccl for bulk "
-                     "(options.backend or COMMGEMM_BACKEND_BULK)");
-}
-
 const cgm_backend_vtable cgm_cublasmp_backend = {
     .id = CGM_BACKEND_CUBLASMP,
     .name = "cublasmp",
     .probe = cmp_probe,
     .init = cmp_init,
-    .all_gather_gemm = cmp_run,
-    .gemm_reduce_scatter = cmp_run,
-    .gemm_all_reduce = cmp_run,
-    .bulk = cmp_bulk,
+    .run = cmp_run,
     .finalize = cmp_finalize,
 };

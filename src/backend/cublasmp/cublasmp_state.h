@@ -3,8 +3,8 @@
 #define COMMGEMM_CUBLASMP_STATE_H
 
 #include "backend/cublasmp/cublasmp.h"
-#include "backend/gpu/gpu.h"
 #include "device/device.h"
+#include "gpu/gpu.h"
 
 #define CMP_CACHE 16        /* shapes kept per comm */
 #define CMP_RETIRED_MAX 8   /* outgrown workspaces kept for captured graphs */

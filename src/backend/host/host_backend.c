@@ -1,4 +1,4 @@
-/* The host backend's table: probe, init/finalize, and the op entry points
+/* The host backend's table: probe, init/finalize, and the run entry
  * (algorithm and split resolution, workspace capacity, the plan cache, the
  * agreement check, then the executor). */
 #include <stdio.h>
@@ -325,26 +325,16 @@ static cgm_status host_run_op(cgm_comm *comm, void *state,
     return host_execute(comm, st, &run);
 }
 
-static cgm_status host_all_gather_gemm(cgm_comm *comm, void *state,
-                                       const cgm_call *call) {
-    return host_run_op(comm, state, call, PLAN_OP_AG_GEMM);
-}
-
-static cgm_status host_gemm_reduce_scatter(cgm_comm *comm, void *state,
-                                           const cgm_call *call) {
-    return host_run_op(comm, state, call, PLAN_OP_GEMM_RS);
-}
-
-static cgm_status host_gemm_all_reduce(cgm_comm *comm, void *state,
-                                       const cgm_call *call) {
-    return host_run_op(comm, state, call, PLAN_OP_GEMM_AR);
-}
-
-static cgm_status host_bulk(cgm_comm *comm, void *state, const cgm_call *call) {
-    plan_op op = call->collective == CGM_COLLECTIVE_REDUCE_SCATTER
-                     ? PLAN_OP_BULK_RS
-                     : PLAN_OP_BULK_AG;
-    return host_run_op(comm, state, call, op);
+/* The table's run entry: the call's op as the schedule's. */
+static cgm_status host_backend_run(cgm_comm *comm, void *state, const cgm_call *call) {
+    switch (call->op) {
+    case CGM_OP_ALL_GATHER_GEMM: return host_run_op(comm, state, call, PLAN_OP_AG_GEMM);
+    case CGM_OP_GEMM_REDUCE_SCATTER: return host_run_op(comm, state, call, PLAN_OP_GEMM_RS);
+    case CGM_OP_GEMM_ALL_REDUCE: return host_run_op(comm, state, call, PLAN_OP_GEMM_AR);
+    default:
+        return host_run_op(comm, state, call,
+                           call->collective == CGM_COLLECTIVE_REDUCE_SCATTER ? PLAN_OP_BULK_RS : PLAN_OP_BULK_AG);
+    }
 }
 
 /* The core rejected this rank's call before it reached host_run_op; with
@@ -373,7 +363,7 @@ static cgm_status host_tune_measure(cgm_comm *comm, void *state,
                                     int64_t *ns) {
     for (int i = 0; i < warmup + reps; i++) {
         int64_t t0 = cgm_now_ns();
-        cgm_status s = cgm_backend_run(comm, &cgm_host_backend, state, call);
+        cgm_status s = host_backend_run(comm, state, call);
         if (s != CGM_SUCCESS) return s;
         if (i >= warmup) ns[i - warmup] = cgm_now_ns() - t0;
     }
@@ -424,10 +414,7 @@ const cgm_backend_vtable cgm_host_backend = {
     .name = "host",
     .probe = host_probe,
     .init = host_init,
-    .all_gather_gemm = host_all_gather_gemm,
-    .gemm_reduce_scatter = host_gemm_reduce_scatter,
-    .gemm_all_reduce = host_gemm_all_reduce,
-    .bulk = host_bulk,
+    .run = host_backend_run,
     .rejected = host_rejected,
     .async_error = NULL, /* ops complete before returning */
     .finalize = host_finalize,

@@ -1,5 +1,5 @@
 /* The nccl backend: probe, init (split communicator, streams, workspaces),
- * finalize and the op entry points. Bounded calls and the watchdog are in
+ * finalize and the run entry (every op). Bounded calls and the watchdog are in
  * nccl_watch.c, schedules in nccl_ops.c and nccl_bulk.c, shared machinery
  * in nccl_exec.c. */
 #include <stdio.h>
@@ -350,7 +350,8 @@ static cgm_status ncclb_finalize(cgm_comm *comm, void *state) {
     return status;
 }
 
-/* The entry points share one path: the call carries the op. */
+/* The table's run entry: one path for every op, the op's own part chosen
+ * by call->op between the shared begin and end. */
 static cgm_status ncclb_run(cgm_comm *comm, void *state, const cgm_call *call) {
     ncclb_state *st = state;
     int previous = -1;
@@ -426,10 +427,7 @@ const cgm_backend_vtable cgm_nccl_backend = {
     .name = "nccl",
     .probe = ncclb_probe,
     .init = ncclb_init,
-    .all_gather_gemm = ncclb_run,
-    .gemm_reduce_scatter = ncclb_run,
-    .gemm_all_reduce = ncclb_run,
-    .bulk = ncclb_run,
+    .run = ncclb_run,
     .async_error = ncclb_async_error,
     .finalize = ncclb_finalize,
     .tune = &ncclb_tune_hooks,

@@ -12,8 +12,8 @@
 
 #include <pthread.h>
 
-#include "backend/gpu/gpu.h"
 #include "device/device.h"
+#include "gpu/gpu.h"
 
 #ifdef __cplusplus
 extern "C" {

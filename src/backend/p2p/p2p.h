@@ -28,9 +28,9 @@
 #ifndef COMMGEMM_P2P_H
 #define COMMGEMM_P2P_H
 
-#include "backend/gpu/gpu.h"
 #include "backend/p2p/p2p_units.h"
 #include "device/device.h"
+#include "gpu/gpu.h"
 #include "plan/plan.h"
 
 #ifdef __cplusplus

@@ -1,4 +1,4 @@
-/* One p2p op (p2p_run.c): the backend table's entry for every op. */
+/* One p2p op (p2p_run.c): the backend table's run entry, for every op. */
 #ifndef COMMGEMM_P2P_RUN_H
 #define COMMGEMM_P2P_RUN_H
 

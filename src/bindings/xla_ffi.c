@@ -22,8 +22,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core.h"
-#include "xla_ffi.h"
+#include "bindings/xla_ffi.h"
+#include "core/core.h"
 
 /* ------------------------------------------------------------ helpers */
 

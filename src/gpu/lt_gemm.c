@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/gpu/gpu.h"
+#include "gpu/gpu.h"
 
 #define LT_CACHE_SIZE 256
 /* cgm_lt_prepare's search: at most this many heuristic algorithms, timed in

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend/gpu/gpu.h"
+#include "gpu/gpu.h"
 
 static const char *base_name(const char *file) {
     const char *slash = strrchr(file, '/');

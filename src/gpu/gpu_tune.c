@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/gpu/gpu.h"
 #include "device/device.h"
+#include "gpu/gpu.h"
 
 bool cgm_gpu_tune_capturing(const cgm_call *call) {
     return cgm_stream_capturing((cudaStream_t)call->stream);
@@ -68,12 +68,12 @@ cgm_status cgm_gpu_tune_measure(cgm_comm *comm, void *state,
      * host to enqueue every timed run first (cgm_tune_hold_ns). */
     int64_t t0 = cgm_now_ns();
     for (int i = 0; i < warmup; i++)
-        CGM_TRY(cgm_backend_run(comm, vt, state, call));
+        CGM_TRY(vt->run(comm, state, call));
     int64_t hold = cgm_tune_hold_ns(cgm_now_ns() - t0, warmup, reps);
     CGM_CUDA_TRY(cgm_dev_hold((unsigned long long)hold, stream));
     CGM_CUDA_TRY(cudaEventRecord(events[0], stream));
     for (int i = 0; i < reps; i++) {
-        CGM_TRY(cgm_backend_run(comm, vt, state, call));
+        CGM_TRY(vt->run(comm, state, call));
         CGM_CUDA_TRY(cudaEventRecord(events[i + 1], stream));
     }
     CGM_TRY(wait_event(comm, vt, state, events[reps]));

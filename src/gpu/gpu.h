@@ -1,8 +1,9 @@
-/* GPU pieces shared by the GPU backends (p2p today; nccl and cublasmp
- * later): CUDA/cuBLAS/NCCL error reporting, a cached cuBLASLt GEMM for
- * row-major operands, bounded NCCL exchanges, and peer-mapped workspaces. */
-#ifndef COMMGEMM_BACKEND_GPU_H
-#define COMMGEMM_BACKEND_GPU_H
+/* GPU pieces shared by the GPU backends (p2p, nccl, cublasmp), not a
+ * backend: CUDA/cuBLAS/NCCL error reporting, the probe's common checks,
+ * bounded NCCL exchanges, the autotuner's GPU hooks, a cached cuBLASLt GEMM
+ * for row-major operands, and peer-mapped memory. */
+#ifndef COMMGEMM_GPU_H
+#define COMMGEMM_GPU_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -275,4 +276,4 @@ cgm_status cgm_check_node_peers(cgm_comm *comm, int cuda_device);
 }
 #endif
 
-#endif /* COMMGEMM_BACKEND_GPU_H */
+#endif /* COMMGEMM_GPU_H */

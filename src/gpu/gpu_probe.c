@@ -1,5 +1,5 @@
 /* What every GPU backend's probe checks first. */
-#include "backend/gpu/gpu.h"
+#include "gpu/gpu.h"
 
 cgm_status cgm_gpu_probe_common(const cgm_comm *comm, const char *backend, bool local_ok,
                                 int *device_count) {

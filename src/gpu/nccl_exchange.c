@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend/gpu/gpu.h"
+#include "gpu/gpu.h"
 
 cgm_status cgm_nccl_comm_query(void *nccl_comm, int *rank, int *nranks,
                                int *cuda_device) {
