@@ -1,6 +1,6 @@
 // Device helpers for the cross-rank flags (device.h): system-scope acquire
 // loads and release stores, the global timer, and the abort record an
-// expired wait fills. Shared by kernels.cu and hopper_gemm.cu.
+// expired wait fills. Shared by kernels.cu and the Hopper GEMM (hopper/).
 #ifndef COMMGEMM_DEVICE_FLAGS_CUH
 #define COMMGEMM_DEVICE_FLAGS_CUH
 

@@ -1,6 +1,6 @@
 /* The fused algorithm's geometry (docs/PLAN.md "Fused"): pure C, shared by
  * the p2p executor (src/backend/p2p/p2p_fused.c) and the kernel's host
- * side (src/device/hopper_gemm.cu), tested in tests/plan/test_plan_fused.c. */
+ * side (src/device/hopper/), tested in tests/plan/test_plan_fused.c. */
 #include "plan/plan.h"
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
