@@ -9,12 +9,28 @@ commgemm_missing_packages() {
     command -v cc >/dev/null 2>&1 || missing+=(gcc)
     command -v make >/dev/null 2>&1 || missing+=(make)
     command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
-    if ! ls /usr/include/x86_64-linux-gnu/openblas*/cblas.h /usr/include/openblas/cblas.h \
-            /usr/include/aarch64-linux-gnu/openblas*/cblas.h >/dev/null 2>&1; then
-        missing+=(libopenblas-dev)
-    fi
+    commgemm_have_openblas || missing+=(libopenblas-dev)
     command -v python3 >/dev/null 2>&1 || missing+=(python3)
     echo "${missing[@]:-}"
+}
+
+# True when OpenBLAS's cblas.h and libopenblas.so are installed: pkg-config
+# knows openblas, or a header and a library lie where Debian, Ubuntu or
+# Fedora put them (each path checked on its own). ROOT (default /) is the
+# file system root to look under.
+commgemm_have_openblas() {
+    local root=${1:-} header='' lib='' f
+    if command -v pkg-config >/dev/null 2>&1 && pkg-config --exists openblas 2>/dev/null; then
+        return 0
+    fi
+    for f in "$root"/usr/include/*-linux-gnu/openblas*/cblas.h "$root"/usr/include/openblas/cblas.h; do
+        [ -f "$f" ] && header=$f && break
+    done
+    for f in "$root"/usr/lib/*-linux-gnu/libopenblas.so "$root"/usr/lib/*-linux-gnu/openblas*/libopenblas.so \
+        "$root"/usr/lib64/libopenblas.so "$root"/usr/lib/libopenblas.so; do
+        [ -e "$f" ] && lib=$f && break
+    done
+    [ -n "$header" ] && [ -n "$lib" ]
 }
 
 commgemm_install_deps() {

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# scripts/deps.sh on made-up machines: OpenBLAS is found in each layout the
+# distributions use (one present path is enough), is missing when its header
+# or its library is, and a machine that has every package runs no apt-get.
+#
+#   tests/install/deps_check.sh scripts/deps.sh WORK_DIR
+set -uo pipefail
+deps=$1 work=$2
+rm -rf "$work" && mkdir -p "$work" || exit 1
+failures=0 checks=0
+
+# fake_bin DIR NAME EXIT_CODE: a program NAME in DIR that exits with EXIT_CODE
+# and records its arguments in DIR/NAME.called.
+fake_bin() {
+    mkdir -p "$1"
+    printf '#!/bin/sh\necho "$*" >>"%s/%s.called"\nexit %s\n' "$1" "$2" "$3" >"$1/$2"
+    chmod +x "$1/$2"
+}
+
+# make_root DIR FILE...: an empty file system root holding FILEs.
+make_root() {
+    local dir=$1 f
+    shift
+    mkdir -p "$dir"
+    for f in "$@"; do mkdir -p "$dir/$(dirname "$f")" && : >"$dir/$f"; done
+}
+
+# expect_openblas WHAT yes|no ROOT PATH
+expect_openblas() {
+    local what=$1 want=$2 root=$3 path=$4 got=no
+    (source "$deps" && PATH=$path && commgemm_have_openblas "$root") && got=yes
+    checks=$((checks + 1))
+    if [ "$got" != "$want" ]; then
+        echo "FAIL: $what: commgemm_have_openblas said $got, expected $want (root $root, PATH $path)"
+        failures=$((failures + 1))
+    else
+        echo "ok: $what: $got"
+    fi
+}
+
+nopc=$work/bin-none && mkdir -p "$nopc"
+pc_no=$work/bin-pc-no && fake_bin "$pc_no" pkg-config 1
+pc_yes=$work/bin-pc-yes && fake_bin "$pc_yes" pkg-config 0
+
+debian=$work/debian
+make_root "$debian" usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h \
+    usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so
+arm=$work/arm
+make_root "$arm" usr/include/aarch64-linux-gnu/openblas-pthread/cblas.h usr/lib/aarch64-linux-gnu/libopenblas.so
+fedora=$work/fedora
+make_root "$fedora" usr/include/openblas/cblas.h usr/lib64/libopenblas.so
+header_only=$work/header-only
+make_root "$header_only" usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h
+lib_only=$work/lib-only
+make_root "$lib_only" usr/lib/x86_64-linux-gnu/libopenblas.so
+empty=$work/empty && mkdir -p "$empty"
+
+expect_openblas "Debian x86-64 layout alone, no pkg-config" yes "$debian" "$nopc"
+expect_openblas "Debian x86-64 layout, pkg-config without openblas.pc" yes "$debian" "$pc_no"
+expect_openblas "aarch64 layout alone" yes "$arm" "$nopc"
+expect_openblas "Fedora layout alone" yes "$fedora" "$nopc"
+expect_openblas "pkg-config knows openblas" yes "$empty" "$pc_yes"
+expect_openblas "header without library" no "$header_only" "$pc_no"
+expect_openblas "library without header" no "$lib_only" "$pc_no"
+expect_openblas "nothing installed" no "$empty" "$nopc"
+
+# Every package present (pkg-config knows openblas): nothing is missing and
+# commgemm_install_deps neither runs apt-get nor exits, as root or not.
+all=$work/bin-all
+for p in cmake cc make python3; do fake_bin "$all" "$p" 0; done
+fake_bin "$all" pkg-config 0
+fake_bin "$all" apt-get 0
+for uid in 0 1000; do
+    printf '#!/bin/sh\necho %s\n' "$uid" >"$all/id" && chmod +x "$all/id"
+    rm -f "$all/apt-get.called"
+    out=$(source "$deps" && PATH=$all && commgemm_install_deps && echo returned 2>&1)
+    checks=$((checks + 1))
+    if [ "$out" != returned ] || [ -e "$all/apt-get.called" ]; then
+        echo "FAIL: uid $uid, every package present: commgemm_install_deps printed '$out'" \
+            "$( [ -e "$all/apt-get.called" ] && echo "and ran apt-get $(head -1 "$all/apt-get.called")")"
+        failures=$((failures + 1))
+    else
+        echo "ok: uid $uid, every package present: no apt-get, no exit"
+    fi
+done
+
+echo "$((checks - failures)) passed, $failures failed"
+[ "$failures" = 0 ]
