@@ -55,6 +55,14 @@ commgemm_have_gpu() {
     command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '
 }
 
+# The bench's build tree and its extra configure argument: build/ (the GPU
+# backends where nvcc and NCCL are found) when a GPU is visible; otherwise
+# build-cpu/ with -DCOMMGEMM_CUDA=OFF, since kernels that cannot run there
+# would take minutes of nvcc (test.sh still compiles them in build/).
+commgemm_bench_tree() {
+    if commgemm_have_gpu; then echo build; else echo "build-cpu -DCOMMGEMM_CUDA=OFF"; fi
+}
+
 commgemm_gpu_count() {
     nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/deps.sh on made-up machines: OpenBLAS is found in each layout the
 # distributions use (one present path is enough), is missing when its header
-# or its library is, and a machine that has every package runs no apt-get.
+# or its library is, a machine that has every package runs no apt-get, and
+# the bench builds CPU-only where no GPU is visible.
 #
 #   tests/install/deps_check.sh scripts/deps.sh WORK_DIR
 set -uo pipefail
@@ -83,6 +84,28 @@ for uid in 0 1000; do
         echo "ok: uid $uid, every package present: no apt-get, no exit"
     fi
 done
+
+# The bench's build tree: build-cpu/ without the GPU backends unless
+# nvidia-smi lists a GPU.
+expect_tree() { # WHAT EXPECTED PATH
+    local got
+    got=$(source "$deps" && PATH=$3 && commgemm_bench_tree)
+    checks=$((checks + 1))
+    if [ "$got" != "$2" ]; then
+        echo "FAIL: $1: commgemm_bench_tree said '$got', expected '$2'"
+        failures=$((failures + 1))
+    else
+        echo "ok: $1: $got"
+    fi
+}
+gpu=$work/bin-gpu && mkdir -p "$gpu"
+printf '#!/bin/sh\necho "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)"\n' >"$gpu/nvidia-smi" && chmod +x "$gpu/nvidia-smi"
+nogpu=$work/bin-nogpu && mkdir -p "$nogpu"
+printf '#!/bin/sh\necho "No devices were found"\nexit 6\n' >"$nogpu/nvidia-smi" && chmod +x "$nogpu/nvidia-smi"
+ln -s "$(command -v grep)" "$gpu/grep" && ln -s "$(command -v grep)" "$nogpu/grep"
+expect_tree "no nvidia-smi" "build-cpu -DCOMMGEMM_CUDA=OFF" "$nopc"
+expect_tree "nvidia-smi finds no device" "build-cpu -DCOMMGEMM_CUDA=OFF" "$nogpu"
+expect_tree "nvidia-smi lists a GPU" "build" "$gpu"
 
 echo "$((checks - failures)) passed, $failures failed"
 [ "$failures" = 0 ]
