@@ -22,18 +22,9 @@ import argparse
 import os
 import sys
 
-DEVICES = {"gpu": "gpu", "cuda": "gpu", "cpu": "cpu"}
-DTYPES = {"fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16"}
+# --device gpu|cpu and --dtype fp32|bf16|fp16 (as the other example's); these names are accepted too
+ALIASES = {"cuda": "gpu", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 JNP_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-
-
-def spelling(table, what):
-    """An argparse type: a value of `table` (the documented spellings first)."""
-    def parse(text):
-        if text.lower() not in table:
-            raise argparse.ArgumentTypeError(f"{what} {text!r}: expected one of {', '.join(table)}")
-        return table[text.lower()]
-    return parse
 
 
 def parse_args(argv=None):
@@ -43,13 +34,16 @@ def parse_args(argv=None):
     p.add_argument("--tokens", type=int, default=1027, help="rows of the activations (any count)")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--lr", type=float, default=0.5)
-    p.add_argument("--dtype", type=spelling(DTYPES, "dtype"), default="fp32", help="fp32, bf16 or fp16")
-    p.add_argument("--device", type=spelling(DEVICES, "device"), default="gpu",
+    p.add_argument("--dtype", type=str.lower, choices=["fp32", "bf16", "fp16", "float32", "bfloat16", "float16"],
+                   default="fp32")
+    p.add_argument("--device", type=str.lower, choices=["gpu", "cpu", "cuda"], default="gpu",
                    help="gpu (the p2p backend, a GPU per rank), or cpu: the host backend on CPU arrays")
     p.add_argument("--compare", action="store_true")
     p.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false",
                    help="every rank holds all rows (column: local GEMM, dX by GEMM+AR; row: GEMM+AR)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.device, args.dtype = ALIASES.get(args.device, args.device), ALIASES.get(args.dtype, args.dtype)
+    return args
 
 
 def train(comm, args):

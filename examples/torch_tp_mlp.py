@@ -32,17 +32,8 @@ import commgemm
 from commgemm import torch as cgt
 from commgemm import torch_reference as ref
 
-DEVICES = {"gpu": "gpu", "cuda": "gpu", "cpu": "cpu"}
-DTYPES = {"fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16"}
-
-
-def spelling(table, what):
-    """An argparse type: a value of `table` (the documented spellings first)."""
-    def parse(text):
-        if text.lower() not in table:
-            raise argparse.ArgumentTypeError(f"{what} {text!r}: expected one of {', '.join(table)}")
-        return table[text.lower()]
-    return parse
+# --device gpu|cpu and --dtype fp32|bf16|fp16 (as the other example's); these names are accepted too
+ALIASES = {"cuda": "gpu", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 def parse_args(argv=None):
@@ -52,15 +43,18 @@ def parse_args(argv=None):
     p.add_argument("--tokens", type=int, default=4099, help="rows of the activations (any count)")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--lr", type=float, default=0.5)
-    p.add_argument("--dtype", type=spelling(DTYPES, "dtype"), default="bf16", help="fp32, bf16 or fp16")
+    p.add_argument("--dtype", type=str.lower, choices=["fp32", "bf16", "fp16", "float32", "bfloat16", "float16"],
+                   default="bf16")
     p.add_argument("--backend", default=None, help="commgemm backend: p2p, nccl, cublasmp (default: auto)")
-    p.add_argument("--device", type=spelling(DEVICES, "device"), default="gpu",
+    p.add_argument("--device", type=str.lower, choices=["gpu", "cpu", "cuda"], default="gpu",
                    help="gpu, or cpu: the host backend on CPU tensors (gloo for the reference collectives)")
     p.add_argument("--seed", type=int, default=1234)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--reference", action="store_true", help="torch.distributed collectives + plain matmuls")
     mode.add_argument("--compare", action="store_true", help="run both; exit 1 if the losses differ")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.device, args.dtype = ALIASES.get(args.device, args.device), ALIASES.get(args.dtype, args.dtype)
+    return args
 
 
 def init_distributed(backend, gpu):

@@ -26,17 +26,22 @@ make_root() {
     for f in "$@"; do mkdir -p "$dir/$(dirname "$f")" && : >"$dir/$f"; done
 }
 
-# expect_openblas WHAT yes|no ROOT PATH
-expect_openblas() {
-    local what=$1 want=$2 root=$3 path=$4 got=no
-    (source "$deps" && PATH=$path && commgemm_have_openblas "$root") && got=yes
+# verdict WHAT GOT EXPECTED: counts and prints one check.
+verdict() {
     checks=$((checks + 1))
-    if [ "$got" != "$want" ]; then
-        echo "FAIL: $what: commgemm_have_openblas said $got, expected $want (root $root, PATH $path)"
+    if [ "$2" != "$3" ]; then
+        echo "FAIL: $1: got '$2', expected '$3'"
         failures=$((failures + 1))
     else
-        echo "ok: $what: $got"
+        echo "ok: $1: $2"
     fi
+}
+
+# expect_openblas WHAT yes|no ROOT PATH
+expect_openblas() {
+    local got=no
+    (source "$deps" && PATH=$4 && commgemm_have_openblas "$3") && got=yes
+    verdict "$1 (commgemm_have_openblas, root $3, PATH $4)" "$got" "$2"
 }
 
 nopc=$work/bin-none && mkdir -p "$nopc"
@@ -75,28 +80,14 @@ for uid in 0 1000; do
     printf '#!/bin/sh\necho %s\n' "$uid" >"$all/id" && chmod +x "$all/id"
     rm -f "$all/apt-get.called"
     out=$(source "$deps" && PATH=$all && commgemm_install_deps && echo returned 2>&1)
-    checks=$((checks + 1))
-    if [ "$out" != returned ] || [ -e "$all/apt-get.called" ]; then
-        echo "FAIL: uid $uid, every package present: commgemm_install_deps printed '$out'" \
-            "$( [ -e "$all/apt-get.called" ] && echo "and ran apt-get $(head -1 "$all/apt-get.called")")"
-        failures=$((failures + 1))
-    else
-        echo "ok: uid $uid, every package present: no apt-get, no exit"
-    fi
+    [ -e "$all/apt-get.called" ] && out="$out, ran apt-get $(head -1 "$all/apt-get.called")"
+    verdict "uid $uid, every package present (commgemm_install_deps)" "$out" returned
 done
 
 # The bench's build tree: build-cpu/ without the GPU backends unless
 # nvidia-smi lists a GPU.
 expect_tree() { # WHAT EXPECTED PATH
-    local got
-    got=$(source "$deps" && PATH=$3 && commgemm_bench_tree)
-    checks=$((checks + 1))
-    if [ "$got" != "$2" ]; then
-        echo "FAIL: $1: commgemm_bench_tree said '$got', expected '$2'"
-        failures=$((failures + 1))
-    else
-        echo "ok: $1: $got"
-    fi
+    verdict "$1 (commgemm_bench_tree)" "$(source "$deps" && PATH=$3 && commgemm_bench_tree)" "$2"
 }
 gpu=$work/bin-gpu && mkdir -p "$gpu"
 printf '#!/bin/sh\necho "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)"\n' >"$gpu/nvidia-smi" && chmod +x "$gpu/nvidia-smi"
