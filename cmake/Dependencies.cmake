@@ -13,9 +13,30 @@ add_library(commgemm_blas INTERFACE)
 target_include_directories(commgemm_blas INTERFACE ${COMMGEMM_CBLAS_INCLUDE})
 target_link_libraries(commgemm_blas INTERFACE ${COMMGEMM_OPENBLAS_LIB})
 
-# CUDA + NCCL for the GPU backends.
+# CUDA + NCCL for the GPU backends. IF_GPU (pip install ./python's default)
+# is AUTO where nvidia-smi lists a GPU and OFF elsewhere: kernels for a GPU
+# the machine lacks would cost minutes of nvcc and could not run there.
+if(NOT COMMGEMM_CUDA MATCHES "^(AUTO|ON|OFF|IF_GPU)$")
+  message(FATAL_ERROR "COMMGEMM_CUDA is '${COMMGEMM_CUDA}': expected AUTO, ON, OFF or IF_GPU")
+endif()
+set(commgemm_cuda_mode ${COMMGEMM_CUDA})
+if(COMMGEMM_CUDA STREQUAL "IF_GPU")
+  set(commgemm_cuda_mode OFF)
+  find_program(COMMGEMM_NVIDIA_SMI nvidia-smi)
+  if(COMMGEMM_NVIDIA_SMI)
+    execute_process(COMMAND ${COMMGEMM_NVIDIA_SMI} -L OUTPUT_VARIABLE gpus RESULT_VARIABLE rc ERROR_QUIET
+                    TIMEOUT 60)
+    if(rc EQUAL 0 AND gpus MATCHES "(^|\n)GPU ")
+      set(commgemm_cuda_mode AUTO)
+    endif()
+  endif()
+  if(commgemm_cuda_mode STREQUAL "OFF")
+    message(STATUS "commgemm: COMMGEMM_CUDA=IF_GPU and nvidia-smi lists no GPU: building without the GPU "
+                   "backends (COMMGEMM_CUDA=ON builds them anyway)")
+  endif()
+endif()
 set(COMMGEMM_HAVE_CUDA OFF)
-if(NOT COMMGEMM_CUDA STREQUAL "OFF")
+if(NOT commgemm_cuda_mode STREQUAL "OFF")
   include(CheckLanguage)
   check_language(CUDA)
   find_package(CUDAToolkit QUIET)
@@ -23,7 +44,7 @@ if(NOT COMMGEMM_CUDA STREQUAL "OFF")
   find_library(COMMGEMM_NCCL_LIB nccl HINTS ${CUDAToolkit_LIBRARY_DIR} $ENV{NCCL_HOME}/lib)
   if(CMAKE_CUDA_COMPILER AND CUDAToolkit_FOUND AND COMMGEMM_NCCL_INCLUDE AND COMMGEMM_NCCL_LIB)
     set(COMMGEMM_HAVE_CUDA ON)
-  elseif(COMMGEMM_CUDA STREQUAL "ON")
+  elseif(commgemm_cuda_mode STREQUAL "ON")
     message(FATAL_ERROR "COMMGEMM_CUDA=ON but nvcc (${CMAKE_CUDA_COMPILER}), the CUDA toolkit "
       "(${CUDAToolkit_FOUND}) or NCCL (${COMMGEMM_NCCL_INCLUDE}, ${COMMGEMM_NCCL_LIB}) was not found. "
       "Install the CUDA toolkit and NCCL, or configure with -DCOMMGEMM_CUDA=OFF.")

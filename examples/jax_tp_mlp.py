@@ -5,6 +5,7 @@ sequence parallel) trained for a few SGD steps with commgemm's layers.
     commgemm-run -n 2 python3 examples/jax_tp_mlp.py                 # p2p backend, a GPU per rank
     ... --compare   # also train the whole MLP in plain jnp on every rank: exit 1 if they differ
     ... --no-sequence-parallel   # replicated activations: a local GEMM, then GEMM+AR
+    ... --dtype bf16             # fp32 (default), bf16 or fp16
 
 Ranks come from the launcher (commgemm-run, torchrun or mpirun:
 commgemm.Comm.from_env). On GPUs rank r takes GPU r % count (set before jax
@@ -12,12 +13,18 @@ starts), which must be its only visible one. Every rank builds the same
 full weights from the seed and keeps its shard; the tokens (rows) are split
 with the ceil split, so any --tokens works. The loss printed is the global
 mean squared error: each rank's own rows' term, and with --compare the
-plain-jnp one, which every rank can compute alone.
+plain-jnp one, which every rank can compute alone. Flags are spelled as
+torch_tp_mlp.py's: --device gpu|cpu, --dtype fp32|bf16|fp16 (cuda, float32,
+bfloat16, float16 are accepted too).
 """
 
 import argparse
 import os
 import sys
+
+# --device gpu|cpu and --dtype fp32|bf16|fp16 (as the other example's); these names are accepted too
+ALIASES = {"cuda": "gpu", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+JNP_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def parse_args(argv=None):
@@ -27,12 +34,16 @@ def parse_args(argv=None):
     p.add_argument("--tokens", type=int, default=1027, help="rows of the activations (any count)")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--lr", type=float, default=0.5)
-    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
-    p.add_argument("--device", choices=["gpu", "cpu"], default="gpu")
+    p.add_argument("--dtype", type=str.lower, choices=["fp32", "bf16", "fp16", "float32", "bfloat16", "float16"],
+                   default="fp32")
+    p.add_argument("--device", type=str.lower, choices=["gpu", "cpu", "cuda"], default="gpu",
+                   help="gpu (the p2p backend, a GPU per rank), or cpu: the host backend on CPU arrays")
     p.add_argument("--compare", action="store_true")
     p.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false",
                    help="every rank holds all rows (column: local GEMM, dX by GEMM+AR; row: GEMM+AR)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.device, args.dtype = ALIASES.get(args.device, args.device), ALIASES.get(args.dtype, args.dtype)
+    return args
 
 
 def train(comm, args):
@@ -48,7 +59,7 @@ def train(comm, args):
 
     P, r = comm.size, comm.rank
     m, h, f = args.tokens, args.hidden, args.ffn
-    dt = jnp.dtype(args.dtype)
+    dt = jnp.dtype(JNP_DTYPES[args.dtype])
     rng = np.random.default_rng(1234)
     full = {
         "w1": rng.standard_normal((f, h), np.float32) / np.sqrt(h),
@@ -116,7 +127,6 @@ def main():
         os.environ.setdefault("JAX_PLATFORMS", "cuda")
     else:
         os.environ["JAX_PLATFORMS"] = "cpu"
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
     import commgemm
 
     with commgemm.Comm.from_env(backend="p2p" if args.device == "gpu" else "host") as comm:
@@ -128,7 +138,7 @@ def main():
                 line += f", plain-jnp global loss {ref_losses[i]:.6f}"
             print(line, flush=True)
         if diff is not None:
-            tol = 2e-3 if args.dtype == "float32" else 5e-2
+            tol = 2e-3 if args.dtype == "fp32" else 5e-2
             print(f"rank {comm.rank}: largest weight difference against plain jnp after {args.steps} steps: "
                   f"{diff:.3g} (tolerance {tol})", flush=True)
             if not diff <= tol:

@@ -5,45 +5,94 @@ parallel) trained for a few steps with commgemm's overlapped layers.
     torchrun --nproc-per-node 2 examples/torch_tp_mlp.py --reference  # torch.distributed + matmuls
     torchrun --nproc-per-node 2 examples/torch_tp_mlp.py --compare    # both; exit 1 if losses differ
     torchrun --nproc-per-node 2 examples/torch_tp_mlp.py --device cpu # host backend, CPU tensors
+    commgemm-run -n 2 python3 examples/torch_tp_mlp.py --device cpu --compare   # the same under commgemm-run
 
-Every rank builds the same full weights from the seed and keeps its shard;
-the tokens (rows) are split over the ranks with the ceil split, so any
---tokens works (uneven shards included). The loss printed is the global mean
-squared error, identical on every rank.
+Ranks come from torchrun (RANK, WORLD_SIZE, MASTER_ADDR/PORT, LOCAL_RANK) or
+commgemm-run (COMMGEMM_RANK, COMMGEMM_NRANKS; torch.distributed then meets in
+a file store named after COMMGEMM_RENDEZVOUS, and rank r takes GPU r). Every
+rank builds the same full weights from the seed and keeps its shard; the
+tokens (rows) are split over the ranks with the ceil split, so any --tokens
+works (uneven shards included). The loss printed is the global mean squared
+error, identical on every rank. Flags are spelled as jax_tp_mlp.py's:
+--device gpu|cpu, --dtype fp32|bf16|fp16 (cuda, float32, bfloat16, float16
+are accepted too).
 """
 
 import argparse
 import math
 import os
 import sys
+import tempfile
 import time
 
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import commgemm
+from commgemm import torch as cgt
+from commgemm import torch_reference as ref
 
-import commgemm  # noqa: E402
-from commgemm import torch as cgt  # noqa: E402
-from commgemm import torch_reference as ref  # noqa: E402
+# --device gpu|cpu and --dtype fp32|bf16|fp16 (as the other example's); these names are accepted too
+ALIASES = {"cuda": "gpu", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
-def parse_args():
+def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--ffn", type=int, default=4096)
     p.add_argument("--tokens", type=int, default=4099, help="rows of the activations (any count)")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--lr", type=float, default=0.5)
-    p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
+    p.add_argument("--dtype", type=str.lower, choices=["fp32", "bf16", "fp16", "float32", "bfloat16", "float16"],
+                   default="bf16")
     p.add_argument("--backend", default=None, help="commgemm backend: p2p, nccl, cublasmp (default: auto)")
-    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
-                   help="cpu: the host backend on CPU tensors (gloo for the reference collectives)")
+    p.add_argument("--device", type=str.lower, choices=["gpu", "cpu", "cuda"], default="gpu",
+                   help="gpu, or cpu: the host backend on CPU tensors (gloo for the reference collectives)")
     p.add_argument("--seed", type=int, default=1234)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--reference", action="store_true", help="torch.distributed collectives + plain matmuls")
     mode.add_argument("--compare", action="store_true", help="run both; exit 1 if the losses differ")
-    return p.parse_args()
+    args = p.parse_args(argv)
+    args.device, args.dtype = ALIASES.get(args.device, args.device), ALIASES.get(args.dtype, args.dtype)
+    return args
+
+
+def init_distributed(backend, gpu):
+    """torch.distributed's default group, from torchrun's or commgemm-run's
+    variables; on GPUs also the device. Returns the device and the file
+    store's path (None under torchrun)."""
+    launched_by_commgemm_run = "COMMGEMM_RANK" in os.environ and "COMMGEMM_NRANKS" in os.environ
+    if not launched_by_commgemm_run and "RANK" not in os.environ:
+        sys.exit("torch_tp_mlp.py: no launcher found (neither COMMGEMM_RANK nor RANK is set); start it with "
+                 "torchrun --nproc-per-node N examples/torch_tp_mlp.py ... or "
+                 "commgemm-run -n N python3 examples/torch_tp_mlp.py ...")
+    local_rank = int(os.environ["COMMGEMM_RANK"] if launched_by_commgemm_run else os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank) if gpu else torch.device("cpu")
+    if gpu:
+        torch.cuda.set_device(device)
+    kwargs = {"device_id": device} if gpu else {}
+    store = None
+    if launched_by_commgemm_run:
+        # commgemm-run starts every rank on this machine: a file store its ranks share
+        store = os.path.join(tempfile.gettempdir(), f"torch_tp_mlp-{os.environ.get('COMMGEMM_RENDEZVOUS', 'run')}")
+        dist.init_process_group(backend, init_method=f"file://{store}", rank=int(os.environ["COMMGEMM_RANK"]),
+                                world_size=int(os.environ["COMMGEMM_NRANKS"]), **kwargs)
+    else:
+        dist.init_process_group(backend, **kwargs)
+    return device, store
+
+
+def finish_distributed(store):
+    """Leaves torch.distributed; rank 0 then removes the file store, which
+    no rank uses after the barrier."""
+    rank = dist.get_rank()
+    dist.barrier()
+    dist.destroy_process_group()
+    if store and rank == 0:
+        try:
+            os.remove(store)
+        except FileNotFoundError:
+            pass
 
 
 def full_weights(args, dtype, device):
@@ -140,24 +189,18 @@ def train(model, args, dtype, device, rank, nranks, label):
 def main():
     args = parse_args()
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
-    if args.device == "cuda":
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-        dist.init_process_group("nccl", device_id=device)
-    else:
-        device = torch.device("cpu")
-        dist.init_process_group("gloo")
+    gpu = args.device == "gpu"
+    device, store = init_distributed("nccl" if gpu else "gloo", gpu)
     rank, nranks = dist.get_rank(), dist.get_world_size()
     full = full_weights(args, dtype, device)
     results = {}
     comm = None
     if not args.reference:
-        if args.device == "cuda":
+        if gpu:
             # a group of its own: commgemm's NCCL work never interleaves with the loss all-reduce
             comm = commgemm.Comm.from_process_group(dist.new_group(backend="nccl"))
         else:
-            comm = commgemm.Comm.from_env()  # host backend, ranks from torchrun's environment
+            comm = commgemm.Comm.from_env()  # host backend, ranks from the launcher's environment
         if rank == 0:
             print(f"# commgemm {commgemm.__version__} ({commgemm.library_path()}), {nranks} ranks, "
                   f"ag_gemm on {comm.backend('ag_gemm')}, gemm_rs on {comm.backend('gemm_rs')}, "
@@ -177,7 +220,7 @@ def main():
         status = 0 if ok else 1
     if comm is not None:
         comm.close()
-    dist.destroy_process_group()
+    finish_distributed(store)
     return status
 
 

@@ -9,12 +9,28 @@ commgemm_missing_packages() {
     command -v cc >/dev/null 2>&1 || missing+=(gcc)
     command -v make >/dev/null 2>&1 || missing+=(make)
     command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
-    if ! ls /usr/include/x86_64-linux-gnu/openblas*/cblas.h /usr/include/openblas/cblas.h \
-            /usr/include/aarch64-linux-gnu/openblas*/cblas.h >/dev/null 2>&1; then
-        missing+=(libopenblas-dev)
-    fi
+    commgemm_have_openblas || missing+=(libopenblas-dev)
     command -v python3 >/dev/null 2>&1 || missing+=(python3)
     echo "${missing[@]:-}"
+}
+
+# True when OpenBLAS's cblas.h and libopenblas.so are installed: pkg-config
+# knows openblas, or a header and a library lie where Debian, Ubuntu or
+# Fedora put them (each path checked on its own). ROOT (default /) is the
+# file system root to look under.
+commgemm_have_openblas() {
+    local root=${1:-} header='' lib='' f
+    if command -v pkg-config >/dev/null 2>&1 && pkg-config --exists openblas 2>/dev/null; then
+        return 0
+    fi
+    for f in "$root"/usr/include/*-linux-gnu/openblas*/cblas.h "$root"/usr/include/openblas/cblas.h; do
+        [ -f "$f" ] && header=$f && break
+    done
+    for f in "$root"/usr/lib/*-linux-gnu/libopenblas.so "$root"/usr/lib/*-linux-gnu/openblas*/libopenblas.so \
+        "$root"/usr/lib64/libopenblas.so "$root"/usr/lib/libopenblas.so; do
+        [ -e "$f" ] && lib=$f && break
+    done
+    [ -n "$header" ] && [ -n "$lib" ]
 }
 
 commgemm_install_deps() {
@@ -37,6 +53,14 @@ commgemm_install_deps() {
 # True when a CUDA GPU is visible (the bench then uses the GPU backends).
 commgemm_have_gpu() {
     command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '
+}
+
+# The bench's build tree and its extra configure argument: build/ (the GPU
+# backends where nvcc and NCCL are found) when a GPU is visible; otherwise
+# build-cpu/ with -DCOMMGEMM_CUDA=OFF, since kernels that cannot run there
+# would take minutes of nvcc (test.sh still compiles them in build/).
+commgemm_bench_tree() {
+    if commgemm_have_gpu; then echo build; else echo "build-cpu -DCOMMGEMM_CUDA=OFF"; fi
 }
 
 commgemm_gpu_count() {

@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.." || exit 2
 # NVLink multicast stays off (NCCL, PyTorch, NVSHMEM): on a shared host it can leave the GPUs unusable.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/commgemm-out} B=$(realpath -m "${BUILD:-build-gpu}") DRY=0 failed=0 settings='' summary=()
-export COMMGEMM_LIB=${COMMGEMM_LIB:-$B/libcommgemm.so}
+export COMMGEMM_LIB=${COMMGEMM_LIB:-$B/libcommgemm.so} PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} # the examples'
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ') && [ "$NGPU" -ge 1 ] || NGPU=1
 read -ra cfg <<<"-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOMMGEMM_CUDA=ON -DCOMMGEMM_WERROR=OFF ${CMAKE_ARGS:-}"
 # Without a system OpenBLAS the one fetch unpacked; PyTorch's NCCL where installed (one libnccl for both).

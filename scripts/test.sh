@@ -16,8 +16,9 @@ echo "== tests =="
 (cd build && ctest -j"$jobs" --output-on-failure --timeout 300)
 
 echo "== Python binding on the host backend =="
-# jax for commgemm.jax's tests (the CPU wheels where no jax is installed; an installed one is kept)
-python3 -m pip install -q --disable-pip-version-check numpy pytest jax 2>&1 | grep -v "Running pip as the 'root'" || true
+# jax for commgemm.jax's tests (the CPU wheels where no jax is installed; an installed one is kept);
+# scikit-build-core for tests/install/test_wheel.py (pip's build of the package, in a fresh venv)
+python3 -m pip install -q --disable-pip-version-check numpy pytest jax scikit-build-core 2>&1 | grep -v "Running pip as the 'root'" || true
 # torch for commgemm.torch's tests (PyPI's wheel runs on the CPU; with its CUDA
 # libraries it takes ~4.2 GiB), when the disk has room and COMMGEMM_SKIP_TORCH
 # is not 1; without it tests/python/test_torch_host.py skips and says why.
@@ -32,7 +33,8 @@ if [ "${COMMGEMM_SKIP_TORCH:-0}" != 1 ] && ! python3 -c 'import torch' 2>/dev/nu
             "tests/python/test_torch_host.py skips (python3 -m pip install torch to run it)"
     fi
 fi
-COMMGEMM_LIB="$PWD/build/libcommgemm.so" JAX_PLATFORMS=cpu python3 -m pytest -q tests/python/test_host.py tests/python/test_torch_host.py tests/python/test_compare_torch.py tests/python/test_timeline_summary.py tests/python/test_sweep_summary.py tests/python/test_jax_host.py
+COMMGEMM_LIB="$PWD/build/libcommgemm.so" JAX_PLATFORMS=cpu python3 -m pytest -q tests/python/test_host.py tests/python/test_torch_host.py tests/python/test_compare_torch.py tests/python/test_timeline_summary.py tests/python/test_sweep_summary.py tests/python/test_jax_host.py \
+    tests/install/test_examples.py tests/install/test_wheel.py
 
 if [ "${COMMGEMM_SKIP_SANITIZE:-0}" != 1 ]; then
     echo "== ASan + UBSan build of the CPU tests =="

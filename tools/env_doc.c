@@ -18,6 +18,7 @@ typedef struct outside_var {
 /* Read by the Python package (a user's setting). */
 static const outside_var python_vars[] = {
     {"COMMGEMM_LIB", "python/commgemm", "Path of libcommgemm.so; unset: the package's own copy, the repository's build trees, then the system loader."},
+    {"COMMGEMM_CUDA", "pip install ./python", "ON: build the GPU backends even where nvidia-smi lists no GPU; OFF: never; unset: where it lists one."},
 };
 
 /* Tests, benches and scripts only. */

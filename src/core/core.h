@@ -29,6 +29,13 @@ cgm_status cgm_error(cgm_status status, const char *fmt, ...) CGM_PRINTF(2, 3);
 /* Prepends "context: " to the current detail (keeps the status). */
 cgm_status cgm_error_context(cgm_status status, const char *fmt, ...)
     CGM_PRINTF(2, 3);
+/* CGM_ERROR_UNAVAILABLE for a GPU backend that found no usable GPU, from
+ * what the CUDA runtime said (cudaGetDeviceCount's error and its name,
+ * cudaDriverGetVersion's 0 when no driver is installed, the runtime's
+ * version): no NVIDIA driver, one too old, or no GPU seen. Pure C, so that
+ * it is tested in every build (src/core/gpu_absent.c). */
+cgm_status cgm_gpu_absent_error(const char *backend, int cuda_error, const char *cuda_error_name,
+                                int driver_version, int runtime_version);
 
 /* Checks the struct_size of a versioned public struct (cgm_config,
  * cgm_bootstrap, cgm_op_options) against the sizes it has had, oldest

@@ -10,14 +10,13 @@ cgm_status cgm_gpu_probe_common(const cgm_comm *comm, const char *backend, bool 
                          "cgm_comm_init_nccl), found a %s bootstrap; create the comm from NCCL or use the "
                          "host backend",
                          backend, comm->bootstrap_kind == CGM_BOOTSTRAP_LOCAL ? "LOCAL" : "non-NCCL");
-    int count = 0;
+    int count = 0, driver = 0, runtime = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0) {
         (void)cudaGetLastError();
-        return cgm_error(CGM_ERROR_UNAVAILABLE,
-                         "the %s backend needs a CUDA device, found none (cudaGetDeviceCount returned %d: "
-                         "%s); run on a GPU machine or use the host backend",
-                         backend, (int)err, cudaGetErrorString(err));
+        (void)cudaDriverGetVersion(&driver); /* 0 when no driver is installed */
+        (void)cudaRuntimeGetVersion(&runtime);
+        return cgm_gpu_absent_error(backend, (int)err, cudaGetErrorName(err), driver, runtime);
     }
     if (device_count) *device_count = count;
     return CGM_SUCCESS;

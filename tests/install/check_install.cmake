@@ -1,5 +1,7 @@
 # Installs the build into a fresh prefix, then builds and runs a consumer
-# through find_package(commgemm) and through pkg-config.
+# through find_package(commgemm) and through pkg-config, and examples/hello.c
+# as the README builds it (pkg-config) on 2 ranks under the installed
+# commgemm-run.
 set(prefix ${WORK}/prefix)
 file(REMOVE_RECURSE ${WORK})
 function(run)
@@ -23,3 +25,5 @@ endif()
 separate_arguments(flags)
 run(${CC} -std=c11 ${SRC}/consumer.c ${flags} -o ${WORK}/pc-consumer)
 run(${WORK}/pc-consumer)
+run(${CC} -std=c11 -Wall -Wextra -Werror ${SRC}/../../examples/hello.c ${flags} -lm -o ${WORK}/hello)
+run(${prefix}/bin/commgemm-run -n 2 ${WORK}/hello)

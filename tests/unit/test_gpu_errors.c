@@ -37,6 +37,22 @@ static void test_other(const void *p) {
     CHECK_CONTAINS(cgm_last_error(), "destroy the comm");
 }
 
+/* The probe's message without a usable GPU (src/core/gpu_absent.c takes the
+ * runtime's numbers as ints): the CUDA headers' values reach its cases. */
+static void test_gpu_absent_codes(const void *p) {
+    (void)p;
+    CHECK_STATUS(cgm_gpu_absent_error("p2p", cudaErrorInsufficientDriver,
+                                      cudaGetErrorName(cudaErrorInsufficientDriver), 0, CUDART_VERSION),
+                 CGM_ERROR_UNAVAILABLE);
+    CHECK_CONTAINS(cgm_last_error(), "found no NVIDIA driver (libcuda.so.1");
+    CHECK_STATUS(cgm_gpu_absent_error("p2p", cudaErrorStubLibrary, "stub", 0, CUDART_VERSION),
+                 CGM_ERROR_UNAVAILABLE);
+    CHECK_CONTAINS(cgm_last_error(), "the CUDA toolkit's stub");
+    CHECK_STATUS(cgm_gpu_absent_error("p2p", cudaErrorNoDevice, "none", 12080, CUDART_VERSION),
+                 CGM_ERROR_UNAVAILABLE);
+    CHECK_CONTAINS(cgm_last_error(), "that sees none (none)");
+}
+
 /* COMMGEMM_TEST_FAIL (testing only): parameters are read once per
  * process, and every case runs in a process of its own, so each sets its
  * value first. */
@@ -90,6 +106,7 @@ static void register_cases(void) {
     test_add("out_of_memory", test_out_of_memory, NULL);
     test_add("no_kernel_image", test_no_kernel_image, NULL);
     test_add("other", test_other, NULL);
+    test_add("gpu_absent_codes", test_gpu_absent_codes, NULL);
     test_add("test_fault_op", test_fault_op, NULL);
     test_add("test_fault_init", test_fault_init, NULL);
     test_add("test_fault_unset", test_fault_unset, NULL);
