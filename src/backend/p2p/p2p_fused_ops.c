@@ -67,28 +67,13 @@ static cgm_status trace_close(p2p_state *st, int i, cudaStream_t stream) {
 
 static plan_step flag_step(plan_step_kind kind, int peer, plan_flag_kind f,
                            int chunk) {
-    plan_step s;
-    memset(&s, 0, sizeof s);
-    s.kind = kind;
-    s.peer = peer;
-    s.flag = (plan_flag){f, chunk};
-    s.chunk = chunk;
-    return s;
+    return (plan_step){.kind = kind, .peer = peer, .flag = {f, chunk}, .chunk = chunk};
 }
 
 static plan_step data_step(plan_step_kind kind, plan_loc src, plan_loc dst,
                            int shard, int chunk, int64_t row0, int64_t rows) {
-    plan_step s;
-    memset(&s, 0, sizeof s);
-    s.kind = kind;
-    s.peer = -1;
-    s.src = src;
-    s.dst = dst;
-    s.shard = shard;
-    s.chunk = chunk;
-    s.row0 = row0;
-    s.rows = rows;
-    return s;
+    return (plan_step){.kind = kind, .peer = -1, .src = src, .dst = dst, .shard = shard,
+                       .chunk = chunk, .row0 = row0, .rows = rows};
 }
 
 static plan_loc loc(int rank, plan_buffer buf) {
