@@ -226,8 +226,9 @@ static void too_slow(cgm_comm *comm, const tune_key *key, uint64_t hash,
     char why[320], c[32];
     tune_candidate_describe(cands[0], c, sizeof c);
     snprintf(why, sizeof why, "one run of %s takes %.1f ms (slowest rank), so "
-             "timing %d candidates would take about %.1f s, over the budget of "
-             "%.2f s per key; the key keeps the default rule in this comm", c,
+             "even a warm-up and a timed run of each of %d candidates would take "
+             "about %.1f s, over the budget of %.2f s per key; the key keeps the "
+             "default rule in this comm", c,
              (double)pilot_ns / 1e6, ncand,
              (double)pilot_ns * ncand * tune_runs_per_candidate(1) / 1e9,
              (double)ts->budget_ns / 1e9);
@@ -235,9 +236,9 @@ static void too_slow(cgm_comm *comm, const tune_key *key, uint64_t hash,
              CGM_TUNE_DEFAULT);
     ts->stats.budget_skipped++;
     tune_use_default(ts, canonical, why);
-    snprintf(why, sizeof why, "a warm-up and a timed run of %s, %.1f ms each, "
-             "then the default rule: too slow to time %d candidates within the "
-             "%.2f s budget", c, (double)pilot_ns / 1e6, ncand,
+    snprintf(why, sizeof why, "a warm-up and a timed run of %s, the timed one "
+             "%.1f ms on the slowest rank, then the default rule: too slow to time "
+             "%d candidates within the %.2f s budget", c, (double)pilot_ns / 1e6, ncand,
              (double)ts->budget_ns / 1e9);
     report_slow_key(comm, canonical, t0, why, false);
 }

@@ -374,7 +374,7 @@ static void run_budget_plan(const void *arg) {
     /* 100 ms: one warm-up and one timed run each (2 + 4 x 2 = 10 runs). */
     CHECK_INT_EQ(tune_plan_reps(100 * ms, 4, TUNE_REPS, s), 1);
     /* A 2 s op (the torch example's host GEMMs on a loaded 2-core VM):
-     * nothing is measured; before the budget its first call timed 24 runs
+     * nothing is measured, where the full search would time 2 + 24 runs
      * (about 50 s). */
     CHECK_INT_EQ(tune_plan_reps(2 * s, 4, TUNE_REPS, s), 0);
     CHECK_INT_EQ(tune_plan_reps(1, 4, TUNE_REPS, 0), 0);
