@@ -321,7 +321,8 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
             break;
         case OPT_RANKS:
             if (strcmp(optarg, "auto") == 0) opt->ranks = BENCH_RANKS_AUTO;
-            else rc = parse_int("--ranks", optarg, 1, 1024, &opt->ranks);
+            else if (parse_i64(optarg, 1, 1024, &v) == 0) opt->ranks = (int)v;
+            else rc = fail("--ranks", "an integer from 1 to 1024 or auto", optarg);
             break;
         case OPT_TIMEOUT:
             if (parse_i64(optarg, 1, INT64_MAX, &opt->timeout_ms))
