@@ -44,12 +44,14 @@ typedef struct bench_options {
     int comm_library;
     const char *json_path; /* NULL: no JSON */
     uint64_t seed;
-    int ranks;          /* 0: not given */
+    int ranks;          /* 0: not given; BENCH_RANKS_AUTO: --ranks auto */
     int64_t timeout_ms; /* CGM_UNSET: the library's default */
     /* --inject-wrong-value: rank 0 corrupts one output value before the
      * check, so that a test can see a wrong value counted and failing. */
     int inject_wrong_value;
 } bench_options;
+
+#define BENCH_RANKS_AUTO (-1)
 
 /* Parses argv into *opt. Returns 0 to run, 1 when --help was printed, -1
  * after printing what is wrong to stderr. */
@@ -58,6 +60,13 @@ int bench_parse_options(int argc, char **argv, bench_options *opt);
 int bench_range_values(const bench_range *range, int64_t *values);
 void bench_print_options(FILE *to, const bench_options *opt);
 void bench_json_options(FILE *to, const bench_options *opt);
+/* The shapes of the run, in order: the --shapes list, or the m x n x k
+ * sweep (m outermost). *out is malloc'd (free it); returns the count, or -1
+ * when out of memory. Every op of --op runs every shape. */
+typedef struct bench_shape {
+    int64_t m, n, k;
+} bench_shape;
+int64_t bench_run_shapes(const bench_options *opt, bench_shape **out);
 /* The largest m, n and k any row of the run uses. */
 void bench_largest_shape(const bench_options *opt, int64_t *m, int64_t *n,
                          int64_t *k);
@@ -123,6 +132,10 @@ typedef struct bench_env_ops {
     int (*capture_end)(bench_env *env, void **graph);
     int (*graph_launch)(bench_env *env, void *graph);
     void (*graph_destroy)(bench_env *env, void *graph);
+    /* Optional (NULL: no device memory): free and total bytes of this
+     * rank's device (cudaMemGetInfo), once the comm exists. Returns 0, or
+     * -1 after printing why. */
+    int (*device_memory)(bench_env *env, size_t *free_bytes, size_t *total_bytes);
 } bench_env_ops;
 
 struct bench_env {
@@ -130,7 +143,7 @@ struct bench_env {
     void *stream; /* what ops get as their stream: NULL on host */
     double t0;    /* host timer */
     void *impl;   /* GPU env state */
-    int default_ranks; /* ranks started without a launcher (0: 4) */
+    int default_ranks; /* ranks started without a launcher (0: -n auto's rule) */
     int device;        /* this rank's CUDA device once the comm exists, else -1 */
 };
 
@@ -209,11 +222,30 @@ typedef struct bench_context {
     cgm_comm *comm;
     int rank, nranks;
     bench_buffer sync_send, sync_recv; /* [1, 64] and [nranks, 64] fp32 */
+    /* Host environment: this machine's cores and a rank's busy threads
+     * (tools/launch.h, launch_cpu_budget); 0 on the GPU environment. */
+    int cores, threads_per_rank, blas_threads;
+    /* Set while bench_row_bytes sizes a row: buffers are counted here, not
+     * allocated. */
+    size_t *count_only;
+    char memory_note[320]; /* bench_check_memory's estimate, for the header */
 } bench_context;
 
 /* Allocates the context's small buffers (after comm, env, rank, nranks). */
 int bench_context_init(bench_context *ctx);
 void bench_context_fini(bench_context *ctx);
+
+/* Bytes of the buffers this rank allocates for one row (as bench_run_row
+ * does, without allocating them). */
+size_t bench_row_bytes(bench_context *ctx, cgm_op op, int64_t m, int64_t n,
+                       int64_t k);
+/* Before the first row: estimates the memory the run needs per rank (its
+ * largest row's buffers, the library's workspaces touched for it; device
+ * memory on GPUs) against what each machine and device has, agreed by
+ * every rank. Returns 0 when it fits; 1 when it does not (rank 0 printed
+ * what it needs, what is available and what to pass instead); -1 when the
+ * exchange failed (printed). Fills ctx->memory_note for the header. */
+int bench_check_memory(bench_context *ctx);
 
 /* Runs one row (collective: every rank calls it with the same arguments).
  * Returns 0, or -1 when this rank hit an error (printed) that leaves the
@@ -227,6 +259,14 @@ cgm_status bench_allgather_floats(bench_context *ctx, const float *mine,
 cgm_status bench_barrier(bench_context *ctx);
 
 /* ------------------------------------------------------------ reporting */
+
+/* The vs_seq column's mark (and JSON "slower_than_seq": true) of a row whose
+ * op took longer than the same op with no_overlap: time_us > seq_us. */
+#define BENCH_SLOWER_MARK "SLOWER"
+int bench_row_slower(const bench_row *row);
+/* Host environment: more busy threads (ranks x threads per rank) than
+ * cores; the header then warns and the JSON says "oversubscribed". */
+int bench_oversubscribed(const bench_context *ctx);
 
 void bench_print_header(FILE *to, const bench_context *ctx, const char *rank_map);
 void bench_print_table_head(FILE *to);

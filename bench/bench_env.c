@@ -63,6 +63,7 @@ static const bench_env_ops host_env_ops = {
     NULL,
     NULL,
     NULL,
+    NULL, /* no device memory */
 };
 
 static bench_env *host_env_create(void) {

@@ -339,6 +339,11 @@ static void gpu_graph_destroy(bench_env *env, void *graph) {
     if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
 }
 
+static int gpu_device_memory(bench_env *env, size_t *free_bytes, size_t *total_bytes) {
+    gpu_env *g = env->impl;
+    return cuda_ok(cudaMemGetInfo(free_bytes, total_bytes), g, "cudaMemGetInfo");
+}
+
 static void gpu_destroy(bench_env *env) {
     gpu_env *g = env->impl;
     if (g) {
@@ -374,6 +379,7 @@ static const bench_env_ops gpu_env_ops = {
     gpu_capture_end,
     gpu_graph_launch,
     gpu_graph_destroy,
+    gpu_device_memory,
 };
 
 bench_env *bench_env_gpu_create(void) {

@@ -1,9 +1,10 @@
 /* commgemm-bench: nccl-tests style measurement of commgemm's ops.
  *
  * Started by a launcher (commgemm-run, mpirun, torchrun), each process is a
- * rank. Started bare, it re-executes itself as --ranks N ranks (default: 4
- * on the host environment, one per visible GPU on the GPU one) through the
- * same launcher engine as commgemm-run. */
+ * rank. Started bare, it re-executes itself as --ranks N ranks (default: on
+ * the host environment as many as the cores hold, commgemm-run -n auto's
+ * rule; one per visible GPU on the GPU one) through the same launcher
+ * engine as commgemm-run. */
 #include <inttypes.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -13,7 +14,6 @@
 #include "bench.h"
 #include "launch.h"
 
-#define DEFAULT_RANKS 4
 #define HOSTNAME_FLOATS 40
 enum { MAP_PID = 0, MAP_DEVICE = 1, MAP_BACKENDS = 2, MAP_HOST = MAP_BACKENDS + CGM_OP_COUNT_,
        MAP_COUNT = MAP_HOST + HOSTNAME_FLOATS };
@@ -125,26 +125,17 @@ static int run_one(bench_context *ctx, bench_row *row, cgm_op op, int64_t m,
 static int run_sweep(bench_context *ctx, bench_row *rows, int capacity, int *count,
                      int *errors) {
     const bench_options *opt = ctx->opt;
-    int64_t ms[BENCH_MAX_SIZES], ns[BENCH_MAX_SIZES], ks[BENCH_MAX_SIZES];
-    int nm = bench_range_values(&opt->m, ms), nn = bench_range_values(&opt->n, ns),
-        nk = bench_range_values(&opt->k, ks);
-    for (int op = 0; op < CGM_OP_COUNT_; op++) {
+    bench_shape *shapes = NULL;
+    int64_t nshapes = bench_run_shapes(opt, &shapes);
+    int rc = nshapes < 0 ? -1 : 0;
+    for (int op = 0; op < CGM_OP_COUNT_ && rc == 0; op++) {
         if (!(opt->op_mask & (1u << op))) continue;
-        if (opt->nshapes) {
-            for (int i = 0; i < opt->nshapes && *count < capacity; i++)
-                if (run_one(ctx, &rows[(*count)++], (cgm_op)op, opt->shapes[i][0],
-                            opt->shapes[i][1], opt->shapes[i][2], errors))
-                    return -1;
-            continue;
-        }
-        for (int a = 0; a < nm; a++)
-            for (int b = 0; b < nn; b++)
-                for (int c = 0; c < nk && *count < capacity; c++)
-                    if (run_one(ctx, &rows[(*count)++], (cgm_op)op, ms[a], ns[b],
-                                ks[c], errors))
-                        return -1;
+        for (int64_t i = 0; i < nshapes && *count < capacity && rc == 0; i++)
+            rc = run_one(ctx, &rows[(*count)++], (cgm_op)op, shapes[i].m, shapes[i].n,
+                         shapes[i].k, errors);
     }
-    return 0;
+    free(shapes);
+    return rc;
 }
 
 static int run_rank(const bench_options *given, const cgm_bootstrap *bootstrap,
@@ -180,6 +171,18 @@ static int run_rank(const bench_options *given, const cgm_bootstrap *bootstrap,
     if (bench_context_init(&ctx) || !(map = malloc(map_size)) ||
         rank_map(&ctx, map, map_size))
         goto done;
+    if (!env->ops->device_memory) { /* host: the ranks share this machine's cores */
+        launch_cpu_budget cpu;
+        launch_cpu_budget_read(&cpu);
+        ctx.cores = cpu.cores;
+        ctx.threads_per_rank = cpu.threads_per_rank;
+        ctx.blas_threads = cpu.blas_threads;
+    }
+    int memory = bench_check_memory(&ctx);
+    if (memory != 0) {
+        exit_code = memory > 0 ? 2 : 1;
+        goto done;
+    }
     if (ctx.rank == 0) {
         bench_print_header(stdout, &ctx, map);
         bench_print_table_head(stdout);
@@ -221,8 +224,12 @@ int main(int argc, char **argv) {
     cgm_bootstrap bootstrap = CGM_BOOTSTRAP_INIT;
     cgm_status st = cgm_bootstrap_from_env(&bootstrap);
     if (st == CGM_ERROR_UNAVAILABLE) { /* no launcher: be our own */
-        int nranks = opt.ranks ? opt.ranks
-                     : env->default_ranks ? env->default_ranks : DEFAULT_RANKS;
+        int nranks = opt.ranks > 0 ? opt.ranks : env->default_ranks;
+        if (nranks <= 0) { /* host: commgemm-run -n auto's rule */
+            char note[256];
+            nranks = launch_auto_ranks(note, sizeof note);
+            fprintf(stderr, "commgemm-bench: %s\n", note);
+        }
         env->ops->destroy(env);
         return relaunch(argv, nranks);
     }
@@ -230,7 +237,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "commgemm-bench: reading the launcher's environment failed: "
                 "%s: %s\n", cgm_status_string(st), cgm_last_error());
         rc = 1;
-    } else if (opt.ranks && opt.ranks != bootstrap.nranks) {
+    } else if (opt.ranks > 0 && opt.ranks != bootstrap.nranks) {
         fprintf(stderr, "commgemm-bench: --ranks %d, but the launcher started %d "
                 "ranks; drop --ranks when running under a launcher\n", opt.ranks,
                 bootstrap.nranks);

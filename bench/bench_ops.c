@@ -36,6 +36,10 @@ typedef struct op_setup {
 static int tensor_alloc_room(bench_context *ctx, bench_tensor *t, cgm_dtype dtype,
                              int64_t rows, int64_t cols, int64_t room_rows) {
     size_t bytes = (size_t)(room_rows * cols) * cgm_dtype_size(dtype);
+    if (ctx->count_only) { /* bench_row_bytes: sizes only */
+        *ctx->count_only += bytes;
+        return 0;
+    }
     if (ctx->env->ops->buffer_alloc(ctx->env, bytes, &t->buffer)) {
         fprintf(stderr, "commgemm-bench: rank %d: cannot allocate %zu bytes for a "
                 "[%" PRId64 ", %" PRId64 "] %s matrix\n", ctx->rank, bytes, rows,
@@ -62,6 +66,7 @@ static int tensor_generated(bench_context *ctx, bench_tensor *t, int tensor,
     cgm_dtype dtype = ctx->opt->dtype;
     if (tensor_alloc(ctx, t, dtype, transposed ? cols : rows, transposed ? rows : cols))
         return -1;
+    if (ctx->count_only) return 0;
     bench_fill(t->buffer.host, dtype, ctx->opt->seed, tensor, row0, rows, col0,
                cols, transposed);
     return ctx->env->ops->upload(ctx->env, &t->buffer);
@@ -70,6 +75,7 @@ static int tensor_generated(bench_context *ctx, bench_tensor *t, int tensor,
 static int tensor_poisoned(bench_context *ctx, bench_tensor *t, int64_t rows,
                            int64_t cols) {
     if (tensor_alloc(ctx, t, ctx->opt->dtype, rows, cols)) return -1;
+    if (ctx->count_only) return 0;
     bench_poison(t->buffer.host, ctx->opt->dtype, rows * cols);
     return ctx->env->ops->upload(ctx->env, &t->buffer);
 }
@@ -137,6 +143,16 @@ static int setup_create(bench_context *ctx, cgm_op op, int64_t m, int64_t n,
         if (op == CGM_OP_GEMM_ALL_REDUCE) rc |= tensor_alloc(ctx, &s->coll_mid, opt->dtype, m, n);
     }
     return rc ? -1 : 0;
+}
+
+size_t bench_row_bytes(bench_context *ctx, cgm_op op, int64_t m, int64_t n,
+                       int64_t k) {
+    size_t bytes = 0;
+    op_setup s;
+    ctx->count_only = &bytes;
+    setup_create(ctx, op, m, n, k, &s);
+    ctx->count_only = NULL;
+    return bytes;
 }
 
 /* ------------------------------------------------------------- calls */

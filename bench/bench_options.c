@@ -17,8 +17,9 @@ static void usage(FILE *to) {
         "Measures commgemm's overlapped ops against the GEMM alone, the\n"
         "collective alone and the two in sequence (nccl-tests style).\n"
         "Launch with commgemm-run -n N (or mpirun/torchrun), or let it start\n"
-        "its own ranks with --ranks N (default 4). GPU backends (p2p, nccl,\n"
-        "cublasmp, or auto when a GPU is visible) run one rank per GPU.\n"
+        "its own ranks with --ranks N (default auto: on the host backend as\n"
+        "many as the cores hold, commgemm-run -n auto's rule). GPU backends\n"
+        "(p2p, nccl, cublasmp, or auto when a GPU is visible) run one rank per GPU.\n"
         "\n"
         "  --op OPS            ag_gemm, gemm_rs, gemm_ar, bulk, a comma list, or\n"
         "                      all (default all)\n"
@@ -47,7 +48,9 @@ static void usage(FILE *to) {
         "                      p2p backend's copy-engine pushes alone)\n"
         "  --json FILE         also write the rows as JSON (rank 0)\n"
         "  --seed N            input seed (default 1)\n"
-        "  --ranks N           start N ranks of this bench on this machine\n"
+        "  --ranks N|auto      start N ranks of this bench on this machine (auto,\n"
+        "                      the default: min(4, cores / threads per rank), at\n"
+        "                      least 2, on the host; one per GPU on GPUs)\n"
         "  --timeout-ms MS     comm timeout (default COMMGEMM_TIMEOUT_MS/60000)\n"
         "  --inject-wrong-value  rank 0 corrupts one output value before the check\n"
         "                      (tests that the check counts it and fails the run)\n"
@@ -154,6 +157,26 @@ static int parse_shapes(const char *text, bench_options *opt) {
         opt->nshapes++;
     }
     return opt->nshapes ? 0 : fail("--shapes", expected, text);
+}
+
+int64_t bench_run_shapes(const bench_options *opt, bench_shape **out) {
+    int64_t ms[BENCH_MAX_SIZES], ns[BENCH_MAX_SIZES], ks[BENCH_MAX_SIZES], count = 0;
+    int nm = bench_range_values(&opt->m, ms), nn = bench_range_values(&opt->n, ns),
+        nk = bench_range_values(&opt->k, ks);
+    int64_t total = opt->nshapes ? opt->nshapes : (int64_t)nm * nn * nk;
+    bench_shape *shapes = malloc((size_t)total * sizeof *shapes);
+    *out = shapes;
+    if (!shapes) return -1;
+    if (opt->nshapes) {
+        for (int i = 0; i < opt->nshapes; i++)
+            shapes[count++] = (bench_shape){opt->shapes[i][0], opt->shapes[i][1],
+                                            opt->shapes[i][2]};
+        return count;
+    }
+    for (int a = 0; a < nm; a++)
+        for (int b = 0; b < nn; b++)
+            for (int c = 0; c < nk; c++) shapes[count++] = (bench_shape){ms[a], ns[b], ks[c]};
+    return count;
 }
 
 void bench_largest_shape(const bench_options *opt, int64_t *m, int64_t *n,
@@ -296,7 +319,11 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
                 rc = fail("--seed", "an integer >= 0", optarg);
             opt->seed = (uint64_t)v;
             break;
-        case OPT_RANKS: rc = parse_int("--ranks", optarg, 1, 1024, &opt->ranks); break;
+        case OPT_RANKS:
+            if (strcmp(optarg, "auto") == 0) opt->ranks = BENCH_RANKS_AUTO;
+            else if (parse_i64(optarg, 1, 1024, &v) == 0) opt->ranks = (int)v;
+            else rc = fail("--ranks", "an integer from 1 to 1024 or auto", optarg);
+            break;
         case OPT_TIMEOUT:
             if (parse_i64(optarg, 1, INT64_MAX, &opt->timeout_ms))
                 rc = fail("--timeout-ms", "a number of milliseconds >= 1", optarg);

@@ -3,10 +3,12 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "bench.h"
+#include "launch.h"
 
-#define ROW_REST " %7s %7s %7s %5s %8s %10s %10s %8s %10s %10s %10s %6s %10s %7s\n"
+#define ROW_REST " %7s %7s %7s %5s %8s %10s %10s %8s %10s %10s %10s %6s %10s %6s %7s\n"
 #define ROW_FORMAT_S "%9s" ROW_REST
 #define HEAD_FORMAT_S "#%8s" ROW_REST
 
@@ -17,21 +19,48 @@ static void print_version(FILE *to, const char *prefix) {
             COMMGEMM_VERSION_MINOR, COMMGEMM_VERSION_PATCH);
 }
 
+/* The host environment's warning: more busy threads than cores, and what
+ * would help here. */
+static void print_oversubscribed(FILE *to, const bench_context *ctx) {
+    int fit = launch_auto_ranks_rule(ctx->cores, ctx->threads_per_rank);
+    fprintf(to, "# WARNING: %d ranks x %d busy threads (a comm thread, compute threads "
+            "x %d BLAS thread%s) = %d on %d core%s: the ranks take turns on the cores, "
+            "so times and ratios measure that, not the overlap", ctx->nranks,
+            ctx->threads_per_rank, ctx->blas_threads, ctx->blas_threads == 1 ? "" : "s",
+            ctx->nranks * ctx->threads_per_rank, ctx->cores, ctx->cores == 1 ? "" : "s");
+    if (ctx->blas_threads > 1)
+        fprintf(to, "; set OPENBLAS_NUM_THREADS=1");
+    if (fit < ctx->nranks)
+        fprintf(to, "; run %d ranks (commgemm-run -n auto, or --ranks auto)", fit);
+    if (ctx->blas_threads == 1 && fit >= ctx->nranks)
+        fprintf(to, "; %d ranks need %d cores to overlap", ctx->nranks,
+                ctx->nranks * ctx->threads_per_rank);
+    fprintf(to, "\n");
+}
+
 void bench_print_header(FILE *to, const bench_context *ctx, const char *rank_map) {
     print_version(to, "# commgemm-bench: ");
     fprintf(to, "\n");
     bench_print_options(to, ctx->opt);
     fprintf(to, "# nranks: %d  environment: %s\n", ctx->nranks, ctx->env->ops->name);
     fprintf(to, "%s", rank_map);
-    fprintf(to, "# times: slowest rank's median over iters, microseconds; "
-            "ideal = max(gemm, comm); ratio = time / ideal\n");
+    if (ctx->memory_note[0]) fprintf(to, "# memory: %s\n", ctx->memory_note);
+    if (bench_oversubscribed(ctx)) print_oversubscribed(to, ctx);
+    fprintf(to, "# times: slowest rank's median over iters, microseconds\n"
+            "#   time: the op with --algo; gemm: its GEMM alone; comm: its collective alone\n"
+            "#   ideal = max(gemm, comm), perfect overlap; ratio = time / ideal (1.0 = perfect)\n"
+            "#   seq: the same op with algo no_overlap (collective then GEMM, or GEMM then\n"
+            "#   collective); vs_seq %s: time > seq, the overlap lost to the steps in sequence\n"
+            "#   #wrong: output elements outside tolerance, of the op and of no_overlap,\n"
+            "#   summed over ranks; 'Out of bounds values' (footer): #wrong of every row,\n"
+            "#   OK when 0 and no row failed, else FAILED\n", BENCH_SLOWER_MARK);
     fprintf(to, "#\n");
 }
 
 void bench_print_table_head(FILE *to) {
     fprintf(to, HEAD_FORMAT_S, "op", "m", "n", "k", "dtype",
             "backend", "algo", "time_us", "TFLOP/s", "gemm_us", "comm_us",
-            "ideal_us", "ratio", "seq_us", "#wrong");
+            "ideal_us", "ratio", "seq_us", "vs_seq", "#wrong");
 }
 
 void bench_print_row(FILE *to, const bench_row *row) {
@@ -42,7 +71,7 @@ void bench_print_row(FILE *to, const bench_row *row) {
     if (row->failed) {
         fprintf(to, ROW_FORMAT_S, cgm_op_name(row->op), m, n, k,
                 cgm_dtype_name(row->dtype), cgm_backend_name(row->backend),
-                cgm_algo_name(row->algo), "error", "-", "-", "-", "-", "-", "-", "-");
+                cgm_algo_name(row->algo), "error", "-", "-", "-", "-", "-", "-", "-", "-");
         return;
     }
     const double values[] = {row->time_us, row->gemm_us, row->comm_us,
@@ -54,32 +83,46 @@ void bench_print_row(FILE *to, const bench_row *row) {
     fprintf(to, ROW_FORMAT_S, cgm_op_name(row->op), m, n, k,
             cgm_dtype_name(row->dtype), cgm_backend_name(row->backend),
             cgm_algo_name(row->algo), t[0], flops, t[1], t[2], t[3], ratio, t[4],
-            wrong);
+            bench_row_slower(row) ? BENCH_SLOWER_MARK : "-", wrong);
 }
 
-static void totals(const bench_row *rows, int count, int64_t *wrong,
-                   double *avg_ratio, int *rated) {
+int bench_oversubscribed(const bench_context *ctx) {
+    return ctx->cores > 0 && ctx->nranks * ctx->threads_per_rank > ctx->cores;
+}
+
+int bench_row_slower(const bench_row *row) {
+    return !row->failed && row->seq_us > 0 && row->time_us > row->seq_us;
+}
+
+typedef struct bench_totals {
+    int64_t wrong;
+    double avg_ratio;
+    int rated;  /* rows with a ratio */
+    int slower; /* rows slower than their no_overlap op */
+} bench_totals;
+
+static void totals(const bench_row *rows, int count, bench_totals *t) {
     double sum = 0;
-    *wrong = 0;
-    *rated = 0;
+    memset(t, 0, sizeof *t);
     for (int i = 0; i < count; i++) {
-        *wrong += rows[i].wrong;
-        if (!rows[i].failed && rows[i].ratio > 0) sum += rows[i].ratio, (*rated)++;
+        t->wrong += rows[i].wrong;
+        t->slower += bench_row_slower(&rows[i]);
+        if (!rows[i].failed && rows[i].ratio > 0) sum += rows[i].ratio, t->rated++;
     }
-    *avg_ratio = *rated ? sum / *rated : 0;
+    t->avg_ratio = t->rated ? sum / t->rated : 0;
 }
 
 void bench_print_footer(FILE *to, const bench_row *rows, int count, int errors) {
-    int64_t wrong;
-    double avg;
-    int rated;
-    totals(rows, count, &wrong, &avg, &rated);
-    fprintf(to, "# Out of bounds values : %" PRId64 " %s\n", wrong,
-            wrong == 0 && errors == 0 ? "OK" : "FAILED");
+    bench_totals t;
+    totals(rows, count, &t);
+    fprintf(to, "# Out of bounds values : %" PRId64 " %s\n", t.wrong,
+            t.wrong == 0 && errors == 0 ? "OK" : "FAILED");
     if (errors) fprintf(to, "# Errors: %d row%s failed (see stderr)\n", errors,
                         errors == 1 ? "" : "s");
-    fprintf(to, "# Avg ratio: %.3f (over %d row%s; 1.0 = perfect overlap)\n", avg,
-            rated, rated == 1 ? "" : "s");
+    fprintf(to, "# Avg ratio: %.3f (over %d row%s; 1.0 = perfect overlap)\n",
+            t.avg_ratio, t.rated, t.rated == 1 ? "" : "s");
+    fprintf(to, "# Slower than no_overlap (%s): %d of %d row%s\n", BENCH_SLOWER_MARK,
+            t.slower, t.rated, t.rated == 1 ? "" : "s");
 }
 
 static void json_number(FILE *to, const char *name, double v) {
@@ -94,15 +137,17 @@ int bench_write_json(const char *path, const bench_context *ctx,
         perror(path);
         return -1;
     }
-    int64_t wrong;
-    double avg;
-    int rated;
-    totals(rows, count, &wrong, &avg, &rated);
+    bench_totals t;
+    totals(rows, count, &t);
     int v = cgm_version();
     fprintf(to, "{\n  \"tool\": \"commgemm-bench\",\n  \"version\": \"%d.%d.%d\",\n",
             v / 10000, v / 100 % 100, v % 100);
-    fprintf(to, "  \"nranks\": %d,\n  \"environment\": \"%s\",\n  \"options\": ",
-            ctx->nranks, ctx->env->ops->name);
+    fprintf(to, "  \"nranks\": %d,\n  \"environment\": \"%s\",\n", ctx->nranks,
+            ctx->env->ops->name);
+    if (ctx->cores > 0)
+        fprintf(to, "  \"cores\": %d,\n  \"threads_per_rank\": %d,\n  \"oversubscribed\": %s,\n",
+                ctx->cores, ctx->threads_per_rank, bench_oversubscribed(ctx) ? "true" : "false");
+    fprintf(to, "  \"options\": ");
     bench_json_options(to, ctx->opt);
     fprintf(to, ",\n  \"rows\": [");
     for (int i = 0; i < count; i++) {
@@ -120,12 +165,13 @@ int bench_write_json(const char *path, const bench_context *ctx,
         json_number(to, "ideal_us", r->ideal_us);
         json_number(to, "ratio", r->ratio);
         json_number(to, "seq_us", r->seq_us);
-        fprintf(to, ", \"graph_mask\": %u, \"wrong\": %" PRId64 "}", r->graph_mask,
-                r->wrong);
+        fprintf(to, ", \"slower_than_seq\": %s, \"graph_mask\": %u, \"wrong\": %" PRId64
+                "}", bench_row_slower(r) ? "true" : "false", r->graph_mask, r->wrong);
     }
-    fprintf(to, "\n  ],\n  \"wrong\": %" PRId64 ",\n  \"errors\": %d,\n", wrong, errors);
-    fprintf(to, "  \"avg_ratio\": %.6g,\n  \"ok\": %s\n}\n", avg,
-            wrong == 0 && errors == 0 ? "true" : "false");
+    fprintf(to, "\n  ],\n  \"wrong\": %" PRId64 ",\n  \"errors\": %d,\n", t.wrong, errors);
+    fprintf(to, "  \"slower_than_seq\": %d,\n", t.slower);
+    fprintf(to, "  \"avg_ratio\": %.6g,\n  \"ok\": %s\n}\n", t.avg_ratio,
+            t.wrong == 0 && errors == 0 ? "true" : "false");
     if (fclose(to) != 0) {
         perror(path);
         return -1;

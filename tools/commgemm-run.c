@@ -1,6 +1,6 @@
 /* commgemm-run: starts N ranks of a program on this machine.
  *
- *   commgemm-run -n N [--timeout S] [--grace S] [--prefix] PROGRAM [ARGS...]
+ *   commgemm-run -n N|auto [--timeout S] [--grace S] [--prefix] PROGRAM [ARGS...]
  *
  * Each rank gets COMMGEMM_RANK, COMMGEMM_NRANKS and a fresh
  * COMMGEMM_RENDEZVOUS, which cgm_bootstrap_from_env() reads. */
@@ -14,12 +14,20 @@
 
 static void usage(FILE *to) {
     fprintf(to,
-            "Usage: commgemm-run -n N [options] PROGRAM [ARGS...]\n"
+            "Usage: commgemm-run -n N|auto [options] PROGRAM [ARGS...]\n"
             "Starts N ranks of PROGRAM on this machine, each with COMMGEMM_RANK,\n"
             "COMMGEMM_NRANKS and a shared, fresh COMMGEMM_RENDEZVOUS (read by\n"
             "cgm_bootstrap_from_env()); the rank is also the local rank.\n"
             "\n"
-            "  -n, --nranks N     number of ranks (1..%d)\n"
+            "  -n, --nranks N     number of ranks (1..%d), or auto: as many ranks\n"
+            "                     of the host backend as this machine's cores hold,\n"
+            "                     min(%d, cores / threads per rank), at least %d; a\n"
+            "                     rank's threads are its comm thread and\n"
+            "                     COMMGEMM_HOST_THREADS (1) compute threads x\n"
+            "                     OPENBLAS_NUM_THREADS (or OMP_NUM_THREADS); when\n"
+            "                     neither is set, auto sets OPENBLAS_NUM_THREADS=1\n"
+            "                     for the ranks. The choice is printed on stderr.\n"
+            "                     GPU programs: one rank per GPU, give N.\n"
             "  -t, --timeout S    terminate every rank after S seconds (exit 124)\n"
             "  -g, --grace S      after a rank fails, give the others S seconds\n"
             "                     before terminating them (default 5)\n"
@@ -29,8 +37,12 @@ static void usage(FILE *to) {
             "\n"
             "Exit code: 0 if every rank succeeded; else the first failing rank's\n"
             "exit code (128 + signal if it was killed); 124 on --timeout; 125 if\n"
-            "the ranks could not be started. SIGINT/SIGTERM/SIGHUP are forwarded.\n",
-            LAUNCH_MAX_RANKS);
+            "the ranks could not be started. SIGINT/SIGTERM/SIGHUP are forwarded.\n"
+            "Each rank that fails gets one line saying how it ended: exited with\n"
+            "a code, killed by a signal this launcher sent (and why), ignored\n"
+            "SIGTERM and was killed with SIGKILL, or killed by a signal this\n"
+            "launcher did not send (SIGKILL: often the out-of-memory killer).\n",
+            LAUNCH_MAX_RANKS, LAUNCH_AUTO_MAX_RANKS, LAUNCH_AUTO_MIN_RANKS);
 }
 
 static int parse_int(const char *text, int lo, int hi, int *out) {
@@ -56,14 +68,15 @@ int main(int argc, char **argv) {
     opt.nranks = 0;
     opt.grace_s = LAUNCH_DEFAULT_GRACE_S;
     opt.name = "commgemm-run";
-    int c;
+    int c, auto_ranks = 0;
     /* '+': stop at the program name; its options are its own. */
     while ((c = getopt_long(argc, argv, "+n:t:g:phV", long_options, NULL)) != -1) {
         switch (c) {
         case 'n':
-            if (parse_int(optarg, 1, LAUNCH_MAX_RANKS, &opt.nranks)) {
+            auto_ranks = strcmp(optarg, "auto") == 0;
+            if (!auto_ranks && parse_int(optarg, 1, LAUNCH_MAX_RANKS, &opt.nranks)) {
                 fprintf(stderr, "commgemm-run: -n: expected a number of ranks "
-                        "from 1 to %d, got '%s'\n", LAUNCH_MAX_RANKS, optarg);
+                        "from 1 to %d or auto, got '%s'\n", LAUNCH_MAX_RANKS, optarg);
                 return 2;
             }
             break;
@@ -92,8 +105,9 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (opt.nranks == 0) {
-        fprintf(stderr, "commgemm-run: missing -n N (the number of ranks)\n");
+    if (opt.nranks == 0 && !auto_ranks) {
+        fprintf(stderr, "commgemm-run: missing -n N (the number of ranks, or "
+                "auto for the host backend's ranks this machine holds)\n");
         usage(stderr);
         return 2;
     }
@@ -101,6 +115,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "commgemm-run: missing the program to run\n");
         usage(stderr);
         return 2;
+    }
+    if (auto_ranks) {
+        char note[256];
+        opt.nranks = launch_auto_ranks(note, sizeof note);
+        fprintf(stderr, "commgemm-run: -n auto: %s\n", note);
     }
     opt.argv = argv + optind;
     return launch_run(&opt);

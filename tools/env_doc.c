@@ -73,6 +73,8 @@ static const outside_var foreign_vars[] = {
     {"CUBLASMP_LOG_FILE", "tests/cublasmp", "cuBLASMp's own log file: the tests name one per rank."},
     {"JAX_PLATFORMS", "tests/python, scripts/test.sh", "cpu: JAX on the CPU (the host backend's JAX tests)."},
     {"XLA_PYTHON_CLIENT_PREALLOCATE", "tests/python, examples", "false: JAX does not take most of the GPU's memory at start."},
+    {"OPENBLAS_NUM_THREADS", "commgemm-run, commgemm-bench", "OpenBLAS threads per GEMM (unset: one per core): counted by -n auto and the bench's oversubscription warning; -n auto sets 1 for the ranks when it and OMP_NUM_THREADS are unset."},
+    {"OMP_NUM_THREADS", "commgemm-run, commgemm-bench", "Counted as OPENBLAS_NUM_THREADS when that is unset."},
 };
 
 static void outside_table(const char *title, const cgm_param *t, int count, const outside_var *v, size_t n) {

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -39,6 +40,9 @@ typedef struct rank_proc {
     pid_t pid;
     int alive;
     int code; /* exit code, or 128 + signal */
+    int sent_signal;    /* first signal the launcher sent it, 0: none */
+    int sent_kill;      /* the launcher followed with SIGKILL */
+    double sent_time, kill_time;
     output_stream out[2]; /* stdout, stderr (prefix mode only) */
 } rank_proc;
 
@@ -50,6 +54,7 @@ typedef struct launch_state {
     int first_code;
     double fail_time;     /* when first_failed failed */
     int launcher_killing; /* 1 once the launcher itself sent signals */
+    char stop_why[96];    /* why it did: "rank 2 failed" */
     double kill_deadline; /* SIGKILL stragglers at this time (0: not yet) */
     int timed_out;
     int interrupted; /* signal received by the launcher, or 0 */
@@ -155,16 +160,29 @@ static void exec_rank(const launch_options *opt, int rank, char **envp,
     _exit(err == ENOENT ? 127 : 126);
 }
 
-static void signal_ranks(launch_state *st, int sig) {
-    for (int r = 0; r < st->opt->nranks; r++)
-        if (st->ranks[r].alive) kill(-st->ranks[r].pid, sig);
+/* Sends `sig` to every live rank's process group and remembers it, so that
+ * each rank's end can be told as what it was: its own, or the launcher's. */
+static void signal_ranks(launch_state *st, int sig, double now) {
+    for (int r = 0; r < st->opt->nranks; r++) {
+        rank_proc *p = &st->ranks[r];
+        if (!p->alive) continue;
+        kill(-p->pid, sig);
+        if (sig == SIGKILL && p->sent_signal && !p->sent_kill) {
+            p->sent_kill = 1;
+            p->kill_time = now;
+        } else if (!p->sent_signal) {
+            p->sent_signal = sig;
+            p->sent_time = now;
+            if (sig == SIGKILL) p->sent_kill = 1, p->kill_time = now;
+        }
+    }
 }
 
 static void terminate_ranks(launch_state *st, double now) {
     if (st->launcher_killing) return;
     st->launcher_killing = 1;
     st->kill_deadline = now + TERM_TO_KILL_S;
-    signal_ranks(st, SIGTERM);
+    signal_ranks(st, SIGTERM, now);
 }
 
 static void emit(launch_state *st, int rank, int stream, const char *data,
@@ -225,12 +243,54 @@ static int read_outputs(launch_state *st, int timeout_ms) {
     return nfds;
 }
 
-static void describe_exit(int status, char *out, size_t size) {
-    if (WIFSIGNALED(status))
-        snprintf(out, size, "was killed by signal %d (%s)", WTERMSIG(status),
-                 strsignal(WTERMSIG(status)));
-    else
-        snprintf(out, size, "exited with code %d", WEXITSTATUS(status));
+static const char *signal_name(int sig) {
+    switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGKILL: return "SIGKILL";
+    case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
+    default: return "a signal";
+    }
+}
+
+void launch_describe_end(const char *launcher, const launch_rank_end *e,
+                         char *out, size_t size) {
+    const char *why = e->why && *e->why ? e->why : "it was told to stop";
+    if (WIFEXITED(e->status)) {
+        if (!e->sent_signal)
+            snprintf(out, size, "exited with code %d", WEXITSTATUS(e->status));
+        else
+            snprintf(out, size, "exited with code %d after %s sent it %s "
+                     "because %s", WEXITSTATUS(e->status), launcher,
+                     signal_name(e->sent_signal), why);
+        return;
+    }
+    if (!WIFSIGNALED(e->status)) {
+        snprintf(out, size, "ended with wait status 0x%x", (unsigned)e->status);
+        return;
+    }
+    int sig = WTERMSIG(e->status);
+    if (sig == SIGKILL && e->sent_kill && e->sent_signal != SIGKILL) {
+        snprintf(out, size, "ignored %s (sent by %s because %s) for %.1f s and "
+                 "was killed with SIGKILL by %s", signal_name(e->sent_signal),
+                 launcher, why, e->kill_after_s, launcher);
+    } else if (sig == e->sent_signal || (sig == SIGKILL && e->sent_kill)) {
+        int n = snprintf(out, size, "was killed by signal %d (%s), sent by %s "
+                         "because %s", sig, strsignal(sig), launcher, why);
+        /* It died of the first signal, but so slowly (a process tearing
+         * down a large memory, or stuck in the kernel) that the SIGKILL
+         * sent after the grace found it still exiting. */
+        if (e->sent_kill && sig != SIGKILL && n > 0 && (size_t)n < size)
+            snprintf(out + n, size - (size_t)n, "; it took more than %.1f s to "
+                     "exit, so the SIGKILL sent then came too late to matter",
+                     e->kill_after_s);
+    } else {
+        snprintf(out, size, "was killed by signal %d (%s), which %s did not "
+                 "send%s", sig, strsignal(sig), launcher,
+                 sig == SIGKILL ? " (the kernel's out-of-memory killer sends "
+                                  "SIGKILL when memory runs out: see dmesg)"
+                                : "");
+    }
 }
 
 static void reap(launch_state *st, double now) {
@@ -243,15 +303,13 @@ static void reap(launch_state *st, double now) {
         p->code = WIFEXITED(status) ? WEXITSTATUS(status)
                                     : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
         if (p->code == 0) continue;
-        char why[96];
-        describe_exit(status, why, sizeof why);
-        if (st->launcher_killing) {
-            fprintf(stderr, "%s: rank %d (pid %ld) %s after being told to stop\n",
-                    st->opt->name, r, (long)p->pid, why);
-            continue;
-        }
+        char account[320];
+        launch_rank_end end = {status, p->sent_signal, p->sent_kill,
+                               p->kill_time - p->sent_time, st->stop_why};
+        launch_describe_end(st->opt->name, &end, account, sizeof account);
         fprintf(stderr, "%s: rank %d of %d (pid %ld) %s\n", st->opt->name, r,
-                st->opt->nranks, (long)p->pid, why);
+                st->opt->nranks, (long)p->pid, account);
+        if (st->launcher_killing) continue;
         if (st->first_failed < 0) {
             st->first_failed = r;
             st->first_code = p->code;
@@ -275,14 +333,16 @@ static void supervise(launch_state *st, double start, double now) {
     if (sig) {
         pending_signal = 0;
         if (st->interrupted) {
-            signal_ranks(st, SIGKILL); /* second signal: no more patience */
+            signal_ranks(st, SIGKILL, now); /* second signal: no more patience */
         } else {
             st->interrupted = sig;
             st->launcher_killing = 1;
             st->kill_deadline = now + st->opt->grace_s + TERM_TO_KILL_S;
+            snprintf(st->stop_why, sizeof st->stop_why, "%s itself got %s",
+                     st->opt->name, signal_name(sig));
             fprintf(stderr, "%s: got signal %d (%s): forwarding it to the ranks\n",
                     st->opt->name, sig, strsignal(sig));
-            signal_ranks(st, sig);
+            signal_ranks(st, sig, now);
         }
     }
     if (st->alive && st->first_failed >= 0 && !st->launcher_killing &&
@@ -291,6 +351,8 @@ static void supervise(launch_state *st, double start, double now) {
         fprintf(stderr, "%s: rank %d failed; ranks%s still running %.1f s "
                 "later: terminating them\n", st->opt->name, st->first_failed,
                 alive, st->opt->grace_s);
+        snprintf(st->stop_why, sizeof st->stop_why, "rank %d failed",
+                 st->first_failed);
         terminate_ranks(st, now);
     }
     if (st->alive && st->opt->timeout_s > 0 && !st->timed_out &&
@@ -299,13 +361,23 @@ static void supervise(launch_state *st, double start, double now) {
         list_alive(st, alive, sizeof alive);
         fprintf(stderr, "%s: timeout of %.1f s expired: terminating ranks%s\n",
                 st->opt->name, st->opt->timeout_s, alive);
+        snprintf(st->stop_why, sizeof st->stop_why, "its %.1f s timeout expired",
+                 st->opt->timeout_s);
         terminate_ranks(st, now);
     }
     if (st->alive && st->kill_deadline > 0 && now >= st->kill_deadline) {
-        list_alive(st, alive, sizeof alive);
-        fprintf(stderr, "%s: ranks%s ignored SIGTERM: killing them\n",
-                st->opt->name, alive);
-        signal_ranks(st, SIGKILL);
+        /* A rank that died since the last pass is not "still running". */
+        reap(st, now);
+        const rank_proc *first = NULL;
+        for (int r = 0; r < st->opt->nranks && !first; r++)
+            if (st->ranks[r].alive) first = &st->ranks[r];
+        if (first) {
+            list_alive(st, alive, sizeof alive);
+            fprintf(stderr, "%s: ranks%s still running %.1f s after %s: sending "
+                    "SIGKILL\n", st->opt->name, alive, now - first->sent_time,
+                    signal_name(first->sent_signal));
+            signal_ranks(st, SIGKILL, now);
+        }
         st->kill_deadline = now + 3600; /* once */
     }
 }
@@ -383,6 +455,7 @@ int launch_run(const launch_options *opt) {
     double start = now_s();
     if (start_ranks(&st, envs) != 0) {
         st.first_failed = -1;
+        snprintf(st.stop_why, sizeof st.stop_why, "not every rank could be started");
         terminate_ranks(&st, start);
     }
     int open_fds = 1;
@@ -429,4 +502,72 @@ done:
     free(envs);
     free(st.ranks);
     return result;
+}
+
+/* ------------------------------------------------------------ -n auto */
+
+/* The cgroup v2 CPU quota ("max 100000" or "150000 100000") in whole CPUs,
+ * rounded up; 0 when there is none. */
+static int cgroup_cpu_quota(void) {
+    FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
+    char quota[32] = "";
+    long period = 0;
+    int n = f ? fscanf(f, "%31s %ld", quota, &period) : 0;
+    if (f) fclose(f);
+    if (n != 2 || period <= 0 || strcmp(quota, "max") == 0) return 0;
+    long q = strtol(quota, NULL, 10);
+    return q > 0 ? (int)((q + period - 1) / period) : 0;
+}
+
+int launch_cores(void) {
+    cpu_set_t set;
+    int cores = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
+    if (cores <= 0) cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int quota = cgroup_cpu_quota();
+    if (quota > 0 && quota < cores) cores = quota;
+    return cores > 0 ? cores : 1;
+}
+
+/* A positive integer variable, else 0. */
+static int env_positive(const char *name) {
+    const char *text = getenv(name);
+    char *end = NULL;
+    if (!text || !*text) return 0;
+    long v = strtol(text, &end, 10);
+    return *end == '\0' && v > 0 && v <= 1 << 20 ? (int)v : 0;
+}
+
+void launch_cpu_budget_read(launch_cpu_budget *b) {
+    int blas = env_positive("OPENBLAS_NUM_THREADS");
+    if (!blas) blas = env_positive("OMP_NUM_THREADS");
+    b->cores = launch_cores();
+    b->host_threads = env_positive("COMMGEMM_HOST_THREADS");
+    if (!b->host_threads) b->host_threads = 1;
+    b->blas_set = blas > 0;
+    b->blas_threads = blas ? blas : b->cores;
+    b->threads_per_rank = 1 + b->host_threads * b->blas_threads;
+}
+
+int launch_auto_ranks_rule(int cores, int threads_per_rank) {
+    int fit = threads_per_rank > 0 ? cores / threads_per_rank : cores;
+    if (fit > LAUNCH_AUTO_MAX_RANKS) fit = LAUNCH_AUTO_MAX_RANKS;
+    return fit < LAUNCH_AUTO_MIN_RANKS ? LAUNCH_AUTO_MIN_RANKS : fit;
+}
+
+int launch_auto_ranks(char *note, size_t note_size) {
+    launch_cpu_budget b;
+    launch_cpu_budget_read(&b);
+    int blas_was_set = b.blas_set;
+    if (!blas_was_set) {
+        setenv("OPENBLAS_NUM_THREADS", "1", 1);
+        launch_cpu_budget_read(&b);
+    }
+    int ranks = launch_auto_ranks_rule(b.cores, b.threads_per_rank);
+    snprintf(note, note_size, "%d ranks: %d core%s / %d threads per rank (1 comm "
+             "thread + %d compute x %d BLAS), at least %d, at most %d%s", ranks,
+             b.cores, b.cores == 1 ? "" : "s", b.threads_per_rank, b.host_threads,
+             b.blas_threads, LAUNCH_AUTO_MIN_RANKS, LAUNCH_AUTO_MAX_RANKS,
+             blas_was_set ? "" : "; OPENBLAS_NUM_THREADS=1 set for the ranks");
+    return ranks;
 }

@@ -1,19 +1,25 @@
 /* The autotuner's decision path: settings, the in-memory cache (bounded,
- * LRU) and the first-use protocol that every rank runs in lockstep:
+ * LRU) and the first-use protocol that every rank runs in lockstep (the
+ * measured search of step 3 is tune_search.c):
  *
  *   1. exchange: this rank's per-rank key word (AG's n, RS/AR's k), its
  *      candidate list (count and hash), its cache file identity and
  *      whether its file has decisions;
  *   2. only when some rank's file has decisions: exchange each rank's
  *      proposal from its file; used when every rank proposes the same one;
- *   3. else (never for accumulate calls, never inside capture) time every
- *      candidate TUNE_REPS times (two passes: list order, then reverse,
- *      each after a warm-up) with the call's own buffers, exchange the
- *      medians, take the slowest rank's time per candidate, pick the
- *      fastest (ties: the earlier candidate); when the runner-up is within
- *      TUNE_RUNOFF_PERCENT, time the two again with more runs and keep the
- *      faster (run_off); cache it, and append it to the cache file (the
- *      lowest rank of each distinct file writes).
+ *   3. else (never for accumulate calls, never inside capture) a pilot run
+ *      of the first candidate, its slowest rank's time exchanged, plans
+ *      how much of the search fits TUNE_BUDGET_NS (search); then time
+ *      every candidate that many times, up to TUNE_REPS (two passes: list
+ *      order, then reverse, each after a warm-up) with the call's own
+ *      buffers, exchange the medians, take the slowest rank's time per
+ *      candidate, pick the fastest (ties: the earlier candidate); when the
+ *      runner-up is within TUNE_RUNOFF_PERCENT and the budget allows, time
+ *      the two again with more runs and keep the faster (run_off); cache
+ *      it, and append it to the cache file (the lowest rank of each
+ *      distinct file writes). An op too slow for even one run of each
+ *      candidate within the budget keeps the default rule, remembered for
+ *      its key like a decision.
  *
  * Each rank takes the same branches from the same exchanged data, so all
  * ranks apply the same candidate. */
@@ -24,15 +30,18 @@
 
 #include "tune/tune_internal.h"
 
-#define TUNE_MEMORY_KEYS 256
-#define TUNE_MAX_REPS 100
 #define TUNE_MAX_RUNOFF 10000 /* percent */
-/* A runoff times each of the two about this long. */
-#define TUNE_RUNOFF_NS 2000000
 
-/* What comms created from now on use (tune_set_constants_for_tests). */
+/* In memory, X1_HIT of a key whose decision is the default rule (too slow
+ * to measure within the budget); -1 is no decision. */
+#define TUNE_HIT_DEFAULT (-2)
+
+/* What comms created from now on use (tune_set_constants_for_tests,
+ * tune_set_budget_for_tests). */
 static int tune_reps = TUNE_REPS;
 static int tune_runoff = TUNE_RUNOFF_PERCENT;
+static int64_t tune_budget = TUNE_BUDGET_NS;
+static int64_t tune_slow_key = TUNE_SLOW_KEY_NS;
 
 void tune_set_constants_for_tests(int reps, int runoff_percent) {
     tune_reps = reps < 1 ? 1 : reps > TUNE_MAX_REPS ? TUNE_MAX_REPS : reps;
@@ -41,28 +50,10 @@ void tune_set_constants_for_tests(int reps, int runoff_percent) {
                                                      : runoff_percent;
 }
 
-typedef struct tune_entry {
-    bool used;
-    uint64_t hash;
-    uint64_t last_use;
-    tune_key key; /* as this rank sees it */
-    cgm_tune_candidate choice;
-    double us;
-    cgm_tune_source origin; /* MEASURED or DISK */
-} tune_entry;
-
-struct cgm_tune_state {
-    bool enabled;
-    int reps;   /* timed runs per candidate */
-    int runoff; /* percent */
-    char cache_path[1024]; /* "" when no COMMGEMM_TUNE_CACHE */
-    char device[128];
-    tune_disk disk;
-    tune_entry entries[TUNE_MEMORY_KEYS];
-    uint64_t clock;
-    cgm_tune_decision last;
-    cgm_tune_stats stats;
-};
+void tune_set_budget_for_tests(int64_t budget_ns, int64_t slow_key_ns) {
+    tune_budget = budget_ns < 0 ? 0 : budget_ns;
+    tune_slow_key = slow_key_ns < 0 ? 0 : slow_key_ns;
+}
 
 const char *cgm_tune_source_name(cgm_tune_source source) {
     static const char *names[] = {"none", "default", "measured", "memory",
@@ -109,6 +100,8 @@ cgm_status cgm_tune_init(cgm_comm *comm) {
     ts->enabled = enabled == 1;
     ts->reps = tune_reps;
     ts->runoff = tune_runoff;
+    ts->budget_ns = tune_budget;
+    ts->slow_key_ns = tune_slow_key;
     if (path && *path) expand_path(path, ts->cache_path, sizeof ts->cache_path);
     CGM_INFO(CGM_SUB_INIT | CGM_SUB_TUNE, "COMMGEMM_TUNE=%d from %s",
              ts->enabled, env_enabled ? "environment" : "default");
@@ -228,7 +221,7 @@ static void memory_insert(struct cgm_tune_state *ts, const tune_key *key,
 
 /* ------------------------------------------------------------- helpers */
 
-static void apply(struct cgm_tune_state *ts, cgm_call *call,
+void tune_apply(struct cgm_tune_state *ts, cgm_call *call,
                   cgm_tune_source source, cgm_tune_candidate choice, double us) {
     call->algo = choice.algo;
     call->splits = choice.splits;
@@ -243,7 +236,7 @@ static void apply(struct cgm_tune_state *ts, cgm_call *call,
     }
 }
 
-static void use_default(struct cgm_tune_state *ts, const tune_key *key,
+void tune_use_default(struct cgm_tune_state *ts, const tune_key *key,
                         const char *why) {
     char k[192];
     ts->last.source = CGM_TUNE_DEFAULT;
@@ -254,12 +247,19 @@ static void use_default(struct cgm_tune_state *ts, const tune_key *key,
              "default): %s", k, why);
 }
 
-static int compare_i64(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
+/* A key whose decision in memory is the default rule (too slow to measure
+ * within the budget): the default rule again, logged at TRACE only. */
+static void default_again(struct cgm_tune_state *ts, const tune_key *key) {
+    ts->last.source = CGM_TUNE_DEFAULT;
+    ts->stats.defaults++;
+    if (!cgm_log_enabled(CGM_LOG_TRACE, CGM_SUB_TUNE)) return;
+    char k[192];
+    tune_key_describe(key, k, sizeof k);
+    CGM_TRACE(CGM_SUB_TUNE, "tune %s -> the default rule (source memory: too "
+              "slow to measure within the budget)", k);
 }
 
-static cgm_status exchange(cgm_comm *comm, const cgm_tune_hooks *h,
+cgm_status tune_exchange(cgm_comm *comm, const cgm_tune_hooks *h,
                            void *state, const int64_t *mine, int words,
                            int64_t **all) {
     *all = malloc(sizeof(int64_t) * (size_t)words * (size_t)comm->nranks);
@@ -296,143 +296,6 @@ static void ensure_disk(struct cgm_tune_state *ts, const cgm_tune_hooks *h,
     ts->stats.disk_rejected = ts->disk.rejected;
 }
 
-/* Runs per candidate: one warm-up and the timed runs of each pass. */
-static int tune_runs_per_candidate(int reps) {
-    return reps >= 2 ? 2 + reps : 1 + reps;
-}
-
-/* Measures every candidate; times[i] = this rank's median of candidate i.
- * Two passes, as the bench times a baseline and a candidate: the first in
- * list order with reps / 2 timed runs each, the second in reverse order with
- * the rest (one pass when reps = 1), each run after one warm-up. A candidate
- * measured first, on a device not yet warm, is then also measured last, and
- * a clock that drifts during the search weighs on every candidate alike. */
-static cgm_status measure_all(cgm_comm *comm, const cgm_backend_vtable *vt,
-                              void *state, const cgm_call *call,
-                              const cgm_tune_candidate *cands, int ncand,
-                              int reps, int64_t *times, uint64_t *runs) {
-    int64_t ns[CGM_TUNE_MAX_CANDIDATES][TUNE_MAX_REPS]; /* 11 KiB */
-    int first = reps >= 2 ? reps / 2 : reps;
-    cgm_status st = CGM_SUCCESS;
-    for (int pass = 0; pass < 2 && st == CGM_SUCCESS; pass++) {
-        int n = pass == 0 ? first : reps - first;
-        if (n == 0) break;
-        for (int j = 0; j < ncand && st == CGM_SUCCESS; j++) {
-            int i = pass == 0 ? j : ncand - 1 - j;
-            cgm_call trial = *call;
-            trial.algo = cands[i].algo;
-            trial.splits = cands[i].splits;
-            trial.queues = cands[i].queues;
-            st = vt->tune->measure(comm, state, &trial, 1, n,
-                                   ns[i] + (pass == 0 ? 0 : first));
-            *runs += (uint64_t)(1 + n);
-            if (st != CGM_SUCCESS) {
-                char c[32];
-                tune_candidate_describe(cands[i], c, sizeof c);
-                st = cgm_error_context(st, "autotuner: measuring candidate "
-                                       "%s of %s", c, cgm_op_name(call->op));
-            }
-        }
-    }
-    for (int i = 0; i < ncand && st == CGM_SUCCESS; i++) {
-        qsort(ns[i], (size_t)reps, sizeof ns[i][0], compare_i64);
-        /* The median; of an even count, the mean of the middle two. */
-        times[i] = reps % 2 ? ns[i][reps / 2]
-                            : (ns[i][reps / 2 - 1] + ns[i][reps / 2]) / 2;
-    }
-    return st;
-}
-
-static void log_measured(const tune_key *canonical,
-                         const cgm_tune_candidate *cands, int ncand,
-                         const int64_t *slowest, int best, int reps,
-                         int64_t elapsed_ns) {
-    if (!cgm_log_enabled(CGM_LOG_INFO, CGM_SUB_TUNE)) return;
-    char k[192], list[640] = "", c[32];
-    tune_key_describe(canonical, k, sizeof k);
-    for (int i = 0; i < ncand; i++) {
-        size_t len = strlen(list);
-        tune_candidate_describe(cands[i], c, sizeof c);
-        snprintf(list + len, sizeof list - len, "%s%s %.1fus", i ? ", " : "",
-                 c, (double)slowest[i] / 1e3);
-    }
-    tune_candidate_describe(cands[best], c, sizeof c);
-    CGM_INFO(CGM_SUB_TUNE, "tune %s: %s -> %s (source measured: %d "
-             "candidates x %d runs, slowest rank's median, %.1f ms)", k, list,
-             c, ncand, tune_runs_per_candidate(reps),
-             (double)elapsed_ns / 1e6);
-}
-
-/* Every rank's times of the ncand candidates exchanged: slowest[i] is the
- * slowest rank's time of candidate i, the same on every rank. */
-static cgm_status slowest_times(cgm_comm *comm, const cgm_tune_hooks *h,
-                                void *state, const int64_t *times, int ncand,
-                                int64_t *slowest) {
-    int64_t *all = NULL;
-    cgm_status st = exchange(comm, h, state, times, ncand, &all);
-    if (st != CGM_SUCCESS) return st;
-    for (int i = 0; i < ncand; i++) {
-        slowest[i] = 0;
-        for (int r = 0; r < comm->nranks; r++)
-            if (all[(size_t)r * ncand + i] > slowest[i])
-                slowest[i] = all[(size_t)r * ncand + i];
-    }
-    free(all);
-    return CGM_SUCCESS;
-}
-
-/* The fastest of t[0..n) other than `skip` (-1: none skipped), the
- * earlier on ties; -1 when there is none. */
-static int fastest(const int64_t *t, int n, int skip) {
-    int best = -1;
-    for (int i = 0; i < n; i++)
-        if (i != skip && (best < 0 || t[i] < t[best])) best = i;
-    return best;
-}
-
-/* The runoff: the fastest candidate (*best) and the runner-up timed
- * again, alternating (measure_all's two passes), with enough runs for about
- * TUNE_RUNOFF_NS of each (at least 2 * reps, at most TUNE_MAX_REPS): a few
- * runs of a ~50 us op cannot tell candidates some percent apart. The run count
- * comes from exchanged times, so every rank runs the same. The faster of
- * the runoff (the first-round winner on a tie) becomes *best, its time
- * *us. */
-static cgm_status run_off(cgm_comm *comm, const cgm_backend_vtable *vt,
-                          const cgm_tune_hooks *h, void *state,
-                          const cgm_call *trial, const tune_key *canonical,
-                          const cgm_tune_candidate *cands, int reps,
-                          const int64_t *slowest, int *best, int second,
-                          double *us) {
-    struct cgm_tune_state *ts = comm->tune;
-    cgm_tune_candidate pair[2] = {cands[*best], cands[second]};
-    int64_t per = slowest[*best] > 0 ? slowest[*best] : 1;
-    int64_t n = (TUNE_RUNOFF_NS + per - 1) / per;
-    if (n < 2 * (int64_t)reps) n = 2 * (int64_t)reps;
-    if (n > TUNE_MAX_REPS) n = TUNE_MAX_REPS;
-    int64_t t0 = cgm_now_ns(), times[2], slow[2];
-    cgm_status st = measure_all(comm, vt, state, trial, pair, 2, (int)n, times,
-                                &ts->stats.runoff_runs);
-    if (st != CGM_SUCCESS) return st;
-    st = slowest_times(comm, h, state, times, 2, slow);
-    if (st != CGM_SUCCESS) return st;
-    int w = slow[1] < slow[0] ? 1 : 0;
-    ts->stats.runoffs++;
-    if (cgm_log_enabled(CGM_LOG_INFO, CGM_SUB_TUNE)) {
-        char k[192], a[32], b[32];
-        tune_key_describe(canonical, k, sizeof k);
-        tune_candidate_describe(pair[0], a, sizeof a);
-        tune_candidate_describe(pair[1], b, sizeof b);
-        CGM_INFO(CGM_SUB_TUNE, "tune %s: runoff %s %.1fus vs %s %.1fus (2 "
-                 "candidates x %d runs, slowest rank's median, %.1f ms) -> %s",
-                 k, a, (double)slow[0] / 1e3, b, (double)slow[1] / 1e3,
-                 tune_runs_per_candidate((int)n),
-                 (double)(cgm_now_ns() - t0) / 1e6, w ? b : a);
-    }
-    if (w) *best = second;
-    *us = (double)slow[w] / 1e3;
-    return CGM_SUCCESS;
-}
-
 /* ---------------------------------------------------------------- resolve */
 
 enum {
@@ -455,7 +318,7 @@ static int candidate_index(const cgm_tune_candidate *cands, int ncand,
 }
 
 /* Stores a new decision, in place of the key's old one if any. */
-static void remember(struct cgm_tune_state *ts, tune_entry *old,
+void tune_remember(struct cgm_tune_state *ts, tune_entry *old,
                      const tune_key *key, uint64_t hash,
                      cgm_tune_candidate choice, double us,
                      cgm_tune_source origin) {
@@ -519,7 +382,11 @@ cgm_status cgm_tune_resolve(cgm_comm *comm, const cgm_backend_vtable *vt,
     bool every = h->agree_every_call && comm->config.check_agreement;
     if (hit && !every) {
         hit->last_use = ++ts->clock;
-        apply(ts, call, CGM_TUNE_MEMORY, hit->choice, hit->us);
+        if (hit->origin == CGM_TUNE_DEFAULT) {
+            default_again(ts, &key);
+            return CGM_SUCCESS;
+        }
+        tune_apply(ts, call, CGM_TUNE_MEMORY, hit->choice, hit->us);
         if (cgm_log_enabled(CGM_LOG_TRACE, CGM_SUB_TUNE)) {
             char k[192], c[32];
             tune_key_describe(&key, k, sizeof k);
@@ -529,7 +396,7 @@ cgm_status cgm_tune_resolve(cgm_comm *comm, const cgm_backend_vtable *vt,
         return CGM_SUCCESS;
     }
     if (h->capturing && h->capturing(call)) {
-        use_default(ts, &key, "the call is inside CUDA graph capture, where "
+        tune_use_default(ts, &key, "the call is inside CUDA graph capture, where "
                     "nothing is measured or exchanged, and no eager call of "
                     "this key was tuned first; make one eager call of this "
                     "shape before capturing to capture the tuned choice");
@@ -548,7 +415,10 @@ cgm_status cgm_tune_resolve(cgm_comm *comm, const cgm_backend_vtable *vt,
     gethostname(host, sizeof host - 1);
     int64_t mine[X1_WORDS];
     int local = tune_key_local_word(&key);
-    mine[X1_HIT] = hit ? candidate_index(cands, ncand, hit->choice) : -1;
+    mine[X1_HIT] = !hit ? -1
+                   : hit->origin == CGM_TUNE_DEFAULT
+                       ? TUNE_HIT_DEFAULT
+                       : candidate_index(cands, ncand, hit->choice);
     mine[X1_LOCAL] = key.w[local];
     mine[X1_NCAND] = ncand;
     mine[X1_CANDS] = (int64_t)hash_words(cand_words, 3 * ncand);
@@ -567,7 +437,6 @@ cgm_status cgm_tune_resolve(cgm_comm *comm, const cgm_backend_vtable *vt,
     }
     call->agreed = every;
     tune_key canonical = key;
-    const int reps = ts->reps, runoff = ts->runoff;
     bool same_candidates = true, any_disk = false, all_hit = true;
     bool writer = mine[X1_FILE] != 0;
     for (int r = 0; r < comm->nranks; r++) {
@@ -575,19 +444,20 @@ cgm_status cgm_tune_resolve(cgm_comm *comm, const cgm_backend_vtable *vt,
         if (a[X1_LOCAL] > canonical.w[local]) canonical.w[local] = a[X1_LOCAL];
         same_candidates &= a[X1_NCAND] == ncand && a[X1_CANDS] == mine[X1_CANDS];
         any_disk |= a[X1_HAS_DISK] != 0;
-        all_hit &= a[X1_HIT] >= 0 && a[X1_HIT] == mine[X1_HIT];
+        all_hit &= a[X1_HIT] != -1 && a[X1_HIT] == mine[X1_HIT];
         if (r < comm->rank && a[X1_FILE] == mine[X1_FILE]) writer = false;
     }
     free(all);
     if (!same_candidates) {
-        use_default(ts, &canonical, "the ranks' candidate lists differ (a "
+        tune_use_default(ts, &canonical, "the ranks' candidate lists differ (a "
                     "rank with another library build?); every rank uses the "
                     "default rule");
         return CGM_SUCCESS;
     }
     if (all_hit) {
         hit->last_use = ++ts->clock;
-        apply(ts, call, CGM_TUNE_MEMORY, hit->choice, hit->us);
+        if (hit->origin == CGM_TUNE_DEFAULT) default_again(ts, &key);
+        else tune_apply(ts, call, CGM_TUNE_MEMORY, hit->choice, hit->us);
         return CGM_SUCCESS;
     }
     if (hit) {
@@ -603,7 +473,7 @@ cgm_status cgm_tune_resolve(cgm_comm *comm, const cgm_backend_vtable *vt,
         int64_t proposal = -1;
         const tune_disk_entry *d = tune_disk_find(&ts->disk, &canonical);
         if (d) proposal = candidate_index(cands, ncand, d->choice);
-        st = exchange(comm, h, state, &proposal, 1, &all);
+        st = tune_exchange(comm, h, state, &proposal, 1, &all);
         if (st != CGM_SUCCESS) return st;
         bool agreed = proposal >= 0;
         for (int r = 0; r < comm->nranks; r++) agreed &= all[r] == proposal;
@@ -611,9 +481,9 @@ cgm_status cgm_tune_resolve(cgm_comm *comm, const cgm_backend_vtable *vt,
         char k[192], c[32];
         tune_key_describe(&canonical, k, sizeof k);
         if (agreed) {
-            remember(ts, hit, &key, hash, cands[proposal], d->us,
+            tune_remember(ts, hit, &key, hash, cands[proposal], d->us,
                      CGM_TUNE_DISK);
-            apply(ts, call, CGM_TUNE_DISK, cands[proposal], d->us);
+            tune_apply(ts, call, CGM_TUNE_DISK, cands[proposal], d->us);
             tune_candidate_describe(cands[proposal], c, sizeof c);
             CGM_INFO(CGM_SUB_TUNE, "tune %s -> %s %.1fus (source disk: %s, "
                      "the same on every rank)", k, c, d->us, ts->cache_path);
@@ -627,42 +497,16 @@ cgm_status cgm_tune_resolve(cgm_comm *comm, const cgm_backend_vtable *vt,
 
     /* Measuring would add into the caller's Y several times. */
     if (call->accumulate) {
-        use_default(ts, &canonical, "an accumulate call is never measured "
+        tune_use_default(ts, &canonical, "an accumulate call is never measured "
                     "(each run would add into Y again) and no decision of "
                     "this key is known yet; a call of this key without "
                     "accumulate will tune it");
         return CGM_SUCCESS;
     }
 
-    /* 3: measure, agree on the slowest rank's times, pick the fastest. */
-    int64_t t0 = cgm_now_ns();
-    int64_t times[CGM_TUNE_MAX_CANDIDATES];
-    cgm_call trial = *call;
-    trial.agreed = false; /* each candidate's own signature is checked */
-    st = measure_all(comm, vt, state, &trial, cands, ncand, reps, times,
-                     &ts->stats.runs);
-    if (st != CGM_SUCCESS) return st;
-    int64_t slowest[CGM_TUNE_MAX_CANDIDATES];
-    st = slowest_times(comm, h, state, times, ncand, slowest);
-    if (st != CGM_SUCCESS) return st;
-    int best = fastest(slowest, ncand, -1);
-    log_measured(&canonical, cands, ncand, slowest, best, reps,
-                 cgm_now_ns() - t0);
-    double us = (double)slowest[best] / 1e3;
-    int second = fastest(slowest, ncand, best);
-    if (runoff > 0 && second >= 0 &&
-        slowest[second] * 100 <= slowest[best] * (int64_t)(100 + runoff)) {
-        st = run_off(comm, vt, h, state, &trial, &canonical, cands, reps,
-                     slowest, &best, second, &us);
-        if (st != CGM_SUCCESS) return st;
-    }
-    remember(ts, hit, &key, hash, cands[best], us, CGM_TUNE_MEASURED);
-    apply(ts, call, CGM_TUNE_MEASURED, cands[best], us);
-    if (writer) {
-        tune_disk_append(&ts->disk, ts->device, &canonical, cands[best], us);
-        ts->stats.disk_appended = ts->disk.appended;
-    }
-    return CGM_SUCCESS;
+    /* 3: measure, within the budget. */
+    return tune_search(comm, vt, state, call, &key, hash, hit, &canonical,
+                       cands, ncand, writer);
 }
 
 /* ----------------------------------------------------------- diagnostics */

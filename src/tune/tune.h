@@ -19,7 +19,9 @@ typedef enum cgm_tune_source {
                               or a backend without tuning */
     CGM_TUNE_DEFAULT = 1,  /* open, but the backend's default rule applied:
                               graph capture or accumulate with no decision
-                              known, or ranks whose candidates differ */
+                              known, ranks whose candidates differ, or an op
+                              too slow to measure within the budget (then
+                              also kept in memory for the key) */
     CGM_TUNE_MEASURED = 2, /* measured during this call */
     CGM_TUNE_MEMORY = 3,   /* the comm's in-memory cache */
     CGM_TUNE_DISK = 4      /* the cache file, agreed by every rank */
@@ -36,6 +38,10 @@ typedef struct cgm_tune_stats {
     uint64_t runs;      /* candidate executions (warm-up and timed) */
     uint64_t runoffs;     /* measured decisions settled by a runoff of two */
     uint64_t runoff_runs; /* candidate executions of the runoffs */
+    uint64_t pilot_runs;  /* executions of the pilots (2 per measured key) */
+    uint64_t budget_reduced; /* keys measured with fewer runs, or without
+                                their runoff, to fit the budget */
+    uint64_t budget_skipped; /* keys too slow to measure: default rule */
     int entries;        /* keys in the in-memory cache */
     int disk_entries;   /* decisions loaded from the cache file */
     int disk_rejected;  /* lines of it that did not parse */

@@ -82,6 +82,12 @@ void test_skip(const char *fmt, ...)
             TEST_FAIL("\"%s\" does not contain \"%s\"", h_ ? h_ : "(null)",  \
                       n_);                                                   \
     } while (0)
+#define CHECK_NOT_CONTAINS(haystack, needle)                                 \
+    do {                                                                     \
+        const char *h_ = (haystack), *n_ = (needle);                         \
+        if (h_ && strstr(h_, n_))                                            \
+            TEST_FAIL("\"%s\" contains \"%s\"", h_, n_);                   \
+    } while (0)
 
 /* ---- multi-rank: fork nranks processes on this machine ---- */
 

@@ -195,6 +195,10 @@ static int rank_measured(int rank, int P, const char *rdv, void *arg) {
         expected += 3 * 6 * (uint64_t)cgm_tune_plan_candidates(
                                 shapes[s], P, 16 /* host_backend.c's HOST_TUNE_MIN_PIECE_ROWS */, c);
     CHECK_INT_EQ(s.runs, expected);
+    /* And one pilot (a warm-up and a timed run) per key; these small
+     * shapes fit the budget whole. */
+    CHECK_INT_EQ(s.pilot_runs, 9 * 2);
+    CHECK_INT_EQ(s.budget_reduced + s.budget_skipped, 0);
     MP_CHECK_OK(cgm_comm_destroy(comm));
     return 0;
 }
@@ -351,6 +355,119 @@ static void run_runoff(const void *param) {
     make_dir();
     CHECK_INT_EQ(test_run_ranks(3, rank_runoff, (void *)param, 60, NULL), 0);
     check_same_decisions(3);
+    remove_dir();
+    mp_check_no_shm_leftovers();
+}
+
+/* ---- the budget per key ---- */
+
+/* The planner alone: how many timed runs per candidate fit a budget after
+ * the pilot, and how many a runoff may take. */
+static void run_budget_plan(const void *arg) {
+    (void)arg;
+    const int64_t ms = 1000000, s = 1000 * ms;
+    /* Small ops: the whole search (2 pilot runs + 4 x 6 runs of 1 ms). */
+    CHECK_INT_EQ(tune_plan_reps(1 * ms, 4, TUNE_REPS, TUNE_BUDGET_NS), TUNE_REPS);
+    CHECK_INT_EQ(tune_plan_reps(1000, 14, TUNE_REPS, TUNE_BUDGET_NS), TUNE_REPS);
+    /* 40 ms: 2 + 4 x (3 + 2) = 22 runs fit 25; 4 reps (26 runs) do not. */
+    CHECK_INT_EQ(tune_plan_reps(40 * ms, 4, TUNE_REPS, s), 3);
+    /* 100 ms: one warm-up and one timed run each (2 + 4 x 2 = 10 runs). */
+    CHECK_INT_EQ(tune_plan_reps(100 * ms, 4, TUNE_REPS, s), 1);
+    /* A 2 s op (the torch example's host GEMMs on a loaded 2-core VM):
+     * nothing is measured, where the full search would time 2 + 24 runs
+     * (about 50 s). */
+    CHECK_INT_EQ(tune_plan_reps(2 * s, 4, TUNE_REPS, s), 0);
+    CHECK_INT_EQ(tune_plan_reps(1, 4, TUNE_REPS, 0), 0);
+    CHECK_INT_EQ(tune_plan_reps(INT64_MAX / 2, 14, TUNE_REPS, INT64_MAX), 0);
+    CHECK_INT_EQ(tune_runs_per_candidate(4), 6);
+    CHECK_INT_EQ(tune_runs_per_candidate(1), 2);
+    /* The runoff: what it wants when there is room, nothing below its
+     * minimum. */
+    CHECK_INT_EQ(tune_plan_runoff(1 * ms, 8, 8, s), 8);
+    CHECK_INT_EQ(tune_plan_runoff(1000, 100, 8, s), 100);
+    CHECK_INT_EQ(tune_plan_runoff(10 * ms, 40, 8, 200 * ms), 9); /* 2 x (9 + 1) runs */
+    CHECK_INT_EQ(tune_plan_runoff(100 * ms, 8, 8, 500 * ms), 0);
+    CHECK_INT_EQ(tune_plan_runoff(1 * ms, 8, 8, -5), 0);
+}
+
+/* A budget no op fits (tune_set_budget_for_tests): each key costs one
+ * pilot (a warm-up and a timed run), keeps the default rule, and later
+ * calls of it use that from memory without another pilot; results stay
+ * right and every rank decides alike. */
+static int rank_budget_default(int rank, int P, const char *rdv, void *arg) {
+    (void)arg;
+    tune_set_budget_for_tests(1, TUNE_SLOW_KEY_NS);
+    cgm_comm *comm = make_comm(rank, P, rdv);
+    const op_kind ops[] = {AG, RS, AR};
+    for (int o = 0; o < 3; o++) {
+        snprintf(mp_context, sizeof mp_context, "rank %d/%d budget op %d", rank, P, o);
+        run_op(comm, rank, P, ops[o], 200, NULL, false, 110 + o);
+        CHECK_SOURCE(comm, CGM_TUNE_DEFAULT);
+        record(comm, rank, mp_context + 9);
+        run_op(comm, rank, P, ops[o], 200, NULL, false, 120 + o);
+        CHECK_SOURCE(comm, CGM_TUNE_DEFAULT);
+    }
+    cgm_tune_stats s = stats(comm);
+    CHECK_INT_EQ(s.pilot_runs, 3 * 2);
+    CHECK_INT_EQ(s.runs, 0);
+    CHECK_INT_EQ(s.runoff_runs, 0);
+    CHECK_INT_EQ(s.measured, 0);
+    CHECK_INT_EQ(s.budget_skipped, 3);
+    CHECK_INT_EQ(s.defaults, 6);
+    CHECK_INT_EQ(s.entries, 3);
+    MP_CHECK_OK(cgm_comm_destroy(comm));
+    return 0;
+}
+
+static void run_budget_default(const void *param) {
+    int P = *(const int *)param;
+    make_dir();
+    CHECK_INT_EQ(test_run_ranks(P, rank_budget_default, NULL, 30, NULL), 0);
+    check_same_decisions(P);
+    remove_dir();
+    mp_check_no_shm_leftovers();
+}
+
+/* Tuning a key that takes longer than the threshold (here 0) is logged at
+ * WARN on rank 0, naming the key and the time; the other ranks log it at
+ * INFO (not shown at WARN). The default budget measures these small
+ * shapes in full: every key measured, one pilot each. */
+static int rank_slow_key(int rank, int P, const char *rdv, void *arg) {
+    (void)arg;
+    char path[300], want[128];
+    snprintf(path, sizeof path, "%s/log.%d", dir, (int)getpid());
+    tune_set_budget_for_tests(TUNE_BUDGET_NS, 0);
+    setenv("COMMGEMM_DEBUG", "WARN", 1);
+    setenv("COMMGEMM_DEBUG_SUBSYS", "TUNE", 1);
+    setenv("COMMGEMM_DEBUG_FILE", path, 1);
+    cgm_comm *comm = make_comm(rank, P, rdv);
+    snprintf(mp_context, sizeof mp_context, "rank %d/%d slow key", rank, P);
+    run_op(comm, rank, P, RS, 64, NULL, false, 130);
+    CHECK_SOURCE(comm, CGM_TUNE_MEASURED);
+    cgm_tune_stats s = stats(comm);
+    CHECK_INT_EQ(s.measured, 1);
+    CHECK_INT_EQ(s.pilot_runs, 2);
+    CHECK_INT_EQ(s.budget_reduced + s.budget_skipped, 0);
+    MP_CHECK_OK(cgm_comm_destroy(comm));
+    char *log = slurp(path);
+    snprintf(want, sizeof want, "tune gemm_rs host fp32->fp32 TN P=%d m=64 k=%d n=%d", P,
+             K, N);
+    if (rank == 0) {
+        if (!log) TEST_FAIL("rank 0 wrote no log to %s", path);
+        CHECK_CONTAINS(log, " WARN ");
+        CHECK_CONTAINS(log, want);
+        CHECK_CONTAINS(log, ": tuning this key took ");
+    } else if (log && strstr(log, "tuning this key took")) {
+        TEST_FAIL("rank %d logged the slow key at WARN too:\n%s", rank, log);
+    }
+    free(log);
+    return 0;
+}
+
+static void run_slow_key(const void *param) {
+    (void)param;
+    make_dir();
+    CHECK_INT_EQ(test_run_ranks(2, rank_slow_key, NULL, 30, NULL), 0);
     remove_dir();
     mp_check_no_shm_leftovers();
 }
@@ -747,6 +864,10 @@ static void register_cases(void) {
     test_add("cache_files_differ", run_files, NULL);
     test_add("cache_line_format", run_line_format, NULL);
     test_add("gpu_hold_bounds", run_hold, NULL);
+    test_add("budget_plan", run_budget_plan, NULL);
+    test_add("budget_default_p2", run_budget_default, &p2);
+    test_add("budget_default_p3", run_budget_default, &p3);
+    test_add("slow_key_warns", run_slow_key, NULL);
     static const int every_key = 10000, never = 0;
     test_add("runoff_default", run_runoff, NULL);
     test_add("runoff_every_key", run_runoff, &every_key);

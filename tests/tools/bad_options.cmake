@@ -12,7 +12,7 @@ set(cases
   "--algo|bulk" "--algo: expected auto, split, ring, no_overlap or fused"
   "--algo|lead" "--algo: expected auto, split, ring, no_overlap or fused"
   "--iters|0" "--iters: expected an integer from 1"
-  "--ranks|-3" "--ranks: expected an integer from 1"
+  "--ranks|-3" "--ranks: expected an integer from 1 to 1024 or auto, got '-3'"
   "--timeout-ms|soon" "--timeout-ms: expected"
   "--bogus" "unknown option '--bogus'"
   "--json" "option '--json' needs a value"

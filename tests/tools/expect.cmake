@@ -2,6 +2,7 @@
 #   -DCMD=prog|arg|arg      the command ('|' separates arguments)
 #   -DEXPECT_RC=N|nonzero   expected exit code (default 0)
 #   -DSTDOUT_REGEX=...  -DSTDERR_REGEX=...  must match
+#   -DSTDOUT_NOT_REGEX=...  -DSTDERR_NOT_REGEX=...  must not match
 #   -DMAX_SECONDS=S         must finish within S seconds
 string(REPLACE "|" ";" cmd "${CMD}")
 if(NOT DEFINED EXPECT_RC)
@@ -25,6 +26,12 @@ if(DEFINED STDOUT_REGEX AND NOT out MATCHES "${STDOUT_REGEX}")
 endif()
 if(DEFINED STDERR_REGEX AND NOT err MATCHES "${STDERR_REGEX}")
   message(FATAL_ERROR "stderr does not match '${STDERR_REGEX}'")
+endif()
+if(DEFINED STDOUT_NOT_REGEX AND out MATCHES "${STDOUT_NOT_REGEX}")
+  message(FATAL_ERROR "stdout matches '${STDOUT_NOT_REGEX}', which it must not")
+endif()
+if(DEFINED STDERR_NOT_REGEX AND err MATCHES "${STDERR_NOT_REGEX}")
+  message(FATAL_ERROR "stderr matches '${STDERR_NOT_REGEX}', which it must not")
 endif()
 if(DEFINED MAX_SECONDS AND elapsed GREATER MAX_SECONDS)
   message(FATAL_ERROR "took ${elapsed} s, expected at most ${MAX_SECONDS} s")

@@ -5,7 +5,9 @@
  *   rank_probe signal R SIG     rank R raises SIG; the others hang
  *   rank_probe stubborn R CODE  rank R exits CODE; the others ignore SIGTERM
  *   rank_probe hang             every rank hangs
- *   rank_probe print            every rank writes a line to stdout and stderr */
+ *   rank_probe print            every rank writes a line to stdout and stderr
+ *   rank_probe count            every rank prints its rank, the rank count and
+ *                               OPENBLAS_NUM_THREADS */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +66,12 @@ int main(int argc, char **argv) {
     int target = argc > 2 ? atoi(argv[2]) : 0, value = argc > 3 ? atoi(argv[3]) : 0;
     if (strcmp(mode, "check") == 0) return check(target);
     if (strcmp(mode, "hang") == 0) hang();
+    if (strcmp(mode, "count") == 0) {
+        const char *blas = getenv("OPENBLAS_NUM_THREADS");
+        printf("rank %d of %d, OPENBLAS_NUM_THREADS=%s\n", rank,
+               env_int("COMMGEMM_NRANKS"), blas ? blas : "(unset)");
+        return 0;
+    }
     if (strcmp(mode, "print") == 0) {
         printf("hello from rank %d\n", rank);
         fprintf(stderr, "err from rank %d\n", rank);
