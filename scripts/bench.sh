@@ -3,8 +3,8 @@
 # machine has (commgemm-info), and runs commgemm-bench with the best backend
 # available: on a GPU machine one rank per visible GPU, backend auto (p2p
 # inside one NVLink domain), bf16 m=8192 n=4096 k=4096, every op; else the
-# host backend with 4 ranks on the bench's default shape, built CPU-only in
-# build-cpu/. Extra arguments go to commgemm-bench and win over these
+# host backend with as many ranks as the cores hold (commgemm-run -n auto)
+# on the bench's default shape, built CPU-only in build-cpu/. Extra arguments go to commgemm-bench and win over these
 # defaults (e.g. -m 16384, --backend nccl, --json out.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,5 +23,5 @@ if [ "$tree" = build ] && grep -q "GPU backends ON" "$log"; then
     exec build/tools/commgemm-run -n "$n" build/bench/commgemm-bench --backend auto \
         --dtype bf16 -m 8192 -n 4096 -k 4096 --op all "$@"
 else
-    exec "$tree"/tools/commgemm-run -n 4 "$tree"/bench/commgemm-bench --backend host "$@"
+    exec "$tree"/tools/commgemm-run -n auto "$tree"/bench/commgemm-bench --backend host "$@"
 fi
