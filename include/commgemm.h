@@ -543,6 +543,12 @@ typedef struct cgm_op_options {
  *   dtype or fp32 ("output dtype"). bias, if given, is a 1 x n matrix of Y's
  *   dtype (added to every row, once: on the owner of each row).
  * - No output may overlap an input or another output (no in-place).
+ * - Empty operands are valid (data may then be NULL) and the call stays
+ *   collective: m = 0 or n = 0 writes nothing; k = 0 (for GEMM+RS/AR, a
+ *   rank's k_loc = 0: it adds nothing to the sum) is an empty contraction,
+ *   X . op(W) = 0, so Y = bias (or 0), plus the old Y with accumulate, and
+ *   AG+GEMM's x_gathered has no elements. The cublasmp backend refuses
+ *   k = 0 on every rank (CGM_ERROR_NOT_SUPPORTED).
  * - Statuses of every op: CGM_SUCCESS; CGM_ERROR_INVALID_ARGUMENT (NULL or
  *   misaligned pointers, shapes that disagree, bad enum values, m above
  *   max_m); CGM_ERROR_INVALID_USAGE (comm not live, non-NULL stream on host);
