@@ -189,10 +189,12 @@ static inline cgm_matrix cgm_matrix_make(void *data, cgm_dtype dtype,
     return m;
 }
 
-/** Rows of shard `rank` when `m` rows are split over `nranks` (ceil split).
- *  Returns 0 for out-of-range arguments. Thread safe. */
+/** Rows of shard `rank` when `m` rows are split over `nranks` (ceil split),
+ *  exact for every m up to INT64_MAX. Returns 0 for out-of-range arguments
+ *  (m <= 0, nranks <= 0, rank outside [0, nranks)). Thread safe. */
 int64_t cgm_shard_rows(int64_t m, int rank, int nranks);
-/** First row of shard `rank` (clamped to m). Thread safe. */
+/** First row of shard `rank` (clamped to m: rank >= nranks gives m),
+ *  exact for every m up to INT64_MAX. Thread safe. */
 int64_t cgm_shard_offset(int64_t m, int rank, int nranks);
 
 /* ------------------------------------------------------------------ */

@@ -190,6 +190,45 @@ static void test_shards(const void *p) {
     CHECK_INT_EQ(cgm_shard_rows(10, -1, 8), 0);
 }
 
+/* The ceil split for m near INT64_MAX, against 128-bit arithmetic: no
+ * shard wraps negative, the shards tile [0, m). */
+static void check_shard_wide(int64_t m, int r, int P) {
+    __int128 block = ((__int128)m + P - 1) / P, begin = block * r, end = begin + block;
+    if (begin > m) begin = m;
+    if (end > m) end = m;
+    if (cgm_shard_offset(m, r, P) != (int64_t)begin || cgm_shard_rows(m, r, P) != (int64_t)(end - begin))
+        TEST_FAIL("m = %lld, rank %d of %d: offset %lld rows %lld, expected offset %lld rows %lld", (long long)m, r,
+                  P, (long long)cgm_shard_offset(m, r, P), (long long)cgm_shard_rows(m, r, P), (long long)begin,
+                  (long long)(end - begin));
+}
+
+static void test_shards_near_int64_max(const void *p) {
+    (void)p;
+    const int64_t ms[] = {INT64_MAX, INT64_MAX - 1, INT64_MAX - 1023, ((int64_t)1 << 62) + 3, (int64_t)1 << 62};
+    const int Ps[] = {1, 2, 3, 7, 1024, INT32_MAX};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+        for (size_t j = 0; j < sizeof Ps / sizeof Ps[0]; j++) {
+            int P = Ps[j];
+            int64_t sum = 0;
+            if (P <= 1024) {
+                for (int r = 0; r < P; r++) {
+                    check_shard_wide(ms[i], r, P);
+                    CHECK(cgm_shard_rows(ms[i], r, P) >= 0);
+                    sum += cgm_shard_rows(ms[i], r, P);
+                }
+                CHECK_INT_EQ(sum, ms[i]);
+            } else {
+                const int ranks[] = {0, 1, P / 2, P - 2, P - 1};
+                for (size_t q = 0; q < sizeof ranks / sizeof ranks[0]; q++) check_shard_wide(ms[i], ranks[q], P);
+            }
+            CHECK_INT_EQ(cgm_shard_offset(ms[i], P, P), ms[i]);
+        }
+    /* INT64_MAX = 3 x 7 x 7 x 73 x 127 x 337 x 92737 x 649657: P = 7 divides it. */
+    CHECK_INT_EQ(cgm_shard_rows(INT64_MAX, 6, 7), INT64_MAX / 7);
+    CHECK_INT_EQ(cgm_shard_rows(INT64_MAX, 0, 1), INT64_MAX);
+    CHECK_INT_EQ(cgm_shard_rows(INT64_MAX, 1023, 1024), INT64_MAX - 1023 * (INT64_MAX / 1024 + 1));
+}
+
 static void test_bf16_exhaustive(const void *p) {
     (void)p;
     for (uint32_t v = 0; v < 65536; v++) {
@@ -626,6 +665,7 @@ static void register_cases(void) {
     test_add("last_error", test_last_error_per_thread, NULL);
     test_add("names", test_names_roundtrip, NULL);
     test_add("shards", test_shards, NULL);
+    test_add("shards_near_int64_max", test_shards_near_int64_max, NULL);
     test_add("bf16_exhaustive", test_bf16_exhaustive, NULL);
     test_add("fp16_exhaustive", test_fp16_exhaustive, NULL);
     test_add("params", test_param_defaults_and_env, NULL);
