@@ -385,9 +385,11 @@ typedef struct cgm_bootstrap {
  *  torchrun (RANK, WORLD_SIZE, MASTER_ADDR/MASTER_PORT or TORCHELASTIC_RUN_ID)
  *  or Open MPI's mpirun (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE and its
  *  job id). `out->rendezvous` points to storage owned by the library.
- *  Statuses: CGM_SUCCESS; CGM_ERROR_INVALID_ARGUMENT (out NULL);
- *  CGM_ERROR_UNAVAILABLE (no launcher environment found: the message lists
- *  the variables looked for). */
+ *  Statuses: CGM_SUCCESS; CGM_ERROR_INVALID_ARGUMENT (out NULL, or a
+ *  launcher's rank or size variable set to what is not an integer in range
+ *  (size 1 to 4096, rank 0 to size - 1): the message names the variable,
+ *  its value and what it takes); CGM_ERROR_UNAVAILABLE (no launcher
+ *  environment found: the message lists the variables looked for). */
 cgm_status cgm_bootstrap_from_env(cgm_bootstrap *out);
 
 /** Sentinel of integer config fields: "not set here, use env or default". */
@@ -428,11 +430,12 @@ typedef struct cgm_config {
      *  (COMMGEMM_SPLITS, default 0). */
     int splits;
     /** Threads the host backend uses for GEMM chunks (COMMGEMM_HOST_THREADS,
-     *  default 1). */
+     *  default 1; 1 to 16, the most compute queues it runs). */
     int host_threads;
     /** Check on every call that all ranks agree about the call (op, shapes,
      *  dtypes, options); costs one small exchange (COMMGEMM_CHECK_AGREEMENT,
-     *  default 1 on host, first call per shape on GPU backends). */
+     *  default 1 on host, first call per shape on GPU backends). 1: check,
+     *  0: skip; other values are refused. */
     int check_agreement;
     /** Partial dtype of GEMM+RS and GEMM+AR (COMMGEMM_PARTIAL_DTYPE,
      *  default fp32; see cgm_partial_dtype). */
@@ -454,7 +457,9 @@ typedef struct cgm_config {
  *  `config` may be NULL (all defaults). The comm keeps no pointer to
  *  `bootstrap` or `config`.
  *  Statuses: CGM_SUCCESS; CGM_ERROR_INVALID_ARGUMENT (NULL pointers, bad
- *  struct_size, rank out of range, bad config values); CGM_ERROR_UNAVAILABLE
+ *  struct_size, rank out of range, config values or environment variables
+ *  out of their documented range or words, COMMGEMM_DEBUG and
+ *  COMMGEMM_DEBUG_SUBSYS included: docs/env.md); CGM_ERROR_UNAVAILABLE
  *  (a backend asked for cannot serve this bootstrap); CGM_ERROR_TIMEOUT (a
  *  rank did not join within the timeout: named); CGM_ERROR_MISMATCH (ranks
  *  disagree about the group size or config); CGM_ERROR_SYSTEM;

@@ -270,13 +270,13 @@ static cgm_status resolve_config(cgm_comm *comm, const cgm_config *in) {
     int64_t v;
     if ((st = resolve_int("config.splits", in->splits, "COMMGEMM_SPLITS", 0, INT32_MAX, &v))) return st;
     c->splits = (int)v;
-    if ((st = resolve_int("config.host_threads", in->host_threads, "COMMGEMM_HOST_THREADS", 1, INT32_MAX, &v)))
+    if ((st = resolve_int("config.host_threads", in->host_threads, "COMMGEMM_HOST_THREADS", 1,
+                          CGM_HOST_THREADS_MAX, &v)))
         return st;
     c->host_threads = (int)v;
-    if ((st = resolve_int("config.check_agreement", in->check_agreement, "COMMGEMM_CHECK_AGREEMENT", 0,
-                          INT64_MAX, &v)))
+    if ((st = resolve_int("config.check_agreement", in->check_agreement, "COMMGEMM_CHECK_AGREEMENT", 0, 1, &v)))
         return st;
-    c->check_agreement = v != 0;
+    c->check_agreement = (int)v;
     if ((st = resolve_precision(c, in))) return st;
     if (in->algo != CGM_UNSET) {
         if ((unsigned)in->algo >= CGM_ALGO_COUNT_)
@@ -439,6 +439,8 @@ cgm_status cgm_comm_create(const cgm_bootstrap *bootstrap, const cgm_config *con
         goto fail;
     }
     cgm_log_set_rank(comm->rank);
+    st = cgm_log_check_settings();
+    if (st != CGM_SUCCESS) goto fail;
     st = resolve_config(comm, &cfg);
     if (st != CGM_SUCCESS) goto fail;
     st = cgm_tune_init(comm);

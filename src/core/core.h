@@ -70,6 +70,10 @@ void cgm_log_write(cgm_log_level level, unsigned subsys, const char *file,
                    int line, const char *fmt, ...) CGM_PRINTF(5, 6);
 /* The rank shown in log prefixes (host:pid:rank). */
 void cgm_log_set_rank(int rank);
+/* COMMGEMM_DEBUG and COMMGEMM_DEBUG_SUBSYS hold known words: CGM_SUCCESS,
+ * else CGM_ERROR_INVALID_ARGUMENT naming the variable, its value and the
+ * words it takes (cgm_comm_create refuses such a setting). */
+cgm_status cgm_log_check_settings(void);
 
 /* Level checked before any formatting. */
 #define CGM_LOG(level, subsys, ...)                                          \
@@ -143,6 +147,9 @@ void cgm_store_float(void *data, cgm_dtype dtype, int64_t i, float v);
 
 /* ------------------------------------------------------------- the comm */
 
+/* The most compute threads (queues) the host backend runs an op with. */
+#define CGM_HOST_THREADS_MAX 16
+
 /* Every field resolved: set in the config, else from env, else default. */
 typedef struct cgm_resolved_config {
     cgm_backend backend;                    /* may be AUTO */
@@ -151,8 +158,8 @@ typedef struct cgm_resolved_config {
     int64_t timeout_ms;
     cgm_algo algo;
     int splits;
-    int host_threads;
-    int check_agreement;
+    int host_threads;    /* 1..CGM_HOST_THREADS_MAX */
+    int check_agreement; /* 0 or 1 */
     cgm_partial_dtype partial_dtype;   /* never DEFAULT */
     cgm_gemm_reduction gemm_reduction; /* never DEFAULT */
 } cgm_resolved_config;

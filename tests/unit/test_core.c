@@ -538,6 +538,44 @@ static void test_bootstrap_env_launchers(const void *p) {
     CHECK(strcmp(b.rendezvous, "mpi-12345") == 0);
 }
 
+/* A launcher variable set to something that is not a rank or a size is
+ * named with its value and what it takes, not passed over for "no
+ * launcher environment found". RANK alone (without WORLD_SIZE) may be
+ * another program's: it is not torchrun's then. */
+static void test_bootstrap_env_invalid(const void *p) {
+    (void)p;
+    static const struct {
+        const char *vars[3][2];
+        const char *message; /* NULL: UNAVAILABLE, no launcher */
+    } cases[] = {
+        {{{"COMMGEMM_NRANKS", "abc"}, {"COMMGEMM_RANK", "0"}, {"COMMGEMM_RENDEZVOUS", "x"}},
+         "environment variable COMMGEMM_NRANKS=\"abc\": expected the number of ranks, an integer from 1 to 4096"},
+        {{{"COMMGEMM_NRANKS", "abc"}, {NULL, NULL}, {NULL, NULL}}, "COMMGEMM_NRANKS=\"abc\""},
+        {{{"COMMGEMM_NRANKS", "0"}, {"COMMGEMM_RANK", "0"}, {NULL, NULL}}, "COMMGEMM_NRANKS=\"0\""},
+        {{{"COMMGEMM_NRANKS", "4"}, {"COMMGEMM_RANK", "4"}, {"COMMGEMM_RENDEZVOUS", "x"}},
+         "COMMGEMM_RANK=\"4\": expected this process's rank, an integer from 0 to COMMGEMM_NRANKS - 1"},
+        {{{"COMMGEMM_RANK", "-1"}, {NULL, NULL}, {NULL, NULL}}, "COMMGEMM_RANK=\"-1\""},
+        {{{"RANK", "one"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}}, "RANK=\"one\""},
+        {{{"RANK", "0"}, {"WORLD_SIZE", "2x"}, {NULL, NULL}}, "WORLD_SIZE=\"2x\""},
+        {{{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "99999999999"}, {NULL, NULL}},
+         "OMPI_COMM_WORLD_SIZE=\"99999999999\""},
+        {{{"RANK", "worker-a"}, {NULL, NULL}, {NULL, NULL}}, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        clear_launcher_env();
+        for (int v = 0; v < 3; v++)
+            if (cases[i].vars[v][0]) setenv(cases[i].vars[v][0], cases[i].vars[v][1], 1);
+        cgm_bootstrap b = CGM_BOOTSTRAP_INIT;
+        if (!cases[i].message) {
+            CHECK_STATUS(cgm_bootstrap_from_env(&b), CGM_ERROR_UNAVAILABLE);
+            CHECK_CONTAINS(cgm_last_error(), "no launcher environment found");
+            continue;
+        }
+        CHECK_STATUS(cgm_bootstrap_from_env(&b), CGM_ERROR_INVALID_ARGUMENT);
+        CHECK_CONTAINS(cgm_last_error(), cases[i].message);
+    }
+}
+
 /* The test harness's run selection (COMMGEMM_TEST_RUNS in the GPU op
  * tests) and time scale (TEST_TIMEOUT_SCALE). */
 static void test_harness_selection(const void *param) {
@@ -685,6 +723,7 @@ static void register_cases(void) {
     test_add("param_int_range_word", test_param_int_range, "many");
     test_add("bootstrap_env_none", test_bootstrap_env_none, NULL);
     test_add("bootstrap_env_launchers", test_bootstrap_env_launchers, NULL);
+    test_add("bootstrap_env_invalid", test_bootstrap_env_invalid, NULL);
     test_add("bounded_run", test_bounded_run, NULL);
     test_add("bounded_run_races", test_bounded_run_races, NULL);
 }
