@@ -311,6 +311,39 @@ static void test_max_m(const void *p) {
     CHECK_OK(cgm_comm_destroy(comm));
 }
 
+/* m = 2^31 - 1 (the largest rows a matrix may have) on a comm with the
+ * default max_m: every op says m is above max_m, before the checks that
+ * would otherwise speak first (the descriptors, of small buffers, overlap
+ * once that tall; the bulk collective's shard shape). */
+static void test_max_m_checked_first(const void *p) {
+    (void)p;
+    cgm_comm *comm = single_rank_comm(NULL);
+    const int64_t tall = INT32_MAX;
+    for (int op = 0; op < CGM_OP_COUNT_; op++) {
+        args a;
+        valid_args(&a, (cgm_op)op);
+        const char *what = op == CGM_OP_ALL_GATHER_GEMM ? "m (y's rows)" : "m (x's rows)";
+        if (op == CGM_OP_BULK) {
+            a.has_x = a.has_w = a.has_y = false;
+            a.has_send = a.has_recv = true;
+            a.coll = CGM_COLLECTIVE_ALL_GATHER;
+            a.send = cgm_matrix_make(xbuf, CGM_DTYPE_FP32, 1, K); /* not the shard of `tall` rows */
+            a.recv = cgm_matrix_make(ybuf, CGM_DTYPE_FP32, tall, K);
+            what = "m (recv's rows)";
+        } else {
+            a.x.rows = tall;
+            a.y.rows = tall;
+        }
+        char want[192];
+        snprintf(want, sizeof want, "%s = 2147483647 is above the comm's max_m = 16384", what);
+        CHECK_STATUS(call(comm, &a), CGM_ERROR_INVALID_ARGUMENT);
+        CHECK_CONTAINS(cgm_last_error(), want);
+        CHECK_CONTAINS(cgm_last_error(), "COMMGEMM_MAX_M");
+    }
+    check_comm_still_works(comm);
+    CHECK_OK(cgm_comm_destroy(comm));
+}
+
 /* ---- comm creation ---- */
 
 typedef struct create_case {
@@ -585,6 +618,7 @@ static void register_cases(void) {
     test_add("queries", test_queries, NULL);
     test_add("gpu_memory_on_host_refused", test_gpu_memory_on_host, NULL);
     test_add("max_m_exceeded", test_max_m, NULL);
+    test_add("max_m_checked_first", test_max_m_checked_first, NULL);
     test_add("bad_create.config_precision", test_config_precision_bad, NULL);
     test_add("bad_create.config_int_bounds", test_config_int_bounds, NULL);
     test_add("env_backend_per_op", test_env_backend_per_op, NULL);
