@@ -44,7 +44,11 @@
  *   capture).
  * - Thread safety: a comm is used by one thread at a time (like an
  *   ncclComm_t); different comms may be used concurrently from different
- *   threads. cgm_status_string, cgm_last_error, cgm_version, cgm_shard_rows,
+ *   threads. An op or cgm_comm_destroy called while another thread's op
+ *   runs on the same comm is refused with CGM_ERROR_INVALID_USAGE naming
+ *   both calls, and changes nothing (the running op goes on); this costs
+ *   one atomic compare-exchange per call. The queries (cgm_comm_rank, ...)
+ *   are not checked. cgm_status_string, cgm_last_error, cgm_version, cgm_shard_rows,
  *   cgm_dtype_size and the *_name functions are thread safe.
  * - Collective calls: every op, cgm_comm_create and cgm_comm_destroy are
  *   collective: every rank of the comm must call them, in the same order,
@@ -479,8 +483,9 @@ cgm_status cgm_comm_init_nccl(void *nccl_comm, const cgm_config *config,
  *  backend needs it (bounded by the timeout). Accepts a broken comm.
  *  NULL is a no-op returning CGM_SUCCESS. Using `comm` afterwards returns
  *  CGM_ERROR_INVALID_USAGE. Statuses: CGM_SUCCESS; CGM_ERROR_INVALID_USAGE
- *  (not a live comm); CGM_ERROR_TIMEOUT (peers did not finish; resources
- *  are freed anyway). */
+ *  (not a live comm, or another thread's op runs on it: the comm is kept,
+ *  destroy it once that op returned); CGM_ERROR_TIMEOUT (peers did not
+ *  finish; resources are freed anyway). */
 cgm_status cgm_comm_destroy(cgm_comm *comm);
 
 /** This rank, the group size, and the backend that runs `op` on this comm
@@ -558,7 +563,8 @@ typedef struct cgm_op_options {
  *   k = 0 on every rank (CGM_ERROR_NOT_SUPPORTED).
  * - Statuses of every op: CGM_SUCCESS; CGM_ERROR_INVALID_ARGUMENT (NULL or
  *   misaligned pointers, shapes that disagree, bad enum values, m above
- *   max_m); CGM_ERROR_INVALID_USAGE (comm not live, non-NULL stream on host);
+ *   max_m); CGM_ERROR_INVALID_USAGE (comm not live, in use by another
+ *   thread's call, non-NULL stream on host);
  *   CGM_ERROR_NOT_SUPPORTED (fp8, an option the backend lacks);
  *   CGM_ERROR_UNAVAILABLE (backend not available on this comm);
  *   CGM_ERROR_MISMATCH (ranks disagree: on every rank); CGM_ERROR_TIMEOUT /

@@ -192,6 +192,9 @@ struct cgm_comm {
     uint64_t calls; /* ops issued, for log lines */
     /* The autotuner's settings and decision cache (src/tune/tune.c). */
     struct cgm_tune_state *tune;
+    /* The public function holding the comm (an op, cgm_comm_destroy), NULL
+     * when free: cgm_comm_enter. */
+    _Atomic(const char *) holder;
 };
 
 /* True if `comm` is a live comm (created, not destroyed). Thread safe. */
@@ -199,6 +202,13 @@ bool cgm_comm_is_live(const cgm_comm *comm);
 /* Returns CGM_SUCCESS or sets the error for a comm that is not live or is
  * broken. */
 cgm_status cgm_comm_check_usable(const cgm_comm *comm, const char *function);
+/* A comm serves one thread at a time; a second thread's call is caught, at
+ * the cost of one compare-exchange: takes `comm` for `function` (a public
+ * name, a string literal) as cgm_comm_check_usable checks it, or returns
+ * CGM_ERROR_INVALID_USAGE naming `function` and the call that holds it.
+ * cgm_comm_leave gives it back. */
+cgm_status cgm_comm_enter(cgm_comm *comm, const char *function);
+void cgm_comm_leave(cgm_comm *comm);
 /* Makes sure backend `id` has its state on this comm (collective the first
  * time: probe + init). */
 cgm_status cgm_comm_backend_ready(cgm_comm *comm, cgm_backend id);
