@@ -469,7 +469,10 @@ typedef struct cgm_config {
  *  disagree about the group size or config); CGM_ERROR_SYSTEM;
  *  CGM_ERROR_OUT_OF_MEMORY; CGM_ERROR_CUDA / _NCCL; CGM_ERROR_PEER_FAILED
  *  (the p2p backend's init failed on another rank, named with its error:
- *  that rank returns its own status, every other rank this one, at once).
+ *  that rank returns its own status, every other rank this one, at once;
+ *  on a LOCAL bootstrap, a rank exited or gave up during the create: named,
+ *  at once, on every rank it had been in touch with, and on the others
+ *  through them; one it never reached is a CGM_ERROR_TIMEOUT naming it).
  *  On failure *comm is set to NULL and nothing is leaked. */
 cgm_status cgm_comm_create(const cgm_bootstrap *bootstrap,
                            const cgm_config *config, cgm_comm **comm);

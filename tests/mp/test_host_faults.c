@@ -19,6 +19,7 @@
 
 #include <cblas.h>
 
+#include "backend/host/host.h"
 #include "core/core.h"
 #include "mp_common.h"
 
@@ -124,6 +125,62 @@ static void run_dies(const void *param) {
     CHECK_INT_EQ(codes[0], 0);
     CHECK_INT_EQ(codes[1], 0);
     CHECK_INT_EQ(codes[2], param ? -SIGKILL : 0);
+    mp_check_no_shm_leftovers();
+}
+
+/* ---- a rank dies inside cgm_comm_create ---- */
+
+typedef struct create_death {
+    const char *point; /* host_rendezvous_hook's */
+    int rank, nranks;
+} create_death;
+
+static const create_death *dying; /* this process's case */
+
+static void exit_at_point(const cgm_comm *comm, const char *point) {
+    if (comm->rank == dying->rank && strcmp(point, dying->point) == 0) _exit(0);
+}
+
+/* Once the dying rank has been in touch with every peer (from "joined" on),
+ * every peer returns CGM_ERROR_PEER_FAILED naming it, at once (never
+ * SYSTEM, MISMATCH or a timeout, nor the name of a peer that gave up
+ * because of it), and nothing is left behind. */
+static int rank_dies_in_create(int rank, int P, const char *rdv, void *arg) {
+    dying = arg;
+    host_rendezvous_hook = exit_at_point;
+    cgm_config cfg = mp_config(TIMEOUT_MS);
+    cgm_bootstrap b = CGM_BOOTSTRAP_INIT;
+    b.rank = rank;
+    b.nranks = P;
+    b.rendezvous = rdv;
+    cgm_comm *comm = (cgm_comm *)&b; /* must be reset to NULL */
+    double t0 = mp_now_ms();
+    cgm_status st = cgm_comm_create(&b, &cfg, &comm);
+    double took = mp_now_ms() - t0;
+    if (rank == dying->rank)
+        TEST_FAIL("rank %d returned %s from cgm_comm_create instead of exiting at '%s'", rank,
+                  cgm_status_string(st), dying->point);
+    if (st != CGM_ERROR_PEER_FAILED)
+        TEST_FAIL("rank %d: expected CGM_ERROR_PEER_FAILED naming rank %d (exited at '%s'), found %s: %s", rank,
+                  dying->rank, dying->point, cgm_status_string(st), cgm_last_error());
+    char name[16];
+    snprintf(name, sizeof name, "rank %d ", dying->rank);
+    CHECK_CONTAINS(cgm_last_error(), name);
+    CHECK_CONTAINS(cgm_last_error(), "exited or failed");
+    CHECK(comm == NULL);
+    /* At once: before any wait could have expired. */
+    if (took >= TIMEOUT_MS)
+        TEST_FAIL("rank %d: the failure took %.0f ms, expected it at once (under the %d ms timeout)", rank, took,
+                  TIMEOUT_MS);
+    return 0;
+}
+
+static void run_dies_in_create(const void *param) {
+    const create_death *d = param;
+    int codes[8];
+    test_run_ranks(d->nranks, rank_dies_in_create, (void *)d, 30, codes);
+    for (int r = 0; r < d->nranks; r++)
+        if (codes[r] != 0) TEST_FAIL("rank %d exited with %d", r, codes[r]);
     mp_check_no_shm_leftovers();
 }
 
@@ -626,6 +683,12 @@ static void run_hammer(const void *param) {
     CHECK_OK(cgm_comm_destroy(h.comm));
 }
 
+static const create_death create_deaths[] = {
+    {"joined", 0, 4},     {"joined", 2, 4},    {"joined", 3, 4},     {"hellos", 0, 4},
+    {"hellos", 2, 4},     {"exchanging", 1, 4}, {"exchanging", 3, 5}, {"exchanged", 0, 4},
+    {"exchanged", 2, 5},  {"joined", 1, 2},    {"exchanged", 1, 2},
+};
+
 static const int absent_rank[] = {2, 3};
 static int kill_marker;
 static int keep_open; /* silent_connection_at_rendezvous */
@@ -642,6 +705,12 @@ static void register_cases(void) {
     test_set_timeout(60);
     test_add("rank_exits_before_op", run_dies, NULL);
     test_add("rank_killed_before_op", run_dies, &kill_marker);
+    for (size_t i = 0; i < sizeof create_deaths / sizeof create_deaths[0]; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "rank_exits_in_create.%s.rank%d_of_%d", create_deaths[i].point,
+                 create_deaths[i].rank, create_deaths[i].nranks);
+        test_add(name, run_dies_in_create, &create_deaths[i]);
+    }
     test_add("rank_never_arrives", run_never_arrives, &absent_rank[0]);
     test_add("last_rank_never_arrives", run_never_arrives, &absent_rank[1]);
     test_add("rank_sleeps_through_op", run_sleeps, &kill_marker);
