@@ -15,9 +15,8 @@ looked for; COMMGEMM_LIB overrides).
 
 from ._lib import (Algo, Backend, Collective, CommGemmError, CublasError, CudaError, DType,  # noqa: F401
                    GemmReduction, InternalError, InvalidArgumentError, InvalidUsageError, Layout, MismatchError,
-                   NcclError, NotPicklableError, NotSupportedError, Op, OutOfMemoryError, PartialDtype,
-                   PeerFailedError, Status, SystemError_, TimeoutError_, UnavailableError, library_path,
-                   shard_offset, shard_rows)
+                   NcclError, NotSupportedError, Op, OutOfMemoryError, PartialDtype, PeerFailedError, Status,
+                   SystemError_, TimeoutError_, UnavailableError, library_path, shard_offset, shard_rows)
 from ._lib import VERSION as _VERSION
 from .core import (Comm, Config, all_gather_gemm, bulk_overlap, gemm_all_reduce,  # noqa: F401
                    gemm_reduce_scatter)
@@ -26,10 +25,10 @@ __version__ = ".".join(str(v) for v in _VERSION)
 
 __all__ = ["Algo", "Backend", "Collective", "CommGemmError", "CublasError", "CudaError", "DType", "GemmReduction",
            "InternalError", "InvalidArgumentError", "InvalidUsageError", "Layout", "MismatchError", "NcclError",
-           "NotPicklableError", "NotSupportedError", "Op", "OutOfMemoryError", "PartialDtype", "PeerFailedError",
-           "Status", "SystemError_", "TimeoutError_", "UnavailableError", "library_path", "shard_offset",
-           "shard_rows", "Comm", "Config", "all_gather_gemm", "bulk_overlap", "gemm_all_reduce",
-           "gemm_reduce_scatter", "library_version", "last_error"]
+           "NotSupportedError", "Op", "OutOfMemoryError", "PartialDtype", "PeerFailedError", "Status",
+           "SystemError_", "TimeoutError_",
+           "UnavailableError", "library_path", "shard_offset", "shard_rows", "Comm", "Config", "all_gather_gemm",
+           "bulk_overlap", "gemm_all_reduce", "gemm_reduce_scatter", "library_version", "last_error"]
 
 
 def library_version():
