@@ -559,8 +559,9 @@ typedef struct cgm_op_options {
  *   dtype (added to every row, once: on the owner of each row).
  * - No output may overlap an input or another output (no in-place).
  * - Empty operands are valid (data may then be NULL) and the call stays
- *   collective: m = 0 or n = 0 writes nothing; k = 0 (for GEMM+RS/AR, a
- *   rank's k_loc = 0: it adds nothing to the sum) is an empty contraction,
+ *   collective: with m = 0 or n = 0, Y has no elements to write (AG+GEMM's
+ *   x_gathered is still filled); k = 0 (for GEMM+RS/AR, a rank's
+ *   k_loc = 0: it adds nothing to the sum) is an empty contraction,
  *   X . op(W) = 0, so Y = bias (or 0), plus the old Y with accumulate, and
  *   AG+GEMM's x_gathered has no elements. The cublasmp backend refuses
  *   k = 0 on every rank (CGM_ERROR_NOT_SUPPORTED).
