@@ -44,7 +44,11 @@
  *   capture).
  * - Thread safety: a comm is used by one thread at a time (like an
  *   ncclComm_t); different comms may be used concurrently from different
- *   threads. cgm_status_string, cgm_last_error, cgm_version, cgm_shard_rows,
+ *   threads. An op or cgm_comm_destroy called while another thread's op
+ *   runs on the same comm is refused with CGM_ERROR_INVALID_USAGE naming
+ *   both calls, and changes nothing (the running op goes on); this costs
+ *   one atomic compare-exchange per call. The queries (cgm_comm_rank, ...)
+ *   are not checked. cgm_status_string, cgm_last_error, cgm_version, cgm_shard_rows,
  *   cgm_dtype_size and the *_name functions are thread safe.
  * - Collective calls: every op, cgm_comm_create and cgm_comm_destroy are
  *   collective: every rank of the comm must call them, in the same order,
@@ -189,10 +193,12 @@ static inline cgm_matrix cgm_matrix_make(void *data, cgm_dtype dtype,
     return m;
 }
 
-/** Rows of shard `rank` when `m` rows are split over `nranks` (ceil split).
- *  Returns 0 for out-of-range arguments. Thread safe. */
+/** Rows of shard `rank` when `m` rows are split over `nranks` (ceil split),
+ *  exact for every m up to INT64_MAX. Returns 0 for out-of-range arguments
+ *  (m <= 0, nranks <= 0, rank outside [0, nranks)). Thread safe. */
 int64_t cgm_shard_rows(int64_t m, int rank, int nranks);
-/** First row of shard `rank` (clamped to m). Thread safe. */
+/** First row of shard `rank` (clamped to m: rank >= nranks gives m),
+ *  exact for every m up to INT64_MAX. Thread safe. */
 int64_t cgm_shard_offset(int64_t m, int rank, int nranks);
 
 /* ------------------------------------------------------------------ */
@@ -383,9 +389,11 @@ typedef struct cgm_bootstrap {
  *  torchrun (RANK, WORLD_SIZE, MASTER_ADDR/MASTER_PORT or TORCHELASTIC_RUN_ID)
  *  or Open MPI's mpirun (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE and its
  *  job id). `out->rendezvous` points to storage owned by the library.
- *  Statuses: CGM_SUCCESS; CGM_ERROR_INVALID_ARGUMENT (out NULL);
- *  CGM_ERROR_UNAVAILABLE (no launcher environment found: the message lists
- *  the variables looked for). */
+ *  Statuses: CGM_SUCCESS; CGM_ERROR_INVALID_ARGUMENT (out NULL, or a
+ *  launcher's rank or size variable set to what is not an integer in range
+ *  (size 1 to 4096, rank 0 to size - 1): the message names the variable,
+ *  its value and what it takes); CGM_ERROR_UNAVAILABLE (no launcher
+ *  environment found: the message lists the variables looked for). */
 cgm_status cgm_bootstrap_from_env(cgm_bootstrap *out);
 
 /** Sentinel of integer config fields: "not set here, use env or default". */
@@ -426,11 +434,12 @@ typedef struct cgm_config {
      *  (COMMGEMM_SPLITS, default 0). */
     int splits;
     /** Threads the host backend uses for GEMM chunks (COMMGEMM_HOST_THREADS,
-     *  default 1). */
+     *  default 1; 1 to 16, the most compute queues it runs). */
     int host_threads;
     /** Check on every call that all ranks agree about the call (op, shapes,
      *  dtypes, options); costs one small exchange (COMMGEMM_CHECK_AGREEMENT,
-     *  default 1 on host, first call per shape on GPU backends). */
+     *  default 1 on host, first call per shape on GPU backends). 1: check,
+     *  0: skip; other values are refused. */
     int check_agreement;
     /** Partial dtype of GEMM+RS and GEMM+AR (COMMGEMM_PARTIAL_DTYPE,
      *  default fp32; see cgm_partial_dtype). */
@@ -452,13 +461,18 @@ typedef struct cgm_config {
  *  `config` may be NULL (all defaults). The comm keeps no pointer to
  *  `bootstrap` or `config`.
  *  Statuses: CGM_SUCCESS; CGM_ERROR_INVALID_ARGUMENT (NULL pointers, bad
- *  struct_size, rank out of range, bad config values); CGM_ERROR_UNAVAILABLE
+ *  struct_size, rank out of range, config values or environment variables
+ *  out of their documented range or words, COMMGEMM_DEBUG and
+ *  COMMGEMM_DEBUG_SUBSYS included: docs/env.md); CGM_ERROR_UNAVAILABLE
  *  (a backend asked for cannot serve this bootstrap); CGM_ERROR_TIMEOUT (a
  *  rank did not join within the timeout: named); CGM_ERROR_MISMATCH (ranks
  *  disagree about the group size or config); CGM_ERROR_SYSTEM;
  *  CGM_ERROR_OUT_OF_MEMORY; CGM_ERROR_CUDA / _NCCL; CGM_ERROR_PEER_FAILED
  *  (the p2p backend's init failed on another rank, named with its error:
- *  that rank returns its own status, every other rank this one, at once).
+ *  that rank returns its own status, every other rank this one, at once;
+ *  on a LOCAL bootstrap, a rank exited or gave up during the create: named,
+ *  at once, on every rank it had been in touch with, and on the others
+ *  through them; one it never reached is a CGM_ERROR_TIMEOUT naming it).
  *  On failure *comm is set to NULL and nothing is leaked. */
 cgm_status cgm_comm_create(const cgm_bootstrap *bootstrap,
                            const cgm_config *config, cgm_comm **comm);
@@ -472,8 +486,9 @@ cgm_status cgm_comm_init_nccl(void *nccl_comm, const cgm_config *config,
  *  backend needs it (bounded by the timeout). Accepts a broken comm.
  *  NULL is a no-op returning CGM_SUCCESS. Using `comm` afterwards returns
  *  CGM_ERROR_INVALID_USAGE. Statuses: CGM_SUCCESS; CGM_ERROR_INVALID_USAGE
- *  (not a live comm); CGM_ERROR_TIMEOUT (peers did not finish; resources
- *  are freed anyway). */
+ *  (not a live comm, or another thread's op runs on it: the comm is kept,
+ *  destroy it once that op returned); CGM_ERROR_TIMEOUT (peers did not
+ *  finish; resources are freed anyway). */
 cgm_status cgm_comm_destroy(cgm_comm *comm);
 
 /** This rank, the group size, and the backend that runs `op` on this comm
@@ -543,9 +558,17 @@ typedef struct cgm_op_options {
  *   dtype or fp32 ("output dtype"). bias, if given, is a 1 x n matrix of Y's
  *   dtype (added to every row, once: on the owner of each row).
  * - No output may overlap an input or another output (no in-place).
+ * - Empty operands are valid (data may then be NULL) and the call stays
+ *   collective: with m = 0 or n = 0, Y has no elements to write (AG+GEMM's
+ *   x_gathered is still filled); k = 0 (for GEMM+RS/AR, a rank's
+ *   k_loc = 0: it adds nothing to the sum) is an empty contraction,
+ *   X . op(W) = 0, so Y = bias (or 0), plus the old Y with accumulate, and
+ *   AG+GEMM's x_gathered has no elements. The cublasmp backend refuses
+ *   k = 0 on every rank (CGM_ERROR_NOT_SUPPORTED).
  * - Statuses of every op: CGM_SUCCESS; CGM_ERROR_INVALID_ARGUMENT (NULL or
  *   misaligned pointers, shapes that disagree, bad enum values, m above
- *   max_m); CGM_ERROR_INVALID_USAGE (comm not live, non-NULL stream on host);
+ *   max_m); CGM_ERROR_INVALID_USAGE (comm not live, in use by another
+ *   thread's call, non-NULL stream on host);
  *   CGM_ERROR_NOT_SUPPORTED (fp8, an option the backend lacks);
  *   CGM_ERROR_UNAVAILABLE (backend not available on this comm);
  *   CGM_ERROR_MISMATCH (ranks disagree: on every rank); CGM_ERROR_TIMEOUT /

@@ -1,4 +1,5 @@
 /* cgm_bootstrap_from_env: ranks launched by commgemm-run, torchrun or mpirun. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,13 +8,43 @@
 
 static _Thread_local char rendezvous_storage[96];
 
-static bool parse_int(const char *text, int *out) {
-    if (!text || !*text) return false;
+/* The largest group cgm_comm_create takes on a LOCAL bootstrap. */
+#define NRANKS_MAX 4096
+
+/* A launcher's rank or size variable: 1 when set to an integer in [lo, hi]
+ * (stored in *out), 0 when unset or empty, -1 when set to anything else
+ * (the error, naming the variable, its value and `expected`, is recorded). */
+static int env_int(const char *name, long lo, long hi, const char *expected, int *out) {
+    const char *text = getenv(name);
+    if (!text || !*text) return 0;
     char *end = NULL;
+    errno = 0;
     long v = strtol(text, &end, 10);
-    if (*end != '\0' || v < 0 || v > 1 << 20) return false;
+    if (errno || end == text || *end != '\0' || v < lo || v > hi) {
+        cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                  "cgm_bootstrap_from_env: environment variable %s=\"%s\": expected %s; fix what the launcher "
+                  "set or unset it", name, text, expected);
+        return -1;
+    }
     *out = (int)v;
-    return true;
+    return 1;
+}
+
+/* A launcher's (rank, size) pair: 1 when both are set and valid, 0 when
+ * either is unset (not this launcher: `rank_var` alone, like RANK, may
+ * mean something else), -1 when a set one is invalid. `strict`: a set
+ * variable is checked even when the other is unset (ours, COMMGEMM_*). */
+static int env_pair(const char *rank_var, const char *size_var, bool strict, int *rank, int *nranks) {
+    bool both = getenv(rank_var) && *getenv(rank_var) && getenv(size_var) && *getenv(size_var);
+    if (!both && !strict) return 0;
+    char expected[96];
+    snprintf(expected, sizeof expected, "the number of ranks, an integer from 1 to %d", NRANKS_MAX);
+    int s = env_int(size_var, 1, NRANKS_MAX, expected, nranks);
+    if (s < 0) return -1;
+    snprintf(expected, sizeof expected, "this process's rank, an integer from 0 to %s - 1", size_var);
+    int r = env_int(rank_var, 0, s > 0 ? *nranks - 1 : NRANKS_MAX - 1, expected, rank);
+    if (r < 0) return -1;
+    return r > 0 && s > 0;
 }
 
 /* Keeps letters, digits, '-', '_', '.'; maps the rest to '_'; bounded. */
@@ -34,14 +65,16 @@ cgm_status cgm_bootstrap_from_env(cgm_bootstrap *out) {
     b.kind = CGM_BOOTSTRAP_LOCAL;
     const char *rv;
     /* commgemm-run */
-    if (parse_int(getenv("COMMGEMM_RANK"), &b.rank) && parse_int(getenv("COMMGEMM_NRANKS"), &b.nranks) &&
-        (rv = getenv("COMMGEMM_RENDEZVOUS")) && *rv) {
+    int found = env_pair("COMMGEMM_RANK", "COMMGEMM_NRANKS", true, &b.rank, &b.nranks);
+    if (found < 0) return CGM_ERROR_INVALID_ARGUMENT;
+    if (found && (rv = getenv("COMMGEMM_RENDEZVOUS")) && *rv) {
         b.rendezvous = sanitize("", rv, NULL);
         *out = b;
         return CGM_SUCCESS;
     }
     /* torchrun: RANK, WORLD_SIZE; the run id or the master address names the group. */
-    if (parse_int(getenv("RANK"), &b.rank) && parse_int(getenv("WORLD_SIZE"), &b.nranks)) {
+    if ((found = env_pair("RANK", "WORLD_SIZE", false, &b.rank, &b.nranks)) < 0) return CGM_ERROR_INVALID_ARGUMENT;
+    if (found) {
         const char *id = getenv("TORCHELASTIC_RUN_ID");
         if (id && *id && strcmp(id, "none") != 0) {
             b.rendezvous = sanitize("torch-", id, getenv("MASTER_PORT"));
@@ -57,8 +90,9 @@ cgm_status cgm_bootstrap_from_env(cgm_bootstrap *out) {
         return CGM_SUCCESS;
     }
     /* Open MPI's mpirun: the job id names the group. */
-    if (parse_int(getenv("OMPI_COMM_WORLD_RANK"), &b.rank) &&
-        parse_int(getenv("OMPI_COMM_WORLD_SIZE"), &b.nranks)) {
+    if ((found = env_pair("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", false, &b.rank, &b.nranks)) < 0)
+        return CGM_ERROR_INVALID_ARGUMENT;
+    if (found) {
         const char *job = getenv("OMPI_MCA_ess_base_jobid");
         if (!job || !*job) job = getenv("PMIX_NAMESPACE");
         if (!job || !*job) job = getenv("OMPI_MCA_orte_hnp_uri");

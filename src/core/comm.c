@@ -1,5 +1,6 @@
 /* Comm lifetime: config resolution, bootstrap, backend state, live set. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,33 @@ cgm_status cgm_comm_check_usable(const cgm_comm *comm, const char *function) {
                          "with cgm_comm_destroy and create a new one", function, comm->broken_message);
     return CGM_SUCCESS;
 }
+
+/* Under live_lock, so that a comm is never taken while cgm_comm_destroy
+ * frees it: destroy takes it the same way first. */
+static cgm_status take(cgm_comm *comm, const char *function) {
+    const char *holder = NULL;
+    if (atomic_compare_exchange_strong(&comm->holder, &holder, function)) return CGM_SUCCESS;
+    return cgm_error(CGM_ERROR_INVALID_USAGE,
+                     "%s: comm %p is in use by another thread, in %s: a comm serves one thread at a time; "
+                     "serialize the calls on it (a lock around them) or give each thread its own comm", function,
+                     (void *)comm, holder);
+}
+
+cgm_status cgm_comm_enter(cgm_comm *comm, const char *function) {
+    if (!comm) return cgm_comm_check_usable(comm, function);
+    pthread_mutex_lock(&live_lock);
+    bool live = false;
+    for (int i = 0; i < live_count && !live; i++) live = live_comms[i] == comm;
+    cgm_status st = live ? take(comm, function) : CGM_SUCCESS;
+    pthread_mutex_unlock(&live_lock);
+    if (!live) return cgm_comm_check_usable(comm, function);
+    if (st != CGM_SUCCESS) return st;
+    st = cgm_comm_check_usable(comm, function);
+    if (st != CGM_SUCCESS) cgm_comm_leave(comm);
+    return st;
+}
+
+void cgm_comm_leave(cgm_comm *comm) { atomic_store(&comm->holder, NULL); }
 
 void cgm_comm_mark_broken(cgm_comm *comm, cgm_status status) {
     if (comm->broken != CGM_SUCCESS) return;
@@ -270,13 +298,13 @@ static cgm_status resolve_config(cgm_comm *comm, const cgm_config *in) {
     int64_t v;
     if ((st = resolve_int("config.splits", in->splits, "COMMGEMM_SPLITS", 0, INT32_MAX, &v))) return st;
     c->splits = (int)v;
-    if ((st = resolve_int("config.host_threads", in->host_threads, "COMMGEMM_HOST_THREADS", 1, INT32_MAX, &v)))
+    if ((st = resolve_int("config.host_threads", in->host_threads, "COMMGEMM_HOST_THREADS", 1,
+                          CGM_HOST_THREADS_MAX, &v)))
         return st;
     c->host_threads = (int)v;
-    if ((st = resolve_int("config.check_agreement", in->check_agreement, "COMMGEMM_CHECK_AGREEMENT", 0,
-                          INT64_MAX, &v)))
+    if ((st = resolve_int("config.check_agreement", in->check_agreement, "COMMGEMM_CHECK_AGREEMENT", 0, 1, &v)))
         return st;
-    c->check_agreement = v != 0;
+    c->check_agreement = (int)v;
     if ((st = resolve_precision(c, in))) return st;
     if (in->algo != CGM_UNSET) {
         if ((unsigned)in->algo >= CGM_ALGO_COUNT_)
@@ -439,6 +467,8 @@ cgm_status cgm_comm_create(const cgm_bootstrap *bootstrap, const cgm_config *con
         goto fail;
     }
     cgm_log_set_rank(comm->rank);
+    st = cgm_log_check_settings();
+    if (st != CGM_SUCCESS) goto fail;
     st = resolve_config(comm, &cfg);
     if (st != CGM_SUCCESS) goto fail;
     st = cgm_tune_init(comm);
@@ -476,11 +506,18 @@ cgm_status cgm_comm_init_nccl(void *nccl_comm, const cgm_config *config, cgm_com
 
 cgm_status cgm_comm_destroy(cgm_comm *comm) {
     if (!comm) return CGM_SUCCESS;
-    if (!live_remove(comm))
+    bool found = false;
+    cgm_status st = CGM_SUCCESS;
+    pthread_mutex_lock(&live_lock);
+    for (int i = 0; i < live_count && !found; i++) found = live_comms[i] == comm;
+    if (found) st = take(comm, "cgm_comm_destroy"); /* not while a call runs on it */
+    pthread_mutex_unlock(&live_lock);
+    if (st != CGM_SUCCESS) return st;
+    if (!found || !live_remove(comm))
         return cgm_error(CGM_ERROR_INVALID_USAGE,
                          "cgm_comm_destroy: comm %p is not a live communicator (already destroyed, or "
                          "never created by cgm_comm_create)", (void *)comm);
-    cgm_status st = finalize_backends(comm);
+    st = finalize_backends(comm);
     cgm_tune_destroy(comm);
     comm->magic = 0;
     free(comm);

@@ -77,6 +77,10 @@ void cgm_log_write(cgm_log_level level, unsigned subsys, const char *file,
                    int line, const char *fmt, ...) CGM_PRINTF(5, 6);
 /* The rank shown in log prefixes (host:pid:rank). */
 void cgm_log_set_rank(int rank);
+/* COMMGEMM_DEBUG and COMMGEMM_DEBUG_SUBSYS hold known words: CGM_SUCCESS,
+ * else CGM_ERROR_INVALID_ARGUMENT naming the variable, its value and the
+ * words it takes (cgm_comm_create refuses such a setting). */
+cgm_status cgm_log_check_settings(void);
 
 /* Level checked before any formatting. */
 #define CGM_LOG(level, subsys, ...)                                          \
@@ -150,6 +154,9 @@ void cgm_store_float(void *data, cgm_dtype dtype, int64_t i, float v);
 
 /* ------------------------------------------------------------- the comm */
 
+/* The most compute threads (queues) the host backend runs an op with. */
+#define CGM_HOST_THREADS_MAX 16
+
 /* Every field resolved: set in the config, else from env, else default. */
 typedef struct cgm_resolved_config {
     cgm_backend backend;                    /* may be AUTO */
@@ -158,8 +165,8 @@ typedef struct cgm_resolved_config {
     int64_t timeout_ms;
     cgm_algo algo;
     int splits;
-    int host_threads;
-    int check_agreement;
+    int host_threads;    /* 1..CGM_HOST_THREADS_MAX */
+    int check_agreement; /* 0 or 1 */
     cgm_partial_dtype partial_dtype;   /* never DEFAULT */
     cgm_gemm_reduction gemm_reduction; /* never DEFAULT */
 } cgm_resolved_config;
@@ -192,6 +199,9 @@ struct cgm_comm {
     uint64_t calls; /* ops issued, for log lines */
     /* The autotuner's settings and decision cache (src/tune/tune.c). */
     struct cgm_tune_state *tune;
+    /* The public function holding the comm (an op, cgm_comm_destroy), NULL
+     * when free: cgm_comm_enter. */
+    _Atomic(const char *) holder;
 };
 
 /* True if `comm` is a live comm (created, not destroyed). Thread safe. */
@@ -199,6 +209,13 @@ bool cgm_comm_is_live(const cgm_comm *comm);
 /* Returns CGM_SUCCESS or sets the error for a comm that is not live or is
  * broken. */
 cgm_status cgm_comm_check_usable(const cgm_comm *comm, const char *function);
+/* A comm serves one thread at a time; a second thread's call is caught, at
+ * the cost of one compare-exchange: takes `comm` for `function` (a public
+ * name, a string literal) as cgm_comm_check_usable checks it, or returns
+ * CGM_ERROR_INVALID_USAGE naming `function` and the call that holds it.
+ * cgm_comm_leave gives it back. */
+cgm_status cgm_comm_enter(cgm_comm *comm, const char *function);
+void cgm_comm_leave(cgm_comm *comm);
 /* Makes sure backend `id` has its state on this comm (collective the first
  * time: probe + init). */
 cgm_status cgm_comm_backend_ready(cgm_comm *comm, cgm_backend id);

@@ -25,35 +25,48 @@ static const struct {
     {"TUNE", CGM_SUB_TUNE}, {"CALL", CGM_SUB_CALL},   {"ALL", CGM_SUB_ALL},
 };
 
+static const char *const level_names[] = {"NONE", "WARN", "INFO", "TRACE"};
+#define SUBSYS_LIST "INIT, PLAN, HOST, P2P, NCCL, CUBLASMP, TUNE, CALL or ALL"
+
+/* COMMGEMM_DEBUG's level (any case), or -1. */
+static int parse_level(const char *text) {
+    for (int i = 0; i < (int)(sizeof level_names / sizeof level_names[0]); i++)
+        if (!strcasecmp(text, level_names[i])) return i;
+    return -1;
+}
+
+/* COMMGEMM_DEBUG_SUBSYS's bits; the first unknown name (if any) in bad. */
+static unsigned parse_subsys(const char *text, char *bad, size_t len) {
+    char buf[256];
+    unsigned bits = 0;
+    snprintf(buf, sizeof buf, "%s", text);
+    if (len) bad[0] = '\0';
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        bool known = false;
+        for (size_t i = 0; i < sizeof subsys_names / sizeof subsys_names[0]; i++)
+            if (!strcasecmp(tok, subsys_names[i].name)) {
+                bits |= subsys_names[i].bit;
+                known = true;
+            }
+        if (!known && len && !bad[0]) snprintf(bad, len, "%s", tok);
+    }
+    return bits;
+}
+
+/* A bad value never stops logging (cgm_comm_create refuses it, see
+ * cgm_log_check_settings): an unknown level logs warnings, unknown
+ * subsystems are left out. */
 static void log_init(void) {
     bool from_env;
     const char *level = cgm_param_string("COMMGEMM_DEBUG", &from_env);
     if (level) {
-        if (!strcasecmp(level, "WARN")) log_level = CGM_LOG_WARN;
-        else if (!strcasecmp(level, "INFO")) log_level = CGM_LOG_INFO;
-        else if (!strcasecmp(level, "TRACE")) log_level = CGM_LOG_TRACE;
-        else if (!strcasecmp(level, "NONE")) log_level = CGM_LOG_NONE;
-        else {
-            fprintf(stderr, "commgemm: COMMGEMM_DEBUG=%s is not one of NONE, WARN, INFO, TRACE; using WARN\n", level);
-            log_level = CGM_LOG_WARN;
-        }
+        int l = parse_level(level);
+        log_level = l < 0 ? CGM_LOG_WARN : (cgm_log_level)l;
     }
     const char *subsys = cgm_param_string("COMMGEMM_DEBUG_SUBSYS", &from_env);
     if (subsys) {
-        char buf[256];
-        snprintf(buf, sizeof buf, "%s", subsys);
-        log_subsys = 0;
-        for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
-             tok = strtok_r(NULL, ",", &save)) {
-            bool known = false;
-            for (size_t i = 0; i < sizeof subsys_names / sizeof subsys_names[0]; i++)
-                if (!strcasecmp(tok, subsys_names[i].name)) {
-                    log_subsys |= subsys_names[i].bit;
-                    known = true;
-                }
-            if (!known)
-                fprintf(stderr, "commgemm: COMMGEMM_DEBUG_SUBSYS: unknown subsystem '%s' (INIT, PLAN, HOST, P2P, NCCL, CUBLASMP, TUNE, CALL, ALL)\n", tok);
-        }
+        char bad[64];
+        log_subsys = parse_subsys(subsys, bad, sizeof bad);
     }
     const char *file = cgm_param_string("COMMGEMM_DEBUG_FILE", &from_env);
     if (file) {
@@ -68,6 +81,23 @@ static void log_init(void) {
     }
     if (gethostname(log_host, sizeof log_host) != 0) snprintf(log_host, sizeof log_host, "?");
     log_host[sizeof log_host - 1] = '\0';
+}
+
+cgm_status cgm_log_check_settings(void) {
+    bool from_env;
+    const char *level = cgm_param_string("COMMGEMM_DEBUG", &from_env);
+    if (level && parse_level(level) < 0)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "environment variable COMMGEMM_DEBUG=\"%s\": expected NONE, WARN, INFO or TRACE (any "
+                         "case); set one of them or unset it (default NONE)", level);
+    const char *subsys = cgm_param_string("COMMGEMM_DEBUG_SUBSYS", &from_env);
+    char bad[64];
+    if (subsys && (parse_subsys(subsys, bad, sizeof bad), bad[0]))
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "environment variable COMMGEMM_DEBUG_SUBSYS=\"%s\": unknown subsystem \"%s\"; expected "
+                         "comma-separated names among " SUBSYS_LIST " (any case), or unset it (default ALL)",
+                         subsys, bad);
+    return CGM_SUCCESS;
 }
 
 bool cgm_log_enabled(cgm_log_level level, unsigned subsys) {

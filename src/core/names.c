@@ -114,19 +114,27 @@ const char *cgm_op_name(cgm_op op) {
     return (unsigned)op < CGM_OP_COUNT_ ? names[op] : "invalid";
 }
 
+/* First row of shard `rank` of the ceil split, clamped to m, for any
+ * m >= 0 up to INT64_MAX: block = ceil(m / P) as m / P plus one for a
+ * remainder (m + P - 1 would wrap), and block * rank only where it stays
+ * at most m (rank <= m / block). */
+static int64_t shard_begin(int64_t m, int rank, int nranks) {
+    int64_t block = m / nranks + (m % nranks != 0);
+    if (block == 0 || rank > m / block) return m;
+    return block * rank;
+}
+
 int64_t cgm_shard_rows(int64_t m, int rank, int nranks) {
     if (m <= 0 || nranks <= 0 || rank < 0 || rank >= nranks) return 0;
-    int64_t block = cgm_ceil_div(m, nranks);
-    int64_t begin = block * rank;
-    if (begin >= m) return 0;
+    int64_t block = m / nranks + (m % nranks != 0);
+    int64_t begin = shard_begin(m, rank, nranks);
     return m - begin < block ? m - begin : block;
 }
 
 int64_t cgm_shard_offset(int64_t m, int rank, int nranks) {
     if (m <= 0 || nranks <= 0 || rank <= 0) return 0;
     if (rank > nranks) rank = nranks;
-    int64_t begin = cgm_ceil_div(m, nranks) * rank;
-    return begin < m ? begin : m;
+    return shard_begin(m, rank, nranks);
 }
 
 /* ---- dtype conversions (bit exact, no compiler extensions) ---- */

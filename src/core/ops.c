@@ -15,14 +15,15 @@ static cgm_status rejected(cgm_comm *comm, cgm_op op, cgm_status status) {
     return status;
 }
 
-static cgm_status dispatch(cgm_comm *comm, cgm_op op, const cgm_matrix *x, const cgm_matrix *w,
-                           const cgm_matrix *bias, cgm_matrix *y, cgm_matrix *xg, cgm_collective coll,
-                           const cgm_matrix *send, cgm_matrix *recv, const cgm_op_options *options,
-                           void *stream) {
-    static const char *fns[] = {"cgm_all_gather_gemm", "cgm_gemm_reduce_scatter", "cgm_gemm_all_reduce",
-                                "cgm_bulk_overlap"};
-    cgm_status st = cgm_comm_check_usable(comm, fns[op]);
-    if (st != CGM_SUCCESS) return st;
+static const char *const fns[] = {"cgm_all_gather_gemm", "cgm_gemm_reduce_scatter", "cgm_gemm_all_reduce",
+                                  "cgm_bulk_overlap"};
+
+/* The call on a comm this thread holds (cgm_comm_enter). */
+static cgm_status dispatch_held(cgm_comm *comm, cgm_op op, const cgm_matrix *x, const cgm_matrix *w,
+                                const cgm_matrix *bias, cgm_matrix *y, cgm_matrix *xg, cgm_collective coll,
+                                const cgm_matrix *send, cgm_matrix *recv, const cgm_op_options *options,
+                                void *stream) {
+    cgm_status st;
     /* Surface an asynchronous failure of earlier device work first. */
     cgm_status async_error;
     if (cgm_comm_get_async_error(comm, &async_error) == CGM_SUCCESS && async_error != CGM_SUCCESS)
@@ -44,6 +45,18 @@ static cgm_status dispatch(cgm_comm *comm, cgm_op op, const cgm_matrix *x, const
     st = cgm_tune_resolve(comm, vt, state, &call);
     if (st == CGM_SUCCESS) st = vt->run(comm, state, &call);
     if (st == CGM_ERROR_TIMEOUT || st == CGM_ERROR_PEER_FAILED) cgm_comm_mark_broken(comm, st);
+    return st;
+}
+
+static cgm_status dispatch(cgm_comm *comm, cgm_op op, const cgm_matrix *x, const cgm_matrix *w,
+                           const cgm_matrix *bias, cgm_matrix *y, cgm_matrix *xg, cgm_collective coll,
+                           const cgm_matrix *send, cgm_matrix *recv, const cgm_op_options *options,
+                           void *stream) {
+    /* A second thread's call is refused here, before it touches the comm. */
+    cgm_status st = cgm_comm_enter(comm, fns[op]);
+    if (st != CGM_SUCCESS) return st;
+    st = dispatch_held(comm, op, x, w, bias, y, xg, coll, send, recv, options, stream);
+    cgm_comm_leave(comm);
     return st;
 }
 

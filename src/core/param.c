@@ -36,10 +36,10 @@ static const cgm_param params[] = {
      "Tuning cache file: decisions are loaded from it and new ones appended (docs/TUNING.md); %h becomes the host "
      "name. Unset: memory only."},
     {"COMMGEMM_HOST_THREADS", CGM_PARAM_INT, "1", CGM_PARAM_SETTING,
-     "Compute threads of the host backend. Config `host_threads`."},
+     "Compute threads of the host backend, 1 to 16. Config `host_threads`."},
     {"COMMGEMM_CHECK_AGREEMENT", CGM_PARAM_INT, "1", CGM_PARAM_SETTING,
-     "1: check that all ranks agree about each call (host: every call; GPU backends: the first call of each "
-     "shape); 0: skip. Config `check_agreement`."},
+     "0 or 1. 1: check that all ranks agree about each call (host: every call; GPU backends: the first call of "
+     "each shape); 0: skip. Config `check_agreement`."},
     {"COMMGEMM_PARTIAL_DTYPE", CGM_PARAM_STRING, "fp32", CGM_PARAM_SETTING,
      "Partials GEMM+RS/AR send (p2p, nccl): fp32 (exact) or output (rounded once to a bf16/fp16 output: half the "
      "bytes). Config and per call `partial_dtype`."},
@@ -65,14 +65,16 @@ static const cgm_param params[] = {
      "p2p diagnostics: path prefix of a Chrome trace of each eager op's steps (docs/TUNING.md). The op then "
      "synchronizes its stream: never for timing runs."},
     {"COMMGEMM_DEBUG", CGM_PARAM_STRING, NULL, CGM_PARAM_SETTING,
-     "Log level: NONE (default), WARN, INFO (every effective setting and its source) or TRACE."},
+     "Log level: NONE (default), WARN, INFO (every effective setting and its source) or TRACE, any case; "
+     "cgm_comm_create refuses another value."},
     {"COMMGEMM_DEBUG_SUBSYS", CGM_PARAM_STRING, NULL, CGM_PARAM_SETTING,
-     "Subsystems to log, comma-separated: INIT, PLAN, HOST, P2P, NCCL, CUBLASMP, TUNE, CALL or ALL (default)."},
+     "Subsystems to log, comma-separated: INIT, PLAN, HOST, P2P, NCCL, CUBLASMP, TUNE, CALL or ALL (default); "
+     "cgm_comm_create refuses another name."},
     {"COMMGEMM_DEBUG_FILE", CGM_PARAM_STRING, NULL, CGM_PARAM_SETTING,
      "Write log lines to this file instead of stderr; %p in the name becomes the pid."},
     /* Set by commgemm-run for cgm_bootstrap_from_env. */
-    {"COMMGEMM_RANK", CGM_PARAM_INT, NULL, CGM_PARAM_LAUNCHER, "This process's rank."},
-    {"COMMGEMM_NRANKS", CGM_PARAM_INT, NULL, CGM_PARAM_LAUNCHER, "The number of ranks."},
+    {"COMMGEMM_RANK", CGM_PARAM_INT, NULL, CGM_PARAM_LAUNCHER, "This process's rank, 0 to NRANKS - 1."},
+    {"COMMGEMM_NRANKS", CGM_PARAM_INT, NULL, CGM_PARAM_LAUNCHER, "The number of ranks, 1 to 4096."},
     {"COMMGEMM_RENDEZVOUS", CGM_PARAM_STRING, NULL, CGM_PARAM_LAUNCHER,
      "The rendezvous name the ranks share."},
     /* Tests only. */

@@ -68,6 +68,18 @@ static cgm_status check_shape(const check_ctx *c, const char *name, const cgm_ma
     return CGM_SUCCESS;
 }
 
+/* m against the comm's capacity, before the checks that look at the
+ * operands' shapes and memory: an m the comm can never run is said as
+ * such, not as a consequence of it (a shape or an overlap). The backends
+ * check their other limits (n, k) themselves. */
+static cgm_status check_max_m(const check_ctx *c, const cgm_comm *comm, const char *what, int64_t m) {
+    if (m <= comm->config.max_m) return CGM_SUCCESS;
+    return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                     "%s: %s = %lld is above the comm's max_m = %lld (workspaces are sized from it): expected "
+                     "at most max_m; create the comm with a larger config max_m (or COMMGEMM_MAX_M)", c->fn, what,
+                     (long long)m, (long long)comm->config.max_m);
+}
+
 static bool is_input_dtype(cgm_dtype d) {
     return d == CGM_DTYPE_FP32 || d == CGM_DTYPE_BF16 || d == CGM_DTYPE_FP16;
 }
@@ -261,6 +273,7 @@ static cgm_status check_bulk(const check_ctx *c, const cgm_comm *comm, const cgm
         bool ag = coll == CGM_COLLECTIVE_ALL_GATHER;
         const cgm_matrix *full = ag ? recv : send, *part = ag ? send : recv;
         int64_t m = full->rows, cols = full->cols;
+        if ((st = check_max_m(c, comm, ag ? "m (recv's rows)" : "m (send's rows)", m))) return st;
         int64_t mr = cgm_shard_rows(m, comm->rank, comm->nranks);
         char why[160];
         snprintf(why, sizeof why, "rank %d of %d owns %lld of the %lld rows of %s", comm->rank, comm->nranks,
@@ -301,6 +314,10 @@ cgm_status cgm_validate_op(cgm_comm *comm, cgm_op op, const cgm_matrix *x, const
         int64_t m;
         if (ag) m = y->rows;
         else m = call->layout == CGM_LAYOUT_NT ? x->cols : x->rows;
+        if ((st = check_max_m(&c, comm, ag ? "m (y's rows)" : call->layout == CGM_LAYOUT_NT ? "m (x's cols)"
+                                                                                          : "m (x's rows)",
+                              m)))
+            return st;
         int64_t mr = cgm_shard_rows(m, r, P);
         char why[200];
         if (op == CGM_OP_GEMM_REDUCE_SCATTER) {

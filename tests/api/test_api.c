@@ -311,6 +311,39 @@ static void test_max_m(const void *p) {
     CHECK_OK(cgm_comm_destroy(comm));
 }
 
+/* m = 2^31 - 1 (the largest rows a matrix may have) on a comm with the
+ * default max_m: every op says m is above max_m, before the checks that
+ * would otherwise speak first (the descriptors, of small buffers, overlap
+ * once that tall; the bulk collective's shard shape). */
+static void test_max_m_checked_first(const void *p) {
+    (void)p;
+    cgm_comm *comm = single_rank_comm(NULL);
+    const int64_t tall = INT32_MAX;
+    for (int op = 0; op < CGM_OP_COUNT_; op++) {
+        args a;
+        valid_args(&a, (cgm_op)op);
+        const char *what = op == CGM_OP_ALL_GATHER_GEMM ? "m (y's rows)" : "m (x's rows)";
+        if (op == CGM_OP_BULK) {
+            a.has_x = a.has_w = a.has_y = false;
+            a.has_send = a.has_recv = true;
+            a.coll = CGM_COLLECTIVE_ALL_GATHER;
+            a.send = cgm_matrix_make(xbuf, CGM_DTYPE_FP32, 1, K); /* not the shard of `tall` rows */
+            a.recv = cgm_matrix_make(ybuf, CGM_DTYPE_FP32, tall, K);
+            what = "m (recv's rows)";
+        } else {
+            a.x.rows = tall;
+            a.y.rows = tall;
+        }
+        char want[192];
+        snprintf(want, sizeof want, "%s = 2147483647 is above the comm's max_m = 16384", what);
+        CHECK_STATUS(call(comm, &a), CGM_ERROR_INVALID_ARGUMENT);
+        CHECK_CONTAINS(cgm_last_error(), want);
+        CHECK_CONTAINS(cgm_last_error(), "COMMGEMM_MAX_M");
+    }
+    check_comm_still_works(comm);
+    CHECK_OK(cgm_comm_destroy(comm));
+}
+
 /* ---- comm creation ---- */
 
 typedef struct create_case {
@@ -370,6 +403,21 @@ static const create_case create_cases[] = {
      "it (default fp32)"},
     {"env_gemm_reduction", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_GEMM_REDUCTION", "fp16",
      CGM_ERROR_INVALID_ARGUMENT, "COMMGEMM_GEMM_REDUCTION=\"fp16\": expected any or fp32"},
+    /* Logging settings: a word the logger does not know is refused, not
+     * taken for another level or left out of the subsystems. */
+    {"env_debug", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_DEBUG", "BOGUS", CGM_ERROR_INVALID_ARGUMENT,
+     "COMMGEMM_DEBUG=\"BOGUS\": expected NONE, WARN, INFO or TRACE (any case); set one of them or unset it "
+     "(default NONE)"},
+    {"env_debug_subsys", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_DEBUG_SUBSYS", "INIT,Bogus,HOST",
+     CGM_ERROR_INVALID_ARGUMENT, "COMMGEMM_DEBUG_SUBSYS=\"INIT,Bogus,HOST\": unknown subsystem \"Bogus\"; "
+     "expected comma-separated names among INIT, PLAN, HOST"},
+    /* Bounded integer settings. */
+    {"env_host_threads_huge", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_HOST_THREADS", "100000",
+     CGM_ERROR_INVALID_ARGUMENT, "config.host_threads = 100000 (from environment COMMGEMM_HOST_THREADS): expected "
+     "1 to 16"},
+    {"env_check_agreement_7", 1, 0, 1, "x", 0, 0, CGM_UNSET, 0, "COMMGEMM_CHECK_AGREEMENT", "7",
+     CGM_ERROR_INVALID_ARGUMENT, "config.check_agreement = 7 (from environment COMMGEMM_CHECK_AGREEMENT): "
+     "expected 0 to 1"},
 };
 
 static void run_create_case(const void *param) {
@@ -413,6 +461,43 @@ static void test_env_backend_per_op(const void *p) {
     }
     CHECK_OK(cgm_comm_destroy(comm));
     unsetenv("COMMGEMM_BACKEND");
+}
+
+/* host_threads and check_agreement in the config: in range they are taken,
+ * out of range refused naming the field and the range (they were taken
+ * whatever their size). Lower-case log words are the same words. */
+static void test_config_int_bounds(const void *p) {
+    (void)p;
+    setenv("COMMGEMM_DEBUG", "warn", 1);
+    char name[64];
+    cgm_bootstrap b = test_local_bootstrap("api-bounds", name, sizeof name);
+    static const struct {
+        int host_threads, check_agreement;
+        const char *message; /* NULL: created */
+    } cases[] = {
+        {100000, CGM_UNSET, "config.host_threads = 100000 (from config field): expected 1 to 16"},
+        {0, CGM_UNSET, "config.host_threads = 0 (from config field): expected 1 to 16"},
+        {17, CGM_UNSET, "expected 1 to 16"},
+        {CGM_UNSET, 7, "config.check_agreement = 7 (from config field): expected 0 to 1"},
+        {CGM_UNSET, -2, "config.check_agreement = -2"},
+        {16, 0, NULL},
+        {1, 1, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cgm_config config = CGM_CONFIG_INIT;
+        config.host_threads = cases[i].host_threads;
+        config.check_agreement = cases[i].check_agreement;
+        cgm_comm *comm = (cgm_comm *)0x1;
+        if (cases[i].message) {
+            CHECK_STATUS(cgm_comm_create(&b, &config, &comm), CGM_ERROR_INVALID_ARGUMENT);
+            CHECK(comm == NULL);
+            CHECK_CONTAINS(cgm_last_error(), cases[i].message);
+            continue;
+        }
+        CHECK_OK(cgm_comm_create(&b, &config, &comm));
+        check_comm_still_works(comm);
+        CHECK_OK(cgm_comm_destroy(comm));
+    }
 }
 
 /* Bad precision values in the config: refused at create, naming the field,
@@ -533,7 +618,9 @@ static void register_cases(void) {
     test_add("queries", test_queries, NULL);
     test_add("gpu_memory_on_host_refused", test_gpu_memory_on_host, NULL);
     test_add("max_m_exceeded", test_max_m, NULL);
+    test_add("max_m_checked_first", test_max_m_checked_first, NULL);
     test_add("bad_create.config_precision", test_config_precision_bad, NULL);
+    test_add("bad_create.config_int_bounds", test_config_int_bounds, NULL);
     test_add("env_backend_per_op", test_env_backend_per_op, NULL);
     test_add("older_header_structs", test_older_structs, NULL);
 }

@@ -3,7 +3,10 @@
  * messages name the rank, mismatches leave the comm usable, and nothing is
  * left in /dev/shm. */
 #include <errno.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +19,7 @@
 
 #include <cblas.h>
 
+#include "backend/host/host.h"
 #include "core/core.h"
 #include "mp_common.h"
 
@@ -124,23 +128,80 @@ static void run_dies(const void *param) {
     mp_check_no_shm_leftovers();
 }
 
-/* ---- a rank never calls cgm_comm_create ---- */
-
-static int rank_never_arrives(int rank, int P, const char *rdv, void *arg) {
-    int absent = *(const int *)arg;
-    if (rank == absent) return 0;
+/* cgm_comm_create of this rank with the faults' config, expected to fail:
+ * its status; *comm must come back NULL; *t0 when it started. */
+static cgm_status create_failing(int rank, int P, const char *rdv, double *t0) {
     cgm_config cfg = mp_config(TIMEOUT_MS);
     cgm_bootstrap b = CGM_BOOTSTRAP_INIT;
     b.rank = rank;
     b.nranks = P;
     b.rendezvous = rdv;
     cgm_comm *comm = (cgm_comm *)&b; /* must be reset to NULL */
-    double t0 = mp_now_ms();
+    *t0 = mp_now_ms();
     cgm_status st = cgm_comm_create(&b, &cfg, &comm);
+    if (st != CGM_SUCCESS) CHECK(comm == NULL);
+    return st;
+}
+
+/* ---- a rank dies inside cgm_comm_create ---- */
+
+typedef struct create_death {
+    const char *point; /* host_rendezvous_hook's */
+    int rank, nranks;
+} create_death;
+
+static const create_death *dying; /* this process's case */
+
+static void exit_at_point(const cgm_comm *comm, const char *point) {
+    if (comm->rank == dying->rank && strcmp(point, dying->point) == 0) _exit(0);
+}
+
+/* Once the dying rank has been in touch with every peer (from "joined" on),
+ * every peer returns CGM_ERROR_PEER_FAILED naming it, at once (never
+ * SYSTEM, MISMATCH or a timeout, nor the name of a peer that gave up
+ * because of it), and nothing is left behind. */
+static int rank_dies_in_create(int rank, int P, const char *rdv, void *arg) {
+    dying = arg;
+    host_rendezvous_hook = exit_at_point;
+    double t0;
+    cgm_status st = create_failing(rank, P, rdv, &t0);
+    double took = mp_now_ms() - t0;
+    if (rank == dying->rank)
+        TEST_FAIL("rank %d returned %s from cgm_comm_create instead of exiting at '%s'", rank,
+                  cgm_status_string(st), dying->point);
+    if (st != CGM_ERROR_PEER_FAILED)
+        TEST_FAIL("rank %d: expected CGM_ERROR_PEER_FAILED naming rank %d (exited at '%s'), found %s: %s", rank,
+                  dying->rank, dying->point, cgm_status_string(st), cgm_last_error());
+    char name[16];
+    snprintf(name, sizeof name, "rank %d ", dying->rank);
+    CHECK_CONTAINS(cgm_last_error(), name);
+    CHECK_CONTAINS(cgm_last_error(), "exited or failed");
+    /* At once: before any wait could have expired. */
+    if (took >= TIMEOUT_MS)
+        TEST_FAIL("rank %d: the failure took %.0f ms, expected it at once (under the %d ms timeout)", rank, took,
+                  TIMEOUT_MS);
+    return 0;
+}
+
+static void run_dies_in_create(const void *param) {
+    const create_death *d = param;
+    int codes[8];
+    test_run_ranks(d->nranks, rank_dies_in_create, (void *)d, 30, codes);
+    for (int r = 0; r < d->nranks; r++)
+        if (codes[r] != 0) TEST_FAIL("rank %d exited with %d", r, codes[r]);
+    mp_check_no_shm_leftovers();
+}
+
+/* ---- a rank never calls cgm_comm_create ---- */
+
+static int rank_never_arrives(int rank, int P, const char *rdv, void *arg) {
+    int absent = *(const int *)arg;
+    if (rank == absent) return 0;
+    double t0;
+    cgm_status st = create_failing(rank, P, rdv, &t0);
     char name[16];
     snprintf(name, sizeof name, "rank %d", absent);
     expect_failure_naming(st, t0, name, true);
-    CHECK(comm == NULL);
     return 0;
 }
 
@@ -501,6 +562,134 @@ static void run_local_allgather_absent(const void *param) {
     mp_check_no_shm_leftovers();
 }
 
+/* ---- one comm, two threads at once (the header forbids it) ---- */
+
+typedef struct two_threads {
+    int pipe_fd[2]; /* rank 0 tells rank 1 when to come */
+} two_threads;
+
+typedef struct thread_call {
+    cgm_comm *comm;
+    int rank, P;
+    int go_fd; /* rank 0's write end */
+    cgm_status st;
+} thread_call;
+
+/* Both threads of rank 0 call the same op on one comm. The one that takes
+ * the comm first waits in it for rank 1, which comes only when rank 0
+ * tells it to: after the other thread was refused, and refused again for
+ * cgm_comm_destroy while the op still runs. So the refusal is certain, not
+ * a matter of timing. */
+static void *racing_thread(void *arg) {
+    thread_call *t = arg;
+    t->st = run_op(t->comm, t->rank, t->P, good); /* checks Y when it succeeds */
+    if (t->st != CGM_ERROR_INVALID_USAGE) return NULL;
+    CHECK_CONTAINS(cgm_last_error(), "cgm_all_gather_gemm: comm");
+    CHECK_CONTAINS(cgm_last_error(), "is in use by another thread, in cgm_all_gather_gemm: a comm serves one "
+                                     "thread at a time");
+    CHECK_STATUS(cgm_comm_destroy(t->comm), CGM_ERROR_INVALID_USAGE);
+    CHECK_CONTAINS(cgm_last_error(), "cgm_comm_destroy: comm");
+    CHECK_CONTAINS(cgm_last_error(), "in use by another thread, in cgm_all_gather_gemm");
+    CHECK(write(t->go_fd, "g", 1) == 1);
+    return NULL;
+}
+
+static int rank_two_threads(int rank, int P, const char *rdv, void *arg) {
+    two_threads *tt = arg;
+    /* The op that holds the comm waits for rank 1 through the exchanges
+     * above: far longer than they take. */
+    cgm_config cfg = mp_config(test_scaled_ms(20000));
+    cgm_comm *comm = test_host_comm(rank, P, rdv, &cfg);
+    if (rank == 1) {
+        close(tt->pipe_fd[1]);
+        struct pollfd pfd = {tt->pipe_fd[0], POLLIN, 0};
+        char byte;
+        if (poll(&pfd, 1, (int)test_scaled_ms(15000)) != 1 || read(tt->pipe_fd[0], &byte, 1) != 1)
+            TEST_FAIL("rank 1: rank 0 never said that its second thread was refused");
+        MP_CHECK_OK(run_op(comm, rank, P, good));
+    } else {
+        close(tt->pipe_fd[0]);
+        thread_call calls[2];
+        pthread_t threads[2];
+        for (int i = 0; i < 2; i++) {
+            calls[i] = (thread_call){comm, rank, P, tt->pipe_fd[1], CGM_ERROR_INTERNAL};
+            CHECK_INT_EQ(pthread_create(&threads[i], NULL, racing_thread, &calls[i]), 0);
+        }
+        for (int i = 0; i < 2; i++) pthread_join(threads[i], NULL);
+        /* One ran the op (rank 1 came), the other was refused. */
+        CHECK((calls[0].st == CGM_SUCCESS && calls[1].st == CGM_ERROR_INVALID_USAGE) ||
+              (calls[1].st == CGM_SUCCESS && calls[0].st == CGM_ERROR_INVALID_USAGE));
+    }
+    /* The comm is free again and works; its refusals broke nothing. */
+    MP_CHECK_OK(run_op(comm, rank, P, good));
+    CHECK_OK(cgm_comm_destroy(comm));
+    return 0;
+}
+
+static void run_two_threads(const void *param) {
+    (void)param;
+    two_threads tt;
+    CHECK(pipe(tt.pipe_fd) == 0);
+    CHECK_INT_EQ(test_run_ranks(2, rank_two_threads, &tt, 60, NULL), 0);
+    close(tt.pipe_fd[0]);
+    close(tt.pipe_fd[1]);
+    mp_check_no_shm_leftovers();
+}
+
+/* Two threads hammer a one-rank comm: every call either runs, with the
+ * right result, or is refused with INVALID_USAGE; nothing crashes. They go
+ * on until each made 100 calls and some call was refused (their calls
+ * overlap sooner or later; bounded by 20 s). */
+typedef struct hammer {
+    cgm_comm *comm;
+    pthread_barrier_t start;
+    atomic_int refused, done;
+    double deadline;
+} hammer;
+
+static void *hammer_thread(void *arg) {
+    hammer *h = arg;
+    pthread_barrier_wait(&h->start);
+    for (int i = 0; i < 100 || (atomic_load(&h->refused) == 0 && mp_now_ms() < h->deadline); i++) {
+        cgm_status st = run_op(h->comm, 0, 1, good);
+        if (st == CGM_ERROR_INVALID_USAGE) {
+            CHECK_CONTAINS(cgm_last_error(), "a comm serves one thread at a time");
+            atomic_fetch_add(&h->refused, 1);
+        } else if (st != CGM_SUCCESS) {
+            TEST_FAIL("call %d: %s: %s", i, cgm_status_string(st), cgm_last_error());
+        } else {
+            atomic_fetch_add(&h->done, 1);
+        }
+    }
+    return NULL;
+}
+
+static void run_hammer(const void *param) {
+    (void)param;
+    char name[64];
+    cgm_bootstrap b = test_local_bootstrap("hammer", name, sizeof name);
+    cgm_config cfg = mp_config(TIMEOUT_MS);
+    hammer h = {.deadline = mp_now_ms() + (double)test_scaled_ms(20000)};
+    CHECK_OK(cgm_comm_create(&b, &cfg, &h.comm));
+    /* The first call is tuned (measured): out of the way first. */
+    MP_CHECK_OK(run_op(h.comm, 0, 1, good));
+    pthread_barrier_init(&h.start, NULL, 2);
+    pthread_t threads[2];
+    for (int i = 0; i < 2; i++) CHECK_INT_EQ(pthread_create(&threads[i], NULL, hammer_thread, &h), 0);
+    for (int i = 0; i < 2; i++) pthread_join(threads[i], NULL);
+    pthread_barrier_destroy(&h.start);
+    printf("# %d calls ran, %d refused as concurrent\n", atomic_load(&h.done), atomic_load(&h.refused));
+    CHECK(atomic_load(&h.refused) > 0);
+    MP_CHECK_OK(run_op(h.comm, 0, 1, good));
+    CHECK_OK(cgm_comm_destroy(h.comm));
+}
+
+static const create_death create_deaths[] = {
+    {"joined", 0, 4},     {"joined", 2, 4},    {"joined", 3, 4},     {"hellos", 0, 4},
+    {"hellos", 2, 4},     {"exchanging", 1, 4}, {"exchanging", 3, 5}, {"exchanged", 0, 4},
+    {"exchanged", 2, 5},  {"joined", 1, 2},    {"exchanged", 1, 2},
+};
+
 static const int absent_rank[] = {2, 3};
 static int kill_marker;
 static int keep_open; /* silent_connection_at_rendezvous */
@@ -517,6 +706,12 @@ static void register_cases(void) {
     test_set_timeout(60);
     test_add("rank_exits_before_op", run_dies, NULL);
     test_add("rank_killed_before_op", run_dies, &kill_marker);
+    for (size_t i = 0; i < sizeof create_deaths / sizeof create_deaths[0]; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "rank_exits_in_create.%s.rank%d_of_%d", create_deaths[i].point,
+                 create_deaths[i].rank, create_deaths[i].nranks);
+        test_add(name, run_dies_in_create, &create_deaths[i]);
+    }
     test_add("rank_never_arrives", run_never_arrives, &absent_rank[0]);
     test_add("last_rank_never_arrives", run_never_arrives, &absent_rank[1]);
     test_add("rank_sleeps_through_op", run_sleeps, &kill_marker);
@@ -537,6 +732,8 @@ static void register_cases(void) {
     test_add("bad_arguments_keep_comm_usable", run_bad_arguments, NULL);
     test_add("local_allgather", run_local_allgather, NULL);
     test_add("local_allgather_rank_absent", run_local_allgather_absent, NULL);
+    test_add("two_threads_one_comm", run_two_threads, NULL);
+    test_add("two_threads_hammer_one_comm", run_hammer, NULL);
 }
 
 int main(int argc, char **argv) {

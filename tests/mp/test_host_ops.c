@@ -34,15 +34,30 @@ typedef struct ops_case {
 typedef struct variant {
     bool bias, accumulate, out_fp32, x_gathered;
     int pad, splits;
+    /* Empty operands: ranks (bits) whose k (RS, AR; AG: any bit, every
+     * rank, as AG's k agrees) or n (AG; RS, AR: any bit, every rank) is 0. */
+    unsigned k_zero, n_zero;
 } variant;
 
 static const variant variants[] = {
-    {false, false, false, false, 0, 0},
-    {true, true, false, false, 2, 1},
-    {true, false, true, true, 1, 2},
-    {false, true, true, false, 0, 3},
+    {false, false, false, false, 0, 0, 0, 0},
+    {true, true, false, false, 2, 1, 0, 0},
+    {true, false, true, true, 1, 2, 0, 0},
+    {false, true, true, false, 0, 3, 0, 0},
 };
 #define VARIANTS (int)(sizeof variants / sizeof variants[0])
+
+/* Operands with no elements, which the header allows (data NULL where rows
+ * x cols is 0): k = 0 gives Y = bias (+ Y with accumulate), n = 0 writes
+ * nothing; each run with m = 0 too. */
+static const variant empty_variants[] = {
+    {true, true, false, false, 0, 0, ~0u, 0},  /* k = 0 everywhere, X and W NULL */
+    {false, false, true, true, 0, 2, ~0u, 0},  /* k = 0, fp32 Y, empty x_gathered */
+    {true, false, false, false, 2, 0, 1u, 0},  /* k = 0 on rank 0 only, ld > 0 */
+    {true, true, false, false, 0, 0, 0, ~0u},  /* n = 0: Y, W and bias NULL */
+    {false, false, false, false, 0, 1, 0, 2u}, /* n = 0 on rank 1 only (AG) */
+};
+#define EMPTY_VARIANTS (int)(sizeof empty_variants / sizeof empty_variants[0])
 
 enum { N_BASE = 5, K_BASE = 7, COLL_COLS = 6 };
 
@@ -96,6 +111,8 @@ static void run_gemm_op(cgm_comm *comm, const ops_case *c, int rank, int P,
     /* AG: n differs per rank; RS/AR: k differs per rank. */
     int64_t n = ag ? N_BASE + rank % 3 : N_BASE;
     int64_t k = ag ? K_BASE : K_BASE + rank % 3;
+    if (ag ? v->k_zero != 0 : (v->k_zero >> rank & 1) != 0) k = 0;
+    if (ag ? (v->n_zero >> rank & 1) != 0 : v->n_zero != 0) n = 0;
     cgm_op_options opt = CGM_OP_OPTIONS_INIT;
     if (precision) {
         opt.partial_dtype = precision->partial_dtype;
@@ -147,7 +164,7 @@ static void run_gemm_op(cgm_comm *comm, const ops_case *c, int rank, int P,
     if (!ref || !part) TEST_FAIL("out of memory");
     int64_t k_total = 0;
     for (int q = 0; q < (ag ? 1 : P); q++) {
-        int64_t kq = ag ? k : K_BASE + q % 3;
+        int64_t kq = ag ? k : (v->k_zero >> q & 1) ? 0 : K_BASE + q % 3;
         cgm_matrix xq = ag ? mp_logical(CGM_DTYPE_FP32, nt, m, k, 0, seed + 1, 0)
                            : mp_logical(CGM_DTYPE_FP32, nt, m, kq, 0,
                                         seed + 1 + (uint64_t)q, 0);
@@ -303,6 +320,73 @@ static int rank_main(int rank, int P, const char *rendezvous, void *arg) {
     return 0;
 }
 
+/* Bulk with empty operands: a GEMM with k = 0 (A and B NULL) writes bias
+ * (+ C with accumulate); a collective with no columns (send and recv NULL)
+ * or no rows moves nothing. */
+static void run_bulk_empty(cgm_comm *comm, int rank, int P, cgm_collective kind, int64_t m, uint64_t seed) {
+    const int64_t mg = 4, n = N_BASE;
+    bool ag = kind == CGM_COLLECTIVE_ALL_GATHER;
+    cgm_matrix a = test_alloc(CGM_DTYPE_FP32, mg, 0, 0), b = test_alloc(CGM_DTYPE_FP32, n, 0, 0);
+    cgm_matrix cm = mp_logical(CGM_DTYPE_FP32, false, mg, n, 0, seed, 0);
+    cgm_matrix bias = mp_logical(CGM_DTYPE_FP32, false, 1, n, 0, seed + 1, 0);
+    int64_t mr = cgm_shard_rows(m, rank, P);
+    cgm_matrix send = test_alloc(CGM_DTYPE_FP32, ag ? mr : m, 0, 0);
+    cgm_matrix recv = test_alloc(CGM_DTYPE_FP32, ag ? m : mr, 0, 0);
+    CHECK(a.data == NULL && b.data == NULL && send.data == NULL && recv.data == NULL);
+    double *old = snapshot(&cm);
+    cgm_op_options opt = CGM_OP_OPTIONS_INIT;
+    opt.accumulate = 1;
+    MP_CHECK_OK(cgm_bulk_overlap(comm, &a, &b, &bias, &cm, kind, &send, &recv, &opt, NULL));
+    add_epilogue(old, mg, n, &bias, NULL); /* old = C + bias */
+    expect_close(&cm, old, mg, n, 0.0);
+    free(old);
+    test_free(&cm);
+    test_free(&bias);
+}
+
+/* Empty operands on every op, layout and algorithm: the defined result on
+ * every rank, and the comm stays usable (an ordinary call follows each). */
+static int rank_empty(int rank, int P, const char *rendezvous, void *arg) {
+    const ops_case *c = arg;
+    cgm_config cfg = mp_config(30000);
+    cfg.host_threads = 1 + rank % 2;
+    cgm_comm *comm = test_host_comm(rank, P, rendezvous, &cfg);
+    const cgm_algo algos[] = {CGM_ALGO_SPLIT_PIPELINED, CGM_ALGO_RING, CGM_ALGO_NO_OVERLAP, CGM_ALGO_AUTO};
+    const int64_t shapes[] = {0, 2 * P + 1};
+    uint64_t seed = 0;
+    for (int li = 0; li < 3; li++)
+        for (int ai = 0; ai < 4; ai++)
+            for (int si = 0; si < 2; si++)
+                for (int vi = -1; vi < EMPTY_VARIANTS; vi++) {
+                    /* vi = -1: the ordinary variant, with m = 0 */
+                    if (vi < 0 && shapes[si] != 0) continue;
+                    const variant *v = vi < 0 ? &variants[0] : &empty_variants[vi];
+                    snprintf(mp_context, sizeof mp_context, "rank %d/%d %s %s %s algo %s m=%lld empty variant %d",
+                             rank, P, op_names[c->op], cgm_dtype_name(c->dtype), layout_names[li],
+                             cgm_algo_name(algos[ai]), (long long)shapes[si], vi);
+                    run_gemm_op(comm, c, rank, P, (cgm_layout)li, algos[ai], shapes[si], v, 1000 * ++seed, NULL,
+                                CGM_SUCCESS, NULL);
+                    snprintf(mp_context, sizeof mp_context, "rank %d/%d %s after empty variant %d", rank, P,
+                             op_names[c->op], vi);
+                    run_gemm_op(comm, c, rank, P, (cgm_layout)li, algos[ai], 37, &variants[1], 1000 * ++seed,
+                                NULL, CGM_SUCCESS, NULL);
+                }
+    for (int kind = 0; kind < CGM_COLLECTIVE_COUNT_; kind++)
+        for (int64_t m = 0; m <= P + 1; m += P + 1) {
+            snprintf(mp_context, sizeof mp_context, "rank %d/%d bulk %s m=%lld, empty", rank, P,
+                     kind ? "rs" : "ag", (long long)m);
+            run_bulk_empty(comm, rank, P, (cgm_collective)kind, m, 1000 * ++seed);
+        }
+    MP_CHECK_OK(cgm_comm_destroy(comm));
+    return 0;
+}
+
+static void run_empty(const void *param) {
+    const ops_case *c = param;
+    CHECK_INT_EQ(test_run_ranks(c->nranks, rank_empty, (void *)c, 100, NULL), 0);
+    mp_check_no_shm_leftovers();
+}
+
 /* Precision on the host backend, which always sums exact fp32 partials
  * with fp32 GEMMs: every partial dtype and GEMM reduction is accepted and
  * gives the exact result; the partial dtype is checked for agreement (on
@@ -376,7 +460,7 @@ static void run_case(const void *param) {
     mp_check_no_shm_leftovers();
 }
 
-static ops_case cases[OP_COUNT * 3 * 5 + 2];
+static ops_case cases[OP_COUNT * 3 * 5 + 2 + 3 * 2];
 
 static void register_cases(void) {
     const cgm_dtype dtypes[] = {CGM_DTYPE_FP32, CGM_DTYPE_BF16, CGM_DTYPE_FP16};
@@ -398,6 +482,13 @@ static void register_cases(void) {
         snprintf(name, sizeof name, "precision.%s.p%d", cgm_dtype_name(dtypes[d]), d + 1);
         test_add(name, run_precision, &cases[i]);
     }
+    for (int op = OP_AG; op <= OP_AR; op++)
+        for (int p = 1; p <= 3; p += 2, i++) {
+            cases[i] = (ops_case){(test_op)op, op == OP_RS ? CGM_DTYPE_BF16 : CGM_DTYPE_FP32, p};
+            char name[64];
+            snprintf(name, sizeof name, "empty_operands.%s.%s.p%d", op_names[op], cgm_dtype_name(cases[i].dtype), p);
+            test_add(name, run_empty, &cases[i]);
+        }
 }
 
 int main(int argc, char **argv) {

@@ -190,6 +190,45 @@ static void test_shards(const void *p) {
     CHECK_INT_EQ(cgm_shard_rows(10, -1, 8), 0);
 }
 
+/* The ceil split for m near INT64_MAX, against 128-bit arithmetic: no
+ * shard wraps negative, the shards tile [0, m). */
+static void check_shard_wide(int64_t m, int r, int P) {
+    __int128 block = ((__int128)m + P - 1) / P, begin = block * r, end = begin + block;
+    if (begin > m) begin = m;
+    if (end > m) end = m;
+    if (cgm_shard_offset(m, r, P) != (int64_t)begin || cgm_shard_rows(m, r, P) != (int64_t)(end - begin))
+        TEST_FAIL("m = %lld, rank %d of %d: offset %lld rows %lld, expected offset %lld rows %lld", (long long)m, r,
+                  P, (long long)cgm_shard_offset(m, r, P), (long long)cgm_shard_rows(m, r, P), (long long)begin,
+                  (long long)(end - begin));
+}
+
+static void test_shards_near_int64_max(const void *p) {
+    (void)p;
+    const int64_t ms[] = {INT64_MAX, INT64_MAX - 1, INT64_MAX - 1023, ((int64_t)1 << 62) + 3, (int64_t)1 << 62};
+    const int Ps[] = {1, 2, 3, 7, 1024, INT32_MAX};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+        for (size_t j = 0; j < sizeof Ps / sizeof Ps[0]; j++) {
+            int P = Ps[j];
+            int64_t sum = 0;
+            if (P <= 1024) {
+                for (int r = 0; r < P; r++) {
+                    check_shard_wide(ms[i], r, P);
+                    CHECK(cgm_shard_rows(ms[i], r, P) >= 0);
+                    sum += cgm_shard_rows(ms[i], r, P);
+                }
+                CHECK_INT_EQ(sum, ms[i]);
+            } else {
+                const int ranks[] = {0, 1, P / 2, P - 2, P - 1};
+                for (size_t q = 0; q < sizeof ranks / sizeof ranks[0]; q++) check_shard_wide(ms[i], ranks[q], P);
+            }
+            CHECK_INT_EQ(cgm_shard_offset(ms[i], P, P), ms[i]);
+        }
+    /* INT64_MAX = 3 x 7 x 7 x 73 x 127 x 337 x 92737 x 649657: P = 7 divides it. */
+    CHECK_INT_EQ(cgm_shard_rows(INT64_MAX, 6, 7), INT64_MAX / 7);
+    CHECK_INT_EQ(cgm_shard_rows(INT64_MAX, 0, 1), INT64_MAX);
+    CHECK_INT_EQ(cgm_shard_rows(INT64_MAX, 1023, 1024), INT64_MAX - 1023 * (INT64_MAX / 1024 + 1));
+}
+
 static void test_bf16_exhaustive(const void *p) {
     (void)p;
     for (uint32_t v = 0; v < 65536; v++) {
@@ -499,6 +538,44 @@ static void test_bootstrap_env_launchers(const void *p) {
     CHECK(strcmp(b.rendezvous, "mpi-12345") == 0);
 }
 
+/* A launcher variable set to something that is not a rank or a size is
+ * named with its value and what it takes, not passed over for "no
+ * launcher environment found". RANK alone (without WORLD_SIZE) may be
+ * another program's: it is not torchrun's then. */
+static void test_bootstrap_env_invalid(const void *p) {
+    (void)p;
+    static const struct {
+        const char *vars[3][2];
+        const char *message; /* NULL: UNAVAILABLE, no launcher */
+    } cases[] = {
+        {{{"COMMGEMM_NRANKS", "abc"}, {"COMMGEMM_RANK", "0"}, {"COMMGEMM_RENDEZVOUS", "x"}},
+         "environment variable COMMGEMM_NRANKS=\"abc\": expected the number of ranks, an integer from 1 to 4096"},
+        {{{"COMMGEMM_NRANKS", "abc"}, {NULL, NULL}, {NULL, NULL}}, "COMMGEMM_NRANKS=\"abc\""},
+        {{{"COMMGEMM_NRANKS", "0"}, {"COMMGEMM_RANK", "0"}, {NULL, NULL}}, "COMMGEMM_NRANKS=\"0\""},
+        {{{"COMMGEMM_NRANKS", "4"}, {"COMMGEMM_RANK", "4"}, {"COMMGEMM_RENDEZVOUS", "x"}},
+         "COMMGEMM_RANK=\"4\": expected this process's rank, an integer from 0 to COMMGEMM_NRANKS - 1"},
+        {{{"COMMGEMM_RANK", "-1"}, {NULL, NULL}, {NULL, NULL}}, "COMMGEMM_RANK=\"-1\""},
+        {{{"RANK", "one"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}}, "RANK=\"one\""},
+        {{{"RANK", "0"}, {"WORLD_SIZE", "2x"}, {NULL, NULL}}, "WORLD_SIZE=\"2x\""},
+        {{{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "99999999999"}, {NULL, NULL}},
+         "OMPI_COMM_WORLD_SIZE=\"99999999999\""},
+        {{{"RANK", "worker-a"}, {NULL, NULL}, {NULL, NULL}}, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        clear_launcher_env();
+        for (int v = 0; v < 3; v++)
+            if (cases[i].vars[v][0]) setenv(cases[i].vars[v][0], cases[i].vars[v][1], 1);
+        cgm_bootstrap b = CGM_BOOTSTRAP_INIT;
+        if (!cases[i].message) {
+            CHECK_STATUS(cgm_bootstrap_from_env(&b), CGM_ERROR_UNAVAILABLE);
+            CHECK_CONTAINS(cgm_last_error(), "no launcher environment found");
+            continue;
+        }
+        CHECK_STATUS(cgm_bootstrap_from_env(&b), CGM_ERROR_INVALID_ARGUMENT);
+        CHECK_CONTAINS(cgm_last_error(), cases[i].message);
+    }
+}
+
 /* The test harness's run selection (COMMGEMM_TEST_RUNS in the GPU op
  * tests) and time scale (TEST_TIMEOUT_SCALE). */
 static void test_harness_selection(const void *param) {
@@ -626,6 +703,7 @@ static void register_cases(void) {
     test_add("last_error", test_last_error_per_thread, NULL);
     test_add("names", test_names_roundtrip, NULL);
     test_add("shards", test_shards, NULL);
+    test_add("shards_near_int64_max", test_shards_near_int64_max, NULL);
     test_add("bf16_exhaustive", test_bf16_exhaustive, NULL);
     test_add("fp16_exhaustive", test_fp16_exhaustive, NULL);
     test_add("params", test_param_defaults_and_env, NULL);
@@ -645,6 +723,7 @@ static void register_cases(void) {
     test_add("param_int_range_word", test_param_int_range, "many");
     test_add("bootstrap_env_none", test_bootstrap_env_none, NULL);
     test_add("bootstrap_env_launchers", test_bootstrap_env_launchers, NULL);
+    test_add("bootstrap_env_invalid", test_bootstrap_env_invalid, NULL);
     test_add("bounded_run", test_bounded_run, NULL);
     test_add("bounded_run_races", test_bounded_run_races, NULL);
 }

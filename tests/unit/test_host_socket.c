@@ -143,6 +143,28 @@ static void test_closed(const void *param) {
     close(p.b);
 }
 
+/* The peer closed with a message of ours unread, after sending its own:
+ * the kernel says "connection reset" once, ahead of that message. Its
+ * message is still taken, then its end is a peer failure (never
+ * CGM_ERROR_SYSTEM "Connection reset by peer"). */
+static void test_reset_peer(const void *param) {
+    (void)param;
+    pair p;
+    pair_open(&p);
+    char buf[24] = "from b", got[24];
+    CHECK_OK(host_send_message(p.b, 0, buf, sizeof buf, NULL, 0, "a hello"));
+    snprintf(buf, sizeof buf, "from a");
+    CHECK_OK(host_send_message(p.a, 1, buf, sizeof buf, NULL, 0, "a hello reply"));
+    close(p.a); /* "from b" unread */
+    p.a = -1;
+    CHECK_OK(host_recv_message(&p.comm, p.b, 1, got, sizeof got, NULL, 0, deadline_in(1000), "a hello reply"));
+    CHECK(strcmp(got, "from a") == 0);
+    CHECK_STATUS(host_recv_message(&p.comm, p.b, 1, got, sizeof got, NULL, 0, deadline_in(1000), "a note"),
+                 CGM_ERROR_PEER_FAILED);
+    CHECK_CONTAINS(cgm_last_error(), "rank 1 exited or failed");
+    close(p.b);
+}
+
 /* Descriptors in flight beyond the open-files limit: the kernel counts
  * the descriptors a user has sent and not yet received against its
  * RLIMIT_NOFILE (for a user without CAP_SYS_RESOURCE), and refuses more
@@ -199,6 +221,7 @@ static void register_cases(void) {
     test_add("too_few_fds_closes_them", test_refused, &too_few_fds);
     test_add("silent_peer_times_out", test_silent, NULL);
     test_add("closed_peer_fails", test_closed, NULL);
+    test_add("reset_peer_fails", test_reset_peer, NULL);
     test_add("descriptors_in_flight_over_the_limit", test_inflight_limit, NULL);
 }
 

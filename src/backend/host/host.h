@@ -6,6 +6,7 @@
 #ifndef COMMGEMM_HOST_H
 #define COMMGEMM_HOST_H
 
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -18,7 +19,9 @@
 extern const cgm_backend_vtable cgm_host_backend;
 
 #define HOST_MAGIC 0x686f7374636f6d6dull /* "hostcomm" */
-#define HOST_PROTOCOL_VERSION 4 /* 4: the hello carries check_agreement */
+#define HOST_PROTOCOL_VERSION 5 /* 5: notices and the ready round */
+#define HOST_NOTICE_MAGIC 0x686f73746e6f7465ull /* "hostnote" */
+#define HOST_READY_MAGIC 0x686f737472656479ull  /* "hostredy" */
 /* Pieces per shard at most; bounds the flag array of the control block. */
 #define HOST_MAX_SPLITS 16
 /* Flag values are epoch * HOST_EPOCH_STRIDE + occurrence within the op. */
@@ -95,8 +98,80 @@ typedef struct host_state {
     size_t x32_bytes, w32_bytes, partial_bytes;
 } host_state;
 
+/* ---- host_mesh.c ---- */
+/* What a rank that gives up on cgm_comm_create sends every peer it is
+ * connected to before it closes: its status, the rank it gave up on
+ * (-1: none) and its message. Its size is no other message's. */
+typedef struct host_notice {
+    uint64_t magic; /* HOST_NOTICE_MAGIC */
+    int32_t rank, blamed, status, pad_;
+    char message[240];
+} host_notice;
+
+/* The rendezvous of one rank in progress: its sockets (st->peers[r].fd,
+ * and connections accepted whose hello has not come), and what its waits
+ * know about them. */
+typedef struct host_mesh {
+    cgm_comm *comm;
+    host_state *st;
+    int64_t deadline;
+    int blamed;    /* the rank the failure is about, -1: none */
+    bool *parked;  /* [nranks]: the next message is an ordinary one, read in its turn: not watched */
+    bool *replied; /* [nranks]: a lower rank's hello reply was taken */
+    /* Takes a lower rank's hello reply when it comes during another wait
+     * (host_mesh_take: it must not wait). */
+    cgm_status (*take_reply)(struct host_mesh *m, int r);
+    int *pending; /* accepted connections without a hello yet */
+    int npending, pending_cap;
+    struct pollfd *poll;
+    int *poll_rank;
+} host_mesh;
+
+typedef enum host_peek {
+    HOST_PEEK_NOTHING,
+    HOST_PEEK_MESSAGE, /* an ordinary message, left in place */
+    HOST_PEEK_NOTICE,  /* a notice, taken */
+    HOST_PEEK_CLOSED   /* the peer's end */
+} host_peek;
+
+cgm_status host_mesh_open(host_mesh *m, cgm_comm *comm, host_state *st, int64_t deadline, int pending_cap);
+/* On failure (`status`), first tells every peer and pending connection
+ * (a notice); closes the pending connections, frees the rest. */
+void host_mesh_close(host_mesh *m, cgm_status status);
+/* A notice of `status` (with m->blamed and cgm_last_error()) to one
+ * connection; never blocks. */
+void host_mesh_tell(const host_mesh *m, int fd, cgm_status status);
+host_peek host_mesh_peek(int fd, host_notice *notice);
+/* The failure a notice tells, as this rank's: CGM_ERROR_PEER_FAILED (or
+ * TIMEOUT, MISMATCH as it says) naming the rank it gave up on, else the
+ * rank that sent it. */
+cgm_status host_mesh_notice_failure(host_mesh *m, const host_notice *n);
+/* Waits until one of `fds` is readable (*ready its index) or `until`
+ * (cgm_now_ns) passes (*ready = -1), watching beside them every connected
+ * peer that is not parked: its end or its notice is returned as the
+ * failure (CGM_ERROR_PEER_FAILED naming the rank that exited). */
+cgm_status host_mesh_wait(host_mesh *m, const int *fds, int nfds, int64_t until, int *ready);
+/* Waits (to the deadline, watching) until rank r's next message is an
+ * ordinary one. */
+cgm_status host_mesh_await(host_mesh *m, int r, const char *what);
+/* host_recv_message / host_send_message of rank r, as the mesh sees them:
+ * a closed connection is the notice that came before it, or the peer's
+ * end. */
+cgm_status host_mesh_recv(host_mesh *m, int r, void *buf, size_t len, int *fds, int nfds, const char *what);
+/* host_mesh_recv of a message host_mesh_peek saw come: never waits. */
+cgm_status host_mesh_take(host_mesh *m, int r, void *buf, size_t len, int *fds, int nfds, const char *what);
+cgm_status host_mesh_send(host_mesh *m, int r, const void *buf, size_t len, const int *fds, int nfds,
+                          const char *what);
+int host_remaining_ms(int64_t deadline_ns);
+
 /* ---- host_rendezvous.c ---- */
 cgm_status host_rendezvous(cgm_comm *comm, host_state *st);
+/* Tests: when set, called as this rank reaches each point of its
+ * rendezvous ("joined": every lower rank connected and every higher one
+ * accepted; "hellos": every hello reply taken; "exchanging": the first
+ * round of the segment exchange done; "exchanged": every round done,
+ * before the ready round), to make it exit there. */
+extern void (*host_rendezvous_hook)(const cgm_comm *comm, const char *point);
 void host_rendezvous_close(host_state *st);
 /* One message of the rendezvous on socket `fd` (SOCK_SEQPACKET), to or
  * from rank `peer` (-1: not known yet), `what` naming it in errors. Sends

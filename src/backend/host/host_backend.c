@@ -293,9 +293,7 @@ static cgm_status host_run_op(cgm_comm *comm, void *state,
     req.rank = comm->rank;
     req.m = bulk ? (call->has_collective ? call->coll_m : 0) : call->m;
     req.splits = resolve_splits(comm, call, req.m);
-    req.compute_queues = comm->config.host_threads < 1    ? 1
-                         : comm->config.host_threads > 16 ? 16
-                                                          : comm->config.host_threads;
+    req.compute_queues = comm->config.host_threads; /* 1..CGM_HOST_THREADS_MAX */
     req.has_gemm = call->has_gemm;
     req.has_collective = bulk ? call->has_collective : true;
     /* The rule the p2p backend applies too, so that this backend runs the

@@ -88,13 +88,17 @@ static cgm_status caller_view(exec_ctx *x, const caller_buffer *b,
                               host_view *v) {
     int64_t local = row0 - (b->shard ? shard_offset(x, x->me) : 0);
     int64_t have = b->transposed ? b->m.cols : b->m.rows;
-    if (local < 0 || local + rows > have || !b->m.data)
+    /* data may be NULL where the matrix has no elements (k = 0, n = 0):
+     * then the view has none either and nothing reads through it. */
+    bool elements = rows > 0 && x->width[buf] > 0;
+    if (local < 0 || local + rows > have || (elements && !b->m.data))
         return fail(x, CGM_ERROR_INTERNAL, -1,
                     "plan step reads rows [%lld, %lld) of %s, which holds "
-                    "%lld rows from row %lld; please report this bug",
+                    "%lld rows from row %lld%s; please report this bug",
                     (long long)row0, (long long)(row0 + rows),
                     plan_buffer_name(buf), (long long)have,
-                    (long long)(row0 - local));
+                    (long long)(row0 - local),
+                    b->m.data ? "" : " and no data");
     size_t size = cgm_dtype_size(b->m.dtype);
     int64_t ld = cgm_matrix_ld(&b->m);
     v->dtype = b->m.dtype;
@@ -102,8 +106,9 @@ static cgm_status caller_view(exec_ctx *x, const caller_buffer *b,
     v->cols = x->width[buf];
     v->ld = ld;
     v->transposed = b->transposed;
-    v->data = (char *)b->m.data +
-              (size_t)(b->transposed ? local : local * ld) * size;
+    v->data = b->m.data ? (char *)b->m.data +
+                              (size_t)(b->transposed ? local : local * ld) * size
+                        : NULL;
     return CGM_SUCCESS;
 }
 
@@ -319,6 +324,7 @@ static cgm_status do_reduce(exec_ctx *x, const plan_step *s, scratch *sc) {
 /* x_gathered receives the gathered rows as the GEMM consumes them. */
 static void copy_x_gathered(exec_ctx *x, const host_view *src, int64_t row0) {
     const cgm_matrix *g = &x->call->x_gathered;
+    if (src->rows == 0 || src->cols == 0) return; /* k = 0: g may be NULL */
     int64_t ld = cgm_matrix_ld(g);
     bool nt = x->call->layout == CGM_LAYOUT_NT;
     size_t size = cgm_dtype_size(g->dtype);
@@ -350,6 +356,7 @@ static cgm_status do_gemm(exec_ctx *x, const plan_step *s, scratch *sc) {
         dst_buf = s->dst.buf;
         if (c->has_x_gathered && x->run->op == PLAN_OP_AG_GEMM)
             copy_x_gathered(x, &a, s->row0);
+        if (n == 0) return CGM_SUCCESS; /* no output columns to write */
         if (s->src.buf == PLAN_BUF_INPUT && x->have_input32 && !x->bulk) {
             caller_buffer b = x->input;
             b.m = x->input32;
@@ -466,6 +473,23 @@ static cgm_status wait_deps(exec_ctx *x, int index) {
     return CGM_SUCCESS;
 }
 
+/* Data steps with nothing to move: empty shards (m < P) give row-less
+ * steps, and empty operands (n = 0, or a bulk collective with no columns)
+ * width-less copies and reduces. A GEMM with k = 0 is not empty: it
+ * writes bias (or zeros) into its rows. */
+static bool step_is_empty(const exec_ctx *x, const plan_step *s) {
+    const cgm_call *c = x->call;
+    switch (s->kind) {
+    case PLAN_COPY: return s->rows == 0 || x->width[s->src.buf] == 0;
+    case PLAN_REDUCE: return s->rows == 0 || x->width[s->dst.buf] == 0;
+    case PLAN_GEMM:
+        if (s->src.buf == PLAN_BUF_NONE)
+            return !c->has_gemm || c->m == 0 || c->n == 0;
+        return s->rows == 0;
+    default: return false;
+    }
+}
+
 static void run_queue(exec_ctx *x, int queue) {
     scratch sc = {NULL, NULL, 0, 0};
     for (int i = 0; i < x->p->nsteps; i++) {
@@ -473,12 +497,7 @@ static void run_queue(exec_ctx *x, int queue) {
         if (s->queue != queue) continue;
         if (atomic_load(&x->abort) || wait_deps(x, i) != CGM_SUCCESS) break;
         cgm_status st = CGM_SUCCESS;
-        /* Empty shards (m < P) give row-less data steps: nothing to do. */
-        bool empty = s->rows == 0 && (s->kind == PLAN_COPY ||
-                                      s->kind == PLAN_REDUCE ||
-                                      (s->kind == PLAN_GEMM &&
-                                       s->src.buf != PLAN_BUF_NONE));
-        if (empty) {
+        if (step_is_empty(x, s)) {
             atomic_store_explicit(&x->done[i], 1, memory_order_release);
             continue;
         }

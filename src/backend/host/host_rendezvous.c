@@ -27,19 +27,14 @@ typedef struct host_segment_info {
     uint64_t bytes[HOST_SEG_COUNT];
 } host_segment_info;
 
+void (*host_rendezvous_hook)(const cgm_comm *comm, const char *point);
+
+static void reached(const cgm_comm *comm, const char *point) {
+    if (host_rendezvous_hook) host_rendezvous_hook(comm, point);
+}
+
 static const char *segment_names[HOST_SEG_COUNT] = {"control", "gather",
                                                     "recv"};
-
-static int remaining_ms(int64_t deadline_ns) {
-    int64_t left = deadline_ns - cgm_now_ns();
-    if (left <= 0) return 0;
-    return (int)(left / 1000000 + 1);
-}
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 static socklen_t socket_address(const char *rendezvous, int rank,
                                 struct sockaddr_un *addr) {
@@ -49,120 +44,6 @@ static socklen_t socket_address(const char *rendezvous, int rank,
     int len = snprintf(addr->sun_path + 1, sizeof addr->sun_path - 1,
                        "commgemm.%s.%d", rendezvous, rank);
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len);
-}
-
-cgm_status host_recv_message(const cgm_comm *comm, int fd, int peer,
-                             void *buf, size_t len, int *fds, int nfds,
-                             int64_t deadline, const char *what) {
-    struct pollfd p = {fd, POLLIN, 0};
-    for (;;) {
-        int ms = remaining_ms(deadline);
-        int rc = poll(&p, 1, ms);
-        if (rc < 0 && errno == EINTR) continue;
-        if (rc < 0)
-            return cgm_error(CGM_ERROR_SYSTEM,
-                             "poll on the socket to rank %d failed: %s",
-                             peer, strerror(errno));
-        if (rc == 0)
-            return cgm_error(CGM_ERROR_TIMEOUT,
-                             "expected %s from rank %d within %lld ms of "
-                             "rendezvous '%s', found nothing; rank %d may "
-                             "have crashed or be stuck before "
-                             "cgm_comm_create",
-                             what, peer, (long long)comm->config.timeout_ms,
-                             comm->rendezvous, peer);
-        break;
-    }
-    char control[CMSG_SPACE(sizeof(int) * HOST_SEG_COUNT)];
-    struct iovec iov = {buf, len};
-    struct msghdr msg;
-    memset(&msg, 0, sizeof msg);
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    if (nfds) {
-        msg.msg_control = control;
-        msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-    }
-    ssize_t got = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
-    /* Whatever descriptors arrived are this process's now: on any error
-     * below they are closed (each pins a peer's segment). */
-    struct cmsghdr *c = got > 0 && nfds ? CMSG_FIRSTHDR(&msg) : NULL;
-    bool rights = c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-                  c->cmsg_len >= CMSG_LEN(0);
-    bool whole = rights && c->cmsg_len == CMSG_LEN(sizeof(int) * (size_t)nfds);
-    if (rights && (!whole || (size_t)got != len)) {
-        size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        int *arrived = (int *)CMSG_DATA(c);
-        for (size_t i = 0; i < n; i++) {
-            int one;
-            memcpy(&one, arrived + i, sizeof one);
-            close(one);
-        }
-    }
-    if (got == 0)
-        return cgm_error(CGM_ERROR_PEER_FAILED,
-                         "expected %s from rank %d, found the connection "
-                         "closed: rank %d exited or failed during "
-                         "cgm_comm_create",
-                         what, peer, peer);
-    if (got < 0)
-        return cgm_error(CGM_ERROR_SYSTEM, "receiving %s from rank %d: %s",
-                         what, peer, strerror(errno));
-    if ((size_t)got != len)
-        return cgm_error(CGM_ERROR_MISMATCH,
-                         "expected %s of %zu bytes from rank %d, found %zd "
-                         "bytes; every rank must run the same commgemm "
-                         "version",
-                         what, len, peer, got);
-    if (nfds) {
-        if (!whole)
-            return cgm_error(CGM_ERROR_SYSTEM,
-                             "expected %d file descriptors with %s from rank "
-                             "%d, found none (truncated: %d); check the open "
-                             "file limit (ulimit -n)",
-                             nfds, what, peer,
-                             (msg.msg_flags & MSG_CTRUNC) != 0);
-        memcpy(fds, CMSG_DATA(c), sizeof(int) * (size_t)nfds);
-    }
-    return CGM_SUCCESS;
-}
-
-cgm_status host_send_message(int fd, int peer, const void *buf, size_t len,
-                             const int *fds, int nfds, const char *what) {
-    char control[CMSG_SPACE(sizeof(int) * HOST_SEG_COUNT)];
-    struct iovec iov = {(void *)buf, len};
-    struct msghdr msg;
-    memset(&msg, 0, sizeof msg);
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    if (nfds) {
-        memset(control, 0, sizeof control);
-        msg.msg_control = control;
-        msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-        memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
-    }
-    ssize_t sent;
-    do {
-        sent = sendmsg(fd, &msg, MSG_NOSIGNAL);
-    } while (sent < 0 && errno == EINTR);
-    if (sent == (ssize_t)len) return CGM_SUCCESS;
-    if (sent < 0 && (errno == EPIPE || errno == ECONNRESET))
-        return cgm_error(CGM_ERROR_PEER_FAILED,
-                         "sending %s to rank %d found the connection closed: "
-                         "rank %d exited or failed during cgm_comm_create",
-                         what, peer, peer);
-    if (sent < 0 && errno == ETOOMANYREFS)
-        return cgm_error(CGM_ERROR_SYSTEM,
-                         "sending %s to rank %d: %s: descriptors in flight "
-                         "between this user's processes exceed its open-files "
-                         "limit; raise it (ulimit -n)", what, peer,
-                         strerror(ETOOMANYREFS));
-    return cgm_error(CGM_ERROR_SYSTEM, "sending %s to rank %d: %s", what, peer,
-                     sent < 0 ? strerror(errno) : "short write");
 }
 
 static host_hello make_hello(const cgm_comm *comm, const host_state *st) {
@@ -321,53 +202,57 @@ static cgm_status listen_socket(cgm_comm *comm, host_state *st) {
     return CGM_SUCCESS;
 }
 
-static cgm_status connect_lower(cgm_comm *comm, host_state *st, int peer,
-                                int64_t deadline) {
+/* One attempt to connect to lower rank `peer` and send it this rank's
+ * hello: *refused when its listener is not there (yet). */
+static cgm_status connect_lower(host_mesh *m, int peer, bool *refused) {
+    cgm_comm *comm = m->comm;
     struct sockaddr_un addr;
     socklen_t len = socket_address(comm->rendezvous, peer, &addr);
-    int pause = 1;
-    for (;;) {
-        int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-            return cgm_error(CGM_ERROR_SYSTEM, "socket(AF_UNIX) failed: %s",
-                             strerror(errno));
-        if (connect(fd, (struct sockaddr *)&addr, len) == 0) {
-            st->peers[peer].fd = fd;
-            host_hello h = make_hello(comm, st);
-            return host_send_message(fd, peer, &h, sizeof h, NULL, 0, "hello");
-        }
-        int err = errno;
-        close(fd);
-        if (err != ECONNREFUSED && err != ENOENT && err != EAGAIN &&
-            err != EINTR)
-            return cgm_error(CGM_ERROR_SYSTEM,
-                             "connecting to rank %d at rendezvous '%s': %s",
-                             peer, comm->rendezvous, strerror(err));
-        if (remaining_ms(deadline) == 0)
-            return cgm_error(CGM_ERROR_TIMEOUT,
-                             "rank %d did not join rendezvous '%s' within "
-                             "%lld ms (this is rank %d of %d); start it, "
-                             "check that every rank uses the same rendezvous "
-                             "name, or raise COMMGEMM_TIMEOUT_MS",
-                             peer, comm->rendezvous,
-                             (long long)comm->config.timeout_ms, comm->rank,
-                             comm->nranks);
-        sleep_ms(pause);
-        if (pause < 20) pause *= 2;
+    *refused = false;
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return cgm_error(CGM_ERROR_SYSTEM, "socket(AF_UNIX) failed: %s",
+                         strerror(errno));
+    if (connect(fd, (struct sockaddr *)&addr, len) == 0) {
+        m->st->peers[peer].fd = fd;
+        host_hello h = make_hello(comm, m->st);
+        return host_mesh_send(m, peer, &h, sizeof h, NULL, 0, "hello");
     }
+    int err = errno;
+    close(fd);
+    *refused = err == ECONNREFUSED || err == ENOENT || err == EAGAIN ||
+               err == EINTR;
+    if (*refused) return CGM_SUCCESS;
+    return cgm_error(CGM_ERROR_SYSTEM,
+                     "connecting to rank %d at rendezvous '%s': %s",
+                     peer, comm->rendezvous, strerror(err));
 }
 
-/* The timeout of accept_higher, naming the first higher rank missing. */
-static cgm_status join_timeout(cgm_comm *comm, host_state *st, int missing,
-                               int silent) {
+static cgm_status connect_timeout(host_mesh *m, int peer) {
+    cgm_comm *comm = m->comm;
+    m->blamed = peer;
+    return cgm_error(CGM_ERROR_TIMEOUT,
+                     "rank %d did not join rendezvous '%s' within "
+                     "%lld ms (this is rank %d of %d); start it, "
+                     "check that every rank uses the same rendezvous "
+                     "name, or raise COMMGEMM_TIMEOUT_MS",
+                     peer, comm->rendezvous,
+                     (long long)comm->config.timeout_ms, comm->rank,
+                     comm->nranks);
+}
+
+/* The timeout of the join, naming the first higher rank missing. */
+static cgm_status join_timeout(host_mesh *m, int missing) {
+    cgm_comm *comm = m->comm;
     int first = -1;
     for (int r = comm->rank + 1; r < comm->nranks && first < 0; r++)
-        if (st->peers[r].fd < 0) first = r;
+        if (m->st->peers[r].fd < 0) first = r;
+    m->blamed = first;
     char also[160] = "";
-    if (silent > 0)
+    if (m->npending > 0)
         snprintf(also, sizeof also, "; %d connection(s) were open but sent "
                  "no hello (not commgemm ranks, or ranks stuck before it)",
-                 silent);
+                 m->npending);
     return cgm_error(CGM_ERROR_TIMEOUT,
                      "rank %d did not join rendezvous '%s' within "
                      "%lld ms (%d of ranks %d..%d missing; this is "
@@ -385,98 +270,144 @@ static cgm_status join_timeout(cgm_comm *comm, host_state *st, int missing,
  * missing and this many more, the oldest silent one is dropped. */
 enum { HOST_PENDING_EXTRA = 64 };
 
-/* The hello on accepted connection `fd` (readable): the rank is joined
- * (*missing drops), or a connection that closed is dropped, or the error.
- * Takes `fd`. */
-static cgm_status take_hello(cgm_comm *comm, host_state *st, int fd,
-                             int64_t deadline, int *missing) {
+/* Pending connection i is readable: the rank it is joins (*missing
+ * drops), or a connection that closed is dropped, or the error (the
+ * connection is told why, e.g. a rank with another nranks). */
+static cgm_status take_hello(host_mesh *m, int i, int *missing) {
+    cgm_comm *comm = m->comm;
+    host_state *st = m->st;
+    int fd = m->pending[i];
+    host_notice n;
+    host_peek e = host_mesh_peek(fd, &n);
+    if (e == HOST_PEEK_NOTHING) return CGM_SUCCESS;
+    m->pending[i] = m->pending[--m->npending];
+    if (e == HOST_PEEK_CLOSED) {
+        /* A process that gave up or restarted before its hello. */
+        close(fd);
+        CGM_INFO(CGM_SUB_HOST, "rendezvous '%s': a connection closed before its hello; "
+                 "still waiting for %d rank(s)", comm->rendezvous, *missing);
+        return CGM_SUCCESS;
+    }
+    if (e == HOST_PEEK_NOTICE) {
+        close(fd);
+        return host_mesh_notice_failure(m, &n);
+    }
     host_hello h;
     cgm_status s = host_recv_message(comm, fd, -1, &h, sizeof h, NULL, 0,
-                                     deadline, "a hello");
+                                     m->deadline, "a hello");
     if (s == CGM_SUCCESS) s = check_hello(comm, st, &h, -1);
     if (s != CGM_SUCCESS) {
+        if (s == CGM_ERROR_MISMATCH && h.magic == HOST_MAGIC && h.rank >= 0 && h.rank < comm->nranks)
+            m->blamed = h.rank;
+        host_mesh_tell(m, fd, s);
         close(fd);
-        /* A connection that closed before its hello (a process that gave
-         * up or restarted) is dropped. */
-        if (s == CGM_ERROR_PEER_FAILED) {
-            CGM_INFO(CGM_SUB_HOST, "rendezvous '%s': a connection closed before its hello; "
-                     "still waiting for %d rank(s)", comm->rendezvous, *missing);
-            return CGM_SUCCESS;
-        }
         return s;
     }
     st->peers[h.rank].fd = fd;
     st->peers[h.rank].pid = h.pid;
     (*missing)--;
     host_hello mine = make_hello(comm, st);
-    return host_send_message(fd, h.rank, &mine, sizeof mine, NULL, 0, "hello");
+    return host_mesh_send(m, h.rank, &mine, sizeof mine, NULL, 0, "hello");
 }
 
-static cgm_status accept_higher(cgm_comm *comm, host_state *st,
-                                int64_t deadline) {
-    int missing = comm->nranks - 1 - comm->rank;
-    int cap = missing + HOST_PENDING_EXTRA, npending = 0;
-    int *pending = malloc(sizeof(int) * (size_t)cap);
-    struct pollfd *p = malloc(sizeof *p * (size_t)(1 + cap));
-    cgm_status s = pending && p ? CGM_SUCCESS
-                                : cgm_error(CGM_ERROR_OUT_OF_MEMORY,
-                                            "expected memory for %d "
-                                            "connections, found none free",
-                                            cap);
-    while (missing > 0 && s == CGM_SUCCESS) {
-        p[0] = (struct pollfd){st->listen_fd, POLLIN, 0};
-        for (int i = 0; i < npending; i++)
-            p[1 + i] = (struct pollfd){pending[i], POLLIN, 0};
-        int rc = poll(p, (nfds_t)(1 + npending), remaining_ms(deadline));
-        if (rc < 0 && errno == EINTR) continue;
-        if (rc == 0) {
-            s = join_timeout(comm, st, missing, npending);
-            break;
-        }
-        if (rc < 0) {
-            s = cgm_error(CGM_ERROR_SYSTEM, "poll(listen) failed: %s",
-                          strerror(errno));
-            break;
-        }
-        /* From the last: the one moved into a taken place was seen. */
-        for (int i = npending - 1; i >= 0 && s == CGM_SUCCESS; i--) {
-            if (!p[1 + i].revents) continue;
-            int fd = pending[i];
-            pending[i] = pending[--npending];
-            s = take_hello(comm, st, fd, deadline, &missing);
-        }
-        if (s != CGM_SUCCESS || !p[0].revents) continue;
-        int fd = accept4(st->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED)
-                continue;
-            s = cgm_error(CGM_ERROR_SYSTEM, "accept() failed: %s",
-                          strerror(errno));
-            break;
-        }
-        if (npending == cap) {
-            CGM_INFO(CGM_SUB_HOST, "rendezvous '%s': %d connections sent no hello; "
-                     "dropping the oldest", comm->rendezvous, npending);
-            close(pending[0]);
-            memmove(pending, pending + 1, sizeof(int) * (size_t)(npending - 1));
-            npending--;
-        }
-        pending[npending++] = fd;
+/* A new connection on the listener joins the pending ones. */
+static cgm_status accept_one(host_mesh *m) {
+    int fd = accept4(m->st->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) {
+        if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED)
+            return CGM_SUCCESS;
+        return cgm_error(CGM_ERROR_SYSTEM, "accept() failed: %s",
+                         strerror(errno));
     }
-    for (int i = 0; i < npending; i++) close(pending[i]);
-    free(pending);
-    free(p);
+    if (m->npending == m->pending_cap) {
+        CGM_INFO(CGM_SUB_HOST, "rendezvous '%s': %d connections sent no hello; "
+                 "dropping the oldest", m->comm->rendezvous, m->npending);
+        close(m->pending[0]);
+        memmove(m->pending, m->pending + 1, sizeof(int) * (size_t)(m->npending - 1));
+        m->npending--;
+    }
+    m->pending[m->npending++] = fd;
+    return CGM_SUCCESS;
+}
+
+/* A lower rank's hello reply, come (host_mesh.take_reply). */
+static cgm_status take_reply(host_mesh *m, int r) {
+    host_hello h;
+    cgm_status s = host_mesh_take(m, r, &h, sizeof h, NULL, 0, "a hello reply");
+    if (s == CGM_SUCCESS) s = check_hello(m->comm, m->st, &h, r);
+    if (s != CGM_SUCCESS) {
+        if (m->blamed < 0) m->blamed = r;
+        return s;
+    }
+    m->st->peers[r].pid = h.pid;
+    m->replied[r] = true;
+    return CGM_SUCCESS;
+}
+
+/* The full mesh: connects to every lower rank, one after the other, and
+ * accepts every higher rank, at the same time, so that a rank waiting for
+ * one peer still hears from the others (the end of a rank that exited,
+ * the notice of one that gave up). The listener closes as soon as every
+ * higher rank is in, so that the name is free for the group's next comm
+ * (a rank done with this one may already be connecting for the next). */
+static cgm_status join(host_mesh *m) {
+    cgm_comm *comm = m->comm;
+    host_state *st = m->st;
+    int next = 0, missing = comm->nranks - 1 - comm->rank, pause_ms = 1;
+    int64_t retry_at = 0;
+    int *fds = malloc(sizeof(int) * (size_t)(1 + m->pending_cap));
+    cgm_status s = fds ? CGM_SUCCESS
+                       : cgm_error(CGM_ERROR_OUT_OF_MEMORY, "expected memory for the rendezvous, found none");
+    while (s == CGM_SUCCESS && (next < comm->rank || missing > 0)) {
+        if (missing == 0 && st->listen_fd >= 0) {
+            close(st->listen_fd);
+            st->listen_fd = -1;
+        }
+        if (next < comm->rank && cgm_now_ns() >= retry_at) {
+            bool refused = false;
+            s = connect_lower(m, next, &refused);
+            if (s != CGM_SUCCESS) break;
+            if (!refused) {
+                next++;
+                pause_ms = 1;
+                continue;
+            }
+            retry_at = cgm_now_ns() + (int64_t)pause_ms * 1000000;
+            if (pause_ms < 20) pause_ms *= 2;
+        }
+        int nf = 0, ready = -1;
+        if (missing > 0) {
+            fds[nf++] = st->listen_fd;
+            for (int i = 0; i < m->npending; i++) fds[nf++] = m->pending[i];
+        }
+        int64_t until = next < comm->rank && retry_at < m->deadline ? retry_at : m->deadline;
+        s = host_mesh_wait(m, fds, nf, until, &ready);
+        if (s != CGM_SUCCESS) break;
+        if (ready < 0) {
+            if (cgm_now_ns() < m->deadline) continue;
+            s = next < comm->rank ? connect_timeout(m, next) : join_timeout(m, missing);
+        } else if (ready == 0) {
+            s = accept_one(m);
+        } else {
+            s = take_hello(m, ready - 1, &missing);
+        }
+    }
+    free(fds);
+    if (s != CGM_SUCCESS) return s; /* host_mesh_close tells the backlog and the pending ones */
+    if (st->listen_fd >= 0) close(st->listen_fd);
+    st->listen_fd = -1;
+    /* What is left pending sent no hello and is not a rank of this comm. */
+    for (int i = 0; i < m->npending; i++) close(m->pending[i]);
+    m->npending = 0;
     return s;
 }
 
 /* Receives rank r's segment descriptors and maps them. */
-static cgm_status map_peer(cgm_comm *comm, host_state *st, int r,
-                           int64_t deadline) {
+static cgm_status map_peer(host_mesh *m, int r) {
+    host_state *st = m->st;
     host_segment_info info;
     int fds[HOST_SEG_COUNT] = {-1, -1, -1};
-    cgm_status s = host_recv_message(comm, st->peers[r].fd, r, &info,
-                                     sizeof info, fds, HOST_SEG_COUNT,
-                                     deadline, "shared-memory handles");
+    cgm_status s = host_mesh_recv(m, r, &info, sizeof info, fds, HOST_SEG_COUNT, "shared-memory handles");
     if (s != CGM_SUCCESS) return s;
     for (int g = 0; g < HOST_SEG_COUNT && s == CGM_SUCCESS; g++) {
         void *p = mmap(NULL, info.bytes[g], PROT_READ | PROT_WRITE, MAP_SHARED,
@@ -515,8 +446,9 @@ static int round_partner(int rank, int t, int n) {
     return ((2 * t - rank) % (n - 1) + (n - 1)) % (n - 1);
 }
 
-static cgm_status exchange_segments(cgm_comm *comm, host_state *st,
-                                    int64_t deadline) {
+static cgm_status exchange_segments(host_mesh *m) {
+    cgm_comm *comm = m->comm;
+    host_state *st = m->st;
     host_segment_info mine;
     memset(&mine, 0, sizeof mine);
     mine.magic = HOST_MAGIC;
@@ -533,39 +465,68 @@ static cgm_status exchange_segments(cgm_comm *comm, host_state *st,
     for (int t = 0; t < n - 1; t++) {
         int r = round_partner(comm->rank, t, n);
         if (r >= P) continue;
-        cgm_status s = host_send_message(st->peers[r].fd, r, &mine,
-                                         sizeof mine, st->memfd,
-                                         HOST_SEG_COUNT,
-                                         "shared-memory handles");
-        if (s == CGM_SUCCESS) s = map_peer(comm, st, r, deadline);
+        cgm_status s = host_mesh_send(m, r, &mine, sizeof mine, st->memfd, HOST_SEG_COUNT,
+                                      "shared-memory handles");
+        if (s == CGM_SUCCESS) s = map_peer(m, r);
         if (s != CGM_SUCCESS) return s;
+        if (t == 0) reached(comm, "exchanging");
     }
     return CGM_SUCCESS;
+}
+
+/* The last round: every rank tells every peer it is done and waits until
+ * every peer is. A rank that failed or exited on the way is heard of here
+ * by all (its notice, its end), so that no rank's create succeeds beside
+ * one that failed. Every note is read before the comm is made: later,
+ * anything readable on these sockets is a peer's end (host_sync.c). */
+static cgm_status all_ready(host_mesh *m) {
+    typedef struct host_ready {
+        uint64_t magic; /* HOST_READY_MAGIC */
+        int32_t rank, pad_;
+    } host_ready;
+    cgm_comm *comm = m->comm;
+    host_ready mine = {HOST_READY_MAGIC, comm->rank, 0};
+    cgm_status s = CGM_SUCCESS;
+    for (int r = 0; r < comm->nranks && s == CGM_SUCCESS; r++)
+        if (r != comm->rank) s = host_mesh_send(m, r, &mine, sizeof mine, NULL, 0, "a ready note");
+    for (int r = 0; r < comm->nranks && s == CGM_SUCCESS; r++) {
+        if (r == comm->rank) continue;
+        host_ready got;
+        s = host_mesh_recv(m, r, &got, sizeof got, NULL, 0, "a ready note");
+        if (s == CGM_SUCCESS && (got.magic != HOST_READY_MAGIC || got.rank != r))
+            s = cgm_error(CGM_ERROR_MISMATCH,
+                          "expected rank %d's ready note at rendezvous '%s', found something else; every rank "
+                          "must run the same commgemm version", r, comm->rendezvous);
+        /* Done: it may close its end at any time now (its comm made,
+         * destroyed), which is no news: no longer watched. */
+        m->parked[r] = true;
+    }
+    return s;
 }
 
 cgm_status host_rendezvous(cgm_comm *comm, host_state *st) {
     int64_t deadline = cgm_now_ns() + comm->config.timeout_ms * 1000000;
     cgm_status s = create_segments(comm, st);
     if (s != CGM_SUCCESS || comm->nranks == 1) return s;
+    host_mesh m;
+    s = host_mesh_open(&m, comm, st, deadline, comm->nranks - 1 - comm->rank + HOST_PENDING_EXTRA);
+    if (s != CGM_SUCCESS) return s;
+    m.take_reply = take_reply;
     s = listen_socket(comm, st);
-    for (int r = 0; r < comm->rank && s == CGM_SUCCESS; r++)
-        s = connect_lower(comm, st, r, deadline);
-    if (s == CGM_SUCCESS) s = accept_higher(comm, st, deadline);
-    /* Every higher rank is connected: nobody else may connect, and the
-     * name is free at once for this group's next comm (a rank that is
-     * done with this one may already be connecting to it; with the
-     * listener open until the segments were exchanged, it could reach
-     * this one's and lose its hello). */
-    if (st->listen_fd >= 0) close(st->listen_fd);
-    st->listen_fd = -1;
+    if (s == CGM_SUCCESS) s = join(&m);
+    if (s == CGM_SUCCESS) reached(comm, "joined");
+    /* The hello replies that did not come during the join. */
     for (int r = 0; r < comm->rank && s == CGM_SUCCESS; r++) {
-        host_hello h;
-        s = host_recv_message(comm, st->peers[r].fd, r, &h, sizeof h, NULL,
-                              0, deadline, "a hello reply");
-        if (s == CGM_SUCCESS) s = check_hello(comm, st, &h, r);
-        if (s == CGM_SUCCESS) st->peers[r].pid = h.pid;
+        if (m.replied[r]) continue;
+        s = host_mesh_await(&m, r, "a hello reply");
+        if (s == CGM_SUCCESS) s = take_reply(&m, r);
     }
-    if (s == CGM_SUCCESS) s = exchange_segments(comm, st, deadline);
+    if (s == CGM_SUCCESS) reached(comm, "hellos");
+    if (s == CGM_SUCCESS) s = exchange_segments(&m);
+    if (s == CGM_SUCCESS) reached(comm, "exchanged");
+    if (s == CGM_SUCCESS) s = all_ready(&m);
+    /* A rank that gives up tells its peers why first. */
+    host_mesh_close(&m, s);
     if (s == CGM_SUCCESS)
         CGM_INFO(CGM_SUB_HOST,
                  "host rendezvous '%s' done: %d ranks, workspaces control "
