@@ -326,9 +326,10 @@ class Comm:
 
 
 def comm_by_id(comm_id):
-    """The live Comm registered under `comm_id` (for the torch custom ops)."""
-    with _registry_lock:
-        comm = _registry.get(int(comm_id))
+    """The live Comm registered under `comm_id` (for the torch custom ops).
+    No lock: one dict read is atomic (the lock orders the writes), and
+    torch.compile traces through this where a lock would break its graph."""
+    comm = _registry.get(int(comm_id))
     if comm is None:
         raise _lib.InvalidUsageError(Status.INVALID_USAGE,
                                      f"commgemm comm id {comm_id} is not a live Comm (closed?)")
