@@ -7,16 +7,22 @@
   so torch.compile keeps them in the graph:
   `all_gather_matmul`, `matmul_reduce_scatter`, `matmul_all_reduce`,
   `bulk_matmul_collective`. The first three are differentiable.
-- `ColumnParallelLinear`, `RowParallelLinear`: Megatron-style layers whose
-  forward and backward run the overlapped ops.
+- `ColumnParallelLinear`, `FusedColumnParallelLinear`, `RowParallelLinear`:
+  Megatron-style layers whose forward and backward run the overlapped ops,
+  their features split by head (partition_multiple) or per-rank sizes
+  (partition_sizes) where asked.
+- `scatter_rows`, `gather_rows`: into and out of the sequence shards.
 
 The custom ops themselves (tensor -> cgm_matrix, stream, fake kernels) are
 in _torch_ops.py, the autograd Functions of the layers' math in
-_torch_autograd.py. CPU tensors work too, on a host-backend comm (Comm.local).
+_torch_autograd.py, the layers in _torch_layers.py, the plain collectives
+(and where they run when a backend has none) in _torch_collectives.py. CPU
+tensors work too, on a host-backend comm (Comm.local).
 
 Rows are sharded with the ceil split: rank r holds shard_rows(m, r, P) rows
 (the last shards may be smaller or empty). Tensors are 2-D [rows, features];
-layers accept [..., features] and flatten the leading dimensions into rows.
+layers accept [..., features] and flatten the leading dimensions into rows
+([s, b, h] split along s; [b, s, h] with batch_first=True, split along s).
 
 Everything is CUDA-graph capturable after one eager call with the same shapes
 (outputs come from the caching allocator, which draws from the graph's pool
@@ -149,7 +155,8 @@ def all_gather_matmul(x_shard, weight, bias=None, *, comm, m=None, backend=None,
     x_shard: [m_r, k], this rank's rows (m_r = shard_rows(m, rank, P)). weight: [n_loc, k] (this
     rank's nn.Linear weight shard). bias: [n_loc] or None. m: total rows (default m_r * P, right
     only when the shards are equal: pass m when they are uneven). Returns Y, or (Y, gathered X
-    [m, k]) with return_gathered (the gathered X is not differentiable). Differentiable in
+    [m, k]) with return_gathered (the gathered X is not differentiable; gathered alone where
+    the backend keeps it, cublasmp: docs/PYTHON.md). Differentiable in
     x_shard, weight and bias. partial_dtype ("fp32", "output") is the backward's (its dX is a
     GEMM+RS); gemm_reduction ("any", "fp32") every commgemm GEMM's; None: the comm's
     (docs/PYTHON.md, Precision)."""

@@ -237,7 +237,8 @@ def body_layouts(comm, group):
     mine = cgt.scatter_rows(X, comm)
     assert torch.equal(mine, X[commgemm.shard_offset(11, r, P):][:commgemm.shard_rows(11, r, P)])
     assert torch.equal(cgt.gather_rows(mine, comm, m=11), X)
-    col = cgt.ColumnParallelLinear.from_linear(lin, comm, gather_output=True, partition_sizes=[n - P + 1] + [1] * (P - 1))
+    col = cgt.ColumnParallelLinear.from_linear(lin, comm, gather_output=True,
+                                               partition_sizes=[n - P + 1] + [1] * (P - 1))
     tc.check_column_vs_linear(comm, col, lin, X, tc.rand((11, n), 7, f32, "cpu"), m=11, what="uneven gather")
 
 
@@ -309,7 +310,8 @@ def body_copy_and_save(comm, group):
         sum(t.sum() for t in twin_out).backward()
         assert twin[0].weight.grad is not None and layer.weight.grad is None, "gradients reached the original"
         for obj in (model, layer, comm):
-            with pytest.raises(commgemm.NotPicklableError, match=r"Save the parameters instead: torch.save\(model.state_dict\(\)"):
+            with pytest.raises(commgemm.NotPicklableError,
+                               match=r"Save the parameters instead: torch.save\(model.state_dict\(\)"):
                 torch.save(obj, io.BytesIO())
             with pytest.raises(TypeError, match="cannot be pickled"):
                 pickle.dumps(obj)
@@ -430,6 +432,40 @@ def test_precision(nranks):
 
 def test_mlp_trains_like_reference():
     run_ranks(body_mlp_trains, 2)
+
+
+@pytest.mark.parametrize("lacks", [(), ("gathered",)], ids=["host", "no-gathered"])
+def test_compile_fullgraph(lacks):
+    """torch.compile(fullgraph=True) traces the layers' Python (checks,
+    routes, the Functions' look-ups) without a graph break, on 1 rank
+    (aot_eager: no C++ compiler needed)."""
+    import torch_cases as tc
+    from commgemm import core
+    from commgemm import torch as cgt
+    core._BACKEND_LACKS["host"] = frozenset(lacks)
+    try:
+        with commgemm.Comm.local(0, 1, f"compile-{os.getpid()}-{uuid.uuid4().hex[:8]}") as comm:
+            model = tc.TPMLP(8, 12, comm, torch.float32, "cpu")
+            fused = cgt.FusedColumnParallelLinear(8, [4, 6], comm, batch_first=True, gather_output=True)
+            x = tc.rand((5, 8), 1, torch.float32, "cpu").requires_grad_()
+
+            def loss_fn(x):
+                a, b = fused(x.view(1, 5, 8), m=5)
+                return model(x, 5).square().sum() + a.sum() + b.square().sum()
+
+            want = loss_fn(x)
+            want.backward()
+            want_grads = [t.grad.clone() for t in [x] + list(model.parameters()) + list(fused.parameters())]
+            for t in [x] + list(model.parameters()) + list(fused.parameters()):
+                t.grad = None
+            torch._dynamo.reset()
+            got = torch.compile(loss_fn, fullgraph=True, backend="aot_eager")(x)
+            got.backward()
+            tc.assert_close(got, want, torch.float32, "compiled loss")
+            for i, (t, g) in enumerate(zip([x] + list(model.parameters()) + list(fused.parameters()), want_grads)):
+                tc.assert_close(t.grad, g, torch.float32, f"compiled grad {i}")
+    finally:
+        core._BACKEND_LACKS.pop("host", None)
 
 
 def test_gloo_group_is_rejected_with_advice():

@@ -244,7 +244,7 @@ def seq_shard(t, comm, batch_first=False):
 
 def _reference(linear, x, grad):
     """The unsplit layer in fp32: output, and the grads of sum(output * grad)."""
-    lin = torch.nn.Linear(linear.in_features, linear.out_features, bias=linear.bias is not None)
+    lin = torch.nn.Linear(linear.in_features, linear.out_features, bias=linear.bias is not None, device=x.device)
     with torch.no_grad():
         lin.weight.copy_(linear.weight.float())
         if linear.bias is not None:
