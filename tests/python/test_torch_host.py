@@ -359,6 +359,8 @@ def body_gathered_fallback(comm, group, lacks):
         tc.check_column(comm, group, "cpu", torch.bfloat16, 11)
         tc.check_row(comm, group, "cpu", torch.bfloat16, 11)
         body_mlp_trains(comm, group)
+        if "bulk" in lacks:  # gather_output, scatter_rows, gather_rows on torch.distributed
+            body_layouts(comm, group)
     finally:
         del core._BACKEND_LACKS["host"]
         lib.cgm_all_gather_gemm, lib.cgm_bulk_overlap = real_ag, real_bulk
