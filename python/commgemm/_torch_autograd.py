@@ -165,17 +165,18 @@ class _LinearAllReduceGrad(torch.autograd.Function):
 class _BiasSummedOverRanks(torch.autograd.Function):
     """The row-parallel, sequence-parallel layer's bias handed back unadded
     (skip_bias_add): the caller adds it to this rank's rows only, so its
-    gradient is summed over the ranks here (GEMM+AR of a 1 x 1 ones matrix by
-    the gradient), the full sum on every rank as when the layer adds it."""
+    gradient is summed over the ranks here (GEMM+AR of a P x 1 ones matrix by
+    the gradient: P equal rows, as cublasmp, which takes even shards only,
+    needs), the full sum on every rank as when the layer adds it."""
 
     @staticmethod
-    def forward(ctx, bias, comm_id, backend, partial_dtype):
-        ctx.comm_id, ctx.backend, ctx.partial_dtype = comm_id, backend, partial_dtype
+    def forward(ctx, bias, comm_id, backend, partial_dtype, nranks):
+        ctx.comm_id, ctx.backend, ctx.partial_dtype, ctx.nranks = comm_id, backend, partial_dtype, nranks
         return bias.clone()
 
     @staticmethod
     def backward(ctx, grad):
         g = grad.contiguous().reshape(-1, 1)
-        ones = torch.ones((1, 1), dtype=g.dtype, device=g.device)
+        ones = torch.ones((ctx.nranks, 1), dtype=g.dtype, device=g.device)
         total = _ops.matmul_all_reduce(ones, g, None, ctx.comm_id, "TN", ctx.backend, ctx.partial_dtype, "")
-        return total.reshape(grad.shape), None, None, None
+        return total[0].reshape(grad.shape), None, None, None, None

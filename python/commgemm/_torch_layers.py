@@ -529,7 +529,7 @@ class RowParallelLinear(_ShardedLinear):
         # The caller adds the bias to this rank's rows only (sequence
         # parallel): its gradient is summed over the ranks on the way back.
         if self.bias is not None and self.sequence_parallel and grad:
-            return y, _BiasSummedOverRanks.apply(self.bias, comm.id, rt.backend, pd)
+            return y, _BiasSummedOverRanks.apply(self.bias, comm.id, rt.backend, pd, comm.size)
         return y, self.bias
 
     def extra_repr(self):
