@@ -15,8 +15,9 @@ looked for; COMMGEMM_LIB overrides).
 
 from ._lib import (Algo, Backend, Collective, CommGemmError, CublasError, CudaError, DType,  # noqa: F401
                    GemmReduction, InternalError, InvalidArgumentError, InvalidUsageError, Layout, MismatchError,
-                   NcclError, NotSupportedError, Op, OutOfMemoryError, PartialDtype, PeerFailedError, Status,
-                   SystemError_, TimeoutError_, UnavailableError, library_path, shard_offset, shard_rows)
+                   NcclError, NotPicklableError, NotSupportedError, Op, OutOfMemoryError, PartialDtype,
+                   PeerFailedError, Status, SystemError_, TimeoutError_, UnavailableError, library_path,
+                   shard_offset, shard_rows)
 from ._lib import VERSION as _VERSION
 from .core import (Comm, Config, all_gather_gemm, bulk_overlap, gemm_all_reduce,  # noqa: F401
                    gemm_reduce_scatter)
@@ -25,10 +26,10 @@ __version__ = ".".join(str(v) for v in _VERSION)
 
 __all__ = ["Algo", "Backend", "Collective", "CommGemmError", "CublasError", "CudaError", "DType", "GemmReduction",
            "InternalError", "InvalidArgumentError", "InvalidUsageError", "Layout", "MismatchError", "NcclError",
-           "NotSupportedError", "Op", "OutOfMemoryError", "PartialDtype", "PeerFailedError", "Status",
-           "SystemError_", "TimeoutError_",
-           "UnavailableError", "library_path", "shard_offset", "shard_rows", "Comm", "Config", "all_gather_gemm",
-           "bulk_overlap", "gemm_all_reduce", "gemm_reduce_scatter", "library_version", "last_error"]
+           "NotPicklableError", "NotSupportedError", "Op", "OutOfMemoryError", "PartialDtype", "PeerFailedError",
+           "Status", "SystemError_", "TimeoutError_", "UnavailableError", "library_path", "shard_offset",
+           "shard_rows", "Comm", "Config", "all_gather_gemm", "bulk_overlap", "gemm_all_reduce",
+           "gemm_reduce_scatter", "library_version", "last_error"]
 
 
 def library_version():

@@ -261,6 +261,11 @@ class NotSupportedError(CommGemmError, NotImplementedError):
     pass
 
 
+class NotPicklableError(InvalidUsageError, TypeError):
+    """A live Comm (and so a layer or model holding one) was pickled
+    (pickle, torch.save, multiprocessing): save the state_dict() instead."""
+
+
 class UnavailableError(CommGemmError, RuntimeError):
     pass
 

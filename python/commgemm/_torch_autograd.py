@@ -1,11 +1,13 @@
 """The autograd Functions of commgemm.torch: the math of the layers'
 forward and backward (the functional ops use them too), each a sequence of
 the custom ops of _torch_ops.py. Every Function takes the call's comm id,
-backend and precision (partial_dtype, gemm_reduction: names, "" for the
-comm's) as plain arguments and keeps what its backward needs in ctx."""
+backend (or its Route, _torch_collectives.py) and precision (partial_dtype,
+gemm_reduction: names, "" for the comm's) as plain arguments and keeps what
+its backward needs in ctx."""
 
 import torch
 
+from ._torch_collectives import all_gather_rows
 from ._torch_ops import _ops
 
 
@@ -18,38 +20,60 @@ class _AllGatherMatmul(torch.autograd.Function):
     Backward: dX_r = reduce_scatter(dY . W); dW = dY^T . allgather(X); db = sum_rows dY.
     With dW needed, the dgrad GEMM runs alone and its reduce-scatter is overlapped
     with the wgrad GEMM (cgm_bulk_overlap, TransformerEngine's bulk overlap);
-    without, dX is one pipelined GEMM+RS."""
+    without, dX is one pipelined GEMM+RS.
+
+    rt (a Route) says what the comm's backends can do. Where AG+GEMM cannot
+    hand back the gathered X (cublasmp), the forward keeps X_r and the
+    backward gathers it again: beside the dgrad GEMM (one bulk call) where
+    the comm has a bulk op, else by torch.distributed; where it has no bulk
+    op, dX is a GEMM+RS (NN) and dW a local GEMM."""
 
     @staticmethod
-    def forward(ctx, x_shard, weight, bias, comm_id, m, backend, partial_dtype, gemm_reduction, save_gathered,
+    def forward(ctx, x_shard, weight, bias, comm_id, m, rt, partial_dtype, gemm_reduction, save_gathered,
                 return_gathered):
-        y, gathered = _ops.all_gather_matmul(x_shard, weight, bias, comm_id, m, "TN", backend,
-                                             save_gathered or return_gathered, gemm_reduction)
-        ctx.comm_id, ctx.backend, ctx.m = comm_id, backend, m
+        from_op = rt.gathered and (save_gathered or return_gathered)
+        y, gathered = _ops.all_gather_matmul(x_shard, weight, bias, comm_id, m, "TN", rt.backend, from_op,
+                                             gemm_reduction)
+        if return_gathered and not from_op:
+            gathered = all_gather_rows(x_shard, comm_id, m, rt, "all_gather_matmul(return_gathered=True)")
+        ctx.comm_id, ctx.rt, ctx.m = comm_id, rt, m
         ctx.partial_dtype, ctx.gemm_reduction = partial_dtype, gemm_reduction
-        ctx.save_for_backward(gathered if save_gathered else None, weight)
+        ctx.gathered_saved = save_gathered and (from_op or return_gathered)
+        keep = (gathered if ctx.gathered_saved else x_shard) if save_gathered else None
+        ctx.save_for_backward(keep, weight)
         ctx.mark_non_differentiable(gathered)
         return y, gathered
 
     @staticmethod
     def backward(ctx, grad_y, _grad_gathered):
-        gathered, weight = ctx.saved_tensors
+        kept, weight = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         grad_y = grad_y.contiguous()
+        rt, comm_id = ctx.rt, ctx.comm_id
         dx = dw = db = None
-        if need_w:
-            if gathered is None:
-                raise RuntimeError("commgemm: weight needs a gradient but the gathered input was not saved "
-                                   "(weight.requires_grad changed after the forward?)")
-            if need_x:
-                partial = torch.matmul(grad_y, weight)  # dgrad GEMM [m, k], this rank's contribution
-                dw, dx = _ops.bulk_matmul_collective(grad_y, gathered, partial, ctx.comm_id, "NT",
-                                                     "reduce_scatter", 0, ctx.backend, ctx.gemm_reduction)
+        if need_w and kept is None:
+            raise RuntimeError("commgemm: weight needs a gradient but the gathered input was not saved "
+                               "(weight.requires_grad changed after the forward?)")
+        partial = gathered = None
+        if need_w and not ctx.gathered_saved:  # X_r kept: gather it again
+            if need_x and rt.bulk is not None:  # beside the dgrad GEMM dY . W (NN)
+                partial, gathered = _ops.bulk_matmul_collective(grad_y, weight, kept, comm_id, "NN", "all_gather",
+                                                                ctx.m, rt.bulk, ctx.gemm_reduction)
             else:
+                gathered = all_gather_rows(kept, comm_id, ctx.m, rt, "column-parallel backward")
+        elif need_w:
+            gathered = kept
+        if need_w and need_x and rt.bulk is not None:
+            if partial is None:
+                partial = torch.matmul(grad_y, weight)  # dgrad GEMM [m, k], this rank's contribution
+            dw, dx = _ops.bulk_matmul_collective(grad_y, gathered, partial, comm_id, "NT", "reduce_scatter", 0,
+                                                 rt.bulk, ctx.gemm_reduction)
+        else:
+            if need_x:
+                dx = _ops.matmul_reduce_scatter(grad_y, weight, None, comm_id, "NN", rt.backend, ctx.partial_dtype,
+                                                ctx.gemm_reduction)
+            if need_w:
                 dw = torch.matmul(grad_y.t(), gathered)
-        elif need_x:
-            dx = _ops.matmul_reduce_scatter(grad_y, weight, None, ctx.comm_id, "NN", ctx.backend,
-                                            ctx.partial_dtype, ctx.gemm_reduction)
         if need_b:
             db = _bias_grad(grad_y)
         return dx, dw, db, None, None, None, None, None, None, None
@@ -58,12 +82,15 @@ class _AllGatherMatmul(torch.autograd.Function):
 class _MatmulReduceScatter(torch.autograd.Function):
     """Y_r[m_r, n] = rows of sum_ranks X . W^T (+ b once) (row-parallel, sequence parallel).
     Backward: dX = allgather(dY_r) . W (pipelined AG+GEMM, NN), which also returns
-    the gathered dY for dW = dY^T . X and db = sum_rows dY (every rank gets the full sums)."""
+    the gathered dY for dW = dY^T . X and db = sum_rows dY (every rank gets the full sums).
+    Where AG+GEMM cannot hand back the gathered dY (rt.gathered False), dY is
+    all-gathered alone and dX is a local GEMM: the same time as the AG+GEMM
+    plus a second all-gather where the GEMM is the longer, less where not."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, comm_id, backend, partial_dtype, gemm_reduction):
-        y = _ops.matmul_reduce_scatter(x, weight, bias, comm_id, "TN", backend, partial_dtype, gemm_reduction)
-        ctx.comm_id, ctx.backend, ctx.m = comm_id, backend, x.shape[0]
+    def forward(ctx, x, weight, bias, comm_id, rt, partial_dtype, gemm_reduction):
+        y = _ops.matmul_reduce_scatter(x, weight, bias, comm_id, "TN", rt.backend, partial_dtype, gemm_reduction)
+        ctx.comm_id, ctx.rt, ctx.m = comm_id, rt, x.shape[0]
         ctx.gemm_reduction = gemm_reduction
         ctx.save_for_backward(x, weight)
         return y
@@ -75,12 +102,13 @@ class _MatmulReduceScatter(torch.autograd.Function):
         grad_y = grad_y.contiguous()
         need_gathered = need_w or need_b
         dx = dw = db = gathered = None
-        if need_x:
-            dx, gathered = _ops.all_gather_matmul(grad_y, weight, None, ctx.comm_id, ctx.m, "NN", ctx.backend,
+        if need_x and (ctx.rt.gathered or not need_gathered):
+            dx, gathered = _ops.all_gather_matmul(grad_y, weight, None, ctx.comm_id, ctx.m, "NN", ctx.rt.backend,
                                                   need_gathered, ctx.gemm_reduction)
-        elif need_gathered:
-            _, gathered = _ops.bulk_matmul_collective(None, None, grad_y, ctx.comm_id, "TN", "all_gather", ctx.m,
-                                                      ctx.backend, ctx.gemm_reduction)
+        elif need_gathered or need_x:
+            gathered = all_gather_rows(grad_y, ctx.comm_id, ctx.m, ctx.rt, "row-parallel backward")
+            if need_x:
+                dx = torch.matmul(gathered, weight)
         if need_w:
             dw = torch.matmul(gathered.t(), x)
         if need_b:
@@ -137,17 +165,18 @@ class _LinearAllReduceGrad(torch.autograd.Function):
 class _BiasSummedOverRanks(torch.autograd.Function):
     """The row-parallel, sequence-parallel layer's bias handed back unadded
     (skip_bias_add): the caller adds it to this rank's rows only, so its
-    gradient is summed over the ranks here (GEMM+AR of a 1 x 1 ones matrix by
-    the gradient), the full sum on every rank as when the layer adds it."""
+    gradient is summed over the ranks here (GEMM+AR of a P x 1 ones matrix by
+    the gradient: P equal rows, as cublasmp, which takes even shards only,
+    needs), the full sum on every rank as when the layer adds it."""
 
     @staticmethod
-    def forward(ctx, bias, comm_id, backend, partial_dtype):
-        ctx.comm_id, ctx.backend, ctx.partial_dtype = comm_id, backend, partial_dtype
+    def forward(ctx, bias, comm_id, backend, partial_dtype, nranks):
+        ctx.comm_id, ctx.backend, ctx.partial_dtype, ctx.nranks = comm_id, backend, partial_dtype, nranks
         return bias.clone()
 
     @staticmethod
     def backward(ctx, grad):
         g = grad.contiguous().reshape(-1, 1)
-        ones = torch.ones((1, 1), dtype=g.dtype, device=g.device)
+        ones = torch.ones((ctx.nranks, 1), dtype=g.dtype, device=g.device)
         total = _ops.matmul_all_reduce(ones, g, None, ctx.comm_id, "TN", ctx.backend, ctx.partial_dtype, "")
-        return total.reshape(grad.shape), None, None, None
+        return total[0].reshape(grad.shape), None, None, None, None

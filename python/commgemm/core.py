@@ -82,6 +82,23 @@ class Config:
 # Comm
 # --------------------------------------------------------------------------
 
+# What an op's backend cannot do, which the C library refuses with
+# NotSupportedError (commgemm.h has no capability query): Comm.supports tells,
+# and commgemm.torch's and commgemm.jax's layers take another way there.
+#   "gathered": AG+GEMM hands back the gathered input (x_gathered);
+#   "bulk": cgm_bulk_overlap (a GEMM beside an unrelated collective, or either alone).
+_BACKEND_LACKS = {
+    "cublasmp": frozenset({"gathered", "bulk"}),  # cuBLASMp keeps its gathered X; one matmul, no bulk
+}
+_FEATURE_OP = {"gathered": Op.ALL_GATHER_GEMM, "bulk": Op.BULK}
+
+_PICKLE_ADVICE = (
+    "a commgemm.Comm cannot be pickled (pickle, torch.save, copy to another process): it is a live "
+    "communicator joined with the other ranks' processes, which a file or another process cannot restore, "
+    "and so is every layer or model holding one. Save the parameters instead: "
+    "torch.save(model.state_dict(), path); to restore, build the model on a new Comm and call "
+    "model.load_state_dict(torch.load(path)). copy.deepcopy(model) works: the copy shares the Comm.")
+
 _registry_lock = threading.Lock()
 _registry = {}  # id -> Comm, for torch custom ops (which take ints, not objects)
 _ids = itertools.count(1)
@@ -109,6 +126,18 @@ class Comm:
             lib.cgm_comm_destroy(self._handle)  # not leaked (the handle is not live anyway)
             raise
         self._rank, self._size = rank.value, size.value
+        self._op_backends = {}
+        try:
+            for op in Op:  # resolved at creation and fixed: cached, so the layers read them without a call
+                out = ctypes.c_int()
+                check(lib.cgm_comm_backend(self._handle, int(op), ctypes.byref(out)))
+                self._op_backends[op] = _lib.backend_name(out.value)
+        except BaseException:
+            lib.cgm_comm_destroy(self._handle)
+            raise
+        #: the torch.distributed group over the same ranks, if any (set by from_process_group; settable):
+        #: commgemm.torch gathers through it where this comm's backends cannot (Comm.supports)
+        self.process_group = None
         with _registry_lock:
             self.id = next(_ids)
             _registry[self.id] = self
@@ -198,6 +227,30 @@ class Comm:
         check(_lib.lib().cgm_comm_backend(self.handle, int(_lib.parse_op(op)), ctypes.byref(out)))
         return _lib.backend_name(out.value)
 
+    def supports(self, feature, backend=None):
+        """Whether this comm's op runs `feature` with the per-call `backend`
+        (None: the op's own): "gathered", AG+GEMM handing back the gathered
+        input (not on cublasmp, which keeps it internal); "bulk",
+        cgm_bulk_overlap (not on cublasmp). The library refuses the others
+        with NotSupportedError. Pure Python: the backends are read at creation."""
+        if feature not in _FEATURE_OP:
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                       f"Comm.supports: feature {feature!r}: expected one of {sorted(_FEATURE_OP)}")
+        return feature not in _BACKEND_LACKS.get(self._backend_for(_FEATURE_OP[feature], backend), ())
+
+    def _backend_for(self, op, backend=None):
+        """The name of the backend that runs `op` given a per-call override
+        (None, "", a name, a Backend): the override, else the comm's."""
+        if backend is None or backend == "":
+            return self._op_backends[op]
+        if isinstance(backend, str):
+            member = _lib.Backend.__members__.get(backend.upper())
+            backend = member if member is not None else _lib.parse_backend(backend)
+        backend = _lib.Backend(int(backend))
+        if backend in (_lib.Backend.DEFAULT, _lib.Backend.AUTO):
+            return self._op_backends[op]
+        return backend.name.lower()
+
     def _precision(self):
         partial, reduction = ctypes.c_int(), ctypes.c_int()
         check(_lib.lib().cgm_comm_precision(self.handle, ctypes.byref(partial), ctypes.byref(reduction)))
@@ -257,14 +310,26 @@ class Comm:
         state = "closed" if self.closed else f"rank={self._rank} size={self._size}"
         return f"<commgemm.Comm {state}>"
 
+    # A Comm is one live communicator: copies of a model share it, and it
+    # never travels (a file or another process cannot join the ranks).
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        raise _lib.NotPicklableError(Status.INVALID_USAGE, _PICKLE_ADVICE)
+
     # No __del__: destroying is collective and must not run at a random time
     # in one rank's garbage collector. Close comms explicitly.
 
 
 def comm_by_id(comm_id):
-    """The live Comm registered under `comm_id` (for the torch custom ops)."""
-    with _registry_lock:
-        comm = _registry.get(int(comm_id))
+    """The live Comm registered under `comm_id` (for the torch custom ops).
+    No lock: one dict read is atomic (the lock orders the writes), and
+    torch.compile traces through this where a lock would break its graph."""
+    comm = _registry.get(int(comm_id))
     if comm is None:
         raise _lib.InvalidUsageError(Status.INVALID_USAGE,
                                      f"commgemm comm id {comm_id} is not a live Comm (closed?)")

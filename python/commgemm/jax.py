@@ -235,21 +235,56 @@ def _mm(a, b, allow_tf32):
 # ops, each None for the comm's; a static (hashable) argument like backend.
 
 
+def _route(comm, backend, what):
+    """(gathered, bulk) for a layer's ops on `comm` with the per-call
+    `backend`: whether AG+GEMM hands back the gathered input, and the
+    backend for the bulk op (the override where it has one, else None: the
+    comm's). Where AG+GEMM keeps it (cublasmp) the layers gather it with the
+    bulk op, so a comm with neither is refused here, on every rank alike."""
+    gathered = comm.supports("gathered", backend)
+    bulk = backend if comm.supports("bulk", backend) else None
+    if not gathered and not comm.supports("bulk", bulk):
+        raise _lib.NotSupportedError(
+            _lib.Status.NOT_SUPPORTED,
+            f"{what}: this comm's AG+GEMM (on {comm._backend_for(_lib.Op.ALL_GATHER_GEMM, backend)}) cannot hand "
+            f"back the gathered input that the weight gradient needs, and its bulk op (on "
+            f"{comm._backend_for(_lib.Op.BULK)}) cannot gather it either: give the comm a bulk backend that can "
+            "(op_backend={'bulk': 'nccl'}) or run AG+GEMM on p2p or nccl")
+    return gathered, bulk
+
+
 def _column_fwd(x_shard, w, bias, comm, m, backend, allow_tf32, precision):
-    y, gathered = all_gather_matmul(x_shard, w, bias, comm=comm, m=m, backend=backend, allow_tf32=allow_tf32,
-                                    return_gathered=True, gemm_reduction=precision[1])
-    return y, (gathered, w, bias is not None)
+    gathered_by_op, _ = _route(comm, backend, "column_parallel_linear")
+    if gathered_by_op:
+        y, gathered = all_gather_matmul(x_shard, w, bias, comm=comm, m=m, backend=backend, allow_tf32=allow_tf32,
+                                        return_gathered=True, gemm_reduction=precision[1])
+        return y, (gathered, None, w, bias is not None)
+    # AG+GEMM keeps it (cublasmp): X_r is kept and gathered again in the backward
+    y = _column_impl(x_shard, w, bias, comm, m, backend, allow_tf32, precision)
+    return y, (None, x_shard, w, bias is not None)
 
 
 def _column_bwd(comm, m, backend, allow_tf32, precision, res, grad_y):
-    gathered, w, has_bias = res
+    gathered, x_shard, w, has_bias = res
+    _, bulk = _route(comm, backend, "column_parallel_linear")
+    gr = precision[1]
     # As TransformerEngine's bulk overlap (and commgemm.torch): the dgrad
-    # GEMM dY . W alone, then its reduce-scatter (dX_r) beside the wgrad GEMM
+    # GEMM dY . W alone (beside the all-gather of X where the forward could
+    # not keep it), then its reduce-scatter (dX_r) beside the wgrad GEMM
     # dW = dY^T . allgather(X) (NT: a = dY as [k = m, n_loc], b = X as [m, k]).
-    partial = _mm(grad_y, w, allow_tf32).astype(grad_y.dtype)
-    dw, dx = bulk_matmul_collective(grad_y, gathered, send=partial, comm=comm, collective="reduce_scatter",
-                                    layout="NT", backend=backend, allow_tf32=allow_tf32,
-                                    gemm_reduction=precision[1])
+    if gathered is None:
+        partial, gathered = bulk_matmul_collective(grad_y, w, send=x_shard, comm=comm, collective="all_gather",
+                                                   m=m, layout="NN", backend=bulk, allow_tf32=allow_tf32,
+                                                   gemm_reduction=gr)
+    else:
+        partial = _mm(grad_y, w, allow_tf32).astype(grad_y.dtype)
+    if comm.supports("bulk", bulk):
+        dw, dx = bulk_matmul_collective(grad_y, gathered, send=partial, comm=comm, collective="reduce_scatter",
+                                        layout="NT", backend=bulk, allow_tf32=allow_tf32, gemm_reduction=gr)
+    else:  # no bulk op (cublasmp): dX by one GEMM+RS (NN), dW a local GEMM
+        dx = matmul_reduce_scatter(grad_y, w, comm=comm, layout="NN", backend=backend, allow_tf32=allow_tf32,
+                                   partial_dtype=precision[0], gemm_reduction=gr)
+        dw = _mm(grad_y.T, gathered, allow_tf32)
     db = _bias_grad(grad_y) if has_bias else None
     return dx, dw.astype(w.dtype), db
 
@@ -342,9 +377,15 @@ def _row_fwd(x, w, bias, comm, backend, allow_tf32, precision):
 
 def _row_bwd(comm, backend, allow_tf32, precision, res, grad_y):
     x, w, has_bias = res
-    # dX = allgather(dY_r) . W (AG+GEMM, NN), which also gives the gathered dY
-    dx, gathered = all_gather_matmul(grad_y, w, comm=comm, m=x.shape[0], layout="NN", backend=backend,
-                                     allow_tf32=allow_tf32, return_gathered=True, gemm_reduction=precision[1])
+    gathered_by_op, bulk = _route(comm, backend, "row_parallel_linear")
+    if gathered_by_op:
+        # dX = allgather(dY_r) . W (AG+GEMM, NN), which also gives the gathered dY
+        dx, gathered = all_gather_matmul(grad_y, w, comm=comm, m=x.shape[0], layout="NN", backend=backend,
+                                         allow_tf32=allow_tf32, return_gathered=True, gemm_reduction=precision[1])
+    else:  # AG+GEMM keeps it (cublasmp): dY gathered alone, dX a local GEMM
+        _, gathered = bulk_matmul_collective(send=grad_y, comm=comm, collective="all_gather", m=x.shape[0],
+                                             backend=bulk)
+        dx = _mm(gathered, w, allow_tf32).astype(x.dtype)
     dw = _mm(gathered.T, x, allow_tf32).astype(w.dtype)
     db = _bias_grad(gathered) if has_bias else None
     return dx, dw, db

@@ -211,6 +211,42 @@ def _grads_body(comm, m):
     return True
 
 
+def _gathered_fallback_body(comm, m, lacks):
+    """A backend whose AG+GEMM keeps the gathered input (cublasmp): the
+    layers gather it with the bulk op, the same gradients; with no bulk op
+    either, they refuse with advice. The host backend plays that backend:
+    the ops it 'lacks' raise."""
+    import commgemm.jax as cj
+    from commgemm import core
+    real_ag, real_bulk = cj.all_gather_matmul, cj.bulk_matmul_collective
+
+    def ag(*args, return_gathered=False, **kw):
+        if return_gathered:
+            raise commgemm.NotSupportedError(commgemm.Status.NOT_SUPPORTED, "this backend keeps the gathered input")
+        return real_ag(*args, **kw)
+
+    def bulk(*args, **kw):
+        raise commgemm.NotSupportedError(commgemm.Status.NOT_SUPPORTED, "this backend has no bulk op")
+
+    cj.all_gather_matmul = ag
+    if "bulk" in lacks:
+        cj.bulk_matmul_collective = bulk
+    core._BACKEND_LACKS["host"] = frozenset(lacks)
+    try:
+        if "bulk" not in lacks:
+            return _grads_body(comm, m)
+        import jax
+        import jax.numpy as jnp
+        x, w = jnp.ones((commgemm.shard_rows(m, comm.rank, comm.size), 4)), jnp.ones((3, 4))
+        with pytest.raises(commgemm.NotSupportedError, match=r"cannot hand back the gathered input .* its bulk op "
+                                                             r"\(on host\) cannot gather it either"):
+            jax.grad(lambda w: jnp.sum(cj.column_parallel_linear(x, w, comm=comm, m=m)))(w)
+        return True
+    finally:
+        del core._BACKEND_LACKS["host"]
+        cj.all_gather_matmul, cj.bulk_matmul_collective = real_ag, real_bulk
+
+
 def _errors_body(comm, platform, rendezvous):
     import jax
     import jax.numpy as jnp
@@ -386,6 +422,11 @@ def test_ops_bfloat16(platform):
 @pytest.mark.parametrize("nranks,m", [(1, 6), (2, 7), (3, 10)])
 def test_layer_gradients(platform, nranks, m):
     assert run_ranks(_grads_body, nranks, m, platform=platform) == [True] * nranks
+
+
+@pytest.mark.parametrize("lacks", [("gathered",), ("gathered", "bulk")], ids=["no-gathered", "no-gathered-no-bulk"])
+def test_layers_on_a_backend_without_gathered_input(lacks):
+    assert run_ranks(_gathered_fallback_body, 3, 10, lacks) == [True] * 3
 
 
 @PLATFORMS

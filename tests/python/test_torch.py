@@ -92,12 +92,22 @@ def dtype_id(d):
     return str(d).replace("torch.", "")
 
 
+def even(comm, backend, *sizes):
+    """The sizes, each rounded up to a multiple of P on cublasmp, which takes
+    even shards only (docs/CUBLASMP_BACKEND.md); as given elsewhere."""
+    P = comm.size
+    if backend != "cublasmp" or P == 1:
+        return sizes if len(sizes) > 1 else sizes[0]
+    out = tuple(-(-v // P) * P for v in sizes)
+    return out if len(out) > 1 else out[0]
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_functional_ops(dist_env, backend, dtype):
     comm = get_comm(dist_env, backend)
     for m in (37, 1, 256):
-        tc.check_functional(comm, dist_env["world"], dist_env["device"], dtype, m)
+        tc.check_functional(comm, dist_env["world"], dist_env["device"], dtype, even(comm, backend, m))
     torch.cuda.synchronize()
 
 
@@ -108,13 +118,41 @@ def test_layers_match_reference(dist_env, backend, dtype, sequence_parallel):
     comm = get_comm(dist_env, backend)
     dev, world = dist_env["device"], dist_env["world"]
     for m, k, n in ((37, 24, 19), (1, 24, 19), (261, 128, 96)):  # uneven, m < P, larger aligned
+        m, k, n = even(comm, backend, m, k, n)
         tc.check_column(comm, world, dev, dtype, m, k=k, n=n, sequence_parallel=sequence_parallel)
         tc.check_row(comm, world, dev, dtype, m, k=k, n=n, sequence_parallel=sequence_parallel)
-    tc.check_column(comm, world, dev, dtype, 37, bias=False, sequence_parallel=sequence_parallel)
-    tc.check_row(comm, world, dev, dtype, 37, bias=False, sequence_parallel=sequence_parallel)
+    m, k, n = even(comm, backend, 37, 24, 20)
+    tc.check_column(comm, world, dev, dtype, m, k=k, n=n, bias=False, sequence_parallel=sequence_parallel)
+    tc.check_row(comm, world, dev, dtype, m, k=k, n=n, bias=False, sequence_parallel=sequence_parallel)
     # the bias handed back (skip_bias_add), added by the caller: the same output and grads
-    tc.check_column(comm, world, dev, dtype, 37, sequence_parallel=sequence_parallel, skip_bias_add=True)
-    tc.check_row(comm, world, dev, dtype, 37, sequence_parallel=sequence_parallel, skip_bias_add=True)
+    tc.check_column(comm, world, dev, dtype, m, k=k, n=n, sequence_parallel=sequence_parallel, skip_bias_add=True)
+    tc.check_row(comm, world, dev, dtype, m, k=k, n=n, sequence_parallel=sequence_parallel, skip_bias_add=True)
+    torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_partitions_fused_and_layouts(dist_env, backend):
+    """Heads kept whole, per-rank sizes, fused gate+up and q/k/v, gather_output,
+    [s, b, h] and [b, s, h] inputs: against the unsplit nn.Linear."""
+    comm = get_comm(dist_env, backend)
+    dev, P = dist_env["device"], comm.size
+    if backend == "cublasmp" and P > 1:
+        pytest.skip("cublasmp takes even shards only; these partitions are uneven")
+    for dtype in DTYPES:
+        for sp in (True, False):
+            tc.check_partitions(comm, dev, dtype, sequence_parallel=sp)
+    s, b, h, n = 4 * P, 2, 64, 96
+    lin = tc.full_linear(h, n, True, torch.bfloat16, dev, 1)
+    row_lin = tc.full_linear(n, h, True, torch.bfloat16, dev, 2)
+    for bf in (False, True):
+        X = tc.rand((b, s, h) if bf else (s, b, h), 3, torch.bfloat16, dev)
+        H = tc.rand((b, s, n) if bf else (s, b, n), 4, torch.bfloat16, dev)
+        G = tc.rand(tuple(X.shape[:2]) + (n,), 5, torch.float32, dev)
+        for gather in (False, True):
+            col = cgt.ColumnParallelLinear.from_linear(lin, comm, batch_first=bf, gather_output=gather)
+            tc.check_column_vs_linear(comm, col, lin, X, G, m=s * b, what=f"gather={gather}")
+        row = cgt.RowParallelLinear.from_linear(row_lin, comm, batch_first=bf)
+        tc.check_row_vs_linear(comm, row, row_lin, H, G[..., :h])
     torch.cuda.synchronize()
 
 
@@ -159,7 +197,7 @@ def test_cuda_graph_capture_and_replay(dist_env, backend):
     warm-up; replays on new data match eager."""
     comm = get_comm(dist_env, backend)
     dev, P, r = dist_env["device"], comm.size, comm.rank
-    hidden, ffn, m = 64, 160, 77
+    hidden, ffn, m = 64, even(comm, backend, 160), even(comm, backend, 77)
     mr = commgemm.shard_rows(m, r, P)
     model = tc.TPMLP(hidden, ffn, comm, torch.bfloat16, dev)
     static_x = torch.zeros((mr, hidden), dtype=torch.bfloat16, device=dev)
@@ -219,7 +257,7 @@ def test_torch_compile(dist_env, backend):
     compiled = torch.compile(f, fullgraph=True)
     tc.assert_close(compiled(x, w), f(x, w), torch.bfloat16, "compiled all_gather_matmul")
 
-    model = tc.TPMLP(k, 80, comm, torch.bfloat16, dev)
+    model = tc.TPMLP(k, even(comm, backend, 80), comm, torch.bfloat16, dev)
 
     def loss_fn(x):
         return model(x, m).float().square().sum()

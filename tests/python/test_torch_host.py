@@ -189,6 +189,206 @@ def body_leading_dims(comm, group):
     assert tuple(y.shape) == (4, 2, col.out_local), tuple(y.shape)
 
 
+def body_partitions(comm, group):
+    import torch_cases as tc
+    for sp in (True, False):
+        tc.check_partitions(comm, "cpu", torch.float32, sequence_parallel=sp)
+    tc.check_partitions(comm, "cpu", torch.bfloat16)
+
+
+def body_layouts(comm, group):
+    """[s, b, h] and [b, s, h] inputs, gather_output, scatter_rows and
+    gather_rows: against the unsplit nn.Linear and hand-cut shards."""
+    import torch_cases as tc
+    from commgemm import torch as cgt
+    P, r = comm.size, comm.rank
+    s, b, h, n = 2 * P, 2, 6, 10
+    f32 = torch.float32
+    lin = tc.full_linear(h, n, True, f32, "cpu", 1)
+    row_lin = tc.full_linear(n, h, True, f32, "cpu", 2)
+    for bf in (False, True):
+        X = tc.rand((b, s, h) if bf else (s, b, h), 3, f32, "cpu")
+        H = tc.rand((b, s, n) if bf else (s, b, n), 4, f32, "cpu")
+        G = tc.rand(tuple(X.shape[:2]) + (n,), 5, f32, "cpu")
+        for sp in (True, False):
+            for gather in (False, True):
+                col = cgt.ColumnParallelLinear.from_linear(lin, comm, batch_first=bf, sequence_parallel=sp,
+                                                           gather_output=gather)
+                tc.check_column_vs_linear(comm, col, lin, X, G, m=s * b, what=f"gather={gather}")
+            row = cgt.RowParallelLinear.from_linear(row_lin, comm, batch_first=bf, sequence_parallel=sp)
+            tc.check_row_vs_linear(comm, row, row_lin, H, G[..., :h])
+        # scatter_rows: the hand-cut shard; its backward gathers every rank's gradient
+        full = X.clone().requires_grad_()
+        mine = cgt.scatter_rows(full, comm, batch_first=bf)
+        assert torch.equal(mine, tc.seq_shard(X, comm, bf)), f"scatter_rows bf={bf}: not the hand-cut shard"
+        mine.backward(tc.seq_shard(G[..., :h], comm, bf))
+        assert torch.equal(full.grad, G[..., :h]), f"scatter_rows bf={bf}: gradient not gathered"
+        # gather_rows: the inverse; its backward takes this rank's rows, or sums the ranks' first
+        for reduce_grad in (False, True):
+            shard = tc.seq_shard(X, comm, bf).clone().requires_grad_()
+            whole = cgt.gather_rows(shard, comm, batch_first=bf, reduce_grad=reduce_grad)
+            assert torch.equal(whole, X), f"gather_rows bf={bf}: not the full tensor"
+            grad = G[..., :h] * (r + 1 if reduce_grad else 1)
+            whole.backward(grad)
+            want = tc.seq_shard(G[..., :h] * (sum(range(1, P + 1)) if reduce_grad else 1), comm, bf)
+            tc.assert_close(shard.grad, want, f32, f"gather_rows bf={bf} reduce_grad={reduce_grad} gradient")
+    # 2-D rows, uneven: the ceil split
+    X = tc.rand((11, h), 6, f32, "cpu")
+    mine = cgt.scatter_rows(X, comm)
+    assert torch.equal(mine, X[commgemm.shard_offset(11, r, P):][:commgemm.shard_rows(11, r, P)])
+    assert torch.equal(cgt.gather_rows(mine, comm, m=11), X)
+    col = cgt.ColumnParallelLinear.from_linear(lin, comm, gather_output=True,
+                                               partition_sizes=[n - P + 1] + [1] * (P - 1))
+    tc.check_column_vs_linear(comm, col, lin, X, tc.rand((11, n), 7, f32, "cpu"), m=11, what="uneven gather")
+
+
+def body_shape_checks(comm, group):
+    """The layers' messages say what to pass, on every rank alike where the
+    mistake is every rank's, and the comm stays usable."""
+    from commgemm import torch as cgt
+    P, r = comm.size, comm.rank
+    assert P == 3
+    col = cgt.ColumnParallelLinear(6, 8, comm)
+    x = torch.randn(commgemm.shard_rows(11, r, P), 6)  # 4, 4, 3 rows
+    with pytest.raises(commgemm.MismatchError, match=r"m was not passed.*rank \d: \d x 3.*pass m = the total rows"):
+        col(x)
+    assert col(x, m=11).shape == (11, col.out_local)
+    # m = 12 fits ranks 0 and 1 only: rank 2 says what is wrong, its peers learn it from the op at once
+    if r == 2:
+        with pytest.raises(commgemm.InvalidArgumentError,
+                           match=r"m = 12 gives rank 2 of 3 shard_rows\(m, rank, P\) = 4 rows, but its input has 3"):
+            col(x, m=12)
+    else:
+        with pytest.raises(commgemm.MismatchError, match="rank 2 rejected"):
+            col(x, m=12)
+    with pytest.raises(commgemm.InvalidArgumentError, match=r"last dimension is 5, expected in_features = 6"):
+        col(torch.randn(x.shape[0], 5), m=11)
+    nosp = cgt.ColumnParallelLinear(6, 8, comm, sequence_parallel=False)
+    with pytest.raises(commgemm.InvalidArgumentError, match=r"last dimension is 7, expected in_features = 6"):
+        nosp(torch.randn(11, 7))
+    row = cgt.RowParallelLinear(10, 6, comm, partition_multiple=2)  # 5 units of 2: 4, 4, 2
+    with pytest.raises(commgemm.InvalidArgumentError,
+                       match=rf"last dimension is 3, expected in_local = {[4, 4, 2][r]}, rank {r}'s shard of "
+                             r"in_features = 10 \(partition \[4, 4, 2\]\); feed it .* same partition"):
+        row(torch.randn(11, 3))
+    with pytest.raises(commgemm.InvalidArgumentError, match=r"batch_first=True\): input has shape \(11, 6\): expected "
+                                                            r"\[batch, sequence, features\]"):
+        cgt.ColumnParallelLinear(6, 8, comm, batch_first=True)(torch.randn(11, 6))
+    with pytest.raises(commgemm.InvalidArgumentError, match="partition_multiple = 3 does not divide out_features = 8"):
+        cgt.ColumnParallelLinear(6, 8, comm, partition_multiple=3)
+    with pytest.raises(commgemm.InvalidArgumentError, match=r"partition_sizes = \[4, 4\] \(sum 8\): expected 3 sizes"):
+        cgt.ColumnParallelLinear(6, 8, comm, partition_sizes=[4, 4])
+    with pytest.raises(commgemm.InvalidArgumentError, match="gather_output=True with skip_bias_add=True"):
+        cgt.ColumnParallelLinear(6, 8, comm, gather_output=True, skip_bias_add=True)
+    assert col(x, m=11).shape == (11, col.out_local)  # still usable
+
+
+def body_copy_and_save(comm, group):
+    """copy.deepcopy shares the comm and copies the parameters; pickling a
+    layer or the comm says to save the state_dict, which saves and loads."""
+    import copy
+    import io
+    import pickle
+    import torch_cases as tc
+    from commgemm import torch as cgt
+    m = 7
+    x = tc.rand((commgemm.shard_rows(m, comm.rank, comm.size), 6), 1, torch.float32, "cpu")
+    layers = [cgt.ColumnParallelLinear(6, 10, comm),
+              cgt.FusedColumnParallelLinear(6, [4, 6], comm), cgt.RowParallelLinear(6, 5, comm)]
+    for layer in layers:
+        model = torch.nn.Sequential(layer)
+        twin = copy.deepcopy(model)
+        assert twin[0].comm is comm and twin[0] is not layer
+        assert twin[0].weight.data_ptr() != layer.weight.data_ptr() and torch.equal(twin[0].weight, layer.weight)
+        if isinstance(layer, cgt.RowParallelLinear):
+            inp, kw = tc.rand((m, layer.in_local), 2, torch.float32, "cpu"), {}
+        else:
+            inp, kw = x, {"m": m}
+        out, twin_out = ((t if isinstance(t, tuple) else (t,)) for t in (layer(inp, **kw), twin[0](inp, **kw)))
+        for a, b in zip(out, twin_out):
+            assert torch.equal(a, b), f"{type(layer).__name__}: the copy computes otherwise"
+        sum(t.sum() for t in twin_out).backward()
+        assert twin[0].weight.grad is not None and layer.weight.grad is None, "gradients reached the original"
+        for obj in (model, layer, comm):
+            with pytest.raises(commgemm.NotPicklableError,
+                               match=r"Save the parameters instead: torch.save\(model.state_dict\(\)"):
+                torch.save(obj, io.BytesIO())
+            with pytest.raises(TypeError, match="cannot be pickled"):
+                pickle.dumps(obj)
+        buf = io.BytesIO()
+        torch.save(model.state_dict(), buf)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(1)
+        buf.seek(0)
+        model.load_state_dict(torch.load(buf))
+        assert torch.equal(model[0].weight, twin[0].weight), "state_dict did not round-trip"
+    assert copy.copy(comm) is comm and copy.deepcopy(comm) is comm
+
+
+def body_gathered_fallback(comm, group, lacks):
+    """A backend whose AG+GEMM keeps the gathered input (cublasmp), and one
+    with no bulk op either: the layers and ops gather it separately (the
+    bulk all-gather, or torch.distributed on comm.process_group). The host
+    backend plays that backend: its entry points refuse what it 'lacks'."""
+    import torch_cases as tc
+    from commgemm import _lib, core
+    lib = _lib.lib()
+    real_ag, real_bulk = lib.cgm_all_gather_gemm, lib.cgm_bulk_overlap
+
+    def ag_without_gathered(*args):
+        if args[5] is not None:
+            raise commgemm.NotSupportedError(commgemm.Status.NOT_SUPPORTED, "this backend keeps the gathered input")
+        return real_ag(*args)
+
+    def no_bulk(*args):
+        raise commgemm.NotSupportedError(commgemm.Status.NOT_SUPPORTED, "this backend has no bulk overlap")
+
+    lib.cgm_all_gather_gemm = ag_without_gathered
+    if "bulk" in lacks:
+        lib.cgm_bulk_overlap = no_bulk
+        comm.process_group = group
+    core._BACKEND_LACKS["host"] = frozenset(lacks)
+    assert not comm.supports("gathered") and comm.supports("bulk") == ("bulk" not in lacks)
+    try:
+        for m in (11, 2):
+            for sp in (True, False):
+                tc.check_column(comm, group, "cpu", torch.float32, m, sequence_parallel=sp)
+                tc.check_row(comm, group, "cpu", torch.float32, m, sequence_parallel=sp)
+            tc.check_functional(comm, group, "cpu", torch.float32, m)
+        tc.check_column(comm, group, "cpu", torch.bfloat16, 11)
+        tc.check_row(comm, group, "cpu", torch.bfloat16, 11)
+        body_mlp_trains(comm, group)
+        if "bulk" in lacks:  # gather_output, scatter_rows, gather_rows on torch.distributed
+            body_layouts(comm, group)
+    finally:
+        del core._BACKEND_LACKS["host"]
+        lib.cgm_all_gather_gemm, lib.cgm_bulk_overlap = real_ag, real_bulk
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_partitions_and_fused_outputs(nranks):
+    run_ranks(body_partitions, nranks)
+
+
+@pytest.mark.parametrize("nranks", [1, 3])
+def test_layouts_gather_output_and_sequence_helpers(nranks):
+    run_ranks(body_layouts, nranks)
+
+
+def test_shape_checks_say_what_to_pass():
+    run_ranks(body_shape_checks, 3)
+
+
+def test_deepcopy_shares_comm_and_pickling_says_save_state_dict():
+    run_ranks(body_copy_and_save, 2)
+
+
+@pytest.mark.parametrize("lacks", [("gathered",), ("gathered", "bulk")], ids=["no-gathered", "no-gathered-no-bulk"])
+def test_backend_without_gathered_input(lacks):
+    run_ranks(body_gathered_fallback, 3, lacks)
+
+
 @pytest.mark.parametrize("nranks", [1, 2, 3])
 def test_init_slices_one_full_draw(nranks):
     run_ranks(body_init, nranks)
@@ -234,6 +434,40 @@ def test_precision(nranks):
 
 def test_mlp_trains_like_reference():
     run_ranks(body_mlp_trains, 2)
+
+
+@pytest.mark.parametrize("lacks", [(), ("gathered",)], ids=["host", "no-gathered"])
+def test_compile_fullgraph(lacks):
+    """torch.compile(fullgraph=True) traces the layers' Python (checks,
+    routes, the Functions' look-ups) without a graph break, on 1 rank
+    (aot_eager: no C++ compiler needed)."""
+    import torch_cases as tc
+    from commgemm import core
+    from commgemm import torch as cgt
+    core._BACKEND_LACKS["host"] = frozenset(lacks)
+    try:
+        with commgemm.Comm.local(0, 1, f"compile-{os.getpid()}-{uuid.uuid4().hex[:8]}") as comm:
+            model = tc.TPMLP(8, 12, comm, torch.float32, "cpu")
+            fused = cgt.FusedColumnParallelLinear(8, [4, 6], comm, batch_first=True, gather_output=True)
+            x = tc.rand((5, 8), 1, torch.float32, "cpu").requires_grad_()
+
+            def loss_fn(x):
+                a, b = fused(x.view(1, 5, 8), m=5)
+                return model(x, 5).square().sum() + a.sum() + b.square().sum()
+
+            want = loss_fn(x)
+            want.backward()
+            want_grads = [t.grad.clone() for t in [x] + list(model.parameters()) + list(fused.parameters())]
+            for t in [x] + list(model.parameters()) + list(fused.parameters()):
+                t.grad = None
+            torch._dynamo.reset()
+            got = torch.compile(loss_fn, fullgraph=True, backend="aot_eager")(x)
+            got.backward()
+            tc.assert_close(got, want, torch.float32, "compiled loss")
+            for i, (t, g) in enumerate(zip([x] + list(model.parameters()) + list(fused.parameters()), want_grads)):
+                tc.assert_close(t.grad, g, torch.float32, f"compiled grad {i}")
+    finally:
+        core._BACKEND_LACKS.pop("host", None)
 
 
 def test_gloo_group_is_rejected_with_advice():

@@ -4,11 +4,13 @@ commgemm.torch_reference (torch.distributed collectives + plain matmuls),
 computed in fp32 from the same values."""
 
 import math
+import types
 
+import pytest
 import torch
 import torch.distributed as dist
 
-from commgemm import shard_offset, shard_rows
+from commgemm import NotSupportedError, shard_offset, shard_rows
 from commgemm import torch as cgt
 from commgemm import torch_reference as ref
 
@@ -138,6 +140,11 @@ def check_functional(comm, group, device, dtype, m, backend=None, seed=0, partia
         assert_close(ya, total + bb.float(), dtype, f"matmul_all_reduce m={m}")
         # bulk: a wgrad-like NT GEMM beside a reduce-scatter
         a = rand((m, 5), seed + 60 + r, dtype, device)
+        if not comm.supports("bulk", backend):  # cublasmp: refused, the comm stays usable
+            with pytest.raises(NotSupportedError):
+                cgt.bulk_matmul_collective(a, xs, partial.to(dtype), comm=comm, layout="NT",
+                                           collective="reduce_scatter", backend=backend)
+            return
         c, recv = cgt.bulk_matmul_collective(a, xs, partial.to(dtype), comm=comm, layout="NT",
                                              collective="reduce_scatter", backend=backend,
                                              gemm_reduction=gemm_reduction)
@@ -215,3 +222,127 @@ def check_autocast(comm, group, device, m, sequence_parallel=True, k=24, n=19, s
     if sp:
         dist.all_reduce(want, group=group)
     assert_close(row.bias.grad, want, bf, what + " row bias grad")
+
+
+# --------------------------------------------------------------------------
+# Against the unsplit nn.Linear: partitions, fused outputs, gather_output,
+# [s, b, h] and [b, s, h] inputs
+# --------------------------------------------------------------------------
+
+
+def seq_shard(t, comm, batch_first=False):
+    """This rank's sequence shard of a full tensor, cut by hand: rows of a 2-D
+    [m, f]; positions along s of [s, b..., f] (or [b, s, f] with batch_first),
+    as many as the ceil split of the flattened s·b rows gives (whole
+    positions)."""
+    P, r = comm.size, comm.rank
+    dim = 1 if batch_first else 0
+    inner = t[..., 0].numel() // t.shape[dim]
+    m = t.shape[dim] * inner
+    return t.narrow(dim, shard_offset(m, r, P) // inner, shard_rows(m, r, P) // inner)
+
+
+def _reference(linear, x, grad):
+    """The unsplit layer in fp32: output, and the grads of sum(output * grad)."""
+    lin = torch.nn.Linear(linear.in_features, linear.out_features, bias=linear.bias is not None, device=x.device)
+    with torch.no_grad():
+        lin.weight.copy_(linear.weight.float())
+        if linear.bias is not None:
+            lin.bias.copy_(linear.bias.float())
+    x = x.detach().float().clone().requires_grad_()
+    y = lin(x)
+    y.backward(grad.float())
+    return y.detach(), x.grad, lin.weight.grad, (lin.bias.grad if lin.bias is not None else None)
+
+
+def check_column_vs_linear(comm, layer, linear, X, G, m=None, what=""):
+    """A ColumnParallelLinear or FusedColumnParallelLinear built from `linear`
+    against it: full input X and output gradient G ([..., features], the same
+    on every rank); the layer gets this rank's sequence shard (sequence
+    parallel) or X, and the gradient of its outputs' columns (all of them
+    with gather_output, each rank computing the same loss)."""
+    dtype = layer.weight.dtype
+    sp, bf = layer.sequence_parallel, layer.batch_first
+    y_ref, dx_ref, dw_ref, db_ref = _reference(linear, X, G)
+    x = (seq_shard(X, comm, bf) if sp else X).detach().clone().requires_grad_()
+    outs = layer(x, m=m)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    sizes = layer.out_features if isinstance(layer.out_features, tuple) else (layer.out_features,)
+    wants, grads, base = [], [], 0
+    for n, off, local in zip(sizes, layer._offsets, layer._locals):
+        cols = slice(base, base + n) if layer.gather_output else slice(base + off, base + off + local)
+        wants.append(y_ref[..., cols])
+        grads.append(G[..., cols].to(dtype))
+        base += n
+    what = f"{type(layer).__name__} P={comm.size} r={comm.rank} sp={sp} bf={bf} {dtype} {what}"
+    assert len(outs) == len(wants), f"{what}: {len(outs)} outputs, expected {len(wants)}"
+    for i, (got, want) in enumerate(zip(outs, wants)):
+        assert_close(got, want, dtype, f"{what} output {i}")
+    torch.autograd.backward(outs, grads)
+    assert_close(x.grad, seq_shard(dx_ref, comm, bf) if sp else dx_ref, dtype, what + " input grad")
+    assert_close(layer.weight.grad, layer._weight_shard(dw_ref), dtype, what + " weight grad")
+    if db_ref is not None:
+        assert_close(layer.bias.grad, layer._bias_shard(db_ref), dtype, what + " bias grad")
+
+
+def check_row_vs_linear(comm, layer, linear, H, G, what=""):
+    """A RowParallelLinear built from `linear` against it: full input H and
+    output gradient G; the layer gets this rank's input features of H and
+    the gradient of its output (this rank's sequence shard, sequence
+    parallel; else all of it, every rank computing the same loss)."""
+    dtype = layer.weight.dtype
+    sp, bf = layer.sequence_parallel, layer.batch_first
+    y_ref, dx_ref, dw_ref, db_ref = _reference(linear, H, G)
+    cols = slice(layer.in_offset, layer.in_offset + layer.in_local)
+    x = H[..., cols].detach().clone().requires_grad_()
+    y = layer(x)
+    what = f"RowParallelLinear P={comm.size} r={comm.rank} sp={sp} bf={bf} {dtype} {what}"
+    assert_close(y, seq_shard(y_ref, comm, bf) if sp else y_ref, dtype, what + " output")
+    y.backward((seq_shard(G, comm, bf) if sp else G).to(dtype))
+    assert_close(x.grad, dx_ref[..., cols], dtype, what + " input grad")
+    assert_close(layer.weight.grad, dw_ref[:, cols], dtype, what + " weight grad")
+    if db_ref is not None:
+        assert_close(layer.bias.grad, db_ref, dtype, what + " bias grad")
+
+
+def check_partitions(comm, device, dtype, sequence_parallel=True, seed=0):
+    """Heads kept whole (partition_multiple), explicit per-rank sizes
+    (partition_sizes), and fused gate+up and q/k/v outputs of one
+    all-gather, each with its own split: against the unsplit nn.Linear,
+    forward and backward, uneven everywhere."""
+    P, sp = comm.size, sequence_parallel
+    head_dim, heads, hidden, m = 4, 8, 12, 11
+    n = head_dim * heads
+    X = rand((m, hidden), seed, dtype, device)
+    G = rand((m, 3 * n), seed + 1, torch.float32, device)
+    # column: whole heads on each rank
+    lin = full_linear(hidden, n, True, dtype, device, seed + 2)
+    col = cgt.ColumnParallelLinear.from_linear(lin, comm, partition_multiple=head_dim, sequence_parallel=sp)
+    want = [shard_rows(heads, q, P) * head_dim for q in range(P)]
+    assert list(col.partition) == want, f"partition {col.partition}, expected {want}"
+    check_column_vs_linear(comm, col, lin, X, G[:, :n], m=m, what="heads")
+    # row: the same heads in, explicit sizes also
+    row_lin = full_linear(n, hidden, True, dtype, device, seed + 3)
+    row = cgt.RowParallelLinear.from_linear(row_lin, comm, partition_multiple=head_dim, sequence_parallel=sp)
+    assert row.partition == col.partition, f"row partition {row.partition} != column's {col.partition}"
+    H = rand((m, n), seed + 4, dtype, device)
+    check_row_vs_linear(comm, row, row_lin, H, G[:, :hidden], what="heads")
+    sizes = [n - 5 * (P - 1)] + [5] * (P - 1)  # the first rank the most, not the ceil split
+    row = cgt.RowParallelLinear.from_linear(row_lin, comm, partition_sizes=sizes, sequence_parallel=sp)
+    check_row_vs_linear(comm, row, row_lin, H, G[:, :hidden], what=f"sizes {sizes}")
+    col = cgt.ColumnParallelLinear.from_linear(lin, comm, partition_sizes=sizes, sequence_parallel=sp)
+    assert col.out_local == sizes[comm.rank]
+    check_column_vs_linear(comm, col, lin, X, G[:, :n], m=m, what=f"sizes {sizes}")
+    # fused gate + up (ceil split each) and q/k/v with fewer k/v heads (whole heads each)
+    gate, up = (full_linear(hidden, 2 * hidden - 1, True, dtype, device, seed + s) for s in (5, 6))
+    fused = cgt.FusedColumnParallelLinear.from_linears([gate, up], comm, sequence_parallel=sp)
+    gate_up = types.SimpleNamespace(in_features=hidden, out_features=2 * (2 * hidden - 1),
+                                    weight=torch.cat([gate.weight, up.weight]), bias=torch.cat([gate.bias, up.bias]))
+    check_column_vs_linear(comm, fused, gate_up, X, G[:, :2 * (2 * hidden - 1)], m=m, what="gate+up")
+    kv = 3 * head_dim
+    qkv = full_linear(hidden, n + 2 * kv, False, dtype, device, seed + 7)
+    fused = cgt.FusedColumnParallelLinear.from_linear(qkv, comm, out_features=[n, kv, kv],
+                                                      partition_multiple=head_dim, sequence_parallel=sp)
+    want = [[shard_rows(h, q, P) * head_dim for q in range(P)] for h in (heads, 3, 3)]
+    assert [list(p) for p in fused.partitions] == want, f"q/k/v partitions {fused.partitions}, expected {want}"
+    check_column_vs_linear(comm, fused, qkv, X, G[:, :n + 2 * kv], m=m, what="q/k/v")
