@@ -657,7 +657,5 @@ def body_empty_weight_shard(comm):
     assert_close(y, full[off:off + mr], 1e-5, f"GEMM+RS, k_r = {ks[r]}")
 
 
-@pytest.mark.xfail(strict=True, reason="the host backend fails an op where this rank's weight shard is empty "
-                                       "(plan step reads rows ... of output; please report this bug)")
 def test_empty_weight_shard_on_one_rank():
     run_ranks(body_empty_weight_shard, 3)
