@@ -10,8 +10,37 @@ commgemm_missing_packages() {
     command -v make >/dev/null 2>&1 || missing+=(make)
     command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
     commgemm_have_openblas || missing+=(libopenblas-dev)
-    command -v python3 >/dev/null 2>&1 || missing+=(python3)
+    if ! command -v python3 >/dev/null 2>&1; then
+        missing+=(python3)
+    elif ! commgemm_python_installs && ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+        missing+=(python3-venv) # test.sh's Python packages then go into a venv
+    fi
     echo "${missing[@]:-}"
+}
+
+# True when python3's pip can install into its own site-packages (root, a
+# virtual environment, a Python of the user's own) and no distribution marks
+# it as managed by the system's package manager (PEP 668).
+commgemm_python_installs() {
+    python3 -m pip --version >/dev/null 2>&1 && python3 -c '
+import os, sys, sysconfig
+p = sysconfig.get_paths()
+sys.exit(not os.access(p["purelib"], os.W_OK) or os.path.exists(os.path.join(p["stdlib"], "EXTERNALLY-MANAGED")))'
+}
+
+# The Python that test.sh installs its test packages into and runs pytest
+# with: python3 where it can install (above), else the virtual environment DIR
+# over python3's packages (--system-site-packages: what the system already
+# has, torch say, is used as it is), made on first use.
+commgemm_python() {
+    local dir=$1
+    if commgemm_python_installs; then echo python3; return 0; fi
+    if [ ! -x "$dir/bin/python" ] && ! python3 -m venv --system-site-packages "$dir" >&2; then
+        echo "commgemm: python3 cannot install packages here and python3 -m venv failed;" \
+            "install python3-venv as root (apt-get install -y python3-venv)" >&2
+        return 1
+    fi
+    echo "$dir/bin/python"
 }
 
 # True when OpenBLAS's cblas.h and libopenblas.so are installed: pkg-config

@@ -11,6 +11,7 @@ About a minute: most of it the wheel's CMake build.
 import os
 import pathlib
 import shutil
+import site as sitemod
 import subprocess
 import sys
 import zipfile
@@ -54,11 +55,16 @@ def test_wheel_in_fresh_venv(tmp_path):
     for name in ("commgemm/lib/libcommgemm.so.0", "commgemm/bin/commgemm-run", "commgemm/run.py"):
         assert name in names, f"{name} missing from {wheels[0].name}: {names}"
 
-    # numpy (and anything else) from this Python's site-packages; commgemm only from the wheel
+    # numpy (and anything else) from this Python's site-packages, which a .pth file puts after the
+    # venv's own (where this Python is itself a venv, --system-site-packages reaches only its base);
+    # commgemm only from the wheel, installed by this Python's pip.
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv], env, tmp_path, 120)
     python = venv / "bin" / "python"
-    _run([python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", wheels[0]], env, tmp_path, 120)
+    site = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    (site / "outer_site.pth").write_text("\n".join(sitemod.getsitepackages()) + "\n")
+    _run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-index", "--no-deps", wheels[0]],
+         env, tmp_path, 120)
     for script in ("commgemm-run", "commgemm-info"):
         assert (venv / "bin" / script).exists(), f"the wheel installed no console script {script}"
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
@@ -67,7 +73,6 @@ def test_wheel_in_fresh_venv(tmp_path):
     assert "host      compiled in   available" in info, info
     assert "p2p       not compiled" in info, f"expected a CPU-only library:\n{info}"
 
-    site = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
     hello = REPO / "examples" / "hello.py"
     for launcher in (["commgemm-run"], ["python", "-m", "commgemm.run"]):
         out = _run(launcher + ["-n", "2", "python", hello], env, tmp_path, 120)
