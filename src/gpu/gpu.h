@@ -226,7 +226,8 @@ typedef struct cgm_lt_gemm_args {
 /* The caller's whole GEMM of a validated call: every field from `c`
  * (layout, dtypes, m, n, k, X, W, Y and their lds, bias and its dtype,
  * accumulate, TF32, the GEMM reduction; fp8: tensor scaling with the
- * scales of c->x, c->w and c->y).
+ * scales of c->x and c->w as dequantization scales; y_scale, amax_y and
+ * fast_accum are the caller's: cuBLASLt's D scale multiplies).
  * Executors override what a chunk changes (m, x, y, lds, epilogue, and
  * for fp8 X's scales: cgm_lt_fp8_chunk). */
 cgm_lt_gemm_args cgm_lt_args_from_call(const cgm_call *c);

@@ -89,7 +89,6 @@ cgm_lt_gemm_args cgm_lt_args_from_call(const cgm_call *c) {
         g.scaling = CGM_LT_SCALE_TENSOR;
         g.x_scale = c->x.scale;
         g.w_scale = c->w.scale;
-        g.y_scale = cgm_lt_is_fp8(c->out_dtype) ? c->y.scale : NULL;
     }
     return g;
 }

@@ -928,6 +928,36 @@ static void test_fp8_accepted(const void *param) {
     CHECK(chunk.x_scale == NULL);
 }
 
+/* cgm_lt_args_from_call: an fp8 call's dtypes and tensor scales (the
+ * bias's dtype with it); a bf16 call's args keep every fp8 field zeroed,
+ * which the checks take (no GPU needed). */
+static void test_fp8_from_call(const void *param) {
+    (void)param;
+    static const float xs = 0.5f, ws = 2.0f, ys = 4.0f;
+    cgm_call c;
+    memset(&c, 0, sizeof c);
+    c.layout = CGM_LAYOUT_TN;
+    c.m = 264, c.n = 208, c.k = 400;
+    c.in_dtype = E4, c.out_dtype = CGM_DTYPE_FP32;
+    c.x = cgm_matrix_make((void *)(uintptr_t)0x10000000, E4, 264, 400);
+    c.w = cgm_matrix_make((void *)(uintptr_t)0x20000000, E5, 208, 400);
+    c.y = cgm_matrix_make((void *)(uintptr_t)0x30000000, CGM_DTYPE_FP32, 264, 208);
+    c.x.scale = &xs, c.w.scale = &ws, c.y.scale = &ys;
+    c.has_bias = true;
+    c.bias = cgm_matrix_make((void *)(uintptr_t)0x40000000, CGM_DTYPE_BF16, 1, 208);
+    cgm_lt_gemm_args g = cgm_lt_args_from_call(&c);
+    CHECK_INT_EQ(g.in_dtype, E4);
+    CHECK_INT_EQ(g.w_dtype, E5);
+    CHECK_INT_EQ(g.bias_dtype, CGM_DTYPE_BF16);
+    CHECK_INT_EQ(g.scaling, TENSOR);
+    CHECK(g.x_scale == &xs && g.w_scale == &ws && g.y_scale == NULL && g.amax_y == NULL && !g.fast_accum);
+    CHECK_STATUS(cgm_lt_check(&g), CGM_SUCCESS);
+    c.in_dtype = CGM_DTYPE_BF16, c.x.dtype = c.w.dtype = CGM_DTYPE_BF16, c.x.scale = c.w.scale = NULL;
+    g = cgm_lt_args_from_call(&c);
+    CHECK(g.w_dtype == CGM_DTYPE_FP32 && g.scaling == CGM_LT_SCALE_NONE && g.x_scale == NULL && g.w_scale == NULL);
+    CHECK_STATUS(cgm_lt_check(&g), CGM_SUCCESS);
+}
+
 #define NS CGM_ERROR_NOT_SUPPORTED
 #define IA CGM_ERROR_INVALID_ARGUMENT
 static const fp8_refusal fp8_refusals[] = {
@@ -982,6 +1012,7 @@ static void register_cases(void) {
     test_add("fp8_block_k112_chunks", test_fp8, &fp8_b_short_k);
     test_add("fp8_keyed", test_fp8_keyed, NULL);
     test_add("fp8_accepted", test_fp8_accepted, NULL);
+    test_add("fp8_from_call", test_fp8_from_call, NULL);
     for (size_t i = 0; i < sizeof fp8_refusals / sizeof fp8_refusals[0]; i++) {
         char name[64];
         snprintf(name, sizeof name, "fp8_refused_%d", fp8_refusals[i].what);
