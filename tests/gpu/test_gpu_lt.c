@@ -440,6 +440,14 @@ static void fp8_fill_host(fp8_data *d) {
     }
 }
 
+/* The bias's value at column j (0 without one). */
+static double bias_of(const fp8_data *d, int64_t j) {
+    if (!d->c->bias) return 0;
+    uint16_t b;
+    memcpy(&b, d->hbias + j * 2, 2);
+    return case_bias_dtype(d->c) == CGM_DTYPE_FP16 ? fp16_value(b) : out_value(&b, 0, CGM_DTYPE_BF16);
+}
+
 /* ref[i, j] = sum_l x(i,l) xs(i,l) w(j,l) ws(j,l) + bias[j] (before
  * y_scale), and the sum of the products' magnitudes (the accumulation
  * error's scale). */
@@ -461,11 +469,7 @@ static void fp8_reference(fp8_data *d) {
                 acc += p;
                 abs_acc += fabs(p);
             }
-            if (c->bias) {
-                uint16_t b;
-                memcpy(&b, d->hbias + j * 2, 2);
-                acc += case_bias_dtype(c) == CGM_DTYPE_FP16 ? fp16_value(b) : out_value(&b, 0, CGM_DTYPE_BF16);
-            }
+            acc += bias_of(d, j);
             d->ref[i * c->n + j] = acc;
             d->sumabs[i * c->n + j] = abs_acc;
             if (fabs(acc) > d->amax_ref) d->amax_ref = fabs(acc);
@@ -610,6 +614,53 @@ static int fp8_chunked(cgm_lt *lt, fp8_data *d, cudaStream_t stream, void *ws) {
     return calls;
 }
 
+/* On a failure: how the first rows would compare had cuBLASLt read our
+ * scales another way, so that a wrong guess of its layout shows which it
+ * is. 0: gpu.h's layouts; 1: X's scales k-contiguous ([rows][L] per
+ * group); 2: W's rows of L, not L4; 3: W's n-block-contiguous
+ * ([L][ceil(n/128)]); 4: 1 and 2; 5: y_scale divides instead. */
+static double alt_x_scale(const fp8_data *d, int alt, int64_t i, int64_t l) {
+    if (d->c->scaling != CGM_LT_SCALE_BLOCK || (alt != 1 && alt != 4)) return x_scale_of(d, i, l);
+    int64_t first = i / d->per * d->per;
+    return d->hxs[d->blocks * first + (i - first) * d->blocks + l / 128];
+}
+
+static double alt_w_scale(const fp8_data *d, int alt, int64_t j, int64_t l) {
+    if (d->c->scaling != CGM_LT_SCALE_BLOCK) return w_scale_of(d, j, l);
+    if (alt == 2 || alt == 4) return d->hws[(j / 128) * d->blocks + l / 128];
+    if (alt == 3) return d->hws[(l / 128) * d->wblocks + j / 128];
+    return w_scale_of(d, j, l);
+}
+
+static void fp8_diagnose(const fp8_data *d, const unsigned char *h) {
+    static const char *const names[6] = {"gpu.h's layouts", "X scales k-contiguous", "W scale rows of L (not L4)",
+                                         "W scales n-block-contiguous", "X k-contiguous + W rows of L",
+                                         "y_scale divides"};
+    const fp8_case *c = d->c;
+    int64_t rows = c->m < 8 ? c->m : 8, total = rows * c->n;
+    double acc_eps = c->fast_accum ? ldexp(1, -7) : ldexp(1, -10);
+    for (int alt = 0; alt < 6; alt++) {
+        if ((alt >= 1 && alt <= 4 && c->scaling != CGM_LT_SCALE_BLOCK) || (alt == 5 && !is_fp8(c->y))) continue;
+        int64_t good = 0;
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < c->n; j++) {
+                double acc = 0, abs_acc = 0;
+                for (int64_t l = 0; l < c->k; l++) {
+                    double p = fp8_value(d->hx[i * c->k + l], c->x) * alt_x_scale(d, alt, i, l) *
+                               fp8_value(d->hw[j * c->k + l], c->w) * alt_w_scale(d, alt, j, l);
+                    acc += p;
+                    abs_acc += fabs(p);
+                }
+                double ys = alt == 5 ? 1.0 / d->hys : d->hys;
+                double want = (acc + bias_of(d, j)) * ys;
+                double tol = out_eps(c->y) * fabs(want) + acc_eps * abs_acc * ys + out_tiny(c->y);
+                good += fabs(out_value(h, i * d->ldy + j, c->y) - want) <= tol;
+            }
+        printf("  if cuBLASLt read %s: %lld of %lld values of rows 0..%lld within tolerance\n", names[alt],
+               (long long)good, (long long)total, (long long)rows - 1);
+    }
+}
+
 /* Y (device, d->ldy) against the reference: prints the worst element and
  * fails listing the first bad ones. */
 static void fp8_expect(const fp8_data *d, const void *ydev, const char *what) {
@@ -638,6 +689,7 @@ static void fp8_expect(const fp8_data *d, const void *ydev, const char *what) {
     printf("%s: %s x %s -> %s m=%lld n=%lld k=%lld: worst |err|/tol %.3g at (%lld,%lld) (tol %.3g)\n", what,
            cgm_dtype_name(c->x), cgm_dtype_name(c->w), cgm_dtype_name(c->y), (long long)c->m, (long long)c->n,
            (long long)c->k, worst, (long long)wi, (long long)wj, worst_tol);
+    if (bad) fp8_diagnose(d, h);
     free(h);
     if (bad)
         TEST_FAIL("%s: %lld of %lld values off the dequantized reference (%s scaling, groups %lld, chunks %d, "
