@@ -146,12 +146,49 @@ void cgm_gpu_tune_device_name(const cgm_comm *comm, void *state, char *buf,
 
 /* -------------------------------------------------------------- cuBLASLt */
 
+/* How the fp8 operands of cgm_lt_gemm are scaled (dequantized: the value
+ * of an fp8 element is the element times its scale). */
+typedef enum cgm_lt_scaling {
+    CGM_LT_SCALE_NONE = 0,   /* bf16/fp16/fp32 inputs: no scales */
+    CGM_LT_SCALE_TENSOR = 1, /* one fp32 scale for X, one for W */
+    /* X: one fp32 per row and 128 columns (1x128 along k); W: one per
+     * 128x128 block. Hopper only (sm_90), bf16/fp16/fp32 output. */
+    CGM_LT_SCALE_BLOCK = 2
+} cgm_lt_scaling;
+
 /* One row-major GEMM in the layouts of commgemm.h:
- *   Y[m, n] (= or +=) opX(X) . opW(W) (+ bias[n]), fp32 compute. */
+ *   Y[m, n] (= or +=) opX(X) . opW(W) (+ bias[n]), fp32 compute.
+ *
+ * fp8 (in_dtype CGM_DTYPE_FP8_E4M3 or _E5M2), cuBLASLt's FP8 kernels:
+ *   Y = y_scale * (dequant(X) . dequant(W)^T + bias)
+ * - layout TN only (both operands k-major, as Hopper's FP8 kernels need);
+ *   k, ldx and ldw multiples of 16, X and W 16-byte aligned;
+ * - X of in_dtype, W of w_dtype: e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3
+ *   (e5m2 x e5m2 is refused: cuBLASLt has no such kernel);
+ * - out_dtype bf16, fp16, fp32, or (tensor scaling only) fp8: e4m3, or
+ *   e5m2 when an input is e5m2. fp8 output: no accumulate, no addend;
+ * - the bias: bf16 for bf16 and fp32 outputs, fp16 for fp16 outputs,
+ *   bf16 or fp16 (bias_dtype) for fp8 outputs;
+ * - scaling TENSOR: x_scale, w_scale point to one fp32 each (NULL: 1);
+ *   scaling BLOCK (cuBLASLt's VEC128_32F for X, BLK128x128_32F for W),
+ *   L = ceil(k / 128) blocks along k, L4 = L rounded up to a multiple of 4;
+ *   m and n multiples of 4, scale pointers 16-byte aligned:
+ *     x_scale: [L][m] (m-contiguous): X row i, columns 128b..128b+127
+ *              scaled by x_scale[b * m + i];
+ *     w_scale: [ceil(n / 128)][L4]: W rows 128j.., columns 128b..
+ *              scaled by w_scale[j * L4 + b];
+ * - y_scale (fp8 output only): one fp32 that multiplies the result before
+ *   it is rounded to fp8 (NULL: 1); amax_y (fp8 output only, cuBLASLt
+ *   computes it for no other): one fp32 set to max |result| before
+ *   y_scale, for this call's rows (zeroed on the stream first, then
+ *   written by cuBLASLt);
+ * - fast_accum: cuBLASLt's FP8 fast accumulation (no periodic promotion
+ *   to fp32; less accurate); tensor scaling only.
+ * Row chunks of one GEMM: cgm_lt_fp8_chunk gives a chunk its X scales. */
 typedef struct cgm_lt_gemm_args {
     cgm_layout layout;
-    cgm_dtype in_dtype;  /* X and W */
-    cgm_dtype out_dtype; /* Y and bias */
+    cgm_dtype in_dtype;  /* X, and W unless w_dtype says otherwise */
+    cgm_dtype out_dtype; /* Y, the addend, and the bias (fp8: above) */
     int64_t m, n, k;
     const void *x; /* [m, k] (TN, NN) or [k, m] (NT) */
     int64_t ldx;
@@ -159,7 +196,7 @@ typedef struct cgm_lt_gemm_args {
     int64_t ldw;
     void *y; /* [m, n] */
     int64_t ldy;
-    const void *bias; /* n elements of out_dtype, or NULL */
+    const void *bias; /* n elements of out_dtype (fp8: bias_dtype), or NULL */
     bool accumulate;  /* beta = 1 */
     /* Y = X . W^T + addend (+ bias): cuBLASLt's C, [m, n] of out_dtype with
      * leading dimension ld_addend, read only; NULL: none. Not with
@@ -170,34 +207,77 @@ typedef struct cgm_lt_gemm_args {
     /* Split-k parts added in fp32 only (CGM_GEMM_REDUCTION_FP32); false:
      * any scheme cuBLASLt's heuristic picks. */
     bool reduction_fp32;
+
+    /* fp8 inputs only (above); zeroed otherwise. */
+    cgm_dtype w_dtype;    /* W's fp8 dtype; CGM_DTYPE_FP32 (0): in_dtype */
+    cgm_dtype bias_dtype; /* the bias's dtype (checked against the rule) */
+    cgm_lt_scaling scaling;
+    const float *x_scale, *w_scale; /* device memory */
+    /* Rows of X each x_scale group covers, for cgm_lt_fp8_chunk: group g
+     * (rows g * x_scale_rows ..) has its scales at x_scale + g (TENSOR) or
+     * x_scale + L * g * x_scale_rows (BLOCK, [L][x_scale_rows] each). 0:
+     * one group of m rows. cgm_lt_gemm takes 0 or m. */
+    int64_t x_scale_rows;
+    const float *y_scale; /* device memory, or NULL */
+    float *amax_y;        /* device memory, or NULL */
+    bool fast_accum;
 } cgm_lt_gemm_args;
 
 /* The caller's whole GEMM of a validated call: every field from `c`
- * (layout, dtypes, m, n, k, X, W, Y and their lds, bias, accumulate, TF32,
- * the GEMM reduction).
- * Executors override what a chunk changes (m, x, y, lds, epilogue). */
+ * (layout, dtypes, m, n, k, X, W, Y and their lds, bias and its dtype,
+ * accumulate, TF32, the GEMM reduction; fp8: tensor scaling with the
+ * scales of c->x and c->w as dequantization scales; y_scale, amax_y and
+ * fast_accum are the caller's: cuBLASLt's D scale multiplies).
+ * Executors override what a chunk changes (m, x, y, lds, epilogue, and
+ * for fp8 X's scales: cgm_lt_fp8_chunk). */
 cgm_lt_gemm_args cgm_lt_args_from_call(const cgm_call *c);
+
+/* fp8: X's scales for the chunk of rows [row0, row0 + rows) of `whole`
+ * (the GEMM over the whole X, whose x_scale and x_scale_rows describe
+ * every group's scales). Sets chunk->x_scale and chunk->x_scale_rows (0)
+ * and nothing else; a no-op for other inputs.
+ *   TENSOR: the rows must lie in one group: x_scale + group.
+ *   BLOCK: the rows must be one whole group (x_scale + L * row0), or any
+ *   rows when k <= 128 (x_scale + row0; L = 1); a part of a group is
+ *   CGM_ERROR_NOT_SUPPORTED (X's scales are m-contiguous per k-block, so a
+ *   part is no pointer offset): cgm_lt_fp8_pack_x_scales copies one.
+ * CGM_ERROR_INVALID_ARGUMENT for rows outside whole's m. */
+cgm_status cgm_lt_fp8_chunk(const cgm_lt_gemm_args *whole, int64_t row0,
+                            int64_t rows, cgm_lt_gemm_args *chunk);
+/* BLOCK scaling: copies the X scales of rows [row0, row0 + rows) of
+ * `whole` (within one group) into dst ([L][rows], L * rows floats,
+ * 16-byte aligned) on `stream` (one 2D copy, capturable), and points
+ * chunk->x_scale at it (chunk->x_scale_rows = 0). dst must stay untouched
+ * until the chunk's cgm_lt_gemm has run on `stream`. */
+cgm_status cgm_lt_fp8_pack_x_scales(const cgm_lt_gemm_args *whole,
+                                    int64_t row0, int64_t rows, float *dst,
+                                    cudaStream_t stream,
+                                    cgm_lt_gemm_args *chunk);
 
 typedef struct cgm_lt cgm_lt;
 
 /* Reads COMMGEMM_LT_SEARCH (CGM_ERROR_INVALID_ARGUMENT out of range). */
 cgm_status cgm_lt_create(cgm_lt **out);
 void cgm_lt_destroy(cgm_lt *lt);
-/* Enqueues the GEMM on `stream`. Descriptors and the algorithm are cached
- * per shape/alignment/workspace/reduction: the first call of a shape queries the
- * heuristic (host only) and takes its first algorithm, unless
- * cgm_lt_prepare searched the shape before; later calls, including inside
- * graph capture, reuse the entry. workspace: device memory of
- * workspace_bytes for cuBLASLt. */
+/* Enqueues the GEMM on `stream` (the fp8 rules above are checked first:
+ * CGM_ERROR_NOT_SUPPORTED or _INVALID_ARGUMENT saying what is expected).
+ * Descriptors and the algorithm are cached per shape, alignment,
+ * workspace, reduction, dtypes (X, W, Y, C, bias), fp8 scaling, fast
+ * accumulation, and which fp8 scale and amax pointers are set: the first
+ * call of a shape queries the heuristic (host only) and takes its first
+ * algorithm, unless cgm_lt_prepare searched the shape before; later calls,
+ * including inside graph capture, reuse the entry. workspace: device
+ * memory of workspace_bytes for cuBLASLt. */
 cgm_status cgm_lt_gemm(cgm_lt *lt, const cgm_lt_gemm_args *args,
                        void *workspace, size_t workspace_bytes,
                        cudaStream_t stream);
 /* Before an op enqueues anything (executors' dry pass, never during graph
  * capture): makes sure the entry of `args` exists, and on its first sight
  * times the heuristic's first COMMGEMM_LT_SEARCH algorithms (default 8; 1:
- * no timing) on a private stream, with the real X, W and bias (read only)
- * and a scratch output (stream-ordered allocation, freed after), and keeps
- * the fastest when it beats the heuristic's first by 1 % or more. The
+ * no timing) on a private stream, with the real X, W, bias and scales
+ * (read only) and a scratch output and amax (stream-ordered allocation,
+ * freed after), and keeps the fastest when it beats the heuristic's first
+ * by 1 % or more. The
  * private stream first waits for the work already on `after` (the caller's
  * stream: earlier ops, whose flags the peers' earlier ops satisfy), so the
  * timings do not share the GPU with it; the host waits for the private

@@ -7,11 +7,14 @@
  *   NN: Y^T = W^T . X^T A = W (col-major n x k, ld ldw) op N; B = X (k x m) op N
  *   NT: Y^T = W^T . X   A = W (col-major n x k) op N;         B = X (m x k) op T
  * and cuBLASLt's (m, n, k) are ours (n, m, k). The bias (n values) is then
- * a per-row vector of D, which is what CUBLASLT_EPILOGUE_BIAS adds. */
+ * a per-row vector of D, which is what CUBLASLT_EPILOGUE_BIAS adds. fp8
+ * (TN only): lt_gemm_fp8.c. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpu/gpu.h"
+#include "gpu/lt_gemm_fp8.h"
 
 #define LT_CACHE_SIZE 256
 /* cgm_lt_prepare's search: at most this many heuristic algorithms, timed in
@@ -21,8 +24,12 @@
 #define LT_SEARCH_ROUND_US 200.0
 
 typedef struct lt_key {
-    int layout, in_dtype, out_dtype;
+    /* in_dtype is X's; w_dtype W's; c_dtype cuBLASLt's C (an fp8 output's
+     * differs from out_dtype); bias_dtype the bias's (0 without one). */
+    int layout, in_dtype, w_dtype, out_dtype, c_dtype, bias_dtype;
     int has_bias, accumulate, tf32, has_addend, reduction_fp32;
+    /* fp8: which of the pointers the descriptor carries */
+    int scaling, fast_accum, has_x_scale, has_w_scale, has_y_scale, has_amax;
     int64_t m, n, k, ldx, ldw, ldy, ld_addend;
     int align_x, align_w, align_y, align_bias, align_addend;
     uint64_t workspace_bytes;
@@ -34,7 +41,9 @@ typedef struct lt_entry {
     lt_key key;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c;
-    cublasLtMatrixLayout_t cin; /* the addend's (C) layout; else c */
+    /* C's layout when it is not D's: the addend's, or an fp8 output's C
+     * (of c_dtype, never read: beta 0); else c */
+    cublasLtMatrixLayout_t cin;
     cublasLtMatmulAlgo_t algo;
 } lt_entry;
 
@@ -71,9 +80,16 @@ cgm_lt_gemm_args cgm_lt_args_from_call(const cgm_call *c) {
     g.y = c->y.data;
     g.ldy = cgm_matrix_ld(&c->y);
     g.bias = c->has_bias ? c->bias.data : NULL;
+    g.bias_dtype = c->has_bias ? c->bias.dtype : CGM_DTYPE_FP32;
     g.accumulate = c->accumulate;
     g.allow_tf32 = c->allow_tf32;
     g.reduction_fp32 = c->gemm_reduction_fp32;
+    if (cgm_lt_is_fp8(c->in_dtype)) {
+        g.w_dtype = c->w.dtype;
+        g.scaling = CGM_LT_SCALE_TENSOR;
+        g.x_scale = c->x.scale;
+        g.w_scale = c->w.scale;
+    }
     return g;
 }
 
@@ -127,7 +143,10 @@ static lt_key make_key(const cgm_lt_gemm_args *g, size_t workspace_bytes) {
     memset(&key, 0, sizeof key);
     key.layout = (int)g->layout;
     key.in_dtype = (int)g->in_dtype;
+    key.w_dtype = (int)cgm_lt_w_dtype(g);
     key.out_dtype = (int)g->out_dtype;
+    key.c_dtype = (int)cgm_lt_c_dtype(g);
+    key.bias_dtype = g->bias ? (int)cgm_lt_bias_dtype(g) : 0;
     key.has_bias = g->bias != NULL;
     key.accumulate = g->accumulate;
     key.tf32 = g->in_dtype == CGM_DTYPE_FP32 && g->allow_tf32;
@@ -146,12 +165,42 @@ static lt_key make_key(const cgm_lt_gemm_args *g, size_t workspace_bytes) {
     key.ld_addend = g->addend ? g->ld_addend : 0;
     key.align_addend = g->addend ? alignment(g->addend) : 0;
     key.workspace_bytes = workspace_bytes;
+    key.scaling = (int)g->scaling;
+    key.fast_accum = g->fast_accum;
+    key.has_x_scale = g->x_scale != NULL;
+    key.has_w_scale = g->w_scale != NULL;
+    key.has_y_scale = g->y_scale != NULL;
+    key.has_amax = g->amax_y != NULL;
     return key;
 }
 
-/* cuBLASLt's C layout: the addend's, or D's (beta 0 or accumulate). */
+/* cuBLASLt's C layout: the addend's, an fp8 output's C, or D's (beta 0
+ * or accumulate). */
 static cublasLtMatrixLayout_t c_layout(const lt_entry *e) {
     return e->cin ? e->cin : e->c;
+}
+
+/* cuBLASLt's C: the addend, none for an fp8 output (beta 0: C, of another
+ * dtype than D, is not read), else Y itself (beta 1 or 0). */
+static const void *c_pointer(const lt_entry *e, const cgm_lt_gemm_args *g,
+                             const void *y) {
+    if (g->addend) return g->addend;
+    return e->key.c_dtype != e->key.out_dtype ? NULL : y;
+}
+
+/* The per-call pointers of the entry's descriptor: the bias, fp8's scales
+ * and `amax` (g's amax_y, or the search's scratch one). */
+static cgm_status set_pointers(lt_entry *e, const cgm_lt_gemm_args *g,
+                               float *amax) {
+    cgm_status status = CGM_SUCCESS;
+    if (g->bias)
+        CGM_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
+            e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
+            sizeof g->bias));
+    if (cgm_lt_is_fp8(g->in_dtype))
+        CGM_TRY(cgm_lt_fp8_pointers(e->desc, g, amax));
+fail:
+    return status;
 }
 
 /* The heuristic's first `want` algorithms for entry e (its descriptors and
@@ -195,16 +244,71 @@ fail:
     return status;
 }
 
-static cgm_status entry_build(cgm_lt *lt, lt_entry *e, const lt_key *key) {
+/* The descriptor: compute type, operations, the bias epilogue, fp8's
+ * scale modes and fast accumulation. */
+static cgm_status desc_build(lt_entry *e, const lt_key *key) {
     cgm_status status = CGM_SUCCESS;
     cublasComputeType_t compute =
         key->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    cudaDataType_t in = cgm_cuda_dtype((cgm_dtype)key->in_dtype);
-    cudaDataType_t out = cgm_cuda_dtype((cgm_dtype)key->out_dtype);
     cublasOperation_t op_a = key->layout == CGM_LAYOUT_TN ? CUBLAS_OP_T
                                                           : CUBLAS_OP_N;
     cublasOperation_t op_b = key->layout == CGM_LAYOUT_NT ? CUBLAS_OP_T
                                                           : CUBLAS_OP_N;
+    CGM_CUBLAS_TRY(cublasLtMatmulDescCreate(&e->desc, compute, CUDA_R_32F));
+    CGM_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
+        e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+    CGM_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
+        e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+    if (key->has_bias) {
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        int32_t bias_type =
+            (int32_t)cgm_lt_cuda_dtype((cgm_dtype)key->bias_dtype);
+        CGM_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
+            e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+        CGM_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
+            e->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+            sizeof bias_type));
+    }
+    if (cgm_lt_is_fp8((cgm_dtype)key->in_dtype))
+        CGM_TRY(cgm_lt_fp8_desc(e->desc, (cgm_lt_scaling)key->scaling,
+                                key->fast_accum));
+fail:
+    return status;
+}
+
+static cgm_status no_algorithm(const lt_key *key) {
+    char fp8[160] = "";
+    if (cgm_lt_is_fp8((cgm_dtype)key->in_dtype))
+        snprintf(fp8, sizeof fp8, "; fp8 %s scaling, W %s, C %s, fast "
+                 "accumulation %d, scales x/w/y %d/%d/%d, amax %d",
+                 key->scaling == CGM_LT_SCALE_BLOCK ? "block" : "tensor",
+                 cgm_dtype_name((cgm_dtype)key->w_dtype),
+                 cgm_dtype_name((cgm_dtype)key->c_dtype), key->fast_accum,
+                 key->has_x_scale, key->has_w_scale, key->has_y_scale,
+                 key->has_amax);
+    return cgm_error(CGM_ERROR_NOT_SUPPORTED,
+                     "cuBLASLt has no algorithm for a %s GEMM m=%lld n=%lld "
+                     "k=%lld (%s in, %s out, ld x/w/y %lld/%lld/%lld, "
+                     "alignment %d/%d/%d bytes%s); try aligned pointers and "
+                     "leading dimensions%s",
+                     cgm_layout_name((cgm_layout)key->layout),
+                     (long long)key->m, (long long)key->n, (long long)key->k,
+                     cgm_dtype_name((cgm_dtype)key->in_dtype),
+                     cgm_dtype_name((cgm_dtype)key->out_dtype),
+                     (long long)key->ldx, (long long)key->ldw,
+                     (long long)key->ldy, key->align_x, key->align_w,
+                     key->align_y, fp8,
+                     fp8[0] ? " (for fp8 also n and ldy multiples of 16) "
+                              "on a GPU with FP8 (sm_89+; block scaling: "
+                              "sm_90)"
+                            : "");
+}
+
+static cgm_status entry_build(cgm_lt *lt, lt_entry *e, const lt_key *key) {
+    cgm_status status = CGM_SUCCESS;
+    cudaDataType_t in_x = cgm_lt_cuda_dtype((cgm_dtype)key->in_dtype);
+    cudaDataType_t in_w = cgm_lt_cuda_dtype((cgm_dtype)key->w_dtype);
+    cudaDataType_t out = cgm_lt_cuda_dtype((cgm_dtype)key->out_dtype);
     /* A = W: stored col-major (k x n) for TN, (n x k) for NN/NT. */
     uint64_t a_rows = key->layout == CGM_LAYOUT_TN ? (uint64_t)key->k
                                                    : (uint64_t)key->n;
@@ -216,23 +320,10 @@ static cgm_status entry_build(cgm_lt *lt, lt_entry *e, const lt_key *key) {
     uint64_t b_cols = key->layout == CGM_LAYOUT_NT ? (uint64_t)key->k
                                                    : (uint64_t)key->m;
     e->key = *key;
-    CGM_CUBLAS_TRY(cublasLtMatmulDescCreate(&e->desc, compute, CUDA_R_32F));
-    CGM_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
-        e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
-    CGM_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
-        e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
-    if (key->has_bias) {
-        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        int32_t bias_type = (int32_t)out;
-        CGM_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
-            e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-        CGM_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
-            e->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-            sizeof bias_type));
-    }
-    CGM_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&e->a, in, a_rows, a_cols,
+    CGM_TRY(desc_build(e, key));
+    CGM_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&e->a, in_w, a_rows, a_cols,
                                               key->ldw));
-    CGM_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&e->b, in, b_rows, b_cols,
+    CGM_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&e->b, in_x, b_rows, b_cols,
                                               key->ldx));
     CGM_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&e->c, out, (uint64_t)key->n,
                                               (uint64_t)key->m, key->ldy));
@@ -240,23 +331,15 @@ static cgm_status entry_build(cgm_lt *lt, lt_entry *e, const lt_key *key) {
         CGM_CUBLAS_TRY(cublasLtMatrixLayoutCreate(
             &e->cin, out, (uint64_t)key->n, (uint64_t)key->m,
             key->ld_addend));
+    else if (key->c_dtype != key->out_dtype)
+        CGM_CUBLAS_TRY(cublasLtMatrixLayoutCreate(
+            &e->cin, cgm_lt_cuda_dtype((cgm_dtype)key->c_dtype),
+            (uint64_t)key->n, (uint64_t)key->m, key->ldy));
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
     CGM_TRY(heuristic(lt, e, 1, &result, &found));
     if (found < 1) {
-        status = cgm_error(CGM_ERROR_NOT_SUPPORTED,
-                           "cuBLASLt has no algorithm for a %s GEMM m=%lld "
-                           "n=%lld k=%lld (%s in, %s out, ld x/w/y %lld/%lld/"
-                           "%lld, alignment %d/%d/%d bytes); try aligned "
-                           "pointers and leading dimensions",
-                           cgm_layout_name((cgm_layout)key->layout),
-                           (long long)key->m, (long long)key->n,
-                           (long long)key->k,
-                           cgm_dtype_name((cgm_dtype)key->in_dtype),
-                           cgm_dtype_name((cgm_dtype)key->out_dtype),
-                           (long long)key->ldx, (long long)key->ldw,
-                           (long long)key->ldy, key->align_x, key->align_w,
-                           key->align_y);
+        status = no_algorithm(key);
         goto fail;
     }
     e->algo = result.algo;
@@ -354,8 +437,9 @@ static cgm_status search_entry(cgm_lt *lt, lt_entry *e,
     int found = 0, reps = 1, best = 0;
     char *scratch = NULL;
     void *y = NULL, *wsp = NULL;
+    float *amax = NULL; /* never the caller's amax_y */
     size_t y_bytes = scratch_y_bytes(key);
-    size_t y_room = (y_bytes + 255) & ~(size_t)255;
+    size_t y_room = ((y_bytes + 255) & ~(size_t)255) + 256;
     float first_ms = 0;
     cudaStream_t s;
     float alpha = 1.0f,
@@ -385,17 +469,15 @@ static cgm_status search_entry(cgm_lt *lt, lt_entry *e,
     }
     y = scratch;
     wsp = scratch + y_room;
-    if (g->bias)
-        CGM_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
-            e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
-            sizeof g->bias));
+    amax = key->has_amax ? (float *)(scratch + y_room - 256) : NULL;
+    CGM_TRY(set_pointers(e, g, amax));
     CGM_CUDA_TRY(cudaMemsetAsync(y, 0, y_bytes, s));
     /* Warm-up: every candidate once (one that fails is dropped), the
      * first timed to size the repetitions of a round. */
     for (int c = 0; c < found; c++) {
         if (c == 0) CGM_CUDA_TRY(cudaEventRecord(lt->search_events[2], s));
         ok[c] = cublasLtMatmul(lt->handle, e->desc, &alpha, g->w, e->a, g->x,
-                               e->b, &beta, g->addend ? g->addend : y,
+                               e->b, &beta, c_pointer(e, g, y),
                                c_layout(e), y, e->c, &res[c].algo, wsp,
                                key->workspace_bytes,
                                s) == CUBLAS_STATUS_SUCCESS;
@@ -417,7 +499,7 @@ static cgm_status search_entry(cgm_lt *lt, lt_entry *e,
             for (int i = 0; i < reps; i++)
                 CGM_CUBLAS_TRY(cublasLtMatmul(
                     lt->handle, e->desc, &alpha, g->w, e->a, g->x, e->b,
-                    &beta, g->addend ? g->addend : y, c_layout(e), y, e->c,
+                    &beta, c_pointer(e, g, y), c_layout(e), y, e->c,
                     &res[c].algo, wsp, key->workspace_bytes, s));
             CGM_CUDA_TRY(cudaEventRecord(ev[1], s));
         }
@@ -469,8 +551,9 @@ void cgm_lt_search_stats(const cgm_lt *lt, uint64_t *searches,
 cgm_status cgm_lt_prepare(cgm_lt *lt, const cgm_lt_gemm_args *g,
                           size_t workspace_bytes, cudaStream_t after,
                           int64_t timeout_ms) {
-    cgm_status status = CGM_SUCCESS;
-    if (g->m == 0 || g->n == 0 || g->k == 0) return CGM_SUCCESS;
+    cgm_status status = cgm_lt_check(g);
+    if (status != CGM_SUCCESS || g->m == 0 || g->n == 0 || g->k == 0)
+        return status;
     lt_key key = make_key(g, workspace_bytes);
     lt_entry *e = NULL;
     CGM_TRY(lookup(lt, &key, &e));
@@ -482,19 +565,21 @@ fail:
 
 cgm_status cgm_lt_gemm(cgm_lt *lt, const cgm_lt_gemm_args *g, void *workspace,
                        size_t workspace_bytes, cudaStream_t stream) {
-    cgm_status status = CGM_SUCCESS;
-    if (g->m == 0 || g->n == 0) return CGM_SUCCESS;
-    lt_key key = make_key(g, workspace_bytes);
-    lt_entry *e = NULL;
-    CGM_TRY(lookup(lt, &key, &e));
-    if (g->bias)
-        CGM_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
-            e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
-            sizeof g->bias));
+    cgm_status status = cgm_lt_check(g);
+    if (status != CGM_SUCCESS) return status;
     if (g->addend && g->accumulate)
         return cgm_error(CGM_ERROR_INTERNAL,
                          "cgm_lt_gemm: an addend and accumulate together "
                          "(cuBLASLt takes one C); please report this bug");
+    /* This call's amax, whatever cuBLASLt does with the value it finds
+     * there (and 0 for an empty Y). */
+    if (g->amax_y)
+        CGM_CUDA_TRY(cudaMemsetAsync(g->amax_y, 0, sizeof(float), stream));
+    if (g->m == 0 || g->n == 0) return CGM_SUCCESS;
+    lt_key key = make_key(g, workspace_bytes);
+    lt_entry *e = NULL;
+    CGM_TRY(lookup(lt, &key, &e));
+    CGM_TRY(set_pointers(e, g, g->amax_y));
     float alpha = 1.0f, beta = g->accumulate || g->addend ? 1.0f : 0.0f;
     if (g->k == 0 && !g->accumulate && !g->bias && !g->addend) {
         /* Empty contraction: cuBLASLt may reject k = 0; the result is 0. */
@@ -505,9 +590,8 @@ cgm_status cgm_lt_gemm(cgm_lt *lt, const cgm_lt_gemm_args *g, void *workspace,
         return CGM_SUCCESS;
     }
     CGM_CUBLAS_TRY(cublasLtMatmul(lt->handle, e->desc, &alpha, g->w, e->a,
-                                  g->x, e->b, &beta,
-                                  g->addend ? g->addend : g->y, c_layout(e),
-                                  g->y, e->c, &e->algo, workspace,
+                                  g->x, e->b, &beta, c_pointer(e, g, g->y),
+                                  c_layout(e), g->y, e->c, &e->algo, workspace,
                                   workspace_bytes, stream));
 fail:
     return status;
