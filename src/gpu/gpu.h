@@ -156,6 +156,10 @@ typedef enum cgm_lt_scaling {
     CGM_LT_SCALE_BLOCK = 2
 } cgm_lt_scaling;
 
+/* Floats between two groups' tensor scales (16 bytes: cuBLASLt takes
+ * scale pointers 16-byte aligned only). */
+#define CGM_LT_TENSOR_SCALE_STRIDE 4
+
 /* One row-major GEMM in the layouts of commgemm.h:
  *   Y[m, n] (= or +=) opX(X) . opW(W) (+ bias[n]), fp32 compute.
  *
@@ -214,7 +218,9 @@ typedef struct cgm_lt_gemm_args {
     cgm_lt_scaling scaling;
     const float *x_scale, *w_scale; /* device memory */
     /* Rows of X each x_scale group covers, for cgm_lt_fp8_chunk: group g
-     * (rows g * x_scale_rows ..) has its scales at x_scale + g (TENSOR) or
+     * (rows g * x_scale_rows ..) has its scales at x_scale + 4 * g (TENSOR: one
+     * float per 16 bytes, as cuBLASLt wants every scale pointer 16-byte
+     * aligned) or
      * x_scale + L * g * x_scale_rows (BLOCK, [L][x_scale_rows] each). 0:
      * one group of m rows. cgm_lt_gemm takes 0 or m. */
     int64_t x_scale_rows;

@@ -335,6 +335,10 @@ static cgm_status entry_build(cgm_lt *lt, lt_entry *e, const lt_key *key) {
         CGM_CUBLAS_TRY(cublasLtMatrixLayoutCreate(
             &e->cin, cgm_lt_cuda_dtype((cgm_dtype)key->c_dtype),
             (uint64_t)key->n, (uint64_t)key->m, key->ldy));
+    if (cgm_lt_is_fp8((cgm_dtype)key->in_dtype))
+        CGM_TRY(cgm_lt_fp8_placeholders(e->desc, key->has_x_scale,
+                                        key->has_w_scale, key->has_y_scale,
+                                        key->has_amax));
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
     CGM_TRY(heuristic(lt, e, 1, &result, &found));

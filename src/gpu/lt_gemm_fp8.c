@@ -149,6 +149,16 @@ static cgm_status check_fp8_scales(const cgm_lt_gemm_args *g) {
                          "call takes one group of X scales (x_scale_rows 0 "
                          "or m); make one call per group (cgm_lt_fp8_chunk)",
                          (long long)g->x_scale_rows, (long long)g->m);
+    const void *ptrs[4] = {g->x_scale, g->w_scale, g->y_scale, g->amax_y};
+    static const char *const names[4] = {"x_scale", "w_scale", "y_scale", "amax_y"};
+    for (int i = 0; i < 4; i++)
+        if (!aligned16(ptrs[i]))
+            return cgm_error(CGM_ERROR_NOT_SUPPORTED,
+                             "cgm_lt_gemm: %s %% 16 = %u: cuBLASLt takes "
+                             "scale and amax pointers 16-byte aligned only; "
+                             "put each on its own 16 bytes (per-group "
+                             "tensor scales at x_scale + 4 * group)",
+                             names[i], (unsigned)((uintptr_t)ptrs[i] & 15u));
     if (g->scaling == CGM_LT_SCALE_TENSOR) return CGM_SUCCESS;
 #if CUBLAS_VERSION < 120900
     return cgm_error(CGM_ERROR_NOT_SUPPORTED,
@@ -188,6 +198,11 @@ cgm_status cgm_lt_check(const cgm_lt_gemm_args *g) {
     if (status == CGM_SUCCESS) status = check_fp8_scales(g);
     if (status != CGM_SUCCESS || g->m == 0 || g->n == 0 || g->k == 0)
         return status;
+    if (g->n % 16)
+        return cgm_error(CGM_ERROR_NOT_SUPPORTED,
+                         "cgm_lt_gemm: fp8 with n = %lld: cuBLASLt's FP8 "
+                         "kernels want n (W's rows) a multiple of 16; pad W "
+                         "with zero rows", (long long)g->n);
     if (g->k % 16 || g->ldx % 16 || g->ldw % 16 || !aligned16(g->x) ||
         !aligned16(g->w))
         return cgm_error(CGM_ERROR_NOT_SUPPORTED,
@@ -221,6 +236,20 @@ cgm_status cgm_lt_fp8_desc(cublasLtMatmulDesc_t desc, cgm_lt_scaling scaling,
 #endif
 fail:
     return status;
+}
+
+cgm_status cgm_lt_fp8_placeholders(cublasLtMatmulDesc_t desc, bool x_scale,
+                                   bool w_scale, bool y_scale, bool amax) {
+    /* Block scaling's heuristic wants the scale pointers set: these stand
+     * in until each call sets its own (cgm_lt_fp8_pointers); nothing reads
+     * them. */
+    static _Alignas(16) float placeholder[4];
+    cgm_lt_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.x_scale = x_scale ? placeholder : NULL;
+    g.w_scale = w_scale ? placeholder : NULL;
+    g.y_scale = y_scale ? placeholder : NULL;
+    return cgm_lt_fp8_pointers(desc, &g, amax ? placeholder : NULL);
 }
 
 cgm_status cgm_lt_fp8_pointers(cublasLtMatmulDesc_t desc,
@@ -286,7 +315,7 @@ cgm_status cgm_lt_fp8_chunk(const cgm_lt_gemm_args *whole, int64_t row0,
         if (status != CGM_SUCCESS) return status;
         int64_t blocks = k_blocks(whole->k);
         if (whole->scaling != CGM_LT_SCALE_BLOCK)
-            scale = whole->x_scale ? whole->x_scale + group : NULL;
+            scale = whole->x_scale ? whole->x_scale + CGM_LT_TENSOR_SCALE_STRIDE * group : NULL;
         else if (row0 == first && rows == group_rows)
             scale = whole->x_scale + blocks * first;
         else if (blocks <= 1)

@@ -31,6 +31,10 @@ cgm_status cgm_lt_fp8_desc(cublasLtMatmulDesc_t desc, cgm_lt_scaling scaling,
 /* The per-call fp8 pointers: g's scales, and amax (the caller's amax_y,
  * or a scratch one) when not NULL. The entry is keyed on which are set,
  * so a pointer set once stays set for every call of the entry. */
+/* Stand-ins for the scale and amax pointers a key's calls will set, for
+ * the heuristic (block scaling's wants them set). */
+cgm_status cgm_lt_fp8_placeholders(cublasLtMatmulDesc_t desc, bool x_scale,
+                                   bool w_scale, bool y_scale, bool amax);
 cgm_status cgm_lt_fp8_pointers(cublasLtMatmulDesc_t desc,
                                const cgm_lt_gemm_args *g, float *amax);
 

@@ -396,7 +396,7 @@ static cgm_dtype case_bias_dtype(const fp8_case *c) {
 static double x_scale_of(const fp8_data *d, int64_t i, int64_t l) {
     int64_t g = i / d->per, first = g * d->per;
     int64_t gr = d->c->m - first < d->per ? d->c->m - first : d->per;
-    if (d->c->scaling == CGM_LT_SCALE_TENSOR) return d->hxs[g];
+    if (d->c->scaling == CGM_LT_SCALE_TENSOR) return d->hxs[CGM_LT_TENSOR_SCALE_STRIDE * g];
     return d->hxs[d->blocks * first + (l / 128) * gr + (i - first)];
 }
 
@@ -415,9 +415,9 @@ static void fp8_fill_host(fp8_data *d) {
     for (int64_t i = 0; i < c->m * c->k; i++) d->hx[i] = fp8_code(mix(11, (uint64_t)i), c->x);
     for (int64_t i = 0; i < c->n * c->k; i++) d->hw[i] = fp8_code(mix(12, (uint64_t)i), c->w);
     if (c->scaling == CGM_LT_SCALE_TENSOR) {
-        d->hxs = malloc((size_t)c->groups * sizeof(float));
+        d->hxs = calloc((size_t)(CGM_LT_TENSOR_SCALE_STRIDE * c->groups), sizeof(float));
         d->hws = malloc(sizeof(float));
-        for (int64_t g = 0; g < c->groups; g++) d->hxs[g] = 0.75f + 0.5f * (float)g;
+        for (int64_t g = 0; g < c->groups; g++) d->hxs[CGM_LT_TENSOR_SCALE_STRIDE * g] = 0.75f + 0.5f * (float)g;
         d->hws[0] = 1.25f;
     } else {
         d->hxs = malloc((size_t)(d->blocks * c->m) * sizeof(float));
@@ -491,7 +491,7 @@ static void *upload(const void *host, size_t bytes) {
 
 static void fp8_upload(fp8_data *d) {
     const fp8_case *c = d->c;
-    size_t xs_n = c->scaling == CGM_LT_SCALE_TENSOR ? (size_t)c->groups : (size_t)(d->blocks * c->m);
+    size_t xs_n = c->scaling == CGM_LT_SCALE_TENSOR ? (size_t)(CGM_LT_TENSOR_SCALE_STRIDE * c->groups) : (size_t)(d->blocks * c->m);
     size_t ws_n = c->scaling == CGM_LT_SCALE_TENSOR ? 1 : (size_t)(d->wblocks * d->blocks4);
     d->x = upload(d->hx, (size_t)(c->m * c->k));
     d->w = upload(d->hw, (size_t)(c->n * c->k));
@@ -504,7 +504,7 @@ static void fp8_upload(fp8_data *d) {
     GPU_CHECK(cudaMalloc(&d->y_whole, d->y_bytes));
     GPU_CHECK(cudaMemset(d->y, 0xff, d->y_bytes)); /* NaN in every dtype */
     GPU_CHECK(cudaMemset(d->y_whole, 0xff, d->y_bytes));
-    GPU_CHECK(cudaMalloc((void **)&d->amax, 64 * sizeof(float)));
+    GPU_CHECK(cudaMalloc((void **)&d->amax, 64 * 4 * sizeof(float)));
     GPU_CHECK(cudaMalloc((void **)&d->pack, (size_t)(d->blocks * c->m + 64 * 4) * sizeof(float)));
 }
 
@@ -596,7 +596,7 @@ static int fp8_chunked(cgm_lt *lt, fp8_data *d, cudaStream_t stream, void *ws) {
             g.m = rows;
             g.x = (const uint8_t *)d->x + row0 * c->k;
             g.y = (char *)d->y + (size_t)(row0 * d->ldy) * osize;
-            g.amax_y = c->amax ? d->amax + calls : NULL;
+            g.amax_y = c->amax ? d->amax + 4 * calls : NULL; /* 16 bytes apart */
             cgm_status st = cgm_lt_fp8_chunk(&whole, row0, rows, &g);
             bool part = c->scaling == CGM_LT_SCALE_BLOCK && rows != gr && d->blocks > 1;
             if (part) {
@@ -721,10 +721,10 @@ static void fp8_expect_same(const fp8_data *d) {
 
 /* amax of `calls` slots (their max) against the reference's max |.| */
 static void fp8_expect_amax(const fp8_data *d, int calls, const char *what) {
-    float slots[64];
-    GPU_CHECK(cudaMemcpy(slots, d->amax, (size_t)calls * sizeof(float), cudaMemcpyDeviceToHost));
+    float slots[64 * 4]; /* one per 16 bytes */
+    GPU_CHECK(cudaMemcpy(slots, d->amax, (size_t)calls * 4 * sizeof(float), cudaMemcpyDeviceToHost));
     double got = 0;
-    for (int i = 0; i < calls; i++) got = slots[i] > got ? slots[i] : got;
+    for (int i = 0; i < calls; i++) got = slots[4 * i] > got ? slots[4 * i] : got;
     double acc_eps = d->c->fast_accum ? ldexp(1, -7) : ldexp(1, -10);
     double tol = acc_eps * d->sumabs_max + ldexp(1, -20) * d->amax_ref;
     printf("%s: amax %.9g, reference %.9g (tol %.3g, %d calls)\n", what, got, d->amax_ref, tol, calls);
@@ -802,7 +802,7 @@ static const fp8_case fp8_t_mixed = {E4, E5, CGM_DTYPE_BF16, TENSOR, true, false
 static const fp8_case fp8_t_e5m2 = {E5, E4, E5, TENSOR, false, true, false, false, 333, 208, 400, 1, 3};
 static const fp8_case fp8_t_e4m3_fp16_bias = {E4, E5, E4, TENSOR, true, true, false, false, 333, 208, 400, 2, 1};
 static const fp8_case fp8_t_fast = {E4, E4, CGM_DTYPE_BF16, TENSOR, true, false, true, false, 333, 208, 400, 1, 2};
-static const fp8_case fp8_t_odd_n = {E4, E4, CGM_DTYPE_BF16, TENSOR, true, false, false, false, 333, 197, 400, 1, 2};
+static const fp8_case fp8_t_odd_m = {E4, E4, CGM_DTYPE_BF16, TENSOR, true, false, false, false, 333, 208, 400, 1, 2};
 static const fp8_case fp8_b_bf16 = {E4, E4, CGM_DTYPE_BF16, BLOCK, true, false, false, true, 264, 208, 400, 1, 3};
 static const fp8_case fp8_b_fp32 = {E4, E4, CGM_DTYPE_FP32, BLOCK, true, false, false, false, 264, 208, 656, 2, 1};
 static const fp8_case fp8_b_mixed = {E4, E5, CGM_DTYPE_BF16, BLOCK, false, false, false, false, 264, 208, 400, 2, 2};
@@ -900,6 +900,8 @@ static cgm_lt_gemm_args refusal_args(int what) {
     case 16: g.x_scale_rows = 100; break;
     case 17: g.w_dtype = CGM_DTYPE_BF16; break;
     case 18: g.x_scale = (const float *)(uintptr_t)0x40000008; break;
+    case 22: g.scaling = TENSOR, g.n = 200; break;
+    case 23: g.scaling = TENSOR, g.out_dtype = E4, g.amax_y = (float *)(uintptr_t)0x60000004; break;
     default: g.x_scale_rows = 132; break; /* the chunk helper's cases */
     }
     return g;
@@ -912,7 +914,7 @@ static cgm_lt_gemm_args refusal_args(int what) {
 static void test_fp8_refused(const void *param) {
     const fp8_refusal *r = param;
     cgm_lt_gemm_args g = refusal_args(r->what), chunk = g;
-    if (r->what >= 19) {
+    if (r->what >= 19 && r->what <= 21) {
         cgm_status got = CGM_SUCCESS;
         chunk.x_scale = NULL;
         if (r->what == 19) got = cgm_lt_fp8_chunk(&g, 100, 64, &chunk); /* across groups */
@@ -962,7 +964,7 @@ static void test_fp8_accepted(const void *param) {
     CHECK(chunk.x_scale == g.x_scale + 136);
     g.scaling = TENSOR; /* a group's one scale */
     CHECK_STATUS(cgm_lt_fp8_chunk(&g, 140, 7, &chunk), CGM_SUCCESS);
-    CHECK(chunk.x_scale == g.x_scale + 1);
+    CHECK(chunk.x_scale == g.x_scale + CGM_LT_TENSOR_SCALE_STRIDE);
     /* ceil split 333 = 167 + 166: the last, shorter group as a whole */
     g = refusal_base();
     g.m = 333, g.x_scale_rows = 167, g.k = 400;
@@ -985,7 +987,7 @@ static void test_fp8_accepted(const void *param) {
  * which the checks take (no GPU needed). */
 static void test_fp8_from_call(const void *param) {
     (void)param;
-    static const float xs = 0.5f, ws = 2.0f, ys = 4.0f;
+    static _Alignas(16) const float xs = 0.5f, ws = 2.0f, ys = 4.0f; /* scale pointers: 16-byte aligned */
     cgm_call c;
     memset(&c, 0, sizeof c);
     c.layout = CGM_LAYOUT_TN;
@@ -1035,6 +1037,8 @@ static const fp8_refusal fp8_refusals[] = {
     {19, IA, "rows [100, 164) span the X scale groups 0..1 of 132 rows"},
     {20, NS, "rows [132, 196) are part of the X scale group [132, 264)"},
     {21, IA, "rows [200, 300) of an X of m = 264 rows"},
+    {22, NS, "fp8 with n = 200: cuBLASLt's FP8 kernels want n (W's rows) a multiple of 16"},
+    {23, NS, "amax_y % 16 = 4: cuBLASLt takes scale and amax pointers 16-byte aligned only"},
 };
 
 static const int64_t odd_shape[3] = {1000, 136, 256}, bench_shape[3] = {2048, 2048, 2048};
@@ -1056,7 +1060,7 @@ static void register_cases(void) {
     test_add("fp8_tensor_e5m2_x_e4m3_e5m2_out_amax", test_fp8, &fp8_t_e5m2);
     test_add("fp8_tensor_e4m3_out_fp16_bias", test_fp8, &fp8_t_e4m3_fp16_bias);
     test_add("fp8_tensor_fast_accum", test_fp8, &fp8_t_fast);
-    test_add("fp8_tensor_odd_n", test_fp8, &fp8_t_odd_n);
+    test_add("fp8_tensor_odd_m", test_fp8, &fp8_t_odd_m);
     test_add("fp8_block_bf16_packed_chunks_search", test_fp8, &fp8_b_bf16);
     test_add("fp8_block_fp32_shards", test_fp8, &fp8_b_fp32);
     test_add("fp8_block_e4m3_x_e5m2_shards_packed", test_fp8, &fp8_b_mixed);
