@@ -321,12 +321,13 @@ cgm_status cmp_lib_load(const char *path, cmp_api *api) {
     for (int i = 0; i < n; i++)
         if (open_one(paths[i], api, errors, sizeof errors) == CGM_SUCCESS)
             return CGM_SUCCESS;
+    /* The advice first: a long list of candidates is cut at its end. */
     return cgm_error(CGM_ERROR_UNAVAILABLE,
                      "the cublasmp backend needs NVIDIA cuBLASMp "
-                     CMP_SUPPORTED_TEXT ", found none that loads and "
+                     CMP_SUPPORTED_TEXT ": %s; found none that loads and "
                      "passes its checks (tried the loader's search and pip "
-                     "locations):%s; %s",
-                     errors, CMP_INSTALL_HINT);
+                     "locations):%s",
+                     CMP_INSTALL_HINT, errors);
 }
 
 void cmp_lib_close(cmp_api *api) {
