@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 #define CMP_INSTALL_HINT                                                     \
-    "pip install " CMP_TESTED_WHEEL " (it brings nvidia-nccl-cu13 >= "       \
+    "pip install " CMP_WHEEL " (it brings nvidia-nccl-cu13 >= "              \
     CMP_NCCL_MIN_TEXT " and nvidia-cublas; no NVSHMEM) or set "              \
     "COMMGEMM_CUBLASMP_LIB=/path/libcublasmp.so.0 of cuBLASMp "              \
     CMP_SUPPORTED_TEXT " (with its NCCL and cuBLAS libraries on "            \

@@ -33,7 +33,7 @@ extern "C" {
 #define CMP_VERSION_MIN 800  /* 0.8.0: NCCL symmetric memory */
 #define CMP_VERSION_END 1100 /* 0.11.0: not seen yet */
 #define CMP_SUPPORTED_TEXT "0.8.x, 0.9.x or 0.10.x"
-#define CMP_TESTED_WHEEL "nvidia-cublasmp-cu13==0.10.0.3695"
+#define CMP_WHEEL "nvidia-cublasmp-cu13==0.10.0.3695" /* the one read */
 /* The NCCL cuBLASMp 0.8+ needs (its wheels' Requires-Dist), as
  * ncclGetVersion reports it: major * 10000 + minor * 100 + patch. */
 #define CMP_NCCL_MIN 22902
