@@ -187,7 +187,7 @@ static void nccl_too_old(const void *p) {
     CHECK_CONTAINS(msg, "is NCCL 2.28.9");
     CHECK_CONTAINS(msg, "cublasmp_fake_nccl_22809"); /* which file */
     CHECK_CONTAINS(msg, "pip install 'nvidia-nccl-cu13>=2.29.2'");
-    CHECK_CONTAINS(msg, "LD_LIBRARY_PATH");
+    CHECK_CONTAINS(msg, "LD_PRELOAD=/path/libnccl.so.2");
     CHECK(api.dl == NULL);
 }
 

@@ -28,9 +28,9 @@ extern "C" {
     "LD_LIBRARY_PATH)"
 #define CMP_NCCL_HINT                                                        \
     "make a libnccl.so.2 >= " CMP_NCCL_MIN_TEXT " the one the process "      \
-    "loads: pip install 'nvidia-nccl-cu13>=" CMP_NCCL_MIN_TEXT "' into the " \
-    "environment whose NCCL commgemm (and PyTorch) load, or put such a "     \
-    "libnccl.so.2 first on LD_LIBRARY_PATH before the process starts "      \
+    "loads first: pip install 'nvidia-nccl-cu13>=" CMP_NCCL_MIN_TEXT "' "    \
+    "into the environment whose NCCL commgemm (and PyTorch) load, or start " \
+    "the process with LD_PRELOAD=/path/libnccl.so.2 of such an NCCL "        \
     "(docs/CUBLASMP_BACKEND.md, \"NCCL\")"
 
 /* ------------------------------------------------------------- loader */
