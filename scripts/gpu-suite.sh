@@ -52,13 +52,16 @@ assignment() { # VAR=value, and none that turns multicast on
         echo "$1: NVLink multicast stays off"; return 2 ;; esac
     [[ $1 =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || { echo "'$1' is neither a stage nor VAR=value (see the head of $0)"; return 2; }
 }
-cublasmp_env() { # cuBLASMp from the wheel in .whl, installed into /tmp/site
-    [ -n "${COMMGEMM_CUBLASMP_LIB:-}" ] && return 0
-    local sp whl && whl=$(ls .whl/nvidia_cublasmp_cu13-*.whl 2>/dev/null | head -1)
-    [ -n "$whl" ] && x 120 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$whl" || return 1
-    sp=$(python3 -c 'import site; print(site.getsitepackages()[0])')/nvidia
-    export COMMGEMM_CUBLASMP_LIB=/tmp/site/nvidia/cublasmp/cu13/lib/libcublasmp.so.0 NVSHMEM_REMOTE_TRANSPORT=none \
-        NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo LD_LIBRARY_PATH=$sp/nvshmem/lib:$sp/cu13/lib:$sp/cublas/lib:${LD_LIBRARY_PATH:-}
+cublasmp_env() { # cuBLASMp from the wheel in .whl, installed into /tmp/site. It needs NCCL >= 2.29.2, one
+    # libnccl.so.2 for it and commgemm: NCCL_HOME=<a built NCCL> puts $NCCL_HOME/lib first (docs/CUBLASMP_BACKEND.md)
+    if [ -z "${COMMGEMM_CUBLASMP_LIB:-}" ]; then
+        local sp whl && whl=$(ls .whl/nvidia_cublasmp_cu13-*.whl 2>/dev/null | head -1)
+        [ -n "$whl" ] && x 120 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$whl" || return 1
+        sp=$(python3 -c 'import site; print(site.getsitepackages()[0])')/nvidia
+        export COMMGEMM_CUBLASMP_LIB=/tmp/site/nvidia/cublasmp/cu13/lib/libcublasmp.so.0 \
+            LD_LIBRARY_PATH=$sp/cu13/lib:$sp/cublas/lib:${LD_LIBRARY_PATH:-}
+    fi
+    [ -z "${NCCL_HOME:-}" ] || export LD_LIBRARY_PATH=$NCCL_HOME/lib:$LD_LIBRARY_PATH
 }
 sanitize() { # racecheck checks the library's kernels, not the tests' reference GEMMs (theirs, cuBLAS's nvjet)
     local c t bin run race res=''
@@ -104,7 +107,7 @@ run_stage() {
     fetch) x 600 bash -c 'mkdir -p .carry/debs .whl && cd .carry/debs &&
         apt-get download libopenblas{0-pthread,-pthread-dev,-dev} && for f in *.deb; do dpkg -x "$f" ../root || exit; done &&
         cd ../.. && rm -rf .carry/debs && find .carry/root \( -name "*.a" -o -name "liblapack*" \) -delete && python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-        --implementation cp --platform manylinux_2_28_x86_64 -d .whl nvidia-cublasmp-cu13==0.7.0.125'
+        --implementation cp --platform manylinux_2_28_x86_64 -d .whl nvidia-cublasmp-cu13==0.10.0.3695'
         note "fetch: rc=$? ($L)" ;;
     build) x 300 cmake -S . -B "$B" -DCOMMGEMM_CUDA_ARCHITECTURES=90a "${cfg[@]}" && x 1800 cmake --build "$B" -j"$(nproc)"
         note "build: rc=$?, $(grep -c 'warning:' "$L" 2>/dev/null) compiler warnings ($L)" ;;

@@ -237,7 +237,9 @@ static void run_case(const void *param) {
 /* name, P, body, backend, AG backend, op, what, shapes, bound (s),
  * AG staging, algo. The AG cases come first and smallest: p2_ag_first
  * shows whether the simplest AG call completes; the _nostage and
- * _no_overlap variants tell what a hang depends on. The _uneven cases
+ * _no_overlap variants tell what a hang depends on. The AR _native and
+ * _no_overlap cases run cuBLASMp's own GEMM+AllReduce (TN, no_overlap; the
+ * other layouts the gathered form). The _uneven cases
  * check that uneven shards are refused on every rank (cuBLASMp's
  * tensor-parallel algorithms take even shards only), nothing hangs, and
  * the comm works on. */
@@ -245,7 +247,7 @@ static const gpu_case cases[] = {
     {"p1_all_ops", 1, body_all, CUBLASMP, UNSET, AG, "all ops", 0, 120, 1, AUTO},
     {"p2_ag_first", 2, body_first, CUBLASMP, UNSET, AG, "ag_gemm", 0, 24, 1, AUTO},
     {"p2_ag_first_nostage", 2, body_first, CUBLASMP, UNSET, AG,
-     "ag_gemm (X not staged in NVSHMEM memory)", 0, 24, 0, AUTO},
+     "ag_gemm (X not staged in symmetric memory)", 0, 24, 0, AUTO},
     {"p2_ag_first_no_overlap", 2, body_first, CUBLASMP, UNSET, AG,
      "ag_gemm (algo no_overlap)", 0, 24, 1, CGM_ALGO_NO_OVERLAP},
     {"p2_ag_even", 2, body_sweep, CUBLASMP, UNSET, AG, "ag_gemm", EVEN, 90, 1, AUTO},
@@ -254,7 +256,13 @@ static const gpu_case cases[] = {
     {"p2_rs_even", 2, body_sweep, CUBLASMP, UNSET, RS, "gemm_rs", EVEN, 90, 1, AUTO},
     {"p2_rs_uneven", 2, body_sweep, CUBLASMP, UNSET, RS, "gemm_rs, uneven: refused", UNEVEN, 30, 1, AUTO},
     {"p2_ar_first", 2, body_first, CUBLASMP, UNSET, AR, "gemm_ar (cuBLASMp RS + ncclAllGather)", 0, 24, 1, AUTO},
+    {"p2_ar_first_native", 2, body_first, CUBLASMP, UNSET, AR,
+     "gemm_ar (cuBLASMp's Matmul + AllReduce: TN, algo no_overlap)", 0, 24, 1,
+     CGM_ALGO_NO_OVERLAP},
     {"p2_ar_even", 2, body_sweep, CUBLASMP, UNSET, AR, "gemm_ar", EVEN, 90, 1, AUTO},
+    {"p2_ar_even_no_overlap", 2, body_sweep, CUBLASMP, UNSET, AR,
+     "gemm_ar no_overlap (TN: cuBLASMp's Matmul + AllReduce)", EVEN, 90, 1,
+     CGM_ALGO_NO_OVERLAP},
     {"p2_ar_uneven", 2, body_sweep, CUBLASMP, UNSET, AR, "gemm_ar, uneven: refused", UNEVEN, 30, 1, AUTO},
     {"p2_mixed_with_p2p", 2, body_mixed, CGM_BACKEND_P2P, CUBLASMP, AG, "mixed", 0, 60, 1, AUTO},
     {"p2_rejects", 2, body_rejects, CUBLASMP, UNSET, AG, "rejects", 0, 60, 1, AUTO},

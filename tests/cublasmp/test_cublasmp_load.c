@@ -1,15 +1,20 @@
-/* The cublasmp backend without a GPU: the loader's error paths (absent
- * library, library without the API, wrong version), the pip-location
- * search, and the pure mappings from commgemm calls to cuBLASMp problems. */
+/* The cublasmp backend without a GPU: the loader (absent library, library
+ * without the API, versions too old and unknown, the NCCL behind it, the
+ * pip-location search), the symmetric-memory pool against a fake cuBLASMp
+ * that records every call, and the pure mappings from commgemm calls to
+ * cuBLASMp problems. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend/cublasmp/cublasmp.h"
+#include "fake_cublasmp.h"
 #include "harness.h"
 
-#define INSTALL_HINT "pip install nvidia-cublasmp-cu13==0.7.0.125"
+#define INSTALL_HINT "pip install nvidia-cublasmp-cu13==0.10.0.3695"
+#define SUPPORTED "supports cuBLASMp 0.8.x, 0.9.x or 0.10.x"
 
 /* ---------------------------------------------------------------- loader */
 
@@ -62,68 +67,206 @@ static void missing_symbol(const void *p) {
     cmp_api api;
     CHECK_STATUS(cmp_lib_load(FAKE_NOSYM, &api), CGM_ERROR_UNAVAILABLE);
     CHECK_CONTAINS(cgm_last_error(), "missing symbol cublasMpCreate");
+    CHECK_CONTAINS(cgm_last_error(), "expected the cuBLASMp 0.8+ API");
     CHECK_CONTAINS(cgm_last_error(), FAKE_NOSYM);
     CHECK_CONTAINS(cgm_last_error(), INSTALL_HINT);
     CHECK(api.dl == NULL);
 }
 
-static void wrong_version(const void *p) {
+/* 0.7 (the NVSHMEM API, its own entry-point names): refused by its
+ * version, not by a renamed symbol, with what to install. */
+static void old_version_refused(const void *p) {
     (void)p;
     cmp_api api;
-    CHECK_STATUS(cmp_lib_load(FAKE_V060, &api), CGM_ERROR_UNAVAILABLE);
-    CHECK_CONTAINS(cgm_last_error(), "version 0.6.0");
-    CHECK_CONTAINS(cgm_last_error(), "expected 0.7.x");
+    CHECK_STATUS(cmp_lib_load(FAKE_V0700, &api), CGM_ERROR_UNAVAILABLE);
+    const char *msg = cgm_last_error();
+    CHECK_CONTAINS(msg, "is version 0.7.0");
+    CHECK_CONTAINS(msg, SUPPORTED);
+    CHECK_CONTAINS(msg, "0.7 and older are not supported");
+    CHECK_CONTAINS(msg, INSTALL_HINT);
+    CHECK(strstr(msg, "missing symbol") == NULL);
+    CHECK(api.dl == NULL);
 }
 
-static void right_version(const void *p) {
+/* A version this commgemm has not seen: refused with what it found and
+ * what it supports (0.10's code 1000 is not 1.0.0; 10000 is). */
+static void unknown_version_refused(const void *p) {
+    (void)p;
+    const struct {
+        const char *path, *found;
+    } libs[] = {{FAKE_V1100, "is version 0.11.0, which this commgemm does "
+                             "not know"},
+                {FAKE_V10000, "is version 1.0.0, which this commgemm does "
+                              "not know"}};
+    for (int i = 0; i < 2; i++) {
+        cmp_api api;
+        CHECK_STATUS(cmp_lib_load(libs[i].path, &api), CGM_ERROR_UNAVAILABLE);
+        CHECK_CONTAINS(cgm_last_error(), libs[i].found);
+        CHECK_CONTAINS(cgm_last_error(), SUPPORTED);
+        CHECK_CONTAINS(cgm_last_error(), INSTALL_HINT);
+        CHECK(api.dl == NULL);
+    }
+}
+
+static void version_codes(const void *p) {
+    (void)p;
+    const struct {
+        int code;
+        const char *text;
+    } mp[] = {{700, "0.7.0"}, {801, "0.8.1"}, {901, "0.9.1"},
+              {1000, "0.10.0"}, {1003, "0.10.3"}, {1100, "0.11.0"},
+              {10000, "1.0.0"}, {10203, "1.2.3"}},
+      nccl[] = {{22902, "2.29.2"}, {22809, "2.28.9"}, {23007, "2.30.7"},
+                {2804, "2.8.4"}};
+    char buf[32];
+    for (size_t i = 0; i < sizeof mp / sizeof mp[0]; i++) {
+        cmp_version_text(mp[i].code, buf, sizeof buf);
+        CHECK_CONTAINS(buf, mp[i].text);
+        CHECK_INT_EQ((long long)strlen(buf), (long long)strlen(mp[i].text));
+    }
+    for (size_t i = 0; i < sizeof nccl / sizeof nccl[0]; i++) {
+        cmp_nccl_version_text(nccl[i].code, buf, sizeof buf);
+        CHECK_CONTAINS(buf, nccl[i].text);
+        CHECK_INT_EQ((long long)strlen(buf), (long long)strlen(nccl[i].text));
+    }
+    /* The accepted range, at its edges. */
+    CHECK_STATUS(cmp_check_version(799, "x"), CGM_ERROR_UNAVAILABLE);
+    CHECK_OK(cmp_check_version(800, "x"));
+    CHECK_OK(cmp_check_version(1099, "x"));
+    CHECK_STATUS(cmp_check_version(1100, "x"), CGM_ERROR_UNAVAILABLE);
+    CHECK_STATUS(cmp_check_nccl(22901, "/x/libnccl.so.2", 1000, "y"),
+                 CGM_ERROR_UNAVAILABLE);
+    CHECK_CONTAINS(cgm_last_error(), "is NCCL 2.29.1");
+    CHECK_OK(cmp_check_nccl(22902, "/x/libnccl.so.2", 1000, "y"));
+    CHECK_OK(cmp_check_nccl(23007, "/x/libnccl.so.2", 1000, "y"));
+}
+
+/* 0.8 (old version code), 0.9 and 0.10 (new code) load: the whole table
+ * is resolved, the NCCL behind each is found through its dependencies. */
+static void supported_versions_load(const void *p) {
+    (void)p;
+    const struct {
+        const char *path;
+        int version;
+    } libs[] = {{FAKE_V0801, 801}, {FAKE_V0901, 901}, {FAKE_V1000, 1000}};
+    for (int i = 0; i < 3; i++) {
+        cmp_api api;
+        CHECK_OK(cmp_lib_load(libs[i].path, &api));
+        CHECK_INT_EQ(api.version, libs[i].version);
+        CHECK_CONTAINS(api.path, libs[i].path);
+        CHECK(api.GetVersion && api.Create && api.Destroy && api.SetStream);
+        CHECK(api.GridCreate && api.GridDestroy);
+        CHECK(api.Malloc && api.Free && api.BufferRegister &&
+              api.BufferDeregister);
+        CHECK(api.MatrixDescriptorCreate && api.MatrixDescriptorDestroy);
+        CHECK(api.MatmulDescriptorCreate && api.MatmulDescriptorDestroy &&
+              api.MatmulDescriptorSetAttribute);
+        CHECK(api.Matmul_bufferSize && api.Matmul && api.GetStatusString);
+        /* The entries are the library's own. */
+        void *f = NULL;
+        memcpy(&f, &api.Malloc, sizeof f);
+        CHECK(f == dlsym(api.dl, "cublasMpMalloc"));
+        memcpy(&f, &api.SetStream, sizeof f);
+        CHECK(f == dlsym(api.dl, "cublasMpSetStream"));
+        /* The fake NCCL it is linked against, not any other. */
+        CHECK_INT_EQ(api.nccl_version, 22902);
+        CHECK(api.NcclGetVersion != NULL);
+        CHECK_CONTAINS(api.nccl_path, "cublasmp_fake_nccl_22902");
+        cmp_lib_close(&api);
+        CHECK(api.dl == NULL && api.Matmul == NULL);
+    }
+}
+
+static void nccl_too_old(const void *p) {
     (void)p;
     cmp_api api;
-    CHECK_OK(cmp_lib_load(FAKE_V070, &api));
-    CHECK_INT_EQ(api.version, 700);
-    CHECK(api.Matmul != NULL && api.GridCreate != NULL);
-    /* Optional: no NVSHMEM behind the fake. */
-    CHECK(api.nvshmem_malloc == NULL && api.nvshmem_free == NULL);
-    cmp_lib_close(&api);
+    CHECK_STATUS(cmp_lib_load(FAKE_OLDNCCL, &api), CGM_ERROR_UNAVAILABLE);
+    const char *msg = cgm_last_error();
+    CHECK_CONTAINS(msg, "cuBLASMp 0.10.0 at");
+    CHECK_CONTAINS(msg, "needs NCCL >= 2.29.2");
+    CHECK_CONTAINS(msg, "is NCCL 2.28.9");
+    CHECK_CONTAINS(msg, "cublasmp_fake_nccl_22809"); /* which file */
+    CHECK_CONTAINS(msg, "pip install 'nvidia-nccl-cu13>=2.29.2'");
+    CHECK_CONTAINS(msg, "LD_PRELOAD=/path/libnccl.so.2");
+    CHECK(api.dl == NULL);
 }
 
-/* A pip layout under a virtual environment and under a PYTHONPATH entry. */
+static void nccl_absent(const void *p) {
+    (void)p;
+    cmp_api api;
+    CHECK_STATUS(cmp_lib_load(FAKE_NONCCL, &api), CGM_ERROR_UNAVAILABLE);
+    CHECK_CONTAINS(cgm_last_error(), "reaches no ncclGetVersion");
+    CHECK_CONTAINS(cgm_last_error(), "NCCL >= 2.29.2");
+    CHECK(api.dl == NULL);
+}
+
+/* cuBLASMp 0.8+ on an NCCL without the symbols it needs does not even
+ * load: the dlopen error says which symbol and what NCCL to install. */
+static void nccl_symbols_unresolved(const void *p) {
+    (void)p;
+    cmp_api api;
+    CHECK_STATUS(cmp_lib_load(FAKE_UNDEF, &api), CGM_ERROR_UNAVAILABLE);
+    const char *msg = cgm_last_error();
+    CHECK_CONTAINS(msg, "undefined symbol: ncclFakeSymmetricMemoryCall");
+    CHECK_CONTAINS(msg, "cuBLASMp 0.8+ needs NCCL >= 2.29.2");
+    CHECK_CONTAINS(msg, "libnccl.so.2"); /* the process's, or none loaded */
+    CHECK(api.dl == NULL);
+}
+
+/* Puts `lib` at site/nvidia/cublasmp/cu13/lib/libcublasmp.so.0 under
+ * root/<sub>/lib/python3.12/site-packages; returns the site folder. */
+static void pip_install_fake(const char *root, const char *sub,
+                             const char *lib, char *site, size_t len,
+                             char *installed, size_t ilen) {
+    char dir[700], cmd[800];
+    snprintf(site, len, "%s/%s/lib/python3.12/site-packages", root, sub);
+    snprintf(dir, sizeof dir, "%s/nvidia/cublasmp/cu13/lib", site);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+    CHECK_INT_EQ(system(cmd), 0);
+    snprintf(installed, ilen, "%s/libcublasmp.so.0", dir);
+    CHECK_INT_EQ(symlink(lib, installed), 0);
+}
+
+/* A pip layout under a virtual environment and under a PYTHONPATH entry;
+ * a refused copy found first (an old 0.7) does not hide a good one. */
 static void pip_locations(const void *p) {
     (void)p;
     char root[] = "/tmp/cmp-venv-XXXXXX";
     CHECK(mkdtemp(root) != NULL);
-    char dir[512], lib[600], site[512];
-    snprintf(dir, sizeof dir,
-             "%s/lib/python3.12/site-packages/nvidia/cublasmp/cu13/lib", root);
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
-    CHECK_INT_EQ(system(cmd), 0);
-    snprintf(lib, sizeof lib, "%s/libcublasmp.so.0", dir);
-    CHECK_INT_EQ(symlink(FAKE_V070, lib), 0);
-    setenv("VIRTUAL_ENV", root, 1);
-    unsetenv("PYTHONPATH");
+    char venv_site[600], good_site[600], old_lib[800], good_lib[800];
+    pip_install_fake(root, "venv", FAKE_V0700, venv_site, sizeof venv_site,
+                     old_lib, sizeof old_lib);
+    pip_install_fake(root, "target", FAKE_V1000, good_site, sizeof good_site,
+                     good_lib, sizeof good_lib);
+    char venv[700], pythonpath[800];
+    snprintf(venv, sizeof venv, "%s/venv", root);
+    snprintf(pythonpath, sizeof pythonpath, "/nonexistent:%s", good_site);
+    setenv("VIRTUAL_ENV", venv, 1);
+    setenv("PYTHONPATH", pythonpath, 1);
     unsetenv("CONDA_PREFIX");
     char paths[8][512];
     int n = cmp_lib_candidates(paths, 8);
-    CHECK(n >= 1);
-    CHECK_CONTAINS(paths[0], lib);
+    CHECK(n >= 2);
+    CHECK_CONTAINS(paths[0], old_lib);
+    CHECK_CONTAINS(paths[1], good_lib);
     cmp_api api;
     cgm_status st = cmp_lib_load(NULL, &api);
     if (st == CGM_SUCCESS && strstr(api.path, root) == NULL) {
         cmp_lib_close(&api);
         TEST_SKIP("a real cuBLASMp on the default search path shadows the "
-                  "pip location");
+                  "pip locations");
     }
     CHECK_OK(st);
-    CHECK_CONTAINS(api.path, root);
+    CHECK_CONTAINS(api.path, good_lib);
+    CHECK_INT_EQ(api.version, 1000);
     cmp_lib_close(&api);
-    /* The same folder given as a PYTHONPATH entry (pip --target). */
-    unsetenv("VIRTUAL_ENV");
-    snprintf(site, sizeof site, "/nonexistent:%s/lib/python3.12/site-packages",
-             root);
-    setenv("PYTHONPATH", site, 1);
-    n = cmp_lib_candidates(paths, 8);
-    CHECK(n >= 1);
-    CHECK_CONTAINS(paths[0], lib);
+    /* Only the old one: refused, and the message says why and what to do. */
+    unsetenv("PYTHONPATH");
+    CHECK_STATUS(cmp_lib_load(NULL, &api), CGM_ERROR_UNAVAILABLE);
+    CHECK_CONTAINS(cgm_last_error(), old_lib);
+    CHECK_CONTAINS(cgm_last_error(), "is version 0.7.0");
+    CHECK_CONTAINS(cgm_last_error(), INSTALL_HINT);
+    char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     CHECK_INT_EQ(system(cmd), 0);
 }
@@ -148,6 +291,249 @@ static void host_comm_refuses(const void *p) {
     o.backend = CGM_BACKEND_DEFAULT;
     CHECK_OK(cgm_all_gather_gemm(comm, &mx, &mw, NULL, &my, NULL, &o, NULL));
     CHECK_OK(cgm_comm_destroy(comm));
+}
+
+/* ------------------------------------------------------ symmetric memory */
+
+/* The fake cuBLASMp 0.10, its recorder and two grids made through it. */
+typedef struct fake_env {
+    cmp_api api;
+    cmp_symm symm;
+    fake_events_fn events;
+    fake_reset_fn reset;
+    fake_fail_fn fail;
+} fake_env;
+
+static void fake_open(fake_env *f) {
+    memset(f, 0, sizeof *f);
+    CHECK_OK(cmp_lib_load(FAKE_V1000, &f->api));
+    void *e = dlsym(f->api.dl, "fake_cmp_events");
+    void *r = dlsym(f->api.dl, "fake_cmp_reset");
+    void *x = dlsym(f->api.dl, "fake_cmp_fail");
+    CHECK(e && r && x);
+    memcpy(&f->events, &e, sizeof e);
+    memcpy(&f->reset, &r, sizeof r);
+    memcpy(&f->fail, &x, sizeof x);
+    f->symm.api = &f->api;
+    CHECK_INT_EQ(f->api.GridCreate(4, 1, CUBLASMP_GRID_LAYOUT_COL_MAJOR, NULL,
+                                   &f->symm.grid[CMP_GRID_COL]), 0);
+    CHECK_INT_EQ(f->api.GridCreate(1, 4, CUBLASMP_GRID_LAYOUT_ROW_MAJOR, NULL,
+                                   &f->symm.grid[CMP_GRID_ROW]), 0);
+    f->reset();
+}
+
+static void fake_close(fake_env *f) {
+    f->api.GridDestroy(f->symm.grid[CMP_GRID_COL]);
+    f->api.GridDestroy(f->symm.grid[CMP_GRID_ROW]);
+    cmp_lib_close(&f->api);
+}
+
+/* The recorded calls, checked against the symmetric-memory contract:
+ * each buffer cublasMpMalloc'ed on the P x 1 grid is registered on the
+ * 1 x P grid (same buffer, same size) in the next call; a registered
+ * buffer is deregistered there before it is freed on the P x 1 grid; each
+ * is freed once. Returns how many buffers are live (allocated and not
+ * freed); `live` gets them (at most 32) and every one is registered. */
+static int check_contract(const fake_env *f, void **live, size_t *live_bytes) {
+    const fake_event *ev = NULL;
+    int n = f->events(&ev), nlive = 0;
+    bool registered[32] = {false};
+    CHECK(n < FAKE_MAX_EVENTS);
+    for (int i = 0; i < n; i++) {
+        const fake_event *e = &ev[i];
+        if (e->status != 0) continue;
+        int j = 0;
+        while (j < nlive && live[j] != e->ptr) j++;
+        if (!strcmp(e->fn, "cublasMpMalloc")) {
+            CHECK_INT_EQ(e->layout, CUBLASMP_GRID_LAYOUT_COL_MAJOR);
+            CHECK(i + 1 < n);
+            const fake_event *r = &ev[i + 1];
+            if (strcmp(r->fn, "cublasMpBufferRegister") || r->ptr != e->ptr ||
+                r->size != e->size || r->layout != CUBLASMP_GRID_LAYOUT_ROW_MAJOR)
+                TEST_FAIL("call %d: cublasMpMalloc(%p, %zu) on P x 1 is not "
+                          "followed by cublasMpBufferRegister of the same "
+                          "buffer on 1 x P (found %s of %p, %zu, layout %d)",
+                          i, e->ptr, e->size, r->fn, r->ptr, r->size,
+                          r->layout);
+            CHECK(j == nlive && nlive < 32);
+            live[nlive] = e->ptr;
+            registered[nlive] = false;
+            live_bytes[nlive++] = e->size;
+        } else if (!strcmp(e->fn, "cublasMpBufferRegister") ||
+                   !strcmp(e->fn, "cublasMpBufferDeregister")) {
+            CHECK_INT_EQ(e->layout, CUBLASMP_GRID_LAYOUT_ROW_MAJOR);
+            if (j == nlive) TEST_FAIL("call %d: %s of %p, which is not a live "
+                                      "buffer", i, e->fn, e->ptr);
+            registered[j] = !strcmp(e->fn, "cublasMpBufferRegister");
+        } else if (!strcmp(e->fn, "cublasMpFree")) {
+            CHECK_INT_EQ(e->layout, CUBLASMP_GRID_LAYOUT_COL_MAJOR);
+            if (j == nlive) TEST_FAIL("call %d: %p freed twice or never "
+                                      "allocated", i, e->ptr);
+            if (registered[j])
+                TEST_FAIL("call %d: cublasMpFree(%p) while it is still "
+                          "registered on the 1 x P grid", i, e->ptr);
+            live[j] = live[nlive - 1];
+            registered[j] = registered[nlive - 1];
+            live_bytes[j] = live_bytes[--nlive];
+        }
+    }
+    for (int j = 0; j < nlive; j++)
+        if (!registered[j])
+            TEST_FAIL("live buffer %p (%zu bytes) is not registered on the "
+                      "1 x P grid", live[j], live_bytes[j]);
+    return nlive;
+}
+
+static void symm_alloc_registers_both_grids(const void *p) {
+    (void)p;
+    fake_env f;
+    fake_open(&f);
+    void *buf = NULL;
+    CHECK_OK(cmp_symm_alloc(&f.symm, 4096, "workspace", &buf));
+    CHECK(buf != NULL);
+    const fake_event *ev = NULL;
+    CHECK_INT_EQ(f.events(&ev), 2);
+    CHECK_CONTAINS(ev[0].fn, "cublasMpMalloc");
+    CHECK(ev[0].grid == (void *)f.symm.grid[CMP_GRID_COL]);
+    CHECK_INT_EQ((long long)ev[0].size, 4096);
+    CHECK_CONTAINS(ev[1].fn, "cublasMpBufferRegister");
+    CHECK(ev[1].grid == (void *)f.symm.grid[CMP_GRID_ROW]);
+    CHECK(ev[1].ptr == buf);
+    cmp_symm_free(&f.symm, buf);
+    CHECK_INT_EQ(f.events(&ev), 4);
+    CHECK_CONTAINS(ev[2].fn, "cublasMpBufferDeregister");
+    CHECK(ev[2].grid == (void *)f.symm.grid[CMP_GRID_ROW] && ev[2].ptr == buf);
+    CHECK_CONTAINS(ev[3].fn, "cublasMpFree");
+    CHECK(ev[3].grid == (void *)f.symm.grid[CMP_GRID_COL] && ev[3].ptr == buf);
+    void *live[32];
+    size_t bytes[32];
+    CHECK_INT_EQ(check_contract(&f, live, bytes), 0);
+    cmp_symm_free(&f.symm, NULL); /* nothing */
+    CHECK_INT_EQ(f.events(&ev), 4);
+    fake_close(&f);
+}
+
+/* What a comm does over its life: the buffers of every op's first calls
+ * (cmp_plan_symmetric from the exchanged sizes), grown as shapes get
+ * larger, outgrown ones retired for captured graphs (freed beyond
+ * CMP_RETIRED_MAX), everything released at the end. Every buffer cuBLASMp
+ * gets in an overlapped call (the workspace of every op, AG's staged B)
+ * is symmetric memory registered on both grids, and nothing leaks. */
+static void symm_every_buffer(const void *p) {
+    (void)p;
+    fake_env f;
+    fake_open(&f);
+    void *ws = NULL, *stage = NULL;
+    size_t ws_bytes = 0, stage_bytes = 0;
+    const cgm_op ops[] = {CGM_OP_ALL_GATHER_GEMM, CGM_OP_GEMM_REDUCE_SCATTER,
+                          CGM_OP_GEMM_ALL_REDUCE};
+    int grown = 0;
+    for (int round = 0; round < 6; round++)
+        for (int oi = 0; oi < 3; oi++) {
+            const size_t need = (size_t)(1 + round) << 12,
+                         xbytes = (size_t)(3 + round) << 10;
+            cmp_symm_plan plan;
+            cmp_plan_symmetric(ops[oi], true, xbytes, 0, &plan);
+            CHECK_INT_EQ((long long)plan.stage_bytes,
+                         ops[oi] == CGM_OP_ALL_GATHER_GEMM ? (long long)xbytes : 0);
+            if (plan.stage_bytes) {
+                CHECK_OK(cmp_symm_grow(&f.symm, &stage, &stage_bytes,
+                                       plan.stage_bytes, "AG staging"));
+                CHECK(stage != NULL && stage_bytes >= xbytes);
+            }
+            cmp_plan_symmetric(ops[oi], true, xbytes, need, &plan);
+            CHECK_INT_EQ((long long)plan.ws_bytes, (long long)need);
+            size_t before = ws_bytes;
+            CHECK_OK(cmp_symm_grow(&f.symm, &ws, &ws_bytes, plan.ws_bytes,
+                                   "workspace"));
+            grown += ws_bytes != before;
+            CHECK(ws != NULL && ws_bytes >= need);
+            /* The buffers this op's cublasMpMatmul would get are live,
+             * registered buffers of at least the size it asked for. */
+            void *live[32];
+            size_t bytes[32];
+            int nlive = check_contract(&f, live, bytes);
+            bool ws_live = false, stage_live = !plan.stage_bytes;
+            for (int i = 0; i < nlive; i++) {
+                ws_live |= live[i] == ws && bytes[i] >= need;
+                stage_live |= live[i] == stage && bytes[i] >= xbytes;
+            }
+            CHECK(ws_live && stage_live);
+        }
+    CHECK_INT_EQ(grown, 6);
+    /* Six workspaces and six staging buffers: 10 outgrown, 8 kept. */
+    CHECK_INT_EQ(f.symm.nretired, CMP_RETIRED_MAX);
+    /* Teardown, in the backend's order. */
+    cmp_symm_free_retired(&f.symm);
+    cmp_symm_free(&f.symm, ws);
+    cmp_symm_free(&f.symm, stage);
+    CHECK_INT_EQ(f.symm.nretired, 0);
+    void *live[32];
+    size_t bytes[32];
+    CHECK_INT_EQ(check_contract(&f, live, bytes), 0);
+    /* Without staging (the test hook), AG's B is the caller's X. */
+    cmp_symm_plan plan;
+    cmp_plan_symmetric(CGM_OP_ALL_GATHER_GEMM, false, 4096, 8192, &plan);
+    CHECK_INT_EQ((long long)plan.stage_bytes, 0);
+    CHECK_INT_EQ((long long)plan.ws_bytes, 8192);
+    fake_close(&f);
+}
+
+static void symm_failures(const void *p) {
+    (void)p;
+    fake_env f;
+    fake_open(&f);
+    void *buf = (void *)1;
+    /* No memory: OUT_OF_MEMORY, nothing held. */
+    f.fail("cublasMpMalloc", CUBLASMP_STATUS_ALLOCATION_FAILED);
+    CHECK_STATUS(cmp_symm_alloc(&f.symm, 1 << 20, "workspace", &buf),
+                 CGM_ERROR_OUT_OF_MEMORY);
+    CHECK(buf == NULL);
+    CHECK_CONTAINS(cgm_last_error(), "cublasMpMalloc(1048576 bytes)");
+    CHECK_CONTAINS(cgm_last_error(), "workspace");
+    CHECK_CONTAINS(cgm_last_error(), "fake: the failure a test asked for");
+    CHECK_CONTAINS(cgm_last_error(), "free device memory");
+    /* No symmetric memory on this system. */
+    f.fail("cublasMpMalloc", CUBLASMP_STATUS_NOT_SUPPORTED);
+    CHECK_STATUS(cmp_symm_alloc(&f.symm, 4096, "workspace", &buf),
+                 CGM_ERROR_UNAVAILABLE);
+    CHECK_CONTAINS(cgm_last_error(), "CUDA VMM");
+    CHECK_CONTAINS(cgm_last_error(), "p2p or nccl backend");
+    /* Allocated, not registered: freed again, nothing leaks. */
+    f.fail("cublasMpBufferRegister", CUBLASMP_STATUS_INTERNAL_ERROR);
+    CHECK_STATUS(cmp_symm_alloc(&f.symm, 4096, "AG staging", &buf),
+                 CGM_ERROR_UNAVAILABLE);
+    CHECK(buf == NULL);
+    CHECK_CONTAINS(cgm_last_error(), "cublasMpBufferRegister");
+    CHECK_CONTAINS(cgm_last_error(), "AG staging");
+    CHECK_CONTAINS(cgm_last_error(), "the buffer was freed");
+    void *live[32];
+    size_t bytes[32];
+    CHECK_INT_EQ(check_contract(&f, live, bytes), 0);
+    const fake_event *ev = NULL;
+    int n = f.events(&ev);
+    CHECK(n >= 2);
+    CHECK_CONTAINS(ev[n - 1].fn, "cublasMpFree");
+    /* A failed growth leaves nothing behind (the old buffer retired). */
+    void *ws = NULL;
+    size_t ws_bytes = 0;
+    CHECK_OK(cmp_symm_grow(&f.symm, &ws, &ws_bytes, 4096, "workspace"));
+    f.fail("cublasMpMalloc", CUBLASMP_STATUS_ALLOCATION_FAILED);
+    CHECK_STATUS(cmp_symm_grow(&f.symm, &ws, &ws_bytes, 8192, "workspace"),
+                 CGM_ERROR_OUT_OF_MEMORY);
+    CHECK(ws == NULL);
+    CHECK_INT_EQ((long long)ws_bytes, 0);
+    CHECK_INT_EQ(f.symm.nretired, 1);
+    cmp_symm_free_retired(&f.symm);
+    CHECK_INT_EQ(check_contract(&f, live, bytes), 0);
+    /* Release failures are reported, not fatal. */
+    CHECK_OK(cmp_symm_alloc(&f.symm, 4096, "workspace", &buf));
+    f.fail("cublasMpBufferDeregister", CUBLASMP_STATUS_INTERNAL_ERROR);
+    cmp_symm_free(&f.symm, buf);
+    n = f.events(&ev);
+    CHECK_CONTAINS(ev[n - 1].fn, "cublasMpFree");
+    CHECK_INT_EQ(ev[n - 1].status, 0);
+    fake_close(&f);
 }
 
 /* -------------------------------------------------------------- mappings */
@@ -187,94 +573,135 @@ static void expect_local(const cmp_geom *g, int r, int P, int64_t rm_rows,
                   (long long)ld, (long long)rm_cols, (long long)rm_rows);
 }
 
+/* Checks one rank's descriptors of shape s (even or refused). */
+static void check_rank_mapping(const cmp_shape *shape, int r, int *checked,
+                               int *refused) {
+    cmp_shape s = *shape;
+    const int P = s.nranks;
+    const int64_t M = s.m, N = s.n_total, K = s.k_total;
+    const cgm_op op = s.op;
+    const bool ag = op == CGM_OP_ALL_GATHER_GEMM;
+    const bool ar = op == CGM_OP_GEMM_ALL_REDUCE;
+    const bool native = ar && s.layout == CGM_LAYOUT_TN &&
+                        s.algo_type == CUBLASMP_MATMUL_ALGO_TYPE_NO_OVERLAP;
+    const bool even = M % P == 0 && (ag ? N % P == 0 : K % P == 0);
+    const bool tn = s.layout == CGM_LAYOUT_TN, nt = s.layout == CGM_LAYOUT_NT;
+    int64_t m_r = cgm_shard_rows(M, r, P);
+    /* AG: local n; RS/AR: local k. */
+    int64_t n_r = ag ? cgm_shard_rows(N, r, P) : N;
+    int64_t k_r = ag ? K : cgm_shard_rows(K, r, P);
+    int64_t xm = ag ? m_r : M;
+    int64_t x_rows = nt ? k_r : xm, x_cols = nt ? xm : k_r;
+    int64_t w_rows = tn ? n_r : k_r, w_cols = tn ? k_r : n_r;
+    int64_t y_rows = op == CGM_OP_GEMM_REDUCE_SCATTER ? m_r : M;
+    s.ldx = x_cols + 3;
+    s.ldw = w_cols + 1;
+    s.ldy = n_r + 2;
+    cmp_problem pr;
+    cgm_status st = cmp_map_problem(&s, &pr);
+    if (!even) {
+        CHECK_STATUS(st, CGM_ERROR_NOT_SUPPORTED);
+        CHECK_CONTAINS(cgm_last_error(), "only with even shards");
+        CHECK_CONTAINS(cgm_last_error(), "p2p or nccl");
+        (*refused)++;
+        return;
+    }
+    CHECK_OK(st);
+    CHECK_INT_EQ(pr.m, N);
+    CHECK_INT_EQ(pr.n, M);
+    CHECK_INT_EQ(pr.k, K);
+    CHECK_INT_EQ(pr.trans_a, tn ? CMP_CUBLAS_OP_T : CMP_CUBLAS_OP_N);
+    CHECK_INT_EQ(pr.trans_b, nt ? CMP_CUBLAS_OP_T : CMP_CUBLAS_OP_N);
+    CHECK(pr.native_ar == native);
+    CHECK(pr.gather_rows == (ar && !native));
+    expect_local(&pr.b, r, P, x_rows, x_cols, s.ldx, "X (B)");
+    expect_local(&pr.a, r, P, w_rows, w_cols, s.ldw, "W (A)");
+    if (!ar) expect_local(&pr.d, r, P, y_rows, n_r, s.ldy, "Y (D)");
+    /* The fp32 D (RS with a 16-bit Y: this rank's rows; gathered AR: its
+     * rows of the m x n buffer, at their offset; native AR: all of it). */
+    cmp_output o;
+    cmp_plan_output(&s, r, n_r, CGM_DTYPE_BF16, false, &o);
+    CHECK_INT_EQ(o.y_rows, y_rows);
+    CHECK_INT_EQ(o.y_cols, n_r);
+    CHECK(o.gather == (ar && !native));
+    CHECK(o.fp32_d == !ag);
+    if (o.fp32_d) {
+        cmp_geom dg = pr.d;
+        dg.lld = o.d_lld;
+        int64_t d_rows = native ? M : m_r;
+        expect_local(&dg, r, P, d_rows, n_r, n_r, "fp32 D");
+        CHECK_INT_EQ(o.d_rows, d_rows);
+        CHECK_INT_EQ(o.d_offset, o.gather ? cgm_shard_offset(M, r, P) * n_r : 0);
+        CHECK_INT_EQ((int64_t)o.d_bytes, y_rows * n_r * 4);
+    }
+    /* op(A) is m x k and op(B) is k x n in cuBLASMp's terms; the blocks
+     * meet cublasMpMatmul's compatibility rules. */
+    CHECK_INT_EQ(pr.trans_a ? pr.a.cols : pr.a.rows, pr.m);
+    CHECK_INT_EQ(pr.trans_b ? pr.b.rows : pr.b.cols, pr.n);
+    const int64_t a_kb = pr.trans_a ? pr.a.mb : pr.a.nb;
+    const int64_t a_mb = pr.trans_a ? pr.a.nb : pr.a.mb;
+    const int64_t b_kb = pr.trans_b ? pr.b.nb : pr.b.mb;
+    const int64_t b_nb = pr.trans_b ? pr.b.mb : pr.b.nb;
+    CHECK_INT_EQ(a_kb, b_kb);
+    CHECK_INT_EQ(a_mb, pr.d.mb);
+    CHECK_INT_EQ(b_nb, pr.d.nb);
+    (*checked)++;
+}
+
 /* Every rank's descriptors must describe exactly the buffers commgemm's
- * API gives that rank, for every op, layout and even shape; uneven shapes
- * (P > 1) are refused, the same way on every rank. */
+ * API gives that rank, for every op, layout, algorithm (GEMM+AR's native
+ * and gathered forms) and even shape; uneven shapes (P > 1) are refused,
+ * the same way on every rank. */
 static void mapping_matches_api(const void *p) {
     (void)p;
     const cgm_op ops[] = {CGM_OP_ALL_GATHER_GEMM, CGM_OP_GEMM_REDUCE_SCATTER,
                           CGM_OP_GEMM_ALL_REDUCE};
-    int checked = 0, refused = 0;
+    const int algos[] = {CUBLASMP_MATMUL_ALGO_TYPE_SPLIT_P2P,
+                         CUBLASMP_MATMUL_ALGO_TYPE_NO_OVERLAP};
+    int checked = 0, refused = 0, native = 0;
     for (int P = 1; P <= 5; P++)
         for (int oi = 0; oi < 3; oi++)
-            for (int L = 0; L < CGM_LAYOUT_COUNT_; L++)
-                for (int64_t M = 1; M <= 12; M++)
-                    for (int64_t N = 1; N <= 12; N += 3)
-                        for (int64_t K = 1; K <= 12; K += 3) {
-            cgm_op op = ops[oi];
-            const bool ag = op == CGM_OP_ALL_GATHER_GEMM;
-            const bool ar = op == CGM_OP_GEMM_ALL_REDUCE;
-            const bool even = M % P == 0 && (ag ? N % P == 0 : K % P == 0);
-            cmp_shape s = {op, (cgm_layout)L, P, M, N, K, 0, 0, 0};
-            bool tn = L == CGM_LAYOUT_TN, nt = L == CGM_LAYOUT_NT;
-            for (int r = 0; r < P; r++) {
-                int64_t m_r = cgm_shard_rows(M, r, P);
-                /* AG: local n; RS/AR: local k. */
-                int64_t n_r = ag ? cgm_shard_rows(N, r, P) : N;
-                int64_t k_r = ag ? K : cgm_shard_rows(K, r, P);
-                int64_t xm = ag ? m_r : M;
-                int64_t x_rows = nt ? k_r : xm, x_cols = nt ? xm : k_r;
-                int64_t w_rows = tn ? n_r : k_r, w_cols = tn ? k_r : n_r;
-                int64_t y_rows = op == CGM_OP_GEMM_REDUCE_SCATTER ? m_r : M;
-                s.ldx = x_cols + 3;
-                s.ldw = w_cols + 1;
-                s.ldy = n_r + 2;
-                cmp_problem pr;
-                cgm_status st = cmp_map_problem(&s, &pr);
-                if (!even) {
-                    CHECK_STATUS(st, CGM_ERROR_NOT_SUPPORTED);
-                    CHECK_CONTAINS(cgm_last_error(), "only with even shards");
-                    CHECK_CONTAINS(cgm_last_error(), "p2p or nccl");
-                    refused++;
-                    continue;
-                }
-                CHECK_OK(st);
-                CHECK_INT_EQ(pr.m, N);
-                CHECK_INT_EQ(pr.n, M);
-                CHECK_INT_EQ(pr.k, K);
-                CHECK_INT_EQ(pr.trans_a, tn ? CMP_CUBLAS_OP_T : CMP_CUBLAS_OP_N);
-                CHECK_INT_EQ(pr.trans_b, nt ? CMP_CUBLAS_OP_T : CMP_CUBLAS_OP_N);
-                CHECK(pr.gather_rows == ar);
-                expect_local(&pr.b, r, P, x_rows, x_cols, s.ldx, "X (B)");
-                expect_local(&pr.a, r, P, w_rows, w_cols, s.ldw, "W (A)");
-                if (!ar) expect_local(&pr.d, r, P, y_rows, n_r, s.ldy, "Y (D)");
-                /* The fp32 D (RS with a 16-bit Y: this rank's rows; AR: its
-                 * rows of the m x n gather buffer, at their offset). */
-                cmp_output o;
-                cmp_plan_output(&s, r, n_r, CGM_DTYPE_BF16, false, &o);
-                CHECK_INT_EQ(o.y_rows, y_rows);
-                CHECK_INT_EQ(o.y_cols, n_r);
-                CHECK(o.gather == ar);
-                CHECK(o.fp32_d == !ag);
-                if (o.fp32_d) {
-                    cmp_geom dg = pr.d;
-                    dg.lld = o.d_lld;
-                    expect_local(&dg, r, P, m_r, n_r, n_r, "fp32 D");
-                    CHECK_INT_EQ(o.d_rows, m_r);
-                    CHECK_INT_EQ(o.d_offset,
-                                 ar ? cgm_shard_offset(M, r, P) * n_r : 0);
-                    CHECK_INT_EQ((int64_t)o.d_bytes, y_rows * n_r * 4);
-                }
-                /* op(A) is m x k and op(B) is k x n in cuBLASMp's terms. */
-                CHECK_INT_EQ(pr.trans_a ? pr.a.cols : pr.a.rows, pr.m);
-                CHECK_INT_EQ(pr.trans_b ? pr.b.rows : pr.b.cols, pr.n);
-                checked++;
-            }
+            for (int ai = 0; ai < 2; ai++)
+                for (int L = 0; L < CGM_LAYOUT_COUNT_; L++)
+                    for (int64_t M = 1; M <= 12; M++)
+                        for (int64_t N = 1; N <= 12; N += 3)
+                            for (int64_t K = 1; K <= 12; K += 3) {
+            cmp_shape s = {ops[oi], (cgm_layout)L, P, M, N, K, 0, 0, 0,
+                           algos[ai]};
+            native += cmp_native_allreduce(s.op, s.layout, s.algo_type);
+            for (int r = 0; r < P; r++)
+                check_rank_mapping(&s, r, &checked, &refused);
         }
-    CHECK(checked > 1000);
-    CHECK(refused > 1000);
+    CHECK(checked > 2000);
+    CHECK(refused > 2000);
+    CHECK(native > 100);
 }
 
 static void mapping_rejects(const void *p) {
     (void)p;
     cmp_problem pr;
-    cmp_shape s = {CGM_OP_BULK, CGM_LAYOUT_TN, 2, 4, 4, 4, 4, 4, 4};
+    cmp_shape s = {CGM_OP_BULK, CGM_LAYOUT_TN, 2, 4, 4, 4, 4, 4, 4,
+                   CUBLASMP_MATMUL_ALGO_TYPE_SPLIT_P2P};
     CHECK_STATUS(cmp_map_problem(&s, &pr), CGM_ERROR_NOT_SUPPORTED);
     CHECK_CONTAINS(cgm_last_error(), "use p2p or nccl for bulk");
-    /* GEMM+AR runs in every layout (as GEMM+RS + an all-gather). */
+    /* GEMM+AR runs in every layout: cuBLASMp's own Matmul + AllReduce only
+     * for TN with NO_OVERLAP, else GEMM+RS + an all-gather. */
     s.op = CGM_OP_GEMM_ALL_REDUCE;
+    for (int L = 0; L < CGM_LAYOUT_COUNT_; L++) {
+        s.layout = (cgm_layout)L;
+        s.algo_type = CUBLASMP_MATMUL_ALGO_TYPE_NO_OVERLAP;
+        CHECK_OK(cmp_map_problem(&s, &pr));
+        CHECK(pr.native_ar == (L == CGM_LAYOUT_TN));
+        CHECK(pr.gather_rows == (L != CGM_LAYOUT_TN));
+        s.algo_type = CUBLASMP_MATMUL_ALGO_TYPE_SPLIT_P2P;
+        CHECK_OK(cmp_map_problem(&s, &pr));
+        CHECK(!pr.native_ar && pr.gather_rows);
+    }
+    CHECK(!cmp_native_allreduce(CGM_OP_GEMM_REDUCE_SCATTER, CGM_LAYOUT_TN,
+                                CUBLASMP_MATMUL_ALGO_TYPE_NO_OVERLAP));
+    CHECK(!cmp_native_allreduce(CGM_OP_GEMM_ALL_REDUCE, CGM_LAYOUT_TN,
+                                CUBLASMP_MATMUL_ALGO_TYPE_ATOMIC_P2P));
     s.layout = CGM_LAYOUT_NT;
-    CHECK_OK(cmp_map_problem(&s, &pr));
     s.layout = CGM_LAYOUT_TN;
     s.k_total = 0;
     CHECK_STATUS(cmp_map_problem(&s, &pr), CGM_ERROR_INVALID_ARGUMENT);
@@ -323,6 +750,8 @@ static void dtype_compute_algo(const void *p) {
     CHECK_INT_EQ(t, 14); /* CUDA_R_16BF */
     CHECK_STATUS(cmp_map_dtype(CGM_DTYPE_FP8_E4M3, &t), CGM_ERROR_NOT_SUPPORTED);
     CHECK_CONTAINS(cgm_last_error(), "fp8_e4m3");
+    CHECK_CONTAINS(cgm_last_error(), "does not pass fp8 operands");
+    CHECK_CONTAINS(cgm_last_error(), "convert the operands");
     CHECK_INT_EQ(cmp_map_compute(CGM_DTYPE_FP32, false), 68);
     CHECK_INT_EQ(cmp_map_compute(CGM_DTYPE_FP32, true), 77);
     CHECK_INT_EQ(cmp_map_compute(CGM_DTYPE_BF16, true), 68);
@@ -335,6 +764,16 @@ static void dtype_compute_algo(const void *p) {
     CHECK_CONTAINS(cgm_last_error(), "never uses cuBLASMp's multicast");
     CHECK_STATUS(cmp_map_algo(CGM_ALGO_AUTO, "atomic_multicast", &a), CGM_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(cmp_map_algo(CGM_ALGO_AUTO, "default", &a), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(cmp_map_algo(CGM_ALGO_AUTO, "fused", &a), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "fused NVSwitch GEMM+AllReduce");
+    /* The per-call option: fused (the p2p kernel's) is cuBLASMp's split. */
+    CHECK_OK(cmp_map_algo(CGM_ALGO_FUSED, NULL, &a));
+    CHECK_INT_EQ(a, CUBLASMP_MATMUL_ALGO_TYPE_SPLIT_P2P);
+    CHECK_OK(cmp_map_algo(CGM_ALGO_AUTO, "atomic_p2p", &a));
+    CHECK_INT_EQ(a, CUBLASMP_MATMUL_ALGO_TYPE_ATOMIC_P2P);
+    CHECK_CONTAINS(cmp_algo_type_name(CUBLASMP_MATMUL_ALGO_TYPE_NO_OVERLAP), "NO_OVERLAP");
+    CHECK_CONTAINS(cmp_algo_type_name(CUBLASMP_MATMUL_ALGO_TYPE_FUSED), "FUSED");
+    CHECK_CONTAINS(cmp_algo_type_name(42), "unknown");
     CHECK_OK(cmp_map_algo(CGM_ALGO_AUTO, "Split_P2P", &a));
     CHECK_INT_EQ(a, CUBLASMP_MATMUL_ALGO_TYPE_SPLIT_P2P);
     CHECK_OK(cmp_map_algo(CGM_ALGO_SPLIT_PIPELINED, "no_overlap", &a));
@@ -375,33 +814,38 @@ static void split_check(const void *p) {
 static void output_plan(const void *p) {
     (void)p;
     cmp_shape s = {CGM_OP_GEMM_REDUCE_SCATTER, CGM_LAYOUT_TN, 2, 130, 97, 72,
-                   72, 72, 97};
+                   72, 72, 97, CUBLASMP_MATMUL_ALGO_TYPE_SPLIT_P2P};
     cmp_output o;
     const cgm_dtype outs[] = {CGM_DTYPE_BF16, CGM_DTYPE_FP16, CGM_DTYPE_FP32};
     const cgm_op ops[] = {CGM_OP_ALL_GATHER_GEMM, CGM_OP_GEMM_REDUCE_SCATTER,
                           CGM_OP_GEMM_ALL_REDUCE};
-    /* ldy 97: dense; 105: padded (cuBLASMp 0.7's RS returns INTERNAL_ERROR
+    const int algos[] = {CUBLASMP_MATMUL_ALGO_TYPE_SPLIT_P2P,
+                         CUBLASMP_MATMUL_ALGO_TYPE_NO_OVERLAP};
+    /* ldy 97: dense; 105: padded (cuBLASMp 0.7's RS returned INTERNAL_ERROR
      * for an fp32 D with lld > n). */
     const int64_t ldys[] = {97, 105};
     for (int li = 0; li < 2; li++)
         for (int oi = 0; oi < 3; oi++)
-            for (int di = 0; di < 3; di++)
-                for (int bias = 0; bias < 2; bias++) {
+            for (int ai = 0; ai < 2; ai++)
+                for (int di = 0; di < 3; di++)
+                    for (int bias = 0; bias < 2; bias++) {
                     s.op = ops[oi];
                     s.ldy = ldys[li];
+                    s.algo_type = algos[ai];
                     cmp_plan_output(&s, 1, 97, outs[di], bias, &o);
                     bool ar = ops[oi] == CGM_OP_GEMM_ALL_REDUCE;
                     bool rs = ops[oi] == CGM_OP_GEMM_REDUCE_SCATTER;
+                    bool native = ar && ai == 1; /* TN + NO_OVERLAP */
                     bool want_fp32 = ar || (rs && (outs[di] != CGM_DTYPE_FP32 ||
                                                    ldys[li] > 97));
                     CHECK(o.fp32_d == want_fp32);
-                    CHECK(o.gather == ar);
+                    CHECK(o.gather == (ar && !native));
                     CHECK(o.bias_pass == (bias && !want_fp32));
                     CHECK_INT_EQ(o.y_rows, rs ? 65 : 130);
                     CHECK_INT_EQ(o.y_cols, 97);
                     CHECK_INT_EQ((int64_t)o.d_bytes, want_fp32 ? o.y_rows * 97 * 4 : 0);
-                    CHECK_INT_EQ(o.d_rows, want_fp32 ? 65 : 0);
-                    CHECK_INT_EQ(o.d_offset, ar ? 65 * 97 : 0);
+                    CHECK_INT_EQ(o.d_rows, !want_fp32 ? 0 : native ? 130 : 65);
+                    CHECK_INT_EQ(o.d_offset, ar && !native ? 65 * 97 : 0);
                     if (want_fp32) CHECK_INT_EQ(o.d_lld, 97); /* dense */
                 }
 }
@@ -411,10 +855,19 @@ static void register_cases(void) {
     test_add("explicit_path_missing", explicit_path_missing, NULL);
     test_add("search_finds_nothing", search_finds_nothing, NULL);
     test_add("missing_symbol", missing_symbol, NULL);
-    test_add("wrong_version", wrong_version, NULL);
-    test_add("right_version", right_version, NULL);
+    test_add("old_version_refused", old_version_refused, NULL);
+    test_add("unknown_version_refused", unknown_version_refused, NULL);
+    test_add("version_codes", version_codes, NULL);
+    test_add("supported_versions_load", supported_versions_load, NULL);
+    test_add("nccl_too_old", nccl_too_old, NULL);
+    test_add("nccl_absent", nccl_absent, NULL);
+    test_add("nccl_symbols_unresolved", nccl_symbols_unresolved, NULL);
     test_add("pip_locations", pip_locations, NULL);
     test_add("host_comm_refuses", host_comm_refuses, NULL);
+    test_add("symm_alloc_registers_both_grids",
+             symm_alloc_registers_both_grids, NULL);
+    test_add("symm_every_buffer", symm_every_buffer, NULL);
+    test_add("symm_failures", symm_failures, NULL);
     test_add("mapping_matches_api", mapping_matches_api, NULL);
     test_add("mapping_rejects", mapping_rejects, NULL);
     test_add("even_shards", even_shards, NULL);

@@ -2,11 +2,13 @@
  * declared here so that commgemm builds without cuBLASMp's headers and
  * loads the library at run time (dlopen).
  *
- * Facts copied from cublasmp.h of cuBLASMp 0.7.0 (wheel
- * nvidia-cublasmp-cu13 0.7.0.125, CUBLASMP_VERSION = 700). Only 0.7.x is
- * accepted at load time (cmp_lib_load checks cublasMpGetVersion): later
- * versions changed the memory API (cublasMpMalloc / NCCL symmetric memory
- * instead of NVSHMEM) and need NCCL >= 2.29.
+ * Facts copied from cublasmp.h of cuBLASMp 0.10.0 (wheel
+ * nvidia-cublasmp-cu13 0.10.0.3695) and checked against the headers and
+ * exported symbols of 0.8.0.2023 and 0.9.1.3056: the entry points, their
+ * signatures and the enum values used below are the same in 0.8, 0.9 and
+ * 0.10 (0.10 adds CUBLASMP_MATMUL_ALGO_TYPE_FUSED). cuBLASMp 0.7 and older
+ * are another API (cublasMpStreamSet, cublasMpMatmulDescriptorAttributeSet,
+ * an NVSHMEM workspace): refused at load time.
  *
  * CUDA / cuBLAS / NCCL types appear as their ABI equivalents (opaque
  * pointers, int enums) so that this header and the loader need no CUDA
@@ -22,10 +24,20 @@
 extern "C" {
 #endif
 
-/* Versions this backend accepts: [CMP_VERSION_MIN, CMP_VERSION_END). */
-#define CMP_VERSION_MIN 700 /* 0.7.0 */
-#define CMP_VERSION_END 800 /* 0.8.0 */
-#define CMP_TESTED_WHEEL "nvidia-cublasmp-cu13==0.7.0.125"
+/* Versions this backend accepts: [CMP_VERSION_MIN, CMP_VERSION_END), as
+ * cublasMpGetVersion reports them. Up to 0.9 the code was
+ * major * 1000 + minor * 100 + patch (0.9.1 = 901), from 0.10 on it is
+ * major * 10000 + minor * 100 + patch (0.10.0 = 1000): for 0.x both read
+ * as major = v / 10000, minor = v % 10000 / 100, patch = v % 100
+ * (cmp_version_text). */
+#define CMP_VERSION_MIN 800  /* 0.8.0: NCCL symmetric memory */
+#define CMP_VERSION_END 1100 /* 0.11.0: not seen yet */
+#define CMP_SUPPORTED_TEXT "0.8.x, 0.9.x or 0.10.x"
+#define CMP_WHEEL "nvidia-cublasmp-cu13==0.10.0.3695" /* the one read */
+/* The NCCL cuBLASMp 0.8+ needs (its wheels' Requires-Dist), as
+ * ncclGetVersion reports it: major * 10000 + minor * 100 + patch. */
+#define CMP_NCCL_MIN 22902
+#define CMP_NCCL_MIN_TEXT "2.29.2"
 
 /* cublasMpStatus_t */
 typedef enum {
@@ -55,17 +67,20 @@ typedef enum {
     CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_EPILOGUE = 5,
     CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_BIAS_POINTER = 6,
     CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_BIAS_BATCH_STRIDE = 7,
-    CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_BIAS_DATA_TYPE = 8
+    CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_BIAS_DATA_TYPE = 8,
+    CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_COMMUNICATION_TYPE = 27
 } cublasMpMatmulDescriptorAttribute_t;
 
-/* cublasMpMatmulAlgoType_t */
+/* cublasMpMatmulAlgoType_t. A hint: "If not supported, cuBLASMp falls back
+ * to the default algorithm" (0.10's header). */
 typedef enum {
     CUBLASMP_MATMUL_ALGO_TYPE_DEFAULT = 0,
     CUBLASMP_MATMUL_ALGO_TYPE_SPLIT_P2P = 1,
     CUBLASMP_MATMUL_ALGO_TYPE_SPLIT_MULTICAST = 2,
     CUBLASMP_MATMUL_ALGO_TYPE_ATOMIC_P2P = 3,
     CUBLASMP_MATMUL_ALGO_TYPE_ATOMIC_MULTICAST = 4,
-    CUBLASMP_MATMUL_ALGO_TYPE_NO_OVERLAP = 5
+    CUBLASMP_MATMUL_ALGO_TYPE_NO_OVERLAP = 5,
+    CUBLASMP_MATMUL_ALGO_TYPE_FUSED = 6 /* 0.10+: GEMM+AR, NVSwitch multimem */
 } cublasMpMatmulAlgoType_t;
 
 /* cublasMpMatmulEpilogue_t (the ones used) */
@@ -99,19 +114,27 @@ typedef void *cmp_stream_t;
 typedef void *cmp_nccl_comm_t;
 
 /* Every entry point the backend calls, resolved once per process into one
- * table. `required` symbols must all be there; `optional` ones may be NULL
- * (NVSHMEM's allocator, reached through cuBLASMp's own dependencies: the
- * symmetric workspace that lets cuBLASMp 0.7 overlap). */
+ * table. `required` symbols must all be there; GetStatusString is
+ * optional (messages fall back to the status name). NcclGetVersion is
+ * NCCL's ncclGetVersion as cuBLASMp resolves it: the libnccl.so.2 that
+ * cuBLASMp and commgemm share in the process. */
 typedef struct cmp_api {
     /* required */
     cublasMpStatus_t (*GetVersion)(int *version);
     cublasMpStatus_t (*Create)(cublasMpHandle_t *handle, cmp_stream_t stream);
     cublasMpStatus_t (*Destroy)(cublasMpHandle_t handle);
-    cublasMpStatus_t (*StreamSet)(cublasMpHandle_t handle, cmp_stream_t stream);
+    cublasMpStatus_t (*SetStream)(cublasMpHandle_t handle, cmp_stream_t stream);
     cublasMpStatus_t (*GridCreate)(int64_t nprow, int64_t npcol,
                                    cublasMpGridLayout_t layout,
                                    cmp_nccl_comm_t comm, cublasMpGrid_t *grid);
     cublasMpStatus_t (*GridDestroy)(cublasMpGrid_t grid);
+    /* NCCL symmetric memory (ncclMemAlloc + window registration on the
+     * grid's communicator), collective over the grid. */
+    cublasMpStatus_t (*Malloc)(cublasMpGrid_t grid, void **ptr, size_t size);
+    cublasMpStatus_t (*Free)(cublasMpGrid_t grid, void *ptr);
+    cublasMpStatus_t (*BufferRegister)(cublasMpGrid_t grid, void *ptr,
+                                       size_t size);
+    cublasMpStatus_t (*BufferDeregister)(cublasMpGrid_t grid, void *ptr);
     cublasMpStatus_t (*MatrixDescriptorCreate)(
         int64_t m, int64_t n, int64_t mb, int64_t nb, int64_t rsrc,
         int64_t csrc, int64_t lld, int type, cublasMpGrid_t grid,
@@ -120,7 +143,7 @@ typedef struct cmp_api {
     cublasMpStatus_t (*MatmulDescriptorCreate)(cublasMpMatmulDescriptor_t *d,
                                                int compute_type);
     cublasMpStatus_t (*MatmulDescriptorDestroy)(cublasMpMatmulDescriptor_t d);
-    cublasMpStatus_t (*MatmulDescriptorAttributeSet)(
+    cublasMpStatus_t (*MatmulDescriptorSetAttribute)(
         cublasMpMatmulDescriptor_t d, cublasMpMatmulDescriptorAttribute_t attr,
         const void *buf, size_t size);
     cublasMpStatus_t (*Matmul_bufferSize)(
@@ -142,12 +165,15 @@ typedef struct cmp_api {
         cublasMpMatrixDescriptor_t desc_d, void *d_work, size_t device_bytes,
         void *h_work, size_t host_bytes);
     /* optional */
-    void *(*nvshmem_malloc)(size_t bytes);
-    void (*nvshmem_free)(void *ptr);
+    const char *(*GetStatusString)(cublasMpStatus_t status);
+    /* NCCL's, reached through cuBLASMp's dependencies */
+    int (*NcclGetVersion)(int *version);
 
-    void *dl;          /* dlopen handle */
-    char path[512];    /* what was loaded ("" = default search) */
-    int version;       /* cublasMpGetVersion */
+    void *dl;             /* dlopen handle */
+    char path[512];       /* what was loaded ("" = default search) */
+    int version;          /* cublasMpGetVersion */
+    int nccl_version;     /* ncclGetVersion of the shared libnccl.so.2 */
+    char nccl_path[512];  /* the file that holds it (dladdr) */
 } cmp_api;
 
 #ifdef __cplusplus

@@ -24,23 +24,26 @@ _Static_assert(sizeof(cudaDataType_t) == sizeof(int), "cudaDataType_t size");
 
 /* Records a cuBLASMp failure. NOT_SUPPORTED and INVALID_VALUE on validated
  * operands mean cuBLASMp does not take this combination. */
-cgm_status cmp_fail(cublasMpStatus_t s, const char *what,
-                           const char *context) {
+cgm_status cmp_fail(const cmp_api *api, cublasMpStatus_t s, const char *what,
+                    const char *context) {
     cgm_status status = CGM_ERROR_CUBLAS;
     const char *advice = "run with CUBLASMP_LOG_LEVEL=5 for cuBLASMp's reason";
     if (s == CUBLASMP_STATUS_NOT_SUPPORTED || s == CUBLASMP_STATUS_INVALID_VALUE) {
         status = CGM_ERROR_NOT_SUPPORTED;
-        advice = "cuBLASMp 0.7 does not take this combination; use the p2p "
-                 "or nccl backend for it (CUBLASMP_LOG_LEVEL=5 shows "
-                 "cuBLASMp's reason)";
+        advice = "cuBLASMp does not take this combination; use the p2p or "
+                 "nccl backend for it (CUBLASMP_LOG_LEVEL=5 shows cuBLASMp's "
+                 "reason)";
     } else if (s == CUBLASMP_STATUS_ALLOCATION_FAILED) {
         status = CGM_ERROR_OUT_OF_MEMORY;
-        advice = "free device memory (NVSHMEM's heap: raise "
-                 "NVSHMEM_SYMMETRIC_SIZE)";
+        advice = "free device memory or use smaller shapes";
     }
+    const char *text = api && api->GetStatusString ? api->GetStatusString(s)
+                                                   : NULL;
     return cgm_error(status, "%s failed for %s: expected "
-                     "CUBLASMP_STATUS_SUCCESS, found %d (%s); %s",
-                     what, context, (int)s, cmp_status_name(s), advice);
+                     "CUBLASMP_STATUS_SUCCESS, found %d (%s%s%s); %s",
+                     what, context, (int)s, cmp_status_name(s),
+                     text && *text ? ": " : "", text && *text ? text : "",
+                     advice);
 }
 
 static cgm_status cmp_probe(const cgm_comm *comm) {
@@ -64,19 +67,10 @@ static void leave_device(int device, int previous) {
 
 int cmp_test_ag_staging = 1;
 
-static void ws_free(cmp_state *st, void *p, bool collective_ok) {
-    if (!p || !collective_ok) return;
-    /* Not collective (a broken comm): leaked. Peers may be gone and
-     * nvshmem_free waits for them; a cuBLASMp kernel may still spin, and
-     * cudaFree would wait for it. */
-    if (!st->ws_symmetric) cudaFree(p);
-    else st->api->nvshmem_free(p); /* collective */
-}
-
 /* Frees everything; `collective`: the peers are alive and run the same
- * finalize (NVSHMEM frees and grid teardown wait for them), and nothing
- * is stuck on the device. Otherwise nothing that waits for the device or
- * the peers runs, and device memory is leaked. */
+ * finalize (symmetric-memory frees and grid teardown are collective), and
+ * nothing is stuck on the device. Otherwise nothing that waits for the
+ * device or the peers runs, and device memory is leaked. */
 static void state_free(cmp_state *st, bool collective) {
     const cmp_api *api = st->api;
     if (collective) {
@@ -84,15 +78,15 @@ static void state_free(cmp_state *st, bool collective) {
         (void)cudaDeviceSynchronize();
     }
     cmp_cache_clear(st);
-    for (int i = 0; i < st->nretired; i++)
-        ws_free(st, st->retired[i], collective);
-    ws_free(st, st->ws, collective);
-    ws_free(st, st->stage, collective);
     if (collective) {
+        /* Same order on every rank: retired, workspace, staging buffer. */
+        cmp_symm_free_retired(&st->symm);
+        cmp_symm_free(&st->symm, st->ws);
+        cmp_symm_free(&st->symm, st->stage);
         for (int i = 0; i < st->ndretired; i++) cudaFree(st->dretired[i]);
         if (st->dbuf) cudaFree(st->dbuf);
         if (st->dev) cudaFree(st->dev);
-        /* Grid destruction tears down NCCL/NVSHMEM teams: collective too. */
+        /* Grid destruction tears down NCCL communicators: collective too. */
         for (int g = 0; g < 2; g++)
             if (st->grid[g]) api->GridDestroy(st->grid[g]);
         if (st->handle) api->Destroy(st->handle);
@@ -101,11 +95,52 @@ static void state_free(cmp_state *st, bool collective) {
     free(st);
 }
 
+/* Every rank's cuBLASMp and NCCL versions, and commgemm's own NCCL against
+ * cuBLASMp's: one libnccl.so.2 must serve both (the communicator commgemm
+ * made is used by cuBLASMp). Bounded (cuBLASMp's grid creation waits
+ * without bound for every rank). */
+typedef struct version_record {
+    int cublasmp, nccl;
+} version_record;
+
+static cgm_status check_versions(cmp_state *st) {
+    cgm_status status = CGM_SUCCESS;
+    const cmp_api *api = st->api;
+    int own = 0;
+    CGM_NCCL_TRY(ncclGetVersion(&own));
+    if (own != api->nccl_version) {
+        char a[32], b[32];
+        cmp_nccl_version_text(own, a, sizeof a);
+        cmp_nccl_version_text(api->nccl_version, b, sizeof b);
+        return cgm_error(CGM_ERROR_MISMATCH,
+                         "the cublasmp backend: commgemm's communicator is "
+                         "NCCL %s but cuBLASMp resolves NCCL %s (%s): they "
+                         "must share one libnccl.so.2; %s",
+                         a, b, api->nccl_path, CMP_NCCL_HINT);
+    }
+    version_record mine = {api->version, api->nccl_version};
+    version_record *all = calloc((size_t)st->nranks, sizeof *all);
+    if (!all) return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "calloc versions");
+    status = cgm_nccl_allgather_host(st->comm->nccl_comm, st->nranks, &mine,
+                                     all, sizeof mine, st->timeout_ms);
+    for (int r = 0; r < st->nranks && status == CGM_SUCCESS; r++)
+        if (all[r].cublasmp != mine.cublasmp || all[r].nccl != mine.nccl)
+            status = cgm_error(CGM_ERROR_MISMATCH,
+                               "the cublasmp backend: rank %d loaded cuBLASMp "
+                               "%d with NCCL %d but rank %d loaded cuBLASMp %d "
+                               "with NCCL %d; install one version of each for "
+                               "every rank",
+                               r, all[r].cublasmp, all[r].nccl, st->rank,
+                               mine.cublasmp, mine.nccl);
+    free(all);
+fail:
+    return status;
+}
+
 static cgm_status cmp_init(cgm_comm *comm, void **state) {
     cgm_status status = CGM_SUCCESS;
     int previous = -1;
     bool collective = false;
-    int *versions = NULL;
     cmp_state *st = calloc(1, sizeof *st);
     if (!st) return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "calloc cmp_state");
     CGM_TRY(cmp_lib_get(&st->api));
@@ -120,56 +155,36 @@ static cgm_status cmp_init(cgm_comm *comm, void **state) {
     int algo_check = 0;
     CGM_TRY(cmp_map_algo(CGM_ALGO_AUTO, st->algo_override, &algo_check));
     CGM_TRY(enter_device(st->device, &previous));
-
-    /* Bounded meeting first: cuBLASMp's grid creation waits without bound
-     * for every rank, so make sure they all came with the same library. */
-    versions = calloc((size_t)st->nranks, sizeof *versions);
-    if (!versions) {
-        status = cgm_error(CGM_ERROR_OUT_OF_MEMORY, "calloc versions");
-        goto fail;
-    }
-    CGM_TRY(cgm_nccl_allgather_host(comm->nccl_comm, st->nranks, &api->version,
-                                    versions, sizeof(int), st->timeout_ms));
-    for (int r = 0; r < st->nranks; r++)
-        if (versions[r] != api->version) {
-            status = cgm_error(CGM_ERROR_MISMATCH,
-                               "the cublasmp backend: rank %d loaded cuBLASMp "
-                               "%d but rank %d loaded %d; install one version "
-                               "for every rank",
-                               r, versions[r], st->rank, api->version);
-            goto fail;
-        }
+    CGM_TRY(check_versions(st));
     collective = true;
     st->ag_stage = cmp_test_ag_staging != 0;
     CGM_CUDA_TRY(cudaMalloc((void **)&st->dev, sizeof *st->dev));
     CGM_CUDA_TRY(cudaMemset(st->dev, 0, sizeof *st->dev));
     CGM_CUDA_TRY(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
     CMP_TRY(api->Create(&st->handle, st->stream), "the comm's handle");
-    /* Creating the first grid also initialises NVSHMEM over the NCCL comm. */
     CMP_TRY(api->GridCreate(st->nranks, 1, CUBLASMP_GRID_LAYOUT_COL_MAJOR,
                             comm->nccl_comm, &st->grid[CMP_GRID_COL]),
             "the P x 1 grid");
     CMP_TRY(api->GridCreate(1, st->nranks, CUBLASMP_GRID_LAYOUT_ROW_MAJOR,
                             comm->nccl_comm, &st->grid[CMP_GRID_ROW]),
             "the 1 x P grid");
-    st->ws_symmetric = api->nvshmem_malloc && api->nvshmem_free;
-    if (!st->ws_symmetric)
-        CGM_WARN(CGM_SUB_CUBLASMP, "cuBLASMp's NVSHMEM allocator "
-                 "(nvshmem_malloc) was not found: workspaces are plain device "
-                 "memory and cuBLASMp 0.7 runs without overlap");
+    st->symm.api = api;
+    st->symm.grid[CMP_GRID_COL] = st->grid[CMP_GRID_COL];
+    st->symm.grid[CMP_GRID_ROW] = st->grid[CMP_GRID_ROW];
     CGM_CUDA_TRY(cudaStreamSynchronize(st->stream));
+    char version[32], nccl[32];
+    cmp_version_text(api->version, version, sizeof version);
+    cmp_nccl_version_text(api->nccl_version, nccl, sizeof nccl);
     CGM_INFO(CGM_SUB_CUBLASMP, "cublasmp backend ready: rank %d of %d on "
-             "device %d, cuBLASMp %d, algo %s, AG operand %s",
-             st->rank, st->nranks, st->device, api->version,
+             "device %d, cuBLASMp %s, NCCL %s, algo %s, workspace in NCCL "
+             "symmetric memory, AG operand %s",
+             st->rank, st->nranks, st->device, version, nccl,
              st->algo_override ? st->algo_override : "default",
-             st->ws_symmetric && st->ag_stage ? "staged in NVSHMEM memory"
-                                              : "passed as given");
-    free(versions);
+             st->ag_stage ? "staged in symmetric memory" : "passed as given");
     leave_device(st->device, previous);
     *state = st;
     return CGM_SUCCESS;
 fail:
-    free(versions);
     if (st->api) state_free(st, collective);
     else free(st);
     leave_device(comm->cuda_device, previous);

@@ -17,6 +17,7 @@ typedef struct prep_record {
 /* ... and once its descriptors are built. */
 typedef struct ready_record {
     int64_t status; /* cgm_status of this rank's preparation */
+    int64_t symm;   /* cgm_status of its symmetric allocation (staging) */
     int64_t dev_bytes;
 } ready_record;
 
@@ -111,25 +112,29 @@ static cgm_status build_entry(cmp_state *st, const cgm_call *c, cmp_entry *e,
                 context);
     }
     CMP_TRY(api->MatmulDescriptorCreate(&e->mm, e->key.compute), context);
-    /* Never cuBLASMp's ALLREDUCE epilogue (GEMM+AR is RS + ncclAllGather:
-     * see cmp_problem.gather_rows) nor its BIAS epilogue. */
-    int epilogue = CUBLASMP_MATMUL_EPILOGUE_DEFAULT;
+    /* The ALLREDUCE epilogue for the native GEMM+AR (cmp_problem); never
+     * cuBLASMp's BIAS epilogue (commgemm adds the bias). */
+    int epilogue = p->native_ar ? CUBLASMP_MATMUL_EPILOGUE_ALLREDUCE
+                                : CUBLASMP_MATMUL_EPILOGUE_DEFAULT;
     CGM_TRACE(CGM_SUB_CUBLASMP, "cublasMpMatmulDescriptorCreate(compute=%d) "
-              "-> %p; TRANSA=%d TRANSB=%d ALGO_TYPE=%d EPILOGUE=%d (no bias "
-              "epilogue: commgemm adds the bias)", e->key.compute,
-              (void *)e->mm, p->trans_a, p->trans_b, algo, epilogue);
-    CMP_TRY(api->MatmulDescriptorAttributeSet(
-                e->mm, CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_TRANSA, &p->trans_a,
-                sizeof p->trans_a), context);
-    CMP_TRY(api->MatmulDescriptorAttributeSet(
-                e->mm, CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_TRANSB, &p->trans_b,
-                sizeof p->trans_b), context);
-    CMP_TRY(api->MatmulDescriptorAttributeSet(
-                e->mm, CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_ALGO_TYPE, &algo,
-                sizeof algo), context);
-    CMP_TRY(api->MatmulDescriptorAttributeSet(
-                e->mm, CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_EPILOGUE, &epilogue,
-                sizeof epilogue), context);
+              "-> %p; TRANSA=%d TRANSB=%d ALGO_TYPE=%d (%s) EPILOGUE=%d (no "
+              "bias epilogue: commgemm adds the bias)", e->key.compute,
+              (void *)e->mm, p->trans_a, p->trans_b, algo,
+              cmp_algo_type_name(algo), epilogue);
+    const struct {
+        cublasMpMatmulDescriptorAttribute_t attr;
+        const int *value;
+    } attrs[] = {
+        {CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_TRANSA, &p->trans_a},
+        {CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_TRANSB, &p->trans_b},
+        {CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_ALGO_TYPE, &algo},
+        {CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_EPILOGUE, &epilogue},
+    };
+    for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++)
+        CMP_TRY(api->MatmulDescriptorSetAttribute(e->mm, attrs[i].attr,
+                                                  attrs[i].value,
+                                                  sizeof *attrs[i].value),
+                context);
     const float alpha = 1.0f;
     const float beta = c->accumulate && !e->out.fp32_d ? 1.0f : 0.0f;
     const void *cptr = beta != 0.0f ? d : NULL;
@@ -154,8 +159,10 @@ static cgm_status build_entry(cmp_state *st, const cgm_call *c, cmp_entry *e,
              "B device, %zu B host",
              context, (long long)p->m, (long long)p->n, (long long)p->k,
              p->trans_a ? "T" : "N", p->trans_b ? "T" : "N", algo, epilogue,
-             e->staged ? "staged in NVSHMEM memory" : "the caller's",
-             e->out.gather ? "fp32 buffer + ncclAllGather + fp32 pass into Y"
+             e->staged ? "staged in symmetric memory" : "the caller's",
+             p->native_ar ? "fp32 buffer (cuBLASMp's Matmul + AllReduce) + "
+                            "fp32 pass into Y"
+             : e->out.gather ? "fp32 buffer + ncclAllGather + fp32 pass into Y"
              : e->out.fp32_d ? "fp32 buffer + fp32 pass into Y" : "Y",
              !c->has_bias ? "none" : e->out.fp32_d ? "in the fp32 pass"
                                                    : "in-place pass",
@@ -164,37 +171,43 @@ fail:
     return status;
 }
 
-/* Collective: every rank grows *buf to the same size, in the same call.
- * The outgrown buffer is kept (a captured graph may still use it) while
- * room lasts. */
+/* Collective: every rank grows *buf (symmetric memory) to the same size,
+ * in the same call. The device is idle first: an outgrown buffer beyond
+ * the retired ones is freed. */
 static cgm_status grow(cmp_state *st, void **buf, size_t *cur, size_t bytes,
                        const char *what) {
     cgm_status status = CGM_SUCCESS;
     if (bytes <= *cur) return CGM_SUCCESS;
     CGM_CUDA_TRY(cudaDeviceSynchronize());
-    if (*buf) {
-        if (st->nretired < CMP_RETIRED_MAX) st->retired[st->nretired++] = *buf;
-        else if (st->ws_symmetric) st->api->nvshmem_free(*buf);
-        else cudaFree(*buf);
-        *buf = NULL;
-        *cur = 0;
-    }
-    if (st->ws_symmetric) {
-        *buf = st->api->nvshmem_malloc(bytes);
-        if (!*buf)
-            return cgm_error(CGM_ERROR_OUT_OF_MEMORY,
-                             "nvshmem_malloc(%zu) of the cublasmp backend's "
-                             "%s returned NULL: expected room in NVSHMEM's "
-                             "symmetric heap; raise NVSHMEM_SYMMETRIC_SIZE or "
-                             "use smaller shapes", bytes, what);
-    } else {
-        CGM_CUDA_TRY(cudaMalloc(buf, bytes));
-    }
-    *cur = bytes;
-    CGM_INFO(CGM_SUB_CUBLASMP, "cublasmp %s: %zu bytes at %p (%s)", what,
-             bytes, *buf,
-             st->ws_symmetric ? "nvshmem_malloc" : "cudaMalloc: no overlap");
+    status = cmp_symm_grow(&st->symm, buf, cur, bytes, what);
 fail:
+    return status;
+}
+
+/* After a collective symmetric allocation, every rank's outcome (all[r]):
+ * all succeeded: CGM_SUCCESS; all failed: the local error, and the comm
+ * stays consistent (no rank holds the new buffer); some failed: the ranks
+ * now hold different buffers, and the next collective allocation or free
+ * would pair wrongly, so the comm is broken. */
+static cgm_status symm_agree(cmp_state *st, cgm_status local,
+                             const int64_t *all, size_t stride,
+                             const char *what) {
+    int failed = -1, ok = 0;
+    for (int r = 0; r < st->nranks; r++) {
+        const int64_t v = *(const int64_t *)((const char *)all + r * stride);
+        if (v == CGM_SUCCESS) ok++;
+        else if (failed < 0) failed = r;
+    }
+    if (failed < 0) return CGM_SUCCESS;
+    if (ok == 0) return local != CGM_SUCCESS ? local
+                 : cgm_error(CGM_ERROR_INTERNAL, "symm_agree: no failure");
+    cgm_status status = local != CGM_SUCCESS ? local : CGM_ERROR_UNAVAILABLE;
+    cgm_error(status, "the cublasmp backend's %s: rank %d could not allocate "
+              "its NCCL symmetric memory while %d rank(s) did, so the ranks "
+              "no longer hold the same symmetric buffers; the comm is broken "
+              "(destroy it); that rank's cgm_last_error() says why",
+              what, failed, ok);
+    cgm_comm_mark_broken(st->comm, status);
     return status;
 }
 
@@ -227,6 +240,63 @@ static void *d_pointer(const cmp_state *st, const cgm_call *c,
     return (float *)st->dbuf + e->out.d_offset;
 }
 
+/* The second exchange of a first call: every rank's preparation status,
+ * its staging allocation and its workspace need (*need: the maximum). */
+static cgm_status agree_ready(cmp_state *st, const cgm_call *c,
+                              cgm_status local, cgm_status symm,
+                              const cmp_entry *e, size_t *need) {
+    cgm_status status = CGM_SUCCESS;
+    const int P = st->nranks;
+    ready_record ready, *readies = calloc((size_t)P, sizeof *readies);
+    if (!readies)
+        return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "calloc of %d records", P);
+    memset(&ready, 0, sizeof ready);
+    ready.status = local;
+    ready.symm = symm;
+    ready.dev_bytes = local == CGM_SUCCESS ? (int64_t)e->dev_bytes : 0;
+    CGM_TRY(cgm_nccl_allgather_host(st->comm->nccl_comm, P, &ready, readies,
+                                    sizeof ready, st->timeout_ms));
+    CGM_TRY(symm_agree(st, symm, &readies[0].symm, sizeof *readies,
+                       "AG operand staging buffer"));
+    *need = 0;
+    for (int r = 0; r < P; r++) {
+        if (readies[r].status != CGM_SUCCESS && local == CGM_SUCCESS) {
+            status = cgm_error((cgm_status)readies[r].status,
+                               "the cublasmp backend: rank %d could not "
+                               "prepare this %s call (%s); its "
+                               "cgm_last_error() says why",
+                               r, cgm_op_name(c->op),
+                               cgm_status_string((cgm_status)readies[r].status));
+            goto fail;
+        }
+        if ((size_t)readies[r].dev_bytes > *need)
+            *need = (size_t)readies[r].dev_bytes;
+    }
+    status = local; /* on failure, the detail is this rank's own */
+fail:
+    free(readies);
+    return status;
+}
+
+/* The workspace, grown on every rank to the largest need, then every
+ * rank's outcome compared (symm_agree). */
+static cgm_status grow_workspace(cmp_state *st, size_t need) {
+    cgm_status status = CGM_SUCCESS;
+    if (need <= st->ws_bytes) return CGM_SUCCESS;
+    const int P = st->nranks;
+    int64_t mine = grow(st, &st->ws, &st->ws_bytes, need, "workspace");
+    const cgm_status local = (cgm_status)mine;
+    int64_t *all = calloc((size_t)P, sizeof *all);
+    if (!all)
+        return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "calloc of %d records", P);
+    CGM_TRY(cgm_nccl_allgather_host(st->comm->nccl_comm, P, &mine, all,
+                                    sizeof mine, st->timeout_ms));
+    status = symm_agree(st, local, all, sizeof *all, "workspace");
+fail:
+    free(all);
+    return status;
+}
+
 /* First call of a shape (collective, eager): agree, stage, build, size. */
 static cgm_status prepare(cmp_state *st, const cgm_call *c,
                           const cmp_key *key, int algo, cmp_entry **out) {
@@ -234,11 +304,10 @@ static cgm_status prepare(cmp_state *st, const cgm_call *c,
     const int P = st->nranks;
     const bool ag = c->op == CGM_OP_ALL_GATHER_GEMM;
     prep_record mine, *all = calloc((size_t)P, sizeof *all);
-    ready_record ready, *readies = calloc((size_t)P, sizeof *readies);
     int64_t *sigs = calloc((size_t)P * CGM_SIGNATURE_WORDS, sizeof *sigs);
     int64_t *sizes = calloc((size_t)P, sizeof *sizes);
     cmp_entry *e = NULL;
-    if (!all || !readies || !sigs || !sizes) {
+    if (!all || !sigs || !sizes) {
         status = cgm_error(CGM_ERROR_OUT_OF_MEMORY, "calloc of %d records", P);
         goto fail;
     }
@@ -278,6 +347,7 @@ static cgm_status prepare(cmp_state *st, const cgm_call *c,
     shape.ldx = key->ldx;
     shape.ldw = key->ldw;
     shape.ldy = key->ldy;
+    shape.algo_type = algo;
     if (shape.k_total == 0) {
         status = cgm_error(CGM_ERROR_NOT_SUPPORTED,
                            "the cublasmp backend needs k >= 1 (cuBLASMp "
@@ -293,63 +363,45 @@ static cgm_status prepare(cmp_state *st, const cgm_call *c,
         *out = e;
         goto done;
     }
-    /* Same inputs on every rank, so the same decision on every rank: cuBLASMp
-     * must see B in NVSHMEM memory everywhere or nowhere. */
-    e->staged = ag && st->ws_symmetric && st->ag_stage && stage > 0;
+    /* Same inputs on every rank, so the same decision on every rank:
+     * cuBLASMp must see B in symmetric memory everywhere or nowhere. */
+    cmp_symm_plan plan;
+    cmp_plan_symmetric(c->op, st->ag_stage, stage, 0, &plan);
+    e->staged = plan.stage_bytes > 0;
     local = cmp_map_problem(&shape, &e->prob);
     if (local == CGM_SUCCESS)
         cmp_plan_output(&shape, st->rank, c->n, c->out_dtype, c->has_bias,
                         &e->out);
+    cgm_status symm = CGM_SUCCESS;
     if (e->staged)
-        CGM_TRY(grow(st, &st->stage, &st->stage_bytes, stage,
-                     "AG operand staging buffer"));
+        symm = grow(st, &st->stage, &st->stage_bytes, plan.stage_bytes,
+                    "AG operand staging buffer");
+    if (local == CGM_SUCCESS) local = symm;
     if (local == CGM_SUCCESS && e->out.d_bytes)
         local = grow_dbuf(st, e->out.d_bytes);
     if (local == CGM_SUCCESS)
         local = build_entry(st, c, e, &shape, algo,
                             e->staged ? st->stage : c->x.data,
                             d_pointer(st, c, e));
-    memset(&ready, 0, sizeof ready);
-    ready.status = local;
-    ready.dev_bytes = local == CGM_SUCCESS ? (int64_t)e->dev_bytes : 0;
-    CGM_TRY(cgm_nccl_allgather_host(st->comm->nccl_comm, P, &ready, readies,
-                                    sizeof ready, st->timeout_ms));
     size_t need = 0;
-    for (int r = 0; r < P; r++) {
-        if (readies[r].status != CGM_SUCCESS && local == CGM_SUCCESS) {
-            status = cgm_error((cgm_status)readies[r].status,
-                               "the cublasmp backend: rank %d could not "
-                               "prepare this %s call (%s); its "
-                               "cgm_last_error() says why",
-                               r, cgm_op_name(c->op),
-                               cgm_status_string((cgm_status)readies[r].status));
-            goto fail;
-        }
-        if ((size_t)readies[r].dev_bytes > need)
-            need = (size_t)readies[r].dev_bytes;
-    }
-    if (local != CGM_SUCCESS) {
-        status = local; /* the detail is this rank's own */
-        goto fail;
-    }
-    CGM_TRY(grow(st, &st->ws, &st->ws_bytes, need, "workspace"));
+    CGM_TRY(agree_ready(st, c, local, symm, e, &need));
+    cmp_plan_symmetric(c->op, st->ag_stage, stage, need, &plan);
+    CGM_TRY(grow_workspace(st, plan.ws_bytes));
     *out = e;
 done:
     free(all);
-    free(readies);
     free(sigs);
     free(sizes);
     return CGM_SUCCESS;
 fail:
     if (e) entry_clear(st->api, e);
     free(all);
-    free(readies);
     free(sigs);
     free(sizes);
     return status;
 }
 
-/* The first run of a shape is waited for, bounded: a cuBLASMp or NVSHMEM
+/* The first run of a shape is waited for, bounded: a cuBLASMp or NCCL
  * kernel that waits for a peer forever becomes CGM_ERROR_TIMEOUT (the comm
  * is then broken) instead of a hang at the caller's next synchronisation. */
 static cgm_status first_run_wait(cmp_state *st, const cgm_call *c,
@@ -492,7 +544,7 @@ cgm_status cmp_execute(cmp_state *st, const cgm_call *c) {
     const float alpha = 1.0f;
     const float beta = c->accumulate && !e->out.fp32_d ? 1.0f : 0.0f;
     const void *cptr = beta != 0.0f ? d : NULL;
-    CMP_TRY(api->StreamSet(st->handle, stream), "the caller's stream");
+    CMP_TRY(api->SetStream(st->handle, stream), "the caller's stream");
     cmp_trace_matmul(st, "cublasMpMatmul", e, &alpha, c->w.data, b, &beta,
                      cptr, d, st->ws, st->ws_bytes, e->host_ws, e->host_bytes,
                      stream);

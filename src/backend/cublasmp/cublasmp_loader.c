@@ -1,6 +1,7 @@
-/* Loads cuBLASMp with dlopen and resolves every entry point the backend
- * uses into one table. commgemm is built without cuBLASMp: its absence is
- * a run-time CGM_ERROR_UNAVAILABLE that says how to install it. */
+/* Loads cuBLASMp with dlopen, checks its version and the NCCL it shares
+ * with commgemm, and resolves every entry point the backend uses into one
+ * table. commgemm is built without cuBLASMp: its absence is a run-time
+ * CGM_ERROR_UNAVAILABLE that says how to install it. */
 #include <dlfcn.h>
 #include <glob.h>
 #include <pthread.h>
@@ -21,26 +22,98 @@ typedef struct symbol {
 
 #define REQUIRED(field) {"cublasMp" #field, offsetof(cmp_api, field), true}
 static const symbol symbols[] = {
-    REQUIRED(GetVersion),
     REQUIRED(Create),
     REQUIRED(Destroy),
-    REQUIRED(StreamSet),
+    REQUIRED(SetStream),
     REQUIRED(GridCreate),
     REQUIRED(GridDestroy),
+    REQUIRED(Malloc),
+    REQUIRED(Free),
+    REQUIRED(BufferRegister),
+    REQUIRED(BufferDeregister),
     REQUIRED(MatrixDescriptorCreate),
     REQUIRED(MatrixDescriptorDestroy),
     REQUIRED(MatmulDescriptorCreate),
     REQUIRED(MatmulDescriptorDestroy),
-    REQUIRED(MatmulDescriptorAttributeSet),
+    REQUIRED(MatmulDescriptorSetAttribute),
     REQUIRED(Matmul_bufferSize),
     REQUIRED(Matmul),
-    /* NVSHMEM's symmetric allocator, found through cuBLASMp's dependencies
-     * (libnvshmem_host.so.3): without it the workspace is plain device
-     * memory and cuBLASMp 0.7 runs its no-overlap algorithm. */
-    {"nvshmem_malloc", offsetof(cmp_api, nvshmem_malloc), false},
-    {"nvshmem_free", offsetof(cmp_api, nvshmem_free), false},
+    {"cublasMpGetStatusString", offsetof(cmp_api, GetStatusString), false},
 };
 #undef REQUIRED
+
+/* ------------------------------------------------------------- versions */
+
+void cmp_version_text(int version, char *buf, size_t len) {
+    snprintf(buf, len, "%d.%d.%d", version / 10000, version % 10000 / 100,
+             version % 100);
+}
+
+void cmp_nccl_version_text(int version, char *buf, size_t len) {
+    if (version >= 10000) /* NCCL >= 2.9: major * 10000 + minor * 100 + patch */
+        snprintf(buf, len, "%d.%d.%d", version / 10000, version % 10000 / 100,
+                 version % 100);
+    else /* older: major * 1000 + minor * 100 + patch */
+        snprintf(buf, len, "%d.%d.%d", version / 1000, version % 1000 / 100,
+                 version % 100);
+}
+
+cgm_status cmp_check_version(int version, const char *where) {
+    char found[32];
+    cmp_version_text(version, found, sizeof found);
+    if (version < CMP_VERSION_MIN)
+        return cgm_error(CGM_ERROR_UNAVAILABLE,
+                         "cuBLASMp at %s is version %s: the cublasmp backend "
+                         "supports cuBLASMp " CMP_SUPPORTED_TEXT " (0.8 "
+                         "replaced NVSHMEM with NCCL symmetric memory and "
+                         "renamed entry points; 0.7 and older are not "
+                         "supported); %s",
+                         where, found, CMP_INSTALL_HINT);
+    if (version >= CMP_VERSION_END)
+        return cgm_error(CGM_ERROR_UNAVAILABLE,
+                         "cuBLASMp at %s is version %s, which this commgemm "
+                         "does not know: it supports cuBLASMp "
+                         CMP_SUPPORTED_TEXT " (written against the 0.10 "
+                         "headers); %s",
+                         where, found, CMP_INSTALL_HINT);
+    return CGM_SUCCESS;
+}
+
+cgm_status cmp_check_nccl(int nccl_version, const char *nccl_path,
+                          int version, const char *where) {
+    if (nccl_version >= CMP_NCCL_MIN) return CGM_SUCCESS;
+    char found[32], mine[32];
+    cmp_nccl_version_text(nccl_version, found, sizeof found);
+    cmp_version_text(version, mine, sizeof mine);
+    return cgm_error(CGM_ERROR_UNAVAILABLE,
+                     "cuBLASMp %s at %s needs NCCL >= " CMP_NCCL_MIN_TEXT
+                     ", but the libnccl.so.2 it shares with commgemm in this "
+                     "process (%s) is NCCL %s; %s",
+                     mine, where, nccl_path && *nccl_path ? nccl_path : "?",
+                     found, CMP_NCCL_HINT);
+}
+
+/* The process's libnccl.so.2, if one is loaded: "NCCL 2.28.9 at PATH". */
+static void loaded_nccl(char *buf, size_t len) {
+    snprintf(buf, len, "no libnccl.so.2 is loaded in this process");
+    void *h = dlopen("libnccl.so.2", RTLD_LAZY | RTLD_NOLOAD);
+    if (!h) return;
+    int (*get)(int *) = NULL;
+    void *f = dlsym(h, "ncclGetVersion");
+    memcpy(&get, &f, sizeof get);
+    int v = 0;
+    Dl_info info;
+    memset(&info, 0, sizeof info);
+    if (get && get(&v) == 0 && dladdr(f, &info)) {
+        char text[32];
+        cmp_nccl_version_text(v, text, sizeof text);
+        snprintf(buf, len, "the process's libnccl.so.2 is NCCL %s at %.400s",
+                 text, info.dli_fname ? info.dli_fname : "?");
+    }
+    dlclose(h);
+}
+
+/* --------------------------------------------------------------- search */
 
 static void append(char *buf, size_t len, const char *fmt, const char *a,
                    const char *b) {
@@ -114,22 +187,57 @@ int cmp_lib_candidates(char (*paths)[512], int max) {
     return count;
 }
 
-/* Resolves the table from an opened library and checks its version. */
-static cgm_status resolve(cmp_api *api, const char *where) {
-    for (size_t i = 0; i < sizeof symbols / sizeof symbols[0]; i++) {
-        dlerror();
-        void *f = dlsym(api->dl, symbols[i].name);
-        if (!f && symbols[i].required) {
-            const char *why = dlerror();
-            return cgm_error(CGM_ERROR_UNAVAILABLE,
-                             "cuBLASMp at %s: missing symbol %s (dlsym: %s): "
-                             "expected the cuBLASMp 0.7 API, found a library "
-                             "without it; %s",
-                             where, symbols[i].name, why ? why : "not found",
-                             CMP_INSTALL_HINT);
-        }
-        memcpy((char *)api + symbols[i].offset, &f, sizeof f);
+/* ------------------------------------------------------------- resolve */
+
+static void *lookup(void *dl, const char *name) {
+    dlerror();
+    return dlsym(dl, name);
+}
+
+/* The NCCL cuBLASMp resolves: dlsym through the library's own dependency
+ * tree, i.e. the libnccl.so.2 it binds to (the one already loaded in the
+ * process, which commgemm uses too: one soname, one copy). */
+static cgm_status resolve_nccl(cmp_api *api, const char *where) {
+    void *f = lookup(api->dl, "ncclGetVersion");
+    if (!f) {
+        char version[32];
+        cmp_version_text(api->version, version, sizeof version);
+        return cgm_error(CGM_ERROR_UNAVAILABLE,
+                         "cuBLASMp %s at %s reaches no ncclGetVersion: "
+                         "expected libnccl.so.2 (NCCL >= " CMP_NCCL_MIN_TEXT
+                         ") among its dependencies; %s",
+                         version, where, CMP_NCCL_HINT);
     }
+    memcpy(&api->NcclGetVersion, &f, sizeof f);
+    Dl_info info;
+    memset(&info, 0, sizeof info);
+    if (dladdr(f, &info) && info.dli_fname)
+        snprintf(api->nccl_path, sizeof api->nccl_path, "%.*s",
+                 (int)sizeof api->nccl_path - 1, info.dli_fname);
+    int v = 0;
+    int res = api->NcclGetVersion(&v);
+    if (res != 0)
+        return cgm_error(CGM_ERROR_UNAVAILABLE,
+                         "ncclGetVersion of %s (cuBLASMp's NCCL) returned %d: "
+                         "expected ncclSuccess; %s",
+                         api->nccl_path, res, CMP_NCCL_HINT);
+    api->nccl_version = v;
+    return cmp_check_nccl(v, api->nccl_path, api->version, where);
+}
+
+/* Checks the version first (every cuBLASMp has cublasMpGetVersion: an old
+ * one is refused by its version, not by a renamed symbol), then resolves
+ * the table and the NCCL behind it. */
+static cgm_status resolve(cmp_api *api, const char *where) {
+    void *f = lookup(api->dl, "cublasMpGetVersion");
+    if (!f) {
+        const char *why = dlerror();
+        return cgm_error(CGM_ERROR_UNAVAILABLE,
+                         "%s: missing symbol cublasMpGetVersion (dlsym: %s): "
+                         "expected a cuBLASMp library; %s",
+                         where, why ? why : "not found", CMP_INSTALL_HINT);
+    }
+    memcpy(&api->GetVersion, &f, sizeof f);
     int version = 0;
     cublasMpStatus_t s = api->GetVersion(&version);
     if (s != CUBLASMP_STATUS_SUCCESS)
@@ -138,61 +246,88 @@ static cgm_status resolve(cmp_api *api, const char *where) {
                          "(%s); reinstall it: %s",
                          where, (int)s, cmp_status_name(s), CMP_INSTALL_HINT);
     api->version = version;
-    if (version < CMP_VERSION_MIN || version >= CMP_VERSION_END)
-        return cgm_error(CGM_ERROR_UNAVAILABLE,
-                         "cuBLASMp at %s is version %d.%d.%d: expected 0.7.x "
-                         "(the API and memory model this backend is written "
-                         "for; 0.8+ also needs NCCL >= 2.29); %s",
-                         where, version / 1000, version % 1000 / 100,
-                         version % 100, CMP_INSTALL_HINT);
-    return CGM_SUCCESS;
+    cgm_status status = cmp_check_version(version, where);
+    if (status != CGM_SUCCESS) return status;
+    for (size_t i = 0; i < sizeof symbols / sizeof symbols[0]; i++) {
+        f = lookup(api->dl, symbols[i].name);
+        if (!f && symbols[i].required) {
+            const char *why = dlerror();
+            char text[32];
+            cmp_version_text(version, text, sizeof text);
+            return cgm_error(CGM_ERROR_UNAVAILABLE,
+                             "cuBLASMp %s at %s: missing symbol %s (dlsym: "
+                             "%s): expected the cuBLASMp 0.8+ API; %s",
+                             text, where, symbols[i].name,
+                             why ? why : "not found", CMP_INSTALL_HINT);
+        }
+        memcpy((char *)api + symbols[i].offset, &f, sizeof f);
+    }
+    return resolve_nccl(api, where);
 }
 
+/* Opens `path` and verifies it. A failure leaves api closed and its reason
+ * in errors (and in cgm_last_error()). */
 static cgm_status open_one(const char *path, cmp_api *api, char *errors,
                            size_t errors_len) {
+    memset(api, 0, sizeof *api);
     dlerror();
     api->dl = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
     if (!api->dl) {
         const char *why = dlerror();
-        append(errors, errors_len, " [%.400s: %.400s]", path, why ? why : "?");
+        char detail[900];
+        snprintf(detail, sizeof detail, "%.500s", why ? why : "?");
+        /* cuBLASMp 0.8+ on an older NCCL: its NCCL symbols do not resolve. */
+        if (strstr(detail, "undefined symbol: nccl")) {
+            char nccl[600];
+            loaded_nccl(nccl, sizeof nccl);
+            size_t used = strlen(detail);
+            snprintf(detail + used, sizeof detail - used,
+                     " (cuBLASMp 0.8+ needs NCCL >= " CMP_NCCL_MIN_TEXT
+                     "; %.300s)", nccl);
+        }
+        append(errors, errors_len, " [%.400s: %s]", path, detail);
         return CGM_ERROR_UNAVAILABLE;
     }
-    snprintf(api->path, sizeof api->path, "%.*s", (int)sizeof api->path - 1, path);
-    return CGM_SUCCESS;
+    snprintf(api->path, sizeof api->path, "%.*s", (int)sizeof api->path - 1,
+             path);
+    cgm_status status = resolve(api, path);
+    if (status != CGM_SUCCESS) {
+        append(errors, errors_len, " [%s%s]", cgm_last_error(), "");
+        cmp_lib_close(api);
+    }
+    return status;
 }
 
 cgm_status cmp_lib_load(const char *path, cmp_api *api) {
-    char errors[2048] = "";
+    char errors[3072] = "";
     memset(api, 0, sizeof *api);
-    cgm_status status = CGM_ERROR_UNAVAILABLE;
     if (path && *path) {
-        status = open_one(path, api, errors, sizeof errors);
-        if (status != CGM_SUCCESS)
-            return cgm_error(CGM_ERROR_UNAVAILABLE,
-                             "the cublasmp backend could not load cuBLASMp "
-                             "from COMMGEMM_CUBLASMP_LIB:%s; expected the "
-                             "path of libcublasmp.so.0 whose dependencies "
-                             "(libnccl.so.2, libnvshmem_host.so.3, "
-                             "libcublas.so.13) resolve; %s",
-                             errors, CMP_INSTALL_HINT);
-    } else {
-        status = open_one(LIB_NAME, api, errors, sizeof errors);
-        if (status != CGM_SUCCESS) {
-            char paths[MAX_CANDIDATES][512];
-            int n = cmp_lib_candidates(paths, MAX_CANDIDATES);
-            for (int i = 0; i < n && status != CGM_SUCCESS; i++)
-                status = open_one(paths[i], api, errors, sizeof errors);
-        }
-        if (status != CGM_SUCCESS)
-            return cgm_error(CGM_ERROR_UNAVAILABLE,
-                             "the cublasmp backend needs NVIDIA cuBLASMp "
-                             "0.7, found none that loads (tried the "
-                             "loader's search and pip locations):%s; %s",
-                             errors, CMP_INSTALL_HINT);
+        if (open_one(path, api, errors, sizeof errors) == CGM_SUCCESS)
+            return CGM_SUCCESS;
+        return cgm_error(CGM_ERROR_UNAVAILABLE,
+                         "the cublasmp backend could not use cuBLASMp from "
+                         "COMMGEMM_CUBLASMP_LIB:%s; expected the path of a "
+                         "cuBLASMp " CMP_SUPPORTED_TEXT " libcublasmp.so.0 "
+                         "whose dependencies (libnccl.so.2 >= "
+                         CMP_NCCL_MIN_TEXT ", libcublas.so.13) resolve; %s",
+                         errors, CMP_INSTALL_HINT);
     }
-    status = resolve(api, api->path);
-    if (status != CGM_SUCCESS) cmp_lib_close(api);
-    return status;
+    /* The loader's search, then pip locations: the first that loads and
+     * passes the checks (a stale old copy does not hide a newer one). */
+    if (open_one(LIB_NAME, api, errors, sizeof errors) == CGM_SUCCESS)
+        return CGM_SUCCESS;
+    char paths[MAX_CANDIDATES][512];
+    int n = cmp_lib_candidates(paths, MAX_CANDIDATES);
+    for (int i = 0; i < n; i++)
+        if (open_one(paths[i], api, errors, sizeof errors) == CGM_SUCCESS)
+            return CGM_SUCCESS;
+    /* The advice first: a long list of candidates is cut at its end. */
+    return cgm_error(CGM_ERROR_UNAVAILABLE,
+                     "the cublasmp backend needs NVIDIA cuBLASMp "
+                     CMP_SUPPORTED_TEXT ": %s; found none that loads and "
+                     "passes its checks (tried the loader's search and pip "
+                     "locations):%s",
+                     CMP_INSTALL_HINT, errors);
 }
 
 void cmp_lib_close(cmp_api *api) {
@@ -205,7 +340,7 @@ void cmp_lib_close(cmp_api *api) {
 static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
 static cmp_api lib;
 static cgm_status lib_status;
-static char lib_message[2560];
+static char lib_message[4096];
 
 static void lib_load_once(void) {
     bool from_env = false;
@@ -215,13 +350,15 @@ static void lib_load_once(void) {
         snprintf(lib_message, sizeof lib_message, "%s", cgm_last_error());
         return;
     }
-    /* Never unloaded: NVSHMEM and NCCL state inside it live as long as the
-     * process. */
-    CGM_INFO(CGM_SUB_CUBLASMP, "loaded cuBLASMp %d.%d.%d from %s%s; "
-             "symmetric workspace (nvshmem_malloc): %s",
-             lib.version / 1000, lib.version % 1000 / 100, lib.version % 100,
-             lib.path, from_env ? " (COMMGEMM_CUBLASMP_LIB)" : "",
-             lib.nvshmem_malloc && lib.nvshmem_free ? "yes" : "no");
+    /* Never unloaded: NCCL symmetric-memory state inside it lives as long
+     * as the process. */
+    char version[32], nccl[32];
+    cmp_version_text(lib.version, version, sizeof version);
+    cmp_nccl_version_text(lib.nccl_version, nccl, sizeof nccl);
+    CGM_INFO(CGM_SUB_CUBLASMP, "loaded cuBLASMp %s from %s%s; NCCL %s "
+             "(%s), shared with commgemm",
+             version, lib.path, from_env ? " (COMMGEMM_CUBLASMP_LIB)" : "",
+             nccl, lib.nccl_path);
 }
 
 cgm_status cmp_lib_get(const cmp_api **out) {

@@ -12,10 +12,13 @@
  *            (each rank's W shard and Y columns): D on the P x 1 grid.
  *   GEMM+RS: A and B split along k (the reduction), D along our m
  *            (each rank's Y_r rows): D on the 1 x P grid.
- *   GEMM+AR: the GEMM+RS problem into an fp32 buffer, then an NCCL
- *            all-gather of the reduced rows (cuBLASMp 0.7 has no P2P
- *            algorithm for its ALLREDUCE epilogue, only NO_OVERLAP and
- *            SPLIT_MULTICAST, and commgemm never uses multicast).
+ *   GEMM+AR: native (TN, NO_OVERLAP: cuBLASMp's Matmul + AllReduce),
+ *            A and B split along k, D = n x (m P) on the 1 x P grid with
+ *            block n x m (every rank's whole Y); else gathered: the
+ *            GEMM+RS problem into an fp32 buffer, then an NCCL all-gather
+ *            of the reduced rows (cuBLASMp's overlapped GEMM+AllReduce
+ *            algorithms all use NVLink multicast, which commgemm never
+ *            asks for).
  * A matrix split along its rows (column-major) lives on the P x 1 grid,
  * one split along its columns on the 1 x P grid.
  * Only even shards (cmp_check_even): cuBLASMp's documented layout for its
@@ -38,6 +41,11 @@ static cmp_geom geom(int64_t rows, int64_t cols, int64_t mb, int64_t nb,
     g.lld = max64(1, lld);
     g.grid = grid;
     return g;
+}
+
+bool cmp_native_allreduce(cgm_op op, cgm_layout layout, int algo_type) {
+    return op == CGM_OP_GEMM_ALL_REDUCE && layout == CGM_LAYOUT_TN &&
+           algo_type == CUBLASMP_MATMUL_ALGO_TYPE_NO_OVERLAP;
 }
 
 cgm_status cmp_check_even(cgm_op op, int64_t m, int64_t n_total,
@@ -101,6 +109,7 @@ cgm_status cmp_map_problem(const cmp_shape *s, cmp_problem *p) {
     p->n = M;
     p->k = K;
     p->gather_rows = false;
+    p->native_ar = false;
     switch (s->op) {
     case CGM_OP_ALL_GATHER_GEMM:
         /* A = W split along n; B = X split along m; D split along n. */
@@ -110,10 +119,21 @@ cgm_status cmp_map_problem(const cmp_shape *s, cmp_problem *p) {
                    : geom(K, M, K, bM, s->ldx, CMP_GRID_ROW);
         p->d = geom(N, M, bN, bM, s->ldy, CMP_GRID_COL);
         break;
-    case CGM_OP_GEMM_REDUCE_SCATTER:
     case CGM_OP_GEMM_ALL_REDUCE:
-        /* A and B split along k; D split along m (AR: this rank's rows of
-         * the fp32 gather buffer; cmp_plan_output sets its lld). */
+        if (cmp_native_allreduce(s->op, s->layout, s->algo_type)) {
+            /* TN: A = W (k x n) and B = X (k x m) split along k on P x 1;
+             * D = n x (m P) on 1 x P, block n x m: every rank's D is its
+             * whole m x n result (the fp32 buffer: cmp_plan_output). */
+            p->a = geom(K, N, bK, N, s->ldw, CMP_GRID_COL);
+            p->b = geom(K, M, bK, M, s->ldx, CMP_GRID_COL);
+            p->d = geom(N, M * P, N, M, s->ldy, CMP_GRID_ROW);
+            p->native_ar = true;
+            break;
+        }
+        /* fall through - the gathered form maps as GEMM+RS */
+    case CGM_OP_GEMM_REDUCE_SCATTER:
+        /* A and B split along k; D split along m (gathered AR: this rank's
+         * rows of the fp32 gather buffer; cmp_plan_output sets its lld). */
         p->a = w_t ? geom(K, N, bK, N, s->ldw, CMP_GRID_COL)
                    : geom(N, K, N, bK, s->ldw, CMP_GRID_ROW);
         p->b = x_t ? geom(M, K, bM, bK, s->ldx, CMP_GRID_ROW)
@@ -133,22 +153,23 @@ void cmp_plan_output(const cmp_shape *s, int rank, int64_t n_local,
     memset(o, 0, sizeof *o);
     const bool rs = s->op == CGM_OP_GEMM_REDUCE_SCATTER;
     const bool ar = s->op == CGM_OP_GEMM_ALL_REDUCE;
+    const bool native = cmp_native_allreduce(s->op, s->layout, s->algo_type);
     o->y_rows = rs ? cgm_shard_rows(s->m, rank, s->nranks) : s->m;
     o->y_cols = n_local;
-    o->gather = ar;
+    o->gather = ar && !native;
     /* RS with a padded Y (ld > n): cuBLASMp 0.7's Matmul+ReduceScatter
-     * returns INTERNAL_ERROR for an fp32 D with lld > n
-     * (every bf16->fp32 call with pad = 8), so such a Y is written by the
-     * fp32 pass from the dense buffer instead. A rank decides for its own
-     * Y: D's lld is local. */
+     * returned INTERNAL_ERROR for an fp32 D with lld > n (every bf16->fp32
+     * call with pad = 8), so such a Y is written by the fp32 pass from the
+     * dense buffer instead. A rank decides for its own Y: D's lld is
+     * local. */
     const bool y_padded = s->ldy > max64(1, n_local);
     o->fp32_d = ar || (rs && (out_dtype != CGM_DTYPE_FP32 || y_padded));
     o->bias_pass = has_bias && !o->fp32_d;
     if (o->fp32_d) {
-        o->d_rows = cgm_shard_rows(s->m, rank, s->nranks);
-        o->d_offset = ar ? cgm_shard_offset(s->m, rank, s->nranks) *
-                               max64(1, o->y_cols)
-                         : 0;
+        o->d_rows = native ? s->m : cgm_shard_rows(s->m, rank, s->nranks);
+        o->d_offset = o->gather ? cgm_shard_offset(s->m, rank, s->nranks) *
+                                      max64(1, o->y_cols)
+                                : 0;
         o->d_lld = max64(1, o->y_cols);
         o->d_bytes = (size_t)(o->y_rows * o->y_cols) * sizeof(float);
     }
@@ -162,8 +183,10 @@ cgm_status cmp_map_dtype(cgm_dtype dtype, int *cuda_type) {
     default:
         return cgm_error(CGM_ERROR_NOT_SUPPORTED,
                          "the cublasmp backend supports fp32, bf16 and fp16 "
-                         "operands, found %s; convert the operands or wait "
-                         "for fp8 support",
+                         "operands, found %s (cuBLASMp has FP8 matmuls, but "
+                         "commgemm's API does not pass fp8 operands and "
+                         "their scales yet); convert the operands to bf16 or "
+                         "fp16",
                          cgm_dtype_name(dtype));
     }
 }
@@ -178,9 +201,10 @@ static const struct {
     const char *name;
     int value;
 } algo_names[] = {
-    /* Never the multicast algorithms (SPLIT_MULTICAST, ATOMIC_MULTICAST) nor
-     * cuBLASMp's DEFAULT, which may pick one: NVLink multicast objects can
-     * take shared GPUs out of service, so commgemm never asks for them. */
+    /* Never the multicast algorithms (SPLIT_MULTICAST, ATOMIC_MULTICAST,
+     * 0.10's FUSED GEMM+AllReduce on NVSwitch multimem) nor cuBLASMp's
+     * DEFAULT, which may pick one: NVLink multicast objects can take shared
+     * GPUs out of service, so commgemm never asks for them. */
     {"split_p2p", CUBLASMP_MATMUL_ALGO_TYPE_SPLIT_P2P},
     {"atomic_p2p", CUBLASMP_MATMUL_ALGO_TYPE_ATOMIC_P2P},
     {"no_overlap", CUBLASMP_MATMUL_ALGO_TYPE_NO_OVERLAP},
@@ -200,7 +224,8 @@ cgm_status cmp_map_algo(cgm_algo algo, const char *override, int *algo_type) {
                          "environment variable COMMGEMM_CUBLASMP_ALGO=\"%s\": "
                          "expected split_p2p, atomic_p2p or no_overlap "
                          "(commgemm never uses cuBLASMp's multicast "
-                         "algorithms or its default, which may pick one)",
+                         "algorithms, its fused NVSwitch GEMM+AllReduce or "
+                         "its default, which may pick one)",
                          override);
     case CGM_ALGO_SPLIT_PIPELINED:
     case CGM_ALGO_FUSED: /* the p2p kernel's; cuBLASMp's split here */
@@ -238,6 +263,19 @@ cgm_status cmp_check_split(const int64_t *sizes, int nranks, const char *what,
                          r, (long long)want, (long long)sizes[r]);
     }
     return CGM_SUCCESS;
+}
+
+const char *cmp_algo_type_name(int algo_type) {
+    switch (algo_type) {
+    case CUBLASMP_MATMUL_ALGO_TYPE_DEFAULT: return "DEFAULT";
+    case CUBLASMP_MATMUL_ALGO_TYPE_SPLIT_P2P: return "SPLIT_P2P";
+    case CUBLASMP_MATMUL_ALGO_TYPE_SPLIT_MULTICAST: return "SPLIT_MULTICAST";
+    case CUBLASMP_MATMUL_ALGO_TYPE_ATOMIC_P2P: return "ATOMIC_P2P";
+    case CUBLASMP_MATMUL_ALGO_TYPE_ATOMIC_MULTICAST: return "ATOMIC_MULTICAST";
+    case CUBLASMP_MATMUL_ALGO_TYPE_NO_OVERLAP: return "NO_OVERLAP";
+    case CUBLASMP_MATMUL_ALGO_TYPE_FUSED: return "FUSED";
+    default: return "unknown algorithm";
+    }
 }
 
 const char *cmp_status_name(int status) {

@@ -7,7 +7,6 @@
 #include "gpu/gpu.h"
 
 #define CMP_CACHE 16        /* shapes kept per comm */
-#define CMP_RETIRED_MAX 8   /* outgrown workspaces kept for captured graphs */
 
 typedef struct cmp_key {
     int op, layout, in_dtype, out_dtype, has_bias, accumulate, compute, algo;
@@ -26,9 +25,9 @@ typedef struct cmp_entry {
     cublasMpMatmulDescriptor_t mm;
     void *host_ws;
     size_t host_bytes, dev_bytes;
-    /* AG with a symmetric heap: every rank passes st->stage as B (the
-     * same decision on every rank, also for a rank whose shard is empty),
-     * after copying its X shard there. Agreed in prepare(). */
+    /* AG: every rank passes st->stage (symmetric memory) as B (the same
+     * decision on every rank, also for a rank whose shard is empty), after
+     * copying its X shard there. Agreed in prepare(). */
     bool staged;
     cmp_output out; /* fp32 D / bias pass (cmp_plan_output) */
 } cmp_entry;
@@ -41,13 +40,13 @@ typedef struct cmp_state {
     cudaStream_t stream; /* owned: the handle's creation stream */
     cublasMpHandle_t handle;
     cublasMpGrid_t grid[2]; /* indexed by cmp_grid */
+    /* NCCL symmetric memory (cublasmp.h): the workspace and AG's staged B,
+     * and the outgrown ones kept for captured graphs. */
+    cmp_symm symm;
     void *ws; /* cuBLASMp's device workspace */
     size_t ws_bytes;
-    void *stage; /* AG's B operand (X shard), NVSHMEM memory */
+    void *stage; /* AG's B operand (X shard) */
     size_t stage_bytes;
-    bool ws_symmetric; /* ws and stage from nvshmem_malloc */
-    void *retired[CMP_RETIRED_MAX];
-    int nretired;
     /* The fp32 D of RS with a 16-bit Y (this rank's rows) and of every AR
      * (all m rows: the all-gather's buffer). cudaMalloc, grown eagerly,
      * outgrown ones kept for captured graphs. */
@@ -66,13 +65,14 @@ typedef struct cmp_state {
     do {                                                                     \
         cublasMpStatus_t s_ = (call);                                        \
         if (s_ != CUBLASMP_STATUS_SUCCESS) {                                 \
-            status = cmp_fail(s_, #call, (context));                         \
+            status = cmp_fail(st->api, s_, #call, (context));                \
             goto fail;                                                       \
         }                                                                    \
     } while (0)
 
 /* Records a cuBLASMp failure (see cublasmp_backend.c). */
-cgm_status cmp_fail(cublasMpStatus_t s, const char *what, const char *context);
+cgm_status cmp_fail(const cmp_api *api, cublasMpStatus_t s, const char *what,
+                    const char *context);
 /* Runs one validated call (cublasmp_exec.c). */
 cgm_status cmp_execute(cmp_state *st, const cgm_call *call);
 /* Per-rank argument traces (COMMGEMM_DEBUG=TRACE, subsystem CUBLASMP;

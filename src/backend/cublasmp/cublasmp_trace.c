@@ -57,12 +57,15 @@ void cmp_trace_matmul(const cmp_state *st, const char *fn,
      * problem, every descriptor's geometry, the algorithm (each call, not
      * only the first of a shape). */
     CGM_TRACE(CGM_SUB_CUBLASMP, "%s: m=%lld n=%lld k=%lld op(A)=%s op(B)=%s "
-              "algo=%d epilogue=0 compute=%d P=%d (%s) | %s | %s | %s%s",
+              "algo=%d (%s) epilogue=%s compute=%d P=%d (%s) | %s | %s | %s%s",
               fn, (long long)p->m, (long long)p->n, (long long)p->k,
               p->trans_a ? "T" : "N", p->trans_b ? "T" : "N", e->key.algo,
-              e->key.compute, st->nranks,
-              p->gather_rows ? "GEMM+RS, then ncclAllGather" : "",
-              ga, gb, gd, e->staged ? " | B staged in NVSHMEM memory" : "");
+              cmp_algo_type_name(e->key.algo),
+              p->native_ar ? "ALLREDUCE" : "DEFAULT", e->key.compute,
+              st->nranks,
+              p->gather_rows ? "GEMM+RS, then ncclAllGather"
+              : p->native_ar ? "cuBLASMp's Matmul + AllReduce" : "",
+              ga, gb, gd, e->staged ? " | B staged in symmetric memory" : "");
     CGM_TRACE(CGM_SUB_CUBLASMP, "%s(handle=%p, desc=%p, m=%lld, n=%lld, "
               "k=%lld, alpha=%g, A=%p ia=1 ja=1 descA=%p, B=%p%s ib=1 jb=1 "
               "descB=%p, beta=%g, C=%p ic=1 jc=1 descC=%p, D=%p%s id=1 jd=1 "
@@ -70,9 +73,9 @@ void cmp_trace_matmul(const cmp_state *st, const char *fn,
               "rank %d of %d",
               fn, (void *)st->handle, (void *)e->mm, (long long)p->m,
               (long long)p->n, (long long)p->k, (double)*(const float *)alpha,
-              a, (void *)e->a, b, e->staged ? " (NVSHMEM staging)" : "",
+              a, (void *)e->a, b, e->staged ? " (symmetric staging)" : "",
               (void *)e->b, (double)*(const float *)beta, c,
               c ? (void *)e->d : NULL, d, e->out.fp32_d ? " (fp32 buffer)" : "",
-              (void *)e->d, ws, ws_bytes, st->ws_symmetric ? ", NVSHMEM" : "",
+              (void *)e->d, ws, ws_bytes, ws ? ", symmetric" : "",
               host_ws, host_bytes, stream, st->rank, st->nranks);
 }

@@ -1,0 +1,27 @@
+/* What the fake cuBLASMp (fake_cublasmp.c) records of the calls it gets,
+ * read by test_cublasmp_load through dlsym on the loaded fake. */
+#ifndef COMMGEMM_TEST_FAKE_CUBLASMP_H
+#define COMMGEMM_TEST_FAKE_CUBLASMP_H
+
+#include <stddef.h>
+
+#define FAKE_MAX_EVENTS 256
+
+typedef struct fake_event {
+    char fn[40];  /* "cublasMpMalloc", ... */
+    void *grid;   /* the grid argument (NULL: none) */
+    int layout;   /* that grid's layout (0 COL_MAJOR, 1 ROW_MAJOR; -1 none) */
+    void *ptr;    /* the buffer argument or result */
+    size_t size;  /* its size (0: none) */
+    int status;   /* what the fake returned */
+} fake_event;
+
+/* fake_cmp_events(&events): how many calls were recorded (at most
+ * FAKE_MAX_EVENTS), oldest first. */
+typedef int (*fake_events_fn)(const fake_event **events);
+/* Forgets the recorded calls and any pending failure. */
+typedef void (*fake_reset_fn)(void);
+/* The next call of `fn` returns `status` (and does nothing). */
+typedef void (*fake_fail_fn)(const char *fn, int status);
+
+#endif
