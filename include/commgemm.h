@@ -675,8 +675,9 @@ typedef struct cgm_op_options {
  *   scales travel with it). x_gathered (optional) is fp8 of x_shard's
  *   dtype and scaling: it receives the fp8 bytes and, where
  *   x_gathered.scale is not NULL, the scales: TENSOR: P floats, rank s's
- *   scale at [s]; BLOCK_1X128: [m, ceil(k / 128)]. The library writes
- *   through that pointer (an output, though the field is const).
+ *   scale at [s] (a shard with no rows leaves its entry as it was);
+ *   BLOCK_1X128: [m, ceil(k / 128)]. The library writes through that
+ *   pointer (an output, though the field is const).
  * - GEMM+RS/AR: each rank's X and W have their own scales.
  * - Bulk: the GEMM takes fp8 a (as X) and b (as W) alike; the collective
  *   moves fp32, bf16 or fp16 only.

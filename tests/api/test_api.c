@@ -657,15 +657,10 @@ typedef struct options_before_precision {
     int allow_tf32;
 } options_before_precision;
 
-/* cgm_op_options before fp8_fast_accum and y_amax. */
+/* cgm_op_options before fp8_fast_accum and y_amax: the fields above, then
+ * partial_dtype and gemm_reduction. */
 typedef struct options_before_fp8 {
-    size_t struct_size;
-    cgm_layout layout;
-    int accumulate;
-    cgm_algo algo;
-    int splits;
-    cgm_backend backend;
-    int allow_tf32;
+    options_before_precision first;
     cgm_partial_dtype partial_dtype;
     cgm_gemm_reduction gemm_reduction;
 } options_before_fp8;
@@ -690,8 +685,9 @@ static void test_older_fp8_structs(const void *p) {
         unsigned char bytes[sizeof(cgm_op_options) + 16];
     } options;
     memset(options.bytes, 0x7f, sizeof options.bytes);
-    options.old = (options_before_fp8){sizeof(options_before_fp8), CGM_LAYOUT_TN, 0, CGM_ALGO_AUTO, 0,
-                                       CGM_BACKEND_DEFAULT, 0, CGM_PARTIAL_DTYPE_DEFAULT, CGM_GEMM_REDUCTION_DEFAULT};
+    options.old = (options_before_fp8){{sizeof(options_before_fp8), CGM_LAYOUT_TN, 0, CGM_ALGO_AUTO, 0,
+                                        CGM_BACKEND_DEFAULT, 0},
+                                       CGM_PARTIAL_DTYPE_DEFAULT, CGM_GEMM_REDUCTION_DEFAULT};
     CHECK_INT_EQ(sizeof(options_before_fp8), CGM_SIZE_BEFORE(cgm_op_options, fp8_fast_accum));
     CHECK_INT_EQ(sizeof(matrix_before_fp8), offsetof(cgm_matrix, scaling));
     union old_matrix {

@@ -387,7 +387,7 @@ static cgm_status do_gemm(exec_ctx *x, const plan_step *s, scratch *sc) {
                 return x->status;
             a.dtype = CGM_DTYPE_FP32;
             a.cols = k;
-        } else if (x->packed) { /* gathered fp8 rows with their scales */
+        } else if (x->packed || a.dtype != CGM_DTYPE_FP32 || a.transposed) {
             float *buf = grow(&sc->a, &sc->a_bytes,
                               (size_t)(a.rows * k) * sizeof(float));
             if (!buf && a.rows * k != 0)
@@ -395,19 +395,12 @@ static cgm_status do_gemm(exec_ctx *x, const plan_step *s, scratch *sc) {
                             "expected scratch for %lld x %lld fp32, found "
                             "none free",
                             (long long)a.rows, (long long)k);
-            host_fp8_unpack(&a, c->in_dtype, c->scaling, k, buf);
-            a = (host_view){(char *)buf, CGM_DTYPE_FP32, a.rows, k, k, false};
-        } else if (a.dtype != CGM_DTYPE_FP32 || a.transposed) {
-            float *buf = grow(&sc->a, &sc->a_bytes,
-                              (size_t)(a.rows * k) * sizeof(float));
-            if (!buf && a.rows * k != 0)
-                return fail(x, CGM_ERROR_OUT_OF_MEMORY, -1,
-                            "expected scratch for %lld x %lld fp32, found "
-                            "none free",
-                            (long long)a.rows, (long long)k);
-            for (int64_t i = 0; i < a.rows; i++)
-                for (int64_t j = 0; j < k; j++)
-                    buf[i * k + j] = host_view_get(&a, i, j);
+            if (x->packed) /* gathered fp8 rows with their scales */
+                host_fp8_unpack(&a, c->in_dtype, c->scaling, k, buf);
+            else
+                for (int64_t i = 0; i < a.rows; i++)
+                    for (int64_t j = 0; j < k; j++)
+                        buf[i * k + j] = host_view_get(&a, i, j);
             a = (host_view){(char *)buf, CGM_DTYPE_FP32, a.rows, k, k, false};
         }
     }
