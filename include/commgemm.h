@@ -665,7 +665,8 @@ typedef struct cgm_op_options {
  * - amax (options.y_amax, fp8 Y only): max |r(i, j)| over the elements of
  *   this rank's Y, before y.scale and rounding (NaN if any r is NaN; 0 for
  *   an empty Y): AG+GEMM: its [m, n_loc]; GEMM+RS: its shard; GEMM+AR: all
- *   of Y (the same value on every rank; every rank passes y_amax or none).
+ *   of Y (the same value on every rank; every rank passes y_amax or none);
+ *   bulk: its c.
  *   The amax of a column-parallel (AG+GEMM) or row-sharded (RS) output is
  *   the max over ranks: all-reduce it if the scaling recipe needs it.
  * - bias: bf16, or Y's dtype where Y is bf16, fp16 or fp32.
