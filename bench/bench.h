@@ -28,7 +28,12 @@ typedef struct bench_options {
      * sweep when nshapes > 0. */
     int nshapes;
     int64_t shapes[BENCH_MAX_SHAPES][3];
+    /* The inputs' dtype; --dtype fp8 is CGM_DTYPE_FP8_E4M3 (bench_out_dtype
+     * and bench_coll_dtype say what the outputs and collectives are). */
     cgm_dtype dtype;
+    /* --dtype fp8: CGM_SCALING_TENSOR, or CGM_SCALING_BLOCK_1X128 (X with
+     * W in 128 x 128 blocks); CGM_SCALING_NONE otherwise. */
+    cgm_scaling scaling;
     cgm_backend backend; /* CGM_BACKEND_DEFAULT: not given (env, then auto) */
     cgm_algo algo;
     int splits;
@@ -52,6 +57,13 @@ typedef struct bench_options {
 } bench_options;
 
 #define BENCH_RANKS_AUTO (-1)
+
+/* --dtype fp8: e4m3 X and W (with their scales), bf16 Y; the collectives
+ * it is compared with move bf16 rows of the same bytes (half the columns:
+ * bench_coll_cols). Otherwise all three are --dtype. */
+cgm_dtype bench_out_dtype(const bench_options *opt);
+cgm_dtype bench_coll_dtype(const bench_options *opt);
+int64_t bench_coll_cols(const bench_options *opt, int64_t k);
 
 /* Parses argv into *opt. Returns 0 to run, 1 when --help was printed, -1
  * after printing what is wrong to stderr. */
@@ -178,6 +190,15 @@ void bench_store(void *data, cgm_dtype dtype, int64_t i, double v);
 void bench_fill(void *host, cgm_dtype dtype, uint64_t seed, int tensor,
                 int64_t row0, int64_t rows, int64_t col0, int64_t cols,
                 int transposed);
+/* The fp8 (e4m3) form of such a block for the recipe `scaling` of X
+ * (tensor == BENCH_TENSOR_X: TENSOR or BLOCK_1X128) or W (TENSOR or
+ * BLOCK_128X128), row-major [rows, cols] (TN): scales (powers of two, so
+ * every code is exact and dequantizes to the generated value) into
+ * `scales`, whose count bench_fp8_scale_count gives. */
+int64_t bench_fp8_scale_count(cgm_scaling scaling, int64_t rows, int64_t cols);
+void bench_fill_fp8(void *host, float *scales, cgm_scaling scaling, uint64_t seed,
+                    int tensor, int64_t row0, int64_t rows, int64_t col0,
+                    int64_t cols);
 /* NaN everywhere, so that elements an op never wrote count as wrong. */
 void bench_poison(void *host, cgm_dtype dtype, int64_t count);
 

@@ -110,6 +110,57 @@ void bench_poison(void *host, cgm_dtype dtype, int64_t count) {
     if (count > 0) memset(host, 0xff, (size_t)count * cgm_dtype_size(dtype));
 }
 
+/* ---- fp8 inputs ---- */
+
+/* The e4m3 code of v, exact in e4m3 (a generated value over a power-of-two
+ * scale: at most 16 in magnitude, a multiple of 1/128). */
+static uint8_t e4m3_of(double v) {
+    uint8_t sign = v < 0 ? 0x80 : 0;
+    double a = fabs(v);
+    if (a == 0) return sign;
+    int e = 0;
+    (void)frexp(a, &e); /* a = 1.m * 2^(e - 1) */
+    e -= 1;
+    if (e < -6) return (uint8_t)(sign | (uint8_t)lrint(ldexp(a, 9))); /* subnormal */
+    int man = (int)lrint(ldexp(a, 3 - e)) - 8;
+    return (uint8_t)(sign | ((e + 7) << 3) | man);
+}
+
+/* X: TENSOR 1/16, BLOCK_1X128 2^-((i + j / 128) % 4); W: TENSOR 1/8,
+ * BLOCK_128X128 2^-((i / 128 + j / 128) % 4), (i, j) of the stored block. */
+static float fp8_scale(cgm_scaling scaling, int tensor, int64_t i, int64_t j) {
+    if (scaling == CGM_SCALING_TENSOR) return tensor == BENCH_TENSOR_X ? 0.0625f : 0.125f;
+    int64_t e = tensor == BENCH_TENSOR_X ? (i + j / 128) % 4 : (i / 128 + j / 128) % 4;
+    return ldexpf(1.0f, -(int)e);
+}
+
+int64_t bench_fp8_scale_count(cgm_scaling scaling, int64_t rows, int64_t cols) {
+    int64_t kb = (cols + 127) / 128;
+    if (scaling == CGM_SCALING_TENSOR) return 1;
+    if (scaling == CGM_SCALING_BLOCK_1X128) return rows * kb;
+    return (rows + 127) / 128 * kb;
+}
+
+void bench_fill_fp8(void *host, float *scales, cgm_scaling scaling, uint64_t seed,
+                    int tensor, int64_t row0, int64_t rows, int64_t col0,
+                    int64_t cols) {
+    /* X takes 1 x 128 blocks, W 128 x 128 ones */
+    cgm_scaling mine = scaling == CGM_SCALING_TENSOR ? scaling
+                       : tensor == BENCH_TENSOR_X    ? CGM_SCALING_BLOCK_1X128
+                                                     : CGM_SCALING_BLOCK_128X128;
+    int64_t kb = (cols + 127) / 128;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) {
+            float s = fp8_scale(mine, tensor, i, j);
+            double v = bench_value(seed, tensor, row0 + i, col0 + j) / s;
+            ((uint8_t *)host)[i * cols + j] = e4m3_of(v);
+            if (mine == CGM_SCALING_TENSOR) scales[0] = s;
+            else if (mine == CGM_SCALING_BLOCK_1X128) scales[i * kb + j / 128] = s;
+            else scales[(i / 128) * kb + j / 128] = s;
+        }
+    if (mine == CGM_SCALING_TENSOR) scales[0] = fp8_scale(mine, tensor, 0, 0);
+}
+
 /* ---- checking ---- */
 
 static double tolerance(cgm_dtype dtype, int64_t k, double ref,

@@ -52,7 +52,7 @@ static row_need need_of(bench_context *ctx, cgm_op op, int64_t m, int64_t n,
     double buffers = (double)bench_row_bytes(ctx, op, m, n, k);
     double P = ctx->nranks;
     if (ctx->env->ops->device_memory) {
-        double out = (double)m * (double)n * (double)cgm_dtype_size(ctx->opt->dtype);
+        double out = (double)m * (double)n * (double)cgm_dtype_size(bench_out_dtype(ctx->opt));
         need.device = buffers + out / P + DEVICE_SCRATCH;
         need.host = buffers; /* staging copies */
         return need;

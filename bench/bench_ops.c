@@ -12,6 +12,7 @@ enum { MEASURE_OP, MEASURE_GEMM, MEASURE_COMM, MEASURE_SEQ, MEASURE_COUNT };
 
 typedef struct bench_tensor {
     bench_buffer buffer;
+    bench_buffer scales; /* fp8: the matrix's scales (matrix.scale) */
     cgm_matrix matrix;
 } bench_tensor;
 
@@ -57,26 +58,52 @@ static int tensor_alloc(bench_context *ctx, bench_tensor *t, cgm_dtype dtype,
 
 static void tensor_free(bench_context *ctx, bench_tensor *t) {
     if (t->buffer.data) ctx->env->ops->buffer_free(ctx->env, &t->buffer);
+    if (t->scales.data) ctx->env->ops->buffer_free(ctx->env, &t->scales);
 }
 
-/* A logical [rows, cols] block of a generated tensor, stored per layout. */
-static int tensor_generated(bench_context *ctx, bench_tensor *t, int tensor,
-                            int64_t row0, int64_t rows, int64_t col0,
+/* The fp8 form of a generated [rows, cols] block (TN: never transposed):
+ * codes and scales (bench_fill_fp8), both uploaded. */
+static int tensor_fp8(bench_context *ctx, bench_tensor *t, int tensor, int64_t row0,
+                      int64_t rows, int64_t col0, int64_t cols) {
+    cgm_scaling scaling = ctx->opt->scaling;
+    if (scaling != CGM_SCALING_TENSOR)
+        scaling = tensor == BENCH_TENSOR_X ? CGM_SCALING_BLOCK_1X128 : CGM_SCALING_BLOCK_128X128;
+    size_t bytes = (size_t)bench_fp8_scale_count(scaling, rows, cols) * sizeof(float);
+    if (ctx->count_only) {
+        *ctx->count_only += bytes;
+        return 0;
+    }
+    if (ctx->env->ops->buffer_alloc(ctx->env, bytes, &t->scales)) {
+        fprintf(stderr, "commgemm-bench: rank %d: cannot allocate %zu bytes of fp8 scales\n", ctx->rank, bytes);
+        return -1;
+    }
+    bench_fill_fp8(t->buffer.host, t->scales.host, ctx->opt->scaling, ctx->opt->seed, tensor, row0, rows, col0,
+                   cols);
+    t->matrix.scaling = scaling;
+    t->matrix.scale = t->scales.data;
+    if (ctx->env->ops->upload(ctx->env, &t->scales)) return -1;
+    return ctx->env->ops->upload(ctx->env, &t->buffer);
+}
+
+/* A logical [rows, cols] block of a generated tensor in `dtype`, stored
+ * per layout. */
+static int tensor_generated(bench_context *ctx, bench_tensor *t, cgm_dtype dtype,
+                            int tensor, int64_t row0, int64_t rows, int64_t col0,
                             int64_t cols, int transposed) {
-    cgm_dtype dtype = ctx->opt->dtype;
     if (tensor_alloc(ctx, t, dtype, transposed ? cols : rows, transposed ? rows : cols))
         return -1;
+    if (dtype == CGM_DTYPE_FP8_E4M3) return tensor_fp8(ctx, t, tensor, row0, rows, col0, cols);
     if (ctx->count_only) return 0;
     bench_fill(t->buffer.host, dtype, ctx->opt->seed, tensor, row0, rows, col0,
                cols, transposed);
     return ctx->env->ops->upload(ctx->env, &t->buffer);
 }
 
-static int tensor_poisoned(bench_context *ctx, bench_tensor *t, int64_t rows,
-                           int64_t cols) {
-    if (tensor_alloc(ctx, t, ctx->opt->dtype, rows, cols)) return -1;
+static int tensor_poisoned(bench_context *ctx, bench_tensor *t, cgm_dtype dtype,
+                           int64_t rows, int64_t cols) {
+    if (tensor_alloc(ctx, t, dtype, rows, cols)) return -1;
     if (ctx->count_only) return 0;
-    bench_poison(t->buffer.host, ctx->opt->dtype, rows * cols);
+    bench_poison(t->buffer.host, dtype, rows * cols);
     return ctx->env->ops->upload(ctx->env, &t->buffer);
 }
 
@@ -113,34 +140,38 @@ static int setup_create(bench_context *ctx, cgm_op op, int64_t m, int64_t n,
     s->seq_options = s->options;
     s->seq_options.algo = CGM_ALGO_NO_OVERLAP;
     int64_t n_loc = s->slice, k_loc = s->slice;
+    /* inputs, outputs, and what the collectives move: all --dtype, but for
+     * fp8 (bf16 Y, and bf16 rows of the fp8 rows' bytes) */
+    cgm_dtype in = opt->dtype, out = bench_out_dtype(opt), coll = bench_coll_dtype(opt);
+    int64_t kc = bench_coll_cols(opt, k);
     int rc = 0;
     if (gathers) {
         /* X_r: rows [m_off, m_off + m_r) of X[m, k]; W: rows of W[n, k]. */
-        rc |= tensor_generated(ctx, &s->x, BENCH_TENSOR_X, s->m_off, s->m_rows, 0, k, x_t);
-        rc |= tensor_generated(ctx, &s->w, BENCH_TENSOR_W, s->slice_off, n_loc, 0, k, w_t);
-        rc |= tensor_poisoned(ctx, &s->y, m, n_loc);
-        rc |= tensor_poisoned(ctx, &s->y_seq, m, n_loc);
-        rc |= tensor_generated(ctx, &s->gemm_a, BENCH_TENSOR_X, 0, m, 0, k, x_t);
-        rc |= tensor_alloc(ctx, &s->gemm_c, opt->dtype, m, n_loc);
-        rc |= tensor_generated(ctx, &s->coll_send, BENCH_TENSOR_X, s->m_off, s->m_rows, 0, k, 0);
-        rc |= tensor_alloc(ctx, &s->coll_recv, opt->dtype, m, k);
+        rc |= tensor_generated(ctx, &s->x, in, BENCH_TENSOR_X, s->m_off, s->m_rows, 0, k, x_t);
+        rc |= tensor_generated(ctx, &s->w, in, BENCH_TENSOR_W, s->slice_off, n_loc, 0, k, w_t);
+        rc |= tensor_poisoned(ctx, &s->y, out, m, n_loc);
+        rc |= tensor_poisoned(ctx, &s->y_seq, out, m, n_loc);
+        rc |= tensor_generated(ctx, &s->gemm_a, in, BENCH_TENSOR_X, 0, m, 0, k, x_t);
+        rc |= tensor_alloc(ctx, &s->gemm_c, out, m, n_loc);
+        rc |= tensor_generated(ctx, &s->coll_send, coll, BENCH_TENSOR_X, s->m_off, s->m_rows, 0, kc, 0);
+        rc |= tensor_alloc(ctx, &s->coll_recv, coll, m, kc);
         if (op == CGM_OP_BULK) {
-            rc |= tensor_poisoned(ctx, &s->bulk_recv, m, k);
-            rc |= tensor_poisoned(ctx, &s->bulk_recv_seq, m, k);
+            rc |= tensor_poisoned(ctx, &s->bulk_recv, coll, m, kc);
+            rc |= tensor_poisoned(ctx, &s->bulk_recv_seq, coll, m, kc);
         }
     } else {
         /* X: columns [k_off, k_off + k_loc) of X[m, k]; W likewise. */
         int64_t y_rows = op == CGM_OP_GEMM_REDUCE_SCATTER ? s->m_rows : m;
-        rc |= tensor_generated(ctx, &s->x, BENCH_TENSOR_X, 0, m, s->slice_off, k_loc, x_t);
-        rc |= tensor_generated(ctx, &s->w, BENCH_TENSOR_W, 0, n, s->slice_off, k_loc, w_t);
-        rc |= tensor_poisoned(ctx, &s->y, y_rows, n);
-        rc |= tensor_poisoned(ctx, &s->y_seq, y_rows, n);
+        rc |= tensor_generated(ctx, &s->x, in, BENCH_TENSOR_X, 0, m, s->slice_off, k_loc, x_t);
+        rc |= tensor_generated(ctx, &s->w, in, BENCH_TENSOR_W, 0, n, s->slice_off, k_loc, w_t);
+        rc |= tensor_poisoned(ctx, &s->y, out, y_rows, n);
+        rc |= tensor_poisoned(ctx, &s->y_seq, out, y_rows, n);
         /* Room for NCCL's equal shards when m % P != 0 (bench_env.collective
          * pads the reduce-scatter to P * ceil(m / P) rows). */
         int64_t shard = cgm_shard_rows(m, 0, P);
-        rc |= tensor_alloc_room(ctx, &s->gemm_c, opt->dtype, m, n, shard * P);
-        rc |= tensor_alloc_room(ctx, &s->coll_recv, opt->dtype, s->m_rows, n, shard);
-        if (op == CGM_OP_GEMM_ALL_REDUCE) rc |= tensor_alloc(ctx, &s->coll_mid, opt->dtype, m, n);
+        rc |= tensor_alloc_room(ctx, &s->gemm_c, out, m, n, shard * P);
+        rc |= tensor_alloc_room(ctx, &s->coll_recv, out, s->m_rows, n, shard);
+        if (op == CGM_OP_GEMM_ALL_REDUCE) rc |= tensor_alloc(ctx, &s->coll_mid, out, m, n);
     }
     return rc ? -1 : 0;
 }
@@ -302,7 +333,7 @@ static double median(double *values, int count) {
 
 static int64_t check_outputs(bench_context *ctx, op_setup *s) {
     bench_env *env = ctx->env;
-    cgm_dtype dt = ctx->opt->dtype;
+    cgm_dtype dt = bench_out_dtype(ctx->opt);
     uint64_t seed = ctx->opt->seed;
     int64_t wrong = 0;
     char what[96];
@@ -340,8 +371,8 @@ static int64_t check_outputs(bench_context *ctx, op_setup *s) {
             bench_tensor *recv = seq ? &s->bulk_recv_seq : &s->bulk_recv;
             if (env->ops->download(env, &recv->buffer)) return 1;
             snprintf(what, sizeof what, "rank %d bulk %s all-gather", ctx->rank, name);
-            wrong += bench_check_copy(recv->buffer.host, dt, seed, BENCH_TENSOR_X,
-                                      s->m, s->k, what);
+            wrong += bench_check_copy(recv->buffer.host, bench_coll_dtype(ctx->opt), seed,
+                                      BENCH_TENSOR_X, s->m, bench_coll_cols(ctx->opt, s->k), what);
         }
     }
     return wrong;

@@ -28,7 +28,10 @@ static void usage(FILE *to) {
         "                      ranks, gemm_rs/gemm_ar split k (default 512 each)\n"
         "  --shapes LIST       explicit shapes MxNxK[,MxNxK...] (m, n, k in the\n"
         "                      table's order), instead of the -m/-n/-k sweep\n"
-        "  --dtype T           fp32, bf16 or fp16 (default fp32)\n"
+        "  --dtype T           fp32, bf16, fp16 or fp8 (e4m3 X and W with scales,\n"
+        "                      bf16 Y; layout TN; the host backend) (default fp32)\n"
+        "  --scaling S         with --dtype fp8: tensor (one scale per operand,\n"
+        "                      the default) or block (X 1x128, W 128x128 blocks)\n"
         "  --backend B         auto, host, p2p, nccl or cublasmp (default: the\n"
         "                      comm's choice, COMMGEMM_BACKEND or auto)\n"
         "  --algo A            auto, split, ring, no_overlap or fused (p2p) (default auto)\n"
@@ -211,13 +214,53 @@ static int parse_ops(const char *text, unsigned *mask) {
 }
 
 static int parse_dtype(const char *text, cgm_dtype *out) {
-    static const cgm_dtype dtypes[] = {CGM_DTYPE_FP32, CGM_DTYPE_BF16, CGM_DTYPE_FP16};
-    for (size_t i = 0; i < 3; i++)
+    static const cgm_dtype dtypes[] = {CGM_DTYPE_FP32, CGM_DTYPE_BF16, CGM_DTYPE_FP16, CGM_DTYPE_FP8_E4M3};
+    for (size_t i = 0; i < 4; i++)
         if (strcasecmp(text, cgm_dtype_name(dtypes[i])) == 0) {
             *out = dtypes[i];
             return 0;
         }
-    return fail("--dtype", "fp32, bf16 or fp16", text);
+    if (strcasecmp(text, "fp8") == 0) {
+        *out = CGM_DTYPE_FP8_E4M3;
+        return 0;
+    }
+    return fail("--dtype", "fp32, bf16, fp16 or fp8", text);
+}
+
+static int parse_scaling(const char *text, cgm_scaling *out) {
+    if (strcasecmp(text, "tensor") == 0) *out = CGM_SCALING_TENSOR;
+    else if (strcasecmp(text, "block") == 0) *out = CGM_SCALING_BLOCK_1X128;
+    else return fail("--scaling", "tensor or block", text);
+    return 0;
+}
+
+/* --scaling and --layout against --dtype, once every option is read. */
+static int check_fp8(bench_options *opt) {
+    if (opt->dtype != CGM_DTYPE_FP8_E4M3) {
+        if (opt->scaling == CGM_SCALING_NONE) return 0;
+        fprintf(stderr, "commgemm-bench: --scaling %s: scales are for --dtype fp8, got --dtype %s; pass "
+                "--dtype fp8 or drop --scaling\n", opt->scaling == CGM_SCALING_TENSOR ? "tensor" : "block",
+                cgm_dtype_name(opt->dtype));
+        return -1;
+    }
+    if (opt->scaling == CGM_SCALING_NONE) opt->scaling = CGM_SCALING_TENSOR;
+    if (opt->layout != CGM_LAYOUT_TN) {
+        fprintf(stderr, "commgemm-bench: --layout %s with --dtype fp8: fp8 takes layout TN only (Hopper's FP8 "
+                "tensor cores read both operands K-major); drop --layout or pass TN\n",
+                cgm_layout_name(opt->layout));
+        return -1;
+    }
+    return 0;
+}
+
+cgm_dtype bench_out_dtype(const bench_options *opt) {
+    return opt->dtype == CGM_DTYPE_FP8_E4M3 ? CGM_DTYPE_BF16 : opt->dtype;
+}
+
+cgm_dtype bench_coll_dtype(const bench_options *opt) { return bench_out_dtype(opt); }
+
+int64_t bench_coll_cols(const bench_options *opt, int64_t k) {
+    return opt->dtype == CGM_DTYPE_FP8_E4M3 ? (k + 1) / 2 : k;
 }
 
 static int parse_layout(const char *text, cgm_layout *out) {
@@ -245,12 +288,14 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
     enum {
         OPT_OP = 256, OPT_DTYPE, OPT_BACKEND, OPT_ALGO, OPT_SPLITS, OPT_LAYOUT,
         OPT_CHECK, OPT_NO_CHECK, OPT_JSON, OPT_SEED, OPT_RANKS, OPT_TIMEOUT,
-        OPT_SHAPES, OPT_GRAPH, OPT_COMM_BASELINE, OPT_INJECT_WRONG_VALUE, OPT_PARTIALS
+        OPT_SHAPES, OPT_GRAPH, OPT_COMM_BASELINE, OPT_INJECT_WRONG_VALUE, OPT_PARTIALS,
+        OPT_SCALING
     };
     static const struct option long_options[] = {
         {"op", required_argument, NULL, OPT_OP},
         {"shapes", required_argument, NULL, OPT_SHAPES},
         {"dtype", required_argument, NULL, OPT_DTYPE},
+        {"scaling", required_argument, NULL, OPT_SCALING},
         {"backend", required_argument, NULL, OPT_BACKEND},
         {"algo", required_argument, NULL, OPT_ALGO},
         {"splits", required_argument, NULL, OPT_SPLITS},
@@ -296,6 +341,7 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
         case OPT_OP: rc = parse_ops(optarg, &opt->op_mask); break;
         case OPT_SHAPES: rc = parse_shapes(optarg, opt); break;
         case OPT_DTYPE: rc = parse_dtype(optarg, &opt->dtype); break;
+        case OPT_SCALING: rc = parse_scaling(optarg, &opt->scaling); break;
         case OPT_BACKEND: rc = parse_backend(optarg, &opt->backend); break;
         case OPT_ALGO: rc = parse_algo(optarg, &opt->algo); break;
         case OPT_SPLITS: rc = parse_int("--splits", optarg, 0, 4096, &opt->splits); break;
@@ -347,6 +393,7 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
                 "'commgemm-bench --help'\n", argv[optind]);
         rc = -1;
     }
+    if (rc == 0) rc = check_fp8(opt);
     return rc;
 }
 
@@ -374,8 +421,12 @@ void bench_print_options(FILE *to, const bench_options *opt) {
         fprintf(to, "  k: ");
         print_range(to, &opt->k);
     }
-    fprintf(to, "  dtype: %s  layout: %s  partials: %s\n", cgm_dtype_name(opt->dtype),
+    fprintf(to, "  dtype: %s  layout: %s  partials: %s", cgm_dtype_name(opt->dtype),
             cgm_layout_name(opt->layout), cgm_partial_dtype_name(opt->partials));
+    if (opt->scaling != CGM_SCALING_NONE)
+        fprintf(to, "  scaling: %s  output: %s", opt->scaling == CGM_SCALING_TENSOR ? "tensor" : "block",
+                cgm_dtype_name(bench_out_dtype(opt)));
+    fprintf(to, "\n");
     fprintf(to, "# backend: %s  algo: %s  splits: %d  warmup: %d  iters: %d  "
             "check: %s  graph: %s  seed: %" PRIu64 "  timeout_ms: ",
             opt->backend == CGM_BACKEND_DEFAULT ? "default" : cgm_backend_name(opt->backend),
@@ -407,6 +458,9 @@ void bench_json_options(FILE *to, const bench_options *opt) {
                 opt->shapes[i][0], opt->shapes[i][1], opt->shapes[i][2]);
     fprintf(to, "]");
     fprintf(to, ", \"partials\": \"%s\"", cgm_partial_dtype_name(opt->partials));
+    if (opt->scaling != CGM_SCALING_NONE)
+        fprintf(to, ", \"scaling\": \"%s\", \"output_dtype\": \"%s\"",
+                opt->scaling == CGM_SCALING_TENSOR ? "tensor" : "block", cgm_dtype_name(bench_out_dtype(opt)));
     fprintf(to, ", \"dtype\": \"%s\", \"layout\": \"%s\", \"backend\": \"%s\", "
             "\"algo\": \"%s\", \"splits\": %d, \"warmup\": %d, \"iters\": %d, "
             "\"check\": %s, \"graph\": %s, \"seed\": %" PRIu64 ", \"timeout_ms\": ",

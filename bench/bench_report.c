@@ -8,7 +8,7 @@
 #include "bench.h"
 #include "launch.h"
 
-#define ROW_REST " %7s %7s %7s %5s %8s %10s %10s %8s %10s %10s %10s %6s %10s %6s %7s\n"
+#define ROW_REST " %7s %7s %7s %8s %8s %10s %10s %8s %10s %10s %10s %6s %10s %6s %7s\n"
 #define ROW_FORMAT_S "%9s" ROW_REST
 #define HEAD_FORMAT_S "#%8s" ROW_REST
 

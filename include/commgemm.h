@@ -113,8 +113,9 @@ typedef enum cgm_status {
     /** The call is valid C but not in this state: a comm that is not live
      *  (destroyed or never created), a host pointer on a GPU backend... */
     CGM_ERROR_INVALID_USAGE = 2,
-    /** Valid request this build/backend does not implement (fp8, a layout a
-     *  backend lacks, a backend compiled out). The comm stays usable. */
+    /** Valid request this build/backend does not implement (fp8 on a GPU
+     *  backend, a layout a backend lacks, a backend compiled out). The comm
+     *  stays usable. */
     CGM_ERROR_NOT_SUPPORTED = 3,
     /** The backend asked for is not available here (no GPU, library absent,
      *  comm created without what it needs). The message says how to get it. */
@@ -155,32 +156,66 @@ typedef enum cgm_dtype {
     CGM_DTYPE_FP32 = 0,
     CGM_DTYPE_BF16 = 1,
     CGM_DTYPE_FP16 = 2,
-    /* Reserved for fp8 with per-tensor scales (cgm_matrix.scale); today
-     * every op returns CGM_ERROR_NOT_SUPPORTED for them. */
+    /** OCP fp8 with 4 exponent bits and 3 mantissa bits ("e4m3fn": no
+     *  infinities, NaN = S.1111.111, largest finite 448). X, W and Y of
+     *  the GEMM ops, with scales: see "FP8" below. */
     CGM_DTYPE_FP8_E4M3 = 3,
+    /** fp8 with 5 exponent bits and 2 mantissa bits (IEEE-like: inf and
+     *  NaN, largest finite 57344). As CGM_DTYPE_FP8_E4M3. */
     CGM_DTYPE_FP8_E5M2 = 4,
     CGM_DTYPE_COUNT_ = 5
 } cgm_dtype;
 
 /** Bytes per element (0 for an invalid value). Thread safe. */
 size_t cgm_dtype_size(cgm_dtype dtype);
-/** "fp32", "bf16", ... or "invalid". Thread safe. */
+/** "fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2" or "invalid". Thread
+ *  safe. */
 const char *cgm_dtype_name(cgm_dtype dtype);
+
+/** How an fp8 matrix's scales map to its elements (the two Hopper
+ *  recipes; "FP8" below has the rules). Read only where the matrix's
+ *  dtype is fp8. */
+typedef enum cgm_scaling {
+    /** No scales: the matrix is not fp8. */
+    CGM_SCALING_NONE = 0,
+    /** One fp32 scale for the whole matrix (scale[0]). */
+    CGM_SCALING_TENSOR = 1,
+    /** X only: one fp32 scale per row per 128 consecutive k, scale is
+     *  [rows, ceil(k / 128)], row-major and dense. */
+    CGM_SCALING_BLOCK_1X128 = 2,
+    /** W only: one fp32 scale per 128 x 128 block, scale is
+     *  [ceil(n / 128), ceil(k / 128)], row-major and dense. */
+    CGM_SCALING_BLOCK_128X128 = 3,
+    CGM_SCALING_COUNT_ = 4
+} cgm_scaling;
+
+/** "none", "tensor", "block_1x128", "block_128x128" or "invalid". Thread
+ *  safe. */
+const char *cgm_scaling_name(cgm_scaling scaling);
 
 /** A row-major matrix: element (i, j) is at data + (i * ld + j) * size.
  *  ld = 0 means ld = cols. data may be NULL only when rows * cols == 0.
- *  data must be aligned to the element size. */
+ *  data must be aligned to the element size.
+ *  ABI: `scaling` was added at the end for fp8. The library reads it only
+ *  where dtype is fp8, so a program built against an older commgemm.h
+ *  (its smaller struct, never fp8) keeps working; positional initializers
+ *  ({data, dtype, rows, cols, ld, scale}) keep their meaning. */
 typedef struct cgm_matrix {
     void *data;
     cgm_dtype dtype;
     int64_t rows;
     int64_t cols;
     int64_t ld;
-    /** fp8 only (reserved): pointer to one fp32 scale; NULL otherwise. */
+    /** fp8 only: the fp32 scales (`scaling` gives their shape) in the
+     *  memory the data lives in, aligned to 4 bytes; may be NULL only when
+     *  rows * cols == 0. Must be NULL for other dtypes. */
     const float *scale;
+    /** fp8 only: how `scale` maps to the elements ("FP8" below); ignored
+     *  for other dtypes. */
+    cgm_scaling scaling;
 } cgm_matrix;
 
-/** A dense matrix descriptor (ld = cols, no scale). */
+/** A dense matrix descriptor (ld = cols, no scale, CGM_SCALING_NONE). */
 static inline cgm_matrix cgm_matrix_make(void *data, cgm_dtype dtype,
                                          int64_t rows, int64_t cols) {
     cgm_matrix m;
@@ -190,6 +225,7 @@ static inline cgm_matrix cgm_matrix_make(void *data, cgm_dtype dtype,
     m.cols = cols;
     m.ld = cols;
     m.scale = NULL;
+    m.scaling = CGM_SCALING_NONE;
     return m;
 }
 
@@ -545,18 +581,32 @@ typedef struct cgm_op_options {
     cgm_partial_dtype partial_dtype;
     /** See cgm_gemm_reduction. DEFAULT: the comm's. */
     cgm_gemm_reduction gemm_reduction;
+    /** fp8 inputs: 0 (default) = the tensor cores' partial sums are
+     *  promoted to fp32 as cuBLASLt's CUBLASLT_MATMUL_DESC_FAST_ACCUM = 0
+     *  does; 1 = allow cuBLASLt's fast accumulation (faster, fewer
+     *  accumulator bits; what TransformerEngine uses for fprop). Other
+     *  values are refused; no effect on other inputs. The host backend
+     *  ignores it (its fp32 GEMM is exact to fp32). Local: ranks may
+     *  differ. */
+    int fp8_fast_accum;
+    /** fp8 Y only (NULL otherwise): where the op writes the amax of this
+     *  rank's result, max |r(i, j)| before y.scale and rounding ("FP8"
+     *  below), for delayed scaling. One float, in the memory the data
+     *  lives in, aligned to 4 bytes. NULL: not computed. */
+    float *y_amax;
 } cgm_op_options;
 
 #define CGM_OP_OPTIONS_INIT                                                   \
     { sizeof(cgm_op_options), CGM_LAYOUT_TN, 0, CGM_ALGO_AUTO, 0,             \
       CGM_BACKEND_DEFAULT, 0, CGM_PARTIAL_DTYPE_DEFAULT,                      \
-      CGM_GEMM_REDUCTION_DEFAULT }
+      CGM_GEMM_REDUCTION_DEFAULT, 0, NULL }
 
 /*
  * Operand rules common to the GEMM ops:
  * - X and W share one input dtype (fp32, bf16 or fp16). Y may have the input
  *   dtype or fp32 ("output dtype"). bias, if given, is a 1 x n matrix of Y's
- *   dtype (added to every row, once: on the owner of each row).
+ *   dtype (added to every row, once: on the owner of each row). X and W may
+ *   instead be fp8, with their own rules ("FP8" below).
  * - No output may overlap an input or another output (no in-place).
  * - Empty operands are valid (data may then be NULL) and the call stays
  *   collective: with m = 0 or n = 0, Y has no elements to write (AG+GEMM's
@@ -569,12 +619,78 @@ typedef struct cgm_op_options {
  *   misaligned pointers, shapes that disagree, bad enum values, m above
  *   max_m); CGM_ERROR_INVALID_USAGE (comm not live, in use by another
  *   thread's call, non-NULL stream on host);
- *   CGM_ERROR_NOT_SUPPORTED (fp8, an option the backend lacks);
+ *   CGM_ERROR_NOT_SUPPORTED (fp8 on a GPU backend, fp8 with layout NN or
+ *   NT, an option the backend lacks);
  *   CGM_ERROR_UNAVAILABLE (backend not available on this comm);
  *   CGM_ERROR_MISMATCH (ranks disagree: on every rank); CGM_ERROR_TIMEOUT /
  *   CGM_ERROR_PEER_FAILED (comm broken afterwards); CGM_ERROR_CUDA / _NCCL /
  *   _CUBLAS; CGM_ERROR_INTERNAL. After an argument error nothing was
  *   enqueued and the comm stays usable.
+ */
+
+/*
+ * FP8 (the GEMM ops and bulk's GEMM; docs/FP8.md has the why of each rule)
+ * - Inputs: X and W each CGM_DTYPE_FP8_E4M3 or _E5M2, not both e5m2 (no
+ *   FP8 tensor core multiplies e5m2 by e5m2). Layout TN only: Hopper's
+ *   FP8 tensor cores read both operands K-major, so NN and NT are
+ *   CGM_ERROR_NOT_SUPPORTED on every backend: pass X as [m, k] and W as
+ *   [n, k] (transposed copies) with CGM_LAYOUT_TN.
+ * - Scales (cuBLASLt's A_SCALE/B_SCALE convention: the scale multiplies):
+ *   the value of element (i, j) of an fp8 X or W is  fp8(i, j) * s(i, j):
+ *     CGM_SCALING_TENSOR:        s(i, j) = scale[0]
+ *     CGM_SCALING_BLOCK_1X128:   s(i, j) = scale[i * kb + j / 128]        (X)
+ *     CGM_SCALING_BLOCK_128X128: s(i, j) = scale[(i / 128) * kb + j / 128] (W)
+ *   with kb = ceil(k / 128) and (i, j) the element of X [m, k] or W [n, k]
+ *   as stored (k counts this rank's columns: k_loc for GEMM+RS/AR). One
+ *   recipe per call: X and W both TENSOR, or X BLOCK_1X128 with W
+ *   BLOCK_128X128. Scales are used as given (never checked: a NaN or 0
+ *   scale gives what it gives).
+ * - The result: r(i, j) = sum over l of X(i, l) * W(j, l) with the values
+ *   above, accumulated in fp32 (up to the order of additions; see
+ *   options.fp8_fast_accum), plus bias[j]; GEMM+RS/AR sum the ranks'
+ *   partial products in fp32 first (partials travel in fp32, or rounded to
+ *   a bf16/fp16 Y with CGM_PARTIAL_DTYPE_OUTPUT; never in fp8).
+ * - Y: bf16, fp16 or fp32 holds r rounded once to nearest even. Or Y is
+ *   fp8 (e4m3 or e5m2) with y.scaling = CGM_SCALING_TENSOR and y.scale its
+ *   quantization scale (cuBLASLt's D_SCALE: it multiplies):
+ *       Y(i, j) = sat(rne(r(i, j) * y.scale[0]))
+ *   rne: round to nearest even; sat: magnitudes above the largest finite
+ *   value (448 e4m3, 57344 e5m2) and infinities give that value with
+ *   their sign; NaN stays NaN. So Y dequantizes as Y * (1 / y.scale[0]):
+ *   pass 1 / y.scale[0] as the scale of a later op that reads Y (as
+ *   TransformerEngine passes scale for outputs, scale_inv for inputs).
+ *   An fp8 Y refuses accumulate (its old values would be read back in
+ *   fp8); GEMM+AR's fp8 Y is the same on every rank only if every rank
+ *   passes the same y.scale value.
+ * - amax (options.y_amax, fp8 Y only): max |r(i, j)| over the elements of
+ *   this rank's Y, before y.scale and rounding (NaN if any r is NaN; 0 for
+ *   an empty Y): AG+GEMM: its [m, n_loc]; GEMM+RS: its shard; GEMM+AR: all
+ *   of Y (the same value on every rank; every rank passes y_amax or none);
+ *   bulk: its c.
+ *   The amax of a column-parallel (AG+GEMM) or row-sharded (RS) output is
+ *   the max over ranks: all-reduce it if the scaling recipe needs it.
+ * - bias: bf16, or Y's dtype where Y is bf16, fp16 or fp32.
+ * - AG+GEMM: each rank passes its own shard's scales; the gathered rows
+ *   keep them (TENSOR: rows of shard s use rank s's scale, so the ranks
+ *   need no common scale and no amax all-reduce; BLOCK_1X128: each row's
+ *   scales travel with it). x_gathered (optional) is fp8 of x_shard's
+ *   dtype and scaling: it receives the fp8 bytes and, where
+ *   x_gathered.scale is not NULL, the scales: TENSOR: P floats, rank s's
+ *   scale at [s] (a shard with no rows leaves its entry as it was);
+ *   BLOCK_1X128: [m, ceil(k / 128)]. The library writes through that
+ *   pointer (an output, though the field is const).
+ * - GEMM+RS/AR: each rank's X and W have their own scales.
+ * - Bulk: the GEMM takes fp8 a (as X) and b (as W) alike; the collective
+ *   moves fp32, bf16 or fp16 only.
+ * - Memory: scale and y_amax pointers live where the backend's data
+ *   lives (host memory on host; device memory of the comm's GPU on GPU
+ *   backends), checked like the data pointers; no output (Y, x_gathered
+ *   and its scales, y_amax) may overlap an input (data or scales).
+ * - Backends: the host backend runs every rule above (the reference);
+ *   p2p, nccl and cublasmp return CGM_ERROR_NOT_SUPPORTED for fp8 today.
+ * - Agreement: X's dtype and scaling, W's dtype and the output dtype are
+ *   in the call's signature (ranks that differ: CGM_ERROR_MISMATCH); for
+ *   GEMM+AR the presence of y_amax too.
  */
 
 /** AG+GEMM: Y[m, n] = allgather(X) . op(W) (+ bias).

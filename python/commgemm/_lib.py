@@ -57,6 +57,14 @@ class DType(enum.IntEnum):
     FP8_E5M2 = 4
 
 
+class Scaling(enum.IntEnum):
+    """cgm_scaling: how an fp8 matrix's scales map to its elements (commgemm.h "FP8")."""
+    NONE = 0
+    TENSOR = 1
+    BLOCK_1X128 = 2  # X: one scale per row per 128 k
+    BLOCK_128X128 = 3  # W: one scale per 128 x 128 block
+
+
 class Backend(enum.IntEnum):
     DEFAULT = 0
     AUTO = 1
@@ -129,6 +137,7 @@ class cgm_matrix(ctypes.Structure):
         ("cols", ctypes.c_int64),
         ("ld", ctypes.c_int64),
         ("scale", ctypes.POINTER(ctypes.c_float)),
+        ("scaling", ctypes.c_int),  # cgm_scaling (read for fp8 dtypes only)
     ]
 
 
@@ -192,20 +201,22 @@ class cgm_op_options(ctypes.Structure):
         ("allow_tf32", ctypes.c_int),
         ("partial_dtype", ctypes.c_int),  # cgm_partial_dtype
         ("gemm_reduction", ctypes.c_int),  # cgm_gemm_reduction
+        ("fp8_fast_accum", ctypes.c_int),
+        ("y_amax", ctypes.POINTER(ctypes.c_float)),
     ]
 
     @classmethod
     def init(cls):
         """CGM_OP_OPTIONS_INIT."""
         return cls(ctypes.sizeof(cls), Layout.TN, 0, Algo.AUTO, 0, Backend.DEFAULT, 0, PartialDtype.DEFAULT,
-                   GemmReduction.DEFAULT)
+                   GemmReduction.DEFAULT, 0, None)
 
 
 # sizeof() of each struct on LP64 Linux, worked out from commgemm.h by hand
 # (offsets in the comments). If one fails, commgemm.h changed: mirror it.
 _EXPECTED_SIZES = {
-    # data 0, dtype 8 (+4 pad), rows 16, cols 24, ld 32, scale 40
-    cgm_matrix: 48,
+    # data 0, dtype 8 (+4 pad), rows 16, cols 24, ld 32, scale 40, scaling 48 (+4 pad)
+    cgm_matrix: 56,
     # struct_size 0, kind 8, rank 12, nranks 16 (+4 pad), rendezvous 24, nccl_comm 32
     cgm_bootstrap: 40,
     # struct_size 0, backend 8, op_backend 12..28 (+4 pad), max_m 32, max_n 40,
@@ -213,8 +224,8 @@ _EXPECTED_SIZES = {
     # partial_dtype 80, gemm_reduction 84
     cgm_config: 88,
     # struct_size 0, layout 8, accumulate 12, algo 16, splits 20, backend 24, allow_tf32 28,
-    # partial_dtype 32, gemm_reduction 36
-    cgm_op_options: 40,
+    # partial_dtype 32, gemm_reduction 36, fp8_fast_accum 40 (+4 pad), y_amax 48
+    cgm_op_options: 56,
 }
 if ctypes.sizeof(ctypes.c_void_p) == 8 and ctypes.sizeof(ctypes.c_size_t) == 8:
     for _cls, _size in _EXPECTED_SIZES.items():

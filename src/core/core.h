@@ -148,7 +148,17 @@ float cgm_bf16_to_float(uint16_t v);
 uint16_t cgm_float_to_bf16(float f); /* round to nearest even; NaN kept */
 float cgm_fp16_to_float(uint16_t v);
 uint16_t cgm_float_to_fp16(float f); /* round to nearest even */
-/* Element i of a buffer of `dtype` (fp32/bf16/fp16) as float. */
+static inline bool cgm_dtype_is_fp8(cgm_dtype d) {
+    return d == CGM_DTYPE_FP8_E4M3 || d == CGM_DTYPE_FP8_E5M2;
+}
+/* fp8 (`dtype` e4m3 or e5m2) codes: exact decoding (NaN, e5m2's inf,
+ * subnormals); encoding rounds to nearest even and saturates magnitudes
+ * above the largest finite value (and infinities) to it, NaN to NaN
+ * (0x7f with the sign). The header's "FP8" has the formats. */
+float cgm_fp8_to_float(uint8_t v, cgm_dtype dtype);
+uint8_t cgm_float_to_fp8(float f, cgm_dtype dtype);
+/* Element i of a buffer of `dtype` as float, and back (fp8: the raw code's
+ * value, no scale; stores as above). */
 float cgm_load_float(const void *data, cgm_dtype dtype, int64_t i);
 void cgm_store_float(void *data, cgm_dtype dtype, int64_t i, float v);
 
@@ -273,8 +283,15 @@ typedef struct cgm_call {
     /* GEMM part (absent only for a collective-only bulk call). */
     bool has_gemm;
     int64_t m, n, k;       /* AG/RS/AR: global m; bulk: the local GEMM's m */
-    cgm_dtype in_dtype;    /* X and W */
-    cgm_dtype out_dtype;   /* Y (and bias) */
+    cgm_dtype in_dtype;    /* X (and W, but for fp8: w_dtype) */
+    cgm_dtype w_dtype;     /* W: in_dtype, or the other fp8 flavour */
+    cgm_dtype out_dtype;   /* Y (and bias, but for fp8 calls: bias.dtype) */
+    /* fp8 calls: the recipe (X's scaling: TENSOR, or BLOCK_1X128 with W
+     * BLOCK_128X128), the output's amax (NULL: none) and fast
+     * accumulation; NONE, NULL, false otherwise. */
+    cgm_scaling scaling;
+    float *y_amax;
+    bool fp8_fast_accum;
     cgm_matrix x, w, y;    /* AG: x is the shard; RS: y is the shard */
     bool has_bias;
     cgm_matrix bias;
@@ -323,6 +340,9 @@ void cgm_memory_set_query(cgm_memory_query_fn fn);
  * not known yet). Managed memory and UNKNOWN pass. */
 cgm_status cgm_check_memory(const char *fn, const char *name, const cgm_matrix *m, cgm_backend backend,
                             int comm_device);
+/* The same for one pointer, named `what` in the message ("w.scale"). */
+cgm_status cgm_check_pointer(const char *fn, const char *what, const void *p, cgm_backend backend,
+                             int comm_device);
 
 /* Validates an op's arguments and fills `call`. Implemented in validate.c;
  * used by the public op entry points. */
@@ -415,6 +435,12 @@ typedef struct cgm_backend_vtable {
     cgm_status (*probe)(const cgm_comm *comm);
     /* Collective. Creates the backend's state for `comm`. */
     cgm_status (*init)(cgm_comm *comm, void **state);
+    /* Optional (NULL: every validated call). Refuses, before the
+     * autotuner or any exchange, a validated call this backend does not
+     * run (CGM_ERROR_NOT_SUPPORTED saying what to do instead, e.g. fp8 on
+     * a GPU backend). Local, never communicates: every rank making the
+     * same call decides the same. */
+    cgm_status (*check)(const cgm_comm *comm, const cgm_call *call);
     /* Runs one op: `call` is validated and carries the op (call->op); the
      * backend resolves algo and splits, checks cross-rank agreement when
      * config.check_agreement, and runs or enqueues the op. An op the
@@ -465,6 +491,20 @@ cgm_status cgm_bounded_run(void (*run)(void *), void (*orphan)(void *),
 static inline int64_t cgm_matrix_ld(const cgm_matrix *m) {
     return m->ld ? m->ld : m->cols;
 }
+
+/* A backend's `check` while it has no fp8 GEMM: CGM_ERROR_NOT_SUPPORTED
+ * for a call with fp8 inputs, naming `backend` and what to do instead;
+ * CGM_SUCCESS otherwise (validate_fp8.c). */
+cgm_status cgm_fp8_not_yet(const char *backend, const cgm_call *call);
+/* The library's copy of a caller's matrix: `scaling` read only where the
+ * dtype is fp8 (a program built before fp8 passes a smaller struct),
+ * NONE otherwise. validate_fp8.c. */
+cgm_matrix cgm_matrix_take(const cgm_matrix *m);
+/* The fp32 scales of an fp8 matrix as a matrix of their own (what the
+ * overlap and memory checks look at): TENSOR [1, 1], BLOCK_1X128
+ * [rows, ceil(cols / 128)], BLOCK_128X128 [ceil(rows / 128),
+ * ceil(cols / 128)], data = scale; a matrix with no elements otherwise. */
+cgm_matrix cgm_scale_matrix(const cgm_matrix *m);
 
 /* Do a and b share a byte of memory? Exact for equal row strides (e.g.
  * column slices of one buffer); otherwise true when their byte ranges

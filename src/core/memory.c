@@ -12,6 +12,7 @@
  * here (cuda.h's values, stable since CUDA 4). */
 #include <dlfcn.h>
 #include <link.h>
+#include <stdio.h>
 #include <string.h>
 #include <stdatomic.h>
 
@@ -92,32 +93,41 @@ cgm_memory cgm_memory_of(const void *p, int *device) {
 
 void cgm_memory_set_query(cgm_memory_query_fn fn) { atomic_store_explicit(&test_query, fn, memory_order_release); }
 
-/* One operand: a host backend reads CPU memory (pageable, pinned or
- * managed), a GPU backend device memory of the comm's GPU (or managed). */
-cgm_status cgm_check_memory(const char *fn, const char *name, const cgm_matrix *m, cgm_backend backend,
-                            int comm_device) {
-    if (!m || !m->data || m->rows <= 0 || m->cols <= 0) return CGM_SUCCESS;
+/* One pointer (`what`: "x.data", "w.scale"): a host backend reads CPU
+ * memory (pageable, pinned or managed), a GPU backend device memory of the
+ * comm's GPU (or managed). */
+cgm_status cgm_check_pointer(const char *fn, const char *what, const void *p, cgm_backend backend,
+                             int comm_device) {
+    if (!p) return CGM_SUCCESS;
     int device = -1;
-    cgm_memory where = cgm_memory_of(m->data, &device);
+    cgm_memory where = cgm_memory_of(p, &device);
     if (where == CGM_MEMORY_UNKNOWN || where == CGM_MEMORY_MANAGED) return CGM_SUCCESS;
     if (backend == CGM_BACKEND_HOST) {
         if (where != CGM_MEMORY_DEVICE) return CGM_SUCCESS;
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
-                         "%s: %s.data = %p is memory of GPU %d, but this call's backend is host, which reads "
+                         "%s: %s = %p is memory of GPU %d, but this call's backend is host, which reads "
                          "CPU memory: pass host memory (e.g. a CPU tensor or numpy array), or run the op on a GPU "
-                         "backend (p2p, nccl) for GPU buffers", fn, name, m->data, device);
+                         "backend (p2p, nccl) for GPU buffers", fn, what, p, device);
     }
     if (where == CGM_MEMORY_DEVICE) {
         if (comm_device < 0 || device == comm_device) return CGM_SUCCESS;
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
-                         "%s: %s.data = %p is memory of GPU %d, but this comm's device is GPU %d: pass memory of "
-                         "GPU %d (a comm works on the device it was created on)", fn, name, m->data, device,
+                         "%s: %s = %p is memory of GPU %d, but this comm's device is GPU %d: pass memory of "
+                         "GPU %d (a comm works on the device it was created on)", fn, what, p, device,
                          comm_device, comm_device);
     }
     return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
-                     "%s: %s.data = %p is %s, but this call's backend is %s, which needs device memory%s: "
+                     "%s: %s = %p is %s, but this call's backend is %s, which needs device memory%s: "
                      "allocate it with cudaMalloc (e.g. a CUDA tensor), or use the host backend for CPU buffers",
-                     fn, name, m->data,
+                     fn, what, p,
                      where == CGM_MEMORY_PINNED ? "pinned host memory" : "CPU memory the CUDA driver does not know",
                      cgm_backend_name(backend), comm_device >= 0 ? " of the comm's GPU" : "");
+}
+
+cgm_status cgm_check_memory(const char *fn, const char *name, const cgm_matrix *m, cgm_backend backend,
+                            int comm_device) {
+    if (!m || !m->data || m->rows <= 0 || m->cols <= 0) return CGM_SUCCESS;
+    char what[64];
+    snprintf(what, sizeof what, "%s.data", name);
+    return cgm_check_pointer(fn, what, m->data, backend, comm_device);
 }

@@ -23,6 +23,11 @@ const char *cgm_dtype_name(cgm_dtype dtype) {
     return (unsigned)dtype < CGM_DTYPE_COUNT_ ? names[dtype] : "invalid";
 }
 
+const char *cgm_scaling_name(cgm_scaling scaling) {
+    static const char *names[] = {"none", "tensor", "block_1x128", "block_128x128"};
+    return (unsigned)scaling < CGM_SCALING_COUNT_ ? names[scaling] : "invalid";
+}
+
 static const char *backend_names[] = {"default", "auto", "host", "p2p", "nccl", "cublasmp"};
 
 const char *cgm_backend_name(cgm_backend backend) {
@@ -191,11 +196,60 @@ uint16_t cgm_float_to_fp16(float f) {
     return sign | (uint16_t)h;
 }
 
+/* The two fp8 formats: mantissa bits, exponent bias, the largest finite
+ * value and its code. e4m3 ("fn") has no infinity and one NaN mantissa
+ * (S.1111.111); e5m2 is IEEE-like (exponent 31: inf or NaN). */
+typedef struct fp8_format {
+    int man_bits, bias;
+    float max;
+    uint8_t max_code;
+    bool ieee;
+} fp8_format;
+
+static const fp8_format *fp8_format_of(cgm_dtype dtype) {
+    static const fp8_format e4m3 = {3, 7, 448.0f, 0x7e, false}, e5m2 = {2, 15, 57344.0f, 0x7b, true};
+    return dtype == CGM_DTYPE_FP8_E5M2 ? &e5m2 : &e4m3;
+}
+
+float cgm_fp8_to_float(uint8_t v, cgm_dtype dtype) {
+    const fp8_format *f = fp8_format_of(dtype);
+    int sign = v >> 7, exp = (v & 0x7f) >> f->man_bits, man = v & ((1 << f->man_bits) - 1);
+    int exp_max = (1 << (7 - f->man_bits)) - 1;
+    float a;
+    if (f->ieee && exp == exp_max) a = man ? NAN : INFINITY;
+    else if (!f->ieee && exp == exp_max && man == (1 << f->man_bits) - 1) a = NAN;
+    else if (exp == 0) a = ldexpf((float)man, 1 - f->bias - f->man_bits); /* subnormal or zero */
+    else a = ldexpf((float)((1 << f->man_bits) | man), exp - f->bias - f->man_bits);
+    return sign ? -a : a;
+}
+
+uint8_t cgm_float_to_fp8(float x, cgm_dtype dtype) {
+    const fp8_format *f = fp8_format_of(dtype);
+    uint8_t sign = (uint8_t)((float_to_bits(x) >> 24) & 0x80u);
+    float a = fabsf(x);
+    if (a != a) return sign | 0x7f;
+    if (a > f->max) return sign | f->max_code; /* saturate, infinities too */
+    if (a == 0.0f) return sign;
+    int e = 0;
+    (void)frexpf(a, &e); /* a = m * 2^e, m in [0.5, 1): a's exponent is e - 1 */
+    int emin = 1 - f->bias;
+    /* Units of the code's last mantissa bit at a's exponent (the smallest
+     * normal's below it: subnormals); the quotient is exact, rintf rounds
+     * it to nearest even. A carry into the next exponent gives that
+     * exponent's code by itself, as the codes are ordered like the values. */
+    int unit = (e - 1 < emin ? emin : e - 1) - f->man_bits;
+    uint32_t q = (uint32_t)rintf(ldexpf(a, -unit));
+    uint32_t code = e - 1 < emin ? q : ((uint32_t)(e - 1 + f->bias) << f->man_bits) + (q - (1u << f->man_bits));
+    return sign | (uint8_t)code;
+}
+
 float cgm_load_float(const void *data, cgm_dtype dtype, int64_t i) {
     switch (dtype) {
     case CGM_DTYPE_FP32: return ((const float *)data)[i];
     case CGM_DTYPE_BF16: return cgm_bf16_to_float(((const uint16_t *)data)[i]);
     case CGM_DTYPE_FP16: return cgm_fp16_to_float(((const uint16_t *)data)[i]);
+    case CGM_DTYPE_FP8_E4M3:
+    case CGM_DTYPE_FP8_E5M2: return cgm_fp8_to_float(((const uint8_t *)data)[i], dtype);
     default: return NAN;
     }
 }
@@ -205,6 +259,8 @@ void cgm_store_float(void *data, cgm_dtype dtype, int64_t i, float v) {
     case CGM_DTYPE_FP32: ((float *)data)[i] = v; break;
     case CGM_DTYPE_BF16: ((uint16_t *)data)[i] = cgm_float_to_bf16(v); break;
     case CGM_DTYPE_FP16: ((uint16_t *)data)[i] = cgm_float_to_fp16(v); break;
+    case CGM_DTYPE_FP8_E4M3:
+    case CGM_DTYPE_FP8_E5M2: ((uint8_t *)data)[i] = cgm_float_to_fp8(v, dtype); break;
     default: break;
     }
 }

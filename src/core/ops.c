@@ -35,6 +35,10 @@ static cgm_status dispatch_held(cgm_comm *comm, cgm_op op, const cgm_matrix *x, 
     if (st != CGM_SUCCESS) return cgm_error_context(st, "%s", fns[op]);
     const cgm_backend_vtable *vt = cgm_backend_lookup(call.backend);
     void *state = comm->backend_state[call.backend];
+    /* A call this backend does not run (fp8 on a GPU backend) is refused
+     * before the tuner measures it or any rank exchanges anything. */
+    if (vt->check && (st = vt->check(comm, &call)) != CGM_SUCCESS)
+        return rejected(comm, op, cgm_error_context(st, "%s", fns[op]));
     comm->calls++;
     CGM_TRACE(CGM_SUB_CALL, "%s #%llu backend=%s m=%lld n=%lld k=%lld layout=%s", fns[op],
               (unsigned long long)comm->calls, vt->name, (long long)call.m, (long long)call.n,

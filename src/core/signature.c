@@ -4,9 +4,11 @@
 #include "core.h"
 
 /* Word 13 is the collective of a bulk call and the partial dtype of
- * GEMM+RS and GEMM+AR (AG+GEMM has neither): no word to spare, and the
+ * GEMM+RS and GEMM+AR (AG+GEMM has neither); words 14 and 15 the bulk
+ * collective's shape, or the other ops' W dtype and fp8 recipe (with
+ * GEMM+AR's y_amax, which adds an exchange): no word to spare, and the
  * exchanges that carry signatures are sized for 16. */
-enum { WORD_COLLECTIVE_OR_PARTIAL = 13 };
+enum { WORD_COLLECTIVE_OR_PARTIAL = 13, WORD_W_DTYPE = 14, WORD_FP8 = 15 };
 
 static const char *field_names[CGM_SIGNATURE_WORDS] = {
     "op", "layout", "input dtype", "output dtype", "m", "k", "n", "bias presence", "accumulate",
@@ -14,7 +16,11 @@ static const char *field_names[CGM_SIGNATURE_WORDS] = {
     "collective cols"};
 
 static const char *field_name(int64_t op, int field) {
-    return field == WORD_COLLECTIVE_OR_PARTIAL && op != CGM_OP_BULK ? "partial dtype" : field_names[field];
+    if (op == CGM_OP_BULK) return field_names[field];
+    if (field == WORD_COLLECTIVE_OR_PARTIAL) return "partial dtype";
+    if (field == WORD_W_DTYPE) return "w dtype";
+    if (field == WORD_FP8) return "fp8 scaling (and GEMM+AR's y_amax)";
+    return field_names[field];
 }
 
 void cgm_call_signature(const cgm_call *c, int64_t s[CGM_SIGNATURE_WORDS]) {
@@ -39,6 +45,8 @@ void cgm_call_signature(const cgm_call *c, int64_t s[CGM_SIGNATURE_WORDS]) {
             s[6] = c->n; /* k_loc may differ */
             s[WORD_COLLECTIVE_OR_PARTIAL] = c->partial_dtype;
         }
+        s[WORD_W_DTYPE] = c->w_dtype;
+        s[WORD_FP8] = (int64_t)c->scaling * 2 + (c->op == CGM_OP_GEMM_ALL_REDUCE && c->y_amax);
     } else {
         s[12] = c->has_collective ? 2 : 0; /* GEMM-only ranks beside collective ones would hang */
     }
@@ -50,8 +58,12 @@ void cgm_call_signature(const cgm_call *c, int64_t s[CGM_SIGNATURE_WORDS]) {
 }
 
 static void describe(int64_t op, int field, int64_t v, char *buf, size_t len) {
-    if (field == WORD_COLLECTIVE_OR_PARTIAL && op != CGM_OP_BULK) {
+    if ((field == WORD_COLLECTIVE_OR_PARTIAL || field == WORD_W_DTYPE) && op != CGM_OP_BULK) {
         snprintf(buf, len, "%s", cgm_dtype_name((cgm_dtype)v));
+        return;
+    }
+    if (field == WORD_FP8 && op != CGM_OP_BULK) {
+        snprintf(buf, len, "%s%s", cgm_scaling_name((cgm_scaling)(v / 2)), v % 2 ? " with y_amax" : "");
         return;
     }
     switch (field) {

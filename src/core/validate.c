@@ -4,20 +4,23 @@
 #include <string.h>
 
 #include "core.h"
+#include "validate_fp8.h"
 
 typedef struct check_ctx {
     const char *fn; /* public function name, for messages */
 } check_ctx;
 
-/* Checks one descriptor in isolation: pointer, dtype, dims, ld, alignment. */
-static cgm_status check_matrix(const check_ctx *c, const char *name, const cgm_matrix *m) {
+/* What an operand's fp8 scales are: X, W, Y need them where they are fp8,
+ * x_gathered's are an optional output, the others (bias, send, recv) are
+ * never fp8 (their dtype checks refuse it). */
+typedef enum scales { SCALES_NONE, SCALES_REQUIRED, SCALES_OPTIONAL } scales;
+
+/* Checks one descriptor in isolation: pointer, dtype, dims, ld, alignment,
+ * an fp8 operand's scaling and scales. */
+static cgm_status check_matrix(const check_ctx *c, const char *name, const cgm_matrix *m, scales role) {
     if ((unsigned)m->dtype >= CGM_DTYPE_COUNT_)
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: %s.dtype = %d: expected a cgm_dtype value", c->fn,
                          name, (int)m->dtype);
-    if (m->dtype == CGM_DTYPE_FP8_E4M3 || m->dtype == CGM_DTYPE_FP8_E5M2)
-        return cgm_error(CGM_ERROR_NOT_SUPPORTED,
-                         "%s: %s.dtype = %s: fp8 is reserved and not implemented yet; use fp32, bf16 or fp16",
-                         c->fn, name, cgm_dtype_name(m->dtype));
     if (m->rows < 0 || m->cols < 0)
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: %s is %lld x %lld: expected non-negative rows and cols",
                          c->fn, name, (long long)m->rows, (long long)m->cols);
@@ -39,10 +42,14 @@ static cgm_status check_matrix(const check_ctx *c, const char *name, const cgm_m
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
                          "%s: %s with %lld rows and ld = %lld spans more than 2^60 bytes: expected an ld that "
                          "fits its memory", c->fn, name, (long long)m->rows, (long long)m->ld);
-    if (m->scale)
+    if (m->scale && !cgm_dtype_is_fp8(m->dtype))
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
                          "%s: %s.scale is set but %s.dtype is %s: scales are for fp8 only; pass NULL", c->fn,
                          name, name, cgm_dtype_name(m->dtype));
+    cgm_status st;
+    if (cgm_dtype_is_fp8(m->dtype) && role != SCALES_NONE &&
+        (st = cgm_check_fp8_matrix(c->fn, name, m, role == SCALES_OPTIONAL)))
+        return st;
     if (m->rows * m->cols > 0 && !m->data)
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: %s.data is NULL but %s is %lld x %lld; pass its memory",
                          c->fn, name, name, (long long)m->rows, (long long)m->cols);
@@ -54,10 +61,11 @@ static cgm_status check_matrix(const check_ctx *c, const char *name, const cgm_m
     return CGM_SUCCESS;
 }
 
-static cgm_status require(const check_ctx *c, const char *name, const cgm_matrix *m, const char *what) {
+static cgm_status require(const check_ctx *c, const char *name, const cgm_matrix *m, const char *what,
+                          scales role) {
     if (!m)
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; expected %s", c->fn, name, what);
-    return check_matrix(c, name, m);
+    return check_matrix(c, name, m, role);
 }
 
 static cgm_status check_shape(const check_ctx *c, const char *name, const cgm_matrix *m, int64_t rows,
@@ -129,20 +137,38 @@ static cgm_status check_disjoint(const check_ctx *c, const char *out_name, const
     return CGM_SUCCESS;
 }
 
-/* The GEMM operands of any op: dtypes, the layout's shapes, bias. The
- * split dimension's check is the caller's. Sets k from x. */
-static cgm_status check_gemm(const check_ctx *c, cgm_layout layout, const char *xn, const cgm_matrix *x,
-                             const char *wn, const cgm_matrix *w, const cgm_matrix *bias, const char *yn,
-                             const cgm_matrix *y, int64_t x_split_rows, int64_t n, int64_t *k_out) {
-    cgm_status st;
+/* The GEMM's dtypes: one of fp32, bf16, fp16 for X and W with Y of theirs
+ * or fp32, or the fp8 rules (validate_fp8.c). */
+static cgm_status check_dtypes(const check_ctx *c, const cgm_call *call, const char *xn, const cgm_matrix *x,
+                               const char *wn, const cgm_matrix *w, const char *yn, const cgm_matrix *y) {
+    if (cgm_dtype_is_fp8(x->dtype) || cgm_dtype_is_fp8(w->dtype)) {
+        cgm_gemm_operands g = {c->fn, xn, wn, yn, call->layout, x, w, y, call->accumulate};
+        return cgm_check_fp8_gemm(&g);
+    }
     if (!is_input_dtype(x->dtype) || x->dtype != w->dtype)
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
                          "%s: %s is %s and %s is %s: expected one input dtype (fp32, bf16 or fp16) for both",
                          c->fn, xn, cgm_dtype_name(x->dtype), wn, cgm_dtype_name(w->dtype));
+    if (cgm_dtype_is_fp8(y->dtype))
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "%s: %s is %s but the inputs are %s: an fp8 output needs fp8 inputs; expected %s to be "
+                         "%s or fp32", c->fn, yn, cgm_dtype_name(y->dtype), cgm_dtype_name(x->dtype), yn,
+                         cgm_dtype_name(x->dtype));
     if (y->dtype != x->dtype && y->dtype != CGM_DTYPE_FP32)
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
                          "%s: %s is %s but the inputs are %s: expected the output dtype to be %s or fp32", c->fn,
                          yn, cgm_dtype_name(y->dtype), cgm_dtype_name(x->dtype), cgm_dtype_name(x->dtype));
+    return CGM_SUCCESS;
+}
+
+/* The GEMM operands of any op: dtypes, the layout's shapes, bias. The
+ * split dimension's check is the caller's. Sets k from x. */
+static cgm_status check_gemm(const check_ctx *c, const cgm_call *call, const char *xn, const cgm_matrix *x,
+                             const char *wn, const cgm_matrix *w, const cgm_matrix *bias, const char *yn,
+                             const cgm_matrix *y, int64_t x_split_rows, int64_t n, int64_t *k_out) {
+    cgm_status st;
+    cgm_layout layout = call->layout;
+    if ((st = check_dtypes(c, call, xn, x, wn, w, yn, y))) return st;
     int64_t k = layout == CGM_LAYOUT_NT ? x->rows : x->cols;
     int64_t xs = layout == CGM_LAYOUT_NT ? x->cols : x->rows;
     char why[160];
@@ -158,10 +184,12 @@ static cgm_status check_gemm(const check_ctx *c, cgm_layout layout, const char *
     else st = check_shape(c, wn, w, k, n, why);
     if (st != CGM_SUCCESS) return st;
     if (bias) {
-        if ((st = check_matrix(c, "bias", bias)) != CGM_SUCCESS) return st;
+        if ((st = check_matrix(c, "bias", bias, SCALES_NONE)) != CGM_SUCCESS) return st;
         if ((st = check_shape(c, "bias", bias, 1, n, "a 1 x n row added to every output row")))
             return st;
-        if (bias->dtype != y->dtype)
+        if (cgm_dtype_is_fp8(x->dtype)) {
+            if ((st = cgm_check_fp8_bias(c->fn, bias, yn, y))) return st;
+        } else if (bias->dtype != y->dtype)
             return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: bias is %s but %s is %s: expected bias in %s's dtype",
                              c->fn, cgm_dtype_name(bias->dtype), yn, cgm_dtype_name(y->dtype), yn);
     }
@@ -188,10 +216,11 @@ static cgm_status check_precision(const check_ctx *c, const cgm_comm *comm, cons
 
 static cgm_status check_options(const check_ctx *c, cgm_comm *comm, cgm_op op, const cgm_op_options *options,
                                 void *stream, cgm_call *call, cgm_partial_dtype *partial) {
-    static const size_t sizes[] = {CGM_SIZE_BEFORE(cgm_op_options, partial_dtype), sizeof(cgm_op_options)};
+    static const size_t sizes[] = {CGM_SIZE_BEFORE(cgm_op_options, partial_dtype),
+                                   CGM_SIZE_BEFORE(cgm_op_options, fp8_fast_accum), sizeof(cgm_op_options)};
     cgm_op_options opts = CGM_OP_OPTIONS_INIT, *o = &opts;
     if (options) {
-        cgm_status st = cgm_check_struct_size(c->fn, "options", options->struct_size, sizes, 2,
+        cgm_status st = cgm_check_struct_size(c->fn, "options", options->struct_size, sizes, 3,
                                               "CGM_OP_OPTIONS_INIT");
         if (st != CGM_SUCCESS) return st;
         /* A program built against an older header: the fields it lacks keep their defaults. */
@@ -209,6 +238,12 @@ static cgm_status check_options(const check_ctx *c, cgm_comm *comm, cgm_op op, c
     if ((unsigned)o->backend >= CGM_BACKEND_COUNT_)
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: options.backend = %d: expected a cgm_backend value",
                          c->fn, (int)o->backend);
+    if (o->fp8_fast_accum != 0 && o->fp8_fast_accum != 1)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "%s: options.fp8_fast_accum = %d: expected 0 (promote partial sums to fp32) or 1 (allow "
+                         "fast accumulation)", c->fn, o->fp8_fast_accum);
+    call->fp8_fast_accum = o->fp8_fast_accum == 1;
+    call->y_amax = o->y_amax; /* checked against the output once it is known */
     cgm_gemm_reduction reduction = CGM_GEMM_REDUCTION_DEFAULT;
     cgm_status st = check_precision(c, comm, o, partial, &reduction);
     if (st != CGM_SUCCESS) return st;
@@ -230,6 +265,21 @@ static cgm_status check_options(const check_ctx *c, cgm_comm *comm, cgm_op op, c
     return CGM_SUCCESS;
 }
 
+/* The call's GEMM operands, validated. */
+static void fill_gemm(cgm_call *call, const cgm_matrix *x, const cgm_matrix *w, const cgm_matrix *bias,
+                      const cgm_matrix *y) {
+    call->has_gemm = true;
+    call->in_dtype = x->dtype;
+    call->w_dtype = w->dtype;
+    call->out_dtype = y->dtype;
+    call->scaling = cgm_dtype_is_fp8(x->dtype) ? x->scaling : CGM_SCALING_NONE;
+    call->x = *x;
+    call->w = *w;
+    call->y = *y;
+    if (bias) call->bias = *bias;
+    call->has_bias = bias != NULL;
+}
+
 static cgm_status check_bulk(const check_ctx *c, const cgm_comm *comm, const cgm_matrix *a, const cgm_matrix *b,
                              const cgm_matrix *bias, cgm_matrix *cm, cgm_collective coll, const cgm_matrix *send,
                              cgm_matrix *recv, cgm_call *call) {
@@ -241,20 +291,15 @@ static cgm_status check_bulk(const check_ctx *c, const cgm_comm *comm, const cgm
                          "%s: a, b, c, send and recv are all NULL: expected a GEMM (a, b, c), a collective "
                          "(send, recv) or both", c->fn);
     if (call->has_gemm) {
-        if ((st = require(c, "a", a, "the GEMM's first operand (or a, b, c all NULL)"))) return st;
-        if ((st = require(c, "b", b, "the GEMM's second operand (or a, b, c all NULL)"))) return st;
-        if ((st = require(c, "c", cm, "the GEMM's output (or a, b, c all NULL)"))) return st;
-        if ((st = check_gemm(c, call->layout, "a", a, "b", b, bias, "c", cm, cm->rows, cm->cols, &call->k)))
+        if ((st = require(c, "a", a, "the GEMM's first operand (or a, b, c all NULL)", SCALES_REQUIRED)))
             return st;
+        if ((st = require(c, "b", b, "the GEMM's second operand (or a, b, c all NULL)", SCALES_REQUIRED)))
+            return st;
+        if ((st = require(c, "c", cm, "the GEMM's output (or a, b, c all NULL)", SCALES_REQUIRED))) return st;
+        if ((st = check_gemm(c, call, "a", a, "b", b, bias, "c", cm, cm->rows, cm->cols, &call->k))) return st;
         call->m = cm->rows;
         call->n = cm->cols;
-        call->in_dtype = a->dtype;
-        call->out_dtype = cm->dtype;
-        call->x = *a;
-        call->w = *b;
-        call->y = *cm;
-        if (bias) call->bias = *bias;
-        call->has_bias = bias != NULL;
+        fill_gemm(call, a, b, bias, cm);
     } else if (bias) {
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: bias is set but there is no GEMM (a, b, c are NULL)",
                          c->fn);
@@ -264,8 +309,10 @@ static cgm_status check_bulk(const check_ctx *c, const cgm_comm *comm, const cgm
             return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
                              "%s: collective = %d: expected CGM_COLLECTIVE_ALL_GATHER or _REDUCE_SCATTER", c->fn,
                              (int)coll);
-        if ((st = require(c, "send", send, "the collective's input (or send and recv both NULL)"))) return st;
-        if ((st = require(c, "recv", recv, "the collective's output (or send and recv both NULL)"))) return st;
+        if ((st = require(c, "send", send, "the collective's input (or send and recv both NULL)", SCALES_NONE)))
+            return st;
+        if ((st = require(c, "recv", recv, "the collective's output (or send and recv both NULL)", SCALES_NONE)))
+            return st;
         if (!is_input_dtype(send->dtype) || send->dtype != recv->dtype)
             return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
                              "%s: send is %s and recv is %s: expected one dtype (fp32, bf16 or fp16) for both",
@@ -289,90 +336,155 @@ static cgm_status check_bulk(const check_ctx *c, const cgm_comm *comm, const cgm
     return CGM_SUCCESS;
 }
 
-cgm_status cgm_validate_op(cgm_comm *comm, cgm_op op, const cgm_matrix *x, const cgm_matrix *w,
-                           const cgm_matrix *bias, cgm_matrix *y, cgm_matrix *xg, cgm_collective coll,
-                           const cgm_matrix *send, cgm_matrix *recv, const cgm_op_options *options, void *stream,
-                           cgm_call *call) {
+/* AG+GEMM's x_gathered: the gathered input's shape and dtype; for fp8,
+ * x_shard's scaling, and optional scales (P floats for TENSOR). */
+static cgm_status check_x_gathered(const check_ctx *c, const cgm_matrix *x,
+                                   const cgm_matrix *xg, cgm_call *call) {
+    cgm_status st;
+    char why[160];
+    if ((st = check_matrix(c, "x_gathered", xg, SCALES_OPTIONAL))) return st;
+    snprintf(why, sizeof why, "the gathered input of layout %s", cgm_layout_name(call->layout));
+    if (call->layout == CGM_LAYOUT_NT) st = check_shape(c, "x_gathered", xg, call->k, call->m, why);
+    else st = check_shape(c, "x_gathered", xg, call->m, call->k, why);
+    if (st) return st;
+    if (xg->dtype != x->dtype)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: x_gathered is %s but x_shard is %s: expected the input dtype",
+                         c->fn, cgm_dtype_name(xg->dtype), cgm_dtype_name(x->dtype));
+    if (cgm_dtype_is_fp8(xg->dtype) && xg->scaling != x->scaling)
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "%s: x_gathered.scaling = %s but x_shard.scaling = %s: expected x_shard's (its scale, if "
+                         "not NULL, receives the gathered scales: %s)", c->fn, cgm_scaling_name(xg->scaling),
+                         cgm_scaling_name(x->scaling),
+                         x->scaling == CGM_SCALING_TENSOR ? "one float per rank" : "[m, ceil(k / 128)] floats");
+    call->has_x_gathered = true;
+    call->x_gathered = *xg;
+    return CGM_SUCCESS;
+}
+
+/* AG+GEMM, GEMM+RS, GEMM+AR: the operands against m, the ceil split and
+ * the layout. */
+static cgm_status check_split_gemm(const check_ctx *c, cgm_comm *comm, cgm_op op, const cgm_matrix *x,
+                                   const cgm_matrix *w, const cgm_matrix *bias, const cgm_matrix *y,
+                                   const cgm_matrix *xg, cgm_partial_dtype partial, cgm_call *call) {
+    const int P = comm->nranks, r = comm->rank;
+    bool ag = op == CGM_OP_ALL_GATHER_GEMM;
+    const char *xn = ag ? "x_shard" : "x", *yn = op == CGM_OP_GEMM_REDUCE_SCATTER ? "y_shard" : "y";
+    cgm_status st;
+    if ((st = require(c, xn, x, ag ? "this rank's rows of X" : "this rank's X", SCALES_REQUIRED))) return st;
+    if ((st = require(c, "w", w, "this rank's weight shard", SCALES_REQUIRED))) return st;
+    if ((st = require(c, yn, y, "the output", SCALES_REQUIRED))) return st;
+    int64_t m;
+    if (ag) m = y->rows;
+    else m = call->layout == CGM_LAYOUT_NT ? x->cols : x->rows;
+    if ((st = check_max_m(c, comm, ag ? "m (y's rows)" : call->layout == CGM_LAYOUT_NT ? "m (x's cols)"
+                                                                                     : "m (x's rows)",
+                          m)))
+        return st;
+    int64_t mr = cgm_shard_rows(m, r, P);
+    char why[200];
+    if (op == CGM_OP_GEMM_REDUCE_SCATTER) {
+        snprintf(why, sizeof why, "rank %d of %d owns %lld of the m = %lld rows", r, P, (long long)mr,
+                 (long long)m);
+        if (y->rows != mr) return check_shape(c, yn, y, mr, y->cols, why);
+    } else if (op == CGM_OP_GEMM_ALL_REDUCE && y->rows != m) {
+        return check_shape(c, yn, y, m, y->cols, "every rank gets all m rows of the sum");
+    }
+    if ((st = check_gemm(c, call, xn, x, "w", w, bias, yn, y, ag ? mr : m, y->cols, &call->k))) return st;
+    call->m = m;
+    call->n = y->cols;
+    fill_gemm(call, x, w, bias, y);
+    if (!ag && partial == CGM_PARTIAL_DTYPE_OUTPUT && (y->dtype == CGM_DTYPE_BF16 || y->dtype == CGM_DTYPE_FP16))
+        call->partial_dtype = y->dtype;
+    if (xg && !ag) return cgm_error(CGM_ERROR_INTERNAL, "%s: x_gathered given to a non-AG op", c->fn);
+    return xg ? check_x_gathered(c, x, xg, call) : CGM_SUCCESS;
+}
+
+/* The scales of an fp8 operand as a matrix (none otherwise); x_gathered's
+ * TENSOR scales are one per rank. */
+static cgm_matrix scales_of(const cgm_matrix *m, bool gathered, int nranks) {
+    if (!m) return cgm_matrix_make(NULL, CGM_DTYPE_FP32, 0, 0);
+    cgm_matrix s = cgm_scale_matrix(m);
+    if (gathered && m->scaling == CGM_SCALING_TENSOR && s.rows > 0) s.cols = s.ld = nranks;
+    return s;
+}
+
+/* No output (data, x_gathered's scales, y_amax) overlaps an input (data
+ * or scales) or another output; then, as it asks the CUDA driver, every
+ * pointer is memory the call's backend can read. */
+static cgm_status check_memory(const check_ctx *c, const cgm_comm *comm, const cgm_call *call,
+                               const cgm_matrix *in[4], const char *in_names[4], cgm_matrix *outs[3],
+                               const char *out_names[3]) {
+    enum { NIN = 7, NOUT = 5 };
+    cgm_matrix scales[NIN + NOUT];
+    const cgm_matrix *ins[NIN], *os[NOUT];
+    char names[NIN + NOUT][48];
+    const char *inn[NIN], *outn[NOUT];
+    for (int i = 0; i < 4; i++) ins[i] = in[i], inn[i] = in_names[i];
+    for (int o = 0; o < 3; o++) os[o] = outs[o], outn[o] = out_names[o];
+    /* the scales of X, W (inputs), Y (an input too: Y's quantization scale) */
+    const cgm_matrix *scaled[] = {in[0], in[1], outs[0], outs[1]};
+    const char *scaled_names[] = {in_names[0], in_names[1], out_names[0], out_names[1]};
+    for (int i = 0; i < 4; i++) {
+        scales[i] = scales_of(scaled[i], i == 3, comm->nranks);
+        snprintf(names[i], sizeof names[i], "%s.scale", scaled_names[i]);
+        if (i < 3) ins[4 + i] = scaled[i] ? &scales[i] : NULL, inn[4 + i] = names[i];
+        else os[3] = scaled[i] ? &scales[i] : NULL, outn[3] = names[i];
+    }
+    scales[4] = cgm_matrix_make(call->y_amax, CGM_DTYPE_FP32, 1, 1);
+    os[4] = call->y_amax ? &scales[4] : NULL;
+    outn[4] = "options.y_amax";
+    cgm_status st;
+    for (int o = 0; o < NOUT; o++) {
+        for (int i = 0; i < NIN; i++)
+            if ((st = check_disjoint(c, outn[o], os[o], inn[i], ins[i]))) return st;
+        for (int p = o + 1; p < NOUT; p++)
+            if ((st = check_disjoint(c, outn[o], os[o], outn[p], os[p]))) return st;
+    }
+    for (int i = 0; i < 4; i++)
+        if ((st = cgm_check_memory(c->fn, in_names[i], in[i], call->backend, comm->cuda_device))) return st;
+    for (int o = 0; o < 3; o++)
+        if ((st = cgm_check_memory(c->fn, out_names[o], outs[o], call->backend, comm->cuda_device))) return st;
+    for (int i = 0; i < 4; i++)
+        if (scales[i].data &&
+            (st = cgm_check_pointer(c->fn, names[i], scales[i].data, call->backend, comm->cuda_device)))
+            return st;
+    if (call->y_amax &&
+        (st = cgm_check_pointer(c->fn, "options.y_amax", call->y_amax, call->backend, comm->cuda_device)))
+        return st;
+    return CGM_SUCCESS;
+}
+
+cgm_status cgm_validate_op(cgm_comm *comm, cgm_op op, const cgm_matrix *x_in, const cgm_matrix *w_in,
+                           const cgm_matrix *bias_in, cgm_matrix *y_in, cgm_matrix *xg_in, cgm_collective coll,
+                           const cgm_matrix *send_in, cgm_matrix *recv_in, const cgm_op_options *options,
+                           void *stream, cgm_call *call) {
     static const char *fns[] = {"cgm_all_gather_gemm", "cgm_gemm_reduce_scatter", "cgm_gemm_all_reduce",
                                 "cgm_bulk_overlap"};
     check_ctx c = {fns[op]};
     cgm_status st;
     cgm_partial_dtype partial = CGM_PARTIAL_DTYPE_DEFAULT;
     memset(call, 0, sizeof *call);
+    /* The library's copies (cgm_matrix_take: `scaling` only for fp8). */
+    const cgm_matrix *callers[] = {x_in, w_in, bias_in, y_in, xg_in, send_in, recv_in};
+    cgm_matrix copies[7], *mats[7];
+    for (int i = 0; i < 7; i++) {
+        mats[i] = callers[i] ? &copies[i] : NULL;
+        if (callers[i]) copies[i] = cgm_matrix_take(callers[i]);
+    }
+    const cgm_matrix *x = mats[0], *w = mats[1], *bias = mats[2], *send = mats[5];
+    cgm_matrix *y = mats[3], *xg = mats[4], *recv = mats[6];
     if ((st = check_options(&c, comm, op, options, stream, call, &partial))) return st;
-    const int P = comm->nranks, r = comm->rank;
     bool ag = op == CGM_OP_ALL_GATHER_GEMM, bulk = op == CGM_OP_BULK;
     /* the operands' names in messages, as the public functions name them */
     const char *xn = bulk ? "a" : ag ? "x_shard" : "x", *wn = bulk ? "b" : "w";
     const char *yn = bulk ? "c" : op == CGM_OP_GEMM_REDUCE_SCATTER ? "y_shard" : "y";
-    if (bulk) {
-        if ((st = check_bulk(&c, comm, x, w, bias, y, coll, send, recv, call))) return st;
-    } else {
-        if ((st = require(&c, xn, x, ag ? "this rank's rows of X" : "this rank's X"))) return st;
-        if ((st = require(&c, wn, w, "this rank's weight shard"))) return st;
-        if ((st = require(&c, yn, y, "the output"))) return st;
-        int64_t m;
-        if (ag) m = y->rows;
-        else m = call->layout == CGM_LAYOUT_NT ? x->cols : x->rows;
-        if ((st = check_max_m(&c, comm, ag ? "m (y's rows)" : call->layout == CGM_LAYOUT_NT ? "m (x's cols)"
-                                                                                          : "m (x's rows)",
-                              m)))
-            return st;
-        int64_t mr = cgm_shard_rows(m, r, P);
-        char why[200];
-        if (op == CGM_OP_GEMM_REDUCE_SCATTER) {
-            snprintf(why, sizeof why, "rank %d of %d owns %lld of the m = %lld rows", r, P, (long long)mr,
-                     (long long)m);
-            if (y->rows != mr) return check_shape(&c, yn, y, mr, y->cols, why);
-        } else if (op == CGM_OP_GEMM_ALL_REDUCE && y->rows != m) {
-            return check_shape(&c, yn, y, m, y->cols, "every rank gets all m rows of the sum");
-        }
-        if ((st = check_gemm(&c, call->layout, xn, x, wn, w, bias, yn, y, ag ? mr : m, y->cols, &call->k)))
-            return st;
-        call->m = m;
-        call->n = y->cols;
-        call->has_gemm = true;
-        call->in_dtype = x->dtype;
-        call->out_dtype = y->dtype;
-        if (!ag && partial == CGM_PARTIAL_DTYPE_OUTPUT &&
-            (y->dtype == CGM_DTYPE_BF16 || y->dtype == CGM_DTYPE_FP16))
-            call->partial_dtype = y->dtype;
-        call->x = *x;
-        call->w = *w;
-        call->y = *y;
-        if (bias) call->bias = *bias;
-        call->has_bias = bias != NULL;
-        if (xg) {
-            if (!ag)
-                return cgm_error(CGM_ERROR_INTERNAL, "%s: x_gathered given to a non-AG op", c.fn);
-            if ((st = check_matrix(&c, "x_gathered", xg))) return st;
-            snprintf(why, sizeof why, "the gathered input of layout %s", cgm_layout_name(call->layout));
-            if (call->layout == CGM_LAYOUT_NT) st = check_shape(&c, "x_gathered", xg, call->k, m, why);
-            else st = check_shape(&c, "x_gathered", xg, m, call->k, why);
-            if (st) return st;
-            if (xg->dtype != x->dtype)
-                return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
-                                 "%s: x_gathered is %s but x_shard is %s: expected the input dtype", c.fn,
-                                 cgm_dtype_name(xg->dtype), cgm_dtype_name(x->dtype));
-            call->has_x_gathered = true;
-            call->x_gathered = *xg;
-        }
-    }
-    /* Outputs must not overlap inputs or each other. */
+    if (bulk) st = check_bulk(&c, comm, x, w, bias, y, coll, send, recv, call);
+    else st = check_split_gemm(&c, comm, op, x, w, bias, y, xg, partial, call);
+    if (st) return st;
+    if ((st = cgm_check_fp8_amax(c.fn, call->y_amax, yn, call->has_gemm ? y : NULL))) return st;
     const cgm_matrix *in[] = {x, w, bias, bulk ? send : NULL};
     const char *in_names[] = {xn, wn, "bias", "send"};
     cgm_matrix *outs[] = {y, xg, bulk ? recv : NULL};
     const char *out_names[] = {yn, "x_gathered", "recv"};
-    for (int o = 0; o < 3; o++) {
-        for (int i = 0; i < 4; i++)
-            if ((st = check_disjoint(&c, out_names[o], outs[o], in_names[i], in[i]))) return st;
-        for (int p = o + 1; p < 3; p++)
-            if ((st = check_disjoint(&c, out_names[o], outs[o], out_names[p], outs[p]))) return st;
-    }
-    /* Last, as it asks the CUDA driver: memory the call's backend can read. */
-    for (int i = 0; i < 4; i++)
-        if ((st = cgm_check_memory(c.fn, in_names[i], in[i], call->backend, comm->cuda_device))) return st;
-    for (int o = 0; o < 3; o++)
-        if ((st = cgm_check_memory(c.fn, out_names[o], outs[o], call->backend, comm->cuda_device))) return st;
-    return CGM_SUCCESS;
+    return check_memory(&c, comm, call, in, in_names, outs, out_names);
 }

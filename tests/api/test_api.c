@@ -89,7 +89,6 @@ MUT(y_rows, a->y.rows = M + 1)
 MUT(k_mismatch, a->w.cols = K + 1; a->w.ld = 0)
 MUT(n_mismatch, a->w.rows = N - 1)
 MUT(mixed_dtype, a->w.dtype = CGM_DTYPE_BF16)
-MUT(fp8, a->x.dtype = a->w.dtype = CGM_DTYPE_FP8_E4M3)
 MUT(bad_dtype, a->x.dtype = (cgm_dtype)42)
 MUT(bad_out_dtype, a->y.dtype = CGM_DTYPE_FP16)
 MUT(bad_layout, a->opt.layout = (cgm_layout)7)
@@ -132,6 +131,69 @@ MUT(bulk_bias_without_gemm, a->op = CGM_OP_BULK; a->has_x = a->has_w = a->has_y 
     a->has_send = a->has_recv = true; a->send = cgm_matrix_make(gbuf, CGM_DTYPE_FP32, M, K);
     a->recv = a->send; a->recv.data = ybuf)
 
+/* fp8: X and W e4m3 with one tensor scale each, Y fp32 (a valid call,
+ * which each case below breaks one way). The buffers' bytes are never
+ * read: every case fails in validation. */
+static float scales[64] = {1, 1, 1, 1, 1, 1, 1, 1};
+static float amax_out[2];
+static void fp8_args(args *a) {
+    a->x.dtype = a->w.dtype = CGM_DTYPE_FP8_E4M3;
+    a->x.scaling = a->w.scaling = CGM_SCALING_TENSOR;
+    a->x.scale = scales;
+    a->w.scale = scales + 1;
+}
+static void fp8_out(args *a) {
+    fp8_args(a);
+    a->y.dtype = CGM_DTYPE_FP8_E5M2;
+    a->y.scaling = CGM_SCALING_TENSOR;
+    a->y.scale = scales + 2;
+}
+static void fp8_bulk_collective(args *a) {
+    a->op = CGM_OP_BULK;
+    a->has_x = a->has_w = a->has_y = false;
+    a->has_send = a->has_recv = true;
+    a->send = cgm_matrix_make(gbuf, CGM_DTYPE_FP32, M, K);
+    a->recv = a->send;
+    a->recv.data = ybuf;
+}
+MUT(fp8_no_scale, fp8_args(a); a->x.scale = NULL)
+MUT(fp8_scaling_none, fp8_args(a); a->w.scaling = CGM_SCALING_NONE)
+MUT(fp8_bad_scaling, fp8_args(a); a->x.scaling = (cgm_scaling)9)
+MUT(fp8_scale_misaligned, fp8_args(a); a->w.scale = (const float *)((const char *)scales + 2))
+MUT(fp8_with_fp32, fp8_args(a); a->w.dtype = CGM_DTYPE_FP32; a->w.scale = NULL)
+MUT(fp8_both_e5m2, fp8_args(a); a->x.dtype = a->w.dtype = CGM_DTYPE_FP8_E5M2)
+MUT(fp8_layout_nn, fp8_args(a); a->opt.layout = CGM_LAYOUT_NN)
+MUT(fp8_layout_nt, fp8_args(a); a->opt.layout = CGM_LAYOUT_NT)
+MUT(fp8_x_block_128x128, fp8_args(a); a->x.scaling = a->w.scaling = CGM_SCALING_BLOCK_128X128)
+MUT(fp8_w_block_1x128, fp8_args(a); a->x.scaling = a->w.scaling = CGM_SCALING_BLOCK_1X128)
+MUT(fp8_mixed_recipes, fp8_args(a); a->x.scaling = CGM_SCALING_BLOCK_1X128)
+MUT(fp8_mixed_recipes_w, fp8_args(a); a->w.scaling = CGM_SCALING_BLOCK_128X128)
+MUT(fp8_out_no_scale, fp8_out(a); a->y.scale = NULL)
+MUT(fp8_out_block, fp8_out(a); a->y.scaling = CGM_SCALING_BLOCK_1X128)
+MUT(fp8_out_accumulate, fp8_out(a); a->opt.accumulate = 1)
+MUT(fp8_out_from_bf16, a->y.dtype = CGM_DTYPE_FP8_E4M3; a->y.scaling = CGM_SCALING_TENSOR; a->y.scale = scales)
+MUT(scale_on_fp32_y, a->y.scale = scales)
+MUT(amax_fp32_out, fp8_args(a); a->opt.y_amax = amax_out)
+MUT(amax_no_fp8, a->opt.y_amax = amax_out)
+MUT(amax_misaligned, fp8_out(a); a->opt.y_amax = (float *)((char *)amax_out + 1))
+MUT(amax_overlaps_y, fp8_out(a); a->opt.y_amax = ybuf)
+MUT(amax_bulk_no_gemm, fp8_bulk_collective(a); a->opt.y_amax = amax_out)
+MUT(fp8_y_scale_in_y, fp8_out(a); a->y.scale = ybuf + 1)
+MUT(fp8_bias_fp16, fp8_args(a); a->has_bias = true; a->bias.dtype = CGM_DTYPE_FP16)
+MUT(fp8_bias_fp8, fp8_args(a); a->has_bias = true; a->bias.dtype = CGM_DTYPE_FP8_E4M3)
+MUT(fp8_out_bias_fp32, fp8_out(a); a->has_bias = true)
+MUT(fp8_xg_dtype, fp8_args(a); a->has_xg = true)
+MUT(fp8_xg_scaling, fp8_args(a); a->has_xg = true; a->xg.dtype = CGM_DTYPE_FP8_E4M3;
+    a->xg.scaling = CGM_SCALING_BLOCK_1X128)
+MUT(fp8_xg_scale_overlaps_x, fp8_args(a); a->has_xg = true; a->xg.dtype = CGM_DTYPE_FP8_E4M3;
+    a->xg.scaling = CGM_SCALING_TENSOR; a->xg.scale = xbuf)
+MUT(fp8_xg_scale_overlaps_w_scale, fp8_args(a); a->has_xg = true; a->xg.dtype = CGM_DTYPE_FP8_E4M3;
+    a->xg.scaling = CGM_SCALING_TENSOR; a->xg.scale = scales + 1)
+MUT(fast_accum_value, a->opt.fp8_fast_accum = 2)
+MUT(fp8_collective, fp8_bulk_collective(a); a->send.dtype = a->recv.dtype = CGM_DTYPE_FP8_E4M3;
+    a->send.scaling = a->recv.scaling = CGM_SCALING_TENSOR; a->send.scale = scales)
+MUT(fp8_bulk_layout, a->op = CGM_OP_BULK; a->y.rows = M; fp8_args(a); a->opt.layout = CGM_LAYOUT_NT)
+
 static const bad_case bad_cases[] = {
     {"null_x", null_x, CGM_ERROR_INVALID_ARGUMENT, "x_shard is NULL"},
     {"null_w", null_w, CGM_ERROR_INVALID_ARGUMENT, "w is NULL"},
@@ -142,7 +204,6 @@ static const bad_case bad_cases[] = {
     {"k_mismatch", k_mismatch, CGM_ERROR_INVALID_ARGUMENT, "w is 6 x 5, expected 6 x 4"},
     {"n_mismatch", n_mismatch, CGM_ERROR_INVALID_ARGUMENT, "w is 5 x 4, expected 6 x 4"},
     {"mixed_dtype", mixed_dtype, CGM_ERROR_INVALID_ARGUMENT, "expected one input dtype"},
-    {"fp8", fp8, CGM_ERROR_NOT_SUPPORTED, "fp8 is reserved"},
     {"bad_dtype", bad_dtype, CGM_ERROR_INVALID_ARGUMENT, "expected a cgm_dtype"},
     {"bad_out_dtype", bad_out_dtype, CGM_ERROR_INVALID_ARGUMENT, "expected the output dtype to be fp32"},
     {"bad_layout", bad_layout, CGM_ERROR_INVALID_ARGUMENT, "options.layout = 7"},
@@ -163,6 +224,60 @@ static const bad_case bad_cases[] = {
     {"huge_rows", huge_rows, CGM_ERROR_INVALID_ARGUMENT, "expected rows and cols at most 2^31 - 1"},
     {"huge_ld", huge_ld, CGM_ERROR_INVALID_ARGUMENT, "spans more than 2^60 bytes"},
     {"scale_set", scale_set, CGM_ERROR_INVALID_ARGUMENT, "scales are for fp8 only"},
+    {"fp8.no_scale", fp8_no_scale, CGM_ERROR_INVALID_ARGUMENT,
+     "x_shard.scale is NULL but x_shard is a 8 x 4 fp8_e4m3 matrix: pass its fp32 scales (one float"},
+    {"fp8.scaling_none", fp8_scaling_none, CGM_ERROR_INVALID_ARGUMENT,
+     "w is fp8_e4m3 but w.scaling is none: expected CGM_SCALING_TENSOR or a block recipe"},
+    {"fp8.bad_scaling", fp8_bad_scaling, CGM_ERROR_INVALID_ARGUMENT, "x_shard.scaling = 9: expected a cgm_scaling"},
+    {"fp8.scale_misaligned", fp8_scale_misaligned, CGM_ERROR_INVALID_ARGUMENT, "w.scale = "},
+    {"fp8.with_fp32", fp8_with_fp32, CGM_ERROR_INVALID_ARGUMENT,
+     "x_shard is fp8_e4m3 and w is fp32: expected both fp8 (fp8_e4m3 or fp8_e5m2, each its own)"},
+    {"fp8.both_e5m2", fp8_both_e5m2, CGM_ERROR_INVALID_ARGUMENT, "x_shard and w are both fp8_e5m2"},
+    {"fp8.layout_nn", fp8_layout_nn, CGM_ERROR_NOT_SUPPORTED,
+     "fp8 operands with layout NN: fp8 takes layout TN only (Hopper's FP8 tensor cores read both operands "
+     "K-major); pass x_shard as [m, k] and w as [n, k] (transposed copies) with CGM_LAYOUT_TN"},
+    {"fp8.layout_nt", fp8_layout_nt, CGM_ERROR_NOT_SUPPORTED, "fp8 operands with layout NT"},
+    {"fp8.x_block_128x128", fp8_x_block_128x128, CGM_ERROR_INVALID_ARGUMENT,
+     "x_shard.scaling = block_128x128: 128 x 128 blocks are W's recipe"},
+    {"fp8.w_block_1x128", fp8_w_block_1x128, CGM_ERROR_INVALID_ARGUMENT,
+     "w.scaling = block_1x128: 1 x 128 blocks are X's recipe"},
+    {"fp8.mixed_recipes", fp8_mixed_recipes, CGM_ERROR_INVALID_ARGUMENT,
+     "x_shard.scaling = block_1x128 but w.scaling = tensor: expected one recipe per call"},
+    {"fp8.mixed_recipes_w", fp8_mixed_recipes_w, CGM_ERROR_INVALID_ARGUMENT,
+     "x_shard.scaling = tensor but w.scaling = block_128x128: expected one recipe per call"},
+    {"fp8.out_no_scale", fp8_out_no_scale, CGM_ERROR_INVALID_ARGUMENT, "y.scale is NULL but y is a 8 x 6 fp8_e5m2"},
+    {"fp8.out_block", fp8_out_block, CGM_ERROR_INVALID_ARGUMENT,
+     "y is fp8_e5m2 with y.scaling = block_1x128: an fp8 output takes CGM_SCALING_TENSOR"},
+    {"fp8.out_accumulate", fp8_out_accumulate, CGM_ERROR_INVALID_ARGUMENT,
+     "options.accumulate = 1 with an fp8_e5m2 y: accumulating would read the old output back in fp8"},
+    {"fp8.out_from_fp32", fp8_out_from_bf16, CGM_ERROR_INVALID_ARGUMENT,
+     "y is fp8_e4m3 but the inputs are fp32: an fp8 output needs fp8 inputs"},
+    {"fp8.scale_on_fp32_y", scale_on_fp32_y, CGM_ERROR_INVALID_ARGUMENT, "y.scale is set but y.dtype is fp32"},
+    {"fp8.amax_fp32_out", amax_fp32_out, CGM_ERROR_INVALID_ARGUMENT,
+     "options.y_amax is set but y is fp32: the amax is computed for an fp8 output only"},
+    {"fp8.amax_without_fp8", amax_no_fp8, CGM_ERROR_INVALID_ARGUMENT, "options.y_amax is set but y is fp32"},
+    {"fp8.amax_misaligned", amax_misaligned, CGM_ERROR_INVALID_ARGUMENT, "options.y_amax = "},
+    {"fp8.amax_overlaps_y", amax_overlaps_y, CGM_ERROR_INVALID_ARGUMENT, "output y overlaps options.y_amax"},
+    {"fp8.amax_bulk_without_gemm", amax_bulk_no_gemm, CGM_ERROR_INVALID_ARGUMENT,
+     "options.y_amax is set but the call has no GEMM"},
+    {"fp8.y_scale_in_y", fp8_y_scale_in_y, CGM_ERROR_INVALID_ARGUMENT, "output y overlaps y.scale"},
+    {"fp8.bias_fp16", fp8_bias_fp16, CGM_ERROR_INVALID_ARGUMENT,
+     "bias is fp16 but y is fp32: with fp8 inputs, expected a bf16 bias or one of y's dtype (fp32)"},
+    {"fp8.bias_fp8", fp8_bias_fp8, CGM_ERROR_INVALID_ARGUMENT, "bias is fp8_e4m3 but y is fp32"},
+    {"fp8.out_bias_fp32", fp8_out_bias_fp32, CGM_ERROR_INVALID_ARGUMENT,
+     "bias is fp32 but y is fp8_e5m2: with an fp8 output, expected a bf16 bias"},
+    {"fp8.x_gathered_dtype", fp8_xg_dtype, CGM_ERROR_INVALID_ARGUMENT, "x_gathered is fp32 but x_shard is fp8_e4m3"},
+    {"fp8.x_gathered_scaling", fp8_xg_scaling, CGM_ERROR_INVALID_ARGUMENT,
+     "x_gathered.scaling = block_1x128 but x_shard.scaling = tensor: expected x_shard's"},
+    {"fp8.x_gathered_scale_overlaps_x", fp8_xg_scale_overlaps_x, CGM_ERROR_INVALID_ARGUMENT,
+     "output x_gathered.scale overlaps x_shard"},
+    {"fp8.x_gathered_scale_overlaps_w_scale", fp8_xg_scale_overlaps_w_scale, CGM_ERROR_INVALID_ARGUMENT,
+     "output x_gathered.scale overlaps w.scale"},
+    {"fp8.fast_accum_value", fast_accum_value, CGM_ERROR_INVALID_ARGUMENT,
+     "options.fp8_fast_accum = 2: expected 0 (promote partial sums to fp32) or 1"},
+    {"fp8.collective", fp8_collective, CGM_ERROR_INVALID_ARGUMENT,
+     "send is fp8_e4m3 and recv is fp8_e4m3: expected one dtype (fp32, bf16 or fp16)"},
+    {"fp8.bulk_layout", fp8_bulk_layout, CGM_ERROR_NOT_SUPPORTED, "fp8 operands with layout NT"},
     {"bias_shape", bias_shape, CGM_ERROR_INVALID_ARGUMENT, "bias is 1 x 5, expected 1 x 6"},
     {"bias_dtype", bias_dtype, CGM_ERROR_INVALID_ARGUMENT, "bias is bf16 but y is fp32"},
     {"overlap", overlap, CGM_ERROR_INVALID_ARGUMENT, "in-place"},
@@ -204,9 +319,9 @@ static void test_column_slices(const void *p) {
     float buf[m * (k + n)], wbuf[n * k];
     for (int i = 0; i < m * (k + n); i++) buf[i] = (float)(i % 7) - 3;
     for (int i = 0; i < n * k; i++) wbuf[i] = (float)(i % 5) - 2;
-    cgm_matrix x = {buf, CGM_DTYPE_FP32, m, k, k + n, NULL};
-    cgm_matrix y = {buf + k, CGM_DTYPE_FP32, m, n, k + n, NULL};
-    cgm_matrix w = {wbuf, CGM_DTYPE_FP32, n, k, k, NULL};
+    cgm_matrix x = {buf, CGM_DTYPE_FP32, m, k, k + n, NULL, CGM_SCALING_NONE};
+    cgm_matrix y = {buf + k, CGM_DTYPE_FP32, m, n, k + n, NULL, CGM_SCALING_NONE};
+    cgm_matrix w = {wbuf, CGM_DTYPE_FP32, n, k, k, NULL, CGM_SCALING_NONE};
     double want[m * n];
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
@@ -542,6 +657,68 @@ typedef struct options_before_precision {
     int allow_tf32;
 } options_before_precision;
 
+/* cgm_op_options before fp8_fast_accum and y_amax: the fields above, then
+ * partial_dtype and gemm_reduction. */
+typedef struct options_before_fp8 {
+    options_before_precision first;
+    cgm_partial_dtype partial_dtype;
+    cgm_gemm_reduction gemm_reduction;
+} options_before_fp8;
+
+/* cgm_matrix before `scaling`: what a program built then passes. */
+typedef struct matrix_before_fp8 {
+    void *data;
+    cgm_dtype dtype;
+    int64_t rows, cols, ld;
+    const float *scale;
+} matrix_before_fp8;
+
+/* The options and matrices of a program built before fp8, each followed
+ * by bytes that would be refused as the new fields (fp8_fast_accum 0x7f7f7f7f,
+ * a scaling that is no cgm_scaling): ordinary calls work, as the library
+ * reads neither. */
+static void test_older_fp8_structs(const void *p) {
+    (void)p;
+    cgm_comm *comm = single_rank_comm(NULL);
+    union {
+        options_before_fp8 old;
+        unsigned char bytes[sizeof(cgm_op_options) + 16];
+    } options;
+    memset(options.bytes, 0x7f, sizeof options.bytes);
+    options.old = (options_before_fp8){{sizeof(options_before_fp8), CGM_LAYOUT_TN, 0, CGM_ALGO_AUTO, 0,
+                                        CGM_BACKEND_DEFAULT, 0},
+                                       CGM_PARTIAL_DTYPE_DEFAULT, CGM_GEMM_REDUCTION_DEFAULT};
+    CHECK_INT_EQ(sizeof(options_before_fp8), CGM_SIZE_BEFORE(cgm_op_options, fp8_fast_accum));
+    CHECK_INT_EQ(sizeof(matrix_before_fp8), offsetof(cgm_matrix, scaling));
+    union old_matrix {
+        matrix_before_fp8 old;
+        unsigned char bytes[sizeof(cgm_matrix) + 16];
+    } x, w, y;
+    for (int op = 0; op < CGM_OP_BULK; op++) {
+        args a;
+        valid_args(&a, (cgm_op)op);
+        memcpy(&a.opt, options.bytes, sizeof a.opt);
+        union old_matrix *olds[] = {&x, &w, &y};
+        const cgm_matrix *news[] = {&a.x, &a.w, &a.y};
+        for (int i = 0; i < 3; i++) {
+            memset(olds[i]->bytes, 0x7f, sizeof olds[i]->bytes);
+            olds[i]->old = (matrix_before_fp8){news[i]->data, news[i]->dtype, news[i]->rows, news[i]->cols,
+                                               news[i]->ld, NULL};
+        }
+        const cgm_matrix *xo = (const cgm_matrix *)x.bytes, *wo = (const cgm_matrix *)w.bytes;
+        cgm_matrix *yo = (cgm_matrix *)y.bytes;
+        const cgm_op_options *o = (const cgm_op_options *)options.bytes;
+        if (op == CGM_OP_ALL_GATHER_GEMM) CHECK_OK(cgm_all_gather_gemm(comm, xo, wo, NULL, yo, NULL, o, NULL));
+        else if (op == CGM_OP_GEMM_REDUCE_SCATTER) CHECK_OK(cgm_gemm_reduce_scatter(comm, xo, wo, NULL, yo, o, NULL));
+        else CHECK_OK(cgm_gemm_all_reduce(comm, xo, wo, NULL, yo, o, NULL));
+        double ref[M * N];
+        test_ref_gemm(CGM_LAYOUT_TN, &a.x, &a.w, M, N, K, ref);
+        CHECK_INT_EQ(test_compare(&a.y, ref, M, N, 1e-5, "y of an older program's call"), 0);
+    }
+    check_comm_still_works(comm);
+    CHECK_OK(cgm_comm_destroy(comm));
+}
+
 static void test_older_structs(const void *p) {
     (void)p;
     /* The fields the old config lacks fall back to the environment. */
@@ -584,8 +761,9 @@ static void test_older_structs(const void *p) {
     valid_args(&a, CGM_OP_ALL_GATHER_GEMM);
     a.opt.struct_size = sizeof(options_before_precision) + 4;
     char want[96];
-    snprintf(want, sizeof want, "expected %zu or %zu (the sizes this struct has had)",
-             sizeof(options_before_precision), sizeof(cgm_op_options));
+    snprintf(want, sizeof want, "expected %zu, %zu or %zu (the sizes this struct has had)",
+             sizeof(options_before_precision), CGM_SIZE_BEFORE(cgm_op_options, fp8_fast_accum),
+             sizeof(cgm_op_options));
     CHECK_STATUS(call(comm, &a), CGM_ERROR_INVALID_ARGUMENT);
     CHECK_CONTAINS(cgm_last_error(), want);
     check_comm_still_works(comm);
@@ -623,6 +801,7 @@ static void register_cases(void) {
     test_add("bad_create.config_int_bounds", test_config_int_bounds, NULL);
     test_add("env_backend_per_op", test_env_backend_per_op, NULL);
     test_add("older_header_structs", test_older_structs, NULL);
+    test_add("older_header_structs_before_fp8", test_older_fp8_structs, NULL);
 }
 
 int main(int argc, char **argv) { return test_main(argc, argv, register_cases); }

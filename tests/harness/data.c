@@ -59,6 +59,16 @@ void test_ref_gemm(cgm_layout layout, const cgm_matrix *x, const cgm_matrix *w,
         }
 }
 
+double test_fp8_value(int code, cgm_dtype dtype) {
+    int e5 = dtype == CGM_DTYPE_FP8_E5M2, mb = e5 ? 2 : 3, bias = e5 ? 15 : 7;
+    int exp = (code & 0x7f) >> mb, man = code & ((1 << mb) - 1), top = (1 << (7 - mb)) - 1;
+    double sign = code & 0x80 ? -1.0 : 1.0;
+    if (e5 && exp == top) return man ? NAN : sign * INFINITY;
+    if (!e5 && exp == top && man == (1 << mb) - 1) return NAN;
+    if (exp == 0) return sign * ldexp(man, 1 - bias - mb);
+    return sign * ldexp((1 << mb) + man, exp - bias - mb);
+}
+
 double test_tolerance(cgm_dtype in, cgm_dtype out, int64_t k) {
     /* Inputs are exact multiples of 1/8, so fp32 sums are exact until they
      * exceed 2^24 / 64; the output rounding dominates. */

@@ -136,6 +136,10 @@ void test_free(cgm_matrix *m);
  * layout; x is [m,k] (TN, NN) or [k,m] (NT); w is [n,k] (TN) or [k,n]. */
 void test_ref_gemm(cgm_layout layout, const cgm_matrix *x, const cgm_matrix *w,
                    int64_t m, int64_t n, int64_t k, double *out);
+/* The value of an fp8 code (dtype e4m3 or e5m2) from the formats'
+ * definition, in double (the library's decoder is not used): e4m3 has no
+ * infinity and one NaN per sign (S.1111.111), e5m2 is IEEE-like. */
+double test_fp8_value(int code, cgm_dtype dtype);
 /* Tolerance for comparing an output of `out` dtype computed from `in`
  * inputs over a contraction of length k, relative to max(1, |ref|). */
 double test_tolerance(cgm_dtype in, cgm_dtype out, int64_t k);

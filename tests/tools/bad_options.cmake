@@ -1,7 +1,10 @@
 # commgemm-bench must reject each bad option with exit code 2 and a message
 # naming the option, before starting any rank.  -DBENCH=path
 set(cases
-  "--dtype|fp64" "--dtype: expected fp32, bf16 or fp16, got 'fp64'"
+  "--dtype|fp64" "--dtype: expected fp32, bf16, fp16 or fp8, got 'fp64'"
+  "--scaling|row" "--scaling: expected tensor or block, got 'row'"
+  "--scaling|block" "--scaling block: scales are for --dtype fp8, got --dtype fp32"
+  "--dtype|fp8|--layout|NN" "--layout NN with --dtype fp8: fp8 takes layout TN only"
   "--op|foo" "--op: expected ag_gemm"
   "-m|0" "-m: expected a size >= 1"
   "-m|10:5" "-m: expected a size"

@@ -82,7 +82,7 @@ static void test_matrix_overlap(const void *p) {
             }
             seed = seed * 1103515245u + 12345u;
             int64_t off = (int64_t)((seed >> 8) % 200) * 2; /* even: bf16-aligned */
-            m[q] = (cgm_matrix){arena + off, dt, rows, cols, ld, NULL};
+            m[q] = (cgm_matrix){arena + off, dt, rows, cols, ld, NULL, CGM_SCALING_NONE};
         }
         static unsigned char mark[4096];
         memset(mark, 0, sizeof mark);
@@ -260,6 +260,137 @@ static void test_fp16_exhaustive(const void *p) {
     CHECK_INT_EQ(cgm_float_to_fp16(1.0f + 1.0f / 2048), 0x3c00); /* tie -> even */
     CHECK_INT_EQ(cgm_float_to_fp16(5.9604645e-08f), 0x0001);     /* smallest subnormal */
     CHECK_NEAR(cgm_fp16_to_float(0x0001), 5.9604645e-08, 1e-15);
+}
+
+/* The code a float rounds to, by search: the nearest finite code's value,
+ * ties to the code with an even mantissa, saturating beyond the largest
+ * finite value; NaN to 0x7f with the sign. */
+static int fp8_nearest(float x, cgm_dtype dtype) {
+    double max = dtype == CGM_DTYPE_FP8_E5M2 ? 57344 : 448;
+    int sign = signbit(x) ? 0x80 : 0;
+    if (isnan(x)) return sign | 0x7f;
+    double a = fabs((double)x);
+    if (a > max) a = max;
+    int best = -1;
+    double best_d = INFINITY;
+    for (int c = 0; c < 0x80; c++) {
+        double v = test_fp8_value(c, dtype);
+        if (!isfinite(v)) continue;
+        double d = fabs(v - a);
+        if (d < best_d || (d == best_d && (c & 1) == 0)) best = c, best_d = d;
+    }
+    return sign | best;
+}
+
+static void test_fp8_codes(const void *p) {
+    (void)p;
+    const cgm_dtype dtypes[] = {CGM_DTYPE_FP8_E4M3, CGM_DTYPE_FP8_E5M2};
+    for (int d = 0; d < 2; d++) {
+        cgm_dtype dt = dtypes[d];
+        for (int c = 0; c < 256; c++) {
+            double want = test_fp8_value(c, dt);
+            float got = cgm_fp8_to_float((uint8_t)c, dt);
+            if (isnan(want)) {
+                CHECK(isnan(got));
+                CHECK_INT_EQ(cgm_float_to_fp8(got, dt) & 0x7f, 0x7f);
+                continue;
+            }
+            if (!(got == want)) TEST_FAIL("%s code 0x%02x decodes as %.9g, expected %.9g", cgm_dtype_name(dt), c, got, want);
+            CHECK_INT_EQ(signbit(got) != 0, (c & 0x80) != 0); /* -0 too */
+            uint8_t back = cgm_float_to_fp8(got, dt);
+            /* every finite code round-trips; an infinity saturates */
+            if (isinf(want)) CHECK_INT_EQ(back, (c & 0x80) | 0x7b);
+            else CHECK_INT_EQ(back, c);
+            float load = cgm_load_float(&back, dt, 0);
+            uint8_t stored = 0;
+            cgm_store_float(&stored, dt, 0, got);
+            CHECK(isinf(want) ? stored == back : load == got && stored == c);
+        }
+        /* Between consecutive codes: the midpoints (ties to even) and
+         * either side of them, and the values beyond the largest. */
+        for (int c = 0; c < 0x7f; c++) {
+            double lo = test_fp8_value(c, dt), hi = test_fp8_value(c + 1, dt);
+            if (!isfinite(lo) || !isfinite(hi)) continue;
+            float probes[] = {(float)((lo + hi) / 2), nextafterf((float)((lo + hi) / 2), 0.0f),
+                              nextafterf((float)((lo + hi) / 2), INFINITY), (float)(lo + (hi - lo) / 4)};
+            for (int i = 0; i < 4; i++)
+                for (int sgn = 0; sgn < 2; sgn++) {
+                    float x = sgn ? -probes[i] : probes[i];
+                    if (cgm_float_to_fp8(x, dt) != fp8_nearest(x, dt))
+                        TEST_FAIL("%s: %.9g encodes as 0x%02x, expected 0x%02x", cgm_dtype_name(dt), x,
+                                  cgm_float_to_fp8(x, dt), fp8_nearest(x, dt));
+                }
+        }
+        float max = dt == CGM_DTYPE_FP8_E5M2 ? 57344.0f : 448.0f;
+        uint8_t max_code = dt == CGM_DTYPE_FP8_E5M2 ? 0x7b : 0x7e;
+        const float beyond[] = {max * 1.03f, max * 1.2f, 1e30f, INFINITY};
+        for (int i = 0; i < 4; i++) {
+            CHECK_INT_EQ(cgm_float_to_fp8(beyond[i], dt), max_code);
+            CHECK_INT_EQ(cgm_float_to_fp8(-beyond[i], dt), 0x80 | max_code);
+        }
+        CHECK_INT_EQ(cgm_float_to_fp8(NAN, dt) & 0x7f, 0x7f);
+        CHECK_INT_EQ(cgm_float_to_fp8(1e-30f, dt), 0x00);
+        CHECK_INT_EQ(cgm_float_to_fp8(-1e-30f, dt), 0x80);
+        CHECK_INT_EQ(cgm_dtype_size(dt), 1);
+    }
+    /* a few by hand: e4m3 1.0 = 0x38, 448 = 0x7e, smallest subnormal
+     * 2^-9 = 0x01; 1 + 1/16 ties to 1.0 (even), 1 + 3/16 to 1.25 */
+    CHECK_INT_EQ(cgm_float_to_fp8(1.0f, CGM_DTYPE_FP8_E4M3), 0x38);
+    CHECK_INT_EQ(cgm_float_to_fp8(1.0625f, CGM_DTYPE_FP8_E4M3), 0x38);
+    CHECK_INT_EQ(cgm_float_to_fp8(1.1875f, CGM_DTYPE_FP8_E4M3), 0x3a);
+    CHECK_INT_EQ(cgm_float_to_fp8(ldexpf(1, -9), CGM_DTYPE_FP8_E4M3), 0x01);
+    CHECK_INT_EQ(cgm_float_to_fp8(ldexpf(1, -10), CGM_DTYPE_FP8_E4M3), 0x00); /* tie -> 0 */
+    CHECK_INT_EQ(cgm_float_to_fp8(464.0f, CGM_DTYPE_FP8_E4M3), 0x7e);
+    CHECK_INT_EQ(cgm_float_to_fp8(1.0f, CGM_DTYPE_FP8_E5M2), 0x3c);
+    CHECK(cgm_fp8_to_float(0x7c, CGM_DTYPE_FP8_E5M2) == INFINITY);
+    CHECK(cgm_fp8_to_float(0x7e, CGM_DTYPE_FP8_E4M3) == 448.0f);
+}
+
+/* The fp8 helpers of the validation: the scales' shape per recipe, the
+ * copy that reads `scaling` only for fp8, a GPU backend's refusal. */
+static void test_fp8_helpers(const void *p) {
+    (void)p;
+    static const float sc[4] = {1, 2, 3, 4};
+    cgm_matrix x = cgm_matrix_make((void *)0x100, CGM_DTYPE_FP8_E4M3, 300, 257);
+    x.scale = sc;
+    const struct { cgm_scaling s; int64_t rows, cols; } shapes[] = {
+        {CGM_SCALING_TENSOR, 1, 1}, {CGM_SCALING_BLOCK_1X128, 300, 3}, {CGM_SCALING_BLOCK_128X128, 3, 3}};
+    for (int i = 0; i < 3; i++) {
+        x.scaling = shapes[i].s;
+        cgm_matrix m = cgm_scale_matrix(&x);
+        CHECK(m.data == (void *)sc && m.dtype == CGM_DTYPE_FP32);
+        CHECK_INT_EQ(m.rows, shapes[i].rows);
+        CHECK_INT_EQ(m.cols, shapes[i].cols);
+        CHECK_INT_EQ(cgm_matrix_take(&x).scaling, shapes[i].s);
+    }
+    cgm_matrix bf = cgm_matrix_make((void *)0x100, CGM_DTYPE_BF16, 4, 4);
+    bf.scaling = (cgm_scaling)0x7f7f7f7f; /* what an older program's padding may hold */
+    CHECK_INT_EQ(cgm_matrix_take(&bf).scaling, CGM_SCALING_NONE);
+    CHECK_INT_EQ(cgm_scale_matrix(&bf).rows, 0);
+    CHECK(strcmp(cgm_scaling_name(CGM_SCALING_BLOCK_128X128), "block_128x128") == 0);
+    CHECK(strcmp(cgm_scaling_name((cgm_scaling)9), "invalid") == 0);
+    cgm_call call;
+    memset(&call, 0, sizeof call);
+    call.has_gemm = true;
+    call.in_dtype = call.w_dtype = call.out_dtype = CGM_DTYPE_BF16;
+    CHECK_OK(cgm_fp8_not_yet("p2p", &call));
+    call.in_dtype = CGM_DTYPE_FP8_E4M3;
+    call.w_dtype = CGM_DTYPE_FP8_E5M2;
+    call.scaling = CGM_SCALING_TENSOR;
+    CHECK_STATUS(cgm_fp8_not_yet("nccl", &call), CGM_ERROR_NOT_SUPPORTED);
+    CHECK_CONTAINS(cgm_last_error(), "the nccl backend does not run fp8 GEMMs yet (found fp8_e4m3 x fp8_e5m2 with "
+                                     "tensor scaling, bf16 output): run fp8 calls on the host backend");
+    /* scale pointers are checked like data pointers */
+    cgm_memory_set_query(fake_memory);
+    CHECK_STATUS(cgm_check_pointer("fn", "w.scale", (void *)0x1000, CGM_BACKEND_HOST, -1),
+                 CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "fn: w.scale = ");
+    CHECK_CONTAINS(cgm_last_error(), "is memory of GPU 2, but this call's backend is host");
+    CHECK_STATUS(cgm_check_pointer("fn", "options.y_amax", (void *)0x4000, CGM_BACKEND_P2P, 0),
+                 CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(), "fn: options.y_amax = ");
+    CHECK_OK(cgm_check_pointer("fn", "x.scale", (void *)0x1000, CGM_BACKEND_P2P, 2));
+    cgm_memory_set_query(NULL);
 }
 
 static void test_param_defaults_and_env(const void *p) {
@@ -706,6 +837,8 @@ static void register_cases(void) {
     test_add("shards_near_int64_max", test_shards_near_int64_max, NULL);
     test_add("bf16_exhaustive", test_bf16_exhaustive, NULL);
     test_add("fp16_exhaustive", test_fp16_exhaustive, NULL);
+    test_add("fp8_codes", test_fp8_codes, NULL);
+    test_add("fp8_helpers", test_fp8_helpers, NULL);
     test_add("params", test_param_defaults_and_env, NULL);
     test_add("precision_default", test_precision, &precision_default);
     test_add("precision_env", test_precision, &precision_env);

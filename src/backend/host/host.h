@@ -96,6 +96,8 @@ typedef struct host_state {
     /* Per-call scratch, grown as needed, kept between calls. */
     float *x32, *w32, *partial;
     size_t x32_bytes, w32_bytes, partial_bytes;
+    void *x_packed; /* AG+GEMM with fp8 X: this rank's packed rows (host_fp8.c) */
+    size_t x_packed_bytes;
 } host_state;
 
 /* ---- host_mesh.c ---- */
@@ -221,6 +223,11 @@ cgm_status host_tune_agree_words(const cgm_comm *comm, host_state *st,
                            int words, int64_t *all);
 cgm_status host_allgather_words(const cgm_comm *comm, host_state *st,
                                 const int64_t *mine, int words, int64_t *all);
+/* The max over ranks of `*bits` (an amax as float bits, host_fp8.c), in
+ * one exchange on the agreement channel, bounded by the timeout; `op_name`
+ * names the op in errors. */
+cgm_status host_max_bits(const cgm_comm *comm, host_state *st, uint32_t *bits,
+                         const char *op_name);
 /* This rank rejected its own call (bad arguments) where its peers run the
  * op's exchange: takes part in that exchange with the rejection (status,
  * and the start of cgm_last_error()) as its entry, so that the peers return CGM_ERROR_MISMATCH at
@@ -239,8 +246,11 @@ typedef struct host_run {
     const host_plan_entry *entry;
     uint64_t epoch;
     const char *op_name;
+    /* Out: the amax of the fp8 output rows this rank wrote (calls with
+     * y_amax), as the bits of a non-negative float (host_fp8.c). */
+    uint32_t amax_bits;
 } host_run;
-cgm_status host_execute(cgm_comm *comm, host_state *st, const host_run *run);
+cgm_status host_execute(cgm_comm *comm, host_state *st, host_run *run);
 
 /* ---- host_gemm.c ---- */
 /* A view of rows of one buffer: element (i, j) of the view (row i of the
@@ -255,7 +265,7 @@ typedef struct host_view {
 float host_view_get(const host_view *v, int64_t i, int64_t j);
 void host_view_set(const host_view *v, int64_t i, int64_t j, float value);
 /* Converts a matrix (any layout as stored) to dense fp32 in *buf (grown as
- * needed): out[i * cols + j] = m(i, j). */
+ * needed): out[i * cols + j] = m(i, j); fp8: the value, code times scale. */
 cgm_status host_to_fp32(const cgm_matrix *m, float **buf, size_t *bytes);
 /* out (rows x n, fp32, ld_out) = A (rows x k view, fp32 data) . op(W) where
  * W is fp32 with ld_w, w_trans when W is stored [n, k]. */
@@ -264,5 +274,31 @@ void host_sgemm(const host_view *a, const float *w, int64_t ld_w, bool w_trans,
 /* Writes one output row: y = (accumulate ? y : 0) + v (+ bias). */
 void host_store_row(void *y_row, cgm_dtype dtype, const float *v, int64_t n,
                     const cgm_matrix *bias, bool accumulate);
+
+/* ---- host_fp8.c ---- */
+/* Bytes of one packed row of AG+GEMM's fp8 X: its k fp8 bytes, padding to
+ * 4 bytes, then its scales (TENSOR: the shard's one; BLOCK_1X128:
+ * ceil(k / 128)); 0 for k = 0. What GATHER holds for such a call. */
+int64_t host_fp8_row_bytes(int64_t k, cgm_scaling scaling);
+/* out (dense fp32, rows x cols) = the values of an fp8 matrix (stored
+ * [rows, k], TN), each code times its scale. */
+void host_fp8_dequantize(const cgm_matrix *m, float *out);
+/* This rank's fp8 shard x as packed rows in *buf (grown as needed):
+ * *packed is a byte matrix (dtype CGM_DTYPE_FP8_E4M3 standing for bytes)
+ * of x->rows rows of host_fp8_row_bytes. */
+cgm_status host_fp8_pack(const cgm_matrix *x, void **buf, size_t *bytes, cgm_matrix *packed);
+/* out (rows x k fp32) = the values of packed rows (view v) of `dtype`. */
+void host_fp8_unpack(const host_view *v, cgm_dtype dtype, cgm_scaling scaling, int64_t k, float *out);
+/* x_gathered's rows [row0, row0 + v->rows) from packed rows: the bytes,
+ * and where xg->scale is set, the scales (TENSOR: the one of the shard of
+ * each row, at its rank's index; m rows over nranks). */
+void host_fp8_to_gathered(const host_view *v, int64_t row0, const cgm_matrix *xg, int64_t m, int nranks,
+                          int64_t k);
+/* Writes one fp8 output row: sat(rne((v + bias) * scale)); returns the
+ * row's amax as the bits of |v + bias| (NaN above everything). */
+uint32_t host_fp8_store_row(uint8_t *y_row, cgm_dtype dtype, const float *v, int64_t n, const cgm_matrix *bias,
+                            float scale);
+/* *amax_bits = max(*amax_bits, row_amax), from any thread. */
+void host_fp8_amax_merge(_Atomic uint32_t *amax_bits, uint32_t row_amax);
 
 #endif /* COMMGEMM_HOST_H */

@@ -40,6 +40,7 @@ static void host_free(host_state *st) {
     free(st->x32);
     free(st->w32);
     free(st->partial);
+    free(st->x_packed);
     free(st);
 }
 
@@ -271,6 +272,20 @@ static cgm_status reject(cgm_comm *comm, host_state *st, const cgm_call *call,
     return s;
 }
 
+/* options.y_amax: the amax of the fp8 rows this rank wrote; GEMM+AR's
+ * owners each wrote their rows, so its amax is the max over ranks. */
+static cgm_status write_amax(cgm_comm *comm, host_state *st, const host_run *run) {
+    uint32_t bits = run->amax_bits;
+    if (run->op == PLAN_OP_GEMM_AR) {
+        cgm_status s = host_max_bits(comm, st, &bits, run->op_name);
+        if (s != CGM_SUCCESS) return s;
+    }
+    float amax;
+    memcpy(&amax, &bits, sizeof amax);
+    *run->call->y_amax = amax;
+    return CGM_SUCCESS;
+}
+
 static cgm_status host_run_op(cgm_comm *comm, void *state,
                               const cgm_call *call, plan_op op) {
     host_state *st = state;
@@ -305,7 +320,7 @@ static cgm_status host_run_op(cgm_comm *comm, void *state,
     s = get_plan(st, &req, &entry);
     if (s != CGM_SUCCESS) return reject(comm, st, call, op, s);
 
-    host_run run = {call, op, entry, ++st->epoch, host_op_names[op]};
+    host_run run = {call, op, entry, ++st->epoch, host_op_names[op], 0};
     CGM_TRACE(CGM_SUB_HOST, "op #%llu %s: algo %s, m %lld, splits %d, %d steps",
               (unsigned long long)run.epoch, run.op_name,
               plan_algo_name(req.algo), (long long)req.m, entry->plan.splits,
@@ -320,7 +335,9 @@ static cgm_status host_run_op(cgm_comm *comm, void *state,
             return s;
         }
     }
-    return host_execute(comm, st, &run);
+    s = host_execute(comm, st, &run);
+    if (s == CGM_SUCCESS && call->y_amax) s = write_amax(comm, st, &run);
+    return s;
 }
 
 /* The table's run entry: the call's op as the schedule's. */

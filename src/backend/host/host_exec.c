@@ -26,7 +26,7 @@ typedef struct caller_buffer {
 typedef struct exec_ctx {
     cgm_comm *comm;
     host_state *st;
-    const host_run *run;
+    host_run *run;
     const cgm_call *call;
     const plan *p;
     int me, nranks;
@@ -38,6 +38,10 @@ typedef struct exec_ctx {
     cgm_matrix input32; /* fp32 copy of the GEMM's X (bf16/fp16 calls) */
     const float *w32;
     int64_t ld_w;
+    /* AG+GEMM with fp8 X: INPUT and GATHER hold packed rows (host_fp8.c). */
+    bool packed;
+    float y_scale; /* an fp8 output's quantization scale */
+    _Atomic uint32_t amax_bits; /* of the fp8 output rows written */
     atomic_int *done; /* per step */
     atomic_int abort;
     pthread_mutex_t lock;
@@ -193,11 +197,17 @@ static epilogue epilogue_for(const exec_ctx *x, plan_step_kind kind,
     return EPI_PLAIN;
 }
 
-static void store_row(const exec_ctx *x, const host_view *dst, int64_t i,
+static void store_row(exec_ctx *x, const host_view *dst, int64_t i,
                       const float *v, epilogue epi) {
     const cgm_call *c = x->call;
     bool bias = (epi == EPI_BIAS || epi == EPI_BIAS_ACC) && c->has_bias;
     bool acc = (epi == EPI_ACC || epi == EPI_BIAS_ACC) && c->accumulate;
+    if (cgm_dtype_is_fp8(dst->dtype)) { /* an fp8 output: never accumulated */
+        uint8_t *row = (uint8_t *)dst->data + i * dst->ld;
+        host_fp8_amax_merge(&x->amax_bits, host_fp8_store_row(row, dst->dtype, v, dst->cols,
+                                                              bias ? &c->bias : NULL, x->y_scale));
+        return;
+    }
     if (!dst->transposed) {
         void *row = dst->data + (size_t)(i * dst->ld) *
                                     cgm_dtype_size(dst->dtype);
@@ -230,7 +240,10 @@ static cgm_status do_copy(exec_ctx *x, const plan_step *s, scratch *sc) {
         return CGM_SUCCESS;
     epilogue epi = epilogue_for(x, PLAN_COPY, s->dst.buf);
     size_t size = cgm_dtype_size(src.dtype);
-    if (epi == EPI_PLAIN && src.dtype == dst.dtype && !src.transposed &&
+    /* An accumulate epilogue adds nothing without accumulate: AR's copies
+     * of the owners' rows, fp8 ones included, are copied as they are. */
+    bool plain = epi == EPI_PLAIN || (epi == EPI_ACC && !x->call->accumulate);
+    if (plain && src.dtype == dst.dtype && !src.transposed &&
         !dst.transposed) {
         for (int64_t i = 0; i < s->rows; i++)
             memcpy(dst.data + (size_t)(i * dst.ld) * size,
@@ -238,6 +251,11 @@ static cgm_status do_copy(exec_ctx *x, const plan_step *s, scratch *sc) {
                    (size_t)src.cols * size);
         return CGM_SUCCESS;
     }
+    if (cgm_dtype_is_fp8(src.dtype))
+        return fail(x, CGM_ERROR_INTERNAL, -1,
+                    "plan copies %s rows of %s with a conversion; please "
+                    "report this bug",
+                    cgm_dtype_name(src.dtype), plan_buffer_name(s->src.buf));
     float *row = grow(&sc->c, &sc->c_bytes, (size_t)src.cols * sizeof(float));
     if (!row && src.cols)
         return fail(x, CGM_ERROR_OUT_OF_MEMORY, -1,
@@ -354,8 +372,13 @@ static cgm_status do_gemm(exec_ctx *x, const plan_step *s, scratch *sc) {
             view_of(x, s->dst, s->shard, s->row0, s->rows, &dst))
             return x->status;
         dst_buf = s->dst.buf;
-        if (c->has_x_gathered && x->run->op == PLAN_OP_AG_GEMM)
-            copy_x_gathered(x, &a, s->row0);
+        if (c->has_x_gathered && x->run->op == PLAN_OP_AG_GEMM) {
+            if (x->packed)
+                host_fp8_to_gathered(&a, s->row0, &c->x_gathered, c->m,
+                                     x->nranks, k);
+            else
+                copy_x_gathered(x, &a, s->row0);
+        }
         if (n == 0) return CGM_SUCCESS; /* no output columns to write */
         if (s->src.buf == PLAN_BUF_INPUT && x->have_input32 && !x->bulk) {
             caller_buffer b = x->input;
@@ -363,7 +386,8 @@ static cgm_status do_gemm(exec_ctx *x, const plan_step *s, scratch *sc) {
             if (caller_view(x, &b, PLAN_BUF_INPUT, s->row0, s->rows, &a))
                 return x->status;
             a.dtype = CGM_DTYPE_FP32;
-        } else if (a.dtype != CGM_DTYPE_FP32 || a.transposed) {
+            a.cols = k;
+        } else if (x->packed || a.dtype != CGM_DTYPE_FP32 || a.transposed) {
             float *buf = grow(&sc->a, &sc->a_bytes,
                               (size_t)(a.rows * k) * sizeof(float));
             if (!buf && a.rows * k != 0)
@@ -371,9 +395,12 @@ static cgm_status do_gemm(exec_ctx *x, const plan_step *s, scratch *sc) {
                             "expected scratch for %lld x %lld fp32, found "
                             "none free",
                             (long long)a.rows, (long long)k);
-            for (int64_t i = 0; i < a.rows; i++)
-                for (int64_t j = 0; j < k; j++)
-                    buf[i * k + j] = host_view_get(&a, i, j);
+            if (x->packed) /* gathered fp8 rows with their scales */
+                host_fp8_unpack(&a, c->in_dtype, c->scaling, k, buf);
+            else
+                for (int64_t i = 0; i < a.rows; i++)
+                    for (int64_t j = 0; j < k; j++)
+                        buf[i * k + j] = host_view_get(&a, i, j);
             a = (host_view){(char *)buf, CGM_DTYPE_FP32, a.rows, k, k, false};
         }
     }
@@ -540,6 +567,13 @@ static void set_geometry(exec_ctx *x) {
         x->output = (caller_buffer){c->y, false, false};
         x->dtype[PLAN_BUF_INPUT] = x->dtype[PLAN_BUF_GATHER] = c->in_dtype;
         x->width[PLAN_BUF_INPUT] = x->width[PLAN_BUF_GATHER] = c->k;
+        if (cgm_dtype_is_fp8(c->in_dtype)) { /* packed rows of bytes */
+            x->packed = true;
+            x->dtype[PLAN_BUF_INPUT] = x->dtype[PLAN_BUF_GATHER] =
+                CGM_DTYPE_FP8_E4M3;
+            x->width[PLAN_BUF_INPUT] = x->width[PLAN_BUF_GATHER] =
+                host_fp8_row_bytes(c->k, c->scaling);
+        }
         x->dtype[PLAN_BUF_OUTPUT] = c->out_dtype;
         x->width[PLAN_BUF_OUTPUT] = c->n;
         break;
@@ -592,6 +626,13 @@ static cgm_status prepare_operands(exec_ctx *x) {
             x->w32 = c->w.data;
             x->ld_w = cgm_matrix_ld(&c->w);
         }
+        if (cgm_dtype_is_fp8(c->out_dtype))
+            x->y_scale = c->y.scale ? c->y.scale[0] : 1.0f; /* NULL: no elements */
+    }
+    if (x->packed) {
+        cgm_status s = host_fp8_pack(&c->x, &st->x_packed,
+                                     &st->x_packed_bytes, &x->input.m);
+        if (s != CGM_SUCCESS) return s;
     }
     size_t need = (size_t)x->p->partial_slots * (size_t)x->p->slot_rows *
                   (size_t)x->width[PLAN_BUF_PARTIAL] * sizeof(float);
@@ -620,7 +661,7 @@ static cgm_status prepare_operands(exec_ctx *x) {
     return CGM_SUCCESS;
 }
 
-cgm_status host_execute(cgm_comm *comm, host_state *st, const host_run *run) {
+cgm_status host_execute(cgm_comm *comm, host_state *st, host_run *run) {
     exec_ctx *x = calloc(1, sizeof *x);
     pthread_t *threads = NULL;
     queue_arg *args = NULL;
@@ -667,6 +708,7 @@ cgm_status host_execute(cgm_comm *comm, host_state *st, const host_run *run) {
     if (!atomic_load(&x->abort)) run_queue(x, 0);
     for (int q = 1; q <= started; q++) pthread_join(threads[q], NULL);
     if (x->status != CGM_SUCCESS) s = cgm_error(x->status, "%s", x->message);
+    run->amax_bits = atomic_load(&x->amax_bits);
 fail:
     /* Peers may wait on this rank's part of the op: let them know at once
      * that it gave up rather than after their timeout. */

@@ -1,5 +1,6 @@
 /* Element access, dtype conversion and OpenBLAS GEMM for the host backend.
- * Every GEMM runs in fp32: bf16/fp16 operands are converted once per call. */
+ * Every GEMM runs in fp32: bf16/fp16 operands are converted once per call,
+ * fp8 ones dequantized with their scales. */
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,10 @@ cgm_status host_to_fp32(const cgm_matrix *m, float **buf, size_t *bytes) {
     }
     int64_t ld = cgm_matrix_ld(m);
     float *out = *buf;
+    if (cgm_dtype_is_fp8(m->dtype)) {
+        host_fp8_dequantize(m, out);
+        return CGM_SUCCESS;
+    }
     for (int64_t i = 0; i < m->rows; i++) {
         int64_t base = i * ld;
         float *row = out + i * m->cols;

@@ -127,9 +127,10 @@ static cgm_status create_segments(cgm_comm *comm, host_state *st) {
                       (size_t)st->chunks;
     int64_t gather, recv;
     /* memfd pages are allocated on first touch: the size only reserves
-     * address space. RECV has room for two slot sets. */
-    if (__builtin_mul_overflow(rows, w, &gather) ||
-        __builtin_mul_overflow(gather, (int64_t)4, &gather) ||
+     * address space. RECV has room for two slot sets. GATHER has 8 bytes
+     * per row beyond 4 per element: AG+GEMM's packed fp8 rows carry their
+     * scales (host_fp8_row_bytes <= 4 k + 8). */
+    if (__builtin_mul_overflow(rows, w * 4 + 8, &gather) ||
         __builtin_mul_overflow(rows + comm->nranks, w, &recv) ||
         __builtin_mul_overflow(recv, (int64_t)8, &recv) ||
         gather > ((int64_t)1 << 44) || recv > ((int64_t)1 << 44))

@@ -349,7 +349,7 @@ cgm_status host_check_agreement(const cgm_comm *comm, host_state *st,
 static cgm_status tune_exchange(const cgm_comm *comm, host_state *st,
                                 const int64_t sig[CGM_SIGNATURE_WORDS],
                                 int64_t kind, const int64_t *mine, int words,
-                                int64_t *all) {
+                                int64_t *all, const char *what) {
     if (words < 0 || words + 1 > HOST_XCHG_WORDS)
         return cgm_error(CGM_ERROR_INTERNAL,
                          "host exchange of %d words, expected at most %d; "
@@ -366,7 +366,7 @@ static cgm_status tune_exchange(const cgm_comm *comm, host_state *st,
     int blamed = -1;
     uint64_t epoch = ++st->epoch; /* the exchange takes an op number */
     cgm_status s = signed_exchange(comm, st, sig, payload, words + 1, epoch,
-                                   "tuning", kind == HOST_XCHG_TUNE, &blamed,
+                                   what, kind == HOST_XCHG_TUNE, &blamed,
                                    all_payload);
     if (s != CGM_SUCCESS && s != CGM_ERROR_MISMATCH)
         host_publish_failure(st, s, blamed);
@@ -383,12 +383,33 @@ cgm_status host_tune_agree_words(const cgm_comm *comm, host_state *st,
                            int words, int64_t *all) {
     int64_t sig[CGM_SIGNATURE_WORDS];
     cgm_call_signature(call, sig);
-    return tune_exchange(comm, st, sig, HOST_XCHG_TUNE, mine, words, all);
+    return tune_exchange(comm, st, sig, HOST_XCHG_TUNE, mine, words, all,
+                         "tuning");
 }
 
 cgm_status host_allgather_words(const cgm_comm *comm, host_state *st,
                                 const int64_t *mine, int words, int64_t *all) {
     int64_t sig[CGM_SIGNATURE_WORDS];
     for (int i = 0; i < CGM_SIGNATURE_WORDS; i++) sig[i] = -2;
-    return tune_exchange(comm, st, sig, HOST_XCHG_WORDS_ONLY, mine, words, all);
+    return tune_exchange(comm, st, sig, HOST_XCHG_WORDS_ONLY, mine, words, all,
+                         "tuning");
+}
+
+cgm_status host_max_bits(const cgm_comm *comm, host_state *st, uint32_t *bits,
+                         const char *op_name) {
+    int64_t sig[CGM_SIGNATURE_WORDS], mine = *bits;
+    for (int i = 0; i < CGM_SIGNATURE_WORDS; i++) sig[i] = -2;
+    int64_t *all = malloc((size_t)st->nranks * sizeof *all);
+    if (!all)
+        return cgm_error(CGM_ERROR_OUT_OF_MEMORY,
+                         "expected memory for an exchange of %d ranks, found "
+                         "none free", st->nranks);
+    char what[64];
+    snprintf(what, sizeof what, "%s's amax", op_name);
+    cgm_status s = tune_exchange(comm, st, sig, HOST_XCHG_WORDS_ONLY, &mine, 1,
+                                 all, what);
+    for (int r = 0; s == CGM_SUCCESS && r < st->nranks; r++)
+        if ((uint32_t)all[r] > *bits) *bits = (uint32_t)all[r];
+    free(all);
+    return s;
 }

@@ -422,11 +422,19 @@ static int ncclb_tune_candidates(const cgm_comm *comm, const cgm_call *call,
 static const cgm_tune_hooks ncclb_tune_hooks =
     CGM_GPU_TUNE_HOOKS(ncclb_tune_candidates);
 
+/* No fp8 GEMM path here yet: fp8 calls are refused before the tuner and
+ * any exchange (cgm_fp8_not_yet says what to do instead). */
+static cgm_status ncclb_check(const cgm_comm *comm, const cgm_call *call) {
+    (void)comm;
+    return cgm_fp8_not_yet("nccl", call);
+}
+
 const cgm_backend_vtable cgm_nccl_backend = {
     .id = CGM_BACKEND_NCCL,
     .name = "nccl",
     .probe = ncclb_probe,
     .init = ncclb_init,
+    .check = ncclb_check,
     .run = ncclb_run,
     .async_error = ncclb_async_error,
     .finalize = ncclb_finalize,

@@ -323,11 +323,19 @@ static const cgm_tune_hooks p2p_tune_hooks = {
     .device_name = cgm_gpu_tune_device_name,
 };
 
+/* No fp8 GEMM path here yet: fp8 calls are refused before the tuner and
+ * any exchange (cgm_fp8_not_yet says what to do instead). */
+static cgm_status p2p_check(const cgm_comm *comm, const cgm_call *call) {
+    (void)comm;
+    return cgm_fp8_not_yet("p2p", call);
+}
+
 const cgm_backend_vtable cgm_p2p_backend = {
     .id = CGM_BACKEND_P2P,
     .name = "p2p",
     .probe = p2p_probe,
     .init = p2p_init,
+    .check = p2p_check,
     .run = p2p_run,
     .async_error = cgm_p2p_async_error,
     .finalize = p2p_finalize,
