@@ -86,7 +86,7 @@ cgm_lt_gemm_args cgm_lt_args_from_call(const cgm_call *c) {
     g.reduction_fp32 = c->gemm_reduction_fp32;
     if (cgm_lt_is_fp8(c->in_dtype)) {
         g.w_dtype = c->w.dtype;
-        g.scaling = CGM_LT_SCALE_TENSOR;
+        g.scaling = c->x.scaling == CGM_SCALING_BLOCK_1X128 ? CGM_LT_SCALE_BLOCK : CGM_LT_SCALE_TENSOR;
         g.x_scale = c->x.scale;
         g.w_scale = c->w.scale;
     }
