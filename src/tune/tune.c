@@ -358,6 +358,38 @@ int cgm_tune_plan_candidates(int64_t m, int nranks, int min_piece_rows,
     return n;
 }
 
+/* The cache files' decision for `canonical`, applied (*applied) when every
+ * rank proposes the same candidate; one exchange. */
+static cgm_status from_disk(cgm_comm *comm, const cgm_tune_hooks *h, void *state, cgm_call *call,
+                            tune_entry *hit, const tune_key *key, uint64_t hash, const tune_key *canonical,
+                            const cgm_tune_candidate *cands, int ncand, bool *applied) {
+    struct cgm_tune_state *ts = comm->tune;
+    int64_t proposal = -1, *all = NULL;
+    const tune_disk_entry *d = tune_disk_find(&ts->disk, canonical);
+    if (d) proposal = candidate_index(cands, ncand, d->choice);
+    cgm_status st = tune_exchange(comm, h, state, &proposal, 1, &all);
+    if (st != CGM_SUCCESS) return st;
+    bool agreed = proposal >= 0;
+    for (int r = 0; r < comm->nranks; r++) agreed &= all[r] == proposal;
+    free(all);
+    char k[192], c[32];
+    tune_key_describe(canonical, k, sizeof k);
+    if (agreed) {
+        tune_remember(ts, hit, key, hash, cands[proposal], d->us, CGM_TUNE_DISK);
+        tune_apply(ts, call, CGM_TUNE_DISK, cands[proposal], d->us);
+        tune_candidate_describe(cands[proposal], c, sizeof c);
+        CGM_INFO(CGM_SUB_TUNE, "tune %s -> %s %.1fus (source disk: %s, "
+                 "the same on every rank)", k, c, d->us, ts->cache_path);
+        *applied = true;
+        return CGM_SUCCESS;
+    }
+    CGM_INFO(CGM_SUB_TUNE, "tune %s: the ranks' cache files %s; %s", k,
+             proposal >= 0 ? "disagree (or only some have this key)"
+                           : "do not all have this key",
+             call->accumulate ? "not measured (accumulate)" : "measuring");
+    return CGM_SUCCESS;
+}
+
 cgm_status cgm_tune_resolve(cgm_comm *comm, const cgm_backend_vtable *vt,
                             void *state, cgm_call *call) {
     struct cgm_tune_state *ts = comm->tune;
@@ -470,29 +502,9 @@ cgm_status cgm_tune_resolve(cgm_comm *comm, const cgm_backend_vtable *vt,
 
     /* 2: a decision from the cache files, if every rank has the same. */
     if (any_disk) {
-        int64_t proposal = -1;
-        const tune_disk_entry *d = tune_disk_find(&ts->disk, &canonical);
-        if (d) proposal = candidate_index(cands, ncand, d->choice);
-        st = tune_exchange(comm, h, state, &proposal, 1, &all);
-        if (st != CGM_SUCCESS) return st;
-        bool agreed = proposal >= 0;
-        for (int r = 0; r < comm->nranks; r++) agreed &= all[r] == proposal;
-        free(all);
-        char k[192], c[32];
-        tune_key_describe(&canonical, k, sizeof k);
-        if (agreed) {
-            tune_remember(ts, hit, &key, hash, cands[proposal], d->us,
-                     CGM_TUNE_DISK);
-            tune_apply(ts, call, CGM_TUNE_DISK, cands[proposal], d->us);
-            tune_candidate_describe(cands[proposal], c, sizeof c);
-            CGM_INFO(CGM_SUB_TUNE, "tune %s -> %s %.1fus (source disk: %s, "
-                     "the same on every rank)", k, c, d->us, ts->cache_path);
-            return CGM_SUCCESS;
-        }
-        CGM_INFO(CGM_SUB_TUNE, "tune %s: the ranks' cache files %s; %s", k,
-                 proposal >= 0 ? "disagree (or only some have this key)"
-                               : "do not all have this key",
-                 call->accumulate ? "not measured (accumulate)" : "measuring");
+        bool applied = false;
+        st = from_disk(comm, h, state, call, hit, &key, hash, &canonical, cands, ncand, &applied);
+        if (st != CGM_SUCCESS || applied) return st;
     }
 
     /* Measuring would add into the caller's Y several times. */
