@@ -3,9 +3,12 @@
  * descriptors is refused with a message saying so, and the descriptors that
  * came with it are closed (each would pin a peer's shared memory); a silent
  * peer is a bounded timeout; a closed one is a peer failure; descriptors
- * in flight beyond the user's open-files limit say to raise it. */
+ * in flight beyond the user's open-files limit say to raise it; a notice
+ * whose sender closes while it is read is still the notice. */
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -165,6 +168,72 @@ static void test_reset_peer(const void *param) {
     close(p.b);
 }
 
+/* A peer's notice, then its end while this rank reads it: the peer closes
+ * with a message of ours unread, which makes the kernel report a reset once,
+ * and that report can land between host_mesh_peek's look at the notice and
+ * its taking it. The notice must still be what this rank hears (as in
+ * cgm_comm_create, where a rank that gave up names the rank it blames),
+ * never "closed". A thread closes the peer's end at the moment the reading
+ * starts, many times over, to land in that window. */
+typedef struct closer {
+    atomic_int go; /* 1: close `fd` now; 2: done */
+    int fd;
+    atomic_bool quit;
+} closer;
+
+static void *closer_main(void *arg) {
+    closer *c = arg;
+    for (;;) {
+        int g;
+        while ((g = atomic_load(&c->go)) != 1)
+            if (g == 0 && atomic_load(&c->quit)) return NULL;
+        close(c->fd);
+        atomic_store(&c->go, 2);
+    }
+}
+
+enum { NOTICE_RACE_ROUNDS = 20000 };
+
+static void test_notice_then_reset(const void *param) {
+    (void)param;
+    closer c = {0};
+    pthread_t t;
+    CHECK_INT_EQ(pthread_create(&t, NULL, closer_main, &c), 0);
+    int wrong = 0, first_wrong = -1;
+    for (int i = 0; i < NOTICE_RACE_ROUNDS; i++) {
+        pair p;
+        pair_open(&p);
+        host_notice n;
+        memset(&n, 0, sizeof n);
+        n.magic = HOST_NOTICE_MAGIC;
+        n.rank = 4;
+        n.blamed = 3;
+        snprintf(n.message, sizeof n.message, "rank 3 exited");
+        CHECK_INT_EQ(send(p.a, &n, sizeof n, MSG_NOSIGNAL), (ssize_t)sizeof n);
+        char ours[24] = "unread";
+        CHECK_INT_EQ(send(p.b, ours, sizeof ours, MSG_NOSIGNAL), (ssize_t)sizeof ours);
+        c.fd = p.a;
+        atomic_store(&c.go, 1);
+        host_notice got;
+        host_peek e;
+        do e = host_mesh_peek(p.b, &got);
+        while (e == HOST_PEEK_NOTHING);
+        while (atomic_load(&c.go) != 2) {
+        }
+        atomic_store(&c.go, 0);
+        if (e != HOST_PEEK_NOTICE || got.blamed != 3) {
+            if (first_wrong < 0) first_wrong = (int)e;
+            wrong++;
+        }
+        close(p.b);
+    }
+    atomic_store(&c.quit, true);
+    CHECK_INT_EQ(pthread_join(t, NULL), 0);
+    if (wrong)
+        TEST_FAIL("%d of %d reads of a notice whose sender closed meanwhile did not return it (first: peek "
+                  "result %d, expected %d)", wrong, NOTICE_RACE_ROUNDS, first_wrong, (int)HOST_PEEK_NOTICE);
+}
+
 /* Descriptors in flight beyond the open-files limit: the kernel counts
  * the descriptors a user has sent and not yet received against its
  * RLIMIT_NOFILE (for a user without CAP_SYS_RESOURCE), and refuses more
@@ -222,6 +291,7 @@ static void register_cases(void) {
     test_add("silent_peer_times_out", test_silent, NULL);
     test_add("closed_peer_fails", test_closed, NULL);
     test_add("reset_peer_fails", test_reset_peer, NULL);
+    test_add("notice_then_reset", test_notice_then_reset, NULL);
     test_add("descriptors_in_flight_over_the_limit", test_inflight_limit, NULL);
 }
 

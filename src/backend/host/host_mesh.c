@@ -233,8 +233,11 @@ host_peek host_mesh_peek(int fd, host_notice *notice) {
         if (n <= 0) return HOST_PEEK_CLOSED;
         if ((size_t)n != sizeof *notice || notice->magic != HOST_NOTICE_MAGIC)
             return HOST_PEEK_MESSAGE;
-        if (recv(fd, notice, sizeof *notice, MSG_DONTWAIT) != (ssize_t)sizeof *notice)
-            return HOST_PEEK_CLOSED;
+        /* The peer may close between the look and the taking: its reset
+         * comes first then, and the notice is still there to look at. */
+        ssize_t got = recv(fd, notice, sizeof *notice, MSG_DONTWAIT);
+        if (got < 0 && (errno == EINTR || errno == ECONNRESET)) continue;
+        if (got != (ssize_t)sizeof *notice) return HOST_PEEK_CLOSED;
         notice->message[sizeof notice->message - 1] = '\0';
         return HOST_PEEK_NOTICE;
     }
@@ -283,7 +286,10 @@ static cgm_status gone(host_mesh *m, int r) {
         if (e == HOST_PEEK_NOTICE) return host_mesh_notice_failure(m, &n);
         if (e != HOST_PEEK_MESSAGE) break;
         char drop;
-        if (recv(fd, &drop, 1, MSG_DONTWAIT) < 0) break; /* the whole message goes */
+        ssize_t d;
+        do d = recv(fd, &drop, 1, MSG_DONTWAIT); /* the whole message goes */
+        while (d < 0 && (errno == EINTR || errno == ECONNRESET));
+        if (d < 0) break;
     }
     return closed_failure(m, r);
 }
