@@ -382,6 +382,37 @@ const char *cgm_gemm_reduction_name(cgm_gemm_reduction gemm_reduction);
 cgm_status cgm_gemm_reduction_from_name(const char *name,
                                         cgm_gemm_reduction *out);
 
+/** What a GEMM op does to its result before it stores it (cuBLASLt's
+ *  epilogues, defined for the distributed ops in "Epilogues" below). Bias
+ *  is not an epilogue of its own: a non-NULL bias is added wherever the
+ *  epilogue allows one. */
+typedef enum cgm_epilogue {
+    /** Y = r (+ bias): no epilogue. */
+    CGM_EPILOGUE_NONE = 0,
+    /** Y = gelu(r + bias). */
+    CGM_EPILOGUE_GELU = 1,
+    /** Y = gelu(r + bias), and options.aux = r + bias (the pre-activation,
+     *  which the backward's DGELU reads). */
+    CGM_EPILOGUE_GELU_AUX = 2,
+    /** Y = r * gelu'(options.aux): the gradient through a GELU whose
+     *  pre-activation GELU_AUX kept. No bias. */
+    CGM_EPILOGUE_DGELU = 3,
+    /** DGELU, and options.bgrad = the column sums of Y over all m rows of
+     *  the layer (the bias gradient of the layer whose GELU this is). */
+    CGM_EPILOGUE_DGELU_BGRAD = 4,
+    /** Y = r (+ bias), and options.bgrad = the sums of op(A) along the
+     *  contraction: the bias gradient when the GEMM is a weight gradient
+     *  dW = dY^T . X (layout NT, A = dY). cgm_bulk_overlap's GEMM only. */
+    CGM_EPILOGUE_BGRAD = 5,
+    CGM_EPILOGUE_COUNT_ = 6
+} cgm_epilogue;
+
+/** "none", "gelu", "gelu_aux", "dgelu", "dgelu_bgrad", "bgrad" or
+ *  "invalid". Thread safe. */
+const char *cgm_epilogue_name(cgm_epilogue epilogue);
+/** Parses an epilogue name (as above, case-insensitive). */
+cgm_status cgm_epilogue_from_name(const char *name, cgm_epilogue *out);
+
 /* ------------------------------------------------------------------ */
 /* Communicators                                                       */
 /* ------------------------------------------------------------------ */
@@ -594,12 +625,22 @@ typedef struct cgm_op_options {
      *  below), for delayed scaling. One float, in the memory the data
      *  lives in, aligned to 4 bytes. NULL: not computed. */
     float *y_amax;
+    /** What the op does to its result before storing it ("Epilogues"
+     *  below). Default CGM_EPILOGUE_NONE. */
+    cgm_epilogue epilogue;
+    /** GELU_AUX: where the pre-activation is written (an output);
+     *  DGELU, DGELU_BGRAD: the pre-activation read (an input). Shaped like
+     *  this rank's Y; NULL for other epilogues. */
+    cgm_matrix *aux;
+    /** DGELU_BGRAD, BGRAD: where the bias gradient is written, a 1 x n
+     *  matrix (BGRAD: 1 x C's rows); NULL for other epilogues. */
+    cgm_matrix *bgrad;
 } cgm_op_options;
 
 #define CGM_OP_OPTIONS_INIT                                                   \
     { sizeof(cgm_op_options), CGM_LAYOUT_TN, 0, CGM_ALGO_AUTO, 0,             \
       CGM_BACKEND_DEFAULT, 0, CGM_PARTIAL_DTYPE_DEFAULT,                      \
-      CGM_GEMM_REDUCTION_DEFAULT, 0, NULL }
+      CGM_GEMM_REDUCTION_DEFAULT, 0, NULL, CGM_EPILOGUE_NONE, NULL, NULL }
 
 /*
  * Operand rules common to the GEMM ops:
@@ -620,7 +661,7 @@ typedef struct cgm_op_options {
  *   max_m); CGM_ERROR_INVALID_USAGE (comm not live, in use by another
  *   thread's call, non-NULL stream on host);
  *   CGM_ERROR_NOT_SUPPORTED (fp8 on a GPU backend, fp8 with layout NN or
- *   NT, an option the backend lacks);
+ *   NT, an epilogue on a GPU backend, an option the backend lacks);
  *   CGM_ERROR_UNAVAILABLE (backend not available on this comm);
  *   CGM_ERROR_MISMATCH (ranks disagree: on every rank); CGM_ERROR_TIMEOUT /
  *   CGM_ERROR_PEER_FAILED (comm broken afterwards); CGM_ERROR_CUDA / _NCCL /
@@ -691,6 +732,56 @@ typedef struct cgm_op_options {
  * - Agreement: X's dtype and scaling, W's dtype and the output dtype are
  *   in the call's signature (ranks that differ: CGM_ERROR_MISMATCH); for
  *   GEMM+AR the presence of y_amax too.
+ */
+
+/*
+ * Epilogues (options.epilogue; docs/EPILOGUES.md has the why of each rule)
+ * - The values: r(i, j) is the op's result before anything is added: the
+ *   fp32 GEMM result (AG+GEMM, bulk's GEMM) or the fp32 sum over ranks
+ *   (GEMM+RS, GEMM+AR), as in "FP8" for fp8 inputs. b[j] is bias[j] (0
+ *   without a bias). All math is fp32; each output is rounded once to its
+ *   dtype (an fp8 Y as in "FP8": scaled, saturated).
+ *     gelu(t)  = 0.5 t (1 + tanh(c (t + 0.044715 t^3))), c = sqrt(2 / pi)
+ *                (the tanh form of PyTorch's gelu(approximate="tanh"),
+ *                which cuBLASLt's GELU epilogues compute)
+ *     gelu'(t) = its derivative
+ *   NONE:        Y = r + b
+ *   GELU:        Y = gelu(r + b)
+ *   GELU_AUX:    Y = gelu(r + b);  aux = r + b
+ *   DGELU:       Y = r * gelu'(aux)
+ *   DGELU_BGRAD: Y = r * gelu'(aux); bgrad[j] = sum over the layer's m rows
+ *                of r(i, j) * gelu'(aux(i, j)) (before Y's rounding)
+ *   BGRAD:       Y = r + b; bgrad[i] = sum over l of op(A)(i, l)
+ *   With an fp8 Y, options.y_amax is the amax of Y's value before
+ *   y.scale (gelu(r + b), r * gelu'(aux)).
+ * - Where it applies in a distributed op: AG+GEMM: to its [m, n] output as
+ *   to a local GEMM's (aux is [m, n]; bgrad sums all m rows). GEMM+RS and
+ *   GEMM+AR: after the reduction, to the reduced rows (a partial sum has no
+ *   GELU): aux is shaped like this rank's Y (RS: [m_r, n], AR: [m, n]);
+ *   DGELU_BGRAD's bgrad is the sum over all m rows on every rank (RS: the
+ *   shards' column sums summed over the ranks). Bulk's GEMM: to C, as a
+ *   local GEMM (aux shaped like C); BGRAD is bulk's only (it sums an input,
+ *   not the reduced output, and the distributed ops' weight gradients are
+ *   not theirs): on AG+GEMM, GEMM+RS and GEMM+AR it is refused.
+ * - aux: Y's dtype (bf16 where Y is fp8), its own ld (>= n), no overlap
+ *   with any other operand; GELU_AUX writes it, DGELU and DGELU_BGRAD read
+ *   it. bgrad: 1 x n (BGRAD: 1 x C.rows), Y's dtype or fp32 (bf16 or fp32
+ *   where Y is fp8). GEMM+AR's DGELU gives every rank the same Y only where
+ *   every rank passes the same aux.
+ * - Refused (CGM_ERROR_INVALID_ARGUMENT, saying what to pass): aux or
+ *   bgrad missing where the epilogue needs it, given where it does not, of
+ *   the wrong shape or dtype, misaligned, in the wrong memory or
+ *   overlapping another operand; a bias with DGELU or DGELU_BGRAD
+ *   (cuBLASLt has none there: add it to the forward's GELU_AUX instead);
+ *   accumulate with GELU, GELU_AUX, DGELU or DGELU_BGRAD (the activation
+ *   of Y + r is not what a layer needs; accumulate outside); BGRAD on
+ *   AG+GEMM, GEMM+RS or GEMM+AR; an unknown value.
+ * - Backends: the host backend runs every rule above (the reference); the
+ *   GPU backends return CGM_ERROR_NOT_SUPPORTED for an epilogue other than
+ *   NONE today, saying to run that op on the host backend or to apply the
+ *   epilogue after the op.
+ * - Agreement: the epilogue and whether bias, aux and bgrad are given are
+ *   in the call's signature (ranks that differ: CGM_ERROR_MISMATCH).
  */
 
 /** AG+GEMM: Y[m, n] = allgather(X) . op(W) (+ bias).
