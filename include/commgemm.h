@@ -781,7 +781,8 @@ typedef struct cgm_op_options {
  *   NONE today, saying to run that op on the host backend or to apply the
  *   epilogue after the op.
  * - Agreement: the epilogue and whether bias, aux and bgrad are given are
- *   in the call's signature (ranks that differ: CGM_ERROR_MISMATCH).
+ *   in the call's signature (ranks that differ: CGM_ERROR_MISMATCH); bulk's
+ *   GEMM is local, its epilogue may differ per rank like its other options.
  */
 
 /** AG+GEMM: Y[m, n] = allgather(X) . op(W) (+ bias).
