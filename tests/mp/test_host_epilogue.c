@@ -59,16 +59,6 @@ typedef struct input {
     float *scale; /* fp8: its tensor scale (free_input frees it) */
 } input;
 
-static uint8_t gen_code(uint64_t seed, int64_t i, int64_t j) {
-    uint64_t h = test_mix64(seed * 0x9e3779b97f4a7c15ull ^ test_mix64((uint64_t)i * 0x100000001b3ull + (uint64_t)j));
-    for (;;) {
-        uint8_t c = (uint8_t)h;
-        double v = fabs(test_fp8_value(c, CGM_DTYPE_FP8_E4M3));
-        if (isfinite(v) && v <= 4) return c;
-        h = test_mix64(h + 1);
-    }
-}
-
 static input make_input(cgm_dtype dt, bool t, int64_t rows, int64_t cols, int64_t row0, uint64_t seed,
                         int64_t pad) {
     input in = {{0}, t, NULL};
@@ -78,7 +68,7 @@ static input make_input(cgm_dtype dt, bool t, int64_t rows, int64_t cols, int64_
     }
     in.m = test_alloc(dt, rows, cols, pad);
     for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < cols; j++) ((uint8_t *)in.m.data)[i * in.m.ld + j] = gen_code(seed, row0 + i, j);
+        for (int64_t j = 0; j < cols; j++) ((uint8_t *)in.m.data)[i * in.m.ld + j] = mp_fp8_code(dt, seed, row0 + i, j);
     in.scale = malloc(sizeof *in.scale);
     if (!in.scale) TEST_FAIL("out of memory");
     *in.scale = 0.05f + (float)(seed % 7) / 11.0f; /* not a power of two */
