@@ -853,7 +853,10 @@ cgm_status cgm_bulk_overlap(cgm_comm *comm, const cgm_matrix *a,
  *  (DGELU_BGRAD, BGRAD; 1-D or [1, n])], shaped as the op's. Attributes
  *  (integer scalars): comm (the cgm_comm pointer, required), layout, algo,
  *  splits, backend, allow_tf32, partial_dtype, gemm_reduction, epilogue
- *  (optional, CGM_OP_OPTIONS_INIT's defaults).
+ *  (optional, CGM_OP_OPTIONS_INIT's defaults); ordered (0/1): the last
+ *  operand and the last result are order markers, buffers of any type the
+ *  handler never reads or writes, so that a call given the marker of
+ *  another runs after it (XLA orders custom calls by their data only).
  *  The op runs on XLA's stream (GPU backends) or, on the host backend,
  *  synchronously with a NULL stream. The call's backend must match XLA's
  *  platform (which XLA's stream query tells: a stream on its GPU, an

@@ -93,9 +93,26 @@ def _rows_k(layout, x):
     return (x.shape[1], x.shape[0]) if layout == "NT" else (x.shape[0], x.shape[1])
 
 
-def _call(target, results, operands, attrs):
+_MARKER = jax.ShapeDtypeStruct((1,), jnp.uint8)
+
+
+def _call(target, results, operands, attrs, after=None):
+    """One custom call: its results (a tuple) and its order marker. XLA orders
+    custom calls by their data only, and the ranks' programs may differ in shape
+    (uneven shards), so two calls without a data path between them could run in
+    different orders on different ranks; the layers pass the marker of the call
+    that must come first as `after` (the handlers' attribute ordered: a marker
+    operand and result, never read or written)."""
     register()
-    return jax.ffi.ffi_call(target, results, has_side_effect=True)(*operands, **attrs)
+    attrs = dict(attrs, ordered=np.int32(1))
+    marker_in = after if after is not None else jnp.zeros((1,), jnp.uint8)
+    out = jax.ffi.ffi_call(target, list(results) + [_MARKER], has_side_effect=True)(*operands, marker_in, **attrs)
+    return tuple(out[:-1]), out[-1]
+
+
+def _with_marker(value, marker, want):
+    """An op's return value, with its order marker when the layers asked (_marked=True)."""
+    return (value, marker) if want else value
 
 
 def _epilogue(epilogue, aux, y, bgrad_len, operands, results, attrs):
@@ -126,7 +143,7 @@ def _epilogue(epilogue, aux, y, bgrad_len, operands, results, attrs):
 
 def all_gather_matmul(x_shard, w, bias=None, *, comm, m=None, layout="TN", algo="auto", splits=0, backend=None,
                       allow_tf32=False, out_dtype=None, return_gathered=False, gemm_reduction=None, epilogue=None,
-                      aux=None):
+                      aux=None, _after=None, _marked=False):
     """AG+GEMM: Y[m, n] = allgather(X) . op(W) (+ bias), cgm_all_gather_gemm.
 
     x_shard: this rank's rows, [m_r, k] (TN, NN) or [k, m_r] (NT), m_r =
@@ -141,7 +158,8 @@ def all_gather_matmul(x_shard, w, bias=None, *, comm, m=None, layout="TN", algo=
     "Epilogues"); aux: the [m, n] pre-activation dgelu/dgelu_bgrad read.
     Returns y, then the gathered X (return_gathered), then the aux that
     gelu_aux writes, then dgelu_bgrad's bias gradient [n]; y alone bare.
-    Not differentiable: see column_parallel_linear."""
+    Not differentiable: see column_parallel_linear. (_after, _marked: the
+    layers' order markers, see _call.)"""
     layout = _layout_name(layout)
     _check_2d("x_shard", x_shard)
     _check_2d("w", w)
@@ -155,8 +173,8 @@ def all_gather_matmul(x_shard, w, bias=None, *, comm, m=None, layout="TN", algo=
     operands = [x_shard, w] + ([bias] if bias is not None else [])
     attrs = _comm_attrs(comm, layout, algo, splits, backend, allow_tf32, gemm_reduction=gemm_reduction)
     extra = _epilogue(epilogue, aux, results[0], n, operands, results, attrs)
-    out = _call("commgemm_all_gather_gemm", results, operands, attrs)
-    return tuple(out) if return_gathered or extra else out[0]
+    out, marker = _call("commgemm_all_gather_gemm", results, operands, attrs, _after)
+    return _with_marker(out if return_gathered or extra else out[0], marker, _marked)
 
 
 def _total_rows(comm, rows, m, what="all_gather_matmul"):
@@ -173,7 +191,7 @@ def _total_rows(comm, rows, m, what="all_gather_matmul"):
 
 
 def _reduce_op(target, x, w, bias, comm, layout, algo, splits, backend, allow_tf32, out_dtype, partial_dtype,
-               gemm_reduction, scatter, epilogue=None, aux=None):
+               gemm_reduction, scatter, epilogue=None, aux=None, after=None, marked=False):
     layout = _layout_name(layout)
     _check_2d("x", x)
     _check_2d("w", w)
@@ -184,13 +202,13 @@ def _reduce_op(target, x, w, bias, comm, layout, algo, splits, backend, allow_tf
     operands = [x, w] + ([bias] if bias is not None else [])
     attrs = _comm_attrs(comm, layout, algo, splits, backend, allow_tf32, partial_dtype, gemm_reduction)
     extra = _epilogue(epilogue, aux, results[0], n, operands, results, attrs)
-    out = _call(target, results, operands, attrs)
-    return tuple(out) if extra else out[0]
+    out, marker = _call(target, results, operands, attrs, after)
+    return _with_marker(out if extra else out[0], marker, marked)
 
 
 def matmul_reduce_scatter(x, w, bias=None, *, comm, layout="TN", algo="auto", splits=0, backend=None,
                           allow_tf32=False, out_dtype=None, partial_dtype=None, gemm_reduction=None, epilogue=None,
-                          aux=None):
+                          aux=None, _after=None, _marked=False):
     """GEMM+RS: this rank's rows [m_r, n] of sum_ranks X . op(W) (+ bias, added
     once), cgm_gemm_reduce_scatter. x: [m, k_loc] (TN, NN) or [k_loc, m]; w:
     [n, k_loc] (TN) or [k_loc, n]. partial_dtype: "fp32" or "output", the
@@ -198,21 +216,21 @@ def matmul_reduce_scatter(x, w, bias=None, *, comm, layout="TN", algo="auto", sp
     epilogue, aux: as all_gather_matmul's, applied after the reduction (aux
     shaped like the output). Not differentiable: see row_parallel_linear."""
     return _reduce_op("commgemm_gemm_reduce_scatter", x, w, bias, comm, layout, algo, splits, backend, allow_tf32,
-                      out_dtype, partial_dtype, gemm_reduction, True, epilogue, aux)
+                      out_dtype, partial_dtype, gemm_reduction, True, epilogue, aux, _after, _marked)
 
 
 def matmul_all_reduce(x, w, bias=None, *, comm, layout="TN", algo="auto", splits=0, backend=None,
                       allow_tf32=False, out_dtype=None, partial_dtype=None, gemm_reduction=None, epilogue=None,
-                      aux=None):
+                      aux=None, _after=None, _marked=False):
     """GEMM+AR: Y[m, n] = sum_ranks X . op(W) (+ bias, added once) on every rank,
     cgm_gemm_all_reduce. Operands and options as matmul_reduce_scatter's."""
     return _reduce_op("commgemm_gemm_all_reduce", x, w, bias, comm, layout, algo, splits, backend, allow_tf32,
-                      out_dtype, partial_dtype, gemm_reduction, False, epilogue, aux)
+                      out_dtype, partial_dtype, gemm_reduction, False, epilogue, aux, _after, _marked)
 
 
 def bulk_matmul_collective(a=None, b=None, bias=None, send=None, *, comm, collective="all_gather", m=None,
                            layout="TN", algo="auto", backend=None, allow_tf32=False, out_dtype=None,
-                           gemm_reduction=None, epilogue=None, aux=None):
+                           gemm_reduction=None, epilogue=None, aux=None, _after=None, _marked=False):
     """Bulk: a local GEMM C = op(a) . op(b) (+ bias) beside an unrelated
     collective on `send`, overlapped (cgm_bulk_overlap; e.g. the wgrad GEMM
     beside the dgrad's reduce-scatter). Either part may be left out (a and b
@@ -254,11 +272,12 @@ def bulk_matmul_collective(a=None, b=None, bias=None, send=None, *, comm, collec
         results.append(jax.ShapeDtypeStruct((rows, send.shape[1]), send.dtype))
         operands.append(send)
     attrs.update(gemm=np.int32(gemm), bias=np.int32(bias is not None), collective=np.int32(coll))
-    out = list(_call("commgemm_bulk_overlap", results, operands, attrs))
+    out, marker = _call("commgemm_bulk_overlap", results, operands, attrs, _after)
+    out = list(out)
     c = out.pop(0) if gemm else None
     written = [out.pop(0) for _ in range(extra)]
     recv = out.pop(0) if send is not None else None
-    return (c, recv, *written)
+    return _with_marker((c, recv, *written), marker, _marked)
 
 
 # --------------------------------------------------------------------------
@@ -301,19 +320,30 @@ def _route(comm, backend, what):
     return gathered, bulk
 
 
+def _tie(x, marker):
+    """x, computed only once the call that returned `marker` ran: a layer's backward
+    ties its output gradient to its forward's last call (the gradient need not
+    depend on the forward's values, e.g. of a linear loss), so that what it
+    computes and what the layers before it compute come after that call."""
+    return jax.lax.optimization_barrier((x, marker))[0]
+
+
 def _column_fwd(x_shard, w, bias, comm, m, backend, allow_tf32, precision):
     gathered_by_op, _ = _route(comm, backend, "column_parallel_linear")
     if gathered_by_op:
-        y, gathered = all_gather_matmul(x_shard, w, bias, comm=comm, m=m, backend=backend, allow_tf32=allow_tf32,
-                                        return_gathered=True, gemm_reduction=precision[1])
-        return y, (gathered, None, w, bias is not None)
+        (y, gathered), mk = all_gather_matmul(x_shard, w, bias, comm=comm, m=m, backend=backend,
+                                              allow_tf32=allow_tf32, return_gathered=True,
+                                              gemm_reduction=precision[1], _marked=True)
+        return y, (gathered, None, w, bias is not None, mk)
     # AG+GEMM keeps it (cublasmp): X_r is kept and gathered again in the backward
-    y = _column_impl(x_shard, w, bias, comm, m, backend, allow_tf32, precision)
-    return y, (None, x_shard, w, bias is not None)
+    y, mk = all_gather_matmul(x_shard, w, bias, comm=comm, m=m, backend=backend, allow_tf32=allow_tf32,
+                              gemm_reduction=precision[1], _marked=True)
+    return y, (None, x_shard, w, bias is not None, mk)
 
 
 def _column_bwd(comm, m, backend, allow_tf32, precision, res, grad_y):
-    gathered, x_shard, w, has_bias = res
+    gathered, x_shard, w, has_bias, mk = res  # mk: the forward's (or the caller's) last call
+    grad_y = _tie(grad_y, mk)
     _, bulk = _route(comm, backend, "column_parallel_linear")
     gr = precision[1]
     # As TransformerEngine's bulk overlap (and commgemm.torch): the dgrad
@@ -321,17 +351,19 @@ def _column_bwd(comm, m, backend, allow_tf32, precision, res, grad_y):
     # not keep it), then its reduce-scatter (dX_r) beside the wgrad GEMM
     # dW = dY^T . allgather(X) (NT: a = dY as [k = m, n_loc], b = X as [m, k]).
     if gathered is None:
-        partial, gathered = bulk_matmul_collective(grad_y, w, send=x_shard, comm=comm, collective="all_gather",
-                                                   m=m, layout="NN", backend=bulk, allow_tf32=allow_tf32,
-                                                   gemm_reduction=gr)
+        (partial, gathered), mk = bulk_matmul_collective(grad_y, w, send=x_shard, comm=comm,
+                                                         collective="all_gather", m=m, layout="NN", backend=bulk,
+                                                         allow_tf32=allow_tf32, gemm_reduction=gr, _after=mk,
+                                                         _marked=True)
     else:
         partial = _mm(grad_y, w, allow_tf32).astype(grad_y.dtype)
     if comm.supports("bulk", bulk):
         dw, dx = bulk_matmul_collective(grad_y, gathered, send=partial, comm=comm, collective="reduce_scatter",
-                                        layout="NT", backend=bulk, allow_tf32=allow_tf32, gemm_reduction=gr)
+                                        layout="NT", backend=bulk, allow_tf32=allow_tf32, gemm_reduction=gr,
+                                        _after=mk)
     else:  # no bulk op (cublasmp): dX by one GEMM+RS (NN), dW a local GEMM
         dx = matmul_reduce_scatter(grad_y, w, comm=comm, layout="NN", backend=backend, allow_tf32=allow_tf32,
-                                   partial_dtype=precision[0], gemm_reduction=gr)
+                                   partial_dtype=precision[0], gemm_reduction=gr, _after=mk)
         dw = _mm(grad_y.T, gathered, allow_tf32)
     db = _bias_grad(grad_y) if has_bias else None
     return dx, dw.astype(w.dtype), db
@@ -379,14 +411,15 @@ def _column_gelu_impl(x_shard, w, bias, comm, m, backend, allow_tf32, precision)
 
 
 def _column_gelu_fwd(x_shard, w, bias, comm, m, backend, allow_tf32, precision):
-    y, gathered, pre = all_gather_matmul(x_shard, w, bias, comm=comm, m=m, backend=backend, allow_tf32=allow_tf32,
-                                         return_gathered=True, gemm_reduction=precision[1], epilogue="gelu_aux")
-    return y, (gathered, None, w, bias is not None, pre)
+    (y, gathered, pre), mk = all_gather_matmul(x_shard, w, bias, comm=comm, m=m, backend=backend,
+                                               allow_tf32=allow_tf32, return_gathered=True,
+                                               gemm_reduction=precision[1], epilogue="gelu_aux", _marked=True)
+    return y, (gathered, None, w, bias is not None, pre, mk)
 
 
 def _column_gelu_bwd(comm, m, backend, allow_tf32, precision, res, grad_y):
-    gathered, x_shard, w, has_bias, pre = res
-    return _column_bwd(comm, m, backend, allow_tf32, precision, (gathered, x_shard, w, has_bias),
+    gathered, x_shard, w, has_bias, pre, mk = res
+    return _column_bwd(comm, m, backend, allow_tf32, precision, (gathered, x_shard, w, has_bias, mk),
                        _dgelu(grad_y, pre))
 
 
@@ -477,19 +510,23 @@ def column_parallel_linear(x, w, bias=None, *, comm, m=None, sequence_parallel=T
 
 
 def _row_fwd(x, w, bias, comm, backend, allow_tf32, precision):
-    return _row_impl(x, w, bias, comm, backend, allow_tf32, precision), (x, w, bias is not None)
+    y, mk = matmul_reduce_scatter(x, w, bias, comm=comm, backend=backend, allow_tf32=allow_tf32,
+                                  partial_dtype=precision[0], gemm_reduction=precision[1], _marked=True)
+    return y, (x, w, bias is not None, mk)
 
 
 def _row_bwd(comm, backend, allow_tf32, precision, res, grad_y):
-    x, w, has_bias = res
+    x, w, has_bias, mk = res
+    grad_y = _tie(grad_y, mk)
     gathered_by_op, bulk = _route(comm, backend, "row_parallel_linear")
     if gathered_by_op:
         # dX = allgather(dY_r) . W (AG+GEMM, NN), which also gives the gathered dY
         dx, gathered = all_gather_matmul(grad_y, w, comm=comm, m=x.shape[0], layout="NN", backend=backend,
-                                         allow_tf32=allow_tf32, return_gathered=True, gemm_reduction=precision[1])
+                                         allow_tf32=allow_tf32, return_gathered=True, gemm_reduction=precision[1],
+                                         _after=mk)
     else:  # AG+GEMM keeps it (cublasmp): dY gathered alone, dX a local GEMM
         _, gathered = bulk_matmul_collective(send=grad_y, comm=comm, collective="all_gather", m=x.shape[0],
-                                             backend=bulk)
+                                             backend=bulk, _after=mk)
         dx = _mm(gathered, w, allow_tf32).astype(x.dtype)
     dw = _mm(gathered.T, x, allow_tf32).astype(w.dtype)
     db = _bias_grad(gathered) if has_bias else None
@@ -511,11 +548,14 @@ def _row_ar_impl(x, w, bias, comm, backend, allow_tf32, precision):
 
 
 def _row_ar_fwd(x, w, bias, comm, backend, allow_tf32, precision):
-    return _row_ar_impl(x, w, bias, comm, backend, allow_tf32, precision), (x, w, bias is not None)
+    y, mk = matmul_all_reduce(x, w, bias, comm=comm, backend=backend, allow_tf32=allow_tf32,
+                              partial_dtype=precision[0], gemm_reduction=precision[1], _marked=True)
+    return y, (x, w, bias is not None, mk)
 
 
 def _row_ar_bwd(comm, backend, allow_tf32, precision, res, grad_y):
-    x, w, has_bias = res
+    x, w, has_bias, mk = res
+    grad_y = _tie(grad_y, mk)  # what the layers before compute from dX comes after the forward's GEMM+AR
     # dY is the same on every rank (the output is replicated): all local
     dx = _mm(grad_y, w, allow_tf32).astype(x.dtype)
     dw = _mm(grad_y.T, x, allow_tf32).astype(w.dtype)
@@ -559,25 +599,28 @@ def _mlp_impl(x, w1, b1, w2, b2, comm, m, backend, allow_tf32, precision):
 
 
 def _mlp_fwd(x, w1, b1, w2, b2, comm, m, backend, allow_tf32, precision):
-    h, (gathered, _, _, has_b1, pre) = _column_gelu_fwd(x, w1, b1, comm, m, backend, allow_tf32, precision)
-    y = _row_impl(h, w2, b2, comm, backend, allow_tf32, precision)
-    return y, (gathered, w1, pre, h, w2, has_b1, b2 is not None)
+    h, (gathered, _, _, has_b1, pre, mk) = _column_gelu_fwd(x, w1, b1, comm, m, backend, allow_tf32, precision)
+    y, mk = matmul_reduce_scatter(h, w2, b2, comm=comm, backend=backend, allow_tf32=allow_tf32,
+                                  partial_dtype=precision[0], gemm_reduction=precision[1], _after=mk, _marked=True)
+    return y, (gathered, w1, pre, h, w2, has_b1, b2 is not None, mk)
 
 
 def _mlp_bwd(comm, m, backend, allow_tf32, precision, res, grad_y):
-    gathered, w1, pre, h, w2, has_b1, has_b2 = res
+    gathered, w1, pre, h, w2, has_b1, has_b2, mk = res
+    grad_y = _tie(grad_y, mk)
     gr = precision[1]
     # fc2's dgrad through the GELU: dPre = (allgather(dY) . W2) * gelu'(pre) (AG+GEMM, NN) with
     # fc1's bias gradient in the same epilogue; it hands back the gathered dY for fc2's wgrad
-    out = all_gather_matmul(grad_y, w2, comm=comm, m=m, layout="NN", backend=backend, allow_tf32=allow_tf32,
-                            return_gathered=True, gemm_reduction=gr, epilogue="dgelu_bgrad" if has_b1 else "dgelu",
-                            aux=pre)
+    out, mk = all_gather_matmul(grad_y, w2, comm=comm, m=m, layout="NN", backend=backend, allow_tf32=allow_tf32,
+                                return_gathered=True, gemm_reduction=gr,
+                                epilogue="dgelu_bgrad" if has_b1 else "dgelu", aux=pre, _after=mk, _marked=True)
     dpre, dy_all, db1 = out if has_b1 else (*out, None)
     # fc2's wgrad dW2 = dY^T . H (NT) with its bias gradient sum_rows dY in the BGRAD epilogue
     bulk = backend if comm.supports("bulk", backend) else None
-    dw2, _, db2 = bulk_matmul_collective(dy_all, h, comm=comm, layout="NT", backend=bulk, allow_tf32=allow_tf32,
-                                         gemm_reduction=gr, epilogue="bgrad")
-    dx, dw1, _ = _column_bwd(comm, m, backend, allow_tf32, precision, (gathered, None, w1, False), dpre)
+    (dw2, _, db2), mk = bulk_matmul_collective(dy_all, h, comm=comm, layout="NT", backend=bulk,
+                                               allow_tf32=allow_tf32, gemm_reduction=gr, epilogue="bgrad", _after=mk,
+                                               _marked=True)
+    dx, dw1, _ = _column_bwd(comm, m, backend, allow_tf32, precision, (gathered, None, w1, False, mk), dpre)
     return dx, dw1, db1, dw2.astype(w2.dtype), (db2 if has_b2 else None)
 
 

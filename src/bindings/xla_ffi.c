@@ -84,6 +84,10 @@ typedef struct xffi_call {
     /* bulk only: whether the GEMM and its bias are present, the collective
      * (-1: none) */
     int gemm, bias, collective;
+    /* attribute ordered = 1: the last operand and the last result are order
+     * markers, never read or written: a call that takes the marker another
+     * call returned runs after it (XLA orders calls by their data only) */
+    int ordered;
 } xffi_call;
 
 static bool name_is(const xffi_span *s, const char *name) {
@@ -138,6 +142,8 @@ static xffi_error *call_of(const xffi_frame *f, const char *op, cgm_op cop, xffi
             c->opt.gemm_reduction = (cgm_gemm_reduction)v;
         } else if (name_is(name, "epilogue")) {
             c->opt.epilogue = (cgm_epilogue)v; /* the op refuses a bad value */
+        } else if (name_is(name, "ordered")) {
+            c->ordered = v != 0;
         } else if (cop == CGM_OP_BULK && name_is(name, "gemm")) {
             c->gemm = v != 0;
         } else if (cop == CGM_OP_BULK && name_is(name, "bias")) {
@@ -150,7 +156,7 @@ static xffi_error *call_of(const xffi_frame *f, const char *op, cgm_op cop, xffi
             c->collective = (int)v;
         } else {
             return fail(f, XFFI_INVALID_ARGUMENT, op, "unknown attribute %.*s: expected comm, layout, algo, splits, "
-                        "backend, allow_tf32, partial_dtype, gemm_reduction, epilogue%s", (int)name->len, name->ptr,
+                        "backend, allow_tf32, partial_dtype, gemm_reduction, epilogue, ordered%s", (int)name->len, name->ptr,
                         cop == CGM_OP_BULK ? ", gemm, bias or collective" : "");
         }
     }
@@ -298,6 +304,19 @@ static xffi_error *operands(const xffi_frame *f, const char *op, xffi_call *c, b
     return epilogue_buffers(f, op, c, io, &in, &out);
 }
 
+/* The frame without its order markers (attribute ordered), in *view. */
+static xffi_error *without_markers(const xffi_frame *f, const char *op, const xffi_call *c, xffi_frame *view) {
+    *view = *f;
+    if (!c->ordered) return NULL;
+    if (f->args.size < 1 || f->rets.size < 1)
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "attribute ordered = 1: expected an order marker as the last "
+                    "operand and as the last result, found %" PRId64 " operands and %" PRId64 " results",
+                    f->args.size, f->rets.size);
+    view->args.size--;
+    view->rets.size--;
+    return NULL;
+}
+
 static xffi_error *result(const xffi_frame *f, const char *op, cgm_status st) {
     if (st == CGM_SUCCESS) return NULL;
     return fail(f, status_code(st), op, "%s (%s)", cgm_last_error(), cgm_status_string(st));
@@ -314,9 +333,10 @@ static void *handle(void *frame, cgm_op cop, const char *op) {
     bool has_xg = false;
     xffi_call c;
     epilogue_io io;
+    xffi_frame view;
     xffi_error *e = frame_size(f, op);
-    if (e || (e = call_of(f, op, cop, &c))) return e;
-    if ((e = operands(f, op, &c, ag, &x, &w, &bias, &b, &y, &xg, &has_xg, &io))) return e;
+    if (e || (e = call_of(f, op, cop, &c)) || (e = without_markers(f, op, &c, &view))) return e;
+    if ((e = operands(&view, op, &c, ag, &x, &w, &bias, &b, &y, &xg, &has_xg, &io))) return e;
     cgm_status st;
     if (ag)
         st = cgm_all_gather_gemm(c.comm, &x, &w, b, &y, has_xg ? &xg : NULL, &c.opt, c.stream);
@@ -348,7 +368,9 @@ void *cgm_xla_ffi_bulk_overlap(void *frame) {
     xffi_error *e = frame_size(f, op);
     if (e) return e;
     xffi_call c;
-    if ((e = call_of(f, op, CGM_OP_BULK, &c))) return e;
+    xffi_frame view;
+    if ((e = call_of(f, op, CGM_OP_BULK, &c)) || (e = without_markers(f, op, &c, &view))) return e;
+    f = &view;
     bool coll = c.collective >= 0;
     epilogue_io io;
     epilogue_counts(c.gemm ? c.opt.epilogue : CGM_EPILOGUE_NONE, &io);

@@ -376,7 +376,7 @@ def check_mlp(comm, device, dtype, m, hidden=16, ffn=37, bias=True, sequence_par
     y_ref.backward(G.float())
     sp = sequence_parallel
     x = (seq_shard(X, comm, batch_first) if sp else X).clone().requires_grad_()
-    y = mlp(x)
+    y = mlp(x, m * (batch or 1)) if sp else mlp(x)
     what = f"ParallelMLP P={comm.size} r={comm.rank} m={m} {dtype} sp={sp} bias={bias} bf={batch_first}"
     assert_close(y, seq_shard(y_ref, comm, batch_first) if sp else y_ref, dtype, what + " output")
     y.backward(seq_shard(G, comm, batch_first) if sp else G)
