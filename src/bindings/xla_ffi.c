@@ -285,10 +285,16 @@ static xffi_error *operands(const xffi_frame *f, const char *op, xffi_call *c, b
     if (f->args.size < 2 + io->aux_in || f->args.size > 3 + io->aux_in)
         return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %d or %d operands (x, w[, bias]%s), found %" PRId64,
                     2 + io->aux_in, 3 + io->aux_in, io->aux_in ? ", aux" : "", f->args.size);
-    if (f->rets.size < 1 + eps || f->rets.size > 1 + ag + eps)
-        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %" PRId64 "%s results (y%s%s%s), found %" PRId64,
-                    1 + eps, ag ? " or one more" : "", ag ? "[, x_gathered]" : "", io->aux_out ? ", aux" : "",
-                    io->bgrad ? ", bgrad" : "", f->rets.size);
+    if (f->rets.size < 1 + eps || f->rets.size > 1 + ag + eps) {
+        char count[32];
+        if (ag)
+            snprintf(count, sizeof count, "%d or %d results", (int)(1 + eps), (int)(2 + eps));
+        else
+            snprintf(count, sizeof count, "%d result%s", (int)(1 + eps), eps ? "s" : "");
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %s (y%s%s%s), found %" PRId64 " results", count,
+                    ag ? "[, x_gathered]" : "", io->aux_out ? ", aux" : "", io->bgrad ? ", bgrad" : "",
+                    f->rets.size);
+    }
     if ((e = all_buffers(f, op))) return e;
     if ((e = matrix_of(f, op, "x", f->args.items[0], false, x))) return e;
     if ((e = matrix_of(f, op, "w", f->args.items[1], false, w))) return e;
