@@ -41,6 +41,8 @@ typedef struct bench_options {
     /* --partials: gemm_rs/gemm_ar's options.partial_dtype; DEFAULT until
      * run_rank resolves it to the comm's. */
     cgm_partial_dtype partials;
+    /* --epilogue: every op's options.epilogue (BGRAD: --op bulk only). */
+    cgm_epilogue epilogue;
     int warmup, iters;
     int check;
     int graph; /* --graph: time CUDA-graph replays where the env can */
@@ -207,10 +209,27 @@ void bench_poison(void *host, cgm_dtype dtype, int64_t count);
  * ld n_cols holding global rows row0.. and global columns col0..) on a
  * sample of rows and columns bounded by a work budget. Returns the number
  * of elements outside tolerance (printing the first few). */
+/* The epilogue of the checked output: NONE (or BGRAD: Y = r), GELU,
+ * GELU_AUX (`aux`, host, [rows, n_cols]: what the op wrote, checked
+ * against r), DGELU, DGELU_BGRAD (aux from bench_aux_value): Y = gelu(r)
+ * or r * gelu'(aux), in double (the bench's own formulas). */
+typedef struct bench_epilogue_check {
+    cgm_epilogue epilogue;
+    const void *aux;
+    cgm_dtype aux_dtype;
+} bench_epilogue_check;
 int64_t bench_check_gemm(const void *y, cgm_dtype dtype, uint64_t seed,
                          int64_t row0, int64_t rows, int64_t col0,
                          int64_t n_cols, int64_t k, int rounded_partials,
-                         const char *what);
+                         const bench_epilogue_check *epi, const char *what);
+/* DGELU's pre-activation at global (row, col): in [-2.5, 2.5], as stored
+ * in `dtype`. */
+double bench_aux_value(uint64_t seed, cgm_dtype dtype, int64_t row, int64_t col);
+/* The bias gradient of an op with DGELU_BGRAD (`bgrad`, fp32, host: the
+ * column sums over all m rows of r * gelu'(aux), columns col0..) or of
+ * bulk's BGRAD (rows = m sums of X's rows over k), on sampled entries. */
+int64_t bench_check_bgrad(const float *bgrad, cgm_epilogue epilogue, uint64_t seed, cgm_dtype aux_dtype,
+                          int64_t m, int64_t col0, int64_t n_cols, int64_t k, const char *what);
 /* Checks a gathered copy of a generated tensor (exact). */
 int64_t bench_check_copy(const void *y, cgm_dtype dtype, uint64_t seed,
                          int tensor, int64_t rows, int64_t cols,
@@ -229,6 +248,9 @@ typedef struct bench_row {
     double ideal_us, ratio, tflops;
     int64_t wrong;
     int failed; /* an op returned an error on some rank */
+    /* The backend refused the call (CGM_ERROR_NOT_SUPPORTED, e.g. an
+     * epilogue on a GPU backend): reported as skipped, not as an error. */
+    int skipped;
     /* --graph: bit per measurement (op, gemm, comm, seq) timed as a graph
      * replay on every rank; the others were timed eagerly. */
     unsigned graph_mask;

@@ -3,6 +3,7 @@
  * its own shards and checks its own outputs without any exchange. */
 #include <inttypes.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -191,10 +192,47 @@ static void report(const char *what, int64_t printed, int64_t row, int64_t col,
                 what, row, col, got, want, tol);
 }
 
+/* GELU's tanh form and its derivative, in double. */
+static double gelu(double t) {
+    const double c = 0.7978845608028654;
+    return 0.5 * t * (1 + tanh(c * (t + 0.044715 * t * t * t)));
+}
+
+static double dgelu(double t) {
+    const double c = 0.7978845608028654;
+    double th = tanh(c * (t + 0.044715 * t * t * t));
+    return 0.5 * (1 + th) + 0.5 * t * (1 - th * th) * c * (1 + 3 * 0.044715 * t * t);
+}
+
+double bench_aux_value(uint64_t seed, cgm_dtype dtype, int64_t row, int64_t col) {
+    unsigned char stored[4];
+    bench_store(stored, dtype, 0, 2.5 * bench_value(seed, BENCH_TENSOR_MISC, row, col));
+    return bench_load(stored, dtype, 0);
+}
+
+/* What the epilogue makes of r at global (row, col), and the slope that
+ * scales r's tolerance; GELU_AUX's aux checked against r on the way. */
+static double apply_epilogue(const bench_epilogue_check *e, uint64_t seed, double r, int64_t row, int64_t col,
+                             double *slope) {
+    *slope = 1;
+    if (!e) return r;
+    switch (e->epilogue) {
+    case CGM_EPILOGUE_GELU:
+    case CGM_EPILOGUE_GELU_AUX: *slope = 1.2; return gelu(r);
+    case CGM_EPILOGUE_DGELU:
+    case CGM_EPILOGUE_DGELU_BGRAD: {
+        double d = dgelu(bench_aux_value(seed, e->aux_dtype, row, col));
+        *slope = fabs(d);
+        return r * d;
+    }
+    default: return r;
+    }
+}
+
 int64_t bench_check_gemm(const void *y, cgm_dtype dtype, uint64_t seed,
                          int64_t row0, int64_t rows, int64_t col0,
                          int64_t n_cols, int64_t k, int rounded_partials,
-                         const char *what) {
+                         const bench_epilogue_check *epi, const char *what) {
     if (rows <= 0 || n_cols <= 0) return 0;
     int64_t rs = rows, cs = n_cols, per = k > 0 ? k : 1;
     while ((rs > 1 || cs > 1) && rs * cs * per > CHECK_BUDGET) {
@@ -225,15 +263,59 @@ int64_t bench_check_gemm(const void *y, cgm_dtype dtype, uint64_t seed,
             int64_t j = sample_index(b, cs, n_cols);
             double ref = 0;
             for (int64_t l = 0; l < k; l++) ref += xs[a * per + l] * ws[b * per + l];
-            double got = bench_load(y, dtype, i * n_cols + j);
-            double tol = tolerance(dtype, k, ref, rounded_partials);
-            if (!(fabs(got - ref) <= tol)) /* NaN counts as wrong */
-                report(what, wrong++, row0 + i, col0 + j, got, ref, tol);
+            double got = bench_load(y, dtype, i * n_cols + j), slope;
+            double want = apply_epilogue(epi, seed, ref, row0 + i, col0 + j, &slope);
+            double tol = tolerance(dtype, k, ref, rounded_partials) * fmax(slope, 0.5) +
+                         tolerance(dtype, 0, want, 0);
+            if (!(fabs(got - want) <= tol)) /* NaN counts as wrong */
+                report(what, wrong++, row0 + i, col0 + j, got, want, tol);
+            if (epi && epi->epilogue == CGM_EPILOGUE_GELU_AUX) { /* aux = r */
+                got = bench_load(epi->aux, epi->aux_dtype, i * n_cols + j);
+                tol = tolerance(epi->aux_dtype, k, ref, rounded_partials);
+                if (!(fabs(got - ref) <= tol)) report(what, wrong++, row0 + i, col0 + j, got, ref, tol);
+            }
         }
     }
 done:
     free(xs);
     free(ws);
+    return wrong;
+}
+
+int64_t bench_check_bgrad(const float *bgrad, cgm_epilogue epilogue, uint64_t seed, cgm_dtype aux_dtype,
+                          int64_t m, int64_t col0, int64_t n_cols, int64_t k, const char *what) {
+    bool rows = epilogue == CGM_EPILOGUE_BGRAD; /* one sum per row of X over k */
+    int64_t count = rows ? m : n_cols, per = rows ? k : m * (k > 0 ? k : 1), cs = count, wrong = 0;
+    while (cs > 1 && cs * per > CHECK_BUDGET) cs = (cs + 1) / 2;
+    double *xs = rows ? NULL : malloc((size_t)(m * k + 1) * sizeof *xs);
+    if (!rows && !xs) {
+        fprintf(stderr, "commgemm-bench: %s: out of memory for the check\n", what);
+        return 1;
+    }
+    for (int64_t i = 0; !rows && i < m; i++)
+        for (int64_t l = 0; l < k; l++) xs[i * k + l] = bench_value(seed, BENCH_TENSOR_X, i, l);
+    for (int64_t b = 0; b < cs; b++) {
+        int64_t j = sample_index(b, cs, count);
+        double want = 0, mag = 0;
+        if (rows) {
+            for (int64_t l = 0; l < k; l++) {
+                double v = bench_value(seed, BENCH_TENSOR_X, j, l);
+                want += v;
+                mag += fabs(v);
+            }
+        } else { /* column col0 + j over all m rows: r * gelu'(aux) */
+            for (int64_t i = 0; i < m; i++) {
+                double r = 0;
+                for (int64_t l = 0; l < k; l++) r += xs[i * k + l] * bench_value(seed, BENCH_TENSOR_W, col0 + j, l);
+                double v = r * dgelu(bench_aux_value(seed, aux_dtype, i, col0 + j));
+                want += v;
+                mag += fabs(v) + tolerance(CGM_DTYPE_FP32, k, r, 0);
+            }
+        }
+        double tol = 4e-7 * (double)(rows ? k : m) * mag + 1e-6 * fabs(want) + 1e-6;
+        if (!(fabs(bgrad[j] - want) <= tol)) report(what, wrong++, 0, (rows ? 0 : col0) + j, bgrad[j], want, tol);
+    }
+    free(xs);
     return wrong;
 }
 

@@ -3,6 +3,7 @@
  * overlap), the check, and the reduction over ranks. */
 #include <inttypes.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +30,10 @@ typedef struct op_setup {
     bench_tensor gemm_a, gemm_c;      /* the GEMM alone */
     bench_tensor coll_send, coll_recv, coll_mid; /* the collective alone */
     bench_tensor bulk_recv, bulk_recv_seq;       /* bulk's own collective */
+    /* --epilogue: aux (shaped like y) and bgrad of the op and of its
+     * no-overlap run; y's first global row and column */
+    bench_tensor aux, aux_seq, bgrad, bgrad_seq;
+    int64_t y_row0, y_col0;
 } op_setup;
 
 /* ------------------------------------------------------------- buffers */
@@ -107,10 +112,42 @@ static int tensor_poisoned(bench_context *ctx, bench_tensor *t, cgm_dtype dtype,
     return ctx->env->ops->upload(ctx->env, &t->buffer);
 }
 
+/* --epilogue: aux and bgrad for the op and its no-overlap run (aux of
+ * DGELU holds bench_aux_value's pre-activation), set in both options. */
+static int setup_epilogue(bench_context *ctx, op_setup *s, int64_t y_rows, int64_t y_cols) {
+    cgm_epilogue e = ctx->opt->epilogue;
+    cgm_dtype aux_dt = bench_out_dtype(ctx->opt);
+    bool aux = e == CGM_EPILOGUE_GELU_AUX || e == CGM_EPILOGUE_DGELU || e == CGM_EPILOGUE_DGELU_BGRAD;
+    bool bgrad = e == CGM_EPILOGUE_DGELU_BGRAD || e == CGM_EPILOGUE_BGRAD;
+    s->options.epilogue = s->seq_options.epilogue = e;
+    bench_tensor *auxes[] = {&s->aux, &s->aux_seq}, *bgrads[] = {&s->bgrad, &s->bgrad_seq};
+    cgm_op_options *opts[] = {&s->options, &s->seq_options};
+    for (int i = 0; i < 2; i++) {
+        if (aux) {
+            if (tensor_poisoned(ctx, auxes[i], aux_dt, y_rows, y_cols)) return -1;
+            opts[i]->aux = &auxes[i]->matrix;
+            if (e != CGM_EPILOGUE_GELU_AUX && !ctx->count_only) {
+                for (int64_t r = 0; r < y_rows; r++)
+                    for (int64_t c = 0; c < y_cols; c++)
+                        bench_store(auxes[i]->buffer.host, aux_dt, r * y_cols + c,
+                                    bench_aux_value(ctx->opt->seed, aux_dt, s->y_row0 + r, s->y_col0 + c));
+                if (ctx->env->ops->upload(ctx->env, &auxes[i]->buffer)) return -1;
+            }
+        }
+        if (bgrad) {
+            if (tensor_poisoned(ctx, bgrads[i], CGM_DTYPE_FP32, 1, e == CGM_EPILOGUE_BGRAD ? y_rows : y_cols))
+                return -1;
+            opts[i]->bgrad = &bgrads[i]->matrix;
+        }
+    }
+    return 0;
+}
+
 static void setup_free(bench_context *ctx, op_setup *s) {
     bench_tensor *all[] = {&s->x, &s->w, &s->y, &s->y_seq, &s->gemm_a,
                            &s->gemm_c, &s->coll_send, &s->coll_recv,
-                           &s->coll_mid, &s->bulk_recv, &s->bulk_recv_seq};
+                           &s->coll_mid, &s->bulk_recv, &s->bulk_recv_seq,
+                           &s->aux, &s->aux_seq, &s->bgrad, &s->bgrad_seq};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tensor_free(ctx, all[i]);
 }
 
@@ -159,6 +196,8 @@ static int setup_create(bench_context *ctx, cgm_op op, int64_t m, int64_t n,
             rc |= tensor_poisoned(ctx, &s->bulk_recv, coll, m, kc);
             rc |= tensor_poisoned(ctx, &s->bulk_recv_seq, coll, m, kc);
         }
+        s->y_col0 = s->slice_off;
+        rc |= setup_epilogue(ctx, s, m, n_loc);
     } else {
         /* X: columns [k_off, k_off + k_loc) of X[m, k]; W likewise. */
         int64_t y_rows = op == CGM_OP_GEMM_REDUCE_SCATTER ? s->m_rows : m;
@@ -172,6 +211,8 @@ static int setup_create(bench_context *ctx, cgm_op op, int64_t m, int64_t n,
         rc |= tensor_alloc_room(ctx, &s->gemm_c, out, m, n, shard * P);
         rc |= tensor_alloc_room(ctx, &s->coll_recv, out, s->m_rows, n, shard);
         if (op == CGM_OP_GEMM_ALL_REDUCE) rc |= tensor_alloc(ctx, &s->coll_mid, out, m, n);
+        s->y_row0 = op == CGM_OP_GEMM_REDUCE_SCATTER ? s->m_off : 0;
+        rc |= setup_epilogue(ctx, s, y_rows, n);
     }
     return rc ? -1 : 0;
 }
@@ -353,19 +394,21 @@ static int64_t check_outputs(bench_context *ctx, op_setup *s) {
                               (dt == CGM_DTYPE_BF16 || dt == CGM_DTYPE_FP16)
                           ? ctx->nranks
                           : 0;
-        switch (s->op) {
-        case CGM_OP_GEMM_REDUCE_SCATTER:
-            wrong += bench_check_gemm(y->buffer.host, dt, seed, s->m_off, s->m_rows,
-                                      0, s->n, s->k, rounded, what);
-            break;
-        case CGM_OP_GEMM_ALL_REDUCE:
-            wrong += bench_check_gemm(y->buffer.host, dt, seed, 0, s->m, 0, s->n,
-                                      s->k, rounded, what);
-            break;
-        default: /* ag_gemm, bulk: all m rows, this rank's columns */
-            wrong += bench_check_gemm(y->buffer.host, dt, seed, 0, s->m, s->slice_off,
-                                      s->slice, s->k, 0, what);
-            break;
+        /* ag_gemm, bulk: all m rows, this rank's columns; gemm_rs: this
+         * rank's rows; gemm_ar: all of them */
+        bool gathers = s->op == CGM_OP_ALL_GATHER_GEMM || s->op == CGM_OP_BULK;
+        int64_t rows = s->op == CGM_OP_GEMM_REDUCE_SCATTER ? s->m_rows : s->m;
+        int64_t cols = gathers ? s->slice : s->n;
+        bench_tensor *aux = seq ? &s->aux_seq : &s->aux, *bgrad = seq ? &s->bgrad_seq : &s->bgrad;
+        bench_epilogue_check epi = {ctx->opt->epilogue, aux->buffer.host, dt};
+        if (aux->buffer.data && env->ops->download(env, &aux->buffer)) return 1;
+        wrong += bench_check_gemm(y->buffer.host, dt, seed, s->y_row0, rows, s->y_col0, cols, s->k,
+                                  gathers ? 0 : rounded, &epi, what);
+        if (bgrad->buffer.data) {
+            if (env->ops->download(env, &bgrad->buffer)) return 1;
+            snprintf(what, sizeof what, "rank %d %s %s bgrad", ctx->rank, cgm_op_name(s->op), name);
+            wrong += bench_check_bgrad(bgrad->buffer.host, ctx->opt->epilogue, seed, dt, s->m, s->y_col0, cols,
+                                       s->k, what);
         }
         if (s->op == CGM_OP_BULK) {
             bench_tensor *recv = seq ? &s->bulk_recv_seq : &s->bulk_recv;
@@ -462,6 +505,16 @@ int bench_run_row(bench_context *ctx, cgm_op op, int64_t m, int64_t n,
                     st = run_measure(ctx, &s, which);
             }
             double us = env->ops->timer_stop_us(env);
+            if (st == CGM_ERROR_NOT_SUPPORTED && which == MEASURE_OP && ctx->opt->epilogue) {
+                /* every rank's backend refuses alike (its check is local) */
+                if (ctx->rank == 0)
+                    fprintf(stderr, "commgemm-bench: %s m=%" PRId64 " n=%" PRId64 " k=%" PRId64
+                            ": skipped on the %s backend: %s\n", cgm_op_name(op), m, n, k,
+                            cgm_backend_name(row->backend), cgm_last_error());
+                row->skipped = 1;
+                rc = 0;
+                goto done;
+            }
             if (st != CGM_SUCCESS) {
                 static const char *names[] = {"the op", "the GEMM alone",
                                               "the collective alone", "the op without overlap"};

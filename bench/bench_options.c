@@ -37,6 +37,10 @@ static void usage(FILE *to) {
         "  --algo A            auto, split, ring, no_overlap or fused (p2p) (default auto)\n"
         "  --splits N          split count hint, 0 = auto (default 0)\n"
         "  --layout L          TN, NN or NT (default TN)\n"
+        "  --epilogue E        none, gelu, gelu_aux, dgelu, dgelu_bgrad or bgrad\n"
+        "                      (bulk only): the ops' fused epilogue, with its aux\n"
+        "                      and bgrad; GPU backends refuse epilogues (the row\n"
+        "                      is skipped with the reason) (default none)\n"
         "  --partials P        fp32 or output: the partials gemm_rs and gemm_ar\n"
         "                      send (default: the comm's, COMMGEMM_PARTIAL_DTYPE\n"
         "                      or fp32)\n"
@@ -289,13 +293,14 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
         OPT_OP = 256, OPT_DTYPE, OPT_BACKEND, OPT_ALGO, OPT_SPLITS, OPT_LAYOUT,
         OPT_CHECK, OPT_NO_CHECK, OPT_JSON, OPT_SEED, OPT_RANKS, OPT_TIMEOUT,
         OPT_SHAPES, OPT_GRAPH, OPT_COMM_BASELINE, OPT_INJECT_WRONG_VALUE, OPT_PARTIALS,
-        OPT_SCALING
+        OPT_SCALING, OPT_EPILOGUE
     };
     static const struct option long_options[] = {
         {"op", required_argument, NULL, OPT_OP},
         {"shapes", required_argument, NULL, OPT_SHAPES},
         {"dtype", required_argument, NULL, OPT_DTYPE},
         {"scaling", required_argument, NULL, OPT_SCALING},
+        {"epilogue", required_argument, NULL, OPT_EPILOGUE},
         {"backend", required_argument, NULL, OPT_BACKEND},
         {"algo", required_argument, NULL, OPT_ALGO},
         {"splits", required_argument, NULL, OPT_SPLITS},
@@ -346,6 +351,10 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
         case OPT_ALGO: rc = parse_algo(optarg, &opt->algo); break;
         case OPT_SPLITS: rc = parse_int("--splits", optarg, 0, 4096, &opt->splits); break;
         case OPT_LAYOUT: rc = parse_layout(optarg, &opt->layout); break;
+        case OPT_EPILOGUE:
+            if (cgm_epilogue_from_name(optarg, &opt->epilogue) != CGM_SUCCESS)
+                rc = fail("--epilogue", "none, gelu, gelu_aux, dgelu, dgelu_bgrad or bgrad", optarg);
+            break;
         case OPT_PARTIALS:
             if (cgm_partial_dtype_from_name(optarg, &opt->partials) != CGM_SUCCESS ||
                 opt->partials == CGM_PARTIAL_DTYPE_DEFAULT)
@@ -394,6 +403,11 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
         rc = -1;
     }
     if (rc == 0) rc = check_fp8(opt);
+    if (rc == 0 && opt->epilogue == CGM_EPILOGUE_BGRAD && opt->op_mask != 1u << CGM_OP_BULK) {
+        fprintf(stderr, "commgemm-bench: --epilogue bgrad: it is bulk's GEMM's only (it sums an input of a local "
+                "GEMM); pass --op bulk, or another epilogue\n");
+        rc = -1;
+    }
     return rc;
 }
 
@@ -426,7 +440,7 @@ void bench_print_options(FILE *to, const bench_options *opt) {
     if (opt->scaling != CGM_SCALING_NONE)
         fprintf(to, "  scaling: %s  output: %s", opt->scaling == CGM_SCALING_TENSOR ? "tensor" : "block",
                 cgm_dtype_name(bench_out_dtype(opt)));
-    fprintf(to, "\n");
+    fprintf(to, "  epilogue: %s\n", cgm_epilogue_name(opt->epilogue));
     fprintf(to, "# backend: %s  algo: %s  splits: %d  warmup: %d  iters: %d  "
             "check: %s  graph: %s  seed: %" PRIu64 "  timeout_ms: ",
             opt->backend == CGM_BACKEND_DEFAULT ? "default" : cgm_backend_name(opt->backend),
@@ -457,7 +471,8 @@ void bench_json_options(FILE *to, const bench_options *opt) {
         fprintf(to, "%s[%" PRId64 ", %" PRId64 ", %" PRId64 "]", i ? ", " : "",
                 opt->shapes[i][0], opt->shapes[i][1], opt->shapes[i][2]);
     fprintf(to, "]");
-    fprintf(to, ", \"partials\": \"%s\"", cgm_partial_dtype_name(opt->partials));
+    fprintf(to, ", \"partials\": \"%s\", \"epilogue\": \"%s\"", cgm_partial_dtype_name(opt->partials),
+            cgm_epilogue_name(opt->epilogue));
     if (opt->scaling != CGM_SCALING_NONE)
         fprintf(to, ", \"scaling\": \"%s\", \"output_dtype\": \"%s\"",
                 opt->scaling == CGM_SCALING_TENSOR ? "tensor" : "block", cgm_dtype_name(bench_out_dtype(opt)));

@@ -68,10 +68,11 @@ void bench_print_row(FILE *to, const bench_row *row) {
     snprintf(m, sizeof m, "%" PRId64, row->m);
     snprintf(n, sizeof n, "%" PRId64, row->n);
     snprintf(k, sizeof k, "%" PRId64, row->k);
-    if (row->failed) {
+    if (row->failed || row->skipped) {
         fprintf(to, ROW_FORMAT_S, cgm_op_name(row->op), m, n, k,
                 cgm_dtype_name(row->dtype), cgm_backend_name(row->backend),
-                cgm_algo_name(row->algo), "error", "-", "-", "-", "-", "-", "-", "-", "-");
+                cgm_algo_name(row->algo), row->failed ? "error" : "skipped", "-", "-", "-", "-", "-", "-", "-",
+                "-");
         return;
     }
     const double values[] = {row->time_us, row->gemm_us, row->comm_us,
@@ -154,10 +155,10 @@ int bench_write_json(const char *path, const bench_context *ctx,
         const bench_row *r = &rows[i];
         fprintf(to, "%s\n    {\"op\": \"%s\", \"m\": %" PRId64 ", \"n\": %" PRId64
                 ", \"k\": %" PRId64 ", \"dtype\": \"%s\", \"backend\": \"%s\", "
-                "\"algo\": \"%s\", \"failed\": %s",
+                "\"algo\": \"%s\", \"failed\": %s, \"skipped\": %s",
                 i ? "," : "", cgm_op_name(r->op), r->m, r->n, r->k,
                 cgm_dtype_name(r->dtype), cgm_backend_name(r->backend),
-                cgm_algo_name(r->algo), r->failed ? "true" : "false");
+                cgm_algo_name(r->algo), r->failed ? "true" : "false", r->skipped ? "true" : "false");
         json_number(to, "time_us", r->time_us);
         json_number(to, "tflops", r->tflops);
         json_number(to, "gemm_us", r->gemm_us);

@@ -781,7 +781,8 @@ typedef struct cgm_op_options {
  *   NONE today, saying to run that op on the host backend or to apply the
  *   epilogue after the op.
  * - Agreement: the epilogue and whether bias, aux and bgrad are given are
- *   in the call's signature (ranks that differ: CGM_ERROR_MISMATCH).
+ *   in the call's signature (ranks that differ: CGM_ERROR_MISMATCH); bulk's
+ *   GEMM is local, its epilogue may differ per rank like its other options.
  */
 
 /** AG+GEMM: Y[m, n] = allgather(X) . op(W) (+ bias).
@@ -846,11 +847,16 @@ cgm_status cgm_bulk_overlap(cgm_comm *comm, const cgm_matrix *a,
  *  (platforms "cpu" and "CUDA"); other programs need not call them.
  *  `call_frame` is an XLA_FFI_CallFrame*; the return value an
  *  XLA_FFI_Error* (NULL on success) made by XLA's own error_create.
- *  Operands: x, w[, bias] (2-D row-major arrays; bias 1-D [n] or [1, n]);
- *  results: y[, x_gathered (AG+GEMM only)], shaped as the op's. Attributes
+ *  Operands: x, w[, bias][, aux] (2-D row-major arrays; bias 1-D [n] or
+ *  [1, n]; aux, the pre-activation that DGELU and DGELU_BGRAD read);
+ *  results: y[, x_gathered (AG+GEMM only)][, aux (GELU_AUX)][, bgrad
+ *  (DGELU_BGRAD, BGRAD; 1-D or [1, n])], shaped as the op's. Attributes
  *  (integer scalars): comm (the cgm_comm pointer, required), layout, algo,
- *  splits, backend, allow_tf32, partial_dtype, gemm_reduction (optional,
- *  CGM_OP_OPTIONS_INIT's defaults).
+ *  splits, backend, allow_tf32, partial_dtype, gemm_reduction, epilogue
+ *  (optional, CGM_OP_OPTIONS_INIT's defaults); ordered (0/1): the last
+ *  operand and the last result are order markers, buffers of any type the
+ *  handler never reads or writes, so that a call given the marker of
+ *  another runs after it (XLA orders custom calls by their data only).
  *  The op runs on XLA's stream (GPU backends) or, on the host backend,
  *  synchronously with a NULL stream. The call's backend must match XLA's
  *  platform (which XLA's stream query tells: a stream on its GPU, an
@@ -865,8 +871,8 @@ void *cgm_xla_ffi_gemm_reduce_scatter(void *call_frame);
 void *cgm_xla_ffi_gemm_all_reduce(void *call_frame);
 /** The same for cgm_bulk_overlap. Attributes gemm (0/1), bias (0/1) and
  *  collective (-1: none, else a cgm_collective) say which parts are
- *  present; operands a, b[, bias] (with the GEMM), then send (with the
- *  collective); results c (with the GEMM), then recv. */
+ *  present; operands a, b[, bias][, aux] (with the GEMM), then send (with
+ *  the collective); results c[, aux][, bgrad] (with the GEMM), then recv. */
 void *cgm_xla_ffi_bulk_overlap(void *call_frame);
 
 #ifdef __cplusplus

@@ -14,7 +14,7 @@ looked for; COMMGEMM_LIB overrides).
 """
 
 from ._lib import (Algo, Backend, Collective, CommGemmError, CublasError, CudaError, DType,  # noqa: F401
-                   GemmReduction, InternalError, InvalidArgumentError, InvalidUsageError, Layout, MismatchError,
+                   Epilogue, GemmReduction, InternalError, InvalidArgumentError, InvalidUsageError, Layout, MismatchError,
                    NcclError, NotPicklableError, NotSupportedError, Op, OutOfMemoryError, PartialDtype,
                    PeerFailedError, Status, SystemError_, TimeoutError_, UnavailableError, library_path,
                    shard_offset, shard_rows)
@@ -24,7 +24,8 @@ from .core import (Comm, Config, all_gather_gemm, bulk_overlap, gemm_all_reduce,
 
 __version__ = ".".join(str(v) for v in _VERSION)
 
-__all__ = ["Algo", "Backend", "Collective", "CommGemmError", "CublasError", "CudaError", "DType", "GemmReduction",
+__all__ = ["Algo", "Backend", "Collective", "CommGemmError", "CublasError", "CudaError", "DType", "Epilogue",
+           "GemmReduction",
            "InternalError", "InvalidArgumentError", "InvalidUsageError", "Layout", "MismatchError", "NcclError",
            "NotPicklableError", "NotSupportedError", "Op", "OutOfMemoryError", "PartialDtype", "PeerFailedError",
            "Status", "SystemError_", "TimeoutError_", "UnavailableError", "library_path", "shard_offset",

@@ -111,6 +111,16 @@ class GemmReduction(enum.IntEnum):
     FP32 = 2
 
 
+class Epilogue(enum.IntEnum):
+    """cgm_epilogue: what an op does to its result before storing it (commgemm.h "Epilogues")."""
+    NONE = 0  # Y = r (+ bias)
+    GELU = 1  # Y = gelu(r + bias)
+    GELU_AUX = 2  # ... and aux = r + bias
+    DGELU = 3  # Y = r * gelu'(aux)
+    DGELU_BGRAD = 4  # ... and bgrad = its column sums over the layer's rows
+    BGRAD = 5  # bulk's GEMM: bgrad = sums of op(A) along the contraction
+
+
 class BootstrapKind(enum.IntEnum):
     LOCAL = 1
     NCCL = 2
@@ -203,13 +213,16 @@ class cgm_op_options(ctypes.Structure):
         ("gemm_reduction", ctypes.c_int),  # cgm_gemm_reduction
         ("fp8_fast_accum", ctypes.c_int),
         ("y_amax", ctypes.POINTER(ctypes.c_float)),
+        ("epilogue", ctypes.c_int),  # cgm_epilogue
+        ("aux", ctypes.POINTER(cgm_matrix)),
+        ("bgrad", ctypes.POINTER(cgm_matrix)),
     ]
 
     @classmethod
     def init(cls):
         """CGM_OP_OPTIONS_INIT."""
         return cls(ctypes.sizeof(cls), Layout.TN, 0, Algo.AUTO, 0, Backend.DEFAULT, 0, PartialDtype.DEFAULT,
-                   GemmReduction.DEFAULT, 0, None)
+                   GemmReduction.DEFAULT, 0, None, Epilogue.NONE, None, None)
 
 
 # sizeof() of each struct on LP64 Linux, worked out from commgemm.h by hand
@@ -224,8 +237,9 @@ _EXPECTED_SIZES = {
     # partial_dtype 80, gemm_reduction 84
     cgm_config: 88,
     # struct_size 0, layout 8, accumulate 12, algo 16, splits 20, backend 24, allow_tf32 28,
-    # partial_dtype 32, gemm_reduction 36, fp8_fast_accum 40 (+4 pad), y_amax 48
-    cgm_op_options: 56,
+    # partial_dtype 32, gemm_reduction 36, fp8_fast_accum 40 (+4 pad), y_amax 48, epilogue 56
+    # (+4 pad), aux 64, bgrad 72
+    cgm_op_options: 80,
 }
 if ctypes.sizeof(ctypes.c_void_p) == 8 and ctypes.sizeof(ctypes.c_size_t) == 8:
     for _cls, _size in _EXPECTED_SIZES.items():
@@ -408,6 +422,8 @@ def _declare(lib):
         "cgm_partial_dtype_from_name": (c_status, [ctypes.c_char_p, P(ctypes.c_int)]),
         "cgm_gemm_reduction_name": (ctypes.c_char_p, [ctypes.c_int]),
         "cgm_gemm_reduction_from_name": (c_status, [ctypes.c_char_p, P(ctypes.c_int)]),
+        "cgm_epilogue_name": (ctypes.c_char_p, [ctypes.c_int]),
+        "cgm_epilogue_from_name": (c_status, [ctypes.c_char_p, P(ctypes.c_int)]),
         "cgm_bootstrap_from_env": (c_status, [P(cgm_bootstrap)]),
         "cgm_comm_create": (c_status, [P(cgm_bootstrap), P(cgm_config), P(ctypes.c_void_p)]),
         "cgm_comm_init_nccl": (c_status, [ctypes.c_void_p, P(cgm_config), P(ctypes.c_void_p)]),
@@ -533,6 +549,10 @@ def gemm_reduction_name(value):
     return _name(lib().cgm_gemm_reduction_name, value)
 
 
+def epilogue_name(value):
+    return _name(lib().cgm_epilogue_name, value)
+
+
 def _parse(value, cls, from_name, default):
     """A `cls` member from a member, an int or a name (the C parser's, case
     insensitive; a bad one raises InvalidArgumentError with its message);
@@ -563,6 +583,11 @@ def parse_partial_dtype(value):
 def parse_gemm_reduction(value):
     """A GemmReduction from an enum, int or name ("any", "fp32"); None -> DEFAULT."""
     return _parse(value, GemmReduction, lib().cgm_gemm_reduction_from_name, GemmReduction.DEFAULT)
+
+
+def parse_epilogue(value):
+    """An Epilogue from an enum, int or name ("gelu", "dgelu_bgrad", ...); None or "" -> NONE."""
+    return _parse(value or None, Epilogue, lib().cgm_epilogue_from_name, Epilogue.NONE)
 
 
 def parse_layout(value):

@@ -25,10 +25,13 @@ class Route(NamedTuple):
     cgm_bulk_overlap calls ("" for the comm's), None where the comm has no
     bulk op (then torch.distributed on comm.process_group, and the dgrad's
     reduce-scatter is a GEMM+RS); backend: the per-call backend of the
-    other ops ("" for the comm's)."""
+    other ops ("" for the comm's); epilogue: the GEMM ops take epilogues
+    (commgemm.h "Epilogues"); bulk_epilogue: the bulk op's GEMM does."""
     gathered: bool
     bulk: Optional[str]
     backend: str
+    epilogue: bool = False
+    bulk_epilogue: bool = False
 
 
 def route(comm, backend):
@@ -40,7 +43,8 @@ def route(comm, backend):
         bulk = ""
     else:
         bulk = None
-    return Route(comm.supports("gathered", backend), bulk, backend)
+    return Route(comm.supports("gathered", backend), bulk, backend, comm.supports("epilogue", backend),
+                 bulk is not None and comm.supports("bulk_epilogue", bulk))
 
 
 def _group(comm, what):

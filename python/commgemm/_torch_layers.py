@@ -12,7 +12,7 @@ import torch
 from . import _lib
 from ._lib import Status, shard_rows
 from ._torch_autograd import _AllGatherMatmul, _BiasSummedOverRanks, _LinearAllReduceGrad, _MatmulAllReduce, \
-    _MatmulReduceScatter
+    _MatmulReduceScatter, _ParallelMLP
 from ._torch_collectives import GatherColumns, route
 from ._torch_ops import _ops
 
@@ -274,6 +274,7 @@ class _ColumnLinear(_ShardedLinear):
                          device, backend, (sum(locals_), in_features), sum(locals_), skip_bias_add, partial_dtype,
                          gemm_reduction, batch_first)
         self.gather_output = bool(gather_output)
+        self.activation = None
         self._locals = locals_
         self._offsets = tuple(sum(p[:r]) for p in self.partitions)
         self.reset_parameters()
@@ -292,39 +293,55 @@ class _ColumnLinear(_ShardedLinear):
 
     _bias_shard = _weight_shard
 
-    def _column_forward(self, x, m):
-        """The outputs [..., local or full features] (a list), before the bias
-        of skip_bias_add."""
-        what = type(self).__name__
+    def _input_rows(self, x):
+        """x as rows (_rows), its leading shape, and what is wrong with its features (or None)."""
         x2, lead = self._rows(x)
         problem = None
         if x2.shape[-1] != self.in_features:
-            problem = (f"{what}: input has shape {tuple(x.shape)}: its last dimension is {x2.shape[-1]}, expected "
-                       f"in_features = {self.in_features}")
+            problem = (f"{type(self).__name__}: input has shape {tuple(x.shape)}: its last dimension is "
+                       f"{x2.shape[-1]}, expected in_features = {self.in_features}")
+        return x2, lead, problem
+
+    def _sequence_m(self, x2, lead, m, problem):
+        """The total rows m of a sequence-parallel input (default: rows x P), checked
+        against this rank's rows: (m, problem, hint for a MismatchError about m)."""
+        what, comm = type(self).__name__, self.comm
+        P, r, rows = comm.size, comm.rank, x2.shape[0]
+        hint = None
+        if m is None:
+            m = rows * P
+            hint = (f"{what}: m was not passed, so each rank took m = its rows x P (rank {r}: {rows} x {P} = "
+                    f"{m}), which differ where the row shards are uneven: pass m = the total rows over all "
+                    "ranks (sequence x batch), the same on every rank")
+        m = operator.index(m)
+        if m < 0:
+            raise _invalid(f"{what}: m = {m}: expected the total rows over all ranks (>= 0)")
+        check_positions(what, lead, m, comm)
+        if problem is None and shard_rows(m, r, P) != rows:
+            problem = (f"{what}: m = {m} gives rank {r} of {P} shard_rows(m, rank, P) = {shard_rows(m, r, P)} "
+                       f"rows, but its input has {rows}: pass m = the total rows over all ranks, each rank "
+                       "holding its ceil-split shard of them (commgemm.torch.scatter_rows splits so)")
+        return m, problem, hint
+
+    def _column_forward(self, x, m):
+        """The outputs [..., local or full features] (a list), before the bias
+        of skip_bias_add."""
+        x2, lead, problem = self._input_rows(x)
         x2, weight, bias = _autocast(x2, self.weight, self.bias)
         if self.skip_bias_add:
             bias = None
         rt, comm, (pd, gr) = self._rt, self.comm, self._precision_args()
         if self.sequence_parallel:
-            P, r, rows = comm.size, comm.rank, x2.shape[0]
-            hint = None
-            if m is None:
-                m = rows * P
-                hint = (f"{what}: m was not passed, so each rank took m = its rows x P (rank {r}: {rows} x {P} = "
-                        f"{m}), which differ where the row shards are uneven: pass m = the total rows over all "
-                        "ranks (sequence x batch), the same on every rank")
-            m = operator.index(m)
-            if m < 0:
-                raise _invalid(f"{what}: m = {m}: expected the total rows over all ranks (>= 0)")
-            check_positions(what, lead, m, comm)
-            if problem is None and shard_rows(m, r, P) != rows:
-                problem = (f"{what}: m = {m} gives rank {r} of {P} shard_rows(m, rank, P) = {shard_rows(m, r, P)} "
-                           f"rows, but its input has {rows}: pass m = the total rows over all ranks, each rank "
-                           "holding its ceil-split shard of them (commgemm.torch.scatter_rows splits so)")
+            m, problem, hint = self._sequence_m(x2, lead, m, problem)
+            fused = self.activation == "gelu" and rt.epilogue  # the GELU in AG+GEMM's epilogue
             if torch.is_grad_enabled():
                 def run():
                     return _AllGatherMatmul.apply(x2, weight, bias, comm.id, m, rt, pd, gr, weight.requires_grad,
-                                                  False)[0]
+                                                  False, fused)[0]
+            elif fused:
+                def run():
+                    return _ops.matmul_epilogue("ag", x2, weight, bias, None, comm.id, m, "TN", rt.backend, "gelu",
+                                                "", gr, False)[0]
             else:
                 def run():
                     return _ops.all_gather_matmul(x2, weight, bias, comm.id, m, "TN", rt.backend, False, gr)[0]
@@ -332,10 +349,13 @@ class _ColumnLinear(_ShardedLinear):
         else:
             if problem:
                 raise _invalid(problem)
+            fused = False
             if torch.is_grad_enabled():
                 y = _LinearAllReduceGrad.apply(x2, weight, bias, comm.id, rt.backend, pd, gr)
             else:
                 y = torch.nn.functional.linear(x2, weight, bias)
+        if self.activation == "gelu" and not fused:  # where the backend has no epilogues, or no collective
+            y = torch.nn.functional.gelu(y, approximate="tanh")
         ys = list(torch.split(y, self._locals, dim=-1)) if len(self._locals) > 1 else [y]
         if self.gather_output:
             ys = [GatherColumns.apply(t, comm.id, p, rt) for t, p in zip(ys, self.partitions)]
@@ -365,6 +385,12 @@ class ColumnParallelLinear(_ColumnLinear):
     features gathered (autograd-aware; the same on every rank).
     skip_bias_add=True: forward returns (y, bias) without adding the bias,
     for the caller to add (Megatron's option; docs/PYTHON.md).
+    activation="gelu": the output is gelu(X . W^T + b), gelu's tanh form
+    (F.gelu(approximate="tanh")). With sequence parallelism on a backend
+    with epilogues (Comm.supports("epilogue")), AG+GEMM applies it in its
+    GELU_AUX epilogue and keeps the pre-activation for the backward, which
+    multiplies dY by gelu' before the dgrad; elsewhere torch applies it
+    after the op.
     partial_dtype ("fp32" or "output"): the partials of the backward's dX
     reduction (GEMM+RS, or GEMM+AR without sequence parallelism), the same
     on every rank; gemm_reduction ("any" or "fp32"): the commgemm GEMMs';
@@ -373,10 +399,18 @@ class ColumnParallelLinear(_ColumnLinear):
 
     def __init__(self, in_features, out_features, comm, bias=True, sequence_parallel=True, dtype=None,
                  device=None, backend=None, skip_bias_add=False, partial_dtype=None, gemm_reduction=None,
-                 partition_multiple=None, partition_sizes=None, gather_output=False, batch_first=False):
+                 partition_multiple=None, partition_sizes=None, gather_output=False, batch_first=False,
+                 activation=None):
+        if activation not in (None, "gelu"):
+            raise _invalid(f"{type(self).__name__}: activation={activation!r}: expected None or 'gelu' (the tanh "
+                           "form, F.gelu(approximate='tanh'))")
+        if activation and skip_bias_add:
+            raise _invalid(f"{type(self).__name__}: activation={activation!r} with skip_bias_add=True: the bias "
+                           "goes in before the activation; let the layer add it (skip_bias_add=False)")
         super().__init__(in_features, out_features, comm, bias, sequence_parallel, dtype, device, backend,
                          skip_bias_add, partial_dtype, gemm_reduction, partition_multiple, partition_sizes,
                          gather_output, batch_first, fused=False)
+        self.activation = activation
         self.partition = self.partitions[0]
         self.out_local = self._locals[0]
         self.out_offset = self._offsets[0]
@@ -389,8 +423,9 @@ class ColumnParallelLinear(_ColumnLinear):
 
     def extra_repr(self):
         gather = ", gather_output=True" if self.gather_output else ""
+        act = f", activation={self.activation!r}" if self.activation else ""
         return (f"in_features={self.in_features}, out_features="
-                f"{_features_repr(self.out_features, self.partition, self.comm.rank)}{gather}, "
+                f"{_features_repr(self.out_features, self.partition, self.comm.rank)}{gather}{act}, "
                 f"{self._common_repr()}")
 
 
@@ -535,3 +570,76 @@ class RowParallelLinear(_ShardedLinear):
     def extra_repr(self):
         return (f"in_features={_features_repr(self.in_features, self.partition, self.comm.rank)}, "
                 f"out_features={self.out_features}, {self._common_repr()}")
+
+
+class ParallelMLP(torch.nn.Module):
+    """Megatron's MLP block: fc2(gelu(fc1(x))) with fc1 a ColumnParallelLinear(activation="gelu")
+    [hidden -> ffn_hidden, features split over the ranks] and fc2 a RowParallelLinear
+    [ffn_hidden -> hidden], the same as nn.Sequential(Linear, GELU(approximate="tanh"), Linear)
+    on the full X.
+
+    With sequence_parallel (default) the input is this rank's rows [m_r, hidden] (or
+    [s_r, b, hidden]; batch_first [b, s_r, hidden]) and so is the output. Where the comm's
+    backends take epilogues (Comm.supports("epilogue") and ("bulk_epilogue")), the forward is one
+    AG+GEMM whose GELU_AUX epilogue applies the GELU (keeping the pre-activation) and one GEMM+RS;
+    the backward's fc2 dgrad is one AG+GEMM whose DGELU_BGRAD epilogue multiplies by gelu' and
+    writes fc1's bias gradient, and fc2's weight gradient is one GEMM whose BGRAD epilogue writes
+    fc2's bias gradient (docs/EPILOGUES.md). Elsewhere (and without sequence parallelism) it runs
+    fc1 and fc2 as the layers do. m: the total rows (as ColumnParallelLinear's).
+    Options: the layers' (dtype, device, backend, partial_dtype, gemm_reduction,
+    partition_multiple, partition_sizes, batch_first), given to both."""
+
+    def __init__(self, hidden_size, ffn_hidden_size, comm, bias=True, sequence_parallel=True, dtype=None,
+                 device=None, backend=None, partial_dtype=None, gemm_reduction=None, partition_multiple=None,
+                 partition_sizes=None, batch_first=False):
+        super().__init__()
+        shared = {"comm": comm, "bias": bias, "sequence_parallel": sequence_parallel, "dtype": dtype,
+                  "device": device, "backend": backend, "partial_dtype": partial_dtype,
+                  "gemm_reduction": gemm_reduction, "partition_multiple": partition_multiple,
+                  "partition_sizes": partition_sizes, "batch_first": batch_first}
+        self.fc1 = ColumnParallelLinear(hidden_size, ffn_hidden_size, activation="gelu", **shared)
+        self.fc2 = RowParallelLinear(ffn_hidden_size, hidden_size, **shared)
+
+    @classmethod
+    def from_linears(cls, fc1, fc2, comm, **options):
+        """This rank's shards of a full MLP's two nn.Linear (the same values on every rank)."""
+        if fc2.in_features != fc1.out_features or fc2.out_features != fc1.in_features:
+            raise _invalid(f"ParallelMLP.from_linears: fc1 is {fc1.in_features} -> {fc1.out_features} and fc2 "
+                           f"{fc2.in_features} -> {fc2.out_features}: expected hidden -> ffn and ffn -> hidden")
+        if (fc1.bias is None) != (fc2.bias is None):
+            raise _invalid("ParallelMLP.from_linears: one Linear has a bias and the other not: expected both or "
+                           "neither")
+        mlp = cls(fc1.in_features, fc1.out_features, comm, bias=fc1.bias is not None, dtype=fc1.weight.dtype,
+                  device=fc1.weight.device, **options)
+        with torch.no_grad():
+            for mine, full in ((mlp.fc1, fc1), (mlp.fc2, fc2)):
+                mine.weight.copy_(mine._weight_shard(full.weight))
+                if mine.bias is not None:
+                    mine.bias.copy_(mine._bias_shard(full.bias))
+        return mlp
+
+    def _fused(self):
+        """Whether the forward and backward run as one sequence of epilogue ops."""
+        rt1, rt2 = self.fc1._rt, self.fc2._rt
+        return (self.fc1.sequence_parallel and torch.is_grad_enabled() and rt1 == rt2 and rt1.epilogue
+                and rt1.gathered and rt1.bulk_epilogue
+                and self.fc1._precision_args() == self.fc2._precision_args())
+
+    def forward(self, x, m=None):
+        if not self._fused():
+            h = self.fc1(x, m) if self.fc1.sequence_parallel else self.fc1(x)
+            return self.fc2(h)
+        fc1, fc2 = self.fc1, self.fc2
+        x2, lead, problem = fc1._input_rows(x)
+        x2, w1, b1 = _autocast(x2, fc1.weight, fc1.bias)
+        _, w2, b2 = _autocast(x2, fc2.weight, fc2.bias)
+        m, problem, hint = fc1._sequence_m(x2, lead, m, problem)
+        pd, gr = fc1._precision_args()
+        comm, rt = fc1.comm, fc1._rt
+
+        def run():
+            return _ParallelMLP.apply(x2, w1, b1, w2, b2, comm.id, m, rt, pd, gr)
+        return fc2._unrows(_collective_call(run, problem, hint), lead)
+
+    def extra_repr(self):
+        return f"hidden_size={self.fc1.in_features}, ffn_hidden_size={self.fc1.out_features}"

@@ -229,4 +229,85 @@ def _(a, b, send, comm_id, layout, collective, m, backend, gemm_reduction):
     return _bulk_outputs(a, b, send, comm_by_id(comm_id), layout, collective, m, torch.empty, fake=True)
 
 
+# --------------------------------------------------------------------------
+# Epilogues (commgemm.h "Epilogues")
+# --------------------------------------------------------------------------
+
+_EPILOGUE_OPS = ("ag", "rs", "ar", "gemm")
+
+
+def _epilogue_shapes(op, x, weight, comm, m, layout, epilogue, return_gathered, shard_rows_of):
+    """Shapes of matmul_epilogue's outputs: y, gathered ((0,) unless asked), aux ((0,) unless
+    GELU_AUX writes it), bgrad ((0,) unless DGELU_BGRAD ([n]) or BGRAD ([y rows]))."""
+    if op not in _EPILOGUE_OPS:
+        raise _lib.InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                        f"matmul_epilogue: op {op!r}: expected one of {_EPILOGUE_OPS}")
+    split, n = _split_len(layout, x), _out_cols(layout, weight)
+    rows = {"ag": m, "rs": shard_rows_of(split), "ar": split, "gemm": split}[op]
+    gathered = (0,)
+    if op == "ag" and return_gathered:
+        k = _contraction(layout, x)
+        gathered = (k, m) if _lib.parse_layout(layout) == Layout.NT else (m, k)
+    e = _lib.parse_epilogue(epilogue)
+    aux = (rows, n) if e == _lib.Epilogue.GELU_AUX else (0,)
+    bgrad = (n,) if e == _lib.Epilogue.DGELU_BGRAD else (rows,) if e == _lib.Epilogue.BGRAD else (0,)
+    return (rows, n), gathered, aux, bgrad
+
+
+@torch.library.custom_op("commgemm::matmul_epilogue", mutates_args=())
+def _matmul_epilogue_op(op: str, x: Tensor, weight: Tensor, bias: Optional[Tensor], aux: Optional[Tensor],
+                        comm_id: int, m: int, layout: str, backend: str, epilogue: str, partial_dtype: str,
+                        gemm_reduction: str, return_gathered: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """One op with an epilogue: op "ag" (AG+GEMM, m rows), "rs" (GEMM+RS), "ar" (GEMM+AR) or
+    "gemm" (cgm_bulk_overlap's GEMM alone, x and weight as its a and b). aux: the
+    pre-activation DGELU/DGELU_BGRAD read. Returns (y, gathered, aux written by GELU_AUX, bgrad),
+    each (0,)-shaped where the call makes none."""
+    comm = comm_by_id(comm_id)
+    shapes = _epilogue_shapes(op, x, weight, comm, m, layout, epilogue, return_gathered, comm.shard_rows)
+    with _Launch(x) as launch:
+        y, gathered, aux_out, bgrad = (torch.empty(s, dtype=x.dtype, device=x.device) for s in shapes)
+        mx, x_keep = _as_matrix("x", x)
+        mw, w_keep = _as_matrix("weight", weight)
+        mb, b_keep = _as_matrix("bias", bias) if bias is not None else (None, None)
+        my, _ = _as_matrix("y", y, True)
+        opts = _options(layout, backend, x.dtype, partial_dtype, gemm_reduction)
+        e = _lib.parse_epilogue(epilogue)
+        opts.epilogue = int(e)
+        a_keep = None
+        if e == _lib.Epilogue.GELU_AUX:
+            ma = _as_matrix("aux", aux_out, True)[0]
+        elif aux is not None:
+            ma, a_keep = _as_matrix("aux", aux)
+        else:
+            ma = None
+        mg = _as_matrix("bgrad", bgrad, True)[0] if e in (_lib.Epilogue.DGELU_BGRAD, _lib.Epilogue.BGRAD) else None
+        gathered_m = _as_matrix("gathered", gathered, True)[0] if op == "ag" and return_gathered else None
+        if ma is not None:
+            opts.aux = ctypes.pointer(ma)
+        if mg is not None:
+            opts.bgrad = ctypes.pointer(mg)
+        lib, h, s = _lib.lib(), comm.handle, launch.stream
+        if op == "ag":
+            st = lib.cgm_all_gather_gemm(h, _ref(mx), _ref(mw), _ref(mb), _ref(my), _ref(gathered_m),
+                                         ctypes.byref(opts), s)
+        elif op == "gemm":
+            st = lib.cgm_bulk_overlap(h, _ref(mx), _ref(mw), _ref(mb), _ref(my), 0, None, None,
+                                      ctypes.byref(opts), s)
+        else:
+            fn = lib.cgm_gemm_reduce_scatter if op == "rs" else lib.cgm_gemm_all_reduce
+            st = fn(h, _ref(mx), _ref(mw), _ref(mb), _ref(my), ctypes.byref(opts), s)
+        check(st)
+        del x_keep, w_keep, b_keep, a_keep
+    return y, gathered, aux_out, bgrad
+
+
+@_matmul_epilogue_op.register_fake
+def _(op, x, weight, bias, aux, comm_id, m, layout, backend, epilogue, partial_dtype, gemm_reduction,
+      return_gathered):
+    comm = comm_by_id(comm_id)
+    shapes = _epilogue_shapes(op, x, weight, comm, m, layout, epilogue, return_gathered,
+                              lambda rows: _sym_shard_rows(rows, comm.rank, comm.size))
+    return tuple(x.new_empty(s) for s in shapes)
+
+
 _ops = torch.ops.commgemm

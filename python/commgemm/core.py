@@ -87,10 +87,16 @@ class Config:
 # and commgemm.torch's and commgemm.jax's layers take another way there.
 #   "gathered": AG+GEMM hands back the gathered input (x_gathered);
 #   "bulk": cgm_bulk_overlap (a GEMM beside an unrelated collective, or either alone).
+# What each backend's ops refuse (NotSupportedError), by feature; epilogues
+# run on the host backend only for now (commgemm.h "Epilogues").
 _BACKEND_LACKS = {
-    "cublasmp": frozenset({"gathered", "bulk"}),  # cuBLASMp keeps its gathered X; one matmul, no bulk
+    "cublasmp": frozenset({"gathered", "bulk", "epilogue", "bulk_epilogue"}),  # cuBLASMp: one matmul, no bulk
+    "p2p": frozenset({"epilogue", "bulk_epilogue"}),
+    "nccl": frozenset({"epilogue", "bulk_epilogue"}),
 }
-_FEATURE_OP = {"gathered": Op.ALL_GATHER_GEMM, "bulk": Op.BULK}
+_GEMM_OPS = (Op.ALL_GATHER_GEMM, Op.GEMM_REDUCE_SCATTER, Op.GEMM_ALL_REDUCE)
+_FEATURE_OP = {"gathered": (Op.ALL_GATHER_GEMM,), "bulk": (Op.BULK,), "epilogue": _GEMM_OPS,
+               "bulk_epilogue": (Op.BULK,)}
 
 _PICKLE_ADVICE = (
     "a commgemm.Comm cannot be pickled (pickle, torch.save, copy to another process): it is a live "
@@ -231,12 +237,16 @@ class Comm:
         """Whether this comm's op runs `feature` with the per-call `backend`
         (None: the op's own): "gathered", AG+GEMM handing back the gathered
         input (not on cublasmp, which keeps it internal); "bulk",
-        cgm_bulk_overlap (not on cublasmp). The library refuses the others
-        with NotSupportedError. Pure Python: the backends are read at creation."""
+        cgm_bulk_overlap (not on cublasmp); "epilogue", the epilogues of
+        AG+GEMM, GEMM+RS and GEMM+AR (all three; the host backend's only
+        today); "bulk_epilogue", those of cgm_bulk_overlap's GEMM. The library
+        refuses the others with NotSupportedError. Pure Python: the backends
+        are read at creation."""
         if feature not in _FEATURE_OP:
             raise InvalidArgumentError(Status.INVALID_ARGUMENT,
                                        f"Comm.supports: feature {feature!r}: expected one of {sorted(_FEATURE_OP)}")
-        return feature not in _BACKEND_LACKS.get(self._backend_for(_FEATURE_OP[feature], backend), ())
+        return all(feature not in _BACKEND_LACKS.get(self._backend_for(op, backend), ())
+                   for op in _FEATURE_OP[feature])
 
     def _backend_for(self, op, backend=None):
         """The name of the backend that runs `op` given a per-call override
@@ -429,6 +439,45 @@ def _ref(m):
     return ctypes.byref(m) if m is not None else None
 
 
+class _Epilogue:
+    """An op's epilogue (commgemm.h "Epilogues") on numpy arrays: sets the
+    options' fields, allocates the aux and bgrad outputs the caller did not
+    pass, and keeps their descriptors alive for the call. extras: the
+    outputs the op hands back after out (and gathered): aux for GELU_AUX,
+    then bgrad for DGELU_BGRAD and BGRAD."""
+
+    def __init__(self, opts, epilogue, aux, bgrad, out, bgrad_len):
+        e = _lib.parse_epilogue(epilogue)
+        opts.epilogue = int(e)
+        self.extras = []
+        self._keep = []
+        writes_aux = e == _lib.Epilogue.GELU_AUX
+        if writes_aux and aux is None and out is not None:
+            aux = _np().empty(out.shape, dtype=out.dtype)
+        if e in (_lib.Epilogue.DGELU_BGRAD, _lib.Epilogue.BGRAD) and bgrad is None and out is not None:
+            bgrad = _np().empty((bgrad_len,), dtype=out.dtype)
+        if writes_aux:
+            _writable("aux", aux)
+            self.extras.append(aux)
+        if bgrad is not None:
+            _writable("bgrad", bgrad)
+            if e in (_lib.Epilogue.DGELU_BGRAD, _lib.Epilogue.BGRAD):
+                self.extras.append(bgrad)
+        # Whatever was passed goes to the library, which refuses what the
+        # epilogue does not take (an aux with GELU, a missing one with DGELU).
+        for field, name, a in (("aux", "aux", aux), ("bgrad", "bgrad", bgrad)):
+            if a is None:
+                continue
+            mat = _matrix(name, a)
+            self._keep.append(mat)
+            setattr(opts, field, ctypes.pointer(mat))
+
+    def result(self, *outs):
+        """The op's return value: its outputs, then the extras; one alone bare."""
+        got = [o for o in outs if o is not None] + self.extras
+        return got[0] if len(got) == 1 else tuple(got)
+
+
 def _check_comm(comm):
     if not isinstance(comm, Comm):
         raise TypeError(f"comm: expected a commgemm.Comm, got {type(comm).__name__}")
@@ -460,14 +509,18 @@ def _check_2d(name, a):
 
 def all_gather_gemm(comm, x_shard, w, bias=None, out=None, gathered=None, layout="TN", accumulate=False,
                     algo="auto", splits=0, backend=None, m=None, out_dtype=None, allow_tf32=False,
-                    gemm_reduction=None):
+                    gemm_reduction=None, epilogue=None, aux=None, bgrad=None):
     """AG+GEMM on numpy arrays (host backend): out[m, n] = allgather(x_shard) . op(w) (+ bias).
 
     x_shard: this rank's rows, [m_r, k] (TN, NN) or [k, m_r] (NT), m_r = shard_rows(m, rank, P).
     w: [n, k] (TN) or [k, n] (NN, NT). m: total rows; default out.shape[0], else m_r * P (equal
     shards: pass m when the shards are uneven). gathered: None, True (allocate) or an array that
     receives the gathered input. gemm_reduction: "any" or "fp32" (None: the comm's; every op
-    takes it, see Config). Returns out, or (out, gathered) when gathered is not None.
+    takes it, see Config). epilogue: None, "gelu", "gelu_aux", "dgelu" or "dgelu_bgrad"
+    (commgemm.h "Epilogues"); aux: the pre-activation [m, n] that gelu_aux writes (allocated
+    when None) and dgelu/dgelu_bgrad read; bgrad: the [n] bias gradient of dgelu_bgrad
+    (allocated when None). Returns out, then gathered (when not None), then the aux that
+    gelu_aux wrote, then the bgrad; a single array alone.
     """
     handle = _check_comm(comm)
     lay = _lib.parse_layout(layout)
@@ -489,13 +542,14 @@ def all_gather_gemm(comm, x_shard, w, bias=None, out=None, gathered=None, layout
     my = _matrix("out", out)
     mg = _matrix("gathered", gathered) if want_gathered else None
     opts = _options(lay, accumulate, algo, splits, backend, allow_tf32, gemm_reduction=gemm_reduction)
+    ep = _Epilogue(opts, epilogue, aux, bgrad, out, out.shape[1])
     check(_lib.lib().cgm_all_gather_gemm(handle, _ref(mx), _ref(mw), _ref(mb), _ref(my),
                                          _ref(mg), ctypes.byref(opts), None))
-    return (out, gathered) if want_gathered else out
+    return ep.result(out, gathered if want_gathered else None)
 
 
 def _gemm_then_reduce(c_function, comm, x, w, bias, out, layout, accumulate, algo, splits, backend, out_dtype,
-                      allow_tf32, partial_dtype, gemm_reduction, shard_rows):
+                      allow_tf32, partial_dtype, gemm_reduction, shard_rows, epilogue, aux, bgrad):
     """GEMM+RS (shard_rows: out holds this rank's rows) and GEMM+AR (all rows)."""
     handle = _check_comm(comm)
     lay = _lib.parse_layout(layout)
@@ -511,38 +565,46 @@ def _gemm_then_reduce(c_function, comm, x, w, bias, out, layout, accumulate, alg
     mb = _matrix("bias", bias, allow_none=True)
     my = _matrix("out", out)
     opts = _options(lay, accumulate, algo, splits, backend, allow_tf32, partial_dtype, gemm_reduction)
+    ep = _Epilogue(opts, epilogue, aux, bgrad, out, out.shape[1])
     check(c_function(handle, _ref(mx), _ref(mw), _ref(mb), _ref(my), ctypes.byref(opts), None))
-    return out
+    return ep.result(out)
 
 
 def gemm_reduce_scatter(comm, x, w, bias=None, out=None, layout="TN", accumulate=False, algo="auto", splits=0,
-                        backend=None, out_dtype=None, allow_tf32=False, partial_dtype=None, gemm_reduction=None):
+                        backend=None, out_dtype=None, allow_tf32=False, partial_dtype=None, gemm_reduction=None,
+                        epilogue=None, aux=None, bgrad=None):
     """GEMM+RS on numpy arrays: out[m_r, n] = this rank's rows of sum_ranks x . op(w) (+ bias, once).
 
     x: [m, k_loc] (TN, NN) or [k_loc, m] (NT); w: [n, k_loc] (TN) or [k_loc, n] (NN, NT).
     partial_dtype: "fp32" or "output", the same on every rank (None: the comm's); the host
-    backend always sums exact fp32 partials.
+    backend always sums exact fp32 partials. epilogue, aux, bgrad: as all_gather_gemm's, applied
+    after the reduction (aux shaped like out; dgelu_bgrad's bgrad sums all m rows, on every rank).
     """
     return _gemm_then_reduce(_lib.lib().cgm_gemm_reduce_scatter, comm, x, w, bias, out, layout, accumulate, algo,
-                             splits, backend, out_dtype, allow_tf32, partial_dtype, gemm_reduction, shard_rows=True)
+                             splits, backend, out_dtype, allow_tf32, partial_dtype, gemm_reduction, True, epilogue,
+                             aux, bgrad)
 
 
 def gemm_all_reduce(comm, x, w, bias=None, out=None, layout="TN", accumulate=False, algo="auto", splits=0,
-                    backend=None, out_dtype=None, allow_tf32=False, partial_dtype=None, gemm_reduction=None):
+                    backend=None, out_dtype=None, allow_tf32=False, partial_dtype=None, gemm_reduction=None,
+                    epilogue=None, aux=None, bgrad=None):
     """GEMM+AR on numpy arrays: out[m, n] = sum_ranks x . op(w) (+ bias, once), on every rank.
-    partial_dtype, gemm_reduction: as gemm_reduce_scatter's."""
+    partial_dtype, gemm_reduction, epilogue, aux, bgrad: as gemm_reduce_scatter's."""
     return _gemm_then_reduce(_lib.lib().cgm_gemm_all_reduce, comm, x, w, bias, out, layout, accumulate, algo,
-                             splits, backend, out_dtype, allow_tf32, partial_dtype, gemm_reduction, shard_rows=False)
+                             splits, backend, out_dtype, allow_tf32, partial_dtype, gemm_reduction, False, epilogue,
+                             aux, bgrad)
 
 
 def bulk_overlap(comm, a=None, b=None, c=None, bias=None, send=None, recv=None, collective="all_gather",
                  layout="TN", accumulate=False, algo="auto", splits=0, backend=None, m=None, out_dtype=None,
-                 allow_tf32=False, gemm_reduction=None):
+                 allow_tf32=False, gemm_reduction=None, epilogue=None, aux=None, bgrad=None):
     """A local GEMM c = op(a) . op(b) (+ bias) overlapped with an unrelated collective
     (all_gather: send [m_r, cols] -> recv [m, cols]; reduce_scatter: send [m, cols] -> recv
     [m_r, cols], fp32 sums). Either half may be left out (a, b, c None, or send, recv None).
-    m (all_gather only): total rows, default recv.shape[0], else m_r * P.
-    Returns (c, recv) (None for a half left out)."""
+    m (all_gather only): total rows, default recv.shape[0], else m_r * P. epilogue, aux,
+    bgrad: the GEMM's, as all_gather_gemm's, plus "bgrad" (bgrad [c rows] = sums of op(a)
+    along the contraction: the bias gradient of a weight-gradient GEMM).
+    Returns (c, recv) (None for a half left out), then the aux and bgrad the epilogue wrote."""
     handle = _check_comm(comm)
     lay = _lib.parse_layout(layout)
     coll = _lib.parse_collective(collective)
@@ -568,6 +630,8 @@ def bulk_overlap(comm, a=None, b=None, c=None, bias=None, send=None, recv=None, 
     ms = _matrix("send", send, allow_none=True)
     mr = _matrix("recv", recv, allow_none=True)
     opts = _options(lay, accumulate, algo, splits, backend, allow_tf32, gemm_reduction=gemm_reduction)
+    bgrad_len = 0 if c is None else c.shape[0 if _lib.parse_epilogue(epilogue) == _lib.Epilogue.BGRAD else 1]
+    ep = _Epilogue(opts, epilogue, aux, bgrad, c, bgrad_len)
     check(_lib.lib().cgm_bulk_overlap(handle, _ref(ma), _ref(mb_), _ref(mbias), _ref(mc), int(coll),
                                       _ref(ms), _ref(mr), ctypes.byref(opts), None))
-    return c, recv
+    return (c, recv, *ep.extras)

@@ -28,7 +28,7 @@ from ._lib import shard_rows
 from .core import Comm
 
 __all__ = ["register", "all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce",
-           "bulk_matmul_collective", "column_parallel_linear", "row_parallel_linear"]
+           "bulk_matmul_collective", "column_parallel_linear", "row_parallel_linear", "parallel_mlp"]
 
 _TARGETS = {
     "commgemm_all_gather_gemm": "cgm_xla_ffi_all_gather_gemm",
@@ -93,13 +93,57 @@ def _rows_k(layout, x):
     return (x.shape[1], x.shape[0]) if layout == "NT" else (x.shape[0], x.shape[1])
 
 
-def _call(target, results, operands, attrs):
+_MARKER = jax.ShapeDtypeStruct((1,), jnp.uint8)
+
+
+def _call(target, results, operands, attrs, after=None):
+    """One custom call: its results (a tuple) and its order marker. XLA orders
+    custom calls by their data only, and the ranks' programs may differ in shape
+    (uneven shards), so two calls without a data path between them could run in
+    different orders on different ranks; the layers pass the marker of the call
+    that must come first as `after` (the handlers' attribute ordered: a marker
+    operand and result, never read or written)."""
     register()
-    return jax.ffi.ffi_call(target, results, has_side_effect=True)(*operands, **attrs)
+    attrs = dict(attrs, ordered=np.int32(1))
+    marker_in = after if after is not None else jnp.zeros((1,), jnp.uint8)
+    out = jax.ffi.ffi_call(target, list(results) + [_MARKER], has_side_effect=True)(*operands, marker_in, **attrs)
+    return tuple(out[:-1]), out[-1]
+
+
+def _with_marker(value, marker, want):
+    """An op's return value, with its order marker when the layers asked (_marked=True)."""
+    return (value, marker) if want else value
+
+
+def _epilogue(epilogue, aux, y, bgrad_len, operands, results, attrs):
+    """Adds an epilogue (commgemm.h "Epilogues") to a call: its attribute, the aux operand that
+    DGELU/DGELU_BGRAD read, and the results it writes (aux for GELU_AUX, shaped like y; then
+    bgrad [bgrad_len]). Returns how many results it added."""
+    e = _lib.parse_epilogue(epilogue)
+    if e == _lib.Epilogue.NONE:
+        if aux is not None:
+            raise ValueError("aux given without an epilogue that reads it (dgelu, dgelu_bgrad)")
+        return 0
+    attrs["epilogue"] = np.int32(e)
+    if e in (_lib.Epilogue.DGELU, _lib.Epilogue.DGELU_BGRAD):
+        if aux is None:
+            raise ValueError(f"epilogue {_lib.epilogue_name(e)!r} reads the pre-activation: pass aux=")
+        operands.append(aux)
+    elif aux is not None:
+        raise ValueError(f"aux given with epilogue {_lib.epilogue_name(e)!r}, which does not read it")
+    added = 0
+    if e == _lib.Epilogue.GELU_AUX:
+        results.append(jax.ShapeDtypeStruct(y.shape, y.dtype))
+        added += 1
+    if e in (_lib.Epilogue.DGELU_BGRAD, _lib.Epilogue.BGRAD):
+        results.append(jax.ShapeDtypeStruct((bgrad_len,), y.dtype))
+        added += 1
+    return added
 
 
 def all_gather_matmul(x_shard, w, bias=None, *, comm, m=None, layout="TN", algo="auto", splits=0, backend=None,
-                      allow_tf32=False, out_dtype=None, return_gathered=False, gemm_reduction=None):
+                      allow_tf32=False, out_dtype=None, return_gathered=False, gemm_reduction=None, epilogue=None,
+                      aux=None, _after=None, _marked=False):
     """AG+GEMM: Y[m, n] = allgather(X) . op(W) (+ bias), cgm_all_gather_gemm.
 
     x_shard: this rank's rows, [m_r, k] (TN, NN) or [k, m_r] (NT), m_r =
@@ -110,7 +154,12 @@ def all_gather_matmul(x_shard, w, bias=None, *, comm, m=None, layout="TN", algo=
     out_dtype: x's dtype (default) or float32. With return_gathered, also
     the gathered X ([m, k], or [k, m] for NT). gemm_reduction: "any" or
     "fp32" (None: the comm's; every op takes it, docs/PYTHON.md).
-    Not differentiable: see column_parallel_linear."""
+    epilogue: None, "gelu", "gelu_aux", "dgelu" or "dgelu_bgrad" (commgemm.h
+    "Epilogues"); aux: the [m, n] pre-activation dgelu/dgelu_bgrad read.
+    Returns y, then the gathered X (return_gathered), then the aux that
+    gelu_aux writes, then dgelu_bgrad's bias gradient [n]; y alone bare.
+    Not differentiable: see column_parallel_linear. (_after, _marked: the
+    layers' order markers, see _call.)"""
     layout = _layout_name(layout)
     _check_2d("x_shard", x_shard)
     _check_2d("w", w)
@@ -122,9 +171,10 @@ def all_gather_matmul(x_shard, w, bias=None, *, comm, m=None, layout="TN", algo=
     if return_gathered:
         results.append(jax.ShapeDtypeStruct((k, m) if layout == "NT" else (m, k), x_shard.dtype))
     operands = [x_shard, w] + ([bias] if bias is not None else [])
-    out = _call("commgemm_all_gather_gemm", results, operands,
-                _comm_attrs(comm, layout, algo, splits, backend, allow_tf32, gemm_reduction=gemm_reduction))
-    return (out[0], out[1]) if return_gathered else out[0]
+    attrs = _comm_attrs(comm, layout, algo, splits, backend, allow_tf32, gemm_reduction=gemm_reduction)
+    extra = _epilogue(epilogue, aux, results[0], n, operands, results, attrs)
+    out, marker = _call("commgemm_all_gather_gemm", results, operands, attrs, _after)
+    return _with_marker(out if return_gathered or extra else out[0], marker, _marked)
 
 
 def _total_rows(comm, rows, m, what="all_gather_matmul"):
@@ -141,47 +191,55 @@ def _total_rows(comm, rows, m, what="all_gather_matmul"):
 
 
 def _reduce_op(target, x, w, bias, comm, layout, algo, splits, backend, allow_tf32, out_dtype, partial_dtype,
-               gemm_reduction, scatter):
+               gemm_reduction, scatter, epilogue=None, aux=None, after=None, marked=False):
     layout = _layout_name(layout)
     _check_2d("x", x)
     _check_2d("w", w)
     m = _rows_k(layout, x)[0]
     rows = shard_rows(m, comm.rank, comm.size) if scatter else m
-    out = jax.ShapeDtypeStruct((rows, _out_cols(layout, w)), jnp.dtype(out_dtype or x.dtype))
+    n = _out_cols(layout, w)
+    results = [jax.ShapeDtypeStruct((rows, n), jnp.dtype(out_dtype or x.dtype))]
     operands = [x, w] + ([bias] if bias is not None else [])
-    return _call(target, out, operands,
-                 _comm_attrs(comm, layout, algo, splits, backend, allow_tf32, partial_dtype, gemm_reduction))
+    attrs = _comm_attrs(comm, layout, algo, splits, backend, allow_tf32, partial_dtype, gemm_reduction)
+    extra = _epilogue(epilogue, aux, results[0], n, operands, results, attrs)
+    out, marker = _call(target, results, operands, attrs, after)
+    return _with_marker(out if extra else out[0], marker, marked)
 
 
 def matmul_reduce_scatter(x, w, bias=None, *, comm, layout="TN", algo="auto", splits=0, backend=None,
-                          allow_tf32=False, out_dtype=None, partial_dtype=None, gemm_reduction=None):
+                          allow_tf32=False, out_dtype=None, partial_dtype=None, gemm_reduction=None, epilogue=None,
+                          aux=None, _after=None, _marked=False):
     """GEMM+RS: this rank's rows [m_r, n] of sum_ranks X . op(W) (+ bias, added
     once), cgm_gemm_reduce_scatter. x: [m, k_loc] (TN, NN) or [k_loc, m]; w:
     [n, k_loc] (TN) or [k_loc, n]. partial_dtype: "fp32" or "output", the
     same on every rank; gemm_reduction: "any" or "fp32"; None: the comm's.
-    Not differentiable: see row_parallel_linear."""
+    epilogue, aux: as all_gather_matmul's, applied after the reduction (aux
+    shaped like the output). Not differentiable: see row_parallel_linear."""
     return _reduce_op("commgemm_gemm_reduce_scatter", x, w, bias, comm, layout, algo, splits, backend, allow_tf32,
-                      out_dtype, partial_dtype, gemm_reduction, True)
+                      out_dtype, partial_dtype, gemm_reduction, True, epilogue, aux, _after, _marked)
 
 
 def matmul_all_reduce(x, w, bias=None, *, comm, layout="TN", algo="auto", splits=0, backend=None,
-                      allow_tf32=False, out_dtype=None, partial_dtype=None, gemm_reduction=None):
+                      allow_tf32=False, out_dtype=None, partial_dtype=None, gemm_reduction=None, epilogue=None,
+                      aux=None, _after=None, _marked=False):
     """GEMM+AR: Y[m, n] = sum_ranks X . op(W) (+ bias, added once) on every rank,
     cgm_gemm_all_reduce. Operands and options as matmul_reduce_scatter's."""
     return _reduce_op("commgemm_gemm_all_reduce", x, w, bias, comm, layout, algo, splits, backend, allow_tf32,
-                      out_dtype, partial_dtype, gemm_reduction, False)
+                      out_dtype, partial_dtype, gemm_reduction, False, epilogue, aux, _after, _marked)
 
 
 def bulk_matmul_collective(a=None, b=None, bias=None, send=None, *, comm, collective="all_gather", m=None,
                            layout="TN", algo="auto", backend=None, allow_tf32=False, out_dtype=None,
-                           gemm_reduction=None):
+                           gemm_reduction=None, epilogue=None, aux=None, _after=None, _marked=False):
     """Bulk: a local GEMM C = op(a) . op(b) (+ bias) beside an unrelated
     collective on `send`, overlapped (cgm_bulk_overlap; e.g. the wgrad GEMM
     beside the dgrad's reduce-scatter). Either part may be left out (a and b
     None, or send None). collective: "all_gather" (send [m_r, cols] -> recv
     [m, cols]; m as in all_gather_matmul) or "reduce_scatter" (send [m, cols]
-    -> this rank's rows [m_r, cols], summed in fp32). Returns (c, recv), None
-    for a part left out."""
+    -> this rank's rows [m_r, cols], summed in fp32). epilogue, aux: the
+    GEMM's, as all_gather_matmul's, plus "bgrad" (the sums of op(a) along
+    the contraction, [c rows]: a weight gradient's bias gradient). Returns
+    (c, recv), None for a part left out, then what the epilogue wrote."""
     layout = _layout_name(layout)
     gemm = a is not None or b is not None
     if gemm and (a is None or b is None):
@@ -196,6 +254,14 @@ def bulk_matmul_collective(a=None, b=None, bias=None, send=None, *, comm, collec
         _check_2d("b", b)
         results.append(jax.ShapeDtypeStruct((_rows_k(layout, a)[0], _out_cols(layout, b)), jnp.dtype(out_dtype or a.dtype)))
         operands += [a, b] + ([bias] if bias is not None else [])
+    attrs = _comm_attrs(comm, layout, algo, 0, backend, allow_tf32, gemm_reduction=gemm_reduction)
+    extra = 0
+    if gemm:
+        c_shape = results[0]
+        bgrad_len = c_shape.shape[0 if _lib.parse_epilogue(epilogue) == _lib.Epilogue.BGRAD else 1]
+        extra = _epilogue(epilogue, aux, c_shape, bgrad_len, operands, results, attrs)
+    elif epilogue is not None or aux is not None:
+        raise ValueError("bulk_matmul_collective: an epilogue without a GEMM (a, b)")
     if send is not None:
         _check_2d("send", send)
         coll = int(_lib.parse_collective(collective))
@@ -205,12 +271,13 @@ def bulk_matmul_collective(a=None, b=None, bias=None, send=None, *, comm, collec
             rows = shard_rows(send.shape[0], comm.rank, comm.size)
         results.append(jax.ShapeDtypeStruct((rows, send.shape[1]), send.dtype))
         operands.append(send)
-    attrs = _comm_attrs(comm, layout, algo, 0, backend, allow_tf32, gemm_reduction=gemm_reduction)
     attrs.update(gemm=np.int32(gemm), bias=np.int32(bias is not None), collective=np.int32(coll))
-    out = list(_call("commgemm_bulk_overlap", results, operands, attrs))
+    out, marker = _call("commgemm_bulk_overlap", results, operands, attrs, _after)
+    out = list(out)
     c = out.pop(0) if gemm else None
+    written = [out.pop(0) for _ in range(extra)]
     recv = out.pop(0) if send is not None else None
-    return c, recv
+    return _with_marker((c, recv, *written), marker, _marked)
 
 
 # --------------------------------------------------------------------------
@@ -253,19 +320,30 @@ def _route(comm, backend, what):
     return gathered, bulk
 
 
+def _tie(x, marker):
+    """x, computed only once the call that returned `marker` ran: a layer's backward
+    ties its output gradient to its forward's last call (the gradient need not
+    depend on the forward's values, e.g. of a linear loss), so that what it
+    computes and what the layers before it compute come after that call."""
+    return jax.lax.optimization_barrier((x, marker))[0]
+
+
 def _column_fwd(x_shard, w, bias, comm, m, backend, allow_tf32, precision):
     gathered_by_op, _ = _route(comm, backend, "column_parallel_linear")
     if gathered_by_op:
-        y, gathered = all_gather_matmul(x_shard, w, bias, comm=comm, m=m, backend=backend, allow_tf32=allow_tf32,
-                                        return_gathered=True, gemm_reduction=precision[1])
-        return y, (gathered, None, w, bias is not None)
+        (y, gathered), mk = all_gather_matmul(x_shard, w, bias, comm=comm, m=m, backend=backend,
+                                              allow_tf32=allow_tf32, return_gathered=True,
+                                              gemm_reduction=precision[1], _marked=True)
+        return y, (gathered, None, w, bias is not None, mk)
     # AG+GEMM keeps it (cublasmp): X_r is kept and gathered again in the backward
-    y = _column_impl(x_shard, w, bias, comm, m, backend, allow_tf32, precision)
-    return y, (None, x_shard, w, bias is not None)
+    y, mk = all_gather_matmul(x_shard, w, bias, comm=comm, m=m, backend=backend, allow_tf32=allow_tf32,
+                              gemm_reduction=precision[1], _marked=True)
+    return y, (None, x_shard, w, bias is not None, mk)
 
 
 def _column_bwd(comm, m, backend, allow_tf32, precision, res, grad_y):
-    gathered, x_shard, w, has_bias = res
+    gathered, x_shard, w, has_bias, mk = res  # mk: the forward's (or the caller's) last call
+    grad_y = _tie(grad_y, mk)
     _, bulk = _route(comm, backend, "column_parallel_linear")
     gr = precision[1]
     # As TransformerEngine's bulk overlap (and commgemm.torch): the dgrad
@@ -273,17 +351,19 @@ def _column_bwd(comm, m, backend, allow_tf32, precision, res, grad_y):
     # not keep it), then its reduce-scatter (dX_r) beside the wgrad GEMM
     # dW = dY^T . allgather(X) (NT: a = dY as [k = m, n_loc], b = X as [m, k]).
     if gathered is None:
-        partial, gathered = bulk_matmul_collective(grad_y, w, send=x_shard, comm=comm, collective="all_gather",
-                                                   m=m, layout="NN", backend=bulk, allow_tf32=allow_tf32,
-                                                   gemm_reduction=gr)
+        (partial, gathered), mk = bulk_matmul_collective(grad_y, w, send=x_shard, comm=comm,
+                                                         collective="all_gather", m=m, layout="NN", backend=bulk,
+                                                         allow_tf32=allow_tf32, gemm_reduction=gr, _after=mk,
+                                                         _marked=True)
     else:
         partial = _mm(grad_y, w, allow_tf32).astype(grad_y.dtype)
     if comm.supports("bulk", bulk):
         dw, dx = bulk_matmul_collective(grad_y, gathered, send=partial, comm=comm, collective="reduce_scatter",
-                                        layout="NT", backend=bulk, allow_tf32=allow_tf32, gemm_reduction=gr)
+                                        layout="NT", backend=bulk, allow_tf32=allow_tf32, gemm_reduction=gr,
+                                        _after=mk)
     else:  # no bulk op (cublasmp): dX by one GEMM+RS (NN), dW a local GEMM
         dx = matmul_reduce_scatter(grad_y, w, comm=comm, layout="NN", backend=backend, allow_tf32=allow_tf32,
-                                   partial_dtype=precision[0], gemm_reduction=gr)
+                                   partial_dtype=precision[0], gemm_reduction=gr, _after=mk)
         dw = _mm(grad_y.T, gathered, allow_tf32)
     db = _bias_grad(grad_y) if has_bias else None
     return dx, dw.astype(w.dtype), db
@@ -296,6 +376,55 @@ def _column_impl(x_shard, w, bias, comm, m, backend, allow_tf32, precision):
 
 _column = jax.custom_vjp(_column_impl, nondiff_argnums=(3, 4, 5, 6, 7))
 _column.defvjp(_column_fwd, _column_bwd)
+
+
+# The GELU in AG+GEMM's epilogue (commgemm.h "Epilogues"): the forward's GELU_AUX keeps the
+# pre-activation; the backward multiplies dY by gelu'(pre-activation), then runs the column
+# layer's backward.
+
+_SQRT_2_OVER_PI = 0.7978845608028654
+
+
+def _gelu(t):
+    return jax.nn.gelu(t, approximate=True)
+
+
+def _dgelu(grad, pre):
+    """grad * gelu'(pre), gelu's tanh form (the epilogues' DGELU), fp32 math, grad's dtype."""
+    t = pre.astype(jnp.float32)
+    th = jnp.tanh(_SQRT_2_OVER_PI * (t + 0.044715 * t * t * t))
+    d = 0.5 * (1 + th) + 0.5 * t * (1 - th * th) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * t * t)
+    return (grad.astype(jnp.float32) * d).astype(grad.dtype)
+
+
+def _fused_epilogues(comm, backend):
+    """Whether the GELU layers can run their epilogues: the GEMM ops take them, AG+GEMM hands
+    back the gathered input, and the bulk op's GEMM takes them too (the MLP's BGRAD)."""
+    bulk = backend if comm.supports("bulk", backend) else None
+    return (comm.supports("epilogue", backend) and comm.supports("gathered", backend)
+            and comm.supports("bulk", bulk) and comm.supports("bulk_epilogue", bulk))
+
+
+def _column_gelu_impl(x_shard, w, bias, comm, m, backend, allow_tf32, precision):
+    return all_gather_matmul(x_shard, w, bias, comm=comm, m=m, backend=backend, allow_tf32=allow_tf32,
+                             gemm_reduction=precision[1], epilogue="gelu")
+
+
+def _column_gelu_fwd(x_shard, w, bias, comm, m, backend, allow_tf32, precision):
+    (y, gathered, pre), mk = all_gather_matmul(x_shard, w, bias, comm=comm, m=m, backend=backend,
+                                               allow_tf32=allow_tf32, return_gathered=True,
+                                               gemm_reduction=precision[1], epilogue="gelu_aux", _marked=True)
+    return y, (gathered, None, w, bias is not None, pre, mk)
+
+
+def _column_gelu_bwd(comm, m, backend, allow_tf32, precision, res, grad_y):
+    gathered, x_shard, w, has_bias, pre, mk = res
+    return _column_bwd(comm, m, backend, allow_tf32, precision, (gathered, x_shard, w, has_bias, mk),
+                       _dgelu(grad_y, pre))
+
+
+_column_gelu = jax.custom_vjp(_column_gelu_impl, nondiff_argnums=(3, 4, 5, 6, 7))
+_column_gelu.defvjp(_column_gelu_fwd, _column_gelu_bwd)
 
 
 def _linear(x, w, bias, allow_tf32):
@@ -341,7 +470,7 @@ def _precision(partial_dtype, gemm_reduction):
 
 
 def column_parallel_linear(x, w, bias=None, *, comm, m=None, sequence_parallel=True, backend=None,
-                           allow_tf32=False, partial_dtype=None, gemm_reduction=None):
+                           allow_tf32=False, partial_dtype=None, gemm_reduction=None, activation=None):
     """Column-parallel linear: w's rows (the output features) split over the
     ranks; w: [n_loc, k] (this rank's nn.Linear weight shard), bias: [n_loc]
     or None. Differentiable (jax.grad, jax.vjp); x may have leading dims
@@ -360,31 +489,44 @@ def column_parallel_linear(x, w, bias=None, *, comm, m=None, sequence_parallel=T
     default precision would take TF32 for the local ones).
     partial_dtype ("fp32", "output"): the backward's GEMM+AR partials
     (without sequence parallelism), the same on every rank; gemm_reduction
-    ("any", "fp32"): the commgemm GEMMs'; None: the comm's (docs/PYTHON.md)."""
+    ("any", "fp32"): the commgemm GEMMs'; None: the comm's (docs/PYTHON.md).
+    activation="gelu": gelu(X . W^T + b), the tanh form (jax.nn.gelu(approximate=True)); with
+    sequence parallelism on a backend with epilogues, in AG+GEMM's GELU_AUX epilogue (the
+    backward multiplies dY by gelu'(pre-activation) before the dgrad); elsewhere after the op."""
+    if activation not in (None, "gelu"):
+        raise ValueError(f"column_parallel_linear: activation={activation!r}: expected None or 'gelu'")
     x2, back = _rows_2d(x)
     allow_tf32 = bool(allow_tf32)
     precision = _precision(partial_dtype, gemm_reduction)
     if not sequence_parallel:
-        return back(_column_ar(x2, w, bias, comm, backend, allow_tf32, precision))
+        y = _column_ar(x2, w, bias, comm, backend, allow_tf32, precision)
+        return back(_gelu(y) if activation else y)
     if m is None:
         m = _total_rows(comm, x2.shape[0], None)
-    return back(_column(x2, w, bias, comm, int(m), backend, allow_tf32, precision))
+    if activation and _fused_epilogues(comm, backend):
+        return back(_column_gelu(x2, w, bias, comm, int(m), backend, allow_tf32, precision))
+    y = _column(x2, w, bias, comm, int(m), backend, allow_tf32, precision)
+    return back(_gelu(y) if activation else y)
 
 
 def _row_fwd(x, w, bias, comm, backend, allow_tf32, precision):
-    return _row_impl(x, w, bias, comm, backend, allow_tf32, precision), (x, w, bias is not None)
+    y, mk = matmul_reduce_scatter(x, w, bias, comm=comm, backend=backend, allow_tf32=allow_tf32,
+                                  partial_dtype=precision[0], gemm_reduction=precision[1], _marked=True)
+    return y, (x, w, bias is not None, mk)
 
 
 def _row_bwd(comm, backend, allow_tf32, precision, res, grad_y):
-    x, w, has_bias = res
+    x, w, has_bias, mk = res
+    grad_y = _tie(grad_y, mk)
     gathered_by_op, bulk = _route(comm, backend, "row_parallel_linear")
     if gathered_by_op:
         # dX = allgather(dY_r) . W (AG+GEMM, NN), which also gives the gathered dY
         dx, gathered = all_gather_matmul(grad_y, w, comm=comm, m=x.shape[0], layout="NN", backend=backend,
-                                         allow_tf32=allow_tf32, return_gathered=True, gemm_reduction=precision[1])
+                                         allow_tf32=allow_tf32, return_gathered=True, gemm_reduction=precision[1],
+                                         _after=mk)
     else:  # AG+GEMM keeps it (cublasmp): dY gathered alone, dX a local GEMM
         _, gathered = bulk_matmul_collective(send=grad_y, comm=comm, collective="all_gather", m=x.shape[0],
-                                             backend=bulk)
+                                             backend=bulk, _after=mk)
         dx = _mm(gathered, w, allow_tf32).astype(x.dtype)
     dw = _mm(gathered.T, x, allow_tf32).astype(w.dtype)
     db = _bias_grad(gathered) if has_bias else None
@@ -406,11 +548,14 @@ def _row_ar_impl(x, w, bias, comm, backend, allow_tf32, precision):
 
 
 def _row_ar_fwd(x, w, bias, comm, backend, allow_tf32, precision):
-    return _row_ar_impl(x, w, bias, comm, backend, allow_tf32, precision), (x, w, bias is not None)
+    y, mk = matmul_all_reduce(x, w, bias, comm=comm, backend=backend, allow_tf32=allow_tf32,
+                              partial_dtype=precision[0], gemm_reduction=precision[1], _marked=True)
+    return y, (x, w, bias is not None, mk)
 
 
 def _row_ar_bwd(comm, backend, allow_tf32, precision, res, grad_y):
-    x, w, has_bias = res
+    x, w, has_bias, mk = res
+    grad_y = _tie(grad_y, mk)  # what the layers before compute from dX comes after the forward's GEMM+AR
     # dY is the same on every rank (the output is replicated): all local
     dx = _mm(grad_y, w, allow_tf32).astype(x.dtype)
     dw = _mm(grad_y.T, x, allow_tf32).astype(w.dtype)
@@ -443,3 +588,64 @@ def row_parallel_linear(x, w, bias=None, *, comm, sequence_parallel=True, backen
     if not sequence_parallel:
         return back(_row_ar(x2, w, bias, comm, backend, allow_tf32, precision))
     return back(_row(x2, w, bias, comm, backend, allow_tf32, precision))
+
+
+# The MLP block with its GELU and bias gradients in the ops' epilogues (sequence parallel).
+
+
+def _mlp_impl(x, w1, b1, w2, b2, comm, m, backend, allow_tf32, precision):
+    h = _column_gelu_impl(x, w1, b1, comm, m, backend, allow_tf32, precision)
+    return _row_impl(h, w2, b2, comm, backend, allow_tf32, precision)
+
+
+def _mlp_fwd(x, w1, b1, w2, b2, comm, m, backend, allow_tf32, precision):
+    h, (gathered, _, _, has_b1, pre, mk) = _column_gelu_fwd(x, w1, b1, comm, m, backend, allow_tf32, precision)
+    y, mk = matmul_reduce_scatter(h, w2, b2, comm=comm, backend=backend, allow_tf32=allow_tf32,
+                                  partial_dtype=precision[0], gemm_reduction=precision[1], _after=mk, _marked=True)
+    return y, (gathered, w1, pre, h, w2, has_b1, b2 is not None, mk)
+
+
+def _mlp_bwd(comm, m, backend, allow_tf32, precision, res, grad_y):
+    gathered, w1, pre, h, w2, has_b1, has_b2, mk = res
+    grad_y = _tie(grad_y, mk)
+    gr = precision[1]
+    # fc2's dgrad through the GELU: dPre = (allgather(dY) . W2) * gelu'(pre) (AG+GEMM, NN) with
+    # fc1's bias gradient in the same epilogue; it hands back the gathered dY for fc2's wgrad
+    out, mk = all_gather_matmul(grad_y, w2, comm=comm, m=m, layout="NN", backend=backend, allow_tf32=allow_tf32,
+                                return_gathered=True, gemm_reduction=gr,
+                                epilogue="dgelu_bgrad" if has_b1 else "dgelu", aux=pre, _after=mk, _marked=True)
+    dpre, dy_all, db1 = out if has_b1 else (*out, None)
+    # fc2's wgrad dW2 = dY^T . H (NT) with its bias gradient sum_rows dY in the BGRAD epilogue
+    bulk = backend if comm.supports("bulk", backend) else None
+    (dw2, _, db2), mk = bulk_matmul_collective(dy_all, h, comm=comm, layout="NT", backend=bulk,
+                                               allow_tf32=allow_tf32, gemm_reduction=gr, epilogue="bgrad", _after=mk,
+                                               _marked=True)
+    dx, dw1, _ = _column_bwd(comm, m, backend, allow_tf32, precision, (gathered, None, w1, False, mk), dpre)
+    return dx, dw1, db1, dw2.astype(w2.dtype), (db2 if has_b2 else None)
+
+
+_mlp = jax.custom_vjp(_mlp_impl, nondiff_argnums=(5, 6, 7, 8, 9))
+_mlp.defvjp(_mlp_fwd, _mlp_bwd)
+
+
+def parallel_mlp(x, w1, b1, w2, b2, *, comm, m=None, sequence_parallel=True, backend=None, allow_tf32=False,
+                 partial_dtype=None, gemm_reduction=None):
+    """Megatron's MLP block, row_parallel_linear(gelu(column_parallel_linear(x, w1, b1)), w2, b2):
+    w1 [ffn_loc, hidden] and b1 [ffn_loc] this rank's column shard, w2 [hidden, ffn_loc] its row
+    shard, b2 [hidden] (replicated) or None; differentiable. With sequence parallelism on a
+    backend with epilogues (Comm.supports("epilogue"), "bulk_epilogue" and "gathered"), fc1's
+    AG+GEMM applies the GELU (GELU_AUX), the backward's fc2 dgrad is one AG+GEMM whose
+    DGELU_BGRAD epilogue multiplies by gelu' and writes fc1's bias gradient, and fc2's wgrad one
+    GEMM whose BGRAD epilogue writes fc2's (docs/EPILOGUES.md); elsewhere the two layers run as
+    column_parallel_linear(activation="gelu") and row_parallel_linear. m, options: the layers'."""
+    if not sequence_parallel or not _fused_epilogues(comm, backend):
+        h = column_parallel_linear(x, w1, b1, comm=comm, m=m, sequence_parallel=sequence_parallel, backend=backend,
+                                   allow_tf32=allow_tf32, partial_dtype=partial_dtype, gemm_reduction=gemm_reduction,
+                                   activation="gelu")
+        return row_parallel_linear(h, w2, b2, comm=comm, sequence_parallel=sequence_parallel, backend=backend,
+                                   allow_tf32=allow_tf32, partial_dtype=partial_dtype, gemm_reduction=gemm_reduction)
+    x2, back = _rows_2d(x)
+    if m is None:
+        m = _total_rows(comm, x2.shape[0], None, "parallel_mlp")
+    precision = _precision(partial_dtype, gemm_reduction)
+    return back(_mlp(x2, w1, b1, w2, b2, comm, int(m), backend, bool(allow_tf32), precision))

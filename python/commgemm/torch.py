@@ -10,7 +10,10 @@
 - `ColumnParallelLinear`, `FusedColumnParallelLinear`, `RowParallelLinear`:
   Megatron-style layers whose forward and backward run the overlapped ops,
   their features split by head (partition_multiple) or per-rank sizes
-  (partition_sizes) where asked.
+  (partition_sizes) where asked; `ColumnParallelLinear(activation="gelu")`
+  applies the GELU in the op's epilogue where the backend has epilogues.
+- `ParallelMLP`: column -> GELU -> row, its backward's dGELU and bias
+  gradients in the overlapped ops' epilogues (docs/EPILOGUES.md).
 - `scatter_rows`, `gather_rows`: into and out of the sequence shards.
 
 The custom ops themselves (tensor -> cgm_matrix, stream, fake kernels) are
@@ -36,14 +39,14 @@ from . import _lib
 from ._lib import Status
 from ._torch_autograd import _AllGatherMatmul, _MatmulAllReduce, _MatmulReduceScatter
 from ._torch_collectives import GatherRows, ScatterRows, all_gather_rows, route
-from ._torch_layers import (ColumnParallelLinear, FusedColumnParallelLinear, RowParallelLinear,  # noqa: F401
-                            _autocast, _backend_arg, _gemm_reduction_arg, _partial_dtype_arg, check_positions)
+from ._torch_layers import (ColumnParallelLinear, FusedColumnParallelLinear, ParallelMLP,  # noqa: F401
+                            RowParallelLinear, _autocast, _backend_arg, _gemm_reduction_arg, _partial_dtype_arg, check_positions)
 from ._torch_ops import _ops
 from .core import Comm, Config
 
 __all__ = ["comm_from_process_group", "all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce",
            "bulk_matmul_collective", "scatter_rows", "gather_rows", "ColumnParallelLinear",
-           "FusedColumnParallelLinear", "RowParallelLinear", "shard_rows"]
+           "FusedColumnParallelLinear", "ParallelMLP", "RowParallelLinear", "shard_rows"]
 
 shard_rows = _lib.shard_rows
 
@@ -169,7 +172,7 @@ def all_gather_matmul(x_shard, weight, bias=None, *, comm, m=None, backend=None,
     rt = route(comm, _backend_arg(backend))
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x_shard, weight, bias)):
         y, gathered = _AllGatherMatmul.apply(x_shard, weight, bias, comm_id, m, rt, pd, gr, weight.requires_grad,
-                                             return_gathered)
+                                             return_gathered, False)
     else:
         from_op = return_gathered and rt.gathered
         y, gathered = _ops.all_gather_matmul(x_shard, weight, bias, comm_id, m, "TN", rt.backend, from_op, gr)

@@ -84,6 +84,10 @@ typedef struct xffi_call {
     /* bulk only: whether the GEMM and its bias are present, the collective
      * (-1: none) */
     int gemm, bias, collective;
+    /* attribute ordered = 1: the last operand and the last result are order
+     * markers, never read or written: a call that takes the marker another
+     * call returned runs after it (XLA orders calls by their data only) */
+    int ordered;
 } xffi_call;
 
 static bool name_is(const xffi_span *s, const char *name) {
@@ -136,6 +140,10 @@ static xffi_error *call_of(const xffi_frame *f, const char *op, cgm_op cop, xffi
             c->opt.partial_dtype = (cgm_partial_dtype)v; /* the op refuses a bad value */
         } else if (name_is(name, "gemm_reduction")) {
             c->opt.gemm_reduction = (cgm_gemm_reduction)v;
+        } else if (name_is(name, "epilogue")) {
+            c->opt.epilogue = (cgm_epilogue)v; /* the op refuses a bad value */
+        } else if (name_is(name, "ordered")) {
+            c->ordered = v != 0;
         } else if (cop == CGM_OP_BULK && name_is(name, "gemm")) {
             c->gemm = v != 0;
         } else if (cop == CGM_OP_BULK && name_is(name, "bias")) {
@@ -148,7 +156,7 @@ static xffi_error *call_of(const xffi_frame *f, const char *op, cgm_op cop, xffi
             c->collective = (int)v;
         } else {
             return fail(f, XFFI_INVALID_ARGUMENT, op, "unknown attribute %.*s: expected comm, layout, algo, splits, "
-                        "backend, allow_tf32, partial_dtype, gemm_reduction%s", (int)name->len, name->ptr,
+                        "backend, allow_tf32, partial_dtype, gemm_reduction, epilogue, ordered%s", (int)name->len, name->ptr,
                         cop == CGM_OP_BULK ? ", gemm, bias or collective" : "");
         }
     }
@@ -236,31 +244,82 @@ static xffi_error *all_buffers(const xffi_frame *f, const char *op) {
     return NULL;
 }
 
-/* Checks the frame and the operand and result counts; fills x, w, bias
- * (NULL when absent), y and, when asked for and present, the second
- * result. */
-static xffi_error *operands(const xffi_frame *f, const char *op, cgm_matrix *x, cgm_matrix *w, cgm_matrix *bias,
-                            const cgm_matrix **bias_p, cgm_matrix *y, cgm_matrix *extra, bool *has_extra,
-                            int max_rets) {
+/* The operands and results an epilogue adds (commgemm.h "Epilogues"):
+ * aux read (DGELU, DGELU_BGRAD) after the bias; aux written (GELU_AUX), then
+ * bgrad (DGELU_BGRAD, BGRAD), after the op's own results. */
+typedef struct epilogue_io {
+    int aux_in, aux_out, bgrad;
+    cgm_matrix aux, bgrad_m;
+} epilogue_io;
+
+static void epilogue_counts(cgm_epilogue e, epilogue_io *io) {
+    memset(io, 0, sizeof *io);
+    io->aux_in = e == CGM_EPILOGUE_DGELU || e == CGM_EPILOGUE_DGELU_BGRAD;
+    io->aux_out = e == CGM_EPILOGUE_GELU_AUX;
+    io->bgrad = e == CGM_EPILOGUE_DGELU_BGRAD || e == CGM_EPILOGUE_BGRAD;
+}
+
+/* Reads the epilogue's aux operand at args[in] (advancing it) and its
+ * results at rets[out] (advancing it) and points c's options at them. */
+static xffi_error *epilogue_buffers(const xffi_frame *f, const char *op, xffi_call *c, epilogue_io *io, int *in,
+                                    int *out) {
     xffi_error *e;
-    if ((e = frame_size(f, op))) return e;
-    if (f->args.size < 2 || f->args.size > 3)
-        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected 2 or 3 operands (x, w[, bias]), found %" PRId64,
-                    f->args.size);
-    if (f->rets.size < 1 || f->rets.size > max_rets)
-        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %s, found %" PRId64 " results",
-                    max_rets == 2 ? "1 or 2 results (y[, x_gathered])" : "1 result (y)", f->rets.size);
+    if (io->aux_in && (e = matrix_of(f, op, "aux (operand)", f->args.items[(*in)++], false, &io->aux))) return e;
+    if (io->aux_out && (e = matrix_of(f, op, "aux (result)", f->rets.items[(*out)++], false, &io->aux))) return e;
+    if (io->bgrad && (e = matrix_of(f, op, "bgrad (result)", f->rets.items[(*out)++], true, &io->bgrad_m)))
+        return e;
+    c->opt.aux = io->aux_in || io->aux_out ? &io->aux : NULL;
+    c->opt.bgrad = io->bgrad ? &io->bgrad_m : NULL;
+    return NULL;
+}
+
+/* Checks the frame and the operand and result counts (x, w[, bias][, aux];
+ * y[, x_gathered (AG+GEMM)][, aux][, bgrad]); fills x, w, bias (NULL when
+ * absent), y, the gathered X when asked for, and the epilogue's buffers. */
+static xffi_error *operands(const xffi_frame *f, const char *op, xffi_call *c, bool ag, cgm_matrix *x,
+                            cgm_matrix *w, cgm_matrix *bias, const cgm_matrix **bias_p, cgm_matrix *y,
+                            cgm_matrix *extra, bool *has_extra, epilogue_io *io) {
+    xffi_error *e;
+    epilogue_counts(c->opt.epilogue, io);
+    int64_t eps = io->aux_out + io->bgrad;
+    if (f->args.size < 2 + io->aux_in || f->args.size > 3 + io->aux_in)
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %d or %d operands (x, w[, bias]%s), found %" PRId64,
+                    2 + io->aux_in, 3 + io->aux_in, io->aux_in ? ", aux" : "", f->args.size);
+    if (f->rets.size < 1 + eps || f->rets.size > 1 + ag + eps) {
+        char count[32];
+        if (ag)
+            snprintf(count, sizeof count, "%d or %d results", (int)(1 + eps), (int)(2 + eps));
+        else
+            snprintf(count, sizeof count, "%d result%s", (int)(1 + eps), eps ? "s" : "");
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %s (y%s%s%s), found %" PRId64 " results", count,
+                    ag ? "[, x_gathered]" : "", io->aux_out ? ", aux" : "", io->bgrad ? ", bgrad" : "",
+                    f->rets.size);
+    }
     if ((e = all_buffers(f, op))) return e;
     if ((e = matrix_of(f, op, "x", f->args.items[0], false, x))) return e;
     if ((e = matrix_of(f, op, "w", f->args.items[1], false, w))) return e;
+    int in = 2, out = 1;
     *bias_p = NULL;
-    if (f->args.size == 3) {
-        if ((e = matrix_of(f, op, "bias", f->args.items[2], true, bias))) return e;
+    if (f->args.size == 3 + io->aux_in) {
+        if ((e = matrix_of(f, op, "bias", f->args.items[in++], true, bias))) return e;
         *bias_p = bias;
     }
     if ((e = matrix_of(f, op, "y (result 0)", f->rets.items[0], false, y))) return e;
-    *has_extra = f->rets.size == 2;
-    if (*has_extra && (e = matrix_of(f, op, "x_gathered (result 1)", f->rets.items[1], false, extra))) return e;
+    *has_extra = f->rets.size == 2 + eps;
+    if (*has_extra && (e = matrix_of(f, op, "x_gathered (result 1)", f->rets.items[out++], false, extra))) return e;
+    return epilogue_buffers(f, op, c, io, &in, &out);
+}
+
+/* The frame without its order markers (attribute ordered), in *view. */
+static xffi_error *without_markers(const xffi_frame *f, const char *op, const xffi_call *c, xffi_frame *view) {
+    *view = *f;
+    if (!c->ordered) return NULL;
+    if (f->args.size < 1 || f->rets.size < 1)
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "attribute ordered = 1: expected an order marker as the last "
+                    "operand and as the last result, found %" PRId64 " operands and %" PRId64 " results",
+                    f->args.size, f->rets.size);
+    view->args.size--;
+    view->rets.size--;
     return NULL;
 }
 
@@ -278,10 +337,12 @@ static void *handle(void *frame, cgm_op cop, const char *op) {
     cgm_matrix x, w, bias, y, xg;
     const cgm_matrix *b = NULL;
     bool has_xg = false;
-    xffi_error *e = operands(f, op, &x, &w, &bias, &b, &y, &xg, &has_xg, ag ? 2 : 1);
-    if (e) return e;
     xffi_call c;
-    if ((e = call_of(f, op, cop, &c))) return e;
+    epilogue_io io;
+    xffi_frame view;
+    xffi_error *e = frame_size(f, op);
+    if (e || (e = call_of(f, op, cop, &c)) || (e = without_markers(f, op, &c, &view))) return e;
+    if ((e = operands(&view, op, &c, ag, &x, &w, &bias, &b, &y, &xg, &has_xg, &io))) return e;
     cgm_status st;
     if (ag)
         st = cgm_all_gather_gemm(c.comm, &x, &w, b, &y, has_xg ? &xg : NULL, &c.opt, c.stream);
@@ -313,16 +374,22 @@ void *cgm_xla_ffi_bulk_overlap(void *frame) {
     xffi_error *e = frame_size(f, op);
     if (e) return e;
     xffi_call c;
-    if ((e = call_of(f, op, CGM_OP_BULK, &c))) return e;
+    xffi_frame view;
+    if ((e = call_of(f, op, CGM_OP_BULK, &c)) || (e = without_markers(f, op, &c, &view))) return e;
+    f = &view;
     bool coll = c.collective >= 0;
-    int64_t nin = (c.gemm ? 2 + c.bias : 0) + coll, nout = c.gemm + coll;
+    epilogue_io io;
+    epilogue_counts(c.gemm ? c.opt.epilogue : CGM_EPILOGUE_NONE, &io);
+    int64_t nin = (c.gemm ? 2 + c.bias + io.aux_in : 0) + coll;
+    int64_t nout = (c.gemm ? 1 + io.aux_out + io.bgrad : 0) + coll;
     if (!c.gemm && !coll)
         return fail(f, XFFI_INVALID_ARGUMENT, op, "neither a GEMM (attribute gemm = 1) nor a collective "
                     "(attribute collective = 0 or 1): expected at least one");
     if (f->args.size != nin || f->rets.size != nout)
-        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %" PRId64 " operands (%s%s%s) and %" PRId64 " results "
-                    "(%s%s), found %" PRId64 " and %" PRId64, nin, c.gemm ? "a, b" : "", c.gemm && c.bias ? ", bias" : "",
-                    coll ? (c.gemm ? ", send" : "send") : "", nout, c.gemm ? "c" : "",
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %" PRId64 " operands (%s%s%s%s) and %" PRId64 " results "
+                    "(%s%s%s%s), found %" PRId64 " and %" PRId64, nin, c.gemm ? "a, b" : "",
+                    c.gemm && c.bias ? ", bias" : "", io.aux_in ? ", aux" : "", coll ? (c.gemm ? ", send" : "send") : "",
+                    nout, c.gemm ? "c" : "", io.aux_out ? ", aux" : "", io.bgrad ? ", bgrad" : "",
                     coll ? (c.gemm ? ", recv" : "recv") : "", f->args.size, f->rets.size);
     if ((e = all_buffers(f, op))) return e;
     cgm_matrix a, b, bias, cm, send, recv;
@@ -332,6 +399,7 @@ void *cgm_xla_ffi_bulk_overlap(void *frame) {
         if ((e = matrix_of(f, op, "b", f->args.items[in++], false, &b))) return e;
         if (c.bias && (e = matrix_of(f, op, "bias", f->args.items[in++], true, &bias))) return e;
         if ((e = matrix_of(f, op, "c (result 0)", f->rets.items[out++], false, &cm))) return e;
+        if ((e = epilogue_buffers(f, op, &c, &io, &in, &out))) return e;
     }
     if (coll) {
         if ((e = matrix_of(f, op, "send", f->args.items[in], false, &send))) return e;

@@ -297,6 +297,13 @@ typedef struct cgm_call {
     cgm_matrix bias;
     bool has_x_gathered;
     cgm_matrix x_gathered;
+    /* The epilogue (the header's "Epilogues"; NONE for a collective-only
+     * bulk call) and its operands: aux (GELU_AUX writes it; DGELU and
+     * DGELU_BGRAD read it), shaped like y; bgrad (DGELU_BGRAD: 1 x n;
+     * BGRAD: 1 x m), written. Absent ones are zeroed, has_* false. */
+    cgm_epilogue epilogue;
+    bool has_aux, has_bgrad;
+    cgm_matrix aux, bgrad;
 
     /* Collective part of a bulk call. */
     bool has_collective;
@@ -496,6 +503,11 @@ static inline int64_t cgm_matrix_ld(const cgm_matrix *m) {
  * for a call with fp8 inputs, naming `backend` and what to do instead;
  * CGM_SUCCESS otherwise (validate_fp8.c). */
 cgm_status cgm_fp8_not_yet(const char *backend, const cgm_call *call);
+/* A backend's `check` while it has no epilogues: CGM_ERROR_NOT_SUPPORTED
+ * for a call whose epilogue is not NONE, naming `backend` and the
+ * epilogue, saying to run the op on the host backend or apply the
+ * epilogue after it; CGM_SUCCESS otherwise (validate_epilogue.c). */
+cgm_status cgm_epilogue_not_yet(const char *backend, const cgm_call *call);
 /* The library's copy of a caller's matrix: `scaling` read only where the
  * dtype is fp8 (a program built before fp8 passes a smaller struct),
  * NONE otherwise. validate_fp8.c. */

@@ -69,10 +69,11 @@ cgm_status cgm_algo_from_name(const char *name, cgm_algo *out) {
 }
 
 /* Looks `name` up in names[count] (case-insensitive); `what` and
- * `expected` for the message of an unknown one. */
+ * `expected` for the message of an unknown one; `dest`: the caller's out
+ * pointer (NULL is refused). */
 static cgm_status name_index(const char *fn, const char *name, const char *const *names, int count,
-                             const char *what, const char *expected, int *out) {
-    if (!name || !out) return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: name and out must not be NULL", fn);
+                             const char *what, const char *expected, const void *dest, int *out) {
+    if (!name || !dest) return cgm_error(CGM_ERROR_INVALID_ARGUMENT, "%s: name and out must not be NULL", fn);
     for (int i = 0; i < count; i++)
         if (!strcasecmp(name, names[i])) {
             *out = i;
@@ -90,7 +91,7 @@ const char *cgm_partial_dtype_name(cgm_partial_dtype partial_dtype) {
 cgm_status cgm_partial_dtype_from_name(const char *name, cgm_partial_dtype *out) {
     int i = 0;
     cgm_status st = name_index("cgm_partial_dtype_from_name", name, partial_dtype_names, CGM_PARTIAL_DTYPE_COUNT_,
-                               "partial dtype", "default, fp32, output", &i);
+                               "partial dtype", "default, fp32, output", out, &i);
     if (st == CGM_SUCCESS) *out = (cgm_partial_dtype)i;
     return st;
 }
@@ -104,8 +105,22 @@ const char *cgm_gemm_reduction_name(cgm_gemm_reduction gemm_reduction) {
 cgm_status cgm_gemm_reduction_from_name(const char *name, cgm_gemm_reduction *out) {
     int i = 0;
     cgm_status st = name_index("cgm_gemm_reduction_from_name", name, gemm_reduction_names,
-                               CGM_GEMM_REDUCTION_COUNT_, "GEMM reduction", "default, any, fp32", &i);
+                               CGM_GEMM_REDUCTION_COUNT_, "GEMM reduction", "default, any, fp32", out, &i);
     if (st == CGM_SUCCESS) *out = (cgm_gemm_reduction)i;
+    return st;
+}
+
+static const char *epilogue_names[] = {"none", "gelu", "gelu_aux", "dgelu", "dgelu_bgrad", "bgrad"};
+
+const char *cgm_epilogue_name(cgm_epilogue epilogue) {
+    return (unsigned)epilogue < CGM_EPILOGUE_COUNT_ ? epilogue_names[epilogue] : "invalid";
+}
+
+cgm_status cgm_epilogue_from_name(const char *name, cgm_epilogue *out) {
+    int i = 0;
+    cgm_status st = name_index("cgm_epilogue_from_name", name, epilogue_names, CGM_EPILOGUE_COUNT_, "epilogue",
+                               "none, gelu, gelu_aux, dgelu, dgelu_bgrad, bgrad", out, &i);
+    if (st == CGM_SUCCESS) *out = (cgm_epilogue)i;
     return st;
 }
 

@@ -8,10 +8,13 @@
  * collective's shape, or the other ops' W dtype and fp8 recipe (with
  * GEMM+AR's y_amax, which adds an exchange): no word to spare, and the
  * exchanges that carry signatures are sized for 16. */
-enum { WORD_COLLECTIVE_OR_PARTIAL = 13, WORD_W_DTYPE = 14, WORD_FP8 = 15 };
+enum { WORD_EPILOGUE = 7, WORD_COLLECTIVE_OR_PARTIAL = 13, WORD_W_DTYPE = 14, WORD_FP8 = 15 };
+/* Word 7 holds the epilogue with the presence of bias, aux and bgrad:
+ * epilogue * 8 + bias + 2 aux + 4 bgrad (NONE without bias: 0, as the
+ * bias presence word was). */
 
 static const char *field_names[CGM_SIGNATURE_WORDS] = {
-    "op", "layout", "input dtype", "output dtype", "m", "k", "n", "bias presence", "accumulate",
+    "op", "layout", "input dtype", "output dtype", "m", "k", "n", "epilogue (with bias, aux, bgrad)", "accumulate",
     "algorithm", "splits", "backend", "parts (GEMM/collective)", "collective", "collective rows",
     "collective cols"};
 
@@ -37,7 +40,7 @@ void cgm_call_signature(const cgm_call *c, int64_t s[CGM_SIGNATURE_WORDS]) {
         s[2] = c->in_dtype;
         s[3] = c->out_dtype;
         s[4] = c->m;
-        s[7] = c->has_bias;
+        s[WORD_EPILOGUE] = (int64_t)c->epilogue * 8 + c->has_bias + 2 * c->has_aux + 4 * c->has_bgrad;
         s[8] = c->accumulate;
         if (c->op == CGM_OP_ALL_GATHER_GEMM) {
             s[5] = c->k; /* n_loc may differ */
@@ -60,6 +63,11 @@ void cgm_call_signature(const cgm_call *c, int64_t s[CGM_SIGNATURE_WORDS]) {
 static void describe(int64_t op, int field, int64_t v, char *buf, size_t len) {
     if ((field == WORD_COLLECTIVE_OR_PARTIAL || field == WORD_W_DTYPE) && op != CGM_OP_BULK) {
         snprintf(buf, len, "%s", cgm_dtype_name((cgm_dtype)v));
+        return;
+    }
+    if (field == WORD_EPILOGUE && op != CGM_OP_BULK) {
+        snprintf(buf, len, "%s%s%s%s", cgm_epilogue_name((cgm_epilogue)(v / 8)), v & 1 ? " with bias" : "",
+                 v & 2 ? " with aux" : "", v & 4 ? " with bgrad" : "");
         return;
     }
     if (field == WORD_FP8 && op != CGM_OP_BULK) {

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "validate_epilogue.h"
 #include "validate_fp8.h"
 
 typedef struct check_ctx {
@@ -59,6 +60,11 @@ static cgm_status check_matrix(const check_ctx *c, const char *name, const cgm_m
                          "%s: %s.data = %p is not aligned to its element size (%zu bytes for %s); pass an "
                          "aligned pointer", c->fn, name, m->data, size, cgm_dtype_name(m->dtype));
     return CGM_SUCCESS;
+}
+
+cgm_status cgm_check_operand(const char *fn, const char *name, const cgm_matrix *m) {
+    check_ctx c = {fn};
+    return check_matrix(&c, name, m, SCALES_NONE);
 }
 
 static cgm_status require(const check_ctx *c, const char *name, const cgm_matrix *m, const char *what,
@@ -127,13 +133,15 @@ bool cgm_matrix_overlap(const cgm_matrix *a, const cgm_matrix *b) {
     return lo <= hi;
 }
 
-static cgm_status check_disjoint(const check_ctx *c, const char *out_name, const cgm_matrix *out,
+/* `role`: what out is ("output", or "operand" for an input that may
+ * overlap nothing: dgelu's aux). */
+static cgm_status check_disjoint(const check_ctx *c, const char *role, const char *out_name, const cgm_matrix *out,
                                  const char *other_name, const cgm_matrix *other) {
     if (!out || !other) return CGM_SUCCESS;
     if (cgm_matrix_overlap(out, other))
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
-                         "%s: output %s overlaps %s in memory: in-place operation is not supported; give "
-                         "%s its own buffer", c->fn, out_name, other_name, out_name);
+                         "%s: %s %s overlaps %s in memory: in-place operation is not supported; give "
+                         "%s its own buffer", c->fn, role, out_name, other_name, out_name);
     return CGM_SUCCESS;
 }
 
@@ -217,10 +225,11 @@ static cgm_status check_precision(const check_ctx *c, const cgm_comm *comm, cons
 static cgm_status check_options(const check_ctx *c, cgm_comm *comm, cgm_op op, const cgm_op_options *options,
                                 void *stream, cgm_call *call, cgm_partial_dtype *partial) {
     static const size_t sizes[] = {CGM_SIZE_BEFORE(cgm_op_options, partial_dtype),
-                                   CGM_SIZE_BEFORE(cgm_op_options, fp8_fast_accum), sizeof(cgm_op_options)};
+                                   CGM_SIZE_BEFORE(cgm_op_options, fp8_fast_accum),
+                                   CGM_SIZE_BEFORE(cgm_op_options, epilogue), sizeof(cgm_op_options)};
     cgm_op_options opts = CGM_OP_OPTIONS_INIT, *o = &opts;
     if (options) {
-        cgm_status st = cgm_check_struct_size(c->fn, "options", options->struct_size, sizes, 3,
+        cgm_status st = cgm_check_struct_size(c->fn, "options", options->struct_size, sizes, 4,
                                               "CGM_OP_OPTIONS_INIT");
         if (st != CGM_SUCCESS) return st;
         /* A program built against an older header: the fields it lacks keep their defaults. */
@@ -244,6 +253,11 @@ static cgm_status check_options(const check_ctx *c, cgm_comm *comm, cgm_op op, c
                          "fast accumulation)", c->fn, o->fp8_fast_accum);
     call->fp8_fast_accum = o->fp8_fast_accum == 1;
     call->y_amax = o->y_amax; /* checked against the output once it is known */
+    call->epilogue = o->epilogue; /* so are the epilogue and its operands */
+    call->has_aux = o->aux != NULL;
+    call->has_bgrad = o->bgrad != NULL;
+    if (o->aux) call->aux = cgm_matrix_take(o->aux);
+    if (o->bgrad) call->bgrad = cgm_matrix_take(o->bgrad);
     cgm_gemm_reduction reduction = CGM_GEMM_REDUCTION_DEFAULT;
     cgm_status st = check_precision(c, comm, o, partial, &reduction);
     if (st != CGM_SUCCESS) return st;
@@ -408,13 +422,14 @@ static cgm_matrix scales_of(const cgm_matrix *m, bool gathered, int nranks) {
     return s;
 }
 
-/* No output (data, x_gathered's scales, y_amax) overlaps an input (data
- * or scales) or another output; then, as it asks the CUDA driver, every
+/* No output (data, x_gathered's scales, y_amax, the epilogue's aux and
+ * bgrad) overlaps an input (data or scales) or another output, nor does
+ * an aux that the epilogue reads; then, as it asks the CUDA driver, every
  * pointer is memory the call's backend can read. */
 static cgm_status check_memory(const check_ctx *c, const cgm_comm *comm, const cgm_call *call,
                                const cgm_matrix *in[4], const char *in_names[4], cgm_matrix *outs[3],
                                const char *out_names[3]) {
-    enum { NIN = 7, NOUT = 5 };
+    enum { NIN = 7, NOUT = 7 };
     cgm_matrix scales[NIN + NOUT];
     const cgm_matrix *ins[NIN], *os[NOUT];
     char names[NIN + NOUT][48];
@@ -433,17 +448,23 @@ static cgm_status check_memory(const check_ctx *c, const cgm_comm *comm, const c
     scales[4] = cgm_matrix_make(call->y_amax, CGM_DTYPE_FP32, 1, 1);
     os[4] = call->y_amax ? &scales[4] : NULL;
     outn[4] = "options.y_amax";
+    os[5] = call->has_aux ? &call->aux : NULL, outn[5] = "options.aux";
+    os[6] = call->has_bgrad ? &call->bgrad : NULL, outn[6] = "options.bgrad";
+    bool aux_read = call->epilogue != CGM_EPILOGUE_GELU_AUX;
     cgm_status st;
     for (int o = 0; o < NOUT; o++) {
+        const char *role = o == 5 && aux_read ? "operand" : "output";
         for (int i = 0; i < NIN; i++)
-            if ((st = check_disjoint(c, outn[o], os[o], inn[i], ins[i]))) return st;
+            if ((st = check_disjoint(c, role, outn[o], os[o], inn[i], ins[i]))) return st;
         for (int p = o + 1; p < NOUT; p++)
-            if ((st = check_disjoint(c, outn[o], os[o], outn[p], os[p]))) return st;
+            if ((st = check_disjoint(c, role, outn[o], os[o], outn[p], os[p]))) return st;
     }
     for (int i = 0; i < 4; i++)
         if ((st = cgm_check_memory(c->fn, in_names[i], in[i], call->backend, comm->cuda_device))) return st;
     for (int o = 0; o < 3; o++)
         if ((st = cgm_check_memory(c->fn, out_names[o], outs[o], call->backend, comm->cuda_device))) return st;
+    for (int o = 5; o < NOUT; o++)
+        if (os[o] && (st = cgm_check_memory(c->fn, outn[o], os[o], call->backend, comm->cuda_device))) return st;
     for (int i = 0; i < 4; i++)
         if (scales[i].data &&
             (st = cgm_check_pointer(c->fn, names[i], scales[i].data, call->backend, comm->cuda_device)))
@@ -482,6 +503,7 @@ cgm_status cgm_validate_op(cgm_comm *comm, cgm_op op, const cgm_matrix *x_in, co
     else st = check_split_gemm(&c, comm, op, x, w, bias, y, xg, partial, call);
     if (st) return st;
     if ((st = cgm_check_fp8_amax(c.fn, call->y_amax, yn, call->has_gemm ? y : NULL))) return st;
+    if ((st = cgm_check_epilogue(c.fn, yn, call))) return st;
     const cgm_matrix *in[] = {x, w, bias, bulk ? send : NULL};
     const char *in_names[] = {xn, wn, "bias", "send"};
     cgm_matrix *outs[] = {y, xg, bulk ? recv : NULL};

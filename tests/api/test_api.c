@@ -194,7 +194,156 @@ MUT(fp8_collective, fp8_bulk_collective(a); a->send.dtype = a->recv.dtype = CGM_
     a->send.scaling = a->recv.scaling = CGM_SCALING_TENSOR; a->send.scale = scales)
 MUT(fp8_bulk_layout, a->op = CGM_OP_BULK; a->y.rows = M; fp8_args(a); a->opt.layout = CGM_LAYOUT_NT)
 
+/* Epilogues: aux shaped like y, bgrad 1 x n (bulk's BGRAD: 1 x c's rows). */
+static float abuf[M * N + 8], bgbuf[M + 8];
+static void epi(args *a, cgm_epilogue e, bool aux, bool bgrad) {
+    static cgm_matrix aux_m, bgrad_m;
+    a->opt.epilogue = e;
+    aux_m = cgm_matrix_make(abuf, a->y.dtype, a->y.rows, a->y.cols);
+    if (cgm_dtype_is_fp8(a->y.dtype)) aux_m.dtype = CGM_DTYPE_BF16;
+    bgrad_m = cgm_matrix_make(bgbuf, CGM_DTYPE_FP32, 1, e == CGM_EPILOGUE_BGRAD ? a->y.rows : a->y.cols);
+    a->opt.aux = aux ? &aux_m : NULL;
+    a->opt.bgrad = bgrad ? &bgrad_m : NULL;
+}
+MUT(epi_bad_value, a->opt.epilogue = (cgm_epilogue)9)
+MUT(epi_negative_value, a->opt.epilogue = (cgm_epilogue)-1)
+MUT(epi_aux_missing, epi(a, CGM_EPILOGUE_GELU_AUX, false, false))
+MUT(epi_dgelu_aux_missing, a->op = CGM_OP_GEMM_REDUCE_SCATTER; epi(a, CGM_EPILOGUE_DGELU, false, false))
+MUT(epi_aux_unneeded, epi(a, CGM_EPILOGUE_GELU, true, false))
+MUT(epi_aux_with_none, epi(a, CGM_EPILOGUE_NONE, true, false))
+MUT(epi_bgrad_with_none, epi(a, CGM_EPILOGUE_NONE, false, true))
+MUT(epi_bgrad_missing, epi(a, CGM_EPILOGUE_DGELU_BGRAD, true, false))
+MUT(epi_bgrad_unneeded, a->op = CGM_OP_GEMM_ALL_REDUCE; epi(a, CGM_EPILOGUE_DGELU, true, true))
+MUT(epi_bulk_bgrad_missing, a->op = CGM_OP_BULK; epi(a, CGM_EPILOGUE_BGRAD, false, false))
+MUT(epi_bias_dgelu, a->has_bias = true; epi(a, CGM_EPILOGUE_DGELU, true, false))
+MUT(epi_bias_dgelu_bgrad, a->op = CGM_OP_BULK; a->has_bias = true; epi(a, CGM_EPILOGUE_DGELU_BGRAD, true, true))
+MUT(epi_accumulate_gelu, a->opt.accumulate = 1; epi(a, CGM_EPILOGUE_GELU, false, false))
+MUT(epi_accumulate_gelu_aux, a->opt.accumulate = 1; epi(a, CGM_EPILOGUE_GELU_AUX, true, false))
+MUT(epi_accumulate_dgelu, a->op = CGM_OP_GEMM_ALL_REDUCE; a->opt.accumulate = 1;
+    epi(a, CGM_EPILOGUE_DGELU, true, false))
+MUT(epi_accumulate_dgelu_bgrad, a->op = CGM_OP_BULK; a->opt.accumulate = 1;
+    epi(a, CGM_EPILOGUE_DGELU_BGRAD, true, true))
+MUT(epi_bgrad_on_ag, epi(a, CGM_EPILOGUE_BGRAD, false, true))
+MUT(epi_bgrad_on_rs, a->op = CGM_OP_GEMM_REDUCE_SCATTER; epi(a, CGM_EPILOGUE_BGRAD, false, true))
+MUT(epi_bgrad_on_ar, a->op = CGM_OP_GEMM_ALL_REDUCE; epi(a, CGM_EPILOGUE_BGRAD, false, true))
+MUT(epi_bulk_no_gemm, fp8_bulk_collective(a); epi(a, CGM_EPILOGUE_GELU, false, false))
+MUT(epi_aux_shape, epi(a, CGM_EPILOGUE_GELU_AUX, true, false); a->opt.aux->rows = M - 1)
+MUT(epi_aux_cols, epi(a, CGM_EPILOGUE_DGELU, true, false); a->opt.aux->cols = N + 1; a->opt.aux->ld = 0)
+MUT(epi_aux_dtype, epi(a, CGM_EPILOGUE_GELU_AUX, true, false); a->opt.aux->dtype = CGM_DTYPE_BF16)
+MUT(epi_aux_fp8_out, fp8_out(a); epi(a, CGM_EPILOGUE_GELU_AUX, true, false); a->opt.aux->dtype = CGM_DTYPE_FP32)
+MUT(epi_aux_bad_dtype, epi(a, CGM_EPILOGUE_GELU_AUX, true, false); a->opt.aux->dtype = (cgm_dtype)17)
+MUT(epi_aux_misaligned, epi(a, CGM_EPILOGUE_GELU_AUX, true, false); a->opt.aux->data = (char *)abuf + 2)
+MUT(epi_aux_null_data, epi(a, CGM_EPILOGUE_DGELU, true, false); a->opt.aux->data = NULL)
+MUT(epi_aux_small_ld, epi(a, CGM_EPILOGUE_GELU_AUX, true, false); a->opt.aux->ld = 3)
+MUT(epi_aux_scale, epi(a, CGM_EPILOGUE_GELU_AUX, true, false); a->opt.aux->scale = scales)
+MUT(epi_bgrad_shape, epi(a, CGM_EPILOGUE_DGELU_BGRAD, true, true); a->opt.bgrad->cols = N - 1)
+MUT(epi_bgrad_rows, a->op = CGM_OP_BULK; epi(a, CGM_EPILOGUE_DGELU_BGRAD, true, true); a->opt.bgrad->rows = 2)
+MUT(epi_bulk_bgrad_shape, a->op = CGM_OP_BULK; epi(a, CGM_EPILOGUE_BGRAD, false, true); a->opt.bgrad->cols = N)
+MUT(epi_bgrad_dtype, epi(a, CGM_EPILOGUE_DGELU_BGRAD, true, true); a->opt.bgrad->dtype = CGM_DTYPE_FP16)
+MUT(epi_bgrad_fp8_out, fp8_out(a); epi(a, CGM_EPILOGUE_DGELU_BGRAD, true, true);
+    a->opt.bgrad->dtype = CGM_DTYPE_FP8_E5M2)
+MUT(epi_bgrad_misaligned, a->op = CGM_OP_BULK; epi(a, CGM_EPILOGUE_BGRAD, false, true);
+    a->opt.bgrad->data = (char *)bgbuf + 1)
+MUT(epi_aux_overlaps_y, epi(a, CGM_EPILOGUE_GELU_AUX, true, false); a->opt.aux->data = ybuf + 3)
+MUT(epi_aux_overlaps_x, epi(a, CGM_EPILOGUE_DGELU, true, false); a->opt.aux->data = xbuf)
+MUT(epi_aux_overlaps_bias, epi(a, CGM_EPILOGUE_GELU_AUX, true, false); a->has_bias = true; a->bias.data = abuf)
+MUT(epi_aux_overlaps_x_gathered, epi(a, CGM_EPILOGUE_GELU_AUX, true, false); a->has_xg = true; a->xg.data = abuf)
+MUT(epi_bgrad_overlaps_aux, epi(a, CGM_EPILOGUE_DGELU_BGRAD, true, true); a->opt.bgrad->data = abuf + 1)
+MUT(epi_bgrad_overlaps_w, a->op = CGM_OP_BULK; epi(a, CGM_EPILOGUE_BGRAD, false, true); a->opt.bgrad->data = wbuf)
+MUT(epi_bgrad_overlaps_amax, fp8_out(a); a->opt.y_amax = amax_out; epi(a, CGM_EPILOGUE_DGELU_BGRAD, true, true);
+    a->opt.bgrad->data = amax_out)
+
 static const bad_case bad_cases[] = {
+    {"epilogue.bad_value", epi_bad_value, CGM_ERROR_INVALID_ARGUMENT,
+     "cgm_all_gather_gemm: options.epilogue = 9: expected a cgm_epilogue value (CGM_EPILOGUE_NONE, _GELU, "
+     "_GELU_AUX, _DGELU, _DGELU_BGRAD or _BGRAD)"},
+    {"epilogue.negative_value", epi_negative_value, CGM_ERROR_INVALID_ARGUMENT, "options.epilogue = -1: expected"},
+    {"epilogue.aux_missing", epi_aux_missing, CGM_ERROR_INVALID_ARGUMENT,
+     "options.aux is NULL but options.epilogue = gelu_aux needs it: pass a 8 x 6 matrix, shaped like y (it "
+     "receives the pre-activation r + bias)"},
+    {"epilogue.dgelu_aux_missing", epi_dgelu_aux_missing, CGM_ERROR_INVALID_ARGUMENT,
+     "cgm_gemm_reduce_scatter: options.aux is NULL but options.epilogue = dgelu needs it: pass a 8 x 6 matrix, "
+     "shaped like y_shard (it holds the pre-activation the forward's gelu_aux wrote)"},
+    {"epilogue.aux_unneeded", epi_aux_unneeded, CGM_ERROR_INVALID_ARGUMENT,
+     "options.aux is set but options.epilogue = gelu takes none (it is for gelu_aux, dgelu and dgelu_bgrad): pass "
+     "NULL"},
+    {"epilogue.aux_with_none", epi_aux_with_none, CGM_ERROR_INVALID_ARGUMENT,
+     "options.aux is set but options.epilogue = none takes none"},
+    {"epilogue.bgrad_with_none", epi_bgrad_with_none, CGM_ERROR_INVALID_ARGUMENT,
+     "options.bgrad is set but options.epilogue = none takes none (it is for dgelu_bgrad and bgrad)"},
+    {"epilogue.bgrad_missing", epi_bgrad_missing, CGM_ERROR_INVALID_ARGUMENT,
+     "options.bgrad is NULL but options.epilogue = dgelu_bgrad needs it: pass a 1 x 6 matrix (one sum per column "
+     "of the output)"},
+    {"epilogue.bgrad_unneeded", epi_bgrad_unneeded, CGM_ERROR_INVALID_ARGUMENT,
+     "cgm_gemm_all_reduce: options.bgrad is set but options.epilogue = dgelu takes none"},
+    {"epilogue.bulk_bgrad_missing", epi_bulk_bgrad_missing, CGM_ERROR_INVALID_ARGUMENT,
+     "cgm_bulk_overlap: options.bgrad is NULL but options.epilogue = bgrad needs it: pass a 1 x 8 matrix (one sum "
+     "per row of c)"},
+    {"epilogue.bias_with_dgelu", epi_bias_dgelu, CGM_ERROR_INVALID_ARGUMENT,
+     "bias is set with options.epilogue = dgelu, which takes none (cuBLASLt has no bias there): pass NULL, and add "
+     "the bias in the forward's gelu_aux instead"},
+    {"epilogue.bias_with_dgelu_bgrad", epi_bias_dgelu_bgrad, CGM_ERROR_INVALID_ARGUMENT,
+     "cgm_bulk_overlap: bias is set with options.epilogue = dgelu_bgrad"},
+    {"epilogue.accumulate_gelu", epi_accumulate_gelu, CGM_ERROR_INVALID_ARGUMENT,
+     "options.accumulate = 1 with options.epilogue = gelu: the epilogue of Y + r is not what a layer needs; "
+     "expected accumulate = 0 (add the old Y outside the op)"},
+    {"epilogue.accumulate_gelu_aux", epi_accumulate_gelu_aux, CGM_ERROR_INVALID_ARGUMENT,
+     "options.accumulate = 1 with options.epilogue = gelu_aux"},
+    {"epilogue.accumulate_dgelu", epi_accumulate_dgelu, CGM_ERROR_INVALID_ARGUMENT,
+     "options.accumulate = 1 with options.epilogue = dgelu"},
+    {"epilogue.accumulate_dgelu_bgrad", epi_accumulate_dgelu_bgrad, CGM_ERROR_INVALID_ARGUMENT,
+     "options.accumulate = 1 with options.epilogue = dgelu_bgrad"},
+    {"epilogue.bgrad_on_ag", epi_bgrad_on_ag, CGM_ERROR_INVALID_ARGUMENT,
+     "cgm_all_gather_gemm: options.epilogue = bgrad: it sums an input of a local GEMM (a weight gradient's dY), "
+     "found on a distributed op; run the weight-gradient GEMM through cgm_bulk_overlap"},
+    {"epilogue.bgrad_on_rs", epi_bgrad_on_rs, CGM_ERROR_INVALID_ARGUMENT,
+     "cgm_gemm_reduce_scatter: options.epilogue = bgrad: it sums an input of a local GEMM"},
+    {"epilogue.bgrad_on_ar", epi_bgrad_on_ar, CGM_ERROR_INVALID_ARGUMENT,
+     "cgm_gemm_all_reduce: options.epilogue = bgrad: it sums an input of a local GEMM"},
+    {"epilogue.bulk_without_gemm", epi_bulk_no_gemm, CGM_ERROR_INVALID_ARGUMENT,
+     "options.epilogue = gelu but the call has no GEMM (a, b and c are NULL): an epilogue acts on a GEMM's "
+     "result; pass CGM_EPILOGUE_NONE"},
+    {"epilogue.aux_shape", epi_aux_shape, CGM_ERROR_INVALID_ARGUMENT,
+     "options.aux is 7 x 6, expected 8 x 6 (shaped like the output); pass one of that shape"},
+    {"epilogue.aux_cols", epi_aux_cols, CGM_ERROR_INVALID_ARGUMENT, "options.aux is 8 x 7, expected 8 x 6"},
+    {"epilogue.aux_dtype", epi_aux_dtype, CGM_ERROR_INVALID_ARGUMENT,
+     "options.aux is bf16, expected fp32 (the output's dtype; it receives the pre-activation r + bias)"},
+    {"epilogue.aux_fp8_output", epi_aux_fp8_out, CGM_ERROR_INVALID_ARGUMENT,
+     "options.aux is fp32, expected bf16 (bf16 where the output is fp8"},
+    {"epilogue.aux_bad_dtype", epi_aux_bad_dtype, CGM_ERROR_INVALID_ARGUMENT,
+     "options.aux.dtype = 17: expected a cgm_dtype value"},
+    {"epilogue.aux_misaligned", epi_aux_misaligned, CGM_ERROR_INVALID_ARGUMENT,
+     "is not aligned to its element size (4 bytes for fp32)"},
+    {"epilogue.aux_null_data", epi_aux_null_data, CGM_ERROR_INVALID_ARGUMENT,
+     "options.aux.data is NULL but options.aux is 8 x 6; pass its memory"},
+    {"epilogue.aux_small_ld", epi_aux_small_ld, CGM_ERROR_INVALID_ARGUMENT,
+     "options.aux.ld = 3 is smaller than its cols = 6"},
+    {"epilogue.aux_scale", epi_aux_scale, CGM_ERROR_INVALID_ARGUMENT,
+     "options.aux.scale is set but options.aux.dtype is fp32: scales are for fp8 only"},
+    {"epilogue.bgrad_shape", epi_bgrad_shape, CGM_ERROR_INVALID_ARGUMENT,
+     "options.bgrad is 1 x 5, expected 1 x 6 (1 x n: the column sums of the output)"},
+    {"epilogue.bgrad_rows", epi_bgrad_rows, CGM_ERROR_INVALID_ARGUMENT, "options.bgrad is 2 x 6, expected 1 x 6"},
+    {"epilogue.bulk_bgrad_shape", epi_bulk_bgrad_shape, CGM_ERROR_INVALID_ARGUMENT,
+     "options.bgrad is 1 x 6, expected 1 x 8 (1 x c's rows: the sums of op(a) along k)"},
+    {"epilogue.bgrad_dtype", epi_bgrad_dtype, CGM_ERROR_INVALID_ARGUMENT,
+     "options.bgrad is fp16, expected fp32 (the output's dtype or fp32)"},
+    {"epilogue.bgrad_fp8_output", epi_bgrad_fp8_out, CGM_ERROR_INVALID_ARGUMENT,
+     "options.bgrad is fp8_e5m2, expected bf16 or fp32 (bf16 or fp32 where the output is fp8)"},
+    {"epilogue.bgrad_misaligned", epi_bgrad_misaligned, CGM_ERROR_INVALID_ARGUMENT, "options.bgrad.data = "},
+    {"epilogue.aux_overlaps_y", epi_aux_overlaps_y, CGM_ERROR_INVALID_ARGUMENT,
+     "output y overlaps options.aux in memory: in-place operation is not supported; give y its own buffer"},
+    {"epilogue.aux_overlaps_x", epi_aux_overlaps_x, CGM_ERROR_INVALID_ARGUMENT,
+     "operand options.aux overlaps x_shard in memory"},
+    {"epilogue.aux_overlaps_bias", epi_aux_overlaps_bias, CGM_ERROR_INVALID_ARGUMENT,
+     "output options.aux overlaps bias"},
+    {"epilogue.aux_overlaps_x_gathered", epi_aux_overlaps_x_gathered, CGM_ERROR_INVALID_ARGUMENT,
+     "output x_gathered overlaps options.aux"},
+    {"epilogue.bgrad_overlaps_aux", epi_bgrad_overlaps_aux, CGM_ERROR_INVALID_ARGUMENT,
+     "operand options.aux overlaps options.bgrad"},
+    {"epilogue.bgrad_overlaps_w", epi_bgrad_overlaps_w, CGM_ERROR_INVALID_ARGUMENT,
+     "output options.bgrad overlaps b in memory"},
+    {"epilogue.bgrad_overlaps_amax", epi_bgrad_overlaps_amax, CGM_ERROR_INVALID_ARGUMENT,
+     "output options.y_amax overlaps options.bgrad"},
     {"null_x", null_x, CGM_ERROR_INVALID_ARGUMENT, "x_shard is NULL"},
     {"null_w", null_w, CGM_ERROR_INVALID_ARGUMENT, "w is NULL"},
     {"null_y", null_y, CGM_ERROR_INVALID_ARGUMENT, "y is NULL"},
@@ -386,6 +535,30 @@ static void test_gpu_memory_on_host(const void *p) {
         cgm_memory_set_query(NULL);
         CHECK_CONTAINS(cgm_last_error(), op == CGM_OP_ALL_GATHER_GEMM ? "x_shard.data" : "x.data");
         CHECK_CONTAINS(cgm_last_error(), "is memory of GPU 1, but this call's backend is host");
+    }
+    check_comm_still_works(comm);
+    CHECK_OK(cgm_comm_destroy(comm));
+}
+
+/* aux and bgrad are checked where they live like every operand. */
+static cgm_memory epilogue_on_gpu(const void *p, int *device) {
+    bool gpu = p == (const void *)abuf || p == (const void *)bgbuf;
+    *device = gpu ? 0 : -1;
+    return gpu ? CGM_MEMORY_DEVICE : CGM_MEMORY_UNKNOWN;
+}
+
+static void test_epilogue_gpu_memory_on_host(const void *p) {
+    (void)p;
+    cgm_comm *comm = single_rank_comm(NULL);
+    for (int e = CGM_EPILOGUE_GELU_AUX; e < CGM_EPILOGUE_COUNT_; e++) {
+        args a;
+        valid_args(&a, e == CGM_EPILOGUE_BGRAD ? CGM_OP_BULK : CGM_OP_GEMM_REDUCE_SCATTER);
+        epi(&a, (cgm_epilogue)e, e != CGM_EPILOGUE_BGRAD, e >= CGM_EPILOGUE_DGELU_BGRAD);
+        cgm_memory_set_query(epilogue_on_gpu);
+        CHECK_STATUS(call(comm, &a), CGM_ERROR_INVALID_ARGUMENT);
+        cgm_memory_set_query(NULL);
+        CHECK_CONTAINS(cgm_last_error(), e == CGM_EPILOGUE_BGRAD ? "options.bgrad.data" : "options.aux.data");
+        CHECK_CONTAINS(cgm_last_error(), "is memory of GPU 0, but this call's backend is host");
     }
     check_comm_still_works(comm);
     CHECK_OK(cgm_comm_destroy(comm));
@@ -719,6 +892,46 @@ static void test_older_fp8_structs(const void *p) {
     CHECK_OK(cgm_comm_destroy(comm));
 }
 
+/* cgm_op_options before the epilogue fields: the fields up to y_amax. */
+typedef struct options_before_epilogue {
+    options_before_fp8 first;
+    int fp8_fast_accum;
+    float *y_amax;
+} options_before_epilogue;
+
+/* A program built before the epilogues passes the smaller options,
+ * followed by bytes that would be refused as the new fields (an epilogue
+ * 0x7f7f7f7f, wild aux and bgrad pointers): its calls run without an
+ * epilogue. */
+static void test_older_epilogue_structs(const void *p) {
+    (void)p;
+    cgm_comm *comm = single_rank_comm(NULL);
+    union {
+        options_before_epilogue old;
+        unsigned char bytes[sizeof(cgm_op_options) + 16];
+    } options;
+    memset(options.bytes, 0x7f, sizeof options.bytes);
+    options.old = (options_before_epilogue){{{sizeof(options_before_epilogue), CGM_LAYOUT_TN, 0, CGM_ALGO_AUTO, 0,
+                                              CGM_BACKEND_DEFAULT, 0},
+                                             CGM_PARTIAL_DTYPE_DEFAULT, CGM_GEMM_REDUCTION_DEFAULT},
+                                            0, NULL};
+    CHECK_INT_EQ(sizeof(options_before_epilogue), CGM_SIZE_BEFORE(cgm_op_options, epilogue));
+    for (int op = 0; op < CGM_OP_COUNT_; op++) {
+        args a;
+        valid_args(&a, (cgm_op)op);
+        a.has_bias = true;
+        memcpy(&a.opt, options.bytes, sizeof a.opt);
+        test_poison(&a.y);
+        CHECK_OK(call(comm, &a));
+        double ref[M * N];
+        test_ref_gemm(CGM_LAYOUT_TN, &a.x, &a.w, M, N, K, ref);
+        for (int i = 0; i < M * N; i++) ref[i] += test_get(&a.bias, 0, i % N);
+        CHECK_INT_EQ(test_compare(&a.y, ref, M, N, 1e-5, "y of a call from before the epilogues"), 0);
+    }
+    check_comm_still_works(comm);
+    CHECK_OK(cgm_comm_destroy(comm));
+}
+
 static void test_older_structs(const void *p) {
     (void)p;
     /* The fields the old config lacks fall back to the environment. */
@@ -761,9 +974,9 @@ static void test_older_structs(const void *p) {
     valid_args(&a, CGM_OP_ALL_GATHER_GEMM);
     a.opt.struct_size = sizeof(options_before_precision) + 4;
     char want[96];
-    snprintf(want, sizeof want, "expected %zu, %zu or %zu (the sizes this struct has had)",
+    snprintf(want, sizeof want, "expected %zu, %zu, %zu or %zu (the sizes this struct has had)",
              sizeof(options_before_precision), CGM_SIZE_BEFORE(cgm_op_options, fp8_fast_accum),
-             sizeof(cgm_op_options));
+             CGM_SIZE_BEFORE(cgm_op_options, epilogue), sizeof(cgm_op_options));
     CHECK_STATUS(call(comm, &a), CGM_ERROR_INVALID_ARGUMENT);
     CHECK_CONTAINS(cgm_last_error(), want);
     check_comm_still_works(comm);
@@ -802,6 +1015,8 @@ static void register_cases(void) {
     test_add("env_backend_per_op", test_env_backend_per_op, NULL);
     test_add("older_header_structs", test_older_structs, NULL);
     test_add("older_header_structs_before_fp8", test_older_fp8_structs, NULL);
+    test_add("older_header_structs_before_epilogue", test_older_epilogue_structs, NULL);
+    test_add("epilogue_gpu_memory_on_host_refused", test_epilogue_gpu_memory_on_host, NULL);
 }
 
 int main(int argc, char **argv) { return test_main(argc, argv, register_cases); }

@@ -2,9 +2,11 @@
 #include "mp_common.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <time.h>
 
 #include "core/core.h"
+#include "test_values.h"
 
 char mp_context[512];
 
@@ -55,4 +57,14 @@ double mp_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+uint8_t mp_fp8_code(cgm_dtype dt, uint64_t seed, int64_t i, int64_t j) {
+    uint64_t h = test_mix64(seed * 0x9e3779b97f4a7c15ull ^ test_mix64((uint64_t)i * 0x100000001b3ull + (uint64_t)j));
+    for (;;) {
+        uint8_t c = (uint8_t)h;
+        double v = fabs(test_fp8_value(c, dt));
+        if (isfinite(v) && v <= 4) return c;
+        h = test_mix64(h + 1);
+    }
 }

@@ -33,6 +33,11 @@ cgm_matrix mp_logical(cgm_dtype dtype, bool transposed, int64_t rows,
                       int64_t cols, int64_t row_offset, uint64_t seed,
                       int64_t pad);
 
+/* A finite fp8 code of `dt` (e4m3 or e5m2) of magnitude at most 4
+ * (subnormals and zero included), from (seed, i, j): sums over k <= 320
+ * stay within fp16. */
+uint8_t mp_fp8_code(cgm_dtype dt, uint64_t seed, int64_t i, int64_t j);
+
 /* Fails if /dev/shm holds anything named like commgemm's. */
 void mp_check_no_shm_leftovers(void);
 

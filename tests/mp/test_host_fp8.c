@@ -27,18 +27,6 @@ typedef struct fp8_case {
 
 /* ---- generated operands ---- */
 
-/* A finite code of `dt` of magnitude at most 4 (subnormals and zero
- * included), from (seed, i, j): sums over k <= 320 stay within fp16. */
-static uint8_t gen_code(cgm_dtype dt, uint64_t seed, int64_t i, int64_t j) {
-    uint64_t h = test_mix64(seed * 0x9e3779b97f4a7c15ull ^ test_mix64((uint64_t)i * 0x100000001b3ull + (uint64_t)j));
-    for (;;) {
-        uint8_t c = (uint8_t)h;
-        double v = fabs(test_fp8_value(c, dt));
-        if (isfinite(v) && v <= 4) return c;
-        h = test_mix64(h + 1);
-    }
-}
-
 /* A scale in [0.3, 2.3), not a power of two (its products with codes round
  * in fp32), from (seed, a, b). */
 static float gen_scale(uint64_t seed, int64_t a, int64_t b) {
@@ -66,7 +54,7 @@ static operand make_operand(cgm_dtype dt, cgm_scaling sc, int64_t rows, int64_t 
     operand o = {test_alloc(dt, rows, k, pad), NULL, seed, row0, tensor_id};
     int64_t ld = o.m.ld;
     for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < k; j++) ((uint8_t *)o.m.data)[i * ld + j] = gen_code(dt, seed, row0 + i, j);
+        for (int64_t j = 0; j < k; j++) ((uint8_t *)o.m.data)[i * ld + j] = mp_fp8_code(dt, seed, row0 + i, j);
     int64_t count = sc == CGM_SCALING_TENSOR ? 1
                     : sc == CGM_SCALING_BLOCK_1X128 ? rows * kblocks(k)
                                                     : kblocks(rows) * kblocks(k);

@@ -270,6 +270,69 @@ def body_bulk_overlap(comm, m, dtype_name):
     return True
 
 
+def np_gelu(t):
+    return 0.5 * t * (1 + np.tanh(np.sqrt(2 / np.pi) * (t + 0.044715 * t ** 3)))
+
+
+def np_dgelu(t):
+    c = np.sqrt(2 / np.pi)
+    th = np.tanh(c * (t + 0.044715 * t ** 3))
+    return 0.5 * (1 + th) + 0.5 * t * (1 - th ** 2) * c * (1 + 3 * 0.044715 * t ** 2)
+
+
+def body_epilogues(comm, m, dtype_name):
+    """Every op's epilogues on numpy arrays (commgemm.h "Epilogues"): what each returns and
+    writes into given arrays, against float64, and what a missing aux says."""
+    P, r = comm.size, comm.rank
+    dtype, tol = DTYPES[dtype_name], TOL[dtype_name]
+    k, n = 6, 5
+    xl = rand(1, (m, k), dtype)
+    off, mr = commgemm.shard_offset(m, r, P), commgemm.shard_rows(m, r, P)
+    wl = rand(2 + r, (n, k), dtype)
+    bias = rand(3 + r, (n,), dtype)
+    t = f64(xl) @ f64(wl).T + f64(bias)
+    y, aux = commgemm.all_gather_gemm(comm, xl[off:off + mr], wl, bias=bias, m=m, epilogue="gelu_aux")
+    assert_close(y, np_gelu(t), tol, "AG+GEMM gelu_aux y")
+    assert_close(aux, t, tol, "AG+GEMM gelu_aux aux")
+    y, gathered = commgemm.all_gather_gemm(comm, xl[off:off + mr], wl, bias=bias, m=m, epilogue="gelu",
+                                           gathered=True)
+    assert_close(y, np_gelu(t), tol, "AG+GEMM gelu y")
+    g = rand(4, (m, k), dtype)
+    bgrad = np.zeros((n,), dtype)  # given: written in place
+    d, bg = commgemm.all_gather_gemm(comm, g[off:off + mr], wl.T.copy(), layout="NN", m=m, epilogue="dgelu_bgrad",
+                                     aux=aux, bgrad=bgrad)
+    want = (f64(g) @ f64(wl).T) * np_dgelu(f64(aux))
+    assert bg is bgrad
+    assert_close(d, want, tol, "AG+GEMM dgelu_bgrad y")
+    assert_close(bgrad, want.sum(0), tol * max(1, m), "AG+GEMM dgelu_bgrad bgrad")
+    # GEMM+RS / GEMM+AR: after the reduction (each rank its own X, W; the bias once)
+    xs = [rand(10 + q, (m, 3), dtype) for q in range(P)]
+    ws = [rand(20 + q, (n, 3), dtype) for q in range(P)]
+    b0 = rand(3, (n,), dtype)
+    total = sum(f64(xs[q]) @ f64(ws[q]).T for q in range(P)) + f64(b0)
+    y = commgemm.gemm_reduce_scatter(comm, xs[r], ws[r], bias=b0, epilogue="gelu")
+    assert_close(y, np_gelu(total)[off:off + mr], tol * P, "GEMM+RS gelu")
+    pre = rand(30, (m, n), dtype)  # the same aux on every rank: every rank's Y the same
+    y, bg = commgemm.gemm_all_reduce(comm, xs[r], ws[r], epilogue="dgelu_bgrad", aux=pre)
+    want = (total - f64(b0)) * np_dgelu(f64(pre))
+    assert_close(y, want, tol * P, "GEMM+AR dgelu_bgrad y")
+    assert_close(bg, want.sum(0), tol * P * max(1, m), "GEMM+AR dgelu_bgrad bgrad")
+    y, bg = commgemm.gemm_reduce_scatter(comm, xs[r], ws[r], epilogue="dgelu_bgrad", aux=pre[off:off + mr])
+    assert_close(y, want[off:off + mr], tol * P, "GEMM+RS dgelu_bgrad y")
+    assert_close(bg, want.sum(0), tol * P * max(1, m), "GEMM+RS dgelu_bgrad bgrad (all m rows)")
+    # bulk's GEMM: BGRAD of a weight gradient dW = dY^T . X (NT): bgrad = sum_rows dY
+    dy = rand(40, (m, n), dtype)
+    c, recv, bg = commgemm.bulk_overlap(comm, dy, xl, layout="NT", epilogue="bgrad")
+    assert recv is None
+    assert_close(c, f64(dy).T @ f64(xl), tol * max(1, m), "bulk NT bgrad c")
+    assert_close(bg, f64(dy).sum(0), tol * max(1, m), "bulk NT bgrad bgrad")
+    with pytest.raises(commgemm.InvalidArgumentError, match="aux"):
+        commgemm.gemm_all_reduce(comm, xs[r], ws[r], epilogue="dgelu")
+    with pytest.raises(commgemm.InvalidArgumentError, match="epilogue"):
+        commgemm.gemm_all_reduce(comm, xs[r], ws[r], epilogue="relu")
+    return True
+
+
 def body_comm_info(comm):
     assert comm.backend("ag_gemm") == "host"
     for op in ("gemm_rs", "gemm_ar", "bulk", commgemm.Op.ALL_GATHER_GEMM):
@@ -441,6 +504,12 @@ def test_bf16():
 def test_m_smaller_than_ranks(nranks, m):
     rows = run_ranks(body_shape_only, nranks, m)
     assert rows == [commgemm.shard_rows(m, r, nranks) for r in range(nranks)]
+
+
+@pytest.mark.parametrize("nranks,m", [(1, 4), (2, 7), (3, 2)])
+@pytest.mark.parametrize("dtype_name", ["fp32", "fp16"])
+def test_epilogues(nranks, m, dtype_name):
+    assert run_ranks(body_epilogues, nranks, m, dtype_name) == [True] * nranks
 
 
 def test_comm_info():

@@ -387,6 +387,91 @@ def _precision_body(comm, m):
     return done
 
 
+def _np_gelu(t):
+    return 0.5 * t * (1 + np.tanh(np.sqrt(2 / np.pi) * (t + 0.044715 * t ** 3)))
+
+
+def _np_dgelu(t):
+    c = np.sqrt(2 / np.pi)
+    th = np.tanh(c * (t + 0.044715 * t ** 3))
+    return 0.5 * (1 + th) + 0.5 * t * (1 - th ** 2) * c * (1 + 3 * 0.044715 * t ** 2)
+
+
+def _epilogue_body(comm, m):
+    """The ops' epilogues under jax.jit (GELU, GELU_AUX, DGELU_BGRAD, BGRAD), and parallel_mlp
+    and column_parallel_linear(activation="gelu") gradients against float64 numpy, fused (the
+    host backend takes epilogues) and not (the comm made to lack them, as a GPU backend today)."""
+    import jax
+    import jax.numpy as jnp
+    import commgemm.jax as cj
+    from commgemm import core
+    P, r = comm.size, comm.rank
+    hid, ffn = 8, 13
+    mr, off = commgemm.shard_rows(m, r, P), commgemm.shard_offset(m, r, P)
+    X = _values(1, (m, hid)).astype(np.float64) * 4
+    parts = [commgemm.shard_rows(ffn, q, P) for q in range(P)]
+    fo = sum(parts[:r])
+    W1, B1 = _values(2, (ffn, hid)) * 2, _values(3, (ffn,))
+    W2, B2 = _values(4, (hid, ffn)) * 2, _values(5, (hid,))
+    G = _values(6, (m, hid))
+    w1, b1 = jnp.asarray(W1[fo:fo + parts[r]]), jnp.asarray(B1[fo:fo + parts[r]])
+    w2, b2 = jnp.asarray(W2[:, fo:fo + parts[r]]), jnp.asarray(B2)
+    x = jnp.asarray(X[off:off + mr], jnp.float32)
+    pre = X @ W1.T + B1
+    # the ops: AG+GEMM with GELU_AUX, then its backward's DGELU_BGRAD and a BGRAD GEMM
+    y, xg, aux = jax.jit(lambda x, w, b: cj.all_gather_matmul(x, w, b, comm=comm, m=m, return_gathered=True,
+                                                              epilogue="gelu_aux"))(x, w1, b1)
+    cols = slice(fo, fo + parts[r])
+    np.testing.assert_allclose(np.asarray(y), _np_gelu(pre)[:, cols], atol=1e-4)
+    np.testing.assert_allclose(np.asarray(aux), pre[:, cols], atol=1e-4)
+    g = jnp.asarray(G[off:off + mr], jnp.float32)
+    d, dg, db = jax.jit(lambda g, w, a: cj.all_gather_matmul(g, w, comm=comm, m=m, layout="NN", return_gathered=True,
+                                                            epilogue="dgelu_bgrad", aux=a))(g, w2, aux)
+    want = (G @ W2[:, cols]) * _np_dgelu(pre[:, cols])
+    np.testing.assert_allclose(np.asarray(d), want, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(db), want.sum(0), atol=1e-3)
+    dw, _, bg = cj.bulk_matmul_collective(dg, jnp.asarray(_np_gelu(pre)[:, cols], jnp.float32), comm=comm,
+                                          layout="NT", epilogue="bgrad")
+    np.testing.assert_allclose(np.asarray(bg), G.sum(0), atol=1e-4)
+    np.testing.assert_allclose(np.asarray(dw), G.T @ _np_gelu(pre)[:, cols], atol=1e-3)
+    # GEMM+RS with GELU after the reduction
+    h = jnp.asarray(_np_gelu(pre)[:, cols], jnp.float32)
+    yr = cj.matmul_reduce_scatter(h, w2, b2, comm=comm, epilogue="gelu")
+    full = _np_gelu(pre) @ W2.T + B2
+    np.testing.assert_allclose(np.asarray(yr), _np_gelu(full)[off:off + mr], atol=1e-4)
+    # the MLP and the GELU column layer, differentiable, fused and not
+    out = _np_gelu(pre) @ W2.T + B2
+    dh = (G @ W2) * _np_dgelu(pre)
+    for fused in (False, True):
+        if not fused:
+            core._BACKEND_LACKS["host"] = frozenset({"epilogue", "bulk_epilogue"})
+        try:
+            assert cj._fused_epilogues(comm, None) == fused
+            f = jax.jit(jax.value_and_grad(
+                lambda x, w1, b1, w2, b2: jnp.sum(cj.parallel_mlp(x, w1, b1, w2, b2, comm=comm, m=m) * g),
+                argnums=(0, 1, 2, 3, 4)))
+            loss, (dx, dw1, db1, dw2, db2) = f(x, w1, b1, w2, b2)
+            np.testing.assert_allclose(np.asarray(dx), (dh @ W1)[off:off + mr], atol=1e-3)
+            np.testing.assert_allclose(np.asarray(dw1), dh[:, cols].T @ X, atol=1e-3)
+            np.testing.assert_allclose(np.asarray(db1), dh[:, cols].sum(0), atol=1e-3)
+            np.testing.assert_allclose(np.asarray(dw2), G.T @ _np_gelu(pre)[:, cols], atol=1e-3)
+            np.testing.assert_allclose(np.asarray(db2), G.sum(0), atol=1e-4)
+            yl = cj.parallel_mlp(x, w1, b1, w2, b2, comm=comm, m=m)
+            np.testing.assert_allclose(np.asarray(yl), out[off:off + mr], atol=1e-4)
+            gc = jnp.asarray(G[:, :parts[r]] if parts[r] <= hid else np.ones((m, parts[r])), jnp.float32)
+            dxc = jax.grad(lambda x: jnp.sum(cj.column_parallel_linear(x, w1, b1, comm=comm, m=m,
+                                                                       activation="gelu") * gc))(x)
+            dpre = np.asarray(gc, np.float64) * _np_dgelu(pre[:, cols])
+            want_dx = dpre @ W1[cols]
+            # every rank's column block contributes to dX: sum them with a GEMM+AR of the [m, hid] parts
+            total = cj.matmul_all_reduce(jnp.eye(m, dtype=jnp.float32), jnp.asarray(want_dx, jnp.float32).T,
+                                         comm=comm)
+            np.testing.assert_allclose(np.asarray(dxc), np.asarray(total)[off:off + mr], atol=1e-3)
+        finally:
+            core._BACKEND_LACKS.pop("host", None)
+    return True
+
+
 def _example_body(comm, dtype, sp=True):
     """examples/jax_tp_mlp.py's training, three steps, against plain jnp."""
     import importlib.util
@@ -479,3 +564,8 @@ def test_example_mlp(platform, dtype, tol, sp):
             for o in out:
                 assert abs(o[0][step] - ref[step]) <= 1e-4 * max(1.0, abs(ref[step])) + slack
     assert ref[-1] < ref[0]  # it trains
+
+
+@pytest.mark.parametrize("nranks,m", [(1, 5), (2, 9), (3, 7), (3, 2)])
+def test_epilogues(nranks, m):
+    assert run_ranks(_epilogue_body, nranks, m) == [True] * nranks

@@ -480,3 +480,35 @@ def test_gloo_group_is_rejected_with_advice():
             commgemm.Comm.from_process_group()
     finally:
         dist.destroy_process_group()
+
+
+def body_epilogues(comm, group, dtype_name):
+    """ParallelMLP and ColumnParallelLinear(activation="gelu") on the host backend, whose ops
+    take the epilogues (GELU_AUX forward, DGELU_BGRAD and BGRAD backward), against the unsplit
+    modules; and the same with the epilogues refused (a GPU backend today): torch's GELU."""
+    import torch_cases as tc
+    from commgemm import core
+    dtype = getattr(torch, dtype_name)
+    P = comm.size
+    for fused in (True, False):
+        if not fused:
+            core._BACKEND_LACKS["host"] = frozenset({"epilogue", "bulk_epilogue"})
+        try:
+            for m in (11, 2, 6):  # uneven, m < P (with 3 ranks), even
+                for sp in (True, False):
+                    tc.check_mlp(comm, "cpu", dtype, m, sequence_parallel=sp, fused=fused)
+                    tc.check_column_gelu(comm, "cpu", dtype, m, sequence_parallel=sp)
+            tc.check_mlp(comm, "cpu", dtype, 9, bias=False, fused=fused)
+            tc.check_mlp(comm, "cpu", dtype, 2 * P, batch=3, fused=fused)
+            tc.check_mlp(comm, "cpu", dtype, 2 * P, batch=3, batch_first=True, fused=fused)
+        finally:
+            core._BACKEND_LACKS.pop("host", None)
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 3])
+def test_epilogues_fp32(nranks):
+    run_ranks(body_epilogues, nranks, "float32")
+
+
+def test_epilogues_bf16():
+    run_ranks(body_epilogues, 2, "bfloat16")

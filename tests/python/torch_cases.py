@@ -346,3 +346,71 @@ def check_partitions(comm, device, dtype, sequence_parallel=True, seed=0):
     want = [[shard_rows(h, q, P) * head_dim for q in range(P)] for h in (heads, 3, 3)]
     assert [list(p) for p in fused.partitions] == want, f"q/k/v partitions {fused.partitions}, expected {want}"
     check_column_vs_linear(comm, fused, qkv, X, G[:, :n + 2 * kv], m=m, what="q/k/v")
+
+
+def check_mlp(comm, device, dtype, m, hidden=16, ffn=37, bias=True, sequence_parallel=True, batch=None,
+              batch_first=False, seed=0, fused=None):
+    """ParallelMLP against the unsplit nn.Sequential(Linear, GELU(approximate="tanh"), Linear)
+    in fp32, forward and every gradient: the same full X and output gradient on every rank,
+    this rank's sequence shard of each (sequence parallel) or all of them. X is [m, hidden],
+    or with a batch [m, batch, hidden] ([batch, m, hidden] batch_first). fused: whether the
+    comm's backend must have run it through the epilogues (None: either)."""
+    fc1 = full_linear(hidden, ffn, bias, dtype, device, seed)
+    fc2 = full_linear(ffn, hidden, bias, dtype, device, seed + 5)
+    mlp = cgt.ParallelMLP.from_linears(fc1, fc2, comm, sequence_parallel=sequence_parallel, batch_first=batch_first)
+    if fused is not None:
+        with torch.enable_grad():
+            assert mlp._fused() == (fused and sequence_parallel), f"ParallelMLP._fused() = {mlp._fused()}"
+    seq = torch.nn.Sequential(torch.nn.Linear(hidden, ffn, bias=bias), torch.nn.GELU(approximate="tanh"),
+                              torch.nn.Linear(ffn, hidden, bias=bias)).to(device)
+    with torch.no_grad():
+        for mine, full in ((seq[0], fc1), (seq[2], fc2)):
+            mine.weight.copy_(full.weight.float())
+            if bias:
+                mine.bias.copy_(full.bias.float())
+    shape = (m, hidden) if batch is None else (batch, m, hidden) if batch_first else (m, batch, hidden)
+    X = rand(shape, seed + 2, dtype, device)
+    G = rand(shape, seed + 3, dtype, device)
+    x_ref = X.float().clone().requires_grad_()
+    y_ref = seq(x_ref)
+    y_ref.backward(G.float())
+    sp = sequence_parallel
+    x = (seq_shard(X, comm, batch_first) if sp else X).clone().requires_grad_()
+    y = mlp(x, m * (batch or 1)) if sp else mlp(x)
+    what = f"ParallelMLP P={comm.size} r={comm.rank} m={m} {dtype} sp={sp} bias={bias} bf={batch_first}"
+    assert_close(y, seq_shard(y_ref, comm, batch_first) if sp else y_ref, dtype, what + " output")
+    y.backward(seq_shard(G, comm, batch_first) if sp else G)
+    assert_close(x.grad, seq_shard(x_ref.grad, comm, batch_first) if sp else x_ref.grad, dtype, what + " input grad")
+    for name, layer, full in (("fc1", mlp.fc1, seq[0]), ("fc2", mlp.fc2, seq[2])):
+        assert_close(layer.weight.grad, layer._weight_shard(full.weight.grad), dtype, f"{what} {name} weight grad")
+        if bias:
+            assert_close(layer.bias.grad, layer._bias_shard(full.bias.grad), dtype, f"{what} {name} bias grad")
+
+
+def check_column_gelu(comm, device, dtype, m, k=24, n=19, sequence_parallel=True, seed=0):
+    """ColumnParallelLinear(activation="gelu") against Linear then F.gelu(approximate="tanh"),
+    forward and grads, with and without autograd."""
+    linear = full_linear(k, n, True, dtype, device, seed)
+    layer = cgt.ColumnParallelLinear.from_linear(linear, comm, sequence_parallel=sequence_parallel,
+                                                 activation="gelu")
+    X = rand((m, k), seed + 2, dtype, device)
+    G = rand((m, n), seed + 3, dtype, device)
+    lin = torch.nn.Linear(k, n, device=device)
+    with torch.no_grad():
+        lin.weight.copy_(linear.weight.float())
+        lin.bias.copy_(linear.bias.float())
+    x_ref = X.float().clone().requires_grad_()
+    y_ref = torch.nn.functional.gelu(lin(x_ref), approximate="tanh")
+    y_ref.backward(G.float())
+    x = (seq_shard(X, comm) if sequence_parallel else X).clone().requires_grad_()
+    cols = slice(layer.out_offset, layer.out_offset + layer.out_local)
+    what = f"ColumnParallelLinear(gelu) P={comm.size} r={comm.rank} m={m} {dtype} sp={sequence_parallel}"
+    with torch.no_grad():
+        assert_close(layer(x.detach(), m=m), y_ref[:, cols], dtype, what + " output without grad")
+    y = layer(x, m=m)
+    assert_close(y, y_ref[:, cols], dtype, what + " output")
+    y.backward(G[:, cols])
+    assert_close(x.grad, seq_shard(x_ref.grad, comm) if sequence_parallel else x_ref.grad, dtype,
+                 what + " input grad")
+    assert_close(layer.weight.grad, layer._weight_shard(lin.weight.grad), dtype, what + " weight grad")
+    assert_close(layer.bias.grad, layer._bias_shard(lin.bias.grad), dtype, what + " bias grad")

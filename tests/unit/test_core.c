@@ -380,6 +380,15 @@ static void test_fp8_helpers(const void *p) {
     CHECK_STATUS(cgm_fp8_not_yet("nccl", &call), CGM_ERROR_NOT_SUPPORTED);
     CHECK_CONTAINS(cgm_last_error(), "the nccl backend does not run fp8 GEMMs yet (found fp8_e4m3 x fp8_e5m2 with "
                                      "tensor scaling, bf16 output): run fp8 calls on the host backend");
+    /* the GPU backends' refusal of epilogues */
+    call.in_dtype = call.w_dtype = CGM_DTYPE_BF16;
+    call.op = CGM_OP_GEMM_REDUCE_SCATTER;
+    CHECK_OK(cgm_epilogue_not_yet("p2p", &call));
+    call.epilogue = CGM_EPILOGUE_DGELU_BGRAD;
+    CHECK_STATUS(cgm_epilogue_not_yet("cublasmp", &call), CGM_ERROR_NOT_SUPPORTED);
+    CHECK_CONTAINS(cgm_last_error(), "the cublasmp backend does not run epilogues yet (found options.epilogue = "
+                                     "dgelu_bgrad on gemm_rs): run this op on the host backend");
+    CHECK_CONTAINS(cgm_last_error(), "or pass CGM_EPILOGUE_NONE and apply dgelu_bgrad to the output after the op");
     /* scale pointers are checked like data pointers */
     cgm_memory_set_query(fake_memory);
     CHECK_STATUS(cgm_check_pointer("fn", "w.scale", (void *)0x1000, CGM_BACKEND_HOST, -1),
@@ -519,6 +528,31 @@ static void test_precision_names(const void *p) {
     CHECK_STATUS(cgm_gemm_reduction_from_name("fp16", &gr), CGM_ERROR_INVALID_ARGUMENT);
     CHECK_CONTAINS(cgm_last_error(), "unknown GEMM reduction \"fp16\": expected one of default, any, fp32");
     CHECK_STATUS(cgm_gemm_reduction_from_name(NULL, &gr), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(cgm_gemm_reduction_from_name("any", NULL), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(cgm_partial_dtype_from_name("fp32", NULL), CGM_ERROR_INVALID_ARGUMENT);
+}
+
+/* The epilogues' names and parser, both ways. */
+static void test_epilogue_names(const void *p) {
+    (void)p;
+    static const char *want[] = {"none", "gelu", "gelu_aux", "dgelu", "dgelu_bgrad", "bgrad"};
+    for (int i = 0; i < CGM_EPILOGUE_COUNT_; i++) {
+        cgm_epilogue v = CGM_EPILOGUE_COUNT_;
+        CHECK(strcmp(cgm_epilogue_name((cgm_epilogue)i), want[i]) == 0);
+        CHECK_OK(cgm_epilogue_from_name(want[i], &v));
+        CHECK_INT_EQ(v, i);
+    }
+    cgm_epilogue e = CGM_EPILOGUE_NONE;
+    CHECK_OK(cgm_epilogue_from_name("DGELU_BGRAD", &e));
+    CHECK_INT_EQ(e, CGM_EPILOGUE_DGELU_BGRAD);
+    CHECK(strcmp(cgm_epilogue_name(CGM_EPILOGUE_COUNT_), "invalid") == 0);
+    CHECK(strcmp(cgm_epilogue_name((cgm_epilogue)-1), "invalid") == 0);
+    CHECK_STATUS(cgm_epilogue_from_name("relu", &e), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cgm_last_error(),
+                   "unknown epilogue \"relu\": expected one of none, gelu, gelu_aux, dgelu, dgelu_bgrad, bgrad");
+    CHECK_INT_EQ(e, CGM_EPILOGUE_DGELU_BGRAD);
+    CHECK_STATUS(cgm_epilogue_from_name(NULL, &e), CGM_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(cgm_epilogue_from_name("gelu", NULL), CGM_ERROR_INVALID_ARGUMENT);
 }
 
 /* A word parameter (cgm_param_choice), with the words of
@@ -845,6 +879,7 @@ static void register_cases(void) {
     test_add("precision_config_over_env", test_precision, &precision_config);
     test_add("precision_config", test_precision, &precision_config_only);
     test_add("precision_names", test_precision_names, NULL);
+    test_add("epilogue_names", test_epilogue_names, NULL);
     test_add("param_choice_default", test_param_choice, NULL);
     test_add("param_choice_no_overlap", test_param_choice, "no_overlap");
     test_add("param_choice_bad", test_param_choice_bad, NULL);

@@ -3,6 +3,7 @@
  * metadata query, the stages that do nothing, and every refusal with its
  * XLA error code and message (the comm stays usable after each). No JAX
  * needed; tests/python/test_jax_host.py runs them under JAX. */
+#include <math.h>
 #include <string.h>
 
 #include "bindings/xla_ffi.h"
@@ -46,10 +47,10 @@ static void fake_error_destroy(xffi_error_destroy_args *a) {
 typedef struct frame_builder {
     xffi_api api;
     xffi_frame f;
-    xffi_buffer in[4], out[2];
-    int64_t in_dims[4][2], out_dims[2][2];
-    void *in_ptrs[4], *out_ptrs[2];
-    int in_types[4], out_types[2];
+    xffi_buffer in[5], out[4];
+    int64_t in_dims[5][2], out_dims[4][2];
+    void *in_ptrs[5], *out_ptrs[4];
+    int in_types[5], out_types[4];
     xffi_span names[8], *name_ptrs[8];
     int attr_types[8];
     xffi_scalar scalars[8];
@@ -88,11 +89,11 @@ static void frame_init(frame_builder *fb, int nin, int nout) {
     f->args.struct_size = f->rets.struct_size = sizeof f->args;
     f->args.size = nin;
     f->rets.size = nout;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         fb->in_types[i] = XFFI_BUFFER;
         fb->in_ptrs[i] = &fb->in[i];
     }
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 4; i++) {
         fb->out_types[i] = XFFI_BUFFER;
         fb->out_ptrs[i] = &fb->out[i];
     }
@@ -192,6 +193,98 @@ static void test_ops(const void *param) {
      * said so, and each was destroyed */
     CHECK(streams_asked > 0);
     CHECK_INT_EQ(stream_errors_destroyed, stream_errors_made);
+    CHECK_OK(cgm_comm_destroy(comm));
+}
+
+static double gelu_ref(double t) {
+    return 0.5 * t * (1 + tanh(0.7978845608028654 * (t + 0.044715 * t * t * t)));
+}
+
+static double dgelu_ref(double t) {
+    double c = 0.7978845608028654, th = tanh(c * (t + 0.044715 * t * t * t));
+    return 0.5 * (1 + th) + 0.5 * t * (1 - th * th) * c * (1 + 3 * 0.044715 * t * t);
+}
+
+/* The epilogue's operands and results (aux after the bias, aux and bgrad
+ * after the op's results) and the order markers of attribute ordered (the
+ * last operand and result, never touched): AG+GEMM with GELU_AUX, GEMM+AR
+ * with DGELU_BGRAD, against a double reference; the counts an epilogue
+ * needs are said when they are wrong. */
+static void test_epilogue_and_markers(const void *param) {
+    (void)param;
+    char name[64];
+    cgm_comm *comm = one_rank_comm(name, sizeof name);
+    enum { M = 4, K = 5, N = 3 };
+    float x[M * K], w[N * K], bias[N], y[M * N], aux[M * N], bgrad[N];
+    unsigned char marker_in[4], marker_out[4];
+    for (int i = 0; i < M * K; i++) x[i] = test_value(1, i);
+    for (int i = 0; i < N * K; i++) w[i] = test_value(2, i);
+    for (int i = 0; i < N; i++) bias[i] = test_value(3, i);
+    double pre[M * N];
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            pre[i * N + j] = bias[j];
+            for (int l = 0; l < K; l++) pre[i * N + j] += (double)x[i * K + l] * w[j * K + l];
+        }
+    memset(marker_in, 0xab, sizeof marker_in);
+    memset(marker_out, 0xcd, sizeof marker_out);
+    frame_builder fb;
+    frame_init(&fb, 4, 3); /* x, w, bias, marker -> y, aux, marker */
+    set_buffer(&fb.in[0], fb.in_dims[0], XFFI_F32, x, M, K);
+    set_buffer(&fb.in[1], fb.in_dims[1], XFFI_F32, w, N, K);
+    set_buffer(&fb.in[2], fb.in_dims[2], XFFI_F32, bias, N, -1);
+    set_buffer(&fb.in[3], fb.in_dims[3], XFFI_PRED, marker_in, 1, -1);
+    set_buffer(&fb.out[0], fb.out_dims[0], XFFI_F32, y, M, N);
+    set_buffer(&fb.out[1], fb.out_dims[1], XFFI_F32, aux, M, N);
+    set_buffer(&fb.out[2], fb.out_dims[2], XFFI_PRED, marker_out, 1, -1);
+    add_comm(&fb, comm);
+    add_int(&fb, "epilogue", CGM_EPILOGUE_GELU_AUX);
+    add_int(&fb, "ordered", 1);
+    if (cgm_xla_ffi_all_gather_gemm(&fb.f) != NULL) TEST_FAIL("AG+GEMM with GELU_AUX failed: %s", last_message);
+    for (int i = 0; i < M * N; i++) {
+        CHECK_NEAR(y[i], gelu_ref(pre[i]), 1e-5);
+        CHECK_NEAR(aux[i], pre[i], 1e-5);
+    }
+    for (int i = 0; i < 4; i++) {
+        CHECK_INT_EQ(marker_in[i], 0xab);
+        CHECK_INT_EQ(marker_out[i], 0xcd);
+    }
+    /* GEMM+AR with DGELU_BGRAD reading that aux: x, w, aux -> y, bgrad */
+    frame_init(&fb, 3, 2);
+    set_buffer(&fb.in[0], fb.in_dims[0], XFFI_F32, x, M, K);
+    set_buffer(&fb.in[1], fb.in_dims[1], XFFI_F32, w, N, K);
+    set_buffer(&fb.in[2], fb.in_dims[2], XFFI_F32, aux, M, N);
+    set_buffer(&fb.out[0], fb.out_dims[0], XFFI_F32, y, M, N);
+    set_buffer(&fb.out[1], fb.out_dims[1], XFFI_F32, bgrad, N, -1);
+    add_comm(&fb, comm);
+    add_int(&fb, "epilogue", CGM_EPILOGUE_DGELU_BGRAD);
+    if (cgm_xla_ffi_gemm_all_reduce(&fb.f) != NULL) TEST_FAIL("GEMM+AR with DGELU_BGRAD failed: %s", last_message);
+    for (int j = 0; j < N; j++) {
+        double sum = 0;
+        for (int i = 0; i < M; i++) {
+            double r = pre[i * N + j] - bias[j], want = r * dgelu_ref(aux[i * N + j]);
+            CHECK_NEAR(y[i * N + j], want, 1e-5);
+            sum += want;
+        }
+        CHECK_NEAR(bgrad[j], sum, 1e-4);
+    }
+    /* what a wrong count says: DGELU without its aux; GELU_AUX without the
+     * aux result; ordered without room for the markers */
+    frame_init(&fb, 2, 1);
+    set_buffer(&fb.in[0], fb.in_dims[0], XFFI_F32, x, M, K);
+    set_buffer(&fb.in[1], fb.in_dims[1], XFFI_F32, w, N, K);
+    set_buffer(&fb.out[0], fb.out_dims[0], XFFI_F32, y, M, N);
+    add_comm(&fb, comm);
+    add_int(&fb, "epilogue", CGM_EPILOGUE_DGELU);
+    expect_error(cgm_xla_ffi_gemm_all_reduce, &fb, XFFI_INVALID_ARGUMENT, "expected 3 or 4 operands (x, w[, bias], aux)");
+    fb.ints[1] = CGM_EPILOGUE_GELU_AUX;
+    expect_error(cgm_xla_ffi_gemm_all_reduce, &fb, XFFI_INVALID_ARGUMENT, "expected 2 results (y, aux), found 1");
+    fb.ints[1] = CGM_EPILOGUE_NONE;
+    add_int(&fb, "ordered", 1);
+    expect_error(cgm_xla_ffi_gemm_all_reduce, &fb, XFFI_INVALID_ARGUMENT, "expected 2 or 3 operands (x, w[, bias])");
+    fb.f.args.size = 0;
+    expect_error(cgm_xla_ffi_gemm_all_reduce, &fb, XFFI_INVALID_ARGUMENT,
+                 "attribute ordered = 1: expected an order marker as the last operand and as the last result");
     CHECK_OK(cgm_comm_destroy(comm));
 }
 
@@ -415,6 +508,7 @@ static void register_cases(void) {
     test_add("ops", test_ops, NULL);
     test_add("metadata", test_metadata, NULL);
     test_add("refusals", test_refusals, NULL);
+    test_add("epilogue_and_markers", test_epilogue_and_markers, NULL);
 }
 
 int main(int argc, char **argv) { return test_main(argc, argv, register_cases); }

@@ -221,11 +221,13 @@ static cgm_status cmp_run(cgm_comm *comm, void *state, const cgm_call *call) {
     return status;
 }
 
-/* No fp8 GEMM path here yet: fp8 calls are refused before the tuner and
- * any exchange (cgm_fp8_not_yet says what to do instead). */
+/* No fp8 GEMM path and no epilogues here yet: such calls are refused
+ * before the tuner and any exchange (cgm_fp8_not_yet and
+ * cgm_epilogue_not_yet say what to do instead). */
 static cgm_status cmp_check(const cgm_comm *comm, const cgm_call *call) {
     (void)comm;
-    return cgm_fp8_not_yet("cublasmp", call);
+    cgm_status s = cgm_fp8_not_yet("cublasmp", call);
+    return s != CGM_SUCCESS ? s : cgm_epilogue_not_yet("cublasmp", call);
 }
 
 const cgm_backend_vtable cgm_cublasmp_backend = {

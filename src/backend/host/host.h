@@ -236,8 +236,42 @@ cgm_status host_max_bits(const cgm_comm *comm, host_state *st, uint32_t *bits,
  * cgm_last_error(). */
 void host_announce_rejection(const cgm_comm *comm, host_state *st, const char *op_name,
                              cgm_status status);
+/* Waits (bounded by the timeout) until every rank reached the same
+ * barrier, one exchange on the agreement channel; `what` names it in
+ * errors. A timeout or peer failure is published as this rank's. */
+cgm_status host_barrier(const cgm_comm *comm, host_state *st, const char *what);
 /* Tells peers this rank failed (after a timeout or peer failure). */
 void host_publish_failure(host_state *st, cgm_status status, int blamed);
+
+/* ---- host_epilogue.c ---- */
+/* A call's epilogue while its plan runs (the header's "Epilogues"). */
+typedef struct host_epilogue {
+    const cgm_call *call;
+    bool rows;       /* GELU, GELU_AUX, DGELU, DGELU_BGRAD: host_epilogue_row
+                        applies to every row of the caller's output */
+    float *colsum;   /* DGELU_BGRAD: [slots][n], the column sums of the rows
+                        written under each slot (a plan step) */
+    int64_t *first;  /* [slots]: the first output row of each slot, -1: none */
+    int slots;
+} host_epilogue;
+/* Does the call's epilogue change the output rows (GELU, GELU_AUX, DGELU,
+ * DGELU_BGRAD)? */
+bool host_epilogue_acts(const cgm_call *call);
+/* Sets e up for `call` with `slots` slots of column sums (DGELU_BGRAD). */
+cgm_status host_epilogue_begin(host_epilogue *e, const cgm_call *call, int slots);
+void host_epilogue_free(host_epilogue *e);
+/* Row y_row of the caller's output (aux is shaped like it): v[n] holds r
+ * and becomes what the row stores before its rounding (r + bias added here
+ * where `bias` is not NULL); GELU_AUX writes aux's row, DGELU_BGRAD adds
+ * the row to slot `slot`'s sums. Only for e->rows; any thread, one slot
+ * per thread. */
+void host_epilogue_row(host_epilogue *e, int slot, int64_t y_row, float *v, int64_t n, const cgm_matrix *bias);
+/* After the plan ran: writes options.bgrad. DGELU_BGRAD: the slots' sums
+ * (GEMM+RS: summed over the ranks, collective, bounded); BGRAD: the sums
+ * of op(A) along k from `a32`, the fp32 values of A as stored. */
+struct host_run;
+cgm_status host_epilogue_end(const cgm_comm *comm, host_state *st, const host_epilogue *e,
+                             const struct host_run *run, const cgm_matrix *a32);
 
 /* ---- host_exec.c ---- */
 typedef struct host_run {
@@ -249,6 +283,8 @@ typedef struct host_run {
     /* Out: the amax of the fp8 output rows this rank wrote (calls with
      * y_amax), as the bits of a non-negative float (host_fp8.c). */
     uint32_t amax_bits;
+    /* The call's epilogue (host_epilogue_begin before host_execute). */
+    host_epilogue epi;
 } host_run;
 cgm_status host_execute(cgm_comm *comm, host_state *st, host_run *run);
 

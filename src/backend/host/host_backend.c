@@ -320,7 +320,10 @@ static cgm_status host_run_op(cgm_comm *comm, void *state,
     s = get_plan(st, &req, &entry);
     if (s != CGM_SUCCESS) return reject(comm, st, call, op, s);
 
-    host_run run = {call, op, entry, ++st->epoch, host_op_names[op], 0};
+    host_epilogue epi;
+    s = host_epilogue_begin(&epi, call, entry->plan.nsteps);
+    if (s != CGM_SUCCESS) return reject(comm, st, call, op, s);
+    host_run run = {call, op, entry, ++st->epoch, host_op_names[op], 0, epi};
     CGM_TRACE(CGM_SUB_HOST, "op #%llu %s: algo %s, m %lld, splits %d, %d steps",
               (unsigned long long)run.epoch, run.op_name,
               plan_algo_name(req.algo), (long long)req.m, entry->plan.splits,
@@ -329,14 +332,19 @@ static cgm_status host_run_op(cgm_comm *comm, void *state,
         int blamed = -1;
         s = host_check_agreement(comm, st, call, run.epoch, run.op_name,
                                  &blamed);
-        if (s == CGM_ERROR_MISMATCH) return s; /* every rank says so */
-        if (s != CGM_SUCCESS) {
-            host_publish_failure(st, s, blamed);
-            return s;
-        }
+        /* MISMATCH: every rank says so, the comm stays usable */
+        if (s != CGM_SUCCESS && s != CGM_ERROR_MISMATCH) host_publish_failure(st, s, blamed);
     }
-    s = host_execute(comm, st, &run);
+    if (s == CGM_SUCCESS) s = host_execute(comm, st, &run);
+    if (s == CGM_SUCCESS && call->has_bgrad) {
+        /* BGRAD sums op(A): its fp32 values, as host_execute left them */
+        cgm_matrix a32 = call->in_dtype == CGM_DTYPE_FP32
+                             ? call->x
+                             : cgm_matrix_make(st->x32, CGM_DTYPE_FP32, call->x.rows, call->x.cols);
+        s = host_epilogue_end(comm, st, &run.epi, &run, &a32);
+    }
     if (s == CGM_SUCCESS && call->y_amax) s = write_amax(comm, st, &run);
+    host_epilogue_free(&run.epi);
     return s;
 }
 

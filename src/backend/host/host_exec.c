@@ -197,11 +197,34 @@ static epilogue epilogue_for(const exec_ctx *x, plan_step_kind kind,
     return EPI_PLAIN;
 }
 
-static void store_row(exec_ctx *x, const host_view *dst, int64_t i,
-                      const float *v, epilogue epi) {
+/* Row i of dst gets v (+ bias, + the old value as `epi` says); y_row >= 0:
+ * dst is the caller's output and this is its row y_row, where the call's
+ * epilogue applies first (v changes; `slot`: the step's, for sums). */
+/* The first row of the caller's output that step s writes, where the
+ * call's epilogue applies to it (the output of AG/RS/AR, bulk's c);
+ * -1 otherwise. */
+static int64_t epilogue_row(const exec_ctx *x, const plan_step *s,
+                            plan_buffer dst) {
+    if (!x->run->epi.rows) return -1;
+    if (s->kind == PLAN_GEMM && s->src.buf == PLAN_BUF_NONE) return 0;
+    if (x->bulk || dst != PLAN_BUF_OUTPUT) return -1;
+    return s->row0 - (x->output.shard ? shard_offset(x, x->me) : 0);
+}
+
+static int step_index(const exec_ctx *x, const plan_step *s) {
+    return (int)(s - x->p->steps);
+}
+
+static void store_row(exec_ctx *x, const host_view *dst, int64_t i, float *v,
+                      epilogue epi, int slot, int64_t y_row) {
     const cgm_call *c = x->call;
     bool bias = (epi == EPI_BIAS || epi == EPI_BIAS_ACC) && c->has_bias;
     bool acc = (epi == EPI_ACC || epi == EPI_BIAS_ACC) && c->accumulate;
+    if (y_row >= 0) {
+        host_epilogue_row(&x->run->epi, slot, y_row, v, dst->cols,
+                          bias ? &c->bias : NULL);
+        bias = false;
+    }
     if (cgm_dtype_is_fp8(dst->dtype)) { /* an fp8 output: never accumulated */
         uint8_t *row = (uint8_t *)dst->data + i * dst->ld;
         host_fp8_amax_merge(&x->amax_bits, host_fp8_store_row(row, dst->dtype, v, dst->cols,
@@ -243,7 +266,8 @@ static cgm_status do_copy(exec_ctx *x, const plan_step *s, scratch *sc) {
     /* An accumulate epilogue adds nothing without accumulate: AR's copies
      * of the owners' rows, fp8 ones included, are copied as they are. */
     bool plain = epi == EPI_PLAIN || (epi == EPI_ACC && !x->call->accumulate);
-    if (plain && src.dtype == dst.dtype && !src.transposed &&
+    int64_t y0 = epilogue_row(x, s, s->dst.buf);
+    if (plain && y0 < 0 && src.dtype == dst.dtype && !src.transposed &&
         !dst.transposed) {
         for (int64_t i = 0; i < s->rows; i++)
             memcpy(dst.data + (size_t)(i * dst.ld) * size,
@@ -264,7 +288,7 @@ static cgm_status do_copy(exec_ctx *x, const plan_step *s, scratch *sc) {
     for (int64_t i = 0; i < s->rows; i++) {
         for (int64_t j = 0; j < src.cols; j++)
             row[j] = host_view_get(&src, i, j);
-        store_row(x, &dst, i, row, epi);
+        store_row(x, &dst, i, row, epi, step_index(x, s), y0 < 0 ? -1 : y0 + i);
     }
     return CGM_SUCCESS;
 }
@@ -308,6 +332,7 @@ static cgm_status do_reduce(exec_ctx *x, const plan_step *s, scratch *sc) {
     cgm_status rs = ref_views(x, s, &refs);
     if (rs != CGM_SUCCESS) return rs;
     epilogue epi = epilogue_for(x, PLAN_REDUCE, s->dst.buf);
+    int64_t y0 = epilogue_row(x, s, s->dst.buf);
     /* AR publishes the reduced rows (+ bias, once, here on the owner) for
      * the peers from this step rather than from OUTPUT, which may hold
      * this rank's accumulate term; the plan's OUTPUT -> GATHER copy is then
@@ -332,8 +357,8 @@ static cgm_status do_reduce(exec_ctx *x, const plan_step *s, scratch *sc) {
                     acc[j] += host_view_get(v, i, j);
             }
         }
-        if (ar_publish) store_row(x, &publish, i, acc, EPI_BIAS);
-        store_row(x, &dst, i, acc, epi);
+        if (ar_publish) store_row(x, &publish, i, acc, EPI_BIAS, -1, -1);
+        store_row(x, &dst, i, acc, epi, step_index(x, s), y0 < 0 ? -1 : y0 + i);
     }
     free(refs);
     return CGM_SUCCESS;
@@ -414,7 +439,8 @@ static cgm_status do_gemm(exec_ctx *x, const plan_step *s, scratch *sc) {
     host_view *addends = NULL;
     cgm_status rs = ref_views(x, s, &addends);
     if (rs != CGM_SUCCESS) return rs;
-    bool direct = !addends && dst.dtype == CGM_DTYPE_FP32 && !dst.transposed &&
+    int64_t y0 = epilogue_row(x, s, dst_buf);
+    bool direct = !addends && y0 < 0 && dst.dtype == CGM_DTYPE_FP32 && !dst.transposed &&
                   (epi == EPI_PLAIN || (!c->has_bias && epi != EPI_BIAS));
     if (direct) {
         float beta = (epi == EPI_ACC || epi == EPI_BIAS_ACC) && c->accumulate
@@ -437,7 +463,7 @@ static cgm_status do_gemm(exec_ctx *x, const plan_step *s, scratch *sc) {
             for (int r = 0; addends && r < s->ref_count; r++)
                 for (int64_t j = 0; j < n; j++)
                     row[j] += host_view_get(&addends[r], i, j);
-            store_row(x, &dst, i, row, epi);
+            store_row(x, &dst, i, row, epi, step_index(x, s), y0 < 0 ? -1 : y0 + i);
         }
     }
     free(addends);
@@ -587,6 +613,9 @@ static void set_geometry(exec_ctx *x) {
         x->dtype[PLAN_BUF_GATHER] = x->dtype[PLAN_BUF_OUTPUT] = c->out_dtype;
         x->width[PLAN_BUF_GATHER] = x->width[PLAN_BUF_OUTPUT] = c->n;
         x->width[PLAN_BUF_PARTIAL] = x->width[PLAN_BUF_RECV] = c->n;
+        /* AR with an epilogue: owners publish r + bias in fp32 and every
+         * rank applies the epilogue to every row (its own aux). */
+        if (ar && x->run->epi.rows) x->dtype[PLAN_BUF_GATHER] = CGM_DTYPE_FP32;
         break;
     }
     case PLAN_OP_BULK_AG:

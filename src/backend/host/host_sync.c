@@ -395,19 +395,38 @@ cgm_status host_allgather_words(const cgm_comm *comm, host_state *st,
                          "tuning");
 }
 
-cgm_status host_max_bits(const cgm_comm *comm, host_state *st, uint32_t *bits,
-                         const char *op_name) {
-    int64_t sig[CGM_SIGNATURE_WORDS], mine = *bits;
+/* One word of every rank into *all (nranks words, malloc'd: free it; NULL
+ * on failure) on the agreement channel; `what` names it in errors. */
+static cgm_status exchange_word(const cgm_comm *comm, host_state *st, int64_t mine, const char *what,
+                                int64_t **all) {
+    int64_t sig[CGM_SIGNATURE_WORDS];
     for (int i = 0; i < CGM_SIGNATURE_WORDS; i++) sig[i] = -2;
-    int64_t *all = malloc((size_t)st->nranks * sizeof *all);
-    if (!all)
+    *all = malloc((size_t)st->nranks * sizeof **all);
+    if (!*all)
         return cgm_error(CGM_ERROR_OUT_OF_MEMORY,
                          "expected memory for an exchange of %d ranks, found "
                          "none free", st->nranks);
+    cgm_status s = tune_exchange(comm, st, sig, HOST_XCHG_WORDS_ONLY, &mine, 1, *all, what);
+    if (s != CGM_SUCCESS) {
+        free(*all);
+        *all = NULL;
+    }
+    return s;
+}
+
+cgm_status host_barrier(const cgm_comm *comm, host_state *st, const char *what) {
+    int64_t *all = NULL;
+    cgm_status s = exchange_word(comm, st, 0, what, &all);
+    free(all);
+    return s;
+}
+
+cgm_status host_max_bits(const cgm_comm *comm, host_state *st, uint32_t *bits,
+                         const char *op_name) {
     char what[64];
     snprintf(what, sizeof what, "%s's amax", op_name);
-    cgm_status s = tune_exchange(comm, st, sig, HOST_XCHG_WORDS_ONLY, &mine, 1,
-                                 all, what);
+    int64_t *all = NULL;
+    cgm_status s = exchange_word(comm, st, *bits, what, &all);
     for (int r = 0; s == CGM_SUCCESS && r < st->nranks; r++)
         if ((uint32_t)all[r] > *bits) *bits = (uint32_t)all[r];
     free(all);

@@ -422,11 +422,13 @@ static int ncclb_tune_candidates(const cgm_comm *comm, const cgm_call *call,
 static const cgm_tune_hooks ncclb_tune_hooks =
     CGM_GPU_TUNE_HOOKS(ncclb_tune_candidates);
 
-/* No fp8 GEMM path here yet: fp8 calls are refused before the tuner and
- * any exchange (cgm_fp8_not_yet says what to do instead). */
+/* No fp8 GEMM path and no epilogues here yet: such calls are refused
+ * before the tuner and any exchange (cgm_fp8_not_yet and
+ * cgm_epilogue_not_yet say what to do instead). */
 static cgm_status ncclb_check(const cgm_comm *comm, const cgm_call *call) {
     (void)comm;
-    return cgm_fp8_not_yet("nccl", call);
+    cgm_status s = cgm_fp8_not_yet("nccl", call);
+    return s != CGM_SUCCESS ? s : cgm_epilogue_not_yet("nccl", call);
 }
 
 const cgm_backend_vtable cgm_nccl_backend = {

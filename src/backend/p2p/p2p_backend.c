@@ -323,11 +323,13 @@ static const cgm_tune_hooks p2p_tune_hooks = {
     .device_name = cgm_gpu_tune_device_name,
 };
 
-/* No fp8 GEMM path here yet: fp8 calls are refused before the tuner and
- * any exchange (cgm_fp8_not_yet says what to do instead). */
+/* No fp8 GEMM path and no epilogues here yet: such calls are refused
+ * before the tuner and any exchange (cgm_fp8_not_yet and
+ * cgm_epilogue_not_yet say what to do instead). */
 static cgm_status p2p_check(const cgm_comm *comm, const cgm_call *call) {
     (void)comm;
-    return cgm_fp8_not_yet("p2p", call);
+    cgm_status s = cgm_fp8_not_yet("p2p", call);
+    return s != CGM_SUCCESS ? s : cgm_epilogue_not_yet("p2p", call);
 }
 
 const cgm_backend_vtable cgm_p2p_backend = {
