@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include "device/device.h"
+#include "device/fp8.h"
 #include "device/flags.cuh"
 
 namespace {
@@ -288,6 +289,7 @@ extern "C" cudaError_t cgm_dev_preload(void) {
     if (e == cudaSuccess) e = load_reduce_dst<float>();
     if (e == cudaSuccess) e = load_reduce_dst<__nv_bfloat16>();
     if (e == cudaSuccess) e = load_reduce_dst<__half>();
+    if (e == cudaSuccess) e = cgm_dev_fp8_preload();
     return e;
 }
 

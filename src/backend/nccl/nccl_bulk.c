@@ -16,6 +16,9 @@ static char *at(const void *base, int64_t elements, size_t element_size) {
 
 static cgm_status bulk_gemm(ncclb_op *op) {
     cgm_lt_gemm_args g = cgm_lt_args_from_call(op->call);
+    if (op->fp8.on) /* fp8 a and b (nccl_fp8.c) */
+        return ncclb_fp8_gemm(op, &g, ncclb_fp8_own_scales(op, 0),
+                              ncclb_next_compute(op));
     return ncclb_gemm(op, &g, ncclb_next_compute(op));
 }
 

@@ -219,6 +219,7 @@ cgm_status ncclb_op_begin(ncclb_state *st, const cgm_call *call,
     CGM_TRY(check_agreement(st, call, op->capturing));
     CGM_TRY(ncclb_check_limits(st, call));
     CGM_TRY(needed_buffers(st, call, op->capturing));
+    CGM_TRY(ncclb_fp8_ensure(st, call, op->capturing));
     pthread_mutex_lock(&st->lock);
     if (st->async_status != CGM_SUCCESS || !st->nccl) {
         status = cgm_error(st->async_status ? st->async_status

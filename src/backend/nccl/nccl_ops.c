@@ -18,6 +18,8 @@ static cgm_status whole_gemm(ncclb_op *op, cudaStream_t stream) {
     const cgm_call *c = op->call;
     cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
     g.m = c->op == CGM_OP_ALL_GATHER_GEMM ? c->y.rows : c->m;
+    if (op->fp8.on)
+        return ncclb_fp8_gemm(op, &g, ncclb_fp8_own_scales(op, 0), stream);
     return ncclb_gemm(op, &g, stream);
 }
 
@@ -51,9 +53,10 @@ fail:
     return status;
 }
 
-/* GEMM of gathered rows `p` (stored piece-major in G) on `stream`. */
-static cgm_status gathered_gemm(ncclb_op *op, const char *G, ncclb_piece p,
-                                cudaStream_t stream) {
+/* GEMM of gathered rows `p` of shard `shard` (stored piece-major in G) on
+ * `stream`. */
+static cgm_status gathered_gemm(ncclb_op *op, const char *G, int shard,
+                                ncclb_piece p, cudaStream_t stream) {
     const cgm_call *c = op->call;
     const size_t es = cgm_dtype_size(c->in_dtype);
     cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
@@ -62,6 +65,10 @@ static cgm_status gathered_gemm(ncclb_op *op, const char *G, ncclb_piece p,
     g.ldx = c->layout == CGM_LAYOUT_NT ? p.rows : c->k;
     g.ldy = cgm_matrix_ld(&c->y);
     g.y = at(c->y.data, p.row0 * g.ldy, cgm_dtype_size(c->out_dtype));
+    if (op->fp8.on)
+        return ncclb_fp8_gemm(op, &g, ncclb_fp8_gathered_scales(op, shard,
+                                                                p.row0),
+                              stream);
     return ncclb_gemm(op, &g, stream);
 }
 
@@ -93,6 +100,16 @@ static cgm_status gather_all(ncclb_op *op, char *G, const char *own,
                                   "AG+GEMM: all-gathering X"));
     }
     ncclb_watch_group(op);
+    if (op->fp8.on && op->fp8.block && m > 0 && k > 0) {
+        if (!x) x = calloc((size_t)P, sizeof *x);
+        if (!x) return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "transfer list");
+        float *gs = op->fp8.gathered;
+        const int64_t kb = op->fp8.kb;
+        CGM_TRY(ncclb_gather_rows(st, gs + cgm_shard_offset(m, r, P) * kb, gs,
+                                  m, kb, sizeof(float), x,
+                                  "AG+GEMM: all-gathering the fp8 X scales"));
+        ncclb_watch_group(op);
+    }
 fail:
     free(x);
     return status;
@@ -123,6 +140,8 @@ cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
                 c->x.data, (size_t)ldx * es, (size_t)cols * es, (size_t)rows,
                 cudaMemcpyDeviceToDevice, st->comm_stream));
         }
+        if (c->has_x_gathered && op->fp8.on)
+            CGM_TRY(ncclb_fp8_copy_gathered_scales(op));
         return CGM_SUCCESS;
     }
     /* Gathered rows live piece-major in G: piece (j, q) is a dense block
@@ -192,10 +211,14 @@ cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
                 const char *src = send_shard == r
                                       ? own + (size_t)((sp.row0 - off) * k) * es
                                       : at(G, sp.row0 * k, es);
-                ncclb_xfer x = {src, (size_t)(sp.rows * k) * es, to,
-                                at(G, rp.row0 * k, es),
-                                (size_t)(rp.rows * k) * es, from};
-                CGM_TRY(ncclb_exchange(st, &x, 1,
+                ncclb_xfer x[2] = {{src, (size_t)(sp.rows * k) * es, to,
+                                    at(G, rp.row0 * k, es),
+                                    (size_t)(rp.rows * k) * es, from}};
+                int nx = 1;
+                if (op->fp8.on && op->fp8.block)
+                    x[nx++] = ncclb_fp8_scale_xfer(op, send_shard, sp, to,
+                                                   rp, from);
+                CGM_TRY(ncclb_exchange(st, x, nx,
                                        "AG+GEMM: exchanging X rows"));
                 if (own_pending) {
                     own_pending = false;
@@ -206,7 +229,12 @@ cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
                     g.ldy = cgm_matrix_ld(&c->y);
                     g.y = at(c->y.data, off * g.ldy,
                              cgm_dtype_size(c->out_dtype));
-                    CGM_TRY(ncclb_gemm(op, &g, ncclb_next_compute(op)));
+                    if (op->fp8.on)
+                        CGM_TRY(ncclb_fp8_gemm(op, &g,
+                                               ncclb_fp8_own_scales(op, 0),
+                                               ncclb_next_compute(op)));
+                    else
+                        CGM_TRY(ncclb_gemm(op, &g, ncclb_next_compute(op)));
                 }
                 if (rp.rows == 0) continue;
                 cudaEvent_t arrived;
@@ -214,7 +242,7 @@ cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
                 CGM_CUDA_TRY(cudaEventRecord(arrived, st->comm_stream));
                 cudaStream_t cs = ncclb_next_compute(op);
                 CGM_CUDA_TRY(cudaStreamWaitEvent(cs, arrived, 0));
-                CGM_TRY(gathered_gemm(op, G, rp, cs));
+                CGM_TRY(gathered_gemm(op, G, recv_shard, rp, cs));
             }
             ncclb_watch_step(op, from, to);
         }
@@ -226,18 +254,26 @@ cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
         CGM_CUDA_TRY(cudaEventRecord(gathered, st->comm_stream));
         cudaStream_t cs = ncclb_next_compute(op);
         CGM_CUDA_TRY(cudaStreamWaitEvent(cs, gathered, 0));
-        if (!nt) {
+        if (op->fp8.on) {
+            /* fp8: one GEMM per shard (TENSOR: a scale per shard). */
+            for (int j = 0; j < P; j++) {
+                ncclb_piece p = {cgm_shard_offset(m, j, P),
+                                 cgm_shard_rows(m, j, P)};
+                if (p.rows) CGM_TRY(gathered_gemm(op, G, j, p, cs));
+            }
+        } else if (!nt) {
             ncclb_piece all = {0, m};
-            CGM_TRY(gathered_gemm(op, G, all, cs));
+            CGM_TRY(gathered_gemm(op, G, 0, all, cs));
         } else {
             for (int j = 0; j < P; j++)
                 for (int q = 0; q < S; q++) {
                     ncclb_piece p = ncclb_piece_of(m, P, j, S, q);
-                    if (p.rows) CGM_TRY(gathered_gemm(op, G, p, cs));
+                    if (p.rows) CGM_TRY(gathered_gemm(op, G, j, p, cs));
                 }
         }
     }
     if (c->has_x_gathered && !direct) CGM_TRY(copy_gathered(op, G));
+    if (c->has_x_gathered && op->fp8.on) CGM_TRY(ncclb_fp8_copy_gathered_scales(op));
 fail:
     return status;
 }
@@ -259,7 +295,51 @@ static cgm_status partial_gemm(ncclb_op *op, ncclb_piece p, char *F,
     g.ldx = ldx;
     g.y = at(F, p.row0 * c->n, cgm_dtype_size(pd));
     g.ldy = c->n;
+    if (op->fp8.on)
+        return ncclb_fp8_gemm(op, &g, ncclb_fp8_own_scales(op, p.row0),
+                              stream);
     return ncclb_gemm(op, &g, stream);
+}
+
+/* The no_overlap GEMM of every row (fp8: one per shard, the chunk size
+ * its scratch is made for). */
+static cgm_status partial_gemm_all(ncclb_op *op, char *F, cgm_dtype pd,
+                                   cudaStream_t stream) {
+    cgm_status status = CGM_SUCCESS;
+    const int64_t m = op->call->m;
+    const int P = op->st->nranks;
+    if (!op->fp8.on) {
+        ncclb_piece all = {0, m};
+        return partial_gemm(op, all, F, pd, stream);
+    }
+    for (int j = 0; j < P; j++) {
+        ncclb_piece p = {cgm_shard_offset(m, j, P), cgm_shard_rows(m, j, P)};
+        if (p.rows) CGM_TRY(partial_gemm(op, p, F, pd, stream));
+    }
+fail:
+    return status;
+}
+
+/* fp8 outputs cuBLASLt cannot give from partials (ncclb_fp8_finishes):
+ * the owner's fp32 sums R (rows of the gather buffer) finished into Y;
+ * GEMM+AR gathers every owner's fp32 sums first. */
+static cgm_status finish_fp8(ncclb_op *op, float *R, ncclb_xfer *xs,
+                             bool all_reduce) {
+    cgm_status status = CGM_SUCCESS;
+    ncclb_state *st = op->st;
+    const cgm_call *c = op->call;
+    const int64_t m = c->m, n = c->n;
+    const int P = st->nranks, r = st->rank;
+    const int64_t off = cgm_shard_offset(m, r, P);
+    if (!all_reduce)
+        return ncclb_fp8_finish(op, R + off * n, 0, cgm_shard_rows(m, r, P),
+                                st->comm_stream);
+    CGM_TRY(ncclb_gather_rows(st, R + off * n, R, m, n, sizeof(float), xs,
+                              "GEMM+AR: all-gathering the reduced fp32 rows"));
+    ncclb_watch_group(op);
+    CGM_TRY(ncclb_fp8_finish(op, R, 0, m, st->comm_stream));
+fail:
+    return status;
 }
 
 cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
@@ -305,9 +385,8 @@ cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
         CGM_TRY(partial_gemm(op, own, F, pd, cs));
         CGM_CUDA_TRY(cudaEventRecord(own_done, cs));
     } else {
-        ncclb_piece all = {0, m};
         cudaStream_t cs = ncclb_next_compute(op);
-        CGM_TRY(partial_gemm(op, all, F, pd, cs));
+        CGM_TRY(partial_gemm_all(op, F, pd, cs));
         CGM_CUDA_TRY(cudaEventRecord(own_done, cs));
     }
     /* no_overlap: one group ships every owner its rows (all steps at
@@ -362,7 +441,13 @@ cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
     }
     char *reduced = NULL; /* AR: where the reduced rows are gathered */
     size_t re = eo;
-    if (!all_reduce) {
+    const bool finish = ncclb_fp8_finishes(c);
+    float *R = st->buf[NCCLB_BUF_GATHER]; /* finish: fp32 sums [m, n] */
+    if (finish) {
+        ra.dst = R + off * n;
+        ra.dst_ld = n;
+        ra.dst_dtype = (int)CGM_DTYPE_FP32;
+    } else if (!all_reduce) {
         ra.dst = c->y.data;
         ra.dst_ld = ldy;
         ra.dst_dtype = c->out_dtype;
@@ -385,6 +470,7 @@ cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
         ra.dst_dtype = (int)pd;
     }
     CGM_CUDA_TRY(cgm_dev_reduce(&ra, st->dev, st->comm_stream));
+    if (finish) return finish_fp8(op, R, xs, all_reduce);
     if (all_reduce) {
         CGM_TRY(ncclb_gather_rows(st, at(reduced, off * n, re), reduced, m, n,
                                   re, xs, "GEMM+AR: all-gathering the "
