@@ -380,7 +380,7 @@ static void test_fp8_helpers(const void *p) {
     CHECK_STATUS(cgm_fp8_not_yet("p2p", &call), CGM_ERROR_NOT_SUPPORTED);
     CHECK_CONTAINS(cgm_last_error(), "the p2p backend does not run fp8 GEMMs yet (found fp8_e4m3 x fp8_e5m2 with "
                                      "tensor scaling, bf16 output): run fp8 calls on the nccl backend "
-                                     "(options.backend = CGM_BACKEND_NCCL)");
+                                     "(options.backend = CGM_BACKEND_NCCL;");
     /* the GPU backends' refusal of epilogues */
     call.in_dtype = call.w_dtype = CGM_DTYPE_BF16;
     call.op = CGM_OP_GEMM_REDUCE_SCATTER;
