@@ -501,7 +501,7 @@ static inline int64_t cgm_matrix_ld(const cgm_matrix *m) {
 
 /* A backend's `check` while it has no fp8 GEMM: CGM_ERROR_NOT_SUPPORTED
  * for a call with fp8 inputs, naming `backend` and what to do instead (the
- * nccl backend, or the host backend);
+ * nccl or p2p backend, or the host backend);
  * CGM_SUCCESS otherwise (validate_fp8.c). */
 cgm_status cgm_fp8_not_yet(const char *backend, const cgm_call *call);
 /* A backend's `check` while it has no epilogues: CGM_ERROR_NOT_SUPPORTED

@@ -8,13 +8,26 @@
 
 namespace {
 
-__global__ void x_scales_kernel(const float *src, int64_t rows, int64_t kb,
-                                float *dst, int64_t dst_rows) {
+__global__ void x_scales_kernel(const float *src, int64_t src_ld,
+                                int64_t rows, int64_t kb, float *dst,
+                                int64_t dst_rows) {
     const int64_t total = kb * dst_rows;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
          t < total; t += (int64_t)gridDim.x * blockDim.x) {
         const int64_t b = t / dst_rows, i = t % dst_rows;
-        dst[t] = i < rows ? src[i * kb + b] : 0.0f;
+        dst[t] = i < rows ? src[i * src_ld + b] : 0.0f;
+    }
+}
+
+__global__ void scale_rows_kernel(const float *src, int64_t src_ld,
+                                  int64_t rows, int64_t count, char *dst,
+                                  int64_t dst_pitch) {
+    const int64_t total = rows * count;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+         t < total; t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = t / count, b = t % count;
+        reinterpret_cast<float *>(dst + i * dst_pitch)[b] =
+            src ? src[i * src_ld + b] : 0.0f;
     }
 }
 
@@ -95,14 +108,29 @@ template <typename F> cudaError_t load(F *kernel) {
 
 }  // namespace
 
-extern "C" cudaError_t cgm_dev_fp8_x_scales(const float *src, int64_t rows,
+extern "C" cudaError_t cgm_dev_fp8_x_scales(const float *src,
+                                            int64_t src_ld, int64_t rows,
                                             int64_t kb, float *dst,
                                             int64_t dst_rows,
                                             cudaStream_t stream) {
-    if (dst_rows < rows || rows < 0 || kb < 0) return cudaErrorInvalidValue;
+    if (dst_rows < rows || rows < 0 || kb < 0 || src_ld < kb)
+        return cudaErrorInvalidValue;
     if (kb == 0 || dst_rows == 0) return cudaSuccess;
     x_scales_kernel<<<blocks_for(kb * dst_rows, 256), 256, 0, stream>>>(
-        src, rows, kb, dst, dst_rows);
+        src, src_ld, rows, kb, dst, dst_rows);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cgm_dev_fp8_scale_rows(const float *src,
+                                              int64_t src_ld, int64_t rows,
+                                              int64_t count, void *dst,
+                                              int64_t dst_pitch,
+                                              cudaStream_t stream) {
+    if (rows < 0 || count < 0 || src_ld < 0 || dst_pitch % 4)
+        return cudaErrorInvalidValue;
+    if (rows == 0 || count == 0) return cudaSuccess;
+    scale_rows_kernel<<<blocks_for(rows * count, 256), 256, 0, stream>>>(
+        src, src_ld, rows, count, static_cast<char *>(dst), dst_pitch);
     return cudaGetLastError();
 }
 
@@ -130,5 +158,6 @@ extern "C" cudaError_t cgm_dev_fp8_finish(const cgm_dev_finish_args *a,
 extern "C" cudaError_t cgm_dev_fp8_preload(void) {
     cudaError_t e = load(x_scales_kernel);
     if (e == cudaSuccess) e = load(w_scales_kernel);
+    if (e == cudaSuccess) e = load(scale_rows_kernel);
     return e != cudaSuccess ? e : load(finish_kernel);
 }

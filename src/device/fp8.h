@@ -17,12 +17,19 @@ extern "C" {
 #endif
 
 /* X's 1x128 block scales of `rows` rows, the header's layout
- * (src[i * kb + b]), into cuBLASLt's VEC128_32F layout for a GEMM of
- * dst_rows >= rows rows: dst[b * dst_rows + i]; the entries of rows
- * rows..dst_rows-1 are set to 0. */
-cudaError_t cgm_dev_fp8_x_scales(const float *src, int64_t rows, int64_t kb,
-                                 float *dst, int64_t dst_rows,
-                                 cudaStream_t stream);
+ * (src[i * src_ld + b], src_ld >= kb), into cuBLASLt's VEC128_32F layout
+ * for a GEMM of dst_rows >= rows rows: dst[b * dst_rows + i]; the entries
+ * of rows rows..dst_rows-1 are set to 0. */
+cudaError_t cgm_dev_fp8_x_scales(const float *src, int64_t src_ld,
+                                 int64_t rows, int64_t kb, float *dst,
+                                 int64_t dst_rows, cudaStream_t stream);
+
+/* Scales placed beside rows: for each of `rows` rows, the `count` floats at
+ * dst + i * dst_pitch (bytes, a multiple of 4) get src[i * src_ld + b]
+ * (src_ld 0: every row the same; src NULL: zeros). */
+cudaError_t cgm_dev_fp8_scale_rows(const float *src, int64_t src_ld,
+                                   int64_t rows, int64_t count, void *dst,
+                                   int64_t dst_pitch, cudaStream_t stream);
 
 /* W's 128x128 block scales, the header's layout (src[j * kb + b], nb row
  * blocks), into cuBLASLt's BLK128x128_32F layout: dst[j * l4 + b] with l4

@@ -46,10 +46,8 @@ size_t cgm_fp8_call_bytes(const cgm_call *c) {
     return bytes;
 }
 
-cgm_status cgm_fp8_call_prepare(const cgm_call *c, void *region,
-                                cudaStream_t stream, cgm_fp8_gemm_fn gemm,
-                                void *gemm_ctx, cgm_fp8_call *f) {
-    cgm_status status = CGM_SUCCESS;
+void cgm_fp8_call_fill(const cgm_call *c, void *region, cgm_fp8_gemm_fn gemm,
+                       void *gemm_ctx, cgm_fp8_call *f) {
     memset(f, 0, sizeof *f);
     f->call = c;
     f->gemm = gemm;
@@ -57,12 +55,26 @@ cgm_status cgm_fp8_call_prepare(const cgm_call *c, void *region,
     f->scaling = c->scaling == CGM_SCALING_BLOCK_1X128 ? CGM_LT_SCALE_BLOCK
                                                        : CGM_LT_SCALE_TENSOR;
     f->kb = cgm_ceil_div(c->k, 128);
+    f->w_scale = region;
+    f->region = region;
+    if (!pad_w(c)) {
+        f->gk = c->k;
+        f->gn = c->n;
+        f->w = c->w.data;
+        f->ldw = cgm_matrix_ld(&c->w);
+        return;
+    }
     f->gk = round_up(c->k, 16);
     f->gn = round_up(c->n, 16);
-    f->w = c->w.data;
-    f->ldw = cgm_matrix_ld(&c->w);
-    float *ws = region;
-    f->w_scale = ws;
+    f->w = (char *)region +
+           cgm_fp8_round256((size_t)w_scale_floats(c, f->kb) * sizeof(float));
+    f->ldw = f->gk;
+}
+
+cgm_status cgm_fp8_call_enqueue(const cgm_fp8_call *f, cudaStream_t stream) {
+    cgm_status status = CGM_SUCCESS;
+    const cgm_call *c = f->call;
+    float *ws = f->region;
     if (f->scaling == CGM_LT_SCALE_TENSOR) {
         CGM_TRY(cgm_fp8_put_slot(ws, c->w.scale, stream));
     } else if (c->w.scale && c->n > 0 && c->k > 0) {
@@ -70,15 +82,8 @@ cgm_status cgm_fp8_call_prepare(const cgm_call *c, void *region,
                                           f->kb, ws, round_up(f->kb, 4),
                                           stream));
     }
-    if (!pad_w(c)) {
-        f->gk = c->k;
-        f->gn = c->n;
-        return CGM_SUCCESS;
-    }
-    char *wpad = (char *)region +
-                 cgm_fp8_round256((size_t)w_scale_floats(c, f->kb) * sizeof(float));
-    f->w = wpad;
-    f->ldw = f->gk;
+    if (f->w == c->w.data) return CGM_SUCCESS;
+    void *wpad = (void *)f->w;
     CGM_CUDA_TRY(cudaMemsetAsync(wpad, 0, (size_t)(f->gn * f->gk), stream));
     if (c->n > 0 && c->k > 0)
         CGM_CUDA_TRY(cudaMemcpy2DAsync(wpad, (size_t)f->gk, c->w.data,
@@ -87,6 +92,13 @@ cgm_status cgm_fp8_call_prepare(const cgm_call *c, void *region,
                                        cudaMemcpyDeviceToDevice, stream));
 fail:
     return status;
+}
+
+cgm_status cgm_fp8_call_prepare(const cgm_call *c, void *region,
+                                cudaStream_t stream, cgm_fp8_gemm_fn gemm,
+                                void *gemm_ctx, cgm_fp8_call *f) {
+    cgm_fp8_call_fill(c, region, gemm, gemm_ctx, f);
+    return cgm_fp8_call_enqueue(f, stream);
 }
 
 /* A chunk's scratch: X's scales in cuBLASLt's layout, X padded, the
@@ -128,18 +140,20 @@ static cgm_status place_x(const cgm_fp8_call *f, const cgm_lt_gemm_args *g,
     cgm_status status = CGM_SUCCESS;
     if (h->m == g->m && f->gk == g->k && g->ldx % 16 == 0 && aligned16(g->x))
         return CGM_SUCCESS;
+    h->x = s->x;
+    h->ldx = f->gk;
+    if (f->dry) return CGM_SUCCESS;
     CGM_CUDA_TRY(cudaMemsetAsync(s->x, 0, (size_t)(h->m * f->gk), stream));
     CGM_CUDA_TRY(cudaMemcpy2DAsync(s->x, (size_t)f->gk, g->x, (size_t)g->ldx,
                                    (size_t)g->k, (size_t)g->m,
                                    cudaMemcpyDeviceToDevice, stream));
-    h->x = s->x;
-    h->ldx = f->gk;
 fail:
     return status;
 }
 
 cgm_status cgm_fp8_rows_gemm(const cgm_fp8_call *f, const cgm_lt_gemm_args *g,
-                             const float *x_scales, const float *y_scale,
+                             const float *x_scales, int64_t x_scales_ld,
+                             const float *y_scale,
                              float *amax, void *scratch, size_t scratch_bytes,
                              cudaStream_t stream) {
     cgm_status status = CGM_SUCCESS;
@@ -180,21 +194,19 @@ cgm_status cgm_fp8_rows_gemm(const cgm_fp8_call *f, const cgm_lt_gemm_args *g,
         h.addend = NULL;
     }
     if (g->k == 0) {
-        CGM_CUDA_TRY(cudaMemsetAsync(s.staged, 0,
-                                     (size_t)(g->m * h.n) * sizeof(float),
-                                     stream));
+        if (!f->dry)
+            CGM_CUDA_TRY(cudaMemsetAsync(
+                s.staged, 0, (size_t)(g->m * h.n) * sizeof(float), stream));
     } else {
         CGM_TRY(place_x(f, g, &s, stream, &h));
-        if (block) {
-            CGM_CUDA_TRY(cgm_dev_fp8_x_scales(x_scales, g->m, f->kb, s.x_scale,
-                                              h.m, stream));
-            h.x_scale = s.x_scale;
-        } else {
-            h.x_scale = x_scales;
-        }
+        h.x_scale = block ? s.x_scale : x_scales;
+        if (block && !f->dry)
+            CGM_CUDA_TRY(cgm_dev_fp8_x_scales(
+                x_scales, x_scales_ld > 0 ? x_scales_ld : f->kb, g->m, f->kb,
+                s.x_scale, h.m, stream));
         CGM_TRY(f->gemm(f->gemm_ctx, &h, stream));
     }
-    if (!staged) return CGM_SUCCESS;
+    if (!staged || f->dry) return CGM_SUCCESS;
     cgm_dev_finish_args a;
     memset(&a, 0, sizeof a);
     a.rows = g->m;

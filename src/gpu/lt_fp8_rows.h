@@ -40,6 +40,8 @@ typedef struct cgm_fp8_call {
     const float *w_scale; /* cuBLASLt's layout, 16-byte aligned */
     cgm_fp8_gemm_fn gemm;
     void *gemm_ctx;
+    bool dry; /* cgm_fp8_rows_gemm enqueues nothing (see there) */
+    void *region; /* the call's region (cgm_fp8_call_bytes) */
 } cgm_fp8_call;
 
 /* Bytes of the per-call region cgm_fp8_call_prepare fills (0 for a call
@@ -51,16 +53,24 @@ size_t cgm_fp8_call_bytes(const cgm_call *c);
 cgm_status cgm_fp8_call_prepare(const cgm_call *c, void *region,
                                 cudaStream_t stream, cgm_fp8_gemm_fn gemm,
                                 void *gemm_ctx, cgm_fp8_call *f);
+/* cgm_fp8_call_prepare in two halves: filling `f` (nothing enqueued; an
+ * executor's dry pass may use it), then the W side on `stream`. */
+void cgm_fp8_call_fill(const cgm_call *c, void *region, cgm_fp8_gemm_fn gemm,
+                       void *gemm_ctx, cgm_fp8_call *f);
+cgm_status cgm_fp8_call_enqueue(const cgm_fp8_call *f, cudaStream_t stream);
 /* Scratch bytes one stream needs for chunks of up to max_rows rows. */
 size_t cgm_fp8_rows_scratch_bytes(const cgm_call *c, int64_t max_rows);
 /* The GEMM of one chunk: `g` is cgm_lt_args_from_call(c) with the chunk's
  * m, x, ldx, y, ldy, out_dtype, bias (and its dtype), accumulate set by
  * the executor; x_scales as above (read only when the chunk has rows and
- * k > 0). y_scale/amax: for an fp8 out_dtype, the call's y.scale and
+ * k > 0), BLOCK: row i's at x_scales + i * x_scales_ld (0: ceil(k/128)).
+ * f->dry: nothing is enqueued, the GEMM callback still sees the chunk's
+ * cuBLASLt arguments (an executor's dry pass). y_scale/amax: for an fp8 out_dtype, the call's y.scale and
  * y_amax (amax NULL: none). scratch: this stream's, 256-byte aligned, of
  * cgm_fp8_rows_scratch_bytes(c, >= g->m). */
 cgm_status cgm_fp8_rows_gemm(const cgm_fp8_call *f, const cgm_lt_gemm_args *g,
-                             const float *x_scales, const float *y_scale,
+                             const float *x_scales, int64_t x_scales_ld,
+                             const float *y_scale,
                              float *amax, void *scratch, size_t scratch_bytes,
                              cudaStream_t stream);
 

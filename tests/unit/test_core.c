@@ -377,10 +377,10 @@ static void test_fp8_helpers(const void *p) {
     call.in_dtype = CGM_DTYPE_FP8_E4M3;
     call.w_dtype = CGM_DTYPE_FP8_E5M2;
     call.scaling = CGM_SCALING_TENSOR;
-    CHECK_STATUS(cgm_fp8_not_yet("p2p", &call), CGM_ERROR_NOT_SUPPORTED);
-    CHECK_CONTAINS(cgm_last_error(), "the p2p backend does not run fp8 GEMMs yet (found fp8_e4m3 x fp8_e5m2 with "
-                                     "tensor scaling, bf16 output): run fp8 calls on the nccl backend "
-                                     "(options.backend = CGM_BACKEND_NCCL;");
+    CHECK_STATUS(cgm_fp8_not_yet("cublasmp", &call), CGM_ERROR_NOT_SUPPORTED);
+    CHECK_CONTAINS(cgm_last_error(), "the cublasmp backend does not run fp8 GEMMs yet (found fp8_e4m3 x fp8_e5m2 "
+                                     "with tensor scaling, bf16 output): run fp8 calls on the nccl or p2p backend "
+                                     "(options.backend = CGM_BACKEND_NCCL or CGM_BACKEND_P2P;");
     /* the GPU backends' refusal of epilogues */
     call.in_dtype = call.w_dtype = CGM_DTYPE_BF16;
     call.op = CGM_OP_GEMM_REDUCE_SCATTER;

@@ -135,7 +135,7 @@ cgm_status ncclb_fp8_gemm(ncclb_op *op, const cgm_lt_gemm_args *g,
     char *scratch = op->fp8.scratch[NCCLB_COMPUTE_STREAMS];
     for (int i = 0; i < NCCLB_COMPUTE_STREAMS; i++)
         if (stream == st->compute[i]) scratch = op->fp8.scratch[i];
-    return cgm_fp8_rows_gemm(&op->fp8.f, g, x_scales, c->y.scale, c->y_amax,
+    return cgm_fp8_rows_gemm(&op->fp8.f, g, x_scales, 0, c->y.scale, c->y_amax,
                              scratch, op->fp8.scratch_bytes, stream);
 }
 
