@@ -660,7 +660,7 @@ typedef struct cgm_op_options {
  *   misaligned pointers, shapes that disagree, bad enum values, m above
  *   max_m); CGM_ERROR_INVALID_USAGE (comm not live, in use by another
  *   thread's call, non-NULL stream on host);
- *   CGM_ERROR_NOT_SUPPORTED (fp8 on p2p/cublasmp, fp8 with layout NN or
+ *   CGM_ERROR_NOT_SUPPORTED (fp8 where "FP8" says, fp8 with layout NN or
  *   NT, an epilogue on a GPU backend, an option the backend lacks);
  *   CGM_ERROR_UNAVAILABLE (backend not available on this comm);
  *   CGM_ERROR_MISMATCH (ranks disagree: on every rank); CGM_ERROR_TIMEOUT /
@@ -727,12 +727,13 @@ typedef struct cgm_op_options {
  *   lives (host memory on host; device memory of the comm's GPU on GPU
  *   backends), checked like the data pointers; no output (Y, x_gathered
  *   and its scales, y_amax) may overlap an input (data or scales).
- * - Backends: the host backend runs every rule above (the reference);
- *   nccl runs them too, every op and algorithm, on a GPU with FP8 tensor
+ * - Backends: the host backend runs every rule above (the reference).
+ *   nccl runs them too, every op and algorithm; p2p on its chunked
+ *   algorithms (split, ring, no_overlap, bulk), refusing algo = fused and
+ *   GEMM+AR's y_amax (use nccl for those). Both need a GPU with FP8 tensor
  *   cores (compute capability 8.9+; block scaling: Hopper, 9.x, and
- *   cuBLAS 12.9+), else CGM_ERROR_NOT_SUPPORTED; p2p and cublasmp return
- *   CGM_ERROR_NOT_SUPPORTED for fp8 today (use options.backend =
- *   CGM_BACKEND_NCCL for those calls).
+ *   cuBLAS 12.9+), else CGM_ERROR_NOT_SUPPORTED. cublasmp returns
+ *   CGM_ERROR_NOT_SUPPORTED for fp8 today.
  * - Agreement: X's dtype and scaling, W's dtype and the output dtype are
  *   in the call's signature (ranks that differ: CGM_ERROR_MISMATCH); for
  *   GEMM+AR the presence of y_amax too.
