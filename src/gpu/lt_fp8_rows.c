@@ -258,3 +258,42 @@ cgm_status cgm_gpu_fp8_check(const char *backend, int device,
 fail:
     return status;
 }
+
+cgm_status cgm_fp8_workspace_ensure(cgm_fp8_workspace *w, size_t need,
+                                    bool capturing, const char *backend) {
+    cgm_status status = CGM_SUCCESS;
+    void *fresh = NULL;
+    if (need <= w->bytes) return CGM_SUCCESS;
+    if (capturing)
+        return cgm_error(CGM_ERROR_INVALID_USAGE,
+                         "the %s backend: this fp8 call needs %zu bytes of fp8 "
+                         "workspace, %zu are allocated, and it grows only at "
+                         "eager calls; make one eager call with the same "
+                         "shapes before capturing", backend, need, w->bytes);
+    size_t bytes = need > 2 * w->bytes ? need : 2 * w->bytes;
+    CGM_CUDA_TRY(cudaMalloc(&fresh, bytes));
+    if (w->buf) {
+        if (w->nretired == CGM_FP8_RETIRED) {
+            /* cudaFree waits for the device: no op still uses it. */
+            CGM_CUDA_TRY(cudaFree(w->retired[0]));
+            memmove(w->retired, w->retired + 1,
+                    (CGM_FP8_RETIRED - 1) * sizeof w->retired[0]);
+            w->nretired--;
+        }
+        w->retired[w->nretired++] = w->buf;
+    }
+    w->buf = fresh;
+    w->bytes = bytes;
+    fresh = NULL;
+    CGM_INFO(CGM_SUB_INIT, "%s backend: fp8 workspace %zu KiB", backend,
+             bytes >> 10);
+fail:
+    if (fresh) cudaFree(fresh);
+    return status;
+}
+
+void cgm_fp8_workspace_free(cgm_fp8_workspace *w) {
+    if (w->buf) cudaFree(w->buf);
+    for (int i = 0; i < w->nretired; i++) cudaFree(w->retired[i]);
+    memset(w, 0, sizeof *w);
+}

@@ -83,6 +83,25 @@ cgm_status cgm_fp8_rows_gemm(const cgm_fp8_call *f, const cgm_lt_gemm_args *g,
 cgm_status cgm_gpu_fp8_check(const char *backend, int device,
                              const cgm_call *call);
 
+/* An executor's fp8 workspace: grown (at least doubling) at eager calls
+ * only; the buffers it outgrew stay allocated until
+ * cgm_fp8_workspace_free (a graph captured earlier may still use them;
+ * beyond CGM_FP8_RETIRED of them the oldest is freed, after the device is
+ * idle). */
+#define CGM_FP8_RETIRED 16
+typedef struct cgm_fp8_workspace {
+    void *buf;
+    size_t bytes;
+    void *retired[CGM_FP8_RETIRED];
+    int nretired;
+} cgm_fp8_workspace;
+/* `need` bytes at w->buf: CGM_SUCCESS; inside capture when it would have
+ * to grow, CGM_ERROR_INVALID_USAGE naming `backend` (one eager call with
+ * the same shapes first). */
+cgm_status cgm_fp8_workspace_ensure(cgm_fp8_workspace *w, size_t need,
+                                    bool capturing, const char *backend);
+void cgm_fp8_workspace_free(cgm_fp8_workspace *w);
+
 /* Helpers of the executors: bytes rounded up to 256; a 4-float slot
  * (16 bytes) holding *src (0 when src is NULL), enqueued on `stream`. */
 size_t cgm_fp8_round256(size_t bytes);

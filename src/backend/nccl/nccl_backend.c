@@ -34,7 +34,7 @@ static void state_free(ncclb_state *st, bool drained) {
         for (int i = 0; i <= NCCLB_COMPUTE_STREAMS; i++)
             if (st->lt_workspace[i]) cudaFree(st->lt_workspace[i]);
         if (st->dev) cudaFree(st->dev);
-        if (st->fp8_buf) cudaFree(st->fp8_buf);
+        cgm_fp8_workspace_free(&st->fp8_ws);
     }
     for (int i = 0; i < st->nevents; i++)
         if (st->events[i]) cudaEventDestroy(st->events[i]);

@@ -104,8 +104,7 @@ typedef struct ncclb_state {
     int watch_current; /* slot of the op being issued, or -1 */
     cgm_test_fault fault; /* COMMGEMM_TEST_FAIL (testing only) */
     /* fp8 calls' workspace (nccl_fp8.c), grown at eager calls. */
-    void *fp8_buf;
-    size_t fp8_bytes;
+    cgm_fp8_workspace fp8_ws;
     /* Sticky asynchronous error (set under lock). */
     cgm_status async_status;
     char async_message[1024];

@@ -50,23 +50,8 @@ cgm_status ncclb_fp8_ensure(ncclb_state *st, const cgm_call *call,
     /* GEMM+RS sums into the gather buffer's fp32 rows when it finishes. */
     if (call->op == CGM_OP_GEMM_REDUCE_SCATTER && ncclb_fp8_finishes(call))
         CGM_TRY(ncclb_ensure_buffer(st, NCCLB_BUF_GATHER, capturing));
-    size_t need = layout(st, call, NULL, &f);
-    if (need <= st->fp8_bytes) return CGM_SUCCESS;
-    if (capturing)
-        return cgm_error(CGM_ERROR_INVALID_USAGE,
-                         "nccl backend: this fp8 call needs %zu bytes of fp8 "
-                         "workspace, %zu are allocated, and workspaces grow "
-                         "only at eager calls; make one eager call with the "
-                         "same shapes before capturing", need, st->fp8_bytes);
-    if (st->fp8_buf) {
-        /* cudaFree waits for the device: earlier ops are done with it. */
-        CGM_CUDA_TRY(cudaFree(st->fp8_buf));
-        st->fp8_buf = NULL;
-        st->fp8_bytes = 0;
-    }
-    CGM_CUDA_TRY(cudaMalloc(&st->fp8_buf, need));
-    st->fp8_bytes = need;
-    CGM_INFO(CGM_SUB_NCCL, "nccl backend: fp8 workspace %zu KiB", need >> 10);
+    CGM_TRY(cgm_fp8_workspace_ensure(&st->fp8_ws, layout(st, call, NULL, &f),
+                                     capturing, "nccl"));
 fail:
     return status;
 }
@@ -100,11 +85,11 @@ cgm_status ncclb_fp8_begin(ncclb_op *op) {
     ncclb_fp8 *f = &op->fp8;
     cudaStream_t cs = st->comm_stream;
     if (!is_fp8(c)) return CGM_SUCCESS;
-    layout(st, c, st->fp8_buf, f);
+    layout(st, c, st->fp8_ws.buf, f);
     f->on = true;
     f->block = c->scaling == CGM_SCALING_BLOCK_1X128;
     f->kb = cgm_ceil_div(c->k, 128);
-    CGM_TRY(cgm_fp8_call_prepare(c, st->fp8_buf, cs, fp8_gemm_cb, op, &f->f));
+    CGM_TRY(cgm_fp8_call_prepare(c, st->fp8_ws.buf, cs, fp8_gemm_cb, op, &f->f));
     const bool ag = c->op == CGM_OP_ALL_GATHER_GEMM;
     const int own = ag ? st->rank : 0;
     const int64_t mr = ag ? cgm_shard_rows(c->m, st->rank, st->nranks) : c->m;

@@ -33,6 +33,7 @@
 #include "backend/p2p/p2p_units.h"
 #include "device/device.h"
 #include "gpu/gpu.h"
+#include "gpu/lt_fp8_rows.h"
 #include "plan/plan.h"
 
 #ifdef __cplusplus
@@ -146,8 +147,7 @@ typedef struct p2p_state {
     struct p2p_fused_trace *fused_trace; /* during a traced fused call */
     /* fp8 calls (p2p_fp8.c): their workspace, grown at eager calls, and
      * the event the compute queues wait on for their scales. */
-    void *fp8_buf;
-    size_t fp8_bytes;
+    cgm_fp8_workspace fp8_ws;
     cudaEvent_t fp8_ready;
 } p2p_state;
 

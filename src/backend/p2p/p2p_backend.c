@@ -64,7 +64,7 @@ static void state_free(p2p_state *st) {
     if (st->fork) cudaEventDestroy(st->fork);
     cgm_lt_destroy(st->lt);
     if (st->partial) cudaFree(st->partial);
-    if (st->fp8_buf) cudaFree(st->fp8_buf);
+    cgm_fp8_workspace_free(&st->fp8_ws);
     if (st->fp8_ready) cudaEventDestroy(st->fp8_ready);
     if (st->notice_queue) cudaStreamDestroy(st->notice_queue);
     if (st->notice_pinned) cudaFreeHost(st->notice_pinned);

@@ -47,25 +47,12 @@ static size_t layout(const p2p_state *st, const cgm_call *c, char *base,
 
 static cgm_status gemm_cb(void *ctx, const cgm_lt_gemm_args *g, cudaStream_t stream);
 
-/* The workspace for `c`: grown outside capture (cudaFree waits for the
- * device, so earlier ops are done with the old one). */
+/* The event the compute queues wait on, and the workspace for `need`. */
 static cgm_status ensure(p2p_state *st, size_t need, bool capturing) {
     cgm_status status = CGM_SUCCESS;
     if (!st->fp8_ready)
         CGM_CUDA_TRY(cudaEventCreateWithFlags(&st->fp8_ready, cudaEventDisableTiming));
-    if (need <= st->fp8_bytes) return CGM_SUCCESS;
-    if (capturing)
-        return cgm_error(CGM_ERROR_INVALID_USAGE,
-                         "p2p: this fp8 call needs %zu bytes of fp8 workspace, %zu "
-                         "are allocated, and it grows only at eager calls; make one "
-                         "eager call with the same shapes before capturing",
-                         need, st->fp8_bytes);
-    if (st->fp8_buf) CGM_CUDA_TRY(cudaFree(st->fp8_buf));
-    st->fp8_buf = NULL;
-    st->fp8_bytes = 0;
-    CGM_CUDA_TRY(cudaMalloc(&st->fp8_buf, need));
-    st->fp8_bytes = need;
-    CGM_INFO(CGM_SUB_P2P, "p2p: fp8 workspace %zu KiB", need >> 10);
+    CGM_TRY(cgm_fp8_workspace_ensure(&st->fp8_ws, need, capturing, "p2p"));
 fail:
     return status;
 }
@@ -78,8 +65,8 @@ cgm_status p2p_fp8_setup(p2p_exec_ctx *x, bool capturing) {
     if (!is_fp8(c)) return CGM_SUCCESS;
     f->block = c->scaling == CGM_SCALING_BLOCK_1X128;
     CGM_TRY(ensure(x->st, layout(x->st, c, NULL, f), capturing));
-    layout(x->st, c, x->st->fp8_buf, f);
-    cgm_fp8_call_fill(c, x->st->fp8_buf, gemm_cb, x, &f->f);
+    layout(x->st, c, x->st->fp8_ws.buf, f);
+    cgm_fp8_call_fill(c, x->st->fp8_ws.buf, gemm_cb, x, &f->f);
     f->on = true;
 fail:
     return status;
