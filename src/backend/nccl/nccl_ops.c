@@ -72,6 +72,49 @@ static cgm_status gathered_gemm(ncclb_op *op, const char *G, int shard,
     return ncclb_gemm(op, &g, stream);
 }
 
+/* AG+GEMM on one rank: the GEMM, and x_gathered a copy of X. */
+static cgm_status single_rank_ag(ncclb_op *op) {
+    cgm_status status = CGM_SUCCESS;
+    const cgm_call *c = op->call;
+    const size_t es = cgm_dtype_size(c->in_dtype);
+    const bool nt = c->layout == CGM_LAYOUT_NT;
+    CGM_TRY(whole_gemm(op, ncclb_next_compute(op)));
+    if (c->has_x_gathered && c->m > 0 && c->k > 0) {
+        const int64_t rows = nt ? c->k : c->m, cols = nt ? c->m : c->k;
+        CGM_CUDA_TRY(cudaMemcpy2DAsync(
+            c->x_gathered.data, (size_t)cgm_matrix_ld(&c->x_gathered) * es,
+            c->x.data, (size_t)cgm_matrix_ld(&c->x) * es, (size_t)cols * es,
+            (size_t)rows, cudaMemcpyDeviceToDevice, op->st->comm_stream));
+    }
+    if (c->has_x_gathered && op->fp8.on)
+        CGM_TRY(ncclb_fp8_copy_gathered_scales(op));
+fail:
+    return status;
+}
+
+/* no_overlap: the GEMMs of the gathered rows, on `cs` (fp8: one per shard,
+ * a TENSOR scale per shard; NT: per piece). */
+static cgm_status gathered_gemm_all(ncclb_op *op, const char *G, int S,
+                                    cudaStream_t cs) {
+    cgm_status status = CGM_SUCCESS;
+    const cgm_call *c = op->call;
+    const int P = op->st->nranks;
+    const int64_t m = c->m;
+    if (!op->fp8.on && c->layout != CGM_LAYOUT_NT) {
+        ncclb_piece all = {0, m};
+        return gathered_gemm(op, G, 0, all, cs);
+    }
+    for (int j = 0; j < P; j++)
+        for (int q = 0; q < (op->fp8.on ? 1 : S); q++) {
+            ncclb_piece p = ncclb_piece_of(m, P, j, S, q);
+            if (op->fp8.on) p = (ncclb_piece){cgm_shard_offset(m, j, P),
+                                              cgm_shard_rows(m, j, P)};
+            if (p.rows) CGM_TRY(gathered_gemm(op, G, j, p, cs));
+        }
+fail:
+    return status;
+}
+
 /* no_overlap: everything in one NCCL call. Even shards: ncclAllGather
  * (out of place from `own`, which also fills this rank's slot of G);
  * uneven: one group of sends/receives with every peer. */
@@ -131,19 +174,7 @@ cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
     const int64_t mr = cgm_shard_rows(m, r, P), off = cgm_shard_offset(m, r, P);
     const int S = ncclb_splits(c, m, P, (size_t)k * es);
 
-    if (P == 1) {
-        CGM_TRY(whole_gemm(op, ncclb_next_compute(op)));
-        if (c->has_x_gathered && m > 0 && k > 0) {
-            const int64_t rows = nt ? k : m, cols = nt ? m : k;
-            CGM_CUDA_TRY(cudaMemcpy2DAsync(
-                c->x_gathered.data, (size_t)cgm_matrix_ld(&c->x_gathered) * es,
-                c->x.data, (size_t)ldx * es, (size_t)cols * es, (size_t)rows,
-                cudaMemcpyDeviceToDevice, st->comm_stream));
-        }
-        if (c->has_x_gathered && op->fp8.on)
-            CGM_TRY(ncclb_fp8_copy_gathered_scales(op));
-        return CGM_SUCCESS;
-    }
+    if (P == 1) return single_rank_ag(op);
     /* Gathered rows live piece-major in G: piece (j, q) is a dense block
      * of rows x k (TN, NN) or k x rows (NT) at element row0 * k. For TN/NN
      * that is the row-major [m, k] matrix, so a dense x_gathered is G.
@@ -254,23 +285,7 @@ cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
         CGM_CUDA_TRY(cudaEventRecord(gathered, st->comm_stream));
         cudaStream_t cs = ncclb_next_compute(op);
         CGM_CUDA_TRY(cudaStreamWaitEvent(cs, gathered, 0));
-        if (op->fp8.on) {
-            /* fp8: one GEMM per shard (TENSOR: a scale per shard). */
-            for (int j = 0; j < P; j++) {
-                ncclb_piece p = {cgm_shard_offset(m, j, P),
-                                 cgm_shard_rows(m, j, P)};
-                if (p.rows) CGM_TRY(gathered_gemm(op, G, j, p, cs));
-            }
-        } else if (!nt) {
-            ncclb_piece all = {0, m};
-            CGM_TRY(gathered_gemm(op, G, 0, all, cs));
-        } else {
-            for (int j = 0; j < P; j++)
-                for (int q = 0; q < S; q++) {
-                    ncclb_piece p = ncclb_piece_of(m, P, j, S, q);
-                    if (p.rows) CGM_TRY(gathered_gemm(op, G, j, p, cs));
-                }
-        }
+        CGM_TRY(gathered_gemm_all(op, G, S, cs));
     }
     if (c->has_x_gathered && !direct) CGM_TRY(copy_gathered(op, G));
     if (c->has_x_gathered && op->fp8.on) CGM_TRY(ncclb_fp8_copy_gathered_scales(op));
@@ -338,6 +353,29 @@ static cgm_status finish_fp8(ncclb_op *op, float *R, ncclb_xfer *xs,
                               "GEMM+AR: all-gathering the reduced fp32 rows"));
     ncclb_watch_group(op);
     CGM_TRY(ncclb_fp8_finish(op, R, 0, m, st->comm_stream));
+fail:
+    return status;
+}
+
+/* GEMM+AR with accumulate: Y += the gathered sums F (partial dtype) +
+ * bias, on the comm stream. */
+static cgm_status add_reduced(ncclb_op *op, const char *F) {
+    cgm_status status = CGM_SUCCESS;
+    const cgm_call *c = op->call;
+    cgm_dev_reduce_args fa;
+    memset(&fa, 0, sizeof fa);
+    fa.nsources = 1;
+    fa.src_dtype = (int)c->partial_dtype;
+    fa.src[0] = F;
+    fa.src_ld[0] = c->n;
+    fa.rows = c->m;
+    fa.cols = c->n;
+    fa.dst = c->y.data;
+    fa.dst_ld = cgm_matrix_ld(&c->y);
+    fa.dst_dtype = c->out_dtype;
+    fa.accumulate = 1;
+    fa.bias = c->has_bias ? c->bias.data : NULL;
+    CGM_CUDA_TRY(cgm_dev_reduce(&fa, op->st->dev, op->st->comm_stream));
 fail:
     return status;
 }
@@ -481,22 +519,7 @@ cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
                 c->y.data, (size_t)ldy * eo, reduced, (size_t)n * eo,
                 (size_t)n * eo, (size_t)m, cudaMemcpyDeviceToDevice,
                 st->comm_stream));
-        if (c->accumulate) {
-            cgm_dev_reduce_args fa;
-            memset(&fa, 0, sizeof fa);
-            fa.nsources = 1;
-            fa.src_dtype = (int)pd;
-            fa.src[0] = F;
-            fa.src_ld[0] = n;
-            fa.rows = m;
-            fa.cols = n;
-            fa.dst = c->y.data;
-            fa.dst_ld = ldy;
-            fa.dst_dtype = c->out_dtype;
-            fa.accumulate = 1;
-            fa.bias = c->has_bias ? c->bias.data : NULL;
-            CGM_CUDA_TRY(cgm_dev_reduce(&fa, st->dev, st->comm_stream));
-        }
+        if (c->accumulate) CGM_TRY(add_reduced(op, F));
     }
 fail:
     return status;
