@@ -374,6 +374,7 @@ static cgm_status ncclb_run(cgm_comm *comm, void *state, const cgm_call *call) {
         break;
     default: status = ncclb_bulk(&op); break;
     }
+    if (status == CGM_SUCCESS) status = ncclb_epi_end(&op);
     status = ncclb_op_end(&op, status);
     if (status != CGM_SUCCESS && status != CGM_ERROR_TIMEOUT &&
         status != CGM_ERROR_PEER_FAILED) {
@@ -424,12 +425,14 @@ static int ncclb_tune_candidates(const cgm_comm *comm, const cgm_call *call,
 static const cgm_tune_hooks ncclb_tune_hooks =
     CGM_GPU_TUNE_HOOKS(ncclb_tune_candidates);
 
-/* fp8 runs where this build and GPU can (cgm_gpu_fp8_check); no epilogues
- * here yet: such calls are refused before the tuner and any exchange
- * (cgm_epilogue_not_yet says what to do instead). */
+/* fp8 runs where this build and GPU can (cgm_gpu_fp8_check); epilogues
+ * where cuBLASLt and the reduce kernels can (cgm_gpu_epilogue_check):
+ * refused before the tuner and any exchange. */
 static cgm_status ncclb_check(const cgm_comm *comm, const cgm_call *call) {
     cgm_status s = cgm_gpu_fp8_check("nccl", comm->cuda_device, call);
-    return s != CGM_SUCCESS ? s : cgm_epilogue_not_yet("nccl", call);
+    return s != CGM_SUCCESS ? s
+                            : cgm_gpu_epilogue_check("nccl", call,
+                                                     comm->nranks);
 }
 
 const cgm_backend_vtable cgm_nccl_backend = {

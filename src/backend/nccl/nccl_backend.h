@@ -37,7 +37,8 @@ typedef enum ncclb_buffer {
     NCCLB_BUF_GATHER = 0,  /* AG: X pieces; AR/bulk: staging of rows */
     NCCLB_BUF_PARTIAL = 1, /* RS/AR: fp32 partials, m x n */
     NCCLB_BUF_RECV = 2,    /* RS/AR/bulk-RS: P-1 slots of ceil(m/P) rows */
-    NCCLB_BUF_COUNT = 3
+    NCCLB_BUF_EPI = 3,     /* bias gradients: fp32 slots (nccl_epilogue.c) */
+    NCCLB_BUF_COUNT = 4
 } ncclb_buffer;
 
 /* One op being watched: the op counts as started when `start` is reached
@@ -158,6 +159,9 @@ typedef struct ncclb_op {
     int next_compute;
     int watch; /* slot, or -1 */
     ncclb_fp8 fp8;
+    /* Bias-gradient slots (NCCLB_BUF_EPI) cuBLASLt wrote, summed in slot
+     * order by ncclb_epi_end; -1: none to sum. */
+    int epi_slots;
 } ncclb_op;
 
 cgm_status ncclb_ensure_buffer(ncclb_state *st, ncclb_buffer which,
@@ -260,6 +264,31 @@ cgm_status ncclb_all_gather_gemm(ncclb_op *op);
 cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce);
 /* ---- nccl_bulk.c */
 cgm_status ncclb_bulk(ncclb_op *op);
+
+/* ---- epilogues (nccl_epilogue.c) ---- */
+
+/* Floats between two bias-gradient slots of NCCLB_BUF_EPI (a multiple of
+ * 4: every slot 16-byte aligned), and the slots the buffer holds. */
+int64_t ncclb_epi_stride(const ncclb_state *st);
+int ncclb_epi_max_slots(const ncclb_state *st);
+/* Whether the GEMMs of this call write bias gradients into slots. */
+bool ncclb_epi_gemm_grad(const cgm_call *c);
+/* The slot of piece (j, q) of S per shard: the number of non-empty pieces
+ * before it in (shard, piece) order, the same on every rank; *total (may
+ * be NULL): all non-empty pieces. */
+int ncclb_epi_slot(int64_t m, int P, int S, int j, int q, int *total);
+/* A cuBLASLt GEMM writing Y rows [row0, row0 + g->m) of the call: the
+ * call's epilogue, aux at those rows, bias gradient into `slot`. */
+void ncclb_epi_args(ncclb_op *op, cgm_lt_gemm_args *g, int64_t row0,
+                    int slot);
+/* After the op's GEMMs: joins the compute streams into the comm stream and
+ * sums op->epi_slots slots into the call's bgrad (nothing when -1). */
+cgm_status ncclb_epi_end(ncclb_op *op);
+/* DGELU_BGRAD after a reduce with the epilogue (ra): the column sums of
+ * ra's rows into slot 0, summed over the ranks with ncclAllReduce when
+ * over_ranks, rounded into bgrad; on the comm stream. */
+cgm_status ncclb_epi_reduce_grad(ncclb_op *op, const cgm_dev_reduce_args *ra,
+                                 bool over_ranks);
 
 #ifdef __cplusplus
 }

@@ -13,11 +13,14 @@ static char *at(const void *base, int64_t elements, size_t element_size) {
     return (char *)base + (size_t)elements * element_size;
 }
 
-/* The caller's whole GEMM on one stream (P = 1). */
+/* The caller's whole GEMM on one stream (P = 1), with the epilogue (a
+ * bias gradient into slot 0; none for an empty Y). */
 static cgm_status whole_gemm(ncclb_op *op, cudaStream_t stream) {
     const cgm_call *c = op->call;
     cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
     g.m = c->op == CGM_OP_ALL_GATHER_GEMM ? c->y.rows : c->m;
+    ncclb_epi_args(op, &g, 0, 0);
+    if (ncclb_epi_gemm_grad(c)) op->epi_slots = g.m > 0 && g.n > 0;
     if (op->fp8.on)
         return ncclb_fp8_gemm(op, &g, ncclb_fp8_own_scales(op, 0), stream);
     return ncclb_gemm(op, &g, stream);
@@ -56,11 +59,12 @@ fail:
 /* GEMM of gathered rows `p` of shard `shard` (stored piece-major in G) on
  * `stream`. */
 static cgm_status gathered_gemm(ncclb_op *op, const char *G, int shard,
-                                ncclb_piece p, cudaStream_t stream) {
+                                ncclb_piece p, int slot, cudaStream_t stream) {
     const cgm_call *c = op->call;
     const size_t es = cgm_dtype_size(c->in_dtype);
     cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
     g.m = p.rows;
+    ncclb_epi_args(op, &g, p.row0, slot);
     g.x = at(G, p.row0 * c->k, es);
     g.ldx = c->layout == CGM_LAYOUT_NT ? p.rows : c->k;
     g.ldy = cgm_matrix_ld(&c->y);
@@ -92,6 +96,40 @@ fail:
     return status;
 }
 
+/* The GEMM of this rank's rows straight from X on a compute stream: one
+ * GEMM, or with a bias gradient one per piece (slots numbered as every
+ * rank numbers them: ncclb_epi_slot). */
+static cgm_status own_gemm(ncclb_op *op, int S) {
+    cgm_status status = CGM_SUCCESS;
+    const cgm_call *c = op->call;
+    const int P = op->st->nranks, r = op->st->rank;
+    const int64_t m = c->m, ldx = cgm_matrix_ld(&c->x);
+    const int64_t off = cgm_shard_offset(m, r, P);
+    const size_t es = cgm_dtype_size(c->in_dtype);
+    const bool per_piece = ncclb_epi_gemm_grad(c);
+    for (int q = 0; q < (per_piece ? S : 1); q++) {
+        ncclb_piece p = per_piece ? ncclb_piece_of(m, P, r, S, q)
+                                  : (ncclb_piece){off, cgm_shard_rows(m, r, P)};
+        if (p.rows == 0) continue;
+        cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
+        g.m = p.rows;
+        g.x = c->layout == CGM_LAYOUT_NT ? at(c->x.data, p.row0 - off, es)
+                                         : at(c->x.data, (p.row0 - off) * ldx, es);
+        g.ldx = ldx;
+        g.ldy = cgm_matrix_ld(&c->y);
+        g.y = at(c->y.data, p.row0 * g.ldy, cgm_dtype_size(c->out_dtype));
+        ncclb_epi_args(op, &g, p.row0,
+                       per_piece ? ncclb_epi_slot(m, P, S, r, q, NULL) : 0);
+        if (op->fp8.on)
+            CGM_TRY(ncclb_fp8_gemm(op, &g, ncclb_fp8_own_scales(op, 0),
+                                   ncclb_next_compute(op)));
+        else
+            CGM_TRY(ncclb_gemm(op, &g, ncclb_next_compute(op)));
+    }
+fail:
+    return status;
+}
+
 /* no_overlap: the GEMMs of the gathered rows, on `cs` (fp8: one per shard,
  * a TENSOR scale per shard; NT: per piece). */
 static cgm_status gathered_gemm_all(ncclb_op *op, const char *G, int S,
@@ -102,14 +140,18 @@ static cgm_status gathered_gemm_all(ncclb_op *op, const char *G, int S,
     const int64_t m = c->m;
     if (!op->fp8.on && c->layout != CGM_LAYOUT_NT) {
         ncclb_piece all = {0, m};
-        return gathered_gemm(op, G, 0, all, cs);
+        if (ncclb_epi_gemm_grad(c)) op->epi_slots = m > 0 && c->n > 0;
+        return gathered_gemm(op, G, 0, all, 0, cs);
     }
     for (int j = 0; j < P; j++)
         for (int q = 0; q < (op->fp8.on ? 1 : S); q++) {
             ncclb_piece p = ncclb_piece_of(m, P, j, S, q);
             if (op->fp8.on) p = (ncclb_piece){cgm_shard_offset(m, j, P),
                                               cgm_shard_rows(m, j, P)};
-            if (p.rows) CGM_TRY(gathered_gemm(op, G, j, p, cs));
+            if (p.rows)
+                CGM_TRY(gathered_gemm(op, G, j, p,
+                                      ncclb_epi_slot(m, P, S, j, q, NULL),
+                                      cs));
         }
 fail:
     return status;
@@ -175,6 +217,8 @@ cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
     const int S = ncclb_splits(c, m, P, (size_t)k * es);
 
     if (P == 1) return single_rank_ag(op);
+    if (ncclb_epi_gemm_grad(c))
+        (void)ncclb_epi_slot(m, P, S, 0, 0, &op->epi_slots);
     /* Gathered rows live piece-major in G: piece (j, q) is a dense block
      * of rows x k (TN, NN) or k x rows (NT) at element row0 * k. For TN/NN
      * that is the row-major [m, k] matrix, so a dense x_gathered is G.
@@ -253,19 +297,7 @@ cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
                                        "AG+GEMM: exchanging X rows"));
                 if (own_pending) {
                     own_pending = false;
-                    cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
-                    g.m = mr;
-                    g.x = c->x.data;
-                    g.ldx = ldx;
-                    g.ldy = cgm_matrix_ld(&c->y);
-                    g.y = at(c->y.data, off * g.ldy,
-                             cgm_dtype_size(c->out_dtype));
-                    if (op->fp8.on)
-                        CGM_TRY(ncclb_fp8_gemm(op, &g,
-                                               ncclb_fp8_own_scales(op, 0),
-                                               ncclb_next_compute(op)));
-                    else
-                        CGM_TRY(ncclb_gemm(op, &g, ncclb_next_compute(op)));
+                    CGM_TRY(own_gemm(op, S));
                 }
                 if (rp.rows == 0) continue;
                 cudaEvent_t arrived;
@@ -273,7 +305,10 @@ cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
                 CGM_CUDA_TRY(cudaEventRecord(arrived, st->comm_stream));
                 cudaStream_t cs = ncclb_next_compute(op);
                 CGM_CUDA_TRY(cudaStreamWaitEvent(cs, arrived, 0));
-                CGM_TRY(gathered_gemm(op, G, recv_shard, rp, cs));
+                CGM_TRY(gathered_gemm(op, G, recv_shard, rp,
+                                      ncclb_epi_slot(m, P, S, recv_shard, q,
+                                                     NULL),
+                                      cs));
             }
             ncclb_watch_step(op, from, to);
         }
@@ -380,6 +415,58 @@ fail:
     return status;
 }
 
+/* The owner's reduce with the epilogue (no accumulate, no fp8: checked).
+ * RS: the sum (+ bias) of its rows, the epilogue with this rank's aux,
+ * into Y; DGELU_BGRAD's shard sums then summed over the ranks.
+ * AR: the sums r + bias of its rows in fp32 into R (the gather buffer),
+ * gathered, then every rank applies the epilogue to all m rows with its
+ * own aux; DGELU_BGRAD's sums over all rows locally. On the comm stream. */
+static cgm_status reduce_epilogue(ncclb_op *op, cgm_dev_reduce_args *ra,
+                                  float *R, ncclb_xfer *xs, bool all_reduce) {
+    cgm_status status = CGM_SUCCESS;
+    ncclb_state *st = op->st;
+    const cgm_call *c = op->call;
+    const int64_t m = c->m, n = c->n;
+    const int64_t off = cgm_shard_offset(m, st->rank, st->nranks);
+    ra->bias = c->has_bias ? c->bias.data : NULL;
+    ra->accumulate = 0;
+    if (!all_reduce) {
+        ra->dst = c->y.data;
+        ra->dst_ld = cgm_matrix_ld(&c->y);
+        ra->dst_dtype = (int)c->out_dtype;
+        ra->epilogue = (int)c->epilogue;
+        ra->aux = c->has_aux ? c->aux.data : NULL;
+        ra->aux_ld = c->has_aux ? cgm_matrix_ld(&c->aux) : 0;
+        CGM_CUDA_TRY(cgm_dev_reduce(ra, st->dev, st->comm_stream));
+        return ncclb_epi_reduce_grad(op, ra, true);
+    }
+    ra->dst = R + off * n;
+    ra->dst_ld = n;
+    ra->dst_dtype = (int)CGM_DTYPE_FP32;
+    CGM_CUDA_TRY(cgm_dev_reduce(ra, st->dev, st->comm_stream));
+    CGM_TRY(ncclb_gather_rows(st, R + off * n, R, m, n, sizeof(float), xs,
+                              "GEMM+AR: all-gathering the reduced fp32 rows"));
+    ncclb_watch_group(op);
+    cgm_dev_reduce_args ea;
+    memset(&ea, 0, sizeof ea);
+    ea.nsources = 1;
+    ea.src_dtype = (int)CGM_DTYPE_FP32;
+    ea.src[0] = R;
+    ea.src_ld[0] = n;
+    ea.rows = m;
+    ea.cols = n;
+    ea.dst = c->y.data;
+    ea.dst_ld = cgm_matrix_ld(&c->y);
+    ea.dst_dtype = (int)c->out_dtype;
+    ea.epilogue = (int)c->epilogue;
+    ea.aux = c->has_aux ? c->aux.data : NULL;
+    ea.aux_ld = c->has_aux ? cgm_matrix_ld(&c->aux) : 0;
+    CGM_CUDA_TRY(cgm_dev_reduce(&ea, st->dev, st->comm_stream));
+    CGM_TRY(ncclb_epi_reduce_grad(op, &ea, false));
+fail:
+    return status;
+}
+
 cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
     cgm_status status = CGM_SUCCESS;
     ncclb_state *st = op->st;
@@ -477,6 +564,9 @@ cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
         ra.src[i] = slots + (size_t)(i - 1) * slot_bytes;
         ra.src_ld[i] = n;
     }
+    if (c->epilogue != CGM_EPILOGUE_NONE)
+        return reduce_epilogue(op, &ra, st->buf[NCCLB_BUF_GATHER], xs,
+                               all_reduce);
     char *reduced = NULL; /* AR: where the reduced rows are gathered */
     size_t re = eo;
     const bool finish = ncclb_fp8_finishes(c);
