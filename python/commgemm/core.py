@@ -92,7 +92,7 @@ class Config:
 _BACKEND_LACKS = {
     "cublasmp": frozenset({"gathered", "bulk", "epilogue", "bulk_epilogue"}),  # cuBLASMp: one matmul, no bulk
     "p2p": frozenset({"epilogue", "bulk_epilogue"}),
-    "nccl": frozenset({"epilogue", "bulk_epilogue"}),
+    "nccl": frozenset(),
 }
 _GEMM_OPS = (Op.ALL_GATHER_GEMM, Op.GEMM_REDUCE_SCATTER, Op.GEMM_ALL_REDUCE)
 _FEATURE_OP = {"gathered": (Op.ALL_GATHER_GEMM,), "bulk": (Op.BULK,), "epilogue": _GEMM_OPS,

@@ -388,7 +388,8 @@ static void test_fp8_helpers(const void *p) {
     call.epilogue = CGM_EPILOGUE_DGELU_BGRAD;
     CHECK_STATUS(cgm_epilogue_not_yet("cublasmp", &call), CGM_ERROR_NOT_SUPPORTED);
     CHECK_CONTAINS(cgm_last_error(), "the cublasmp backend does not run epilogues yet (found options.epilogue = "
-                                     "dgelu_bgrad on gemm_rs): run this op on the host backend");
+                                     "dgelu_bgrad on gemm_rs): run this op on the nccl backend "
+                                     "(options.backend = CGM_BACKEND_NCCL");
     CHECK_CONTAINS(cgm_last_error(), "or pass CGM_EPILOGUE_NONE and apply dgelu_bgrad to the output after the op");
     /* scale pointers are checked like data pointers */
     cgm_memory_set_query(fake_memory);

@@ -221,9 +221,10 @@ static cgm_status cmp_run(cgm_comm *comm, void *state, const cgm_call *call) {
     return status;
 }
 
-/* No fp8 GEMM path and no epilogues here yet: such calls are refused
- * before the tuner and any exchange (cgm_fp8_not_yet and
- * cgm_epilogue_not_yet say what to do instead). */
+/* No fp8 GEMM path and no epilogues (cuBLASMp's one matmul has no
+ * epilogue commgemm maps onto): such calls are refused before the tuner
+ * and any exchange (cgm_fp8_not_yet and cgm_epilogue_not_yet point at the
+ * backends that run them). */
 static cgm_status cmp_check(const cgm_comm *comm, const cgm_call *call) {
     (void)comm;
     cgm_status s = cgm_fp8_not_yet("cublasmp", call);

@@ -328,7 +328,8 @@ static const cgm_tune_hooks p2p_tune_hooks = {
 
 /* fp8 where the chunked algorithms and this GPU can run it
  * (p2p_fp8_check); no epilogues here yet: such calls are refused before
- * the tuner and any exchange (cgm_epilogue_not_yet says what to do). */
+ * the tuner and any exchange (cgm_epilogue_not_yet points at the nccl
+ * backend, which runs them). */
 static cgm_status p2p_check(const cgm_comm *comm, const cgm_call *call) {
     cgm_status s = p2p_fp8_check(comm, call);
     return s != CGM_SUCCESS ? s : cgm_epilogue_not_yet("p2p", call);
