@@ -148,6 +148,8 @@ typedef struct p2p_state {
     /* fp8 calls (p2p_fp8.c): their workspace, grown at eager calls, and
      * the event the compute queues wait on for their scales. */
     cgm_fp8_workspace fp8_ws;
+    /* Epilogues' bias-gradient slots (p2p_epilogue.c), grown likewise. */
+    cgm_fp8_workspace epi_ws;
     cudaEvent_t fp8_ready;
 } p2p_state;
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backend/p2p/p2p_exchange.h"
+#include "backend/p2p/p2p_epilogue.h"
 #include "backend/p2p/p2p_fp8.h"
 #include "backend/p2p/p2p_fused.h"
 #include "backend/p2p/p2p_plans.h"
@@ -65,6 +66,7 @@ static void state_free(p2p_state *st) {
     cgm_lt_destroy(st->lt);
     if (st->partial) cudaFree(st->partial);
     cgm_fp8_workspace_free(&st->fp8_ws);
+    cgm_fp8_workspace_free(&st->epi_ws);
     if (st->fp8_ready) cudaEventDestroy(st->fp8_ready);
     if (st->notice_queue) cudaStreamDestroy(st->notice_queue);
     if (st->notice_pinned) cudaFreeHost(st->notice_pinned);
@@ -327,12 +329,11 @@ static const cgm_tune_hooks p2p_tune_hooks = {
 };
 
 /* fp8 where the chunked algorithms and this GPU can run it
- * (p2p_fp8_check); no epilogues here yet: such calls are refused before
- * the tuner and any exchange (cgm_epilogue_not_yet points at the nccl
- * backend, which runs them). */
+ * (p2p_fp8_check); epilogues where they can (p2p_epilogue_check): refused
+ * before the tuner and any exchange. */
 static cgm_status p2p_check(const cgm_comm *comm, const cgm_call *call) {
     cgm_status s = p2p_fp8_check(comm, call);
-    return s != CGM_SUCCESS ? s : cgm_epilogue_not_yet("p2p", call);
+    return s != CGM_SUCCESS ? s : p2p_epilogue_check(comm, call);
 }
 
 const cgm_backend_vtable cgm_p2p_backend = {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend/p2p/p2p_chunked.h"
+#include "backend/p2p/p2p_epilogue.h"
 #include "backend/p2p/p2p_plans.h"
 #include "backend/p2p/p2p_signal.h"
 #include "backend/p2p/p2p_timeline.h"
@@ -199,6 +200,7 @@ static cgm_status run_gemm(p2p_exec_ctx *x, const plan_step *s, int i,
             g.ld_addend = ad.ld;
         }
     }
+    p2p_epi_args(x, s, bulk, &g);
     if (x->fp8.on) { /* p2p_fp8.c (no own_addends: make_request) */
         if (g.addend)
             return cgm_error(CGM_ERROR_INTERNAL, "p2p: fp8 GEMM step %d adds "
@@ -478,6 +480,7 @@ cgm_status p2p_chunked_execute(p2p_state *st, const cgm_call *call,
     x.call = call;
     x.p = &e->plan;
     CGM_TRY(p2p_fp8_setup(&x, capturing));
+    CGM_TRY(p2p_epi_setup(&x, capturing));
     CGM_TRY(p2p_views_setup(&x, req->op));
     /* Check every step first: after the fork an error would leave the
      * queues (or a capture) half enqueued. */
@@ -511,6 +514,7 @@ cgm_status p2p_chunked_execute(p2p_state *st, const cgm_call *call,
         CGM_TRY(copy_gathered(&x, e));
     CGM_TRY(p2p_join(st, caller, nqueues));
     forked = 0;
+    CGM_TRY(p2p_epi_finish(&x, caller));
     if (x.timeline) CGM_TRY(p2p_timeline_end(st, &e->plan, NULL, caller));
     return CGM_SUCCESS;
 fail:

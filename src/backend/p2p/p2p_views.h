@@ -43,6 +43,10 @@ typedef struct p2p_exec_ctx {
     size_t q0_copy_bytes;
     p2p_view views[PLAN_BUF_COUNT];
     p2p_fp8 fp8; /* fp8 calls (p2p_fp8.h) */
+    /* Bias-gradient slots (p2p_epilogue.c): how many the GEMM steps write
+     * (-1: no bias gradient), and where. */
+    int epi_slots;
+    float *epi_base;
 } p2p_exec_ctx;
 
 /* The views of x->call's `op` on this rank, checked against the
