@@ -782,9 +782,13 @@ typedef struct cgm_op_options {
  *   of Y + r is not what a layer needs; accumulate outside); BGRAD on
  *   AG+GEMM, GEMM+RS or GEMM+AR; an unknown value.
  * - Backends: the host backend runs every rule above (the reference); the
- *   GPU backends return CGM_ERROR_NOT_SUPPORTED for an epilogue other than
- *   NONE today, saying to run that op on the host backend or to apply the
- *   epilogue after the op.
+ *   nccl backend runs them for bf16/fp16/fp32 inputs; the p2p backend on
+ *   AG+GEMM (split, ring, no_overlap), bulk's GEMM and one rank. Both
+ *   return CGM_ERROR_NOT_SUPPORTED, saying what to do, for fp8 inputs with
+ *   an epilogue, a bias with BGRAD, an aux whose ld is not a multiple of 8
+ *   or that is not 16-byte aligned on cuBLASLt's GEMMs, and (p2p) algorithm
+ *   fused or GEMM+RS/AR on P > 1; cublasmp refuses every epilogue but NONE
+ *   (docs/EPILOGUES.md).
  * - Agreement: the epilogue and whether bias, aux and bgrad are given are
  *   in the call's signature (ranks that differ: CGM_ERROR_MISMATCH); bulk's
  *   GEMM is local, its epilogue may differ per rank like its other options.

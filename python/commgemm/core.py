@@ -91,7 +91,7 @@ class Config:
 # run on the host backend only for now (commgemm.h "Epilogues").
 _BACKEND_LACKS = {
     "cublasmp": frozenset({"gathered", "bulk", "epilogue", "bulk_epilogue"}),  # cuBLASMp: one matmul, no bulk
-    "p2p": frozenset({"epilogue", "bulk_epilogue"}),
+    "p2p": frozenset({"epilogue"}),  # GEMM+RS/AR's epilogue on P > 1: nccl (AG+GEMM's runs)
     "nccl": frozenset(),
 }
 _GEMM_OPS = (Op.ALL_GATHER_GEMM, Op.GEMM_REDUCE_SCATTER, Op.GEMM_ALL_REDUCE)
