@@ -783,11 +783,13 @@ typedef struct cgm_op_options {
  *   AG+GEMM, GEMM+RS or GEMM+AR; an unknown value.
  * - Backends: the host backend runs every rule above (the reference); the
  *   nccl backend runs them for bf16/fp16/fp32 inputs; the p2p backend on
- *   AG+GEMM (split, ring, no_overlap), bulk's GEMM and one rank. Both
+ *   AG+GEMM (split, ring, no_overlap), GEMM+RS (but DGELU_BGRAD), bulk's
+ *   GEMM and one rank. Both
  *   return CGM_ERROR_NOT_SUPPORTED, saying what to do, for fp8 inputs with
  *   an epilogue, a bias with BGRAD, an aux whose ld is not a multiple of 8
  *   or that is not 16-byte aligned on cuBLASLt's GEMMs, and (p2p) algorithm
- *   fused or GEMM+RS/AR on P > 1; cublasmp refuses every epilogue but NONE
+ *   fused, GEMM+AR and GEMM+RS's DGELU_BGRAD on P > 1; cublasmp refuses
+ *   every epilogue but NONE
  *   (docs/EPILOGUES.md).
  * - Agreement: the epilogue and whether bias, aux and bgrad are given are
  *   in the call's signature (ranks that differ: CGM_ERROR_MISMATCH); bulk's

@@ -91,7 +91,7 @@ class Config:
 # run on the host backend only for now (commgemm.h "Epilogues").
 _BACKEND_LACKS = {
     "cublasmp": frozenset({"gathered", "bulk", "epilogue", "bulk_epilogue"}),  # cuBLASMp: one matmul, no bulk
-    "p2p": frozenset({"epilogue"}),  # GEMM+RS/AR's epilogue on P > 1: nccl (AG+GEMM's runs)
+    "p2p": frozenset({"epilogue"}),  # GEMM+AR's on P > 1 is refused (AG+GEMM's, GEMM+RS's run)
     "nccl": frozenset(),
 }
 _GEMM_OPS = (Op.ALL_GATHER_GEMM, Op.GEMM_REDUCE_SCATTER, Op.GEMM_ALL_REDUCE)

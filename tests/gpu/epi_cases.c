@@ -239,7 +239,7 @@ static void run_case(const epi_rank *g, const ecase *c) {
     cudaFree(bgrad.data);
 }
 
-void epi_sweep(const epi_rank *g, cgm_op op) {
+void epi_sweep(const epi_rank *g, cgm_op op, bool skip_bgrad) {
     const int P = g->nranks;
     static const cgm_dtype dts[] = {CGM_DTYPE_BF16, CGM_DTYPE_FP16, CGM_DTYPE_FP32};
     /* n multiples of 8 (aux's ld, cuBLASLt's rule); m = 37: uneven
@@ -250,6 +250,7 @@ void epi_sweep(const epi_rank *g, cgm_op op) {
     for (int e = 0; e < CGM_EPILOGUE_COUNT_; e++) {
         cgm_epilogue epi = (cgm_epilogue)e;
         if (epi == CGM_EPILOGUE_BGRAD && op != CGM_OP_BULK) continue;
+        if (epi == CGM_EPILOGUE_DGELU_BGRAD && skip_bgrad) continue;
         for (int d = 0; d < 3; d++)
             for (int b = 0; b < 2; b++) {
                 if (b && (is_dgelu(epi) || epi == CGM_EPILOGUE_BGRAD)) continue;

@@ -18,8 +18,9 @@ typedef struct epi_rank {
  * bgrad with layout NT) x bf16/fp16/fp32 x bias (where the epilogue takes
  * one) x shape (m = 16 P, n = 48, k = 40; m = 37, n = 24, k = 24; m =
  * P - 1 < P) x algorithm (split, ring, no_overlap; bulk: auto) of `op` on
- * this rank, each checked (Y, GELU_AUX's aux, the bias gradient). */
-void epi_sweep(const epi_rank *g, cgm_op op);
+ * this rank, each checked (Y, GELU_AUX's aux, the bias gradient).
+ * skip_bgrad: not DGELU_BGRAD (a backend that refuses it for `op`). */
+void epi_sweep(const epi_rank *g, cgm_op op, bool skip_bgrad);
 
 /* Device matrix [rows, cols] with leading dimension ld, element (i, j) =
  * in-range test values (multiples of 1/16 in [-1/2, 1/2]) of (seed,

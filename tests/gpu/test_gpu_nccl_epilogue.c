@@ -11,7 +11,7 @@
 
 static void sweep_fn(nrank *g, const void *arg) {
     epi_rank r = {g->rank, g->nranks, g->comm, g->stream};
-    epi_sweep(&r, *(const cgm_op *)arg);
+    epi_sweep(&r, *(const cgm_op *)arg, false);
 }
 
 static void case_sweep(const void *p, int P) {

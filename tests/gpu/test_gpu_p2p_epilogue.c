@@ -1,9 +1,9 @@
 /* GPU tests of the p2p backend's epilogues through its chunked algorithms
  * (epi_cases.c has the cases and their reference): AG+GEMM (split, ring,
- * no_overlap) and bulk's GEMM on P ranks, every op on one rank; and its
- * refusals: algorithm fused with an epilogue, GEMM+RS and GEMM+AR with one
- * on P > 1 (both point at what runs them), while auto runs the chunked
- * algorithms. P = the GPU count, or COMMGEMM_TEST_RANKS (more ranks than
+ * no_overlap), GEMM+RS (but DGELU_BGRAD) and bulk's GEMM on P ranks, every
+ * op on one rank; and its refusals: algorithm fused with an epilogue,
+ * GEMM+AR and GEMM+RS's DGELU_BGRAD on P > 1 (each points at what runs
+ * them), while auto runs the chunked algorithms. P = the GPU count, or COMMGEMM_TEST_RANKS (more ranks than
  * GPUs share them over a LOCAL bootstrap), and P = 1. */
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +14,9 @@
 
 static void sweep_fn(gpu_rank *g, void *arg) {
     epi_rank r = {g->rank, g->nranks, g->comm, g->stream};
-    epi_sweep(&r, *(const cgm_op *)arg);
+    const cgm_op op = *(const cgm_op *)arg;
+    /* GEMM+RS's DGELU_BGRAD on P > 1 is refused (epi_refusals) */
+    epi_sweep(&r, op, op == CGM_OP_GEMM_REDUCE_SCATTER && g->nranks > 1);
 }
 
 static void run_sweep(const void *p, int P) {
@@ -51,10 +53,19 @@ static void refusals_fn(gpu_rank *g, void *arg) {
     CHECK_STATUS(cgm_all_gather_gemm(g->comm, &xs, &w, NULL, &y, NULL, &o, g->stream), CGM_ERROR_NOT_SUPPORTED);
     CHECK_CONTAINS(cgm_last_error(), "epilogues run on split, ring and no_overlap");
     o.algo = CGM_ALGO_SPLIT_PIPELINED;
-    CHECK_STATUS(cgm_gemm_reduce_scatter(g->comm, &x, &w, NULL, &ys, &o, g->stream), CGM_ERROR_NOT_SUPPORTED);
-    CHECK_CONTAINS(cgm_last_error(), "run this call on the nccl backend");
     CHECK_STATUS(cgm_gemm_all_reduce(g->comm, &x, &w, NULL, &y, &o, g->stream), CGM_ERROR_NOT_SUPPORTED);
     CHECK_CONTAINS(cgm_last_error(), "run this call on the nccl backend");
+    cgm_matrix aux = epi_input(dt, ys.rows, n, n, 4), bg = epi_input(dt, 1, n, n, 0);
+    o.epilogue = CGM_EPILOGUE_DGELU_BGRAD;
+    o.aux = &aux;
+    o.bgrad = &bg;
+    CHECK_STATUS(cgm_gemm_reduce_scatter(g->comm, &x, &w, NULL, &ys, &o, g->stream), CGM_ERROR_NOT_SUPPORTED);
+    CHECK_CONTAINS(cgm_last_error(), "run this call on the nccl backend");
+    o.epilogue = CGM_EPILOGUE_DGELU; /* GEMM+RS's DGELU runs */
+    o.bgrad = NULL;
+    CHECK_OK(cgm_gemm_reduce_scatter(g->comm, &x, &w, NULL, &ys, &o, g->stream));
+    o.aux = NULL;
+    o.epilogue = CGM_EPILOGUE_GELU;
     /* The comm stays usable; auto never takes fused for an epilogue. */
     o.algo = CGM_ALGO_AUTO;
     CHECK_OK(cgm_all_gather_gemm(g->comm, &xs, &w, NULL, &y, NULL, &o, g->stream));
@@ -62,6 +73,7 @@ static void refusals_fn(gpu_rank *g, void *arg) {
     CHECK_OK(cgm_gemm_reduce_scatter(g->comm, &x, &w, NULL, &ys, &o, g->stream));
     GPU_CHECK(cudaStreamSynchronize(g->stream));
     cudaFree(xs.data), cudaFree(x.data), cudaFree(w.data), cudaFree(y.data), cudaFree(ys.data);
+    cudaFree(aux.data), cudaFree(bg.data);
 }
 
 static void case_refusals(const void *p) {
@@ -82,6 +94,7 @@ static void register_cases(void) {
     test_add("epi_gemm_ar_p1", case_single, &op_ar);
     test_add("epi_bulk_p1", case_single, &op_bulk);
     test_add("epi_ag_gemm_multi", case_multi, &op_ag);
+    test_add("epi_gemm_rs_multi", case_multi, &op_rs);
     test_add("epi_bulk_multi", case_multi, &op_bulk);
     test_set_timeout(120);
     test_add("epi_refusals", case_refusals, NULL);

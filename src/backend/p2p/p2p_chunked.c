@@ -250,6 +250,7 @@ static cgm_status run_reduce(p2p_exec_ctx *x, const plan_step *s, int i,
     if (s->final && !bulk) {
         a.accumulate = c->accumulate && !add_after;
         a.bias = c->has_bias ? c->bias.data : NULL;
+        p2p_epi_reduce(x, s, &a);
     }
     for (int j = 0; j < s->ref_count; j++) {
         char *src = NULL;

@@ -10,11 +10,15 @@
  * last step one kernel sums the slots in that order and rounds once into
  * bgrad.
  *
- * GEMM+RS and GEMM+AR on more than one rank: the activation comes after
- * the reduction, which the p2p plans end with their owner's reduce (AR:
- * then copies Y's reduced rows to the peers, which have no fp32 rows to
- * apply their own aux to); refused, pointing at the nccl backend. The
- * fused kernel has no such epilogue: refused, and never chosen for one. */
+ * GEMM+RS on more than one rank: the activation comes after the
+ * reduction: the owner's final reduce steps (own_addends is off for an
+ * epilogue call, so every row of Y is written by one) apply GELU,
+ * GELU_AUX or DGELU in fp32 before their one rounding, with this rank's
+ * aux at the step's rows. DGELU_BGRAD there (its column sums summed over
+ * the ranks) and GEMM+AR (whose peers receive rounded Y rows, not fp32
+ * ones to apply their own aux to) are refused, pointing at the nccl
+ * backend. The fused kernel has no such epilogue: refused, and never
+ * chosen for one. */
 #include <string.h>
 
 #include "backend/p2p/p2p_epilogue.h"
@@ -32,14 +36,20 @@ cgm_status p2p_epilogue_check(const cgm_comm *comm, const cgm_call *call) {
                          "the p2p backend: algorithm fused with epilogue %s: the fused kernel "
                          "has no such epilogue; epilogues run on split, ring and no_overlap "
                          "(bulk for cgm_bulk_overlap), or pass CGM_ALGO_AUTO", name);
-    if (comm->nranks > 1 && (call->op == CGM_OP_GEMM_REDUCE_SCATTER ||
-                             call->op == CGM_OP_GEMM_ALL_REDUCE))
+    if (comm->nranks > 1 && (call->op == CGM_OP_GEMM_ALL_REDUCE ||
+                             (call->op == CGM_OP_GEMM_REDUCE_SCATTER &&
+                              call->epilogue == CGM_EPILOGUE_DGELU_BGRAD)))
         return cgm_error(CGM_ERROR_NOT_SUPPORTED,
-                         "the p2p backend: %s with epilogue %s: the activation applies after "
-                         "the reduction, which the p2p schedules do not run with an epilogue "
-                         "yet; run this call on the nccl backend (options.backend = "
-                         "CGM_BACKEND_NCCL), or pass CGM_EPILOGUE_NONE and apply %s after the op",
-                         cgm_op_name(call->op), name, name);
+                         "the p2p backend: %s with epilogue %s on more than one rank: %s; run "
+                         "this call on the nccl backend (options.backend = CGM_BACKEND_NCCL), or "
+                         "pass CGM_EPILOGUE_NONE and apply %s after the op",
+                         cgm_op_name(call->op), name,
+                         call->op == CGM_OP_GEMM_ALL_REDUCE
+                             ? "the peers receive Y's rounded rows, not the fp32 sums each "
+                               "rank's own aux applies to"
+                             : "the column sums would have to be summed over the ranks, "
+                               "which the p2p schedules do not do",
+                         name);
     return cgm_gpu_epilogue_check("p2p", call, comm->nranks);
 }
 
@@ -58,6 +68,9 @@ static bool is_bulk(const p2p_exec_ctx *x) {
 static bool epi_step(const p2p_exec_ctx *x, const plan_step *s) {
     if (s->kind != PLAN_GEMM) return false;
     if (is_bulk(x)) return x->call->has_gemm;
+    /* AG+GEMM's and one rank's GEMMs write Y; GEMM+RS's on P > 1 are
+     * partials (own_addends is off with an epilogue) */
+    if (x->p->req.op != PLAN_OP_AG_GEMM && x->st->nranks > 1) return false;
     return s->final && s->ref_count == 0 && s->rows > 0;
 }
 
@@ -116,4 +129,19 @@ cgm_status p2p_epi_finish(const p2p_exec_ctx *x, cudaStream_t caller) {
                                    caller));
 fail:
     return status;
+}
+
+void p2p_epi_reduce(const p2p_exec_ctx *x, const plan_step *s,
+                    cgm_dev_reduce_args *a) {
+    const cgm_call *c = x->call;
+    if (c->epilogue == CGM_EPILOGUE_NONE || !s->final ||
+        x->p->req.op != PLAN_OP_GEMM_RS || x->st->nranks == 1)
+        return;
+    a->epilogue = (int)c->epilogue;
+    if (c->has_aux) {
+        const int64_t off = cgm_shard_offset(c->m, x->st->rank, x->st->nranks);
+        a->aux_ld = cgm_matrix_ld(&c->aux);
+        a->aux = (char *)c->aux.data +
+                 (size_t)((s->row0 - off) * a->aux_ld) * cgm_dtype_size(c->aux.dtype);
+    }
 }

@@ -89,8 +89,10 @@ static cgm_status make_request(p2p_state *st, const cgm_call *call,
      * partial dtype (TN, 16-bit inputs, sm_90: p2p_fused_tunable). Neither
      * beside an accumulate. This rank's choice alone: the writers' side of
      * the plan is the same either way. */
+    /* Not with an epilogue either: the owner's final reduce applies it
+     * (p2p_epilogue.c). */
     if (!call->accumulate && call->k > 0 && !cgm_dtype_is_fp8(call->in_dtype) &&
-        plan_prefers_own_addends(req)) {
+        call->epilogue == CGM_EPILOGUE_NONE && plan_prefers_own_addends(req)) {
         req->own_addends = call->partial_dtype == call->out_dtype ||
                            p2p_fused_tunable(st, call);
     }
