@@ -14,6 +14,7 @@
 #include "core/core.h"
 #include "epi_cases.h"
 #include "gpu_check.h"
+#include "test_gelu.h"
 
 #define GCHECK GPU_CHECK
 
@@ -26,16 +27,6 @@ typedef struct ecase {
     cgm_algo algo;
 } ecase;
 
-static double ref_gelu(double t) {
-    const double c = sqrt(2.0 / M_PI);
-    return 0.5 * t * (1.0 + tanh(c * (t + 0.044715 * t * t * t)));
-}
-
-static double ref_dgelu(double t) {
-    const double c = sqrt(2.0 / M_PI);
-    double th = tanh(c * (t + 0.044715 * t * t * t));
-    return 0.5 * (1.0 + th) + 0.5 * t * (1.0 - th * th) * c * (1.0 + 3.0 * 0.044715 * t * t);
-}
 
 static uint64_t mix(uint64_t a, uint64_t b, uint64_t c) {
     uint64_t h = a * 0x9e3779b97f4a7c15ull ^ (b + 0x632be59bd9b4e019ull) * 0xbf58476d1ce4e5b9ull ^
