@@ -69,9 +69,9 @@ static double eps_of(cgm_dtype dt) {
 }
 
 /* Compares device d ([rows, cols], ld d.ld) with ref; tol per element:
- * rel * |ref| + abs. */
-static void expect_dev(const cgm_matrix *d, const double *ref, double rel, double abs_tol, const char *what,
-                       const ecase *c) {
+ * rel * |ref| + abs + (scale ? scale[i] : 0). */
+static void expect_dev(const cgm_matrix *d, const double *ref, const double *scale, double rel, double abs_tol,
+                       const char *what, const ecase *c) {
     size_t es = cgm_dtype_size(d->dtype);
     int64_t ld = d->ld ? d->ld : d->cols;
     char *h = malloc((size_t)(d->rows * ld + 1) * es);
@@ -79,7 +79,8 @@ static void expect_dev(const cgm_matrix *d, const double *ref, double rel, doubl
     for (int64_t i = 0; i < d->rows; i++)
         for (int64_t j = 0; j < d->cols; j++) {
             double got = cgm_load_float(h, d->dtype, i * ld + j), want = ref[i * d->cols + j];
-            if (!(fabs(got - want) <= rel * fabs(want) + abs_tol)) {
+            double tol = rel * fabs(want) + abs_tol + (scale ? scale[i * d->cols + j] : 0);
+            if (!(fabs(got - want) <= tol)) {
                 free(h);
                 TEST_FAIL("%s of %s %s %s bias %d m %lld n %lld k %lld algo %s: (%lld, %lld) = %.8g, expected "
                           "%.8g", what, cgm_op_name(c->op), cgm_epilogue_name(c->epi), cgm_dtype_name(c->dt),
@@ -120,10 +121,18 @@ static uint64_t aux_seed(const ecase *c, int rank) {
 
 static bool is_dgelu(cgm_epilogue e) { return e == CGM_EPILOGUE_DGELU || e == CGM_EPILOGUE_DGELU_BGRAD; }
 
-/* The expected Y rows [row0, row0 + rows) (global row numbers), aux (GELU_AUX)
- * and bgrad (DGELU_BGRAD: over all m rows; BGRAD: m sums of op(A)). */
+/* The activation's error beyond Y's rounding, relative to |t| (GELU) or
+ * |r| (DGELU): cuBLASLt may compute tanh with a fast approximation (about
+ * 2^-11 relative), which GELU scales by |t| / 2 and gelu' by up to |t| and
+ * the tanh's slope. */
+#define ACT_ERR 4e-3
+
+/* The expected Y rows [row0, row0 + rows) (global row numbers), aux
+ * (GELU_AUX) and bgrad (DGELU_BGRAD: over all m rows; BGRAD: m sums of
+ * op(A)); ys and gs: the activation's error bound of each Y and bgrad
+ * value (ACT_ERR). */
 static void reference(const ecase *c, int P, int rank, int64_t row0, int64_t rows, double *y, double *aux,
-                      double *bgrad) {
+                      double *bgrad, double *ys, double *gs) {
     const int64_t n = c->n;
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < n; j++) {
@@ -134,16 +143,23 @@ static void reference(const ecase *c, int P, int rank, int64_t row0, int64_t row
             if (is_dgelu(c->epi)) v = r * ref_dgelu(aux_val(aux_seed(c, rank), row0 + i, j));
             y[i * n + j] = v;
             aux[i * n + j] = t;
+            ys[i * n + j] = c->epi == CGM_EPILOGUE_NONE || c->epi == CGM_EPILOGUE_BGRAD
+                                ? 0
+                                : ACT_ERR * fabs(is_dgelu(c->epi) ? r : t);
         }
     if (c->epi == CGM_EPILOGUE_DGELU_BGRAD) {
         /* RS: all m rows, each with its owner's aux (one global matrix) */
         int64_t all = c->op == CGM_OP_GEMM_REDUCE_SCATTER ? c->m : rows;
         int64_t first = c->op == CGM_OP_GEMM_REDUCE_SCATTER ? 0 : row0;
         for (int64_t j = 0; j < n; j++) {
-            double s = 0;
-            for (int64_t i = first; i < first + all; i++)
-                s += ref_r(c, P, rank, i, j) * ref_dgelu(aux_val(aux_seed(c, rank), i, j));
+            double s = 0, mag = 0;
+            for (int64_t i = first; i < first + all; i++) {
+                double r = ref_r(c, P, rank, i, j);
+                s += r * ref_dgelu(aux_val(aux_seed(c, rank), i, j));
+                mag += fabs(r);
+            }
             bgrad[j] = s;
+            gs[j] = ACT_ERR * mag;
         }
     }
     if (c->epi == CGM_EPILOGUE_BGRAD)
@@ -215,17 +231,18 @@ static void run_case(const epi_rank *g, const ecase *c) {
     GCHECK(cudaStreamSynchronize(g->stream));
     double *ry = calloc((size_t)(yrows * n + 1), sizeof(double));
     double *raux = calloc((size_t)(yrows * n + 1), sizeof(double));
+    double *ys = calloc((size_t)(yrows * n + 1), sizeof(double));
     double *rg = calloc((size_t)(glen + 1), sizeof(double));
-    reference(c, P, r, yrow0, yrows, ry, raux, rg);
+    double *gs = calloc((size_t)(glen + 1), sizeof(double));
+    reference(c, P, r, yrow0, yrows, ry, raux, rg, ys, gs);
+    /* Y: its rounding, and the activation's fp32 error (ys) */
     const double e = eps_of(c->dt);
     const double rel = e > 1e-4 ? 2 * e : 1e-4, abs_tol = e > 1e-4 ? 2e-3 : 2e-4;
-    expect_dev(&y, ry, rel, abs_tol, "Y", c);
-    if (c->epi == CGM_EPILOGUE_GELU_AUX) expect_dev(&aux, raux, e, 1e-6, "aux", c);
-    if (o.bgrad) {
-        /* fp32 sums over up to m terms of |t| <= k/4 each */
-        expect_dev(&bgrad, rg, rel, 1e-4 * (double)(m + 1) * (double)k / 4.0 + abs_tol, "bgrad", c);
-    }
-    free(ry), free(raux), free(rg);
+    expect_dev(&y, ry, ys, rel, abs_tol, "Y", c);
+    if (c->epi == CGM_EPILOGUE_GELU_AUX) expect_dev(&aux, raux, NULL, e, 1e-6, "aux", c);
+    if (o.bgrad) /* also fp32 sums over up to m terms of |t| <= k/4 each */
+        expect_dev(&bgrad, rg, gs, rel, 1e-4 * (double)(m + 1) * (double)k / 4.0 + abs_tol, "bgrad", c);
+    free(ry), free(raux), free(ys), free(rg), free(gs);
     cudaFree(x.data), cudaFree(w.data), cudaFree(y.data), cudaFree(bias.data), cudaFree(aux.data);
     cudaFree(bgrad.data);
 }
