@@ -203,13 +203,16 @@ class cgm_op_options(ctypes.Structure):
         ("gemm_reduction", ctypes.c_int),  # cgm_gemm_reduction
         ("fp8_fast_accum", ctypes.c_int),
         ("y_amax", ctypes.POINTER(ctypes.c_float)),
+        ("epilogue", ctypes.c_int),  # cgm_epilogue
+        ("aux", ctypes.POINTER(cgm_matrix)),
+        ("bgrad", ctypes.POINTER(cgm_matrix)),
     ]
 
     @classmethod
     def init(cls):
         """CGM_OP_OPTIONS_INIT."""
         return cls(ctypes.sizeof(cls), Layout.TN, 0, Algo.AUTO, 0, Backend.DEFAULT, 0, PartialDtype.DEFAULT,
-                   GemmReduction.DEFAULT, 0, None)
+                   GemmReduction.DEFAULT, 0, None, 0, None, None)
 
 
 # sizeof() of each struct on LP64 Linux, worked out from commgemm.h by hand
@@ -224,8 +227,9 @@ _EXPECTED_SIZES = {
     # partial_dtype 80, gemm_reduction 84
     cgm_config: 88,
     # struct_size 0, layout 8, accumulate 12, algo 16, splits 20, backend 24, allow_tf32 28,
-    # partial_dtype 32, gemm_reduction 36, fp8_fast_accum 40 (+4 pad), y_amax 48
-    cgm_op_options: 56,
+    # partial_dtype 32, gemm_reduction 36, fp8_fast_accum 40 (+4 pad), y_amax 48, epilogue 56 (+4 pad),
+    # aux 64, bgrad 72
+    cgm_op_options: 80,
 }
 if ctypes.sizeof(ctypes.c_void_p) == 8 and ctypes.sizeof(ctypes.c_size_t) == 8:
     for _cls, _size in _EXPECTED_SIZES.items():
