@@ -90,7 +90,7 @@ def compute_scale(amax_, dtype, margin=0):
     amax maps to the largest finite value), 1 where amax is 0 or not
     finite. TransformerEngine's scale_inv; commgemm's scale fields."""
     amax_ = torch.as_tensor(amax_, dtype=torch.float32)
-    s = amax_ / _fmax(dtype) * (2.0 ** margin)
+    s = amax_ * torch.tensor(2.0 ** margin / _fmax(dtype), dtype=torch.float32)  # as commgemm.fp8's
     return torch.where(torch.isfinite(amax_) & (amax_ > 0), s, torch.ones_like(s))
 
 

@@ -13,10 +13,14 @@
  * Operands (row-major, dense): the op's X, W and, when present, a third,
  * the bias [n] or [1, n]. Results: Y and, for AG+GEMM when present, the
  * gathered X. Attributes: comm (u64, the cgm_comm pointer), layout, algo,
- * splits, backend, allow_tf32, partial_dtype, gemm_reduction (s32 each;
- * optional, defaults as CGM_OP_OPTIONS_INIT); bulk's parts (gemm, bias,
- * collective) at its
- * handler. The stream is XLA's on a GPU backend, NULL on the
+ * splits, backend, allow_tf32, partial_dtype, gemm_reduction,
+ * fp8_fast_accum (s32 each; optional, defaults as CGM_OP_OPTIONS_INIT);
+ * bulk's parts (gemm, bias, collective) at its handler. FP8: attribute
+ * scaling (s32, X's cgm_scaling: TENSOR, or BLOCK_1X128 with W's
+ * BLOCK_128X128) says that X and W are fp8 (f8e4m3fn, f8e5m2) and that
+ * their f32 scales follow W as two more operands (x, w, x_scale, w_scale
+ * [, bias]; bulk: a, b, a_scale, b_scale [, bias][, send]); AG+GEMM's
+ * gathered X then comes with a third result, its scales. The stream is XLA's on a GPU backend, NULL on the
  * host backend. Errors come back as XLA errors carrying cgm_last_error(). */
 #include <inttypes.h>
 #include <stdio.h>
@@ -61,9 +65,11 @@ static xffi_error *matrix_of(const xffi_frame *f, const char *op, const char *wh
     case XFFI_F32: dt = CGM_DTYPE_FP32; break;
     case XFFI_BF16: dt = CGM_DTYPE_BF16; break;
     case XFFI_F16: dt = CGM_DTYPE_FP16; break;
+    case XFFI_F8E4M3FN: dt = CGM_DTYPE_FP8_E4M3; break;
+    case XFFI_F8E5M2: dt = CGM_DTYPE_FP8_E5M2; break;
     default:
-        return fail(f, XFFI_INVALID_ARGUMENT, op, "%s: expected float32, bfloat16 or float16, found XLA dtype %d; "
-                    "cast it first", what, b->dtype);
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "%s: expected float32, bfloat16, float16 or (x and w, with their "
+                    "scales) float8_e4m3fn / float8_e5m2, found XLA dtype %d; cast it first", what, b->dtype);
     }
     if (b->rank == 2) {
         *out = cgm_matrix_make(b->data, dt, b->dims[0], b->dims[1]);
@@ -84,6 +90,9 @@ typedef struct xffi_call {
     /* bulk only: whether the GEMM and its bias are present, the collective
      * (-1: none) */
     int gemm, bias, collective;
+    /* X's cgm_scaling where X and W are fp8 (their scales are operands), else
+     * CGM_SCALING_NONE */
+    int scaling;
 } xffi_call;
 
 static bool name_is(const xffi_span *s, const char *name) {
@@ -136,6 +145,14 @@ static xffi_error *call_of(const xffi_frame *f, const char *op, cgm_op cop, xffi
             c->opt.partial_dtype = (cgm_partial_dtype)v; /* the op refuses a bad value */
         } else if (name_is(name, "gemm_reduction")) {
             c->opt.gemm_reduction = (cgm_gemm_reduction)v;
+        } else if (name_is(name, "fp8_fast_accum")) {
+            c->opt.fp8_fast_accum = (int)v; /* the op refuses a bad value */
+        } else if (name_is(name, "scaling")) {
+            if (v != CGM_SCALING_NONE && v != CGM_SCALING_TENSOR && v != CGM_SCALING_BLOCK_1X128)
+                return fail(f, XFFI_INVALID_ARGUMENT, op, "attribute scaling: expected %d (none), %d (per tensor) or "
+                            "%d (X 1x128 blocks, W 128x128), found %" PRId64, CGM_SCALING_NONE, CGM_SCALING_TENSOR,
+                            CGM_SCALING_BLOCK_1X128, v);
+            c->scaling = (int)v;
         } else if (cop == CGM_OP_BULK && name_is(name, "gemm")) {
             c->gemm = v != 0;
         } else if (cop == CGM_OP_BULK && name_is(name, "bias")) {
@@ -148,7 +165,8 @@ static xffi_error *call_of(const xffi_frame *f, const char *op, cgm_op cop, xffi
             c->collective = (int)v;
         } else {
             return fail(f, XFFI_INVALID_ARGUMENT, op, "unknown attribute %.*s: expected comm, layout, algo, splits, "
-                        "backend, allow_tf32, partial_dtype, gemm_reduction%s", (int)name->len, name->ptr,
+                        "backend, allow_tf32, partial_dtype, gemm_reduction, fp8_fast_accum, scaling%s",
+                        (int)name->len, name->ptr,
                         cop == CGM_OP_BULK ? ", gemm, bias or collective" : "");
         }
     }
@@ -236,31 +254,60 @@ static xffi_error *all_buffers(const xffi_frame *f, const char *op) {
     return NULL;
 }
 
-/* Checks the frame and the operand and result counts; fills x, w, bias
- * (NULL when absent), y and, when asked for and present, the second
- * result. */
-static xffi_error *operands(const xffi_frame *f, const char *op, cgm_matrix *x, cgm_matrix *w, cgm_matrix *bias,
-                            const cgm_matrix **bias_p, cgm_matrix *y, cgm_matrix *extra, bool *has_extra,
-                            int max_rets) {
+/* An f32 buffer of scales (any rank: its elements are read as the
+ * operand's scaling says) given to matrix m with that scaling. */
+static xffi_error *scale_of(const xffi_frame *f, const char *op, const char *what, const xffi_buffer *b,
+                            int scaling, cgm_matrix *m) {
+    if (b->dtype != XFFI_F32)
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "%s: expected float32 scales, found XLA dtype %d", what, b->dtype);
+    m->scale = b->data;
+    m->scaling = (cgm_scaling)scaling;
+    return NULL;
+}
+
+/* The scales of X-like x and W-like w, operands i and i + 1, under X's
+ * scaling (W's is TENSOR or BLOCK_128X128 alike). */
+static xffi_error *scales_of(const xffi_frame *f, const char *op, int64_t i, int scaling, cgm_matrix *x,
+                             cgm_matrix *w) {
+    xffi_error *e = scale_of(f, op, "x_scale", f->args.items[i], scaling, x);
+    if (e) return e;
+    return scale_of(f, op, "w_scale", f->args.items[i + 1],
+                    scaling == CGM_SCALING_TENSOR ? CGM_SCALING_TENSOR : CGM_SCALING_BLOCK_128X128, w);
+}
+
+/* Checks the frame and the operand and result counts; fills x, w (with
+ * their scales after them where `scaling` is set), bias (NULL when
+ * absent), y and, when asked for and present, the second result (and its
+ * scales, a third, with `scaling`). */
+static xffi_error *operands(const xffi_frame *f, const char *op, int scaling, cgm_matrix *x, cgm_matrix *w,
+                            cgm_matrix *bias, const cgm_matrix **bias_p, cgm_matrix *y, cgm_matrix *extra,
+                            bool *has_extra, int max_rets) {
     xffi_error *e;
+    int64_t ns = scaling ? 2 : 0;
     if ((e = frame_size(f, op))) return e;
-    if (f->args.size < 2 || f->args.size > 3)
-        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected 2 or 3 operands (x, w[, bias]), found %" PRId64,
-                    f->args.size);
-    if (f->rets.size < 1 || f->rets.size > max_rets)
+    if (f->args.size < 2 + ns || f->args.size > 3 + ns)
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %" PRId64 " or %" PRId64 " operands (x, w%s[, bias]), "
+                    "found %" PRId64, 2 + ns, 3 + ns, ns ? ", x_scale, w_scale" : "", f->args.size);
+    int64_t ret_max = max_rets == 2 && ns ? 3 : max_rets;
+    if (f->rets.size < 1 || f->rets.size > ret_max || (ns && f->rets.size == 2))
         return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %s, found %" PRId64 " results",
-                    max_rets == 2 ? "1 or 2 results (y[, x_gathered])" : "1 result (y)", f->rets.size);
+                    max_rets == 1 ? "1 result (y)"
+                    : ns ? "1 or 3 results (y[, x_gathered, x_gathered_scale])" : "1 or 2 results (y[, x_gathered])",
+                    f->rets.size);
     if ((e = all_buffers(f, op))) return e;
     if ((e = matrix_of(f, op, "x", f->args.items[0], false, x))) return e;
     if ((e = matrix_of(f, op, "w", f->args.items[1], false, w))) return e;
+    if (ns && (e = scales_of(f, op, 2, scaling, x, w))) return e;
     *bias_p = NULL;
-    if (f->args.size == 3) {
-        if ((e = matrix_of(f, op, "bias", f->args.items[2], true, bias))) return e;
+    if (f->args.size == 3 + ns) {
+        if ((e = matrix_of(f, op, "bias", f->args.items[2 + ns], true, bias))) return e;
         *bias_p = bias;
     }
     if ((e = matrix_of(f, op, "y (result 0)", f->rets.items[0], false, y))) return e;
-    *has_extra = f->rets.size == 2;
+    *has_extra = f->rets.size >= 2;
     if (*has_extra && (e = matrix_of(f, op, "x_gathered (result 1)", f->rets.items[1], false, extra))) return e;
+    if (*has_extra && ns && (e = scale_of(f, op, "x_gathered_scale (result 2)", f->rets.items[2], scaling, extra)))
+        return e;
     return NULL;
 }
 
@@ -278,10 +325,11 @@ static void *handle(void *frame, cgm_op cop, const char *op) {
     cgm_matrix x, w, bias, y, xg;
     const cgm_matrix *b = NULL;
     bool has_xg = false;
-    xffi_error *e = operands(f, op, &x, &w, &bias, &b, &y, &xg, &has_xg, ag ? 2 : 1);
-    if (e) return e;
     xffi_call c;
+    xffi_error *e = frame_size(f, op);
+    if (e) return e;
     if ((e = call_of(f, op, cop, &c))) return e;
+    if ((e = operands(f, op, c.scaling, &x, &w, &bias, &b, &y, &xg, &has_xg, ag ? 2 : 1))) return e;
     cgm_status st;
     if (ag)
         st = cgm_all_gather_gemm(c.comm, &x, &w, b, &y, has_xg ? &xg : NULL, &c.opt, c.stream);
@@ -315,13 +363,15 @@ void *cgm_xla_ffi_bulk_overlap(void *frame) {
     xffi_call c;
     if ((e = call_of(f, op, CGM_OP_BULK, &c))) return e;
     bool coll = c.collective >= 0;
-    int64_t nin = (c.gemm ? 2 + c.bias : 0) + coll, nout = c.gemm + coll;
+    int64_t ns = c.gemm && c.scaling ? 2 : 0;
+    int64_t nin = (c.gemm ? 2 + ns + c.bias : 0) + coll, nout = c.gemm + coll;
     if (!c.gemm && !coll)
         return fail(f, XFFI_INVALID_ARGUMENT, op, "neither a GEMM (attribute gemm = 1) nor a collective "
                     "(attribute collective = 0 or 1): expected at least one");
     if (f->args.size != nin || f->rets.size != nout)
-        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %" PRId64 " operands (%s%s%s) and %" PRId64 " results "
-                    "(%s%s), found %" PRId64 " and %" PRId64, nin, c.gemm ? "a, b" : "", c.gemm && c.bias ? ", bias" : "",
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %" PRId64 " operands (%s%s%s%s) and %" PRId64 " results "
+                    "(%s%s), found %" PRId64 " and %" PRId64, nin, c.gemm ? "a, b" : "", ns ? ", a_scale, b_scale" : "",
+                    c.gemm && c.bias ? ", bias" : "",
                     coll ? (c.gemm ? ", send" : "send") : "", nout, c.gemm ? "c" : "",
                     coll ? (c.gemm ? ", recv" : "recv") : "", f->args.size, f->rets.size);
     if ((e = all_buffers(f, op))) return e;
@@ -330,6 +380,8 @@ void *cgm_xla_ffi_bulk_overlap(void *frame) {
     if (c.gemm) {
         if ((e = matrix_of(f, op, "a", f->args.items[in++], false, &a))) return e;
         if ((e = matrix_of(f, op, "b", f->args.items[in++], false, &b))) return e;
+        if (ns && (e = scales_of(f, op, in, c.scaling, &a, &b))) return e;
+        in += ns;
         if (c.bias && (e = matrix_of(f, op, "bias", f->args.items[in++], true, &bias))) return e;
         if ((e = matrix_of(f, op, "c (result 0)", f->rets.items[out++], false, &cm))) return e;
     }
