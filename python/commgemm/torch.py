@@ -15,6 +15,10 @@
 - `ParallelMLP`: column -> GELU -> row, its backward's dGELU and bias
   gradients in the overlapped ops' epilogues (docs/EPILOGUES.md).
 - `scatter_rows`, `gather_rows`: into and out of the sequence shards.
+- FP8: the layers' `fp8_recipe=` (`Float8CurrentScaling`, `DelayedScaling`,
+  `Float8BlockScaling`) and the quantization helpers (`quantize`,
+  `dequantize`, `transpose`, `amax`, `compute_scale`, `cast_to_fp8`), in
+  _torch_fp8.py.
 
 The custom ops themselves (tensor -> cgm_matrix, stream, fake kernels) are
 in _torch_ops.py, the autograd Functions of the layers' math in
@@ -40,13 +44,18 @@ from ._lib import Status
 from ._torch_autograd import _AllGatherMatmul, _MatmulAllReduce, _MatmulReduceScatter
 from ._torch_collectives import GatherRows, ScatterRows, all_gather_rows, route
 from ._torch_layers import (ColumnParallelLinear, FusedColumnParallelLinear, ParallelMLP,  # noqa: F401
-                            RowParallelLinear, _autocast, _backend_arg, _gemm_reduction_arg, _partial_dtype_arg, check_positions)
+                            RowParallelLinear, _autocast, _backend_arg, _gemm_reduction_arg, _partial_dtype_arg,
+                            check_positions)
+from ._torch_fp8 import (DelayedScaling, Float8BlockScaling, Float8CurrentScaling, Fp8Tensor, amax,  # noqa: F401
+                         cast_to_fp8, compute_scale, dequantize, quantize, transpose)
 from ._torch_ops import _ops
 from .core import Comm, Config
 
 __all__ = ["comm_from_process_group", "all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce",
            "bulk_matmul_collective", "scatter_rows", "gather_rows", "ColumnParallelLinear",
-           "FusedColumnParallelLinear", "ParallelMLP", "RowParallelLinear", "shard_rows"]
+           "FusedColumnParallelLinear", "ParallelMLP", "RowParallelLinear", "shard_rows", "Float8CurrentScaling",
+           "DelayedScaling", "Float8BlockScaling", "Fp8Tensor", "amax", "compute_scale", "cast_to_fp8", "quantize",
+           "dequantize", "transpose"]
 
 shard_rows = _lib.shard_rows
 

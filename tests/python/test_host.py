@@ -619,7 +619,7 @@ def test_struct_sizes_and_names():
     assert ctypes.sizeof(_lib.cgm_matrix) == 56
     assert ctypes.sizeof(_lib.cgm_bootstrap) == 40
     assert ctypes.sizeof(_lib.cgm_config) == 88
-    assert ctypes.sizeof(_lib.cgm_op_options) == 56
+    assert ctypes.sizeof(_lib.cgm_op_options) == 80  # with the epilogue fields (what the library takes)
     for p in commgemm.PartialDtype:
         assert _lib.parse_partial_dtype(_lib.partial_dtype_name(p)) == p
     for g in commgemm.GemmReduction:

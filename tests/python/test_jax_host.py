@@ -533,7 +533,7 @@ def test_errors(platform):
         assert "FAILED_PRECONDITION" in out["cpu_arrays"], out["cpu_arrays"]
         if platform == "gpu":
             assert "XLA runs this call on a GPU" in out["gpu_arrays"], out["gpu_arrays"]
-        assert "x: expected float32, bfloat16 or float16" in out["dtype"], out["dtype"]
+        assert "x: expected float32, bfloat16, float16 or (x and w, with their scales) float8" in out["dtype"], out["dtype"]
         assert "pass m" in out["m"] or "rows per rank" in out["m"], out["m"]
         assert "expected a 2-D array" in out["rank"], out["rank"]
         assert "ranks disagree about the" in out.get("uneven", ""), out.get("uneven")
