@@ -406,10 +406,11 @@ def _set_scale(name, m, a, scale, w_like):
                                        f"operands only; pass {name}_scale=None or a float8 {name}")
         return
     if scale is None:
+        block = _fp8.Scaling.BLOCK_128X128 if w_like else _fp8.Scaling.BLOCK_1X128
         raise InvalidArgumentError(Status.INVALID_ARGUMENT,
                                    f"{name} is {a.dtype} without {name}_scale: an fp8 operand needs its fp32 scales "
                                    f"(value = code * scale): pass {name}_scale=, shape () or (1,) for one scale, "
-                                   f"{_fp8.scale_shape(_fp8.Scaling.BLOCK_128X128 if w_like else _fp8.Scaling.BLOCK_1X128, m.rows, m.cols)}"
+                                   f"{_fp8.scale_shape(block, m.rows, m.cols)}"
                                    " for block scaling (commgemm.fp8.quantize makes both)")
     if not isinstance(scale, np.ndarray) or scale.dtype != np.float32 or not scale.flags.c_contiguous:
         raise InvalidArgumentError(Status.INVALID_ARGUMENT,
