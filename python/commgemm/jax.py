@@ -559,11 +559,11 @@ def column_parallel_linear(x, w, bias=None, *, comm, m=None, sequence_parallel=T
     sequence parallelism on a backend with epilogues, in AG+GEMM's GELU_AUX epilogue (the
     backward multiplies dY by gelu'(pre-activation) before the dgrad); elsewhere after the op.
     fp8_recipe: Float8CurrentScaling() or Float8BlockScaling(): the forward, dgrad and wgrad
-    GEMMs in fp8 (docs/PYTHON.md "FP8"); sequence-parallel, no activation, host backend today."""
+    GEMMs in fp8 (docs/PYTHON.md "FP8"); no activation; host backend today."""
     if fp8_recipe is not None:
-        _check_fp8_layer(fp8_recipe, "column_parallel_linear", sequence_parallel, activation)
+        _check_fp8_layer(fp8_recipe, "column_parallel_linear", activation)
         x2, back = _rows_2d(x)
-        m = _total_rows(comm, x2.shape[0], m)
+        m = _total_rows(comm, x2.shape[0], m) if sequence_parallel else 0
         return back(_col8(x2, w, bias, comm, int(m), backend, fp8_recipe))
     if activation not in (None, "gelu"):
         raise ValueError(f"column_parallel_linear: activation={activation!r}: expected None or 'gelu'")
@@ -654,11 +654,11 @@ def row_parallel_linear(x, w, bias=None, *, comm, sequence_parallel=True, backen
     allow_tf32: as column_parallel_linear's. partial_dtype ("fp32",
     "output"): the forward's GEMM+RS/AR partials, the same on every rank;
     gemm_reduction ("any", "fp32"): the commgemm GEMMs'; None: the comm's.
-    fp8_recipe: as column_parallel_linear's (sequence-parallel only)."""
+    fp8_recipe: as column_parallel_linear's."""
     x2, back = _rows_2d(x)
     if fp8_recipe is not None:
-        _check_fp8_layer(fp8_recipe, "row_parallel_linear", sequence_parallel)
-        return back(_row8(x2, w, bias, comm, backend, fp8_recipe))
+        _check_fp8_layer(fp8_recipe, "row_parallel_linear")
+        return back(_row8(x2, w, bias, comm, backend, fp8_recipe, bool(sequence_parallel)))
     allow_tf32 = bool(allow_tf32)
     precision = _precision(partial_dtype, gemm_reduction)
     if not sequence_parallel:
@@ -667,7 +667,7 @@ def row_parallel_linear(x, w, bias=None, *, comm, sequence_parallel=True, backen
 
 
 # --------------------------------------------------------------------------
-# The sequence-parallel layers in fp8 (fp8_recipe=): every GEMM of the forward
+# The layers in fp8 (fp8_recipe=): every GEMM of the forward
 # and the backward in fp8, layout TN, as commgemm.torch's layers:
 #   forward Y = X . W^T: TN(X, W); dgrad dX = dY . W: TN(dY, W^T); wgrad
 #   dW = dY^T . X: TN(dY^T, X^T), with transposed copies made once per step.
@@ -739,23 +739,38 @@ def _fp8_wgrad(comm, backend, g_t, x_t_values, recipe, w_dtype, after):
     return dw.astype(w_dtype), mk
 
 
+def _local8(xc, xs, wc, ws, bias, comm, backend, out_dtype, after):
+    """A local fp8 GEMM TN(X, W) (+ bias): the bulk op's GEMM alone. Returns Y and its marker."""
+    _, bulk = _route(comm, backend, "fp8 local GEMM")
+    (y, _), mk = bulk_matmul_collective(xc, wc, bias, comm=comm, backend=bulk, a_scale=xs, b_scale=ws,
+                                        out_dtype=out_dtype, _after=after, _marked=True)
+    return y, mk
+
+
 def _col8_fwd(x, w, bias, comm, m, backend, recipe):
+    """m > 0: sequence-parallel (AG+GEMM; the backward's dX by GEMM+RS); m = 0:
+    x whole on every rank (a local GEMM; dX by GEMM+AR)."""
     xc, xs = _fq(x, recipe, False, False)
     wc, ws = _fq(w, recipe, False, True)
-    (y, xg, xgs), mk = all_gather_matmul(xc, wc, bias, comm=comm, m=m, backend=backend, out_dtype=x.dtype,
-                                         return_gathered=True, x_scale=xs, w_scale=ws, _marked=True)
-    return y, (xg, xgs, wc, ws, bias is not None, mk, jnp.zeros((0,), x.dtype), jnp.zeros((0,), w.dtype))
+    if m:
+        (y, xg, xgs), mk = all_gather_matmul(xc, wc, bias, comm=comm, m=m, backend=backend, out_dtype=x.dtype,
+                                             return_gathered=True, x_scale=xs, w_scale=ws, _marked=True)
+        xt = _gathered_values(xg, xgs, comm).T  # quantized again for dW (each rank's rows had their own scale)
+    else:
+        y, mk = _local8(xc, xs, wc, ws, bias, comm, backend, x.dtype, None)
+        xt = x.T
+    return y, (xt, wc, ws, bias is not None, mk, jnp.zeros((0,), x.dtype), jnp.zeros((0,), w.dtype))
 
 
 def _col8_bwd(comm, m, backend, recipe, res, grad_y):
-    xg, xgs, wc, ws, has_bias, mk, x0, w0 = res
+    xt, wc, ws, has_bias, mk, x0, w0 = res
     grad_y = _tie(grad_y, mk)
     gc, gs = _fq(grad_y, recipe, True, False)
     wtc, wts = _ft(wc, ws)  # W^T [k, n_loc]
-    dx, mk = matmul_reduce_scatter(gc, wtc, comm=comm, backend=backend, x_scale=gs, w_scale=wts,
-                                   out_dtype=x0.dtype, _after=mk, _marked=True)
-    # X^T from the gathered fp8 rows: quantized again (each rank's rows came with their own scale)
-    dw, _ = _fp8_wgrad(comm, backend, grad_y.T, _gathered_values(xg, xgs, comm).T, recipe, w0.dtype, mk)
+    reduce = matmul_reduce_scatter if m else matmul_all_reduce
+    dx, mk = reduce(gc, wtc, comm=comm, backend=backend, x_scale=gs, w_scale=wts, out_dtype=x0.dtype, _after=mk,
+                    _marked=True)
+    dw, _ = _fp8_wgrad(comm, backend, grad_y.T, xt, recipe, w0.dtype, mk)
     return dx, dw, (_bias_grad(grad_y) if has_bias else None)
 
 
@@ -764,19 +779,25 @@ _col8 = jax.custom_vjp(lambda x, w, b, comm, m, backend, recipe: _col8_fwd(x, w,
 _col8.defvjp(_col8_fwd, _col8_bwd)
 
 
-def _row8_fwd(x, w, bias, comm, backend, recipe):
+def _row8_fwd(x, w, bias, comm, backend, recipe, sp):
+    """sp: GEMM+RS (the backward's dX by AG+GEMM); else GEMM+AR (a local backward)."""
     xc, xs = _fq(x, recipe, False, False)
     wc, ws = _fq(w, recipe, False, True)
-    y, mk = matmul_reduce_scatter(xc, wc, bias, comm=comm, backend=backend, out_dtype=x.dtype, x_scale=xs,
-                                  w_scale=ws, _marked=True)
+    reduce = matmul_reduce_scatter if sp else matmul_all_reduce
+    y, mk = reduce(xc, wc, bias, comm=comm, backend=backend, out_dtype=x.dtype, x_scale=xs, w_scale=ws,
+                   _marked=True)
     return y, (x, wc, ws, bias is not None, mk, jnp.zeros((0,), w.dtype))
 
 
-def _row8_bwd(comm, backend, recipe, res, grad_y):
+def _row8_bwd(comm, backend, recipe, sp, res, grad_y):
     x, wc, ws, has_bias, mk, w0 = res
     grad_y = _tie(grad_y, mk)
     gc, gs = _fq(grad_y, recipe, True, False)
     wtc, wts = _ft(wc, ws)  # W^T [k_loc, n]
+    if not sp:  # dY the same on every rank: local GEMMs
+        dx, mk = _local8(gc, gs, wtc, wts, None, comm, backend, x.dtype, mk)
+        dw, _ = _fp8_wgrad(comm, backend, grad_y.T, x.T, recipe, w0.dtype, mk)
+        return dx, dw, (_bias_grad(grad_y) if has_bias else None)
     (dx, gg, ggs), mk = all_gather_matmul(gc, wtc, comm=comm, m=x.shape[0], backend=backend, out_dtype=x.dtype,
                                           return_gathered=True, x_scale=gs, w_scale=wts, _after=mk, _marked=True)
     # dY^T from the gathered fp8 rows (quantized again), X^T from this rank's X
@@ -789,21 +810,20 @@ def _row8_bwd(comm, backend, recipe, res, grad_y):
     return dx, dw, db
 
 
-_row8 = jax.custom_vjp(lambda x, w, b, comm, backend, recipe: _row8_fwd(x, w, b, comm, backend, recipe)[0],
-                       nondiff_argnums=(3, 4, 5))
+_row8 = jax.custom_vjp(lambda x, w, b, comm, backend, recipe, sp: _row8_fwd(x, w, b, comm, backend, recipe, sp)[0],
+                       nondiff_argnums=(3, 4, 5, 6))
 _row8.defvjp(_row8_fwd, _row8_bwd)
 
 
-def _check_fp8_layer(recipe, what, sequence_parallel, activation=None):
+def _check_fp8_layer(recipe, what, activation=None):
     if not isinstance(recipe, (Float8CurrentScaling, Float8BlockScaling)):
         raise ValueError(f"{what}: fp8_recipe={recipe!r}: expected None, commgemm.jax.Float8CurrentScaling() or "
                          "Float8BlockScaling() (delayed scaling: keep the amax history outside and pass the "
                          "quantized operands to the ops)")
-    if not sequence_parallel or activation is not None:
+    if activation is not None:
         raise _lib.NotSupportedError(_lib.Status.NOT_SUPPORTED,
-                                     f"{what}: fp8_recipe with sequence_parallel={sequence_parallel}, "
-                                     f"activation={activation!r}: fp8 layers run sequence-parallel without a fused "
-                                     "activation only: pass sequence_parallel=True and apply the activation after")
+                                     f"{what}: fp8_recipe with activation={activation!r}: the fp8 layers have no "
+                                     "fused activation: apply it after the layer")
 
 
 # The MLP block with its GELU and bias gradients in the ops' epilogues (sequence parallel).

@@ -187,24 +187,30 @@ def body_fp8_layers(comm, recipe_name, m):
         y, vjp = jax.vjp(lambda *a: layer(*a, comm=comm, fp8_recipe=rec), *args)
         return (y, *vjp(g))
 
-    col = lambda x, w, b, **kw: cj.column_parallel_linear(x, w, b, m=m, **kw)  # noqa: E731
-    args = (X[off:off + mr], W1[c0:c0 + cn], b1[c0:c0 + cn])
-    g1 = G1[:, c0:c0 + cn]
-    ref, got = run(col, args, g1, None), run(col, args, g1, recipe)
-    _fp8_bound_check(got[0], ref[0], X, W1[c0:c0 + cn].T, uf, uf, "column y")
-    _fp8_bound_check(got[1], ref[1], G1[off:off + mr], W1, ug, uf, "column dx")
-    _fp8_bound_check(got[2], ref[2], g1.T, X, ug, twice(uf), "column dw")
-    np.testing.assert_allclose(got[3], ref[3], rtol=1e-5, atol=1e-5)
-    row = cj.row_parallel_linear
-    args = (H[:, c0:c0 + cn], W2[:, c0:c0 + cn], b2)
-    g2 = G2[off:off + mr]
-    ref, got = run(row, args, g2, None), run(row, args, g2, recipe)
-    _fp8_bound_check(got[0], ref[0], H[off:off + mr], W2.T, uf, uf, "row y")
-    _fp8_bound_check(got[1], ref[1], G2, W2[:, c0:c0 + cn], ug, uf, "row dx")
-    _fp8_bound_check(got[2], ref[2], G2.T, H[:, c0:c0 + cn], twice(ug), uf, "row dw")
-    np.testing.assert_allclose(got[3], ref[3], rtol=1e-5, atol=1e-5)
+    for sp in (True, False):
+        rows = slice(off, off + mr) if sp else slice(0, m)  # the layers' x (column) and y (row) rows here
+        col = lambda x, w, b, **kw: cj.column_parallel_linear(x, w, b, m=m, sequence_parallel=sp, **kw)  # noqa
+        args = (X[rows], W1[c0:c0 + cn], b1[c0:c0 + cn])
+        g1 = G1[:, c0:c0 + cn]
+        ref, got = run(col, args, g1, None), run(col, args, g1, recipe)
+        what = f"column sp={sp}"
+        _fp8_bound_check(got[0], ref[0], X, W1[c0:c0 + cn].T, uf, uf, what + " y")
+        _fp8_bound_check(got[1], ref[1], G1[rows], W1, ug, uf, what + " dx")
+        # X^T: from the gathered fp8 rows, quantized again (sp), or from X
+        _fp8_bound_check(got[2], ref[2], g1.T, X, ug, twice(uf) if sp else uf, what + " dw")
+        np.testing.assert_allclose(got[3], ref[3], rtol=1e-5, atol=1e-5)
+        row = lambda x, w, b, **kw: cj.row_parallel_linear(x, w, b, sequence_parallel=sp, **kw)  # noqa: E731
+        args = (H[:, c0:c0 + cn], W2[:, c0:c0 + cn], b2)
+        g2 = G2[rows]
+        ref, got = run(row, args, g2, None), run(row, args, g2, recipe)
+        what = f"row sp={sp}"
+        _fp8_bound_check(got[0], ref[0], H[rows], W2.T, uf, uf, what + " y")
+        _fp8_bound_check(got[1], ref[1], G2, W2[:, c0:c0 + cn], ug, uf, what + " dx")
+        # dY^T: from the gathered fp8 rows, quantized again (sp), or from dY
+        _fp8_bound_check(got[2], ref[2], G2.T, H[:, c0:c0 + cn], twice(ug) if sp else ug, uf, what + " dw")
+        np.testing.assert_allclose(got[3], ref[3], rtol=1e-5, atol=1e-5)
     # under jax.jit: the same values
-    yj = jax.jit(lambda x, w, b: row(x, w, b, comm=comm, fp8_recipe=recipe))(*args)
+    yj = jax.jit(lambda x, w, b: row(x, w, b, comm=comm, fp8_recipe=recipe))(*args)  # the last: sp=False
     np.testing.assert_array_equal(np.asarray(yj), np.asarray(got[0]))
     return True
 
@@ -223,7 +229,5 @@ def test_jax_fp8_layer_refusals():
     with commgemm.Comm.local(0, 1, f"jax-fp8-refuse-{id(x)}", timeout_ms=30000) as comm:
         with pytest.raises(ValueError, match="fp8_recipe"):
             cj.column_parallel_linear(x, w, comm=comm, fp8_recipe="fp8")
-        with pytest.raises(commgemm.NotSupportedError, match="sequence_parallel=False"):
-            cj.row_parallel_linear(x, w, comm=comm, sequence_parallel=False, fp8_recipe=cj.Float8CurrentScaling())
         with pytest.raises(commgemm.NotSupportedError, match="activation='gelu'"):
             cj.column_parallel_linear(x, w, comm=comm, activation="gelu", fp8_recipe=cj.Float8BlockScaling())
