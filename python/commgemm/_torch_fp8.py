@@ -25,16 +25,18 @@ tensor-parallel group.
 
 import ctypes
 import dataclasses
-from typing import NamedTuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 
 from . import _lib
 from ._lib import DType, Scaling, Status, check
 from ._torch_collectives import all_gather_rows
-from ._torch_ops import _Launch, _as_matrix, _ops, _ref
+from ._torch_ops import _Launch, _as_matrix, _ops, _ref, _sym_shard_rows
 from .core import comm_by_id
 from .fp8 import BLOCK, FP8_MAX
+from .fp8 import scale_shape as fp8_scale_shape
+from .fp8 import scaling_of as fp8_scaling_of
 
 __all__ = ["Float8CurrentScaling", "DelayedScaling", "Float8BlockScaling", "Fp8Tensor", "amax", "compute_scale",
            "cast_to_fp8", "quantize", "dequantize", "transpose"]
@@ -336,6 +338,92 @@ def fp8_gemm(kind, comm_id, qx, qw, bias, out_dtype, backend="", m=0, gathered=F
         check(st)
         del b_keep
     return (y, g) if kind == "ag" and gathered else y
+
+
+# --------------------------------------------------------------------------
+# The functional ops on fp8 tensors (commgemm.torch.all_gather_matmul, ...
+# with x_scale / w_scale): one custom op, torch.ops.commgemm.fp8_matmul
+# --------------------------------------------------------------------------
+
+_OUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_FP8_OPS = {"ag": "ag", "rs": "rs", "ar": "ar", "gemm": "local"}
+
+
+def _operand(name, t, scale, w_like):
+    """t and its scale as an Fp8Tensor; refuses a non-fp8 t, a missing scale,
+    a scale that is not float32 or of a shape that fits no scaling."""
+    if t.dtype not in _CGM:
+        raise _invalid(f"{name} is {t.dtype} with fp8 operands: expected torch.float8_e4m3fn or torch.float8_e5m2 "
+                       f"(quantize it: commgemm.torch.quantize)")
+    if t.dim() != 2:
+        raise _invalid(f"{name} has shape {tuple(t.shape)}: expected 2-D")
+    rows, cols = t.shape
+    if scale is None:
+        want = fp8_scale_shape(Scaling.BLOCK_128X128 if w_like else Scaling.BLOCK_1X128, rows, cols)
+        raise _invalid(f"{name} is {t.dtype} without {name}_scale: an fp8 operand needs its float32 scales (value = "
+                       f"code * scale): pass {name}_scale=, shape () or (1,) for one scale, {want} per block")
+    if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32 or scale.device != t.device:
+        raise _invalid(f"{name}_scale: expected a float32 tensor on {t.device}, got {type(scale).__name__} "
+                       f"{getattr(scale, 'dtype', '')} {getattr(scale, 'device', '')}")
+    scaling = fp8_scaling_of(name, scale.shape, rows, cols, w_like)
+    scale = scale.reshape(1) if scaling == Scaling.TENSOR else scale
+    return Fp8Tensor(t.contiguous(), scale.contiguous(), scaling)
+
+
+def check_fp8_call(op, x, weight, x_scale, w_scale, out_dtype, layout="TN"):
+    """The checks of an fp8 call, before the library sees it: layout TN,
+    both operands fp8 with their scales, the same kind of scaling (per
+    tensor or per block) for both, an output dtype the ops write. Returns
+    (X, W) as Fp8Tensors and the output dtype."""
+    what = f"commgemm fp8 {op}"
+    if _lib.parse_layout(layout) != _lib.Layout.TN:
+        raise _lib.NotSupportedError(Status.NOT_SUPPORTED,
+                                     f"{what}: fp8 operands with layout {layout}: fp8 takes layout TN only (Hopper's "
+                                     "FP8 tensor cores read both operands K-major); pass x as [m, k] and weight as "
+                                     "[n, k] (transposed copies) with layout 'TN'")
+    qx, qw = _operand("x", x, x_scale, False), _operand("w", weight, w_scale, True)
+    if (qx.scaling == Scaling.TENSOR) != (qw.scaling == Scaling.TENSOR):
+        raise _invalid(f"{what}: x_scale is {qx.scaling.name} and w_scale {qw.scaling.name}: expected both per "
+                       "tensor (shape () or (1,)) or both per block (2-D)")
+    out_dtype = torch.float32 if out_dtype is None else out_dtype
+    if out_dtype not in _OUT_DTYPES:
+        raise _invalid(f"{what}: out_dtype {out_dtype}: expected torch.float32, torch.bfloat16 or torch.float16 "
+                       "(no fp8 output from torch: use commgemm's numpy ops for that)")
+    return qx, qw, out_dtype
+
+
+@torch.library.custom_op("commgemm::fp8_matmul", mutates_args=())
+def _fp8_matmul_op(op: str, x: torch.Tensor, weight: torch.Tensor, x_scale: torch.Tensor, w_scale: torch.Tensor,
+                   bias: Optional[torch.Tensor], comm_id: int, m: int, layout: str, backend: str,
+                   out_dtype: torch.dtype, return_gathered: bool, partial_dtype: str,
+                   gemm_reduction: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One op on fp8 operands: op "ag" (AG+GEMM, m rows), "rs" (GEMM+RS), "ar"
+    (GEMM+AR) or "gemm" (the bulk op's GEMM alone). Returns (y, gathered X,
+    gathered scales); the last two (0,)-shaped unless op "ag" with
+    return_gathered."""
+    if op not in _FP8_OPS:
+        raise _invalid(f"fp8_matmul: op {op!r}: expected one of {tuple(_FP8_OPS)}")
+    qx, qw, out_dtype = check_fp8_call(op, x, weight, x_scale, w_scale, out_dtype, layout)
+    gathered = op == "ag" and return_gathered
+    r = fp8_gemm(_FP8_OPS[op], comm_id, qx, qw, bias, out_dtype, backend, m, gathered, partial_dtype,
+                 gemm_reduction)
+    if gathered:
+        return r[0], r[1].data, r[1].scale
+    empty = torch.empty((0,), dtype=x.dtype, device=x.device)
+    return r, empty, torch.empty((0,), dtype=torch.float32, device=x.device)
+
+
+@_fp8_matmul_op.register_fake
+def _(op, x, weight, x_scale, w_scale, bias, comm_id, m, layout, backend, out_dtype, return_gathered,
+      partial_dtype, gemm_reduction):
+    comm = comm_by_id(comm_id)
+    split, k, n = x.shape[0], x.shape[1], weight.shape[0]
+    rows = {"ag": m, "rs": _sym_shard_rows(split, comm.rank, comm.size), "ar": split, "gemm": split}[op]
+    y = x.new_empty((rows, n), dtype=out_dtype)
+    if op == "ag" and return_gathered:
+        gs = (comm.size,) if x_scale.dim() < 2 else (m, -(-k // BLOCK))
+        return y, x.new_empty((m, k)), x.new_empty(gs, dtype=torch.float32)
+    return y, x.new_empty((0,)), x.new_empty((0,), dtype=torch.float32)
 
 
 # --------------------------------------------------------------------------

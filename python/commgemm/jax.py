@@ -18,6 +18,8 @@ order, as with any collective). One process per rank, each with its own
 device; the comm must outlive the compiled programs that use it.
 """
 
+import dataclasses
+
 import numpy as np
 
 import jax
@@ -30,7 +32,7 @@ from .core import Comm, _fp8_layout
 
 __all__ = ["register", "all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce",
            "bulk_matmul_collective", "column_parallel_linear", "row_parallel_linear", "parallel_mlp", "amax",
-           "compute_scale", "cast_to_fp8", "quantize", "dequantize"]
+           "compute_scale", "cast_to_fp8", "quantize", "dequantize", "Float8CurrentScaling", "Float8BlockScaling"]
 
 _TARGETS = {
     "commgemm_all_gather_gemm": "cgm_xla_ffi_all_gather_gemm",
@@ -532,7 +534,8 @@ def _precision(partial_dtype, gemm_reduction):
 
 
 def column_parallel_linear(x, w, bias=None, *, comm, m=None, sequence_parallel=True, backend=None,
-                           allow_tf32=False, partial_dtype=None, gemm_reduction=None, activation=None):
+                           allow_tf32=False, partial_dtype=None, gemm_reduction=None, activation=None,
+                           fp8_recipe=None):
     """Column-parallel linear: w's rows (the output features) split over the
     ranks; w: [n_loc, k] (this rank's nn.Linear weight shard), bias: [n_loc]
     or None. Differentiable (jax.grad, jax.vjp); x may have leading dims
@@ -554,7 +557,14 @@ def column_parallel_linear(x, w, bias=None, *, comm, m=None, sequence_parallel=T
     ("any", "fp32"): the commgemm GEMMs'; None: the comm's (docs/PYTHON.md).
     activation="gelu": gelu(X . W^T + b), the tanh form (jax.nn.gelu(approximate=True)); with
     sequence parallelism on a backend with epilogues, in AG+GEMM's GELU_AUX epilogue (the
-    backward multiplies dY by gelu'(pre-activation) before the dgrad); elsewhere after the op."""
+    backward multiplies dY by gelu'(pre-activation) before the dgrad); elsewhere after the op.
+    fp8_recipe: Float8CurrentScaling() or Float8BlockScaling(): the forward, dgrad and wgrad
+    GEMMs in fp8 (docs/PYTHON.md "FP8"); no activation; host backend today."""
+    if fp8_recipe is not None:
+        _check_fp8_layer(fp8_recipe, "column_parallel_linear", activation)
+        x2, back = _rows_2d(x)
+        m = _total_rows(comm, x2.shape[0], m) if sequence_parallel else 0
+        return back(_col8(x2, w, bias, comm, int(m), backend, fp8_recipe))
     if activation not in (None, "gelu"):
         raise ValueError(f"column_parallel_linear: activation={activation!r}: expected None or 'gelu'")
     x2, back = _rows_2d(x)
@@ -629,7 +639,7 @@ _row_ar.defvjp(_row_ar_fwd, _row_ar_bwd)
 
 
 def row_parallel_linear(x, w, bias=None, *, comm, sequence_parallel=True, backend=None, allow_tf32=False,
-                        partial_dtype=None, gemm_reduction=None):
+                        partial_dtype=None, gemm_reduction=None, fp8_recipe=None):
     """Row-parallel linear: w's columns (the input features) split over the
     ranks; x: [m, k_loc] (e.g. a column-parallel layer's output; leading
     dims allowed), w: [n, k_loc], bias: [n] or None, the same on every rank
@@ -643,13 +653,177 @@ def row_parallel_linear(x, w, bias=None, *, comm, sequence_parallel=True, backen
 
     allow_tf32: as column_parallel_linear's. partial_dtype ("fp32",
     "output"): the forward's GEMM+RS/AR partials, the same on every rank;
-    gemm_reduction ("any", "fp32"): the commgemm GEMMs'; None: the comm's."""
+    gemm_reduction ("any", "fp32"): the commgemm GEMMs'; None: the comm's.
+    fp8_recipe: as column_parallel_linear's."""
     x2, back = _rows_2d(x)
+    if fp8_recipe is not None:
+        _check_fp8_layer(fp8_recipe, "row_parallel_linear")
+        return back(_row8(x2, w, bias, comm, backend, fp8_recipe, bool(sequence_parallel)))
     allow_tf32 = bool(allow_tf32)
     precision = _precision(partial_dtype, gemm_reduction)
     if not sequence_parallel:
         return back(_row_ar(x2, w, bias, comm, backend, allow_tf32, precision))
     return back(_row(x2, w, bias, comm, backend, allow_tf32, precision))
+
+
+# --------------------------------------------------------------------------
+# The layers in fp8 (fp8_recipe=): every GEMM of the forward
+# and the backward in fp8, layout TN, as commgemm.torch's layers:
+#   forward Y = X . W^T: TN(X, W); dgrad dX = dY . W: TN(dY, W^T); wgrad
+#   dW = dY^T . X: TN(dY^T, X^T), with transposed copies made once per step.
+# --------------------------------------------------------------------------
+
+_FORMATS = {"e4m3": (jnp.float8_e4m3fn, jnp.float8_e4m3fn), "hybrid": (jnp.float8_e4m3fn, jnp.float8_e5m2)}
+
+
+def _check_format(fmt):
+    if fmt not in _FORMATS:
+        raise ValueError(f"fp8_format {fmt!r}: expected 'hybrid' (e4m3 forward, e5m2 gradients) or 'e4m3'")
+
+
+@dataclasses.dataclass(frozen=True)
+class Float8CurrentScaling:
+    """Per-tensor scaling from each tensor's amax as it is cast
+    (TransformerEngine's Float8CurrentScaling): fp8_format "hybrid" (e4m3
+    forward, e5m2 gradients) or "e4m3"; scale = amax / fp8_max * 2^margin."""
+    fp8_format: str = "hybrid"
+    margin: int = 0
+
+    def __post_init__(self):
+        _check_format(self.fp8_format)
+
+
+@dataclasses.dataclass(frozen=True)
+class Float8BlockScaling:
+    """Block scaling: activations and gradients one scale per 1 x 128 along
+    k, weights one per 128 x 128 block. fp8_format "e4m3" or "hybrid"."""
+    fp8_format: str = "e4m3"
+
+    def __post_init__(self):
+        _check_format(self.fp8_format)
+
+
+def _fq(t, recipe, grad, w_like):
+    """t quantized under the recipe: (codes, scale); grad: a gradient (the
+    second format); w_like: 128 x 128 blocks (block scaling)."""
+    dtype = _FORMATS[recipe.fp8_format][1 if grad else 0]
+    if isinstance(recipe, Float8BlockScaling):
+        return quantize(t, dtype, Scaling.BLOCK_128X128 if w_like else Scaling.BLOCK_1X128)
+    return quantize(t, dtype, Scaling.TENSOR, recipe.margin)
+
+
+def _ft(codes, scale):
+    """The exact transposed copy of a per-tensor or 128 x 128 operand."""
+    return codes.T, (scale if scale.ndim < 2 else scale.T)
+
+
+def _gathered_values(codes, scale, comm):
+    """The values of AG+GEMM's gathered fp8 rows: per tensor, rank s's rows
+    times its scale (scale[s]); per block, codes times their 1 x 128 scales."""
+    if scale.ndim == 2:
+        return dequantize(codes, scale)
+    m = codes.shape[0]
+    rows = [shard_rows(m, s, comm.size) for s in range(comm.size)]
+    per_row = jnp.repeat(scale, np.array(rows), total_repeat_length=m)
+    return codes.astype(jnp.float32) * per_row[:, None]
+
+
+def _fp8_wgrad(comm, backend, g_t, x_t_values, recipe, w_dtype, after):
+    """dW = TN(dY^T, X^T): dY^T quantized X-like (as a gradient), X^T W-like;
+    the bulk op's local GEMM. Returns dW and the call's marker."""
+    _, bulk = _route(comm, backend, "fp8 wgrad")
+    gc, gs = _fq(g_t, recipe, True, False)
+    xc, xs = _fq(x_t_values, recipe, False, True)
+    (dw, _), mk = bulk_matmul_collective(gc, xc, comm=comm, backend=bulk, a_scale=gs, b_scale=xs,
+                                         out_dtype=jnp.float32, _after=after, _marked=True)
+    return dw.astype(w_dtype), mk
+
+
+def _local8(xc, xs, wc, ws, bias, comm, backend, out_dtype, after):
+    """A local fp8 GEMM TN(X, W) (+ bias): the bulk op's GEMM alone. Returns Y and its marker."""
+    _, bulk = _route(comm, backend, "fp8 local GEMM")
+    (y, _), mk = bulk_matmul_collective(xc, wc, bias, comm=comm, backend=bulk, a_scale=xs, b_scale=ws,
+                                        out_dtype=out_dtype, _after=after, _marked=True)
+    return y, mk
+
+
+def _col8_fwd(x, w, bias, comm, m, backend, recipe):
+    """m > 0: sequence-parallel (AG+GEMM; the backward's dX by GEMM+RS); m = 0:
+    x whole on every rank (a local GEMM; dX by GEMM+AR)."""
+    xc, xs = _fq(x, recipe, False, False)
+    wc, ws = _fq(w, recipe, False, True)
+    if m:
+        (y, xg, xgs), mk = all_gather_matmul(xc, wc, bias, comm=comm, m=m, backend=backend, out_dtype=x.dtype,
+                                             return_gathered=True, x_scale=xs, w_scale=ws, _marked=True)
+        xt = _gathered_values(xg, xgs, comm).T  # quantized again for dW (each rank's rows had their own scale)
+    else:
+        y, mk = _local8(xc, xs, wc, ws, bias, comm, backend, x.dtype, None)
+        xt = x.T
+    return y, (xt, wc, ws, bias is not None, mk, jnp.zeros((0,), x.dtype), jnp.zeros((0,), w.dtype))
+
+
+def _col8_bwd(comm, m, backend, recipe, res, grad_y):
+    xt, wc, ws, has_bias, mk, x0, w0 = res
+    grad_y = _tie(grad_y, mk)
+    gc, gs = _fq(grad_y, recipe, True, False)
+    wtc, wts = _ft(wc, ws)  # W^T [k, n_loc]
+    reduce = matmul_reduce_scatter if m else matmul_all_reduce
+    dx, mk = reduce(gc, wtc, comm=comm, backend=backend, x_scale=gs, w_scale=wts, out_dtype=x0.dtype, _after=mk,
+                    _marked=True)
+    dw, _ = _fp8_wgrad(comm, backend, grad_y.T, xt, recipe, w0.dtype, mk)
+    return dx, dw, (_bias_grad(grad_y) if has_bias else None)
+
+
+_col8 = jax.custom_vjp(lambda x, w, b, comm, m, backend, recipe: _col8_fwd(x, w, b, comm, m, backend, recipe)[0],
+                       nondiff_argnums=(3, 4, 5, 6))
+_col8.defvjp(_col8_fwd, _col8_bwd)
+
+
+def _row8_fwd(x, w, bias, comm, backend, recipe, sp):
+    """sp: GEMM+RS (the backward's dX by AG+GEMM); else GEMM+AR (a local backward)."""
+    xc, xs = _fq(x, recipe, False, False)
+    wc, ws = _fq(w, recipe, False, True)
+    reduce = matmul_reduce_scatter if sp else matmul_all_reduce
+    y, mk = reduce(xc, wc, bias, comm=comm, backend=backend, out_dtype=x.dtype, x_scale=xs, w_scale=ws,
+                   _marked=True)
+    return y, (x, wc, ws, bias is not None, mk, jnp.zeros((0,), w.dtype))
+
+
+def _row8_bwd(comm, backend, recipe, sp, res, grad_y):
+    x, wc, ws, has_bias, mk, w0 = res
+    grad_y = _tie(grad_y, mk)
+    gc, gs = _fq(grad_y, recipe, True, False)
+    wtc, wts = _ft(wc, ws)  # W^T [k_loc, n]
+    if not sp:  # dY the same on every rank: local GEMMs
+        dx, mk = _local8(gc, gs, wtc, wts, None, comm, backend, x.dtype, mk)
+        dw, _ = _fp8_wgrad(comm, backend, grad_y.T, x.T, recipe, w0.dtype, mk)
+        return dx, dw, (_bias_grad(grad_y) if has_bias else None)
+    (dx, gg, ggs), mk = all_gather_matmul(gc, wtc, comm=comm, m=x.shape[0], backend=backend, out_dtype=x.dtype,
+                                          return_gathered=True, x_scale=gs, w_scale=wts, _after=mk, _marked=True)
+    # dY^T from the gathered fp8 rows (quantized again), X^T from this rank's X
+    dw, mk = _fp8_wgrad(comm, backend, _gathered_values(gg, ggs, comm).T, x.T, recipe, w0.dtype, mk)
+    db = None
+    if has_bias:  # every rank's rows of dY summed, in high precision: GEMM+AR of [1, 1] ones by db_r [n, 1]
+        db_r = jnp.sum(grad_y, axis=0, dtype=jnp.float32).reshape(-1, 1)
+        db = matmul_all_reduce(jnp.ones((1, 1), jnp.float32), db_r, comm=comm, backend=backend, _after=mk)
+        db = db.reshape(-1).astype(grad_y.dtype)
+    return dx, dw, db
+
+
+_row8 = jax.custom_vjp(lambda x, w, b, comm, backend, recipe, sp: _row8_fwd(x, w, b, comm, backend, recipe, sp)[0],
+                       nondiff_argnums=(3, 4, 5, 6))
+_row8.defvjp(_row8_fwd, _row8_bwd)
+
+
+def _check_fp8_layer(recipe, what, activation=None):
+    if not isinstance(recipe, (Float8CurrentScaling, Float8BlockScaling)):
+        raise ValueError(f"{what}: fp8_recipe={recipe!r}: expected None, commgemm.jax.Float8CurrentScaling() or "
+                         "Float8BlockScaling() (delayed scaling: keep the amax history outside and pass the "
+                         "quantized operands to the ops)")
+    if activation is not None:
+        raise _lib.NotSupportedError(_lib.Status.NOT_SUPPORTED,
+                                     f"{what}: fp8_recipe with activation={activation!r}: the fp8 layers have no "
+                                     "fused activation: apply it after the layer")
 
 
 # The MLP block with its GELU and bias gradients in the ops' epilogues (sequence parallel).

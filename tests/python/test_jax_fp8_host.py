@@ -138,3 +138,96 @@ def test_jnp_quantization_helpers():
             np.testing.assert_allclose(np.asarray(cj.dequantize(codes, s)), fp8.dequantize(want_c, want_s, sc))
     v = cj.cast_to_fp8(jnp.asarray([1e6, -jnp.inf, jnp.nan]), jnp.float8_e4m3fn).astype(jnp.float32)
     assert float(v[0]) == 448 and float(v[1]) == -448 and np.isnan(float(v[2]))
+
+
+# --------------------------------------------------------------------------
+# The layers with fp8_recipe (sequence-parallel column and row layers)
+# --------------------------------------------------------------------------
+
+U8 = {"e4m3": 2.0 ** -4, "e5m2": 2.0 ** -3}
+
+
+def _fp8_bound_check(got, ref, a, b, ua, ub, what):
+    """|got - ref| <= (ua + ub + ua ub) (|a| @ |b|) + 1e-4 max(|a| @ |b|)
+    elementwise: a dot product of operands each within a relative error u
+    of its value (round to nearest: u = 2^-4 for e4m3, 2^-3 for e5m2; 2u + u^2
+    for an operand quantized twice) differs from the exact one by at most
+    that, plus an absolute term for the formats' subnormal range; and got
+    is not ref (it went through fp8). test_torch_fp8_host.py's bound."""
+    assert np.shape(got) == np.shape(ref), f"{what}: shape {np.shape(got)} vs {np.shape(ref)}"
+    if np.size(got) == 0:  # a rank with no rows (m < P)
+        return
+    mag = np.abs(np.asarray(a, np.float64)) @ np.abs(np.asarray(b, np.float64))
+    bound = (ua + ub + ua * ub) * mag + 1e-4 * mag.max() + 1e-6
+    err = np.abs(np.asarray(got, np.float64) - np.asarray(ref, np.float64))
+    worst = float((err / bound).max())
+    assert worst <= 1.0, f"{what}: error {err.max():.3g} is {worst:.2f} x the fp8 bound"
+    assert err.max() > 0, f"{what}: identical to fp32: not computed in fp8?"
+
+
+def body_fp8_layers(comm, recipe_name, m):
+    import jax
+    from commgemm import jax as cj
+    recipe = cj.Float8BlockScaling() if recipe_name == "block" else cj.Float8CurrentScaling()
+    uf = U8["e4m3"]
+    ug = U8["e4m3"] if recipe_name == "block" else U8["e5m2"]
+    twice = lambda u: 2 * u + u * u  # noqa: E731 - an operand quantized again from fp8 values
+    kx, hid, n = 160, 260, 140
+    rng = np.random.default_rng(0)
+    grow = np.linspace(0.1, 4, m)[:, None]  # the ranks' shards have amaxes far apart
+    X = (rng.uniform(-1, 1, (m, kx)) * grow).astype(np.float32)
+    W1, b1 = _rand(1, (hid, kx)), _rand(2, (hid,))
+    W2, b2 = _rand(3, (n, hid)), _rand(4, (n,))
+    G1, H = _rand(5, (m, hid)), _rand(6, (m, hid))
+    G2 = (_rand(7, (m, n)) * grow).astype(np.float32)
+    off, mr = comm.shard_offset(m), comm.shard_rows(m)
+    c0, cn = comm.shard_offset(hid), comm.shard_rows(hid)
+
+    def run(layer, args, g, rec):
+        y, vjp = jax.vjp(lambda *a: layer(*a, comm=comm, fp8_recipe=rec), *args)
+        return (y, *vjp(g))
+
+    for sp in (True, False):
+        rows = slice(off, off + mr) if sp else slice(0, m)  # the layers' x (column) and y (row) rows here
+        col = lambda x, w, b, **kw: cj.column_parallel_linear(x, w, b, m=m, sequence_parallel=sp, **kw)  # noqa
+        args = (X[rows], W1[c0:c0 + cn], b1[c0:c0 + cn])
+        g1 = G1[:, c0:c0 + cn]
+        ref, got = run(col, args, g1, None), run(col, args, g1, recipe)
+        what = f"column sp={sp}"
+        _fp8_bound_check(got[0], ref[0], X, W1[c0:c0 + cn].T, uf, uf, what + " y")
+        _fp8_bound_check(got[1], ref[1], G1[rows], W1, ug, uf, what + " dx")
+        # X^T: from the gathered fp8 rows, quantized again (sp), or from X
+        _fp8_bound_check(got[2], ref[2], g1.T, X, ug, twice(uf) if sp else uf, what + " dw")
+        np.testing.assert_allclose(got[3], ref[3], rtol=1e-5, atol=1e-5)
+        row = lambda x, w, b, **kw: cj.row_parallel_linear(x, w, b, sequence_parallel=sp, **kw)  # noqa: E731
+        args = (H[:, c0:c0 + cn], W2[:, c0:c0 + cn], b2)
+        g2 = G2[rows]
+        ref, got = run(row, args, g2, None), run(row, args, g2, recipe)
+        what = f"row sp={sp}"
+        _fp8_bound_check(got[0], ref[0], H[rows], W2.T, uf, uf, what + " y")
+        _fp8_bound_check(got[1], ref[1], G2, W2[:, c0:c0 + cn], ug, uf, what + " dx")
+        # dY^T: from the gathered fp8 rows, quantized again (sp), or from dY
+        _fp8_bound_check(got[2], ref[2], G2.T, H[:, c0:c0 + cn], twice(ug) if sp else ug, uf, what + " dw")
+        np.testing.assert_allclose(got[3], ref[3], rtol=1e-5, atol=1e-5)
+    # under jax.jit: the same values
+    yj = jax.jit(lambda x, w, b: row(x, w, b, comm=comm, fp8_recipe=recipe))(*args)  # the last: sp=False
+    np.testing.assert_array_equal(np.asarray(yj), np.asarray(got[0]))
+    return True
+
+
+@pytest.mark.parametrize("recipe_name", ["current", "block"])
+@pytest.mark.parametrize("nranks,m", [(2, 9), (3, 2)])
+def test_jax_fp8_layers_vs_fp32(recipe_name, nranks, m):
+    assert all(ranks.run(body_fp8_layers, nranks, recipe_name, m))
+
+
+def test_jax_fp8_layer_refusals():
+    from commgemm import jax as cj
+    with pytest.raises(ValueError, match="fp8_format"):
+        cj.Float8CurrentScaling(fp8_format="e5m2")
+    x, w = np.ones((4, 8), np.float32), np.ones((8, 8), np.float32)
+    with commgemm.Comm.local(0, 1, f"jax-fp8-refuse-{id(x)}", timeout_ms=30000) as comm:
+        with pytest.raises(ValueError, match="fp8_recipe"):
+            cj.column_parallel_linear(x, w, comm=comm, fp8_recipe="fp8")
+        with pytest.raises(commgemm.NotSupportedError, match="activation='gelu'"):
+            cj.column_parallel_linear(x, w, comm=comm, activation="gelu", fp8_recipe=cj.Float8BlockScaling())

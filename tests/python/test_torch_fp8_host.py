@@ -212,3 +212,167 @@ def test_torch_quantization_helpers():
     sat = cgt.cast_to_fp8(a[:2, :2], torch.float8_e4m3fn, 1.0).float()
     assert sat[0, 0] == 448 and sat[1, 1] == -448
     assert float(cgt.cast_to_fp8(torch.tensor([float("nan")]), torch.float8_e5m2).float()[0]) != 0
+
+
+# --------------------------------------------------------------------------
+# The functional ops on fp8 tensors (all_gather_matmul, matmul_reduce_scatter,
+# matmul_all_reduce with x_scale / w_scale; torch.ops.commgemm.fp8_matmul)
+# --------------------------------------------------------------------------
+
+FN_K, FN_N = 160, 140  # a partial 128-block along k; two W row blocks
+
+
+def _q(t, dtype, scaling, scalar=False):
+    from commgemm import torch as cgt
+    q = cgt.quantize(t, dtype, scaling)
+    return q.data, (q.scale.reshape(()) if scalar else q.scale), cgt.dequantize(q).double()
+
+
+def _fn_check(got, ref, mag, what, out_dtype=torch.float32):
+    """got vs the float64 product of the dequantized operands: the same values
+    as the library's operands, so only fp32 accumulation (k * 2^-24 of
+    |A| @ |B|) and the output's rounding (2^-8 of |ref| for bf16) separate them."""
+    assert got.dtype == out_dtype, f"{what}: {got.dtype}"
+    assert got.shape == ref.shape, f"{what}: shape {tuple(got.shape)} vs {tuple(ref.shape)}"
+    out_u = {torch.float32: 0.0, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}[out_dtype]
+    bound = 1e-5 * mag + out_u * ref.abs() + 1e-6
+    err = (got.double() - ref).abs()
+    assert bool((err <= bound).all()), f"{what}: error {float(err.max()):.3g} beyond the bound"
+
+
+def body_fn_ops(comm, m, scaling_name, dtypes):
+    from commgemm import torch as cgt
+    from commgemm.fp8 import Scaling
+    P, r = comm.size, comm.rank
+    xdt, wdt = dtypes
+    xs = Scaling.TENSOR if scaling_name == "tensor" else Scaling.BLOCK_1X128
+    ws = Scaling.TENSOR if scaling_name == "tensor" else Scaling.BLOCK_128X128
+    torch.manual_seed(1)
+    # rows of growing magnitude: every rank's shard has its own amax, hence its own scale
+    X = (torch.rand(m, FN_K) * 2 - 1) * torch.linspace(0.1, 8, m)[:, None]
+    W = torch.rand(FN_N, FN_K) * 2 - 1
+    b = torch.rand(FN_N) * 2 - 1
+    off, mr = comm.shard_offset(m), comm.shard_rows(m)
+    # AG+GEMM: each rank quantizes its rows with its own scales
+    shards = [_q(X[comm.shard_offset(m, s):][:comm.shard_rows(m, s)], xdt, xs,
+                 scalar=s % 2 == 1 and xs == Scaling.TENSOR) for s in range(P)]  # () and (1,) scales
+    w, ws_, wd = _q(W, wdt, ws)
+    xr, xsr, _ = shards[r]
+    xd = torch.cat([d for _, _, d in shards])
+    ref = xd @ wd.t() + b.double()
+    mag = xd.abs() @ wd.abs().t()
+    y, g, gs = cgt.all_gather_matmul(xr, w, b, comm=comm, m=m, x_scale=xsr, w_scale=ws_, return_gathered=True)
+    _fn_check(y, ref, mag, f"ag {scaling_name}")
+    assert g.dtype == xdt and torch.equal(g.view(torch.uint8), torch.cat([c for c, _, _ in shards]).view(torch.uint8))
+    # per tensor: rank s's scale at [s], 0 for a shard with no rows (m < P)
+    want_gs = (torch.stack([s.reshape(()) * (c.shape[0] > 0) for c, s, _ in shards]) if xs == Scaling.TENSOR
+               else torch.cat([s for _, s, _ in shards]))
+    torch.testing.assert_close(gs, want_gs, rtol=0, atol=0)
+    y16 = cgt.all_gather_matmul(xr, w, None, comm=comm, m=m, x_scale=xsr, w_scale=ws_, out_dtype=torch.bfloat16)
+    _fn_check(y16, xd @ wd.t(), mag, f"ag {scaling_name} bf16", torch.bfloat16)
+    # GEMM+RS / GEMM+AR: k split unevenly over the ranks, each rank's X and W columns with their own scales
+    k0, kr = comm.shard_offset(FN_K), comm.shard_rows(FN_K)
+    parts = []
+    for s in range(P):
+        c0, cn = comm.shard_offset(FN_K, s), comm.shard_rows(FN_K, s)
+        parts.append((_q(X[:, c0:c0 + cn], xdt, xs), _q(W[:, c0:c0 + cn], wdt, ws)))
+    ref = sum(xq[2] @ wq[2].t() for xq, wq in parts) + b.double()
+    mag = sum(xq[2].abs() @ wq[2].abs().t() for xq, wq in parts)
+    (xr, xsr, _), (wr, wsr, _) = parts[r]
+    assert xr.shape[1] == kr and k0 >= 0
+    y = cgt.matmul_all_reduce(xr, wr, b, comm=comm, x_scale=xsr, w_scale=wsr)
+    _fn_check(y, ref, mag, f"ar {scaling_name}")
+    # a bias of the output's dtype (the library takes bf16 or Y's dtype with fp8 inputs)
+    y = cgt.matmul_reduce_scatter(xr, wr, b.half(), comm=comm, x_scale=xsr, w_scale=wsr, out_dtype=torch.float16)
+    ref = ref - b.double() + b.half().double()
+    _fn_check(y, ref[off:off + mr], mag[off:off + mr], f"rs {scaling_name}", torch.float16)
+    return True
+
+
+@pytest.mark.parametrize("nranks,m", [(1, 5), (2, 9), (3, 2)])
+@pytest.mark.parametrize("scaling_name", ["tensor", "block"])
+def test_functional_fp8_ops(nranks, m, scaling_name):
+    dtypes = ((torch.float8_e4m3fn, torch.float8_e4m3fn) if scaling_name == "block"
+              else (torch.float8_e5m2, torch.float8_e4m3fn))
+    assert all(ranks.run(body_fn_ops, nranks, m, scaling_name, dtypes))
+
+
+def body_fn_opcheck(comm):
+    """opcheck's test_faketensor (the fake kernel's shapes and dtypes are the real
+    op's) on every op kind and both scalings; test_schema where it can run: its
+    SchemaCheckMode compares each input before and after with torch.allclose,
+    which torch has no float8 kernel for, so the fp8 inputs' bytes are compared
+    here instead (the schema says nothing is mutated); and torch.compile
+    (fullgraph) keeps the op in its graph."""
+    from commgemm import torch as cgt
+    from commgemm.fp8 import Scaling
+    m = 7
+    torch.manual_seed(2)
+    for xs, ws in ((Scaling.TENSOR, Scaling.TENSOR), (Scaling.BLOCK_1X128, Scaling.BLOCK_128X128)):
+        x, sx, _ = _q(torch.rand(comm.shard_rows(m), FN_K), torch.float8_e4m3fn, xs)
+        xf, sxf, _ = _q(torch.rand(m, FN_K), torch.float8_e4m3fn, xs)
+        w, sw, _ = _q(torch.rand(FN_N, FN_K), torch.float8_e5m2, ws)
+        b = torch.rand(FN_N).bfloat16()
+        for op, xx, s in (("ag", x, sx), ("rs", xf, sxf), ("ar", xf, sxf), ("gemm", xf, sxf)):
+            args = (op, xx, w, s, sw, b, comm.id, m, "TN", "", torch.bfloat16, op == "ag", "", "")
+            before = [a.view(torch.uint8).clone() if a.dtype.itemsize == 1 else a.clone() for a in (xx, w, s, sw, b)]
+            torch.library.opcheck(torch.ops.commgemm.fp8_matmul, args, test_utils=("test_faketensor",))
+            after = [a.view(torch.uint8) if a.dtype.itemsize == 1 else a for a in (xx, w, s, sw, b)]
+            assert all(torch.equal(p, q) for p, q in zip(before, after)), f"{op}: an input was mutated"
+    y_eager = cgt.matmul_all_reduce(xf, w, b, comm=comm, x_scale=sxf, w_scale=sw, out_dtype=torch.bfloat16)
+
+    def f(a, sa):
+        return cgt.matmul_all_reduce(a, w, b, comm=comm, x_scale=sa, w_scale=sw, out_dtype=torch.bfloat16) * 2
+
+    y = torch.compile(f, fullgraph=True, backend="aot_eager")(xf, sxf)
+    torch.testing.assert_close(y, y_eager * 2, rtol=0, atol=0)
+    return True
+
+
+def test_functional_fp8_opcheck():
+    ranks.run(body_fn_opcheck, 2)
+
+
+def body_fn_refusals(comm):
+    from commgemm import torch as cgt
+    from commgemm.fp8 import Scaling
+    x, sx, _ = _q(torch.rand(4, FN_K), torch.float8_e4m3fn, Scaling.TENSOR)
+    w, sw, _ = _q(torch.rand(FN_N, FN_K), torch.float8_e4m3fn, Scaling.TENSOR)
+    xb, sxb, _ = _q(torch.rand(4, FN_K), torch.float8_e4m3fn, Scaling.BLOCK_1X128)
+    wb, swb, _ = _q(torch.rand(FN_N, FN_K), torch.float8_e4m3fn, Scaling.BLOCK_128X128)
+    bad = (
+        (commgemm.InvalidArgumentError, "without w_scale", lambda: cgt.matmul_all_reduce(x, w, comm=comm, x_scale=sx)),
+        (commgemm.InvalidArgumentError, "without x_scale", lambda: cgt.all_gather_matmul(x, w, comm=comm, w_scale=sw)),
+        (commgemm.InvalidArgumentError, r"x_scale has shape \(4, 1\)",
+         lambda: cgt.matmul_all_reduce(xb, wb, comm=comm, x_scale=sxb[:, :1], w_scale=swb)),
+        (commgemm.InvalidArgumentError, r"w_scale has shape \(1, 2\)",
+         lambda: cgt.matmul_reduce_scatter(xb, wb, comm=comm, x_scale=sxb, w_scale=swb[:1])),
+        (commgemm.InvalidArgumentError, "expected both per tensor",
+         lambda: cgt.matmul_all_reduce(x, wb, comm=comm, x_scale=sx, w_scale=swb)),
+        (commgemm.InvalidArgumentError, "float32 tensor",
+         lambda: cgt.matmul_all_reduce(x, w, comm=comm, x_scale=sx.double(), w_scale=sw)),
+        (commgemm.InvalidArgumentError, "w is torch.float32 with fp8 operands",
+         lambda: cgt.matmul_all_reduce(x, w.float(), comm=comm, x_scale=sx, w_scale=sw)),
+        (commgemm.InvalidArgumentError, "go with float8 operands only",
+         lambda: cgt.matmul_all_reduce(x.float(), w.float(), comm=comm, x_scale=sx)),
+        (commgemm.InvalidArgumentError, "out_dtype",
+         lambda: cgt.matmul_all_reduce(x, w, comm=comm, x_scale=sx, w_scale=sw, out_dtype=torch.float8_e4m3fn)),
+        (commgemm.NotSupportedError, "layout TN only",
+         lambda: torch.ops.commgemm.fp8_matmul("ar", x, w, sx, sw, None, comm.id, 0, "NT", "", torch.float32,
+                                               False, "", "")),
+        (commgemm.NotSupportedError, "layout TN only",
+         lambda: torch.ops.commgemm.fp8_matmul("gemm", x, w, sx, sw, None, comm.id, 0, "NN", "", torch.float32,
+                                               False, "", "")),
+    )
+    for i, (exc, match, call) in enumerate(bad):
+        with pytest.raises(exc, match=match):
+            call()
+            pytest.fail(f"refusal {i} ({match}): no error")
+    # the comm stays usable after every refusal
+    y = cgt.matmul_all_reduce(x, w, comm=comm, x_scale=sx, w_scale=sw)
+    assert y.dtype == torch.float32 and y.shape == (4, FN_N)
+    return True
+
+
+def test_functional_fp8_refusals():
+    ranks.run(body_fn_refusals, 2)
