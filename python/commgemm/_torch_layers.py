@@ -346,9 +346,9 @@ class _ColumnLinear(_ShardedLinear):
         rt, comm, (pd, gr) = self._rt, self.comm, self._precision_args()
         if self.sequence_parallel:
             m, problem, hint = self._sequence_m(x2, lead, m, problem)
-            fused = self.activation == "gelu" and rt.epilogue  # the GELU in AG+GEMM's epilogue
+            # the GELU in AG+GEMM's epilogue (the fp8 GEMMs take none: torch's GELU after them)
+            fused = self.activation == "gelu" and rt.epilogue and self.fp8_recipe is None
             if self.fp8_recipe is not None:
-                fused = False  # the fp8 GEMMs take no epilogue: torch's GELU after them
                 run = _fp8.layer_run(self, x2, weight, bias, m, "ag")
             elif torch.is_grad_enabled():
                 def run():
