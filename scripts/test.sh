@@ -36,6 +36,7 @@ if [ "${COMMGEMM_SKIP_TORCH:-0}" != 1 ] && ! "$py" -c 'import torch' 2>/dev/null
     fi
 fi
 COMMGEMM_LIB="$PWD/build/libcommgemm.so" JAX_PLATFORMS=cpu "$py" -m pytest -q tests/python/test_host.py tests/python/test_torch_host.py tests/python/test_compare_torch.py tests/python/test_timeline_summary.py tests/python/test_sweep_summary.py tests/python/test_jax_host.py \
+    tests/python/test_fp8_host.py tests/python/test_torch_fp8_host.py tests/python/test_jax_fp8_host.py \
     tests/install/test_examples.py tests/install/test_wheel.py
 
 if [ "${COMMGEMM_SKIP_SANITIZE:-0}" != 1 ]; then

@@ -14,7 +14,8 @@ looked for; COMMGEMM_LIB overrides).
 """
 
 from ._lib import (Algo, Backend, Collective, CommGemmError, CublasError, CudaError, DType,  # noqa: F401
-                   Epilogue, GemmReduction, InternalError, InvalidArgumentError, InvalidUsageError, Layout, MismatchError,
+                   Epilogue, GemmReduction, InternalError, InvalidArgumentError, InvalidUsageError, Layout,
+                   MismatchError,
                    NcclError, NotPicklableError, NotSupportedError, Op, OutOfMemoryError, PartialDtype,
                    PeerFailedError, Status, SystemError_, TimeoutError_, UnavailableError, library_path,
                    shard_offset, shard_rows)

@@ -10,6 +10,7 @@ import types
 import torch
 
 from . import _lib
+from . import _torch_fp8 as _fp8
 from ._lib import Status, shard_rows
 from ._torch_autograd import _AllGatherMatmul, _BiasSummedOverRanks, _LinearAllReduceGrad, _MatmulAllReduce, \
     _MatmulReduceScatter, _ParallelMLP
@@ -153,6 +154,17 @@ class _ShardedLinear(torch.nn.Module):
         # the subclass calls reset_parameters once it knows its shard
 
     @property
+    def fp8_recipe(self):
+        """None, or the FP8 recipe the layer's GEMMs run with (forward and
+        backward; docs/PYTHON.md, FP8): Float8CurrentScaling, DelayedScaling
+        or Float8BlockScaling of commgemm.torch. Settable."""
+        return self.__dict__.get("_fp8_recipe")
+
+    @fp8_recipe.setter
+    def fp8_recipe(self, value):
+        self.__dict__["_fp8_recipe"] = _fp8.check_recipe(value, type(self).__name__)
+
+    @property
     def backend(self):
         return self._backend
 
@@ -234,6 +246,7 @@ class _ShardedLinear(torch.nn.Module):
                 return mine
             return "the comm's (closed)" if self.comm.closed else f"{comms()} (the comm's)"
         extra = "".join(f", {name}=True" for name in ("batch_first",) if getattr(self, name))
+        extra += f", fp8_recipe={self.fp8_recipe}" if self.fp8_recipe is not None else ""
         return (f"bias={self.bias is not None}, sequence_parallel={self.sequence_parallel}, "
                 f"skip_bias_add={self.skip_bias_add}{extra}, "
                 f"partial_dtype={show(self.partial_dtype, lambda: self.comm.partial_dtype)}, "
@@ -333,8 +346,11 @@ class _ColumnLinear(_ShardedLinear):
         rt, comm, (pd, gr) = self._rt, self.comm, self._precision_args()
         if self.sequence_parallel:
             m, problem, hint = self._sequence_m(x2, lead, m, problem)
-            fused = self.activation == "gelu" and rt.epilogue  # the GELU in AG+GEMM's epilogue
-            if torch.is_grad_enabled():
+            # the GELU in AG+GEMM's epilogue (the fp8 GEMMs take none: torch's GELU after them)
+            fused = self.activation == "gelu" and rt.epilogue and self.fp8_recipe is None
+            if self.fp8_recipe is not None:
+                run = _fp8.layer_run(self, x2, weight, bias, m, "ag")
+            elif torch.is_grad_enabled():
                 def run():
                     return _AllGatherMatmul.apply(x2, weight, bias, comm.id, m, rt, pd, gr, weight.requires_grad,
                                                   False, fused)[0]
@@ -350,7 +366,9 @@ class _ColumnLinear(_ShardedLinear):
             if problem:
                 raise _invalid(problem)
             fused = False
-            if torch.is_grad_enabled():
+            if self.fp8_recipe is not None:
+                y = _fp8.layer_run(self, x2, weight, bias, None, "local_ar")()
+            elif torch.is_grad_enabled():
                 y = _LinearAllReduceGrad.apply(x2, weight, bias, comm.id, rt.backend, pd, gr)
             else:
                 y = torch.nn.functional.linear(x2, weight, bias)
@@ -395,12 +413,15 @@ class ColumnParallelLinear(_ColumnLinear):
     reduction (GEMM+RS, or GEMM+AR without sequence parallelism), the same
     on every rank; gemm_reduction ("any" or "fp32"): the commgemm GEMMs';
     None: the comm's (docs/PYTHON.md, Precision). extra_repr names both.
+    fp8_recipe: None, or Float8CurrentScaling(), DelayedScaling() or
+    Float8BlockScaling() (commgemm.torch): the GEMMs of the forward and the
+    backward run in FP8 (docs/PYTHON.md, FP8); settable (layer.fp8_recipe).
     """
 
     def __init__(self, in_features, out_features, comm, bias=True, sequence_parallel=True, dtype=None,
                  device=None, backend=None, skip_bias_add=False, partial_dtype=None, gemm_reduction=None,
                  partition_multiple=None, partition_sizes=None, gather_output=False, batch_first=False,
-                 activation=None):
+                 activation=None, fp8_recipe=None):
         if activation not in (None, "gelu"):
             raise _invalid(f"{type(self).__name__}: activation={activation!r}: expected None or 'gelu' (the tanh "
                            "form, F.gelu(approximate='tanh'))")
@@ -411,6 +432,7 @@ class ColumnParallelLinear(_ColumnLinear):
                          skip_bias_add, partial_dtype, gemm_reduction, partition_multiple, partition_sizes,
                          gather_output, batch_first, fused=False)
         self.activation = activation
+        self.fp8_recipe = fp8_recipe
         self.partition = self.partitions[0]
         self.out_local = self._locals[0]
         self.out_offset = self._offsets[0]
@@ -449,10 +471,11 @@ class FusedColumnParallelLinear(_ColumnLinear):
 
     def __init__(self, in_features, out_features, comm, bias=True, sequence_parallel=True, dtype=None,
                  device=None, backend=None, partial_dtype=None, gemm_reduction=None, partition_multiple=None,
-                 partition_sizes=None, gather_output=False, batch_first=False):
+                 partition_sizes=None, gather_output=False, batch_first=False, fp8_recipe=None):
         super().__init__(in_features, out_features, comm, bias, sequence_parallel, dtype, device, backend,
                          False, partial_dtype, gemm_reduction, partition_multiple, partition_sizes, gather_output,
                          batch_first, fused=True)
+        self.fp8_recipe = fp8_recipe
         self.out_locals = self._locals
         self.out_offsets = self._offsets
 
@@ -508,12 +531,13 @@ class RowParallelLinear(_ShardedLinear):
     partial_dtype ("fp32" or "output"): the partials the forward's GEMM+RS
     (GEMM+AR without sequence parallelism) sends, the same on every rank;
     gemm_reduction ("any" or "fp32"): the commgemm GEMMs'; None: the comm's
-    (docs/PYTHON.md, Precision). extra_repr names both.
+    (docs/PYTHON.md, Precision). extra_repr names both. fp8_recipe: as
+    ColumnParallelLinear's.
     """
 
     def __init__(self, in_features, out_features, comm, bias=True, sequence_parallel=True, dtype=None,
                  device=None, backend=None, skip_bias_add=False, partial_dtype=None, gemm_reduction=None,
-                 partition_multiple=None, partition_sizes=None, batch_first=False):
+                 partition_multiple=None, partition_sizes=None, batch_first=False, fp8_recipe=None):
         self.partition = partition(in_features, comm, partition_multiple, partition_sizes, type(self).__name__,
                                    "in_features")
         in_local = self.partition[comm.rank]
@@ -522,6 +546,7 @@ class RowParallelLinear(_ShardedLinear):
                          batch_first)
         self.in_local = in_local
         self.in_offset = sum(self.partition[:comm.rank])
+        self.fp8_recipe = fp8_recipe
         self.reset_parameters()
 
     def _weight_shard(self, full):
@@ -544,7 +569,11 @@ class RowParallelLinear(_ShardedLinear):
             bias = None
         rt, comm, (pd, gr) = self._rt, self.comm, self._precision_args()
         grad = torch.is_grad_enabled()
-        if self.sequence_parallel:
+        if self.fp8_recipe is not None:
+            if self.sequence_parallel:
+                check_positions(what, lead, x2.shape[0], comm)
+            run = _fp8.layer_run(self, x2, weight, bias, None, "rs" if self.sequence_parallel else "ar")
+        elif self.sequence_parallel:
             check_positions(what, lead, x2.shape[0], comm)
             if grad:
                 def run():
@@ -622,6 +651,7 @@ class ParallelMLP(torch.nn.Module):
         """Whether the forward and backward run as one sequence of epilogue ops."""
         rt1, rt2 = self.fc1._rt, self.fc2._rt
         return (self.fc1.sequence_parallel and torch.is_grad_enabled() and rt1 == rt2 and rt1.epilogue
+                and self.fc1.fp8_recipe is None and self.fc2.fp8_recipe is None
                 and rt1.gathered and rt1.bulk_epilogue
                 and self.fc1._precision_args() == self.fc2._precision_args())
 

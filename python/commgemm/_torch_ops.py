@@ -236,7 +236,7 @@ def _(a, b, send, comm_id, layout, collective, m, backend, gemm_reduction):
 _EPILOGUE_OPS = ("ag", "rs", "ar", "gemm")
 
 
-def _epilogue_shapes(op, x, weight, comm, m, layout, epilogue, return_gathered, shard_rows_of):
+def _epilogue_shapes(op, x, weight, m, layout, epilogue, return_gathered, shard_rows_of):
     """Shapes of matmul_epilogue's outputs: y, gathered ((0,) unless asked), aux ((0,) unless
     GELU_AUX writes it), bgrad ((0,) unless DGELU_BGRAD ([n]) or BGRAD ([y rows]))."""
     if op not in _EPILOGUE_OPS:
@@ -263,7 +263,7 @@ def _matmul_epilogue_op(op: str, x: Tensor, weight: Tensor, bias: Optional[Tenso
     pre-activation DGELU/DGELU_BGRAD read. Returns (y, gathered, aux written by GELU_AUX, bgrad),
     each (0,)-shaped where the call makes none."""
     comm = comm_by_id(comm_id)
-    shapes = _epilogue_shapes(op, x, weight, comm, m, layout, epilogue, return_gathered, comm.shard_rows)
+    shapes = _epilogue_shapes(op, x, weight, m, layout, epilogue, return_gathered, comm.shard_rows)
     with _Launch(x) as launch:
         y, gathered, aux_out, bgrad = (torch.empty(s, dtype=x.dtype, device=x.device) for s in shapes)
         mx, x_keep = _as_matrix("x", x)
@@ -305,7 +305,7 @@ def _matmul_epilogue_op(op: str, x: Tensor, weight: Tensor, bias: Optional[Tenso
 def _(op, x, weight, bias, aux, comm_id, m, layout, backend, epilogue, partial_dtype, gemm_reduction,
       return_gathered):
     comm = comm_by_id(comm_id)
-    shapes = _epilogue_shapes(op, x, weight, comm, m, layout, epilogue, return_gathered,
+    shapes = _epilogue_shapes(op, x, weight, m, layout, epilogue, return_gathered,
                               lambda rows: _sym_shard_rows(rows, comm.rank, comm.size))
     return tuple(x.new_empty(s) for s in shapes)
 

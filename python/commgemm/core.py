@@ -12,6 +12,7 @@ import threading
 from typing import Dict, Optional, Union
 
 from . import _lib
+from . import fp8 as _fp8
 from ._lib import (Collective, DType, InvalidArgumentError, Layout, Op, Status,
                    check, shard_offset, shard_rows)
 
@@ -373,15 +374,55 @@ def numpy_dtype_to_cgm(dtype):
     bf16 = _bf16_dtype()
     if bf16 is not None and dtype == bf16:
         return DType.BF16
+    if _fp8.is_fp8_name(dtype.name):
+        return _fp8.cgm_dtype(dtype.name)
     raise InvalidArgumentError(
         Status.INVALID_ARGUMENT,
-        f"dtype {dtype}: expected float32, float16 or bfloat16 (bfloat16 needs the ml_dtypes package)")
+        f"dtype {dtype}: expected float32, float16, bfloat16 or (X and W, with their scales) float8_e4m3fn / "
+        "float8_e5m2 (bfloat16 and float8 need the ml_dtypes package)")
 
 
-def _matrix(name, a, allow_none=False):
+def _matrix(name, a, allow_none=False, scale=None, w_like=False):
     """cgm_matrix of a 2-D numpy array whose rows are contiguous (any row
     stride >= cols: ld comes from strides[0]). The caller keeps `a` alive
-    for the duration of the call."""
+    for the duration of the call. fp8 arrays take their scales (`scale`,
+    a float32 array whose shape gives the recipe: commgemm.fp8.scaling_of;
+    w_like: the W operand's block recipe), which the caller keeps alive too."""
+    m = _plain_matrix(name, a, allow_none)
+    if m is not None:
+        _set_scale(name, m, a, scale, w_like)
+    return m
+
+
+def _set_scale(name, m, a, scale, w_like):
+    """The scale and scaling of an fp8 matrix; refuses a missing scale, a
+    scale on a non-fp8 matrix, a scale of the wrong shape or dtype."""
+    np = _np()
+    fp8 = m.dtype in (DType.FP8_E4M3, DType.FP8_E5M2)
+    if not fp8:
+        if scale is not None:
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                       f"{name}_scale given, but {name} is {a.dtype}: scales go with float8 "
+                                       f"operands only; pass {name}_scale=None or a float8 {name}")
+        return
+    if scale is None:
+        block = _fp8.Scaling.BLOCK_128X128 if w_like else _fp8.Scaling.BLOCK_1X128
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                   f"{name} is {a.dtype} without {name}_scale: an fp8 operand needs its fp32 scales "
+                                   f"(value = code * scale): pass {name}_scale=, shape () or (1,) for one scale, "
+                                   f"{_fp8.scale_shape(block, m.rows, m.cols)}"
+                                   " for block scaling (commgemm.fp8.quantize makes both)")
+    if not isinstance(scale, np.ndarray) or scale.dtype != np.float32 or not scale.flags.c_contiguous:
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                   f"{name}_scale: expected a C-contiguous float32 numpy array, got "
+                                   f"{type(scale).__name__} {getattr(scale, 'dtype', '')} (numpy.ascontiguousarray("
+                                   f"s, dtype=numpy.float32))")
+    m.scaling = int(_fp8.scaling_of(name, scale.shape, m.rows, m.cols, w_like))
+    if scale.size:
+        m.scale = scale.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+
+
+def _plain_matrix(name, a, allow_none=False):
     np = _np()
     if a is None:
         if allow_none:
@@ -421,8 +462,41 @@ def _writable(name, a):
         raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"{name} is read-only: outputs must be writable")
 
 
+def _fp8_output(name, my, out, y_scale, y_amax, opts):
+    """An fp8 output's quantization scale (y_scale: a float or a 1-element
+    float32 array; it multiplies on quantize) and amax (y_amax: None or a
+    writable 1-element float32 array that receives max |r|). Returns what
+    the call must keep alive."""
+    np = _np()
+    fp8 = my is not None and my.dtype in (DType.FP8_E4M3, DType.FP8_E5M2)
+    if not fp8:
+        if y_scale is not None or y_amax is not None:
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                       f"y_scale / y_amax given, but {name} is {getattr(out, 'dtype', None)}: they go "
+                                       "with a float8 output only (out_dtype=ml_dtypes.float8_e4m3fn or float8_e5m2)")
+        return None
+    if y_scale is None:
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                   f"{name} is {out.dtype} without y_scale: an fp8 output needs its quantization "
+                                   "scale (Y = sat(rne(r * y_scale))): pass y_scale=1.0 or fp8_max / amax")
+    ys = np.ascontiguousarray(np.asarray(y_scale, dtype=np.float32).reshape(-1))
+    if ys.size != 1:
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                   f"y_scale has {ys.size} values: expected one (per-tensor scaling of Y)")
+    my.scale = ys.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+    my.scaling = int(_fp8.Scaling.TENSOR)
+    if y_amax is not None:
+        if not (isinstance(y_amax, np.ndarray) and y_amax.dtype == np.float32 and y_amax.size == 1
+                and y_amax.flags.writeable):
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                       "y_amax: expected a writable 1-element float32 numpy array (it receives "
+                                       "max |r| of this rank's Y), e.g. numpy.zeros(1, numpy.float32)")
+        opts.y_amax = y_amax.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+    return ys
+
+
 def _options(layout="TN", accumulate=False, algo="auto", splits=0, backend=None, allow_tf32=False,
-             partial_dtype=None, gemm_reduction=None):
+             partial_dtype=None, gemm_reduction=None, fp8_fast_accum=False):
     o = _lib.cgm_op_options.init()
     o.layout = _lib.parse_layout(layout)
     o.accumulate = int(bool(accumulate))
@@ -432,6 +506,7 @@ def _options(layout="TN", accumulate=False, algo="auto", splits=0, backend=None,
     o.allow_tf32 = int(bool(allow_tf32))
     o.partial_dtype = _lib.parse_partial_dtype(partial_dtype)
     o.gemm_reduction = _lib.parse_gemm_reduction(gemm_reduction)
+    o.fp8_fast_accum = int(bool(fp8_fast_accum))
     return o
 
 
@@ -452,10 +527,11 @@ class _Epilogue:
         self.extras = []
         self._keep = []
         writes_aux = e == _lib.Epilogue.GELU_AUX
-        if writes_aux and aux is None and out is not None:
-            aux = _np().empty(out.shape, dtype=out.dtype)
+        fp8_out = out is not None and _fp8.is_fp8_name(_np().dtype(out.dtype).name)
+        if writes_aux and aux is None and out is not None:  # Y's dtype; bf16 beside an fp8 Y
+            aux = _np().empty(out.shape, dtype=_bf16_dtype() if fp8_out else out.dtype)
         if e in (_lib.Epilogue.DGELU_BGRAD, _lib.Epilogue.BGRAD) and bgrad is None and out is not None:
-            bgrad = _np().empty((bgrad_len,), dtype=out.dtype)
+            bgrad = _np().empty((bgrad_len,), dtype=_np().float32 if fp8_out else out.dtype)
         if writes_aux:
             _writable("aux", aux)
             self.extras.append(aux)
@@ -468,7 +544,7 @@ class _Epilogue:
         for field, name, a in (("aux", "aux", aux), ("bgrad", "bgrad", bgrad)):
             if a is None:
                 continue
-            mat = _matrix(name, a)
+            mat = _plain_matrix(name, a)
             self._keep.append(mat)
             setattr(opts, field, ctypes.pointer(mat))
 
@@ -509,7 +585,8 @@ def _check_2d(name, a):
 
 def all_gather_gemm(comm, x_shard, w, bias=None, out=None, gathered=None, layout="TN", accumulate=False,
                     algo="auto", splits=0, backend=None, m=None, out_dtype=None, allow_tf32=False,
-                    gemm_reduction=None, epilogue=None, aux=None, bgrad=None):
+                    gemm_reduction=None, x_scale=None, w_scale=None, y_scale=None, y_amax=None,
+                    gathered_scale=None, fp8_fast_accum=False, epilogue=None, aux=None, bgrad=None):
     """AG+GEMM on numpy arrays (host backend): out[m, n] = allgather(x_shard) . op(w) (+ bias).
 
     x_shard: this rank's rows, [m_r, k] (TN, NN) or [k, m_r] (NT), m_r = shard_rows(m, rank, P).
@@ -521,50 +598,88 @@ def all_gather_gemm(comm, x_shard, w, bias=None, out=None, gathered=None, layout
     when None) and dgelu/dgelu_bgrad read; bgrad: the [n] bias gradient of dgelu_bgrad
     (allocated when None). Returns out, then gathered (when not None), then the aux that
     gelu_aux wrote, then the bgrad; a single array alone.
+
+    FP8 (layout TN; docs/FP8.md): x_shard and w float8 (ml_dtypes) with x_scale and w_scale
+    (commgemm.fp8: () / (1,) per tensor, 2-D per block); the output defaults to float32, or is
+    float8 with y_scale (and y_amax, a 1-element float32 array receiving max |r|). With
+    gathered, also its scales (gathered_scale: P floats per tensor, rank s's at [s], or
+    [m, ceil(k/128)]), returned after gathered.
     """
     handle = _check_comm(comm)
     lay = _lib.parse_layout(layout)
     _check_2d("x_shard", x_shard)
     _check_2d("w", w)
+    _fp8_layout(lay, x_shard, w)
     if m is None:
         m = out.shape[0] if out is not None else _split_len(lay, x_shard) * comm.size
     if out is None:
-        out = _alloc((m, _out_cols(lay, w)), out_dtype or x_shard.dtype, accumulate, "out")
+        out = _alloc((m, _out_cols(lay, w)), out_dtype or _default_out(x_shard), accumulate, "out")
     want_gathered = gathered is not None and gathered is not False
     if gathered is True:
         k = x_shard.shape[0] if lay == Layout.NT else x_shard.shape[1]
         gathered = _np().empty((k, m) if lay == Layout.NT else (m, k), dtype=x_shard.dtype)
     _writable("out", out)
     _writable("gathered", gathered if want_gathered else None)
-    mx = _matrix("x_shard", x_shard)
-    mw = _matrix("w", w)
+    mx = _matrix("x_shard", x_shard, scale=x_scale)
+    mw = _matrix("w", w, scale=w_scale, w_like=True)
     mb = _matrix("bias", bias, allow_none=True)
-    my = _matrix("out", out)
-    mg = _matrix("gathered", gathered) if want_gathered else None
-    opts = _options(lay, accumulate, algo, splits, backend, allow_tf32, gemm_reduction=gemm_reduction)
+    my = _plain_matrix("out", out)
+    mg = _plain_matrix("gathered", gathered) if want_gathered else None
+    fp8_gathered = want_gathered and mx.dtype in (DType.FP8_E4M3, DType.FP8_E5M2)
+    if fp8_gathered:
+        if gathered_scale is None:
+            P = comm.size
+            shape = (P,) if mx.scaling == _fp8.Scaling.TENSOR else _fp8.scale_shape(mx.scaling, m, mx.cols)
+            gathered_scale = _np().zeros(shape, _np().float32)
+        _writable("gathered_scale", gathered_scale)
+        if gathered_scale.size:
+            mg.scale = gathered_scale.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        mg.scaling = mx.scaling
+    opts = _options(lay, accumulate, algo, splits, backend, allow_tf32, gemm_reduction=gemm_reduction,
+                    fp8_fast_accum=fp8_fast_accum)
+    ys = _fp8_output("out", my, out, y_scale, y_amax, opts)  # noqa: F841 - kept alive for the call
     ep = _Epilogue(opts, epilogue, aux, bgrad, out, out.shape[1])
     check(_lib.lib().cgm_all_gather_gemm(handle, _ref(mx), _ref(mw), _ref(mb), _ref(my),
                                          _ref(mg), ctypes.byref(opts), None))
-    return ep.result(out, gathered if want_gathered else None)
+    return ep.result(out, gathered if want_gathered else None, gathered_scale if fp8_gathered else None)
+
+
+def _fp8_layout(lay, *arrays):
+    """fp8 operands take layout TN only: refused here, before their scales'
+    shapes (which assume TN) are read, as the library refuses it."""
+    if lay != Layout.TN and any(a is not None and _fp8.is_fp8_name(getattr(a, "dtype", "")) for a in arrays):
+        raise _lib.NotSupportedError(
+            Status.NOT_SUPPORTED,
+            f"fp8 operands with layout {lay.name}: fp8 takes layout TN only (Hopper's FP8 tensor cores read both "
+            "operands K-major); pass x as [m, k] and w as [n, k] (transposed copies) with layout='TN'")
+
+
+def _default_out(x):
+    """The output dtype when none is given: x's, float32 for fp8 inputs."""
+    np = _np()
+    return np.float32 if _fp8.is_fp8_name(np.dtype(x.dtype).name) else x.dtype
 
 
 def _gemm_then_reduce(c_function, comm, x, w, bias, out, layout, accumulate, algo, splits, backend, out_dtype,
-                      allow_tf32, partial_dtype, gemm_reduction, shard_rows, epilogue, aux, bgrad):
+                      allow_tf32, partial_dtype, gemm_reduction, shard_rows, fp8, epilogue, aux, bgrad):
     """GEMM+RS (shard_rows: out holds this rank's rows) and GEMM+AR (all rows)."""
     handle = _check_comm(comm)
     lay = _lib.parse_layout(layout)
     _check_2d("x", x)
     _check_2d("w", w)
+    _fp8_layout(lay, x, w)
     if out is None:
         m = _split_len(lay, x)
         rows = comm.shard_rows(m) if shard_rows else m
-        out = _alloc((rows, _out_cols(lay, w)), out_dtype or x.dtype, accumulate, "out")
+        out = _alloc((rows, _out_cols(lay, w)), out_dtype or _default_out(x), accumulate, "out")
     _writable("out", out)
-    mx = _matrix("x", x)
-    mw = _matrix("w", w)
+    x_scale, w_scale, y_scale, y_amax, fast = fp8
+    mx = _matrix("x", x, scale=x_scale)
+    mw = _matrix("w", w, scale=w_scale, w_like=True)
     mb = _matrix("bias", bias, allow_none=True)
-    my = _matrix("out", out)
-    opts = _options(lay, accumulate, algo, splits, backend, allow_tf32, partial_dtype, gemm_reduction)
+    my = _plain_matrix("out", out)
+    opts = _options(lay, accumulate, algo, splits, backend, allow_tf32, partial_dtype, gemm_reduction, fast)
+    ys = _fp8_output("out", my, out, y_scale, y_amax, opts)  # noqa: F841 - kept alive for the call
     ep = _Epilogue(opts, epilogue, aux, bgrad, out, out.shape[1])
     check(c_function(handle, _ref(mx), _ref(mw), _ref(mb), _ref(my), ctypes.byref(opts), None))
     return ep.result(out)
@@ -572,6 +687,7 @@ def _gemm_then_reduce(c_function, comm, x, w, bias, out, layout, accumulate, alg
 
 def gemm_reduce_scatter(comm, x, w, bias=None, out=None, layout="TN", accumulate=False, algo="auto", splits=0,
                         backend=None, out_dtype=None, allow_tf32=False, partial_dtype=None, gemm_reduction=None,
+                        x_scale=None, w_scale=None, y_scale=None, y_amax=None, fp8_fast_accum=False,
                         epilogue=None, aux=None, bgrad=None):
     """GEMM+RS on numpy arrays: out[m_r, n] = this rank's rows of sum_ranks x . op(w) (+ bias, once).
 
@@ -579,41 +695,49 @@ def gemm_reduce_scatter(comm, x, w, bias=None, out=None, layout="TN", accumulate
     partial_dtype: "fp32" or "output", the same on every rank (None: the comm's); the host
     backend always sums exact fp32 partials. epilogue, aux, bgrad: as all_gather_gemm's, applied
     after the reduction (aux shaped like out; dgelu_bgrad's bgrad sums all m rows, on every rank).
+    FP8 (x_scale, w_scale, y_scale, y_amax, fp8_fast_accum): as all_gather_gemm's; each rank's x
+    and w have their own scales.
     """
     return _gemm_then_reduce(_lib.lib().cgm_gemm_reduce_scatter, comm, x, w, bias, out, layout, accumulate, algo,
-                             splits, backend, out_dtype, allow_tf32, partial_dtype, gemm_reduction, True, epilogue,
-                             aux, bgrad)
+                             splits, backend, out_dtype, allow_tf32, partial_dtype, gemm_reduction, True,
+                             (x_scale, w_scale, y_scale, y_amax, fp8_fast_accum), epilogue, aux, bgrad)
 
 
 def gemm_all_reduce(comm, x, w, bias=None, out=None, layout="TN", accumulate=False, algo="auto", splits=0,
                     backend=None, out_dtype=None, allow_tf32=False, partial_dtype=None, gemm_reduction=None,
+                    x_scale=None, w_scale=None, y_scale=None, y_amax=None, fp8_fast_accum=False,
                     epilogue=None, aux=None, bgrad=None):
     """GEMM+AR on numpy arrays: out[m, n] = sum_ranks x . op(w) (+ bias, once), on every rank.
-    partial_dtype, gemm_reduction, epilogue, aux, bgrad: as gemm_reduce_scatter's."""
+    partial_dtype, gemm_reduction, epilogue, aux, bgrad, FP8: as gemm_reduce_scatter's (an fp8
+    out is the same on every rank where every rank passes the same y_scale)."""
     return _gemm_then_reduce(_lib.lib().cgm_gemm_all_reduce, comm, x, w, bias, out, layout, accumulate, algo,
-                             splits, backend, out_dtype, allow_tf32, partial_dtype, gemm_reduction, False, epilogue,
-                             aux, bgrad)
+                             splits, backend, out_dtype, allow_tf32, partial_dtype, gemm_reduction, False,
+                             (x_scale, w_scale, y_scale, y_amax, fp8_fast_accum), epilogue, aux, bgrad)
 
 
 def bulk_overlap(comm, a=None, b=None, c=None, bias=None, send=None, recv=None, collective="all_gather",
                  layout="TN", accumulate=False, algo="auto", splits=0, backend=None, m=None, out_dtype=None,
-                 allow_tf32=False, gemm_reduction=None, epilogue=None, aux=None, bgrad=None):
+                 allow_tf32=False, gemm_reduction=None, a_scale=None, b_scale=None, c_scale=None, c_amax=None,
+                 fp8_fast_accum=False, epilogue=None, aux=None, bgrad=None):
     """A local GEMM c = op(a) . op(b) (+ bias) overlapped with an unrelated collective
     (all_gather: send [m_r, cols] -> recv [m, cols]; reduce_scatter: send [m, cols] -> recv
     [m_r, cols], fp32 sums). Either half may be left out (a, b, c None, or send, recv None).
     m (all_gather only): total rows, default recv.shape[0], else m_r * P. epilogue, aux,
     bgrad: the GEMM's, as all_gather_gemm's, plus "bgrad" (bgrad [c rows] = sums of op(a)
     along the contraction: the bias gradient of a weight-gradient GEMM).
+    FP8: a and b float8 (layout TN) with a_scale and b_scale (as all_gather_gemm's x_scale and
+    w_scale), c float32 by default or float8 with c_scale (and c_amax).
     Returns (c, recv) (None for a half left out), then the aux and bgrad the epilogue wrote."""
     handle = _check_comm(comm)
     lay = _lib.parse_layout(layout)
     coll = _lib.parse_collective(collective)
     np = _np()
+    _fp8_layout(lay, a, b)
     has_gemm = a is not None or b is not None or c is not None
     if has_gemm and a is not None and b is not None and c is None:
         _check_2d("a", a)
         _check_2d("b", b)
-        c = _alloc((_split_len(lay, a), _out_cols(lay, b)), out_dtype or a.dtype, accumulate, "c")
+        c = _alloc((_split_len(lay, a), _out_cols(lay, b)), out_dtype or _default_out(a), accumulate, "c")
     if send is not None and recv is None:
         _check_2d("send", send)
         if coll == Collective.ALL_GATHER:
@@ -623,13 +747,15 @@ def bulk_overlap(comm, a=None, b=None, c=None, bias=None, send=None, recv=None, 
         recv = np.empty((rows, send.shape[1]), dtype=send.dtype)
     _writable("c", c)
     _writable("recv", recv)
-    ma = _matrix("a", a, allow_none=True)
-    mb_ = _matrix("b", b, allow_none=True)
+    ma = _matrix("a", a, allow_none=True, scale=a_scale)
+    mb_ = _matrix("b", b, allow_none=True, scale=b_scale, w_like=True)
     mbias = _matrix("bias", bias, allow_none=True)
-    mc = _matrix("c", c, allow_none=True)
+    mc = _plain_matrix("c", c, allow_none=True)
     ms = _matrix("send", send, allow_none=True)
     mr = _matrix("recv", recv, allow_none=True)
-    opts = _options(lay, accumulate, algo, splits, backend, allow_tf32, gemm_reduction=gemm_reduction)
+    opts = _options(lay, accumulate, algo, splits, backend, allow_tf32, gemm_reduction=gemm_reduction,
+                    fp8_fast_accum=fp8_fast_accum)
+    cs = _fp8_output("c", mc, c, c_scale, c_amax, opts)  # noqa: F841 - kept alive for the call
     bgrad_len = 0 if c is None else c.shape[0 if _lib.parse_epilogue(epilogue) == _lib.Epilogue.BGRAD else 1]
     ep = _Epilogue(opts, epilogue, aux, bgrad, c, bgrad_len)
     check(_lib.lib().cgm_bulk_overlap(handle, _ref(ma), _ref(mb_), _ref(mbias), _ref(mc), int(coll),

@@ -18,17 +18,21 @@ order, as with any collective). One process per rank, each with its own
 device; the comm must outlive the compiled programs that use it.
 """
 
+import dataclasses
+
 import numpy as np
 
 import jax
 import jax.numpy as jnp
 
 from . import _lib
-from ._lib import shard_rows
-from .core import Comm
+from . import fp8 as _fp8
+from ._lib import Scaling, shard_rows
+from .core import Comm, _fp8_layout
 
 __all__ = ["register", "all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce",
-           "bulk_matmul_collective", "column_parallel_linear", "row_parallel_linear", "parallel_mlp"]
+           "bulk_matmul_collective", "column_parallel_linear", "row_parallel_linear", "parallel_mlp", "amax",
+           "compute_scale", "cast_to_fp8", "quantize", "dequantize", "Float8CurrentScaling", "Float8BlockScaling"]
 
 _TARGETS = {
     "commgemm_all_gather_gemm": "cgm_xla_ffi_all_gather_gemm",
@@ -73,6 +77,41 @@ def _comm_attrs(comm, layout, algo, splits, backend, allow_tf32, partial_dtype=N
     if gemm_reduction is not None:
         attrs["gemm_reduction"] = np.int32(_lib.parse_gemm_reduction(gemm_reduction))
     return attrs
+
+
+def _fp8_inputs(x_name, x, w_name, w, x_scale, w_scale, layout):
+    """The scale operands and the scaling attribute of fp8 x and w (both
+    or neither: the library refuses a mixed pair), checked here: the scales
+    are given, float32 and shaped as commgemm.fp8.scaling_of says; layout TN."""
+    is8 = [_fp8.is_fp8_name(jnp.dtype(a.dtype).name) for a in (x, w)]
+    _fp8_layout(_lib.parse_layout(layout), x, w)
+    for name, a, sc, fp8 in ((x_name, x, x_scale, is8[0]), (w_name, w, w_scale, is8[1])):
+        if fp8 and sc is None:
+            raise ValueError(f"{name} is {a.dtype} without {name}_scale: an fp8 operand needs its float32 scales "
+                             f"(value = code * scale): pass {name}_scale (commgemm.jax.quantize makes it)")
+        if not fp8 and sc is not None:
+            raise ValueError(f"{name}_scale given, but {name} is {a.dtype}: scales go with float8 operands only")
+    if not any(is8):
+        return [], {}
+    if not all(is8):
+        return [], {}  # the library says what to pass (X and W fp8 alike)
+    xs = _fp8.scaling_of(x_name, x_scale.shape, *x.shape, w_like=False)
+    ws = _fp8.scaling_of(w_name, w_scale.shape, *w.shape, w_like=True)
+    for name, sc in ((x_name, x_scale), (w_name, w_scale)):
+        if jnp.dtype(sc.dtype) != jnp.float32:
+            raise ValueError(f"{name}_scale is {sc.dtype}: expected float32")
+    if (xs == Scaling.TENSOR) != (ws == Scaling.TENSOR):
+        raise ValueError(f"{x_name}_scale and {w_name}_scale: one is per tensor, the other per block: expected "
+                         "one recipe (both per tensor, or X 1x128 with W 128x128 blocks)")
+    return [x_scale, w_scale], {"scaling": np.int32(xs)}
+
+
+def _out_default(x, out_dtype):
+    """The output dtype: out_dtype, else x's, float32 for fp8 inputs (an fp8
+    output is not offered here)."""
+    if out_dtype is not None:
+        return jnp.dtype(out_dtype)
+    return jnp.dtype(jnp.float32) if _fp8.is_fp8_name(jnp.dtype(x.dtype).name) else jnp.dtype(x.dtype)
 
 
 def _check_2d(name, a):
@@ -142,8 +181,8 @@ def _epilogue(epilogue, aux, y, bgrad_len, operands, results, attrs):
 
 
 def all_gather_matmul(x_shard, w, bias=None, *, comm, m=None, layout="TN", algo="auto", splits=0, backend=None,
-                      allow_tf32=False, out_dtype=None, return_gathered=False, gemm_reduction=None, epilogue=None,
-                      aux=None, _after=None, _marked=False):
+                      allow_tf32=False, out_dtype=None, return_gathered=False, gemm_reduction=None, x_scale=None,
+                      w_scale=None, fp8_fast_accum=False, epilogue=None, aux=None, _after=None, _marked=False):
     """AG+GEMM: Y[m, n] = allgather(X) . op(W) (+ bias), cgm_all_gather_gemm.
 
     x_shard: this rank's rows, [m_r, k] (TN, NN) or [k, m_r] (NT), m_r =
@@ -154,6 +193,11 @@ def all_gather_matmul(x_shard, w, bias=None, *, comm, m=None, layout="TN", algo=
     out_dtype: x's dtype (default) or float32. With return_gathered, also
     the gathered X ([m, k], or [k, m] for NT). gemm_reduction: "any" or
     "fp32" (None: the comm's; every op takes it, docs/PYTHON.md).
+    FP8 (layout TN): float8_e4m3fn / float8_e5m2 x_shard and w with x_scale
+    and w_scale (float32; () or (1,) per tensor, 2-D per block: commgemm.fp8);
+    the output is float32 unless out_dtype says; with return_gathered also
+    the gathered scales (P per tensor, rank s's at [s]; [m, ceil(k/128)]
+    per block), after the gathered X.
     epilogue: None, "gelu", "gelu_aux", "dgelu" or "dgelu_bgrad" (commgemm.h
     "Epilogues"); aux: the [m, n] pre-activation dgelu/dgelu_bgrad read.
     Returns y, then the gathered X (return_gathered), then the aux that
@@ -166,12 +210,17 @@ def all_gather_matmul(x_shard, w, bias=None, *, comm, m=None, layout="TN", algo=
     rows, k = _rows_k(layout, x_shard)
     m = _total_rows(comm, rows, m)
     n = _out_cols(layout, w)
-    out_dtype = jnp.dtype(out_dtype or x_shard.dtype)
-    results = [jax.ShapeDtypeStruct((m, n), out_dtype)]
+    scales, fp8_attrs = _fp8_inputs("x_shard", x_shard, "w", w, x_scale, w_scale, layout)
+    results = [jax.ShapeDtypeStruct((m, n), _out_default(x_shard, out_dtype))]
     if return_gathered:
         results.append(jax.ShapeDtypeStruct((k, m) if layout == "NT" else (m, k), x_shard.dtype))
-    operands = [x_shard, w] + ([bias] if bias is not None else [])
+        if scales:
+            per_tensor = fp8_attrs["scaling"] == Scaling.TENSOR
+            gs = (comm.size,) if per_tensor else _fp8.scale_shape(Scaling.BLOCK_1X128, m, k)
+            results.append(jax.ShapeDtypeStruct(gs, jnp.float32))
+    operands = [x_shard, w] + scales + ([bias] if bias is not None else [])
     attrs = _comm_attrs(comm, layout, algo, splits, backend, allow_tf32, gemm_reduction=gemm_reduction)
+    attrs.update(fp8_attrs, **({"fp8_fast_accum": np.int32(1)} if fp8_fast_accum else {}))
     extra = _epilogue(epilogue, aux, results[0], n, operands, results, attrs)
     out, marker = _call("commgemm_all_gather_gemm", results, operands, attrs, _after)
     return _with_marker(out if return_gathered or extra else out[0], marker, _marked)
@@ -191,55 +240,67 @@ def _total_rows(comm, rows, m, what="all_gather_matmul"):
 
 
 def _reduce_op(target, x, w, bias, comm, layout, algo, splits, backend, allow_tf32, out_dtype, partial_dtype,
-               gemm_reduction, scatter, epilogue=None, aux=None, after=None, marked=False):
+               gemm_reduction, scatter, fp8=(None, None, False), epilogue=None, aux=None, after=None,
+               marked=False):
     layout = _layout_name(layout)
     _check_2d("x", x)
     _check_2d("w", w)
+    scales, fp8_attrs = _fp8_inputs("x", x, "w", w, fp8[0], fp8[1], layout)
     m = _rows_k(layout, x)[0]
     rows = shard_rows(m, comm.rank, comm.size) if scatter else m
     n = _out_cols(layout, w)
-    results = [jax.ShapeDtypeStruct((rows, n), jnp.dtype(out_dtype or x.dtype))]
-    operands = [x, w] + ([bias] if bias is not None else [])
+    results = [jax.ShapeDtypeStruct((rows, n), _out_default(x, out_dtype))]
+    operands = [x, w] + scales + ([bias] if bias is not None else [])
     attrs = _comm_attrs(comm, layout, algo, splits, backend, allow_tf32, partial_dtype, gemm_reduction)
+    attrs.update(fp8_attrs, **({"fp8_fast_accum": np.int32(1)} if fp8[2] else {}))
     extra = _epilogue(epilogue, aux, results[0], n, operands, results, attrs)
     out, marker = _call(target, results, operands, attrs, after)
     return _with_marker(out if extra else out[0], marker, marked)
 
 
 def matmul_reduce_scatter(x, w, bias=None, *, comm, layout="TN", algo="auto", splits=0, backend=None,
-                          allow_tf32=False, out_dtype=None, partial_dtype=None, gemm_reduction=None, epilogue=None,
-                          aux=None, _after=None, _marked=False):
+                          allow_tf32=False, out_dtype=None, partial_dtype=None, gemm_reduction=None,
+                          x_scale=None, w_scale=None, fp8_fast_accum=False, epilogue=None, aux=None, _after=None,
+                          _marked=False):
     """GEMM+RS: this rank's rows [m_r, n] of sum_ranks X . op(W) (+ bias, added
     once), cgm_gemm_reduce_scatter. x: [m, k_loc] (TN, NN) or [k_loc, m]; w:
     [n, k_loc] (TN) or [k_loc, n]. partial_dtype: "fp32" or "output", the
     same on every rank; gemm_reduction: "any" or "fp32"; None: the comm's.
-    epilogue, aux: as all_gather_matmul's, applied after the reduction (aux
-    shaped like the output). Not differentiable: see row_parallel_linear."""
+    FP8: x_scale, w_scale, fp8_fast_accum as all_gather_matmul's (each
+    rank's x and w with their own scales). epilogue, aux: as
+    all_gather_matmul's, applied after the reduction (aux shaped like the
+    output). Not differentiable: see row_parallel_linear."""
     return _reduce_op("commgemm_gemm_reduce_scatter", x, w, bias, comm, layout, algo, splits, backend, allow_tf32,
-                      out_dtype, partial_dtype, gemm_reduction, True, epilogue, aux, _after, _marked)
+                      out_dtype, partial_dtype, gemm_reduction, True, (x_scale, w_scale, fp8_fast_accum), epilogue,
+                      aux, _after, _marked)
 
 
 def matmul_all_reduce(x, w, bias=None, *, comm, layout="TN", algo="auto", splits=0, backend=None,
-                      allow_tf32=False, out_dtype=None, partial_dtype=None, gemm_reduction=None, epilogue=None,
-                      aux=None, _after=None, _marked=False):
+                      allow_tf32=False, out_dtype=None, partial_dtype=None, gemm_reduction=None,
+                      x_scale=None, w_scale=None, fp8_fast_accum=False, epilogue=None, aux=None, _after=None,
+                      _marked=False):
     """GEMM+AR: Y[m, n] = sum_ranks X . op(W) (+ bias, added once) on every rank,
     cgm_gemm_all_reduce. Operands and options as matmul_reduce_scatter's."""
     return _reduce_op("commgemm_gemm_all_reduce", x, w, bias, comm, layout, algo, splits, backend, allow_tf32,
-                      out_dtype, partial_dtype, gemm_reduction, False, epilogue, aux, _after, _marked)
+                      out_dtype, partial_dtype, gemm_reduction, False, (x_scale, w_scale, fp8_fast_accum), epilogue,
+                      aux, _after, _marked)
 
 
 def bulk_matmul_collective(a=None, b=None, bias=None, send=None, *, comm, collective="all_gather", m=None,
                            layout="TN", algo="auto", backend=None, allow_tf32=False, out_dtype=None,
-                           gemm_reduction=None, epilogue=None, aux=None, _after=None, _marked=False):
+                           gemm_reduction=None, a_scale=None, b_scale=None, fp8_fast_accum=False, epilogue=None,
+                           aux=None, _after=None, _marked=False):
     """Bulk: a local GEMM C = op(a) . op(b) (+ bias) beside an unrelated
     collective on `send`, overlapped (cgm_bulk_overlap; e.g. the wgrad GEMM
     beside the dgrad's reduce-scatter). Either part may be left out (a and b
     None, or send None). collective: "all_gather" (send [m_r, cols] -> recv
     [m, cols]; m as in all_gather_matmul) or "reduce_scatter" (send [m, cols]
-    -> this rank's rows [m_r, cols], summed in fp32). epilogue, aux: the
-    GEMM's, as all_gather_matmul's, plus "bgrad" (the sums of op(a) along
-    the contraction, [c rows]: a weight gradient's bias gradient). Returns
-    (c, recv), None for a part left out, then what the epilogue wrote."""
+    -> this rank's rows [m_r, cols], summed in fp32). FP8: fp8 a and b (TN)
+    with a_scale and b_scale, as all_gather_matmul's x_scale and w_scale.
+    epilogue, aux: the GEMM's, as all_gather_matmul's, plus "bgrad" (the
+    sums of op(a) along the contraction, [c rows]: a weight gradient's bias
+    gradient). Returns (c, recv), None for a part left out, then what the
+    epilogue wrote."""
     layout = _layout_name(layout)
     gemm = a is not None or b is not None
     if gemm and (a is None or b is None):
@@ -248,12 +309,13 @@ def bulk_matmul_collective(a=None, b=None, bias=None, send=None, *, comm, collec
         raise ValueError("bulk_matmul_collective: bias without a GEMM (a, b)")
     if not gemm and send is None:
         raise ValueError("bulk_matmul_collective: expected a GEMM (a, b), a collective (send) or both")
-    results, operands, coll = [], [], -1
+    results, operands, coll, fp8_attrs = [], [], -1, {}
     if gemm:
         _check_2d("a", a)
         _check_2d("b", b)
-        results.append(jax.ShapeDtypeStruct((_rows_k(layout, a)[0], _out_cols(layout, b)), jnp.dtype(out_dtype or a.dtype)))
-        operands += [a, b] + ([bias] if bias is not None else [])
+        scales, fp8_attrs = _fp8_inputs("a", a, "b", b, a_scale, b_scale, layout)
+        results.append(jax.ShapeDtypeStruct((_rows_k(layout, a)[0], _out_cols(layout, b)), _out_default(a, out_dtype)))
+        operands += [a, b] + scales + ([bias] if bias is not None else [])
     attrs = _comm_attrs(comm, layout, algo, 0, backend, allow_tf32, gemm_reduction=gemm_reduction)
     extra = 0
     if gemm:
@@ -271,7 +333,9 @@ def bulk_matmul_collective(a=None, b=None, bias=None, send=None, *, comm, collec
             rows = shard_rows(send.shape[0], comm.rank, comm.size)
         results.append(jax.ShapeDtypeStruct((rows, send.shape[1]), send.dtype))
         operands.append(send)
-    attrs.update(gemm=np.int32(gemm), bias=np.int32(bias is not None), collective=np.int32(coll))
+    attrs.update(gemm=np.int32(gemm), bias=np.int32(bias is not None), collective=np.int32(coll), **fp8_attrs)
+    if fp8_fast_accum:
+        attrs["fp8_fast_accum"] = np.int32(1)
     out, marker = _call("commgemm_bulk_overlap", results, operands, attrs, _after)
     out = list(out)
     c = out.pop(0) if gemm else None
@@ -470,7 +534,8 @@ def _precision(partial_dtype, gemm_reduction):
 
 
 def column_parallel_linear(x, w, bias=None, *, comm, m=None, sequence_parallel=True, backend=None,
-                           allow_tf32=False, partial_dtype=None, gemm_reduction=None, activation=None):
+                           allow_tf32=False, partial_dtype=None, gemm_reduction=None, activation=None,
+                           fp8_recipe=None):
     """Column-parallel linear: w's rows (the output features) split over the
     ranks; w: [n_loc, k] (this rank's nn.Linear weight shard), bias: [n_loc]
     or None. Differentiable (jax.grad, jax.vjp); x may have leading dims
@@ -492,7 +557,14 @@ def column_parallel_linear(x, w, bias=None, *, comm, m=None, sequence_parallel=T
     ("any", "fp32"): the commgemm GEMMs'; None: the comm's (docs/PYTHON.md).
     activation="gelu": gelu(X . W^T + b), the tanh form (jax.nn.gelu(approximate=True)); with
     sequence parallelism on a backend with epilogues, in AG+GEMM's GELU_AUX epilogue (the
-    backward multiplies dY by gelu'(pre-activation) before the dgrad); elsewhere after the op."""
+    backward multiplies dY by gelu'(pre-activation) before the dgrad); elsewhere after the op.
+    fp8_recipe: Float8CurrentScaling() or Float8BlockScaling(): the forward, dgrad and wgrad
+    GEMMs in fp8 (docs/PYTHON.md "FP8"); no activation; host backend today."""
+    if fp8_recipe is not None:
+        _check_fp8_layer(fp8_recipe, "column_parallel_linear", activation)
+        x2, back = _rows_2d(x)
+        m = _total_rows(comm, x2.shape[0], m) if sequence_parallel else 0
+        return back(_col8(x2, w, bias, comm, int(m), backend, fp8_recipe))
     if activation not in (None, "gelu"):
         raise ValueError(f"column_parallel_linear: activation={activation!r}: expected None or 'gelu'")
     x2, back = _rows_2d(x)
@@ -567,7 +639,7 @@ _row_ar.defvjp(_row_ar_fwd, _row_ar_bwd)
 
 
 def row_parallel_linear(x, w, bias=None, *, comm, sequence_parallel=True, backend=None, allow_tf32=False,
-                        partial_dtype=None, gemm_reduction=None):
+                        partial_dtype=None, gemm_reduction=None, fp8_recipe=None):
     """Row-parallel linear: w's columns (the input features) split over the
     ranks; x: [m, k_loc] (e.g. a column-parallel layer's output; leading
     dims allowed), w: [n, k_loc], bias: [n] or None, the same on every rank
@@ -581,13 +653,177 @@ def row_parallel_linear(x, w, bias=None, *, comm, sequence_parallel=True, backen
 
     allow_tf32: as column_parallel_linear's. partial_dtype ("fp32",
     "output"): the forward's GEMM+RS/AR partials, the same on every rank;
-    gemm_reduction ("any", "fp32"): the commgemm GEMMs'; None: the comm's."""
+    gemm_reduction ("any", "fp32"): the commgemm GEMMs'; None: the comm's.
+    fp8_recipe: as column_parallel_linear's."""
     x2, back = _rows_2d(x)
+    if fp8_recipe is not None:
+        _check_fp8_layer(fp8_recipe, "row_parallel_linear")
+        return back(_row8(x2, w, bias, comm, backend, fp8_recipe, bool(sequence_parallel)))
     allow_tf32 = bool(allow_tf32)
     precision = _precision(partial_dtype, gemm_reduction)
     if not sequence_parallel:
         return back(_row_ar(x2, w, bias, comm, backend, allow_tf32, precision))
     return back(_row(x2, w, bias, comm, backend, allow_tf32, precision))
+
+
+# --------------------------------------------------------------------------
+# The layers in fp8 (fp8_recipe=): every GEMM of the forward
+# and the backward in fp8, layout TN, as commgemm.torch's layers:
+#   forward Y = X . W^T: TN(X, W); dgrad dX = dY . W: TN(dY, W^T); wgrad
+#   dW = dY^T . X: TN(dY^T, X^T), with transposed copies made once per step.
+# --------------------------------------------------------------------------
+
+_FORMATS = {"e4m3": (jnp.float8_e4m3fn, jnp.float8_e4m3fn), "hybrid": (jnp.float8_e4m3fn, jnp.float8_e5m2)}
+
+
+def _check_format(fmt):
+    if fmt not in _FORMATS:
+        raise ValueError(f"fp8_format {fmt!r}: expected 'hybrid' (e4m3 forward, e5m2 gradients) or 'e4m3'")
+
+
+@dataclasses.dataclass(frozen=True)
+class Float8CurrentScaling:
+    """Per-tensor scaling from each tensor's amax as it is cast
+    (TransformerEngine's Float8CurrentScaling): fp8_format "hybrid" (e4m3
+    forward, e5m2 gradients) or "e4m3"; scale = amax / fp8_max * 2^margin."""
+    fp8_format: str = "hybrid"
+    margin: int = 0
+
+    def __post_init__(self):
+        _check_format(self.fp8_format)
+
+
+@dataclasses.dataclass(frozen=True)
+class Float8BlockScaling:
+    """Block scaling: activations and gradients one scale per 1 x 128 along
+    k, weights one per 128 x 128 block. fp8_format "e4m3" or "hybrid"."""
+    fp8_format: str = "e4m3"
+
+    def __post_init__(self):
+        _check_format(self.fp8_format)
+
+
+def _fq(t, recipe, grad, w_like):
+    """t quantized under the recipe: (codes, scale); grad: a gradient (the
+    second format); w_like: 128 x 128 blocks (block scaling)."""
+    dtype = _FORMATS[recipe.fp8_format][1 if grad else 0]
+    if isinstance(recipe, Float8BlockScaling):
+        return quantize(t, dtype, Scaling.BLOCK_128X128 if w_like else Scaling.BLOCK_1X128)
+    return quantize(t, dtype, Scaling.TENSOR, recipe.margin)
+
+
+def _ft(codes, scale):
+    """The exact transposed copy of a per-tensor or 128 x 128 operand."""
+    return codes.T, (scale if scale.ndim < 2 else scale.T)
+
+
+def _gathered_values(codes, scale, comm):
+    """The values of AG+GEMM's gathered fp8 rows: per tensor, rank s's rows
+    times its scale (scale[s]); per block, codes times their 1 x 128 scales."""
+    if scale.ndim == 2:
+        return dequantize(codes, scale)
+    m = codes.shape[0]
+    rows = [shard_rows(m, s, comm.size) for s in range(comm.size)]
+    per_row = jnp.repeat(scale, np.array(rows), total_repeat_length=m)
+    return codes.astype(jnp.float32) * per_row[:, None]
+
+
+def _fp8_wgrad(comm, backend, g_t, x_t_values, recipe, w_dtype, after):
+    """dW = TN(dY^T, X^T): dY^T quantized X-like (as a gradient), X^T W-like;
+    the bulk op's local GEMM. Returns dW and the call's marker."""
+    _, bulk = _route(comm, backend, "fp8 wgrad")
+    gc, gs = _fq(g_t, recipe, True, False)
+    xc, xs = _fq(x_t_values, recipe, False, True)
+    (dw, _), mk = bulk_matmul_collective(gc, xc, comm=comm, backend=bulk, a_scale=gs, b_scale=xs,
+                                         out_dtype=jnp.float32, _after=after, _marked=True)
+    return dw.astype(w_dtype), mk
+
+
+def _local8(xc, xs, wc, ws, bias, comm, backend, out_dtype, after):
+    """A local fp8 GEMM TN(X, W) (+ bias): the bulk op's GEMM alone. Returns Y and its marker."""
+    _, bulk = _route(comm, backend, "fp8 local GEMM")
+    (y, _), mk = bulk_matmul_collective(xc, wc, bias, comm=comm, backend=bulk, a_scale=xs, b_scale=ws,
+                                        out_dtype=out_dtype, _after=after, _marked=True)
+    return y, mk
+
+
+def _col8_fwd(x, w, bias, comm, m, backend, recipe):
+    """m > 0: sequence-parallel (AG+GEMM; the backward's dX by GEMM+RS); m = 0:
+    x whole on every rank (a local GEMM; dX by GEMM+AR)."""
+    xc, xs = _fq(x, recipe, False, False)
+    wc, ws = _fq(w, recipe, False, True)
+    if m:
+        (y, xg, xgs), mk = all_gather_matmul(xc, wc, bias, comm=comm, m=m, backend=backend, out_dtype=x.dtype,
+                                             return_gathered=True, x_scale=xs, w_scale=ws, _marked=True)
+        xt = _gathered_values(xg, xgs, comm).T  # quantized again for dW (each rank's rows had their own scale)
+    else:
+        y, mk = _local8(xc, xs, wc, ws, bias, comm, backend, x.dtype, None)
+        xt = x.T
+    return y, (xt, wc, ws, bias is not None, mk, jnp.zeros((0,), x.dtype), jnp.zeros((0,), w.dtype))
+
+
+def _col8_bwd(comm, m, backend, recipe, res, grad_y):
+    xt, wc, ws, has_bias, mk, x0, w0 = res
+    grad_y = _tie(grad_y, mk)
+    gc, gs = _fq(grad_y, recipe, True, False)
+    wtc, wts = _ft(wc, ws)  # W^T [k, n_loc]
+    reduce = matmul_reduce_scatter if m else matmul_all_reduce
+    dx, mk = reduce(gc, wtc, comm=comm, backend=backend, x_scale=gs, w_scale=wts, out_dtype=x0.dtype, _after=mk,
+                    _marked=True)
+    dw, _ = _fp8_wgrad(comm, backend, grad_y.T, xt, recipe, w0.dtype, mk)
+    return dx, dw, (_bias_grad(grad_y) if has_bias else None)
+
+
+_col8 = jax.custom_vjp(lambda x, w, b, comm, m, backend, recipe: _col8_fwd(x, w, b, comm, m, backend, recipe)[0],
+                       nondiff_argnums=(3, 4, 5, 6))
+_col8.defvjp(_col8_fwd, _col8_bwd)
+
+
+def _row8_fwd(x, w, bias, comm, backend, recipe, sp):
+    """sp: GEMM+RS (the backward's dX by AG+GEMM); else GEMM+AR (a local backward)."""
+    xc, xs = _fq(x, recipe, False, False)
+    wc, ws = _fq(w, recipe, False, True)
+    reduce = matmul_reduce_scatter if sp else matmul_all_reduce
+    y, mk = reduce(xc, wc, bias, comm=comm, backend=backend, out_dtype=x.dtype, x_scale=xs, w_scale=ws,
+                   _marked=True)
+    return y, (x, wc, ws, bias is not None, mk, jnp.zeros((0,), w.dtype))
+
+
+def _row8_bwd(comm, backend, recipe, sp, res, grad_y):
+    x, wc, ws, has_bias, mk, w0 = res
+    grad_y = _tie(grad_y, mk)
+    gc, gs = _fq(grad_y, recipe, True, False)
+    wtc, wts = _ft(wc, ws)  # W^T [k_loc, n]
+    if not sp:  # dY the same on every rank: local GEMMs
+        dx, mk = _local8(gc, gs, wtc, wts, None, comm, backend, x.dtype, mk)
+        dw, _ = _fp8_wgrad(comm, backend, grad_y.T, x.T, recipe, w0.dtype, mk)
+        return dx, dw, (_bias_grad(grad_y) if has_bias else None)
+    (dx, gg, ggs), mk = all_gather_matmul(gc, wtc, comm=comm, m=x.shape[0], backend=backend, out_dtype=x.dtype,
+                                          return_gathered=True, x_scale=gs, w_scale=wts, _after=mk, _marked=True)
+    # dY^T from the gathered fp8 rows (quantized again), X^T from this rank's X
+    dw, mk = _fp8_wgrad(comm, backend, _gathered_values(gg, ggs, comm).T, x.T, recipe, w0.dtype, mk)
+    db = None
+    if has_bias:  # every rank's rows of dY summed, in high precision: GEMM+AR of [1, 1] ones by db_r [n, 1]
+        db_r = jnp.sum(grad_y, axis=0, dtype=jnp.float32).reshape(-1, 1)
+        db = matmul_all_reduce(jnp.ones((1, 1), jnp.float32), db_r, comm=comm, backend=backend, _after=mk)
+        db = db.reshape(-1).astype(grad_y.dtype)
+    return dx, dw, db
+
+
+_row8 = jax.custom_vjp(lambda x, w, b, comm, backend, recipe, sp: _row8_fwd(x, w, b, comm, backend, recipe, sp)[0],
+                       nondiff_argnums=(3, 4, 5, 6))
+_row8.defvjp(_row8_fwd, _row8_bwd)
+
+
+def _check_fp8_layer(recipe, what, activation=None):
+    if not isinstance(recipe, (Float8CurrentScaling, Float8BlockScaling)):
+        raise ValueError(f"{what}: fp8_recipe={recipe!r}: expected None, commgemm.jax.Float8CurrentScaling() or "
+                         "Float8BlockScaling() (delayed scaling: keep the amax history outside and pass the "
+                         "quantized operands to the ops)")
+    if activation is not None:
+        raise _lib.NotSupportedError(_lib.Status.NOT_SUPPORTED,
+                                     f"{what}: fp8_recipe with activation={activation!r}: the fp8 layers have no "
+                                     "fused activation: apply it after the layer")
 
 
 # The MLP block with its GELU and bias gradients in the ops' epilogues (sequence parallel).
@@ -649,3 +885,67 @@ def parallel_mlp(x, w1, b1, w2, b2, *, comm, m=None, sequence_parallel=True, bac
         m = _total_rows(comm, x2.shape[0], None, "parallel_mlp")
     precision = _precision(partial_dtype, gemm_reduction)
     return back(_mlp(x2, w1, b1, w2, b2, comm, int(m), backend, bool(allow_tf32), precision))
+
+
+# --------------------------------------------------------------------------
+# FP8 quantization in jax.numpy (commgemm.h "FP8"; commgemm.fp8 for numpy)
+# --------------------------------------------------------------------------
+
+
+def amax(x):
+    """max |x| as a float32 scalar (NaN propagates; 0 for an empty array)."""
+    return jnp.max(jnp.abs(x.astype(jnp.float32)), initial=0.0)
+
+
+def compute_scale(amax_, dtype, margin=0):
+    """The dequantize scale for an amax: amax / fp8_max * 2^margin; 1 where
+    amax is 0 or not finite."""
+    fmax = _fp8.FP8_MAX[jnp.dtype(dtype).name]
+    amax_ = jnp.asarray(amax_, jnp.float32)
+    s = amax_ * np.float32(2.0 ** margin / fmax)  # one fp32 product, as commgemm.fp8's
+    return jnp.where(jnp.isfinite(amax_) & (amax_ > 0), s, 1.0).astype(jnp.float32)
+
+
+def cast_to_fp8(x, dtype, multiplier=1.0):
+    """sat(rne(x * multiplier)) in fp8 `dtype` (saturating, NaN kept)."""
+    fmax = _fp8.FP8_MAX[jnp.dtype(dtype).name]
+    return jnp.clip(x.astype(jnp.float32) * multiplier, -fmax, fmax).astype(dtype)
+
+
+def _expand(scale, scaling, shape):
+    rows, cols = shape
+    if scaling == Scaling.TENSOR:
+        return scale.reshape(1, 1)
+    rb = 1 if scaling == Scaling.BLOCK_1X128 else _fp8.BLOCK
+    return jnp.repeat(jnp.repeat(scale, rb, axis=0)[:rows], _fp8.BLOCK, axis=1)[:, :cols]
+
+
+def quantize(x, dtype, scaling=Scaling.TENSOR, margin=0):
+    """(codes, scale) of a 2-D x in fp8 `dtype`: per tensor (scale (1,)) or
+    per 1x128 / 128x128 block (commgemm.fp8.scale_shape), from the amaxes;
+    codes * scale ~ x."""
+    scaling = Scaling(scaling)
+    x = x.astype(jnp.float32)
+    if scaling == Scaling.TENSOR:
+        a = amax(x).reshape(1)
+    else:
+        rows, cols = x.shape
+        rb = 1 if scaling == Scaling.BLOCK_1X128 else _fp8.BLOCK
+        R, C = -(-rows // rb), -(-cols // _fp8.BLOCK)
+        pad = jnp.zeros((R * rb, C * _fp8.BLOCK), jnp.float32).at[:rows, :cols].set(jnp.abs(x))
+        a = pad.reshape(R, rb, C, _fp8.BLOCK).max(axis=(1, 3))
+    s = compute_scale(a, dtype, margin)
+    return cast_to_fp8(x / _expand(s, scaling, x.shape), dtype), s
+
+
+def dequantize(codes, scale, dtype=jnp.float32):
+    """codes * scale per element (the recipe read from the scale's shape,
+    X-like for 2-D scales of one per row; W-like otherwise)."""
+    rows, cols = codes.shape
+    if scale.size == 1 and scale.ndim <= 1:
+        scaling = Scaling.TENSOR
+    elif scale.shape == _fp8.scale_shape(Scaling.BLOCK_1X128, rows, cols):
+        scaling = Scaling.BLOCK_1X128
+    else:
+        scaling = Scaling.BLOCK_128X128
+    return (codes.astype(jnp.float32) * _expand(scale, scaling, codes.shape)).astype(dtype)

@@ -15,6 +15,10 @@
 - `ParallelMLP`: column -> GELU -> row, its backward's dGELU and bias
   gradients in the overlapped ops' epilogues (docs/EPILOGUES.md).
 - `scatter_rows`, `gather_rows`: into and out of the sequence shards.
+- FP8: the layers' `fp8_recipe=` (`Float8CurrentScaling`, `DelayedScaling`,
+  `Float8BlockScaling`) and the quantization helpers (`quantize`,
+  `dequantize`, `transpose`, `amax`, `compute_scale`, `cast_to_fp8`), in
+  _torch_fp8.py.
 
 The custom ops themselves (tensor -> cgm_matrix, stream, fake kernels) are
 in _torch_ops.py, the autograd Functions of the layers' math in
@@ -40,13 +44,19 @@ from ._lib import Status
 from ._torch_autograd import _AllGatherMatmul, _MatmulAllReduce, _MatmulReduceScatter
 from ._torch_collectives import GatherRows, ScatterRows, all_gather_rows, route
 from ._torch_layers import (ColumnParallelLinear, FusedColumnParallelLinear, ParallelMLP,  # noqa: F401
-                            RowParallelLinear, _autocast, _backend_arg, _gemm_reduction_arg, _partial_dtype_arg, check_positions)
+                            RowParallelLinear, _autocast, _backend_arg, _gemm_reduction_arg, _partial_dtype_arg,
+                            check_positions)
+from ._torch_fp8 import (DelayedScaling, Float8BlockScaling, Float8CurrentScaling, Fp8Tensor, amax,  # noqa: F401
+                         cast_to_fp8, compute_scale, dequantize, quantize, transpose)
+from ._torch_fp8 import check_fp8_call
 from ._torch_ops import _ops
 from .core import Comm, Config
 
 __all__ = ["comm_from_process_group", "all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce",
            "bulk_matmul_collective", "scatter_rows", "gather_rows", "ColumnParallelLinear",
-           "FusedColumnParallelLinear", "ParallelMLP", "RowParallelLinear", "shard_rows"]
+           "FusedColumnParallelLinear", "ParallelMLP", "RowParallelLinear", "shard_rows", "Float8CurrentScaling",
+           "DelayedScaling", "Float8BlockScaling", "Fp8Tensor", "amax", "compute_scale", "cast_to_fp8", "quantize",
+           "dequantize", "transpose"]
 
 shard_rows = _lib.shard_rows
 
@@ -151,8 +161,43 @@ def _check_2d(name, t):
                                         f"{name} has shape {tuple(t.shape)}: expected 2-D [rows, features]")
 
 
+_FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _fp8_call_wanted(x, weight, x_scale, w_scale, out_dtype):
+    """Whether a functional call is an fp8 one (an fp8 operand); refuses
+    scales or an out_dtype given with no fp8 operand."""
+    if x.dtype in _FP8_DTYPES or weight.dtype in _FP8_DTYPES:
+        return True
+    given = [n for n, v in (("x_scale", x_scale), ("w_scale", w_scale), ("out_dtype", out_dtype)) if v is not None]
+    if given:
+        raise _lib.InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                        f"{', '.join(given)} given, but x is {x.dtype} and weight {weight.dtype}: "
+                                        "they go with float8 operands only (the output is x's dtype otherwise); "
+                                        "drop them or pass float8 x and weight")
+    return False
+
+
+def _fp8_call(op, x, weight, bias, x_scale, w_scale, comm, m, backend, out_dtype, return_gathered, partial_dtype,
+              gemm_reduction):
+    """torch.ops.commgemm.fp8_matmul after the checks that need no library
+    (layout, dtypes, scales' shapes); (y, gathered, gathered scales)."""
+    _, _, out_dtype = check_fp8_call(op, x, weight, x_scale, w_scale, out_dtype)
+    if bias is not None:
+        _check_bias(bias, weight.shape[0])
+    return _ops.fp8_matmul(op, x, weight, x_scale, w_scale, bias, comm.id, int(m), "TN", _backend_arg(backend),
+                           out_dtype, bool(return_gathered), _partial_dtype_arg(partial_dtype),
+                           _gemm_reduction_arg(gemm_reduction))
+
+
+def _check_bias(bias, n):
+    if bias.dim() != 1 or bias.shape[0] != n:
+        raise _lib.InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                        f"bias has shape {tuple(bias.shape)}: expected ({n},), one per output column")
+
+
 def all_gather_matmul(x_shard, weight, bias=None, *, comm, m=None, backend=None, return_gathered=False,
-                      partial_dtype=None, gemm_reduction=None):
+                      partial_dtype=None, gemm_reduction=None, x_scale=None, w_scale=None, out_dtype=None):
     """Y[m, n_loc] = allgather(x_shard) . weight^T (+ bias), on the current CUDA stream.
 
     x_shard: [m_r, k], this rank's rows (m_r = shard_rows(m, rank, P)). weight: [n_loc, k] (this
@@ -162,13 +207,23 @@ def all_gather_matmul(x_shard, weight, bias=None, *, comm, m=None, backend=None,
     the backend keeps it, cublasmp: docs/PYTHON.md). Differentiable in
     x_shard, weight and bias. partial_dtype ("fp32", "output") is the backward's (its dX is a
     GEMM+RS); gemm_reduction ("any", "fp32") every commgemm GEMM's; None: the comm's
-    (docs/PYTHON.md, Precision)."""
+    (docs/PYTHON.md, Precision).
+
+    FP8 (docs/PYTHON.md, "FP8"): x_shard and weight torch.float8_e4m3fn / float8_e5m2 with
+    x_scale and w_scale (float32; () or (1,) per tensor, [m_r, ceil(k/128)] and
+    [ceil(n_loc/128), ceil(k/128)] per block); Y is out_dtype (float32 by default, bfloat16,
+    float16); return_gathered gives (Y, gathered X codes [m, k], gathered scales: [P], rank s's
+    at [s], per tensor; [m, ceil(k/128)] per block). Not differentiable."""
     _check_2d("x_shard", x_shard)
     comm_id = _comm_arg(comm)
-    x_shard, weight, bias = _autocast(x_shard, weight, bias)
-    pd, gr = _partial_dtype_arg(partial_dtype), _gemm_reduction_arg(gemm_reduction)
     if m is None:
         m = x_shard.shape[0] * comm.size
+    if _fp8_call_wanted(x_shard, weight, x_scale, w_scale, out_dtype):
+        r = _fp8_call("ag", x_shard, weight, bias, x_scale, w_scale, comm, m, backend, out_dtype, return_gathered,
+                      partial_dtype, gemm_reduction)
+        return r if return_gathered else r[0]
+    x_shard, weight, bias = _autocast(x_shard, weight, bias)
+    pd, gr = _partial_dtype_arg(partial_dtype), _gemm_reduction_arg(gemm_reduction)
     rt = route(comm, _backend_arg(backend))
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x_shard, weight, bias)):
         y, gathered = _AllGatherMatmul.apply(x_shard, weight, bias, comm_id, m, rt, pd, gr, weight.requires_grad,
@@ -181,13 +236,18 @@ def all_gather_matmul(x_shard, weight, bias=None, *, comm, m=None, backend=None,
     return (y, gathered) if return_gathered else y
 
 
-def matmul_reduce_scatter(x, weight, bias=None, *, comm, backend=None, partial_dtype=None, gemm_reduction=None):
+def matmul_reduce_scatter(x, weight, bias=None, *, comm, backend=None, partial_dtype=None, gemm_reduction=None,
+                          x_scale=None, w_scale=None, out_dtype=None):
     """Y_r[m_r, n] = this rank's rows of sum_ranks x . weight^T (+ bias, added once), on the current
     CUDA stream. x: [m, k_loc]; weight: [n, k_loc]; bias: [n] or None. Differentiable.
     partial_dtype: "fp32" or "output" (the same on every rank), gemm_reduction: "any" or "fp32";
-    None: the comm's."""
+    None: the comm's. FP8: as all_gather_matmul's (x_scale [m, ceil(k_loc/128)] per block);
+    every rank's operands have their own scales. Not differentiable in fp8."""
     _check_2d("x", x)
     comm_id = _comm_arg(comm)
+    if _fp8_call_wanted(x, weight, x_scale, w_scale, out_dtype):
+        return _fp8_call("rs", x, weight, bias, x_scale, w_scale, comm, 0, backend, out_dtype, False,
+                         partial_dtype, gemm_reduction)[0]
     x, weight, bias = _autocast(x, weight, bias)
     pd, gr = _partial_dtype_arg(partial_dtype), _gemm_reduction_arg(gemm_reduction)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
@@ -195,11 +255,15 @@ def matmul_reduce_scatter(x, weight, bias=None, *, comm, backend=None, partial_d
     return _ops.matmul_reduce_scatter(x, weight, bias, comm_id, "TN", _backend_arg(backend), pd, gr)
 
 
-def matmul_all_reduce(x, weight, bias=None, *, comm, backend=None, partial_dtype=None, gemm_reduction=None):
+def matmul_all_reduce(x, weight, bias=None, *, comm, backend=None, partial_dtype=None, gemm_reduction=None,
+                      x_scale=None, w_scale=None, out_dtype=None):
     """Y[m, n] = sum_ranks x . weight^T (+ bias, added once), on every rank. Differentiable.
-    partial_dtype, gemm_reduction: as matmul_reduce_scatter's."""
+    partial_dtype, gemm_reduction, FP8: as matmul_reduce_scatter's."""
     _check_2d("x", x)
     comm_id = _comm_arg(comm)
+    if _fp8_call_wanted(x, weight, x_scale, w_scale, out_dtype):
+        return _fp8_call("ar", x, weight, bias, x_scale, w_scale, comm, 0, backend, out_dtype, False,
+                         partial_dtype, gemm_reduction)[0]
     x, weight, bias = _autocast(x, weight, bias)
     pd, gr = _partial_dtype_arg(partial_dtype), _gemm_reduction_arg(gemm_reduction)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):

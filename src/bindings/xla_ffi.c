@@ -13,10 +13,14 @@
  * Operands (row-major, dense): the op's X, W and, when present, a third,
  * the bias [n] or [1, n]. Results: Y and, for AG+GEMM when present, the
  * gathered X. Attributes: comm (u64, the cgm_comm pointer), layout, algo,
- * splits, backend, allow_tf32, partial_dtype, gemm_reduction (s32 each;
- * optional, defaults as CGM_OP_OPTIONS_INIT); bulk's parts (gemm, bias,
- * collective) at its
- * handler. The stream is XLA's on a GPU backend, NULL on the
+ * splits, backend, allow_tf32, partial_dtype, gemm_reduction,
+ * fp8_fast_accum (s32 each; optional, defaults as CGM_OP_OPTIONS_INIT);
+ * bulk's parts (gemm, bias, collective) at its handler. FP8: attribute
+ * scaling (s32, X's cgm_scaling: TENSOR, or BLOCK_1X128 with W's
+ * BLOCK_128X128) says that X and W are fp8 (f8e4m3fn, f8e5m2) and that
+ * their f32 scales follow W as two more operands (x, w, x_scale, w_scale
+ * [, bias]; bulk: a, b, a_scale, b_scale [, bias][, send]); AG+GEMM's
+ * gathered X then comes with a third result, its scales. The stream is XLA's on a GPU backend, NULL on the
  * host backend. Errors come back as XLA errors carrying cgm_last_error(). */
 #include <inttypes.h>
 #include <stdio.h>
@@ -61,9 +65,11 @@ static xffi_error *matrix_of(const xffi_frame *f, const char *op, const char *wh
     case XFFI_F32: dt = CGM_DTYPE_FP32; break;
     case XFFI_BF16: dt = CGM_DTYPE_BF16; break;
     case XFFI_F16: dt = CGM_DTYPE_FP16; break;
+    case XFFI_F8E4M3FN: dt = CGM_DTYPE_FP8_E4M3; break;
+    case XFFI_F8E5M2: dt = CGM_DTYPE_FP8_E5M2; break;
     default:
-        return fail(f, XFFI_INVALID_ARGUMENT, op, "%s: expected float32, bfloat16 or float16, found XLA dtype %d; "
-                    "cast it first", what, b->dtype);
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "%s: expected float32, bfloat16, float16 or (x and w, with their "
+                    "scales) float8_e4m3fn / float8_e5m2, found XLA dtype %d; cast it first", what, b->dtype);
     }
     if (b->rank == 2) {
         *out = cgm_matrix_make(b->data, dt, b->dims[0], b->dims[1]);
@@ -88,6 +94,9 @@ typedef struct xffi_call {
      * markers, never read or written: a call that takes the marker another
      * call returned runs after it (XLA orders calls by their data only) */
     int ordered;
+    /* X's cgm_scaling where X and W are fp8 (their scales are operands), else
+     * CGM_SCALING_NONE */
+    int scaling;
 } xffi_call;
 
 static bool name_is(const xffi_span *s, const char *name) {
@@ -144,6 +153,14 @@ static xffi_error *call_of(const xffi_frame *f, const char *op, cgm_op cop, xffi
             c->opt.epilogue = (cgm_epilogue)v; /* the op refuses a bad value */
         } else if (name_is(name, "ordered")) {
             c->ordered = v != 0;
+        } else if (name_is(name, "fp8_fast_accum")) {
+            c->opt.fp8_fast_accum = (int)v; /* the op refuses a bad value */
+        } else if (name_is(name, "scaling")) {
+            if (v != CGM_SCALING_NONE && v != CGM_SCALING_TENSOR && v != CGM_SCALING_BLOCK_1X128)
+                return fail(f, XFFI_INVALID_ARGUMENT, op, "attribute scaling: expected %d (none), %d (per tensor) or "
+                            "%d (X 1x128 blocks, W 128x128), found %" PRId64, CGM_SCALING_NONE, CGM_SCALING_TENSOR,
+                            CGM_SCALING_BLOCK_1X128, v);
+            c->scaling = (int)v;
         } else if (cop == CGM_OP_BULK && name_is(name, "gemm")) {
             c->gemm = v != 0;
         } else if (cop == CGM_OP_BULK && name_is(name, "bias")) {
@@ -156,7 +173,8 @@ static xffi_error *call_of(const xffi_frame *f, const char *op, cgm_op cop, xffi
             c->collective = (int)v;
         } else {
             return fail(f, XFFI_INVALID_ARGUMENT, op, "unknown attribute %.*s: expected comm, layout, algo, splits, "
-                        "backend, allow_tf32, partial_dtype, gemm_reduction, epilogue, ordered%s", (int)name->len, name->ptr,
+                        "backend, allow_tf32, partial_dtype, gemm_reduction, fp8_fast_accum, scaling, epilogue, "
+                        "ordered%s", (int)name->len, name->ptr,
                         cop == CGM_OP_BULK ? ", gemm, bias or collective" : "");
         }
     }
@@ -244,6 +262,27 @@ static xffi_error *all_buffers(const xffi_frame *f, const char *op) {
     return NULL;
 }
 
+/* An f32 buffer of scales (any rank: its elements are read as the
+ * operand's scaling says) given to matrix m with that scaling. */
+static xffi_error *scale_of(const xffi_frame *f, const char *op, const char *what, const xffi_buffer *b,
+                            int scaling, cgm_matrix *m) {
+    if (b->dtype != XFFI_F32)
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "%s: expected float32 scales, found XLA dtype %d", what, b->dtype);
+    m->scale = b->data;
+    m->scaling = (cgm_scaling)scaling;
+    return NULL;
+}
+
+/* The scales of X-like x and W-like w, operands i and i + 1, under X's
+ * scaling (W's is TENSOR or BLOCK_128X128 alike). */
+static xffi_error *scales_of(const xffi_frame *f, const char *op, int64_t i, int scaling, cgm_matrix *x,
+                             cgm_matrix *w) {
+    xffi_error *e = scale_of(f, op, "x_scale", f->args.items[i], scaling, x);
+    if (e) return e;
+    return scale_of(f, op, "w_scale", f->args.items[i + 1],
+                    scaling == CGM_SCALING_TENSOR ? CGM_SCALING_TENSOR : CGM_SCALING_BLOCK_128X128, w);
+}
+
 /* The operands and results an epilogue adds (commgemm.h "Epilogues"):
  * aux read (DGELU, DGELU_BGRAD) after the bias; aux written (GELU_AUX), then
  * bgrad (DGELU_BGRAD, BGRAD), after the op's own results. */
@@ -273,40 +312,48 @@ static xffi_error *epilogue_buffers(const xffi_frame *f, const char *op, xffi_ca
     return NULL;
 }
 
-/* Checks the frame and the operand and result counts (x, w[, bias][, aux];
- * y[, x_gathered (AG+GEMM)][, aux][, bgrad]); fills x, w, bias (NULL when
- * absent), y, the gathered X when asked for, and the epilogue's buffers. */
+/* Checks the frame and the operand and result counts (x, w[, x_scale,
+ * w_scale][, bias][, aux]; y[, x_gathered[, x_gathered_scale]][, aux][,
+ * bgrad]); fills x, w (with their scales where c's scaling is set), bias
+ * (NULL when absent), y, the gathered X (and its scales) when asked for,
+ * and the epilogue's buffers. */
 static xffi_error *operands(const xffi_frame *f, const char *op, xffi_call *c, bool ag, cgm_matrix *x,
                             cgm_matrix *w, cgm_matrix *bias, const cgm_matrix **bias_p, cgm_matrix *y,
                             cgm_matrix *extra, bool *has_extra, epilogue_io *io) {
     xffi_error *e;
     epilogue_counts(c->opt.epilogue, io);
-    int64_t eps = io->aux_out + io->bgrad;
-    if (f->args.size < 2 + io->aux_in || f->args.size > 3 + io->aux_in)
-        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %d or %d operands (x, w[, bias]%s), found %" PRId64,
-                    2 + io->aux_in, 3 + io->aux_in, io->aux_in ? ", aux" : "", f->args.size);
-    if (f->rets.size < 1 + eps || f->rets.size > 1 + ag + eps) {
+    int64_t ns = c->scaling ? 2 : 0, eps = io->aux_out + io->bgrad, gathered = ag ? 1 + (ns > 0) : 0;
+    if (f->args.size < 2 + ns + io->aux_in || f->args.size > 3 + ns + io->aux_in)
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %d or %d operands (x, w%s[, bias]%s), found %" PRId64,
+                    (int)(2 + ns + io->aux_in), (int)(3 + ns + io->aux_in), ns ? ", x_scale, w_scale" : "",
+                    io->aux_in ? ", aux" : "", f->args.size);
+    if (f->rets.size != 1 + eps && f->rets.size != 1 + gathered + eps) {
         char count[32];
         if (ag)
-            snprintf(count, sizeof count, "%d or %d results", (int)(1 + eps), (int)(2 + eps));
+            snprintf(count, sizeof count, "%d or %d results", (int)(1 + eps), (int)(1 + gathered + eps));
         else
             snprintf(count, sizeof count, "%d result%s", (int)(1 + eps), eps ? "s" : "");
         return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %s (y%s%s%s), found %" PRId64 " results", count,
-                    ag ? "[, x_gathered]" : "", io->aux_out ? ", aux" : "", io->bgrad ? ", bgrad" : "",
-                    f->rets.size);
+                    !ag ? "" : ns ? "[, x_gathered, x_gathered_scale]" : "[, x_gathered]", io->aux_out ? ", aux" : "",
+                    io->bgrad ? ", bgrad" : "", f->rets.size);
     }
     if ((e = all_buffers(f, op))) return e;
     if ((e = matrix_of(f, op, "x", f->args.items[0], false, x))) return e;
     if ((e = matrix_of(f, op, "w", f->args.items[1], false, w))) return e;
-    int in = 2, out = 1;
+    if (ns && (e = scales_of(f, op, 2, c->scaling, x, w))) return e;
+    int in = 2 + (int)ns, out = 1;
     *bias_p = NULL;
-    if (f->args.size == 3 + io->aux_in) {
+    if (f->args.size == 3 + ns + io->aux_in) {
         if ((e = matrix_of(f, op, "bias", f->args.items[in++], true, bias))) return e;
         *bias_p = bias;
     }
     if ((e = matrix_of(f, op, "y (result 0)", f->rets.items[0], false, y))) return e;
-    *has_extra = f->rets.size == 2 + eps;
-    if (*has_extra && (e = matrix_of(f, op, "x_gathered (result 1)", f->rets.items[out++], false, extra))) return e;
+    *has_extra = ag && f->rets.size == 1 + gathered + eps;
+    if (*has_extra) {
+        if ((e = matrix_of(f, op, "x_gathered (result 1)", f->rets.items[out++], false, extra))) return e;
+        if (ns && (e = scale_of(f, op, "x_gathered_scale (result 2)", f->rets.items[out++], c->scaling, extra)))
+            return e;
+    }
     return epilogue_buffers(f, op, c, io, &in, &out);
 }
 
@@ -380,16 +427,18 @@ void *cgm_xla_ffi_bulk_overlap(void *frame) {
     bool coll = c.collective >= 0;
     epilogue_io io;
     epilogue_counts(c.gemm ? c.opt.epilogue : CGM_EPILOGUE_NONE, &io);
-    int64_t nin = (c.gemm ? 2 + c.bias + io.aux_in : 0) + coll;
+    int64_t ns = c.gemm && c.scaling ? 2 : 0;
+    int64_t nin = (c.gemm ? 2 + ns + c.bias + io.aux_in : 0) + coll;
     int64_t nout = (c.gemm ? 1 + io.aux_out + io.bgrad : 0) + coll;
     if (!c.gemm && !coll)
         return fail(f, XFFI_INVALID_ARGUMENT, op, "neither a GEMM (attribute gemm = 1) nor a collective "
                     "(attribute collective = 0 or 1): expected at least one");
     if (f->args.size != nin || f->rets.size != nout)
-        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %" PRId64 " operands (%s%s%s%s) and %" PRId64 " results "
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %" PRId64 " operands (%s%s%s%s%s) and %" PRId64 " results "
                     "(%s%s%s%s), found %" PRId64 " and %" PRId64, nin, c.gemm ? "a, b" : "",
-                    c.gemm && c.bias ? ", bias" : "", io.aux_in ? ", aux" : "", coll ? (c.gemm ? ", send" : "send") : "",
-                    nout, c.gemm ? "c" : "", io.aux_out ? ", aux" : "", io.bgrad ? ", bgrad" : "",
+                    ns ? ", a_scale, b_scale" : "", c.gemm && c.bias ? ", bias" : "", io.aux_in ? ", aux" : "",
+                    coll ? (c.gemm ? ", send" : "send") : "", nout, c.gemm ? "c" : "", io.aux_out ? ", aux" : "",
+                    io.bgrad ? ", bgrad" : "",
                     coll ? (c.gemm ? ", recv" : "recv") : "", f->args.size, f->rets.size);
     if ((e = all_buffers(f, op))) return e;
     cgm_matrix a, b, bias, cm, send, recv;
@@ -397,6 +446,8 @@ void *cgm_xla_ffi_bulk_overlap(void *frame) {
     if (c.gemm) {
         if ((e = matrix_of(f, op, "a", f->args.items[in++], false, &a))) return e;
         if ((e = matrix_of(f, op, "b", f->args.items[in++], false, &b))) return e;
+        if (ns && (e = scales_of(f, op, in, c.scaling, &a, &b))) return e;
+        in += ns;
         if (c.bias && (e = matrix_of(f, op, "bias", f->args.items[in++], true, &bias))) return e;
         if ((e = matrix_of(f, op, "c (result 0)", f->rets.items[out++], false, &cm))) return e;
         if ((e = epilogue_buffers(f, op, &c, &io, &in, &out))) return e;

@@ -138,6 +138,7 @@ static void make_key(const cgm_comm *comm, const cgm_call *c, tune_key *k) {
     k->w[TUNE_KEY_N] = c->n;
     k->w[TUNE_KEY_BIAS] = c->has_bias;
     k->w[TUNE_KEY_PARTIAL] = c->partial_dtype;
+    k->w[TUNE_KEY_EPILOGUE] = c->epilogue;
 }
 
 static uint64_t hash_words(const int64_t *w, int n) {
@@ -162,7 +163,8 @@ static uint64_t hash_text(const char *s) {
 }
 
 void tune_key_describe(const tune_key *k, char *buf, size_t len) {
-    snprintf(buf, len, "%s %s %s->%s %s P=%lld m=%lld k=%lld n=%lld bias=%lld partial=%s",
+    cgm_epilogue e = (cgm_epilogue)k->w[TUNE_KEY_EPILOGUE];
+    snprintf(buf, len, "%s %s %s->%s %s P=%lld m=%lld k=%lld n=%lld bias=%lld partial=%s%s%s",
              cgm_op_name((cgm_op)k->w[TUNE_KEY_OP]),
              cgm_backend_name((cgm_backend)k->w[TUNE_KEY_BACKEND]),
              cgm_dtype_name((cgm_dtype)k->w[TUNE_KEY_IN]),
@@ -170,7 +172,8 @@ void tune_key_describe(const tune_key *k, char *buf, size_t len) {
              cgm_layout_name((cgm_layout)k->w[TUNE_KEY_LAYOUT]),
              (long long)k->w[TUNE_KEY_P], (long long)k->w[TUNE_KEY_M],
              (long long)k->w[TUNE_KEY_K], (long long)k->w[TUNE_KEY_N],
-             (long long)k->w[TUNE_KEY_BIAS], cgm_dtype_name((cgm_dtype)k->w[TUNE_KEY_PARTIAL]));
+             (long long)k->w[TUNE_KEY_BIAS], cgm_dtype_name((cgm_dtype)k->w[TUNE_KEY_PARTIAL]),
+             e == CGM_EPILOGUE_NONE ? "" : " epilogue=", e == CGM_EPILOGUE_NONE ? "" : cgm_epilogue_name(e));
 }
 
 void tune_candidate_describe(cgm_tune_candidate c, char *buf, size_t len) {

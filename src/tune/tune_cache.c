@@ -41,6 +41,9 @@ static const char *layout_name(int v) {
     return cgm_layout_name((cgm_layout)v);
 }
 static const char *algo_name(int v) { return cgm_algo_name((cgm_algo)v); }
+static const char *epilogue_name(int v) {
+    return cgm_epilogue_name((cgm_epilogue)v);
+}
 
 static bool parse_int(const char *text, int64_t min, int64_t *out) {
     char *end = NULL;
@@ -51,11 +54,14 @@ static bool parse_int(const char *text, int64_t min, int64_t *out) {
     return true;
 }
 
+/* epilogue= only where the key has one: a file's lines without it are
+ * the calls without an epilogue, as before epilogues existed. */
 int tune_disk_format_line(const tune_key *k, cgm_tune_candidate c, double us,
                           char *buf, size_t len) {
+    int e = (int)k->w[TUNE_KEY_EPILOGUE];
     return snprintf(buf, len,
                     "op=%s backend=%s in=%s out=%s layout=%s P=%lld m=%lld "
-                    "k=%lld n=%lld bias=%lld partial=%s algo=%s splits=%d "
+                    "k=%lld n=%lld bias=%lld partial=%s%s%s algo=%s splits=%d "
                     "queues=%d us=%.1f\n",
                     op_name((int)k->w[TUNE_KEY_OP]),
                     backend_name((int)k->w[TUNE_KEY_BACKEND]),
@@ -65,7 +71,8 @@ int tune_disk_format_line(const tune_key *k, cgm_tune_candidate c, double us,
                     (long long)k->w[TUNE_KEY_P], (long long)k->w[TUNE_KEY_M],
                     (long long)k->w[TUNE_KEY_K], (long long)k->w[TUNE_KEY_N],
                     (long long)k->w[TUNE_KEY_BIAS],
-                    dtype_name((int)k->w[TUNE_KEY_PARTIAL]), algo_name(c.algo),
+                    dtype_name((int)k->w[TUNE_KEY_PARTIAL]), e ? " epilogue=" : "",
+                    e ? epilogue_name(e) : "", algo_name(c.algo),
                     c.splits, c.queues, us);
 }
 
@@ -73,11 +80,11 @@ bool tune_disk_parse_line(const char *line, tune_disk_entry *out) {
     static const char *keys[] = {"op",     "backend", "in", "out",
                                  "layout", "P",       "m",  "k",
                                  "n",      "bias",    "algo", "splits",
-                                 "us",     "queues", "partial"};
+                                 "us",     "queues", "partial", "epilogue"};
     /* queues (the compute queues the choice runs on, 0 = the backend's
-     * setting) and partial (the partial dtype) came after the first files:
-     * a line without them reads 0 and fp32. */
-    enum { NKEYS = 15, REQUIRED = (1u << 13) - 1 };
+     * setting), partial (the partial dtype) and epilogue came after the
+     * first files: a line without them reads 0, fp32 and none. */
+    enum { NKEYS = 16, REQUIRED = (1u << 13) - 1 };
     char copy[512];
     size_t n = strlen(line);
     if (n >= sizeof copy) return false;
@@ -145,9 +152,13 @@ bool tune_disk_parse_line(const char *line, tune_disk_entry *out) {
             ok = parse_int(v, 0, &num) && num <= 8;
             out->choice.queues = (int)num;
             break;
-        default:
+        case 14:
             ok = name_index(v, dtype_name, CGM_DTYPE_COUNT_, &idx);
             out->key.w[TUNE_KEY_PARTIAL] = idx;
+            break;
+        default:
+            ok = name_index(v, epilogue_name, CGM_EPILOGUE_COUNT_, &idx);
+            out->key.w[TUNE_KEY_EPILOGUE] = idx;
             break;
         }
         if (!ok) return false;

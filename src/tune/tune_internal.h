@@ -25,6 +25,7 @@ enum {
     TUNE_KEY_N,
     TUNE_KEY_BIAS,
     TUNE_KEY_PARTIAL,
+    TUNE_KEY_EPILOGUE,
     TUNE_KEY_WORDS
 };
 

@@ -788,6 +788,18 @@ static void run_line_format(const void *param) {
     CHECK_INT_EQ(e.choice.splits, 2);
     CHECK_INT_EQ(e.choice.queues, 0);
     CHECK_INT_EQ(e.key.w[TUNE_KEY_PARTIAL], CGM_DTYPE_FP32);
+    CHECK_INT_EQ(e.key.w[TUNE_KEY_EPILOGUE], CGM_EPILOGUE_NONE);
+    /* A call with an epilogue is a key of its own, named in its line. */
+    k.w[TUNE_KEY_EPILOGUE] = CGM_EPILOGUE_DGELU_BGRAD;
+    tune_disk_format_line(&k, c, 99.0, line, sizeof line);
+    CHECK_CONTAINS(line, " partial=bf16 epilogue=dgelu_bgrad algo=ring ");
+    CHECK(tune_disk_parse_line(line, &e));
+    CHECK(!memcmp(&e.key, &k, sizeof k));
+    char described[256];
+    tune_key_describe(&k, described, sizeof described);
+    CHECK_CONTAINS(described, "partial=bf16 epilogue=dgelu_bgrad");
+    CHECK(!tune_disk_parse_line("op=gemm_rs backend=p2p in=bf16 out=bf16 layout=NT P=8 m=16 k=2 n=8 bias=1 "
+                                "epilogue=relu algo=ring splits=4 us=1", &e));
     /* How the log names a choice: the queues only when the tuner set them. */
     char name[32];
     tune_candidate_describe((cgm_tune_candidate){CGM_ALGO_SPLIT_PIPELINED, 2, 2},

@@ -27,6 +27,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import libcheck  # noqa: E402 - puts this tree's python/ on sys.path
+import gelu_ref  # noqa: E402
 from libcheck import REPO  # noqa: E402
 
 import commgemm  # noqa: E402
@@ -270,15 +271,6 @@ def body_bulk_overlap(comm, m, dtype_name):
     return True
 
 
-def np_gelu(t):
-    return 0.5 * t * (1 + np.tanh(np.sqrt(2 / np.pi) * (t + 0.044715 * t ** 3)))
-
-
-def np_dgelu(t):
-    c = np.sqrt(2 / np.pi)
-    th = np.tanh(c * (t + 0.044715 * t ** 3))
-    return 0.5 * (1 + th) + 0.5 * t * (1 - th ** 2) * c * (1 + 3 * 0.044715 * t ** 2)
-
 
 def body_epilogues(comm, m, dtype_name):
     """Every op's epilogues on numpy arrays (commgemm.h "Epilogues"): what each returns and
@@ -292,16 +284,16 @@ def body_epilogues(comm, m, dtype_name):
     bias = rand(3 + r, (n,), dtype)
     t = f64(xl) @ f64(wl).T + f64(bias)
     y, aux = commgemm.all_gather_gemm(comm, xl[off:off + mr], wl, bias=bias, m=m, epilogue="gelu_aux")
-    assert_close(y, np_gelu(t), tol, "AG+GEMM gelu_aux y")
+    assert_close(y, gelu_ref.gelu(t), tol, "AG+GEMM gelu_aux y")
     assert_close(aux, t, tol, "AG+GEMM gelu_aux aux")
     y, gathered = commgemm.all_gather_gemm(comm, xl[off:off + mr], wl, bias=bias, m=m, epilogue="gelu",
                                            gathered=True)
-    assert_close(y, np_gelu(t), tol, "AG+GEMM gelu y")
+    assert_close(y, gelu_ref.gelu(t), tol, "AG+GEMM gelu y")
     g = rand(4, (m, k), dtype)
     bgrad = np.zeros((n,), dtype)  # given: written in place
     d, bg = commgemm.all_gather_gemm(comm, g[off:off + mr], wl.T.copy(), layout="NN", m=m, epilogue="dgelu_bgrad",
                                      aux=aux, bgrad=bgrad)
-    want = (f64(g) @ f64(wl).T) * np_dgelu(f64(aux))
+    want = (f64(g) @ f64(wl).T) * gelu_ref.dgelu(f64(aux))
     assert bg is bgrad
     assert_close(d, want, tol, "AG+GEMM dgelu_bgrad y")
     assert_close(bgrad, want.sum(0), tol * max(1, m), "AG+GEMM dgelu_bgrad bgrad")
@@ -311,10 +303,10 @@ def body_epilogues(comm, m, dtype_name):
     b0 = rand(3, (n,), dtype)
     total = sum(f64(xs[q]) @ f64(ws[q]).T for q in range(P)) + f64(b0)
     y = commgemm.gemm_reduce_scatter(comm, xs[r], ws[r], bias=b0, epilogue="gelu")
-    assert_close(y, np_gelu(total)[off:off + mr], tol * P, "GEMM+RS gelu")
+    assert_close(y, gelu_ref.gelu(total)[off:off + mr], tol * P, "GEMM+RS gelu")
     pre = rand(30, (m, n), dtype)  # the same aux on every rank: every rank's Y the same
     y, bg = commgemm.gemm_all_reduce(comm, xs[r], ws[r], epilogue="dgelu_bgrad", aux=pre)
-    want = (total - f64(b0)) * np_dgelu(f64(pre))
+    want = (total - f64(b0)) * gelu_ref.dgelu(f64(pre))
     assert_close(y, want, tol * P, "GEMM+AR dgelu_bgrad y")
     assert_close(bg, want.sum(0), tol * P * max(1, m), "GEMM+AR dgelu_bgrad bgrad")
     y, bg = commgemm.gemm_reduce_scatter(comm, xs[r], ws[r], epilogue="dgelu_bgrad", aux=pre[off:off + mr])
@@ -619,7 +611,7 @@ def test_struct_sizes_and_names():
     assert ctypes.sizeof(_lib.cgm_matrix) == 56
     assert ctypes.sizeof(_lib.cgm_bootstrap) == 40
     assert ctypes.sizeof(_lib.cgm_config) == 88
-    assert ctypes.sizeof(_lib.cgm_op_options) == 56
+    assert ctypes.sizeof(_lib.cgm_op_options) == 80  # with the epilogue fields (what the library takes)
     for p in commgemm.PartialDtype:
         assert _lib.parse_partial_dtype(_lib.partial_dtype_name(p)) == p
     for g in commgemm.GemmReduction:

@@ -26,6 +26,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import libcheck  # noqa: E402 - puts this tree's python/ on sys.path
+import gelu_ref  # noqa: E402
 from libcheck import REPO  # noqa: E402
 
 pytest.importorskip("jax")
@@ -387,15 +388,6 @@ def _precision_body(comm, m):
     return done
 
 
-def _np_gelu(t):
-    return 0.5 * t * (1 + np.tanh(np.sqrt(2 / np.pi) * (t + 0.044715 * t ** 3)))
-
-
-def _np_dgelu(t):
-    c = np.sqrt(2 / np.pi)
-    th = np.tanh(c * (t + 0.044715 * t ** 3))
-    return 0.5 * (1 + th) + 0.5 * t * (1 - th ** 2) * c * (1 + 3 * 0.044715 * t ** 2)
-
 
 def _epilogue_body(comm, m):
     """The ops' epilogues under jax.jit (GELU, GELU_AUX, DGELU_BGRAD, BGRAD), and parallel_mlp
@@ -422,26 +414,26 @@ def _epilogue_body(comm, m):
     y, xg, aux = jax.jit(lambda x, w, b: cj.all_gather_matmul(x, w, b, comm=comm, m=m, return_gathered=True,
                                                               epilogue="gelu_aux"))(x, w1, b1)
     cols = slice(fo, fo + parts[r])
-    np.testing.assert_allclose(np.asarray(y), _np_gelu(pre)[:, cols], atol=1e-4)
+    np.testing.assert_allclose(np.asarray(y), gelu_ref.gelu(pre)[:, cols], atol=1e-4)
     np.testing.assert_allclose(np.asarray(aux), pre[:, cols], atol=1e-4)
     g = jnp.asarray(G[off:off + mr], jnp.float32)
     d, dg, db = jax.jit(lambda g, w, a: cj.all_gather_matmul(g, w, comm=comm, m=m, layout="NN", return_gathered=True,
                                                             epilogue="dgelu_bgrad", aux=a))(g, w2, aux)
-    want = (G @ W2[:, cols]) * _np_dgelu(pre[:, cols])
+    want = (G @ W2[:, cols]) * gelu_ref.dgelu(pre[:, cols])
     np.testing.assert_allclose(np.asarray(d), want, atol=1e-4)
     np.testing.assert_allclose(np.asarray(db), want.sum(0), atol=1e-3)
-    dw, _, bg = cj.bulk_matmul_collective(dg, jnp.asarray(_np_gelu(pre)[:, cols], jnp.float32), comm=comm,
+    dw, _, bg = cj.bulk_matmul_collective(dg, jnp.asarray(gelu_ref.gelu(pre)[:, cols], jnp.float32), comm=comm,
                                           layout="NT", epilogue="bgrad")
     np.testing.assert_allclose(np.asarray(bg), G.sum(0), atol=1e-4)
-    np.testing.assert_allclose(np.asarray(dw), G.T @ _np_gelu(pre)[:, cols], atol=1e-3)
+    np.testing.assert_allclose(np.asarray(dw), G.T @ gelu_ref.gelu(pre)[:, cols], atol=1e-3)
     # GEMM+RS with GELU after the reduction
-    h = jnp.asarray(_np_gelu(pre)[:, cols], jnp.float32)
+    h = jnp.asarray(gelu_ref.gelu(pre)[:, cols], jnp.float32)
     yr = cj.matmul_reduce_scatter(h, w2, b2, comm=comm, epilogue="gelu")
-    full = _np_gelu(pre) @ W2.T + B2
-    np.testing.assert_allclose(np.asarray(yr), _np_gelu(full)[off:off + mr], atol=1e-4)
+    full = gelu_ref.gelu(pre) @ W2.T + B2
+    np.testing.assert_allclose(np.asarray(yr), gelu_ref.gelu(full)[off:off + mr], atol=1e-4)
     # the MLP and the GELU column layer, differentiable, fused and not
-    out = _np_gelu(pre) @ W2.T + B2
-    dh = (G @ W2) * _np_dgelu(pre)
+    out = gelu_ref.gelu(pre) @ W2.T + B2
+    dh = (G @ W2) * gelu_ref.dgelu(pre)
     for fused in (False, True):
         if not fused:
             core._BACKEND_LACKS["host"] = frozenset({"epilogue", "bulk_epilogue"})
@@ -454,14 +446,14 @@ def _epilogue_body(comm, m):
             np.testing.assert_allclose(np.asarray(dx), (dh @ W1)[off:off + mr], atol=1e-3)
             np.testing.assert_allclose(np.asarray(dw1), dh[:, cols].T @ X, atol=1e-3)
             np.testing.assert_allclose(np.asarray(db1), dh[:, cols].sum(0), atol=1e-3)
-            np.testing.assert_allclose(np.asarray(dw2), G.T @ _np_gelu(pre)[:, cols], atol=1e-3)
+            np.testing.assert_allclose(np.asarray(dw2), G.T @ gelu_ref.gelu(pre)[:, cols], atol=1e-3)
             np.testing.assert_allclose(np.asarray(db2), G.sum(0), atol=1e-4)
             yl = cj.parallel_mlp(x, w1, b1, w2, b2, comm=comm, m=m)
             np.testing.assert_allclose(np.asarray(yl), out[off:off + mr], atol=1e-4)
             gc = jnp.asarray(G[:, :parts[r]] if parts[r] <= hid else np.ones((m, parts[r])), jnp.float32)
             dxc = jax.grad(lambda x: jnp.sum(cj.column_parallel_linear(x, w1, b1, comm=comm, m=m,
                                                                        activation="gelu") * gc))(x)
-            dpre = np.asarray(gc, np.float64) * _np_dgelu(pre[:, cols])
+            dpre = np.asarray(gc, np.float64) * gelu_ref.dgelu(pre[:, cols])
             want_dx = dpre @ W1[cols]
             # every rank's column block contributes to dX: sum them with a GEMM+AR of the [m, hid] parts
             total = cj.matmul_all_reduce(jnp.eye(m, dtype=jnp.float32), jnp.asarray(want_dx, jnp.float32).T,
@@ -533,7 +525,8 @@ def test_errors(platform):
         assert "FAILED_PRECONDITION" in out["cpu_arrays"], out["cpu_arrays"]
         if platform == "gpu":
             assert "XLA runs this call on a GPU" in out["gpu_arrays"], out["gpu_arrays"]
-        assert "x: expected float32, bfloat16 or float16" in out["dtype"], out["dtype"]
+        assert "x: expected float32, bfloat16, float16 or (x and w, with their scales) float8" in out["dtype"], \
+            out["dtype"]
         assert "pass m" in out["m"] or "rows per rank" in out["m"], out["m"]
         assert "expected a 2-D array" in out["rank"], out["rank"]
         assert "ranks disagree about the" in out.get("uneven", ""), out.get("uneven")

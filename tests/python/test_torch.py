@@ -127,6 +127,10 @@ def test_layers_match_reference(dist_env, backend, dtype, sequence_parallel):
     # the bias handed back (skip_bias_add), added by the caller: the same output and grads
     tc.check_column(comm, world, dev, dtype, m, k=k, n=n, sequence_parallel=sequence_parallel, skip_bias_add=True)
     tc.check_row(comm, world, dev, dtype, m, k=k, n=n, sequence_parallel=sequence_parallel, skip_bias_add=True)
+    # the GELU layers: fused where the backend takes epilogues, torch's GELU after the op elsewhere
+    tc.check_column_gelu(comm, dev, dtype, m, k=k, n=n, sequence_parallel=sequence_parallel)
+    tc.check_mlp(comm, dev, dtype, m, hidden=k, ffn=n, sequence_parallel=sequence_parallel,
+                 fused=comm.supports("epilogue") and comm.supports("bulk_epilogue"))
     torch.cuda.synchronize()
 
 

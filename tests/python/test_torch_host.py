@@ -512,3 +512,43 @@ def test_epilogues_fp32(nranks):
 
 def test_epilogues_bf16():
     run_ranks(body_epilogues, 2, "bfloat16")
+
+
+def test_parallel_mlp_compiles_and_opchecks():
+    """ParallelMLP's fused path (the host backend takes epilogues) under torch.compile(fullgraph=True)
+    gives eager's loss and gradients, and torch.library.opcheck finds the epilogue op's schema and
+    fake kernel in agreement with it, for every output it can make (1 rank)."""
+    import torch_cases as tc
+    from commgemm import torch as cgt
+    with commgemm.Comm.local(0, 1, f"compile-mlp-{os.getpid()}-{uuid.uuid4().hex[:8]}") as comm:
+        mlp = cgt.ParallelMLP(8, 12, comm)
+        with torch.no_grad():
+            for p in mlp.parameters():
+                p.copy_(tc.rand(tuple(p.shape), p.numel(), torch.float32, "cpu"))
+        x = tc.rand((5, 8), 1, torch.float32, "cpu").requires_grad_()
+        assert mlp._fused()
+
+        def loss_fn(x):
+            return mlp(x, 5).square().sum()
+
+        want = loss_fn(x)
+        want.backward()
+        params = [x] + list(mlp.parameters())
+        want_grads = [t.grad.clone() for t in params]
+        for t in params:
+            t.grad = None
+        torch._dynamo.reset()
+        got = torch.compile(loss_fn, fullgraph=True, backend="aot_eager")(x)
+        got.backward()
+        tc.assert_close(got, want, torch.float32, "compiled loss")
+        for i, (t, g) in enumerate(zip(params, want_grads)):
+            tc.assert_close(t.grad, g, torch.float32, f"compiled grad {i}")
+        ops, utils = torch.ops.commgemm, ("test_schema", "test_faketensor")
+        w, b, g = mlp.fc1.weight.detach(), mlp.fc1.bias.detach(), tc.rand((5, 12), 7, torch.float32, "cpu")
+        xd = x.detach()
+        _, _, pre, _ = ops.matmul_epilogue("ag", xd, w, b, None, comm.id, 5, "TN", "", "gelu_aux", "", "", True)
+        for args in (("ag", xd, w, b, None, comm.id, 5, "TN", "", "gelu_aux", "", "", True),
+                     ("rs", xd, w, b, None, comm.id, 0, "TN", "", "gelu", "", "", False),
+                     ("ar", xd, w, None, pre, comm.id, 0, "TN", "", "dgelu_bgrad", "", "", False),
+                     ("gemm", g, xd, None, None, comm.id, 0, "NT", "", "bgrad", "", "", False)):
+            torch.library.opcheck(ops.matmul_epilogue, args, test_utils=utils)

@@ -216,7 +216,8 @@ def check_autocast(comm, group, device, m, sequence_parallel=True, k=24, n=19, s
     assert_close(y, y_ref, bf, what + " output")
     for got, want, name in ((x.grad, x_ref.grad, "input"), (col.weight.grad, w1.grad, "column weight"),
                             (col.bias.grad, b1.grad, "column bias"), (row.weight.grad, w2.grad, "row weight")):
-        assert got is not None and got.dtype == torch.float32, f"{what}: {name} grad {got if got is None else got.dtype}"
+        assert got is not None and got.dtype == torch.float32, \
+            f"{what}: {name} grad {got if got is None else got.dtype}"
         assert_close(got, want, bf, f"{what} {name} grad")
     want = b2.grad.clone()
     if sp:

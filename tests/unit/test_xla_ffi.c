@@ -340,7 +340,7 @@ static void test_refusals(const void *param) {
 
     GOOD();
     fb.in[0].dtype = XFFI_S32;
-    expect_error(cgm_xla_ffi_gemm_all_reduce, &fb, XFFI_INVALID_ARGUMENT, "x: expected float32, bfloat16 or float16");
+    expect_error(cgm_xla_ffi_gemm_all_reduce, &fb, XFFI_INVALID_ARGUMENT, "x: expected float32, bfloat16, float16 or (x and w, with their scales) float8_e4m3fn");
     GOOD();
     fb.in[1].rank = 3;
     expect_error(cgm_xla_ffi_gemm_reduce_scatter, &fb, XFFI_INVALID_ARGUMENT, "w: expected a matrix (2 dims), found 3");

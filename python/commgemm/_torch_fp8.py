@@ -1,0 +1,524 @@
+"""FP8 for commgemm.torch: quantization helpers, TransformerEngine-style
+recipes, and the autograd Function the parallel layers run when they are
+given a recipe (fp8_recipe=). docs/PYTHON.md, "FP8", has the user's view.
+
+commgemm's FP8 GEMMs are layout TN only (X [m, k], W [n, k], both
+K-major: what Hopper's FP8 tensor cores read), so every GEMM of a layer's
+forward and backward is written as one:
+
+    forward  Y  = X . W^T            TN(X, W)
+    dgrad    dX = dY . W             TN(dY, W^T)       W^T: a transposed copy
+    wgrad    dW = dY^T . X           TN(dY^T, X^T)     both transposed copies
+
+The transposed ("columnwise") copies are made once per forward or backward:
+per-tensor scaling transposes the fp8 codes (the scale is unchanged, the
+copy exact); the 128 x 128 blocks of a weight transpose with their scale
+grid (exact too); the 1 x 128 blocks of an activation or gradient run
+along k, so their transposed copy is quantized again (from the high
+precision tensor where this rank has it, else from the gathered fp8
+values). Where a transposed copy is made from rows gathered from every
+rank (the column layer's X, the sequence-parallel row layer's dY), the
+per-tensor scale must be one for all ranks: the recipes take the max of the
+ranks' amaxes there, as TransformerEngine reduces amaxes over the
+tensor-parallel group.
+"""
+
+import ctypes
+import dataclasses
+from typing import NamedTuple, Optional, Tuple
+
+import torch
+
+from . import _lib
+from ._lib import DType, Scaling, Status, check
+from ._torch_collectives import all_gather_rows
+from ._torch_ops import _Launch, _as_matrix, _ops, _ref, _sym_shard_rows
+from .core import comm_by_id
+from .fp8 import BLOCK, FP8_MAX
+from .fp8 import scale_shape as fp8_scale_shape
+from .fp8 import scaling_of as fp8_scaling_of
+
+__all__ = ["Float8CurrentScaling", "DelayedScaling", "Float8BlockScaling", "Fp8Tensor", "amax", "compute_scale",
+           "cast_to_fp8", "quantize", "dequantize", "transpose"]
+
+_CGM = {torch.float8_e4m3fn: DType.FP8_E4M3, torch.float8_e5m2: DType.FP8_E5M2}
+_FORMATS = {"e4m3": (torch.float8_e4m3fn, torch.float8_e4m3fn), "hybrid": (torch.float8_e4m3fn, torch.float8_e5m2)}
+_ROLES = {"input": 0, "weight": 1, "grad_output": 2}
+
+
+def _invalid(message):
+    return _lib.InvalidArgumentError(Status.INVALID_ARGUMENT, message)
+
+
+def _fmax(dtype):
+    if dtype not in _CGM:
+        raise _invalid(f"dtype {dtype}: expected torch.float8_e4m3fn or torch.float8_e5m2")
+    return FP8_MAX[str(dtype).replace("torch.", "")]
+
+
+# --------------------------------------------------------------------------
+# Quantization (the semantics of commgemm.h "FP8")
+# --------------------------------------------------------------------------
+
+
+class Fp8Tensor(NamedTuple):
+    """An fp8 operand: its codes `data` [rows, cols] (torch.float8_*), its
+    fp32 `scale` (value = code * scale: (1,) per tensor, [rows, ceil(cols /
+    128)] for BLOCK_1X128, [ceil(rows / 128), ceil(cols / 128)] for
+    BLOCK_128X128) and the `scaling` that says which."""
+    data: torch.Tensor
+    scale: torch.Tensor
+    scaling: Scaling
+
+
+def amax(t):
+    """max |t| as a float32 scalar tensor (NaN if t has one; 0 if empty)."""
+    if t.numel() == 0:
+        return torch.zeros((), dtype=torch.float32, device=t.device)
+    return t.detach().abs().amax().float()
+
+
+def _block_amax(t, rb):
+    """max |t| per rb x 128 block (rows padded), [ceil(r/rb), ceil(c/128)]."""
+    r, c = t.shape
+    R, C = -(-r // rb), -(-c // BLOCK)
+    pad = t.new_zeros((R * rb, C * BLOCK), dtype=torch.float32)
+    pad[:r, :c] = t.detach().abs()
+    return pad.view(R, rb, C, BLOCK).amax(dim=(1, 3))
+
+
+def compute_scale(amax_, dtype, margin=0):
+    """The dequantize scale for an amax: amax / fp8_max * 2^margin (so the
+    amax maps to the largest finite value), 1 where amax is 0 or not
+    finite. TransformerEngine's scale_inv; commgemm's scale fields."""
+    amax_ = torch.as_tensor(amax_, dtype=torch.float32)
+    s = amax_ * torch.tensor(2.0 ** margin / _fmax(dtype), dtype=torch.float32)  # as commgemm.fp8's
+    return torch.where(torch.isfinite(amax_) & (amax_ > 0), s, torch.ones_like(s))
+
+
+def cast_to_fp8(t, dtype, multiplier=1.0):
+    """sat(rne(t * multiplier)) in fp8 `dtype`: round to nearest even, magnitudes
+    beyond the largest finite value (infinities too) saturate with their sign,
+    NaN stays NaN; how commgemm writes an fp8 Y with y.scale = multiplier."""
+    fmax = _fmax(dtype)
+    return (t.float() * multiplier).clamp(-fmax, fmax).to(dtype)
+
+
+def _expand(scale, scaling, shape):
+    rows, cols = shape
+    if scaling == Scaling.TENSOR:
+        return scale.reshape(1, 1)
+    rb = 1 if scaling == Scaling.BLOCK_1X128 else BLOCK
+    return scale.repeat_interleave(rb, 0)[:rows].repeat_interleave(BLOCK, 1)[:, :cols]
+
+
+def quantize(t, dtype, scaling=Scaling.TENSOR, scale=None, margin=0):
+    """t [rows, cols] as an Fp8Tensor: codes = sat(rne(t / s)) with s the
+    dequantize scale per tensor or per block, from t's amax (current
+    scaling) unless `scale` (per tensor: a (1,) or scalar tensor) is given
+    (delayed scaling)."""
+    scaling = Scaling(scaling)
+    if t.dim() != 2:
+        raise _invalid(f"quantize: t has shape {tuple(t.shape)}: expected 2-D [rows, cols]")
+    if scale is None:
+        if scaling == Scaling.TENSOR:
+            a = amax(t).reshape(1)
+        else:
+            a = _block_amax(t, 1 if scaling == Scaling.BLOCK_1X128 else BLOCK)
+        scale = compute_scale(a, dtype, margin)
+    scale = torch.as_tensor(scale, dtype=torch.float32, device=t.device)
+    if scaling == Scaling.TENSOR:
+        scale = scale.reshape(1)
+    data = cast_to_fp8(t.float() / _expand(scale, scaling, t.shape), dtype)
+    return Fp8Tensor(data.contiguous(), scale.contiguous(), scaling)
+
+
+def dequantize(q, dtype=torch.float32):
+    """An Fp8Tensor's values, code * scale per element."""
+    return (q.data.float() * _expand(q.scale, q.scaling, q.data.shape)).to(dtype)
+
+
+def transpose(q):
+    """The transposed ("columnwise") copy of an Fp8Tensor, exact: per tensor
+    the codes transposed, 128 x 128 blocks with their scale grid. 1 x 128
+    blocks run along the rows' k and do not transpose: quantize the
+    transposed high-precision tensor instead."""
+    if q.scaling == Scaling.BLOCK_1X128:
+        raise _invalid("transpose: 1 x 128 blocks do not transpose (their blocks run along k); quantize t.t() "
+                       "instead")
+    scale = q.scale if q.scaling == Scaling.TENSOR else q.scale.t().contiguous()
+    return Fp8Tensor(q.data.t().contiguous(), scale, q.scaling)
+
+
+# --------------------------------------------------------------------------
+# Recipes
+# --------------------------------------------------------------------------
+
+
+def _check_format(fmt):
+    if fmt not in _FORMATS:
+        raise _invalid(f"fp8_format {fmt!r}: expected 'hybrid' (e4m3 forward, e5m2 gradients) or 'e4m3'")
+
+
+@dataclasses.dataclass(frozen=True)
+class Float8CurrentScaling:
+    """Per-tensor scaling from each tensor's own amax, taken as it is cast
+    (TransformerEngine's Float8CurrentScaling). fp8_format: "hybrid" (e4m3
+    forward, e5m2 gradients; default) or "e4m3"; margin: scale = amax /
+    fp8_max * 2^margin."""
+    fp8_format: str = "hybrid"
+    margin: int = 0
+
+    def __post_init__(self):
+        _check_format(self.fp8_format)
+
+
+@dataclasses.dataclass(frozen=True)
+class DelayedScaling:
+    """Per-tensor scaling from an amax history (TransformerEngine's
+    DelayedScaling): each cast uses the scale from the last
+    amax_history_len amaxes of that tensor (amax_compute_algo "max" over
+    the window or "most_recent"), then records its own amax; a history of
+    zeros (the first step) gives scale 1. The history lives in the layer
+    (layer.fp8_meta). fp8_format and margin as Float8CurrentScaling's."""
+    fp8_format: str = "hybrid"
+    margin: int = 0
+    amax_history_len: int = 16
+    amax_compute_algo: str = "max"
+
+    def __post_init__(self):
+        _check_format(self.fp8_format)
+        if self.amax_history_len < 1 or self.amax_compute_algo not in ("max", "most_recent"):
+            raise _invalid(f"DelayedScaling: amax_history_len = {self.amax_history_len}, amax_compute_algo = "
+                           f"{self.amax_compute_algo!r}: expected >= 1 and 'max' or 'most_recent'")
+
+
+@dataclasses.dataclass(frozen=True)
+class Float8BlockScaling:
+    """Block scaling (DeepSeek-V3's, TransformerEngine's Float8BlockScaling):
+    activations and gradients one scale per 1 x 128 along k, weights one per
+    128 x 128 block, each from its block's amax. fp8_format: "e4m3"
+    (default) or "hybrid"."""
+    fp8_format: str = "e4m3"
+
+    def __post_init__(self):
+        _check_format(self.fp8_format)
+
+
+_RECIPES = (Float8CurrentScaling, DelayedScaling, Float8BlockScaling)
+
+
+def check_recipe(recipe, what):
+    """None or one of the recipes (raised when the layer is made)."""
+    if recipe is not None and not isinstance(recipe, _RECIPES):
+        raise _invalid(f"{what}: fp8_recipe = {recipe!r}: expected None, commgemm.torch.Float8CurrentScaling(), "
+                       "DelayedScaling() or Float8BlockScaling()")
+    return recipe
+
+
+class Fp8Meta:
+    """A layer's delayed-scaling state: amax_history [len, 3] (columns:
+    input, weight, grad_output; row 0 the latest), on the layer's device."""
+
+    def __init__(self, recipe, device):
+        self.recipe = recipe
+        self.amax_history = torch.zeros((recipe.amax_history_len, 3), dtype=torch.float32, device=device)
+
+    def scale(self, role, dtype):
+        h = self.amax_history[:, _ROLES[role]]
+        a = h.amax() if self.recipe.amax_compute_algo == "max" else h[0]
+        return compute_scale(a, dtype, self.recipe.margin)
+
+    def record(self, role, amax_):
+        """Rolls the role's history by one and writes amax_ as its latest."""
+        col = self.amax_history[:, _ROLES[role]]
+        col.copy_(torch.roll(col, 1))
+        col[0] = amax_.reshape(()).to(col.device)
+
+
+class _Caster:
+    """How one layer call casts its tensors under a recipe: formats, scaling
+    kinds, amax reduction over the ranks where asked, delayed scaling's
+    state."""
+
+    def __init__(self, recipe, meta, comm_id, rt):
+        self.recipe, self.meta, self.comm_id, self.rt = recipe, meta, comm_id, rt
+        self.fwd, self.bwd = _FORMATS[recipe.fp8_format]
+        self.block = isinstance(recipe, Float8BlockScaling)
+
+    def _reduced(self, a):
+        """max over the ranks of a (1,) amax."""
+        comm = comm_by_id(self.comm_id)
+        if comm.size == 1:
+            return a
+        return all_gather_rows(a.reshape(1, 1), self.comm_id, comm.size, self.rt, "fp8 amax").amax().reshape(1)
+
+    def cast(self, t, role, w_like, reduce=False):
+        """t quantized for `role` ("input", "weight", "grad_output") as an
+        X-like (1 x 128 blocks) or W-like (128 x 128) operand; reduce: the
+        per-tensor scale is the same on every rank (amax max over ranks)."""
+        dtype = self.bwd if role == "grad_output" else self.fwd
+        if self.block:
+            return quantize(t, dtype, Scaling.BLOCK_128X128 if w_like else Scaling.BLOCK_1X128)
+        a = amax(t).reshape(1)
+        if reduce:
+            a = self._reduced(a)
+        if self.meta is None:
+            return quantize(t, dtype, Scaling.TENSOR, compute_scale(a, dtype, self.recipe.margin))
+        q = quantize(t, dtype, Scaling.TENSOR, self.meta.scale(role, dtype))
+        self.meta.record(role, a)
+        return q
+
+    def columnwise(self, q, hp_t, w_like):
+        """The transposed copy of q, for use as a W-like (w_like) or X-like
+        operand: per tensor, and 128 x 128 blocks kept as W-like, the exact
+        transpose of the codes (and of the scale grid); otherwise quantized
+        again in the blocks wanted, from hp_t (the transposed high-precision
+        tensor) or, where this rank lacks it, from the transposed dequantized q."""
+        if q.scaling == Scaling.TENSOR or (q.scaling == Scaling.BLOCK_128X128 and w_like):
+            return transpose(q)
+        src = hp_t if hp_t is not None else dequantize(q).t()
+        return quantize(src, q.data.dtype, Scaling.BLOCK_128X128 if w_like else Scaling.BLOCK_1X128)
+
+
+# --------------------------------------------------------------------------
+# The ops on fp8 operands (layout TN; host backend today: docs/FP8.md)
+# --------------------------------------------------------------------------
+
+
+def _fp8_matrix(name, q):
+    """The cgm_matrix of an Fp8Tensor (dense codes; the caller keeps q alive)."""
+    rows, cols = q.data.shape
+    if not q.data.is_contiguous() or not q.scale.is_contiguous() or q.scale.dtype != torch.float32:
+        raise _invalid(f"{name}: expected contiguous fp8 codes and float32 scales (Fp8Tensor from quantize)")
+    m = _lib.matrix(q.data.data_ptr() if q.data.numel() else None, _CGM[q.data.dtype], rows, cols, cols)
+    m.scaling = int(q.scaling)
+    if q.scale.numel():
+        m.scale = ctypes.cast(q.scale.data_ptr(), ctypes.POINTER(ctypes.c_float))
+    return m
+
+
+def fp8_gemm(kind, comm_id, qx, qw, bias, out_dtype, backend="", m=0, gathered=False, partial_dtype="",
+             gemm_reduction=""):
+    """One commgemm op on fp8 operands: kind "ag" (AG+GEMM, m rows in all;
+    gathered: also the gathered X as an Fp8Tensor with its scales), "rs",
+    "ar", or "local" (the bulk op's GEMM alone). Returns Y (and the
+    gathered Fp8Tensor for "ag" with gathered)."""
+    comm = comm_by_id(comm_id)
+    rows = {"ag": m, "rs": comm.shard_rows(qx.data.shape[0]), "ar": qx.data.shape[0],
+            "local": qx.data.shape[0]}[kind]
+    dev = qx.data.device
+    with _Launch(qx.data) as launch:
+        y = torch.empty((rows, qw.data.shape[0]), dtype=out_dtype, device=dev)
+        mx, mw = _fp8_matrix("x", qx), _fp8_matrix("w", qw)
+        mb, b_keep = _as_matrix("bias", bias) if bias is not None else (None, None)
+        my, _ = _as_matrix("y", y, True)
+        opts = _lib.cgm_op_options.init()
+        opts.backend = _lib.parse_backend(backend or None)
+        opts.partial_dtype = _lib.parse_partial_dtype(partial_dtype or None)
+        opts.gemm_reduction = _lib.parse_gemm_reduction(gemm_reduction or None)
+        lib, h = _lib.lib(), comm.handle
+        g = None
+        if kind == "ag":
+            mg = None
+            if gathered:
+                k = qx.data.shape[1]
+                gs = (comm.size,) if qx.scaling == Scaling.TENSOR else (m, -(-k // BLOCK))
+                g = Fp8Tensor(torch.empty((m, k), dtype=qx.data.dtype, device=dev),
+                              torch.zeros(gs, dtype=torch.float32, device=dev), qx.scaling)
+                mg = _fp8_matrix("x_gathered", g)
+            st = lib.cgm_all_gather_gemm(h, _ref(mx), _ref(mw), _ref(mb), _ref(my), _ref(mg), ctypes.byref(opts),
+                                         launch.stream)
+        elif kind == "local":
+            st = lib.cgm_bulk_overlap(h, _ref(mx), _ref(mw), _ref(mb), _ref(my), 0, None, None, ctypes.byref(opts),
+                                      launch.stream)
+        else:
+            fn = lib.cgm_gemm_reduce_scatter if kind == "rs" else lib.cgm_gemm_all_reduce
+            st = fn(h, _ref(mx), _ref(mw), _ref(mb), _ref(my), ctypes.byref(opts), launch.stream)
+        check(st)
+        del b_keep
+    return (y, g) if kind == "ag" and gathered else y
+
+
+# --------------------------------------------------------------------------
+# The functional ops on fp8 tensors (commgemm.torch.all_gather_matmul, ...
+# with x_scale / w_scale): one custom op, torch.ops.commgemm.fp8_matmul
+# --------------------------------------------------------------------------
+
+_OUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_FP8_OPS = {"ag": "ag", "rs": "rs", "ar": "ar", "gemm": "local"}
+
+
+def _operand(name, t, scale, w_like):
+    """t and its scale as an Fp8Tensor; refuses a non-fp8 t, a missing scale,
+    a scale that is not float32 or of a shape that fits no scaling."""
+    if t.dtype not in _CGM:
+        raise _invalid(f"{name} is {t.dtype} with fp8 operands: expected torch.float8_e4m3fn or torch.float8_e5m2 "
+                       f"(quantize it: commgemm.torch.quantize)")
+    if t.dim() != 2:
+        raise _invalid(f"{name} has shape {tuple(t.shape)}: expected 2-D")
+    rows, cols = t.shape
+    if scale is None:
+        want = fp8_scale_shape(Scaling.BLOCK_128X128 if w_like else Scaling.BLOCK_1X128, rows, cols)
+        raise _invalid(f"{name} is {t.dtype} without {name}_scale: an fp8 operand needs its float32 scales (value = "
+                       f"code * scale): pass {name}_scale=, shape () or (1,) for one scale, {want} per block")
+    if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32 or scale.device != t.device:
+        raise _invalid(f"{name}_scale: expected a float32 tensor on {t.device}, got {type(scale).__name__} "
+                       f"{getattr(scale, 'dtype', '')} {getattr(scale, 'device', '')}")
+    scaling = fp8_scaling_of(name, scale.shape, rows, cols, w_like)
+    scale = scale.reshape(1) if scaling == Scaling.TENSOR else scale
+    return Fp8Tensor(t.contiguous(), scale.contiguous(), scaling)
+
+
+def check_fp8_call(op, x, weight, x_scale, w_scale, out_dtype, layout="TN"):
+    """The checks of an fp8 call, before the library sees it: layout TN,
+    both operands fp8 with their scales, the same kind of scaling (per
+    tensor or per block) for both, an output dtype the ops write. Returns
+    (X, W) as Fp8Tensors and the output dtype."""
+    what = f"commgemm fp8 {op}"
+    if _lib.parse_layout(layout) != _lib.Layout.TN:
+        raise _lib.NotSupportedError(Status.NOT_SUPPORTED,
+                                     f"{what}: fp8 operands with layout {layout}: fp8 takes layout TN only (Hopper's "
+                                     "FP8 tensor cores read both operands K-major); pass x as [m, k] and weight as "
+                                     "[n, k] (transposed copies) with layout 'TN'")
+    qx, qw = _operand("x", x, x_scale, False), _operand("w", weight, w_scale, True)
+    if (qx.scaling == Scaling.TENSOR) != (qw.scaling == Scaling.TENSOR):
+        raise _invalid(f"{what}: x_scale is {qx.scaling.name} and w_scale {qw.scaling.name}: expected both per "
+                       "tensor (shape () or (1,)) or both per block (2-D)")
+    out_dtype = torch.float32 if out_dtype is None else out_dtype
+    if out_dtype not in _OUT_DTYPES:
+        raise _invalid(f"{what}: out_dtype {out_dtype}: expected torch.float32, torch.bfloat16 or torch.float16 "
+                       "(no fp8 output from torch: use commgemm's numpy ops for that)")
+    return qx, qw, out_dtype
+
+
+@torch.library.custom_op("commgemm::fp8_matmul", mutates_args=())
+def _fp8_matmul_op(op: str, x: torch.Tensor, weight: torch.Tensor, x_scale: torch.Tensor, w_scale: torch.Tensor,
+                   bias: Optional[torch.Tensor], comm_id: int, m: int, layout: str, backend: str,
+                   out_dtype: torch.dtype, return_gathered: bool, partial_dtype: str,
+                   gemm_reduction: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One op on fp8 operands: op "ag" (AG+GEMM, m rows), "rs" (GEMM+RS), "ar"
+    (GEMM+AR) or "gemm" (the bulk op's GEMM alone). Returns (y, gathered X,
+    gathered scales); the last two (0,)-shaped unless op "ag" with
+    return_gathered."""
+    if op not in _FP8_OPS:
+        raise _invalid(f"fp8_matmul: op {op!r}: expected one of {tuple(_FP8_OPS)}")
+    qx, qw, out_dtype = check_fp8_call(op, x, weight, x_scale, w_scale, out_dtype, layout)
+    gathered = op == "ag" and return_gathered
+    r = fp8_gemm(_FP8_OPS[op], comm_id, qx, qw, bias, out_dtype, backend, m, gathered, partial_dtype,
+                 gemm_reduction)
+    if gathered:
+        return r[0], r[1].data, r[1].scale
+    empty = torch.empty((0,), dtype=x.dtype, device=x.device)
+    return r, empty, torch.empty((0,), dtype=torch.float32, device=x.device)
+
+
+@_fp8_matmul_op.register_fake
+def _(op, x, weight, x_scale, w_scale, bias, comm_id, m, layout, backend, out_dtype, return_gathered,
+      partial_dtype, gemm_reduction):
+    comm = comm_by_id(comm_id)
+    split, k, n = x.shape[0], x.shape[1], weight.shape[0]
+    rows = {"ag": m, "rs": _sym_shard_rows(split, comm.rank, comm.size), "ar": split, "gemm": split}[op]
+    y = x.new_empty((rows, n), dtype=out_dtype)
+    if op == "ag" and return_gathered:
+        gs = (comm.size,) if x_scale.dim() < 2 else (m, -(-k // BLOCK))
+        return y, x.new_empty((m, k)), x.new_empty(gs, dtype=torch.float32)
+    return y, x.new_empty((0,)), x.new_empty((0,), dtype=torch.float32)
+
+
+# --------------------------------------------------------------------------
+# The layers' math in fp8
+# --------------------------------------------------------------------------
+
+# mode: "ag" column sequence-parallel (AG+GEMM), "local_ar" column without
+# (local GEMM forward, GEMM+AR dgrad), "rs" row sequence-parallel (GEMM+RS),
+# "ar" row without (GEMM+AR forward, local backward)
+
+
+class _Fp8Linear(torch.autograd.Function):
+    """Y = X . W^T + b through the fp8 ops of `mode`, the backward in fp8 too
+    (dgrad TN(dY, W^T), wgrad TN(dY^T, X^T)); db in high precision."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, comm_id, m, mode, rt, caster, precision, need_bwd):
+        pd, gr = precision
+        comm_backend = rt.backend
+        qx = caster.cast(x, "input", False, reduce=mode == "ag")
+        qw = caster.cast(weight, "weight", True)
+        xt = None
+        if mode == "ag":
+            y, xg = fp8_gemm("ag", comm_id, qx, qw, bias, x.dtype, comm_backend, m, gathered=need_bwd,
+                             gemm_reduction=gr)
+            if need_bwd:  # one scale for every shard (reduced amax): X^T from the gathered codes
+                xg = Fp8Tensor(xg.data, xg.scale[:1].clone(), xg.scaling) if xg.scaling == Scaling.TENSOR else xg
+                xt = caster.columnwise(xg, None, True)
+        else:
+            kind = {"local_ar": "local", "rs": "rs", "ar": "ar"}[mode]
+            backend = rt.bulk if kind == "local" else comm_backend
+            y = fp8_gemm(kind, comm_id, qx, qw, bias, x.dtype, backend, partial_dtype=pd, gemm_reduction=gr)
+            if need_bwd:
+                xt = caster.columnwise(qx, x.t(), True)
+        if need_bwd:
+            ctx.caster, ctx.comm_id, ctx.mode, ctx.rt, ctx.precision = caster, comm_id, mode, rt, precision
+            ctx.m, ctx.x_dtype, ctx.w_dtype = (m if mode == "ag" else x.shape[0]), x.dtype, weight.dtype
+            ctx.wt = caster.columnwise(qw, None, True)  # W^T [k, n]: the W operand of the dgrad GEMM
+            ctx.xt = xt
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        caster, comm_id, mode, rt = ctx.caster, ctx.comm_id, ctx.mode, ctx.rt
+        pd, gr = ctx.precision
+        dy = grad_y.contiguous()
+        qdy = caster.cast(dy, "grad_output", False, reduce=mode == "rs")
+        dx = dw = db = None
+        gathered = None
+        if mode == "rs":  # dX = allgather(dY_r) . W, the gathered dY for dW
+            dx, gathered = fp8_gemm("ag", comm_id, qdy, ctx.wt, None, ctx.x_dtype, rt.backend, ctx.m,
+                                    gathered=need_w, gemm_reduction=gr)
+        elif need_x:
+            kind = {"ag": "rs", "local_ar": "ar", "ar": "local"}[mode]
+            dx = fp8_gemm(kind, comm_id, qdy, ctx.wt, None, ctx.x_dtype, rt.bulk if kind == "local" else rt.backend,
+                          partial_dtype=pd, gemm_reduction=gr)
+        if need_w:
+            if gathered is not None:
+                if gathered.scaling == Scaling.TENSOR:
+                    gathered = Fp8Tensor(gathered.data, gathered.scale[:1].clone(), gathered.scaling)
+                dyt = caster.columnwise(gathered, None, False)
+            else:
+                dyt = caster.columnwise(qdy, dy.t(), False)
+            dw = fp8_gemm("local", comm_id, dyt, ctx.xt, None, torch.float32, rt.bulk,
+                          gemm_reduction=gr).to(ctx.w_dtype)
+        if need_b:
+            db = dy.sum(dim=0, dtype=torch.float32)
+            if mode == "rs":  # every rank's rows: the sum over the ranks (GEMM+AR of P ones by db)
+                P = comm_by_id(comm_id).size
+                ones = torch.ones((P, 1), dtype=torch.float32, device=dy.device)
+                db = _ops.matmul_all_reduce(ones, db.reshape(-1, 1), None, comm_id, "TN", rt.backend, "", "")[0]
+            db = db.to(grad_y.dtype)
+        return dx, dw, db, None, None, None, None, None, None, None
+
+
+def layer_run(layer, x2, weight, bias, m, mode):
+    """The run() of a layer's forward under its fp8_recipe: the fp8
+    Function with the layer's comm, route, precision and state."""
+    recipe = layer.fp8_recipe
+    meta = None
+    if isinstance(recipe, DelayedScaling):
+        meta = getattr(layer, "fp8_meta", None)
+        if meta is None or meta.recipe != recipe or meta.amax_history.device != x2.device:
+            meta = layer.fp8_meta = Fp8Meta(recipe, x2.device)
+    comm, rt = layer.comm, layer._rt
+    caster = _Caster(recipe, meta, comm.id, rt)
+    precision = layer._precision_args()
+    need_bwd = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x2, weight, bias))
+    if rt.bulk is None:
+        raise _lib.NotSupportedError(Status.NOT_SUPPORTED,
+                                     f"{type(layer).__name__} with fp8_recipe: its local fp8 GEMMs run on the comm's "
+                                     "bulk op, which this comm lacks: give it one (op_backend={'bulk': 'host'})")
+
+    def run():
+        return _Fp8Linear.apply(x2, weight, bias, comm.id, m if m is not None else 0, mode, rt, caster, precision,
+                                need_bwd)
+    return run

@@ -1,0 +1,233 @@
+"""FP8 through commgemm.jax's ops on CPU arrays (host backend), eager and
+under jax.jit: float8_e4m3fn / float8_e5m2 operands with per-tensor or block
+scales as operands of the XLA FFI custom calls, against a float64 reference
+from the dequantized operands; AG+GEMM's gathered bytes and scales; the jnp
+quantization helpers against commgemm.fp8's; refusals.
+
+    JAX_PLATFORMS=cpu python3 -m pytest tests/python/test_jax_fp8_host.py -q
+"""
+
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import libcheck  # noqa: E402 - puts this tree's python/ on sys.path
+import ranks  # noqa: E402
+
+pytest.importorskip("jax")
+pytest.importorskip("ml_dtypes")
+
+import commgemm  # noqa: E402
+from commgemm import fp8  # noqa: E402
+
+pytestmark = libcheck.skip_without_library()
+
+K, N = 200, 130
+
+
+def _rand(seed, shape):
+    return np.random.default_rng(seed).uniform(-1, 1, size=shape).astype(np.float32)
+
+
+def _close(got, want, what):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert got.shape == want.shape, (what, got.shape, want.shape)
+    err = np.abs(got - want).max() if got.size else 0.0
+    assert err <= 1e-5 * max(1.0, np.abs(want).max()), f"{what}: max err {err:.3g}"
+
+
+def body_ops(comm, m, recipe):
+    import jax
+    import jax.numpy as jnp
+    import commgemm.jax as cj
+    jax.config.update("jax_platforms", "cpu")
+    P, r = comm.size, comm.rank
+    off, mr = comm.shard_offset(m), comm.shard_rows(m)
+    xsc = fp8.Scaling.TENSOR if recipe == "tensor" else fp8.Scaling.BLOCK_1X128
+    wsc = fp8.Scaling.TENSOR if recipe == "tensor" else fp8.Scaling.BLOCK_128X128
+    e4, e5 = jnp.float8_e4m3fn, jnp.float8_e5m2
+    # every rank's shard quantized by its owner (own scales), W per rank
+    X = _rand(1, (m, K)) * np.linspace(0.1, 3, m, dtype=np.float32)[:, None]
+    shards = [cj.quantize(jnp.asarray(X[commgemm.shard_offset(m, q, P):][:commgemm.shard_rows(m, q, P)]), e4, xsc)
+              for q in range(P)]
+    wq, ws = cj.quantize(jnp.asarray(_rand(10 + r, (N, K))), e5, wsc)
+    xdeq = np.concatenate([fp8.dequantize(np.asarray(c), np.asarray(s), xsc) for c, s in shards])
+    wdeq = fp8.dequantize(np.asarray(wq), np.asarray(ws), wsc)
+    bias = jnp.asarray(_rand(3, (N,)))
+    checked = 0
+    for jit in (False, True):
+        wrap = jax.jit if jit else (lambda f: f)
+        ag = wrap(lambda x, w, xs, ws_, b: cj.all_gather_matmul(x, w, b, comm=comm, m=m, x_scale=xs, w_scale=ws_,
+                                                                return_gathered=True))
+        y, g, gs = ag(shards[r][0], wq, shards[r][1], ws, bias)
+        assert y.dtype == jnp.float32 and g.dtype == e4
+        _close(y, xdeq @ wdeq.T + np.asarray(bias), f"AG {recipe} jit={jit}")
+        np.testing.assert_array_equal(np.asarray(g).view(np.uint8),
+                                      np.concatenate([np.asarray(c) for c, _ in shards]).view(np.uint8))
+        np.testing.assert_array_equal(np.asarray(gs), np.concatenate([np.asarray(s) for _, s in shards]))
+        # GEMM+RS and GEMM+AR, bf16 out: each rank's own X [m, K]
+        xq = [cj.quantize(jnp.asarray(_rand(20 + q, (m, K))), e4, xsc) for q in range(P)]
+        wq_all = [cj.quantize(jnp.asarray(_rand(10 + q, (N, K))), e5, wsc) for q in range(P)]
+        total = sum(fp8.dequantize(np.asarray(xq[q][0]), np.asarray(xq[q][1]), xsc)
+                    @ fp8.dequantize(np.asarray(wq_all[q][0]), np.asarray(wq_all[q][1]), wsc).T for q in range(P))
+        rs = wrap(lambda x, w, xs, ws_: cj.matmul_reduce_scatter(x, w, comm=comm, x_scale=xs, w_scale=ws_))
+        _close(rs(xq[r][0], wq_all[r][0], xq[r][1], wq_all[r][1]), total[off:off + mr], f"RS {recipe}")
+        ar = wrap(lambda x, w, xs, ws_: cj.matmul_all_reduce(x, w, comm=comm, x_scale=xs, w_scale=ws_,
+                                                             out_dtype=jnp.bfloat16))
+        y = ar(xq[r][0], wq_all[r][0], xq[r][1], wq_all[r][1])
+        assert y.dtype == jnp.bfloat16
+        np.testing.assert_allclose(np.asarray(y, np.float64), total, rtol=2 ** -7, atol=2 ** -7 * np.abs(total).max())
+        bk = wrap(lambda a, b, as_, bs, s: cj.bulk_matmul_collective(a, b, send=s, comm=comm, a_scale=as_,
+                                                                     b_scale=bs, collective="reduce_scatter"))
+        c, recv = bk(xq[r][0], wq_all[r][0], xq[r][1], wq_all[r][1], jnp.asarray(_rand(30 + r, (m, 4))))
+        _close(c, fp8.dequantize(np.asarray(xq[r][0]), np.asarray(xq[r][1]), xsc)
+               @ fp8.dequantize(np.asarray(wq_all[r][0]), np.asarray(wq_all[r][1]), wsc).T, "bulk")
+        _close(recv, sum(_rand(30 + q, (m, 4)) for q in range(P))[off:off + mr], "bulk recv")
+        checked += 4
+    return checked
+
+
+@pytest.mark.parametrize("nranks,m", [(1, 3), (2, 7), (3, 5)])
+@pytest.mark.parametrize("recipe", ["tensor", "block"])
+def test_jax_fp8_ops(nranks, m, recipe):
+    assert all(c > 0 for c in ranks.run(body_ops, nranks, m, recipe))
+
+
+def body_bad_input(comm):
+    import jax
+    import jax.numpy as jnp
+    import commgemm.jax as cj
+    jax.config.update("jax_platforms", "cpu")
+    x, xs = cj.quantize(jnp.asarray(_rand(1, (4, 8))), jnp.float8_e4m3fn)
+    w, ws = cj.quantize(jnp.asarray(_rand(2, (3, 8))), jnp.float8_e4m3fn)
+    with pytest.raises(ValueError, match="w is float8_e4m3fn without w_scale"):
+        cj.matmul_all_reduce(x, w, comm=comm, x_scale=xs)
+    with pytest.raises(commgemm.InvalidArgumentError, match=r"x_scale has shape \(3, 1\): expected"):
+        cj.matmul_all_reduce(x, w, comm=comm, x_scale=jnp.ones((3, 1), jnp.float32), w_scale=ws)
+    with pytest.raises(ValueError, match="one recipe"):
+        cj.matmul_all_reduce(x, w, comm=comm, x_scale=jnp.ones((4, 1), jnp.float32), w_scale=ws)
+    with pytest.raises(commgemm.NotSupportedError, match="layout TN only"):
+        cj.matmul_all_reduce(x, w.T, comm=comm, x_scale=xs, w_scale=ws, layout="NN")
+    with pytest.raises(ValueError, match="x_scale given"):
+        cj.matmul_all_reduce(jnp.ones((4, 8)), jnp.ones((3, 8)), comm=comm, x_scale=xs)
+    y = cj.matmul_all_reduce(x, w, comm=comm, x_scale=xs, w_scale=ws)  # the comm is still usable
+    _close(y, comm.size * (np.asarray(x, np.float32) * float(xs[0])) @ (np.asarray(w, np.float32) * float(ws[0])).T,
+           "after errors")
+    return True
+
+
+def test_jax_fp8_bad_input():
+    ranks.run(body_bad_input, 2)
+
+
+def test_jnp_quantization_helpers():
+    """jnp's quantize gives numpy's codes and scales (the same rounding and
+    saturation), per tensor and per block; cast_to_fp8 saturates."""
+    import jax.numpy as jnp
+    import commgemm.jax as cj
+    a = _rand(5, (130, 300)) * np.linspace(0.01, 100, 300, dtype=np.float32)
+    for sc in (fp8.Scaling.TENSOR, fp8.Scaling.BLOCK_1X128, fp8.Scaling.BLOCK_128X128):
+        for name in ("float8_e4m3fn", "float8_e5m2"):
+            codes, s = cj.quantize(jnp.asarray(a), getattr(jnp, name), sc)
+            want_c, want_s = fp8.quantize(a, name, sc)
+            np.testing.assert_array_equal(np.asarray(s), want_s)
+            np.testing.assert_array_equal(np.asarray(codes).view(np.uint8), want_c.view(np.uint8))
+            np.testing.assert_allclose(np.asarray(cj.dequantize(codes, s)), fp8.dequantize(want_c, want_s, sc))
+    v = cj.cast_to_fp8(jnp.asarray([1e6, -jnp.inf, jnp.nan]), jnp.float8_e4m3fn).astype(jnp.float32)
+    assert float(v[0]) == 448 and float(v[1]) == -448 and np.isnan(float(v[2]))
+
+
+# --------------------------------------------------------------------------
+# The layers with fp8_recipe (sequence-parallel column and row layers)
+# --------------------------------------------------------------------------
+
+U8 = {"e4m3": 2.0 ** -4, "e5m2": 2.0 ** -3}
+
+
+def _fp8_bound_check(got, ref, a, b, ua, ub, what):
+    """|got - ref| <= (ua + ub + ua ub) (|a| @ |b|) + 1e-4 max(|a| @ |b|)
+    elementwise: a dot product of operands each within a relative error u
+    of its value (round to nearest: u = 2^-4 for e4m3, 2^-3 for e5m2; 2u + u^2
+    for an operand quantized twice) differs from the exact one by at most
+    that, plus an absolute term for the formats' subnormal range; and got
+    is not ref (it went through fp8). test_torch_fp8_host.py's bound."""
+    assert np.shape(got) == np.shape(ref), f"{what}: shape {np.shape(got)} vs {np.shape(ref)}"
+    if np.size(got) == 0:  # a rank with no rows (m < P)
+        return
+    mag = np.abs(np.asarray(a, np.float64)) @ np.abs(np.asarray(b, np.float64))
+    bound = (ua + ub + ua * ub) * mag + 1e-4 * mag.max() + 1e-6
+    err = np.abs(np.asarray(got, np.float64) - np.asarray(ref, np.float64))
+    worst = float((err / bound).max())
+    assert worst <= 1.0, f"{what}: error {err.max():.3g} is {worst:.2f} x the fp8 bound"
+    assert err.max() > 0, f"{what}: identical to fp32: not computed in fp8?"
+
+
+def body_fp8_layers(comm, recipe_name, m):
+    import jax
+    from commgemm import jax as cj
+    recipe = cj.Float8BlockScaling() if recipe_name == "block" else cj.Float8CurrentScaling()
+    uf = U8["e4m3"]
+    ug = U8["e4m3"] if recipe_name == "block" else U8["e5m2"]
+    twice = lambda u: 2 * u + u * u  # noqa: E731 - an operand quantized again from fp8 values
+    kx, hid, n = 160, 260, 140
+    rng = np.random.default_rng(0)
+    grow = np.linspace(0.1, 4, m)[:, None]  # the ranks' shards have amaxes far apart
+    X = (rng.uniform(-1, 1, (m, kx)) * grow).astype(np.float32)
+    W1, b1 = _rand(1, (hid, kx)), _rand(2, (hid,))
+    W2, b2 = _rand(3, (n, hid)), _rand(4, (n,))
+    G1, H = _rand(5, (m, hid)), _rand(6, (m, hid))
+    G2 = (_rand(7, (m, n)) * grow).astype(np.float32)
+    off, mr = comm.shard_offset(m), comm.shard_rows(m)
+    c0, cn = comm.shard_offset(hid), comm.shard_rows(hid)
+
+    def run(layer, args, g, rec):
+        y, vjp = jax.vjp(lambda *a: layer(*a, comm=comm, fp8_recipe=rec), *args)
+        return (y, *vjp(g))
+
+    for sp in (True, False):
+        rows = slice(off, off + mr) if sp else slice(0, m)  # the layers' x (column) and y (row) rows here
+        col = lambda x, w, b, **kw: cj.column_parallel_linear(x, w, b, m=m, sequence_parallel=sp, **kw)  # noqa
+        args = (X[rows], W1[c0:c0 + cn], b1[c0:c0 + cn])
+        g1 = G1[:, c0:c0 + cn]
+        ref, got = run(col, args, g1, None), run(col, args, g1, recipe)
+        what = f"column sp={sp}"
+        _fp8_bound_check(got[0], ref[0], X, W1[c0:c0 + cn].T, uf, uf, what + " y")
+        _fp8_bound_check(got[1], ref[1], G1[rows], W1, ug, uf, what + " dx")
+        # X^T: from the gathered fp8 rows, quantized again (sp), or from X
+        _fp8_bound_check(got[2], ref[2], g1.T, X, ug, twice(uf) if sp else uf, what + " dw")
+        np.testing.assert_allclose(got[3], ref[3], rtol=1e-5, atol=1e-5)
+        row = lambda x, w, b, **kw: cj.row_parallel_linear(x, w, b, sequence_parallel=sp, **kw)  # noqa: E731
+        args = (H[:, c0:c0 + cn], W2[:, c0:c0 + cn], b2)
+        g2 = G2[rows]
+        ref, got = run(row, args, g2, None), run(row, args, g2, recipe)
+        what = f"row sp={sp}"
+        _fp8_bound_check(got[0], ref[0], H[rows], W2.T, uf, uf, what + " y")
+        _fp8_bound_check(got[1], ref[1], G2, W2[:, c0:c0 + cn], ug, uf, what + " dx")
+        # dY^T: from the gathered fp8 rows, quantized again (sp), or from dY
+        _fp8_bound_check(got[2], ref[2], G2.T, H[:, c0:c0 + cn], twice(ug) if sp else ug, uf, what + " dw")
+        np.testing.assert_allclose(got[3], ref[3], rtol=1e-5, atol=1e-5)
+    # under jax.jit: the same values
+    yj = jax.jit(lambda x, w, b: row(x, w, b, comm=comm, fp8_recipe=recipe))(*args)  # the last: sp=False
+    np.testing.assert_array_equal(np.asarray(yj), np.asarray(got[0]))
+    return True
+
+
+@pytest.mark.parametrize("recipe_name", ["current", "block"])
+@pytest.mark.parametrize("nranks,m", [(2, 9), (3, 2)])
+def test_jax_fp8_layers_vs_fp32(recipe_name, nranks, m):
+    assert all(ranks.run(body_fp8_layers, nranks, recipe_name, m))
+
+
+def test_jax_fp8_layer_refusals():
+    from commgemm import jax as cj
+    with pytest.raises(ValueError, match="fp8_format"):
+        cj.Float8CurrentScaling(fp8_format="e5m2")
+    x, w = np.ones((4, 8), np.float32), np.ones((8, 8), np.float32)
+    with commgemm.Comm.local(0, 1, f"jax-fp8-refuse-{id(x)}", timeout_ms=30000) as comm:
+        with pytest.raises(ValueError, match="fp8_recipe"):
+            cj.column_parallel_linear(x, w, comm=comm, fp8_recipe="fp8")
+        with pytest.raises(commgemm.NotSupportedError, match="activation='gelu'"):
+            cj.column_parallel_linear(x, w, comm=comm, activation="gelu", fp8_recipe=cj.Float8BlockScaling())
