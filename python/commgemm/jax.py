@@ -461,11 +461,13 @@ def _dgelu(grad, pre):
     return (grad.astype(jnp.float32) * d).astype(grad.dtype)
 
 
-def _fused_epilogues(comm, backend):
-    """Whether the GELU layers can run their epilogues: the GEMM ops take them, AG+GEMM hands
-    back the gathered input, and the bulk op's GEMM takes them too (the MLP's BGRAD)."""
+def _fused_epilogues(comm, backend, width):
+    """Whether the GELU layers can run their epilogues: the GEMM ops take them on `width` output
+    columns, AG+GEMM hands back the gathered input, and the bulk op's GEMM takes them too (the
+    MLP's BGRAD)."""
     bulk = backend if comm.supports("bulk", backend) else None
-    return (comm.supports("epilogue", backend) and comm.supports("gathered", backend)
+    return (comm.supports("epilogue", backend) and comm.epilogue_fits(width, backend)
+            and comm.supports("gathered", backend)
             and comm.supports("bulk", bulk) and comm.supports("bulk_epilogue", bulk))
 
 
@@ -575,7 +577,7 @@ def column_parallel_linear(x, w, bias=None, *, comm, m=None, sequence_parallel=T
         return back(_gelu(y) if activation else y)
     if m is None:
         m = _total_rows(comm, x2.shape[0], None)
-    if activation and _fused_epilogues(comm, backend):
+    if activation and _fused_epilogues(comm, backend, w.shape[0]):
         return back(_column_gelu(x2, w, bias, comm, int(m), backend, allow_tf32, precision))
     y = _column(x2, w, bias, comm, int(m), backend, allow_tf32, precision)
     return back(_gelu(y) if activation else y)
@@ -874,7 +876,7 @@ def parallel_mlp(x, w1, b1, w2, b2, *, comm, m=None, sequence_parallel=True, bac
     DGELU_BGRAD epilogue multiplies by gelu' and writes fc1's bias gradient, and fc2's wgrad one
     GEMM whose BGRAD epilogue writes fc2's (docs/EPILOGUES.md); elsewhere the two layers run as
     column_parallel_linear(activation="gelu") and row_parallel_linear. m, options: the layers'."""
-    if not sequence_parallel or not _fused_epilogues(comm, backend):
+    if not sequence_parallel or not _fused_epilogues(comm, backend, w1.shape[0]):
         h = column_parallel_linear(x, w1, b1, comm=comm, m=m, sequence_parallel=sequence_parallel, backend=backend,
                                    allow_tf32=allow_tf32, partial_dtype=partial_dtype, gemm_reduction=gemm_reduction,
                                    activation="gelu")

@@ -209,7 +209,8 @@ __global__ void colsum_kernel(const cgm_dev_reduce_args args, float *out,
     out[col] = sum;
 }
 
-template <typename D>
+// Slot s starts s * stride floats into slots and holds S values.
+template <typename S, typename D>
 __global__ void sum_slots_kernel(const float *slots, int nslots,
                                  int64_t stride, int64_t n, void *dst,
                                  const cgm_dev_state *state) {
@@ -217,7 +218,7 @@ __global__ void sum_slots_kernel(const float *slots, int nslots,
     const int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (j >= n) return;
     float sum = 0.0f;
-    for (int s = 0; s < nslots; s++) sum += slots[s * stride + j];
+    for (int s = 0; s < nslots; s++) sum += io<S>::load(slots + s * stride, j);
     io<D>::store(dst, j, sum);
 }
 
@@ -319,7 +320,7 @@ template <typename F> cudaError_t load(F *kernel) {
 template <typename S, typename D> cudaError_t load_reduce() {
     cudaError_t e = load(reduce_kernel<S, D, 4>);
     if (e == cudaSuccess) e = load(colsum_kernel<S, D>);
-    if (e == cudaSuccess) e = load(sum_slots_kernel<D>);
+    if (e == cudaSuccess) e = load(sum_slots_kernel<S, D>);
     return e != cudaSuccess ? e : load(reduce_kernel<S, D, 1>);
 }
 
@@ -453,7 +454,30 @@ extern "C" cudaError_t cgm_dev_epilogue_colsum(const cgm_dev_reduce_args *a,
     }
 }
 
-extern "C" cudaError_t cgm_dev_sum_slots(const float *slots, int nslots,
+namespace {
+template <typename S>
+cudaError_t launch_sum_slots(const float *slots, int nslots, int64_t stride, int64_t n, void *dst,
+                             int dst_dtype, const cgm_dev_state *state, cudaStream_t stream) {
+    const int threads = 256;
+    unsigned blocks = (unsigned)((n + threads - 1) / threads);
+    switch (dst_dtype) {
+    case 0:
+        sum_slots_kernel<S, float><<<blocks, threads, 0, stream>>>(slots, nslots, stride, n, dst, state);
+        break;
+    case 1:
+        sum_slots_kernel<S, __nv_bfloat16><<<blocks, threads, 0, stream>>>(slots, nslots, stride, n, dst,
+                                                                           state);
+        break;
+    case 2:
+        sum_slots_kernel<S, __half><<<blocks, threads, 0, stream>>>(slots, nslots, stride, n, dst, state);
+        break;
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+}  // namespace
+
+extern "C" cudaError_t cgm_dev_sum_slots(const float *slots, int slot_dtype, int nslots,
                                          int64_t stride, int64_t n, void *dst,
                                          int dst_dtype,
                                          const cgm_dev_state *state,
@@ -461,22 +485,10 @@ extern "C" cudaError_t cgm_dev_sum_slots(const float *slots, int nslots,
     if (n <= 0) return cudaSuccess;
     if (nslots < 0 || (nslots > 0 && !slots) || !dst)
         return cudaErrorInvalidValue;
-    const int threads = 256;
-    unsigned blocks = (unsigned)((n + threads - 1) / threads);
-    switch (dst_dtype) {
-    case 0:
-        sum_slots_kernel<float><<<blocks, threads, 0, stream>>>(
-            slots, nslots, stride, n, dst, state);
-        break;
-    case 1:
-        sum_slots_kernel<__nv_bfloat16><<<blocks, threads, 0, stream>>>(
-            slots, nslots, stride, n, dst, state);
-        break;
-    case 2:
-        sum_slots_kernel<__half><<<blocks, threads, 0, stream>>>(
-            slots, nslots, stride, n, dst, state);
-        break;
+    switch (slot_dtype) {
+    case 0: return launch_sum_slots<float>(slots, nslots, stride, n, dst, dst_dtype, state, stream);
+    case 1: return launch_sum_slots<__nv_bfloat16>(slots, nslots, stride, n, dst, dst_dtype, state, stream);
+    case 2: return launch_sum_slots<__half>(slots, nslots, stride, n, dst, dst_dtype, state, stream);
     default: return cudaErrorInvalidValue;
     }
-    return cudaGetLastError();
 }

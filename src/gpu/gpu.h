@@ -235,9 +235,10 @@ typedef struct cgm_lt_gemm_args {
      *     same column-major n x m with ld ld_aux;
      *   DGELU, DGELU_BGRAD: aux read; no bias; DGELU_BGRAD writes the sums
      *     over these m rows of each of the n columns (cuBLASLt's bias
-     *     gradient of D's rows) as n fp32 into bgrad, overwriting;
-     *   BGRAD: bgrad (m fp32) = the sums of op(X)'s rows along k:
+     *     gradient of D's rows) as n values into bgrad, overwriting;
+     *   BGRAD: bgrad (m values) = the sums of op(X)'s rows along k:
      *     cuBLASLt's BGRADB (X is its B); no bias.
+     * bgrad's values are of cgm_lt_bgrad_dtype(out_dtype) (lt_epilogue.h).
      * ld_aux a multiple of 8, aux and bgrad 16-byte aligned. */
     cgm_epilogue epilogue;
     void *aux;

@@ -9,8 +9,10 @@
  *     is Y's column sums over the m rows: n values;
  *   - BGRAD (the sums of op(X) along k, one per row of Y) is the gradient
  *     of B (= X): BGRADB, m values (D's columns).
- * Bias gradients are written in fp32 (BIAS_DATA_TYPE R_32F) into a
- * workspace of the caller, which sums and rounds them once. */
+ * Bias gradients go into a workspace of the caller, which sums them in
+ * fp32 and rounds once: in fp32 where D is fp32, else in D's dtype
+ * (cgm_lt_bgrad_dtype: cuBLASLt's DGELU_BGRAD takes no other bias type
+ * with a 16-bit D). */
 #include <stdint.h>
 
 #include "gpu/lt_epilogue.h"
@@ -31,6 +33,12 @@ const char *cgm_lt_epilogue_words(cgm_epilogue epilogue) {
     case CGM_EPILOGUE_BGRAD: return ", epilogue bgrad (BGRADB)";
     default: return "";
     }
+}
+
+cgm_dtype cgm_lt_bgrad_dtype(cgm_dtype out_dtype) {
+    return out_dtype == CGM_DTYPE_BF16 || out_dtype == CGM_DTYPE_FP16
+               ? out_dtype
+               : CGM_DTYPE_FP32;
 }
 
 static bool uses_aux(cgm_epilogue e) {
@@ -112,16 +120,16 @@ static cublasLtEpilogue_t lt_epilogue(cgm_epilogue e, bool bias) {
 
 cgm_status cgm_lt_epilogue_desc(cublasLtMatmulDesc_t desc,
                                 cgm_epilogue epilogue, bool has_bias,
-                                cgm_dtype bias_dtype, int64_t ld_aux) {
+                                cgm_dtype bias_dtype, cgm_dtype out_dtype,
+                                int64_t ld_aux) {
     cgm_status status = CGM_SUCCESS;
     cublasLtEpilogue_t epi = lt_epilogue(epilogue, has_bias);
     if (epi == CUBLASLT_EPILOGUE_DEFAULT) return CGM_SUCCESS;
     CGM_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
         desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     if (uses_bgrad(epilogue) || has_bias) {
-        int32_t type = uses_bgrad(epilogue)
-                           ? (int32_t)CUDA_R_32F
-                           : (int32_t)cgm_lt_cuda_dtype(bias_dtype);
+        int32_t type = (int32_t)cgm_lt_cuda_dtype(
+            uses_bgrad(epilogue) ? cgm_lt_bgrad_dtype(out_dtype) : bias_dtype);
         CGM_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
             desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof type));
     }

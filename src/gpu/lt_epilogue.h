@@ -16,12 +16,17 @@ bool cgm_lt_epilogue_writes(cgm_epilogue epilogue);
  * CGM_ERROR_INVALID_ARGUMENT (an operand missing or given where it is not
  * taken), saying what to do. */
 cgm_status cgm_lt_epilogue_check(const cgm_lt_gemm_args *g);
+/* The dtype cuBLASLt writes a bias gradient in for an output of
+ * out_dtype: out_dtype where it is bf16 or fp16 (cuBLASLt's DGELU_BGRAD
+ * takes no fp32 bias with a 16-bit D), else fp32. */
+cgm_dtype cgm_lt_bgrad_dtype(cgm_dtype out_dtype);
 /* The descriptor's epilogue (with the bias folded in), the bias's or bias
- * gradient's data type (fp32 for a gradient) and aux's ld. bias_dtype: the
- * bias's (ignored without one). */
+ * gradient's data type (cgm_lt_bgrad_dtype(out_dtype) for a gradient) and
+ * aux's ld. bias_dtype: the bias's (ignored without one). */
 cgm_status cgm_lt_epilogue_desc(cublasLtMatmulDesc_t desc,
                                 cgm_epilogue epilogue, bool has_bias,
-                                cgm_dtype bias_dtype, int64_t ld_aux);
+                                cgm_dtype bias_dtype, cgm_dtype out_dtype,
+                                int64_t ld_aux);
 /* The per-call pointers: the bias, or the bias gradient, and aux. */
 cgm_status cgm_lt_epilogue_pointers(cublasLtMatmulDesc_t desc,
                                     const cgm_lt_gemm_args *g);

@@ -262,7 +262,7 @@ static cgm_status desc_build(lt_entry *e, const lt_key *key) {
         e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
     CGM_TRY(cgm_lt_epilogue_desc(e->desc, (cgm_epilogue)key->epilogue,
                                  key->has_bias, (cgm_dtype)key->bias_dtype,
-                                 key->ld_aux));
+                                 (cgm_dtype)key->out_dtype, key->ld_aux));
     if (cgm_lt_is_fp8((cgm_dtype)key->in_dtype))
         CGM_TRY(cgm_lt_fp8_desc(e->desc, (cgm_lt_scaling)key->scaling,
                                 key->fast_accum));

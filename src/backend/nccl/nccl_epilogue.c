@@ -3,7 +3,8 @@
  * AG+GEMM, bulk's GEMM and every op on one rank: cuBLASLt's epilogue on
  * each GEMM (lt_epilogue.c), aux at the GEMM's rows. A bias gradient
  * (DGELU_BGRAD, bulk's BGRAD) comes from cuBLASLt per GEMM, written not
- * added, so each GEMM writes an fp32 slot of NCCLB_BUF_EPI of its own,
+ * added, so each GEMM writes a slot of NCCLB_BUF_EPI of its own (fp32, or
+ * a 16-bit Y's dtype: cgm_lt_bgrad_dtype),
  * numbered by its rows' place in the output (the same on every rank), and
  * ncclb_epi_end sums the slots in that order after the last GEMM and
  * rounds once into bgrad.
@@ -16,6 +17,7 @@
 #include <string.h>
 
 #include "backend/nccl/nccl_backend.h"
+#include "gpu/lt_epilogue.h"
 
 int64_t ncclb_epi_stride(const ncclb_state *st) {
     const cgm_resolved_config *c = &st->comm->config;
@@ -57,12 +59,14 @@ void ncclb_epi_args(ncclb_op *op, cgm_lt_gemm_args *g, int64_t row0,
                    (size_t)slot * (size_t)ncclb_epi_stride(op->st);
 }
 
-/* Rounds slots [0, nslots) of NCCLB_BUF_EPI, summed, into bgrad. */
-static cgm_status round_slots(ncclb_op *op, int nslots, int64_t len) {
+/* Rounds slots [0, nslots) of NCCLB_BUF_EPI (of slot_dtype), summed in
+ * fp32, into bgrad. */
+static cgm_status round_slots(ncclb_op *op, cgm_dtype slot_dtype, int nslots,
+                              int64_t len) {
     cgm_status status = CGM_SUCCESS;
     const cgm_call *c = op->call;
     ncclb_state *st = op->st;
-    CGM_CUDA_TRY(cgm_dev_sum_slots(st->buf[NCCLB_BUF_EPI], nslots,
+    CGM_CUDA_TRY(cgm_dev_sum_slots(st->buf[NCCLB_BUF_EPI], (int)slot_dtype, nslots,
                                    ncclb_epi_stride(st), len, c->bgrad.data,
                                    (int)c->bgrad.dtype, st->dev,
                                    st->comm_stream));
@@ -83,7 +87,7 @@ cgm_status ncclb_epi_end(ncclb_op *op) {
     }
     /* BGRAD: one value per row of C (bulk's GEMM m); DGELU_BGRAD: per
      * column of Y. */
-    CGM_TRY(round_slots(op, op->epi_slots,
+    CGM_TRY(round_slots(op, cgm_lt_bgrad_dtype(c->out_dtype), op->epi_slots,
                         c->epilogue == CGM_EPILOGUE_BGRAD ? c->m : c->n));
 fail:
     return status;
@@ -114,7 +118,7 @@ cgm_status ncclb_epi_reduce_grad(ncclb_op *op, const cgm_dev_reduce_args *ra,
                              what));
         ncclb_watch_group(op);
     }
-    CGM_TRY(round_slots(op, 1, c->n));
+    CGM_TRY(round_slots(op, CGM_DTYPE_FP32, 1, c->n));
 fail:
     return status;
 }

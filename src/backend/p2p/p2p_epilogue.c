@@ -4,7 +4,8 @@
  * rank: the final GEMM steps write Y's rows, so each gets cuBLASLt's
  * epilogue (lt_epilogue.c) with aux at its rows. cuBLASLt writes a GEMM's
  * bias gradient (DGELU_BGRAD's column sums over its rows; bulk's BGRAD),
- * it does not add it: each final GEMM step writes an fp32 slot of its own,
+ * it does not add it: each final GEMM step writes a slot of its own (fp32,
+ * or a 16-bit Y's dtype: cgm_lt_bgrad_dtype, one rounding per step),
  * numbered by the step's first row (every rank's plan cuts the m rows into
  * the same pieces, so every rank numbers and sums alike), and after the
  * last step one kernel sums the slots in that order and rounds once into
@@ -22,6 +23,7 @@
 #include <string.h>
 
 #include "backend/p2p/p2p_epilogue.h"
+#include "gpu/lt_epilogue.h"
 
 static bool grad(const cgm_call *c) {
     return c->epilogue == CGM_EPILOGUE_DGELU_BGRAD ||
@@ -123,7 +125,8 @@ cgm_status p2p_epi_finish(const p2p_exec_ctx *x, cudaStream_t caller) {
     cgm_status status = CGM_SUCCESS;
     const cgm_call *c = x->call;
     if (x->epi_slots < 0) return CGM_SUCCESS;
-    CGM_CUDA_TRY(cgm_dev_sum_slots(x->epi_base, x->epi_slots, slot_stride(c),
+    CGM_CUDA_TRY(cgm_dev_sum_slots(x->epi_base, (int)cgm_lt_bgrad_dtype(c->out_dtype),
+                                   x->epi_slots, slot_stride(c),
                                    c->epilogue == CGM_EPILOGUE_BGRAD ? c->m : c->n,
                                    c->bgrad.data, (int)c->bgrad.dtype, x->st->dev,
                                    caller));
