@@ -347,7 +347,7 @@ static void plain_details(const plain_case *c, const plain_result *res) {
         const side_check *s = &res->check[v];
         if (!res->wrong[v] && !s->inexact) continue;
         printf("#   %-11s %s: %zu of %zu samples outside the bound, %zu not exactly rounded; max |err| %.4g; worst "
-               "at (%lld, %lld): got %.6f, exact %.6f, bound %.4g\n",
+               "at (%lld, %lld): got %.9g, exact %.9g, bound %.4g\n",
                side_name[v], res->wrong[v] ? "WRONG" : "inside the bound", s->outside, res->samples, s->inexact,
                s->max_err, (long long)(s->worst_at / c->n), (long long)(s->worst_at % c->n), s->worst_got,
                s->worst_exact, s->worst_bound);
