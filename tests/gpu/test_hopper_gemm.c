@@ -379,7 +379,9 @@ static void case_fastdiv(const void *p) {
 
 /* Bias and accumulate on every output dtype; padded and odd ldy; an
  * unaligned Y (scalar stores); more tiles than CTAs (ring phases wrap,
- * persistent loop); a grid of 3 CTAs. */
+ * persistent loop); a grid of 3 CTAs; rows of Y of 3000 bytes (n 1500,
+ * not a multiple of 16 bytes: Y is stored by the epilogue, not by TMA) at
+ * k 4096 and 2048. */
 static void case_epilogue_and_ld(const void *p) {
     (void)p;
     const gemm_case cases[] = {
@@ -392,6 +394,8 @@ static void case_epilogue_and_ld(const void *p) {
         {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 1000, 777, 333, 8, 8, 1, 1, 1, 1, 7, 0, 7, 0, 0},
         {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 1024, 1024, 512, 0, 0, 0, 1, 1, 0, 0, 0, 8, 0, 0},
         {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 512, 768, 520, 0, 0, 0, 1, 1, 0, 0, 0, 9, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1000, 1500, 4096, 0, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 777, 1500, 2048, 0, 0, 0, 1, 0, 0, 0, 0, 11, 0, 0},
     };
     check_cases(cases, (int)(sizeof cases / sizeof cases[0]));
 }
@@ -511,6 +515,13 @@ static void case_refusals(const void *p) {
     CHECK_CONTAINS(why, "tile_counter must be 4-byte aligned");
     CHECK_INT_EQ(cgm_hgemm(&a, 0), cudaErrorInvalidValue);
     a.tile_counter = NULL;
+    /* Y is written by the epilogue's stores, not by TMA: rows of Y need
+     * not be a multiple of 16 bytes (n 60 and 61: 120 and 122 bytes). */
+    a.n = a.ldy = 60;
+    CHECK_INT_EQ(cgm_hgemm_supported(&a, &why), 1);
+    a.n = a.ldy = 61;
+    CHECK_INT_EQ(cgm_hgemm_supported(&a, &why), 1);
+    a.n = a.ldy = 64;
     a.k = 60, a.m = 0; /* nothing to do */
     CHECK_INT_EQ(cgm_hgemm(&a, 0), cudaSuccess);
     cudaFree(buf);
