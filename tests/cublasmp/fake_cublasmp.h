@@ -14,6 +14,11 @@ typedef struct fake_event {
     void *ptr;    /* the buffer argument or result */
     size_t size;  /* its size (0: none) */
     int status;   /* what the fake returned */
+    /* cublasMpMatmulDescriptorSetAttribute: ptr is the descriptor, size
+     * the bytes passed, attr the attribute and value those bytes (up to
+     * 8: an enum, an int64_t or a pointer's bits). */
+    int attr;
+    long long value;
 } fake_event;
 
 /* fake_cmp_events(&events): how many calls were recorded (at most

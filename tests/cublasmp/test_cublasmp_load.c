@@ -748,10 +748,11 @@ static void dtype_compute_algo(const void *p) {
     CHECK_INT_EQ(t, 2);  /* CUDA_R_16F */
     CHECK_OK(cmp_map_dtype(CGM_DTYPE_BF16, &t));
     CHECK_INT_EQ(t, 14); /* CUDA_R_16BF */
-    CHECK_STATUS(cmp_map_dtype(CGM_DTYPE_FP8_E4M3, &t), CGM_ERROR_NOT_SUPPORTED);
-    CHECK_CONTAINS(cgm_last_error(), "fp8_e4m3");
-    CHECK_CONTAINS(cgm_last_error(), "does not pass fp8 operands");
-    CHECK_CONTAINS(cgm_last_error(), "convert the operands");
+    CHECK_OK(cmp_map_dtype(CGM_DTYPE_FP8_E4M3, &t));
+    CHECK_INT_EQ(t, 28); /* CUDA_R_8F_E4M3 */
+    CHECK_OK(cmp_map_dtype(CGM_DTYPE_FP8_E5M2, &t));
+    CHECK_INT_EQ(t, 29); /* CUDA_R_8F_E5M2 */
+    CHECK_STATUS(cmp_map_dtype(CGM_DTYPE_COUNT_, &t), CGM_ERROR_INVALID_ARGUMENT);
     CHECK_INT_EQ(cmp_map_compute(CGM_DTYPE_FP32, false), 68);
     CHECK_INT_EQ(cmp_map_compute(CGM_DTYPE_FP32, true), 77);
     CHECK_INT_EQ(cmp_map_compute(CGM_DTYPE_BF16, true), 68);
