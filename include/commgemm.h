@@ -728,7 +728,9 @@ typedef struct cgm_op_options {
  *   backends), checked like the data pointers; no output (Y, x_gathered
  *   and its scales, y_amax) may overlap an input (data or scales).
  * - Backends: the host backend runs every rule above (the reference);
- *   p2p, nccl and cublasmp return CGM_ERROR_NOT_SUPPORTED for fp8 today.
+ *   cublasmp runs TENSOR scaling on GEMM+RS and GEMM+AR (an fp8 Y on
+ *   GEMM+RS only, without bias) and returns CGM_ERROR_NOT_SUPPORTED for
+ *   the rest (docs/FP8.md); p2p and nccl for every fp8 call today.
  * - Agreement: X's dtype and scaling, W's dtype and the output dtype are
  *   in the call's signature (ranks that differ: CGM_ERROR_MISMATCH); for
  *   GEMM+AR the presence of y_amax too.
@@ -777,9 +779,11 @@ typedef struct cgm_op_options {
  *   of Y + r is not what a layer needs; accumulate outside); BGRAD on
  *   AG+GEMM, GEMM+RS or GEMM+AR; an unknown value.
  * - Backends: the host backend runs every rule above (the reference); the
- *   GPU backends return CGM_ERROR_NOT_SUPPORTED for an epilogue other than
- *   NONE today, saying to run that op on the host backend or to apply the
- *   epilogue after the op.
+ *   cublasmp runs AG+GEMM's GELU, GELU_AUX, DGELU and DGELU_BGRAD (aux's
+ *   ld a multiple of 8) and refuses epilogues on GEMM+RS and GEMM+AR; the
+ *   other GPU backends return CGM_ERROR_NOT_SUPPORTED for an epilogue
+ *   other than NONE today, saying to run that op on the host backend or
+ *   to apply the epilogue after the op.
  * - Agreement: the epilogue and whether bias, aux and bgrad are given are
  *   in the call's signature (ranks that differ: CGM_ERROR_MISMATCH); bulk's
  *   GEMM is local, its epilogue may differ per rank like its other options.
