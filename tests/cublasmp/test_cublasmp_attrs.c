@@ -24,13 +24,7 @@ typedef struct fake_lib {
 static void lib_open(fake_lib *f) {
     memset(f, 0, sizeof *f);
     CHECK_OK(cmp_lib_load(FAKE_V1000, &f->api));
-    void *e = dlsym(f->api.dl, "fake_cmp_events");
-    void *r = dlsym(f->api.dl, "fake_cmp_reset");
-    void *x = dlsym(f->api.dl, "fake_cmp_fail");
-    CHECK(e && r && x);
-    memcpy(&f->events, &e, sizeof e);
-    memcpy(&f->reset, &r, sizeof r);
-    memcpy(&f->fail, &x, sizeof x);
+    CHECK(fake_cmp_bind(f->api.dl, &f->events, &f->reset, &f->fail));
     f->reset();
 }
 

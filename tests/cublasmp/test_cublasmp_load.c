@@ -307,13 +307,7 @@ typedef struct fake_env {
 static void fake_open(fake_env *f) {
     memset(f, 0, sizeof *f);
     CHECK_OK(cmp_lib_load(FAKE_V1000, &f->api));
-    void *e = dlsym(f->api.dl, "fake_cmp_events");
-    void *r = dlsym(f->api.dl, "fake_cmp_reset");
-    void *x = dlsym(f->api.dl, "fake_cmp_fail");
-    CHECK(e && r && x);
-    memcpy(&f->events, &e, sizeof e);
-    memcpy(&f->reset, &r, sizeof r);
-    memcpy(&f->fail, &x, sizeof x);
+    CHECK(fake_cmp_bind(f->api.dl, &f->events, &f->reset, &f->fail));
     f->symm.api = &f->api;
     CHECK_INT_EQ(f->api.GridCreate(4, 1, CUBLASMP_GRID_LAYOUT_COL_MAJOR, NULL,
                                    &f->symm.grid[CMP_GRID_COL]), 0);
