@@ -732,8 +732,9 @@ typedef struct cgm_op_options {
  *   algorithms (split, ring, no_overlap, bulk), refusing algo = fused and
  *   GEMM+AR's y_amax (use nccl for those). Both need a GPU with FP8 tensor
  *   cores (compute capability 8.9+; block scaling: Hopper, 9.x, and
- *   cuBLAS 12.9+), else CGM_ERROR_NOT_SUPPORTED. cublasmp returns
- *   CGM_ERROR_NOT_SUPPORTED for fp8 today.
+ *   cuBLAS 12.9+), else CGM_ERROR_NOT_SUPPORTED. cublasmp runs TENSOR
+ *   scaling on GEMM+RS and GEMM+AR (an fp8 Y on GEMM+RS only, without
+ *   bias) and returns CGM_ERROR_NOT_SUPPORTED for the rest (docs/FP8.md).
  * - Agreement: X's dtype and scaling, W's dtype and the output dtype are
  *   in the call's signature (ranks that differ: CGM_ERROR_MISMATCH); for
  *   GEMM+AR the presence of y_amax too.
@@ -784,12 +785,13 @@ typedef struct cgm_op_options {
  * - Backends: the host backend runs every rule above (the reference); the
  *   nccl backend runs them for bf16/fp16/fp32 inputs; the p2p backend on
  *   AG+GEMM (split, ring, no_overlap), GEMM+RS (but DGELU_BGRAD), bulk's
- *   GEMM and one rank. Both
- *   return CGM_ERROR_NOT_SUPPORTED, saying what to do, for fp8 inputs with
- *   an epilogue, a bias with BGRAD, an aux whose ld is not a multiple of 8
- *   or that is not 16-byte aligned on cuBLASLt's GEMMs, and (p2p) algorithm
- *   fused, GEMM+AR and GEMM+RS's DGELU_BGRAD on P > 1; cublasmp refuses
- *   every epilogue but NONE
+ *   GEMM and one rank; cublasmp on AG+GEMM (GELU, GELU_AUX, DGELU,
+ *   DGELU_BGRAD). They return CGM_ERROR_NOT_SUPPORTED, saying what to do,
+ *   for fp8 inputs with an epilogue, a bias with BGRAD, an aux whose ld is
+ *   not a multiple of 8 or that is not 16-byte aligned (cuBLASLt's and
+ *   cuBLASMp's rule), (p2p) algorithm fused, GEMM+AR and GEMM+RS's
+ *   DGELU_BGRAD on P > 1, and (cublasmp) any epilogue on GEMM+RS and
+ *   GEMM+AR, which cuBLASMp applies before the reduction
  *   (docs/EPILOGUES.md).
  * - Agreement: the epilogue and whether bias, aux and bgrad are given are
  *   in the call's signature (ranks that differ: CGM_ERROR_MISMATCH); bulk's

@@ -91,7 +91,9 @@ class Config:
 # What each backend's ops refuse (NotSupportedError), by feature; epilogues
 # run on the host backend only for now (commgemm.h "Epilogues").
 _BACKEND_LACKS = {
-    "cublasmp": frozenset({"gathered", "bulk", "epilogue", "bulk_epilogue"}),  # cuBLASMp: one matmul, no bulk
+    # cuBLASMp: one matmul, no bulk; epilogues on AG+GEMM only (it applies
+    # them before GEMM+RS/AR's reduction), so not "epilogue" (all three ops)
+    "cublasmp": frozenset({"gathered", "bulk", "epilogue", "bulk_epilogue"}),
     "p2p": frozenset({"epilogue"}),  # GEMM+AR's on P > 1 is refused (AG+GEMM's, GEMM+RS's run)
     "nccl": frozenset(),
 }
@@ -243,7 +245,7 @@ class Comm:
         input (not on cublasmp, which keeps it internal); "bulk",
         cgm_bulk_overlap (not on cublasmp); "epilogue", the epilogues of
         AG+GEMM, GEMM+RS and GEMM+AR (all three; the host backend's only
-        today); "bulk_epilogue", those of cgm_bulk_overlap's GEMM. The library
+        today: cublasmp has AG+GEMM's alone); "bulk_epilogue", those of cgm_bulk_overlap's GEMM. The library
         refuses the others with NotSupportedError. Pure Python: the backends
         are read at creation."""
         if feature not in _FEATURE_OP:
