@@ -60,6 +60,9 @@ static cgm_status limit(const char *fn, const char *what, int64_t value,
                      env[strlen(env) - 1] + 32);
 }
 
+/* After the agreement exchange (ncclb_op_begin). The core leaves an m
+ * above max_m to this check (validate.c, max_m_after_agreement): every
+ * op's m and a bulk call's collective rows are checked here. */
 cgm_status ncclb_check_limits(const ncclb_state *st, const cgm_call *c) {
     static const char *fns[] = {"cgm_all_gather_gemm",
                                 "cgm_gemm_reduce_scatter",

@@ -102,7 +102,9 @@ static cgm_status make_request(p2p_state *st, const cgm_call *call,
 /* The call against the workspace's maxima (after the agreement check: a
  * rank whose call is beyond them while its peers' are not, another shape,
  * makes every rank fail the exchange with CGM_ERROR_MISMATCH instead of
- * leaving the peers in it). */
+ * leaving the peers in it). The core leaves an m above max_m to this
+ * check (validate.c, max_m_after_agreement): req->m is every op's m and a
+ * bulk call's collective rows. */
 static cgm_status check_limits(const p2p_state *st, const cgm_call *call,
                                const plan_request *req) {
     const cgm_resolved_config *cfg = &st->comm->config;
