@@ -452,23 +452,21 @@ static void case_flags_ready(const void *p) {
 }
 
 /* CGM_HGEMM_AUTO's choice on the bench shapes (host only, no GPU needed):
- * the variant that measured faster on each (docs/PERFORMANCE.md). */
+ * the variant that measured faster on each (docs/PERFORMANCE.md), and the
+ * edge of the rule (66 cooperative tiles). */
 static void case_auto_variant(const void *p) {
     (void)p;
     static const struct {
         int64_t m, n, k;
         int want;
-    } rows[] = {{16384, 2048, 8192, CGM_HGEMM_COOPERATIVE}, {8192, 4096, 4096, CGM_HGEMM_PINGPONG},
-                {16384, 8192, 2048, CGM_HGEMM_PINGPONG},    {4096, 4096, 4096, CGM_HGEMM_COOPERATIVE},
-                {8192, 8192, 8192, CGM_HGEMM_COOPERATIVE},  {2048, 8192, 8192, CGM_HGEMM_COOPERATIVE},
-                {8192, 2048, 4096, CGM_HGEMM_COOPERATIVE},  {4096, 16384, 4096, CGM_HGEMM_PINGPONG},
-                /* the fused AG's kernel of 32768x4096x4096 (n = 2048 per rank) */
-                {32768, 2048, 4096, CGM_HGEMM_COOPERATIVE},
-                /* m > 4096 with n >= 4096; n >= 8192 below 2^25 stays cooperative */
-                {4352, 4096, 4096, CGM_HGEMM_PINGPONG},     {4608, 4096, 4096, CGM_HGEMM_PINGPONG},
-                {6144, 4096, 3072, CGM_HGEMM_PINGPONG},     {3072, 4096, 4096, CGM_HGEMM_COOPERATIVE},
-                {2560, 8192, 4096, CGM_HGEMM_COOPERATIVE},  {3072, 8192, 4096, CGM_HGEMM_COOPERATIVE},
-                {4352, 2048, 4096, CGM_HGEMM_COOPERATIVE}};
+    } rows[] = {{16384, 2048, 8192, CGM_HGEMM_COOPERATIVE}, {8192, 4096, 4096, CGM_HGEMM_COOPERATIVE},
+                {16384, 8192, 2048, CGM_HGEMM_COOPERATIVE}, {12345, 3000, 2048, CGM_HGEMM_COOPERATIVE},
+                {32768, 8192, 512, CGM_HGEMM_COOPERATIVE},  {16384, 8192, 128, CGM_HGEMM_COOPERATIVE},
+                /* skinny m: cooperative's tiles fill at most half of 132 SMs */
+                {128, 8192, 8192, CGM_HGEMM_PINGPONG},      {512, 4096, 14336, CGM_HGEMM_PINGPONG},
+                {128, 16896, 4096, CGM_HGEMM_PINGPONG},     /* 66 tiles: the last ping-pong */
+                {128, 17152, 4096, CGM_HGEMM_COOPERATIVE},  /* 67 */
+                {256, 10240, 8192, CGM_HGEMM_COOPERATIVE},  {128, 28672, 8192, CGM_HGEMM_COOPERATIVE}};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         cgm_hgemm_args a;
         memset(&a, 0, sizeof a);
