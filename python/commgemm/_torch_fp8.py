@@ -34,7 +34,7 @@ from ._lib import DType, Scaling, Status, check
 from ._torch_collectives import all_gather_rows
 from ._torch_ops import _Launch, _as_matrix, _ops, _ref, _sym_shard_rows
 from .core import comm_by_id
-from .fp8 import BLOCK, FP8_MAX
+from .fp8 import BLOCK, FP8_MAX, DelayedScaling
 from .fp8 import scale_shape as fp8_scale_shape
 from .fp8 import scaling_of as fp8_scaling_of
 
@@ -171,26 +171,6 @@ class Float8CurrentScaling:
 
     def __post_init__(self):
         _check_format(self.fp8_format)
-
-
-@dataclasses.dataclass(frozen=True)
-class DelayedScaling:
-    """Per-tensor scaling from an amax history (TransformerEngine's
-    DelayedScaling): each cast uses the scale from the last
-    amax_history_len amaxes of that tensor (amax_compute_algo "max" over
-    the window or "most_recent"), then records its own amax; a history of
-    zeros (the first step) gives scale 1. The history lives in the layer
-    (layer.fp8_meta). fp8_format and margin as Float8CurrentScaling's."""
-    fp8_format: str = "hybrid"
-    margin: int = 0
-    amax_history_len: int = 16
-    amax_compute_algo: str = "max"
-
-    def __post_init__(self):
-        _check_format(self.fp8_format)
-        if self.amax_history_len < 1 or self.amax_compute_algo not in ("max", "most_recent"):
-            raise _invalid(f"DelayedScaling: amax_history_len = {self.amax_history_len}, amax_compute_algo = "
-                           f"{self.amax_compute_algo!r}: expected >= 1 and 'max' or 'most_recent'")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,12 +29,13 @@ import jax.numpy as jnp
 from . import _lib
 from . import fp8 as _fp8
 from ._lib import Scaling, shard_rows
+from .fp8 import DelayedScaling
 from .core import Comm, _fp8_layout
 
 __all__ = ["register", "all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce",
            "bulk_matmul_collective", "column_parallel_linear", "row_parallel_linear", "parallel_mlp", "amax",
-           "compute_scale", "cast_to_fp8", "quantize", "dequantize", "Float8CurrentScaling", "Float8BlockScaling", "DelayedScaling", "Fp8Meta",
-           "fp8_meta_init"]
+           "compute_scale", "cast_to_fp8", "quantize", "dequantize", "Float8CurrentScaling", "Float8BlockScaling",
+           "DelayedScaling", "Fp8Meta", "fp8_meta_init"]
 
 _TARGETS = {
     "commgemm_all_gather_gemm": "cgm_xla_ffi_all_gather_gemm",
@@ -708,27 +709,6 @@ class Float8BlockScaling:
 
     def __post_init__(self):
         _check_format(self.fp8_format)
-
-
-@dataclasses.dataclass(frozen=True)
-class DelayedScaling:
-    """Per-tensor scaling from an amax history (TransformerEngine's
-    DelayedScaling): each cast uses the scale its state holds, then records
-    the tensor's amax (row 0 of its history column, older rows rolled down)
-    and sets the next scale from the last amax_history_len amaxes
-    (amax_compute_algo "max" over the window, or "most_recent"); a history of
-    zeros gives scale 1. The state is an Fp8Meta passed in and returned
-    (fp8_meta_init). fp8_format, margin: as Float8CurrentScaling's."""
-    fp8_format: str = "hybrid"
-    margin: int = 0
-    amax_history_len: int = 16
-    amax_compute_algo: str = "max"
-
-    def __post_init__(self):
-        _check_format(self.fp8_format)
-        if self.amax_history_len < 1 or self.amax_compute_algo not in ("max", "most_recent"):
-            raise ValueError(f"DelayedScaling: amax_history_len = {self.amax_history_len}, amax_compute_algo = "
-                             f"{self.amax_compute_algo!r}: expected >= 1 and 'max' or 'most_recent'")
 
 
 class Fp8Meta(NamedTuple):
