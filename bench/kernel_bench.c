@@ -2,9 +2,16 @@
  * on one GPU, bf16 in, TN.
  *
  *   commgemm-kernel-bench [plain|ag|fused|addend] [--shapes MxNxK,...]
- *                         [--dynamic] [--only V]
+ *                         [--dynamic] [--only V] [--sweep] [--dtype D]
+ *                         [--lt-reduction-fp32]
  *
- *   plain   (default) cooperative, ping-pong and auto against cuBLASLt;
+ *   plain   (default) cooperative, ping-pong and auto against cuBLASLt,
+ *           each checked against the exact product on a sample of every
+ *           output (kernel_bench_plain.c); --sweep runs its 60 shapes
+ *           (odd m and n, n below a tile multiple, small k, skinny m, the
+ *           Llama layers split 2, 4 and 8 ways) with a summary per class;
+ *           --dtype bf16 (default) or fp16; --lt-reduction-fp32: cuBLASLt
+ *           adds split-k parts in fp32 only (CGM_GEMM_REDUCTION_FP32);
  *   ag      what the fused all-gather's hooks cost, one at a time
  *           (kernel_bench_fused.c); --only V times contender V alone (for
  *           a profiler);
@@ -14,9 +21,10 @@
  *   --dynamic  every cgm_hgemm call gets a tile counter (the dynamic tile
  *           schedule where cgm_hgemm takes it), so that an A/B of the
  *           static and the dynamic schedule alternates two processes.
- * Inputs are multiples of 1/8 (tests/gpu/hgemm_values.h); each bench checks
- * ours against cuBLASLt and prints OK or FAILED last (exit 1 on FAILED,
- * 77 without an sm_90 GPU). */
+ * Inputs are multiples of 1/8 (tests/gpu/hgemm_values.h); plain checks
+ * every side against the exact product, the others ours against cuBLASLt;
+ * each prints OK or FAILED last (exit 1 on FAILED, 77 without an sm_90
+ * GPU). */
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -146,86 +154,6 @@ void kb_time_interleaved(int who_count, const kb_contenders *c, float *t) {
     for (int i = 0; i < 2 * who_count; i++) cudaEventDestroy(ev[i]);
 }
 
-/* One shape of the plain bench: cooperative, ping-pong, auto and
- * cuBLASLt. Checks cooperative and ping-pong against cuBLASLt on the whole
- * output, and auto bit for bit against the variant it chose. Returns 0
- * when all match. */
-#define PLAIN_WHO 4
-static int plain_shape(const kb_options *o, long long m, long long n, long long k) {
-    size_t ny = (size_t)(m * n);
-    void *dx = kb_fill_device(CGM_DTYPE_BF16, (size_t)(m * k), 1);
-    void *dw = kb_fill_device(CGM_DTYPE_BF16, (size_t)(n * k), 2), *dy[3], *dref;
-    for (int v = 0; v < 3; v++) KB_CUDA(cudaMalloc(&dy[v], ny * 2));
-    KB_CUDA(cudaMalloc(&dref, ny * 2));
-    cgm_hgemm_args a[3];
-    const int variants[3] = {CGM_HGEMM_COOPERATIVE, CGM_HGEMM_PINGPONG, CGM_HGEMM_AUTO};
-    for (int v = 0; v < 3; v++) {
-        memset(&a[v], 0, sizeof a[v]);
-        a[v].in_dtype = a[v].out_dtype = CGM_DTYPE_BF16;
-        a[v].m = m, a[v].n = n, a[v].k = k, a[v].x = dx, a[v].ldx = k, a[v].w = dw, a[v].ldw = k;
-        a[v].y = dy[v], a[v].ldy = n;
-        a[v].variant = variants[v];
-    }
-    int chosen = cgm_hgemm_variant_for(&a[2]);
-    cgm_lt_gemm_args g;
-    memset(&g, 0, sizeof g);
-    g.layout = CGM_LAYOUT_TN;
-    g.in_dtype = g.out_dtype = CGM_DTYPE_BF16;
-    g.m = m, g.n = n, g.k = k, g.x = dx, g.ldx = k, g.w = dw, g.ldw = k, g.y = dref, g.ldy = n;
-    float t[PLAIN_WHO];
-    kb_contenders who = {a, &g, 3, false, o->dynamic};
-    kb_time_interleaved(PLAIN_WHO, &who, t);
-    double flop = 2.0 * (double)m * (double)n * (double)k;
-    uint16_t *hy = malloc(ny * 2), *href = malloc(ny * 2), *hauto = malloc(ny * 2);
-    if (!hy || !href || !hauto) kb_die("malloc 3 x %zu bytes", ny * 2);
-    KB_CUDA(cudaMemcpy(href, dref, ny * 2, cudaMemcpyDeviceToHost));
-    KB_CUDA(cudaMemcpy(hauto, dy[2], ny * 2, cudaMemcpyDeviceToHost));
-    size_t wrong[2] = {0, 0};
-    int auto_differs = 0;
-    for (int v = 0; v < 2; v++) {
-        KB_CUDA(cudaMemcpy(hy, dy[v], ny * 2, cudaMemcpyDeviceToHost));
-        wrong[v] = kb_bf16_differ(hy, href, ny, k);
-        if (variants[v] == chosen) auto_differs = memcmp(hy, hauto, ny * 2) != 0;
-    }
-    int bad = wrong[0] || wrong[1] || auto_differs;
-    printf("%6lld %6lld %6lld  %8.1f %8.1f %8.1f %8.1f  %6.1f %6.1f %6.1f %6.1f  %6.3f %6.3f %6.3f  %-4s  %s\n", m, n,
-           k, t[0], t[1], t[2], t[3], flop / t[0] * 1e-6, flop / t[1] * 1e-6, flop / t[2] * 1e-6, flop / t[3] * 1e-6,
-           t[3] / t[0], t[3] / t[1], t[3] / t[2], chosen == CGM_HGEMM_PINGPONG ? "pp" : "coop", bad ? "WRONG" : "ok");
-    for (int v = 0; v < 2; v++)
-        if (wrong[v])
-            printf("#   %s: %zu of %zu elements differ from cuBLASLt\n",
-                   variants[v] == CGM_HGEMM_PINGPONG ? "ping-pong" : "cooperative", wrong[v], ny);
-    if (auto_differs) printf("#   auto: not bit for bit the output of the variant it chose\n");
-    for (int v = 0; v < 3; v++) cudaFree(dy[v]);
-    cudaFree(dx), cudaFree(dw), cudaFree(dref);
-    free(hy), free(href), free(hauto);
-    return bad;
-}
-
-static const long long plain_shapes[][3] = {{16384, 2048, 8192}, {8192, 4096, 4096},  {16384, 8192, 2048},
-                                            {4096, 4096, 4096},  {8192, 8192, 8192},  {2048, 8192, 8192},
-                                            {8192, 2048, 4096},  {4096, 16384, 4096}};
-
-int kb_plain(const kb_options *o) {
-    struct cudaDeviceProp prop;
-    if (!kb_device("plain", &prop)) return 77;
-    printf("# cgm_hgemm (cooperative, ping-pong, auto) vs cuBLASLt, bf16 in/out, TN, %s (sm_%d%d, %d SMs)%s; "
-           "medians of %d interleaved rounds x %d calls\n",
-           prop.name, prop.major, prop.minor, prop.multiProcessorCount, o->dynamic ? ", --dynamic" : "", KB_ROUNDS,
-           KB_CALLS);
-    printf("#    m      n      k   coop_us    pp_us  auto_us  cuLt_us  coopTF   ppTF autoTF cuLtTF  r_coop   r_pp "
-           "r_auto  auto  check\n");
-    int bad = 0, count = o->nshapes ? o->nshapes : (int)(sizeof plain_shapes / sizeof plain_shapes[0]);
-    for (int i = 0; i < count; i++) {
-        const long long *s = o->nshapes ? o->shapes[i] : plain_shapes[i];
-        bad += plain_shape(o, s[0], s[1], s[2]);
-    }
-    printf("# r_* = cuBLASLt time / ours; coop = cooperative 128x256, pp = ping-pong 128x128, auto = "
-           "CGM_HGEMM_AUTO (column auto: the variant it ran); %s\n",
-           bad ? "FAILED" : "OK");
-    return bad ? 1 : 0;
-}
-
 /* --shapes MxNxK,...: k rounded up to a multiple of 8 (TMA's row
  * strides). */
 static int parse_shapes(const char *list, kb_options *o) {
@@ -250,7 +178,8 @@ static int parse_shapes(const char *list, kb_options *o) {
 
 static void usage(FILE *to) {
     fprintf(to, "usage: commgemm-kernel-bench [plain|ag|fused|addend] [--shapes MxNxK,...] [--dynamic] "
-                "[--only V]\n");
+                "[--only V]\n"
+                "       plain only: [--sweep] [--dtype bf16|fp16] [--lt-reduction-fp32]\n");
 }
 
 int main(int argc, char **argv) {
@@ -258,6 +187,7 @@ int main(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     o.bench = "plain";
     o.only = -1;
+    o.dtype = CGM_DTYPE_BF16;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
@@ -269,6 +199,17 @@ int main(int argc, char **argv) {
             o.dynamic = true;
         } else if (!strcmp(arg, "--only") && i + 1 < argc) {
             o.only = atoi(argv[++i]);
+        } else if (!strcmp(arg, "--sweep")) {
+            o.sweep = true;
+        } else if (!strcmp(arg, "--lt-reduction-fp32")) {
+            o.lt_reduction_fp32 = true;
+        } else if (!strcmp(arg, "--dtype") && i + 1 < argc) {
+            const char *d = argv[++i];
+            if (strcmp(d, "bf16") && strcmp(d, "fp16")) {
+                fprintf(stderr, "commgemm-kernel-bench: --dtype: expected bf16 or fp16, found '%s'\n", d);
+                return 2;
+            }
+            o.dtype = strcmp(d, "bf16") ? CGM_DTYPE_FP16 : CGM_DTYPE_BF16;
         } else if (i == 1 && arg[0] != '-') {
             o.bench = arg;
         } else {
@@ -277,7 +218,16 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (!strcmp(o.bench, "plain")) return kb_plain(&o);
+    bool plain = !strcmp(o.bench, "plain");
+    if (!plain && (o.sweep || o.lt_reduction_fp32 || o.dtype != CGM_DTYPE_BF16)) {
+        fprintf(stderr, "commgemm-kernel-bench: --sweep, --dtype and --lt-reduction-fp32 are plain's only\n");
+        return 2;
+    }
+    if (o.sweep && o.nshapes) {
+        fprintf(stderr, "commgemm-kernel-bench: --sweep or --shapes, not both\n");
+        return 2;
+    }
+    if (plain) return kb_plain(&o);
     if (!strcmp(o.bench, "ag")) return kb_ag(&o);
     if (!strcmp(o.bench, "fused")) return kb_fused(&o);
     if (!strcmp(o.bench, "addend")) return kb_addend(&o);

@@ -25,6 +25,9 @@ typedef struct kb_options {
     long long shapes[KB_MAX_SHAPES][3];
     bool dynamic;       /* --dynamic: every cgm_hgemm call gets a tile counter */
     int only;           /* --only V (ag): time contender V alone; -1: all */
+    bool sweep;         /* --sweep (plain): the sweep's shapes */
+    cgm_dtype dtype;    /* --dtype (plain): X, W and Y; bf16 by default */
+    bool lt_reduction_fp32; /* --lt-reduction-fp32 (plain): cuBLASLt's split-k parts added in fp32 only */
 } kb_options;
 
 /* A CUDA call that must succeed: else the bench prints the call and the

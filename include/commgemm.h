@@ -660,7 +660,7 @@ typedef struct cgm_op_options {
  *   misaligned pointers, shapes that disagree, bad enum values, m above
  *   max_m); CGM_ERROR_INVALID_USAGE (comm not live, in use by another
  *   thread's call, non-NULL stream on host);
- *   CGM_ERROR_NOT_SUPPORTED (fp8 on a GPU backend, fp8 with layout NN or
+ *   CGM_ERROR_NOT_SUPPORTED (fp8 where "FP8" says, fp8 with layout NN or
  *   NT, an epilogue on a GPU backend, an option the backend lacks);
  *   CGM_ERROR_UNAVAILABLE (backend not available on this comm);
  *   CGM_ERROR_MISMATCH (ranks disagree: on every rank); CGM_ERROR_TIMEOUT /
@@ -727,8 +727,14 @@ typedef struct cgm_op_options {
  *   lives (host memory on host; device memory of the comm's GPU on GPU
  *   backends), checked like the data pointers; no output (Y, x_gathered
  *   and its scales, y_amax) may overlap an input (data or scales).
- * - Backends: the host backend runs every rule above (the reference);
- *   p2p, nccl and cublasmp return CGM_ERROR_NOT_SUPPORTED for fp8 today.
+ * - Backends: the host backend runs every rule above (the reference).
+ *   nccl runs them too, every op and algorithm; p2p on its chunked
+ *   algorithms (split, ring, no_overlap, bulk), refusing algo = fused and
+ *   GEMM+AR's y_amax (use nccl for those). Both need a GPU with FP8 tensor
+ *   cores (compute capability 8.9+; block scaling: Hopper, 9.x, and
+ *   cuBLAS 12.9+), else CGM_ERROR_NOT_SUPPORTED. cublasmp runs TENSOR
+ *   scaling on GEMM+RS and GEMM+AR (an fp8 Y on GEMM+RS only, without
+ *   bias) and returns CGM_ERROR_NOT_SUPPORTED for the rest (docs/FP8.md).
  * - Agreement: X's dtype and scaling, W's dtype and the output dtype are
  *   in the call's signature (ranks that differ: CGM_ERROR_MISMATCH); for
  *   GEMM+AR the presence of y_amax too.
@@ -777,9 +783,16 @@ typedef struct cgm_op_options {
  *   of Y + r is not what a layer needs; accumulate outside); BGRAD on
  *   AG+GEMM, GEMM+RS or GEMM+AR; an unknown value.
  * - Backends: the host backend runs every rule above (the reference); the
- *   GPU backends return CGM_ERROR_NOT_SUPPORTED for an epilogue other than
- *   NONE today, saying to run that op on the host backend or to apply the
- *   epilogue after the op.
+ *   nccl backend runs them for bf16/fp16/fp32 inputs; the p2p backend on
+ *   AG+GEMM (split, ring, no_overlap), GEMM+RS (but DGELU_BGRAD), bulk's
+ *   GEMM and one rank; cublasmp on AG+GEMM (GELU, GELU_AUX, DGELU,
+ *   DGELU_BGRAD). They return CGM_ERROR_NOT_SUPPORTED, saying what to do,
+ *   for fp8 inputs with an epilogue, a bias with BGRAD, an aux whose ld is
+ *   not a multiple of 8 or that is not 16-byte aligned (cuBLASLt's and
+ *   cuBLASMp's rule), (p2p) algorithm fused, GEMM+AR and GEMM+RS's
+ *   DGELU_BGRAD on P > 1, and (cublasmp) any epilogue on GEMM+RS and
+ *   GEMM+AR, which cuBLASMp applies before the reduction
+ *   (docs/EPILOGUES.md).
  * - Agreement: the epilogue and whether bias, aux and bgrad are given are
  *   in the call's signature (ranks that differ: CGM_ERROR_MISMATCH); bulk's
  *   GEMM is local, its epilogue may differ per rank like its other options.

@@ -34,7 +34,7 @@ from ._lib import DType, Scaling, Status, check
 from ._torch_collectives import all_gather_rows
 from ._torch_ops import _Launch, _as_matrix, _ops, _ref, _sym_shard_rows
 from .core import comm_by_id
-from .fp8 import BLOCK, FP8_MAX
+from .fp8 import BLOCK, FP8_MAX, DelayedScaling
 from .fp8 import scale_shape as fp8_scale_shape
 from .fp8 import scaling_of as fp8_scaling_of
 
@@ -171,26 +171,6 @@ class Float8CurrentScaling:
 
     def __post_init__(self):
         _check_format(self.fp8_format)
-
-
-@dataclasses.dataclass(frozen=True)
-class DelayedScaling:
-    """Per-tensor scaling from an amax history (TransformerEngine's
-    DelayedScaling): each cast uses the scale from the last
-    amax_history_len amaxes of that tensor (amax_compute_algo "max" over
-    the window or "most_recent"), then records its own amax; a history of
-    zeros (the first step) gives scale 1. The history lives in the layer
-    (layer.fp8_meta). fp8_format and margin as Float8CurrentScaling's."""
-    fp8_format: str = "hybrid"
-    margin: int = 0
-    amax_history_len: int = 16
-    amax_compute_algo: str = "max"
-
-    def __post_init__(self):
-        _check_format(self.fp8_format)
-        if self.amax_history_len < 1 or self.amax_compute_algo not in ("max", "most_recent"):
-            raise _invalid(f"DelayedScaling: amax_history_len = {self.amax_history_len}, amax_compute_algo = "
-                           f"{self.amax_compute_algo!r}: expected >= 1 and 'max' or 'most_recent'")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -500,6 +480,22 @@ class _Fp8Linear(torch.autograd.Function):
         return dx, dw, db, None, None, None, None, None, None, None
 
 
+def _fp8_run(what, recipe, meta, comm, rt, precision, x2, weight, bias, m, mode):
+    """The _Fp8Linear call of a layer or a functional op under `recipe`, as a
+    closure (the layers order it after their other calls)."""
+    if rt.bulk is None:
+        raise _lib.NotSupportedError(Status.NOT_SUPPORTED,
+                                     f"{what} with fp8_recipe: its local fp8 GEMMs run on the comm's bulk op, which "
+                                     "this comm lacks: give it one (op_backend={'bulk': 'host'})")
+    caster = _Caster(recipe, meta, comm.id, rt)
+    need_bwd = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x2, weight, bias))
+
+    def run():
+        return _Fp8Linear.apply(x2, weight, bias, comm.id, m if m is not None else 0, mode, rt, caster, precision,
+                                need_bwd)
+    return run
+
+
 def layer_run(layer, x2, weight, bias, m, mode):
     """The run() of a layer's forward under its fp8_recipe: the fp8
     Function with the layer's comm, route, precision and state."""
@@ -509,16 +505,55 @@ def layer_run(layer, x2, weight, bias, m, mode):
         meta = getattr(layer, "fp8_meta", None)
         if meta is None or meta.recipe != recipe or meta.amax_history.device != x2.device:
             meta = layer.fp8_meta = Fp8Meta(recipe, x2.device)
-    comm, rt = layer.comm, layer._rt
-    caster = _Caster(recipe, meta, comm.id, rt)
-    precision = layer._precision_args()
-    need_bwd = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x2, weight, bias))
-    if rt.bulk is None:
-        raise _lib.NotSupportedError(Status.NOT_SUPPORTED,
-                                     f"{type(layer).__name__} with fp8_recipe: its local fp8 GEMMs run on the comm's "
-                                     "bulk op, which this comm lacks: give it one (op_backend={'bulk': 'host'})")
+    return _fp8_run(type(layer).__name__, recipe, meta, layer.comm, layer._rt, layer._precision_args(), x2, weight,
+                    bias, m, mode)
 
-    def run():
-        return _Fp8Linear.apply(x2, weight, bias, comm.id, m if m is not None else 0, mode, rt, caster, precision,
-                                need_bwd)
-    return run
+
+# --------------------------------------------------------------------------
+# The functional ops with fp8_recipe= (high-precision x and weight, quantized
+# in the call; differentiable) and the refusal of gradients for fp8 tensors
+# --------------------------------------------------------------------------
+
+_NO_FP8_GRAD = ("torch rounds a gradient to its tensor's dtype, so a float8 tensor would get its gradient as float8 "
+                "(e4m3 saturates at 448): pass the high-precision x and weight with fp8_recipe="
+                "commgemm.torch.Float8CurrentScaling() or Float8BlockScaling() instead (the gradients are then "
+                "those of the values, in x's and weight's dtypes), or detach the fp8 operands")
+
+
+def refuse_fp8_grad(op, tensors):
+    """Refuses fp8-operand calls where autograd would need a gradient."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        raise _invalid(f"commgemm fp8 {op}: an input requires grad, but the fp8-operand ops are not differentiable: "
+                       + _NO_FP8_GRAD)
+
+
+def _fp8_matmul_backward(ctx, *grads):
+    raise _invalid("torch.ops.commgemm.fp8_matmul: no gradient for fp8 operands: " + _NO_FP8_GRAD)
+
+
+torch.library.register_autograd("commgemm::fp8_matmul", _fp8_matmul_backward)
+
+
+def recipe_call(op, x, weight, bias, comm, m, recipe, rt, precision, given):
+    """all_gather_matmul ("ag"), matmul_reduce_scatter ("rs") or
+    matmul_all_reduce ("ar") with fp8_recipe: x and weight in high precision,
+    quantized here as the layers quantize them (per-tensor scales from
+    current amaxes, reduced over the ranks where "ag" gathers X; or blocks),
+    every GEMM of the forward and backward in fp8 (_Fp8Linear). Y, dX, dW and
+    db in x's, weight's and bias's dtypes. given: the names of arguments that
+    do not go with fp8_recipe, passed anyway."""
+    what = f"commgemm.torch fp8_recipe {op}"
+    if isinstance(recipe, DelayedScaling) or not isinstance(recipe, _RECIPES):
+        raise _invalid(f"{what}: fp8_recipe = {recipe!r}: expected Float8CurrentScaling() or Float8BlockScaling() "
+                       "(delayed scaling keeps an amax history, state that a function call has nowhere to keep: "
+                       "use the layers, ColumnParallelLinear / RowParallelLinear(fp8_recipe=DelayedScaling()))")
+    if given:
+        raise _invalid(f"{what}: {', '.join(given)} given with fp8_recipe: fp8_recipe quantizes x and weight itself "
+                       "and returns x's dtype; drop them (or pass quantized operands with x_scale= and w_scale= and "
+                       "no fp8_recipe)")
+    for name, t in (("x", x), ("weight", weight)):
+        if t.dtype not in _OUT_DTYPES:
+            raise _invalid(f"{what}: {name} is {t.dtype}: expected float32, bfloat16 or float16 (fp8_recipe takes "
+                           "the high-precision values and quantizes them)")
+    mode = {"ag": "ag", "rs": "rs", "ar": "ar"}[op]
+    return _fp8_run(what, recipe, None, comm, rt, precision, x, weight, bias, m, mode)()

@@ -347,7 +347,8 @@ class _ColumnLinear(_ShardedLinear):
         if self.sequence_parallel:
             m, problem, hint = self._sequence_m(x2, lead, m, problem)
             # the GELU in AG+GEMM's epilogue (the fp8 GEMMs take none: torch's GELU after them)
-            fused = self.activation == "gelu" and rt.epilogue and self.fp8_recipe is None
+            fused = (self.activation == "gelu" and rt.epilogue and self.fp8_recipe is None
+                     and all(comm.epilogue_fits(w, rt.backend) for w in self.partition))
             if self.fp8_recipe is not None:
                 run = _fp8.layer_run(self, x2, weight, bias, m, "ag")
             elif torch.is_grad_enabled():
@@ -653,6 +654,7 @@ class ParallelMLP(torch.nn.Module):
         return (self.fc1.sequence_parallel and torch.is_grad_enabled() and rt1 == rt2 and rt1.epilogue
                 and self.fc1.fp8_recipe is None and self.fc2.fp8_recipe is None
                 and rt1.gathered and rt1.bulk_epilogue
+                and all(self.fc1.comm.epilogue_fits(w, rt1.backend) for w in self.fc1.partition)
                 and self.fc1._precision_args() == self.fc2._precision_args())
 
     def forward(self, x, m=None):

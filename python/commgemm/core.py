@@ -91,10 +91,15 @@ class Config:
 # What each backend's ops refuse (NotSupportedError), by feature; epilogues
 # run on the host backend only for now (commgemm.h "Epilogues").
 _BACKEND_LACKS = {
-    "cublasmp": frozenset({"gathered", "bulk", "epilogue", "bulk_epilogue"}),  # cuBLASMp: one matmul, no bulk
-    "p2p": frozenset({"epilogue", "bulk_epilogue"}),
-    "nccl": frozenset({"epilogue", "bulk_epilogue"}),
+    # cuBLASMp: one matmul, no bulk; epilogues on AG+GEMM only (it applies
+    # them before GEMM+RS/AR's reduction), so not "epilogue" (all three ops)
+    "cublasmp": frozenset({"gathered", "bulk", "epilogue", "bulk_epilogue"}),
+    "p2p": frozenset({"epilogue"}),  # GEMM+AR's on P > 1 is refused (AG+GEMM's, GEMM+RS's run)
+    "nccl": frozenset(),
 }
+# The GPU backends run epilogues through cuBLASLt, whose aux takes a leading dimension that is a
+# multiple of 8 elements (Comm.epilogue_fits).
+_AUX_LD_MULTIPLE = {"p2p": 8, "nccl": 8}
 _GEMM_OPS = (Op.ALL_GATHER_GEMM, Op.GEMM_REDUCE_SCATTER, Op.GEMM_ALL_REDUCE)
 _FEATURE_OP = {"gathered": (Op.ALL_GATHER_GEMM,), "bulk": (Op.BULK,), "epilogue": _GEMM_OPS,
                "bulk_epilogue": (Op.BULK,)}
@@ -240,7 +245,7 @@ class Comm:
         input (not on cublasmp, which keeps it internal); "bulk",
         cgm_bulk_overlap (not on cublasmp); "epilogue", the epilogues of
         AG+GEMM, GEMM+RS and GEMM+AR (all three; the host backend's only
-        today); "bulk_epilogue", those of cgm_bulk_overlap's GEMM. The library
+        today: cublasmp has AG+GEMM's alone); "bulk_epilogue", those of cgm_bulk_overlap's GEMM. The library
         refuses the others with NotSupportedError. Pure Python: the backends
         are read at creation."""
         if feature not in _FEATURE_OP:
@@ -248,6 +253,15 @@ class Comm:
                                        f"Comm.supports: feature {feature!r}: expected one of {sorted(_FEATURE_OP)}")
         return all(feature not in _BACKEND_LACKS.get(self._backend_for(op, backend), ())
                    for op in _FEATURE_OP[feature])
+
+    def epilogue_fits(self, width, backend=None):
+        """Whether the epilogues with an aux (GELU_AUX, DGELU, DGELU_BGRAD) run on outputs `width`
+        columns wide, aux as dense as the output, with the per-call `backend` (None: the op's own):
+        the GPU backends (cuBLASLt) want aux's leading dimension a multiple of 8; the host takes any.
+        The layers run their GELU unfused where this is False (torch: for any rank's width, so that
+        every rank takes the same way; JAX: for this rank's, so uneven feature splits that straddle a
+        multiple of 8 fail with MismatchError). Pure Python."""
+        return all(int(width) % _AUX_LD_MULTIPLE.get(self._backend_for(op, backend), 1) == 0 for op in _GEMM_OPS)
 
     def _backend_for(self, op, backend=None):
         """The name of the backend that runs `op` given a per-call override

@@ -19,10 +19,12 @@ jax.numpy's float8 types are). torch and jax.numpy versions of the helpers
 are in commgemm.torch (quantize, dequantize, ...) and commgemm.jax.
 """
 
+import dataclasses
+
 from ._lib import DType, InvalidArgumentError, Scaling, Status
 
-__all__ = ["FP8_MAX", "BLOCK", "is_fp8_name", "scale_shape", "scaling_of", "compute_scale", "quantize",
-           "dequantize", "cast_to_fp8"]
+__all__ = ["DelayedScaling", "FP8_MAX", "BLOCK", "is_fp8_name", "scale_shape", "scaling_of", "compute_scale",
+           "quantize", "dequantize", "cast_to_fp8"]
 
 #: the largest finite value of each fp8 format (e4m3fn: no infinities)
 FP8_MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
@@ -168,3 +170,31 @@ def dequantize(codes, scale, scaling=None, w_like=False):
     if scaling is None:
         scaling = scaling_of("x", np.shape(scale), codes.shape[0], codes.shape[1], w_like)
     return codes.astype(np.float64) * expand_scale(scale, scaling, codes.shape).astype(np.float64)
+
+
+@dataclasses.dataclass(frozen=True)
+class DelayedScaling:
+    """Per-tensor scaling from an amax history (TransformerEngine's
+    DelayedScaling), the recipe of commgemm.torch's and commgemm.jax's
+    layers (both export it): each cast uses the scale from the last
+    amax_history_len amaxes of that tensor (amax_compute_algo "max" over
+    the window or "most_recent"), then records its own amax; a history of
+    zeros (the first step) gives scale 1. The history lives in the torch
+    layer (layer.fp8_meta) or in the JAX layers' explicit state
+    (commgemm.jax.Fp8Meta). fp8_format: "hybrid" (e4m3 forward, e5m2
+    gradients) or "e4m3"; margin: scale = amax / fp8_max * 2^margin."""
+    fp8_format: str = "hybrid"
+    margin: int = 0
+    amax_history_len: int = 16
+    amax_compute_algo: str = "max"
+
+    def __post_init__(self):
+        if self.fp8_format not in ("hybrid", "e4m3"):
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                       f"fp8_format {self.fp8_format!r}: expected 'hybrid' (e4m3 forward, e5m2 "
+                                       "gradients) or 'e4m3'")
+        if self.amax_history_len < 1 or self.amax_compute_algo not in ("max", "most_recent"):
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                       f"DelayedScaling: amax_history_len = {self.amax_history_len}, "
+                                       f"amax_compute_algo = {self.amax_compute_algo!r}: expected >= 1 and 'max' "
+                                       "or 'most_recent'")

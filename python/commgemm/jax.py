@@ -19,6 +19,7 @@ device; the comm must outlive the compiled programs that use it.
 """
 
 import dataclasses
+from typing import NamedTuple
 
 import numpy as np
 
@@ -28,11 +29,13 @@ import jax.numpy as jnp
 from . import _lib
 from . import fp8 as _fp8
 from ._lib import Scaling, shard_rows
+from .fp8 import DelayedScaling
 from .core import Comm, _fp8_layout
 
 __all__ = ["register", "all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce",
            "bulk_matmul_collective", "column_parallel_linear", "row_parallel_linear", "parallel_mlp", "amax",
-           "compute_scale", "cast_to_fp8", "quantize", "dequantize", "Float8CurrentScaling", "Float8BlockScaling"]
+           "compute_scale", "cast_to_fp8", "quantize", "dequantize", "Float8CurrentScaling", "Float8BlockScaling",
+           "DelayedScaling", "Fp8Meta", "fp8_meta_init"]
 
 _TARGETS = {
     "commgemm_all_gather_gemm": "cgm_xla_ffi_all_gather_gemm",
@@ -461,11 +464,13 @@ def _dgelu(grad, pre):
     return (grad.astype(jnp.float32) * d).astype(grad.dtype)
 
 
-def _fused_epilogues(comm, backend):
-    """Whether the GELU layers can run their epilogues: the GEMM ops take them, AG+GEMM hands
-    back the gathered input, and the bulk op's GEMM takes them too (the MLP's BGRAD)."""
+def _fused_epilogues(comm, backend, width):
+    """Whether the GELU layers can run their epilogues: the GEMM ops take them on `width` output
+    columns, AG+GEMM hands back the gathered input, and the bulk op's GEMM takes them too (the
+    MLP's BGRAD)."""
     bulk = backend if comm.supports("bulk", backend) else None
-    return (comm.supports("epilogue", backend) and comm.supports("gathered", backend)
+    return (comm.supports("epilogue", backend) and comm.epilogue_fits(width, backend)
+            and comm.supports("gathered", backend)
             and comm.supports("bulk", bulk) and comm.supports("bulk_epilogue", bulk))
 
 
@@ -535,7 +540,7 @@ def _precision(partial_dtype, gemm_reduction):
 
 def column_parallel_linear(x, w, bias=None, *, comm, m=None, sequence_parallel=True, backend=None,
                            allow_tf32=False, partial_dtype=None, gemm_reduction=None, activation=None,
-                           fp8_recipe=None):
+                           fp8_recipe=None, fp8_meta=None):
     """Column-parallel linear: w's rows (the output features) split over the
     ranks; w: [n_loc, k] (this rank's nn.Linear weight shard), bias: [n_loc]
     or None. Differentiable (jax.grad, jax.vjp); x may have leading dims
@@ -558,13 +563,17 @@ def column_parallel_linear(x, w, bias=None, *, comm, m=None, sequence_parallel=T
     activation="gelu": gelu(X . W^T + b), the tanh form (jax.nn.gelu(approximate=True)); with
     sequence parallelism on a backend with epilogues, in AG+GEMM's GELU_AUX epilogue (the
     backward multiplies dY by gelu'(pre-activation) before the dgrad); elsewhere after the op.
-    fp8_recipe: Float8CurrentScaling() or Float8BlockScaling(): the forward, dgrad and wgrad
-    GEMMs in fp8 (docs/PYTHON.md "FP8"); no activation; host backend today."""
+    fp8_recipe: Float8CurrentScaling(), Float8BlockScaling() or DelayedScaling(): the forward,
+    dgrad and wgrad GEMMs in fp8 (docs/PYTHON.md "FP8"); no activation; host backend today.
+    DelayedScaling takes its state as fp8_meta (fp8_meta_init(recipe) to start) and the layer
+    returns (Y, the state after the forward); differentiated, fp8_meta's cotangent is the
+    state after the backward too: the next step's fp8_meta."""
     if fp8_recipe is not None:
-        _check_fp8_layer(fp8_recipe, "column_parallel_linear", activation)
+        _check_fp8_layer(fp8_recipe, fp8_meta, "column_parallel_linear", activation)
         x2, back = _rows_2d(x)
         m = _total_rows(comm, x2.shape[0], m) if sequence_parallel else 0
-        return back(_col8(x2, w, bias, comm, int(m), backend, fp8_recipe))
+        y, meta = _col8(x2, w, bias, fp8_meta, comm, int(m), backend, fp8_recipe)
+        return (back(y), meta) if meta is not None else back(y)
     if activation not in (None, "gelu"):
         raise ValueError(f"column_parallel_linear: activation={activation!r}: expected None or 'gelu'")
     x2, back = _rows_2d(x)
@@ -575,7 +584,7 @@ def column_parallel_linear(x, w, bias=None, *, comm, m=None, sequence_parallel=T
         return back(_gelu(y) if activation else y)
     if m is None:
         m = _total_rows(comm, x2.shape[0], None)
-    if activation and _fused_epilogues(comm, backend):
+    if activation and _fused_epilogues(comm, backend, w.shape[0]):
         return back(_column_gelu(x2, w, bias, comm, int(m), backend, allow_tf32, precision))
     y = _column(x2, w, bias, comm, int(m), backend, allow_tf32, precision)
     return back(_gelu(y) if activation else y)
@@ -639,7 +648,7 @@ _row_ar.defvjp(_row_ar_fwd, _row_ar_bwd)
 
 
 def row_parallel_linear(x, w, bias=None, *, comm, sequence_parallel=True, backend=None, allow_tf32=False,
-                        partial_dtype=None, gemm_reduction=None, fp8_recipe=None):
+                        partial_dtype=None, gemm_reduction=None, fp8_recipe=None, fp8_meta=None):
     """Row-parallel linear: w's columns (the input features) split over the
     ranks; x: [m, k_loc] (e.g. a column-parallel layer's output; leading
     dims allowed), w: [n, k_loc], bias: [n] or None, the same on every rank
@@ -654,11 +663,12 @@ def row_parallel_linear(x, w, bias=None, *, comm, sequence_parallel=True, backen
     allow_tf32: as column_parallel_linear's. partial_dtype ("fp32",
     "output"): the forward's GEMM+RS/AR partials, the same on every rank;
     gemm_reduction ("any", "fp32"): the commgemm GEMMs'; None: the comm's.
-    fp8_recipe: as column_parallel_linear's."""
+    fp8_recipe, fp8_meta: as column_parallel_linear's."""
     x2, back = _rows_2d(x)
     if fp8_recipe is not None:
-        _check_fp8_layer(fp8_recipe, "row_parallel_linear")
-        return back(_row8(x2, w, bias, comm, backend, fp8_recipe, bool(sequence_parallel)))
+        _check_fp8_layer(fp8_recipe, fp8_meta, "row_parallel_linear")
+        y, meta = _row8(x2, w, bias, fp8_meta, comm, backend, fp8_recipe, bool(sequence_parallel))
+        return (back(y), meta) if meta is not None else back(y)
     allow_tf32 = bool(allow_tf32)
     precision = _precision(partial_dtype, gemm_reduction)
     if not sequence_parallel:
@@ -703,10 +713,51 @@ class Float8BlockScaling:
         _check_format(self.fp8_format)
 
 
-def _fq(t, recipe, grad, w_like):
+class Fp8Meta(NamedTuple):
+    """A layer's delayed-scaling state (a pytree): amax_history [len, 3]
+    float32 (columns: input, weight, grad_output; row 0 the latest) and
+    scale [3] float32, the dequantize scales the next casts use."""
+    amax_history: jax.Array
+    scale: jax.Array
+
+
+def fp8_meta_init(recipe):
+    """The first Fp8Meta of a layer under a DelayedScaling recipe: a history
+    of zeros and scales of 1."""
+    if not isinstance(recipe, DelayedScaling):
+        raise ValueError(f"fp8_meta_init: recipe = {recipe!r}: expected commgemm.jax.DelayedScaling()")
+    return Fp8Meta(jnp.zeros((recipe.amax_history_len, 3), jnp.float32), jnp.ones((3,), jnp.float32))
+
+
+_INPUT, _WEIGHT, _GRAD = 0, 1, 2
+
+
+def _meta_record(recipe, meta, role, amax_):
+    """meta with amax_ recorded as the role's latest and its next scale."""
+    col = jnp.roll(meta.amax_history[:, role], 1).at[0].set(amax_)
+    a = jnp.max(col) if recipe.amax_compute_algo == "max" else col[0]
+    dtype = _FORMATS[recipe.fp8_format][1 if role == _GRAD else 0]
+    return Fp8Meta(meta.amax_history.at[:, role].set(col),
+                   meta.scale.at[role].set(compute_scale(a, dtype, recipe.margin)))
+
+
+def _cast8(t, recipe, meta, role, w_like):
+    """t cast for `role` (_INPUT, _WEIGHT, _GRAD) under the recipe: (codes,
+    scale, meta after the cast); delayed scaling casts with meta's scale."""
+    if isinstance(recipe, DelayedScaling):
+        c, s = _fq(t, recipe, role == _GRAD, w_like, meta.scale[role])
+        return c, s, _meta_record(recipe, meta, role, amax(t))
+    return (*_fq(t, recipe, role == _GRAD, w_like), meta)
+
+
+def _fq(t, recipe, grad, w_like, scale=None):
     """t quantized under the recipe: (codes, scale); grad: a gradient (the
-    second format); w_like: 128 x 128 blocks (block scaling)."""
+    second format); w_like: 128 x 128 blocks (block scaling); scale: the
+    per-tensor scale to use (delayed scaling), else from t's amax."""
     dtype = _FORMATS[recipe.fp8_format][1 if grad else 0]
+    if scale is not None:
+        scale = jnp.asarray(scale, jnp.float32).reshape(1)
+        return cast_to_fp8(t.astype(jnp.float32) / scale, dtype), scale
     if isinstance(recipe, Float8BlockScaling):
         return quantize(t, dtype, Scaling.BLOCK_128X128 if w_like else Scaling.BLOCK_1X128)
     return quantize(t, dtype, Scaling.TENSOR, recipe.margin)
@@ -728,12 +779,14 @@ def _gathered_values(codes, scale, comm):
     return codes.astype(jnp.float32) * per_row[:, None]
 
 
-def _fp8_wgrad(comm, backend, g_t, x_t_values, recipe, w_dtype, after):
-    """dW = TN(dY^T, X^T): dY^T quantized X-like (as a gradient), X^T W-like;
-    the bulk op's local GEMM. Returns dW and the call's marker."""
+def _fp8_wgrad(comm, backend, g_t, x_t_values, recipe, w_dtype, after, scales=(None, None)):
+    """dW = TN(dY^T, X^T): dY^T quantized X-like (as a gradient), X^T W-like,
+    with `scales` (delayed scaling: dY's and X's, the max of the ranks' for
+    rows gathered from every rank) or their current ones; the bulk op's
+    local GEMM. Returns dW and the call's marker."""
     _, bulk = _route(comm, backend, "fp8 wgrad")
-    gc, gs = _fq(g_t, recipe, True, False)
-    xc, xs = _fq(x_t_values, recipe, False, True)
+    gc, gs = _fq(g_t, recipe, True, False, scales[0])
+    xc, xs = _fq(x_t_values, recipe, False, True, scales[1])
     (dw, _), mk = bulk_matmul_collective(gc, xc, comm=comm, backend=bulk, a_scale=gs, b_scale=xs,
                                          out_dtype=jnp.float32, _after=after, _marked=True)
     return dw.astype(w_dtype), mk
@@ -747,79 +800,101 @@ def _local8(xc, xs, wc, ws, bias, comm, backend, out_dtype, after):
     return y, mk
 
 
-def _col8_fwd(x, w, bias, comm, m, backend, recipe):
+def _delayed_max(recipe, scales):
+    """Delayed scaling's one scale for rows gathered from every rank (the
+    largest of theirs: no code saturates); None (current scales) otherwise."""
+    return jnp.max(scales) if isinstance(recipe, DelayedScaling) else None
+
+
+def _own(recipe, scale):
+    return scale if isinstance(recipe, DelayedScaling) else None
+
+
+def _col8_fwd(x, w, bias, meta, comm, m, backend, recipe):
     """m > 0: sequence-parallel (AG+GEMM; the backward's dX by GEMM+RS); m = 0:
     x whole on every rank (a local GEMM; dX by GEMM+AR)."""
-    xc, xs = _fq(x, recipe, False, False)
-    wc, ws = _fq(w, recipe, False, True)
+    xc, xs, meta = _cast8(x, recipe, meta, _INPUT, False)
+    wc, ws, meta = _cast8(w, recipe, meta, _WEIGHT, True)
     if m:
         (y, xg, xgs), mk = all_gather_matmul(xc, wc, bias, comm=comm, m=m, backend=backend, out_dtype=x.dtype,
                                              return_gathered=True, x_scale=xs, w_scale=ws, _marked=True)
         xt = _gathered_values(xg, xgs, comm).T  # quantized again for dW (each rank's rows had their own scale)
+        xts = _delayed_max(recipe, xgs)
     else:
         y, mk = _local8(xc, xs, wc, ws, bias, comm, backend, x.dtype, None)
-        xt = x.T
-    return y, (xt, wc, ws, bias is not None, mk, jnp.zeros((0,), x.dtype), jnp.zeros((0,), w.dtype))
+        xt, xts = x.T, _own(recipe, xs)
+    return (y, meta), (xt, xts, wc, ws, bias is not None, mk, meta, jnp.zeros((0,), x.dtype),
+                       jnp.zeros((0,), w.dtype))
 
 
-def _col8_bwd(comm, m, backend, recipe, res, grad_y):
-    xt, wc, ws, has_bias, mk, x0, w0 = res
-    grad_y = _tie(grad_y, mk)
-    gc, gs = _fq(grad_y, recipe, True, False)
+def _col8_bwd(comm, m, backend, recipe, res, cotangents):
+    xt, xts, wc, ws, has_bias, mk, meta, x0, w0 = res
+    grad_y = _tie(cotangents[0], mk)
+    gc, gs, meta = _cast8(grad_y, recipe, meta, _GRAD, False)
     wtc, wts = _ft(wc, ws)  # W^T [k, n_loc]
     reduce = matmul_reduce_scatter if m else matmul_all_reduce
     dx, mk = reduce(gc, wtc, comm=comm, backend=backend, x_scale=gs, w_scale=wts, out_dtype=x0.dtype, _after=mk,
                     _marked=True)
-    dw, _ = _fp8_wgrad(comm, backend, grad_y.T, xt, recipe, w0.dtype, mk)
-    return dx, dw, (_bias_grad(grad_y) if has_bias else None)
+    dw, _ = _fp8_wgrad(comm, backend, grad_y.T, xt, recipe, w0.dtype, mk, (_own(recipe, gs), xts))
+    return dx, dw, (_bias_grad(grad_y) if has_bias else None), meta
 
 
-_col8 = jax.custom_vjp(lambda x, w, b, comm, m, backend, recipe: _col8_fwd(x, w, b, comm, m, backend, recipe)[0],
-                       nondiff_argnums=(3, 4, 5, 6))
+_col8 = jax.custom_vjp(lambda x, w, b, meta, comm, m, backend, recipe:
+                       _col8_fwd(x, w, b, meta, comm, m, backend, recipe)[0], nondiff_argnums=(4, 5, 6, 7))
 _col8.defvjp(_col8_fwd, _col8_bwd)
 
 
-def _row8_fwd(x, w, bias, comm, backend, recipe, sp):
+def _row8_fwd(x, w, bias, meta, comm, backend, recipe, sp):
     """sp: GEMM+RS (the backward's dX by AG+GEMM); else GEMM+AR (a local backward)."""
-    xc, xs = _fq(x, recipe, False, False)
-    wc, ws = _fq(w, recipe, False, True)
+    xc, xs, meta = _cast8(x, recipe, meta, _INPUT, False)
+    wc, ws, meta = _cast8(w, recipe, meta, _WEIGHT, True)
     reduce = matmul_reduce_scatter if sp else matmul_all_reduce
     y, mk = reduce(xc, wc, bias, comm=comm, backend=backend, out_dtype=x.dtype, x_scale=xs, w_scale=ws,
                    _marked=True)
-    return y, (x, wc, ws, bias is not None, mk, jnp.zeros((0,), w.dtype))
+    return (y, meta), (x, xs, wc, ws, bias is not None, mk, meta, jnp.zeros((0,), w.dtype))
 
 
-def _row8_bwd(comm, backend, recipe, sp, res, grad_y):
-    x, wc, ws, has_bias, mk, w0 = res
-    grad_y = _tie(grad_y, mk)
-    gc, gs = _fq(grad_y, recipe, True, False)
+def _row8_bwd(comm, backend, recipe, sp, res, cotangents):
+    x, xs, wc, ws, has_bias, mk, meta, w0 = res
+    grad_y = _tie(cotangents[0], mk)
+    gc, gs, meta = _cast8(grad_y, recipe, meta, _GRAD, False)
     wtc, wts = _ft(wc, ws)  # W^T [k_loc, n]
     if not sp:  # dY the same on every rank: local GEMMs
         dx, mk = _local8(gc, gs, wtc, wts, None, comm, backend, x.dtype, mk)
-        dw, _ = _fp8_wgrad(comm, backend, grad_y.T, x.T, recipe, w0.dtype, mk)
-        return dx, dw, (_bias_grad(grad_y) if has_bias else None)
+        dw, _ = _fp8_wgrad(comm, backend, grad_y.T, x.T, recipe, w0.dtype, mk, (_own(recipe, gs), _own(recipe, xs)))
+        return dx, dw, (_bias_grad(grad_y) if has_bias else None), meta
     (dx, gg, ggs), mk = all_gather_matmul(gc, wtc, comm=comm, m=x.shape[0], backend=backend, out_dtype=x.dtype,
                                           return_gathered=True, x_scale=gs, w_scale=wts, _after=mk, _marked=True)
     # dY^T from the gathered fp8 rows (quantized again), X^T from this rank's X
-    dw, mk = _fp8_wgrad(comm, backend, _gathered_values(gg, ggs, comm).T, x.T, recipe, w0.dtype, mk)
+    dw, mk = _fp8_wgrad(comm, backend, _gathered_values(gg, ggs, comm).T, x.T, recipe, w0.dtype, mk,
+                        (_delayed_max(recipe, ggs), _own(recipe, xs)))
     db = None
     if has_bias:  # every rank's rows of dY summed, in high precision: GEMM+AR of [1, 1] ones by db_r [n, 1]
         db_r = jnp.sum(grad_y, axis=0, dtype=jnp.float32).reshape(-1, 1)
         db = matmul_all_reduce(jnp.ones((1, 1), jnp.float32), db_r, comm=comm, backend=backend, _after=mk)
         db = db.reshape(-1).astype(grad_y.dtype)
-    return dx, dw, db
+    return dx, dw, db, meta
 
 
-_row8 = jax.custom_vjp(lambda x, w, b, comm, backend, recipe, sp: _row8_fwd(x, w, b, comm, backend, recipe, sp)[0],
-                       nondiff_argnums=(3, 4, 5, 6))
+_row8 = jax.custom_vjp(lambda x, w, b, meta, comm, backend, recipe, sp:
+                       _row8_fwd(x, w, b, meta, comm, backend, recipe, sp)[0], nondiff_argnums=(4, 5, 6, 7))
 _row8.defvjp(_row8_fwd, _row8_bwd)
 
 
-def _check_fp8_layer(recipe, what, activation=None):
-    if not isinstance(recipe, (Float8CurrentScaling, Float8BlockScaling)):
-        raise ValueError(f"{what}: fp8_recipe={recipe!r}: expected None, commgemm.jax.Float8CurrentScaling() or "
-                         "Float8BlockScaling() (delayed scaling: keep the amax history outside and pass the "
-                         "quantized operands to the ops)")
+def _check_fp8_layer(recipe, meta, what, activation=None):
+    if not isinstance(recipe, (Float8CurrentScaling, Float8BlockScaling, DelayedScaling)):
+        raise ValueError(f"{what}: fp8_recipe={recipe!r}: expected None, commgemm.jax.Float8CurrentScaling(), "
+                         "Float8BlockScaling() or DelayedScaling()")
+    if isinstance(recipe, DelayedScaling):
+        want = (recipe.amax_history_len, 3)
+        if (not isinstance(meta, Fp8Meta) or tuple(meta.amax_history.shape) != want
+                or tuple(meta.scale.shape) != (3,)):
+            raise ValueError(f"{what}: fp8_recipe=DelayedScaling(...) with fp8_meta={type(meta).__name__}: expected "
+                             f"its state, a commgemm.jax.Fp8Meta with amax_history {want} and scale (3,) (start "
+                             "with fp8_meta_init(recipe); pass back what the layer or its gradient returned)")
+    elif meta is not None:
+        raise ValueError(f"{what}: fp8_meta given with fp8_recipe={recipe!r}: only DelayedScaling keeps state; "
+                         "drop fp8_meta")
     if activation is not None:
         raise _lib.NotSupportedError(_lib.Status.NOT_SUPPORTED,
                                      f"{what}: fp8_recipe with activation={activation!r}: the fp8 layers have no "
@@ -874,7 +949,7 @@ def parallel_mlp(x, w1, b1, w2, b2, *, comm, m=None, sequence_parallel=True, bac
     DGELU_BGRAD epilogue multiplies by gelu' and writes fc1's bias gradient, and fc2's wgrad one
     GEMM whose BGRAD epilogue writes fc2's (docs/EPILOGUES.md); elsewhere the two layers run as
     column_parallel_linear(activation="gelu") and row_parallel_linear. m, options: the layers'."""
-    if not sequence_parallel or not _fused_epilogues(comm, backend):
+    if not sequence_parallel or not _fused_epilogues(comm, backend, w1.shape[0]):
         h = column_parallel_linear(x, w1, b1, comm=comm, m=m, sequence_parallel=sequence_parallel, backend=backend,
                                    allow_tf32=allow_tf32, partial_dtype=partial_dtype, gemm_reduction=gemm_reduction,
                                    activation="gelu")

@@ -6,7 +6,8 @@
   registered as opaque custom ops (torch.ops.commgemm.*) with fake kernels,
   so torch.compile keeps them in the graph:
   `all_gather_matmul`, `matmul_reduce_scatter`, `matmul_all_reduce`,
-  `bulk_matmul_collective`. The first three are differentiable.
+  `bulk_matmul_collective`. The first three are differentiable (with fp8
+  inputs only through `fp8_recipe=` on high-precision tensors).
 - `ColumnParallelLinear`, `FusedColumnParallelLinear`, `RowParallelLinear`:
   Megatron-style layers whose forward and backward run the overlapped ops,
   their features split by head (partition_multiple) or per-rank sizes
@@ -48,7 +49,7 @@ from ._torch_layers import (ColumnParallelLinear, FusedColumnParallelLinear, Par
                             check_positions)
 from ._torch_fp8 import (DelayedScaling, Float8BlockScaling, Float8CurrentScaling, Fp8Tensor, amax,  # noqa: F401
                          cast_to_fp8, compute_scale, dequantize, quantize, transpose)
-from ._torch_fp8 import check_fp8_call
+from ._torch_fp8 import check_fp8_call, recipe_call, refuse_fp8_grad
 from ._torch_ops import _ops
 from .core import Comm, Config
 
@@ -183,11 +184,23 @@ def _fp8_call(op, x, weight, bias, x_scale, w_scale, comm, m, backend, out_dtype
     """torch.ops.commgemm.fp8_matmul after the checks that need no library
     (layout, dtypes, scales' shapes); (y, gathered, gathered scales)."""
     _, _, out_dtype = check_fp8_call(op, x, weight, x_scale, w_scale, out_dtype)
+    refuse_fp8_grad(op, (x, weight, bias, x_scale, w_scale))
     if bias is not None:
         _check_bias(bias, weight.shape[0])
     return _ops.fp8_matmul(op, x, weight, x_scale, w_scale, bias, comm.id, int(m), "TN", _backend_arg(backend),
                            out_dtype, bool(return_gathered), _partial_dtype_arg(partial_dtype),
                            _gemm_reduction_arg(gemm_reduction))
+
+
+def _recipe_call(op, x, weight, bias, comm, m, backend, partial_dtype, gemm_reduction, fp8_recipe, **fp8_args):
+    """A functional op with fp8_recipe= (high-precision operands, differentiable)."""
+    given = [name for name, v in fp8_args.items() if v not in (None, False)]
+    x, weight, bias = _autocast(x, weight, bias)
+    if bias is not None:
+        _check_bias(bias, weight.shape[0])
+    precision = (_partial_dtype_arg(partial_dtype), _gemm_reduction_arg(gemm_reduction))
+    return recipe_call(op, x, weight, bias, comm, m, fp8_recipe, route(comm, _backend_arg(backend)), precision,
+                       given)
 
 
 def _check_bias(bias, n):
@@ -197,7 +210,8 @@ def _check_bias(bias, n):
 
 
 def all_gather_matmul(x_shard, weight, bias=None, *, comm, m=None, backend=None, return_gathered=False,
-                      partial_dtype=None, gemm_reduction=None, x_scale=None, w_scale=None, out_dtype=None):
+                      partial_dtype=None, gemm_reduction=None, x_scale=None, w_scale=None, out_dtype=None,
+                      fp8_recipe=None):
     """Y[m, n_loc] = allgather(x_shard) . weight^T (+ bias), on the current CUDA stream.
 
     x_shard: [m_r, k], this rank's rows (m_r = shard_rows(m, rank, P)). weight: [n_loc, k] (this
@@ -213,11 +227,19 @@ def all_gather_matmul(x_shard, weight, bias=None, *, comm, m=None, backend=None,
     x_scale and w_scale (float32; () or (1,) per tensor, [m_r, ceil(k/128)] and
     [ceil(n_loc/128), ceil(k/128)] per block); Y is out_dtype (float32 by default, bfloat16,
     float16); return_gathered gives (Y, gathered X codes [m, k], gathered scales: [P], rank s's
-    at [s], per tensor; [m, ceil(k/128)] per block). Not differentiable."""
+    at [s], per tensor; [m, ceil(k/128)] per block). Not differentiable: fp8 operands that
+    require grad are refused. fp8_recipe (Float8CurrentScaling() or Float8BlockScaling()) with
+    high-precision x_shard and weight: quantized in the call (one per-tensor scale for X over
+    the ranks), every GEMM of the forward and backward in fp8 as the layers'; differentiable,
+    Y and the gradients in the inputs' dtypes; no return_gathered, scales or out_dtype."""
     _check_2d("x_shard", x_shard)
     comm_id = _comm_arg(comm)
     if m is None:
         m = x_shard.shape[0] * comm.size
+    if fp8_recipe is not None:
+        return _recipe_call("ag", x_shard, weight, bias, comm, int(m), backend, partial_dtype, gemm_reduction,
+                            fp8_recipe, return_gathered=return_gathered, x_scale=x_scale, w_scale=w_scale,
+                            out_dtype=out_dtype)
     if _fp8_call_wanted(x_shard, weight, x_scale, w_scale, out_dtype):
         r = _fp8_call("ag", x_shard, weight, bias, x_scale, w_scale, comm, m, backend, out_dtype, return_gathered,
                       partial_dtype, gemm_reduction)
@@ -237,14 +259,18 @@ def all_gather_matmul(x_shard, weight, bias=None, *, comm, m=None, backend=None,
 
 
 def matmul_reduce_scatter(x, weight, bias=None, *, comm, backend=None, partial_dtype=None, gemm_reduction=None,
-                          x_scale=None, w_scale=None, out_dtype=None):
+                          x_scale=None, w_scale=None, out_dtype=None, fp8_recipe=None):
     """Y_r[m_r, n] = this rank's rows of sum_ranks x . weight^T (+ bias, added once), on the current
     CUDA stream. x: [m, k_loc]; weight: [n, k_loc]; bias: [n] or None. Differentiable.
     partial_dtype: "fp32" or "output" (the same on every rank), gemm_reduction: "any" or "fp32";
     None: the comm's. FP8: as all_gather_matmul's (x_scale [m, ceil(k_loc/128)] per block);
-    every rank's operands have their own scales. Not differentiable in fp8."""
+    every rank's operands have their own scales. fp8_recipe: as all_gather_matmul's (the
+    backward's gathered dY shares one per-tensor scale over the ranks)."""
     _check_2d("x", x)
     comm_id = _comm_arg(comm)
+    if fp8_recipe is not None:
+        return _recipe_call("rs", x, weight, bias, comm, 0, backend, partial_dtype, gemm_reduction, fp8_recipe,
+                            x_scale=x_scale, w_scale=w_scale, out_dtype=out_dtype)
     if _fp8_call_wanted(x, weight, x_scale, w_scale, out_dtype):
         return _fp8_call("rs", x, weight, bias, x_scale, w_scale, comm, 0, backend, out_dtype, False,
                          partial_dtype, gemm_reduction)[0]
@@ -256,11 +282,14 @@ def matmul_reduce_scatter(x, weight, bias=None, *, comm, backend=None, partial_d
 
 
 def matmul_all_reduce(x, weight, bias=None, *, comm, backend=None, partial_dtype=None, gemm_reduction=None,
-                      x_scale=None, w_scale=None, out_dtype=None):
+                      x_scale=None, w_scale=None, out_dtype=None, fp8_recipe=None):
     """Y[m, n] = sum_ranks x . weight^T (+ bias, added once), on every rank. Differentiable.
-    partial_dtype, gemm_reduction, FP8: as matmul_reduce_scatter's."""
+    partial_dtype, gemm_reduction, FP8, fp8_recipe: as matmul_reduce_scatter's."""
     _check_2d("x", x)
     comm_id = _comm_arg(comm)
+    if fp8_recipe is not None:
+        return _recipe_call("ar", x, weight, bias, comm, 0, backend, partial_dtype, gemm_reduction, fp8_recipe,
+                            x_scale=x_scale, w_scale=w_scale, out_dtype=out_dtype)
     if _fp8_call_wanted(x, weight, x_scale, w_scale, out_dtype):
         return _fp8_call("ar", x, weight, bias, x_scale, w_scale, comm, 0, backend, out_dtype, False,
                          partial_dtype, gemm_reduction)[0]

@@ -9,6 +9,11 @@
 
 typedef struct check_ctx {
     const char *fn; /* public function name, for messages */
+    /* m is above the comm's max_m and the call's backend refuses that
+     * itself, after its agreement exchange (check_max_m): the checks of
+     * what follows from m (the other operands' rows, overlaps) are
+     * skipped, so that the backend's refusal says m. */
+    bool m_left_to_backend;
 } check_ctx;
 
 /* What an operand's fp8 scales are: X, W, Y need them where they are fp8,
@@ -63,7 +68,7 @@ static cgm_status check_matrix(const check_ctx *c, const char *name, const cgm_m
 }
 
 cgm_status cgm_check_operand(const char *fn, const char *name, const cgm_matrix *m) {
-    check_ctx c = {fn};
+    check_ctx c = {fn, false};
     return check_matrix(&c, name, m, SCALES_NONE);
 }
 
@@ -82,12 +87,36 @@ static cgm_status check_shape(const check_ctx *c, const char *name, const cgm_ma
     return CGM_SUCCESS;
 }
 
+/* Does the backend check m against max_m itself, after its agreement
+ * exchange? p2p and nccl exchange a call's signature only on the first
+ * call of that signature, so a rank refusing a call here alone would leave
+ * its peers waiting in their exchange until the timeout broke their comms
+ * (they cannot be told, as the host backend's peers are: vtable
+ * `rejected`). They check m right after that exchange (p2p_run.c
+ * check_limits; ncclb_check_limits, for every op's m and the bulk
+ * collective's rows), before any buffer is touched: an m beyond max_m on
+ * one rank alone is another signature than its peers', and every rank
+ * gets CGM_ERROR_MISMATCH at once naming it. The host backend (which
+ * exchanges on every call) and cublasmp (no limit check of its own) get
+ * the refusal here. */
+static bool max_m_after_agreement(cgm_backend b) {
+    return b == CGM_BACKEND_P2P || b == CGM_BACKEND_NCCL;
+}
+
 /* m against the comm's capacity, before the checks that look at the
  * operands' shapes and memory: an m the comm can never run is said as
- * such, not as a consequence of it (a shape or an overlap). The backends
- * check their other limits (n, k) themselves. */
-static cgm_status check_max_m(const check_ctx *c, const cgm_comm *comm, const char *what, int64_t m) {
+ * such, not as a consequence of it (a shape or an overlap). On p2p and
+ * nccl the backend says it, after its agreement exchange: the call goes
+ * on with those checks skipped (c->m_left_to_backend). The backends check
+ * their other limits (n, k) themselves. */
+static cgm_status check_max_m(check_ctx *c, const cgm_comm *comm, const cgm_call *call, const char *what,
+                              int64_t m) {
+    c->m_left_to_backend = false;
     if (m <= comm->config.max_m) return CGM_SUCCESS;
+    if (max_m_after_agreement(call->backend)) {
+        c->m_left_to_backend = true;
+        return CGM_SUCCESS;
+    }
     return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
                      "%s: %s = %lld is above the comm's max_m = %lld (workspaces are sized from it): expected "
                      "at most max_m; create the comm with a larger config max_m (or COMMGEMM_MAX_M)", c->fn, what,
@@ -170,7 +199,8 @@ static cgm_status check_dtypes(const check_ctx *c, const cgm_call *call, const c
 }
 
 /* The GEMM operands of any op: dtypes, the layout's shapes, bias. The
- * split dimension's check is the caller's. Sets k from x. */
+ * split dimension's check is the caller's: x's rows there must be
+ * x_split_rows (-1: not checked). Sets k from x. */
 static cgm_status check_gemm(const check_ctx *c, const cgm_call *call, const char *xn, const cgm_matrix *x,
                              const char *wn, const cgm_matrix *w, const cgm_matrix *bias, const char *yn,
                              const cgm_matrix *y, int64_t x_split_rows, int64_t n, int64_t *k_out) {
@@ -180,7 +210,7 @@ static cgm_status check_gemm(const check_ctx *c, const cgm_call *call, const cha
     int64_t k = layout == CGM_LAYOUT_NT ? x->rows : x->cols;
     int64_t xs = layout == CGM_LAYOUT_NT ? x->cols : x->rows;
     char why[160];
-    if (xs != x_split_rows) {
+    if (x_split_rows >= 0 && xs != x_split_rows) {
         snprintf(why, sizeof why, "layout %s stores %s as %s", cgm_layout_name(layout), xn,
                  layout == CGM_LAYOUT_NT ? "[k, rows]" : "[rows, k]");
         return layout == CGM_LAYOUT_NT ? check_shape(c, xn, x, k, x_split_rows, why)
@@ -294,7 +324,7 @@ static void fill_gemm(cgm_call *call, const cgm_matrix *x, const cgm_matrix *w, 
     call->has_bias = bias != NULL;
 }
 
-static cgm_status check_bulk(const check_ctx *c, const cgm_comm *comm, const cgm_matrix *a, const cgm_matrix *b,
+static cgm_status check_bulk(check_ctx *c, const cgm_comm *comm, const cgm_matrix *a, const cgm_matrix *b,
                              const cgm_matrix *bias, cgm_matrix *cm, cgm_collective coll, const cgm_matrix *send,
                              cgm_matrix *recv, cgm_call *call) {
     cgm_status st;
@@ -334,12 +364,12 @@ static cgm_status check_bulk(const check_ctx *c, const cgm_comm *comm, const cgm
         bool ag = coll == CGM_COLLECTIVE_ALL_GATHER;
         const cgm_matrix *full = ag ? recv : send, *part = ag ? send : recv;
         int64_t m = full->rows, cols = full->cols;
-        if ((st = check_max_m(c, comm, ag ? "m (recv's rows)" : "m (send's rows)", m))) return st;
+        if ((st = check_max_m(c, comm, call, ag ? "m (recv's rows)" : "m (send's rows)", m))) return st;
         int64_t mr = cgm_shard_rows(m, comm->rank, comm->nranks);
         char why[160];
         snprintf(why, sizeof why, "rank %d of %d owns %lld of the %lld rows of %s", comm->rank, comm->nranks,
                  (long long)mr, (long long)m, ag ? "recv" : "send");
-        if ((st = check_shape(c, ag ? "send" : "recv", part, mr, cols, why))) return st;
+        if (!c->m_left_to_backend && (st = check_shape(c, ag ? "send" : "recv", part, mr, cols, why))) return st;
         call->collective = coll;
         call->coll_m = m;
         call->coll_cols = cols;
@@ -358,7 +388,8 @@ static cgm_status check_x_gathered(const check_ctx *c, const cgm_matrix *x,
     char why[160];
     if ((st = check_matrix(c, "x_gathered", xg, SCALES_OPTIONAL))) return st;
     snprintf(why, sizeof why, "the gathered input of layout %s", cgm_layout_name(call->layout));
-    if (call->layout == CGM_LAYOUT_NT) st = check_shape(c, "x_gathered", xg, call->k, call->m, why);
+    if (c->m_left_to_backend) st = CGM_SUCCESS; /* its m rows: the backend refuses m */
+    else if (call->layout == CGM_LAYOUT_NT) st = check_shape(c, "x_gathered", xg, call->k, call->m, why);
     else st = check_shape(c, "x_gathered", xg, call->m, call->k, why);
     if (st) return st;
     if (xg->dtype != x->dtype)
@@ -376,8 +407,9 @@ static cgm_status check_x_gathered(const check_ctx *c, const cgm_matrix *x,
 }
 
 /* AG+GEMM, GEMM+RS, GEMM+AR: the operands against m, the ceil split and
- * the layout. */
-static cgm_status check_split_gemm(const check_ctx *c, cgm_comm *comm, cgm_op op, const cgm_matrix *x,
+ * the layout (the rows that follow from m not, where the backend refuses
+ * m: check_max_m). */
+static cgm_status check_split_gemm(check_ctx *c, cgm_comm *comm, cgm_op op, const cgm_matrix *x,
                                    const cgm_matrix *w, const cgm_matrix *bias, const cgm_matrix *y,
                                    const cgm_matrix *xg, cgm_partial_dtype partial, cgm_call *call) {
     const int P = comm->nranks, r = comm->rank;
@@ -390,20 +422,21 @@ static cgm_status check_split_gemm(const check_ctx *c, cgm_comm *comm, cgm_op op
     int64_t m;
     if (ag) m = y->rows;
     else m = call->layout == CGM_LAYOUT_NT ? x->cols : x->rows;
-    if ((st = check_max_m(c, comm, ag ? "m (y's rows)" : call->layout == CGM_LAYOUT_NT ? "m (x's cols)"
-                                                                                     : "m (x's rows)",
-                          m)))
+    if ((st = check_max_m(c, comm, call,
+                          ag ? "m (y's rows)" : call->layout == CGM_LAYOUT_NT ? "m (x's cols)" : "m (x's rows)", m)))
         return st;
+    bool rows_of_m = !c->m_left_to_backend;
     int64_t mr = cgm_shard_rows(m, r, P);
     char why[200];
     if (op == CGM_OP_GEMM_REDUCE_SCATTER) {
         snprintf(why, sizeof why, "rank %d of %d owns %lld of the m = %lld rows", r, P, (long long)mr,
                  (long long)m);
-        if (y->rows != mr) return check_shape(c, yn, y, mr, y->cols, why);
-    } else if (op == CGM_OP_GEMM_ALL_REDUCE && y->rows != m) {
+        if (rows_of_m && y->rows != mr) return check_shape(c, yn, y, mr, y->cols, why);
+    } else if (op == CGM_OP_GEMM_ALL_REDUCE && rows_of_m && y->rows != m) {
         return check_shape(c, yn, y, m, y->cols, "every rank gets all m rows of the sum");
     }
-    if ((st = check_gemm(c, call, xn, x, "w", w, bias, yn, y, ag ? mr : m, y->cols, &call->k))) return st;
+    int64_t x_rows = !ag ? m : rows_of_m ? mr : -1;
+    if ((st = check_gemm(c, call, xn, x, "w", w, bias, yn, y, x_rows, y->cols, &call->k))) return st;
     call->m = m;
     call->n = y->cols;
     fill_gemm(call, x, w, bias, y);
@@ -452,7 +485,11 @@ static cgm_status check_memory(const check_ctx *c, const cgm_comm *comm, const c
     os[6] = call->has_bgrad ? &call->bgrad : NULL, outn[6] = "options.bgrad";
     bool aux_read = call->epilogue != CGM_EPILOGUE_GELU_AUX;
     cgm_status st;
-    for (int o = 0; o < NOUT; o++) {
+    /* Not where the backend refuses m (check_max_m): descriptors of an m
+     * beyond max_m (2^31 - 1 rows of small buffers, say) overlap because m
+     * is that large, and the backend refuses the call before it touches
+     * any of them. */
+    for (int o = 0; o < NOUT && !c->m_left_to_backend; o++) {
         const char *role = o == 5 && aux_read ? "operand" : "output";
         for (int i = 0; i < NIN; i++)
             if ((st = check_disjoint(c, role, outn[o], os[o], inn[i], ins[i]))) return st;
@@ -481,7 +518,7 @@ cgm_status cgm_validate_op(cgm_comm *comm, cgm_op op, const cgm_matrix *x_in, co
                            void *stream, cgm_call *call) {
     static const char *fns[] = {"cgm_all_gather_gemm", "cgm_gemm_reduce_scatter", "cgm_gemm_all_reduce",
                                 "cgm_bulk_overlap"};
-    check_ctx c = {fns[op]};
+    check_ctx c = {fns[op], false};
     cgm_status st;
     cgm_partial_dtype partial = CGM_PARTIAL_DTYPE_DEFAULT;
     memset(call, 0, sizeof *call);

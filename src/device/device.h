@@ -87,7 +87,12 @@ cudaError_t cgm_dev_wait(cgm_dev_state *state,
 
 /* dst[rows, cols] = (accumulate ? dst : 0) + sum_i src_i (+ bias), summed in
  * fp32 and converted to dst's dtype once. dtypes: 0 fp32, 1 bf16, 2 fp16
- * (cgm_dtype values). Skipped when the comm aborted. */
+ * (cgm_dtype values). Skipped when the comm aborted.
+ * epilogue (cgm_epilogue values; 0 none), on that fp32 value t, before the
+ * one rounding (aux: rows x cols of dst's dtype, ld aux_ld):
+ *   1 GELU: dst = gelu(t); 2 GELU_AUX: also aux = t (rounded);
+ *   3 DGELU, 4 DGELU_BGRAD: dst = t * gelu'(aux) (no accumulate, no bias;
+ *   DGELU_BGRAD's column sums: cgm_dev_epilogue_colsum). */
 #define CGM_DEV_MAX_SOURCES 64
 typedef struct cgm_dev_reduce_args {
     int nsources;
@@ -100,10 +105,31 @@ typedef struct cgm_dev_reduce_args {
     void *dst;
     int64_t dst_ld;
     const void *bias; /* cols values of dst_dtype, or NULL */
+    int epilogue;
+    void *aux;
+    int64_t aux_ld;
 } cgm_dev_reduce_args;
 
 cudaError_t cgm_dev_reduce(const cgm_dev_reduce_args *args,
                            const cgm_dev_state *state, cudaStream_t stream);
+
+/* DGELU_BGRAD's column sums of what cgm_dev_reduce(args) stores before
+ * rounding: out[j] = sum over rows i, in row order, of
+ * (sum_s src_s(i, j)) * gelu'(aux(i, j)), in fp32 (one thread per column:
+ * the same sums on every rank and every run). args: epilogue 4, no
+ * accumulate, no bias. rows 0: out is zeroed. */
+cudaError_t cgm_dev_epilogue_colsum(const cgm_dev_reduce_args *args,
+                                    float *out, const cgm_dev_state *state,
+                                    cudaStream_t stream);
+
+/* dst[j] = the fp32 sum over s = 0 .. nslots - 1, in that order, of
+ * element j of slot s, rounded once to dst_dtype (0 fp32, 1 bf16, 2 fp16);
+ * slot s starts s * stride floats into slots and holds slot_dtype values
+ * (same codes); nslots 0 writes zeros. For bias gradients made in parts. */
+cudaError_t cgm_dev_sum_slots(const float *slots, int slot_dtype, int nslots, int64_t stride,
+                              int64_t n, void *dst, int dst_dtype,
+                              const cgm_dev_state *state,
+                              cudaStream_t stream);
 
 /* A short program of flag waits and flag signals that one kernel runs in
  * order: what a queue of separate wait and signal kernels would do, in one

@@ -4,6 +4,8 @@
 #include <cuda_fp16.h>
 
 #include "device/device.h"
+#include "device/epilogue.cuh"
+#include "device/fp8.h"
 #include "device/flags.cuh"
 
 namespace {
@@ -171,6 +173,55 @@ template <> struct io<__half> {
     }
 };
 
+// The epilogue of cgm_dev_reduce on the fp32 values acc (row, col ..
+// col + VEC - 1), before the one rounding; aux is of D's dtype.
+template <typename D, int VEC>
+__device__ __forceinline__ void apply_epilogue(const cgm_dev_reduce_args &a,
+                                               int64_t row, int64_t col,
+                                               float acc[VEC]) {
+    const int64_t base = row * a.aux_ld + col;
+    for (int v = 0; v < VEC; v++) {
+        if (a.epilogue == CGM_DEV_EPI_GELU_AUX)
+            io<D>::store(a.aux, base + v, acc[v]);
+        if (a.epilogue == CGM_DEV_EPI_GELU ||
+            a.epilogue == CGM_DEV_EPI_GELU_AUX)
+            acc[v] = cgm_dev_gelu(acc[v]);
+        else
+            acc[v] *= cgm_dev_dgelu(io<D>::load(a.aux, base + v));
+    }
+}
+
+// DGELU_BGRAD's column sums (cgm_dev_epilogue_colsum): one thread per
+// column, rows in order; the sources summed as reduce_kernel sums them.
+template <typename S, typename D>
+__global__ void colsum_kernel(const cgm_dev_reduce_args args, float *out,
+                              const cgm_dev_state *state) {
+    if (aborted(state)) return;
+    const int64_t col = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (col >= args.cols) return;
+    float sum = 0.0f;
+    for (int64_t row = 0; row < args.rows; row++) {
+        float t = 0.0f;
+        for (int s = 0; s < args.nsources; s++)
+            t += io<S>::load(args.src[s], row * args.src_ld[s] + col);
+        sum += t * cgm_dev_dgelu(io<D>::load(args.aux, row * args.aux_ld + col));
+    }
+    out[col] = sum;
+}
+
+// Slot s starts s * stride floats into slots and holds S values.
+template <typename S, typename D>
+__global__ void sum_slots_kernel(const float *slots, int nslots,
+                                 int64_t stride, int64_t n, void *dst,
+                                 const cgm_dev_state *state) {
+    if (aborted(state)) return;
+    const int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (j >= n) return;
+    float sum = 0.0f;
+    for (int s = 0; s < nslots; s++) sum += io<S>::load(slots + s * stride, j);
+    io<D>::store(dst, j, sum);
+}
+
 // One block row per matrix row (grid-stride over rows), threads over
 // columns, VEC consecutive columns per thread.
 template <typename S, typename D, int VEC>
@@ -209,6 +260,7 @@ __global__ void reduce_kernel(const cgm_dev_reduce_args args,
                 for (int v = 0; v < VEC; v++)
                     acc[v] += io<D>::load(args.bias, col + v);
             }
+            if (args.epilogue) apply_epilogue<D, VEC>(args, row, col, acc);
             if (VEC == 4) {
                 io<D>::store4(args.dst, row * args.dst_ld + col, acc);
             } else {
@@ -267,6 +319,8 @@ template <typename F> cudaError_t load(F *kernel) {
 
 template <typename S, typename D> cudaError_t load_reduce() {
     cudaError_t e = load(reduce_kernel<S, D, 4>);
+    if (e == cudaSuccess) e = load(colsum_kernel<S, D>);
+    if (e == cudaSuccess) e = load(sum_slots_kernel<S, D>);
     return e != cudaSuccess ? e : load(reduce_kernel<S, D, 1>);
 }
 
@@ -288,6 +342,7 @@ extern "C" cudaError_t cgm_dev_preload(void) {
     if (e == cudaSuccess) e = load_reduce_dst<float>();
     if (e == cudaSuccess) e = load_reduce_dst<__nv_bfloat16>();
     if (e == cudaSuccess) e = load_reduce_dst<__half>();
+    if (e == cudaSuccess) e = cgm_dev_fp8_preload();
     return e;
 }
 
@@ -353,6 +408,87 @@ extern "C" cudaError_t cgm_dev_reduce(const cgm_dev_reduce_args *a,
     case 0: return launch_reduce_dst<float>(a, state, stream, vec4);
     case 1: return launch_reduce_dst<__nv_bfloat16>(a, state, stream, vec4);
     case 2: return launch_reduce_dst<__half>(a, state, stream, vec4);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+namespace {
+
+template <typename S, typename D>
+cudaError_t launch_colsum(const cgm_dev_reduce_args *a, float *out,
+                          const cgm_dev_state *state, cudaStream_t stream) {
+    const int threads = 256;
+    unsigned blocks = (unsigned)((a->cols + threads - 1) / threads);
+    colsum_kernel<S, D><<<blocks, threads, 0, stream>>>(*a, out, state);
+    return cudaGetLastError();
+}
+
+template <typename S>
+cudaError_t launch_colsum_dst(const cgm_dev_reduce_args *a, float *out,
+                              const cgm_dev_state *state,
+                              cudaStream_t stream) {
+    switch (a->dst_dtype) {
+    case 0: return launch_colsum<S, float>(a, out, state, stream);
+    case 1: return launch_colsum<S, __nv_bfloat16>(a, out, state, stream);
+    case 2: return launch_colsum<S, __half>(a, out, state, stream);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+}  // namespace
+
+extern "C" cudaError_t cgm_dev_epilogue_colsum(const cgm_dev_reduce_args *a,
+                                               float *out,
+                                               const cgm_dev_state *state,
+                                               cudaStream_t stream) {
+    if (a->cols <= 0) return cudaSuccess;
+    if (a->nsources < 0 || a->nsources > CGM_DEV_MAX_SOURCES ||
+        a->epilogue != CGM_DEV_EPI_DGELU_BGRAD || !a->aux || a->accumulate ||
+        a->bias)
+        return cudaErrorInvalidValue;
+    switch (a->src_dtype) {
+    case 0: return launch_colsum_dst<float>(a, out, state, stream);
+    case 1: return launch_colsum_dst<__nv_bfloat16>(a, out, state, stream);
+    case 2: return launch_colsum_dst<__half>(a, out, state, stream);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+namespace {
+template <typename S>
+cudaError_t launch_sum_slots(const float *slots, int nslots, int64_t stride, int64_t n, void *dst,
+                             int dst_dtype, const cgm_dev_state *state, cudaStream_t stream) {
+    const int threads = 256;
+    unsigned blocks = (unsigned)((n + threads - 1) / threads);
+    switch (dst_dtype) {
+    case 0:
+        sum_slots_kernel<S, float><<<blocks, threads, 0, stream>>>(slots, nslots, stride, n, dst, state);
+        break;
+    case 1:
+        sum_slots_kernel<S, __nv_bfloat16><<<blocks, threads, 0, stream>>>(slots, nslots, stride, n, dst,
+                                                                           state);
+        break;
+    case 2:
+        sum_slots_kernel<S, __half><<<blocks, threads, 0, stream>>>(slots, nslots, stride, n, dst, state);
+        break;
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+}  // namespace
+
+extern "C" cudaError_t cgm_dev_sum_slots(const float *slots, int slot_dtype, int nslots,
+                                         int64_t stride, int64_t n, void *dst,
+                                         int dst_dtype,
+                                         const cgm_dev_state *state,
+                                         cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    if (nslots < 0 || (nslots > 0 && !slots) || !dst)
+        return cudaErrorInvalidValue;
+    switch (slot_dtype) {
+    case 0: return launch_sum_slots<float>(slots, nslots, stride, n, dst, dst_dtype, state, stream);
+    case 1: return launch_sum_slots<__nv_bfloat16>(slots, nslots, stride, n, dst, dst_dtype, state, stream);
+    case 2: return launch_sum_slots<__half>(slots, nslots, stride, n, dst, dst_dtype, state, stream);
     default: return cudaErrorInvalidValue;
     }
 }

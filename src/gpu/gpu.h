@@ -227,6 +227,23 @@ typedef struct cgm_lt_gemm_args {
     const float *y_scale; /* device memory, or NULL */
     float *amax_y;        /* device memory, or NULL */
     bool fast_accum;
+
+    /* The epilogue (commgemm.h's "Epilogues", lt_epilogue.c), bf16/fp16/
+     * fp32 inputs only. cuBLASLt sees Y^T (column-major n x m), so:
+     *   GELU / GELU_AUX: GELU(_AUX)(_BIAS); aux (GELU_AUX: written) [m, n]
+     *     of out_dtype, leading dimension ld_aux: cuBLASLt's aux, the
+     *     same column-major n x m with ld ld_aux;
+     *   DGELU, DGELU_BGRAD: aux read; no bias; DGELU_BGRAD writes the sums
+     *     over these m rows of each of the n columns (cuBLASLt's bias
+     *     gradient of D's rows) as n values into bgrad, overwriting;
+     *   BGRAD: bgrad (m values) = the sums of op(X)'s rows along k:
+     *     cuBLASLt's BGRADB (X is its B); no bias.
+     * bgrad's values are of cgm_lt_bgrad_dtype(out_dtype) (lt_epilogue.h).
+     * ld_aux a multiple of 8, aux and bgrad 16-byte aligned. */
+    cgm_epilogue epilogue;
+    void *aux;
+    int64_t ld_aux;
+    float *bgrad;
 } cgm_lt_gemm_args;
 
 /* The caller's whole GEMM of a validated call: every field from `c`
@@ -259,6 +276,15 @@ cgm_status cgm_lt_fp8_pack_x_scales(const cgm_lt_gemm_args *whole,
                                     int64_t row0, int64_t rows, float *dst,
                                     cudaStream_t stream,
                                     cgm_lt_gemm_args *chunk);
+
+/* The GPU backends' (p2p chunked, nccl) epilogue rules, for their check
+ * hooks (lt_epilogue.c): CGM_SUCCESS for NONE; CGM_ERROR_NOT_SUPPORTED,
+ * naming `backend` and what to do, for fp8 inputs with an epilogue, a bias
+ * with BGRAD, and an aux whose ld is not a multiple of 8 or that is not
+ * 16-byte aligned where cuBLASLt writes or reads it (AG+GEMM, bulk's GEMM,
+ * one rank). */
+cgm_status cgm_gpu_epilogue_check(const char *backend, const cgm_call *c,
+                                  int nranks);
 
 typedef struct cgm_lt cgm_lt;
 

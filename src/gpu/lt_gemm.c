@@ -8,12 +8,13 @@
  *   NT: Y^T = W^T . X   A = W (col-major n x k) op N;         B = X (m x k) op T
  * and cuBLASLt's (m, n, k) are ours (n, m, k). The bias (n values) is then
  * a per-row vector of D, which is what CUBLASLT_EPILOGUE_BIAS adds. fp8
- * (TN only): lt_gemm_fp8.c. */
+ * (TN only): lt_gemm_fp8.c; the other epilogues: lt_epilogue.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpu/gpu.h"
+#include "gpu/lt_epilogue.h"
 #include "gpu/lt_gemm_fp8.h"
 
 #define LT_CACHE_SIZE 256
@@ -30,7 +31,8 @@ typedef struct lt_key {
     int has_bias, accumulate, tf32, has_addend, reduction_fp32;
     /* fp8: which of the pointers the descriptor carries */
     int scaling, fast_accum, has_x_scale, has_w_scale, has_y_scale, has_amax;
-    int64_t m, n, k, ldx, ldw, ldy, ld_addend;
+    int epilogue; /* cgm_epilogue; aux's ld below (0 without aux) */
+    int64_t m, n, k, ldx, ldw, ldy, ld_addend, ld_aux;
     int align_x, align_w, align_y, align_bias, align_addend;
     uint64_t workspace_bytes;
 } lt_key;
@@ -171,6 +173,8 @@ static lt_key make_key(const cgm_lt_gemm_args *g, size_t workspace_bytes) {
     key.has_w_scale = g->w_scale != NULL;
     key.has_y_scale = g->y_scale != NULL;
     key.has_amax = g->amax_y != NULL;
+    key.epilogue = (int)g->epilogue;
+    key.ld_aux = g->aux ? g->ld_aux : 0;
     return key;
 }
 
@@ -193,10 +197,7 @@ static const void *c_pointer(const lt_entry *e, const cgm_lt_gemm_args *g,
 static cgm_status set_pointers(lt_entry *e, const cgm_lt_gemm_args *g,
                                float *amax) {
     cgm_status status = CGM_SUCCESS;
-    if (g->bias)
-        CGM_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
-            e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
-            sizeof g->bias));
+    CGM_TRY(cgm_lt_epilogue_pointers(e->desc, g));
     if (cgm_lt_is_fp8(g->in_dtype))
         CGM_TRY(cgm_lt_fp8_pointers(e->desc, g, amax));
 fail:
@@ -244,7 +245,7 @@ fail:
     return status;
 }
 
-/* The descriptor: compute type, operations, the bias epilogue, fp8's
+/* The descriptor: compute type, operations, the epilogue, fp8's
  * scale modes and fast accumulation. */
 static cgm_status desc_build(lt_entry *e, const lt_key *key) {
     cgm_status status = CGM_SUCCESS;
@@ -259,16 +260,9 @@ static cgm_status desc_build(lt_entry *e, const lt_key *key) {
         e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
     CGM_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
         e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
-    if (key->has_bias) {
-        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        int32_t bias_type =
-            (int32_t)cgm_lt_cuda_dtype((cgm_dtype)key->bias_dtype);
-        CGM_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
-            e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-        CGM_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
-            e->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-            sizeof bias_type));
-    }
+    CGM_TRY(cgm_lt_epilogue_desc(e->desc, (cgm_epilogue)key->epilogue,
+                                 key->has_bias, (cgm_dtype)key->bias_dtype,
+                                 (cgm_dtype)key->out_dtype, key->ld_aux));
     if (cgm_lt_is_fp8((cgm_dtype)key->in_dtype))
         CGM_TRY(cgm_lt_fp8_desc(e->desc, (cgm_lt_scaling)key->scaling,
                                 key->fast_accum));
@@ -289,7 +283,7 @@ static cgm_status no_algorithm(const lt_key *key) {
     return cgm_error(CGM_ERROR_NOT_SUPPORTED,
                      "cuBLASLt has no algorithm for a %s GEMM m=%lld n=%lld "
                      "k=%lld (%s in, %s out, ld x/w/y %lld/%lld/%lld, "
-                     "alignment %d/%d/%d bytes%s); try aligned pointers and "
+                     "alignment %d/%d/%d bytes%s%s); try aligned pointers and "
                      "leading dimensions%s",
                      cgm_layout_name((cgm_layout)key->layout),
                      (long long)key->m, (long long)key->n, (long long)key->k,
@@ -298,7 +292,9 @@ static cgm_status no_algorithm(const lt_key *key) {
                      (long long)key->ldx, (long long)key->ldw,
                      (long long)key->ldy, key->align_x, key->align_w,
                      key->align_y, fp8,
-                     fp8[0] ? " (for fp8 also n and ldy multiples of 16) "
+                     cgm_lt_epilogue_words((cgm_epilogue)key->epilogue),
+                     key->epilogue ? " (for an epilogue: another layout, or "
+                     "the host backend)" : fp8[0] ? " (for fp8 also n and ldy multiples of 16) "
                               "on a GPU with FP8 (sm_89+; block scaling: "
                               "sm_90)"
                             : "");
@@ -552,16 +548,25 @@ void cgm_lt_search_stats(const cgm_lt *lt, uint64_t *searches,
     *improved = lt->improved;
 }
 
+/* Every rule of gpu.h's cgm_lt_gemm_args. */
+static cgm_status check_args(const cgm_lt_gemm_args *g) {
+    cgm_status status = cgm_lt_epilogue_check(g);
+    return status != CGM_SUCCESS ? status : cgm_lt_check(g);
+}
+
 cgm_status cgm_lt_prepare(cgm_lt *lt, const cgm_lt_gemm_args *g,
                           size_t workspace_bytes, cudaStream_t after,
                           int64_t timeout_ms) {
-    cgm_status status = cgm_lt_check(g);
+    cgm_status status = check_args(g);
     if (status != CGM_SUCCESS || g->m == 0 || g->n == 0 || g->k == 0)
         return status;
     lt_key key = make_key(g, workspace_bytes);
     lt_entry *e = NULL;
     CGM_TRY(lookup(lt, &key, &e));
-    if (e->searched || lt->search < 2) return CGM_SUCCESS;
+    /* Epilogues that write aux or a bias gradient are not timed: the
+     * timed runs would write the caller's memory beside the real GEMM. */
+    if (e->searched || lt->search < 2 || cgm_lt_epilogue_writes(g->epilogue))
+        return CGM_SUCCESS;
     status = search_entry(lt, e, g, after, timeout_ms);
 fail:
     return status;
@@ -569,7 +574,7 @@ fail:
 
 cgm_status cgm_lt_gemm(cgm_lt *lt, const cgm_lt_gemm_args *g, void *workspace,
                        size_t workspace_bytes, cudaStream_t stream) {
-    cgm_status status = cgm_lt_check(g);
+    cgm_status status = check_args(g);
     if (status != CGM_SUCCESS) return status;
     if (g->addend && g->accumulate)
         return cgm_error(CGM_ERROR_INTERNAL,
@@ -585,7 +590,8 @@ cgm_status cgm_lt_gemm(cgm_lt *lt, const cgm_lt_gemm_args *g, void *workspace,
     CGM_TRY(lookup(lt, &key, &e));
     CGM_TRY(set_pointers(e, g, g->amax_y));
     float alpha = 1.0f, beta = g->accumulate || g->addend ? 1.0f : 0.0f;
-    if (g->k == 0 && !g->accumulate && !g->bias && !g->addend) {
+    if (g->k == 0 && !g->accumulate && !g->bias && !g->addend &&
+        g->epilogue == CGM_EPILOGUE_NONE) {
         /* Empty contraction: cuBLASLt may reject k = 0; the result is 0. */
         CGM_CUDA_TRY(cudaMemset2DAsync(
             g->y, (size_t)g->ldy * cgm_dtype_size(g->out_dtype), 0,

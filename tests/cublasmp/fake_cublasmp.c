@@ -11,7 +11,8 @@
  *                      cuBLASMp 0.8+ does with NCCL < 2.29.2: dlopen fails
  *                      with "undefined symbol: nccl...".
  * ncclGetVersion comes from the fake NCCL each is linked against
- * (FAKE_LINKS_NCCL; or from none). Grids, buffers and registrations are recorded (fake_cublasmp.h);
+ * (FAKE_LINKS_NCCL; or from none). Grids, buffers, registrations and
+ * matmul descriptor attributes are recorded (fake_cublasmp.h); the other
  * matmul entry points answer NOT_SUPPORTED (never called by the tests). */
 #include <stdint.h>
 #include <stdlib.h>
@@ -54,7 +55,6 @@ STUB(cublasMpGridDestroy)
 
 #ifdef FAKE_FULL
 STUB(cublasMpSetStream)
-STUB(cublasMpMatmulDescriptorSetAttribute)
 
 typedef struct fake_grid {
     int64_t nprow, npcol;
@@ -153,6 +153,22 @@ int cublasMpBufferDeregister(void *grid, void *ptr);
 int cublasMpBufferDeregister(void *grid, void *ptr) {
     return record("cublasMpBufferDeregister", grid, ptr, 0,
                   take("cublasMpBufferDeregister"));
+}
+
+int cublasMpMatmulDescriptorSetAttribute(void *desc, int attr,
+                                         const void *buf, size_t size);
+int cublasMpMatmulDescriptorSetAttribute(void *desc, int attr,
+                                         const void *buf, size_t size) {
+    long long value = 0;
+    memcpy(&value, buf, size < sizeof value ? size : sizeof value);
+    const int before = nevents;
+    int status = record("cublasMpMatmulDescriptorSetAttribute", NULL, desc,
+                        size, take("cublasMpMatmulDescriptorSetAttribute"));
+    if (nevents > before) {
+        events[nevents - 1].attr = attr;
+        events[nevents - 1].value = value;
+    }
+    return status;
 }
 
 const char *cublasMpGetStatusString(int status);

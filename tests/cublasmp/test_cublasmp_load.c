@@ -307,13 +307,7 @@ typedef struct fake_env {
 static void fake_open(fake_env *f) {
     memset(f, 0, sizeof *f);
     CHECK_OK(cmp_lib_load(FAKE_V1000, &f->api));
-    void *e = dlsym(f->api.dl, "fake_cmp_events");
-    void *r = dlsym(f->api.dl, "fake_cmp_reset");
-    void *x = dlsym(f->api.dl, "fake_cmp_fail");
-    CHECK(e && r && x);
-    memcpy(&f->events, &e, sizeof e);
-    memcpy(&f->reset, &r, sizeof r);
-    memcpy(&f->fail, &x, sizeof x);
+    CHECK(fake_cmp_bind(f->api.dl, &f->events, &f->reset, &f->fail));
     f->symm.api = &f->api;
     CHECK_INT_EQ(f->api.GridCreate(4, 1, CUBLASMP_GRID_LAYOUT_COL_MAJOR, NULL,
                                    &f->symm.grid[CMP_GRID_COL]), 0);
@@ -748,10 +742,11 @@ static void dtype_compute_algo(const void *p) {
     CHECK_INT_EQ(t, 2);  /* CUDA_R_16F */
     CHECK_OK(cmp_map_dtype(CGM_DTYPE_BF16, &t));
     CHECK_INT_EQ(t, 14); /* CUDA_R_16BF */
-    CHECK_STATUS(cmp_map_dtype(CGM_DTYPE_FP8_E4M3, &t), CGM_ERROR_NOT_SUPPORTED);
-    CHECK_CONTAINS(cgm_last_error(), "fp8_e4m3");
-    CHECK_CONTAINS(cgm_last_error(), "does not pass fp8 operands");
-    CHECK_CONTAINS(cgm_last_error(), "convert the operands");
+    CHECK_OK(cmp_map_dtype(CGM_DTYPE_FP8_E4M3, &t));
+    CHECK_INT_EQ(t, 28); /* CUDA_R_8F_E4M3 */
+    CHECK_OK(cmp_map_dtype(CGM_DTYPE_FP8_E5M2, &t));
+    CHECK_INT_EQ(t, 29); /* CUDA_R_8F_E5M2 */
+    CHECK_STATUS(cmp_map_dtype(CGM_DTYPE_COUNT_, &t), CGM_ERROR_INVALID_ARGUMENT);
     CHECK_INT_EQ(cmp_map_compute(CGM_DTYPE_FP32, false), 68);
     CHECK_INT_EQ(cmp_map_compute(CGM_DTYPE_FP32, true), 77);
     CHECK_INT_EQ(cmp_map_compute(CGM_DTYPE_BF16, true), 68);

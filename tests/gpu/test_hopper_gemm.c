@@ -379,7 +379,9 @@ static void case_fastdiv(const void *p) {
 
 /* Bias and accumulate on every output dtype; padded and odd ldy; an
  * unaligned Y (scalar stores); more tiles than CTAs (ring phases wrap,
- * persistent loop); a grid of 3 CTAs. */
+ * persistent loop); a grid of 3 CTAs; rows of Y of 3000 bytes (n 1500,
+ * not a multiple of 16 bytes: Y is stored by the epilogue, not by TMA) at
+ * k 4096 and 2048. */
 static void case_epilogue_and_ld(const void *p) {
     (void)p;
     const gemm_case cases[] = {
@@ -392,6 +394,8 @@ static void case_epilogue_and_ld(const void *p) {
         {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 1000, 777, 333, 8, 8, 1, 1, 1, 1, 7, 0, 7, 0, 0},
         {CGM_DTYPE_BF16, CGM_DTYPE_FP32, 1024, 1024, 512, 0, 0, 0, 1, 1, 0, 0, 0, 8, 0, 0},
         {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 512, 768, 520, 0, 0, 0, 1, 1, 0, 0, 0, 9, 0, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1000, 1500, 4096, 0, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 777, 1500, 2048, 0, 0, 0, 1, 0, 0, 0, 0, 11, 0, 0},
     };
     check_cases(cases, (int)(sizeof cases / sizeof cases[0]));
 }
@@ -448,23 +452,21 @@ static void case_flags_ready(const void *p) {
 }
 
 /* CGM_HGEMM_AUTO's choice on the bench shapes (host only, no GPU needed):
- * the variant that measured faster on each (docs/PERFORMANCE.md). */
+ * the variant that measured faster on each (docs/PERFORMANCE.md), and the
+ * edge of the rule (66 cooperative tiles). */
 static void case_auto_variant(const void *p) {
     (void)p;
     static const struct {
         int64_t m, n, k;
         int want;
-    } rows[] = {{16384, 2048, 8192, CGM_HGEMM_COOPERATIVE}, {8192, 4096, 4096, CGM_HGEMM_PINGPONG},
-                {16384, 8192, 2048, CGM_HGEMM_PINGPONG},    {4096, 4096, 4096, CGM_HGEMM_COOPERATIVE},
-                {8192, 8192, 8192, CGM_HGEMM_COOPERATIVE},  {2048, 8192, 8192, CGM_HGEMM_COOPERATIVE},
-                {8192, 2048, 4096, CGM_HGEMM_COOPERATIVE},  {4096, 16384, 4096, CGM_HGEMM_PINGPONG},
-                /* the fused AG's kernel of 32768x4096x4096 (n = 2048 per rank) */
-                {32768, 2048, 4096, CGM_HGEMM_COOPERATIVE},
-                /* m > 4096 with n >= 4096; n >= 8192 below 2^25 stays cooperative */
-                {4352, 4096, 4096, CGM_HGEMM_PINGPONG},     {4608, 4096, 4096, CGM_HGEMM_PINGPONG},
-                {6144, 4096, 3072, CGM_HGEMM_PINGPONG},     {3072, 4096, 4096, CGM_HGEMM_COOPERATIVE},
-                {2560, 8192, 4096, CGM_HGEMM_COOPERATIVE},  {3072, 8192, 4096, CGM_HGEMM_COOPERATIVE},
-                {4352, 2048, 4096, CGM_HGEMM_COOPERATIVE}};
+    } rows[] = {{16384, 2048, 8192, CGM_HGEMM_COOPERATIVE}, {8192, 4096, 4096, CGM_HGEMM_COOPERATIVE},
+                {16384, 8192, 2048, CGM_HGEMM_COOPERATIVE}, {12345, 3000, 2048, CGM_HGEMM_COOPERATIVE},
+                {32768, 8192, 512, CGM_HGEMM_COOPERATIVE},  {16384, 8192, 128, CGM_HGEMM_COOPERATIVE},
+                /* skinny m: cooperative's tiles fill at most half of 132 SMs */
+                {128, 8192, 8192, CGM_HGEMM_PINGPONG},      {512, 4096, 14336, CGM_HGEMM_PINGPONG},
+                {128, 16896, 4096, CGM_HGEMM_PINGPONG},     /* 66 tiles: the last ping-pong */
+                {128, 17152, 4096, CGM_HGEMM_COOPERATIVE},  /* 67 */
+                {256, 10240, 8192, CGM_HGEMM_COOPERATIVE},  {128, 28672, 8192, CGM_HGEMM_COOPERATIVE}};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         cgm_hgemm_args a;
         memset(&a, 0, sizeof a);
@@ -511,6 +513,13 @@ static void case_refusals(const void *p) {
     CHECK_CONTAINS(why, "tile_counter must be 4-byte aligned");
     CHECK_INT_EQ(cgm_hgemm(&a, 0), cudaErrorInvalidValue);
     a.tile_counter = NULL;
+    /* Y is written by the epilogue's stores, not by TMA: rows of Y need
+     * not be a multiple of 16 bytes (n 60 and 61: 120 and 122 bytes). */
+    a.n = a.ldy = 60;
+    CHECK_INT_EQ(cgm_hgemm_supported(&a, &why), 1);
+    a.n = a.ldy = 61;
+    CHECK_INT_EQ(cgm_hgemm_supported(&a, &why), 1);
+    a.n = a.ldy = 64;
     a.k = 60, a.m = 0; /* nothing to do */
     CHECK_INT_EQ(cgm_hgemm(&a, 0), cudaSuccess);
     cudaFree(buf);

@@ -15,6 +15,7 @@
 
 #include "core/core.h"
 #include "mp_common.h"
+#include "test_gelu.h"
 #include "test_values.h"
 
 typedef enum e_op { E_AG, E_RS, E_AR, E_BULK, E_COUNT } e_op;
@@ -25,18 +26,7 @@ typedef struct epi_case {
     int nranks;
 } epi_case;
 
-/* ---- the reference's GELU, in double ---- */
-
-static double ref_gelu(double t) {
-    const double c = sqrt(2.0 / M_PI);
-    return 0.5 * t * (1.0 + tanh(c * (t + 0.044715 * t * t * t)));
-}
-
-static double ref_dgelu(double t) {
-    const double c = sqrt(2.0 / M_PI);
-    double th = tanh(c * (t + 0.044715 * t * t * t));
-    return 0.5 * (1.0 + th) + 0.5 * t * (1.0 - th * th) * c * (1.0 + 3.0 * 0.044715 * t * t);
-}
+/* ---- the reference's GELU, in double: test_gelu.h ---- */
 
 /* ---- inputs: dtype variants ---- */
 

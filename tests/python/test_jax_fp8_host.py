@@ -221,6 +221,101 @@ def test_jax_fp8_layers_vs_fp32(recipe_name, nranks, m):
     assert all(ranks.run(body_fp8_layers, nranks, recipe_name, m))
 
 
+class _HistoryModel:
+    """numpy's model of DelayedScaling's state: each cast rolls its column of
+    the history down one row, writes its amax at row 0 and sets its next
+    scale from the window (max, or the latest): amax / fp8_max (commgemm.fp8's
+    compute_scale); columns input, weight, grad_output."""
+
+    def __init__(self, length, algo):
+        self.hist = np.zeros((length, 3), np.float32)
+        self.scale = np.ones(3, np.float32)
+        self.algo = algo
+
+    def record(self, role, a):
+        self.hist[:, role] = np.roll(self.hist[:, role], 1)
+        self.hist[0, role] = np.float32(a)
+        win = self.hist[:, role].max() if self.algo == "max" else self.hist[0, role]
+        self.scale[role] = fp8.compute_scale(win, "float8_e5m2" if role == 2 else "float8_e4m3fn")
+
+    def assert_is(self, meta, what):
+        np.testing.assert_array_equal(np.asarray(meta.amax_history), self.hist, err_msg=what + " amax_history")
+        np.testing.assert_array_equal(np.asarray(meta.scale), self.scale, err_msg=what + " scale")
+
+
+def body_fp8_delayed(comm, m, algo):
+    """DelayedScaling in the column and row layers, with and without sequence
+    parallelism, over 4 steps of jax.jit(value_and_grad): the state the
+    forward returns (input and weight recorded) and fp8_meta's cotangent
+    (grad_output too) against the numpy model; y, dX, dW within the fp8
+    bound where the delayed scales cover the step's amaxes (steps 1 and 3:
+    the magnitudes shrink), db in high precision."""
+    import jax
+    import jax.numpy as jnp
+    from commgemm import jax as cj
+    recipe = cj.DelayedScaling(amax_history_len=3, amax_compute_algo=algo)
+    uf, ug = U8["e4m3"], U8["e5m2"]
+    twice = lambda u: 2 * u + u * u  # noqa: E731
+    kx, hid, n = 160, 260, 140
+    rng = np.random.default_rng(1)
+    X, H = rng.uniform(-1, 1, (m, kx)).astype(np.float32) * 4, _rand(6, (m, hid))
+    W1, b1, W2, b2 = _rand(1, (hid, kx)), _rand(2, (hid,)), _rand(3, (n, hid)), _rand(4, (n,))
+    G1, G2 = _rand(5, (m, hid)), _rand(7, (m, n))
+    off, mr = comm.shard_offset(m), comm.shard_rows(m)
+    c0, cn = comm.shard_offset(hid), comm.shard_rows(hid)
+    checked = 0
+    for sp in (True, False):
+        rows = slice(off, off + mr) if sp else slice(0, m)
+        layers = (
+            ("column", lambda x, w, b, **kw: cj.column_parallel_linear(x, w, b, m=m, sequence_parallel=sp, **kw),
+             (X[rows], W1[c0:c0 + cn], b1[c0:c0 + cn]), G1[:, c0:c0 + cn],
+             (X, W1[c0:c0 + cn].T), (G1[rows], W1), (G1[:, c0:c0 + cn].T, X), twice(uf) if sp else uf, uf),
+            ("row", lambda x, w, b, **kw: cj.row_parallel_linear(x, w, b, sequence_parallel=sp, **kw),
+             (H[:, c0:c0 + cn], W2[:, c0:c0 + cn], b2), G2[rows],
+             (H[rows], W2.T), (G2, W2[:, c0:c0 + cn]), (G2.T, H[:, c0:c0 + cn]), uf, twice(ug) if sp else ug),
+        )
+        for name, layer, args, g, y_ops, dx_ops, dw_ops, u_xt, u_gt in layers:
+            model = _HistoryModel(recipe.amax_history_len, algo)
+            meta = cj.fp8_meta_init(recipe)
+            ref_fn = jax.vjp(lambda *a: layer(*a, comm=comm), *args)
+            ref = (ref_fn[0], *ref_fn[1](g))
+
+            def loss(x, w, b, meta, g):
+                y, meta_f = layer(x, w, b, comm=comm, fp8_recipe=recipe, fp8_meta=meta)
+                return jnp.sum(y * g), (y, meta_f)
+
+            step_fn = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True))
+            for step, f in enumerate((1.0, 0.5, 2.0, 0.25)):
+                x = args[0] * np.float32(f)
+                (_, (y, meta_f)), (dx, dw, db, meta_b) = step_fn(x, args[1], args[2], meta, g * np.float32(f))
+                what = f"{name} sp={sp} step {step}"
+                model.record(0, np.abs(x).max())
+                model.record(1, np.abs(args[1]).max())
+                model.assert_is(meta_f, what + " forward")  # grad_output's column as it was
+                model.record(2, np.abs(g * np.float32(f)).max())
+                model.assert_is(meta_b, what + " backward")
+                meta = meta_b
+                if step in (1, 3):
+                    fy = np.float32(f)
+                    _fp8_bound_check(y, ref[0] * fy + (1 - fy) * _bias_rows(args[2], y.shape), y_ops[0] * fy,
+                                     y_ops[1], uf, uf, what + " y")
+                    _fp8_bound_check(dx, ref[1] * fy, dx_ops[0] * fy, dx_ops[1], ug, uf, what + " dx")
+                    _fp8_bound_check(dw, ref[2] * fy * fy, dw_ops[0] * fy, dw_ops[1] * fy, u_gt, u_xt,
+                                     what + " dw")
+                    np.testing.assert_allclose(db, ref[3] * fy, rtol=1e-5, atol=1e-5)
+                    checked += 1
+    return checked
+
+
+def _bias_rows(b, shape):
+    return np.broadcast_to(b, shape)
+
+
+@pytest.mark.parametrize("nranks,m,algo", [(2, 9, "max"), (3, 7, "most_recent")])
+def test_jax_fp8_delayed_scaling(nranks, m, algo):
+    assert all(c == 8 for c in ranks.run(body_fp8_delayed, nranks, m, algo))
+
+
 def test_jax_fp8_layer_refusals():
     from commgemm import jax as cj
     with pytest.raises(ValueError, match="fp8_format"):
@@ -231,3 +326,14 @@ def test_jax_fp8_layer_refusals():
             cj.column_parallel_linear(x, w, comm=comm, fp8_recipe="fp8")
         with pytest.raises(commgemm.NotSupportedError, match="activation='gelu'"):
             cj.column_parallel_linear(x, w, comm=comm, activation="gelu", fp8_recipe=cj.Float8BlockScaling())
+        rec = cj.DelayedScaling(amax_history_len=4)
+        with pytest.raises(ValueError, match=r"expected its state.*fp8_meta_init"):
+            cj.column_parallel_linear(x, w, comm=comm, fp8_recipe=rec)
+        with pytest.raises(ValueError, match=r"amax_history \(4, 3\)"):
+            cj.row_parallel_linear(x, w, comm=comm, fp8_recipe=rec,
+                                   fp8_meta=cj.fp8_meta_init(cj.DelayedScaling(amax_history_len=2)))
+        with pytest.raises(ValueError, match="only DelayedScaling keeps state"):
+            cj.row_parallel_linear(x, w, comm=comm, fp8_recipe=cj.Float8CurrentScaling(),
+                                   fp8_meta=cj.fp8_meta_init(rec))
+        with pytest.raises(ValueError, match="amax_compute_algo"):
+            cj.DelayedScaling(amax_compute_algo="mean")

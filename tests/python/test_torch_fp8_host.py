@@ -376,3 +376,121 @@ def body_fn_refusals(comm):
 
 def test_functional_fp8_refusals():
     ranks.run(body_fn_refusals, 2)
+
+
+# --------------------------------------------------------------------------
+# Gradients: the functional ops with fp8_recipe= (high-precision x and weight,
+# quantized in the call); fp8 operands that require grad are refused
+# --------------------------------------------------------------------------
+
+
+def _grads(fn, x, w, b, g):
+    xi, wi, bi = (t.clone().requires_grad_() for t in (x, w, b))
+    y = fn(xi, wi, bi)
+    (y * g).sum().backward()
+    return y.detach(), xi.grad, wi.grad, bi.grad
+
+
+def body_fn_recipe_grads(comm, m, recipe_name):
+    """Y, dX, dW, db of each op under fp8_recipe against the float64 product
+    of the high-precision values (y: X . W^T; dX: dY . W summed over the
+    ranks that hold parts; dW: dY^T . X) within the fp8 bound of the
+    operands' formats; db exact in high precision. Rows of growing
+    magnitude: the ranks' shards have amaxes far apart (per-tensor X or dY
+    scales not reduced over the ranks where rows are gathered would show)."""
+    from commgemm import torch as cgt
+    P, r = comm.size, comm.rank
+    recipe = _recipe(recipe_name)
+    uf, ug, twice = _units(recipe_name)
+    uq = uf * twice + (uf * uf if twice == 2 else 0)
+    ugq = ug * twice + (ug * ug if twice == 2 else 0)
+    torch.manual_seed(3)
+    grow = torch.linspace(0.1, 6, m)[:, None]
+    X = ((torch.rand(m, FN_K) * 2 - 1) * grow).double()
+    Ws = (torch.rand(P, FN_N, FN_K) * 2 - 1).double()  # rank s's weight (AG+GEMM: its columns of Y)
+    Bs = (torch.rand(P, FN_N) * 2 - 1).double()
+    Gs = ((torch.rand(P, m, FN_N) * 2 - 1) * grow).double()  # AG+GEMM: rank s's dY
+    off, mr = comm.shard_offset(m), comm.shard_rows(m)
+    f32 = [t.float() for t in (X[off:off + mr], Ws[r], Bs[r], Gs[r])]
+    # AG+GEMM: y_r = X . W_r^T + b_r; dX_r = rows of sum_s dY_s . W_s; dW_r = dY_r^T . X
+    y, dx, dw, db = _grads(lambda x, w, b: cgt.all_gather_matmul(x, w, b, comm=comm, m=m, fp8_recipe=recipe), *f32)
+    assert y.dtype == dx.dtype == dw.dtype == db.dtype == torch.float32
+    check(y, X @ Ws[r].t() + Bs[r], X, Ws[r].t(), uf, uf, "ag y")
+    G_all, W_all = torch.cat(list(Gs), 1), torch.cat(list(Ws), 0)
+    check(dx, (G_all @ W_all)[off:off + mr], G_all[off:off + mr], W_all, ug, uf, "ag dx")
+    check(dw, Gs[r].t() @ X, Gs[r].t(), X, ug, uq, "ag dw")
+    torch.testing.assert_close(db.double(), Gs[r].sum(0), rtol=1e-5, atol=1e-5)
+    # GEMM+RS and GEMM+AR: k split over the ranks, bias the same on every rank
+    k0, kr = comm.shard_offset(FN_K), comm.shard_rows(FN_K)
+    W, G = Ws[0], Gs[0]
+    xr, wr = X[:, k0:k0 + kr], W[:, k0:k0 + kr]
+    for op in ("rs", "ar"):
+        fn = cgt.matmul_reduce_scatter if op == "rs" else cgt.matmul_all_reduce
+        g = G[off:off + mr] if op == "rs" else G
+        y, dx, dw, db = _grads(lambda x, w, b: fn(x, w, b, comm=comm, fp8_recipe=recipe), xr.float(), wr.float(),
+                               Bs[0].float(), g.float())
+        ref = X @ W.t() + Bs[0]
+        check(y, ref[off:off + mr] if op == "rs" else ref, X[off:off + mr] if op == "rs" else X, W.t(), uf, uf,
+              f"{op} y")
+        check(dx, G @ wr, G, wr, ug, uf, f"{op} dx")  # dY gathered from every rank (rs) or whole (ar)
+        check(dw, G.t() @ xr, G.t(), xr, ugq if op == "rs" else ug, uq if recipe_name == "block" else uf,
+              f"{op} dw")
+        torch.testing.assert_close(db.double(), G.sum(0), rtol=1e-5, atol=1e-5)  # every rank: all rows' sum
+    # bfloat16 in, bfloat16 out and gradients (the dtypes nn.Linear users get)
+    y, dx, dw, db = _grads(lambda x, w, b: cgt.matmul_all_reduce(x, w, b, comm=comm, fp8_recipe=recipe),
+                           xr.bfloat16(), wr.bfloat16(), Bs[0].bfloat16(), G.bfloat16())
+    assert y.dtype == dx.dtype == dw.dtype == db.dtype == torch.bfloat16
+    torch.testing.assert_close(dx.double(), G @ wr, rtol=0.3, atol=0.3 * float((G.abs() @ wr.abs()).max()))
+    return True
+
+
+@pytest.mark.parametrize("nranks,m", [(1, 5), (2, 9), (3, 7)])
+@pytest.mark.parametrize("recipe_name", ["current", "block"])
+def test_functional_fp8_recipe_grads(nranks, m, recipe_name):
+    assert all(ranks.run(body_fn_recipe_grads, nranks, m, recipe_name))
+
+
+def body_fn_grad_refusals(comm):
+    """fp8 operands that require grad: refused before the call (the
+    functional ops) or at backward (the custom op itself), saying to pass the
+    high-precision tensors with fp8_recipe; fp8_recipe's own refusals."""
+    from commgemm import torch as cgt
+    from commgemm.fp8 import Scaling
+    x, sx, _ = _q(torch.rand(4, FN_K), torch.float8_e4m3fn, Scaling.TENSOR)
+    w, sw, _ = _q(torch.rand(FN_N, FN_K), torch.float8_e4m3fn, Scaling.TENSOR)
+    xg = x.clone().requires_grad_()
+    for call in (lambda: cgt.matmul_all_reduce(xg, w, comm=comm, x_scale=sx, w_scale=sw),
+                 lambda: cgt.all_gather_matmul(x, w, torch.zeros(FN_N, requires_grad=True), comm=comm, m=4 * comm.size,
+                                               x_scale=sx, w_scale=sw)):
+        with pytest.raises(commgemm.InvalidArgumentError, match="not differentiable.*fp8_recipe="):
+            call()
+    y = torch.ops.commgemm.fp8_matmul("ar", xg, w, sx, sw, None, comm.id, 0, "TN", "", torch.float32, False, "",
+                                      "")[0]
+    with pytest.raises(commgemm.InvalidArgumentError, match="no gradient for fp8 operands.*fp8_recipe="):
+        y.sum().backward()
+    with torch.no_grad():  # no gradient wanted: runs
+        assert cgt.matmul_all_reduce(xg, w, comm=comm, x_scale=sx, w_scale=sw).shape == (4, FN_N)
+    h, hw = torch.rand(4, FN_K), torch.rand(FN_N, FN_K)
+    bad = (
+        ("delayed scaling keeps an amax history",
+         lambda: cgt.matmul_all_reduce(h, hw, comm=comm, fp8_recipe=cgt.DelayedScaling())),
+        ("expected Float8CurrentScaling", lambda: cgt.matmul_all_reduce(h, hw, comm=comm, fp8_recipe="fp8")),
+        ("x_scale, out_dtype given with fp8_recipe",
+         lambda: cgt.matmul_reduce_scatter(h, hw, comm=comm, fp8_recipe=cgt.Float8CurrentScaling(), x_scale=sx,
+                                           out_dtype=torch.float32)),
+        ("return_gathered given with fp8_recipe",
+         lambda: cgt.all_gather_matmul(h, hw, comm=comm, fp8_recipe=cgt.Float8BlockScaling(), return_gathered=True)),
+        ("x is torch.float8_e4m3fn: expected float32",
+         lambda: cgt.matmul_all_reduce(x, w, comm=comm, fp8_recipe=cgt.Float8CurrentScaling())),
+    )
+    for match, call in bad:
+        with pytest.raises(commgemm.InvalidArgumentError, match=match):
+            call()
+    # the comm stays usable
+    y = cgt.matmul_all_reduce(h, hw, comm=comm, fp8_recipe=cgt.Float8CurrentScaling())
+    assert y.dtype == torch.float32 and y.shape == (4, FN_N)
+    return True
+
+
+def test_functional_fp8_grad_refusals():
+    ranks.run(body_fn_grad_refusals, 2)

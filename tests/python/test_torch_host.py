@@ -503,6 +503,17 @@ def body_epilogues(comm, group, dtype_name):
             tc.check_mlp(comm, "cpu", dtype, 2 * P, batch=3, batch_first=True, fused=fused)
         finally:
             core._BACKEND_LACKS.pop("host", None)
+    # a backend whose aux wants a leading dimension of 8s (the GPU backends): every rank fuses
+    # only where every rank's width is one (37 features: none; 13 over 3 ranks: 5, 4, 4; 16 * P: all)
+    core._AUX_LD_MULTIPLE["host"] = 8
+    try:
+        for ffn in (37, 13, 16 * P):
+            fits = all(comm.shard_rows(ffn, q) % 8 == 0 for q in range(P))
+            assert comm.epilogue_fits(ffn) == (ffn % 8 == 0)
+            tc.check_mlp(comm, "cpu", dtype, 11, ffn=ffn, fused=fits)
+            tc.check_column_gelu(comm, "cpu", dtype, 11, n=ffn)
+    finally:
+        core._AUX_LD_MULTIPLE.pop("host", None)
 
 
 @pytest.mark.parametrize("nranks", [1, 2, 3])

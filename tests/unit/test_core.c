@@ -377,9 +377,10 @@ static void test_fp8_helpers(const void *p) {
     call.in_dtype = CGM_DTYPE_FP8_E4M3;
     call.w_dtype = CGM_DTYPE_FP8_E5M2;
     call.scaling = CGM_SCALING_TENSOR;
-    CHECK_STATUS(cgm_fp8_not_yet("nccl", &call), CGM_ERROR_NOT_SUPPORTED);
-    CHECK_CONTAINS(cgm_last_error(), "the nccl backend does not run fp8 GEMMs yet (found fp8_e4m3 x fp8_e5m2 with "
-                                     "tensor scaling, bf16 output): run fp8 calls on the host backend");
+    CHECK_STATUS(cgm_fp8_not_yet("cublasmp", &call), CGM_ERROR_NOT_SUPPORTED);
+    CHECK_CONTAINS(cgm_last_error(), "the cublasmp backend does not run fp8 GEMMs yet (found fp8_e4m3 x fp8_e5m2 "
+                                     "with tensor scaling, bf16 output): run fp8 calls on the nccl or p2p backend "
+                                     "(options.backend = CGM_BACKEND_NCCL or CGM_BACKEND_P2P;");
     /* the GPU backends' refusal of epilogues */
     call.in_dtype = call.w_dtype = CGM_DTYPE_BF16;
     call.op = CGM_OP_GEMM_REDUCE_SCATTER;
@@ -387,7 +388,8 @@ static void test_fp8_helpers(const void *p) {
     call.epilogue = CGM_EPILOGUE_DGELU_BGRAD;
     CHECK_STATUS(cgm_epilogue_not_yet("cublasmp", &call), CGM_ERROR_NOT_SUPPORTED);
     CHECK_CONTAINS(cgm_last_error(), "the cublasmp backend does not run epilogues yet (found options.epilogue = "
-                                     "dgelu_bgrad on gemm_rs): run this op on the host backend");
+                                     "dgelu_bgrad on gemm_rs): run this op on the nccl backend "
+                                     "(options.backend = CGM_BACKEND_NCCL");
     CHECK_CONTAINS(cgm_last_error(), "or pass CGM_EPILOGUE_NONE and apply dgelu_bgrad to the output after the op");
     /* scale pointers are checked like data pointers */
     cgm_memory_set_query(fake_memory);
@@ -501,6 +503,72 @@ static void test_precision(const void *p) {
                     CHECK_INT_EQ(call.partial_dtype, sent_in_output ? CGM_DTYPE_BF16 : CGM_DTYPE_FP32);
                     CHECK_INT_EQ(call.gemm_reduction_fp32, want_reduction == CGM_GEMM_REDUCTION_FP32);
                 }
+    CHECK_OK(cgm_comm_destroy(comm));
+}
+
+/* m above the comm's max_m (8). The host backend's call is refused here,
+ * saying m, before the shape and overlap checks. A p2p or nccl call is
+ * left to the backend, which refuses it after its agreement exchange, so
+ * that one rank's call beyond max_m is a mismatch every rank reports at
+ * once: validation passes it with its m, skipping what follows from m
+ * (the other operand's rows, overlaps), and checks those at m <= max_m. */
+static cgm_memory memory_unknown(const void *p, int *device) {
+    (void)p;
+    *device = -1;
+    return CGM_MEMORY_UNKNOWN; /* CPU buffers on a GPU backend: not refused */
+}
+
+static void test_max_m_left_to_backend(const void *p) {
+    (void)p;
+    cgm_memory_set_query(memory_unknown);
+    cgm_config cfg = CGM_CONFIG_INIT;
+    cfg.max_m = 8;
+    char name[64];
+    cgm_bootstrap b = test_local_bootstrap("max_m_left", name, sizeof name);
+    cgm_comm *comm = NULL;
+    CHECK_OK(cgm_comm_create(&b, &cfg, &comm));
+    enum { K = 3, N = 2, TALL = 9 };
+    static float buf[TALL * K], wbuf[N * K];
+    const cgm_backend backends[] = {CGM_BACKEND_HOST, CGM_BACKEND_P2P, CGM_BACKEND_NCCL};
+    for (int bi = 0; bi < 3; bi++)
+        for (int op = 0; op < CGM_OP_COUNT_; op++)
+            for (int rows_right = 0; rows_right < 2; rows_right++)
+                for (int64_t m = 8; m <= TALL; m++) {
+                    /* One buffer for the operand that sets m and the one
+                     * whose rows follow from it: they overlap; those rows
+                     * are m (right, P = 1) or 1. */
+                    int64_t rows = rows_right ? m : 1;
+                    cgm_matrix full = cgm_matrix_make(buf, CGM_DTYPE_FP32, m, K);
+                    cgm_matrix part = cgm_matrix_make(buf, CGM_DTYPE_FP32, rows, /* x_shard, send: [rows, k] */
+                                                       op == CGM_OP_BULK || op == CGM_OP_ALL_GATHER_GEMM ? K : N);
+                    cgm_matrix w = cgm_matrix_make(wbuf, CGM_DTYPE_FP32, N, K);
+                    cgm_matrix y = cgm_matrix_make(buf, CGM_DTYPE_FP32, m, N);
+                    cgm_op_options opt = CGM_OP_OPTIONS_INIT;
+                    opt.backend = backends[bi];
+                    cgm_call call;
+                    cgm_status st;
+                    if (op == CGM_OP_BULK)
+                        st = cgm_validate_op(comm, CGM_OP_BULK, NULL, NULL, NULL, NULL, NULL,
+                                             CGM_COLLECTIVE_ALL_GATHER, &part, &full, &opt, NULL, &call);
+                    else if (op == CGM_OP_ALL_GATHER_GEMM)
+                        st = cgm_validate_op(comm, CGM_OP_ALL_GATHER_GEMM, &part, &w, NULL, &y, NULL,
+                                             CGM_COLLECTIVE_ALL_GATHER, NULL, NULL, &opt, NULL, &call);
+                    else
+                        st = cgm_validate_op(comm, (cgm_op)op, &full, &w, NULL, &part, NULL,
+                                             CGM_COLLECTIVE_ALL_GATHER, NULL, NULL, &opt, NULL, &call);
+                    if (m <= cfg.max_m) {
+                        CHECK_STATUS(st, CGM_ERROR_INVALID_ARGUMENT);
+                        CHECK_CONTAINS(cgm_last_error(), rows_right ? "overlaps" : "is 1 x ");
+                    } else if (backends[bi] == CGM_BACKEND_HOST) {
+                        CHECK_STATUS(st, CGM_ERROR_INVALID_ARGUMENT);
+                        CHECK_CONTAINS(cgm_last_error(), "= 9 is above the comm's max_m = 8");
+                    } else {
+                        CHECK_OK(st);
+                        CHECK_INT_EQ(call.backend, backends[bi]);
+                        CHECK_INT_EQ(op == CGM_OP_BULK ? call.coll_m : call.m, TALL);
+                    }
+                }
+    cgm_memory_set_query(NULL);
     CHECK_OK(cgm_comm_destroy(comm));
 }
 
@@ -879,6 +947,7 @@ static void register_cases(void) {
     test_add("precision_config_over_env", test_precision, &precision_config);
     test_add("precision_config", test_precision, &precision_config_only);
     test_add("precision_names", test_precision_names, NULL);
+    test_add("max_m_left_to_backend", test_max_m_left_to_backend, NULL);
     test_add("epilogue_names", test_epilogue_names, NULL);
     test_add("param_choice_default", test_param_choice, NULL);
     test_add("param_choice_no_overlap", test_param_choice, "no_overlap");

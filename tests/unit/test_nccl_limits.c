@@ -4,6 +4,7 @@
  * change. Pure checks on a state that has only a config and a rank count,
  * so they run without a GPU or a 65-rank job (built where the CUDA toolkit
  * and NCCL are). */
+#include <stdint.h>
 #include <string.h>
 
 #include "harness.h"
@@ -60,7 +61,10 @@ static void expect_all(const fixture *f, const limit_case *cases, size_t n) {
 }
 
 /* 64 ranks: every op within the maxima passes; each maximum is enforced,
- * naming its variable; a GEMM-only bulk call has nothing to limit. */
+ * naming its variable; a GEMM-only bulk call has nothing to limit. m is
+ * enforced for every op and both bulk collectives: the core leaves an m
+ * above max_m to this check, after the agreement exchange (validate.c
+ * max_m_after_agreement). */
 static void test_maxima(const void *p) {
     (void)p;
     fixture f;
@@ -76,6 +80,14 @@ static void test_maxima(const void *p) {
         {gemm_only, CGM_SUCCESS, NULL},
         {gemm_call(CGM_OP_GEMM_REDUCE_SCATTER, 4097, 2048, 64), CGM_ERROR_INVALID_ARGUMENT,
          "cgm_gemm_reduce_scatter (nccl backend): m = 4097 exceeds COMMGEMM_MAX_M = 4096"},
+        {gemm_call(CGM_OP_ALL_GATHER_GEMM, 4097, 64, 64), CGM_ERROR_INVALID_ARGUMENT,
+         "cgm_all_gather_gemm (nccl backend): m = 4097 exceeds COMMGEMM_MAX_M = 4096"},
+        {gemm_call(CGM_OP_GEMM_ALL_REDUCE, INT32_MAX, 64, 64), CGM_ERROR_INVALID_ARGUMENT,
+         "cgm_gemm_all_reduce (nccl backend): m = 2147483647 exceeds COMMGEMM_MAX_M = 4096"},
+        {bulk_call(CGM_COLLECTIVE_ALL_GATHER, 4097, 64), CGM_ERROR_INVALID_ARGUMENT,
+         "cgm_bulk_overlap (nccl backend): the collective's rows = 4097 exceeds COMMGEMM_MAX_M"},
+        {bulk_call(CGM_COLLECTIVE_REDUCE_SCATTER, 4097, 64), CGM_ERROR_INVALID_ARGUMENT,
+         "the collective's rows = 4097 exceeds COMMGEMM_MAX_M = 4096"},
         {gemm_call(CGM_OP_ALL_GATHER_GEMM, 64, 64, 1025), CGM_ERROR_INVALID_ARGUMENT,
          "k = 1025 exceeds COMMGEMM_MAX_K = 1024, the largest size its workspaces were made "
          "for; create the comm with a larger COMMGEMM_MAX_K (or config field max_k)"},

@@ -179,8 +179,8 @@ typedef struct cmp_output {
 void cmp_plan_output(const cmp_shape *s, int rank, int64_t n_local,
                      cgm_dtype out_dtype, bool has_bias, cmp_output *o);
 
-/* cudaDataType_t of fp32 / bf16 / fp16; NOT_SUPPORTED otherwise (fp8:
- * cuBLASMp has FP8 matmuls, commgemm's API does not pass fp8 yet). Pure. */
+/* cudaDataType_t of fp32 / bf16 / fp16 / fp8 e4m3 / fp8 e5m2;
+ * INVALID_ARGUMENT otherwise. Pure. */
 cgm_status cmp_map_dtype(cgm_dtype dtype, int *cuda_type);
 /* cublasComputeType_t: 32F, or 32F_FAST_TF32 for fp32 inputs with
  * allow_tf32. Pure. */
@@ -206,6 +206,68 @@ extern int cmp_test_ag_staging;
 
 /* "CUBLASMP_STATUS_..." */
 const char *cmp_status_name(int status);
+
+/* ------------------------------------ epilogues, fp8, attributes */
+
+/* The check hook (pure): CGM_SUCCESS for what the backend runs, else
+ * CGM_ERROR_NOT_SUPPORTED saying why and what to do, before any exchange:
+ * - options.algo without a cuBLASMp counterpart (cmp_map_algo);
+ * - an epilogue on GEMM+RS or GEMM+AR (cuBLASMp applies it to each rank's
+ *   partial product; commgemm's act on the reduced rows); an aux whose ld
+ *   is not a multiple of 8 (cuBLASMp's EPILOGUE_AUX_LD);
+ * - fp8 on AG+GEMM (one B scale for every gathered row), block scaling,
+ *   fp8 inputs with a bias not of Y's dtype, an fp8 Y but on GEMM+RS, an
+ *   fp8 Y with a bias or with 16-bit / fp32 inputs.
+ * Bulk is left to the run entry (which refuses it). */
+cgm_status cmp_check_call(const cgm_call *c);
+/* AG+GEMM's GELU and GELU_AUX with a bias: cuBLASMp adds it before the
+ * activation (GELU_BIAS, GELU_AUX_BIAS); otherwise commgemm adds the bias
+ * itself (cmp_plan_output). Pure. */
+bool cmp_bias_in_epilogue(const cgm_call *c);
+/* cublasMpMatmulEpilogue_t of a checked call's epilogue (DEFAULT for
+ * NONE). Pure. */
+int cmp_map_epilogue(const cgm_call *c);
+
+/* Matmul descriptor attributes, in the order they are set. */
+#define CMP_MAX_ATTRS 16
+typedef enum { CMP_ATTR_I32, CMP_ATTR_I64, CMP_ATTR_PTR } cmp_attr_kind;
+typedef struct cmp_attr {
+    int attr;           /* cublasMpMatmulDescriptorAttribute_t */
+    cmp_attr_kind kind; /* 4-byte enum / int64_t / pointer */
+    int64_t value;
+    const void *ptr;
+} cmp_attr;
+typedef struct cmp_attrs {
+    int n;
+    cmp_attr a[CMP_MAX_ATTRS];
+} cmp_attrs;
+
+/* What the cached descriptor keeps: TRANSA, TRANSB, ALGO_TYPE, EPILOGUE
+ * (ALLREDUCE for the native GEMM+AR), fp8 scale modes (SCALAR_FP32),
+ * COMMUNICATION_TYPE (fp32) for an fp8 D, EPILOGUE_AUX_LD and
+ * _DATA_TYPE, BIAS_DATA_TYPE (the bias in GELU_BIAS / GELU_AUX_BIAS, or
+ * DGELU_BGRAD's bgrad). Pure. */
+void cmp_descriptor_attrs(const cgm_call *c, const cmp_problem *p, int algo,
+                          cmp_attrs *l);
+/* What each call sets again before cublasMpMatmul (pointers that may
+ * change between calls of one shape): A_SCALE_POINTER (W's scale),
+ * B_SCALE_POINTER (X's), D_SCALE_POINTER (Y's), AMAX_D_POINTER
+ * (options.y_amax), EPILOGUE_AUX_POINTER, BIAS_POINTER (bias, or
+ * DGELU_BGRAD's bgrad). Pure. */
+void cmp_call_attrs(const cgm_call *c, cmp_attrs *l);
+/* Sets each attribute of `l` on `mm`, in order; cmp_fail's status and
+ * message (naming the attribute and `context`) on the first failure. */
+cgm_status cmp_apply_attrs(const cmp_api *api, cublasMpMatmulDescriptor_t mm,
+                           const cmp_attrs *l, const char *context);
+/* "EPILOGUE", "A_SCALE_POINTER", ... Pure. */
+const char *cmp_attr_name(int attr);
+/* Records a cuBLASMp failure: NOT_SUPPORTED and INVALID_VALUE on validated
+ * operands mean cuBLASMp does not take this combination
+ * (CGM_ERROR_NOT_SUPPORTED); ALLOCATION_FAILED is OUT_OF_MEMORY; anything
+ * else CGM_ERROR_CUBLAS. The message names `what`, `context`, the status
+ * and cublasMpGetStatusString's words. */
+cgm_status cmp_fail(const cmp_api *api, cublasMpStatus_t s, const char *what,
+                    const char *context);
 
 /* ---------------------------------------------------- symmetric memory */
 

@@ -14,6 +14,8 @@
 _Static_assert(SAME(CMP_CUDA_R_32F, CUDA_R_32F), "CUDA_R_32F");
 _Static_assert(SAME(CMP_CUDA_R_16F, CUDA_R_16F), "CUDA_R_16F");
 _Static_assert(SAME(CMP_CUDA_R_16BF, CUDA_R_16BF), "CUDA_R_16BF");
+_Static_assert(SAME(CMP_CUDA_R_8F_E4M3, CUDA_R_8F_E4M3), "CUDA_R_8F_E4M3");
+_Static_assert(SAME(CMP_CUDA_R_8F_E5M2, CUDA_R_8F_E5M2), "CUDA_R_8F_E5M2");
 _Static_assert(SAME(CMP_CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F), "32F");
 _Static_assert(SAME(CMP_CUBLAS_COMPUTE_32F_FAST_TF32,
                     CUBLAS_COMPUTE_32F_FAST_TF32), "32F_FAST_TF32");
@@ -21,30 +23,6 @@ _Static_assert(SAME(CMP_CUBLAS_OP_N, CUBLAS_OP_N), "CUBLAS_OP_N");
 _Static_assert(SAME(CMP_CUBLAS_OP_T, CUBLAS_OP_T), "CUBLAS_OP_T");
 #undef SAME
 _Static_assert(sizeof(cudaDataType_t) == sizeof(int), "cudaDataType_t size");
-
-/* Records a cuBLASMp failure. NOT_SUPPORTED and INVALID_VALUE on validated
- * operands mean cuBLASMp does not take this combination. */
-cgm_status cmp_fail(const cmp_api *api, cublasMpStatus_t s, const char *what,
-                    const char *context) {
-    cgm_status status = CGM_ERROR_CUBLAS;
-    const char *advice = "run with CUBLASMP_LOG_LEVEL=5 for cuBLASMp's reason";
-    if (s == CUBLASMP_STATUS_NOT_SUPPORTED || s == CUBLASMP_STATUS_INVALID_VALUE) {
-        status = CGM_ERROR_NOT_SUPPORTED;
-        advice = "cuBLASMp does not take this combination; use the p2p or "
-                 "nccl backend for it (CUBLASMP_LOG_LEVEL=5 shows cuBLASMp's "
-                 "reason)";
-    } else if (s == CUBLASMP_STATUS_ALLOCATION_FAILED) {
-        status = CGM_ERROR_OUT_OF_MEMORY;
-        advice = "free device memory or use smaller shapes";
-    }
-    const char *text = api && api->GetStatusString ? api->GetStatusString(s)
-                                                   : NULL;
-    return cgm_error(status, "%s failed for %s: expected "
-                     "CUBLASMP_STATUS_SUCCESS, found %d (%s%s%s); %s",
-                     what, context, (int)s, cmp_status_name(s),
-                     text && *text ? ": " : "", text && *text ? text : "",
-                     advice);
-}
 
 static cgm_status cmp_probe(const cgm_comm *comm) {
     cgm_status status = cgm_gpu_probe_common(comm, "cublasmp", false, NULL);
@@ -221,13 +199,13 @@ static cgm_status cmp_run(cgm_comm *comm, void *state, const cgm_call *call) {
     return status;
 }
 
-/* No fp8 GEMM path and no epilogues here yet: such calls are refused
- * before the tuner and any exchange (cgm_fp8_not_yet and
- * cgm_epilogue_not_yet say what to do instead). */
+/* What cuBLASMp cannot run as commgemm defines it (an epilogue on
+ * GEMM+RS/AR, fp8 AG+GEMM, block scaling, an algorithm without a
+ * counterpart, ...) is refused before the tuner and any exchange
+ * (cmp_check_call). */
 static cgm_status cmp_check(const cgm_comm *comm, const cgm_call *call) {
     (void)comm;
-    cgm_status s = cgm_fp8_not_yet("cublasmp", call);
-    return s != CGM_SUCCESS ? s : cgm_epilogue_not_yet("cublasmp", call);
+    return cmp_check_call(call);
 }
 
 const cgm_backend_vtable cgm_cublasmp_backend = {

@@ -52,6 +52,15 @@ static cmp_key make_key(const cgm_call *c, int compute, int algo) {
     k.ldx = cgm_matrix_ld(&c->x);
     k.ldw = cgm_matrix_ld(&c->w);
     k.ldy = cgm_matrix_ld(&c->y);
+    /* What the descriptor's attributes depend on (cmp_descriptor_attrs);
+     * the pointers are set again at every call. */
+    k.w_dtype = c->w_dtype;
+    k.bias_dtype = c->has_bias ? (int)c->bias.dtype : -1;
+    k.epilogue = c->epilogue;
+    k.has_aux = c->has_aux;
+    k.ld_aux = c->has_aux ? cgm_matrix_ld(&c->aux) : 0;
+    k.bgrad_dtype = c->has_bgrad ? (int)c->bgrad.dtype : -1;
+    k.has_amax = c->y_amax != NULL;
     return k;
 }
 
@@ -83,8 +92,9 @@ static cgm_status build_entry(cmp_state *st, const cgm_call *c, cmp_entry *e,
     const cmp_api *api = st->api;
     const cmp_problem *p = &e->prob;
     char context[160];
-    int in_type = 0, out_type = 0;
-    CGM_TRY(cmp_map_dtype(c->in_dtype, &in_type));
+    int a_type = 0, b_type = 0, out_type = 0;
+    CGM_TRY(cmp_map_dtype(c->w_dtype, &a_type));
+    CGM_TRY(cmp_map_dtype(c->in_dtype, &b_type));
     CGM_TRY(cmp_map_dtype(c->out_dtype, &out_type));
     snprintf(context, sizeof context, "%s %s %s->%s m=%lld n=%lld k=%lld P=%d",
              cgm_op_name(c->op), cgm_layout_name(c->layout),
@@ -92,14 +102,15 @@ static cgm_status build_entry(cmp_state *st, const cgm_call *c, cmp_entry *e,
              (long long)shape->m, (long long)shape->n_total,
              (long long)shape->k_total, st->nranks);
     e->dgeom = p->d;
-    e->in_type = in_type;
+    e->a_type = a_type;
+    e->b_type = b_type;
     e->d_type = out_type;
     if (e->out.fp32_d) {
         e->dgeom.lld = e->out.d_lld;
         e->d_type = CMP_CUDA_R_32F;
     }
     const cmp_geom *g[3] = {&p->a, &p->b, &e->dgeom};
-    const int types[3] = {in_type, in_type, e->d_type};
+    const int types[3] = {a_type, b_type, e->d_type};
     const char *names[3] = {"A (W)", "B (X)", e->out.fp32_d ? "D (fp32 buffer)"
                                                              : "D (Y)"};
     cublasMpMatrixDescriptor_t *out[3] = {&e->a, &e->b, &e->d};
@@ -112,29 +123,25 @@ static cgm_status build_entry(cmp_state *st, const cgm_call *c, cmp_entry *e,
                 context);
     }
     CMP_TRY(api->MatmulDescriptorCreate(&e->mm, e->key.compute), context);
-    /* The ALLREDUCE epilogue for the native GEMM+AR (cmp_problem); never
-     * cuBLASMp's BIAS epilogue (commgemm adds the bias). */
-    int epilogue = p->native_ar ? CUBLASMP_MATMUL_EPILOGUE_ALLREDUCE
-                                : CUBLASMP_MATMUL_EPILOGUE_DEFAULT;
+    /* TRANSA/B, the algorithm, the epilogue (ALLREDUCE for the native
+     * GEMM+AR; the GELU family on AG+GEMM), fp8 scale modes; then this
+     * call's pointers (scales, amax, aux, bias / bgrad), set again at every
+     * call (cmp_execute). The bias goes to cuBLASMp only inside GELU_BIAS /
+     * GELU_AUX_BIAS; otherwise commgemm adds it (cmp_plan_output). */
+    cmp_attrs fixed, per_call;
+    cmp_descriptor_attrs(c, p, algo, &fixed);
+    cmp_call_attrs(c, &per_call);
+    const int epilogue = (int)fixed.a[3].value; /* EPILOGUE */
     CGM_TRACE(CGM_SUB_CUBLASMP, "cublasMpMatmulDescriptorCreate(compute=%d) "
-              "-> %p; TRANSA=%d TRANSB=%d ALGO_TYPE=%d (%s) EPILOGUE=%d (no "
-              "bias epilogue: commgemm adds the bias)", e->key.compute,
+              "-> %p; TRANSA=%d TRANSB=%d ALGO_TYPE=%d (%s) EPILOGUE=%d (%s), "
+              "%d more attributes, %d pointers per call", e->key.compute,
               (void *)e->mm, p->trans_a, p->trans_b, algo,
-              cmp_algo_type_name(algo), epilogue);
-    const struct {
-        cublasMpMatmulDescriptorAttribute_t attr;
-        const int *value;
-    } attrs[] = {
-        {CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_TRANSA, &p->trans_a},
-        {CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_TRANSB, &p->trans_b},
-        {CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_ALGO_TYPE, &algo},
-        {CUBLASMP_MATMUL_DESCRIPTOR_ATTRIBUTE_EPILOGUE, &epilogue},
-    };
-    for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++)
-        CMP_TRY(api->MatmulDescriptorSetAttribute(e->mm, attrs[i].attr,
-                                                  attrs[i].value,
-                                                  sizeof *attrs[i].value),
-                context);
+              cmp_algo_type_name(algo), epilogue,
+              cmp_bias_in_epilogue(c) ? "bias in cuBLASMp's epilogue"
+                                      : "commgemm adds any bias",
+              fixed.n - 4, per_call.n);
+    CGM_TRY(cmp_apply_attrs(api, e->mm, &fixed, context));
+    CGM_TRY(cmp_apply_attrs(api, e->mm, &per_call, context));
     const float alpha = 1.0f;
     const float beta = c->accumulate && !e->out.fp32_d ? 1.0f : 0.0f;
     const void *cptr = beta != 0.0f ? d : NULL;
@@ -370,8 +377,8 @@ static cgm_status prepare(cmp_state *st, const cgm_call *c,
     e->staged = plan.stage_bytes > 0;
     local = cmp_map_problem(&shape, &e->prob);
     if (local == CGM_SUCCESS)
-        cmp_plan_output(&shape, st->rank, c->n, c->out_dtype, c->has_bias,
-                        &e->out);
+        cmp_plan_output(&shape, st->rank, c->n, c->out_dtype,
+                        c->has_bias && !cmp_bias_in_epilogue(c), &e->out);
     cgm_status symm = CGM_SUCCESS;
     if (e->staged)
         symm = grow(st, &st->stage, &st->stage_bytes, plan.stage_bytes,
@@ -545,6 +552,13 @@ cgm_status cmp_execute(cmp_state *st, const cgm_call *c) {
     const float beta = c->accumulate && !e->out.fp32_d ? 1.0f : 0.0f;
     const void *cptr = beta != 0.0f ? d : NULL;
     CMP_TRY(api->SetStream(st->handle, stream), "the caller's stream");
+    if (!first) {
+        /* This call's scale, amax, aux and bias pointers (prepare() set
+         * the first call's). */
+        cmp_attrs per_call;
+        cmp_call_attrs(c, &per_call);
+        CGM_TRY(cmp_apply_attrs(api, e->mm, &per_call, cgm_op_name(c->op)));
+    }
     cmp_trace_matmul(st, "cublasMpMatmul", e, &alpha, c->w.data, b, &beta,
                      cptr, d, st->ws, st->ws_bytes, e->host_ws, e->host_bytes,
                      stream);

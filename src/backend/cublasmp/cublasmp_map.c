@@ -163,7 +163,11 @@ void cmp_plan_output(const cmp_shape *s, int rank, int64_t n_local,
      * dense buffer instead. A rank decides for its own Y: D's lld is
      * local. */
     const bool y_padded = s->ldy > max64(1, n_local);
-    o->fp32_d = ar || (rs && (out_dtype != CGM_DTYPE_FP32 || y_padded));
+    /* An fp8 Y is written by cuBLASMp (D_SCALE, AMAX_D) from fp32 sums
+     * (COMMUNICATION_TYPE: cmp_descriptor_attrs). */
+    const bool fp8_y = cgm_dtype_is_fp8(out_dtype);
+    o->fp32_d = ar || (rs && !fp8_y &&
+                       (out_dtype != CGM_DTYPE_FP32 || y_padded));
     o->bias_pass = has_bias && !o->fp32_d;
     if (o->fp32_d) {
         o->d_rows = native ? s->m : cgm_shard_rows(s->m, rank, s->nranks);
@@ -180,14 +184,13 @@ cgm_status cmp_map_dtype(cgm_dtype dtype, int *cuda_type) {
     case CGM_DTYPE_FP32: *cuda_type = CMP_CUDA_R_32F; return CGM_SUCCESS;
     case CGM_DTYPE_BF16: *cuda_type = CMP_CUDA_R_16BF; return CGM_SUCCESS;
     case CGM_DTYPE_FP16: *cuda_type = CMP_CUDA_R_16F; return CGM_SUCCESS;
+    case CGM_DTYPE_FP8_E4M3: *cuda_type = CMP_CUDA_R_8F_E4M3; return CGM_SUCCESS;
+    case CGM_DTYPE_FP8_E5M2: *cuda_type = CMP_CUDA_R_8F_E5M2; return CGM_SUCCESS;
     default:
-        return cgm_error(CGM_ERROR_NOT_SUPPORTED,
-                         "the cublasmp backend supports fp32, bf16 and fp16 "
-                         "operands, found %s (cuBLASMp has FP8 matmuls, but "
-                         "commgemm's API does not pass fp8 operands and "
-                         "their scales yet); convert the operands to bf16 or "
-                         "fp16",
-                         cgm_dtype_name(dtype));
+        return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                         "cublasmp mapping: expected fp32, bf16, fp16 or fp8, "
+                         "found dtype %d (validated calls have no other: "
+                         "report it as a bug)", (int)dtype);
     }
 }
 
@@ -237,8 +240,10 @@ cgm_status cmp_map_algo(cgm_algo algo, const char *override, int *algo_type) {
     default:
         return cgm_error(CGM_ERROR_NOT_SUPPORTED,
                          "the cublasmp backend runs algorithms auto, split "
-                         "(cuBLASMp SPLIT_P2P) and no_overlap, found %s; "
-                         "choose one of those or use p2p or nccl for %s",
+                         "or fused (cuBLASMp's SPLIT_P2P) and no_overlap "
+                         "(NO_OVERLAP), found %s, which cuBLASMp has no "
+                         "counterpart of; choose one of those or use p2p or "
+                         "nccl for %s",
                          cgm_algo_name(algo), cgm_algo_name(algo));
     }
 }

@@ -10,7 +10,8 @@
 
 typedef struct cmp_key {
     int op, layout, in_dtype, out_dtype, has_bias, accumulate, compute, algo;
-    int64_t m, n, k, ldx, ldw, ldy;
+    int w_dtype, bias_dtype, epilogue, has_aux, bgrad_dtype, has_amax;
+    int64_t m, n, k, ldx, ldw, ldy, ld_aux;
 } cmp_key;
 
 typedef struct cmp_entry {
@@ -20,7 +21,7 @@ typedef struct cmp_entry {
     cmp_key key;
     cmp_problem prob;
     cmp_geom dgeom;      /* D as created (the fp32 buffer's lld when used) */
-    int in_type, d_type; /* cudaDataType_t of A/B and of D */
+    int a_type, b_type, d_type; /* cudaDataType_t of A (W), B (X), D */
     cublasMpMatrixDescriptor_t a, b, d;
     cublasMpMatmulDescriptor_t mm;
     void *host_ws;
@@ -70,9 +71,6 @@ typedef struct cmp_state {
         }                                                                    \
     } while (0)
 
-/* Records a cuBLASMp failure (see cublasmp_backend.c). */
-cgm_status cmp_fail(const cmp_api *api, cublasMpStatus_t s, const char *what,
-                    const char *context);
 /* Runs one validated call (cublasmp_exec.c). */
 cgm_status cmp_execute(cmp_state *st, const cgm_call *call);
 /* Per-rank argument traces (COMMGEMM_DEBUG=TRACE, subsystem CUBLASMP;

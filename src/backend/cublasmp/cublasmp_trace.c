@@ -49,8 +49,8 @@ void cmp_trace_matmul(const cmp_state *st, const char *fn,
     if (!cgm_log_enabled(CGM_LOG_TRACE, CGM_SUB_CUBLASMP)) return;
     const cmp_problem *p = &e->prob;
     char ga[160], gb[160], gd[160];
-    geom_text(ga, sizeof ga, "A(W)", &p->a, e->in_type);
-    geom_text(gb, sizeof gb, "B(X)", &p->b, e->in_type);
+    geom_text(ga, sizeof ga, "A(W)", &p->a, e->a_type);
+    geom_text(gb, sizeof gb, "B(X)", &p->b, e->b_type);
     geom_text(gd, sizeof gd, e->out.fp32_d ? "D(fp32 buffer)" : "D(Y)",
               &e->dgeom, e->d_type);
     /* One line with everything a stall needs compared across ranks: the

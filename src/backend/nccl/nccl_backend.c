@@ -34,6 +34,7 @@ static void state_free(ncclb_state *st, bool drained) {
         for (int i = 0; i <= NCCLB_COMPUTE_STREAMS; i++)
             if (st->lt_workspace[i]) cudaFree(st->lt_workspace[i]);
         if (st->dev) cudaFree(st->dev);
+        cgm_fp8_workspace_free(&st->fp8_ws);
     }
     for (int i = 0; i < st->nevents; i++)
         if (st->events[i]) cudaEventDestroy(st->events[i]);
@@ -362,6 +363,7 @@ static cgm_status ncclb_run(cgm_comm *comm, void *state, const cgm_call *call) {
     ncclb_op op;
     CGM_TRY(ncclb_op_begin(st, call, &op));
     status = cgm_test_fault_after_fork(&st->fault, st->rank, "nccl backend");
+    if (status == CGM_SUCCESS) status = ncclb_fp8_begin(&op);
     if (status == CGM_SUCCESS) switch (call->op) {
     case CGM_OP_ALL_GATHER_GEMM: status = ncclb_all_gather_gemm(&op); break;
     case CGM_OP_GEMM_REDUCE_SCATTER:
@@ -372,6 +374,7 @@ static cgm_status ncclb_run(cgm_comm *comm, void *state, const cgm_call *call) {
         break;
     default: status = ncclb_bulk(&op); break;
     }
+    if (status == CGM_SUCCESS) status = ncclb_epi_end(&op);
     status = ncclb_op_end(&op, status);
     if (status != CGM_SUCCESS && status != CGM_ERROR_TIMEOUT &&
         status != CGM_ERROR_PEER_FAILED) {
@@ -422,13 +425,14 @@ static int ncclb_tune_candidates(const cgm_comm *comm, const cgm_call *call,
 static const cgm_tune_hooks ncclb_tune_hooks =
     CGM_GPU_TUNE_HOOKS(ncclb_tune_candidates);
 
-/* No fp8 GEMM path and no epilogues here yet: such calls are refused
- * before the tuner and any exchange (cgm_fp8_not_yet and
- * cgm_epilogue_not_yet say what to do instead). */
+/* fp8 runs where this build and GPU can (cgm_gpu_fp8_check); epilogues
+ * where cuBLASLt and the reduce kernels can (cgm_gpu_epilogue_check):
+ * refused before the tuner and any exchange. */
 static cgm_status ncclb_check(const cgm_comm *comm, const cgm_call *call) {
-    (void)comm;
-    cgm_status s = cgm_fp8_not_yet("nccl", call);
-    return s != CGM_SUCCESS ? s : cgm_epilogue_not_yet("nccl", call);
+    cgm_status s = cgm_gpu_fp8_check("nccl", comm->cuda_device, call);
+    return s != CGM_SUCCESS ? s
+                            : cgm_gpu_epilogue_check("nccl", call,
+                                                     comm->nranks);
 }
 
 const cgm_backend_vtable cgm_nccl_backend = {

@@ -14,6 +14,7 @@
 
 #include "device/device.h"
 #include "gpu/gpu.h"
+#include "gpu/lt_fp8_rows.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,7 +37,8 @@ typedef enum ncclb_buffer {
     NCCLB_BUF_GATHER = 0,  /* AG: X pieces; AR/bulk: staging of rows */
     NCCLB_BUF_PARTIAL = 1, /* RS/AR: fp32 partials, m x n */
     NCCLB_BUF_RECV = 2,    /* RS/AR/bulk-RS: P-1 slots of ceil(m/P) rows */
-    NCCLB_BUF_COUNT = 3
+    NCCLB_BUF_EPI = 3,     /* bias gradients: fp32 slots (nccl_epilogue.c) */
+    NCCLB_BUF_COUNT = 4
 } ncclb_buffer;
 
 /* One op being watched: the op counts as started when `start` is reached
@@ -102,6 +104,8 @@ typedef struct ncclb_state {
     ncclb_watch watch[NCCLB_WATCH_SLOTS];
     int watch_current; /* slot of the op being issued, or -1 */
     cgm_test_fault fault; /* COMMGEMM_TEST_FAIL (testing only) */
+    /* fp8 calls' workspace (nccl_fp8.c), grown at eager calls. */
+    cgm_fp8_workspace fp8_ws;
     /* Sticky asynchronous error (set under lock). */
     cgm_status async_status;
     char async_message[1024];
@@ -131,6 +135,20 @@ void ncclb_fail_locked(ncclb_state *st, cgm_status status);
 /* Aborts the split comm unless someone already did (any thread). */
 void ncclb_abort_comm(ncclb_state *st);
 
+/* ---- nccl_fp8.c: what an fp8 call adds to an op (docs/NCCL_BACKEND.md) */
+typedef struct ncclb_fp8 {
+    bool on;            /* the call has fp8 inputs */
+    bool block;         /* BLOCK_1X128 / 128X128, else TENSOR */
+    int64_t kb;         /* ceil(k / 128) */
+    cgm_fp8_call f;
+    /* TENSOR: 16-byte slots, AG: rank s's scale at x_slots + 4 s; other
+     * ops: this rank's at x_slots. */
+    float *x_slots;
+    float *gathered;    /* AG, BLOCK: X's gathered scales [m][kb] */
+    char *scratch[NCCLB_COMPUTE_STREAMS + 1]; /* last: caller stream */
+    size_t scratch_bytes;
+} ncclb_fp8;
+
 /* ---- nccl_exec.c: shared machinery of the ops */
 typedef struct ncclb_op {
     ncclb_state *st;
@@ -140,6 +158,10 @@ typedef struct ncclb_op {
     int next_event;
     int next_compute;
     int watch; /* slot, or -1 */
+    ncclb_fp8 fp8;
+    /* Bias-gradient slots (NCCLB_BUF_EPI) cuBLASLt wrote, summed in slot
+     * order by ncclb_epi_end; -1: none to sum. */
+    int epi_slots;
 } ncclb_op;
 
 cgm_status ncclb_ensure_buffer(ncclb_state *st, ncclb_buffer which,
@@ -201,11 +223,72 @@ typedef struct ncclb_piece {
 ncclb_piece ncclb_piece_of(int64_t m, int nranks, int shard, int splits,
                            int q);
 
+/* ---- nccl_fp8.c */
+/* The fp8 workspace of `call` (op_begin, before the lock; grows outside
+ * capture, INVALID_USAGE inside when too small). No-op for other calls. */
+cgm_status ncclb_fp8_ensure(ncclb_state *st, const cgm_call *call,
+                            bool capturing);
+/* At the start of an fp8 op (after the fork): W's scales and padding, this
+ * rank's X scale slot (AG TENSOR: every rank's, gathered; AG BLOCK: own
+ * scale rows into op->fp8.gathered), the amax zeroed, all on the comm
+ * stream, which the compute streams then wait for. No-op otherwise. */
+cgm_status ncclb_fp8_begin(ncclb_op *op);
+/* One fp8 GEMM chunk (cgm_fp8_rows_gemm) on `stream` with the call's y
+ * scale and amax; x_scales as cgm_fp8_rows_gemm takes them. */
+cgm_status ncclb_fp8_gemm(ncclb_op *op, const cgm_lt_gemm_args *g,
+                          const float *x_scales, cudaStream_t stream);
+/* X's scales of rows [row0, ..) of this rank's own X (TENSOR: its slot). */
+const float *ncclb_fp8_own_scales(const ncclb_op *op, int64_t row0);
+/* AG: X's scales of gathered rows from row0 of shard `shard`. */
+const float *ncclb_fp8_gathered_scales(const ncclb_op *op, int shard,
+                                       int64_t row0);
+/* AG, BLOCK: the transfer of the scale rows of the pieces `sp` (sent to
+ * `to`) and `rp` (received from `from`), beside their X rows. */
+ncclb_xfer ncclb_fp8_scale_xfer(const ncclb_op *op, int send_shard,
+                                ncclb_piece sp, int to, ncclb_piece rp,
+                                int from);
+/* AG: the gathered scales into x_gathered.scale (when not NULL): TENSOR
+ * rank s's at [s] for shards with rows, BLOCK [m][kb]; comm stream. */
+cgm_status ncclb_fp8_copy_gathered_scales(ncclb_op *op);
+/* GEMM+RS/AR with an output cuBLASLt's partial sums cannot give directly
+ * (fp8 Y; a bias of another dtype than Y): the reduced rows are summed
+ * into fp32 and finished by cgm_dev_fp8_finish. */
+bool ncclb_fp8_finishes(const cgm_call *call);
+/* cgm_dev_fp8_finish of fp32 rows [rows, n] (ld n) into Y's rows from
+ * y_row0, with the call's bias, accumulate, y scale and amax, on `stream`. */
+cgm_status ncclb_fp8_finish(ncclb_op *op, const float *src, int64_t y_row0,
+                            int64_t rows, cudaStream_t stream);
+
 /* ---- nccl_ops.c */
 cgm_status ncclb_all_gather_gemm(ncclb_op *op);
 cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce);
 /* ---- nccl_bulk.c */
 cgm_status ncclb_bulk(ncclb_op *op);
+
+/* ---- epilogues (nccl_epilogue.c) ---- */
+
+/* Floats between two bias-gradient slots of NCCLB_BUF_EPI (a multiple of
+ * 4: every slot 16-byte aligned), and the slots the buffer holds. */
+int64_t ncclb_epi_stride(const ncclb_state *st);
+int ncclb_epi_max_slots(const ncclb_state *st);
+/* Whether the GEMMs of this call write bias gradients into slots. */
+bool ncclb_epi_gemm_grad(const cgm_call *c);
+/* The slot of piece (j, q) of S per shard: the number of non-empty pieces
+ * before it in (shard, piece) order, the same on every rank; *total (may
+ * be NULL): all non-empty pieces. */
+int ncclb_epi_slot(int64_t m, int P, int S, int j, int q, int *total);
+/* A cuBLASLt GEMM writing Y rows [row0, row0 + g->m) of the call: the
+ * call's epilogue, aux at those rows, bias gradient into `slot`. */
+void ncclb_epi_args(ncclb_op *op, cgm_lt_gemm_args *g, int64_t row0,
+                    int slot);
+/* After the op's GEMMs: joins the compute streams into the comm stream and
+ * sums op->epi_slots slots into the call's bgrad (nothing when -1). */
+cgm_status ncclb_epi_end(ncclb_op *op);
+/* DGELU_BGRAD after a reduce with the epilogue (ra): the column sums of
+ * ra's rows into slot 0, summed over the ranks with ncclAllReduce when
+ * over_ranks, rounded into bgrad; on the comm stream. */
+cgm_status ncclb_epi_reduce_grad(ncclb_op *op, const cgm_dev_reduce_args *ra,
+                                 bool over_ranks);
 
 #ifdef __cplusplus
 }

@@ -14,8 +14,15 @@ static char *at(const void *base, int64_t elements, size_t element_size) {
     return (char *)base + (size_t)elements * element_size;
 }
 
+/* The local GEMM, with the call's epilogue (a bias gradient into slot 0,
+ * rounded into bgrad by ncclb_epi_end; none for an empty C). */
 static cgm_status bulk_gemm(ncclb_op *op) {
     cgm_lt_gemm_args g = cgm_lt_args_from_call(op->call);
+    ncclb_epi_args(op, &g, 0, 0);
+    if (ncclb_epi_gemm_grad(op->call)) op->epi_slots = g.m > 0 && g.n > 0;
+    if (op->fp8.on) /* fp8 a and b (nccl_fp8.c) */
+        return ncclb_fp8_gemm(op, &g, ncclb_fp8_own_scales(op, 0),
+                              ncclb_next_compute(op));
     return ncclb_gemm(op, &g, ncclb_next_compute(op));
 }
 

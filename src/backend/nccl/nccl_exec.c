@@ -19,13 +19,17 @@ size_t ncclb_buffer_need(const ncclb_state *st, ncclb_buffer which) {
     case NCCLB_BUF_RECV:
         return (size_t)(st->nranks - 1) *
                (size_t)cgm_ceil_div(c->max_m, st->nranks) * (size_t)width * 4;
+    case NCCLB_BUF_EPI:
+        return (size_t)ncclb_epi_max_slots(st) * (size_t)ncclb_epi_stride(st) *
+               4;
     default: return 0;
     }
 }
 
 cgm_status ncclb_ensure_buffer(ncclb_state *st, ncclb_buffer which,
                                bool capturing) {
-    static const char *names[] = {"gather", "partial", "recv"};
+    static const char *names[] = {"gather", "partial", "recv",
+                                  "bias gradient"};
     cgm_status status = CGM_SUCCESS;
     if (st->buf[which]) return CGM_SUCCESS;
     size_t bytes = ncclb_buffer_need(st, which);
@@ -56,6 +60,9 @@ static cgm_status limit(const char *fn, const char *what, int64_t value,
                      env[strlen(env) - 1] + 32);
 }
 
+/* After the agreement exchange (ncclb_op_begin). The core leaves an m
+ * above max_m to this check (validate.c, max_m_after_agreement): every
+ * op's m and a bulk call's collective rows are checked here. */
 cgm_status ncclb_check_limits(const ncclb_state *st, const cgm_call *c) {
     static const char *fns[] = {"cgm_all_gather_gemm",
                                 "cgm_gemm_reduce_scatter",
@@ -127,6 +134,16 @@ static cgm_status check_agreement(ncclb_state *st, const cgm_call *call,
 static cgm_status needed_buffers(ncclb_state *st, const cgm_call *c,
                                  bool capturing) {
     cgm_status status = CGM_SUCCESS;
+    if (ncclb_epi_gemm_grad(c)) {
+        int64_t len = c->epilogue == CGM_EPILOGUE_BGRAD ? c->m : c->n;
+        if (len > ncclb_epi_stride(st))
+            return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
+                             "nccl backend: a bias gradient of %lld values, "
+                             "more than the comm's max_m and max_n (%lld); "
+                             "create the comm with larger maxima",
+                             (long long)len, (long long)ncclb_epi_stride(st));
+        CGM_TRY(ncclb_ensure_buffer(st, NCCLB_BUF_EPI, capturing));
+    }
     if (st->nranks == 1) return CGM_SUCCESS;
     switch (c->op) {
     case CGM_OP_ALL_GATHER_GEMM:
@@ -212,6 +229,7 @@ cgm_status ncclb_op_begin(ncclb_state *st, const cgm_call *call,
     op->call = call;
     op->caller = (cudaStream_t)call->stream;
     op->watch = -1;
+    op->epi_slots = -1;
     op->capturing = cgm_stream_capturing(op->caller);
     /* Agreement first: a rank whose call is beyond its limits while its
      * peers' are not (another shape) makes every rank fail the exchange
@@ -219,6 +237,7 @@ cgm_status ncclb_op_begin(ncclb_state *st, const cgm_call *call,
     CGM_TRY(check_agreement(st, call, op->capturing));
     CGM_TRY(ncclb_check_limits(st, call));
     CGM_TRY(needed_buffers(st, call, op->capturing));
+    CGM_TRY(ncclb_fp8_ensure(st, call, op->capturing));
     pthread_mutex_lock(&st->lock);
     if (st->async_status != CGM_SUCCESS || !st->nccl) {
         status = cgm_error(st->async_status ? st->async_status

@@ -13,11 +13,16 @@ static char *at(const void *base, int64_t elements, size_t element_size) {
     return (char *)base + (size_t)elements * element_size;
 }
 
-/* The caller's whole GEMM on one stream (P = 1). */
+/* The caller's whole GEMM on one stream (P = 1), with the epilogue (a
+ * bias gradient into slot 0; none for an empty Y). */
 static cgm_status whole_gemm(ncclb_op *op, cudaStream_t stream) {
     const cgm_call *c = op->call;
     cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
     g.m = c->op == CGM_OP_ALL_GATHER_GEMM ? c->y.rows : c->m;
+    ncclb_epi_args(op, &g, 0, 0);
+    if (ncclb_epi_gemm_grad(c)) op->epi_slots = g.m > 0 && g.n > 0;
+    if (op->fp8.on)
+        return ncclb_fp8_gemm(op, &g, ncclb_fp8_own_scales(op, 0), stream);
     return ncclb_gemm(op, &g, stream);
 }
 
@@ -51,18 +56,105 @@ fail:
     return status;
 }
 
-/* GEMM of gathered rows `p` (stored piece-major in G) on `stream`. */
-static cgm_status gathered_gemm(ncclb_op *op, const char *G, ncclb_piece p,
-                                cudaStream_t stream) {
+/* GEMM of gathered rows `p` of shard `shard` (stored piece-major in G) on
+ * `stream`. */
+static cgm_status gathered_gemm(ncclb_op *op, const char *G, int shard,
+                                ncclb_piece p, int slot, cudaStream_t stream) {
     const cgm_call *c = op->call;
     const size_t es = cgm_dtype_size(c->in_dtype);
     cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
     g.m = p.rows;
+    ncclb_epi_args(op, &g, p.row0, slot);
     g.x = at(G, p.row0 * c->k, es);
     g.ldx = c->layout == CGM_LAYOUT_NT ? p.rows : c->k;
     g.ldy = cgm_matrix_ld(&c->y);
     g.y = at(c->y.data, p.row0 * g.ldy, cgm_dtype_size(c->out_dtype));
+    if (op->fp8.on)
+        return ncclb_fp8_gemm(op, &g, ncclb_fp8_gathered_scales(op, shard,
+                                                                p.row0),
+                              stream);
     return ncclb_gemm(op, &g, stream);
+}
+
+/* AG+GEMM on one rank: the GEMM, and x_gathered a copy of X. */
+static cgm_status single_rank_ag(ncclb_op *op) {
+    cgm_status status = CGM_SUCCESS;
+    const cgm_call *c = op->call;
+    const size_t es = cgm_dtype_size(c->in_dtype);
+    const bool nt = c->layout == CGM_LAYOUT_NT;
+    CGM_TRY(whole_gemm(op, ncclb_next_compute(op)));
+    if (c->has_x_gathered && c->m > 0 && c->k > 0) {
+        const int64_t rows = nt ? c->k : c->m, cols = nt ? c->m : c->k;
+        CGM_CUDA_TRY(cudaMemcpy2DAsync(
+            c->x_gathered.data, (size_t)cgm_matrix_ld(&c->x_gathered) * es,
+            c->x.data, (size_t)cgm_matrix_ld(&c->x) * es, (size_t)cols * es,
+            (size_t)rows, cudaMemcpyDeviceToDevice, op->st->comm_stream));
+    }
+    if (c->has_x_gathered && op->fp8.on)
+        CGM_TRY(ncclb_fp8_copy_gathered_scales(op));
+fail:
+    return status;
+}
+
+/* The GEMM of this rank's rows straight from X on a compute stream: one
+ * GEMM, or with a bias gradient one per piece (slots numbered as every
+ * rank numbers them: ncclb_epi_slot). */
+static cgm_status own_gemm(ncclb_op *op, int S) {
+    cgm_status status = CGM_SUCCESS;
+    const cgm_call *c = op->call;
+    const int P = op->st->nranks, r = op->st->rank;
+    const int64_t m = c->m, ldx = cgm_matrix_ld(&c->x);
+    const int64_t off = cgm_shard_offset(m, r, P);
+    const size_t es = cgm_dtype_size(c->in_dtype);
+    const bool per_piece = ncclb_epi_gemm_grad(c);
+    for (int q = 0; q < (per_piece ? S : 1); q++) {
+        ncclb_piece p = per_piece ? ncclb_piece_of(m, P, r, S, q)
+                                  : (ncclb_piece){off, cgm_shard_rows(m, r, P)};
+        if (p.rows == 0) continue;
+        cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
+        g.m = p.rows;
+        g.x = c->layout == CGM_LAYOUT_NT ? at(c->x.data, p.row0 - off, es)
+                                         : at(c->x.data, (p.row0 - off) * ldx, es);
+        g.ldx = ldx;
+        g.ldy = cgm_matrix_ld(&c->y);
+        g.y = at(c->y.data, p.row0 * g.ldy, cgm_dtype_size(c->out_dtype));
+        ncclb_epi_args(op, &g, p.row0,
+                       per_piece ? ncclb_epi_slot(m, P, S, r, q, NULL) : 0);
+        if (op->fp8.on)
+            CGM_TRY(ncclb_fp8_gemm(op, &g, ncclb_fp8_own_scales(op, 0),
+                                   ncclb_next_compute(op)));
+        else
+            CGM_TRY(ncclb_gemm(op, &g, ncclb_next_compute(op)));
+    }
+fail:
+    return status;
+}
+
+/* no_overlap: the GEMMs of the gathered rows, on `cs` (fp8: one per shard,
+ * a TENSOR scale per shard; NT: per piece). */
+static cgm_status gathered_gemm_all(ncclb_op *op, const char *G, int S,
+                                    cudaStream_t cs) {
+    cgm_status status = CGM_SUCCESS;
+    const cgm_call *c = op->call;
+    const int P = op->st->nranks;
+    const int64_t m = c->m;
+    if (!op->fp8.on && c->layout != CGM_LAYOUT_NT) {
+        ncclb_piece all = {0, m};
+        if (ncclb_epi_gemm_grad(c)) op->epi_slots = m > 0 && c->n > 0;
+        return gathered_gemm(op, G, 0, all, 0, cs);
+    }
+    for (int j = 0; j < P; j++)
+        for (int q = 0; q < (op->fp8.on ? 1 : S); q++) {
+            ncclb_piece p = ncclb_piece_of(m, P, j, S, q);
+            if (op->fp8.on) p = (ncclb_piece){cgm_shard_offset(m, j, P),
+                                              cgm_shard_rows(m, j, P)};
+            if (p.rows)
+                CGM_TRY(gathered_gemm(op, G, j, p,
+                                      ncclb_epi_slot(m, P, S, j, q, NULL),
+                                      cs));
+        }
+fail:
+    return status;
 }
 
 /* no_overlap: everything in one NCCL call. Even shards: ncclAllGather
@@ -93,6 +185,16 @@ static cgm_status gather_all(ncclb_op *op, char *G, const char *own,
                                   "AG+GEMM: all-gathering X"));
     }
     ncclb_watch_group(op);
+    if (op->fp8.on && op->fp8.block && m > 0 && k > 0) {
+        if (!x) x = calloc((size_t)P, sizeof *x);
+        if (!x) return cgm_error(CGM_ERROR_OUT_OF_MEMORY, "transfer list");
+        float *gs = op->fp8.gathered;
+        const int64_t kb = op->fp8.kb;
+        CGM_TRY(ncclb_gather_rows(st, gs + cgm_shard_offset(m, r, P) * kb, gs,
+                                  m, kb, sizeof(float), x,
+                                  "AG+GEMM: all-gathering the fp8 X scales"));
+        ncclb_watch_group(op);
+    }
 fail:
     free(x);
     return status;
@@ -114,17 +216,9 @@ cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
     const int64_t mr = cgm_shard_rows(m, r, P), off = cgm_shard_offset(m, r, P);
     const int S = ncclb_splits(c, m, P, (size_t)k * es);
 
-    if (P == 1) {
-        CGM_TRY(whole_gemm(op, ncclb_next_compute(op)));
-        if (c->has_x_gathered && m > 0 && k > 0) {
-            const int64_t rows = nt ? k : m, cols = nt ? m : k;
-            CGM_CUDA_TRY(cudaMemcpy2DAsync(
-                c->x_gathered.data, (size_t)cgm_matrix_ld(&c->x_gathered) * es,
-                c->x.data, (size_t)ldx * es, (size_t)cols * es, (size_t)rows,
-                cudaMemcpyDeviceToDevice, st->comm_stream));
-        }
-        return CGM_SUCCESS;
-    }
+    if (P == 1) return single_rank_ag(op);
+    if (ncclb_epi_gemm_grad(c))
+        (void)ncclb_epi_slot(m, P, S, 0, 0, &op->epi_slots);
     /* Gathered rows live piece-major in G: piece (j, q) is a dense block
      * of rows x k (TN, NN) or k x rows (NT) at element row0 * k. For TN/NN
      * that is the row-major [m, k] matrix, so a dense x_gathered is G.
@@ -192,21 +286,18 @@ cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
                 const char *src = send_shard == r
                                       ? own + (size_t)((sp.row0 - off) * k) * es
                                       : at(G, sp.row0 * k, es);
-                ncclb_xfer x = {src, (size_t)(sp.rows * k) * es, to,
-                                at(G, rp.row0 * k, es),
-                                (size_t)(rp.rows * k) * es, from};
-                CGM_TRY(ncclb_exchange(st, &x, 1,
+                ncclb_xfer x[2] = {{src, (size_t)(sp.rows * k) * es, to,
+                                    at(G, rp.row0 * k, es),
+                                    (size_t)(rp.rows * k) * es, from}};
+                int nx = 1;
+                if (op->fp8.on && op->fp8.block)
+                    x[nx++] = ncclb_fp8_scale_xfer(op, send_shard, sp, to,
+                                                   rp, from);
+                CGM_TRY(ncclb_exchange(st, x, nx,
                                        "AG+GEMM: exchanging X rows"));
                 if (own_pending) {
                     own_pending = false;
-                    cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
-                    g.m = mr;
-                    g.x = c->x.data;
-                    g.ldx = ldx;
-                    g.ldy = cgm_matrix_ld(&c->y);
-                    g.y = at(c->y.data, off * g.ldy,
-                             cgm_dtype_size(c->out_dtype));
-                    CGM_TRY(ncclb_gemm(op, &g, ncclb_next_compute(op)));
+                    CGM_TRY(own_gemm(op, S));
                 }
                 if (rp.rows == 0) continue;
                 cudaEvent_t arrived;
@@ -214,7 +305,10 @@ cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
                 CGM_CUDA_TRY(cudaEventRecord(arrived, st->comm_stream));
                 cudaStream_t cs = ncclb_next_compute(op);
                 CGM_CUDA_TRY(cudaStreamWaitEvent(cs, arrived, 0));
-                CGM_TRY(gathered_gemm(op, G, rp, cs));
+                CGM_TRY(gathered_gemm(op, G, recv_shard, rp,
+                                      ncclb_epi_slot(m, P, S, recv_shard, q,
+                                                     NULL),
+                                      cs));
             }
             ncclb_watch_step(op, from, to);
         }
@@ -226,18 +320,10 @@ cgm_status ncclb_all_gather_gemm(ncclb_op *op) {
         CGM_CUDA_TRY(cudaEventRecord(gathered, st->comm_stream));
         cudaStream_t cs = ncclb_next_compute(op);
         CGM_CUDA_TRY(cudaStreamWaitEvent(cs, gathered, 0));
-        if (!nt) {
-            ncclb_piece all = {0, m};
-            CGM_TRY(gathered_gemm(op, G, all, cs));
-        } else {
-            for (int j = 0; j < P; j++)
-                for (int q = 0; q < S; q++) {
-                    ncclb_piece p = ncclb_piece_of(m, P, j, S, q);
-                    if (p.rows) CGM_TRY(gathered_gemm(op, G, p, cs));
-                }
-        }
+        CGM_TRY(gathered_gemm_all(op, G, S, cs));
     }
     if (c->has_x_gathered && !direct) CGM_TRY(copy_gathered(op, G));
+    if (c->has_x_gathered && op->fp8.on) CGM_TRY(ncclb_fp8_copy_gathered_scales(op));
 fail:
     return status;
 }
@@ -259,7 +345,126 @@ static cgm_status partial_gemm(ncclb_op *op, ncclb_piece p, char *F,
     g.ldx = ldx;
     g.y = at(F, p.row0 * c->n, cgm_dtype_size(pd));
     g.ldy = c->n;
+    if (op->fp8.on)
+        return ncclb_fp8_gemm(op, &g, ncclb_fp8_own_scales(op, p.row0),
+                              stream);
     return ncclb_gemm(op, &g, stream);
+}
+
+/* The no_overlap GEMM of every row (fp8: one per shard, the chunk size
+ * its scratch is made for). */
+static cgm_status partial_gemm_all(ncclb_op *op, char *F, cgm_dtype pd,
+                                   cudaStream_t stream) {
+    cgm_status status = CGM_SUCCESS;
+    const int64_t m = op->call->m;
+    const int P = op->st->nranks;
+    if (!op->fp8.on) {
+        ncclb_piece all = {0, m};
+        return partial_gemm(op, all, F, pd, stream);
+    }
+    for (int j = 0; j < P; j++) {
+        ncclb_piece p = {cgm_shard_offset(m, j, P), cgm_shard_rows(m, j, P)};
+        if (p.rows) CGM_TRY(partial_gemm(op, p, F, pd, stream));
+    }
+fail:
+    return status;
+}
+
+/* fp8 outputs cuBLASLt cannot give from partials (ncclb_fp8_finishes):
+ * the owner's fp32 sums R (rows of the gather buffer) finished into Y;
+ * GEMM+AR gathers every owner's fp32 sums first. */
+static cgm_status finish_fp8(ncclb_op *op, float *R, ncclb_xfer *xs,
+                             bool all_reduce) {
+    cgm_status status = CGM_SUCCESS;
+    ncclb_state *st = op->st;
+    const cgm_call *c = op->call;
+    const int64_t m = c->m, n = c->n;
+    const int P = st->nranks, r = st->rank;
+    const int64_t off = cgm_shard_offset(m, r, P);
+    if (!all_reduce)
+        return ncclb_fp8_finish(op, R + off * n, 0, cgm_shard_rows(m, r, P),
+                                st->comm_stream);
+    CGM_TRY(ncclb_gather_rows(st, R + off * n, R, m, n, sizeof(float), xs,
+                              "GEMM+AR: all-gathering the reduced fp32 rows"));
+    ncclb_watch_group(op);
+    CGM_TRY(ncclb_fp8_finish(op, R, 0, m, st->comm_stream));
+fail:
+    return status;
+}
+
+/* GEMM+AR with accumulate: Y += the gathered sums F (partial dtype) +
+ * bias, on the comm stream. */
+static cgm_status add_reduced(ncclb_op *op, const char *F) {
+    cgm_status status = CGM_SUCCESS;
+    const cgm_call *c = op->call;
+    cgm_dev_reduce_args fa;
+    memset(&fa, 0, sizeof fa);
+    fa.nsources = 1;
+    fa.src_dtype = (int)c->partial_dtype;
+    fa.src[0] = F;
+    fa.src_ld[0] = c->n;
+    fa.rows = c->m;
+    fa.cols = c->n;
+    fa.dst = c->y.data;
+    fa.dst_ld = cgm_matrix_ld(&c->y);
+    fa.dst_dtype = c->out_dtype;
+    fa.accumulate = 1;
+    fa.bias = c->has_bias ? c->bias.data : NULL;
+    CGM_CUDA_TRY(cgm_dev_reduce(&fa, op->st->dev, op->st->comm_stream));
+fail:
+    return status;
+}
+
+/* The owner's reduce with the epilogue (no accumulate, no fp8: checked).
+ * RS: the sum (+ bias) of its rows, the epilogue with this rank's aux,
+ * into Y; DGELU_BGRAD's shard sums then summed over the ranks.
+ * AR: the sums r + bias of its rows in fp32 into R (the gather buffer),
+ * gathered, then every rank applies the epilogue to all m rows with its
+ * own aux; DGELU_BGRAD's sums over all rows locally. On the comm stream. */
+static cgm_status reduce_epilogue(ncclb_op *op, cgm_dev_reduce_args *ra,
+                                  float *R, ncclb_xfer *xs, bool all_reduce) {
+    cgm_status status = CGM_SUCCESS;
+    ncclb_state *st = op->st;
+    const cgm_call *c = op->call;
+    const int64_t m = c->m, n = c->n;
+    const int64_t off = cgm_shard_offset(m, st->rank, st->nranks);
+    ra->bias = c->has_bias ? c->bias.data : NULL;
+    ra->accumulate = 0;
+    if (!all_reduce) {
+        ra->dst = c->y.data;
+        ra->dst_ld = cgm_matrix_ld(&c->y);
+        ra->dst_dtype = (int)c->out_dtype;
+        ra->epilogue = (int)c->epilogue;
+        ra->aux = c->has_aux ? c->aux.data : NULL;
+        ra->aux_ld = c->has_aux ? cgm_matrix_ld(&c->aux) : 0;
+        CGM_CUDA_TRY(cgm_dev_reduce(ra, st->dev, st->comm_stream));
+        return ncclb_epi_reduce_grad(op, ra, true);
+    }
+    ra->dst = R + off * n;
+    ra->dst_ld = n;
+    ra->dst_dtype = (int)CGM_DTYPE_FP32;
+    CGM_CUDA_TRY(cgm_dev_reduce(ra, st->dev, st->comm_stream));
+    CGM_TRY(ncclb_gather_rows(st, R + off * n, R, m, n, sizeof(float), xs,
+                              "GEMM+AR: all-gathering the reduced fp32 rows"));
+    ncclb_watch_group(op);
+    cgm_dev_reduce_args ea;
+    memset(&ea, 0, sizeof ea);
+    ea.nsources = 1;
+    ea.src_dtype = (int)CGM_DTYPE_FP32;
+    ea.src[0] = R;
+    ea.src_ld[0] = n;
+    ea.rows = m;
+    ea.cols = n;
+    ea.dst = c->y.data;
+    ea.dst_ld = cgm_matrix_ld(&c->y);
+    ea.dst_dtype = (int)c->out_dtype;
+    ea.epilogue = (int)c->epilogue;
+    ea.aux = c->has_aux ? c->aux.data : NULL;
+    ea.aux_ld = c->has_aux ? cgm_matrix_ld(&c->aux) : 0;
+    CGM_CUDA_TRY(cgm_dev_reduce(&ea, st->dev, st->comm_stream));
+    CGM_TRY(ncclb_epi_reduce_grad(op, &ea, false));
+fail:
+    return status;
 }
 
 cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
@@ -305,9 +510,8 @@ cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
         CGM_TRY(partial_gemm(op, own, F, pd, cs));
         CGM_CUDA_TRY(cudaEventRecord(own_done, cs));
     } else {
-        ncclb_piece all = {0, m};
         cudaStream_t cs = ncclb_next_compute(op);
-        CGM_TRY(partial_gemm(op, all, F, pd, cs));
+        CGM_TRY(partial_gemm_all(op, F, pd, cs));
         CGM_CUDA_TRY(cudaEventRecord(own_done, cs));
     }
     /* no_overlap: one group ships every owner its rows (all steps at
@@ -360,9 +564,18 @@ cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
         ra.src[i] = slots + (size_t)(i - 1) * slot_bytes;
         ra.src_ld[i] = n;
     }
+    if (c->epilogue != CGM_EPILOGUE_NONE)
+        return reduce_epilogue(op, &ra, st->buf[NCCLB_BUF_GATHER], xs,
+                               all_reduce);
     char *reduced = NULL; /* AR: where the reduced rows are gathered */
     size_t re = eo;
-    if (!all_reduce) {
+    const bool finish = ncclb_fp8_finishes(c);
+    float *R = st->buf[NCCLB_BUF_GATHER]; /* finish: fp32 sums [m, n] */
+    if (finish) {
+        ra.dst = R + off * n;
+        ra.dst_ld = n;
+        ra.dst_dtype = (int)CGM_DTYPE_FP32;
+    } else if (!all_reduce) {
         ra.dst = c->y.data;
         ra.dst_ld = ldy;
         ra.dst_dtype = c->out_dtype;
@@ -385,6 +598,7 @@ cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
         ra.dst_dtype = (int)pd;
     }
     CGM_CUDA_TRY(cgm_dev_reduce(&ra, st->dev, st->comm_stream));
+    if (finish) return finish_fp8(op, R, xs, all_reduce);
     if (all_reduce) {
         CGM_TRY(ncclb_gather_rows(st, at(reduced, off * n, re), reduced, m, n,
                                   re, xs, "GEMM+AR: all-gathering the "
@@ -395,22 +609,7 @@ cgm_status ncclb_gemm_reduce_scatter(ncclb_op *op, bool all_reduce) {
                 c->y.data, (size_t)ldy * eo, reduced, (size_t)n * eo,
                 (size_t)n * eo, (size_t)m, cudaMemcpyDeviceToDevice,
                 st->comm_stream));
-        if (c->accumulate) {
-            cgm_dev_reduce_args fa;
-            memset(&fa, 0, sizeof fa);
-            fa.nsources = 1;
-            fa.src_dtype = (int)pd;
-            fa.src[0] = F;
-            fa.src_ld[0] = n;
-            fa.rows = m;
-            fa.cols = n;
-            fa.dst = c->y.data;
-            fa.dst_ld = ldy;
-            fa.dst_dtype = c->out_dtype;
-            fa.accumulate = 1;
-            fa.bias = c->has_bias ? c->bias.data : NULL;
-            CGM_CUDA_TRY(cgm_dev_reduce(&fa, st->dev, st->comm_stream));
-        }
+        if (c->accumulate) CGM_TRY(add_reduced(op, F));
     }
 fail:
     return status;

@@ -16,6 +16,8 @@
  *   p2p_timeline.c  COMMGEMM_TIMELINE, the per-step trace
  *   p2p_plans.c     workspace slot sizing, the plan cache, the agreement
  *                   check
+ *   p2p_fp8.c       fp8 calls: workspace, packed rows, GEMM steps,
+ *                   finishing reduces (used by p2p_views/p2p_chunked)
  *   p2p_views.c     how a schedule's buffers map to memory
  *   p2p_chunked.c   the chunked executor: a schedule's steps as copies,
  *                   flags, cuBLASLt chunks, reduce kernels, comm programs
@@ -31,6 +33,7 @@
 #include "backend/p2p/p2p_units.h"
 #include "device/device.h"
 #include "gpu/gpu.h"
+#include "gpu/lt_fp8_rows.h"
 #include "plan/plan.h"
 
 #ifdef __cplusplus
@@ -142,6 +145,12 @@ typedef struct p2p_state {
     cgm_test_fault fault; /* COMMGEMM_TEST_FAIL (testing only) */
     int own_kernel_notes; /* INFO lines: own GEMMs run by commgemm's kernel */
     struct p2p_fused_trace *fused_trace; /* during a traced fused call */
+    /* fp8 calls (p2p_fp8.c): their workspace, grown at eager calls, and
+     * the event the compute queues wait on for their scales. */
+    cgm_fp8_workspace fp8_ws;
+    /* Epilogues' bias-gradient slots (p2p_epilogue.c), grown likewise. */
+    cgm_fp8_workspace epi_ws;
+    cudaEvent_t fp8_ready;
 } p2p_state;
 
 /* The comm's device for the duration of a call: p2p_enter_device makes it

@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "backend/p2p/p2p_exchange.h"
+#include "backend/p2p/p2p_epilogue.h"
+#include "backend/p2p/p2p_fp8.h"
 #include "backend/p2p/p2p_fused.h"
 #include "backend/p2p/p2p_plans.h"
 #include "backend/p2p/p2p_run.h"
@@ -63,6 +65,9 @@ static void state_free(p2p_state *st) {
     if (st->fork) cudaEventDestroy(st->fork);
     cgm_lt_destroy(st->lt);
     if (st->partial) cudaFree(st->partial);
+    cgm_fp8_workspace_free(&st->fp8_ws);
+    cgm_fp8_workspace_free(&st->epi_ws);
+    if (st->fp8_ready) cudaEventDestroy(st->fp8_ready);
     if (st->notice_queue) cudaStreamDestroy(st->notice_queue);
     if (st->notice_pinned) cudaFreeHost(st->notice_pinned);
     if (st->xchg_queue) cudaStreamDestroy(st->xchg_queue);
@@ -323,13 +328,12 @@ static const cgm_tune_hooks p2p_tune_hooks = {
     .device_name = cgm_gpu_tune_device_name,
 };
 
-/* No fp8 GEMM path and no epilogues here yet: such calls are refused
- * before the tuner and any exchange (cgm_fp8_not_yet and
- * cgm_epilogue_not_yet say what to do instead). */
+/* fp8 where the chunked algorithms and this GPU can run it
+ * (p2p_fp8_check); epilogues where they can (p2p_epilogue_check): refused
+ * before the tuner and any exchange. */
 static cgm_status p2p_check(const cgm_comm *comm, const cgm_call *call) {
-    (void)comm;
-    cgm_status s = cgm_fp8_not_yet("p2p", call);
-    return s != CGM_SUCCESS ? s : cgm_epilogue_not_yet("p2p", call);
+    cgm_status s = p2p_fp8_check(comm, call);
+    return s != CGM_SUCCESS ? s : p2p_epilogue_check(comm, call);
 }
 
 const cgm_backend_vtable cgm_p2p_backend = {

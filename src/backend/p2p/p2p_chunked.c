@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend/p2p/p2p_chunked.h"
+#include "backend/p2p/p2p_epilogue.h"
 #include "backend/p2p/p2p_plans.h"
 #include "backend/p2p/p2p_signal.h"
 #include "backend/p2p/p2p_timeline.h"
@@ -199,6 +200,13 @@ static cgm_status run_gemm(p2p_exec_ctx *x, const plan_step *s, int i,
             g.ld_addend = ad.ld;
         }
     }
+    p2p_epi_args(x, s, bulk, &g);
+    if (x->fp8.on) { /* p2p_fp8.c (no own_addends: make_request) */
+        if (g.addend)
+            return cgm_error(CGM_ERROR_INTERNAL, "p2p: fp8 GEMM step %d adds "
+                             "partials; please report this bug", i);
+        return p2p_fp8_gemm(x, &g, bulk ? 0 : s->row0, queue, stream);
+    }
     if (x->dry) /* before the fork: the first sight of a shape may time it */
         return x->search ? cgm_lt_prepare(st->lt, &g, P2P_LT_WORKSPACE,
                                           (cudaStream_t)c->stream,
@@ -242,6 +250,7 @@ static cgm_status run_reduce(p2p_exec_ctx *x, const plan_step *s, int i,
     if (s->final && !bulk) {
         a.accumulate = c->accumulate && !add_after;
         a.bias = c->has_bias ? c->bias.data : NULL;
+        p2p_epi_reduce(x, s, &a);
     }
     for (int j = 0; j < s->ref_count; j++) {
         char *src = NULL;
@@ -261,8 +270,11 @@ static cgm_status run_reduce(p2p_exec_ctx *x, const plan_step *s, int i,
     if (add_after && x->dry) /* validate the add's addresses */
         CGM_TRY(add_gathered_into_output(x, s->shard, s->row0, s->rows, i,
                                          stream));
+    if (p2p_fp8_reduce_finishes(x, &a)) /* fp8 Y; a bias of another dtype */
+        CGM_TRY(p2p_fp8_reduce(x, &a, s->queue, stream));
+    else if (!x->dry)
+        CGM_CUDA_TRY(cgm_dev_reduce(&a, x->st->dev, stream));
     if (x->dry) return CGM_SUCCESS;
-    CGM_CUDA_TRY(cgm_dev_reduce(&a, x->st->dev, stream));
     if (add_after)
         CGM_TRY(add_gathered_into_output(x, s->shard, s->row0, s->rows, i,
                                          stream));
@@ -436,6 +448,10 @@ static cgm_status copy_gathered(p2p_exec_ctx *x, p2p_plan_entry *e) {
                                              : (size_t)off * ga->ld * ga->es);
             spitch = (size_t)ga->ld * ga->es;
         }
+        if (x->fp8.on) { /* packed rows: bytes and scales */
+            CGM_TRY(p2p_fp8_copy_gathered(x, j, src, off, rows, stream));
+            continue;
+        }
         char *dst = (char *)xg->data +
                     (ga->split_cols ? (size_t)off * ga->es : (size_t)off * ldg);
         size_t width = ga->split_cols ? (size_t)rows * ga->es
@@ -464,6 +480,8 @@ cgm_status p2p_chunked_execute(p2p_state *st, const cgm_call *call,
     x.st = st;
     x.call = call;
     x.p = &e->plan;
+    CGM_TRY(p2p_fp8_setup(&x, capturing));
+    CGM_TRY(p2p_epi_setup(&x, capturing));
     CGM_TRY(p2p_views_setup(&x, req->op));
     /* Check every step first: after the fork an error would leave the
      * queues (or a capture) half enqueued. */
@@ -478,6 +496,7 @@ cgm_status p2p_chunked_execute(p2p_state *st, const cgm_call *call,
     forked = nqueues;
     CGM_TRY(p2p_fork(st, caller, nqueues));
     CGM_TRY(cgm_test_fault_after_fork(&st->fault, st->rank, "p2p"));
+    CGM_TRY(p2p_fp8_begin(&x, nqueues));
     if (programs_on(&x)) {
         /* The order depends on the plan and on whether copies join runs
          * (not with AR's accumulate): made once per plan entry and kind. */
@@ -496,6 +515,7 @@ cgm_status p2p_chunked_execute(p2p_state *st, const cgm_call *call,
         CGM_TRY(copy_gathered(&x, e));
     CGM_TRY(p2p_join(st, caller, nqueues));
     forked = 0;
+    CGM_TRY(p2p_epi_finish(&x, caller));
     if (x.timeline) CGM_TRY(p2p_timeline_end(st, &e->plan, NULL, caller));
     return CGM_SUCCESS;
 fail:

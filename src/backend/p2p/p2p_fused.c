@@ -35,6 +35,7 @@ static const char *shared_problem(const p2p_state *st, const cgm_call *c) {
     if (c->op == CGM_OP_ALL_GATHER_GEMM && c->k % 8 != 0)
         return "the gathered rows need k a multiple of 8 (16-byte TMA rows)";
     if (c->m == 0) return "no rows";
+    if (c->epilogue != CGM_EPILOGUE_NONE) return "the kernel has no GELU or bias-gradient epilogue";
     cgm_hgemm_args a;
     memset(&a, 0, sizeof a);
     a.in_dtype = c->in_dtype;

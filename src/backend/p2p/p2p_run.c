@@ -89,7 +89,10 @@ static cgm_status make_request(p2p_state *st, const cgm_call *call,
      * partial dtype (TN, 16-bit inputs, sm_90: p2p_fused_tunable). Neither
      * beside an accumulate. This rank's choice alone: the writers' side of
      * the plan is the same either way. */
-    if (!call->accumulate && call->k > 0 && plan_prefers_own_addends(req)) {
+    /* Not with an epilogue either: the owner's final reduce applies it
+     * (p2p_epilogue.c). */
+    if (!call->accumulate && call->k > 0 && !cgm_dtype_is_fp8(call->in_dtype) &&
+        call->epilogue == CGM_EPILOGUE_NONE && plan_prefers_own_addends(req)) {
         req->own_addends = call->partial_dtype == call->out_dtype ||
                            p2p_fused_tunable(st, call);
     }
@@ -99,7 +102,9 @@ static cgm_status make_request(p2p_state *st, const cgm_call *call,
 /* The call against the workspace's maxima (after the agreement check: a
  * rank whose call is beyond them while its peers' are not, another shape,
  * makes every rank fail the exchange with CGM_ERROR_MISMATCH instead of
- * leaving the peers in it). */
+ * leaving the peers in it). The core leaves an m above max_m to this
+ * check (validate.c, max_m_after_agreement): req->m is every op's m and a
+ * bulk call's collective rows. */
 static cgm_status check_limits(const p2p_state *st, const cgm_call *call,
                                const plan_request *req) {
     const cgm_resolved_config *cfg = &st->comm->config;

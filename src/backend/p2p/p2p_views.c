@@ -30,6 +30,12 @@ cgm_status p2p_views_setup(p2p_exec_ctx *x, plan_op op) {
                  .es = cgm_dtype_size(row_dtype),
                  .ld = cgm_matrix_ld(src), .width = in_width,
                  .split_cols = nt};
+    if (x->fp8.on && op == PLAN_OP_AG_GEMM) {
+        /* fp8: this rank's rows packed with their scales (p2p_fp8.h),
+         * moved as bytes. */
+        in->base = x->fp8.packed;
+        in->ld = in->width = x->fp8.pw;
+    }
     bool in_shard = op == PLAN_OP_AG_GEMM || op == PLAN_OP_BULK_AG;
     in->row_base = in_shard ? off_r : 0;
     in->capacity = in_shard ? m_r : m;
@@ -48,7 +54,7 @@ cgm_status p2p_views_setup(p2p_exec_ctx *x, plan_op op) {
     size_t need = 0;
     if (op == PLAN_OP_AG_GEMM || op == PLAN_OP_BULK_AG) {
         *ga = *in;
-        ga->ld = nt ? m : in_width;
+        ga->ld = nt ? m : in->width;
     } else if (op == PLAN_OP_GEMM_AR) {
         *ga = *out;
         ga->ld = out_width;

@@ -5,6 +5,7 @@
 #define COMMGEMM_P2P_VIEWS_H
 
 #include "backend/p2p/p2p.h"
+#include "backend/p2p/p2p_fp8.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -41,6 +42,11 @@ typedef struct p2p_exec_ctx {
      * goes by copy when p2p_signal_copy_after says so. */
     size_t q0_copy_bytes;
     p2p_view views[PLAN_BUF_COUNT];
+    p2p_fp8 fp8; /* fp8 calls (p2p_fp8.h) */
+    /* Bias-gradient slots (p2p_epilogue.c): how many the GEMM steps write
+     * (-1: no bias gradient), and where. */
+    int epi_slots;
+    float *epi_base;
 } p2p_exec_ctx;
 
 /* The views of x->call's `op` on this rank, checked against the

@@ -147,17 +147,17 @@ cudaError_t launch_variant(bool bf16, bool pp, cgm_dtype out, int dev, const cal
                 : launch_out<false, false, false>(out, dev, m, p, grid, stream);
 }
 
-/* The variant CGM_HGEMM_AUTO runs: ping-pong when k <= 2048, or when
- * k <= 4096 and (n >= 16384 or (n >= 4096 and (m * n >= 2^25 or m > 4096)));
- * cooperative otherwise. Ping-pong hides the epilogue behind the other
- * consumer's main loop, which matters most when the main loop per tile is
- * short (small k) and there are many tiles; the cooperative 128x256 tile
- * loads 3/4 of ping-pong's bytes per flop, which wins once the main loop
- * dominates, and its CTAs end closer together. Fitted to the kernel bench
- * (docs/PERFORMANCE.md has the table). */
+/* The variant CGM_HGEMM_AUTO runs: cooperative, unless its 128x256 tiles
+ * would fill at most half of a 132-SM Hopper (H100/H200 SXM), where
+ * ping-pong's 128x128 tiles give twice the CTAs. On the kernel bench's sweep
+ * (commgemm-kernel-bench plain --sweep, docs/PERFORMANCE.md) ping-pong ran
+ * 0.56 to 0.99 of cooperative's speed wherever cooperative had more than 66
+ * tiles, small k included (its epilogue hiding no longer pays for loading
+ * 4/3 of the bytes per flop), and up to 1.8x it below. k does not enter. */
 bool auto_pingpong(int64_t m, int64_t n, int64_t k) {
-    return k <= 2048 ||
-           (k <= 4096 && (n >= 16384 || (n >= 4096 && (m * n >= ((int64_t)1 << 25) || m > 4096))));
+    (void)k;
+    const int64_t coop_tiles = ((m + 127) / 128) * ((n + 255) / 256);
+    return coop_tiles * 2 <= 132;
 }
 
 /* Whether a call takes the dynamic tile schedule when the caller passes a
