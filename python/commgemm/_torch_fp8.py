@@ -262,7 +262,7 @@ class _Caster:
 
 
 # --------------------------------------------------------------------------
-# The ops on fp8 operands (layout TN; host backend today: docs/FP8.md)
+# The ops on fp8 operands (layout TN; the backends that run them: docs/FP8.md)
 # --------------------------------------------------------------------------
 
 

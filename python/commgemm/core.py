@@ -88,8 +88,8 @@ class Config:
 # and commgemm.torch's and commgemm.jax's layers take another way there.
 #   "gathered": AG+GEMM hands back the gathered input (x_gathered);
 #   "bulk": cgm_bulk_overlap (a GEMM beside an unrelated collective, or either alone).
-# What each backend's ops refuse (NotSupportedError), by feature; epilogues
-# run on the host backend only for now (commgemm.h "Epilogues").
+# What each backend's ops refuse (NotSupportedError), by feature (commgemm.h
+# "Epilogues": p2p refuses GEMM+AR's on more than one rank, cublasmp GEMM+RS's and GEMM+AR's).
 _BACKEND_LACKS = {
     # cuBLASMp: one matmul, no bulk; epilogues on AG+GEMM only (it applies
     # them before GEMM+RS/AR's reduction), so not "epilogue" (all three ops)

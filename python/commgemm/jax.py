@@ -564,7 +564,7 @@ def column_parallel_linear(x, w, bias=None, *, comm, m=None, sequence_parallel=T
     sequence parallelism on a backend with epilogues, in AG+GEMM's GELU_AUX epilogue (the
     backward multiplies dY by gelu'(pre-activation) before the dgrad); elsewhere after the op.
     fp8_recipe: Float8CurrentScaling(), Float8BlockScaling() or DelayedScaling(): the forward,
-    dgrad and wgrad GEMMs in fp8 (docs/PYTHON.md "FP8"); no activation; host backend today.
+    dgrad and wgrad GEMMs in fp8 (docs/PYTHON.md "FP8"); no activation.
     DelayedScaling takes its state as fp8_meta (fp8_meta_init(recipe) to start) and the layer
     returns (Y, the state after the forward); differentiated, fp8_meta's cotangent is the
     state after the backward too: the next step's fp8_meta."""
