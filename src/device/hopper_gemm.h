@@ -140,8 +140,14 @@ int cgm_hgemm_supported(const cgm_hgemm_args *args, const char **reason);
 
 /* The variant cgm_hgemm runs for `args`: args->variant when it is
  * CGM_HGEMM_COOPERATIVE or CGM_HGEMM_PINGPONG, the per-shape choice of
- * CGM_HGEMM_AUTO otherwise (host only, no device call; args not NULL). */
+ * CGM_HGEMM_AUTO otherwise (cgm_hgemm_auto_variant with the current device's
+ * memory bandwidth, asked once per device; no GPU work; args not NULL). */
 int cgm_hgemm_variant_for(const cgm_hgemm_args *args);
+
+/* CGM_HGEMM_AUTO's choice for an m x n x k GEMM on a device with
+ * mem_bytes_per_s of peak memory bandwidth (0: unknown), host only:
+ * CGM_HGEMM_COOPERATIVE or CGM_HGEMM_PINGPONG (docs/HOPPER_GEMM.md). */
+int cgm_hgemm_auto_variant(int64_t m, int64_t n, int64_t k, double mem_bytes_per_s);
 
 /* For tests, host only: the multiply-high division that the row-flag check
  * and the tile scheduler use (fastdiv, hopper/scheduler.cuh) against '/', over

@@ -452,30 +452,38 @@ static void case_flags_ready(const void *p) {
 }
 
 /* CGM_HGEMM_AUTO's choice on the bench shapes (host only, no GPU needed):
- * the variant that measured faster on each (docs/PERFORMANCE.md), and the
- * edge of the rule (66 cooperative tiles). */
+ * the variant that measured faster on each (docs/PERFORMANCE.md), for the
+ * memory of an H100 SXM (3.35 TB/s; the rule for an unknown device too)
+ * and of an H200 (4.8 TB/s), with the edges of each rule. */
 static void case_auto_variant(const void *p) {
     (void)p;
+    enum { C = CGM_HGEMM_COOPERATIVE, PP = CGM_HGEMM_PINGPONG };
     static const struct {
         int64_t m, n, k;
-        int want;
-    } rows[] = {{16384, 2048, 8192, CGM_HGEMM_COOPERATIVE}, {8192, 4096, 4096, CGM_HGEMM_COOPERATIVE},
-                {16384, 8192, 2048, CGM_HGEMM_COOPERATIVE}, {12345, 3000, 2048, CGM_HGEMM_COOPERATIVE},
-                {32768, 8192, 512, CGM_HGEMM_COOPERATIVE},  {16384, 8192, 128, CGM_HGEMM_COOPERATIVE},
-                /* skinny m: cooperative's tiles fill at most half of 132 SMs */
-                {128, 8192, 8192, CGM_HGEMM_PINGPONG},      {512, 4096, 14336, CGM_HGEMM_PINGPONG},
-                {128, 16896, 4096, CGM_HGEMM_PINGPONG},     /* 66 tiles: the last ping-pong */
-                {128, 17152, 4096, CGM_HGEMM_COOPERATIVE},  /* 67 */
-                {256, 10240, 8192, CGM_HGEMM_COOPERATIVE},  {128, 28672, 8192, CGM_HGEMM_COOPERATIVE}};
+        int h100, h200;
+    } rows[] = {{16384, 2048, 8192, C, C},   {8192, 4096, 4096, C, PP},    {16384, 8192, 2048, C, PP},
+                {12345, 3000, 2048, C, PP},  {32768, 8192, 512, C, PP},    {16384, 8192, 128, C, PP},
+                {4096, 4096, 4096, C, C},    {8192, 8192, 8192, C, C},     {4096, 16384, 4096, C, PP},
+                {32768, 2048, 4096, C, C},   {4352, 4096, 4096, C, PP},    {3072, 4096, 4096, C, C},
+                {4352, 2048, 4096, C, C},    /* skinny m: cooperative's tiles fill at most half of 132 SMs */
+                {128, 8192, 8192, PP, C},    {512, 4096, 14336, PP, C},    {128, 16896, 4096, PP, PP},
+                {128, 17152, 4096, C, PP},   {256, 10240, 8192, C, C},     {128, 28672, 8192, C, C}};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const int64_t m = rows[i].m, n = rows[i].n, k = rows[i].k;
+        const struct { double bw; int want; const char *name; } devs[] = {
+            {3.35e12, rows[i].h100, "H100"}, {0.0, rows[i].h100, "unknown"}, {4.8e12, rows[i].h200, "H200"}};
+        for (size_t d = 0; d < 3; d++) {
+            int got = cgm_hgemm_auto_variant(m, n, k, devs[d].bw);
+            if (got != devs[d].want)
+                TEST_FAIL("%lldx%lldx%lld on %s memory: auto runs %s, expected %s", (long long)m, (long long)n,
+                          (long long)k, devs[d].name, variant_name(got), variant_name(devs[d].want));
+        }
         cgm_hgemm_args a;
         memset(&a, 0, sizeof a);
-        a.m = rows[i].m, a.n = rows[i].n, a.k = rows[i].k;
-        int got = cgm_hgemm_variant_for(&a);
-        if (got != rows[i].want)
-            TEST_FAIL("%lldx%lldx%lld: auto runs %s, expected %s", (long long)a.m, (long long)a.n, (long long)a.k,
-                      variant_name(got), variant_name(rows[i].want));
-        a.variant = CGM_HGEMM_COOPERATIVE + CGM_HGEMM_PINGPONG - rows[i].want; /* forced: the other */
+        a.m = m, a.n = n, a.k = k;
+        int mine = cgm_hgemm_variant_for(&a); /* this machine's rule: one of the two */
+        CHECK(mine == rows[i].h100 || mine == rows[i].h200);
+        a.variant = CGM_HGEMM_COOPERATIVE + CGM_HGEMM_PINGPONG - mine; /* forced: the other */
         CHECK_INT_EQ(cgm_hgemm_variant_for(&a), a.variant);
     }
 }

@@ -147,17 +147,40 @@ cudaError_t launch_variant(bool bf16, bool pp, cgm_dtype out, int dev, const cal
                 : launch_out<false, false, false>(out, dev, m, p, grid, stream);
 }
 
-/* The variant CGM_HGEMM_AUTO runs: cooperative, unless its 128x256 tiles
- * would fill at most half of a 132-SM Hopper (H100/H200 SXM), where
- * ping-pong's 128x128 tiles give twice the CTAs. On the kernel bench's sweep
- * (commgemm-kernel-bench plain --sweep, docs/PERFORMANCE.md) ping-pong ran
- * 0.56 to 0.99 of cooperative's speed wherever cooperative had more than 66
- * tiles, small k included (its epilogue hiding no longer pays for loading
- * 4/3 of the bytes per flop), and up to 1.8x it below. k does not enter. */
-bool auto_pingpong(int64_t m, int64_t n, int64_t k) {
-    (void)k;
+/* The variant CGM_HGEMM_AUTO runs on a device with mem_bytes_per_s of
+ * memory bandwidth (0: unknown). Ping-pong hides the epilogue behind the
+ * other consumer's main loop but loads 4/3 of cooperative's bytes per flop,
+ * so the choice depends on the memory:
+ *   - below 4 TB/s (H100 SXM: 3.35): cooperative, unless its 128x256 tiles
+ *     would fill at most half of 132 SMs, where ping-pong's 128x128 tiles
+ *     give twice the CTAs. On the kernel bench's sweep on an H100
+ *     (commgemm-kernel-bench plain --sweep, docs/PERFORMANCE.md) ping-pong
+ *     ran 0.56 to 0.99 of cooperative's speed wherever cooperative had more
+ *     than 66 tiles, small k included, and up to 1.8x it below;
+ *   - from 4 TB/s (H200: 4.8): ping-pong when k <= 2048, or when k <= 4096
+ *     and (n >= 16384 or (n >= 4096 and (m * n >= 2^25 or m > 4096))),
+ *     cooperative otherwise: fitted to the kernel bench on an H200, where
+ *     ping-pong ran up to 1.15x cooperative on those shapes. */
+bool auto_pingpong(int64_t m, int64_t n, int64_t k, double mem_bytes_per_s) {
+    if (mem_bytes_per_s >= 4e12)
+        return k <= 2048 ||
+               (k <= 4096 && (n >= 16384 || (n >= 4096 && (m * n >= ((int64_t)1 << 25) || m > 4096))));
     const int64_t coop_tiles = ((m + 127) / 128) * ((n + 255) / 256);
     return coop_tiles * 2 <= 132;
+}
+
+/* The current device's peak memory bandwidth in bytes/s (two transfers a
+ * memory clock), cached per device; 0 without a device. */
+double memory_bytes_per_s() {
+    static volatile double known[kMaxDevices]; /* 0: not asked yet */
+    int dev = 0, khz = 0, bits = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return 0.0;
+    if (known[dev] > 0.0) return known[dev];
+    if (cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, dev) != cudaSuccess)
+        return 0.0;
+    known[dev] = 2.0 * (double)khz * 1e3 * (double)bits / 8.0;
+    return known[dev];
 }
 
 /* Whether a call takes the dynamic tile schedule when the caller passes a
@@ -368,7 +391,11 @@ extern "C" int cgm_hgemm_supported(const cgm_hgemm_args *args, const char **reas
 
 extern "C" int cgm_hgemm_variant_for(const cgm_hgemm_args *a) {
     if (a->variant == CGM_HGEMM_COOPERATIVE || a->variant == CGM_HGEMM_PINGPONG) return a->variant;
-    return auto_pingpong(a->m, a->n, a->k) ? CGM_HGEMM_PINGPONG : CGM_HGEMM_COOPERATIVE;
+    return auto_pingpong(a->m, a->n, a->k, memory_bytes_per_s()) ? CGM_HGEMM_PINGPONG : CGM_HGEMM_COOPERATIVE;
+}
+
+extern "C" int cgm_hgemm_auto_variant(int64_t m, int64_t n, int64_t k, double mem_bytes_per_s) {
+    return auto_pingpong(m, n, k, mem_bytes_per_s) ? CGM_HGEMM_PINGPONG : CGM_HGEMM_COOPERATIVE;
 }
 
 extern "C" cudaError_t cgm_hgemm_preload(void) {
