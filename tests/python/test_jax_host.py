@@ -438,7 +438,7 @@ def _epilogue_body(comm, m):
         if not fused:
             core._BACKEND_LACKS["host"] = frozenset({"epilogue", "bulk_epilogue"})
         try:
-            assert cj._fused_epilogues(comm, None) == fused
+            assert cj._fused_epilogues(comm, None, w1.shape[0]) == fused
             f = jax.jit(jax.value_and_grad(
                 lambda x, w1, b1, w2, b2: jnp.sum(cj.parallel_mlp(x, w1, b1, w2, b2, comm=comm, m=m) * g),
                 argnums=(0, 1, 2, 3, 4)))
