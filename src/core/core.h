@@ -499,16 +499,6 @@ static inline int64_t cgm_matrix_ld(const cgm_matrix *m) {
     return m->ld ? m->ld : m->cols;
 }
 
-/* A backend's `check` while it has no fp8 GEMM: CGM_ERROR_NOT_SUPPORTED
- * for a call with fp8 inputs, naming `backend` and what to do instead (the
- * nccl or p2p backend, or the host backend);
- * CGM_SUCCESS otherwise (validate_fp8.c). */
-cgm_status cgm_fp8_not_yet(const char *backend, const cgm_call *call);
-/* A backend's `check` while it has no epilogues: CGM_ERROR_NOT_SUPPORTED
- * for a call whose epilogue is not NONE, naming `backend` and the
- * epilogue, saying to run the op on the nccl or host backend or apply the
- * epilogue after it; CGM_SUCCESS otherwise (validate_epilogue.c). */
-cgm_status cgm_epilogue_not_yet(const char *backend, const cgm_call *call);
 /* The library's copy of a caller's matrix: `scaling` read only where the
  * dtype is fp8 (a program built before fp8 passes a smaller struct),
  * NONE otherwise. validate_fp8.c. */

@@ -116,13 +116,3 @@ cgm_status cgm_check_epilogue(const char *fn, const char *yn, const cgm_call *ca
     }
     return CGM_SUCCESS;
 }
-
-cgm_status cgm_epilogue_not_yet(const char *backend, const cgm_call *call) {
-    if (call->epilogue == CGM_EPILOGUE_NONE) return CGM_SUCCESS;
-    return cgm_error(CGM_ERROR_NOT_SUPPORTED,
-                     "the %s backend does not run epilogues yet (found options.epilogue = %s on %s): run this op on "
-                     "the nccl backend (options.backend = CGM_BACKEND_NCCL, bf16/fp16/fp32 inputs) or the host "
-                     "backend (a LOCAL comm, options.backend = CGM_BACKEND_HOST), or pass "
-                     "CGM_EPILOGUE_NONE and apply %s to the output after the op", backend,
-                     cgm_epilogue_name(call->epilogue), cgm_op_name(call->op), cgm_epilogue_name(call->epilogue));
-}

@@ -154,14 +154,3 @@ cgm_status cgm_check_fp8_amax(const char *fn, const float *amax, const char *yn,
                          (const void *)amax);
     return CGM_SUCCESS;
 }
-
-cgm_status cgm_fp8_not_yet(const char *backend, const cgm_call *call) {
-    if (!call->has_gemm || !cgm_dtype_is_fp8(call->in_dtype)) return CGM_SUCCESS;
-    return cgm_error(CGM_ERROR_NOT_SUPPORTED,
-                     "the %s backend does not run fp8 GEMMs yet (found %s x %s with %s scaling, %s output): run "
-                     "fp8 calls on the nccl or p2p backend (options.backend = CGM_BACKEND_NCCL or "
-                     "CGM_BACKEND_P2P; a GPU of compute capability 8.9 or newer) or the host backend (a LOCAL "
-                     "comm, options.backend = CGM_BACKEND_HOST), or pass bf16 or fp16 operands here", backend, cgm_dtype_name(call->in_dtype),
-                     cgm_dtype_name(call->w_dtype), cgm_scaling_name(call->scaling),
-                     cgm_dtype_name(call->out_dtype));
-}
