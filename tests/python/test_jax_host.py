@@ -392,7 +392,7 @@ def _precision_body(comm, m):
 def _epilogue_body(comm, m):
     """The ops' epilogues under jax.jit (GELU, GELU_AUX, DGELU_BGRAD, BGRAD), and parallel_mlp
     and column_parallel_linear(activation="gelu") gradients against float64 numpy, fused (the
-    host backend takes epilogues) and not (the comm made to lack them, as a GPU backend today)."""
+    host backend takes epilogues) and not (the comm made to lack them, as cublasmp's GEMM+RS and GEMM+AR do)."""
     import jax
     import jax.numpy as jnp
     import commgemm.jax as cj

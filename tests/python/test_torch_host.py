@@ -485,7 +485,8 @@ def test_gloo_group_is_rejected_with_advice():
 def body_epilogues(comm, group, dtype_name):
     """ParallelMLP and ColumnParallelLinear(activation="gelu") on the host backend, whose ops
     take the epilogues (GELU_AUX forward, DGELU_BGRAD and BGRAD backward), against the unsplit
-    modules; and the same with the epilogues refused (a GPU backend today): torch's GELU."""
+    modules; and the same with the epilogues refused (as cublasmp's GEMM+RS and GEMM+AR do):
+    torch's GELU."""
     import torch_cases as tc
     from commgemm import core
     dtype = getattr(torch, dtype_name)
