@@ -2,7 +2,7 @@
 """commgemm against its peers, in one process group and one run.
 
     torchrun --nproc-per-node 2 bench/compare_torch.py [--shapes MxNxK,...] [--sweep]
-        [--ops ag_gemm,gemm_rs] [--backends p2p,nccl,cublasmp] [--dtype bf16]
+        [--ops ag_gemm,gemm_rs] [--backends p2p,nccl,cublasmp] [--dtype bf16|fp16|fp32|fp8]
         [--warmup 5 --iters 20] [--graph] [--json out.json]
 
 For each shape and op (AG+GEMM, GEMM+RS, optionally GEMM+AR) it measures,
@@ -20,6 +20,16 @@ start event, so host launch skew between ranks is not timed):
                   choice), a baseline beside torch.matmul that does not enter the ideal
   commgemm-<b>    commgemm.torch.all_gather_matmul / matmul_reduce_scatter / matmul_all_reduce
                   on backend b, for each b of --backends
+
+With --dtype fp8, X and W are float8_e4m3fn with per-tensor scales (the
+same X scale on every rank: PyTorch's fused AG op takes one A_scale for the
+gathered A), Y is bf16, and the GEMMs are torch._scaled_mm: gemm and
+nccl+cublas use it (the collective moves fp8 codes for AG, the bf16 product
+for RS and AR), torch_symm_mem is fused_all_gather_scaled_matmul /
+fused_scaled_matmul_reduce_scatter, commgemm-<b> the same functional ops
+with x_scale=, w_scale=, out_dtype=bfloat16. Every output, nccl+cublas's
+included, is then checked against the exact product of the dequantized
+inputs (fp32, exact for these inputs), within fp8_tolerance().
 
 ideal = max(gemm, comm); ratio = time / ideal; speed-ups are the peer's time
 over the candidate's. Times: CUDA events on the current stream, each rank's
@@ -40,6 +50,7 @@ import datetime
 import json
 import math
 import os
+import re
 import pathlib
 import platform
 import socket
@@ -55,7 +66,15 @@ OPS = ("ag_gemm", "gemm_rs", "gemm_ar")
 # "p2p-fused", "p2p-split": the p2p backend with that algorithm as the comm's
 # default (COMMGEMM_ALGO for this comm only) instead of the tuner's choice.
 GPU_BACKENDS = ("p2p", "nccl", "cublasmp", "p2p-fused", "p2p-split")
-DTYPES = ("bf16", "fp16", "fp32")
+DTYPES = ("bf16", "fp16", "fp32", "fp8")
+
+# --dtype fp8: e4m3 codes (multiples of 1/8 in [-1, 1], exact in e4m3) times
+# these per-tensor scales, the same on every rank; Y in bf16.
+FP8_X_SCALE = 0.5
+FP8_W_SCALE = 0.25
+FP8_OUT = "bf16"
+BF16_UNIT = 2.0 ** -8  # bf16's unit roundoff (8 significant bits)
+DEFAULT_TOL = 2e-2  # bf16, fp16, fp32: relative to max|ref|, ref = nccl+cublas's output
 
 GEMM = "gemm"
 COMM = "comm"
@@ -76,6 +95,10 @@ REFERENCE_TORCH_RATIOS = {
     ("gemm_rs", 16384, 8192, 2048): 1.52,
     ("gemm_rs", 8192, 4096, 4096): 1.68,
 }
+
+# PyTorch's fused ops: [False] for bf16/fp16/fp32, [True] for fp8 (scaled).
+FUSED_OPS = {False: ("fused_all_gather_matmul", "fused_matmul_reduce_scatter"),
+             True: ("fused_all_gather_scaled_matmul", "fused_scaled_matmul_reduce_scatter")}
 
 # Environment that keeps NVLink multicast (NVLS) out of every library here.
 NO_MULTICAST_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -219,10 +242,91 @@ def _div(a, b):
     return a / b
 
 
-def build_rows(op, shape, mode, results, names=None):
+def fp8_tolerance(op, nranks):
+    """--dtype fp8's bound on |out - ref| / max|ref|, ref the exact product of
+    the dequantized inputs. The inputs make every fp32 sum exact (codes k/8,
+    power-of-two scales), so the error is bf16 rounding: AG+GEMM rounds Y
+    once (u = 2^-8), with one u of slack for the fp8 tensor cores'
+    accumulation: 2u. GEMM+RS and GEMM+AR may round each of the P partials
+    to bf16 before the sum (PyTorch's scaled RS and NCCL's bf16 reduction
+    do), the sum may round at each of its P - 1 steps, and Y once: (2P + 1)u
+    (each partial's magnitude bounded by max|ref|'s order, the inputs being
+    random signs)."""
+    if op == "ag_gemm":
+        return 2 * BF16_UNIT
+    return (2 * nranks + 1) * BF16_UNIT
+
+
+def tolerance(tol, dtype, op, nranks):
+    """The check's bound: --tol when given, else fp8_tolerance for fp8 and
+    DEFAULT_TOL for the others."""
+    if tol is not None:
+        return tol
+    return fp8_tolerance(op, nranks) if dtype == "fp8" else DEFAULT_TOL
+
+
+def reference_name(dtype):
+    """What outputs are checked against."""
+    if dtype == "fp8":
+        return "the exact product of the dequantized fp8 inputs (fp32)"
+    return SEQ
+
+
+def failure_status(name, nranks):
+    """A candidate that raised on its first call is an 'error' row (the run
+    fails), except PyTorch's fused ops on a group of one rank: symmetric
+    memory's ops are made for several, so that is a 'skipped' row with the
+    error as the reason."""
+    return "skipped" if name == TORCH and nranks == 1 else "error"
+
+
+def schema_arg_names(schema):
+    """Argument names of an operator schema string, e.g.
+    'symm_mem::f(Tensor A, Tensor[] Bs, *, bool x=True) -> (Tensor, Tensor[])'
+    -> ['A', 'Bs', 'x']."""
+    start = schema.find("(")
+    depth, end = 0, -1
+    for i in range(max(start, 0), len(schema)):
+        if schema[i] == "(":
+            depth += 1
+        elif schema[i] == ")":
+            depth -= 1
+            if depth == 0:
+                end = i
+                break
+    if start < 0 or end < 0:
+        raise ValueError(f"not an operator schema: {schema!r}")
+    names = []
+    for part in schema[start + 1:end].split(","):
+        part = part.strip()
+        if not part or part == "*":
+            continue
+        decl = part.split("=", 1)[0].strip()
+        names.append(decl.split()[-1])
+    return names
+
+
+def schema_kwargs(schema, values):
+    """Keyword arguments for an operator from the names in its schema, so one
+    call fits torch versions that added, renamed or reordered arguments
+    (fused_scaled_matmul_reduce_scatter's scatter_dim became orig_scatter_dim
+    + scatter_dim_after_maybe_reshape + output_shape). values: name -> value
+    for every name this script can fill; an argument with a default that
+    values lacks is left out, one without a default raises ValueError."""
+    args = schema[schema.find("("):]
+    names = schema_arg_names(schema)
+    defaults = {n for n in names if re.search(r"\b" + re.escape(n) + r"\s*=", args)}
+    missing = [n for n in names if n not in values and n not in defaults]
+    if missing:
+        raise ValueError(f"the schema {schema!r} has arguments this script cannot fill: {', '.join(missing)}")
+    return {n: values[n] for n in names if n in values}
+
+
+def build_rows(op, shape, mode, results, names=None, extra=None):
     """Rows for one (op, shape, mode). results: name -> dict with time_us
     (slowest rank's median or None), wrong (int or None), status ('ok',
-    'skipped' or 'error'), reason (str), plus anything else (copied)."""
+    'skipped' or 'error'), reason (str), plus anything else (copied).
+    extra: fields every row gets (dtype, tol)."""
     m, n, k = shape
     names = names or list(results)
     gemm = results.get(GEMM, {}).get("time_us")
@@ -240,6 +344,7 @@ def build_rows(op, shape, mode, results, names=None):
                "speedup_vs_torch": _div(t_torch, t), "speedup_vs_seq": _div(t_seq, t),
                "tflops": (2.0 * m * n * k / (t * 1e-6) / 1e12) if t else None,
                "wrong": r.get("wrong")}
+        row.update(extra or {})
         for key, value in r.items():
             if key not in row:
                 row[key] = value
@@ -292,12 +397,21 @@ def build_report(rows, machine, options, complete=True):
     """The JSON document rank 0 writes."""
     wrong = total_wrong(rows)
     errs = errors(rows)
+    ref = reference_name(options.get("dtype", "bf16"))
     return {"tool": "compare_torch", "version": 1, "complete": complete, "machine": machine, "options": options,
             "columns": {"time_us": "slowest rank's median, microseconds", "ideal_us": "max(gemm_us, comm_us)",
                         "ratio": "time_us / ideal_us", "speedup_vs_torch": "torch_symm_mem time / this time",
                         "speedup_vs_seq": "nccl+cublas time / this time",
-                        "wrong": "output elements outside tolerance vs nccl+cublas, summed over ranks and checks"},
+                        "wrong": f"output elements outside tolerance (tol) vs {ref}, summed over ranks and checks"},
             "rows": rows, "wrong": wrong, "errors": len(errs), "ok": complete and wrong == 0 and not errs}
+
+
+def dtype_line(args):
+    """The table header's words for --dtype (and the check's reference)."""
+    if args.dtype != "fp8":
+        return f"{args.dtype}, checked against {SEQ}"
+    return (f"fp8: e4m3 X and W, per-tensor scales X {FP8_X_SCALE} W {FP8_W_SCALE} (the same on every rank), "
+            f"{FP8_OUT} Y, checked against {reference_name('fp8')}")
 
 
 def write_json(path, report):
@@ -328,7 +442,11 @@ def make_parser():
                    help="commgemm GPU backends to run, comma list (default p2p,nccl,cublasmp; also p2p-fused "
                         "and p2p-split: p2p with that algorithm instead of the tuner's pick); an unavailable "
                         "one is a skipped row with the reason")
-    p.add_argument("--dtype", default="bf16", choices=DTYPES)
+    p.add_argument("--dtype", default="bf16", choices=DTYPES,
+                   help="inputs' dtype (default bf16); fp8: float8_e4m3fn X and W with per-tensor scales "
+                        f"(X {FP8_X_SCALE}, W {FP8_W_SCALE}, the same on every rank), bf16 Y, torch._scaled_mm "
+                        "GEMMs and PyTorch's scaled fused ops, every output checked against the exact product "
+                        "of the dequantized inputs")
     p.add_argument("-w", "--warmup", type=int, default=5, help="untimed rounds (default 5)")
     p.add_argument("-i", "--iters", type=int, default=20, help="timed rounds, >= 1; medians (default 20)")
     p.add_argument("--graph", action="store_true",
@@ -348,8 +466,9 @@ def make_parser():
                         "all_reduce on the stream, then the start event. Without it the ranks start when their "
                         "hosts return from the barrier, tens of µs apart, and the earlier rank's time includes the "
                         "wait for the later one (it dominates ops under ~100 µs)")
-    p.add_argument("--tol", type=float, default=2e-2,
-                   help="an element is wrong when |out - ref| > tol * max|ref| (default 2e-2)")
+    p.add_argument("--tol", type=float, default=None,
+                   help=f"an element is wrong when |out - ref| > tol * max|ref| (default {DEFAULT_TOL}; fp8: "
+                        "(2P + 1) * 2^-8 for GEMM+RS and GEMM+AR, 2 * 2^-8 for AG+GEMM)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--timeout-ms", type=int, default=60000, help="commgemm comms' timeout_ms (default 60000)")
     p.add_argument("--json", default=None, help="rank 0 writes every number here (rewritten after each shape)")
@@ -380,10 +499,15 @@ def parse_args(argv=None):
 
 
 def options_dict(args):
-    return {"shapes": [format_shape(s) for s in args.shape_list], "ops": args.op_list,
+    opts = {"shapes": [format_shape(s) for s in args.shape_list], "ops": args.op_list,
             "backends": args.backend_list, "dtype": args.dtype, "warmup": args.warmup, "iters": args.iters,
-            "graph": args.graph, "pad_us": args.pad_us, "align": args.align, "torch": not args.no_torch, "tol": args.tol, "seed": args.seed,
-            "sweep": args.sweep, "timeout_ms": args.timeout_ms}
+            "graph": args.graph, "pad_us": args.pad_us, "align": args.align, "torch": not args.no_torch,
+            "tol": args.tol, "seed": args.seed, "sweep": args.sweep, "timeout_ms": args.timeout_ms}
+    if args.dtype == "fp8":
+        opts["fp8"] = {"inputs": "float8_e4m3fn", "scaling": "per tensor", "x_scale": FP8_X_SCALE,
+                       "w_scale": FP8_W_SCALE, "scales": "the same on every rank", "output": FP8_OUT,
+                       "fast_accum": False}
+    return opts
 
 
 # --------------------------------------------------------------------------
@@ -409,7 +533,10 @@ class Runner:
         dist.init_process_group("nccl", device_id=self.device, timeout=datetime.timedelta(seconds=600))
         self.world = dist.group.WORLD
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
-        self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
+        self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
+                      "fp8": torch.float8_e4m3fn}[args.dtype]
+        self.out_dtype = torch.bfloat16 if args.dtype == "fp8" else self.dtype
+        self.torch_schemas = {}
         self._flag = torch.zeros(1, device=self.device)
         self.group_name = getattr(self.world, "group_name", None)
         self.torch_reason = None if not args.no_torch else "--no-torch"
@@ -540,7 +667,8 @@ class Runner:
         except Exception as e:  # noqa: BLE001
             return f"torch {torch.__version__} has no torch.distributed._symmetric_memory ({_short(e, 120)})"
         ops = getattr(torch.ops, "symm_mem", None)
-        for name in ("fused_all_gather_matmul", "fused_matmul_reduce_scatter"):
+        fused = FUSED_OPS[self.args.dtype == "fp8"]
+        for name in fused:
             if ops is None or not hasattr(ops, name):
                 return f"torch {torch.__version__} has no torch.ops.symm_mem.{name}"
         if not self.group_name:
@@ -568,13 +696,14 @@ class Runner:
             return ("symmetric memory reports multicast support although TORCH_SYMM_MEM_DISABLE_MULTICAST=1; "
                     "refusing to run torch's fused ops (they may use NVLS multicast)")
         sig = {}
-        for name in ("fused_all_gather_matmul", "fused_matmul_reduce_scatter"):
+        for name in fused:
             try:
                 sig[name] = str(getattr(ops, name).default._schema)
             except Exception:  # noqa: BLE001
                 sig[name] = "?"
         self.machine["symm_mem_schemas"] = sig
         self.ag_return_a_kw = "return_A" in sig.get("fused_all_gather_matmul", "")
+        self.torch_schemas = sig
         try:
             get_backend = getattr(symm_mem, "get_backend", None)
             if get_backend is not None:
@@ -650,11 +779,13 @@ class Runner:
         g = torch.Generator(device=self.device)
         g.manual_seed(self.args.seed * 1000003 + self.rank * 7919 + salt)
         return (torch.randint(-8, 9, shape, generator=g, device=self.device, dtype=torch.int32)
-                .to(self.dtype) / 8).contiguous()
+                .to(torch.float32) / 8).to(self.dtype).contiguous()
 
     def candidates(self, op, shape):
         """name -> callable returning the op's output (or None for a skipped
         candidate: name -> reason string)."""
+        if self.args.dtype == "fp8":
+            return self.candidates_fp8(op, shape)
         torch, dist, world = self.torch, self.dist, self.world
         m, n, k = shape
         P = self.size
@@ -747,9 +878,141 @@ class Runner:
                 skipped[f"commgemm-{b}"] = self.comm_reasons.get(b, "not created")
         return fns, skipped
 
+    def fp8_inputs(self, op, shape):
+        """This rank's fp8 X and W (the codes of random(), so the same on every
+        call) and their per-tensor scales (0-d float32, the same on every rank)."""
+        torch = self.torch
+        ls = local_shapes(op, *shape, self.size)
+        sx = torch.tensor(FP8_X_SCALE, dtype=torch.float32, device=self.device)
+        sw = torch.tensor(FP8_W_SCALE, dtype=torch.float32, device=self.device)
+        return self.random(ls["x"], 1), self.random(ls["w"], 2), sx, sw
+
+    def candidates_fp8(self, op, shape):
+        """--dtype fp8: candidates() with e4m3 X and W, per-tensor scales, bf16 Y."""
+        torch, dist, world = self.torch, self.dist, self.world
+        m, n, k = shape
+        P = self.size
+        x, w, sx, sw = self.fp8_inputs(op, shape)
+        wt = w.t()  # [k, n_loc], column-major: what _scaled_mm's B must be
+        out = self.out_dtype
+        fns, skipped = {}, {}
+
+        def mm(a):
+            return torch._scaled_mm(a, wt, scale_a=sx, scale_b=sw, out_dtype=out)
+
+        def gather(dst):  # NCCL moves the fp8 codes as bytes
+            dist.all_gather_into_tensor(dst.view(torch.uint8), x.view(torch.uint8), group=world)
+            return dst
+
+        if op == "ag_gemm":
+            x_full = gather(torch.empty((m, k), dtype=self.dtype, device=self.device))
+            gathered = torch.empty((m, k), dtype=self.dtype, device=self.device)
+            fns[GEMM] = lambda: mm(x_full)
+            fns[COMM] = lambda: gather(gathered)
+            fns[SEQ] = lambda: mm(gather(torch.empty((m, k), dtype=self.dtype, device=self.device)))
+            kw = {"A": x, "Bs": [wt], "A_scale": sx, "B_scales": [sw], "gather_dim": 0,
+                  "group_name": self.group_name, "biases": [None], "result_scales": [None], "out_dtypes": [out],
+                  "use_fast_accum": [False], "return_A": False}
+            fused_name = "fused_all_gather_scaled_matmul"
+
+            def cg(b):
+                comm_b = self.comms[b]
+                return lambda: self.cgt.all_gather_matmul(x, w, comm=comm_b, m=m, x_scale=sx, w_scale=sw,
+                                                          out_dtype=out)
+        else:
+            partial = mm(x)  # the collective baseline's input [m, n], bf16
+            reduced = partial.clone()
+
+            def collective(src):
+                if op == "gemm_rs":
+                    dst = torch.empty((m // P, n), dtype=out, device=self.device)
+                    dist.reduce_scatter_tensor(dst, src, group=world)
+                    return dst
+                dist.all_reduce(src, group=world)  # in place: the values grow, the time does not
+                return src
+
+            fns[GEMM] = lambda: mm(x)
+            fns[COMM] = lambda: collective(partial if op == "gemm_rs" else reduced)
+            fns[SEQ] = lambda: collective(mm(x))
+            kw = {"A": x, "B": wt, "A_scale": sx, "B_scale": sw, "reduce_op": "sum", "scatter_dim": 0,
+                  "orig_scatter_dim": 0, "scatter_dim_after_maybe_reshape": 0, "group_name": self.group_name,
+                  "output_shape": [m, n], "bias": None, "result_scale": None, "out_dtype": out,
+                  "use_fast_accum": False}
+            fused_name = "fused_scaled_matmul_reduce_scatter"
+
+            def cg(b):
+                comm_b = self.comms[b]
+                f = self.cgt.matmul_reduce_scatter if op == "gemm_rs" else self.cgt.matmul_all_reduce
+                return lambda: f(x, w, comm=comm_b, x_scale=sx, w_scale=sw, out_dtype=out)
+
+        if self.args.cgm_gemm and self.args.backend_list:
+            skipped[CGM_GEMM] = "no fp8 form: commgemm.torch.bulk_matmul_collective takes no scales"
+        if op in ("ag_gemm", "gemm_rs"):
+            reason = self.torch_reason
+            if reason is None:
+                try:
+                    fused_kw = schema_kwargs(self.torch_schemas[fused_name], kw)
+                    fused_op = getattr(torch.ops.symm_mem, fused_name)
+                    pick = (lambda r: r[1][0]) if op == "ag_gemm" else (lambda r: r)
+                    fns[TORCH] = lambda: pick(fused_op(**fused_kw))
+                except (KeyError, ValueError) as e:
+                    reason = f"torch.ops.symm_mem.{fused_name}: {_short(e)}"
+            if reason is not None:
+                skipped[TORCH] = reason
+        for b in self.args.backend_list:
+            if b in self.comms:
+                fns[f"commgemm-{b}"] = cg(b)
+            else:
+                skipped[f"commgemm-{b}"] = self.comm_reasons.get(b, "not created")
+        return fns, skipped
+
+    def fp8_reference(self, op, shape):
+        """The exact result of --dtype fp8's op on this rank, fp32: the
+        dequantized inputs (codes k/8 times powers of two) multiplied without
+        TF32 and, for RS and AR, summed over the ranks in fp32 by NCCL; every
+        product and sum is a multiple of 2^-6 * x_scale * w_scale below 2^24 of
+        those units, so exact in any order."""
+        torch, dist, world = self.torch, self.dist, self.world
+        m, n, k = shape
+        x, w, sx, sw = self.fp8_inputs(op, shape)
+        if op == "ag_gemm":
+            full = torch.empty((m, k), dtype=self.dtype, device=self.device)
+            dist.all_gather_into_tensor(full.view(torch.uint8), x.view(torch.uint8), group=world)
+            x = full
+        xf, wf = x.float() * sx, w.float() * sw
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            r = torch.matmul(xf, wf.t())
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+        if op == "gemm_rs":
+            out = torch.empty((m // self.size, n), dtype=torch.float32, device=self.device)
+            dist.reduce_scatter_tensor(out, r, group=world)
+            return out
+        if op == "gemm_ar":
+            dist.all_reduce(r, group=world)
+        return r
+
+    def reference(self, op, shape, outs, failed):
+        """(reference output, None) or (None, why there is none)."""
+        if self.args.dtype == "fp8":
+            try:
+                ref = self.fp8_reference(op, shape)
+                self.sync()
+                err = None
+            except Exception as e:  # noqa: BLE001
+                ref, err = None, _short(e)
+            if not self.agree(err is None):
+                return None, f"no reference: the dequantized product failed ({err or 'on another rank'})"
+            return ref, None
+        if SEQ not in outs:
+            return None, f"no reference: {SEQ} failed ({failed.get(SEQ)})"
+        return outs[SEQ], None
+
     # ---- checking ----
 
-    def count_wrong(self, out, ref):
+    def count_wrong(self, out, ref, tol):
         """Elements with |out - ref| > tol * max|ref| (NaN/Inf count), and max|diff| / max|ref|."""
         if out is None or tuple(out.shape) != tuple(ref.shape):
             return max(ref.numel(), 1), float("inf")
@@ -758,7 +1021,7 @@ class Runner:
         r = ref.float()
         d = (out.float() - r).abs()
         scale = max(r.abs().max().item(), 1e-30)
-        bad = ~(d <= self.args.tol * scale)  # NaN compares false: counted
+        bad = ~(d <= tol * scale)  # NaN compares false: counted
         return int(bad.sum().item()), float(d.max().item() / scale)
 
     # ---- measuring ----
@@ -822,10 +1085,10 @@ class Runner:
         return {nm: (slowest([allr[r][j] for r in range(self.size)]), [allr[r][j] for r in range(self.size)])
                 for j, nm in enumerate(names)}
 
-    def check_all(self, outs, ref):
+    def check_all(self, outs, ref, tol):
         """name -> (wrong summed over ranks, max relative diff over ranks)."""
         names = [nm for nm in outs if nm not in BASELINES]
-        local = {nm: self.count_wrong(outs[nm], ref) for nm in names}
+        local = {nm: self.count_wrong(outs[nm], ref, tol) for nm in names}
         rel = self.gather_floats([local[nm][1] if math.isfinite(local[nm][1]) else 1e30 for nm in names])
         res = {}
         for j, nm in enumerate(names):
@@ -861,23 +1124,26 @@ class Runner:
         names = candidate_names(op, args.backend_list, args.cgm_gemm)
         if args.no_torch and TORCH in names:
             names.remove(TORCH)
+        tol = tolerance(args.tol, args.dtype, op, self.size)
+        extra = {"dtype": args.dtype, "tol": tol}
         if problem:
             return build_rows(op, shape, "eager", {nm: {"status": "skipped", "reason": problem} for nm in names},
-                              names)
+                              names, extra)
         fns, skipped = self.candidates(op, shape)
         results = {nm: {"status": "skipped", "reason": why} for nm, why in skipped.items()}
         outs, failed = self.probe(fns)
         for nm, why in failed.items():
-            results[nm] = {"status": "error", "reason": why}
-        if SEQ not in outs:
+            status = failure_status(nm, self.size)
+            results[nm] = {"status": status, "reason": why if status == "error" else f"fails on one rank: {why}"}
+        ref, why = self.reference(op, shape, outs, failed)
+        if ref is None:
             for nm in fns:
-                results[nm] = {"status": "error", "reason": f"no reference: {SEQ} failed ({failed.get(SEQ)})"}
-            return build_rows(op, shape, "eager", results, names)
-        ref = outs[SEQ]
-        first = self.check_all(outs, ref)
+                results[nm] = {"status": "error", "reason": why}
+            return build_rows(op, shape, "eager", results, names, extra)
+        first = self.check_all(outs, ref, tol)
         del outs
         times, last = self.time_rounds(fns, args.warmup, args.iters)
-        final = self.check_all(last, ref)
+        final = self.check_all(last, ref, tol)
         del last
         summary = self.summarize(list(fns), times)
         for nm in fns:
@@ -887,14 +1153,14 @@ class Runner:
                 res["wrong"] = first[nm][0] + final[nm][0]
                 res["max_rel_diff"] = max(first[nm][1], final[nm][1])
             results[nm] = res
-        rows = build_rows(op, shape, "eager", results, names)
+        rows = build_rows(op, shape, "eager", results, names, extra)
         if args.graph:
-            rows += self.run_graph(op, shape, fns, ref, results, names)
+            rows += self.run_graph(op, shape, fns, ref, results, names, extra)
         del fns
         self.release()
         return rows
 
-    def run_graph(self, op, shape, fns, ref, eager, names):
+    def run_graph(self, op, shape, fns, ref, eager, names, extra):
         args = self.args
         graphs, gouts, reasons = self.capture(fns)
         results = {nm: dict(r) for nm, r in eager.items() if r.get("status") != "ok"}
@@ -902,7 +1168,7 @@ class Runner:
             results[nm] = {"status": "skipped", "reason": why}
         if graphs:
             times, _ = self.time_rounds({nm: None for nm in graphs}, args.warmup, args.iters, replay=graphs)
-            checked = self.check_all(gouts, ref)  # the graphs' static outputs after the replays
+            checked = self.check_all(gouts, ref, extra["tol"])  # the graphs' static outputs after the replays
             summary = self.summarize(list(graphs), times)
             for nm in graphs:
                 t, per_rank = summary[nm]
@@ -915,7 +1181,7 @@ class Runner:
                 results[base] = dict(eager[base], reason="eager time (not capturable)")
         del graphs, gouts
         self.release()
-        return build_rows(op, shape, "graph", results, names)
+        return build_rows(op, shape, "graph", results, names, extra)
 
 
 def main(argv=None):
@@ -950,7 +1216,7 @@ def main(argv=None):
         m = runner.machine
         head = (f"# compare_torch.py: {m.get('date_utc')}, {runner.size} x {m.get('gpu')}, torch {m.get('torch')}, "
                 f"CUDA {m.get('cuda')}, NCCL {m.get('nccl')}, commgemm {m.get('commgemm_version', '?')}\n"
-                f"# {args.dtype}, warmup {args.warmup}, iters {args.iters}; time = slowest rank's median (µs); "
+                f"# {dtype_line(args)}, warmup {args.warmup}, iters {args.iters}; time = slowest rank's median (µs); "
                 f"ideal = max(gemm, comm); ratio = time / ideal; vs X = X's time / this time\n")
         text = head + "\n" + format_table(rows) + "\n\n" + (
             f"# wrong values: {report['wrong']}; errors: {report['errors']}; {'OK' if report['ok'] else 'FAILED'}")

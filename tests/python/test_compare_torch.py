@@ -102,7 +102,7 @@ def test_parse_args():
     assert ct.parse_args(["--backends", "p2p-fused,p2p"]).backend_list == ["p2p-fused", "p2p"]
     assert ct.parse_args(["--backends", "p2p-fused,p2p-split"]).backend_list == ["p2p-fused", "p2p-split"]
     for bad in (["--ops", "ag"], ["--backends", "host"], ["--backends", "p2p-ring"], ["--backends", "p2p-lead"],
-                ["--shapes", "1x2"], ["--iters", "0"], ["--dtype", "fp8"]):
+                ["--shapes", "1x2"], ["--iters", "0"], ["--dtype", "fp4"], ["--dtype", "e4m3"]):
         with pytest.raises(SystemExit):
             ct.parse_args(bad)
     opts = ct.options_dict(ct.parse_args(["--graph"]))
@@ -420,6 +420,130 @@ def test_baseline_failure_keeps_rows():
     # the comm baseline was not capturable: its eager time gives the ideal
     assert graph["comm"]["time_us"] == pytest.approx(80.0) and "eager time" in graph["comm"]["reason"]
     assert graph["commgemm-p2p"]["ratio"] == pytest.approx(1.1)
+
+
+# --------------------------------------------------------------------------
+# --dtype fp8
+# --------------------------------------------------------------------------
+
+
+def test_fp8_args_and_options():
+    a = ct.parse_args(["--dtype", "fp8", "--shapes", "4096x4096x4096", "--ops", "ag_gemm,gemm_rs"])
+    assert a.dtype == "fp8" and a.tol is None and a.shape_list == [(4096, 4096, 4096)]
+    opts = ct.options_dict(a)
+    json.dumps(opts)
+    assert opts["dtype"] == "fp8" and opts["fp8"]["x_scale"] == ct.FP8_X_SCALE
+    assert opts["fp8"]["w_scale"] == ct.FP8_W_SCALE and opts["fp8"]["output"] == "bf16"
+    assert opts["fp8"]["scales"] == "the same on every rank" and opts["fp8"]["fast_accum"] is False
+    assert "fp8" not in ct.options_dict(ct.parse_args([]))
+    assert "X 0.5 W 0.25" in ct.dtype_line(a) and "dequantized" in ct.dtype_line(a)
+    assert "nccl+cublas" in ct.dtype_line(ct.parse_args([]))
+    # the fused ops asked of torch follow the dtype
+    assert ct.FUSED_OPS[True] == ("fused_all_gather_scaled_matmul", "fused_scaled_matmul_reduce_scatter")
+    assert ct.FUSED_OPS[False] == ("fused_all_gather_matmul", "fused_matmul_reduce_scatter")
+
+
+def test_fp8_tolerance():
+    u = 2.0 ** -8
+    assert ct.fp8_tolerance("ag_gemm", 8) == 2 * u
+    assert ct.fp8_tolerance("gemm_rs", 1) == 3 * u and ct.fp8_tolerance("gemm_rs", 8) == 17 * u
+    assert ct.fp8_tolerance("gemm_ar", 2) == 5 * u
+    assert ct.tolerance(None, "fp8", "gemm_rs", 4) == 9 * u
+    assert ct.tolerance(None, "bf16", "gemm_rs", 4) == ct.DEFAULT_TOL == 2e-2
+    assert ct.tolerance(1e-3, "fp8", "ag_gemm", 4) == 1e-3  # --tol wins
+    # a bf16 rounding of a value <= max|ref| is within the AG bound, two roundings are not always
+    assert u / 2 <= ct.fp8_tolerance("ag_gemm", 1) < 4 * u
+    assert "dequantized" in ct.reference_name("fp8") and ct.reference_name("bf16") == ct.SEQ
+
+
+def test_failure_status():
+    assert ct.failure_status(ct.TORCH, 1) == "skipped"
+    assert ct.failure_status(ct.TORCH, 2) == "error"
+    assert ct.failure_status("commgemm-p2p", 1) == "error" and ct.failure_status(ct.SEQ, 1) == "error"
+
+
+RS_NEW = ("symm_mem::fused_scaled_matmul_reduce_scatter(Tensor A, Tensor B, Tensor A_scale, Tensor B_scale, "
+          "str reduce_op, int orig_scatter_dim, int scatter_dim_after_maybe_reshape, str group_name, "
+          "SymInt[]? output_shape, Tensor? bias=None, Tensor? result_scale=None, ScalarType? out_dtype=None, "
+          "bool use_fast_accum=False) -> Tensor")
+RS_OLD = ("symm_mem::fused_scaled_matmul_reduce_scatter(Tensor A, Tensor B, Tensor A_scale, Tensor B_scale, "
+          "str reduce_op, int scatter_dim, str group_name, Tensor? bias=None, Tensor? result_scale=None, "
+          "ScalarType? out_dtype=None, bool use_fast_accum=False) -> Tensor")
+AG = ("symm_mem::fused_all_gather_scaled_matmul(Tensor A, Tensor[] Bs, Tensor A_scale, Tensor[] B_scales, "
+      "int gather_dim, str group_name, Tensor?[] biases, Tensor?[] result_scales, ScalarType?[] out_dtypes, "
+      "bool[] use_fast_accum) -> (Tensor, Tensor[])")
+
+
+def test_schema_kwargs():
+    assert ct.schema_arg_names(AG) == ["A", "Bs", "A_scale", "B_scales", "gather_dim", "group_name", "biases",
+                                       "result_scales", "out_dtypes", "use_fast_accum"]
+    assert ct.schema_arg_names("f(Tensor A, *, bool return_A=True) -> (Tensor?, Tensor[])") == ["A", "return_A"]
+    values = {"A": "a", "B": "b", "A_scale": "sa", "B_scale": "sb", "reduce_op": "sum", "scatter_dim": 0,
+              "orig_scatter_dim": 0, "scatter_dim_after_maybe_reshape": 0, "group_name": "0",
+              "output_shape": [64, 32], "out_dtype": "bf16", "use_fast_accum": False}
+    new = ct.schema_kwargs(RS_NEW, values)
+    assert list(new) == ["A", "B", "A_scale", "B_scale", "reduce_op", "orig_scatter_dim",
+                         "scatter_dim_after_maybe_reshape", "group_name", "output_shape", "out_dtype",
+                         "use_fast_accum"]  # bias and result_scale: left to their defaults
+    old = ct.schema_kwargs(RS_OLD, values)
+    assert "scatter_dim" in old and "output_shape" not in old and old["group_name"] == "0"
+    del values["output_shape"]
+    with pytest.raises(ValueError, match="output_shape"):  # no default: it must be filled
+        ct.schema_kwargs(RS_NEW, values)
+    with pytest.raises(ValueError):
+        ct.schema_arg_names("no schema here")
+
+
+def test_fp8_rows_and_report():
+    names = ct.candidate_names("gemm_rs", ["p2p", "nccl"])
+    extra = {"dtype": "fp8", "tol": ct.fp8_tolerance("gemm_rs", 2)}
+    rows = ct.build_rows("gemm_rs", (4096, 4096, 4096), "eager", fake_results(), names, extra)
+    assert all(r["dtype"] == "fp8" and r["tol"] == 5 * 2.0 ** -8 for r in rows)
+    assert [r["candidate"] for r in rows] == names and ct.TORCH in names
+    rep = ct.build_report(rows, {}, ct.options_dict(ct.parse_args(["--dtype", "fp8"])))
+    assert "dequantized" in rep["columns"]["wrong"]
+    assert "nccl+cublas" in ct.build_report(rows, {}, ct.options_dict(ct.parse_args([])))["columns"]["wrong"]
+
+
+def test_run_shape_fp8_checks_every_candidate_against_the_exact_product():
+    torch = pytest.importorskip("torch")
+    r = make_runner(["--dtype", "fp8", "-w", "1", "-i", "2"], torch)
+    plain = r.candidates
+
+    def candidates(op, shape):
+        fns, skipped = plain(op, shape)
+        inner_seq, inner_torch = fns["nccl+cublas"], fns["torch_symm_mem"]
+
+        def seq():  # off by 1.5 bounds in one element: the peer is checked too
+            y = inner_seq().clone()
+            y[1, 1] += 1.5 * ct.fp8_tolerance(op, 1) * y.abs().max()
+            return y
+
+        def rounded():  # bf16 rounding of the exact result: within the bound
+            return inner_seq().to(torch.bfloat16)
+
+        def torch_fails():
+            raise RuntimeError("symmetric memory: group of 1")
+        fns["nccl+cublas"], fns["commgemm-p2p"], fns["torch_symm_mem"] = seq, rounded, torch_fails
+        del inner_torch
+        return fns, skipped
+
+    r.candidates = candidates
+    r.fp8_reference = lambda op, shape: fp8_exact(torch, shape)
+    rows = {x["candidate"]: x for x in r.run_shape("gemm_rs", (64, 32, 16))}
+    assert rows["nccl+cublas"]["wrong"] == 2  # first call and last timed call
+    assert rows["commgemm-p2p"]["wrong"] == 0 and rows["commgemm-p2p"]["status"] == "ok"
+    assert rows["commgemm-nccl"]["wrong"] == 4
+    assert rows["torch_symm_mem"]["status"] == "skipped" and "group of 1" in rows["torch_symm_mem"]["reason"]
+    assert all(x["tol"] == 3 * 2.0 ** -8 and x["dtype"] == "fp8" for x in rows.values())
+
+
+def fp8_exact(torch, shape):
+    m, n, k = shape
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(-8, 9, (m, k), generator=g).double() / 8
+    w = torch.randint(-8, 9, (n, k), generator=g).double() / 8
+    return (x @ w.t()).float()
 
 
 # --------------------------------------------------------------------------
