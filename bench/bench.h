@@ -87,6 +87,8 @@ void bench_largest_shape(const bench_options *opt, int64_t *m, int64_t *n,
 
 /* ------------------------------------------------------------ bench_env */
 
+struct bench_lt_gemm;
+
 /* Where buffers live and how time is measured. Two environments fill this
  * table: host (host memory, a LOCAL bootstrap, the wall clock; bench_env.c)
  * and gpu (cudaMalloc'd buffers with host staging, an NCCL comm from a
@@ -150,7 +152,34 @@ typedef struct bench_env_ops {
      * rank's device (cudaMemGetInfo), once the comm exists. Returns 0, or
      * -1 after printing why. */
     int (*device_memory)(bench_env *env, size_t *free_bytes, size_t *total_bytes);
+    /* Optional (NULL: no peer_us column): one GEMM straight through
+     * cuBLASLt on env->stream (bench_peer_gpu.c), the peer's GEMM. Returns
+     * 0, or -1 after printing why. */
+    int (*lt_gemm)(bench_env *env, const struct bench_lt_gemm *g);
 } bench_env_ops;
+
+/* The peer's GEMM, row-major Y[m, n] = op(X) op(W)^T in commgemm.h's
+ * layouts (x, w stored as the layout says; y [m, n]). fp8 (in e4m3, out
+ * bf16, TN): x_scale and w_scale in cuBLASLt's layouts: one float each for
+ * TENSOR; BLOCK (X 1x128, W 128x128, L = ceil(k / 128), L4 = L rounded up
+ * to 4): x_scale [L][m], w_scale [ceil(n / 128)][L4]. The epilogue as the
+ * op's options take it; aux [m, n] of out; bgrad of bench_lt_bgrad_dtype
+ * (n values; BGRAD: m). */
+typedef struct bench_lt_gemm {
+    cgm_layout layout;
+    cgm_dtype in, out;
+    int64_t m, n, k;
+    const void *x, *w;
+    void *y;
+    cgm_scaling scaling;
+    const float *x_scale, *w_scale;
+    cgm_epilogue epilogue;
+    void *aux, *bgrad;
+} bench_lt_gemm;
+
+/* cuBLASLt's bias-gradient dtype for an output of `out`: out where it is
+ * bf16 or fp16 (no fp32 bias gradient with a 16-bit D), else fp32. */
+cgm_dtype bench_lt_bgrad_dtype(cgm_dtype out);
 
 struct bench_env {
     const bench_env_ops *ops;
@@ -173,6 +202,12 @@ bench_env *bench_env_create(cgm_backend backend);
  * the reason in why), and the GPU environment. */
 int bench_gpu_count(char *why, size_t why_size);
 bench_env *bench_env_gpu_create(void);
+/* bench_peer_gpu.c: the lt_gemm of the GPU environment; *lt is made on the
+ * first call (a cuBLASLt handle, a workspace, the plans of each argument
+ * set) and freed with bench_peer_lt_destroy. */
+typedef struct bench_peer_lt bench_peer_lt;
+int bench_peer_lt_gemm(bench_peer_lt **lt, const bench_lt_gemm *g, void *stream);
+void bench_peer_lt_destroy(bench_peer_lt *lt);
 #endif
 
 /* ---------------------------------------------------------------- data */
@@ -245,6 +280,10 @@ typedef struct bench_row {
     cgm_algo algo;
     /* Over ranks: the slowest rank's median. */
     double time_us, gemm_us, comm_us, seq_us;
+    /* The peer: the environment's own collective and a cuBLASLt GEMM in
+     * sequence (bench_ops.c says which); NAN where not measured (no
+     * cuBLASLt, or an epilogue the sequence needs a kernel of its own for). */
+    double peer_us;
     double ideal_us, ratio, tflops;
     int64_t wrong;
     int failed; /* an op returned an error on some rank */
@@ -307,6 +346,9 @@ cgm_status bench_barrier(bench_context *ctx);
  * op took longer than the same op with no_overlap: time_us > seq_us. */
 #define BENCH_SLOWER_MARK "SLOWER"
 int bench_row_slower(const bench_row *row);
+/* The vs_peer column: time_us / peer_us (< 1: commgemm beats the
+ * sequence); NAN without a peer. */
+double bench_row_vs_peer(const bench_row *row);
 /* Host environment: more busy threads (ranks x threads per rank) than
  * cores; the header then warns and the JSON says "oversubscribed". */
 int bench_oversubscribed(const bench_context *ctx);

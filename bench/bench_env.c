@@ -64,6 +64,7 @@ static const bench_env_ops host_env_ops = {
     NULL,
     NULL,
     NULL, /* no device memory */
+    NULL, /* no cuBLASLt: no peer (peer_us "-") */
 };
 
 static bench_env *host_env_create(void) {

@@ -7,7 +7,8 @@
  * never staged are never touched). Times are CUDA events on the bench's
  * stream. The collectives alone (the comm baseline) and the bench's own
  * barrier/exchange are NCCL calls on that same ncclComm_t: the baseline is
- * NCCL itself, not commgemm's use of it. */
+ * NCCL itself, not commgemm's use of it; the peer's GEMM is cuBLASLt called
+ * straight (bench_peer_gpu.c). */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -33,6 +34,7 @@ typedef struct gpu_env {
     float *sync_host_send, *sync_host_recv; /* pinned twins */
     char id_path[512];                     /* set on rank 0 until removed */
     time_t started;                        /* ids older than this are stale */
+    bench_peer_lt *lt;                     /* the peer's cuBLASLt, once used */
 } gpu_env;
 
 static int cuda_ok(cudaError_t e, const gpu_env *g, const char *what) {
@@ -344,11 +346,17 @@ static int gpu_device_memory(bench_env *env, size_t *free_bytes, size_t *total_b
     return cuda_ok(cudaMemGetInfo(free_bytes, total_bytes), g, "cudaMemGetInfo");
 }
 
+static int gpu_lt_gemm(bench_env *env, const bench_lt_gemm *args) {
+    gpu_env *g = env->impl;
+    return bench_peer_lt_gemm(&g->lt, args, g->stream);
+}
+
 static void gpu_destroy(bench_env *env) {
     gpu_env *g = env->impl;
     if (g) {
         remove_id(g);
         if (g->stream) cudaStreamSynchronize(g->stream);
+        bench_peer_lt_destroy(g->lt);
         /* After cgm_comm_destroy (run_rank), which still uses the ncclComm_t. */
         if (g->nccl) ncclCommDestroy(g->nccl);
         if (g->sync_send) cudaFree(g->sync_send);
@@ -380,6 +388,7 @@ static const bench_env_ops gpu_env_ops = {
     gpu_graph_launch,
     gpu_graph_destroy,
     gpu_device_memory,
+    gpu_lt_gemm,
 };
 
 bench_env *bench_env_gpu_create(void) {

@@ -1,6 +1,8 @@
-/* One row of the table: buffers for an op and shape, the four measurements
+/* One row of the table: buffers for an op and shape, the measurements
  * interleaved round by round (op, GEMM alone, collective alone, op without
- * overlap), the check, and the reduction over ranks. */
+ * overlap, and where the environment has cuBLASLt the peer: its collective
+ * and a cuBLASLt GEMM in sequence), the check, and the reduction over
+ * ranks. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdbool.h>
@@ -9,7 +11,7 @@
 
 #include "bench.h"
 
-enum { MEASURE_OP, MEASURE_GEMM, MEASURE_COMM, MEASURE_SEQ, MEASURE_COUNT };
+enum { MEASURE_OP, MEASURE_GEMM, MEASURE_COMM, MEASURE_SEQ, MEASURE_PEER, MEASURE_COUNT };
 
 typedef struct bench_tensor {
     bench_buffer buffer;
@@ -34,6 +36,12 @@ typedef struct op_setup {
      * no-overlap run; y's first global row and column */
     bench_tensor aux, aux_seq, bgrad, bgrad_seq;
     int64_t y_row0, y_col0;
+    /* The peer (setup_peer): measured when `peer`; its GEMM's arguments,
+     * and what it writes or reads besides gemm_c: GELU_AUX's aux, the bias
+     * gradient, fp8 block scales in cuBLASLt's layouts. */
+    bool peer;
+    bench_lt_gemm peer_gemm;
+    bench_tensor peer_aux, peer_bgrad, peer_x_scales, peer_w_scales;
 } op_setup;
 
 /* ------------------------------------------------------------- buffers */
@@ -147,8 +155,76 @@ static void setup_free(bench_context *ctx, op_setup *s) {
     bench_tensor *all[] = {&s->x, &s->w, &s->y, &s->y_seq, &s->gemm_a,
                            &s->gemm_c, &s->coll_send, &s->coll_recv,
                            &s->coll_mid, &s->bulk_recv, &s->bulk_recv_seq,
-                           &s->aux, &s->aux_seq, &s->bgrad, &s->bgrad_seq};
+                           &s->aux, &s->aux_seq, &s->bgrad, &s->bgrad_seq,
+                           &s->peer_aux, &s->peer_bgrad, &s->peer_x_scales, &s->peer_w_scales};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tensor_free(ctx, all[i]);
+}
+
+cgm_dtype bench_lt_bgrad_dtype(cgm_dtype out) {
+    return out == CGM_DTYPE_BF16 || out == CGM_DTYPE_FP16 ? out : CGM_DTYPE_FP32;
+}
+
+/* fp8 block scales of `src` (bench_fill_fp8's layouts: X [rows][L], W
+ * [ceil(rows / 128)][L]) in cuBLASLt's (bench_lt_gemm) into dst. */
+static int peer_block_scales(bench_context *ctx, const bench_tensor *src, int is_x, bench_tensor *dst) {
+    int64_t rows = src->matrix.rows, L = (src->matrix.cols + 127) / 128;
+    int64_t groups = is_x ? rows : (rows + 127) / 128, L4 = (L + 3) / 4 * 4;
+    if (tensor_alloc(ctx, dst, CGM_DTYPE_FP32, 1, is_x ? L * rows : groups * L4)) return -1;
+    if (ctx->count_only) return 0;
+    const float *from = src->scales.host;
+    float *to = dst->buffer.host;
+    memset(to, 0, dst->buffer.bytes);
+    for (int64_t g = 0; g < groups; g++)
+        for (int64_t b = 0; b < L; b++) to[is_x ? b * rows + g : g * L4 + b] = from[g * L + b];
+    return ctx->env->ops->upload(ctx->env, &dst->buffer);
+}
+
+/* The peer: what a user writes without commgemm, on the environment's own
+ * communicator and cuBLASLt. ag_gemm and bulk: the all-gather of X, then
+ * the GEMM of the whole X (the one gemm_us multiplies: the gather's bytes
+ * land in the comm baseline's buffer) with the op's epilogue. gemm_rs and
+ * gemm_ar: the GEMM into the [m, n] partial, then the reduce-scatter or
+ * all-reduce; with no epilogue only, as an activation of the reduced rows
+ * would take a kernel of its own after the collective. */
+static int setup_peer(bench_context *ctx, op_setup *s, int gathers) {
+    cgm_epilogue e = ctx->opt->epilogue;
+    const bench_tensor *x = gathers ? &s->gemm_a : &s->x;
+    cgm_dtype out = bench_out_dtype(ctx->opt);
+    bench_lt_gemm *g = &s->peer_gemm;
+    s->peer = ctx->env->ops->lt_gemm && ctx->opt->comm_library == 0 && (gathers || e == CGM_EPILOGUE_NONE);
+    /* cuBLASLt's aux takes a leading dimension of a multiple of 8: the peer
+     * is left out where some rank's would not be (alike on every rank). */
+    bool aux = e == CGM_EPILOGUE_GELU_AUX || e == CGM_EPILOGUE_DGELU || e == CGM_EPILOGUE_DGELU_BGRAD;
+    for (int p = 0; aux && p < ctx->nranks; p++)
+        if (cgm_shard_rows(s->n, p, ctx->nranks) % 8) s->peer = false;
+    if (!s->peer) return 0;
+    g->layout = ctx->opt->layout;
+    g->in = ctx->opt->dtype, g->out = out;
+    g->m = s->m, g->n = gathers ? s->slice : s->n, g->k = gathers ? s->k : s->slice;
+    g->x = x->matrix.data, g->w = s->w.matrix.data, g->y = s->gemm_c.matrix.data;
+    g->epilogue = e;
+    if (ctx->opt->dtype == CGM_DTYPE_FP8_E4M3) {
+        g->scaling = ctx->opt->scaling;
+        g->x_scale = x->scales.data, g->w_scale = s->w.scales.data;
+        if (g->scaling != CGM_SCALING_TENSOR) {
+            if (peer_block_scales(ctx, x, 1, &s->peer_x_scales) ||
+                peer_block_scales(ctx, &s->w, 0, &s->peer_w_scales))
+                return -1;
+            g->x_scale = s->peer_x_scales.buffer.data, g->w_scale = s->peer_w_scales.buffer.data;
+        }
+    }
+    if (e == CGM_EPILOGUE_GELU_AUX) {
+        if (tensor_alloc(ctx, &s->peer_aux, out, g->m, g->n)) return -1;
+        g->aux = s->peer_aux.buffer.data;
+    } else if (e == CGM_EPILOGUE_DGELU || e == CGM_EPILOGUE_DGELU_BGRAD) {
+        g->aux = s->aux.buffer.data; /* read only: the op's pre-activation */
+    }
+    if (e == CGM_EPILOGUE_DGELU_BGRAD || e == CGM_EPILOGUE_BGRAD) {
+        if (tensor_alloc(ctx, &s->peer_bgrad, bench_lt_bgrad_dtype(out), 1, e == CGM_EPILOGUE_BGRAD ? g->m : g->n))
+            return -1;
+        g->bgrad = s->peer_bgrad.buffer.data;
+    }
+    return 0;
 }
 
 static int setup_create(bench_context *ctx, cgm_op op, int64_t m, int64_t n,
@@ -214,6 +290,7 @@ static int setup_create(bench_context *ctx, cgm_op op, int64_t m, int64_t n,
         s->y_row0 = op == CGM_OP_GEMM_REDUCE_SCATTER ? s->m_off : 0;
         rc |= setup_epilogue(ctx, s, y_rows, n);
     }
+    if (!rc) rc = setup_peer(ctx, s, gathers);
     return rc ? -1 : 0;
 }
 
@@ -307,11 +384,23 @@ static cgm_status run_comm_alone(bench_context *ctx, op_setup *s) {
     }
 }
 
+/* setup_peer's sequence: the collective alone (setup_peer requires the
+ * environment's own), and the cuBLASLt GEMM before or after it. */
+static cgm_status run_peer(bench_context *ctx, op_setup *s) {
+    bench_env *env = ctx->env;
+    int gathers = s->op == CGM_OP_ALL_GATHER_GEMM || s->op == CGM_OP_BULK;
+    if (!gathers && env->ops->lt_gemm(env, &s->peer_gemm)) return CGM_ERROR_CUBLAS;
+    cgm_status st = run_comm_alone(ctx, s);
+    if (st != CGM_SUCCESS || !gathers) return st;
+    return env->ops->lt_gemm(env, &s->peer_gemm) ? CGM_ERROR_CUBLAS : CGM_SUCCESS;
+}
+
 static cgm_status run_measure(bench_context *ctx, op_setup *s, int which) {
     switch (which) {
     case MEASURE_OP: return run_op(ctx, s, 0);
     case MEASURE_GEMM: return run_gemm_alone(ctx, s);
     case MEASURE_COMM: return run_comm_alone(ctx, s);
+    case MEASURE_PEER: return run_peer(ctx, s);
     default: return run_op(ctx, s, 1);
     }
 }
@@ -433,7 +522,7 @@ static int capture_measurements(bench_context *ctx, op_setup *s, void **graphs,
     if (!all) return -1;
     for (int which = 0; which < MEASURE_COUNT; which++) {
         ok[which] = 0;
-        if (env->ops->capture_begin(env)) continue;
+        if ((which == MEASURE_PEER && !s->peer) || env->ops->capture_begin(env)) continue;
         cgm_status st = run_measure(ctx, s, which);
         if (st != CGM_SUCCESS)
             fprintf(stderr, "commgemm-bench: rank %d: %s: capturing measurement %d "
@@ -481,6 +570,7 @@ int bench_run_row(bench_context *ctx, cgm_op op, int64_t m, int64_t n,
     double *times = calloc((size_t)(MEASURE_COUNT * opt->iters), sizeof *times);
     float *all = calloc((size_t)(ctx->nranks * STAT_COUNT), sizeof *all);
     memset(row, 0, sizeof *row);
+    row->peer_us = NAN;
     row->op = op, row->m = m, row->n = n, row->k = k;
     row->dtype = opt->dtype;
     if (setup_create(ctx, op, m, n, k, &s) || !times || !all) goto done;
@@ -495,6 +585,7 @@ int bench_run_row(bench_context *ctx, cgm_op op, int64_t m, int64_t n,
             capture_measurements(ctx, &s, graphs, &row->graph_mask))
             goto done;
         for (int which = 0; which < MEASURE_COUNT; which++) {
+            if (which == MEASURE_PEER && !s.peer) continue; /* alike on every rank */
             cgm_status st = bench_barrier(ctx);
             if (st == CGM_SUCCESS) {
                 env->ops->timer_start(env);
@@ -516,8 +607,8 @@ int bench_run_row(bench_context *ctx, cgm_op op, int64_t m, int64_t n,
                 goto done;
             }
             if (st != CGM_SUCCESS) {
-                static const char *names[] = {"the op", "the GEMM alone",
-                                              "the collective alone", "the op without overlap"};
+                static const char *names[] = {"the op", "the GEMM alone", "the collective alone",
+                                              "the op without overlap", "the peer (collective and cuBLASLt)"};
                 fprintf(stderr, "commgemm-bench: rank %d: %s m=%" PRId64 " n=%" PRId64
                         " k=%" PRId64 ": %s failed: %s: %s\n", ctx->rank,
                         cgm_op_name(op), m, n, k, names[which],
@@ -552,6 +643,7 @@ int bench_run_row(bench_context *ctx, cgm_op op, int64_t m, int64_t n,
     row->gemm_us = worst[MEASURE_GEMM];
     row->comm_us = worst[MEASURE_COMM];
     row->seq_us = worst[MEASURE_SEQ];
+    row->peer_us = s.peer ? worst[MEASURE_PEER] : NAN;
     row->ideal_us = fmax(row->gemm_us, row->comm_us);
     row->ratio = row->ideal_us > 0 ? row->time_us / row->ideal_us : 0;
     row->tflops = row->time_us > 0 ? 2.0 * (double)m * (double)n * (double)k /

@@ -8,7 +8,7 @@
 #include "bench.h"
 #include "launch.h"
 
-#define ROW_REST " %7s %7s %7s %8s %8s %10s %10s %8s %10s %10s %10s %6s %10s %6s %7s\n"
+#define ROW_REST " %7s %7s %7s %8s %8s %10s %10s %8s %10s %10s %10s %6s %10s %6s %10s %7s %7s\n"
 #define ROW_FORMAT_S "%9s" ROW_REST
 #define HEAD_FORMAT_S "#%8s" ROW_REST
 
@@ -51,6 +51,8 @@ void bench_print_header(FILE *to, const bench_context *ctx, const char *rank_map
             "#   ideal = max(gemm, comm), perfect overlap; ratio = time / ideal (1.0 = perfect)\n"
             "#   seq: the same op with algo no_overlap (collective then GEMM, or GEMM then\n"
             "#   collective); vs_seq %s: time > seq, the overlap lost to the steps in sequence\n"
+            "#   peer: the environment's own collective and a cuBLASLt GEMM in sequence, no\n"
+            "#   commgemm (GPU only: '-' without cuBLASLt); vs_peer = time / peer (< 1: faster)\n"
             "#   #wrong: output elements outside tolerance, of the op and of no_overlap,\n"
             "#   summed over ranks; 'Out of bounds values' (footer): #wrong of every row,\n"
             "#   OK when 0 and no row failed, else FAILED\n", BENCH_SLOWER_MARK);
@@ -60,11 +62,11 @@ void bench_print_header(FILE *to, const bench_context *ctx, const char *rank_map
 void bench_print_table_head(FILE *to) {
     fprintf(to, HEAD_FORMAT_S, "op", "m", "n", "k", "dtype",
             "backend", "algo", "time_us", "TFLOP/s", "gemm_us", "comm_us",
-            "ideal_us", "ratio", "seq_us", "vs_seq", "#wrong");
+            "ideal_us", "ratio", "seq_us", "vs_seq", "peer_us", "vs_peer", "#wrong");
 }
 
 void bench_print_row(FILE *to, const bench_row *row) {
-    char m[24], n[24], k[24], t[6][24], ratio[24], flops[24], wrong[24];
+    char m[24], n[24], k[24], t[6][24], ratio[24], flops[24], wrong[24], peer[24], vs_peer[24];
     snprintf(m, sizeof m, "%" PRId64, row->m);
     snprintf(n, sizeof n, "%" PRId64, row->n);
     snprintf(k, sizeof k, "%" PRId64, row->k);
@@ -72,7 +74,7 @@ void bench_print_row(FILE *to, const bench_row *row) {
         fprintf(to, ROW_FORMAT_S, cgm_op_name(row->op), m, n, k,
                 cgm_dtype_name(row->dtype), cgm_backend_name(row->backend),
                 cgm_algo_name(row->algo), row->failed ? "error" : "skipped", "-", "-", "-", "-", "-", "-", "-",
-                "-");
+                "-", "-", "-");
         return;
     }
     const double values[] = {row->time_us, row->gemm_us, row->comm_us,
@@ -81,10 +83,22 @@ void bench_print_row(FILE *to, const bench_row *row) {
     snprintf(ratio, sizeof ratio, "%.3f", row->ratio);
     snprintf(flops, sizeof flops, "%.3f", row->tflops);
     snprintf(wrong, sizeof wrong, "%" PRId64, row->wrong);
+    double vs = bench_row_vs_peer(row);
+    snprintf(peer, sizeof peer, "-");
+    snprintf(vs_peer, sizeof vs_peer, "-");
+    if (isfinite(vs)) {
+        snprintf(peer, sizeof peer, "%.1f", row->peer_us);
+        snprintf(vs_peer, sizeof vs_peer, "%.3f", vs);
+    }
     fprintf(to, ROW_FORMAT_S, cgm_op_name(row->op), m, n, k,
             cgm_dtype_name(row->dtype), cgm_backend_name(row->backend),
             cgm_algo_name(row->algo), t[0], flops, t[1], t[2], t[3], ratio, t[4],
-            bench_row_slower(row) ? BENCH_SLOWER_MARK : "-", wrong);
+            bench_row_slower(row) ? BENCH_SLOWER_MARK : "-", peer, vs_peer, wrong);
+}
+
+double bench_row_vs_peer(const bench_row *row) {
+    if (row->failed || row->skipped || !isfinite(row->peer_us) || row->peer_us <= 0) return NAN;
+    return row->time_us / row->peer_us;
 }
 
 int bench_oversubscribed(const bench_context *ctx) {
@@ -166,8 +180,10 @@ int bench_write_json(const char *path, const bench_context *ctx,
         json_number(to, "ideal_us", r->ideal_us);
         json_number(to, "ratio", r->ratio);
         json_number(to, "seq_us", r->seq_us);
-        fprintf(to, ", \"slower_than_seq\": %s, \"graph_mask\": %u, \"wrong\": %" PRId64
-                "}", bench_row_slower(r) ? "true" : "false", r->graph_mask, r->wrong);
+        fprintf(to, ", \"slower_than_seq\": %s", bench_row_slower(r) ? "true" : "false");
+        json_number(to, "peer_us", isfinite(bench_row_vs_peer(r)) ? r->peer_us : NAN);
+        json_number(to, "vs_peer", bench_row_vs_peer(r));
+        fprintf(to, ", \"graph_mask\": %u, \"wrong\": %" PRId64 "}", r->graph_mask, r->wrong);
     }
     fprintf(to, "\n  ],\n  \"wrong\": %" PRId64 ",\n  \"errors\": %d,\n", t.wrong, errors);
     fprintf(to, "  \"slower_than_seq\": %d,\n", t.slower);

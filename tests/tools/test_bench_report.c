@@ -2,13 +2,14 @@
  * column and the footer, a row slower than its no_overlap op is marked in
  * the table and the JSON, and the host environment's oversubscription
  * warning appears exactly when ranks x threads exceed the cores. */
+#include <math.h>
 #include <unistd.h>
 
 #include "bench.h"
 #include "harness.h"
 
 static const bench_env_ops host_ops = {"host", NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                                       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                                       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 
 /* What `print` writes, as a string (static storage). */
 static const char *capture(void (*print)(FILE *, const void *), const void *arg) {
@@ -80,7 +81,8 @@ static void run_header(const void *param) {
     CHECK_CONTAINS(h, "vs_seq SLOWER: time > seq");
     CHECK_CONTAINS(h, "#wrong: output elements outside tolerance");
     CHECK_CONTAINS(h, "'Out of bounds values' (footer)");
-    CHECK_CONTAINS(h, "seq_us vs_seq  #wrong\n");
+    CHECK_CONTAINS(h, "peer: the environment's own collective and a cuBLASLt GEMM");
+    CHECK_CONTAINS(h, "seq_us vs_seq    peer_us vs_peer  #wrong\n");
     CHECK_NOT_CONTAINS(h, "WARNING"); /* 2 ranks x 2 threads on 8 cores */
 }
 
@@ -113,6 +115,24 @@ static void run_slower_rows(const void *param) {
     CHECK_CONTAINS(t, "# Slower than no_overlap (SLOWER): 1 of 2 rows");
 }
 
+/* The peer column: '-' where no peer ran (the host environment: no
+ * cuBLASLt), its time and time / peer where one did. */
+static void run_peer_column(const void *param) {
+    (void)param;
+    fixture f;
+    make_fixture(&f, 2, 8, 2);
+    f.rows[0].peer_us = NAN;
+    f.rows[1].peer_us = 60.0; /* time 90 */
+    CHECK(isnan(bench_row_vs_peer(&f.rows[0])));
+    CHECK(fabs(bench_row_vs_peer(&f.rows[1]) - 1.5) < 1e-12);
+    CHECK(isnan(bench_row_vs_peer(&f.rows[2]))); /* failed */
+    const char *t = capture(print_rows, &f);
+    const char *second = strchr(t, '\n');
+    CHECK(second != NULL);
+    CHECK_CONTAINS(t, "SLOWER          -       -       0\n");
+    CHECK_CONTAINS(second, "-       60.0   1.500       0\n");
+}
+
 static void run_json(const void *param) {
     (void)param;
     fixture f;
@@ -130,9 +150,17 @@ static void run_json(const void *param) {
     unlink(path);
     const char *row1 = strstr(json, "\"m\": 512");
     CHECK(row1 != NULL);
-    CHECK_CONTAINS(row1, "\"seq_us\": 100, \"slower_than_seq\": true");
+    CHECK_CONTAINS(row1, "\"seq_us\": 100, \"slower_than_seq\": true, \"peer_us\": null, \"vs_peer\": null,");
     CHECK_CONTAINS(strstr(row1 + 1, "\"m\": 512"), "\"slower_than_seq\": false");
     CHECK_CONTAINS(json, "\"slower_than_seq\": 1,");
+    f.rows[1].peer_us = 45.0; /* time 90 */
+    CHECK_INT_EQ(bench_write_json(path, &f.ctx, f.rows, 3, 1), 0);
+    in = fopen(path, "r");
+    n = in ? fread(json, 1, sizeof json - 1, in) : 0;
+    json[n] = '\0';
+    if (in) fclose(in);
+    unlink(path);
+    CHECK_CONTAINS(json, "\"peer_us\": 45, \"vs_peer\": 2,");
     CHECK_CONTAINS(json, "\"cores\": 2,\n  \"threads_per_rank\": 2,\n  \"oversubscribed\": true");
 }
 
@@ -141,6 +169,7 @@ static void register_cases(void) {
     test_add("oversubscribed_warning", run_oversubscribed, NULL);
     test_add("slower_than_seq_marked", run_slower_rows, NULL);
     test_add("json_slower_than_seq", run_json, NULL);
+    test_add("peer_column", run_peer_column, NULL);
 }
 
 int main(int argc, char **argv) { return test_main(argc, argv, register_cases); }
