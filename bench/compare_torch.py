@@ -871,12 +871,17 @@ class Runner:
                 fns[TORCH] = fused
             else:
                 skipped[TORCH] = self.torch_reason
+        self.add_commgemm(fns, skipped, cg)
+        return fns, skipped
+
+    def add_commgemm(self, fns, skipped, cg):
+        """One candidate per --backend: cg(backend) where its comm was made, else
+        a skipped row saying why."""
         for b in self.args.backend_list:
             if b in self.comms:
                 fns[f"commgemm-{b}"] = cg(b)
             else:
                 skipped[f"commgemm-{b}"] = self.comm_reasons.get(b, "not created")
-        return fns, skipped
 
     def fp8_inputs(self, op, shape):
         """This rank's fp8 X and W (the codes of random(), so the same on every
@@ -959,11 +964,7 @@ class Runner:
                     reason = f"torch.ops.symm_mem.{fused_name}: {_short(e)}"
             if reason is not None:
                 skipped[TORCH] = reason
-        for b in self.args.backend_list:
-            if b in self.comms:
-                fns[f"commgemm-{b}"] = cg(b)
-            else:
-                skipped[f"commgemm-{b}"] = self.comm_reasons.get(b, "not created")
+        self.add_commgemm(fns, skipped, cg)
         return fns, skipped
 
     def fp8_reference(self, op, shape):
