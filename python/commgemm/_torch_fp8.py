@@ -266,7 +266,7 @@ class _Caster:
 # --------------------------------------------------------------------------
 
 
-def _fp8_matrix(name, q):
+def fp8_matrix(name, q):
     """The cgm_matrix of an Fp8Tensor (dense codes; the caller keeps q alive)."""
     rows, cols = q.data.shape
     if not q.data.is_contiguous() or not q.scale.is_contiguous() or q.scale.dtype != torch.float32:
@@ -290,7 +290,7 @@ def fp8_gemm(kind, comm_id, qx, qw, bias, out_dtype, backend="", m=0, gathered=F
     dev = qx.data.device
     with _Launch(qx.data) as launch:
         y = torch.empty((rows, qw.data.shape[0]), dtype=out_dtype, device=dev)
-        mx, mw = _fp8_matrix("x", qx), _fp8_matrix("w", qw)
+        mx, mw = fp8_matrix("x", qx), fp8_matrix("w", qw)
         mb, b_keep = _as_matrix("bias", bias) if bias is not None else (None, None)
         my, _ = _as_matrix("y", y, True)
         opts = _lib.cgm_op_options.init()
@@ -306,7 +306,7 @@ def fp8_gemm(kind, comm_id, qx, qw, bias, out_dtype, backend="", m=0, gathered=F
                 gs = (comm.size,) if qx.scaling == Scaling.TENSOR else (m, -(-k // BLOCK))
                 g = Fp8Tensor(torch.empty((m, k), dtype=qx.data.dtype, device=dev),
                               torch.zeros(gs, dtype=torch.float32, device=dev), qx.scaling)
-                mg = _fp8_matrix("x_gathered", g)
+                mg = fp8_matrix("x_gathered", g)
             st = lib.cgm_all_gather_gemm(h, _ref(mx), _ref(mw), _ref(mb), _ref(my), _ref(mg), ctypes.byref(opts),
                                          launch.stream)
         elif kind == "local":
@@ -350,21 +350,22 @@ def _operand(name, t, scale, w_like):
     return Fp8Tensor(t.contiguous(), scale.contiguous(), scaling)
 
 
-def check_fp8_call(op, x, weight, x_scale, w_scale, out_dtype, layout="TN"):
+def check_fp8_call(op, x, weight, x_scale, w_scale, out_dtype, layout="TN", names=("x", "w")):
     """The checks of an fp8 call, before the library sees it: layout TN,
     both operands fp8 with their scales, the same kind of scaling (per
     tensor or per block) for both, an output dtype the ops write. Returns
-    (X, W) as Fp8Tensors and the output dtype."""
+    (X, W) as Fp8Tensors and the output dtype. names: the operands' names
+    in messages (their scales are name + "_scale")."""
     what = f"commgemm fp8 {op}"
     if _lib.parse_layout(layout) != _lib.Layout.TN:
         raise _lib.NotSupportedError(Status.NOT_SUPPORTED,
                                      f"{what}: fp8 operands with layout {layout}: fp8 takes layout TN only (Hopper's "
                                      "FP8 tensor cores read both operands K-major); pass x as [m, k] and weight as "
                                      "[n, k] (transposed copies) with layout 'TN'")
-    qx, qw = _operand("x", x, x_scale, False), _operand("w", weight, w_scale, True)
+    qx, qw = _operand(names[0], x, x_scale, False), _operand(names[1], weight, w_scale, True)
     if (qx.scaling == Scaling.TENSOR) != (qw.scaling == Scaling.TENSOR):
-        raise _invalid(f"{what}: x_scale is {qx.scaling.name} and w_scale {qw.scaling.name}: expected both per "
-                       "tensor (shape () or (1,)) or both per block (2-D)")
+        raise _invalid(f"{what}: {names[0]}_scale is {qx.scaling.name} and {names[1]}_scale {qw.scaling.name}: "
+                       "expected both per tensor (shape () or (1,)) or both per block (2-D)")
     out_dtype = torch.float32 if out_dtype is None else out_dtype
     if out_dtype not in _OUT_DTYPES:
         raise _invalid(f"{what}: out_dtype {out_dtype}: expected torch.float32, torch.bfloat16 or torch.float16 "

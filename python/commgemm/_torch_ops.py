@@ -187,13 +187,21 @@ def _(x, weight, bias, comm_id, layout, backend, partial_dtype, gemm_reduction):
 
 @torch.library.custom_op("commgemm::bulk_matmul_collective", mutates_args=())
 def _bulk_op(a: Optional[Tensor], b: Optional[Tensor], send: Optional[Tensor], comm_id: int, layout: str,
-             collective: str, m: int, backend: str, gemm_reduction: str) -> Tuple[Tensor, Tensor]:
+             collective: str, m: int, backend: str, gemm_reduction: str, a_scale: Optional[Tensor] = None,
+             b_scale: Optional[Tensor] = None, out_dtype: Optional[torch.dtype] = None) -> Tuple[Tensor, Tensor]:
+    """The bulk op; fp8 a and b (layout TN) with a_scale and b_scale (as
+    fp8_matmul's x_scale and w_scale), c of out_dtype (float32 by default)."""
     comm = comm_by_id(comm_id)
     ref = a if a is not None else send
     with _Launch(ref) as launch:
-        c, recv = _bulk_outputs(a, b, send, comm, layout, collective, m, torch.empty)
-        ma, a_keep = _as_matrix("a", a) if a is not None else (None, None)
-        mb, b_keep = _as_matrix("b", b) if b is not None else (None, None)
+        fp8 = _bulk_fp8(a, b, a_scale, b_scale, out_dtype, layout)
+        c, recv = _bulk_outputs(a, b, send, comm, layout, collective, m, torch.empty, out_dtype=fp8[2] if fp8 else None)
+        if fp8:
+            from ._torch_fp8 import fp8_matrix
+            (ma, mb), a_keep, b_keep = (fp8_matrix("a", fp8[0]), fp8_matrix("b", fp8[1])), fp8[0], fp8[1]
+        else:
+            ma, a_keep = _as_matrix("a", a) if a is not None else (None, None)
+            mb, b_keep = _as_matrix("b", b) if b is not None else (None, None)
         mc = _as_matrix("c", c, True)[0] if a is not None else None
         ms, s_keep = _as_matrix("send", send) if send is not None else (None, None)
         mr = _as_matrix("recv", recv, True)[0] if send is not None else None
@@ -205,10 +213,31 @@ def _bulk_op(a: Optional[Tensor], b: Optional[Tensor], send: Optional[Tensor], c
     return c, recv
 
 
-def _bulk_outputs(a, b, send, comm, layout, collective, m, empty, fake=False):
+def _bulk_fp8(a, b, a_scale, b_scale, out_dtype, layout):
+    """None for a GEMM on fp32/bf16/fp16 a and b (or no GEMM), refusing scales
+    or an out_dtype given with them; else fp8 a and b checked as the fp8
+    functional ops check theirs: (a, b as Fp8Tensors, the output dtype)."""
+    fp8 = a is not None and (a.dtype in _FP8 or b.dtype in _FP8)
+    if not fp8:
+        given = [n for n, v in (("a_scale", a_scale), ("b_scale", b_scale), ("out_dtype", out_dtype)) if v is not None]
+        if given:
+            raise _lib.InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                            f"bulk_matmul_collective: {', '.join(given)} given, but a is "
+                                            f"{getattr(a, 'dtype', None)} and b {getattr(b, 'dtype', None)}: they go "
+                                            "with float8 a and b only (c is a's dtype otherwise); drop them or pass "
+                                            "float8 a and b")
+        return None
+    from ._torch_fp8 import check_fp8_call
+    return check_fp8_call("bulk_matmul_collective", a, b, a_scale, b_scale, out_dtype, layout, names=("a", "b"))
+
+
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _bulk_outputs(a, b, send, comm, layout, collective, m, empty, fake=False, out_dtype=None):
     ref = a if a is not None else send
     if a is not None:
-        c = empty((_split_len(layout, a), _out_cols(layout, b)), dtype=a.dtype, device=a.device)
+        c = empty((_split_len(layout, a), _out_cols(layout, b)), dtype=out_dtype or a.dtype, device=a.device)
     else:
         c = empty((0,), dtype=ref.dtype, device=ref.device)
     if send is not None:
@@ -225,8 +254,12 @@ def _bulk_outputs(a, b, send, comm, layout, collective, m, empty, fake=False):
 
 
 @_bulk_op.register_fake
-def _(a, b, send, comm_id, layout, collective, m, backend, gemm_reduction):
-    return _bulk_outputs(a, b, send, comm_by_id(comm_id), layout, collective, m, torch.empty, fake=True)
+def _(a, b, send, comm_id, layout, collective, m, backend, gemm_reduction, a_scale=None, b_scale=None,
+      out_dtype=None):
+    fp8 = a is not None and (a.dtype in _FP8 or b.dtype in _FP8)
+    c_dtype = (out_dtype or torch.float32) if fp8 else None
+    return _bulk_outputs(a, b, send, comm_by_id(comm_id), layout, collective, m, torch.empty, fake=True,
+                         out_dtype=c_dtype)
 
 
 # --------------------------------------------------------------------------

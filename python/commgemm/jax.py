@@ -110,11 +110,38 @@ def _fp8_inputs(x_name, x, w_name, w, x_scale, w_scale, layout):
 
 
 def _out_default(x, out_dtype):
-    """The output dtype: out_dtype, else x's, float32 for fp8 inputs (an fp8
-    output is not offered here)."""
+    """The output dtype: out_dtype, else x's, float32 for fp8 inputs."""
     if out_dtype is not None:
         return jnp.dtype(out_dtype)
     return jnp.dtype(jnp.float32) if _fp8.is_fp8_name(jnp.dtype(x.dtype).name) else jnp.dtype(x.dtype)
+
+
+def _fp8_output(y, y_scale, y_amax, operands, results, attrs):
+    """An fp8 output's quantization scale (y_scale: a float or a 1-element
+    float32 array; it multiplies on quantize: Y = sat(rne(r * y_scale))) as
+    an operand after the X/W scales, and with y_amax=True a float32 [1]
+    result receiving max |r| of this rank's Y (commgemm.h "FP8"). Call it
+    before the bias and the epilogue add theirs. Returns 1 when it added the
+    result, else 0."""
+    if not _fp8.is_fp8_name(jnp.dtype(y.dtype).name):
+        if y_scale is not None or y_amax:
+            raise ValueError(f"y_scale / y_amax given, but the output is {jnp.dtype(y.dtype)}: they go with a "
+                             "float8 output only (out_dtype=jnp.float8_e4m3fn or float8_e5m2)")
+        return 0
+    if y_scale is None:
+        raise ValueError(f"the output is {jnp.dtype(y.dtype)} without y_scale: an fp8 output needs its "
+                         "quantization scale (Y = sat(rne(r * y_scale))): pass y_scale=1.0 or fp8_max / amax")
+    ys = jnp.asarray(y_scale)
+    if ys.size != 1 or jnp.dtype(ys.dtype) not in (jnp.float32, jnp.float64, jnp.float16, jnp.bfloat16):
+        raise ValueError(f"y_scale has {ys.size} values of {ys.dtype}: expected one float (per-tensor scaling "
+                         "of Y)")
+    operands.append(ys.astype(jnp.float32).reshape(1))
+    attrs["y_scale"] = np.int32(1)
+    if not y_amax:
+        return 0
+    attrs["y_amax"] = np.int32(1)
+    results.append(jax.ShapeDtypeStruct((1,), jnp.float32))
+    return 1
 
 
 def _check_2d(name, a):
@@ -185,7 +212,8 @@ def _epilogue(epilogue, aux, y, bgrad_len, operands, results, attrs):
 
 def all_gather_matmul(x_shard, w, bias=None, *, comm, m=None, layout="TN", algo="auto", splits=0, backend=None,
                       allow_tf32=False, out_dtype=None, return_gathered=False, gemm_reduction=None, x_scale=None,
-                      w_scale=None, fp8_fast_accum=False, epilogue=None, aux=None, _after=None, _marked=False):
+                      w_scale=None, fp8_fast_accum=False, epilogue=None, aux=None, y_scale=None, y_amax=False,
+                      _after=None, _marked=False):
     """AG+GEMM: Y[m, n] = allgather(X) . op(W) (+ bias), cgm_all_gather_gemm.
 
     x_shard: this rank's rows, [m_r, k] (TN, NN) or [k, m_r] (NT), m_r =
@@ -198,13 +226,16 @@ def all_gather_matmul(x_shard, w, bias=None, *, comm, m=None, layout="TN", algo=
     "fp32" (None: the comm's; every op takes it, docs/PYTHON.md).
     FP8 (layout TN): float8_e4m3fn / float8_e5m2 x_shard and w with x_scale
     and w_scale (float32; () or (1,) per tensor, 2-D per block: commgemm.fp8);
-    the output is float32 unless out_dtype says; with return_gathered also
-    the gathered scales (P per tensor, rank s's at [s]; [m, ceil(k/128)]
-    per block), after the gathered X.
+    the output is float32 unless out_dtype says (bf16, fp16, or
+    float8_e4m3fn / float8_e5m2 with y_scale, a float or 1-element array
+    that multiplies on quantize: Y = sat(rne(r * y_scale)); y_amax=True also
+    returns max |r| of this rank's Y, float32 [1], after the gathered X);
+    with return_gathered also the gathered scales (P per tensor, rank s's
+    at [s]; [m, ceil(k/128)] per block), after the gathered X.
     epilogue: None, "gelu", "gelu_aux", "dgelu" or "dgelu_bgrad" (commgemm.h
     "Epilogues"); aux: the [m, n] pre-activation dgelu/dgelu_bgrad read.
-    Returns y, then the gathered X (return_gathered), then the aux that
-    gelu_aux writes, then dgelu_bgrad's bias gradient [n]; y alone bare.
+    Returns y, then the gathered X and its scales (return_gathered), then
+    y_amax (y_amax=True), then the aux that gelu_aux writes, then dgelu_bgrad's bias gradient [n]; y alone bare.
     Not differentiable: see column_parallel_linear. (_after, _marked: the
     layers' order markers, see _call.)"""
     layout = _layout_name(layout)
@@ -221,10 +252,12 @@ def all_gather_matmul(x_shard, w, bias=None, *, comm, m=None, layout="TN", algo=
             per_tensor = fp8_attrs["scaling"] == Scaling.TENSOR
             gs = (comm.size,) if per_tensor else _fp8.scale_shape(Scaling.BLOCK_1X128, m, k)
             results.append(jax.ShapeDtypeStruct(gs, jnp.float32))
-    operands = [x_shard, w] + scales + ([bias] if bias is not None else [])
+    operands = [x_shard, w] + scales
     attrs = _comm_attrs(comm, layout, algo, splits, backend, allow_tf32, gemm_reduction=gemm_reduction)
     attrs.update(fp8_attrs, **({"fp8_fast_accum": np.int32(1)} if fp8_fast_accum else {}))
-    extra = _epilogue(epilogue, aux, results[0], n, operands, results, attrs)
+    extra = _fp8_output(results[0], y_scale, y_amax, operands, results, attrs)
+    operands += [bias] if bias is not None else []
+    extra += _epilogue(epilogue, aux, results[0], n, operands, results, attrs)
     out, marker = _call("commgemm_all_gather_gemm", results, operands, attrs, _after)
     return _with_marker(out if return_gathered or extra else out[0], marker, _marked)
 
@@ -243,7 +276,7 @@ def _total_rows(comm, rows, m, what="all_gather_matmul"):
 
 
 def _reduce_op(target, x, w, bias, comm, layout, algo, splits, backend, allow_tf32, out_dtype, partial_dtype,
-               gemm_reduction, scatter, fp8=(None, None, False), epilogue=None, aux=None, after=None,
+               gemm_reduction, scatter, fp8=(None, None, False, None, False), epilogue=None, aux=None, after=None,
                marked=False):
     layout = _layout_name(layout)
     _check_2d("x", x)
@@ -253,40 +286,45 @@ def _reduce_op(target, x, w, bias, comm, layout, algo, splits, backend, allow_tf
     rows = shard_rows(m, comm.rank, comm.size) if scatter else m
     n = _out_cols(layout, w)
     results = [jax.ShapeDtypeStruct((rows, n), _out_default(x, out_dtype))]
-    operands = [x, w] + scales + ([bias] if bias is not None else [])
+    operands = [x, w] + scales
     attrs = _comm_attrs(comm, layout, algo, splits, backend, allow_tf32, partial_dtype, gemm_reduction)
     attrs.update(fp8_attrs, **({"fp8_fast_accum": np.int32(1)} if fp8[2] else {}))
-    extra = _epilogue(epilogue, aux, results[0], n, operands, results, attrs)
+    extra = _fp8_output(results[0], fp8[3], fp8[4], operands, results, attrs)
+    operands += [bias] if bias is not None else []
+    extra += _epilogue(epilogue, aux, results[0], n, operands, results, attrs)
     out, marker = _call(target, results, operands, attrs, after)
     return _with_marker(out if extra else out[0], marker, marked)
 
 
 def matmul_reduce_scatter(x, w, bias=None, *, comm, layout="TN", algo="auto", splits=0, backend=None,
                           allow_tf32=False, out_dtype=None, partial_dtype=None, gemm_reduction=None,
-                          x_scale=None, w_scale=None, fp8_fast_accum=False, epilogue=None, aux=None, _after=None,
-                          _marked=False):
+                          x_scale=None, w_scale=None, fp8_fast_accum=False, epilogue=None, aux=None, y_scale=None,
+                          y_amax=False, _after=None, _marked=False):
     """GEMM+RS: this rank's rows [m_r, n] of sum_ranks X . op(W) (+ bias, added
     once), cgm_gemm_reduce_scatter. x: [m, k_loc] (TN, NN) or [k_loc, m]; w:
     [n, k_loc] (TN) or [k_loc, n]. partial_dtype: "fp32" or "output", the
     same on every rank; gemm_reduction: "any" or "fp32"; None: the comm's.
-    FP8: x_scale, w_scale, fp8_fast_accum as all_gather_matmul's (each
-    rank's x and w with their own scales). epilogue, aux: as
+    FP8: x_scale, w_scale, fp8_fast_accum, y_scale, y_amax as
+    all_gather_matmul's (each rank's x and w with their own scales; y_amax
+    of this rank's rows). epilogue, aux: as
     all_gather_matmul's, applied after the reduction (aux shaped like the
     output). Not differentiable: see row_parallel_linear."""
     return _reduce_op("commgemm_gemm_reduce_scatter", x, w, bias, comm, layout, algo, splits, backend, allow_tf32,
-                      out_dtype, partial_dtype, gemm_reduction, True, (x_scale, w_scale, fp8_fast_accum), epilogue,
-                      aux, _after, _marked)
+                      out_dtype, partial_dtype, gemm_reduction, True,
+                      (x_scale, w_scale, fp8_fast_accum, y_scale, y_amax), epilogue, aux, _after, _marked)
 
 
 def matmul_all_reduce(x, w, bias=None, *, comm, layout="TN", algo="auto", splits=0, backend=None,
                       allow_tf32=False, out_dtype=None, partial_dtype=None, gemm_reduction=None,
-                      x_scale=None, w_scale=None, fp8_fast_accum=False, epilogue=None, aux=None, _after=None,
-                      _marked=False):
+                      x_scale=None, w_scale=None, fp8_fast_accum=False, epilogue=None, aux=None, y_scale=None,
+                      y_amax=False, _after=None, _marked=False):
     """GEMM+AR: Y[m, n] = sum_ranks X . op(W) (+ bias, added once) on every rank,
-    cgm_gemm_all_reduce. Operands and options as matmul_reduce_scatter's."""
+    cgm_gemm_all_reduce. Operands and options as matmul_reduce_scatter's (an
+    fp8 Y is the same on every rank where the ranks pass the same y_scale;
+    y_amax is of all of Y, the same on every rank)."""
     return _reduce_op("commgemm_gemm_all_reduce", x, w, bias, comm, layout, algo, splits, backend, allow_tf32,
-                      out_dtype, partial_dtype, gemm_reduction, False, (x_scale, w_scale, fp8_fast_accum), epilogue,
-                      aux, _after, _marked)
+                      out_dtype, partial_dtype, gemm_reduction, False,
+                      (x_scale, w_scale, fp8_fast_accum, y_scale, y_amax), epilogue, aux, _after, _marked)
 
 
 def bulk_matmul_collective(a=None, b=None, bias=None, send=None, *, comm, collective="all_gather", m=None,

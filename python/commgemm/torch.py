@@ -301,12 +301,19 @@ def matmul_all_reduce(x, weight, bias=None, *, comm, backend=None, partial_dtype
 
 
 def bulk_matmul_collective(a=None, b=None, send=None, *, comm, layout="TN", collective="all_gather", m=None,
-                           backend=None, gemm_reduction=None):
+                           backend=None, gemm_reduction=None, a_scale=None, b_scale=None, out_dtype=None):
     """c = op(a) . op(b) (local GEMM, layout as in commgemm.h) overlapped with an unrelated
     collective on `send` (all_gather: [m_r, cols] -> [m, cols]; reduce_scatter: [m, cols] ->
     [m_r, cols], fp32 sums). Returns (c, recv); a half left out gives an empty tensor.
-    gemm_reduction: the GEMM's ("any", "fp32"; None: the comm's). Not differentiable."""
+    gemm_reduction: the GEMM's ("any", "fp32"; None: the comm's). FP8 (layout TN): float8
+    a [rows, k] and b [n, k] with a_scale and b_scale (as all_gather_matmul's x_scale and
+    w_scale: () or (1,) per tensor, 2-D per block); c is out_dtype (torch.float32 by default,
+    bfloat16 or float16). Not differentiable (fp8 inputs that require grad are refused)."""
     comm_id = _comm_arg(comm)
+    if a is not None and b is not None and (a.dtype in _FP8_DTYPES or b.dtype in _FP8_DTYPES):
+        out_dtype = check_fp8_call("bulk_matmul_collective", a, b, a_scale, b_scale, out_dtype, layout,
+                                   names=("a", "b"))[2]
+        refuse_fp8_grad("bulk_matmul_collective", (a, b, a_scale, b_scale))
     if (a is None) != (b is None):
         raise _lib.InvalidArgumentError(Status.INVALID_ARGUMENT,
                                         f"bulk_matmul_collective: a is {'None' if a is None else 'given'} and b is "
@@ -318,7 +325,8 @@ def bulk_matmul_collective(a=None, b=None, send=None, *, comm, layout="TN", coll
     if send is not None and m is None:
         m = send.shape[0] * comm.size if _lib.parse_collective(collective) == _lib.Collective.ALL_GATHER else 0
     return _ops.bulk_matmul_collective(a, b, send, comm_id, layout, collective, int(m or 0),
-                                       _backend_arg(backend), _gemm_reduction_arg(gemm_reduction))
+                                       _backend_arg(backend), _gemm_reduction_arg(gemm_reduction), a_scale, b_scale,
+                                       out_dtype)
 
 
 

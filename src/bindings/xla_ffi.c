@@ -20,8 +20,12 @@
  * BLOCK_128X128) says that X and W are fp8 (f8e4m3fn, f8e5m2) and that
  * their f32 scales follow W as two more operands (x, w, x_scale, w_scale
  * [, bias]; bulk: a, b, a_scale, b_scale [, bias][, send]); AG+GEMM's
- * gathered X then comes with a third result, its scales. The stream is XLA's on a GPU backend, NULL on the
- * host backend. Errors come back as XLA errors carrying cgm_last_error(). */
+ * gathered X then comes with a third result, its scales. An fp8 Y (the
+ * three ops; not bulk): attribute y_scale = 1 says that its f32 quantization
+ * scale [1] is an operand after X's and W's scales (x, w[, x_scale,
+ * w_scale], y_scale[, bias]); y_amax = 1 asks for max |r| as an f32 [1]
+ * result after Y's (and the gathered X's). The stream is XLA's on a GPU
+ * backend, NULL on the host backend. Errors come back as XLA errors carrying cgm_last_error(). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -97,6 +101,9 @@ typedef struct xffi_call {
     /* X's cgm_scaling where X and W are fp8 (their scales are operands), else
      * CGM_SCALING_NONE */
     int scaling;
+    /* an fp8 Y's y_scale operand and y_amax result are present (attributes
+     * y_scale, y_amax) */
+    int y_scale, y_amax;
 } xffi_call;
 
 static bool name_is(const xffi_span *s, const char *name) {
@@ -161,6 +168,10 @@ static xffi_error *call_of(const xffi_frame *f, const char *op, cgm_op cop, xffi
                             "%d (X 1x128 blocks, W 128x128), found %" PRId64, CGM_SCALING_NONE, CGM_SCALING_TENSOR,
                             CGM_SCALING_BLOCK_1X128, v);
             c->scaling = (int)v;
+        } else if (cop != CGM_OP_BULK && name_is(name, "y_scale")) {
+            c->y_scale = v != 0;
+        } else if (cop != CGM_OP_BULK && name_is(name, "y_amax")) {
+            c->y_amax = v != 0;
         } else if (cop == CGM_OP_BULK && name_is(name, "gemm")) {
             c->gemm = v != 0;
         } else if (cop == CGM_OP_BULK && name_is(name, "bias")) {
@@ -175,7 +186,7 @@ static xffi_error *call_of(const xffi_frame *f, const char *op, cgm_op cop, xffi
             return fail(f, XFFI_INVALID_ARGUMENT, op, "unknown attribute %.*s: expected comm, layout, algo, splits, "
                         "backend, allow_tf32, partial_dtype, gemm_reduction, fp8_fast_accum, scaling, epilogue, "
                         "ordered%s", (int)name->len, name->ptr,
-                        cop == CGM_OP_BULK ? ", gemm, bias or collective" : "");
+                        cop == CGM_OP_BULK ? ", gemm, bias or collective" : ", y_scale or y_amax");
         }
     }
     if (!have_comm || !c->comm)
@@ -283,6 +294,18 @@ static xffi_error *scales_of(const xffi_frame *f, const char *op, int64_t i, int
                     scaling == CGM_SCALING_TENSOR ? CGM_SCALING_TENSOR : CGM_SCALING_BLOCK_128X128, w);
 }
 
+/* A float32 buffer of one element (an fp8 Y's y_scale or y_amax), in *p. */
+static xffi_error *one_float(const xffi_frame *f, const char *op, const char *what, const xffi_buffer *b,
+                             float **p) {
+    int64_t n = 1;
+    for (int64_t d = 0; d < b->rank; d++) n *= b->dims[d];
+    if (b->dtype != XFFI_F32 || n != 1)
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "%s: expected one float32 (shape (1,)), found XLA dtype %d with "
+                    "%" PRId64 " elements", what, b->dtype, n);
+    *p = b->data;
+    return NULL;
+}
+
 /* The operands and results an epilogue adds (commgemm.h "Epilogues"):
  * aux read (DGELU, DGELU_BGRAD) after the bias; aux written (GELU_AUX), then
  * bgrad (DGELU_BGRAD, BGRAD), after the op's own results. */
@@ -313,34 +336,36 @@ static xffi_error *epilogue_buffers(const xffi_frame *f, const char *op, xffi_ca
 }
 
 /* Checks the frame and the operand and result counts (x, w[, x_scale,
- * w_scale][, bias][, aux]; y[, x_gathered[, x_gathered_scale]][, aux][,
- * bgrad]); fills x, w (with their scales where c's scaling is set), bias
- * (NULL when absent), y, the gathered X (and its scales) when asked for,
- * and the epilogue's buffers. */
+ * w_scale][, y_scale][, bias][, aux]; y[, x_gathered[, x_gathered_scale]][,
+ * y_amax][, aux][, bgrad]); fills x, w (with their scales where c's scaling
+ * is set), bias (NULL when absent), y (with its scale), the gathered X (and
+ * its scales) when asked for, y_amax and the epilogue's buffers. */
 static xffi_error *operands(const xffi_frame *f, const char *op, xffi_call *c, bool ag, cgm_matrix *x,
                             cgm_matrix *w, cgm_matrix *bias, const cgm_matrix **bias_p, cgm_matrix *y,
                             cgm_matrix *extra, bool *has_extra, epilogue_io *io) {
     xffi_error *e;
     epilogue_counts(c->opt.epilogue, io);
-    int64_t ns = c->scaling ? 2 : 0, eps = io->aux_out + io->bgrad, gathered = ag ? 1 + (ns > 0) : 0;
+    int64_t ns = (c->scaling ? 2 : 0) + c->y_scale, eps = c->y_amax + io->aux_out + io->bgrad;
+    int64_t gathered = ag ? 1 + (c->scaling != 0) : 0;
     if (f->args.size < 2 + ns + io->aux_in || f->args.size > 3 + ns + io->aux_in)
-        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %d or %d operands (x, w%s[, bias]%s), found %" PRId64,
-                    (int)(2 + ns + io->aux_in), (int)(3 + ns + io->aux_in), ns ? ", x_scale, w_scale" : "",
-                    io->aux_in ? ", aux" : "", f->args.size);
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %d or %d operands (x, w%s%s[, bias]%s), found %" PRId64,
+                    (int)(2 + ns + io->aux_in), (int)(3 + ns + io->aux_in), c->scaling ? ", x_scale, w_scale" : "",
+                    c->y_scale ? ", y_scale" : "", io->aux_in ? ", aux" : "", f->args.size);
     if (f->rets.size != 1 + eps && f->rets.size != 1 + gathered + eps) {
         char count[32];
         if (ag)
             snprintf(count, sizeof count, "%d or %d results", (int)(1 + eps), (int)(1 + gathered + eps));
         else
             snprintf(count, sizeof count, "%d result%s", (int)(1 + eps), eps ? "s" : "");
-        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %s (y%s%s%s), found %" PRId64 " results", count,
-                    !ag ? "" : ns ? "[, x_gathered, x_gathered_scale]" : "[, x_gathered]", io->aux_out ? ", aux" : "",
-                    io->bgrad ? ", bgrad" : "", f->rets.size);
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %s (y%s%s%s%s), found %" PRId64 " results", count,
+                    !ag ? "" : c->scaling ? "[, x_gathered, x_gathered_scale]" : "[, x_gathered]",
+                    c->y_amax ? ", y_amax" : "", io->aux_out ? ", aux" : "", io->bgrad ? ", bgrad" : "",
+                    f->rets.size);
     }
     if ((e = all_buffers(f, op))) return e;
     if ((e = matrix_of(f, op, "x", f->args.items[0], false, x))) return e;
     if ((e = matrix_of(f, op, "w", f->args.items[1], false, w))) return e;
-    if (ns && (e = scales_of(f, op, 2, c->scaling, x, w))) return e;
+    if (c->scaling && (e = scales_of(f, op, 2, c->scaling, x, w))) return e;
     int in = 2 + (int)ns, out = 1;
     *bias_p = NULL;
     if (f->args.size == 3 + ns + io->aux_in) {
@@ -348,12 +373,20 @@ static xffi_error *operands(const xffi_frame *f, const char *op, xffi_call *c, b
         *bias_p = bias;
     }
     if ((e = matrix_of(f, op, "y (result 0)", f->rets.items[0], false, y))) return e;
+    if (c->y_scale) {
+        float *ys;
+        if ((e = one_float(f, op, "y_scale", f->args.items[c->scaling ? 4 : 2], &ys))) return e;
+        y->scale = ys;
+        y->scaling = CGM_SCALING_TENSOR;
+    }
     *has_extra = ag && f->rets.size == 1 + gathered + eps;
     if (*has_extra) {
         if ((e = matrix_of(f, op, "x_gathered (result 1)", f->rets.items[out++], false, extra))) return e;
-        if (ns && (e = scale_of(f, op, "x_gathered_scale (result 2)", f->rets.items[out++], c->scaling, extra)))
+        if (c->scaling &&
+            (e = scale_of(f, op, "x_gathered_scale (result 2)", f->rets.items[out++], c->scaling, extra)))
             return e;
     }
+    if (c->y_amax && (e = one_float(f, op, "y_amax", f->rets.items[out++], &c->opt.y_amax))) return e;
     return epilogue_buffers(f, op, c, io, &in, &out);
 }
 

@@ -1,7 +1,8 @@
 """FP8 through commgemm.jax's ops on CPU arrays (host backend), eager and
 under jax.jit: float8_e4m3fn / float8_e5m2 operands with per-tensor or block
 scales as operands of the XLA FFI custom calls, against a float64 reference
-from the dequantized operands; AG+GEMM's gathered bytes and scales; the jnp
+from the dequantized operands; fp8 outputs (y_scale, y_amax) against the
+numpy ops; AG+GEMM's gathered bytes and scales; the jnp
 quantization helpers against commgemm.fp8's; refusals.
 
     JAX_PLATFORMS=cpu python3 -m pytest tests/python/test_jax_fp8_host.py -q
@@ -96,6 +97,92 @@ def test_jax_fp8_ops(nranks, m, recipe):
     assert all(c > 0 for c in ranks.run(body_ops, nranks, m, recipe))
 
 
+def _fp8_out_close(got, want, y_scale, what):
+    """An fp8 Y within one code (3 or 2 mantissa bits) of want * y_scale, saturated."""
+    got, want = np.asarray(got), np.asarray(want, np.float64)
+    fmax = fp8.FP8_MAX[got.dtype.name]
+    target = np.clip(want * y_scale, -fmax, fmax)
+    ulp = 2.0 ** -(3 if got.dtype.name == "float8_e4m3fn" else 2)
+    err = np.abs(got.astype(np.float64) - target)
+    assert (err <= ulp * np.abs(target) + 2.0 ** -9).all(), f"{what}: fp8 Y off by more than a code: {err.max()}"
+
+
+def body_fp8_out(comm, m, recipe, out_name):
+    """An fp8 Y (y_scale, y_amax) from the three JAX ops, eager and jitted (y_scale
+    a traced array or a float): the bytes and amax of the numpy ops on the same
+    operands, and within one code of the float64 reference."""
+    import jax
+    import jax.numpy as jnp
+    import ml_dtypes
+    import commgemm.jax as cj
+    jax.config.update("jax_platforms", "cpu")
+    P, r = comm.size, comm.rank
+    off, mr = comm.shard_offset(m), comm.shard_rows(m)
+    xsc = fp8.Scaling.TENSOR if recipe == "tensor" else fp8.Scaling.BLOCK_1X128
+    wsc = fp8.Scaling.TENSOR if recipe == "tensor" else fp8.Scaling.BLOCK_128X128
+    odt = getattr(jnp, out_name)
+    e4 = jnp.float8_e4m3fn
+    xq = [cj.quantize(jnp.asarray(_rand(40 + q, (m, K))), e4, xsc) for q in range(P)]
+    wq = [cj.quantize(jnp.asarray(_rand(50 + q, (N, K))), e4, wsc) for q in range(P)]
+    npx = [(np.asarray(c), np.asarray(s)) for c, s in xq]
+    npw = [(np.asarray(c), np.asarray(s)) for c, s in wq]
+    deqx = [fp8.dequantize(c, s, xsc) for c, s in npx]
+    deqw = [fp8.dequantize(c, s, wsc) for c, s in npw]
+    bias = _rand(9, (N,)).astype(ml_dtypes.bfloat16)
+    ag_want = np.concatenate([deqx[q][commgemm.shard_offset(m, q, P):][:commgemm.shard_rows(m, q, P)]
+                              for q in range(P)]) @ deqw[r].T
+    total = sum(deqx[q] @ deqw[q].T for q in range(P)) + bias.astype(np.float64)
+    ys = np.float32(0.7 * fp8.FP8_MAX[out_name] / max(np.abs(total).max(), np.abs(ag_want).max()))
+    xs_r, xss_r = xq[r][0][off:off + mr], xq[r][1] if recipe == "tensor" else xq[r][1][off:off + mr]
+    checked = 0
+    for jit in (False, True):
+        wrap = jax.jit if jit else (lambda f: f)
+        y_scale = jnp.asarray([ys]) if jit else float(ys)  # traced under jit, a Python float eager
+        # AG+GEMM with the gathered X: y, gathered, its scales, then y_amax
+        ag = wrap(lambda x, w, xs, ws_, sc: cj.all_gather_matmul(
+            x, w, comm=comm, m=m, x_scale=xs, w_scale=ws_, out_dtype=odt, y_scale=sc, y_amax=True,
+            return_gathered=True))
+        y, g, gs, amax = ag(xs_r, wq[r][0], xss_r, wq[r][1], y_scale)
+        assert y.dtype == odt and amax.shape == (1,) and amax.dtype == jnp.float32 and g.dtype == e4
+        np_amax = np.zeros(1, np.float32)
+        np_y = commgemm.all_gather_gemm(comm, np.asarray(xs_r), npw[r][0], x_scale=np.asarray(xss_r),
+                                        w_scale=npw[r][1], m=m, out_dtype=np.dtype(getattr(ml_dtypes, out_name)),
+                                        y_scale=ys, y_amax=np_amax)
+        np.testing.assert_array_equal(np.asarray(y).view(np.uint8), np_y.view(np.uint8))
+        np.testing.assert_array_equal(np.asarray(amax), np_amax)
+        _fp8_out_close(y, ag_want, ys, f"AG -> {out_name} jit={jit}")
+        np.testing.assert_allclose(float(amax[0]), np.abs(ag_want).max(), rtol=1e-5)
+        # GEMM+RS with a bf16 bias (the operand after y_scale), GEMM+AR without y_amax
+        rs = wrap(lambda x, w, xs, ws_, sc, b: cj.matmul_reduce_scatter(
+            x, w, b, comm=comm, x_scale=xs, w_scale=ws_, out_dtype=odt, y_scale=sc, y_amax=True))
+        y, amax = rs(xq[r][0], wq[r][0], xq[r][1], wq[r][1], y_scale, jnp.asarray(bias))
+        np_y = commgemm.gemm_reduce_scatter(comm, npx[r][0], npw[r][0], bias=bias, x_scale=npx[r][1],
+                                            w_scale=npw[r][1], out_dtype=np.dtype(getattr(ml_dtypes, out_name)),
+                                            y_scale=ys, y_amax=np_amax)
+        np.testing.assert_array_equal(np.asarray(y).view(np.uint8), np_y.view(np.uint8))
+        np.testing.assert_array_equal(np.asarray(amax), np_amax)
+        _fp8_out_close(y, total[off:off + mr], ys, f"RS -> {out_name} jit={jit}")
+        np.testing.assert_allclose(float(amax[0]), np.abs(total[off:off + mr]).max() if mr else 0, rtol=1e-5)
+        ar = wrap(lambda x, w, xs, ws_, sc, b: cj.matmul_all_reduce(
+            x, w, b, comm=comm, x_scale=xs, w_scale=ws_, out_dtype=odt, y_scale=sc))
+        y = ar(xq[r][0], wq[r][0], xq[r][1], wq[r][1], y_scale, jnp.asarray(bias))
+        assert y.dtype == odt
+        _fp8_out_close(y, total, ys, f"AR -> {out_name} jit={jit}")
+        ar = wrap(lambda x, w, xs, ws_, sc, b: cj.matmul_all_reduce(
+            x, w, b, comm=comm, x_scale=xs, w_scale=ws_, out_dtype=odt, y_scale=sc, y_amax=True))
+        y2, amax = ar(xq[r][0], wq[r][0], xq[r][1], wq[r][1], y_scale, jnp.asarray(bias))
+        np.testing.assert_array_equal(np.asarray(y2).view(np.uint8), np.asarray(y).view(np.uint8))
+        np.testing.assert_allclose(float(amax[0]), np.abs(total).max(), rtol=1e-5)
+        checked += 4
+    return checked
+
+
+@pytest.mark.parametrize("nranks,m,recipe", [(1, 3, "tensor"), (2, 7, "block"), (3, 5, "tensor")])
+@pytest.mark.parametrize("out_name", ["float8_e4m3fn", "float8_e5m2"])
+def test_jax_fp8_output(nranks, m, recipe, out_name):
+    assert all(c == 8 for c in ranks.run(body_fp8_out, nranks, m, recipe, out_name))
+
+
 def body_bad_input(comm):
     import jax
     import jax.numpy as jnp
@@ -113,6 +200,15 @@ def body_bad_input(comm):
         cj.matmul_all_reduce(x, w.T, comm=comm, x_scale=xs, w_scale=ws, layout="NN")
     with pytest.raises(ValueError, match="x_scale given"):
         cj.matmul_all_reduce(jnp.ones((4, 8)), jnp.ones((3, 8)), comm=comm, x_scale=xs)
+    with pytest.raises(ValueError, match="y_scale / y_amax given, but the output is float32"):
+        cj.matmul_all_reduce(x, w, comm=comm, x_scale=xs, w_scale=ws, y_scale=1.0)
+    with pytest.raises(ValueError, match="y_scale / y_amax given, but the output is bfloat16"):
+        cj.all_gather_matmul(x, w, comm=comm, x_scale=xs, w_scale=ws, out_dtype=jnp.bfloat16, y_amax=True)
+    with pytest.raises(ValueError, match="without y_scale"):
+        cj.matmul_reduce_scatter(x, w, comm=comm, x_scale=xs, w_scale=ws, out_dtype=jnp.float8_e4m3fn)
+    with pytest.raises(ValueError, match="y_scale has 2 values"):
+        cj.matmul_all_reduce(x, w, comm=comm, x_scale=xs, w_scale=ws, out_dtype=jnp.float8_e4m3fn,
+                             y_scale=jnp.ones((2,), jnp.float32))
     y = cj.matmul_all_reduce(x, w, comm=comm, x_scale=xs, w_scale=ws)  # the comm is still usable
     _close(y, comm.size * (np.asarray(x, np.float32) * float(xs[0])) @ (np.asarray(w, np.float32) * float(ws[0])).T,
            "after errors")

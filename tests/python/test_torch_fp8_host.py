@@ -297,6 +297,62 @@ def test_functional_fp8_ops(nranks, m, scaling_name):
     assert all(ranks.run(body_fn_ops, nranks, m, scaling_name, dtypes))
 
 
+def body_fn_bulk(comm, m, scaling_name):
+    """bulk_matmul_collective on fp8 a and b with a_scale / b_scale beside a
+    reduce-scatter (and alone): c against the float64 product of the dequantized
+    operands in float32 and bf16; opcheck's test_faketensor on the custom op (and
+    the inputs' bytes unchanged); torch.compile (fullgraph) keeps it; refusals:
+    an fp8 input that requires grad, scales or out_dtype with fp32 a and b, a
+    missing b_scale, an fp8 out_dtype."""
+    from commgemm import torch as cgt
+    from commgemm.fp8 import Scaling
+    P, r = comm.size, comm.rank
+    xs = Scaling.TENSOR if scaling_name == "tensor" else Scaling.BLOCK_1X128
+    ws = Scaling.TENSOR if scaling_name == "tensor" else Scaling.BLOCK_128X128
+    torch.manual_seed(3 + r)
+    a, sa, ad = _q((torch.rand(m, FN_K) * 2 - 1) * 3, torch.float8_e4m3fn, xs)
+    b, sb, bd = _q(torch.rand(FN_N, FN_K) * 2 - 1, torch.float8_e5m2, ws)
+    ref, mag = ad @ bd.t(), ad.abs() @ bd.abs().t()
+    sends = [torch.rand(m, 4, generator=torch.Generator().manual_seed(40 + q)) for q in range(P)]
+    c, recv = cgt.bulk_matmul_collective(a, b, sends[r], comm=comm, collective="reduce_scatter", a_scale=sa,
+                                         b_scale=sb)
+    _fn_check(c, ref, mag, f"bulk {scaling_name}")
+    off, mr = comm.shard_offset(m), comm.shard_rows(m)
+    torch.testing.assert_close(recv, sum(sends)[off:off + mr], rtol=1e-6, atol=1e-6)
+    c16, empty = cgt.bulk_matmul_collective(a, b, comm=comm, a_scale=sa, b_scale=sb, out_dtype=torch.bfloat16)
+    _fn_check(c16, ref, mag, f"bulk {scaling_name} bf16", torch.bfloat16)
+    assert empty.numel() == 0
+    # the custom op: fake kernel's shapes and dtypes, inputs untouched
+    for out_dtype in (None, torch.bfloat16):
+        args = (a, b, sends[r], comm.id, "TN", "reduce_scatter", 0, "", "", sa, sb, out_dtype)
+        before = [t.view(torch.uint8).clone() if t.dtype.itemsize == 1 else t.clone() for t in (a, b, sa, sb)]
+        torch.library.opcheck(torch.ops.commgemm.bulk_matmul_collective, args, test_utils=("test_faketensor",))
+        after = [t.view(torch.uint8) if t.dtype.itemsize == 1 else t for t in (a, b, sa, sb)]
+        assert all(torch.equal(p, q) for p, q in zip(before, after)), "bulk: an input was mutated"
+
+    def f(x, s):
+        return cgt.bulk_matmul_collective(x, b, comm=comm, a_scale=s, b_scale=sb)[0] * 2
+
+    y = torch.compile(f, fullgraph=True, backend="aot_eager")(a, sa)
+    torch.testing.assert_close(y, c * 2, rtol=0, atol=0)
+    with pytest.raises(commgemm.InvalidArgumentError, match="not differentiable.*fp8_recipe="):
+        cgt.bulk_matmul_collective(a, b, comm=comm, a_scale=sa.clone().requires_grad_(), b_scale=sb)
+    with pytest.raises(commgemm.InvalidArgumentError, match="a_scale, out_dtype given, but a is torch.float32"):
+        cgt.bulk_matmul_collective(ad.float(), bd.float(), comm=comm, a_scale=sa, out_dtype=torch.float32)
+    with pytest.raises(commgemm.InvalidArgumentError, match="b is torch.float8_e5m2 without b_scale"):
+        cgt.bulk_matmul_collective(a, b, comm=comm, a_scale=sa)
+    with pytest.raises(commgemm.InvalidArgumentError, match="out_dtype torch.float8_e4m3fn"):
+        cgt.bulk_matmul_collective(a, b, comm=comm, a_scale=sa, b_scale=sb, out_dtype=torch.float8_e4m3fn)
+    c2, _ = cgt.bulk_matmul_collective(a, b, comm=comm, a_scale=sa, b_scale=sb)  # the comm is still usable
+    torch.testing.assert_close(c2, c, rtol=0, atol=0)
+    return True
+
+
+@pytest.mark.parametrize("nranks,m,scaling_name", [(1, 5, "tensor"), (2, 9, "block"), (3, 2, "tensor")])
+def test_functional_fp8_bulk(nranks, m, scaling_name):
+    assert all(ranks.run(body_fn_bulk, nranks, m, scaling_name))
+
+
 def body_fn_opcheck(comm):
     """opcheck's test_faketensor (the fake kernel's shapes and dtypes are the real
     op's) on every op kind and both scalings; test_schema where it can run: its

@@ -47,10 +47,10 @@ static void fake_error_destroy(xffi_error_destroy_args *a) {
 typedef struct frame_builder {
     xffi_api api;
     xffi_frame f;
-    xffi_buffer in[5], out[4];
-    int64_t in_dims[5][2], out_dims[4][2];
-    void *in_ptrs[5], *out_ptrs[4];
-    int in_types[5], out_types[4];
+    xffi_buffer in[6], out[4];
+    int64_t in_dims[6][2], out_dims[4][2];
+    void *in_ptrs[6], *out_ptrs[4];
+    int in_types[6], out_types[4];
     xffi_span names[8], *name_ptrs[8];
     int attr_types[8];
     xffi_scalar scalars[8];
@@ -89,7 +89,7 @@ static void frame_init(frame_builder *fb, int nin, int nout) {
     f->args.struct_size = f->rets.struct_size = sizeof f->args;
     f->args.size = nin;
     f->rets.size = nout;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         fb->in_types[i] = XFFI_BUFFER;
         fb->in_ptrs[i] = &fb->in[i];
     }
@@ -503,9 +503,96 @@ static void test_bulk(const void *param) {
     CHECK_OK(cgm_comm_destroy(comm));
 }
 
+/* An fp8 Y from the three ops (attributes y_scale and y_amax): e4m3 X and W
+ * with per-tensor scales, Y = sat(rne(r * y_scale)) in e4m3 and y_amax =
+ * max |r|; AG+GEMM with its gathered X and scales before y_amax, GEMM+RS and
+ * GEMM+AR with a bf16 bias after y_scale. */
+static void test_fp8_output(const void *param) {
+    (void)param;
+    char name[64];
+    cgm_comm *comm = one_rank_comm(name, sizeof name);
+    enum { M = 4, K = 6, N = 5 };
+    uint8_t x[M * K], w[N * K], y[M * N], xg[M * K];
+    float xs = 0.5f, ws = 2.0f, ys = 0, amax, xgs;
+    double r[M * N], rmax = 0;
+    uint16_t bias[N]; /* bf16: the top half of small integers' fp32 bits */
+    for (int j = 0; j < N; j++) {
+        float v = (float)(j - 2);
+        uint32_t bits;
+        memcpy(&bits, &v, sizeof bits);
+        bias[j] = (uint16_t)(bits >> 16);
+    }
+    for (int i = 0; i < M * K; i++) x[i] = (uint8_t)(((i * 37 + 11) % 0x60) | (i % 3 == 0 ? 0x80 : 0));
+    for (int i = 0; i < N * K; i++) w[i] = (uint8_t)(((i * 23 + 5) % 0x60) | (i % 4 == 1 ? 0x80 : 0));
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double acc = 0;
+            for (int l = 0; l < K; l++)
+                acc += test_fp8_value(x[i * K + l], CGM_DTYPE_FP8_E4M3) * xs *
+                       test_fp8_value(w[j * K + l], CGM_DTYPE_FP8_E4M3) * ws;
+            r[i * N + j] = acc;
+            rmax = fmax(rmax, fabs(acc));
+        }
+    CHECK(rmax > 0);
+    ys = (float)(300.0 / (rmax + N)); /* |r + bias| * ys < 448: no saturation */
+    void *(*handlers[3])(void *) = {cgm_xla_ffi_all_gather_gemm, cgm_xla_ffi_gemm_reduce_scatter,
+                                    cgm_xla_ffi_gemm_all_reduce};
+    for (int h = 0; h < 3; h++) {
+        frame_builder fb;
+        bool gathered = h == 0;
+        frame_init(&fb, gathered ? 5 : 6, gathered ? 4 : 2);
+        set_buffer(&fb.in[0], fb.in_dims[0], XFFI_F8E4M3FN, x, M, K);
+        set_buffer(&fb.in[1], fb.in_dims[1], XFFI_F8E4M3FN, w, N, K);
+        set_buffer(&fb.in[2], fb.in_dims[2], XFFI_F32, &xs, 1, -1);
+        set_buffer(&fb.in[3], fb.in_dims[3], XFFI_F32, &ws, 1, -1);
+        set_buffer(&fb.in[4], fb.in_dims[4], XFFI_F32, &ys, 1, -1);
+        set_buffer(&fb.in[5], fb.in_dims[5], XFFI_BF16, bias, N, -1);
+        memset(y, 0xff, sizeof y);
+        amax = -1;
+        set_buffer(&fb.out[0], fb.out_dims[0], XFFI_F8E4M3FN, y, M, N);
+        int a = 1;
+        if (gathered) {
+            set_buffer(&fb.out[1], fb.out_dims[1], XFFI_F8E4M3FN, xg, M, K);
+            set_buffer(&fb.out[2], fb.out_dims[2], XFFI_F32, &xgs, 1, -1);
+            a = 3;
+        }
+        set_buffer(&fb.out[a], fb.out_dims[a], XFFI_F32, &amax, 1, -1);
+        add_comm(&fb, comm);
+        add_int(&fb, "scaling", CGM_SCALING_TENSOR);
+        add_int(&fb, "y_scale", 1);
+        add_int(&fb, "y_amax", 1);
+        if (handlers[h](&fb.f) != NULL) TEST_FAIL("handler %d failed: %s", h, last_message);
+        double amax_want = 0;
+        for (int i = 0; i < M * N; i++) amax_want = fmax(amax_want, fabs(r[i] + (gathered ? 0 : i % N - 2)));
+        CHECK_NEAR(amax, amax_want, 1e-6 * amax_want);
+        for (int i = 0; i < M * N; i++) {
+            double want = (r[i] + (gathered ? 0 : i % N - 2)) * ys, got = test_fp8_value(y[i], CGM_DTYPE_FP8_E4M3);
+            /* half an e4m3 ulp: 2^-4 relative, 2^-10 absolute below the normals */
+            if (fabs(got - want) > fabs(want) / 16 + 1.0 / 1024)
+                TEST_FAIL("handler %d: y[%d] = %g, expected %g (r %g * y_scale %g)", h, i, got, want, r[i], ys);
+        }
+        if (gathered) CHECK(memcmp(xg, x, sizeof x) == 0 && xgs == xs);
+
+        /* y_amax of two elements; y_scale without its operand */
+        fb.out_dims[a][0] = 2;
+        expect_error(handlers[h], &fb, XFFI_INVALID_ARGUMENT, "y_amax: expected one float32 (shape (1,))");
+        fb.out_dims[a][0] = 1;
+        fb.f.args.size = 4;
+        expect_error(handlers[h], &fb, XFFI_INVALID_ARGUMENT, "x_scale, w_scale, y_scale[, bias]");
+    }
+    /* bulk takes no fp8 Y attributes */
+    frame_builder fb;
+    frame_init(&fb, 2, 1);
+    add_comm(&fb, comm);
+    add_int(&fb, "y_scale", 1);
+    expect_error(cgm_xla_ffi_bulk_overlap, &fb, XFFI_INVALID_ARGUMENT, "unknown attribute y_scale");
+    CHECK_OK(cgm_comm_destroy(comm));
+}
+
 static void register_cases(void) {
     test_add("bulk", test_bulk, NULL);
     test_add("ops", test_ops, NULL);
+    test_add("fp8_output", test_fp8_output, NULL);
     test_add("metadata", test_metadata, NULL);
     test_add("refusals", test_refusals, NULL);
     test_add("epilogue_and_markers", test_epilogue_and_markers, NULL);
