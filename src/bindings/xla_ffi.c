@@ -374,7 +374,7 @@ static xffi_error *operands(const xffi_frame *f, const char *op, xffi_call *c, b
     }
     if ((e = matrix_of(f, op, "y (result 0)", f->rets.items[0], false, y))) return e;
     if (c->y_scale) {
-        float *ys;
+        float *ys = NULL;
         if ((e = one_float(f, op, "y_scale", f->args.items[c->scaling ? 4 : 2], &ys))) return e;
         y->scale = ys;
         y->scaling = CGM_SCALING_TENSOR;
