@@ -24,7 +24,6 @@ tensor-parallel group.
 """
 
 import ctypes
-import dataclasses
 from typing import NamedTuple, Optional, Tuple
 
 import torch
@@ -34,7 +33,7 @@ from ._lib import DType, Scaling, Status, check
 from ._torch_collectives import all_gather_rows
 from ._torch_ops import _Launch, _as_matrix, _ops, _ref, _sym_shard_rows
 from .core import comm_by_id
-from .fp8 import BLOCK, FP8_MAX, DelayedScaling
+from .fp8 import BLOCK, FP8_MAX, DelayedScaling, Float8BlockScaling, Float8CurrentScaling
 from .fp8 import scale_shape as fp8_scale_shape
 from .fp8 import scaling_of as fp8_scaling_of
 
@@ -151,39 +150,8 @@ def transpose(q):
 
 
 # --------------------------------------------------------------------------
-# Recipes
+# Recipes (commgemm.fp8's classes)
 # --------------------------------------------------------------------------
-
-
-def _check_format(fmt):
-    if fmt not in _FORMATS:
-        raise _invalid(f"fp8_format {fmt!r}: expected 'hybrid' (e4m3 forward, e5m2 gradients) or 'e4m3'")
-
-
-@dataclasses.dataclass(frozen=True)
-class Float8CurrentScaling:
-    """Per-tensor scaling from each tensor's own amax, taken as it is cast
-    (TransformerEngine's Float8CurrentScaling). fp8_format: "hybrid" (e4m3
-    forward, e5m2 gradients; default) or "e4m3"; margin: scale = amax /
-    fp8_max * 2^margin."""
-    fp8_format: str = "hybrid"
-    margin: int = 0
-
-    def __post_init__(self):
-        _check_format(self.fp8_format)
-
-
-@dataclasses.dataclass(frozen=True)
-class Float8BlockScaling:
-    """Block scaling (DeepSeek-V3's, TransformerEngine's Float8BlockScaling):
-    activations and gradients one scale per 1 x 128 along k, weights one per
-    128 x 128 block, each from its block's amax. fp8_format: "e4m3"
-    (default) or "hybrid"."""
-    fp8_format: str = "e4m3"
-
-    def __post_init__(self):
-        _check_format(self.fp8_format)
-
 
 _RECIPES = (Float8CurrentScaling, DelayedScaling, Float8BlockScaling)
 

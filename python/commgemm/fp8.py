@@ -23,7 +23,7 @@ import dataclasses
 
 from ._lib import DType, InvalidArgumentError, Scaling, Status
 
-__all__ = ["DelayedScaling", "FP8_MAX", "BLOCK", "is_fp8_name", "scale_shape", "scaling_of", "compute_scale",
+__all__ = ["DelayedScaling", "Float8CurrentScaling", "Float8BlockScaling", "FP8_MAX", "BLOCK", "is_fp8_name", "scale_shape", "scaling_of", "compute_scale",
            "quantize", "dequantize", "cast_to_fp8"]
 
 #: the largest finite value of each fp8 format (e4m3fn: no infinities)
@@ -172,6 +172,39 @@ def dequantize(codes, scale, scaling=None, w_like=False):
     return codes.astype(np.float64) * expand_scale(scale, scaling, codes.shape).astype(np.float64)
 
 
+def check_format(fmt):
+    """A recipe's fp8_format: "hybrid" (e4m3 forward, e5m2 gradients) or "e4m3"."""
+    if fmt not in ("hybrid", "e4m3"):
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                   f"fp8_format {fmt!r}: expected 'hybrid' (e4m3 forward, e5m2 gradients) or 'e4m3'")
+
+
+@dataclasses.dataclass(frozen=True)
+class Float8CurrentScaling:
+    """Per-tensor scaling from each tensor's own amax, taken as it is cast
+    (TransformerEngine's Float8CurrentScaling), a recipe of commgemm.torch's
+    and commgemm.jax's layers (both export it). fp8_format: "hybrid" (e4m3
+    forward, e5m2 gradients; default) or "e4m3"; margin: scale = amax /
+    fp8_max * 2^margin."""
+    fp8_format: str = "hybrid"
+    margin: int = 0
+
+    def __post_init__(self):
+        check_format(self.fp8_format)
+
+
+@dataclasses.dataclass(frozen=True)
+class Float8BlockScaling:
+    """Block scaling (DeepSeek-V3's, TransformerEngine's Float8BlockScaling):
+    activations and gradients one scale per 1 x 128 along k, weights one per
+    128 x 128 block, each from its block's amax; a recipe of commgemm.torch's
+    and commgemm.jax's layers. fp8_format: "e4m3" (default) or "hybrid"."""
+    fp8_format: str = "e4m3"
+
+    def __post_init__(self):
+        check_format(self.fp8_format)
+
+
 @dataclasses.dataclass(frozen=True)
 class DelayedScaling:
     """Per-tensor scaling from an amax history (TransformerEngine's
@@ -189,10 +222,7 @@ class DelayedScaling:
     amax_compute_algo: str = "max"
 
     def __post_init__(self):
-        if self.fp8_format not in ("hybrid", "e4m3"):
-            raise InvalidArgumentError(Status.INVALID_ARGUMENT,
-                                       f"fp8_format {self.fp8_format!r}: expected 'hybrid' (e4m3 forward, e5m2 "
-                                       "gradients) or 'e4m3'")
+        check_format(self.fp8_format)
         if self.amax_history_len < 1 or self.amax_compute_algo not in ("max", "most_recent"):
             raise InvalidArgumentError(Status.INVALID_ARGUMENT,
                                        f"DelayedScaling: amax_history_len = {self.amax_history_len}, "

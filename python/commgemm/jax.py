@@ -18,7 +18,6 @@ order, as with any collective). One process per rank, each with its own
 device; the comm must outlive the compiled programs that use it.
 """
 
-import dataclasses
 from typing import NamedTuple
 
 import numpy as np
@@ -29,7 +28,7 @@ import jax.numpy as jnp
 from . import _lib
 from . import fp8 as _fp8
 from ._lib import Scaling, shard_rows
-from .fp8 import DelayedScaling
+from .fp8 import DelayedScaling, Float8BlockScaling, Float8CurrentScaling
 from .core import Comm, _fp8_layout
 
 __all__ = ["register", "all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce",
@@ -722,33 +721,6 @@ def row_parallel_linear(x, w, bias=None, *, comm, sequence_parallel=True, backen
 # --------------------------------------------------------------------------
 
 _FORMATS = {"e4m3": (jnp.float8_e4m3fn, jnp.float8_e4m3fn), "hybrid": (jnp.float8_e4m3fn, jnp.float8_e5m2)}
-
-
-def _check_format(fmt):
-    if fmt not in _FORMATS:
-        raise ValueError(f"fp8_format {fmt!r}: expected 'hybrid' (e4m3 forward, e5m2 gradients) or 'e4m3'")
-
-
-@dataclasses.dataclass(frozen=True)
-class Float8CurrentScaling:
-    """Per-tensor scaling from each tensor's amax as it is cast
-    (TransformerEngine's Float8CurrentScaling): fp8_format "hybrid" (e4m3
-    forward, e5m2 gradients) or "e4m3"; scale = amax / fp8_max * 2^margin."""
-    fp8_format: str = "hybrid"
-    margin: int = 0
-
-    def __post_init__(self):
-        _check_format(self.fp8_format)
-
-
-@dataclasses.dataclass(frozen=True)
-class Float8BlockScaling:
-    """Block scaling: activations and gradients one scale per 1 x 128 along
-    k, weights one per 128 x 128 block. fp8_format "e4m3" or "hybrid"."""
-    fp8_format: str = "e4m3"
-
-    def __post_init__(self):
-        _check_format(self.fp8_format)
 
 
 class Fp8Meta(NamedTuple):
