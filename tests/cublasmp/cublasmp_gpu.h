@@ -101,12 +101,19 @@ void call_free_device(call_data *cd);
 int check_call(int rank, int P, cgm_comm *comm, cudaStream_t stream,
                const call_spec *s);
 
-/* Bodies (cublasmp_gpu_calls.c, cublasmp_gpu_more.c). */
+/* Bodies (cublasmp_gpu_calls.c, cublasmp_gpu_more.c; body_rejects also
+ * refuses epilogues and fp8 that cuBLASMp cannot run). */
 int body_sweep(int rank, int P, cgm_comm *comm, cudaStream_t stream);
 int body_all(int rank, int P, cgm_comm *comm, cudaStream_t stream);
 int body_first(int rank, int P, cgm_comm *comm, cudaStream_t stream);
 int body_mixed(int rank, int P, cgm_comm *comm, cudaStream_t stream);
 int body_rejects(int rank, int P, cgm_comm *comm, cudaStream_t stream);
 int body_capture(int rank, int P, cgm_comm *comm, cudaStream_t stream);
+/* cublasmp_gpu_epi.c: AG+GEMM's epilogues (bf16 on every shape; fp16 and
+ * fp32 on one), GEMM+RS's and GEMM+AR's fp8. */
+int body_epilogues(int rank, int P, cgm_comm *comm, cudaStream_t stream);
+int body_epilogues_fp16_fp32(int rank, int P, cgm_comm *comm,
+                             cudaStream_t stream);
+int body_fp8(int rank, int P, cgm_comm *comm, cudaStream_t stream);
 
 #endif

@@ -1,5 +1,6 @@
-/* test_cublasmp_gpu: the mixed-backend comm, the rejections, and graph
- * capture (eager first, then capture and replay with new inputs). */
+/* test_cublasmp_gpu: the mixed-backend comm, the rejections (what
+ * cuBLASMp cannot run, epilogues and fp8 included), and graph capture
+ * (eager first, then capture and replay with new inputs). */
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -186,6 +187,73 @@ static bool refused_with(cgm_status st, const char *n1, const char *n2) {
         refused++;                                                           \
     } while (0)
 
+/* What the cublasmp backend does not run of commgemm's epilogues and fp8
+ * (cublasmp_attr.c), on arguments commgemm itself takes: an epilogue on
+ * GEMM+RS and GEMM+AR, GELU_AUX with aux's ld not a multiple of 8, fp8
+ * AG+GEMM, block scaling, an fp8 Y on GEMM+AR. Each is refused on every
+ * rank before any exchange, with its reason and where it runs. Continues
+ * body_rejects' steps (*step) and adds to *refused; false: a step failed
+ * on some rank (every rank stops). */
+static bool precision_refusals(int rank, int P, cgm_comm *comm,
+                               cudaStream_t stream, int *step_io,
+                               int *refused_io) {
+    const int64_t M = 16, N = 16, K = 128; /* K: RS/AR's per rank, AG's */
+    const cgm_dtype bf = CGM_DTYPE_BF16, e4 = CGM_DTYPE_FP8_E4M3;
+    int step = *step_io, refused = 0;
+    bool done = false;
+    void *b[5] = {NULL, NULL, NULL, NULL, NULL}; /* x, w, y, aux, scales */
+    for (int i = 0; i < 5; i++) CHECK(cudaMalloc(&b[i], 65536) == cudaSuccess);
+    const float *sc = b[4];
+    const int64_t ms = cgm_shard_rows(M, rank, P);
+    cgm_op_options o = CGM_OP_OPTIONS_INIT;
+    cgm_matrix x = cgm_matrix_make(b[0], bf, M, K), w = cgm_matrix_make(b[1], bf, N, K);
+    cgm_matrix xs = cgm_matrix_make(b[0], bf, ms, K);
+    cgm_matrix y = cgm_matrix_make(b[2], bf, M, N), ys = cgm_matrix_make(b[2], bf, ms, N);
+    o.epilogue = CGM_EPILOGUE_GELU;
+    REFUSAL_STEP("GEMM+RS with gelu",
+                 cgm_gemm_reduce_scatter(comm, &x, &w, NULL, &ys, &o, stream),
+                 "applies its epilogue in the GEMM", "nccl and host backends");
+    REFUSAL_STEP("GEMM+AR with gelu",
+                 cgm_gemm_all_reduce(comm, &x, &w, NULL, &y, &o, stream),
+                 "applies its epilogue in the GEMM", "nccl and host backends");
+    cgm_matrix aux = cgm_matrix_make(b[3], bf, M, N);
+    aux.ld = N + 1;
+    o.epilogue = CGM_EPILOGUE_GELU_AUX;
+    o.aux = &aux;
+    REFUSAL_STEP("AG+GEMM gelu_aux, aux's ld 17",
+                 cgm_all_gather_gemm(comm, &xs, &w, NULL, &y, NULL, &o, stream),
+                 "EPILOGUE_AUX_LD", "ld = 17");
+    o.epilogue = CGM_EPILOGUE_NONE;
+    o.aux = NULL;
+    /* fp8 operands: per-tensor scales at sc, sc + 64; blocks' at 128, 192
+     * (X 1x128: [rows, 1]; W 128x128: [1, 1]); Y's at 256. */
+    cgm_matrix x8 = cgm_matrix_make(b[0], e4, M, K), w8 = cgm_matrix_make(b[1], e4, N, K);
+    x8.scale = sc, x8.scaling = CGM_SCALING_TENSOR;
+    w8.scale = sc + 64, w8.scaling = CGM_SCALING_TENSOR;
+    cgm_matrix xs8 = x8;
+    xs8.rows = ms;
+    REFUSAL_STEP("fp8 AG+GEMM",
+                 cgm_all_gather_gemm(comm, &xs8, &w8, NULL, &y, NULL, &o, stream),
+                 "does not run this fp8", "every gathered row");
+    cgm_matrix xb = x8, wb = w8;
+    xb.scale = sc + 128, xb.scaling = CGM_SCALING_BLOCK_1X128;
+    wb.scale = sc + 192, wb.scaling = CGM_SCALING_BLOCK_128X128;
+    REFUSAL_STEP("fp8 GEMM+RS, block scaling",
+                 cgm_gemm_reduce_scatter(comm, &xb, &wb, NULL, &ys, &o, stream),
+                 "does not run this fp8", "pass per-tensor scales");
+    cgm_matrix y8 = cgm_matrix_make(b[3], e4, M, N);
+    y8.scale = sc + 256, y8.scaling = CGM_SCALING_TENSOR;
+    REFUSAL_STEP("fp8 GEMM+AR, fp8 Y",
+                 cgm_gemm_all_reduce(comm, &x8, &w8, NULL, &y8, &o, stream),
+                 "does not run this fp8", "GEMM+RS only");
+    done = true;
+out:
+    for (int i = 0; i < 5; i++) cudaFree(b[i]);
+    *step_io = step;
+    *refused_io += refused;
+    return done;
+}
+
 /* What cuBLASMp cannot do is refused on every rank, and the comm works on.
  * Every rank passes arguments that are valid for commgemm (each rank's
  * validation is local: an argument invalid on one rank only would refuse
@@ -257,6 +325,7 @@ int body_rejects(int rank, int P, cgm_comm *comm, cudaStream_t stream) {
                                   CGM_COLLECTIVE_ALL_GATHER, NULL, NULL, &o,
                                   stream),
                  "bulk", NULL);
+    if (!precision_refusals(rank, P, comm, stream, &step, &refused)) goto out;
     printf("# rejects P=%d rank %d: %d refused as expected\n", P, rank, refused);
     /* Still usable: AG+GEMM, and GEMM+AR in NN (RS + all-gather: every
      * layout). */

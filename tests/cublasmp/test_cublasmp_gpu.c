@@ -2,7 +2,8 @@
  * host reference (double, from the same deterministic inputs every rank can
  * regenerate), P = 1 and 2 forked ranks (fork before CUDA; rank 0 writes
  * the ncclUniqueId to /tmp/<rendezvous>.id), the mixed-backend comm, the
- * rejections and graph capture. Skips without GPUs or without cuBLASMp.
+ * rejections, AG+GEMM's epilogues, GEMM+RS's and GEMM+AR's fp8 and graph
+ * capture. Skips without GPUs or without cuBLASMp (fp8: without Hopper).
  *
  * Every case is bounded on its own (gpu_case.bound_s, and the comm's
  * timeout_ms at half of it bounds the first run of each shape inside the
@@ -27,12 +28,14 @@ rank_report *g_report;
 
 typedef struct probe_result {
     int devices;
+    int major, minor; /* the lowest compute capability of the case's GPUs */
     int lib_ok;
     char message[1500];
 } probe_result;
 
 /* In a child, so that the parent never initialises CUDA before forking. */
-static void skip_unless(int nranks) {
+static void skip_unless(const gpu_case *gc) {
+    const int nranks = gc->nranks;
     int fds[2];
     if (pipe(fds)) TEST_FAIL("pipe: %s", strerror(errno));
     fflush(stdout);
@@ -41,6 +44,14 @@ static void skip_unless(int nranks) {
         probe_result r;
         memset(&r, 0, sizeof r);
         if (cudaGetDeviceCount(&r.devices) != cudaSuccess) r.devices = 0;
+        r.major = 99;
+        for (int d = 0; d < nranks && d < r.devices; d++) {
+            int major = 0, minor = 0;
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d);
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d);
+            if (major * 10 + minor < r.major * 10 + r.minor)
+                r.major = major, r.minor = minor;
+        }
         const cmp_api *api = NULL;
         r.lib_ok = cmp_lib_get(&api) == CGM_SUCCESS;
         snprintf(r.message, sizeof r.message, "%s",
@@ -61,6 +72,11 @@ static void skip_unless(int nranks) {
     /* (A machine with fewer GPUs than the case's ranks is not a broken
      * install: that case skips either way.) */
     if (r.devices < nranks) TEST_SKIP("needs %d GPUs, found %d", nranks, r.devices);
+    /* (Nor is a GPU other than a Hopper for the fp8 cases, which run on
+     * Hopper only, as the GPU backends' fp8 tests do.) */
+    if (gc->body == body_fp8 && r.major != 9)
+        TEST_SKIP("the fp8 cases run on Hopper GPUs (compute capability 9.x), "
+                  "found %d.%d", r.major, r.minor);
     if (!r.lib_ok) {
         if (required) TEST_FAIL("cuBLASMp not loadable: %s", r.message);
         TEST_SKIP("cuBLASMp not loadable: %s", r.message);
@@ -165,7 +181,7 @@ static const char *phase_name(int phase) {
 
 static void run_case(const void *param) {
     const gpu_case *gc = param;
-    skip_unless(gc->nranks);
+    skip_unless(gc);
     setvbuf(stdout, NULL, _IOLBF, 0);
     g_case = gc;
     size_t bytes = sizeof(rank_report) * GPU_MAX_RANKS;
@@ -242,9 +258,18 @@ static void run_case(const void *param) {
  * other layouts the gathered form). The _uneven cases
  * check that uneven shards are refused on every rank (cuBLASMp's
  * tensor-parallel algorithms take even shards only), nothing hangs, and
- * the comm works on. */
+ * the comm works on. The _epilogues and _fp8 cases check cuBLASMp's
+ * epilogue and fp8 attributes (cublasmp_gpu_epi.c); _rejects also what it
+ * cannot run of them. */
 static const gpu_case cases[] = {
     {"p1_all_ops", 1, body_all, CUBLASMP, UNSET, AG, "all ops", 0, 120, 1, AUTO},
+    {"p1_ag_epilogues", 1, body_epilogues, CUBLASMP, UNSET, AG,
+     "ag_gemm epilogues, bf16", 0, 120, 1, AUTO},
+    {"p1_ag_epilogues_fp16_fp32", 1, body_epilogues_fp16_fp32, CUBLASMP,
+     UNSET, AG, "ag_gemm epilogues, fp16 and fp32", 0, 90, 1, AUTO},
+    {"p1_fp8", 1, body_fp8, CUBLASMP, UNSET, RS,
+     "fp8 gemm_rs and gemm_ar, per-tensor scales", 0, 120, 1, AUTO},
+    {"p1_rejects", 1, body_rejects, CUBLASMP, UNSET, AG, "rejects", 0, 60, 1, AUTO},
     {"p2_ag_first", 2, body_first, CUBLASMP, UNSET, AG, "ag_gemm", 0, 24, 1, AUTO},
     {"p2_ag_first_nostage", 2, body_first, CUBLASMP, UNSET, AG,
      "ag_gemm (X not staged in symmetric memory)", 0, 24, 0, AUTO},
@@ -266,6 +291,10 @@ static const gpu_case cases[] = {
     {"p2_ar_uneven", 2, body_sweep, CUBLASMP, UNSET, AR, "gemm_ar, uneven: refused", UNEVEN, 30, 1, AUTO},
     {"p2_mixed_with_p2p", 2, body_mixed, CGM_BACKEND_P2P, CUBLASMP, AG, "mixed", 0, 60, 1, AUTO},
     {"p2_rejects", 2, body_rejects, CUBLASMP, UNSET, AG, "rejects", 0, 60, 1, AUTO},
+    {"p2_ag_epilogues", 2, body_epilogues, CUBLASMP, UNSET, AG,
+     "ag_gemm epilogues, bf16", 0, 150, 1, AUTO},
+    {"p2_fp8", 2, body_fp8, CUBLASMP, UNSET, RS,
+     "fp8 gemm_rs and gemm_ar, per-tensor scales", 0, 150, 1, AUTO},
     {"p2_capture_ag", 2, body_capture, CUBLASMP, UNSET, AG, "ag_gemm capture", 0, 60, 1, AUTO},
     {"p2_capture_rs", 2, body_capture, CUBLASMP, UNSET, RS, "gemm_rs capture", 0, 60, 1, AUTO},
     {"p2_capture_ar", 2, body_capture, CUBLASMP, UNSET, AR, "gemm_ar capture", 0, 60, 1, AUTO},

@@ -18,15 +18,6 @@
 
 #define GCHECK GPU_CHECK
 
-typedef struct ecase {
-    cgm_op op;
-    cgm_epilogue epi;
-    cgm_dtype dt;
-    bool bias;
-    int64_t m, n, k;
-    cgm_algo algo;
-} ecase;
-
 
 static uint64_t mix(uint64_t a, uint64_t b, uint64_t c) {
     uint64_t h = a * 0x9e3779b97f4a7c15ull ^ (b + 0x632be59bd9b4e019ull) * 0xbf58476d1ce4e5b9ull ^
@@ -71,7 +62,7 @@ static double eps_of(cgm_dtype dt) {
 /* Compares device d ([rows, cols], ld d.ld) with ref; tol per element:
  * rel * |ref| + abs + (scale ? scale[i] : 0). */
 static void expect_dev(const cgm_matrix *d, const double *ref, const double *scale, double rel, double abs_tol,
-                       const char *what, const ecase *c) {
+                       const char *what, const epi_case *c) {
     size_t es = cgm_dtype_size(d->dtype);
     int64_t ld = d->ld ? d->ld : d->cols;
     char *h = malloc((size_t)(d->rows * ld + 1) * es);
@@ -100,7 +91,7 @@ static void expect_dev(const cgm_matrix *d, const double *ref, const double *sca
 
 /* r(i, j) for output row i (global for AG/AR and RS's reference, local
  * for bulk), in double. */
-static double ref_r(const ecase *c, int P, int rank, int64_t i, int64_t j) {
+static double ref_r(const epi_case *c, int P, int rank, int64_t i, int64_t j) {
     double s = 0;
     if (c->op == CGM_OP_ALL_GATHER_GEMM) {
         for (int64_t l = 0; l < c->k; l++) s += in_val(SEED_X(0), i, l) * in_val(SEED_W(0), j, l);
@@ -115,7 +106,7 @@ static double ref_r(const ecase *c, int P, int rank, int64_t i, int64_t j) {
 
 /* aux of output row i (global): GEMM+AR's differs per rank (each rank's
  * own aux), the others' is one global matrix. */
-static uint64_t aux_seed(const ecase *c, int rank) {
+static uint64_t aux_seed(const epi_case *c, int rank) {
     return c->op == CGM_OP_GEMM_ALL_REDUCE || c->op == CGM_OP_BULK ? SEED_AUX + (uint64_t)rank : SEED_AUX;
 }
 
@@ -131,7 +122,7 @@ static bool is_dgelu(cgm_epilogue e) { return e == CGM_EPILOGUE_DGELU || e == CG
  * (GELU_AUX) and bgrad (DGELU_BGRAD: over all m rows; BGRAD: m sums of
  * op(A)); ys and gs: the activation's error bound of each Y and bgrad
  * value (ACT_ERR). */
-static void reference(const ecase *c, int P, int rank, int64_t row0, int64_t rows, double *y, double *aux,
+static void reference(const epi_case *c, int P, int rank, int64_t row0, int64_t rows, double *y, double *aux,
                       double *bgrad, double *ys, double *gs) {
     const int64_t n = c->n;
     for (int64_t i = 0; i < rows; i++)
@@ -172,8 +163,7 @@ static void reference(const ecase *c, int P, int rank, int64_t row0, int64_t row
 
 static double zero_val(uint64_t seed, int64_t i, int64_t j) { (void)seed, (void)i, (void)j; return 0; }
 
-/* One call on this rank, checked. */
-static void run_case(const epi_rank *g, const ecase *c) {
+void epi_run_case(const epi_rank *g, const epi_case *c) {
     const int P = g->nranks, r = g->rank;
     const int64_t m = c->m, n = c->n, k = c->k;
     const int64_t mr = cgm_shard_rows(m, r, P), off = cgm_shard_offset(m, r, P);
@@ -264,9 +254,9 @@ void epi_sweep(const epi_rank *g, cgm_op op, bool skip_bgrad) {
                 if (b && (is_dgelu(epi) || epi == CGM_EPILOGUE_BGRAD)) continue;
                 for (int sh = 0; sh < 3; sh++)
                     for (int a = 0; a < nalgos; a++) {
-                        ecase c = {op, epi, dts[d], b == 1, shapes[sh][0], shapes[sh][1], shapes[sh][2],
+                        epi_case c = {op, epi, dts[d], b == 1, shapes[sh][0], shapes[sh][1], shapes[sh][2],
                                    op == CGM_OP_BULK ? CGM_ALGO_AUTO : algos[a]};
-                        run_case(g, &c);
+                        epi_run_case(g, &c);
                     }
             }
     }

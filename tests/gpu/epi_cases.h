@@ -14,6 +14,18 @@ typedef struct epi_rank {
     cudaStream_t stream;
 } epi_rank;
 
+/* One call: `op` with epilogue `epi` on m x n x k (AG+GEMM: n of this
+ * rank's W; GEMM+RS/AR: k of this rank's X), Y, aux and bias of dtype dt,
+ * aux's ld = n, layout TN (bulk's BGRAD: NT). */
+typedef struct epi_case {
+    cgm_op op;
+    cgm_epilogue epi;
+    cgm_dtype dt;
+    bool bias;
+    int64_t m, n, k;
+    cgm_algo algo;
+} epi_case;
+
 /* Every epilogue (none, gelu, gelu_aux, dgelu, dgelu_bgrad; bulk: also
  * bgrad with layout NT) x bf16/fp16/fp32 x bias (where the epilogue takes
  * one) x shape (m = 16 P, n = 48, k = 40; m = 37, n = 24, k = 24; m =
@@ -21,6 +33,9 @@ typedef struct epi_rank {
  * this rank, each checked (Y, GELU_AUX's aux, the bias gradient).
  * skip_bgrad: not DGELU_BGRAD (a backend that refuses it for `op`). */
 void epi_sweep(const epi_rank *g, cgm_op op, bool skip_bgrad);
+/* One case of the sweep on this rank, checked (Y, aux, bgrad); fails the
+ * test on any status but CGM_SUCCESS. */
+void epi_run_case(const epi_rank *g, const epi_case *c);
 
 /* Device matrix [rows, cols] with leading dimension ld, element (i, j) =
  * in-range test values (multiples of 1/16 in [-1/2, 1/2]) of (seed,

@@ -20,14 +20,6 @@
 
 #define GCHECK GPU_CHECK
 
-typedef struct fp8_case {
-    cgm_op op;
-    cgm_dtype xd, wd, yd;
-    bool block, bias;
-    int64_t m, n, k;
-    cgm_algo algo;
-} fp8_case;
-
 static uint64_t mix(uint64_t a, uint64_t b, uint64_t c) {
     uint64_t h = a * 0x9e3779b97f4a7c15ull ^ (b + 0x632be59bd9b4e019ull) * 0xbf58476d1ce4e5b9ull ^
                  (c + 0x94d049bb133111ebull);
@@ -222,7 +214,7 @@ static void expect_gathered(const hmat *xs, int P, int64_t m, const cgm_matrix *
     free(sc);
 }
 
-static void run_case(const fp8_rank *g, const fp8_case *c, bool amax_ok) {
+void fp8_run_case(const fp8_rank *g, const fp8_case *c, bool amax_ok) {
     const int P = g->nranks, r = g->rank;
     const cgm_scaling xsc = c->block ? CGM_SCALING_BLOCK_1X128 : CGM_SCALING_TENSOR;
     const cgm_scaling wsc = c->block ? CGM_SCALING_BLOCK_128X128 : CGM_SCALING_TENSOR;
@@ -314,7 +306,7 @@ void fp8_sweep(const fp8_rank *g, cgm_op op, bool ar_amax) {
                     fp8_case c = {op, types[t][0], types[t][1], types[t][2], blk == 1, (s + t) % 2 == 0,
                                   shapes[s][0], shapes[s][1], shapes[s][2],
                                   op == CGM_OP_BULK ? CGM_ALGO_AUTO : algos[a]};
-                    run_case(g, &c, op != CGM_OP_GEMM_ALL_REDUCE || ar_amax);
+                    fp8_run_case(g, &c, op != CGM_OP_GEMM_ALL_REDUCE || ar_amax);
                 }
 }
 

@@ -16,6 +16,18 @@ typedef struct fp8_rank {
     cudaStream_t stream;
 } fp8_rank;
 
+/* One call: `op` with X, W and Y of dtypes xd, wd, yd (an fp8 Y: y.scale
+ * 2), block scaling (X 1x128, W 128x128) or per-tensor scales, a bf16
+ * bias, layout TN, fp32 partials; m x n x k with k this rank's (GEMM+RS,
+ * GEMM+AR) and n this rank's (AG+GEMM, which also passes x_gathered). */
+typedef struct fp8_case {
+    cgm_op op;
+    cgm_dtype xd, wd, yd;
+    bool block, bias;
+    int64_t m, n, k;
+    cgm_algo algo;
+} fp8_case;
+
 /* Skips the case (with the reason) unless this rank's GPU is a Hopper
  * (compute capability 9.x) and cuBLAS is 12.9+: the sweeps use FP8 tensor
  * cores and cuBLASLt's block scaling. */
@@ -26,5 +38,9 @@ void fp8_need_hopper(void);
  * (split, ring, no_overlap; bulk: auto) of `op` on this rank. ar_amax:
  * GEMM+AR's fp8 outputs ask for the amax too. */
 void fp8_sweep(const fp8_rank *g, cgm_op op, bool ar_amax);
+/* One case of the sweep on this rank, checked against the host reference
+ * (Y; with amax_ok and an fp8 Y, also the amax); fails the test on any
+ * status but CGM_SUCCESS. */
+void fp8_run_case(const fp8_rank *g, const fp8_case *c, bool amax_ok);
 
 #endif
