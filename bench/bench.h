@@ -10,6 +10,10 @@
 
 #include "commgemm.h"
 
+#ifdef __cplusplus
+extern "C" { /* bench_peer_epilogue.cu defines bench_peer_epilogue */
+#endif
+
 #define BENCH_MAX_SIZES 64
 /* Shapes one --shapes list may name. */
 #define BENCH_MAX_SHAPES 64
@@ -43,6 +47,9 @@ typedef struct bench_options {
     cgm_partial_dtype partials;
     /* --epilogue: every op's options.epilogue (BGRAD: --op bulk only). */
     cgm_epilogue epilogue;
+    /* --bias: every op gets a bias (bench_bias_value; not with DGELU,
+     * DGELU_BGRAD or BGRAD, which take none). */
+    int bias;
     int warmup, iters;
     int check;
     int graph; /* --graph: time CUDA-graph replays where the env can */
@@ -88,6 +95,7 @@ void bench_largest_shape(const bench_options *opt, int64_t *m, int64_t *n,
 /* ------------------------------------------------------------ bench_env */
 
 struct bench_lt_gemm;
+struct bench_peer_epilogue_args;
 
 /* Where buffers live and how time is measured. Two environments fill this
  * table: host (host memory, a LOCAL bootstrap, the wall clock; bench_env.c)
@@ -156,6 +164,11 @@ typedef struct bench_env_ops {
      * cuBLASLt on env->stream (bench_peer_gpu.c), the peer's GEMM. Returns
      * 0, or -1 after printing why. */
     int (*lt_gemm)(bench_env *env, const struct bench_lt_gemm *g);
+    /* Optional (NULL: no peer for gemm_rs and gemm_ar with an epilogue or
+     * a bias): the peer's elementwise pass after the collective
+     * (bench_peer_epilogue) on env->stream. Returns 0, or -1 after
+     * printing why. */
+    int (*peer_epilogue)(bench_env *env, const struct bench_peer_epilogue_args *a);
 } bench_env_ops;
 
 /* The peer's GEMM, row-major Y[m, n] = op(X) op(W)^T in commgemm.h's
@@ -175,7 +188,28 @@ typedef struct bench_lt_gemm {
     const float *x_scale, *w_scale;
     cgm_epilogue epilogue;
     void *aux, *bgrad;
+    /* NULL, or [n] of out: cuBLASLt's BIAS, GELU_BIAS or GELU_AUX_BIAS */
+    const void *bias;
 } bench_lt_gemm;
+
+/* The peer's epilogue of gemm_rs and gemm_ar: one elementwise pass over
+ * the reduced rows after the collective, fp32 math, each output rounded
+ * once (commgemm.h "Epilogues", the tanh GELU of src/device/epilogue.cuh):
+ *   t = r[i, j] + bias[j] (0 without a bias)
+ *   NONE: y = t;  GELU: y = gelu(t);  GELU_AUX: y = gelu(t), aux = t;
+ *   DGELU: y = r * gelu'(aux) (no bias)
+ * r [rows, cols] (fp32, bf16 or fp16: the partials' dtype), y, aux
+ * [rows, cols] and bias [cols] of y_dtype (bf16, fp16 or fp32). */
+typedef struct bench_peer_epilogue_args {
+    cgm_epilogue epilogue;
+    int64_t rows, cols;
+    const void *r;
+    cgm_dtype r_dtype;
+    const void *bias;
+    void *aux;
+    void *y;
+    cgm_dtype y_dtype;
+} bench_peer_epilogue_args;
 
 /* cuBLASLt's bias-gradient dtype for an output of `out`: out where it is
  * bf16 or fp16 (no fp32 bias gradient with a 16-bit D), else fp32. */
@@ -208,13 +242,17 @@ bench_env *bench_env_gpu_create(void);
 typedef struct bench_peer_lt bench_peer_lt;
 int bench_peer_lt_gemm(bench_peer_lt **lt, const bench_lt_gemm *g, void *stream);
 void bench_peer_lt_destroy(bench_peer_lt *lt);
+/* bench_peer_epilogue.cu: the peer's epilogue kernel, enqueued on
+ * `stream`. Returns 0, or -1 after printing why (a dtype it has no kernel
+ * for, a launch error). */
+int bench_peer_epilogue(const bench_peer_epilogue_args *a, void *stream);
 #endif
 
 /* ---------------------------------------------------------------- data */
 
 /* Logical tensors whose elements are generated from (seed, tensor, row,
  * column): every rank can produce any element of any rank's shard. */
-enum { BENCH_TENSOR_X = 1, BENCH_TENSOR_W = 2, BENCH_TENSOR_MISC = 3 };
+enum { BENCH_TENSOR_X = 1, BENCH_TENSOR_W = 2, BENCH_TENSOR_MISC = 3, BENCH_TENSOR_BIAS = 4 };
 
 /* A multiple of 1/8 in [-1, 1]: exact in bf16 and fp16, so that fp32 sums
  * of products are exact for any k that matters. */
@@ -252,11 +290,15 @@ typedef struct bench_epilogue_check {
     cgm_epilogue epilogue;
     const void *aux;
     cgm_dtype aux_dtype;
+    int bias; /* --bias: r + bench_bias_value(column) before the epilogue */
 } bench_epilogue_check;
 int64_t bench_check_gemm(const void *y, cgm_dtype dtype, uint64_t seed,
                          int64_t row0, int64_t rows, int64_t col0,
                          int64_t n_cols, int64_t k, int rounded_partials,
                          const bench_epilogue_check *epi, const char *what);
+/* --bias: the bias of the layer's output column `col` (a generated value,
+ * exact in every dtype the bench uses). */
+double bench_bias_value(uint64_t seed, int64_t col);
 /* DGELU's pre-activation at global (row, col): in [-2.5, 2.5], as stored
  * in `dtype`. */
 double bench_aux_value(uint64_t seed, cgm_dtype dtype, int64_t row, int64_t col);
@@ -282,7 +324,7 @@ typedef struct bench_row {
     double time_us, gemm_us, comm_us, seq_us;
     /* The peer: the environment's own collective and a cuBLASLt GEMM in
      * sequence (bench_ops.c says which); NAN where not measured (no
-     * cuBLASLt, or an epilogue the sequence needs a kernel of its own for). */
+     * cuBLASLt; gemm_rs and gemm_ar with DGELU_BGRAD). */
     double peer_us;
     double ideal_us, ratio, tflops;
     int64_t wrong;
@@ -359,5 +401,9 @@ void bench_print_row(FILE *to, const bench_row *row);
 void bench_print_footer(FILE *to, const bench_row *rows, int count, int errors);
 int bench_write_json(const char *path, const bench_context *ctx,
                      const bench_row *rows, int count, int errors);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

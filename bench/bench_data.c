@@ -204,6 +204,10 @@ static double dgelu(double t) {
     return 0.5 * (1 + th) + 0.5 * t * (1 - th * th) * c * (1 + 3 * 0.044715 * t * t);
 }
 
+double bench_bias_value(uint64_t seed, int64_t col) {
+    return bench_value(seed, BENCH_TENSOR_BIAS, 0, col);
+}
+
 double bench_aux_value(uint64_t seed, cgm_dtype dtype, int64_t row, int64_t col) {
     unsigned char stored[4];
     bench_store(stored, dtype, 0, 2.5 * bench_value(seed, BENCH_TENSOR_MISC, row, col));
@@ -263,13 +267,14 @@ int64_t bench_check_gemm(const void *y, cgm_dtype dtype, uint64_t seed,
             int64_t j = sample_index(b, cs, n_cols);
             double ref = 0;
             for (int64_t l = 0; l < k; l++) ref += xs[a * per + l] * ws[b * per + l];
+            if (epi && epi->bias) ref += bench_bias_value(seed, col0 + j); /* r + b */
             double got = bench_load(y, dtype, i * n_cols + j), slope;
             double want = apply_epilogue(epi, seed, ref, row0 + i, col0 + j, &slope);
             double tol = tolerance(dtype, k, ref, rounded_partials) * fmax(slope, 0.5) +
                          tolerance(dtype, 0, want, 0);
             if (!(fabs(got - want) <= tol)) /* NaN counts as wrong */
                 report(what, wrong++, row0 + i, col0 + j, got, want, tol);
-            if (epi && epi->epilogue == CGM_EPILOGUE_GELU_AUX) { /* aux = r */
+            if (epi && epi->epilogue == CGM_EPILOGUE_GELU_AUX) { /* aux = r + b */
                 got = bench_load(epi->aux, epi->aux_dtype, i * n_cols + j);
                 tol = tolerance(epi->aux_dtype, k, ref, rounded_partials);
                 if (!(fabs(got - ref) <= tol)) report(what, wrong++, row0 + i, col0 + j, got, ref, tol);

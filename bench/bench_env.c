@@ -65,6 +65,7 @@ static const bench_env_ops host_env_ops = {
     NULL,
     NULL, /* no device memory */
     NULL, /* no cuBLASLt: no peer (peer_us "-") */
+    NULL, /* nor its epilogue kernel */
 };
 
 static bench_env *host_env_create(void) {

@@ -351,6 +351,11 @@ static int gpu_lt_gemm(bench_env *env, const bench_lt_gemm *args) {
     return bench_peer_lt_gemm(&g->lt, args, g->stream);
 }
 
+static int gpu_peer_epilogue(bench_env *env, const bench_peer_epilogue_args *args) {
+    gpu_env *g = env->impl;
+    return bench_peer_epilogue(args, g->stream);
+}
+
 static void gpu_destroy(bench_env *env) {
     gpu_env *g = env->impl;
     if (g) {
@@ -389,6 +394,7 @@ static const bench_env_ops gpu_env_ops = {
     gpu_graph_destroy,
     gpu_device_memory,
     gpu_lt_gemm,
+    gpu_peer_epilogue,
 };
 
 bench_env *bench_env_gpu_create(void) {

@@ -36,12 +36,20 @@ typedef struct op_setup {
      * no-overlap run; y's first global row and column */
     bench_tensor aux, aux_seq, bgrad, bgrad_seq;
     int64_t y_row0, y_col0;
+    bench_tensor bias; /* --bias: [1, y's columns] of Y's dtype, else empty */
     /* The peer (setup_peer): measured when `peer`; its GEMM's arguments,
      * and what it writes or reads besides gemm_c: GELU_AUX's aux, the bias
      * gradient, fp8 block scales in cuBLASLt's layouts. */
     bool peer;
     bench_lt_gemm peer_gemm;
     bench_tensor peer_aux, peer_bgrad, peer_x_scales, peer_w_scales;
+    /* gemm_rs and gemm_ar with an epilogue or a bias (peer_kernel): the
+     * GEMM writes the partials' dtype into peer_partial, the collective
+     * reduces them into peer_reduced, and the environment's epilogue
+     * kernel (peer_epi) writes peer_y (and GELU_AUX's peer_aux). */
+    bool peer_kernel;
+    bench_tensor peer_partial, peer_reduced, peer_y;
+    bench_peer_epilogue_args peer_epi;
 } op_setup;
 
 /* ------------------------------------------------------------- buffers */
@@ -156,7 +164,8 @@ static void setup_free(bench_context *ctx, op_setup *s) {
                            &s->gemm_c, &s->coll_send, &s->coll_recv,
                            &s->coll_mid, &s->bulk_recv, &s->bulk_recv_seq,
                            &s->aux, &s->aux_seq, &s->bgrad, &s->bgrad_seq,
-                           &s->peer_aux, &s->peer_bgrad, &s->peer_x_scales, &s->peer_w_scales};
+                           &s->peer_aux, &s->peer_bgrad, &s->peer_x_scales, &s->peer_w_scales,
+                           &s->bias, &s->peer_partial, &s->peer_reduced, &s->peer_y};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tensor_free(ctx, all[i]);
 }
 
@@ -179,23 +188,54 @@ static int peer_block_scales(bench_context *ctx, const bench_tensor *src, int is
     return ctx->env->ops->upload(ctx->env, &dst->buffer);
 }
 
+/* gemm_rs and gemm_ar's peer with an epilogue or a bias: the GEMM's
+ * partials in the op's partial dtype (fp32, or Y's for --partials output)
+ * with room for NCCL's equal shards, their reduction, and the epilogue
+ * kernel's arguments (GELU_AUX writes peer_aux; DGELU reads the op's aux). */
+static int setup_peer_kernel(bench_context *ctx, op_setup *s, bench_lt_gemm *g) {
+    cgm_epilogue e = ctx->opt->epilogue;
+    cgm_dtype out = bench_out_dtype(ctx->opt);
+    cgm_dtype pd = ctx->opt->partials == CGM_PARTIAL_DTYPE_OUTPUT ? out : CGM_DTYPE_FP32;
+    int rs = s->op == CGM_OP_GEMM_REDUCE_SCATTER;
+    int64_t shard = cgm_shard_rows(s->m, 0, ctx->nranks), y_rows = rs ? s->m_rows : s->m;
+    s->peer_kernel = true;
+    g->out = pd, g->epilogue = CGM_EPILOGUE_NONE;
+    if (tensor_alloc_room(ctx, &s->peer_partial, pd, s->m, s->n, shard * ctx->nranks) ||
+        tensor_alloc_room(ctx, &s->peer_reduced, pd, y_rows, s->n, rs ? shard : s->m) ||
+        tensor_poisoned(ctx, &s->peer_y, out, y_rows, s->n))
+        return -1;
+    if (e == CGM_EPILOGUE_GELU_AUX && tensor_poisoned(ctx, &s->peer_aux, out, y_rows, s->n)) return -1;
+    g->y = s->peer_partial.buffer.data;
+    bench_peer_epilogue_args *a = &s->peer_epi;
+    a->epilogue = e, a->rows = y_rows, a->cols = s->n;
+    a->r = s->peer_reduced.buffer.data, a->r_dtype = pd;
+    a->bias = s->bias.buffer.data;
+    a->aux = e == CGM_EPILOGUE_GELU_AUX ? s->peer_aux.buffer.data : e == CGM_EPILOGUE_DGELU ? s->aux.buffer.data : NULL;
+    a->y = s->peer_y.buffer.data, a->y_dtype = out;
+    return 0;
+}
+
 /* The peer: what a user writes without commgemm, on the environment's own
  * communicator and cuBLASLt. ag_gemm and bulk: the all-gather of X, then
  * the GEMM of the whole X (the one gemm_us multiplies: the gather's bytes
- * land in the comm baseline's buffer) with the op's epilogue. gemm_rs and
- * gemm_ar: the GEMM into the [m, n] partial, then the reduce-scatter or
- * all-reduce; with no epilogue only, as an activation of the reduced rows
- * would take a kernel of its own after the collective. */
+ * land in the comm baseline's buffer) with the op's epilogue and bias.
+ * gemm_rs and gemm_ar: the GEMM into the [m, n] partial, then the
+ * reduce-scatter or all-reduce; with an epilogue or a bias, which apply to
+ * the reduced rows, the GEMM has none and the environment's epilogue
+ * kernel follows the collective (setup_peer_kernel; DGELU_BGRAD, whose
+ * bias gradient sums all ranks' rows, has no peer there). */
 static int setup_peer(bench_context *ctx, op_setup *s, int gathers) {
     cgm_epilogue e = ctx->opt->epilogue;
     const bench_tensor *x = gathers ? &s->gemm_a : &s->x;
     cgm_dtype out = bench_out_dtype(ctx->opt);
     bench_lt_gemm *g = &s->peer_gemm;
-    s->peer = ctx->env->ops->lt_gemm && ctx->opt->comm_library == 0 && (gathers || e == CGM_EPILOGUE_NONE);
+    bool kernel = !gathers && (e != CGM_EPILOGUE_NONE || ctx->opt->bias);
+    s->peer = ctx->env->ops->lt_gemm && ctx->opt->comm_library == 0 &&
+              (gathers || (kernel ? ctx->env->ops->peer_epilogue && e != CGM_EPILOGUE_DGELU_BGRAD : true));
     /* cuBLASLt's aux takes a leading dimension of a multiple of 8: the peer
      * is left out where some rank's would not be (alike on every rank). */
     bool aux = e == CGM_EPILOGUE_GELU_AUX || e == CGM_EPILOGUE_DGELU || e == CGM_EPILOGUE_DGELU_BGRAD;
-    for (int p = 0; aux && p < ctx->nranks; p++)
+    for (int p = 0; gathers && aux && p < ctx->nranks; p++)
         if (cgm_shard_rows(s->n, p, ctx->nranks) % 8) s->peer = false;
     if (!s->peer) return 0;
     g->layout = ctx->opt->layout;
@@ -203,6 +243,7 @@ static int setup_peer(bench_context *ctx, op_setup *s, int gathers) {
     g->m = s->m, g->n = gathers ? s->slice : s->n, g->k = gathers ? s->k : s->slice;
     g->x = x->matrix.data, g->w = s->w.matrix.data, g->y = s->gemm_c.matrix.data;
     g->epilogue = e;
+    g->bias = gathers ? s->bias.buffer.data : NULL;
     if (ctx->opt->dtype == CGM_DTYPE_FP8_E4M3) {
         g->scaling = ctx->opt->scaling;
         g->x_scale = x->scales.data, g->w_scale = s->w.scales.data;
@@ -213,6 +254,7 @@ static int setup_peer(bench_context *ctx, op_setup *s, int gathers) {
             g->x_scale = s->peer_x_scales.buffer.data, g->w_scale = s->peer_w_scales.buffer.data;
         }
     }
+    if (kernel) return setup_peer_kernel(ctx, s, g);
     if (e == CGM_EPILOGUE_GELU_AUX) {
         if (tensor_alloc(ctx, &s->peer_aux, out, g->m, g->n)) return -1;
         g->aux = s->peer_aux.buffer.data;
@@ -225,6 +267,17 @@ static int setup_peer(bench_context *ctx, op_setup *s, int gathers) {
         g->bgrad = s->peer_bgrad.buffer.data;
     }
     return 0;
+}
+
+/* --bias: y's columns of the layer's bias (bench_bias_value), Y's dtype. */
+static int setup_bias(bench_context *ctx, op_setup *s, int64_t cols) {
+    cgm_dtype out = bench_out_dtype(ctx->opt);
+    if (!ctx->opt->bias) return 0;
+    if (tensor_alloc(ctx, &s->bias, out, 1, cols)) return -1;
+    if (ctx->count_only) return 0;
+    for (int64_t j = 0; j < cols; j++)
+        bench_store(s->bias.buffer.host, out, j, bench_bias_value(ctx->opt->seed, s->y_col0 + j));
+    return ctx->env->ops->upload(ctx->env, &s->bias.buffer);
 }
 
 static int setup_create(bench_context *ctx, cgm_op op, int64_t m, int64_t n,
@@ -274,6 +327,7 @@ static int setup_create(bench_context *ctx, cgm_op op, int64_t m, int64_t n,
         }
         s->y_col0 = s->slice_off;
         rc |= setup_epilogue(ctx, s, m, n_loc);
+        rc |= setup_bias(ctx, s, n_loc);
     } else {
         /* X: columns [k_off, k_off + k_loc) of X[m, k]; W likewise. */
         int64_t y_rows = op == CGM_OP_GEMM_REDUCE_SCATTER ? s->m_rows : m;
@@ -289,6 +343,7 @@ static int setup_create(bench_context *ctx, cgm_op op, int64_t m, int64_t n,
         if (op == CGM_OP_GEMM_ALL_REDUCE) rc |= tensor_alloc(ctx, &s->coll_mid, out, m, n);
         s->y_row0 = op == CGM_OP_GEMM_REDUCE_SCATTER ? s->m_off : 0;
         rc |= setup_epilogue(ctx, s, y_rows, n);
+        rc |= setup_bias(ctx, s, n);
     }
     if (!rc) rc = setup_peer(ctx, s, gathers);
     return rc ? -1 : 0;
@@ -309,19 +364,20 @@ size_t bench_row_bytes(bench_context *ctx, cgm_op op, int64_t m, int64_t n,
 static cgm_status run_op(bench_context *ctx, op_setup *s, int seq) {
     const cgm_op_options *o = seq ? &s->seq_options : &s->options;
     cgm_matrix *y = seq ? &s->y_seq.matrix : &s->y.matrix;
+    const cgm_matrix *bias = s->bias.buffer.data ? &s->bias.matrix : NULL;
     void *stream = ctx->env->stream;
     switch (s->op) {
     case CGM_OP_ALL_GATHER_GEMM:
-        return cgm_all_gather_gemm(ctx->comm, &s->x.matrix, &s->w.matrix, NULL, y,
+        return cgm_all_gather_gemm(ctx->comm, &s->x.matrix, &s->w.matrix, bias, y,
                                    NULL, o, stream);
     case CGM_OP_GEMM_REDUCE_SCATTER:
         return cgm_gemm_reduce_scatter(ctx->comm, &s->x.matrix, &s->w.matrix,
-                                       NULL, y, o, stream);
+                                       bias, y, o, stream);
     case CGM_OP_GEMM_ALL_REDUCE:
-        return cgm_gemm_all_reduce(ctx->comm, &s->x.matrix, &s->w.matrix, NULL, y,
+        return cgm_gemm_all_reduce(ctx->comm, &s->x.matrix, &s->w.matrix, bias, y,
                                    o, stream);
     default:
-        return cgm_bulk_overlap(ctx->comm, &s->gemm_a.matrix, &s->w.matrix, NULL,
+        return cgm_bulk_overlap(ctx->comm, &s->gemm_a.matrix, &s->w.matrix, bias,
                                 y, CGM_COLLECTIVE_ALL_GATHER, &s->coll_send.matrix,
                                 seq ? &s->bulk_recv_seq.matrix : &s->bulk_recv.matrix,
                                 o, stream);
@@ -385,10 +441,18 @@ static cgm_status run_comm_alone(bench_context *ctx, op_setup *s) {
 }
 
 /* setup_peer's sequence: the collective alone (setup_peer requires the
- * environment's own), and the cuBLASLt GEMM before or after it. */
+ * environment's own), and the cuBLASLt GEMM before or after it; or the
+ * GEMM, the collective of its partials and the epilogue kernel. */
 static cgm_status run_peer(bench_context *ctx, op_setup *s) {
     bench_env *env = ctx->env;
     int gathers = s->op == CGM_OP_ALL_GATHER_GEMM || s->op == CGM_OP_BULK;
+    if (s->peer_kernel) {
+        bench_collective which = s->op == CGM_OP_GEMM_REDUCE_SCATTER ? BENCH_COLLECTIVE_REDUCE_SCATTER
+                                                                     : BENCH_COLLECTIVE_ALL_REDUCE;
+        if (env->ops->lt_gemm(env, &s->peer_gemm)) return CGM_ERROR_CUBLAS;
+        if (env->ops->collective(env, which, &s->peer_partial.matrix, &s->peer_reduced.matrix)) return CGM_ERROR_NCCL;
+        return env->ops->peer_epilogue(env, &s->peer_epi) ? CGM_ERROR_CUDA : CGM_SUCCESS;
+    }
     if (!gathers && env->ops->lt_gemm(env, &s->peer_gemm)) return CGM_ERROR_CUBLAS;
     cgm_status st = run_comm_alone(ctx, s);
     if (st != CGM_SUCCESS || !gathers) return st;
@@ -461,6 +525,27 @@ static double median(double *values, int count) {
                      : 0.5 * (values[count / 2 - 1] + values[count / 2]);
 }
 
+/* The output of gemm_rs's and gemm_ar's peer with its epilogue kernel
+ * (and GELU_AUX's aux), checked as the op's: the partials it reduced were
+ * rounded to Y's dtype with --partials output (NCCL sums them in it). */
+static int64_t check_peer(bench_context *ctx, op_setup *s) {
+    bench_env *env = ctx->env;
+    cgm_dtype dt = bench_out_dtype(ctx->opt);
+    if (!s->peer || !s->peer_kernel) return 0;
+    if (env->ops->download(env, &s->peer_y.buffer) ||
+        (s->peer_aux.buffer.data && env->ops->download(env, &s->peer_aux.buffer)))
+        return 1;
+    if (ctx->rank == 0 && s->peer_y.matrix.rows * s->peer_y.matrix.cols > 0 && ctx->opt->inject_wrong_value)
+        bench_store(s->peer_y.buffer.host, dt, 0, 1e6);
+    const bench_tensor *aux = ctx->opt->epilogue == CGM_EPILOGUE_GELU_AUX ? &s->peer_aux : &s->aux;
+    bench_epilogue_check epi = {ctx->opt->epilogue, aux->buffer.host, dt, ctx->opt->bias};
+    int rounded = s->peer_epi.r_dtype == dt && (dt == CGM_DTYPE_BF16 || dt == CGM_DTYPE_FP16) ? ctx->nranks : 0;
+    char what[96];
+    snprintf(what, sizeof what, "rank %d %s peer output", ctx->rank, cgm_op_name(s->op));
+    return bench_check_gemm(s->peer_y.buffer.host, dt, ctx->opt->seed, s->y_row0, s->peer_y.matrix.rows, 0, s->n,
+                            s->k, rounded, &epi, what);
+}
+
 static int64_t check_outputs(bench_context *ctx, op_setup *s) {
     bench_env *env = ctx->env;
     cgm_dtype dt = bench_out_dtype(ctx->opt);
@@ -489,7 +574,7 @@ static int64_t check_outputs(bench_context *ctx, op_setup *s) {
         int64_t rows = s->op == CGM_OP_GEMM_REDUCE_SCATTER ? s->m_rows : s->m;
         int64_t cols = gathers ? s->slice : s->n;
         bench_tensor *aux = seq ? &s->aux_seq : &s->aux, *bgrad = seq ? &s->bgrad_seq : &s->bgrad;
-        bench_epilogue_check epi = {ctx->opt->epilogue, aux->buffer.host, dt};
+        bench_epilogue_check epi = {ctx->opt->epilogue, aux->buffer.host, dt, ctx->opt->bias};
         if (aux->buffer.data && env->ops->download(env, &aux->buffer)) return 1;
         wrong += bench_check_gemm(y->buffer.host, dt, seed, s->y_row0, rows, s->y_col0, cols, s->k,
                                   gathers ? 0 : rounded, &epi, what);
@@ -507,7 +592,7 @@ static int64_t check_outputs(bench_context *ctx, op_setup *s) {
                                       BENCH_TENSOR_X, s->m, bench_coll_cols(ctx->opt, s->k), what);
         }
     }
-    return wrong;
+    return wrong + check_peer(ctx, s);
 }
 
 /* Captures each measurement into graphs[which]. A measurement that fails

@@ -42,6 +42,8 @@ static void usage(FILE *to) {
         "                      and bgrad; a call a backend refuses (cublasmp;\n"
         "                      some on p2p) skips its row with the reason\n"
         "                      (default none)\n"
+        "  --bias              every op adds a bias to its output (before the\n"
+        "                      epilogue; not with dgelu, dgelu_bgrad or bgrad)\n"
         "  --partials P        fp32 or output: the partials gemm_rs and gemm_ar\n"
         "                      send (default: the comm's, COMMGEMM_PARTIAL_DTYPE\n"
         "                      or fp32)\n"
@@ -294,7 +296,7 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
         OPT_OP = 256, OPT_DTYPE, OPT_BACKEND, OPT_ALGO, OPT_SPLITS, OPT_LAYOUT,
         OPT_CHECK, OPT_NO_CHECK, OPT_JSON, OPT_SEED, OPT_RANKS, OPT_TIMEOUT,
         OPT_SHAPES, OPT_GRAPH, OPT_COMM_BASELINE, OPT_INJECT_WRONG_VALUE, OPT_PARTIALS,
-        OPT_SCALING, OPT_EPILOGUE
+        OPT_SCALING, OPT_EPILOGUE, OPT_BIAS
     };
     static const struct option long_options[] = {
         {"op", required_argument, NULL, OPT_OP},
@@ -302,6 +304,7 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
         {"dtype", required_argument, NULL, OPT_DTYPE},
         {"scaling", required_argument, NULL, OPT_SCALING},
         {"epilogue", required_argument, NULL, OPT_EPILOGUE},
+        {"bias", no_argument, NULL, OPT_BIAS},
         {"backend", required_argument, NULL, OPT_BACKEND},
         {"algo", required_argument, NULL, OPT_ALGO},
         {"splits", required_argument, NULL, OPT_SPLITS},
@@ -385,6 +388,7 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
                 rc = fail("--timeout-ms", "a number of milliseconds >= 1", optarg);
             break;
         case OPT_INJECT_WRONG_VALUE: opt->inject_wrong_value = 1; break;
+        case OPT_BIAS: opt->bias = 1; break;
         case 'h': usage(stdout); return 1;
         case ':':
             fprintf(stderr, "commgemm-bench: option '%s' needs a value\n",
@@ -407,6 +411,14 @@ int bench_parse_options(int argc, char **argv, bench_options *opt) {
     if (rc == 0 && opt->epilogue == CGM_EPILOGUE_BGRAD && opt->op_mask != 1u << CGM_OP_BULK) {
         fprintf(stderr, "commgemm-bench: --epilogue bgrad: it is bulk's GEMM's only (it sums an input of a local "
                 "GEMM); pass --op bulk, or another epilogue\n");
+        rc = -1;
+    }
+    if (rc == 0 && opt->bias &&
+        (opt->epilogue == CGM_EPILOGUE_DGELU || opt->epilogue == CGM_EPILOGUE_DGELU_BGRAD ||
+         opt->epilogue == CGM_EPILOGUE_BGRAD)) {
+        fprintf(stderr, "commgemm-bench: --bias with --epilogue %s: that epilogue takes no bias (commgemm.h "
+                "\"Epilogues\"); pass --bias with none, gelu or gelu_aux, or leave it out\n",
+                cgm_epilogue_name(opt->epilogue));
         rc = -1;
     }
     return rc;
@@ -441,7 +453,7 @@ void bench_print_options(FILE *to, const bench_options *opt) {
     if (opt->scaling != CGM_SCALING_NONE)
         fprintf(to, "  scaling: %s  output: %s", opt->scaling == CGM_SCALING_TENSOR ? "tensor" : "block",
                 cgm_dtype_name(bench_out_dtype(opt)));
-    fprintf(to, "  epilogue: %s\n", cgm_epilogue_name(opt->epilogue));
+    fprintf(to, "  epilogue: %s%s\n", cgm_epilogue_name(opt->epilogue), opt->bias ? "  bias: on" : "");
     fprintf(to, "# backend: %s  algo: %s  splits: %d  warmup: %d  iters: %d  "
             "check: %s  graph: %s  seed: %" PRIu64 "  timeout_ms: ",
             opt->backend == CGM_BACKEND_DEFAULT ? "default" : cgm_backend_name(opt->backend),
@@ -472,8 +484,8 @@ void bench_json_options(FILE *to, const bench_options *opt) {
         fprintf(to, "%s[%" PRId64 ", %" PRId64 ", %" PRId64 "]", i ? ", " : "",
                 opt->shapes[i][0], opt->shapes[i][1], opt->shapes[i][2]);
     fprintf(to, "]");
-    fprintf(to, ", \"partials\": \"%s\", \"epilogue\": \"%s\"", cgm_partial_dtype_name(opt->partials),
-            cgm_epilogue_name(opt->epilogue));
+    fprintf(to, ", \"partials\": \"%s\", \"epilogue\": \"%s\", \"bias\": %s",
+            cgm_partial_dtype_name(opt->partials), cgm_epilogue_name(opt->epilogue), opt->bias ? "true" : "false");
     if (opt->scaling != CGM_SCALING_NONE)
         fprintf(to, ", \"scaling\": \"%s\", \"output_dtype\": \"%s\"",
                 opt->scaling == CGM_SCALING_TENSOR ? "tensor" : "block", cgm_dtype_name(bench_out_dtype(opt)));

@@ -3,7 +3,8 @@
  * commgemm. Row-major Y[m, n] = op(X) op(W)^T is cuBLASLt's column-major
  * D[n, m] = op(A) op(B) with A = W and B = X; the epilogue then acts on D's
  * rows (n: GELU_AUX, DGELU, DGELU_BGRAD's column sums of Y) or on B's
- * (BGRADB: X's row sums along k). The descriptors and the heuristic's
+ * (BGRADB: X's row sums along k); a bias takes the _BIAS forms of NONE,
+ * GELU and GELU_AUX. The descriptors and the heuristic's
  * first algorithm are kept per argument set, so that timed calls and graph
  * captures only enqueue the matmul. */
 #include <stdlib.h>
@@ -46,10 +47,12 @@ static cudaDataType_t lt_type(cgm_dtype dtype) {
     }
 }
 
-static cublasLtEpilogue_t lt_epilogue(cgm_epilogue e) {
+/* With a bias (NONE, GELU, GELU_AUX only): the _BIAS forms. */
+static cublasLtEpilogue_t lt_epilogue(cgm_epilogue e, int bias) {
     switch (e) {
-    case CGM_EPILOGUE_GELU: return CUBLASLT_EPILOGUE_GELU;
-    case CGM_EPILOGUE_GELU_AUX: return CUBLASLT_EPILOGUE_GELU_AUX;
+    case CGM_EPILOGUE_NONE: return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    case CGM_EPILOGUE_GELU: return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    case CGM_EPILOGUE_GELU_AUX: return bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
     case CGM_EPILOGUE_DGELU: return CUBLASLT_EPILOGUE_DGELU;
     case CGM_EPILOGUE_DGELU_BGRAD: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
     case CGM_EPILOGUE_BGRAD: return CUBLASLT_EPILOGUE_BGRADB;
@@ -88,12 +91,18 @@ static int plan_desc(peer_plan *p) {
             set_attr(p, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g->x_scale, sizeof g->x_scale))
             return -1;
     }
-    cublasLtEpilogue_t epi = lt_epilogue(g->epilogue);
+    cublasLtEpilogue_t epi = lt_epilogue(g->epilogue, g->bias != NULL);
     if (set_attr(p, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi)) return -1;
     if (g->aux) {
         int64_t ld = g->n;
         if (set_attr(p, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux, sizeof g->aux) ||
             set_attr(p, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld))
+            return -1;
+    }
+    if (g->bias) { /* Y's dtype (bf16 for fp8 inputs) */
+        cudaDataType_t t = lt_type(g->out);
+        if (set_attr(p, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias) ||
+            set_attr(p, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &t, sizeof t))
             return -1;
     }
     if (g->bgrad) {

@@ -9,7 +9,7 @@
 #include "harness.h"
 
 static const bench_env_ops host_ops = {"host", NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                                       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                                       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 
 /* What `print` writes, as a string (static storage). */
 static const char *capture(void (*print)(FILE *, const void *), const void *arg) {
