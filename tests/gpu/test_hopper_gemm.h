@@ -1,6 +1,7 @@
-/* What the two files of test_hopper_gemm share (test_hopper_gemm.c defines
+/* What the files of test_hopper_gemm share (test_hopper_gemm.c defines
  * it): the test values on the device, the exact reference, and the
- * registration of the fused hooks' cases (test_hopper_gemm_hooks.c). */
+ * registration of the fused hooks' cases (test_hopper_gemm_hooks.c) and of
+ * the fused epilogue's (test_hopper_gemm_epi.c). */
 #ifndef COMMGEMM_TEST_HOPPER_GEMM_H
 #define COMMGEMM_TEST_HOPPER_GEMM_H
 
@@ -24,5 +25,7 @@ int16_t *to_eighths(const void *buf, cgm_dtype t, int64_t rows, int64_t ld, int6
 int32_t dot_eighths(const int16_t *a, const int16_t *b, int64_t kp);
 /* Registers the fused hooks' cases (timeout 60 s). */
 void hgemm_register_hook_cases(void);
+/* Registers the fused epilogue's cases (test_hopper_gemm_epi.c). */
+void hgemm_register_epilogue_cases(void);
 
 #endif
