@@ -21,6 +21,9 @@ typedef struct epi_rank {
  * this rank, each checked (Y, GELU_AUX's aux, the bias gradient).
  * skip_bgrad: not DGELU_BGRAD (a backend that refuses it for `op`). */
 void epi_sweep(const epi_rank *g, cgm_op op, bool skip_bgrad);
+/* The same sweep with algorithm fused (p2p), bf16 and fp16 (the kernel's
+ * inputs). */
+void epi_sweep_fused(const epi_rank *g, cgm_op op, bool skip_bgrad);
 
 /* Device matrix [rows, cols] with leading dimension ld, element (i, j) =
  * in-range test values (multiples of 1/16 in [-1/2, 1/2]) of (seed,
