@@ -150,8 +150,8 @@ typedef struct cgm_hgemm_args {
      * into bgrad_ws (cgm_hgemm_bgrad_ws_bytes(m, n), 16-byte aligned; one
      * slot per group, each written by one warp in a fixed order), then
      * cgm_hgemm enqueues one small kernel that sums the slots in row order:
-     * the same bits every run and in both variants. bgrad: n values of
-     * bgrad_dtype (FP32, BF16 or FP16). */
+     * the same bits every run (both variants cut the same groups). bgrad:
+     * n values of bgrad_dtype (FP32, BF16 or FP16). */
     int epilogue;
     void *aux;
     int64_t aux_ld;

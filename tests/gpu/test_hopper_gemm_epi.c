@@ -6,7 +6,8 @@
  * the activation's fp32 math and the one rounding are within the tolerance,
  * GELU_AUX's aux must equal t rounded once, and nothing outside [m, n] of
  * Y or aux is written. The bias gradient: within its tolerance, the same
- * bits in two runs and in both variants. Then m = 0 (zeros) and the
+ * bits in two runs and in both variants (whose accumulators agree here: the
+ * GEMM is exact). Then m = 0 (zeros) and the
  * refusals of bad epilogue arguments. */
 #include <math.h>
 
