@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "commgemm.h"
+#include "device/hopper_gemm.h"
 
 /* hv_fill that fails the case when malloc does. */
 void *fill(cgm_dtype t, size_t count, uint64_t seed);
@@ -23,6 +24,10 @@ double round_out(double v, cgm_dtype t);
 int16_t *to_eighths(const void *buf, cgm_dtype t, int64_t rows, int64_t ld, int64_t k, int64_t kp);
 /* The exact dot product of two to_eighths rows (64 x the real one). */
 int32_t dot_eighths(const int16_t *a, const int16_t *b, int64_t kp);
+/* Fails the case unless cgm_hgemm_supported refuses a with a reason that
+ * contains `reason` and cgm_hgemm returns cudaErrorInvalidValue (`what`
+ * names the case); test_hopper_gemm_hooks.c. */
+void expect_refused(const cgm_hgemm_args *a, const char *what, const char *reason);
 /* Registers the fused hooks' cases (timeout 60 s). */
 void hgemm_register_hook_cases(void);
 /* Registers the fused epilogue's cases (test_hopper_gemm_epi.c). */

@@ -45,6 +45,16 @@ __device__ __forceinline__ void store_pair(__half *p, float a, float b) {
     *reinterpret_cast<__half2 *>(p) = __floats2half2_rn(a, b);
 }
 
+/* The bias of columns col, col + 1 (0 past n or without a bias). */
+template <typename OutT>
+__device__ __forceinline__ void bias_pair(const hgemm_params &p, const OutT *bias, int col, float &ba, float &bb) {
+    ba = bb = 0.f;
+    if (bias) {
+        if (col < p.n) ba = to_float(bias[col]);
+        if (col + 1 < p.n) bb = to_float(bias[col + 1]);
+    }
+}
+
 /* One row of a thread's fragment pair: columns col, col + 1. */
 template <typename OutT>
 __device__ __forceinline__ void store_two(const hgemm_params &p, int row, int col, float a, float b, float bias_a,
@@ -197,11 +207,8 @@ __device__ __forceinline__ void epilogue_plain(const hgemm_params &p, float (&d)
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
         int col = col0 + 8 * j + 2 * q;
-        float ba = 0.f, bb = 0.f;
-        if (bias) {
-            if (col < p.n) ba = to_float(bias[col]);
-            if (col + 1 < p.n) bb = to_float(bias[col + 1]);
-        }
+        float ba, bb;
+        bias_pair(p, bias, col, ba, bb);
         store_two<OutT>(p, row, col, d[OFF + 4 * j], d[OFF + 4 * j + 1], ba, bb);
         store_two<OutT>(p, row + 8, col, d[OFF + 4 * j + 2], d[OFF + 4 * j + 3], ba, bb);
     }
@@ -261,11 +268,8 @@ __device__ __forceinline__ void epilogue_act(const hgemm_params &p, float (&d)[1
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
         int col = col0 + 8 * j + 2 * q;
-        float ba = 0.f, bb = 0.f;
-        if (bias) {
-            if (col < p.n) ba = to_float(bias[col]);
-            if (col + 1 < p.n) bb = to_float(bias[col + 1]);
-        }
+        float ba, bb;
+        bias_pair(p, bias, col, ba, bb);
         float s0 = 0.f, s1 = 0.f;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
