@@ -24,6 +24,9 @@ double round_out(double v, cgm_dtype t);
 int16_t *to_eighths(const void *buf, cgm_dtype t, int64_t rows, int64_t ld, int64_t k, int64_t kp);
 /* The exact dot product of two to_eighths rows (64 x the real one). */
 int32_t dot_eighths(const int16_t *a, const int16_t *b, int64_t kp);
+/* A valid bf16 64 x 64 x 64 GEMM on buf (x, w and y; 16-byte aligned),
+ * for the argument checks' cases; test_hopper_gemm_hooks.c. */
+cgm_hgemm_args args_64(const void *buf);
 /* Fails the case unless cgm_hgemm_supported refuses a with a reason that
  * contains `reason` and cgm_hgemm returns cudaErrorInvalidValue (`what`
  * names the case); test_hopper_gemm_hooks.c. */

@@ -202,11 +202,7 @@ static void case_epilogue_empty(const void *p) {
 static void case_epilogue_arguments(const void *p) {
     (void)p;
     static _Alignas(256) unsigned char buf[4096];
-    cgm_hgemm_args good;
-    memset(&good, 0, sizeof good);
-    good.in_dtype = good.out_dtype = CGM_DTYPE_BF16;
-    good.m = 64, good.n = 64, good.k = 64, good.x = buf, good.ldx = 64, good.w = buf, good.ldw = 64;
-    good.y = buf, good.ldy = 64;
+    cgm_hgemm_args good = args_64(buf);
     good.epilogue = CGM_EPILOGUE_DGELU_BGRAD, good.aux = buf, good.aux_ld = 64;
     good.bgrad = buf, good.bgrad_dtype = CGM_DTYPE_FP32, good.bgrad_ws = (float *)buf;
     const char *why = NULL;
