@@ -1,7 +1,7 @@
 /* commgemm-kernel-bench: commgemm's own Hopper GEMM (src/device/hopper/)
  * on one GPU, bf16 in, TN.
  *
- *   commgemm-kernel-bench [plain|ag|fused|addend] [--shapes MxNxK,...]
+ *   commgemm-kernel-bench [plain|ag|fused|addend|epilogue] [--shapes MxNxK,...]
  *                         [--dynamic] [--only V] [--sweep] [--dtype D]
  *                         [--lt-reduction-fp32]
  *
@@ -18,6 +18,8 @@
  *   fused   the fused all-gather's and reduce-scatter's forms, every flag
  *           already at the epoch, and a peer copy beside the kernel;
  *   addend  an epilogue addend, ours against cuBLASLt's C;
+ *   epilogue  GELU_AUX with a bias and DGELU_BGRAD, ours against
+ *           cuBLASLt's same epilogues (kernel_bench_epi.c);
  *   --dynamic  every cgm_hgemm call gets a tile counter (the dynamic tile
  *           schedule where cgm_hgemm takes it), so that an A/B of the
  *           static and the dynamic schedule alternates two processes.
@@ -177,7 +179,7 @@ static int parse_shapes(const char *list, kb_options *o) {
 }
 
 static void usage(FILE *to) {
-    fprintf(to, "usage: commgemm-kernel-bench [plain|ag|fused|addend] [--shapes MxNxK,...] [--dynamic] "
+    fprintf(to, "usage: commgemm-kernel-bench [plain|ag|fused|addend|epilogue] [--shapes MxNxK,...] [--dynamic] "
                 "[--only V]\n"
                 "       plain only: [--sweep] [--dtype bf16|fp16] [--lt-reduction-fp32]\n");
 }
@@ -231,6 +233,8 @@ int main(int argc, char **argv) {
     if (!strcmp(o.bench, "ag")) return kb_ag(&o);
     if (!strcmp(o.bench, "fused")) return kb_fused(&o);
     if (!strcmp(o.bench, "addend")) return kb_addend(&o);
-    fprintf(stderr, "commgemm-kernel-bench: no bench '%s': expected plain, ag, fused or addend\n", o.bench);
+    if (!strcmp(o.bench, "epilogue")) return kb_epilogue(&o);
+    fprintf(stderr, "commgemm-kernel-bench: no bench '%s': expected plain, ag, fused, addend or epilogue\n",
+            o.bench);
     return 2;
 }

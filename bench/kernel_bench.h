@@ -20,7 +20,7 @@
 #define KB_MAX_SHAPES 32
 
 typedef struct kb_options {
-    const char *bench;  /* plain, ag, fused or addend */
+    const char *bench;  /* plain, ag, fused, addend or epilogue */
     int nshapes;        /* 0: the bench's default shapes */
     long long shapes[KB_MAX_SHAPES][3];
     bool dynamic;       /* --dynamic: every cgm_hgemm call gets a tile counter */
@@ -69,5 +69,6 @@ int kb_plain(const kb_options *o);
 int kb_ag(const kb_options *o);
 int kb_fused(const kb_options *o);
 int kb_addend(const kb_options *o);
+int kb_epilogue(const kb_options *o);
 
 #endif

@@ -784,12 +784,12 @@ typedef struct cgm_op_options {
  *   AG+GEMM, GEMM+RS or GEMM+AR; an unknown value.
  * - Backends: the host backend runs every rule above (the reference); the
  *   nccl backend runs them for bf16/fp16/fp32 inputs; the p2p backend on
- *   AG+GEMM (split, ring, no_overlap), GEMM+RS (but DGELU_BGRAD), bulk's
+ *   AG+GEMM (split, ring, no_overlap, fused), GEMM+RS (but DGELU_BGRAD), bulk's
  *   GEMM and one rank; cublasmp on AG+GEMM (GELU, GELU_AUX, DGELU,
  *   DGELU_BGRAD). They return CGM_ERROR_NOT_SUPPORTED, saying what to do,
  *   for fp8 inputs with an epilogue, a bias with BGRAD, an aux whose ld is
  *   not a multiple of 8 or that is not 16-byte aligned (cuBLASLt's and
- *   cuBLASMp's rule), (p2p) algorithm fused, GEMM+AR and GEMM+RS's
+ *   cuBLASMp's rule), (p2p, fused included) GEMM+AR and GEMM+RS's
  *   DGELU_BGRAD on P > 1, and (cublasmp) any epilogue on GEMM+RS and
  *   GEMM+AR, which cuBLASMp applies before the reduction
  *   (docs/EPILOGUES.md).

@@ -125,7 +125,8 @@ cudaError_t cgm_dev_epilogue_colsum(const cgm_dev_reduce_args *args,
 /* dst[j] = the fp32 sum over s = 0 .. nslots - 1, in that order, of
  * element j of slot s, rounded once to dst_dtype (0 fp32, 1 bf16, 2 fp16);
  * slot s starts s * stride floats into slots and holds slot_dtype values
- * (same codes); nslots 0 writes zeros. For bias gradients made in parts. */
+ * (same codes); nslots 0 writes zeros. For bias gradients made in parts.
+ * state may be NULL (no abort check: cgm_hgemm's DGELU_BGRAD). */
 cudaError_t cgm_dev_sum_slots(const float *slots, int slot_dtype, int nslots, int64_t stride,
                               int64_t n, void *dst, int dst_dtype,
                               const cgm_dev_state *state,

@@ -1,6 +1,7 @@
 /* commgemm's own sm_90a GEMM (src/device/hopper/), C entry points.
  *
  *   Y[m, n] = X[m, k] . W[n, k]^T (+ bias[n]) (+ Y when accumulate)
+ *   Y[m, n] = act(X . W^T (+ addends) (+ bias))  with an epilogue (below)
  *
  * commgemm's TN layout, row-major: X with ldx >= k, W [n, k] with ldw >= k,
  * Y with ldy >= n. X and W bf16 or fp16 (the same), fp32 accumulation, Y and
@@ -32,7 +33,12 @@
  * With addend_flags[i] not NULL, the epilogue of the tile covering rows
  * [r0, r1) of Y first waits (same rules, epoch and timeout) until
  * addend_flags[i][r0 / rows_per_flag .. (r1 - 1) / rows_per_flag] all
- * reached the epoch: the main loop runs before the addends arrive. */
+ * reached the epoch: the main loop runs before the addends arrive.
+ *
+ * Fused epilogue (epilogue, aux, bgrad; commgemm.h "Epilogues"): GELU,
+ * GELU_AUX, DGELU, DGELU_BGRAD on the fp32 sum above (after the addends
+ * and the bias), one rounding; DGELU_BGRAD's bias gradient deterministic
+ * (per-16-row slots, then one summing kernel). See the fields' comment. */
 #ifndef COMMGEMM_HOPPER_GEMM_H
 #define COMMGEMM_HOPPER_GEMM_H
 
@@ -129,7 +135,34 @@ typedef struct cgm_hgemm_args {
      * addends), where it measured faster or the same; other calls keep the
      * static schedule and leave the counter alone. */
     unsigned int *tile_counter;
+    /* ---- Fused epilogue (commgemm.h "Epilogues"; 0/NULL: none). ----
+     * epilogue: CGM_EPILOGUE_NONE, _GELU, _GELU_AUX, _DGELU or
+     * _DGELU_BGRAD (not BGRAD), without accumulate. On t = X . W^T + the
+     * addends + bias (fp32; the fused reduce-scatter's activation applies
+     * after its sum), before the one rounding to out_dtype:
+     *   GELU: Y = gelu(t); GELU_AUX: also aux = t (rounded once);
+     *   DGELU: Y = t * gelu'(aux); DGELU_BGRAD: the same, and
+     *   bgrad[j] = sum over the m rows of t * gelu'(aux) (fp32, rounded
+     *   once to bgrad_dtype).
+     * aux: [m, n] of out_dtype, row stride aux_ld >= n, element aligned
+     * (pairs where aux_ld is even and aux 2-element aligned). The bias
+     * gradient: the kernel writes fp32 column partials of each 16-row group
+     * into bgrad_ws (cgm_hgemm_bgrad_ws_bytes(m, n), 16-byte aligned; one
+     * slot per group, each written by one warp in a fixed order), then
+     * cgm_hgemm enqueues one small kernel that sums the slots in row order:
+     * the same bits every run (both variants cut the same groups). bgrad:
+     * n values of bgrad_dtype (FP32, BF16 or FP16). */
+    int epilogue;
+    void *aux;
+    int64_t aux_ld;
+    void *bgrad;
+    cgm_dtype bgrad_dtype;
+    float *bgrad_ws;
 } cgm_hgemm_args;
+
+/* Bytes of bgrad_ws that DGELU_BGRAD needs for an m x n GEMM: one fp32 slot
+ * of n (rounded up to 4) per 16 rows. Host only. */
+size_t cgm_hgemm_bgrad_ws_bytes(int64_t m, int64_t n);
 
 /* 1 when cgm_hgemm can run `args` on the current device; 0 otherwise, with
  * *reason (static string, may be NULL) saying why, e.g. "TMA needs the rows

@@ -214,7 +214,7 @@ template <typename S, typename D>
 __global__ void sum_slots_kernel(const float *slots, int nslots,
                                  int64_t stride, int64_t n, void *dst,
                                  const cgm_dev_state *state) {
-    if (aborted(state)) return;
+    if (state && aborted(state)) return;
     const int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (j >= n) return;
     float sum = 0.0f;

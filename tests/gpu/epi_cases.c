@@ -1,7 +1,8 @@
 /* The epilogue cases of the GPU backends' tests (epi_cases.h): every op
  * (AG+GEMM, GEMM+RS, GEMM+AR, bulk's GEMM) x epilogue x bf16/fp16/fp32 (with
  * and without a bias where the epilogue takes one) x shapes (even shards;
- * m = 37 uneven; m < P) x algorithm (split, ring, no_overlap), against a
+ * m = 37 uneven; m < P) x algorithm (split, ring, no_overlap; or fused,
+ * bf16 and fp16: epi_sweep_fused), against a
  * reference in double computed here on the host (GELU's tanh form and its
  * derivative from their formulas). Inputs are multiples of 1/16 with few
  * bits, so the GEMM's fp32 sums are exact and the tolerance covers the
@@ -237,19 +238,20 @@ void epi_run_case(const epi_rank *g, const epi_case *c) {
     cudaFree(bgrad.data);
 }
 
-void epi_sweep(const epi_rank *g, cgm_op op, bool skip_bgrad) {
+/* The sweep over the first ndts of bf16, fp16, fp32 and the given
+ * algorithms (bulk: auto). */
+static void sweep(const epi_rank *g, cgm_op op, bool skip_bgrad, int ndts, const cgm_algo *algos, int nalgos) {
     const int P = g->nranks;
     static const cgm_dtype dts[] = {CGM_DTYPE_BF16, CGM_DTYPE_FP16, CGM_DTYPE_FP32};
     /* n multiples of 8 (aux's ld, cuBLASLt's rule); m = 37: uneven
      * shards; m = P - 1: m < P (ranks with no rows) */
     const int64_t shapes[][3] = {{16 * (int64_t)P, 48, 40}, {37, 24, 24}, {P > 1 ? P - 1 : 1, 16, 8}};
-    static const cgm_algo algos[] = {CGM_ALGO_SPLIT_PIPELINED, CGM_ALGO_RING, CGM_ALGO_NO_OVERLAP};
-    const int nalgos = op == CGM_OP_BULK ? 1 : 3;
+    if (op == CGM_OP_BULK) nalgos = 1;
     for (int e = 0; e < CGM_EPILOGUE_COUNT_; e++) {
         cgm_epilogue epi = (cgm_epilogue)e;
         if (epi == CGM_EPILOGUE_BGRAD && op != CGM_OP_BULK) continue;
         if (epi == CGM_EPILOGUE_DGELU_BGRAD && skip_bgrad) continue;
-        for (int d = 0; d < 3; d++)
+        for (int d = 0; d < ndts; d++)
             for (int b = 0; b < 2; b++) {
                 if (b && (is_dgelu(epi) || epi == CGM_EPILOGUE_BGRAD)) continue;
                 for (int sh = 0; sh < 3; sh++)
@@ -260,6 +262,16 @@ void epi_sweep(const epi_rank *g, cgm_op op, bool skip_bgrad) {
                     }
             }
     }
+}
+
+void epi_sweep(const epi_rank *g, cgm_op op, bool skip_bgrad) {
+    static const cgm_algo algos[] = {CGM_ALGO_SPLIT_PIPELINED, CGM_ALGO_RING, CGM_ALGO_NO_OVERLAP};
+    sweep(g, op, skip_bgrad, 3, algos, 3);
+}
+
+void epi_sweep_fused(const epi_rank *g, cgm_op op, bool skip_bgrad) {
+    static const cgm_algo fused[] = {CGM_ALGO_FUSED};
+    sweep(g, op, skip_bgrad, 2, fused, 1);
 }
 
 

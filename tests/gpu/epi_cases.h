@@ -36,6 +36,9 @@ void epi_sweep(const epi_rank *g, cgm_op op, bool skip_bgrad);
 /* One case of the sweep on this rank, checked (Y, aux, bgrad); fails the
  * test on any status but CGM_SUCCESS. */
 void epi_run_case(const epi_rank *g, const epi_case *c);
+/* The same sweep with algorithm fused (p2p), bf16 and fp16 (the kernel's
+ * inputs). */
+void epi_sweep_fused(const epi_rank *g, cgm_op op, bool skip_bgrad);
 
 /* Device matrix [rows, cols] with leading dimension ld, element (i, j) =
  * in-range test values (multiples of 1/16 in [-1/2, 1/2]) of (seed,

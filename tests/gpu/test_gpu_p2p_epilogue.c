@@ -1,10 +1,13 @@
-/* GPU tests of the p2p backend's epilogues through its chunked algorithms
- * (epi_cases.c has the cases and their reference): AG+GEMM (split, ring,
- * no_overlap), GEMM+RS (but DGELU_BGRAD) and bulk's GEMM on P ranks, every
- * op on one rank; and its refusals: algorithm fused with an epilogue,
- * GEMM+AR and GEMM+RS's DGELU_BGRAD on P > 1 (each points at what runs
- * them), while auto runs the chunked algorithms. P = the GPU count, or COMMGEMM_TEST_RANKS (more ranks than
- * GPUs share them over a LOCAL bootstrap), and P = 1. */
+/* GPU tests of the p2p backend's epilogues (epi_cases.c has the cases and
+ * their reference): AG+GEMM (split, ring, no_overlap), GEMM+RS (but
+ * DGELU_BGRAD) and bulk's GEMM on P ranks, every op on one rank; the fused
+ * algorithm's AG+GEMM (every epilogue) and GEMM+RS (GELU, GELU_AUX, DGELU:
+ * after the reduction) on P ranks, bf16 and fp16 (its kernel's inputs; an
+ * sm_90 GPU runs its own kernel, others the same schedule around
+ * cuBLASLt); and the refusals: GEMM+AR and GEMM+RS's DGELU_BGRAD on P > 1
+ * (each points at what runs them), fused included. P = the GPU count, or
+ * COMMGEMM_TEST_RANKS (more ranks than GPUs share them over a LOCAL
+ * bootstrap), and P = 1. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,11 +22,28 @@ static void sweep_fn(gpu_rank *g, void *arg) {
     epi_sweep(&r, op, op == CGM_OP_GEMM_REDUCE_SCATTER && g->nranks > 1);
 }
 
-static void run_sweep(const void *p, int P) {
+static void fused_fn(gpu_rank *g, void *arg) {
+    epi_rank r = {g->rank, g->nranks, g->comm, g->stream};
+    const cgm_op op = *(const cgm_op *)arg;
+    epi_sweep_fused(&r, op, op == CGM_OP_GEMM_REDUCE_SCATTER);
+}
+
+static void run_with(const void *p, int P, void (*fn)(gpu_rank *, void *)) {
     cgm_config cfg = gpu_config();
     cfg.splits = 2;
     setenv("COMMGEMM_LT_SEARCH", "1", 1); /* read by the forked ranks */
-    gpu_run(P, &cfg, sweep_fn, (void *)p, 280);
+    gpu_run(P, &cfg, fn, (void *)p, 280);
+}
+
+static void run_sweep(const void *p, int P) { run_with(p, P, sweep_fn); }
+
+/* The fused algorithm with each epilogue on P > 1 ranks. */
+static void case_fused(const void *p) {
+    int P = gpu_ranks_or_skip();
+    if (P < 2)
+        TEST_SKIP("1 rank: set COMMGEMM_TEST_RANKS=2 (or more) to run the fused epilogue cases on one GPU "
+                  "(fused needs P > 1)");
+    run_with(p, P > 8 ? 8 : P, fused_fn);
 }
 
 static void case_multi(const void *p) {
@@ -49,9 +69,8 @@ static void refusals_fn(gpu_rank *g, void *arg) {
     cgm_matrix ys = epi_input(dt, cgm_shard_rows(m, g->rank, g->nranks), n, n, 0);
     cgm_op_options o = CGM_OP_OPTIONS_INIT;
     o.epilogue = CGM_EPILOGUE_GELU;
-    o.algo = CGM_ALGO_FUSED;
-    CHECK_STATUS(cgm_all_gather_gemm(g->comm, &xs, &w, NULL, &y, NULL, &o, g->stream), CGM_ERROR_NOT_SUPPORTED);
-    CHECK_CONTAINS(cgm_last_error(), "epilogues run on split, ring and no_overlap");
+    o.algo = CGM_ALGO_FUSED; /* fused runs epilogues */
+    CHECK_OK(cgm_all_gather_gemm(g->comm, &xs, &w, NULL, &y, NULL, &o, g->stream));
     o.algo = CGM_ALGO_SPLIT_PIPELINED;
     CHECK_STATUS(cgm_gemm_all_reduce(g->comm, &x, &w, NULL, &y, &o, g->stream), CGM_ERROR_NOT_SUPPORTED);
     CHECK_CONTAINS(cgm_last_error(), "run this call on the nccl backend");
@@ -59,14 +78,17 @@ static void refusals_fn(gpu_rank *g, void *arg) {
     o.epilogue = CGM_EPILOGUE_DGELU_BGRAD;
     o.aux = &aux;
     o.bgrad = &bg;
-    CHECK_STATUS(cgm_gemm_reduce_scatter(g->comm, &x, &w, NULL, &ys, &o, g->stream), CGM_ERROR_NOT_SUPPORTED);
-    CHECK_CONTAINS(cgm_last_error(), "run this call on the nccl backend");
+    for (int f = 0; f < 2; f++) { /* split and fused alike */
+        o.algo = f ? CGM_ALGO_FUSED : CGM_ALGO_SPLIT_PIPELINED;
+        CHECK_STATUS(cgm_gemm_reduce_scatter(g->comm, &x, &w, NULL, &ys, &o, g->stream), CGM_ERROR_NOT_SUPPORTED);
+        CHECK_CONTAINS(cgm_last_error(), "run this call on the nccl backend");
+    }
     o.epilogue = CGM_EPILOGUE_DGELU; /* GEMM+RS's DGELU runs */
     o.bgrad = NULL;
     CHECK_OK(cgm_gemm_reduce_scatter(g->comm, &x, &w, NULL, &ys, &o, g->stream));
     o.aux = NULL;
     o.epilogue = CGM_EPILOGUE_GELU;
-    /* The comm stays usable; auto never takes fused for an epilogue. */
+    /* The comm stays usable. */
     o.algo = CGM_ALGO_AUTO;
     CHECK_OK(cgm_all_gather_gemm(g->comm, &xs, &w, NULL, &y, NULL, &o, g->stream));
     o.epilogue = CGM_EPILOGUE_NONE;
@@ -96,6 +118,8 @@ static void register_cases(void) {
     test_add("epi_ag_gemm_multi", case_multi, &op_ag);
     test_add("epi_gemm_rs_multi", case_multi, &op_rs);
     test_add("epi_bulk_multi", case_multi, &op_bulk);
+    test_add("epi_fused_ag_gemm", case_fused, &op_ag);
+    test_add("epi_fused_gemm_rs", case_fused, &op_rs);
     test_set_timeout(120);
     test_add("epi_refusals", case_refusals, NULL);
 }

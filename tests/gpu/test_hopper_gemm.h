@@ -1,6 +1,7 @@
-/* What the two files of test_hopper_gemm share (test_hopper_gemm.c defines
+/* What the files of test_hopper_gemm share (test_hopper_gemm.c defines
  * it): the test values on the device, the exact reference, and the
- * registration of the fused hooks' cases (test_hopper_gemm_hooks.c). */
+ * registration of the fused hooks' cases (test_hopper_gemm_hooks.c) and of
+ * the fused epilogue's (test_hopper_gemm_epi.c). */
 #ifndef COMMGEMM_TEST_HOPPER_GEMM_H
 #define COMMGEMM_TEST_HOPPER_GEMM_H
 
@@ -8,6 +9,7 @@
 #include <stdint.h>
 
 #include "commgemm.h"
+#include "device/hopper_gemm.h"
 
 /* hv_fill that fails the case when malloc does. */
 void *fill(cgm_dtype t, size_t count, uint64_t seed);
@@ -22,7 +24,16 @@ double round_out(double v, cgm_dtype t);
 int16_t *to_eighths(const void *buf, cgm_dtype t, int64_t rows, int64_t ld, int64_t k, int64_t kp);
 /* The exact dot product of two to_eighths rows (64 x the real one). */
 int32_t dot_eighths(const int16_t *a, const int16_t *b, int64_t kp);
+/* A valid bf16 64 x 64 x 64 GEMM on buf (x, w and y; 16-byte aligned),
+ * for the argument checks' cases; test_hopper_gemm_hooks.c. */
+cgm_hgemm_args args_64(const void *buf);
+/* Fails the case unless cgm_hgemm_supported refuses a with a reason that
+ * contains `reason` and cgm_hgemm returns cudaErrorInvalidValue (`what`
+ * names the case); test_hopper_gemm_hooks.c. */
+void expect_refused(const cgm_hgemm_args *a, const char *what, const char *reason);
 /* Registers the fused hooks' cases (timeout 60 s). */
 void hgemm_register_hook_cases(void);
+/* Registers the fused epilogue's cases (test_hopper_gemm_epi.c). */
+void hgemm_register_epilogue_cases(void);
 
 #endif

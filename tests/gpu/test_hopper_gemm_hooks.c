@@ -62,6 +62,23 @@ static void case_flags_timeout(const void *p) {
     cudaFree(dx), cudaFree(dw), cudaFree(dy), cudaFree(df), cudaFree(dt);
 }
 
+cgm_hgemm_args args_64(const void *buf) {
+    cgm_hgemm_args a;
+    memset(&a, 0, sizeof a);
+    a.in_dtype = a.out_dtype = CGM_DTYPE_BF16;
+    a.m = 64, a.n = 64, a.k = 64, a.x = buf, a.ldx = 64, a.w = buf, a.ldw = 64;
+    a.y = (void *)buf, a.ldy = 64;
+    return a;
+}
+
+void expect_refused(const cgm_hgemm_args *a, const char *what, const char *reason) {
+    const char *why = NULL;
+    if (cgm_hgemm_supported(a, &why)) TEST_FAIL("%s: accepted, expected a refusal saying \"%s\"", what, reason);
+    if (!why || !strstr(why, reason))
+        TEST_FAIL("%s: refused with \"%s\", expected \"%s\"", what, why ? why : "(no reason)", reason);
+    CHECK_INT_EQ(cgm_hgemm(a, 0), cudaErrorInvalidValue);
+}
+
 /* Runs a GEMM with fused hooks on the default stream: checks that it is
  * supported, waits for it, and returns *timeout_out (1: a flag wait
  * expired). */
@@ -493,11 +510,7 @@ static void case_x_own(const void *p) {
 static void case_hook_arguments(const void *p) {
     (void)p;
     static _Alignas(256) unsigned char buf[4096];
-    cgm_hgemm_args good;
-    memset(&good, 0, sizeof good);
-    good.in_dtype = good.out_dtype = CGM_DTYPE_BF16;
-    good.m = 64, good.n = 64, good.k = 64, good.x = buf, good.ldx = 64, good.w = buf, good.ldw = 64;
-    good.y = buf, good.ldy = 64;
+    cgm_hgemm_args good = args_64(buf);
     struct {
         const char *what, *reason;
         cgm_hgemm_args a;
@@ -524,15 +537,7 @@ static void case_hook_arguments(const void *p) {
     bad[n].what = "own rows past m", bad[n++].reason = "the own rows must lie in [0, m)";
     bad[n].a.notice_word = (const unsigned int *)buf, bad[n].a.timeout_out = (int *)buf;
     bad[n].what = "notice_word without abort_word", bad[n++].reason = "notice_word needs abort_word";
-    for (int i = 0; i < n; i++) {
-        const char *why = NULL;
-        if (cgm_hgemm_supported(&bad[i].a, &why))
-            TEST_FAIL("%s: accepted, expected a refusal saying \"%s\"", bad[i].what, bad[i].reason);
-        if (!why || !strstr(why, bad[i].reason))
-            TEST_FAIL("%s: refused with \"%s\", expected \"%s\"", bad[i].what, why ? why : "(no reason)",
-                      bad[i].reason);
-        CHECK_INT_EQ(cgm_hgemm(&bad[i].a, 0), cudaErrorInvalidValue);
-    }
+    for (int i = 0; i < n; i++) expect_refused(&bad[i].a, bad[i].what, bad[i].reason);
 }
 
 void hgemm_register_hook_cases(void) {

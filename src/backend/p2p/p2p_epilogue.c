@@ -18,8 +18,16 @@
  * aux at the step's rows. DGELU_BGRAD there (its column sums summed over
  * the ranks) and GEMM+AR (whose peers receive rounded Y rows, not fp32
  * ones to apply their own aux to) are refused, pointing at the nccl
- * backend. The fused kernel has no such epilogue: refused, and never
- * chosen for one. */
+ * backend.
+ *
+ * The fused algorithm (p2p_fused_ops.c) the same way in its own kernel
+ * (cgm_hgemm's epilogue): AG+GEMM's one kernel over the gathered rows
+ * applies it to the whole output block, DGELU_BGRAD's column sums over all
+ * m rows from the kernel's per-16-row slots, summed in row order; GEMM+RS's
+ * own kernel applies GELU, GELU_AUX or DGELU after adding the peers'
+ * partials (the peers' partial GEMMs have none). A rank whose operands do
+ * not suit the kernel runs cuBLASLt's epilogue on its one AG GEMM (one
+ * slot) or the epilogue in its RS reduce. */
 #include <string.h>
 
 #include "backend/p2p/p2p_epilogue.h"
@@ -33,11 +41,6 @@ static bool grad(const cgm_call *c) {
 cgm_status p2p_epilogue_check(const cgm_comm *comm, const cgm_call *call) {
     const char *name = cgm_epilogue_name(call->epilogue);
     if (call->epilogue == CGM_EPILOGUE_NONE) return CGM_SUCCESS;
-    if (call->algo == CGM_ALGO_FUSED)
-        return cgm_error(CGM_ERROR_NOT_SUPPORTED,
-                         "the p2p backend: algorithm fused with epilogue %s: the fused kernel "
-                         "has no such epilogue; epilogues run on split, ring and no_overlap "
-                         "(bulk for cgm_bulk_overlap), or pass CGM_ALGO_AUTO", name);
     if (comm->nranks > 1 && (call->op == CGM_OP_GEMM_ALL_REDUCE ||
                              (call->op == CGM_OP_GEMM_REDUCE_SCATTER &&
                               call->epilogue == CGM_EPILOGUE_DGELU_BGRAD)))
@@ -146,5 +149,69 @@ void p2p_epi_reduce(const p2p_exec_ctx *x, const plan_step *s,
         a->aux_ld = cgm_matrix_ld(&c->aux);
         a->aux = (char *)c->aux.data +
                  (size_t)((s->row0 - off) * a->aux_ld) * cgm_dtype_size(c->aux.dtype);
+    }
+}
+
+/* ------------------------------------------------------ the fused algorithm */
+
+static bool fused_grad(const cgm_call *c) {
+    return c->epilogue == CGM_EPILOGUE_DGELU_BGRAD;
+}
+
+cgm_status p2p_epi_fused_setup(p2p_state *st, const cgm_call *c,
+                               bool capturing) {
+    if (!fused_grad(c)) return CGM_SUCCESS;
+    /* the kernel's slots; cuBLASLt's one slot (n values) fits in them */
+    size_t need = cgm_hgemm_bgrad_ws_bytes(c->m > 0 ? c->m : 1, c->n);
+    return cgm_fp8_workspace_ensure(&st->epi_ws, need < 16 ? 16 : need,
+                                    capturing, "p2p (bias gradients)");
+}
+
+void p2p_epi_fused_kernel(const p2p_state *st, const cgm_call *c,
+                          cgm_hgemm_args *a) {
+    if (c->epilogue == CGM_EPILOGUE_NONE) return;
+    a->epilogue = (int)c->epilogue;
+    if (c->has_aux) { /* row 0 of aux is row 0 of the kernel's Y */
+        a->aux = c->aux.data;
+        a->aux_ld = cgm_matrix_ld(&c->aux);
+    }
+    if (fused_grad(c)) {
+        a->bgrad = c->bgrad.data;
+        a->bgrad_dtype = c->bgrad.dtype;
+        a->bgrad_ws = st->epi_ws.buf;
+    }
+}
+
+void p2p_epi_fused_lt(const p2p_state *st, const cgm_call *c,
+                      cgm_lt_gemm_args *g) {
+    if (c->epilogue == CGM_EPILOGUE_NONE) return;
+    g->epilogue = c->epilogue;
+    if (c->has_aux) {
+        g->aux = c->aux.data;
+        g->ld_aux = cgm_matrix_ld(&c->aux);
+    }
+    if (fused_grad(c)) g->bgrad = st->epi_ws.buf;
+}
+
+cgm_status p2p_epi_fused_lt_finish(const p2p_state *st, const cgm_call *c,
+                                   cudaStream_t stream) {
+    cgm_status status = CGM_SUCCESS;
+    if (!fused_grad(c)) return CGM_SUCCESS;
+    CGM_CUDA_TRY(cgm_dev_sum_slots(st->epi_ws.buf,
+                                   (int)cgm_lt_bgrad_dtype(c->out_dtype), 1,
+                                   (c->n + 3) / 4 * 4, c->n, c->bgrad.data,
+                                   (int)c->bgrad.dtype, st->dev, stream));
+fail:
+    return status;
+}
+
+void p2p_epi_fused_reduce(const cgm_call *c, int64_t row0,
+                          cgm_dev_reduce_args *a) {
+    if (c->epilogue == CGM_EPILOGUE_NONE) return;
+    a->epilogue = (int)c->epilogue;
+    if (c->has_aux) {
+        a->aux_ld = cgm_matrix_ld(&c->aux);
+        a->aux = (char *)c->aux.data +
+                 (size_t)(row0 * a->aux_ld) * cgm_dtype_size(c->aux.dtype);
     }
 }

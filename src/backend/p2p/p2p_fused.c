@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/p2p/p2p_epilogue.h"
 #include "backend/p2p/p2p_fused.h"
 #include "backend/p2p/p2p_fused_ops.h"
 #include "backend/p2p/p2p_signal.h"
@@ -35,7 +36,9 @@ static const char *shared_problem(const p2p_state *st, const cgm_call *c) {
     if (c->op == CGM_OP_ALL_GATHER_GEMM && c->k % 8 != 0)
         return "the gathered rows need k a multiple of 8 (16-byte TMA rows)";
     if (c->m == 0) return "no rows";
-    if (c->epilogue != CGM_EPILOGUE_NONE) return "the kernel has no GELU or bias-gradient epilogue";
+    if (c->epilogue == CGM_EPILOGUE_BGRAD) return "BGRAD is bulk's epilogue";
+    if (c->op == CGM_OP_GEMM_REDUCE_SCATTER && c->epilogue == CGM_EPILOGUE_DGELU_BGRAD)
+        return "GEMM+RS's DGELU_BGRAD sums columns over the ranks, which the fused schedule does not";
     cgm_hgemm_args a;
     memset(&a, 0, sizeof a);
     a.in_dtype = c->in_dtype;
@@ -66,6 +69,8 @@ bool p2p_fused_tunable(const p2p_state *st, const cgm_call *c) {
 static const char *local_problem(const p2p_state *st, const cgm_call *c) {
     int P = st->nranks;
     cgm_hgemm_args a = p2p_fused_kernel_args(st, c);
+    if (a.bgrad && !a.bgrad_ws) /* before p2p_epi_fused_setup: any aligned pointer */
+        a.bgrad_ws = (float *)st->ws.local;
     if (c->op == CGM_OP_ALL_GATHER_GEMM) {
         a.m = c->m;
         a.x = (const char *)st->ws.local + st->gather_offset;
@@ -247,6 +252,7 @@ cgm_status p2p_fused_execute(p2p_state *st, const cgm_call *call) {
                  cgm_op_name(call->op), st->rank, local);
     }
     CGM_TRY(lookup(st, call, S, capturing, &e));
+    CGM_TRY(p2p_epi_fused_setup(st, call, capturing));
     bool ag = call->op == CGM_OP_ALL_GATHER_GEMM;
     bool kernel = local == NULL;
     CGM_TRY(ag ? p2p_fused_ag(st, call, e, S, kernel, true)

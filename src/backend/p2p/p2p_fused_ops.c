@@ -2,6 +2,7 @@
  * commgemm's own Hopper GEMM (p2p_fused_ops.h describes them). */
 #include <string.h>
 
+#include "backend/p2p/p2p_epilogue.h"
 #include "backend/p2p/p2p_fused_ops.h"
 #include "backend/p2p/p2p_signal.h"
 #include "backend/p2p/p2p_timeline.h"
@@ -34,6 +35,9 @@ cgm_hgemm_args p2p_fused_kernel_args(const p2p_state *st, const cgm_call *c) {
      * every SM held by its CTAs they could never run, and both GPUs would
      * spin until the timeout. */
     a.sm_count = st->sm_count > 1 ? st->sm_count - 1 : 1;
+    /* The epilogue: AG's output block, RS's own rows after the peers'
+     * partials (the partial GEMMs are cuBLASLt's, without it). */
+    p2p_epi_fused_kernel(st, c, &a);
     return a;
 }
 
@@ -305,9 +309,11 @@ static cgm_status ag_gemm_lt(p2p_state *st, const cgm_call *c,
     cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
     g.x = rows->gather;
     g.ldx = c->k;
+    p2p_epi_fused_lt(st, c, &g);
     CGM_TRY(lt_traced(st, &g, data_step(PLAN_GEMM, loc(r, PLAN_BUF_GATHER),
                                         loc(r, PLAN_BUF_OUTPUT), -1, -1, 0,
                                         c->m)));
+    CGM_TRY(p2p_epi_fused_lt_finish(st, c, gemm));
 fail:
     return status;
 }
@@ -542,6 +548,7 @@ static cgm_status rs_own_reduce(p2p_state *st, const cgm_call *c, int S,
         ra.bias = c->has_bias ? c->bias.data : NULL;
         ra.rows = rows;
         ra.cols = c->n;
+        p2p_epi_fused_reduce(c, row0, &ra);
         int t = trace_open(st, data_step(PLAN_REDUCE, loc(r, PLAN_BUF_RECV),
                                          loc(r, PLAN_BUF_OUTPUT), r,
                                          r * S + q, sl->off + row0, rows),

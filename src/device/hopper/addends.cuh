@@ -26,14 +26,8 @@ namespace {
 
 /* Per addend, interior tiles load 8 (cooperative: 4) column groups x 2
  * rows of pairs at once instead of one at a time, edge tiles element by
- * element with bounds checks (the fragment layout: epilogue.cuh). */
-__device__ __forceinline__ float2 pair_of(const float *p) { return *reinterpret_cast<const float2 *>(p); }
-__device__ __forceinline__ float2 pair_of(const __nv_bfloat16 *p) {
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(p));
-}
-__device__ __forceinline__ float2 pair_of(const __half *p) {
-    return __half22float2(*reinterpret_cast<const __half2 *>(p));
-}
+ * element with bounds checks (the fragment layout and pair_of:
+ * epilogue.cuh). */
 
 template <typename AT, int OFF, int NJ>
 __device__ __forceinline__ void add_addends_as(const hgemm_params &p, float (&d)[128], int row0, int col0) {

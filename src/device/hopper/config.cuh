@@ -108,6 +108,30 @@ struct hgemm_params {
     cgm_dev_abort_record *abort_record;
     int report_rank, report_chunks_per_shard, report_addend_chunk0;
     int report_addend_peer[CGM_HGEMM_MAX_ADDENDS];
+    /* ---- The fused epilogue (cgm_hgemm_args.epilogue; epilogue.cuh's
+     * epilogue_act), read by the kernels with_epilogue<OutT> only. ---- */
+    int epilogue;    /* CGM_DEV_EPI_* (device/epilogue.cuh) */
+    int aux_pairs;   /* aux_ld even and aux 2-element aligned: pair access */
+    void *aux;       /* [m, n] of OutT, row stride aux_ld */
+    long long aux_ld;
+    float *bgrad_ws; /* DGELU_BGRAD: slot g (rows 16 g ..) at g * bgrad_stride */
+    long long bgrad_stride;
+};
+
+/* The output type of a kernel with the fused epilogue: with_epilogue<T>
+ * stores T like T does, and selects epilogue_act (epilogue.cuh) instead of
+ * the plain epilogue at the same call sites, so the plain kernels keep
+ * their code. out_type<O>::type is the stored type either way. */
+template <typename T> struct with_epilogue {
+    T value;
+};
+template <typename O> struct out_type {
+    using type = O;
+    static constexpr bool act = false;
+};
+template <typename T> struct out_type<with_epilogue<T>> {
+    using type = T;
+    static constexpr bool act = true;
 };
 
 } // namespace

@@ -3,7 +3,11 @@
  * registers. Interior tiles of a 16-bit Y without accumulate are
  * transposed inside each quad of lanes so that a warp stores whole 32-byte
  * sectors; other interior tiles store pairs, edge tiles check bounds. The
- * fused reduce-scatter's addends are added before this (addends.cuh). */
+ * fused reduce-scatter's addends are added before this (addends.cuh).
+ * The kernels whose output type is with_epilogue<T> (config.cuh) run
+ * epilogue_act instead: bias, then GELU / GELU_AUX / DGELU / DGELU_BGRAD
+ * (commgemm.h "Epilogues") in fp32, one rounding, and DGELU_BGRAD's
+ * per-16-row column partials. */
 #ifndef COMMGEMM_HOPPER_EPILOGUE_CUH
 #define COMMGEMM_HOPPER_EPILOGUE_CUH
 
@@ -11,6 +15,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "device/epilogue.cuh"
 #include "device/hopper/config.cuh"
 
 namespace {
@@ -22,6 +27,14 @@ __device__ __forceinline__ void from_float(float v, float *p) { *p = v; }
 __device__ __forceinline__ void from_float(float v, __nv_bfloat16 *p) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void from_float(float v, __half *p) { *p = __float2half_rn(v); }
 
+__device__ __forceinline__ float2 pair_of(const float *p) { return *reinterpret_cast<const float2 *>(p); }
+__device__ __forceinline__ float2 pair_of(const __nv_bfloat16 *p) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(p));
+}
+__device__ __forceinline__ float2 pair_of(const __half *p) {
+    return __half22float2(*reinterpret_cast<const __half2 *>(p));
+}
+
 __device__ __forceinline__ void store_pair(float *p, float a, float b) {
     *reinterpret_cast<float2 *>(p) = make_float2(a, b);
 }
@@ -30,6 +43,16 @@ __device__ __forceinline__ void store_pair(__nv_bfloat16 *p, float a, float b) {
 }
 __device__ __forceinline__ void store_pair(__half *p, float a, float b) {
     *reinterpret_cast<__half2 *>(p) = __floats2half2_rn(a, b);
+}
+
+/* The bias of columns col, col + 1 (0 past n or without a bias). */
+template <typename OutT>
+__device__ __forceinline__ void bias_pair(const hgemm_params &p, const OutT *bias, int col, float &ba, float &bb) {
+    ba = bb = 0.f;
+    if (bias) {
+        if (col < p.n) ba = to_float(bias[col]);
+        if (col + 1 < p.n) bb = to_float(bias[col + 1]);
+    }
 }
 
 /* One row of a thread's fragment pair: columns col, col + 1. */
@@ -121,7 +144,7 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&w)[4], int q) {
  * d[4j+3] eight rows below. This stores the 64 x 8NJ block of Y at (row0,
  * col0) held in d[OFF .. OFF + 4 NJ - 1]. */
 template <typename OutT, int OFF, int NJ, bool kButterfly>
-__device__ __forceinline__ void epilogue(const hgemm_params &p, float (&d)[128], int row0, int col0) {
+__device__ __forceinline__ void epilogue_plain(const hgemm_params &p, float (&d)[128], int row0, int col0) {
     int t = threadIdx.x % 128;
     int q = t % 4;
     int row = row0 + 16 * (t / 32) + (t % 32) / 4;
@@ -184,14 +207,103 @@ __device__ __forceinline__ void epilogue(const hgemm_params &p, float (&d)[128],
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
         int col = col0 + 8 * j + 2 * q;
-        float ba = 0.f, bb = 0.f;
-        if (bias) {
-            if (col < p.n) ba = to_float(bias[col]);
-            if (col + 1 < p.n) bb = to_float(bias[col + 1]);
-        }
+        float ba, bb;
+        bias_pair(p, bias, col, ba, bb);
         store_two<OutT>(p, row, col, d[OFF + 4 * j], d[OFF + 4 * j + 1], ba, bb);
         store_two<OutT>(p, row + 8, col, d[OFF + 4 * j + 2], d[OFF + 4 * j + 3], ba, bb);
     }
+}
+
+/* The activation of one row's pair (row r < m, columns col < n and col +
+ * 1, which may be n) on its fp32 values t (bias included): GELU_AUX first
+ * stores t into aux; GELU and GELU_AUX take gelu(t), DGELU and DGELU_BGRAD
+ * t * gelu'(aux). */
+template <typename OutT>
+__device__ __forceinline__ void act_pair(const hgemm_params &p, int r, int col, float &a, float &b) {
+    bool two = col + 1 < p.n;
+    OutT *x = static_cast<OutT *>(p.aux) + (long long)r * p.aux_ld + col;
+    if (p.epilogue == CGM_DEV_EPI_GELU_AUX) {
+        if (two && p.aux_pairs) {
+            store_pair(x, a, b);
+        } else {
+            from_float(a, x);
+            if (two) from_float(b, x + 1);
+        }
+    }
+    if (p.epilogue == CGM_DEV_EPI_GELU || p.epilogue == CGM_DEV_EPI_GELU_AUX) {
+        a = cgm_dev_gelu(a);
+        b = cgm_dev_gelu(b);
+        return;
+    }
+    float2 g;
+    if (two && p.aux_pairs) {
+        g = pair_of(x);
+    } else {
+        g.x = to_float(x[0]);
+        g.y = two ? to_float(x[1]) : 0.f;
+    }
+    a *= cgm_dev_dgelu(g.x);
+    b *= cgm_dev_dgelu(g.y);
+}
+
+/* epilogue's form in the kernels with_epilogue<OutT> (p.epilogue not 0,
+ * no accumulate): the 64 x 8NJ block of Y at (row0, col0) in d[OFF ..],
+ * per element t = d + bias, the activation (act_pair), one rounding, with
+ * bounds checks. DGELU_BGRAD: warp w's rows row0 + 16 w .. + 15 are one
+ * group (row0 is a multiple of 64); per column pair the thread sums its two
+ * rows' products (rows past m count 0), the 8 lanes of a column (lanes q,
+ * q + 4, .., q + 28) add theirs by a fixed butterfly (xor 4, 8, 16), and
+ * lanes 0-3 store the group's column sums into its slot of bgrad_ws: each
+ * slot is written by one warp, always in the same order. */
+template <typename OutT, int OFF, int NJ>
+__device__ __forceinline__ void epilogue_act(const hgemm_params &p, float (&d)[128], int row0, int col0) {
+    int t = threadIdx.x % 128;
+    int q = t % 4;
+    int row = row0 + 16 * (t / 32) + (t % 32) / 4;
+    const OutT *bias = static_cast<const OutT *>(p.bias);
+    const bool grad = p.epilogue == CGM_DEV_EPI_DGELU_BGRAD;
+    const int group0 = row0 + 16 * (t / 32);
+    float *slot = grad && group0 < p.m && t % 32 < 4 ? p.bgrad_ws + (long long)(group0 / 16) * p.bgrad_stride
+                                                      : nullptr;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        int col = col0 + 8 * j + 2 * q;
+        float ba, bb;
+        bias_pair(p, bias, col, ba, bb);
+        float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int r = row + 8 * h;
+            float a = d[OFF + 4 * j + 2 * h] + ba, b = d[OFF + 4 * j + 2 * h + 1] + bb;
+            if (r < p.m && col < p.n) {
+                act_pair<OutT>(p, r, col, a, b);
+                store_two<OutT>(p, r, col, a, b, 0.f, 0.f);
+                s0 += a;
+                s1 += col + 1 < p.n ? b : 0.f;
+            }
+        }
+        if (grad) { /* warp-uniform */
+#pragma unroll
+            for (int lanes = 4; lanes < 32; lanes *= 2) {
+                s0 += __shfl_xor_sync(0xFFFFFFFFu, s0, lanes);
+                s1 += __shfl_xor_sync(0xFFFFFFFFu, s1, lanes);
+            }
+            if (slot && col < p.n) {
+                slot[col] = s0;
+                if (col + 1 < p.n) slot[col + 1] = s1;
+            }
+        }
+    }
+}
+
+/* The epilogue of a 64 x 8NJ block: epilogue_plain, or epilogue_act in the
+ * kernels with_epilogue<T> (out_type, config.cuh). */
+template <typename OutT, int OFF, int NJ, bool kButterfly>
+__device__ __forceinline__ void epilogue(const hgemm_params &p, float (&d)[128], int row0, int col0) {
+    if constexpr (out_type<OutT>::act)
+        epilogue_act<typename out_type<OutT>::type, OFF, NJ>(p, d, row0, col0);
+    else
+        epilogue_plain<OutT, OFF, NJ, kButterfly>(p, d, row0, col0);
 }
 
 } // namespace

@@ -133,10 +133,28 @@ cudaError_t launch_out(cgm_dtype out, int dev, const call_maps &m, const hgemm_p
     }
 }
 
+/* The kernels with the fused epilogue (with_epilogue<T>; never the addend
+ * helper's form: maps_for leaves addend_tma off with an epilogue). */
+template <bool kBf16, bool kPP>
+cudaError_t launch_out_epi(cgm_dtype out, int dev, const call_maps &m, const hgemm_params &p, int grid,
+                           cudaStream_t stream) {
+    switch (out) {
+    case CGM_DTYPE_BF16: return launch<kBf16, with_epilogue<__nv_bfloat16>, kPP, false>(dev, m, p, grid, stream);
+    case CGM_DTYPE_FP16: return launch<kBf16, with_epilogue<__half>, kPP, false>(dev, m, p, grid, stream);
+    default: return launch<kBf16, with_epilogue<float>, kPP, false>(dev, m, p, grid, stream);
+    }
+}
+
 /* The kernel of a call: its variant, and in ping-pong the addend form
- * (kAddTma) when the helper loads the addends by TMA. */
+ * (kAddTma) when the helper loads the addends by TMA; with an epilogue,
+ * the variant's with_epilogue kernel. */
 cudaError_t launch_variant(bool bf16, bool pp, cgm_dtype out, int dev, const call_maps &m, const hgemm_params &p,
                            int grid, cudaStream_t stream) {
+    if (p.epilogue)
+        return pp ? (bf16 ? launch_out_epi<true, true>(out, dev, m, p, grid, stream)
+                          : launch_out_epi<false, true>(out, dev, m, p, grid, stream))
+                  : (bf16 ? launch_out_epi<true, false>(out, dev, m, p, grid, stream)
+                          : launch_out_epi<false, false>(out, dev, m, p, grid, stream));
     if (pp && p.addend_tma)
         return bf16 ? launch_out<true, true, true>(out, dev, m, p, grid, stream)
                     : launch_out<false, true, true>(out, dev, m, p, grid, stream);
@@ -246,6 +264,29 @@ const char *hooks_problem(const cgm_hgemm_args *a) {
     return nullptr;
 }
 
+/* The checks of the fused epilogue's arguments (cgm_hgemm_args.epilogue). */
+const char *epilogue_problem(const cgm_hgemm_args *a) {
+    const int e = a->epilogue;
+    const bool uses_aux = e == CGM_EPILOGUE_GELU_AUX || e == CGM_EPILOGUE_DGELU || e == CGM_EPILOGUE_DGELU_BGRAD;
+    const bool grad = e == CGM_EPILOGUE_DGELU_BGRAD;
+    const size_t es = a->out_dtype == CGM_DTYPE_FP32 ? 4 : 2;
+    if (e < CGM_EPILOGUE_NONE || e > CGM_EPILOGUE_DGELU_BGRAD)
+        return "epilogue must be CGM_EPILOGUE_NONE, GELU, GELU_AUX, DGELU or DGELU_BGRAD (BGRAD is not the "
+               "kernel's)";
+    if (e != CGM_EPILOGUE_NONE && a->accumulate) return "an epilogue takes no accumulate (Y = epilogue(t))";
+    if (uses_aux != (a->aux != nullptr))
+        return uses_aux ? "GELU_AUX, DGELU and DGELU_BGRAD need aux" : "aux is only for GELU_AUX, DGELU and DGELU_BGRAD";
+    if (uses_aux && (a->aux_ld < a->n || a->aux_ld > INT32_MAX || (uintptr_t)a->aux % es))
+        return "aux needs aux_ld >= n, below 2^31, and aux aligned to its dtype";
+    if (grad != (a->bgrad != nullptr) || grad != (a->bgrad_ws != nullptr))
+        return grad ? "DGELU_BGRAD needs bgrad and bgrad_ws" : "bgrad and bgrad_ws are only for DGELU_BGRAD";
+    if (grad && (uintptr_t)a->bgrad_ws % 16) return "bgrad_ws must be 16-byte aligned";
+    if (grad && a->bgrad_dtype != CGM_DTYPE_FP32 && a->bgrad_dtype != CGM_DTYPE_BF16 &&
+        a->bgrad_dtype != CGM_DTYPE_FP16)
+        return "bgrad_dtype must be fp32, bf16 or fp16";
+    return nullptr;
+}
+
 /* The argument checks, without the device check. */
 const char *args_problem(const cgm_hgemm_args *a) {
     const int64_t lim = INT32_MAX;
@@ -265,7 +306,8 @@ const char *args_problem(const cgm_hgemm_args *a) {
     if ((uintptr_t)a->tile_counter % 4) return "tile_counter must be 4-byte aligned";
     if (((a->m + kTileM - 1) / kTileM) * ((a->n + CGM_HGEMM_TILE_N_PINGPONG - 1) / CGM_HGEMM_TILE_N_PINGPONG) > lim)
         return "too many output tiles (more than 2^31)";
-    return hooks_problem(a);
+    const char *why = hooks_problem(a);
+    return why ? why : epilogue_problem(a);
 }
 
 /* The persistent grid of a call: min(SMs or sm_count, tiles). */
@@ -292,6 +334,13 @@ void params_shape(const cgm_hgemm_args *a, int tile_n, hgemm_params *p) {
     size_t out_size = a->out_dtype == CGM_DTYPE_FP32 ? 4 : 2;
     p->vector_store = a->ldy % 2 == 0 && (uintptr_t)a->y % (2 * out_size) == 0;
     p->vector16 = out_size == 2 && a->ldy % 8 == 0 && (uintptr_t)a->y % 16 == 0;
+    /* the fused epilogue */
+    p->epilogue = a->epilogue;
+    p->aux = a->aux;
+    p->aux_ld = a->aux_ld;
+    p->aux_pairs = a->aux_ld % 2 == 0 && (uintptr_t)a->aux % (2 * out_size) == 0;
+    p->bgrad_ws = a->bgrad_ws;
+    p->bgrad_stride = (a->n + 3) / 4 * 4;
 }
 
 /* The fused hooks' fields of p: the row flags (with wait_row_flags'
@@ -354,7 +403,8 @@ bool maps_for(const cgm_hgemm_args *a, bool pp, int tile_n, call_maps *m, hgemm_
     }
     memset(&m->addends, 0, sizeof m->addends);
     size_t addend_size = a->addend_dtype == CGM_DTYPE_FP32 ? 4 : 2;
-    p->addend_tma = pp && a->naddends > 0 && (a->addend_ld * (int64_t)addend_size) % 16 == 0;
+    p->addend_tma = pp && a->naddends > 0 && a->epilogue == CGM_EPILOGUE_NONE &&
+                    (a->addend_ld * (int64_t)addend_size) % 16 == 0;
     for (int i = 0; p->addend_tma && i < a->naddends; i++)
         if ((uintptr_t)a->addend[i] % 16) p->addend_tma = 0;
     for (int i = 0; p->addend_tma && i < a->naddends; i++)
@@ -370,8 +420,13 @@ template <bool kBf16, typename OutT> cudaError_t preload_out() {
     cudaFuncAttributes fa;
     cudaError_t e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true, false>);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, false, false>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, with_epilogue<OutT>, true, false>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, with_epilogue<OutT>, false, false>);
     return e != cudaSuccess ? e : cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true, true>);
 }
+
+/* DGELU_BGRAD's slots: one per 16 rows. */
+int64_t bgrad_groups(int64_t m) { return (m + 15) / 16; }
 
 template <bool kBf16> cudaError_t preload_in() {
     cudaError_t e = preload_out<kBf16, float>();
@@ -404,11 +459,23 @@ extern "C" cudaError_t cgm_hgemm_preload(void) {
     return e != cudaSuccess ? e : preload_in<false>();
 }
 
+extern "C" size_t cgm_hgemm_bgrad_ws_bytes(int64_t m, int64_t n) {
+    return (size_t)bgrad_groups(m) * (size_t)((n + 3) / 4 * 4) * sizeof(float);
+}
+
+/* DGELU_BGRAD's second kernel: bgrad = the slots summed in row order, one
+ * rounding (m 0: zeros). */
+static cudaError_t bgrad_sum(const cgm_hgemm_args *a, cudaStream_t stream) {
+    if (a->epilogue != CGM_EPILOGUE_DGELU_BGRAD || a->n == 0) return cudaSuccess;
+    return cgm_dev_sum_slots(a->bgrad_ws, (int)CGM_DTYPE_FP32, (int)bgrad_groups(a->m), (a->n + 3) / 4 * 4, a->n,
+                             a->bgrad, (int)a->bgrad_dtype, nullptr, stream);
+}
+
 extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
     if (args_problem(a)) return cudaErrorInvalidValue;
     int sms = 0, dev = 0;
     if (!is_sm90(&dev, &sms)) return cudaErrorNotSupported;
-    if (a->m == 0 || a->n == 0) return cudaSuccess;
+    if (a->m == 0 || a->n == 0) return bgrad_sum(a, stream);
     bool pp = cgm_hgemm_variant_for(a) == CGM_HGEMM_PINGPONG;
     int tile_n = pp ? cfg<true>::tile_n : cfg<false>::tile_n;
     hgemm_params p;
@@ -417,5 +484,6 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
     params_shape(a, tile_n, &p);
     params_hooks(a, &p);
     int grid = grid_for(a, sms, (long long)p.tiles_m * p.tiles_n);
-    return launch_variant(a->in_dtype == CGM_DTYPE_BF16, pp, a->out_dtype, dev, maps, p, grid, stream);
+    cudaError_t e = launch_variant(a->in_dtype == CGM_DTYPE_BF16, pp, a->out_dtype, dev, maps, p, grid, stream);
+    return e != cudaSuccess ? e : bgrad_sum(a, stream);
 }
