@@ -24,7 +24,7 @@ tensor-parallel group.
 """
 
 import ctypes
-from typing import NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional
 
 import torch
 
@@ -247,11 +247,14 @@ def fp8_matrix(name, q):
 
 
 def fp8_gemm(kind, comm_id, qx, qw, bias, out_dtype, backend="", m=0, gathered=False, partial_dtype="",
-             gemm_reduction=""):
+             gemm_reduction="", y_scale=None, y_amax=False):
     """One commgemm op on fp8 operands: kind "ag" (AG+GEMM, m rows in all;
     gathered: also the gathered X as an Fp8Tensor with its scales), "rs",
-    "ar", or "local" (the bulk op's GEMM alone). Returns Y (and the
-    gathered Fp8Tensor for "ag" with gathered)."""
+    "ar", or "local" (the bulk op's GEMM alone). out_dtype float8_*: Y =
+    sat(rne(r * y_scale)) (y_scale: a one-element float32 tensor), and with
+    y_amax its max |r| as a float32 (1,) tensor. Returns the list [Y,
+    (gathered Fp8Tensor,) (amax,)]: the gathered X for "ag" with gathered,
+    the amax with y_amax."""
     comm = comm_by_id(comm_id)
     rows = {"ag": m, "rs": comm.shard_rows(qx.data.shape[0]), "ar": qx.data.shape[0],
             "local": qx.data.shape[0]}[kind]
@@ -260,13 +263,19 @@ def fp8_gemm(kind, comm_id, qx, qw, bias, out_dtype, backend="", m=0, gathered=F
         y = torch.empty((rows, qw.data.shape[0]), dtype=out_dtype, device=dev)
         mx, mw = fp8_matrix("x", qx), fp8_matrix("w", qw)
         mb, b_keep = _as_matrix("bias", bias) if bias is not None else (None, None)
-        my, _ = _as_matrix("y", y, True)
+        if y_scale is not None:
+            my = fp8_matrix("y", Fp8Tensor(y, y_scale, Scaling.TENSOR))
+        else:
+            my = _as_matrix("y", y, True)[0]
         opts = _lib.cgm_op_options.init()
         opts.backend = _lib.parse_backend(backend or None)
         opts.partial_dtype = _lib.parse_partial_dtype(partial_dtype or None)
         opts.gemm_reduction = _lib.parse_gemm_reduction(gemm_reduction or None)
+        out = [y]
+        if y_amax:
+            amax_ = torch.empty((1,), dtype=torch.float32, device=dev)
+            opts.y_amax = ctypes.cast(amax_.data_ptr(), ctypes.POINTER(ctypes.c_float))
         lib, h = _lib.lib(), comm.handle
-        g = None
         if kind == "ag":
             mg = None
             if gathered:
@@ -275,6 +284,7 @@ def fp8_gemm(kind, comm_id, qx, qw, bias, out_dtype, backend="", m=0, gathered=F
                 g = Fp8Tensor(torch.empty((m, k), dtype=qx.data.dtype, device=dev),
                               torch.zeros(gs, dtype=torch.float32, device=dev), qx.scaling)
                 mg = fp8_matrix("x_gathered", g)
+                out.append(g)
             st = lib.cgm_all_gather_gemm(h, _ref(mx), _ref(mw), _ref(mb), _ref(my), _ref(mg), ctypes.byref(opts),
                                          launch.stream)
         elif kind == "local":
@@ -285,7 +295,9 @@ def fp8_gemm(kind, comm_id, qx, qw, bias, out_dtype, backend="", m=0, gathered=F
             st = fn(h, _ref(mx), _ref(mw), _ref(mb), _ref(my), ctypes.byref(opts), launch.stream)
         check(st)
         del b_keep
-    return (y, g) if kind == "ag" and gathered else y
+    if y_amax:
+        out.append(amax_)
+    return out
 
 
 # --------------------------------------------------------------------------
@@ -299,7 +311,8 @@ _FP8_OPS = {"ag": "ag", "rs": "rs", "ar": "ar", "gemm": "local"}
 
 def _operand(name, t, scale, w_like):
     """t and its scale as an Fp8Tensor; refuses a non-fp8 t, a missing scale,
-    a scale that is not float32 or of a shape that fits no scaling."""
+    a scale that is not float32 or of a shape that fits no scaling. A per-tensor
+    scale stays as given (() or (1,): the library reads its one float)."""
     if t.dtype not in _CGM:
         raise _invalid(f"{name} is {t.dtype} with fp8 operands: expected torch.float8_e4m3fn or torch.float8_e5m2 "
                        f"(quantize it: commgemm.torch.quantize)")
@@ -314,16 +327,44 @@ def _operand(name, t, scale, w_like):
         raise _invalid(f"{name}_scale: expected a float32 tensor on {t.device}, got {type(scale).__name__} "
                        f"{getattr(scale, 'dtype', '')} {getattr(scale, 'device', '')}")
     scaling = fp8_scaling_of(name, scale.shape, rows, cols, w_like)
-    scale = scale.reshape(1) if scaling == Scaling.TENSOR else scale
     return Fp8Tensor(t.contiguous(), scale.contiguous(), scaling)
 
 
-def check_fp8_call(op, x, weight, x_scale, w_scale, out_dtype, layout="TN", names=("x", "w")):
+def _check_y(what, out_dtype, y_scale, y_amax, device, fp8_out):
+    """The output dtype (float32 for None), and y_scale / y_amax checked
+    against it: an fp8 output needs y_scale, one float32 on the operands'
+    device; other outputs take neither. fp8_out: whether the op has an fp8
+    output at all."""
+    out_dtype = torch.float32 if out_dtype is None else out_dtype
+    if out_dtype in _CGM and fp8_out:
+        if not isinstance(y_scale, torch.Tensor) or y_scale.dtype != torch.float32 or y_scale.numel() != 1 \
+                or y_scale.device != device:
+            found = "none" if y_scale is None else (f"{type(y_scale).__name__} {getattr(y_scale, 'dtype', '')} "
+                                                    f"{tuple(getattr(y_scale, 'shape', ()))} "
+                                                    f"{getattr(y_scale, 'device', '')}")
+            raise _invalid(f"{what}: out_dtype {out_dtype} needs y_scale, its quantization scale (Y = sat(rne(r * "
+                           f"y_scale))): expected a float32 tensor of one element on {device}, found {found}; "
+                           "e.g. torch.tensor([fp8_max / amax], device=...), made once and reused")
+        return out_dtype
+    if out_dtype not in _OUT_DTYPES:
+        fp8s = ", torch.float8_e4m3fn or torch.float8_e5m2 (with y_scale)" if fp8_out else ""
+        raise _invalid(f"{what}: out_dtype {out_dtype}: expected torch.float32, torch.bfloat16 or torch.float16"
+                       + (fp8s or " (no fp8 output here: use the other ops, commgemm.jax or the numpy ops)"))
+    if y_scale is not None or y_amax:
+        given = ", ".join(n for n, v in (("y_scale", y_scale is not None), ("y_amax", y_amax)) if v)
+        raise _invalid(f"{what}: {given} given, but the output is {out_dtype}: they go with a float8 output only "
+                       "(out_dtype=torch.float8_e4m3fn or torch.float8_e5m2)")
+    return out_dtype
+
+
+def check_fp8_call(op, x, weight, x_scale, w_scale, out_dtype, layout="TN", names=("x", "w"), y_scale=None,
+                   y_amax=False, fp8_out=True):
     """The checks of an fp8 call, before the library sees it: layout TN,
     both operands fp8 with their scales, the same kind of scaling (per
-    tensor or per block) for both, an output dtype the ops write. Returns
-    (X, W) as Fp8Tensors and the output dtype. names: the operands' names
-    in messages (their scales are name + "_scale")."""
+    tensor or per block) for both, an output dtype the ops write (fp8 with
+    its y_scale where fp8_out). Returns (X, W) as Fp8Tensors and the output
+    dtype. names: the operands' names in messages (their scales are name +
+    "_scale"). Metadata only: runs on fake tensors too."""
     what = f"commgemm fp8 {op}"
     if _lib.parse_layout(layout) != _lib.Layout.TN:
         raise _lib.NotSupportedError(Status.NOT_SUPPORTED,
@@ -334,45 +375,50 @@ def check_fp8_call(op, x, weight, x_scale, w_scale, out_dtype, layout="TN", name
     if (qx.scaling == Scaling.TENSOR) != (qw.scaling == Scaling.TENSOR):
         raise _invalid(f"{what}: {names[0]}_scale is {qx.scaling.name} and {names[1]}_scale {qw.scaling.name}: "
                        "expected both per tensor (shape () or (1,)) or both per block (2-D)")
-    out_dtype = torch.float32 if out_dtype is None else out_dtype
-    if out_dtype not in _OUT_DTYPES:
-        raise _invalid(f"{what}: out_dtype {out_dtype}: expected torch.float32, torch.bfloat16 or torch.float16 "
-                       "(no fp8 output from torch: use commgemm's numpy ops for that)")
-    return qx, qw, out_dtype
+    return qx, qw, _check_y(what, out_dtype, y_scale, y_amax, x.device, fp8_out)
+
+
+def _fp8_op_check(op, x, weight, x_scale, w_scale, out_dtype, layout, y_scale, y_amax):
+    if op not in _FP8_OPS:
+        raise _invalid(f"fp8_matmul: op {op!r}: expected one of {tuple(_FP8_OPS)}")
+    return check_fp8_call(op, x, weight, x_scale, w_scale, out_dtype, layout, y_scale=y_scale, y_amax=y_amax)
 
 
 @torch.library.custom_op("commgemm::fp8_matmul", mutates_args=())
-def _fp8_matmul_op(op: str, x: torch.Tensor, weight: torch.Tensor, x_scale: torch.Tensor, w_scale: torch.Tensor,
-                   bias: Optional[torch.Tensor], comm_id: int, m: int, layout: str, backend: str,
-                   out_dtype: torch.dtype, return_gathered: bool, partial_dtype: str,
-                   gemm_reduction: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _fp8_matmul_op(op: str, x: torch.Tensor, weight: torch.Tensor, x_scale: Optional[torch.Tensor],
+                   w_scale: Optional[torch.Tensor], bias: Optional[torch.Tensor], comm_id: int, m: int, layout: str,
+                   backend: str, out_dtype: torch.dtype, return_gathered: bool, partial_dtype: str,
+                   gemm_reduction: str, y_scale: Optional[torch.Tensor] = None,
+                   y_amax: bool = False) -> List[torch.Tensor]:
     """One op on fp8 operands: op "ag" (AG+GEMM, m rows), "rs" (GEMM+RS), "ar"
-    (GEMM+AR) or "gemm" (the bulk op's GEMM alone). Returns (y, gathered X,
-    gathered scales); the last two (0,)-shaped unless op "ag" with
-    return_gathered."""
-    if op not in _FP8_OPS:
-        raise _invalid(f"fp8_matmul: op {op!r}: expected one of {tuple(_FP8_OPS)}")
-    qx, qw, out_dtype = check_fp8_call(op, x, weight, x_scale, w_scale, out_dtype, layout)
+    (GEMM+AR) or "gemm" (the bulk op's GEMM alone). out_dtype float8_* with
+    y_scale (a one-element float32 tensor): an fp8 Y. Returns [y], then the
+    gathered X and its scales (op "ag" with return_gathered), then Y's amax,
+    float32 (1,) (y_amax). Checked here, once per call (the functional ops
+    check nothing more), and by the fake kernel under torch.compile."""
+    qx, qw, out_dtype = _fp8_op_check(op, x, weight, x_scale, w_scale, out_dtype, layout, y_scale, y_amax)
     gathered = op == "ag" and return_gathered
     r = fp8_gemm(_FP8_OPS[op], comm_id, qx, qw, bias, out_dtype, backend, m, gathered, partial_dtype,
-                 gemm_reduction)
+                 gemm_reduction, y_scale, y_amax)
     if gathered:
-        return r[0], r[1].data, r[1].scale
-    empty = torch.empty((0,), dtype=x.dtype, device=x.device)
-    return r, empty, torch.empty((0,), dtype=torch.float32, device=x.device)
+        r[1:2] = [r[1].data, r[1].scale]
+    return r
 
 
 @_fp8_matmul_op.register_fake
 def _(op, x, weight, x_scale, w_scale, bias, comm_id, m, layout, backend, out_dtype, return_gathered,
-      partial_dtype, gemm_reduction):
+      partial_dtype, gemm_reduction, y_scale=None, y_amax=False):
+    _, _, out_dtype = _fp8_op_check(op, x, weight, x_scale, w_scale, out_dtype, layout, y_scale, y_amax)
     comm = comm_by_id(comm_id)
     split, k, n = x.shape[0], x.shape[1], weight.shape[0]
     rows = {"ag": m, "rs": _sym_shard_rows(split, comm.rank, comm.size), "ar": split, "gemm": split}[op]
-    y = x.new_empty((rows, n), dtype=out_dtype)
+    out = [x.new_empty((rows, n), dtype=out_dtype)]
     if op == "ag" and return_gathered:
         gs = (comm.size,) if x_scale.dim() < 2 else (m, -(-k // BLOCK))
-        return y, x.new_empty((m, k)), x.new_empty(gs, dtype=torch.float32)
-    return y, x.new_empty((0,)), x.new_empty((0,), dtype=torch.float32)
+        out += [x.new_empty((m, k)), x.new_empty(gs, dtype=torch.float32)]
+    if y_amax:
+        out.append(x.new_empty((1,), dtype=torch.float32))
+    return out
 
 
 # --------------------------------------------------------------------------
@@ -396,15 +442,16 @@ class _Fp8Linear(torch.autograd.Function):
         qw = caster.cast(weight, "weight", True)
         xt = None
         if mode == "ag":
-            y, xg = fp8_gemm("ag", comm_id, qx, qw, bias, x.dtype, comm_backend, m, gathered=need_bwd,
-                             gemm_reduction=gr)
+            y, *xg = fp8_gemm("ag", comm_id, qx, qw, bias, x.dtype, comm_backend, m, gathered=need_bwd,
+                              gemm_reduction=gr)
             if need_bwd:  # one scale for every shard (reduced amax): X^T from the gathered codes
+                xg = xg[0]
                 xg = Fp8Tensor(xg.data, xg.scale[:1].clone(), xg.scaling) if xg.scaling == Scaling.TENSOR else xg
                 xt = caster.columnwise(xg, None, True)
         else:
             kind = {"local_ar": "local", "rs": "rs", "ar": "ar"}[mode]
             backend = rt.bulk if kind == "local" else comm_backend
-            y = fp8_gemm(kind, comm_id, qx, qw, bias, x.dtype, backend, partial_dtype=pd, gemm_reduction=gr)
+            y = fp8_gemm(kind, comm_id, qx, qw, bias, x.dtype, backend, partial_dtype=pd, gemm_reduction=gr)[0]
             if need_bwd:
                 xt = caster.columnwise(qx, x.t(), True)
         if need_bwd:
@@ -424,12 +471,13 @@ class _Fp8Linear(torch.autograd.Function):
         dx = dw = db = None
         gathered = None
         if mode == "rs":  # dX = allgather(dY_r) . W, the gathered dY for dW
-            dx, gathered = fp8_gemm("ag", comm_id, qdy, ctx.wt, None, ctx.x_dtype, rt.backend, ctx.m,
-                                    gathered=need_w, gemm_reduction=gr)
+            dx, *gathered = fp8_gemm("ag", comm_id, qdy, ctx.wt, None, ctx.x_dtype, rt.backend, ctx.m,
+                                     gathered=need_w, gemm_reduction=gr)
+            gathered = gathered[0] if gathered else None
         elif need_x:
             kind = {"ag": "rs", "local_ar": "ar", "ar": "local"}[mode]
             dx = fp8_gemm(kind, comm_id, qdy, ctx.wt, None, ctx.x_dtype, rt.bulk if kind == "local" else rt.backend,
-                          partial_dtype=pd, gemm_reduction=gr)
+                          partial_dtype=pd, gemm_reduction=gr)[0]
         if need_w:
             if gathered is not None:
                 if gathered.scaling == Scaling.TENSOR:
@@ -438,7 +486,7 @@ class _Fp8Linear(torch.autograd.Function):
             else:
                 dyt = caster.columnwise(qdy, dy.t(), False)
             dw = fp8_gemm("local", comm_id, dyt, ctx.xt, None, torch.float32, rt.bulk,
-                          gemm_reduction=gr).to(ctx.w_dtype)
+                          gemm_reduction=gr)[0].to(ctx.w_dtype)
         if need_b:
             db = dy.sum(dim=0, dtype=torch.float32)
             if mode == "rs":  # every rank's rows: the sum over the ranks (GEMM+AR of P ones by db)
@@ -491,7 +539,7 @@ _NO_FP8_GRAD = ("torch rounds a gradient to its tensor's dtype, so a float8 tens
 
 def refuse_fp8_grad(op, tensors):
     """Refuses fp8-operand calls where autograd would need a gradient."""
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+    if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors):
         raise _invalid(f"commgemm fp8 {op}: an input requires grad, but the fp8-operand ops are not differentiable: "
                        + _NO_FP8_GRAD)
 

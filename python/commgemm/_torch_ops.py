@@ -21,19 +21,22 @@ _TORCH_DTYPES = {torch.float32: DType.FP32, torch.bfloat16: DType.BF16, torch.fl
 
 
 def _as_matrix(name, t, for_output=False):
-    if t.dim() == 1:
-        t = t.view(1, -1)  # a bias row
-    if t.dim() != 2:
+    if t.dim() == 1:  # a bias row, 1 x n (read as one: no view op per call)
+        rows, cols = 1, t.shape[0]
+        col_stride = t.stride(0)
+    elif t.dim() == 2:
+        rows, cols = t.shape
+        col_stride = t.stride(1)
+    else:
         raise _lib.InvalidArgumentError(Status.INVALID_ARGUMENT,
                                         f"{name} has shape {tuple(t.shape)}: expected a 2-D tensor")
     dtype = _TORCH_DTYPES.get(t.dtype)
     if dtype is None:
         raise _lib.InvalidArgumentError(Status.INVALID_ARGUMENT,
                                         f"{name} is {t.dtype}: expected float32, bfloat16 or float16")
-    rows, cols = t.shape
     if rows * cols == 0:
         return _lib.matrix(None, dtype, rows, cols, 0), t
-    if (cols > 1 and t.stride(1) != 1) or (rows > 1 and t.stride(0) < cols):
+    if (cols > 1 and col_stride != 1) or (rows > 1 and t.stride(0) < cols):
         if for_output:
             raise _lib.InvalidArgumentError(Status.INVALID_ARGUMENT,
                                             f"{name}: outputs must have contiguous rows")
@@ -228,7 +231,8 @@ def _bulk_fp8(a, b, a_scale, b_scale, out_dtype, layout):
                                             "float8 a and b")
         return None
     from ._torch_fp8 import check_fp8_call
-    return check_fp8_call("bulk_matmul_collective", a, b, a_scale, b_scale, out_dtype, layout, names=("a", "b"))
+    return check_fp8_call("bulk_matmul_collective", a, b, a_scale, b_scale, out_dtype, layout, names=("a", "b"),
+                          fp8_out=False)
 
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -256,8 +260,8 @@ def _bulk_outputs(a, b, send, comm, layout, collective, m, empty, fake=False, ou
 @_bulk_op.register_fake
 def _(a, b, send, comm_id, layout, collective, m, backend, gemm_reduction, a_scale=None, b_scale=None,
       out_dtype=None):
-    fp8 = a is not None and (a.dtype in _FP8 or b.dtype in _FP8)
-    c_dtype = (out_dtype or torch.float32) if fp8 else None
+    fp8 = _bulk_fp8(a, b, a_scale, b_scale, out_dtype, layout)  # the checks at trace time too
+    c_dtype = fp8[2] if fp8 else None
     return _bulk_outputs(a, b, send, comm_by_id(comm_id), layout, collective, m, torch.empty, fake=True,
                          out_dtype=c_dtype)
 

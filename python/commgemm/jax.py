@@ -329,18 +329,20 @@ def matmul_all_reduce(x, w, bias=None, *, comm, layout="TN", algo="auto", splits
 def bulk_matmul_collective(a=None, b=None, bias=None, send=None, *, comm, collective="all_gather", m=None,
                            layout="TN", algo="auto", backend=None, allow_tf32=False, out_dtype=None,
                            gemm_reduction=None, a_scale=None, b_scale=None, fp8_fast_accum=False, epilogue=None,
-                           aux=None, _after=None, _marked=False):
+                           aux=None, y_scale=None, y_amax=False, _after=None, _marked=False):
     """Bulk: a local GEMM C = op(a) . op(b) (+ bias) beside an unrelated
     collective on `send`, overlapped (cgm_bulk_overlap; e.g. the wgrad GEMM
     beside the dgrad's reduce-scatter). Either part may be left out (a and b
     None, or send None). collective: "all_gather" (send [m_r, cols] -> recv
     [m, cols]; m as in all_gather_matmul) or "reduce_scatter" (send [m, cols]
     -> this rank's rows [m_r, cols], summed in fp32). FP8: fp8 a and b (TN)
-    with a_scale and b_scale, as all_gather_matmul's x_scale and w_scale.
-    epilogue, aux: the GEMM's, as all_gather_matmul's, plus "bgrad" (the
-    sums of op(a) along the contraction, [c rows]: a weight gradient's bias
-    gradient). Returns (c, recv), None for a part left out, then what the
-    epilogue wrote."""
+    with a_scale and b_scale, as all_gather_matmul's x_scale and w_scale; c
+    float32 unless out_dtype says (bf16, fp16, or float8_e4m3fn / float8_e5m2
+    with y_scale; y_amax=True: max |r| of c, float32 [1]), as
+    all_gather_matmul's Y. epilogue, aux: the GEMM's, as all_gather_matmul's,
+    plus "bgrad" (the sums of op(a) along the contraction, [c rows]: a weight
+    gradient's bias gradient). Returns (c, recv), None for a part left out,
+    then c's amax (y_amax=True), then what the epilogue wrote."""
     layout = _layout_name(layout)
     gemm = a is not None or b is not None
     if gemm and (a is None or b is None):
@@ -350,20 +352,21 @@ def bulk_matmul_collective(a=None, b=None, bias=None, send=None, *, comm, collec
     if not gemm and send is None:
         raise ValueError("bulk_matmul_collective: expected a GEMM (a, b), a collective (send) or both")
     results, operands, coll, fp8_attrs = [], [], -1, {}
+    attrs = _comm_attrs(comm, layout, algo, 0, backend, allow_tf32, gemm_reduction=gemm_reduction)
+    extra = amax = 0
     if gemm:
         _check_2d("a", a)
         _check_2d("b", b)
         scales, fp8_attrs = _fp8_inputs("a", a, "b", b, a_scale, b_scale, layout)
-        results.append(jax.ShapeDtypeStruct((_rows_k(layout, a)[0], _out_cols(layout, b)), _out_default(a, out_dtype)))
-        operands += [a, b] + scales + ([bias] if bias is not None else [])
-    attrs = _comm_attrs(comm, layout, algo, 0, backend, allow_tf32, gemm_reduction=gemm_reduction)
-    extra = 0
-    if gemm:
-        c_shape = results[0]
+        c_shape = jax.ShapeDtypeStruct((_rows_k(layout, a)[0], _out_cols(layout, b)), _out_default(a, out_dtype))
+        results.append(c_shape)
+        operands += [a, b] + scales
+        amax = _fp8_output(c_shape, y_scale, y_amax, operands, results, attrs)
+        operands += [bias] if bias is not None else []
         bgrad_len = c_shape.shape[0 if _lib.parse_epilogue(epilogue) == _lib.Epilogue.BGRAD else 1]
         extra = _epilogue(epilogue, aux, c_shape, bgrad_len, operands, results, attrs)
-    elif epilogue is not None or aux is not None:
-        raise ValueError("bulk_matmul_collective: an epilogue without a GEMM (a, b)")
+    elif epilogue is not None or aux is not None or y_scale is not None or y_amax:
+        raise ValueError("bulk_matmul_collective: an epilogue, y_scale or y_amax without a GEMM (a, b)")
     if send is not None:
         _check_2d("send", send)
         coll = int(_lib.parse_collective(collective))
@@ -379,7 +382,7 @@ def bulk_matmul_collective(a=None, b=None, bias=None, send=None, *, comm, collec
     out, marker = _call("commgemm_bulk_overlap", results, operands, attrs, _after)
     out = list(out)
     c = out.pop(0) if gemm else None
-    written = [out.pop(0) for _ in range(extra)]
+    written = [out.pop(0) for _ in range(amax + extra)]
     recv = out.pop(0) if send is not None else None
     return _with_marker((c, recv, *written), marker, _marked)
 

@@ -49,7 +49,7 @@ from ._torch_layers import (ColumnParallelLinear, FusedColumnParallelLinear, Par
                             check_positions)
 from ._torch_fp8 import (DelayedScaling, Float8BlockScaling, Float8CurrentScaling, Fp8Tensor, amax,  # noqa: F401
                          cast_to_fp8, compute_scale, dequantize, quantize, transpose)
-from ._torch_fp8 import check_fp8_call, recipe_call, refuse_fp8_grad
+from ._torch_fp8 import recipe_call, refuse_fp8_grad
 from ._torch_ops import _ops
 from .core import Comm, Config
 
@@ -165,12 +165,13 @@ def _check_2d(name, t):
 _FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
-def _fp8_call_wanted(x, weight, x_scale, w_scale, out_dtype):
+def _fp8_call_wanted(x, weight, x_scale, w_scale, out_dtype, y_scale=None, y_amax=False):
     """Whether a functional call is an fp8 one (an fp8 operand); refuses
-    scales or an out_dtype given with no fp8 operand."""
+    scales, an out_dtype or y_scale / y_amax given with no fp8 operand."""
     if x.dtype in _FP8_DTYPES or weight.dtype in _FP8_DTYPES:
         return True
-    given = [n for n, v in (("x_scale", x_scale), ("w_scale", w_scale), ("out_dtype", out_dtype)) if v is not None]
+    given = [n for n, v in (("x_scale", x_scale), ("w_scale", w_scale), ("out_dtype", out_dtype),
+                            ("y_scale", y_scale), ("y_amax", y_amax or None)) if v is not None]
     if given:
         raise _lib.InvalidArgumentError(Status.INVALID_ARGUMENT,
                                         f"{', '.join(given)} given, but x is {x.dtype} and weight {weight.dtype}: "
@@ -180,21 +181,32 @@ def _fp8_call_wanted(x, weight, x_scale, w_scale, out_dtype):
 
 
 def _fp8_call(op, x, weight, bias, x_scale, w_scale, comm, m, backend, out_dtype, return_gathered, partial_dtype,
-              gemm_reduction):
-    """torch.ops.commgemm.fp8_matmul after the checks that need no library
-    (layout, dtypes, scales' shapes); (y, gathered, gathered scales)."""
-    _, _, out_dtype = check_fp8_call(op, x, weight, x_scale, w_scale, out_dtype)
-    refuse_fp8_grad(op, (x, weight, bias, x_scale, w_scale))
+              gemm_reduction, y_scale=None, y_amax=False):
+    """torch.ops.commgemm.fp8_matmul, which checks its operands itself (once
+    per call); here only what autograd and the schema need. Returns the op's
+    list: [y, (gathered X, its scales,) (amax)]."""
+    refuse_fp8_grad(op, (x, weight, bias, x_scale, w_scale, y_scale))
+    for name, t in (("x_scale", x_scale), ("w_scale", w_scale), ("y_scale", y_scale)):
+        if t is not None and not isinstance(t, torch.Tensor):  # the op's schema takes tensors: say which
+            raise _lib.InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                            f"{name} is a {type(t).__name__}: expected a float32 tensor on "
+                                            f"{x.device} (made once and reused: a tensor made per call costs a copy)")
     if bias is not None:
         _check_bias(bias, weight.shape[0])
+    if out_dtype is None:
+        out_dtype = torch.float32
+    elif not isinstance(out_dtype, torch.dtype):
+        raise _lib.InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                        f"out_dtype {out_dtype!r}: expected a torch.dtype (torch.float32, bfloat16, "
+                                        "float16, float8_e4m3fn or float8_e5m2)")
     return _ops.fp8_matmul(op, x, weight, x_scale, w_scale, bias, comm.id, int(m), "TN", _backend_arg(backend),
                            out_dtype, bool(return_gathered), _partial_dtype_arg(partial_dtype),
-                           _gemm_reduction_arg(gemm_reduction))
+                           _gemm_reduction_arg(gemm_reduction), y_scale, bool(y_amax))
 
 
 def _recipe_call(op, x, weight, bias, comm, m, backend, partial_dtype, gemm_reduction, fp8_recipe, **fp8_args):
     """A functional op with fp8_recipe= (high-precision operands, differentiable)."""
-    given = [name for name, v in fp8_args.items() if v not in (None, False)]
+    given = [name for name, v in fp8_args.items() if v is not None and v is not False]  # tensors: no ==
     x, weight, bias = _autocast(x, weight, bias)
     if bias is not None:
         _check_bias(bias, weight.shape[0])
@@ -211,7 +223,7 @@ def _check_bias(bias, n):
 
 def all_gather_matmul(x_shard, weight, bias=None, *, comm, m=None, backend=None, return_gathered=False,
                       partial_dtype=None, gemm_reduction=None, x_scale=None, w_scale=None, out_dtype=None,
-                      fp8_recipe=None):
+                      y_scale=None, y_amax=False, fp8_recipe=None):
     """Y[m, n_loc] = allgather(x_shard) . weight^T (+ bias), on the current CUDA stream.
 
     x_shard: [m_r, k], this rank's rows (m_r = shard_rows(m, rank, P)). weight: [n_loc, k] (this
@@ -226,12 +238,15 @@ def all_gather_matmul(x_shard, weight, bias=None, *, comm, m=None, backend=None,
     FP8 (docs/PYTHON.md, "FP8"): x_shard and weight torch.float8_e4m3fn / float8_e5m2 with
     x_scale and w_scale (float32; () or (1,) per tensor, [m_r, ceil(k/128)] and
     [ceil(n_loc/128), ceil(k/128)] per block); Y is out_dtype (float32 by default, bfloat16,
-    float16); return_gathered gives (Y, gathered X codes [m, k], gathered scales: [P], rank s's
-    at [s], per tensor; [m, ceil(k/128)] per block). Not differentiable: fp8 operands that
-    require grad are refused. fp8_recipe (Float8CurrentScaling() or Float8BlockScaling()) with
+    float16, or float8_e4m3fn / float8_e5m2 with y_scale: a float32 tensor of one element on
+    x's device that multiplies on quantize, Y = sat(rne(r * y_scale)); y_amax=True also returns
+    max |r| over this rank's Y, float32 (1,), last); return_gathered gives (Y, gathered X codes
+    [m, k], gathered scales: [P], rank s's at [s], per tensor; [m, ceil(k/128)] per block)
+    (then the amax with y_amax). Not differentiable: fp8 operands that require grad are
+    refused. fp8_recipe (Float8CurrentScaling() or Float8BlockScaling()) with
     high-precision x_shard and weight: quantized in the call (one per-tensor scale for X over
     the ranks), every GEMM of the forward and backward in fp8 as the layers'; differentiable,
-    Y and the gradients in the inputs' dtypes; no return_gathered, scales or out_dtype."""
+    Y and the gradients in the inputs' dtypes; no return_gathered, scales, out_dtype or y_*."""
     _check_2d("x_shard", x_shard)
     comm_id = _comm_arg(comm)
     if m is None:
@@ -239,11 +254,11 @@ def all_gather_matmul(x_shard, weight, bias=None, *, comm, m=None, backend=None,
     if fp8_recipe is not None:
         return _recipe_call("ag", x_shard, weight, bias, comm, int(m), backend, partial_dtype, gemm_reduction,
                             fp8_recipe, return_gathered=return_gathered, x_scale=x_scale, w_scale=w_scale,
-                            out_dtype=out_dtype)
-    if _fp8_call_wanted(x_shard, weight, x_scale, w_scale, out_dtype):
+                            out_dtype=out_dtype, y_scale=y_scale, y_amax=y_amax)
+    if _fp8_call_wanted(x_shard, weight, x_scale, w_scale, out_dtype, y_scale, y_amax):
         r = _fp8_call("ag", x_shard, weight, bias, x_scale, w_scale, comm, m, backend, out_dtype, return_gathered,
-                      partial_dtype, gemm_reduction)
-        return r if return_gathered else r[0]
+                      partial_dtype, gemm_reduction, y_scale, y_amax)
+        return tuple(r) if len(r) > 1 else r[0]
     x_shard, weight, bias = _autocast(x_shard, weight, bias)
     pd, gr = _partial_dtype_arg(partial_dtype), _gemm_reduction_arg(gemm_reduction)
     rt = route(comm, _backend_arg(backend))
@@ -259,21 +274,23 @@ def all_gather_matmul(x_shard, weight, bias=None, *, comm, m=None, backend=None,
 
 
 def matmul_reduce_scatter(x, weight, bias=None, *, comm, backend=None, partial_dtype=None, gemm_reduction=None,
-                          x_scale=None, w_scale=None, out_dtype=None, fp8_recipe=None):
+                          x_scale=None, w_scale=None, out_dtype=None, y_scale=None, y_amax=False, fp8_recipe=None):
     """Y_r[m_r, n] = this rank's rows of sum_ranks x . weight^T (+ bias, added once), on the current
     CUDA stream. x: [m, k_loc]; weight: [n, k_loc]; bias: [n] or None. Differentiable.
     partial_dtype: "fp32" or "output" (the same on every rank), gemm_reduction: "any" or "fp32";
     None: the comm's. FP8: as all_gather_matmul's (x_scale [m, ceil(k_loc/128)] per block);
-    every rank's operands have their own scales. fp8_recipe: as all_gather_matmul's (the
+    every rank's operands have their own scales; an fp8 Y with y_scale, (Y, amax of this
+    rank's rows) with y_amax. fp8_recipe: as all_gather_matmul's (the
     backward's gathered dY shares one per-tensor scale over the ranks)."""
     _check_2d("x", x)
     comm_id = _comm_arg(comm)
     if fp8_recipe is not None:
         return _recipe_call("rs", x, weight, bias, comm, 0, backend, partial_dtype, gemm_reduction, fp8_recipe,
-                            x_scale=x_scale, w_scale=w_scale, out_dtype=out_dtype)
-    if _fp8_call_wanted(x, weight, x_scale, w_scale, out_dtype):
-        return _fp8_call("rs", x, weight, bias, x_scale, w_scale, comm, 0, backend, out_dtype, False,
-                         partial_dtype, gemm_reduction)[0]
+                            x_scale=x_scale, w_scale=w_scale, out_dtype=out_dtype, y_scale=y_scale, y_amax=y_amax)
+    if _fp8_call_wanted(x, weight, x_scale, w_scale, out_dtype, y_scale, y_amax):
+        r = _fp8_call("rs", x, weight, bias, x_scale, w_scale, comm, 0, backend, out_dtype, False, partial_dtype,
+                      gemm_reduction, y_scale, y_amax)
+        return tuple(r) if y_amax else r[0]
     x, weight, bias = _autocast(x, weight, bias)
     pd, gr = _partial_dtype_arg(partial_dtype), _gemm_reduction_arg(gemm_reduction)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
@@ -282,17 +299,20 @@ def matmul_reduce_scatter(x, weight, bias=None, *, comm, backend=None, partial_d
 
 
 def matmul_all_reduce(x, weight, bias=None, *, comm, backend=None, partial_dtype=None, gemm_reduction=None,
-                      x_scale=None, w_scale=None, out_dtype=None, fp8_recipe=None):
+                      x_scale=None, w_scale=None, out_dtype=None, y_scale=None, y_amax=False, fp8_recipe=None):
     """Y[m, n] = sum_ranks x . weight^T (+ bias, added once), on every rank. Differentiable.
-    partial_dtype, gemm_reduction, FP8, fp8_recipe: as matmul_reduce_scatter's."""
+    partial_dtype, gemm_reduction, FP8, fp8_recipe: as matmul_reduce_scatter's (an fp8 Y is the
+    same on every rank where every rank passes the same y_scale value; y_amax is of all of Y,
+    and every rank passes y_amax or none)."""
     _check_2d("x", x)
     comm_id = _comm_arg(comm)
     if fp8_recipe is not None:
         return _recipe_call("ar", x, weight, bias, comm, 0, backend, partial_dtype, gemm_reduction, fp8_recipe,
-                            x_scale=x_scale, w_scale=w_scale, out_dtype=out_dtype)
-    if _fp8_call_wanted(x, weight, x_scale, w_scale, out_dtype):
-        return _fp8_call("ar", x, weight, bias, x_scale, w_scale, comm, 0, backend, out_dtype, False,
-                         partial_dtype, gemm_reduction)[0]
+                            x_scale=x_scale, w_scale=w_scale, out_dtype=out_dtype, y_scale=y_scale, y_amax=y_amax)
+    if _fp8_call_wanted(x, weight, x_scale, w_scale, out_dtype, y_scale, y_amax):
+        r = _fp8_call("ar", x, weight, bias, x_scale, w_scale, comm, 0, backend, out_dtype, False, partial_dtype,
+                      gemm_reduction, y_scale, y_amax)
+        return tuple(r) if y_amax else r[0]
     x, weight, bias = _autocast(x, weight, bias)
     pd, gr = _partial_dtype_arg(partial_dtype), _gemm_reduction_arg(gemm_reduction)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
@@ -311,9 +331,7 @@ def bulk_matmul_collective(a=None, b=None, send=None, *, comm, layout="TN", coll
     bfloat16 or float16). Not differentiable (fp8 inputs that require grad are refused)."""
     comm_id = _comm_arg(comm)
     if a is not None and b is not None and (a.dtype in _FP8_DTYPES or b.dtype in _FP8_DTYPES):
-        out_dtype = check_fp8_call("bulk_matmul_collective", a, b, a_scale, b_scale, out_dtype, layout,
-                                   names=("a", "b"))[2]
-        refuse_fp8_grad("bulk_matmul_collective", (a, b, a_scale, b_scale))
+        refuse_fp8_grad("bulk_matmul_collective", (a, b, a_scale, b_scale))  # the op checks the rest
     if (a is None) != (b is None):
         raise _lib.InvalidArgumentError(Status.INVALID_ARGUMENT,
                                         f"bulk_matmul_collective: a is {'None' if a is None else 'given'} and b is "

@@ -20,11 +20,11 @@
  * BLOCK_128X128) says that X and W are fp8 (f8e4m3fn, f8e5m2) and that
  * their f32 scales follow W as two more operands (x, w, x_scale, w_scale
  * [, bias]; bulk: a, b, a_scale, b_scale [, bias][, send]); AG+GEMM's
- * gathered X then comes with a third result, its scales. An fp8 Y (the
- * three ops; not bulk): attribute y_scale = 1 says that its f32 quantization
- * scale [1] is an operand after X's and W's scales (x, w[, x_scale,
- * w_scale], y_scale[, bias]); y_amax = 1 asks for max |r| as an f32 [1]
- * result after Y's (and the gathered X's). The stream is XLA's on a GPU
+ * gathered X then comes with a third result, its scales. An fp8 Y (bulk:
+ * C): attribute y_scale = 1 says that its f32 quantization scale [1] is an
+ * operand after X's and W's scales (x, w[, x_scale, w_scale], y_scale[,
+ * bias]); y_amax = 1 asks for max |r| as an f32 [1] result after Y's (and
+ * the gathered X's; bulk: after C). The stream is XLA's on a GPU
  * backend, NULL on the host backend. Errors come back as XLA errors carrying cgm_last_error(). */
 #include <inttypes.h>
 #include <stdio.h>
@@ -168,9 +168,9 @@ static xffi_error *call_of(const xffi_frame *f, const char *op, cgm_op cop, xffi
                             "%d (X 1x128 blocks, W 128x128), found %" PRId64, CGM_SCALING_NONE, CGM_SCALING_TENSOR,
                             CGM_SCALING_BLOCK_1X128, v);
             c->scaling = (int)v;
-        } else if (cop != CGM_OP_BULK && name_is(name, "y_scale")) {
+        } else if (name_is(name, "y_scale")) {
             c->y_scale = v != 0;
-        } else if (cop != CGM_OP_BULK && name_is(name, "y_amax")) {
+        } else if (name_is(name, "y_amax")) {
             c->y_amax = v != 0;
         } else if (cop == CGM_OP_BULK && name_is(name, "gemm")) {
             c->gemm = v != 0;
@@ -185,8 +185,8 @@ static xffi_error *call_of(const xffi_frame *f, const char *op, cgm_op cop, xffi
         } else {
             return fail(f, XFFI_INVALID_ARGUMENT, op, "unknown attribute %.*s: expected comm, layout, algo, splits, "
                         "backend, allow_tf32, partial_dtype, gemm_reduction, fp8_fast_accum, scaling, epilogue, "
-                        "ordered%s", (int)name->len, name->ptr,
-                        cop == CGM_OP_BULK ? ", gemm, bias or collective" : ", y_scale or y_amax");
+                        "ordered, y_scale, y_amax%s", (int)name->len, name->ptr,
+                        cop == CGM_OP_BULK ? ", gemm, bias or collective" : "");
         }
     }
     if (!have_comm || !c->comm)
@@ -445,8 +445,9 @@ void *cgm_xla_ffi_gemm_all_reduce(void *frame) {
     return handle(frame, CGM_OP_GEMM_ALL_REDUCE, "gemm_all_reduce");
 }
 
-/* Bulk: operands a, b[, bias] (when gemm) then send (when a collective);
- * results c (when gemm) then recv (when a collective). */
+/* Bulk: operands a, b[, a_scale, b_scale][, y_scale][, bias][, aux] (when
+ * gemm) then send (when a collective); results c[, y_amax][, aux][, bgrad]
+ * (when gemm) then recv (when a collective). */
 void *cgm_xla_ffi_bulk_overlap(void *frame) {
     xffi_frame *f = frame;
     const char *op = "bulk_overlap";
@@ -460,18 +461,21 @@ void *cgm_xla_ffi_bulk_overlap(void *frame) {
     bool coll = c.collective >= 0;
     epilogue_io io;
     epilogue_counts(c.gemm ? c.opt.epilogue : CGM_EPILOGUE_NONE, &io);
-    int64_t ns = c.gemm && c.scaling ? 2 : 0;
-    int64_t nin = (c.gemm ? 2 + ns + c.bias + io.aux_in : 0) + coll;
-    int64_t nout = (c.gemm ? 1 + io.aux_out + io.bgrad : 0) + coll;
+    int64_t ns = c.gemm && c.scaling ? 2 : 0, ys = c.gemm && c.y_scale, ya = c.gemm && c.y_amax;
+    int64_t nin = (c.gemm ? 2 + ns + ys + c.bias + io.aux_in : 0) + coll;
+    int64_t nout = (c.gemm ? 1 + ya + io.aux_out + io.bgrad : 0) + coll;
     if (!c.gemm && !coll)
         return fail(f, XFFI_INVALID_ARGUMENT, op, "neither a GEMM (attribute gemm = 1) nor a collective "
                     "(attribute collective = 0 or 1): expected at least one");
+    if (!c.gemm && (c.y_scale || c.y_amax))
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "attribute y_scale or y_amax without a GEMM (attribute gemm = 1): "
+                    "they are C's; drop them or add the GEMM");
     if (f->args.size != nin || f->rets.size != nout)
-        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %" PRId64 " operands (%s%s%s%s%s) and %" PRId64 " results "
-                    "(%s%s%s%s), found %" PRId64 " and %" PRId64, nin, c.gemm ? "a, b" : "",
-                    ns ? ", a_scale, b_scale" : "", c.gemm && c.bias ? ", bias" : "", io.aux_in ? ", aux" : "",
-                    coll ? (c.gemm ? ", send" : "send") : "", nout, c.gemm ? "c" : "", io.aux_out ? ", aux" : "",
-                    io.bgrad ? ", bgrad" : "",
+        return fail(f, XFFI_INVALID_ARGUMENT, op, "expected %" PRId64 " operands (%s%s%s%s%s%s) and %" PRId64
+                    " results (%s%s%s%s%s), found %" PRId64 " and %" PRId64, nin, c.gemm ? "a, b" : "",
+                    ns ? ", a_scale, b_scale" : "", ys ? ", y_scale" : "", c.gemm && c.bias ? ", bias" : "",
+                    io.aux_in ? ", aux" : "", coll ? (c.gemm ? ", send" : "send") : "", nout, c.gemm ? "c" : "",
+                    ya ? ", y_amax" : "", io.aux_out ? ", aux" : "", io.bgrad ? ", bgrad" : "",
                     coll ? (c.gemm ? ", recv" : "recv") : "", f->args.size, f->rets.size);
     if ((e = all_buffers(f, op))) return e;
     cgm_matrix a, b, bias, cm, send, recv;
@@ -481,8 +485,15 @@ void *cgm_xla_ffi_bulk_overlap(void *frame) {
         if ((e = matrix_of(f, op, "b", f->args.items[in++], false, &b))) return e;
         if (ns && (e = scales_of(f, op, in, c.scaling, &a, &b))) return e;
         in += ns;
+        float *y_scale = NULL;
+        if (ys && (e = one_float(f, op, "y_scale", f->args.items[in++], &y_scale))) return e;
         if (c.bias && (e = matrix_of(f, op, "bias", f->args.items[in++], true, &bias))) return e;
         if ((e = matrix_of(f, op, "c (result 0)", f->rets.items[out++], false, &cm))) return e;
+        if (ys) {
+            cm.scale = y_scale;
+            cm.scaling = CGM_SCALING_TENSOR;
+        }
+        if (ya && (e = one_float(f, op, "y_amax", f->rets.items[out++], &c.opt.y_amax))) return e;
         if ((e = epilogue_buffers(f, op, &c, &io, &in, &out))) return e;
     }
     if (coll) {

@@ -108,7 +108,7 @@ def _fp8_out_close(got, want, y_scale, what):
 
 
 def body_fp8_out(comm, m, recipe, out_name):
-    """An fp8 Y (y_scale, y_amax) from the three JAX ops, eager and jitted (y_scale
+    """An fp8 Y (y_scale, y_amax) from the three JAX ops and bulk's C, eager and jitted (y_scale
     a traced array or a float): the bytes and amax of the numpy ops on the same
     operands, and within one code of the float64 reference."""
     import jax
@@ -173,14 +173,30 @@ def body_fp8_out(comm, m, recipe, out_name):
         y2, amax = ar(xq[r][0], wq[r][0], xq[r][1], wq[r][1], y_scale, jnp.asarray(bias))
         np.testing.assert_array_equal(np.asarray(y2).view(np.uint8), np.asarray(y).view(np.uint8))
         np.testing.assert_allclose(float(amax[0]), np.abs(total).max(), rtol=1e-5)
-        checked += 4
+        # bulk: c fp8 with a bf16 bias beside a reduce-scatter, its amax after recv
+        bk = wrap(lambda a, b, as_, bs, sc, bb, s: cj.bulk_matmul_collective(
+            a, b, bb, send=s, comm=comm, a_scale=as_, b_scale=bs, collective="reduce_scatter", out_dtype=odt,
+            y_scale=sc, y_amax=True))
+        send = [_rand(60 + q, (m, 3)) for q in range(P)]
+        c, recv, amax = bk(xq[r][0], wq[r][0], xq[r][1], wq[r][1], y_scale, jnp.asarray(bias), jnp.asarray(send[r]))
+        assert c.dtype == odt and amax.shape == (1,)
+        np_c = np.zeros((m, N), getattr(ml_dtypes, out_name))
+        commgemm.bulk_overlap(comm, npx[r][0], npw[r][0], np_c, bias=bias, a_scale=npx[r][1], b_scale=npw[r][1],
+                              c_scale=ys, c_amax=np_amax)
+        np.testing.assert_array_equal(np.asarray(c).view(np.uint8), np_c.view(np.uint8))
+        np.testing.assert_array_equal(np.asarray(amax), np_amax)
+        local = deqx[r] @ deqw[r].T + bias.astype(np.float64)
+        _fp8_out_close(c, local, ys, f"bulk -> {out_name} jit={jit}")
+        np.testing.assert_allclose(float(amax[0]), np.abs(local).max(), rtol=1e-5)
+        _close(recv, sum(send)[off:off + mr], "bulk recv")
+        checked += 5
     return checked
 
 
 @pytest.mark.parametrize("nranks,m,recipe", [(1, 3, "tensor"), (2, 7, "block"), (3, 5, "tensor")])
 @pytest.mark.parametrize("out_name", ["float8_e4m3fn", "float8_e5m2"])
 def test_jax_fp8_output(nranks, m, recipe, out_name):
-    assert all(c == 8 for c in ranks.run(body_fp8_out, nranks, m, recipe, out_name))
+    assert all(c == 10 for c in ranks.run(body_fp8_out, nranks, m, recipe, out_name))
 
 
 def body_bad_input(comm):
@@ -209,6 +225,12 @@ def body_bad_input(comm):
     with pytest.raises(ValueError, match="y_scale has 2 values"):
         cj.matmul_all_reduce(x, w, comm=comm, x_scale=xs, w_scale=ws, out_dtype=jnp.float8_e4m3fn,
                              y_scale=jnp.ones((2,), jnp.float32))
+    with pytest.raises(ValueError, match="y_scale / y_amax given, but the output is float32"):
+        cj.bulk_matmul_collective(x, w, comm=comm, a_scale=xs, b_scale=ws, y_amax=True)
+    with pytest.raises(ValueError, match="without y_scale"):
+        cj.bulk_matmul_collective(x, w, comm=comm, a_scale=xs, b_scale=ws, out_dtype=jnp.float8_e5m2)
+    with pytest.raises(ValueError, match="y_scale or y_amax without a GEMM"):
+        cj.bulk_matmul_collective(send=jnp.ones((4, 2)), comm=comm, y_scale=1.0)
     y = cj.matmul_all_reduce(x, w, comm=comm, x_scale=xs, w_scale=ws)  # the comm is still usable
     _close(y, comm.size * (np.asarray(x, np.float32) * float(xs[0])) @ (np.asarray(w, np.float32) * float(ws[0])).T,
            "after errors")

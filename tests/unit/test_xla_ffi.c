@@ -503,10 +503,10 @@ static void test_bulk(const void *param) {
     CHECK_OK(cgm_comm_destroy(comm));
 }
 
-/* An fp8 Y from the three ops (attributes y_scale and y_amax): e4m3 X and W
- * with per-tensor scales, Y = sat(rne(r * y_scale)) in e4m3 and y_amax =
- * max |r|; AG+GEMM with its gathered X and scales before y_amax, GEMM+RS and
- * GEMM+AR with a bf16 bias after y_scale. */
+/* An fp8 Y from the three ops and bulk's C (attributes y_scale and y_amax):
+ * e4m3 X and W with per-tensor scales, Y = sat(rne(r * y_scale)) in e4m3 and
+ * y_amax = max |r|; AG+GEMM with its gathered X and scales before y_amax,
+ * GEMM+RS, GEMM+AR and bulk with a bf16 bias after y_scale. */
 static void test_fp8_output(const void *param) {
     (void)param;
     char name[64];
@@ -535,9 +535,9 @@ static void test_fp8_output(const void *param) {
         }
     CHECK(rmax > 0);
     ys = (float)(300.0 / (rmax + N)); /* |r + bias| * ys < 448: no saturation */
-    void *(*handlers[3])(void *) = {cgm_xla_ffi_all_gather_gemm, cgm_xla_ffi_gemm_reduce_scatter,
-                                    cgm_xla_ffi_gemm_all_reduce};
-    for (int h = 0; h < 3; h++) {
+    void *(*handlers[4])(void *) = {cgm_xla_ffi_all_gather_gemm, cgm_xla_ffi_gemm_reduce_scatter,
+                                    cgm_xla_ffi_gemm_all_reduce, cgm_xla_ffi_bulk_overlap};
+    for (int h = 0; h < 4; h++) {
         frame_builder fb;
         bool gathered = h == 0;
         frame_init(&fb, gathered ? 5 : 6, gathered ? 4 : 2);
@@ -561,6 +561,10 @@ static void test_fp8_output(const void *param) {
         add_int(&fb, "scaling", CGM_SCALING_TENSOR);
         add_int(&fb, "y_scale", 1);
         add_int(&fb, "y_amax", 1);
+        if (h == 3) {
+            add_int(&fb, "gemm", 1);
+            add_int(&fb, "bias", 1);
+        }
         if (handlers[h](&fb.f) != NULL) TEST_FAIL("handler %d failed: %s", h, last_message);
         double amax_want = 0;
         for (int i = 0; i < M * N; i++) amax_want = fmax(amax_want, fabs(r[i] + (gathered ? 0 : i % N - 2)));
@@ -578,14 +582,16 @@ static void test_fp8_output(const void *param) {
         expect_error(handlers[h], &fb, XFFI_INVALID_ARGUMENT, "y_amax: expected one float32 (shape (1,))");
         fb.out_dims[a][0] = 1;
         fb.f.args.size = 4;
-        expect_error(handlers[h], &fb, XFFI_INVALID_ARGUMENT, "x_scale, w_scale, y_scale[, bias]");
+        expect_error(handlers[h], &fb, XFFI_INVALID_ARGUMENT,
+                     h == 3 ? "a_scale, b_scale, y_scale, bias" : "x_scale, w_scale, y_scale[, bias]");
     }
-    /* bulk takes no fp8 Y attributes */
+    /* bulk: y_scale without its GEMM */
     frame_builder fb;
-    frame_init(&fb, 2, 1);
+    frame_init(&fb, 1, 1);
     add_comm(&fb, comm);
+    add_int(&fb, "collective", 0);
     add_int(&fb, "y_scale", 1);
-    expect_error(cgm_xla_ffi_bulk_overlap, &fb, XFFI_INVALID_ARGUMENT, "unknown attribute y_scale");
+    expect_error(cgm_xla_ffi_bulk_overlap, &fb, XFFI_INVALID_ARGUMENT, "y_scale or y_amax without a GEMM");
     CHECK_OK(cgm_comm_destroy(comm));
 }
 
