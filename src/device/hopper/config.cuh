@@ -108,6 +108,14 @@ struct hgemm_params {
     cgm_dev_abort_record *abort_record;
     int report_rank, report_chunks_per_shard, report_addend_chunk0;
     int report_addend_peer[CGM_HGEMM_MAX_ADDENDS];
+    /* ---- FP8 inputs (fp8 kernels only; fp8.cuh): per-tensor scales, the
+     * fp32 product of a row multiplied by x_scale[row / x_scale_shard_rows]
+     * (x_scale_shard_rows clamped to m: one scale) and *w_scale before the
+     * addends and the bias. The division is multiply-high (fastdiv). */
+    const float *x_scale;
+    const float *w_scale;
+    unsigned int xs_mul;
+    int xs_shr;
 };
 
 } // namespace
