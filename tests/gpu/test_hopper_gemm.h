@@ -24,5 +24,7 @@ int16_t *to_eighths(const void *buf, cgm_dtype t, int64_t rows, int64_t ld, int6
 int32_t dot_eighths(const int16_t *a, const int16_t *b, int64_t kp);
 /* Registers the fused hooks' cases (timeout 60 s). */
 void hgemm_register_hook_cases(void);
+/* Registers the fp8 cases (test_hopper_gemm_fp8.c). */
+void hgemm_register_fp8_cases(void);
 
 #endif
