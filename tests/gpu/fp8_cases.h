@@ -26,5 +26,10 @@ void fp8_need_hopper(void);
  * (split, ring, no_overlap; bulk: auto) of `op` on this rank. ar_amax:
  * GEMM+AR's fp8 outputs ask for the amax too. */
 void fp8_sweep(const fp8_rank *g, cgm_op op, bool ar_amax);
+/* AG+GEMM or GEMM+RS with algorithm fused and options.fp8_fast_accum
+ * (per-tensor scales, each shard its own): e4m3 x e4m3 -> bf16 with a bias,
+ * e4m3 x e5m2 -> fp32, e5m2 x e4m3 -> bf16, on shapes whose shards split
+ * the kernel's 128-row tiles, m < 128 and m < P. */
+void fp8_fused_sweep(const fp8_rank *g, cgm_op op);
 
 #endif
