@@ -250,51 +250,50 @@ static void fp8_run(const fp8_case *c) {
 #define E4 CGM_DTYPE_FP8_E4M3
 #define E5 CGM_DTYPE_FP8_E5M2
 
-static void run_cases(const fp8_case *cases, int count) {
-    for (int i = 0; i < count; i++) fp8_run(&cases[i]);
-}
-
-static void case_fp8_plain(const void *p) {
-    (void)p;
-    static const fp8_case cases[] = {
-        {E4, E4, CGM_DTYPE_FP32, 257, 389, 272, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
-        {E4, E4, CGM_DTYPE_BF16, 1, 1, 16, 0, 1, 1, 0, 0, 0, 0, 0, 0, 2},
-        {E4, E5, CGM_DTYPE_FP32, 131, 250, 1040, 0, 3, 0, 1, 0, 0, 0, 0, 0, 3},
-        {E5, E4, CGM_DTYPE_BF16, 300, 129, 16, 32, 0, 1, 0, 0, 0, 0, 0, 0, 4},
-        {E5, E4, CGM_DTYPE_FP16, 129, 511, 400, 0, 1, 1, 1, 0, 0, 0, 0, 0, 5},
-        {E5, E5, CGM_DTYPE_FP32, 200, 300, 144, 0, 0, 0, 0, 0, 0, 0, 0, 0, 6},
-        {E4, E4, CGM_DTYPE_BF16, 640, 1024, 4096, 0, 0, 1, 0, 0, 0, 0, 0, 0, 7},
-        {E4, E5, CGM_DTYPE_BF16, 1000, 777, 2064, 16, 2, 0, 1, 0, 0, 0, 0, 0, 8},
-    };
-    run_cases(cases, (int)(sizeof cases / sizeof cases[0]));
-}
+/* Odd m and n, k not a multiple of 128 (and k = 16), padded ldx and ldy,
+ * every operand pair, fp32, bf16 and fp16 Y, bias, accumulate. */
+static const fp8_case plain_cases[] = {
+    {E4, E4, CGM_DTYPE_FP32, 257, 389, 272, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {E4, E4, CGM_DTYPE_BF16, 1, 1, 16, 0, 1, 1, 1, 0, 0, 0, 0, 0, 2},
+    {E4, E5, CGM_DTYPE_FP32, 131, 250, 1040, 0, 3, 0, 1, 0, 0, 0, 0, 0, 3},
+    {E5, E4, CGM_DTYPE_BF16, 300, 129, 16, 32, 0, 1, 0, 0, 0, 0, 0, 0, 4},
+    {E5, E4, CGM_DTYPE_FP16, 129, 511, 400, 0, 1, 1, 1, 0, 0, 0, 0, 0, 5},
+    {E5, E5, CGM_DTYPE_FP32, 200, 300, 144, 0, 0, 0, 0, 0, 0, 0, 0, 0, 6},
+    {E4, E4, CGM_DTYPE_BF16, 640, 1024, 4096, 0, 0, 1, 0, 0, 0, 0, 0, 0, 7},
+    {E4, E5, CGM_DTYPE_BF16, 1000, 777, 2064, 16, 2, 0, 1, 0, 0, 0, 0, 0, 8},
+};
 
 /* Per-shard x scales: shards of 100 and 200 rows (tiles of 128 rows hold
  * two or three shards), and a shard size above m (one scale). */
-static void case_fp8_shard_scales(const void *p) {
-    (void)p;
-    static const fp8_case cases[] = {
-        {E4, E4, CGM_DTYPE_BF16, 517, 300, 256, 0, 0, 1, 1, 100, 0, 0, 0, 0, 11},
-        {E4, E5, CGM_DTYPE_FP32, 600, 257, 528, 0, 1, 0, 0, 200, 0, 0, 0, 0, 12},
-        {E5, E4, CGM_DTYPE_FP32, 77, 96, 128, 0, 0, 1, 0, 1000, 0, 0, 0, 0, 13},
-    };
-    run_cases(cases, (int)(sizeof cases / sizeof cases[0]));
-}
+static const fp8_case shard_cases[] = {
+    {E4, E4, CGM_DTYPE_BF16, 517, 300, 256, 0, 0, 1, 1, 100, 0, 0, 0, 0, 11},
+    {E4, E5, CGM_DTYPE_FP32, 600, 257, 528, 0, 1, 0, 0, 200, 0, 0, 0, 0, 12},
+    {E5, E4, CGM_DTYPE_FP32, 77, 96, 128, 0, 0, 1, 0, 1000, 0, 0, 0, 0, 13},
+};
 
 /* The fused hooks with fp8: row flags in the shard layout with x_own and a
  * reversed tile order (shard scales); addends with their flags, by TMA
  * (addend_ld = n, 16-byte rows) and by the consumers (n + 2). */
-static void case_fp8_hooks(const void *p) {
-    (void)p;
-    static const fp8_case cases[] = {
-        {E4, E4, CGM_DTYPE_BF16, 600, 384, 512, 0, 0, 1, 0, 150, 1, 0, 0, 0, 21},
-        {E4, E5, CGM_DTYPE_FP32, 513, 256, 272, 0, 0, 0, 1, 256, 1, 0, 0, 0, 22},
-        {E4, E4, CGM_DTYPE_BF16, 300, 264, 256, 0, 0, 1, 0, 0, 0, 1, CGM_DTYPE_FP32, 0, 23},
-        {E5, E4, CGM_DTYPE_BF16, 300, 264, 256, 0, 0, 1, 0, 0, 0, 3, CGM_DTYPE_BF16, 0, 24},
-        {E4, E4, CGM_DTYPE_FP32, 257, 200, 160, 0, 0, 0, 0, 0, 0, 3, CGM_DTYPE_FP32, 2, 25},
-        {E4, E5, CGM_DTYPE_BF16, 640, 512, 1024, 0, 0, 1, 0, 128, 1, 2, CGM_DTYPE_BF16, 0, 26},
-    };
-    run_cases(cases, (int)(sizeof cases / sizeof cases[0]));
+static const fp8_case hook_cases[] = {
+    {E4, E4, CGM_DTYPE_BF16, 600, 384, 512, 0, 0, 1, 0, 150, 1, 0, 0, 0, 21},
+    {E4, E5, CGM_DTYPE_FP32, 513, 256, 272, 0, 0, 0, 1, 256, 1, 0, 0, 0, 22},
+    {E4, E4, CGM_DTYPE_BF16, 300, 264, 256, 0, 0, 1, 0, 0, 0, 1, CGM_DTYPE_FP32, 0, 23},
+    {E5, E4, CGM_DTYPE_BF16, 300, 264, 256, 0, 0, 1, 0, 0, 0, 3, CGM_DTYPE_BF16, 0, 24},
+    {E4, E4, CGM_DTYPE_FP32, 257, 200, 160, 0, 0, 0, 0, 0, 0, 3, CGM_DTYPE_FP32, 2, 25},
+    {E4, E5, CGM_DTYPE_BF16, 640, 512, 1024, 0, 0, 1, 0, 128, 1, 2, CGM_DTYPE_BF16, 0, 26},
+};
+
+typedef struct fp8_list {
+    const fp8_case *cases;
+    int count;
+} fp8_list;
+#define FP8_LIST(a) {a, (int)(sizeof a / sizeof a[0])}
+static const fp8_list plain_list = FP8_LIST(plain_cases), shard_list = FP8_LIST(shard_cases),
+                      hook_list = FP8_LIST(hook_cases);
+
+static void case_fp8_list(const void *p) {
+    const fp8_list *l = p;
+    for (int i = 0; i < l->count; i++) fp8_run(&l->cases[i]);
 }
 
 /* What cgm_hgemm refuses with fp8 inputs, with reasons (host checks). */
@@ -342,9 +341,9 @@ static void case_fp8_refusals(const void *p) {
 
 void hgemm_register_fp8_cases(void) {
     test_set_timeout(300);
-    test_add("fp8_plain", case_fp8_plain, NULL);
-    test_add("fp8_shard_scales", case_fp8_shard_scales, NULL);
-    test_add("fp8_hooks", case_fp8_hooks, NULL);
+    test_add("fp8_plain", case_fp8_list, &plain_list);
+    test_add("fp8_shard_scales", case_fp8_list, &shard_list);
+    test_add("fp8_hooks", case_fp8_list, &hook_list);
     test_set_timeout(60);
     test_add("fp8_refusals", case_fp8_refusals, NULL);
 }
