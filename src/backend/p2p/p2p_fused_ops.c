@@ -226,7 +226,7 @@ typedef struct ag_rows {
 static size_t ag_gather_need(const cgm_call *c, int P, size_t row_bytes) {
     size_t rows = (size_t)c->m * row_bytes;
     if (!cgm_dtype_is_fp8(c->in_dtype)) return rows;
-    return ((rows + 255) & ~(size_t)255) + (size_t)(5 * P + 4) * sizeof(float);
+    return ((rows + 255) & ~(size_t)255) + (size_t)(5 * P + 8) * sizeof(float);
 }
 
 static ag_rows ag_rows_of(const p2p_state *st, const cgm_call *c, int S) {
@@ -313,22 +313,32 @@ static cgm_status ag_gemm_kernel(p2p_state *st, const cgm_call *c,
                                           c->m));
 }
 
+/* cuBLASLt takes fp8 scale pointers 16-byte aligned, the API 4-byte
+ * aligned ones: src copied into the 16-byte slot dst on the GEMM queue,
+ * before the GEMMs that read it. */
+static cgm_status scale_slot(p2p_state *st, float *dst, const float *src) {
+    cgm_status status = CGM_SUCCESS;
+    CGM_CUDA_TRY(cudaMemcpyAsync(dst, src, sizeof(float), cudaMemcpyDeviceToDevice, st->queues[1]));
+fail:
+    return status;
+}
+
 /* ag_gemm_lt with fp8 (after every shard's rows and scale arrived): one
- * cuBLASLt GEMM per shard with rows, with the shard's scale copied into a
- * 16-byte slot (cuBLASLt takes scale pointers 16-byte aligned). */
+ * cuBLASLt GEMM per shard with rows, with the shard's scale and W's in
+ * 16-byte slots (scale_slot). */
 static cgm_status ag_gemm_lt_fp8(p2p_state *st, const cgm_call *c, const ag_rows *rows,
                                  const cgm_lt_gemm_args *whole) {
     cgm_status status = CGM_SUCCESS;
     int P = st->nranks;
-    cudaStream_t gemm = st->queues[1];
-    float *slots = rows->scales + ((P + 3) / 4) * 4;
+    float *slots = rows->scales + ((P + 3) / 4) * 4; /* P x slots, then W's */
     size_t ldy = (size_t)cgm_matrix_ld(&c->y) * cgm_dtype_size(c->out_dtype);
+    CGM_TRY(scale_slot(st, slots + 4 * P, c->w.scale));
     for (int j = 0; j < P; j++) {
         int64_t off = plan_shard_offset(c->m, j, P), m_j = plan_shard_rows(c->m, j, P);
         if (m_j == 0) continue;
-        CGM_CUDA_TRY(cudaMemcpyAsync(slots + 4 * j, rows->scales + j, sizeof(float), cudaMemcpyDeviceToDevice,
-                                     gemm));
+        CGM_TRY(scale_slot(st, slots + 4 * j, rows->scales + j));
         cgm_lt_gemm_args g = *whole;
+        g.w_scale = slots + 4 * P;
         g.m = m_j;
         g.x = rows->gather + (size_t)off * rows->row_bytes;
         g.x_scale = slots + 4 * j;
@@ -479,13 +489,30 @@ typedef struct rs_slots {
     int nslots;       /* local partial slots in turn, 1 or 2 */
 } rs_slots;
 
+/* fp8 GEMM+RS: this rank's x and w scales in two 16-byte slots at the
+ * start of GATHER (which GEMM+RS does not use), for cuBLASLt's partials
+ * (scale_slot). */
+static cgm_status rs_scales(p2p_state *st, const cgm_call *c) {
+    cgm_status status = CGM_SUCCESS;
+    if (!cgm_dtype_is_fp8(c->in_dtype)) return CGM_SUCCESS;
+    float *slots = (float *)((char *)st->ws.local + st->gather_offset);
+    CGM_TRY(scale_slot(st, slots, c->x.scale));
+    CGM_TRY(scale_slot(st, slots + 4, c->w.scale));
+fail:
+    return status;
+}
+
 /* Rows [row0, row0 + rows) of the call's X times W into `y` (dense, n
  * wide, the partial dtype pd), no epilogue: a partial, with cuBLASLt on
- * the compute queue. */
+ * the compute queue; fp8: scales from rs_scales. */
 static cgm_status partial_gemm(p2p_state *st, const cgm_call *c, int64_t row0,
                                int64_t rows, void *y, cgm_dtype pd,
                                plan_step what) {
     cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
+    if (cgm_dtype_is_fp8(c->in_dtype)) {
+        const float *slots = (const float *)((const char *)st->ws.local + st->gather_offset);
+        g.x_scale = slots, g.w_scale = slots + 4;
+    }
     g.m = rows;
     g.x = (const char *)c->x.data + (size_t)row0 * (size_t)g.ldx *
                                         cgm_dtype_size(c->in_dtype);
@@ -644,6 +671,7 @@ cgm_status p2p_fused_rs(p2p_state *st, const cgm_call *c,
                          "max_n", (long long)c->m, (long long)c->n, P,
                          sl.stride, st->recv_bytes, st->partial_bytes);
     if (dry) return CGM_SUCCESS;
+    CGM_TRY(rs_scales(st, c));
     /* Every peer writes its partial of my rows into my RECV: let it. */
     if (sl.own > 0)
         for (int j = 0; j < P; j++)
