@@ -10,7 +10,9 @@
  *           output (kernel_bench_plain.c); --sweep runs its 60 shapes
  *           (odd m and n, n below a tile multiple, small k, skinny m, the
  *           Llama layers split 2, 4 and 8 ways) with a summary per class;
- *           --dtype bf16 (default) or fp16; --lt-reduction-fp32: cuBLASLt
+ *           --dtype bf16 (default) or fp16, or e4m3 (X and W e4m3 with
+ *           per-tensor scales, Y bf16; cuBLASLt's FP8 matmul with
+ *           FAST_ACCUM, as ours accumulates); --lt-reduction-fp32: cuBLASLt
  *           adds split-k parts in fp32 only (CGM_GEMM_REDUCTION_FP32);
  *   ag      what the fused all-gather's hooks cost, one at a time
  *           (kernel_bench_fused.c); --only V times contender V alone (for
@@ -181,7 +183,7 @@ static int parse_shapes(const char *list, kb_options *o) {
 static void usage(FILE *to) {
     fprintf(to, "usage: commgemm-kernel-bench [plain|ag|fused|addend|epilogue] [--shapes MxNxK,...] [--dynamic] "
                 "[--only V]\n"
-                "       plain only: [--sweep] [--dtype bf16|fp16] [--lt-reduction-fp32]\n");
+                "       plain only: [--sweep] [--dtype bf16|fp16|e4m3] [--lt-reduction-fp32]\n");
 }
 
 int main(int argc, char **argv) {
@@ -207,11 +209,11 @@ int main(int argc, char **argv) {
             o.lt_reduction_fp32 = true;
         } else if (!strcmp(arg, "--dtype") && i + 1 < argc) {
             const char *d = argv[++i];
-            if (strcmp(d, "bf16") && strcmp(d, "fp16")) {
-                fprintf(stderr, "commgemm-kernel-bench: --dtype: expected bf16 or fp16, found '%s'\n", d);
+            if (strcmp(d, "bf16") && strcmp(d, "fp16") && strcmp(d, "e4m3")) {
+                fprintf(stderr, "commgemm-kernel-bench: --dtype: expected bf16, fp16 or e4m3, found '%s'\n", d);
                 return 2;
             }
-            o.dtype = strcmp(d, "bf16") ? CGM_DTYPE_FP16 : CGM_DTYPE_BF16;
+            o.dtype = !strcmp(d, "e4m3") ? CGM_DTYPE_FP8_E4M3 : strcmp(d, "bf16") ? CGM_DTYPE_FP16 : CGM_DTYPE_BF16;
         } else if (i == 1 && arg[0] != '-') {
             o.bench = arg;
         } else {

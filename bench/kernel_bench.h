@@ -26,7 +26,7 @@ typedef struct kb_options {
     bool dynamic;       /* --dynamic: every cgm_hgemm call gets a tile counter */
     int only;           /* --only V (ag): time contender V alone; -1: all */
     bool sweep;         /* --sweep (plain): the sweep's shapes */
-    cgm_dtype dtype;    /* --dtype (plain): X, W and Y; bf16 by default */
+    cgm_dtype dtype;    /* --dtype (plain): X, W and Y; bf16 by default; e4m3: X and W, Y bf16 */
     bool lt_reduction_fp32; /* --lt-reduction-fp32 (plain): cuBLASLt's split-k parts added in fp32 only */
 } kb_options;
 

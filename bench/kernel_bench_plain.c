@@ -24,13 +24,25 @@
  * whole output, cooperative and ping-pong must then be bit for bit equal
  * (both exact), and auto bit for bit the variant it chose. cuBLASLt's
  * elements that are not exactly rounded are reported, not counted as
- * wrong while inside the bound. */
+ * wrong while inside the bound.
+ *
+ * --dtype e4m3: X and W are e4m3 codes of the same values (exact in e4m3),
+ * scales 1, Y bf16; cuBLASLt runs its FP8 matmul (scales TENSOR, FAST_ACCUM:
+ * the tensor cores accumulate over the whole k, as ours does), on n rounded
+ * up to 16 (its fp8 kernels want 16-byte rows; the extra columns are
+ * computed and dropped: Y is copied into the checked [m, n] after the
+ * timing). Hopper's fp8 MMA adds with fewer bits than fp32, so the bound
+ * is that of an accumulator losing up to 2^-13 of the magnitude in each
+ * 32-wide k step: g = ceil(k / 32) 2^-13 (docs/FP8.md); exact rounding is
+ * reported, not required, and cooperative and ping-pong need not agree bit
+ * for bit. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core.h"
 #include "hgemm_values.h"
 #include "kernel_bench.h"
 
@@ -118,11 +130,18 @@ static int plain_cases(const kb_options *o, plain_case *out) {
  * depends on the flat index only), on the host (for the reference) and on
  * the device; and the dtype's 65536 values, for the host's dot products. */
 typedef struct plain_inputs {
-    cgm_dtype dtype;
-    uint16_t *hx, *hw;
+    cgm_dtype dtype, out;       /* X and W's; Y's (bf16 for fp8) */
+    bool fp8;
+    unsigned char *hx, *hw;     /* elements of 1 (fp8) or 2 bytes */
     void *dx, *dw;
-    float *value; /* value[bits] */
+    float *value, *out_value;   /* value[bits] of an input, out_value[bits] of Y */
+    float *scale;               /* fp8: device floats of 1: x_scale [0], w_scale [4] */
 } plain_inputs;
+
+/* Element i of an input buffer, as its bits. */
+static unsigned in_bits(const plain_inputs *in, const unsigned char *buf, size_t i) {
+    return in->fp8 ? buf[i] : ((const uint16_t *)buf)[i];
+}
 
 static void inputs_make(plain_inputs *in, cgm_dtype t, const plain_case *cases, int count) {
     size_t nx = 0, nw = 0;
@@ -131,17 +150,45 @@ static void inputs_make(plain_inputs *in, cgm_dtype t, const plain_case *cases, 
         nx = x > nx ? x : nx, nw = w > nw ? w : nw;
     }
     in->dtype = t;
-    in->hx = hv_fill(t, nx, 1), in->hw = hv_fill(t, nw, 2);
-    in->value = malloc(65536 * sizeof(float));
-    if (!in->hx || !in->hw || !in->value) kb_die("malloc %zu + %zu inputs", nx, nw);
+    in->fp8 = t == CGM_DTYPE_FP8_E4M3;
+    in->out = in->fp8 ? CGM_DTYPE_BF16 : t;
+    in->value = malloc(65536 * sizeof(float)), in->out_value = malloc(65536 * sizeof(float));
+    if (!in->value || !in->out_value) kb_die("malloc value tables");
     for (uint32_t b = 0; b < 65536; b++)
-        in->value[b] = t == CGM_DTYPE_BF16 ? hv_bf16_float((uint16_t)b) : hv_fp16_float((uint16_t)b);
-    in->dx = kb_to_device(in->hx, nx * 2), in->dw = kb_to_device(in->hw, nw * 2);
+        in->out_value[b] = in->out == CGM_DTYPE_BF16 ? hv_bf16_float((uint16_t)b) : hv_fp16_float((uint16_t)b);
+    if (!in->fp8) {
+        memcpy(in->value, in->out_value, 65536 * sizeof(float));
+        in->hx = hv_fill(t, nx, 1), in->hw = hv_fill(t, nw, 2);
+        if (!in->hx || !in->hw) kb_die("malloc %zu + %zu inputs", nx, nw);
+        in->dx = kb_to_device(in->hx, nx * 2), in->dw = kb_to_device(in->hw, nw * 2);
+        return;
+    }
+    /* fp8: the same values (hv_value), as e4m3 codes; W rows up to n
+     * rounded up to 16 for cuBLASLt */
+    size_t nw16 = 0;
+    for (int i = 0; i < count; i++) {
+        size_t w = (size_t)(((cases[i].n + 15) / 16 * 16) * cases[i].k);
+        nw16 = w > nw16 ? w : nw16;
+    }
+    unsigned char code[17];
+    for (int v = 0; v < 17; v++) code[v] = 0;
+    for (uint32_t b = 0; b < 256; b++) {
+        in->value[b] = cgm_fp8_to_float((uint8_t)b, t);
+        double v8 = in->value[b] * 8.0;
+        if (v8 == nearbyint(v8) && fabs(v8) <= 8 && !(b & 0x80 && in->value[b] == 0)) code[(int)v8 + 8] = (unsigned char)b;
+    }
+    in->hx = malloc(nx + 1), in->hw = malloc(nw16 + 1);
+    if (!in->hx || !in->hw) kb_die("malloc %zu + %zu inputs", nx, nw16);
+    for (size_t i = 0; i < nx; i++) in->hx[i] = code[(int)lrintf(hv_value(1, i) * 8) + 8];
+    for (size_t i = 0; i < nw16; i++) in->hw[i] = code[(int)lrintf(hv_value(2, i) * 8) + 8];
+    in->dx = kb_to_device(in->hx, nx), in->dw = kb_to_device(in->hw, nw16);
+    const float ones[8] = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f};
+    in->scale = kb_to_device(ones, sizeof ones); /* x_scale, w_scale at +4: 16-byte aligned for cuBLASLt */
 }
 
 static void inputs_free(plain_inputs *in) {
-    free(in->hx), free(in->hw), free(in->value);
-    cudaFree(in->dx), cudaFree(in->dw);
+    free(in->hx), free(in->hw), free(in->value), free(in->out_value);
+    cudaFree(in->dx), cudaFree(in->dw), cudaFree(in->scale);
 }
 
 /* ------------------------------------------------------- the reference */
@@ -213,16 +260,17 @@ static void ref_make(plain_ref *r, const plain_inputs *in, long long m, long lon
     r->bound = malloc(cap * sizeof(double));
     if (!r->at || !r->exact || !r->rounded || !r->bound) kb_die("malloc %zu samples", cap);
     r->count = sample_points(m, n, r->at, cap);
-    r->exact_expected = k <= (1 << 18);
-    bool bf16 = in->dtype == CGM_DTYPE_BF16;
+    r->exact_expected = k <= (1 << 18) && !in->fp8;
+    bool bf16 = in->out == CGM_DTYPE_BF16;
     int p = bf16 ? 8 : 11, min_exp = bf16 ? -133 : -24;
     double u = ldexp(1, -p), g = (double)k * ldexp(1, -24) / (1 - (double)k * ldexp(1, -24));
+    if (in->fp8) g = (double)((k + 31) / 32) * ldexp(1, -13);
     for (size_t s = 0; s < r->count; s++) {
-        const uint16_t *x = in->hx + (size_t)(r->at[s] / n) * (size_t)k;
-        const uint16_t *w = in->hw + (size_t)(r->at[s] % n) * (size_t)k;
+        size_t x0 = (size_t)(r->at[s] / n) * (size_t)k, w0 = (size_t)(r->at[s] % n) * (size_t)k;
         double sum = 0, abs_sum = 0;
         for (long long l = 0; l < k; l++) {
-            double v = (double)in->value[x[l]] * (double)in->value[w[l]];
+            double v = (double)in->value[in_bits(in, in->hx, x0 + (size_t)l)] *
+                       (double)in->value[in_bits(in, in->hw, w0 + (size_t)l)];
             sum += v, abs_sum += fabs(v);
         }
         r->exact[s] = sum;
@@ -244,7 +292,7 @@ typedef struct side_check {
 static side_check check_side(const plain_ref *r, const plain_inputs *in, const uint16_t *y) {
     side_check c = {0, 0, 0, -1, 0, 0, 0, 0};
     for (size_t s = 0; s < r->count; s++) {
-        double v = in->value[y[r->at[s]]], err = fabs(v - r->exact[s]), ratio = err / r->bound[s];
+        double v = in->out_value[y[r->at[s]]], err = fabs(v - r->exact[s]), ratio = err / r->bound[s];
         if (!(err <= r->bound[s])) c.outside++;
         if (v != r->rounded[s]) c.inexact++;
         if (err > c.max_err || isnan(err)) c.max_err = err;
@@ -303,7 +351,7 @@ static void plain_checks(void *const *dy, size_t ny, const plain_ref *ref, const
     for (int v = 0; v < SIDES; v++)
         res->wrong[v] = res->check[v].outside > 0 || (v != SIDE_LT && ref->exact_expected && res->check[v].inexact);
     if (ref->exact_expected && res->coop_pp_differ) res->wrong[SIDE_COOP] = res->wrong[SIDE_PP] = true;
-    if (res->auto_differs) res->wrong[SIDE_AUTO] = true;
+    if (res->auto_differs && !in->fp8) res->wrong[SIDE_AUTO] = true;
     free(ha), free(hb);
 }
 
@@ -316,7 +364,8 @@ static void plain_run(const kb_options *o, const plain_inputs *in, const plain_c
     const int variants[3] = {CGM_HGEMM_COOPERATIVE, CGM_HGEMM_PINGPONG, CGM_HGEMM_AUTO};
     for (int v = 0; v < 3; v++) {
         memset(&a[v], 0, sizeof a[v]);
-        a[v].in_dtype = a[v].out_dtype = in->dtype;
+        a[v].in_dtype = in->dtype, a[v].out_dtype = in->out;
+        if (in->fp8) a[v].w_dtype = in->dtype, a[v].x_scale = in->scale, a[v].w_scale = in->scale + 4;
         a[v].m = c->m, a[v].n = c->n, a[v].k = c->k, a[v].x = in->dx, a[v].ldx = c->k, a[v].w = in->dw;
         a[v].ldw = c->k, a[v].y = dy[v], a[v].ldy = c->n, a[v].variant = variants[v];
         const char *why = NULL;
@@ -326,12 +375,25 @@ static void plain_run(const kb_options *o, const plain_inputs *in, const plain_c
     cgm_lt_gemm_args g;
     memset(&g, 0, sizeof g);
     g.layout = CGM_LAYOUT_TN;
-    g.in_dtype = g.out_dtype = in->dtype;
+    g.in_dtype = in->dtype, g.out_dtype = in->out;
     g.m = c->m, g.n = c->n, g.k = c->k, g.x = in->dx, g.ldx = c->k, g.w = in->dw, g.ldw = c->k;
     g.y = dy[SIDE_LT], g.ldy = c->n, g.reduction_fp32 = o->lt_reduction_fp32;
+    void *y16 = NULL; /* fp8: cuBLASLt's Y with n rounded up to 16 */
+    long long n16 = (c->n + 15) / 16 * 16;
+    if (in->fp8) {
+        g.w_dtype = in->dtype, g.bias_dtype = in->out, g.scaling = CGM_LT_SCALE_TENSOR;
+        g.x_scale = in->scale, g.w_scale = in->scale + 4, g.fast_accum = true;
+        KB_CUDA(cudaMalloc(&y16, (size_t)(c->m * n16) * 2));
+        g.n = n16, g.y = y16, g.ldy = n16;
+    }
     kb_contenders who = {a, &g, 3, false, o->dynamic};
     kb_time_interleaved(SIDES, &who, res->t);
     KB_CUDA(cudaDeviceSynchronize());
+    if (y16) {
+        KB_CUDA(cudaMemcpy2D(dy[SIDE_LT], (size_t)c->n * 2, y16, (size_t)n16 * 2, (size_t)c->n * 2, (size_t)c->m,
+                             cudaMemcpyDeviceToDevice));
+        cudaFree(y16);
+    }
     plain_ref ref;
     ref_make(&ref, in, c->m, c->n, c->k);
     plain_checks(dy, ny, &ref, in, res);
@@ -387,15 +449,20 @@ static void class_add(plain_class *cls, int *ncls, const char *name, double r_au
 }
 
 static void plain_header(const kb_options *o, const struct cudaDeviceProp *prop, int count) {
-    printf("# cgm_hgemm (cooperative, ping-pong, auto) vs cuBLASLt, %s in/out, TN, %s (sm_%d%d, %d SMs)%s%s; "
+    printf("# cgm_hgemm (cooperative, ping-pong, auto) vs cuBLASLt, %s in, %s out, TN, %s (sm_%d%d, %d SMs)%s%s; "
            "%d shapes; medians of %d interleaved rounds x %d calls\n",
-           cgm_dtype_name(o->dtype), prop->name, prop->major, prop->minor, prop->multiProcessorCount,
+           cgm_dtype_name(o->dtype), o->dtype == CGM_DTYPE_FP8_E4M3 ? "bf16" : cgm_dtype_name(o->dtype), prop->name, prop->major, prop->minor, prop->multiProcessorCount,
            o->dynamic ? ", --dynamic" : "", o->lt_reduction_fp32 ? ", cuBLASLt split-k reduced in fp32 only" : "",
            count, KB_ROUNDS, KB_CALLS);
-    printf("# check: every side against the exact product on a sample of each output (bench/kernel_bench_plain.c): "
-           "within |y - s| <= g a + u (|s| + g a), g = k 2^-24 / (1 - k 2^-24), a = sum |x w|, u = %s; ours also "
-           "exactly rounded (k <= 2^18: fp32 sums of these inputs are exact)\n",
-           o->dtype == CGM_DTYPE_BF16 ? "2^-8" : "2^-11");
+    if (o->dtype == CGM_DTYPE_FP8_E4M3)
+        printf("# check: every side against the exact product on a sample of each output (bench/kernel_bench_plain.c): "
+               "within |y - s| <= g a + u (|s| + g a), g = ceil(k / 32) 2^-13 (fp8 MMA accumulation), a = sum |x w|, "
+               "u = 2^-8; cuBLASLt FP8 with FAST_ACCUM on n rounded up to 16\n");
+    else
+        printf("# check: every side against the exact product on a sample of each output (bench/kernel_bench_plain.c): "
+               "within |y - s| <= g a + u (|s| + g a), g = k 2^-24 / (1 - k 2^-24), a = sum |x w|, u = %s; ours also "
+               "exactly rounded (k <= 2^18: fp32 sums of these inputs are exact)\n",
+               o->dtype == CGM_DTYPE_BF16 ? "2^-8" : "2^-11");
     printf("#     m      n      k class  label            coop_us    pp_us  auto_us  cuLt_us autoTF  r_coop   r_pp "
            "r_auto auto  w_coop   w_pp  check\n");
 }

@@ -4,7 +4,8 @@
  *   Y[m, n] = act(X . W^T (+ addends) (+ bias))  with an epilogue (below)
  *
  * commgemm's TN layout, row-major: X with ldx >= k, W [n, k] with ldw >= k,
- * Y with ldy >= n. X and W bf16 or fp16 (the same), fp32 accumulation, Y and
+ * Y with ldy >= n. X and W bf16 or fp16 (the same), or each fp8 (e4m3 or
+ * e5m2, any pair: in_dtype is X's, w_dtype W's), fp32 accumulation, Y and
  * bias bf16, fp16 or fp32. TMA loads into a shared-memory ring, wgmma math,
  * one producer and two consumer warpgroups, a persistent grid; see
  * docs/HOPPER_GEMM.md.
@@ -38,7 +39,18 @@
  * Fused epilogue (epilogue, aux, bgrad; commgemm.h "Epilogues"): GELU,
  * GELU_AUX, DGELU, DGELU_BGRAD on the fp32 sum above (after the addends
  * and the bias), one rounding; DGELU_BGRAD's bias gradient deterministic
- * (per-16-row slots, then one summing kernel). See the fields' comment. */
+ * (per-16-row slots, then one summing kernel). See the fields' comment;
+ * 16-bit inputs only.
+ *
+ * FP8 inputs (per-tensor scaling): the scales multiply (docs/FP8.md), and
+ * the scaled product is formed in fp32 before the addends, the bias and
+ * the one rounding:
+ *   Y = sx(g) * sw * (X . W^T) + sum_i addend_i (+ bias) (+ Y)
+ * with sw = *w_scale and sx(g) = x_scale[g / x_scale_shard_rows] for row g
+ * (x_scale_shard_rows 0: x_scale[0]): the fused all-gather's shards keep
+ * their own scales. fp8 rows are 16-byte TMA rows: k, ldx, ldw (and
+ * ldx_own) multiples of 16. The product accumulates in the tensor cores'
+ * fp32 accumulator over the whole k, as cuBLASLt's FAST_ACCUM does. */
 #ifndef COMMGEMM_HOPPER_GEMM_H
 #define COMMGEMM_HOPPER_GEMM_H
 
@@ -69,7 +81,7 @@ extern "C" {
 #define CGM_HGEMM_MAX_ADDENDS 7
 
 typedef struct cgm_hgemm_args {
-    cgm_dtype in_dtype;  /* X and W: CGM_DTYPE_BF16 or CGM_DTYPE_FP16 */
+    cgm_dtype in_dtype;  /* X (and W unless fp8): BF16, FP16, FP8_E4M3 or FP8_E5M2 */
     cgm_dtype out_dtype; /* Y and bias: BF16, FP16 or FP32 */
     int64_t m, n, k;     /* m or n 0: nothing to do; k >= 1 */
     const void *x;       /* [m, k], row stride ldx elements */
@@ -158,6 +170,14 @@ typedef struct cgm_hgemm_args {
     void *bgrad;
     cgm_dtype bgrad_dtype;
     float *bgrad_ws;
+    /* ---- FP8 inputs (in_dtype CGM_DTYPE_FP8_*; all 0/NULL otherwise):
+     * W's dtype (FP8_E4M3 or FP8_E5M2) and the per-tensor scales, device
+     * fp32, 4-byte aligned: w_scale one float, x_scale one per shard of
+     * x_scale_shard_rows rows (0: one float for every row; see above). */
+    cgm_dtype w_dtype;
+    const float *x_scale;
+    const float *w_scale;
+    int64_t x_scale_shard_rows;
 } cgm_hgemm_args;
 
 /* Bytes of bgrad_ws that DGELU_BGRAD needs for an m x n GEMM: one fp32 slot
@@ -167,8 +187,9 @@ size_t cgm_hgemm_bgrad_ws_bytes(int64_t m, int64_t n);
 /* 1 when cgm_hgemm can run `args` on the current device; 0 otherwise, with
  * *reason (static string, may be NULL) saying why, e.g. "TMA needs the rows
  * of X 16-byte aligned: ldx * 2 bytes is not a multiple of 16". Needs an
- * sm_90 device; x and w 16-byte aligned; ldx, ldw multiples of 8 elements;
- * dtypes as above; k >= 1 and m, n, k, ld* below 2^31. */
+ * sm_90 device; x and w 16-byte aligned; ldx, ldw multiples of 8 elements
+ * (fp8: k, ldx, ldw multiples of 16, the scales given); dtypes as above;
+ * k >= 1 and m, n, k, ld* below 2^31. */
 int cgm_hgemm_supported(const cgm_hgemm_args *args, const char **reason);
 
 /* The variant cgm_hgemm runs for `args`: args->variant when it is

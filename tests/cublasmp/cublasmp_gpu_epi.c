@@ -103,7 +103,7 @@ int body_fp8(int rank, int P, cgm_comm *comm, cudaStream_t stream) {
                 const fp8_case c = {kinds[t].op, CGM_DTYPE_FP8_E4M3,
                                     CGM_DTYPE_FP8_E4M3, kinds[t].yd, false,
                                     kinds[t].bias, shapes[s][0], shapes[s][1],
-                                    shapes[s][2], algos[a]};
+                                    shapes[s][2], algos[a], false};
                 char what[200];
                 snprintf(what, sizeof what, "%s e4m3 x e4m3 -> %s%s%s m=%lld "
                          "n=%lld k=%lld (per rank) algo=%s (rank %d of %d)",

@@ -1,6 +1,7 @@
 /* GPU tests of the p2p backend's fp8 calls through its chunked algorithms
- * (fp8_cases.c has the cases and their reference), and its refusals:
- * algorithm fused with fp8, GEMM+AR's amax. P = the GPU count, or
+ * and the fused one (per-tensor scales; fp8_cases.c has the cases and their
+ * reference), and its refusals: algorithm fused with what its kernel does
+ * not take (fp8 Y, block scaling, fp8_fast_accum 0), GEMM+AR's amax. P = the GPU count, or
  * COMMGEMM_TEST_RANKS (more ranks than GPUs share them over a LOCAL
  * bootstrap), and P = 1. */
 #include <stdlib.h>
@@ -14,6 +15,21 @@ static void sweep_fn(gpu_rank *g, void *arg) {
     fp8_rank r = {g->rank, g->nranks, g->comm, g->stream};
     /* GEMM+AR's amax is refused here (fp8_refusals). */
     fp8_sweep(&r, *(const cgm_op *)arg, false);
+}
+
+static void fused_fn(gpu_rank *g, void *arg) {
+    fp8_rank r = {g->rank, g->nranks, g->comm, g->stream};
+    fp8_fused_sweep(&r, *(const cgm_op *)arg);
+}
+
+/* The fused algorithm needs 2 ranks or more (one has nothing to overlap). */
+static void case_fused(const void *p) {
+    int P = gpu_ranks_or_skip();
+    if (P < 2)
+        TEST_SKIP("1 rank: set COMMGEMM_TEST_RANKS=2 (or more) to run the fused fp8 cases on one GPU");
+    cgm_config cfg = gpu_config();
+    cfg.splits = 2;
+    gpu_run(P > 8 ? 8 : P, &cfg, fused_fn, (void *)p, 280);
 }
 
 static void run_sweep(const void *p, int P) {
@@ -63,7 +79,12 @@ static void refusals_fn(gpu_rank *g, void *arg) {
     o.algo = CGM_ALGO_FUSED;
     CHECK_STATUS(cgm_all_gather_gemm(g->comm, &xs, &w, NULL, &y, NULL, &o, g->stream),
                  CGM_ERROR_NOT_SUPPORTED);
-    CHECK_CONTAINS(cgm_last_error(), "fp8 runs on split, ring and no_overlap");
+    CHECK_CONTAINS(cgm_last_error(), "pass fp8_fast_accum = 1");
+    CHECK_CONTAINS(cgm_last_error(), "runs on split, ring and no_overlap");
+    o.fp8_fast_accum = 1;
+    CHECK_STATUS(cgm_gemm_reduce_scatter(g->comm, &x, &w, NULL, &yf, &o, g->stream), CGM_ERROR_NOT_SUPPORTED);
+    CHECK_CONTAINS(cgm_last_error(), "not an fp8 Y");
+    o.fp8_fast_accum = 0;
     o.algo = CGM_ALGO_SPLIT_PIPELINED;
     o.y_amax = sc + 1;
     CHECK_STATUS(cgm_gemm_all_reduce(g->comm, &x, &w, NULL, &yf, &o, g->stream), CGM_ERROR_NOT_SUPPORTED);
@@ -96,6 +117,8 @@ static void register_cases(void) {
     test_add("fp8_gemm_rs_multi", case_multi, &op_rs);
     test_add("fp8_gemm_ar_multi", case_multi, &op_ar);
     test_add("fp8_bulk_multi", case_multi, &op_bulk);
+    test_add("fp8_ag_gemm_fused", case_fused, &op_ag);
+    test_add("fp8_gemm_rs_fused", case_fused, &op_rs);
     test_set_timeout(120);
     test_add("fp8_refusals", case_refusals, NULL);
 }

@@ -550,6 +550,7 @@ static void register_cases(void) {
     test_add("auto_variant", case_auto_variant, NULL);
     hgemm_register_hook_cases();
     hgemm_register_epilogue_cases();
+    hgemm_register_fp8_cases();
 }
 
 

@@ -35,5 +35,7 @@ void expect_refused(const cgm_hgemm_args *a, const char *what, const char *reaso
 void hgemm_register_hook_cases(void);
 /* Registers the fused epilogue's cases (test_hopper_gemm_epi.c). */
 void hgemm_register_epilogue_cases(void);
+/* Registers the fp8 cases (test_hopper_gemm_fp8.c). */
+void hgemm_register_fp8_cases(void);
 
 #endif

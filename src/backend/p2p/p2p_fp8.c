@@ -1,6 +1,7 @@
 /* The p2p backend's fp8 calls through the chunked executor (p2p_fp8.h). */
 #include <string.h>
 
+#include "backend/p2p/p2p_fused.h"
 #include "backend/p2p/p2p_views.h"
 #include "device/fp8.h"
 
@@ -242,12 +243,14 @@ cgm_status p2p_fp8_check(const cgm_comm *comm, const cgm_call *call) {
     if (!is_fp8(call)) return CGM_SUCCESS;
     cgm_status s = cgm_gpu_fp8_check("p2p", comm->cuda_device, call);
     if (s != CGM_SUCCESS) return s;
-    if (call->algo == CGM_ALGO_FUSED)
+    const char *fused = call->algo == CGM_ALGO_FUSED ? p2p_fused_fp8_problem(call) : NULL;
+    if (fused)
         return cgm_error(CGM_ERROR_NOT_SUPPORTED,
-                         "the p2p backend: algorithm fused with fp8 inputs (%s x %s): the fused "
-                         "kernel takes bf16 or fp16; fp8 runs on split, ring and no_overlap "
-                         "(bulk for cgm_bulk_overlap), or pass CGM_ALGO_AUTO",
-                         cgm_dtype_name(call->in_dtype), cgm_dtype_name(call->w_dtype));
+                         "the p2p backend: algorithm fused with fp8 inputs (%s x %s, %s Y): %s; "
+                         "every fp8 call runs on split, ring and no_overlap (bulk for "
+                         "cgm_bulk_overlap), or pass CGM_ALGO_AUTO",
+                         cgm_dtype_name(call->in_dtype), cgm_dtype_name(call->w_dtype),
+                         cgm_dtype_name(call->out_dtype), fused);
     if (call->op == CGM_OP_GEMM_ALL_REDUCE && call->y_amax)
         return cgm_error(CGM_ERROR_NOT_SUPPORTED,
                          "the p2p backend: GEMM+AR with an %s output and options.y_amax: each "

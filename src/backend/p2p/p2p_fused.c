@@ -20,6 +20,23 @@ static int effective_splits(const cgm_call *call) {
 
 /* ------------------------------------------------------ when it applies */
 
+const char *p2p_fused_fp8_problem(const cgm_call *c) {
+    if (!c->has_gemm || !cgm_dtype_is_fp8(c->in_dtype)) return NULL;
+    if (cgm_dtype_is_fp8(c->out_dtype))
+        return "the fused kernel writes a bf16, fp16 or fp32 Y, not an fp8 Y with its scale and amax";
+    if (c->scaling != CGM_SCALING_TENSOR)
+        return "the fused kernel takes per-tensor scales (CGM_SCALING_TENSOR), not block scaling";
+    if (c->has_bias && c->bias.dtype != c->out_dtype)
+        return "the fused kernel takes a bias of Y's dtype only";
+    if (!c->fp8_fast_accum)
+        return "the fused kernel accumulates in the tensor cores over the whole k, as "
+               "options.fp8_fast_accum = 1 asks: pass fp8_fast_accum = 1 to run it";
+    if (c->epilogue != CGM_EPILOGUE_NONE)
+        return "the fused kernel's GELU and bias-gradient epilogues take bf16 or fp16 inputs, not fp8";
+    if (c->k % 16 || c->n % 16) return "the fused kernel with fp8 needs n and k multiples of 16 (16-byte rows)";
+    return NULL;
+}
+
 /* What every rank decides alike (the call signature's fields, which the
  * agreement check compares, and the device kind): a call that fails here
  * runs split on every rank. */
@@ -29,8 +46,10 @@ static const char *shared_problem(const p2p_state *st, const cgm_call *c) {
         return "only all-gather+GEMM and GEMM+reduce-scatter have a fused form";
     if (P < 2) return "one rank has nothing to overlap";
     if (c->layout != CGM_LAYOUT_TN) return "the kernel takes the TN layout only (W as [n, k])";
-    if (c->in_dtype != CGM_DTYPE_BF16 && c->in_dtype != CGM_DTYPE_FP16)
-        return "the kernel takes bf16 or fp16 inputs only";
+    if (c->in_dtype != CGM_DTYPE_BF16 && c->in_dtype != CGM_DTYPE_FP16 && !cgm_dtype_is_fp8(c->in_dtype))
+        return "the kernel takes bf16, fp16 or fp8 inputs only";
+    const char *fp8 = p2p_fused_fp8_problem(c);
+    if (fp8) return fp8;
     if (c->op == CGM_OP_GEMM_REDUCE_SCATTER && P - 1 > CGM_HGEMM_MAX_ADDENDS)
         return "GEMM+RS adds at most 7 peers' partials in the epilogue (P <= 8)";
     if (c->op == CGM_OP_ALL_GATHER_GEMM && c->k % 8 != 0)
@@ -44,8 +63,12 @@ static const char *shared_problem(const p2p_state *st, const cgm_call *c) {
     a.in_dtype = c->in_dtype;
     a.out_dtype = c->out_dtype;
     a.m = a.n = 1;
-    a.k = a.ldx = a.ldw = a.ldy = 8;
+    a.k = a.ldx = a.ldw = a.ldy = 16;
     a.x = a.w = a.y = (void *)st->ws.local; /* any aligned pointer */
+    if (cgm_dtype_is_fp8(c->in_dtype)) {
+        a.w_dtype = c->w_dtype;
+        a.x_scale = a.w_scale = (const float *)st->ws.local;
+    }
     const char *why = NULL;
     return cgm_hgemm_supported(&a, &why) ? NULL : why;
 }
@@ -76,6 +99,7 @@ static const char *local_problem(const p2p_state *st, const cgm_call *c) {
         a.x = (const char *)st->ws.local + st->gather_offset;
         a.ldx = c->k;
         a.x_own = c->x.data; /* the own rows are read where they are */
+        if (cgm_dtype_is_fp8(c->in_dtype)) a.x_scale = (const float *)st->ws.local; /* the gathered scales */
         a.ldx_own = cgm_matrix_ld(&c->x);
         a.own_row0 = plan_shard_offset(c->m, st->rank, P);
         a.own_rows = plan_shard_rows(c->m, st->rank, P);

@@ -24,6 +24,11 @@ cgm_hgemm_args p2p_fused_kernel_args(const p2p_state *st, const cgm_call *c) {
     a.ldy = cgm_matrix_ld(&c->y);
     a.bias = c->has_bias ? c->bias.data : NULL;
     a.accumulate = c->accumulate;
+    if (cgm_dtype_is_fp8(c->in_dtype)) { /* per-tensor scales (p2p_fused_fp8_problem) */
+        a.w_dtype = c->w_dtype;
+        a.w_scale = c->w.scale;
+        a.x_scale = c->x.scale; /* AG: the gathered shards' (ag_gemm_kernel) */
+    }
     a.flag_epoch_ptr = st->dev ? &st->dev->epoch : NULL;
     a.abort_word = st->dev ? &st->dev->abort : NULL;
     a.notice_word = st->dev ? &st->dev->notice : NULL;
@@ -212,7 +217,21 @@ typedef struct ag_rows {
     size_t row_bytes, in_pitch;
     char *gather;   /* my GATHER */
     const char *in; /* my shard in INPUT */
+    /* fp8: in my GATHER after the rows, shard j's x scale at scales[j]
+     * (P floats), then 16-byte slots for cuBLASLt (ag_gemm_lt); NULL
+     * otherwise. Every rank puts its scale into each peer's scales before
+     * its rows, so it is there before the rows' READY. */
+    float *scales;
+    size_t scales_at;       /* the offset of scales in GATHER */
+    const float *own_scale; /* fp8: my shard's (device) */
 } ag_rows;
+
+/* GATHER's bytes for the rows and, with fp8, the scales. */
+static size_t ag_gather_need(const cgm_call *c, int P, size_t row_bytes) {
+    size_t rows = (size_t)c->m * row_bytes;
+    if (!cgm_dtype_is_fp8(c->in_dtype)) return rows;
+    return ((rows + 255) & ~(size_t)255) + (size_t)(5 * P + 8) * sizeof(float);
+}
 
 static ag_rows ag_rows_of(const p2p_state *st, const cgm_call *c, int S) {
     ag_rows a;
@@ -226,6 +245,9 @@ static ag_rows ag_rows_of(const p2p_state *st, const cgm_call *c, int S) {
     a.in_pitch = (size_t)cgm_matrix_ld(&c->x) * es;
     a.gather = (char *)st->ws.local + st->gather_offset;
     a.in = c->x.data;
+    a.scales_at = ((size_t)c->m * a.row_bytes + 255) & ~(size_t)255;
+    a.scales = cgm_dtype_is_fp8(c->in_dtype) ? (float *)(a.gather + a.scales_at) : NULL;
+    a.own_scale = a.scales ? c->x.scale : NULL;
     return a;
 }
 
@@ -274,6 +296,10 @@ static cgm_status ag_gemm_kernel(p2p_state *st, const cgm_call *c,
     a.m = c->m;
     a.x = rows->gather;
     a.ldx = c->k;
+    if (rows->scales) { /* row g's scale is its shard's */
+        a.x_scale = rows->scales;
+        a.x_scale_shard_rows = cgm_ceil_div(c->m, st->nranks);
+    }
     a.row_flags = ready_cells(st, 0, 0);
     a.rows_per_flag = rows->rpf;
     a.flag_shard_rows = cgm_ceil_div(c->m, st->nranks);
@@ -291,8 +317,45 @@ static cgm_status ag_gemm_kernel(p2p_state *st, const cgm_call *c,
                                           c->m));
 }
 
+/* cuBLASLt takes fp8 scale pointers 16-byte aligned, the API 4-byte
+ * aligned ones: src copied into the 16-byte slot dst on the GEMM queue,
+ * before the GEMMs that read it. */
+static cgm_status scale_slot(p2p_state *st, float *dst, const float *src) {
+    cgm_status status = CGM_SUCCESS;
+    CGM_CUDA_TRY(cudaMemcpyAsync(dst, src, sizeof(float), cudaMemcpyDeviceToDevice, st->queues[1]));
+fail:
+    return status;
+}
+
+/* ag_gemm_lt with fp8 (after every shard's rows and scale arrived): one
+ * cuBLASLt GEMM per shard with rows, with the shard's scale and W's in
+ * 16-byte slots (scale_slot). */
+static cgm_status ag_gemm_lt_fp8(p2p_state *st, const cgm_call *c, const ag_rows *rows,
+                                 const cgm_lt_gemm_args *whole) {
+    cgm_status status = CGM_SUCCESS;
+    int P = st->nranks;
+    float *slots = rows->scales + ((P + 3) / 4) * 4; /* P x slots, then W's */
+    size_t ldy = (size_t)cgm_matrix_ld(&c->y) * cgm_dtype_size(c->out_dtype);
+    CGM_TRY(scale_slot(st, slots + 4 * P, c->w.scale));
+    for (int j = 0; j < P; j++) {
+        int64_t off = plan_shard_offset(c->m, j, P), m_j = plan_shard_rows(c->m, j, P);
+        if (m_j == 0) continue;
+        CGM_TRY(scale_slot(st, slots + 4 * j, rows->scales + j));
+        cgm_lt_gemm_args g = *whole;
+        g.w_scale = slots + 4 * P;
+        g.m = m_j;
+        g.x = rows->gather + (size_t)off * rows->row_bytes;
+        g.x_scale = slots + 4 * j;
+        g.y = (char *)c->y.data + (size_t)off * ldy;
+        CGM_TRY(lt_traced(st, &g, data_step(PLAN_GEMM, loc(st->rank, PLAN_BUF_GATHER),
+                                            loc(st->rank, PLAN_BUF_OUTPUT), j, -1, off, m_j)));
+    }
+fail:
+    return status;
+}
+
 /* Without the kernel: after my own rows (e->events[0]) and every peer's
- * pieces, one cuBLASLt GEMM over GATHER. */
+ * pieces, one cuBLASLt GEMM over GATHER (fp8: one per shard). */
 static cgm_status ag_gemm_lt(p2p_state *st, const cgm_call *c,
                              const p2p_fused_entry *e, int S,
                              const ag_rows *rows) {
@@ -309,6 +372,7 @@ static cgm_status ag_gemm_lt(p2p_state *st, const cgm_call *c,
     cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
     g.x = rows->gather;
     g.ldx = c->k;
+    if (rows->scales) return ag_gemm_lt_fp8(st, c, rows, &g); /* no epilogue with fp8 on fused */
     p2p_epi_fused_lt(st, c, &g);
     CGM_TRY(lt_traced(st, &g, data_step(PLAN_GEMM, loc(r, PLAN_BUF_GATHER),
                                         loc(r, PLAN_BUF_OUTPUT), -1, -1, 0,
@@ -331,6 +395,10 @@ static cgm_status ag_push(p2p_state *st, const p2p_fused_entry *e, int S,
         CGM_TRY(wait_from(st, d, PLAN_FLAG_FREE, -1, comm));
         char *peer_gather = (char *)st->ws.peer[d] + st->gather_offset +
                             (size_t)a->off * a->row_bytes;
+        if (a->scales) /* my scale before my rows: ordered before their READY */
+            CGM_CUDA_TRY(cudaMemcpyAsync((char *)st->ws.peer[d] + st->gather_offset + a->scales_at +
+                                             (size_t)r * sizeof(float),
+                                         a->own_scale, sizeof(float), cudaMemcpyDefault, comm));
         for (int q = 0; q < a->npieces; q++) {
             int64_t row0 = q * a->rpf;
             int64_t rows = a->own - row0 < a->rpf ? a->own - row0 : a->rpf;
@@ -371,6 +439,11 @@ static cgm_status ag_gathered(p2p_state *st, const cgm_call *c,
     what.src.buf = PLAN_BUF_GATHER, what.row0 = end, what.rows = c->m - end;
     CGM_TRY(copy_rows(st, what, xg + (size_t)end * pitch, pitch,
                       a->gather + (size_t)end * rb, rb, rb, c->m - end, gemm));
+    /* fp8: the gathered scales, P floats (shards without rows leave theirs) */
+    float *xgs = (float *)c->x_gathered.scale;
+    for (int j = 0; a->scales && xgs && j < st->nranks; j++)
+        if (plan_shard_rows(c->m, j, st->nranks) > 0)
+            CGM_CUDA_TRY(cudaMemcpyAsync(xgs + j, a->scales + j, sizeof(float), cudaMemcpyDeviceToDevice, gemm));
 fail:
     return status;
 }
@@ -381,12 +454,12 @@ cgm_status p2p_fused_ag(p2p_state *st, const cgm_call *c,
     cgm_status status = CGM_SUCCESS;
     int r = st->rank, P = st->nranks;
     ag_rows a = ag_rows_of(st, c, S);
-    if ((size_t)c->m * a.row_bytes > st->gather_bytes)
+    if (ag_gather_need(c, P, a.row_bytes) > st->gather_bytes)
         return cgm_error(CGM_ERROR_INVALID_ARGUMENT,
                          "p2p: the fused all-gather+GEMM needs %zu bytes of "
                          "gather workspace (%lld x %lld %s), found %zu (sized "
                          "from max_m/max_k); raise cgm_config.max_m/max_k",
-                         (size_t)c->m * a.row_bytes, (long long)c->m,
+                         ag_gather_need(c, P, a.row_bytes), (long long)c->m,
                          (long long)c->k, cgm_dtype_name(c->in_dtype),
                          st->gather_bytes);
     if (dry) return CGM_SUCCESS;
@@ -395,6 +468,11 @@ cgm_status p2p_fused_ag(p2p_state *st, const cgm_call *c,
         if (j != r && plan_shard_rows(c->m, j, P) > 0)
             CGM_TRY(signal_to(st, j, PLAN_FLAG_FREE, -1, st->queues[0]));
     CGM_TRY(ag_own_rows(st, c, S, &a, kernel));
+    /* fp8: my scale into my slot before the GEMM (its own tiles do not
+     * wait for flags) */
+    if (a.scales && a.own > 0)
+        CGM_CUDA_TRY(cudaMemcpyAsync(a.scales + r, a.own_scale, sizeof(float), cudaMemcpyDeviceToDevice,
+                                     st->queues[1]));
     CGM_TRY(kernel ? ag_gemm_kernel(st, c, e, S, &a)
                    : ag_gemm_lt(st, c, e, S, &a));
     /* Enqueued after the GEMM: the kernel runs the own rows first and waits
@@ -417,13 +495,30 @@ typedef struct rs_slots {
     int nslots;       /* local partial slots in turn, 1 or 2 */
 } rs_slots;
 
+/* fp8 GEMM+RS: this rank's x and w scales in two 16-byte slots at the
+ * start of GATHER (which GEMM+RS does not use), for cuBLASLt's partials
+ * (scale_slot). */
+static cgm_status rs_scales(p2p_state *st, const cgm_call *c) {
+    cgm_status status = CGM_SUCCESS;
+    if (!cgm_dtype_is_fp8(c->in_dtype)) return CGM_SUCCESS;
+    float *slots = (float *)((char *)st->ws.local + st->gather_offset);
+    CGM_TRY(scale_slot(st, slots, c->x.scale));
+    CGM_TRY(scale_slot(st, slots + 4, c->w.scale));
+fail:
+    return status;
+}
+
 /* Rows [row0, row0 + rows) of the call's X times W into `y` (dense, n
  * wide, the partial dtype pd), no epilogue: a partial, with cuBLASLt on
- * the compute queue. */
+ * the compute queue; fp8: scales from rs_scales. */
 static cgm_status partial_gemm(p2p_state *st, const cgm_call *c, int64_t row0,
                                int64_t rows, void *y, cgm_dtype pd,
                                plan_step what) {
     cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
+    if (cgm_dtype_is_fp8(c->in_dtype)) {
+        const float *slots = (const float *)((const char *)st->ws.local + st->gather_offset);
+        g.x_scale = slots, g.w_scale = slots + 4;
+    }
     g.m = rows;
     g.x = (const char *)c->x.data + (size_t)row0 * (size_t)g.ldx *
                                         cgm_dtype_size(c->in_dtype);
@@ -583,6 +678,7 @@ cgm_status p2p_fused_rs(p2p_state *st, const cgm_call *c,
                          "max_n", (long long)c->m, (long long)c->n, P,
                          sl.stride, st->recv_bytes, st->partial_bytes);
     if (dry) return CGM_SUCCESS;
+    CGM_TRY(rs_scales(st, c));
     /* Every peer writes its partial of my rows into my RECV: let it. */
     if (sl.own > 0)
         for (int j = 0; j < P; j++)

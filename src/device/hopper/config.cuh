@@ -116,6 +116,14 @@ struct hgemm_params {
     long long aux_ld;
     float *bgrad_ws; /* DGELU_BGRAD: slot g (rows 16 g ..) at g * bgrad_stride */
     long long bgrad_stride;
+    /* ---- FP8 inputs (fp8 kernels only; fp8.cuh): per-tensor scales, the
+     * fp32 product of a row multiplied by x_scale[row / x_scale_shard_rows]
+     * (x_scale_shard_rows clamped to m: one scale) and *w_scale before the
+     * addends and the bias. The division is multiply-high (fastdiv). */
+    const float *x_scale;
+    const float *w_scale;
+    unsigned int xs_mul;
+    int xs_shr;
 };
 
 /* The output type of a kernel with the fused epilogue: with_epilogue<T>

@@ -13,7 +13,8 @@
  *                barrier pair hands the main loop from one to the other,
  *                so one consumer's epilogue runs while the other's main
  *                loop keeps the tensor cores busy.
- * Template parameters: the input dtype (kBf16), the output type, the
+ * Template parameters: the operand types (kIn, ptx.cuh: fp16, bf16 or an
+ * fp8 pair, whose kernels scale the product first: fp8.cuh), the output type, the
  * variant (kPP), and kAddTma: the ping-pong kernel whose helper thread
  * loads TMA-loadable addends into shared memory (launch.cu picks it per
  * call). */
@@ -27,6 +28,7 @@
 #include "device/hopper/addends.cuh"
 #include "device/hopper/config.cuh"
 #include "device/hopper/epilogue.cuh"
+#include "device/hopper/fp8.cuh"
 #include "device/hopper/mainloop.cuh"
 #include "device/hopper/ptx.cuh"
 #include "device/hopper/scheduler.cuh"
@@ -39,13 +41,14 @@ namespace {
  * code that was measured, which moving the loops into inline functions
  * changed. Its register budget is set per role (setmaxnreg): 128 x 40 +
  * 256 x 232 = 128 x 56 + 256 x 224 = 64512 of the SM's 65536. */
-template <bool kBf16, typename OutT, bool kPP, bool kAddTma>
+template <int kIn, typename OutT, bool kPP, bool kAddTma>
 __global__ void __launch_bounds__(kThreads, 1)
     hgemm_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_x_own,
                  const __grid_constant__ CUtensorMap map_w, const __grid_constant__ addend_maps amaps,
                  const hgemm_params p) {
     using C = cfg<kPP>;
     constexpr int kStages = C::stages;
+    constexpr int kStageK = stage_k(kIn);
     static_assert(!kAddTma || kPP, "kAddTma: the ping-pong kernel's addend form");
     constexpr bool kHelper = kPP && kAddTma;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -133,8 +136,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int t = blockIdx.x; t < tiles; j++) {
                 unsigned int v = atomicAdd(counter, 1u);
                 queue_put(queue, j, t);
-                produce<kStages, C>(p, &map_x, &map_x_own, &map_w, smem_a, smem_b, full_bar, empty_bar, t, 0,
-                                    p.k_blocks, stage, phase, waiting, epoch, seen, ready);
+                produce<kStages, C, kStageK>(p, &map_x, &map_x_own, &map_w, smem_a, smem_b, full_bar, empty_bar, t,
+                                             0, p.k_blocks, stage, phase, waiting, epoch, seen, ready);
                 if (v == (unsigned int)tiles - 1u) *(volatile unsigned int *)counter = 0u;
                 long long next = (long long)gridDim.x + v;
                 /* the producer thread is the warp's only one left; the
@@ -147,8 +150,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             queue_put(queue, j + 1, -1);
         } else {
             for (int t = blockIdx.x; t < tiles; t += gridDim.x)
-                produce<kStages, C>(p, &map_x, &map_x_own, &map_w, smem_a, smem_b, full_bar, empty_bar, t, 0,
-                                    p.k_blocks, stage, phase, waiting, epoch, seen, ready);
+                produce<kStages, C, kStageK>(p, &map_x, &map_x_own, &map_w, smem_a, smem_b, full_bar, empty_bar, t,
+                                             0, p.k_blocks, stage, phase, waiting, epoch, seen, ready);
         }
         return;
     }
@@ -166,7 +169,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     if (!kPP) {
         /* Cooperative: both consumers walk every tile of the CTA, each its
-         * 64 rows (A rows 64 consumer ..), one wgmma.m64n256k16 per k step. */
+         * 64 rows (A rows 64 consumer ..), one wgmma.m64n256 per k step. */
         int stage = 0;
         uint32_t phase = 0;
         for (int u = 0;; u++) {
@@ -188,8 +191,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                 fence_accumulators(d);
                 wgmma_fence();
 #pragma unroll
-                for (int kk = 0; kk < kTileK / 16; kk++)
-                    wgmma_m64n256k16<kBf16>(d, desc_a + 2 * kk, desc_b + 2 * kk, (kb > 0 || kk > 0) ? 1u : 0u);
+                for (int kk = 0; kk < 4; kk++) /* 4 k steps of 32 bytes per row */
+                    wgmma_m64n256<kIn>(d, desc_a + 2 * kk, desc_b + 2 * kk, (kb > 0 || kk > 0) ? 1u : 0u);
                 wgmma_commit();
                 fence_accumulators(d);
                 /* At most this stage's group in flight: the previous
@@ -206,6 +209,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             wgmma_wait<0>();
             fence_accumulators(d);
             if (leader) mbar_arrive(empty_bar + 8 * prev);
+            if constexpr (in_is_fp8(kIn)) fp8_scale_rows<0, 32>(p, d, tm * kTileM + consumer * 64);
             if (p.addend_waits) wait_addend_flags(p, (long long)tm * kTileM + consumer * 64, 64, consumer, epoch);
             if (p.naddends) add_addends<0, 32>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
             epilogue<OutT, 0, 32, true>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
@@ -255,10 +259,10 @@ __global__ void __launch_bounds__(kThreads, 1)
             fence_accumulators(d);
             wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < kTileK / 16; kk++) {
+            for (int kk = 0; kk < 4; kk++) { /* 4 k steps of 32 bytes per row */
                 uint32_t scale = (kb > 0 || kk > 0) ? 1u : 0u;
-                wgmma_m64n128k16<kBf16, 0>(d, desc_a0 + 2 * kk, desc_b + 2 * kk, scale);
-                wgmma_m64n128k16<kBf16, 64>(d, desc_a1 + 2 * kk, desc_b + 2 * kk, scale);
+                wgmma_m64n128<kIn, 0>(d, desc_a0 + 2 * kk, desc_b + 2 * kk, scale);
+                wgmma_m64n128<kIn, 64>(d, desc_a1 + 2 * kk, desc_b + 2 * kk, scale);
             }
             wgmma_commit();
             fence_accumulators(d);
@@ -277,6 +281,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_wait<0>();
         fence_accumulators(d);
         if (leader) mbar_arrive(empty_bar + 8 * prev);
+        if constexpr (in_is_fp8(kIn)) {
+            fp8_scale_rows<0, 16>(p, d, tm * kTileM);
+            fp8_scale_rows<64, 16>(p, d, tm * kTileM + 64);
+        }
         if (kHelper) { /* launch.cu runs it only when the helper loads the addends */
             uint32_t afull = afull_bar + 16 * consumer;
             if (p.addend_dtype == CGM_DTYPE_BF16)

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "device/hopper/kernel.cuh"
+#include "device/hopper/launch.cuh"
 #include "device/hopper_gemm.h"
 #include "plan/plan.h"
 
@@ -37,22 +37,24 @@ encode_tiled_fn encode_tiled() {
     return fn;
 }
 
-/* Row-major [rows, k] matrix of dtype (bf16, fp16 or fp32; row stride ld
- * elements), box of 128 bytes (64 16-bit or 32 fp32 elements) x box_rows,
+/* Row-major [rows, k] matrix of dtype (fp8, bf16, fp16 or fp32; row stride
+ * ld elements), box of 128 bytes (128 fp8, 64 16-bit or 32 fp32 elements) x
+ * box_rows (fp8 as bytes: TMA only moves them),
  * 128B swizzle, zero fill out of bounds (partial tiles in m, n and k): the
  * K-major operands, and the addends. */
 bool encode_map(CUtensorMap *map, cgm_dtype dtype, const void *ptr, int64_t rows, int64_t k, int64_t ld,
                 int box_rows) {
     encode_tiled_fn enc = encode_tiled();
     if (!enc) return false;
-    cuuint64_t size = dtype == CGM_DTYPE_FP32 ? 4 : 2;
+    cuuint64_t size = dtype == CGM_DTYPE_FP32 ? 4 : dtype == CGM_DTYPE_BF16 || dtype == CGM_DTYPE_FP16 ? 2 : 1;
     cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows};
     cuuint64_t strides[1] = {(cuuint64_t)ld * size};
     cuuint32_t box[2] = {(cuuint32_t)(128 / size), (cuuint32_t)box_rows};
     cuuint32_t element_strides[2] = {1, 1};
     CUtensorMapDataType type = dtype == CGM_DTYPE_FP32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
                                : dtype == CGM_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                         : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+                               : dtype == CGM_DTYPE_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                         : CU_TENSOR_MAP_DATA_TYPE_UINT8;
     CUresult r = enc(map, type, 2, const_cast<void *>(ptr), dims, strides, box, element_strides,
                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -98,71 +100,40 @@ bool make_map(CUtensorMap *map, cgm_dtype dtype, const void *ptr, int64_t rows, 
     return true;
 }
 
-/* The tensor maps of one call. */
-struct call_maps {
-    CUtensorMap x, x_own, w;
-    addend_maps addends;
-};
-
-/* cudaFuncSetAttribute once per device and instantiation (it is per
- * function and device; setting it again is harmless, so a race between
- * host threads costs nothing but a redundant call). */
-constexpr int kMaxDevices = 64;
-
-template <bool kBf16, typename OutT, bool kPP, bool kAddTma>
-cudaError_t launch(int dev, const call_maps &m, const hgemm_params &p, int grid, cudaStream_t stream) {
-    static volatile bool attribute_set[kMaxDevices];
-    auto kernel = hgemm_kernel<kBf16, OutT, kPP, kAddTma>;
-    constexpr int smem = smem_of<kPP, kAddTma>::bytes;
-    if (dev < 0 || dev >= kMaxDevices || !attribute_set[dev]) {
-        cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (err != cudaSuccess) return err;
-        if (dev >= 0 && dev < kMaxDevices) attribute_set[dev] = true;
-    }
-    kernel<<<grid, kThreads, smem, stream>>>(m.x, m.x_own, m.w, m.addends, p);
-    return cudaGetLastError();
-}
-
-template <bool kBf16, bool kPP, bool kAddTma>
-cudaError_t launch_out(cgm_dtype out, int dev, const call_maps &m, const hgemm_params &p, int grid,
-                       cudaStream_t stream) {
-    switch (out) {
-    case CGM_DTYPE_BF16: return launch<kBf16, __nv_bfloat16, kPP, kAddTma>(dev, m, p, grid, stream);
-    case CGM_DTYPE_FP16: return launch<kBf16, __half, kPP, kAddTma>(dev, m, p, grid, stream);
-    default: return launch<kBf16, float, kPP, kAddTma>(dev, m, p, grid, stream);
-    }
-}
-
 /* The kernels with the fused epilogue (with_epilogue<T>; never the addend
- * helper's form: maps_for leaves addend_tma off with an epilogue). */
-template <bool kBf16, bool kPP>
+ * helper's form: maps_for leaves addend_tma off with an epilogue; 16-bit
+ * operands only: epilogue_problem refuses fp8 with an epilogue). */
+template <int kIn, bool kPP>
 cudaError_t launch_out_epi(cgm_dtype out, int dev, const call_maps &m, const hgemm_params &p, int grid,
                            cudaStream_t stream) {
     switch (out) {
-    case CGM_DTYPE_BF16: return launch<kBf16, with_epilogue<__nv_bfloat16>, kPP, false>(dev, m, p, grid, stream);
-    case CGM_DTYPE_FP16: return launch<kBf16, with_epilogue<__half>, kPP, false>(dev, m, p, grid, stream);
-    default: return launch<kBf16, with_epilogue<float>, kPP, false>(dev, m, p, grid, stream);
+    case CGM_DTYPE_BF16: return launch<kIn, with_epilogue<__nv_bfloat16>, kPP, false>(dev, m, p, grid, stream);
+    case CGM_DTYPE_FP16: return launch<kIn, with_epilogue<__half>, kPP, false>(dev, m, p, grid, stream);
+    default: return launch<kIn, with_epilogue<float>, kPP, false>(dev, m, p, grid, stream);
     }
 }
 
-/* The kernel of a call: its variant, and in ping-pong the addend form
- * (kAddTma) when the helper loads the addends by TMA; with an epilogue,
- * the variant's with_epilogue kernel. */
-cudaError_t launch_variant(bool bf16, bool pp, cgm_dtype out, int dev, const call_maps &m, const hgemm_params &p,
+/* The kernel of a call: its operand types (in: kIn, ptx.cuh), its
+ * variant, and in ping-pong the addend form (kAddTma) when the helper loads
+ * the addends by TMA; with an epilogue, the variant's with_epilogue
+ * kernel. */
+cudaError_t launch_variant(int in, bool pp, cgm_dtype out, int dev, const call_maps &m, const hgemm_params &p,
                            int grid, cudaStream_t stream) {
+    if (in_is_fp8(in)) return cgm_hopper::launch_fp8(in, pp, pp && p.addend_tma, out, dev, &m, &p, grid, stream);
+    bool bf16 = in == kInBf16;
     if (p.epilogue)
-        return pp ? (bf16 ? launch_out_epi<true, true>(out, dev, m, p, grid, stream)
-                          : launch_out_epi<false, true>(out, dev, m, p, grid, stream))
-                  : (bf16 ? launch_out_epi<true, false>(out, dev, m, p, grid, stream)
-                          : launch_out_epi<false, false>(out, dev, m, p, grid, stream));
+        return pp ? (bf16 ? launch_out_epi<kInBf16, true>(out, dev, m, p, grid, stream)
+                          : launch_out_epi<kInF16, true>(out, dev, m, p, grid, stream))
+                  : (bf16 ? launch_out_epi<kInBf16, false>(out, dev, m, p, grid, stream)
+                          : launch_out_epi<kInF16, false>(out, dev, m, p, grid, stream));
     if (pp && p.addend_tma)
-        return bf16 ? launch_out<true, true, true>(out, dev, m, p, grid, stream)
-                    : launch_out<false, true, true>(out, dev, m, p, grid, stream);
+        return bf16 ? launch_out<kInBf16, true, true>(out, dev, m, p, grid, stream)
+                    : launch_out<kInF16, true, true>(out, dev, m, p, grid, stream);
     if (pp)
-        return bf16 ? launch_out<true, true, false>(out, dev, m, p, grid, stream)
-                    : launch_out<false, true, false>(out, dev, m, p, grid, stream);
-    return bf16 ? launch_out<true, false, false>(out, dev, m, p, grid, stream)
-                : launch_out<false, false, false>(out, dev, m, p, grid, stream);
+        return bf16 ? launch_out<kInBf16, true, false>(out, dev, m, p, grid, stream)
+                    : launch_out<kInF16, true, false>(out, dev, m, p, grid, stream);
+    return bf16 ? launch_out<kInBf16, false, false>(out, dev, m, p, grid, stream)
+                : launch_out<kInF16, false, false>(out, dev, m, p, grid, stream);
 }
 
 /* The variant CGM_HGEMM_AUTO runs on a device with mem_bytes_per_s of
@@ -233,6 +204,18 @@ bool is_sm90(int *dev_out, int *sm_count) {
     return yes;
 }
 
+/* fp8 X (and then W: fp8_problem); the kernel's operand types (kIn,
+ * ptx.cuh); the element multiple that makes 16-byte rows. */
+bool fp8_in(const cgm_hgemm_args *a) {
+    return a->in_dtype == CGM_DTYPE_FP8_E4M3 || a->in_dtype == CGM_DTYPE_FP8_E5M2;
+}
+int in_kind(const cgm_hgemm_args *a) {
+    if (!fp8_in(a)) return a->in_dtype == CGM_DTYPE_BF16 ? kInBf16 : kInF16;
+    bool x5 = a->in_dtype == CGM_DTYPE_FP8_E5M2, w5 = a->w_dtype == CGM_DTYPE_FP8_E5M2;
+    return x5 ? (w5 ? kInE5E5 : kInE5E4) : (w5 ? kInE4E5 : kInE4E4);
+}
+int64_t in_align(const cgm_hgemm_args *a) { return fp8_in(a) ? 16 : 8; }
+
 /* The checks of the fused hooks' arguments (args_problem's second half). */
 const char *hooks_problem(const cgm_hgemm_args *a) {
     const int64_t lim = INT32_MAX;
@@ -256,8 +239,9 @@ const char *hooks_problem(const cgm_hgemm_args *a) {
     if (a->notice_word && !a->abort_word) return "notice_word needs abort_word";
     if (a->row_flags && a->flag_shard_rows < 0) return "flag_shard_rows must be >= 0";
     if (a->x_own) {
-        if ((uintptr_t)a->x_own % 16 || a->ldx_own % 8 || a->ldx_own < a->k)
-            return "TMA needs x_own 16-byte aligned and ldx_own a multiple of 8, >= k";
+        if ((uintptr_t)a->x_own % 16 || a->ldx_own % in_align(a) || a->ldx_own < a->k)
+            return fp8_in(a) ? "TMA needs x_own 16-byte aligned and ldx_own a multiple of 16 (fp8), >= k"
+                             : "TMA needs x_own 16-byte aligned and ldx_own a multiple of 8, >= k";
         if (a->own_row0 < 0 || a->own_rows < 0 || a->own_row0 + a->own_rows > a->m)
             return "the own rows must lie in [0, m)";
     }
@@ -284,6 +268,28 @@ const char *epilogue_problem(const cgm_hgemm_args *a) {
     if (grad && a->bgrad_dtype != CGM_DTYPE_FP32 && a->bgrad_dtype != CGM_DTYPE_BF16 &&
         a->bgrad_dtype != CGM_DTYPE_FP16)
         return "bgrad_dtype must be fp32, bf16 or fp16";
+    if (e != CGM_EPILOGUE_NONE && fp8_in(a))
+        return "the fused epilogue takes bf16 or fp16 inputs: with fp8 X and W, apply it after the GEMM (or use "
+               "cuBLASLt)";
+    return nullptr;
+}
+
+/* The checks of the fp8 fields (args_problem's): W's dtype, the scales,
+ * 16-byte rows. */
+const char *fp8_problem(const cgm_hgemm_args *a) {
+    if (!fp8_in(a)) {
+        if (a->x_scale || a->w_scale)
+            return "x_scale and w_scale are for fp8 inputs: pass NULL with bf16 or fp16 X and W";
+        return nullptr;
+    }
+    if (a->w_dtype != CGM_DTYPE_FP8_E4M3 && a->w_dtype != CGM_DTYPE_FP8_E5M2)
+        return "with fp8 X, w_dtype must be CGM_DTYPE_FP8_E4M3 or CGM_DTYPE_FP8_E5M2";
+    if (!a->x_scale || !a->w_scale) return "fp8 inputs need x_scale and w_scale (device fp32)";
+    if ((uintptr_t)a->x_scale % 4 || (uintptr_t)a->w_scale % 4) return "x_scale and w_scale must be 4-byte aligned";
+    if (a->x_scale_shard_rows < 0) return "x_scale_shard_rows must be >= 0 (0: one scale for every row)";
+    if (a->k % 16)
+        return "fp8 inputs need k a multiple of 16 (16-byte TMA rows; pad X and W with zero columns, or use "
+               "cuBLASLt)";
     return nullptr;
 }
 
@@ -291,7 +297,8 @@ const char *epilogue_problem(const cgm_hgemm_args *a) {
 const char *args_problem(const cgm_hgemm_args *a) {
     const int64_t lim = INT32_MAX;
     if (!a) return "args is NULL";
-    if (a->in_dtype != CGM_DTYPE_BF16 && a->in_dtype != CGM_DTYPE_FP16) return "inputs must be bf16 or fp16";
+    if (a->in_dtype != CGM_DTYPE_BF16 && a->in_dtype != CGM_DTYPE_FP16 && !fp8_in(a))
+        return "inputs must be bf16 or fp16, or fp8 (e4m3 or e5m2)";
     if (a->out_dtype != CGM_DTYPE_BF16 && a->out_dtype != CGM_DTYPE_FP16 && a->out_dtype != CGM_DTYPE_FP32)
         return "output must be bf16, fp16 or fp32";
     if (a->m < 0 || a->n < 0 || a->k < 1) return "needs m >= 0, n >= 0, k >= 1";
@@ -299,14 +306,16 @@ const char *args_problem(const cgm_hgemm_args *a) {
     if (a->ldx < a->k || a->ldw < a->k || a->ldy < a->n) return "needs ldx >= k, ldw >= k, ldy >= n";
     if (!a->x || !a->w || (!a->y && a->m > 0 && a->n > 0)) return "x, w and y must not be NULL";
     if ((uintptr_t)a->x % 16 || (uintptr_t)a->w % 16) return "TMA needs x and w 16-byte aligned";
-    if (a->ldx % 8 || a->ldw % 8)
-        return "TMA needs row strides that are multiples of 16 bytes: ldx and ldw multiples of 8";
+    if (a->ldx % in_align(a) || a->ldw % in_align(a))
+        return fp8_in(a) ? "TMA needs row strides that are multiples of 16 bytes: ldx and ldw multiples of 16 (fp8)"
+                         : "TMA needs row strides that are multiples of 16 bytes: ldx and ldw multiples of 8";
     if (a->variant < CGM_HGEMM_AUTO || a->variant > CGM_HGEMM_PINGPONG)
         return "variant must be CGM_HGEMM_AUTO, CGM_HGEMM_COOPERATIVE or CGM_HGEMM_PINGPONG";
     if ((uintptr_t)a->tile_counter % 4) return "tile_counter must be 4-byte aligned";
     if (((a->m + kTileM - 1) / kTileM) * ((a->n + CGM_HGEMM_TILE_N_PINGPONG - 1) / CGM_HGEMM_TILE_N_PINGPONG) > lim)
         return "too many output tiles (more than 2^31)";
-    const char *why = hooks_problem(a);
+    const char *why = fp8_problem(a);
+    if (!why) why = hooks_problem(a);
     return why ? why : epilogue_problem(a);
 }
 
@@ -324,7 +333,8 @@ void params_shape(const cgm_hgemm_args *a, int tile_n, hgemm_params *p) {
     p->tiles_m = (int)((a->m + kTileM - 1) / kTileM);
     p->tiles_n = (int)((a->n + tile_n - 1) / tile_n);
     coords_init(p);
-    p->k_blocks = (int)((a->k + kTileK - 1) / kTileK);
+    const int64_t sk = stage_k(in_kind(a));
+    p->k_blocks = (int)((a->k + sk - 1) / sk);
     p->tile_counter = dynamic_pays(a) ? a->tile_counter : nullptr;
     p->m_block_order = a->m_block_order;
     p->y = a->y;
@@ -341,6 +351,11 @@ void params_shape(const cgm_hgemm_args *a, int tile_n, hgemm_params *p) {
     p->aux_pairs = a->aux_ld % 2 == 0 && (uintptr_t)a->aux % (2 * out_size) == 0;
     p->bgrad_ws = a->bgrad_ws;
     p->bgrad_stride = (a->n + 3) / 4 * 4;
+    /* fp8: the scales (fp8.cuh); x_scale_shard_rows clamped to m: one scale */
+    p->x_scale = a->x_scale;
+    p->w_scale = a->w_scale;
+    int64_t xs = a->x_scale_shard_rows > 0 && a->x_scale_shard_rows < a->m ? a->x_scale_shard_rows : a->m;
+    fastdiv_init((int)(xs > 0 ? xs : 1), &p->xs_mul, &p->xs_shr);
 }
 
 /* The fused hooks' fields of p: the row flags (with wait_row_flags'
@@ -384,8 +399,9 @@ void params_hooks(const cgm_hgemm_args *a, hgemm_params *p) {
  * otherwise the consumers load them). Parts of 64 rows (16-bit) or 32
  * columns (fp32): the map's box. False when a map cannot be encoded. */
 bool maps_for(const cgm_hgemm_args *a, bool pp, int tile_n, call_maps *m, hgemm_params *p) {
+    cgm_dtype wt = fp8_in(a) ? a->w_dtype : a->in_dtype;
     if (!make_map(&m->x, a->in_dtype, a->x, a->m, a->k, a->ldx, kTileM) ||
-        !make_map(&m->w, a->in_dtype, a->w, a->n, a->k, a->ldw, tile_n))
+        !make_map(&m->w, wt, a->w, a->n, a->k, a->ldw, tile_n))
         return false;
     /* The m tiles wholly inside the own rows (the last tile of X counts
      * when the own rows end X: both maps zero-fill past the end). */
@@ -414,25 +430,8 @@ bool maps_for(const cgm_hgemm_args *a, bool pp, int tile_n, call_maps *m, hgemm_
     return true;
 }
 
-/* The kernels a comm launches, loaded now (cudaFuncGetAttributes needs the
- * loaded function, so it loads it). */
-template <bool kBf16, typename OutT> cudaError_t preload_out() {
-    cudaFuncAttributes fa;
-    cudaError_t e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true, false>);
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, false, false>);
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, with_epilogue<OutT>, true, false>);
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, with_epilogue<OutT>, false, false>);
-    return e != cudaSuccess ? e : cudaFuncGetAttributes(&fa, hgemm_kernel<kBf16, OutT, true, true>);
-}
-
 /* DGELU_BGRAD's slots: one per 16 rows. */
 int64_t bgrad_groups(int64_t m) { return (m + 15) / 16; }
-
-template <bool kBf16> cudaError_t preload_in() {
-    cudaError_t e = preload_out<kBf16, float>();
-    if (e == cudaSuccess) e = preload_out<kBf16, __nv_bfloat16>();
-    return e != cudaSuccess ? e : preload_out<kBf16, __half>();
-}
 
 } // namespace
 
@@ -455,8 +454,9 @@ extern "C" int cgm_hgemm_auto_variant(int64_t m, int64_t n, int64_t k, double me
 
 extern "C" cudaError_t cgm_hgemm_preload(void) {
     if (!is_sm90(nullptr, nullptr)) return cudaSuccess;
-    cudaError_t e = preload_in<true>();
-    return e != cudaSuccess ? e : preload_in<false>();
+    cudaError_t e = preload_in<kInBf16>();
+    if (e == cudaSuccess) e = preload_in<kInF16>();
+    return e != cudaSuccess ? e : cgm_hopper::preload_fp8();
 }
 
 extern "C" size_t cgm_hgemm_bgrad_ws_bytes(int64_t m, int64_t n) {
@@ -484,6 +484,6 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
     params_shape(a, tile_n, &p);
     params_hooks(a, &p);
     int grid = grid_for(a, sms, (long long)p.tiles_m * p.tiles_n);
-    cudaError_t e = launch_variant(a->in_dtype == CGM_DTYPE_BF16, pp, a->out_dtype, dev, maps, p, grid, stream);
+    cudaError_t e = launch_variant(in_kind(a), pp, a->out_dtype, dev, maps, p, grid, stream);
     return e != cudaSuccess ? e : bgrad_sum(a, stream);
 }

@@ -29,7 +29,7 @@ namespace {
  * already saw ready: for those the check (about 60 instructions before the
  * tile's first TMA load, on the producer's path) costs one shared-memory
  * load. Only this thread reads and writes the map. */
-template <int kStages, typename C>
+template <int kStages, typename C, int kStageK> /* kStageK: k elements per stage (stage_k) */
 __device__ __forceinline__ void produce(const hgemm_params &p, const CUtensorMap *map_x,
                                         const CUtensorMap *map_x_own, const CUtensorMap *map_w, uint32_t smem_a,
                                         uint32_t smem_b, uint32_t full_bar, uint32_t empty_bar, int t, int kb0,
@@ -51,8 +51,8 @@ __device__ __forceinline__ void produce(const hgemm_params &p, const CUtensorMap
     for (int kb = kb0; kb < kb1; kb++) {
         mbar_wait(empty_bar + 8 * stage, phase ^ 1);
         mbar_arrive_expect_tx(full_bar + 8 * stage, C::stage_bytes);
-        tma_load_2d(smem_a + stage * kStageBytesA, mx, kb * kTileK, xrow, full_bar + 8 * stage);
-        tma_load_2d(smem_b + stage * C::bytes_b, map_w, kb * kTileK, tn * C::tile_n, full_bar + 8 * stage);
+        tma_load_2d(smem_a + stage * kStageBytesA, mx, kb * kStageK, xrow, full_bar + 8 * stage);
+        tma_load_2d(smem_b + stage * C::bytes_b, map_w, kb * kStageK, tn * C::tile_n, full_bar + 8 * stage);
         if (++stage == kStages) {
             stage = 0;
             phase ^= 1;

@@ -69,13 +69,14 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
  *   bits  0-13  start address >> 4 (shared window, 18 bits of address);
  *   bits 16-29  leading-dimension byte offset >> 4: the distance between
  *               core matrices along K. With 128B swizzle and K-major it is
- *               not used (the K extent of one wgmma, 16 elements = 32 bytes,
+ *               not used (the K extent of one wgmma, 16 16-bit or 32 fp8 elements = 32 bytes,
  *               lies inside one 128-byte swizzle row); set to 1 as is usual;
  *   bits 32-45  stride-dimension byte offset >> 4: from one 8-row group to
  *               the next along M/N = 8 x 128 bytes = 1024 -> 64;
  *   bits 49-51  base offset: 0, every tile starts 1024-byte aligned;
  *   bits 62-63  swizzle mode: 1 = 128B.
- * The k-th 16-wide K step inside the 64-wide tile starts k * 32 bytes
+ * The k-th 16-wide K step inside the 64-wide tile (fp8: the k-th 32-wide
+ * step inside 128, the same 32 bytes) starts k * 32 bytes
  * further: the start address field grows by 2 * k (the hardware applies
  * the XOR on the final address bits, so this matches what TMA wrote, as long
  * as the tile base is 1024-aligned). Consumer warpgroup c reads A rows
@@ -88,6 +89,16 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t addr) {
     desc |= (uint64_t)1 << 62;
     return desc;
 }
+
+/* The operand types of a kernel (its kIn template parameter): X and W both
+ * fp16 or both bf16, or each fp8 e4m3 or e5m2 (X's type first). A stage
+ * row is 128 bytes either way: 64 16-bit or 128 fp8 k elements, and one
+ * wgmma k step reads 32 bytes of each row (k16 or k32), so the
+ * descriptors, the swizzle and the ring are the same for all. */
+enum : int { kInF16 = 0, kInBf16 = 1, kInE4E4 = 2, kInE4E5 = 3, kInE5E4 = 4, kInE5E5 = 5 };
+__host__ __device__ constexpr bool in_is_fp8(int in) { return in >= kInE4E4; }
+/* k elements per stage (one 128-byte swizzle row per operand row). */
+__host__ __device__ constexpr int stage_k(int in) { return in_is_fp8(in) ? 128 : 64; }
 
 __device__ __forceinline__ void wgmma_fence() {
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
@@ -106,12 +117,17 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[128]) {
     for (int i = 0; i < 128; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-/* D[64x256] (+)= A[64x16] . B[16x256], A and B from shared memory through
- * descriptors, both K-major (transpose bits 0), scale_d 0 overwrites D. */
-#define CGM_WGMMA_M64N256K16(TYPE)                                             \
+/* D[64x256] (+)= A[64xK] . B[Kx256], A and B from shared memory through
+ * descriptors, both K-major, scale_d 0 overwrites D. SHAPE_TYPES: the
+ * shape and types after "wgmma.mma_async.sync.aligned.", IMM the
+ * immediates after the predicate: 16-bit inputs (k16) take imm-scale-a,
+ * imm-scale-b, imm-trans-a, imm-trans-b (1, 1, 0, 0: K-major); fp8 inputs
+ * (k32) take only the two scales (PTX ISA, wgmma.mma_async: fp8 operands
+ * in shared memory are K-major, without transpose immediates). */
+#define CGM_WGMMA_M64N256(SHAPE_TYPES, IMM)                                    \
     asm volatile(                                                              \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                         \
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE " {"        \
+        "wgmma.mma_async.sync.aligned." SHAPE_TYPES " {"                       \
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "  \
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "  \
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "  \
@@ -120,7 +136,7 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[128]) {
         "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "  \
         "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "  \
         "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"  \
-        "}, %128, %129, p, 1, 1, 0, 0;\n}\n"                                     \
+        "}, %128, %129, p, " IMM ";\n}\n"                                       \
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),\
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),\
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),\
@@ -139,23 +155,34 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[128]) {
           "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
         : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 
-template <bool kBf16>
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a,
-                                                 uint64_t desc_b, uint32_t scale_d) {
-    if (kBf16)
-        CGM_WGMMA_M64N256K16("bf16");
+/* One k step of 32 bytes of each operand row: k16 of bf16/fp16, k32 of
+ * fp8 (kIn: the operand types, config.cuh). */
+template <int kIn>
+__device__ __forceinline__ void wgmma_m64n256(float (&d)[128], uint64_t desc_a,
+                                              uint64_t desc_b, uint32_t scale_d) {
+    if constexpr (kIn == kInBf16)
+        CGM_WGMMA_M64N256("m64n256k16.f32.bf16.bf16", "1, 1, 0, 0");
+    else if constexpr (kIn == kInF16)
+        CGM_WGMMA_M64N256("m64n256k16.f32.f16.f16", "1, 1, 0, 0");
+    else if constexpr (kIn == kInE4E4)
+        CGM_WGMMA_M64N256("m64n256k32.f32.e4m3.e4m3", "1, 1");
+    else if constexpr (kIn == kInE4E5)
+        CGM_WGMMA_M64N256("m64n256k32.f32.e4m3.e5m2", "1, 1");
+    else if constexpr (kIn == kInE5E4)
+        CGM_WGMMA_M64N256("m64n256k32.f32.e5m2.e4m3", "1, 1");
     else
-        CGM_WGMMA_M64N256K16("f16");
+        CGM_WGMMA_M64N256("m64n256k32.f32.e5m2.e5m2", "1, 1");
 }
 
-/* D[64x128] (+)= A[64x16] . B[16x128]: accumulators d[OFF .. OFF + 63]
- * (the fragment layout of m64nNk16 with N = 128), otherwise as above. */
-#define CGM_WGMMA_M64N128K16(TYPE)                                             \
+/* D[64x128] (+)= A[64xK] . B[Kx128]: accumulators d[OFF .. OFF + 63]
+ * (the fragment layout of m64nNk16 and m64nNk32 with N = 128: the
+ * accumulator layout depends on M and N only), otherwise as above. */
+#define CGM_WGMMA_M64N128(SHAPE_TYPES, IMM)                                    \
     asm volatile(                                                              \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                          \
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " {"       \
+        "wgmma.mma_async.sync.aligned." SHAPE_TYPES " {"                       \
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"  \
-        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"                                    \
+        "}, %64, %65, p, " IMM ";\n}\n"                                       \
         : "+f"(d[OFF + 0]), "+f"(d[OFF + 1]), "+f"(d[OFF + 2]), "+f"(d[OFF + 3]), "+f"(d[OFF + 4]), "+f"(d[OFF + 5]), "+f"(d[OFF + 6]), "+f"(d[OFF + 7]),\
           "+f"(d[OFF + 8]), "+f"(d[OFF + 9]), "+f"(d[OFF + 10]), "+f"(d[OFF + 11]), "+f"(d[OFF + 12]), "+f"(d[OFF + 13]), "+f"(d[OFF + 14]), "+f"(d[OFF + 15]),\
           "+f"(d[OFF + 16]), "+f"(d[OFF + 17]), "+f"(d[OFF + 18]), "+f"(d[OFF + 19]), "+f"(d[OFF + 20]), "+f"(d[OFF + 21]), "+f"(d[OFF + 22]), "+f"(d[OFF + 23]),\
@@ -166,13 +193,21 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
           "+f"(d[OFF + 56]), "+f"(d[OFF + 57]), "+f"(d[OFF + 58]), "+f"(d[OFF + 59]), "+f"(d[OFF + 60]), "+f"(d[OFF + 61]), "+f"(d[OFF + 62]), "+f"(d[OFF + 63]) \
         : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 
-template <bool kBf16, int OFF>
-__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[128], uint64_t desc_a,
-                                                 uint64_t desc_b, uint32_t scale_d) {
-    if (kBf16)
-        CGM_WGMMA_M64N128K16("bf16");
+template <int kIn, int OFF>
+__device__ __forceinline__ void wgmma_m64n128(float (&d)[128], uint64_t desc_a,
+                                              uint64_t desc_b, uint32_t scale_d) {
+    if constexpr (kIn == kInBf16)
+        CGM_WGMMA_M64N128("m64n128k16.f32.bf16.bf16", "1, 1, 0, 0");
+    else if constexpr (kIn == kInF16)
+        CGM_WGMMA_M64N128("m64n128k16.f32.f16.f16", "1, 1, 0, 0");
+    else if constexpr (kIn == kInE4E4)
+        CGM_WGMMA_M64N128("m64n128k32.f32.e4m3.e4m3", "1, 1");
+    else if constexpr (kIn == kInE4E5)
+        CGM_WGMMA_M64N128("m64n128k32.f32.e4m3.e5m2", "1, 1");
+    else if constexpr (kIn == kInE5E4)
+        CGM_WGMMA_M64N128("m64n128k32.f32.e5m2.e4m3", "1, 1");
     else
-        CGM_WGMMA_M64N128K16("f16");
+        CGM_WGMMA_M64N128("m64n128k32.f32.e5m2.e5m2", "1, 1");
 }
 
 using cgm_flags::load_acquire_sys;
