@@ -73,8 +73,9 @@ static void refusals_fn(gpu_rank *g, void *arg) {
     cgm_matrix w = cgm_matrix_make(wd, CGM_DTYPE_FP8_E4M3, n, k);
     cgm_matrix y = cgm_matrix_make(yd, CGM_DTYPE_BF16, m, n);
     cgm_matrix yf = cgm_matrix_make(yfd, CGM_DTYPE_FP8_E4M3, m, n);
-    xs.scale = x.scale = w.scale = yf.scale = sc;
-    xs.scaling = x.scaling = w.scaling = yf.scaling = CGM_SCALING_TENSOR;
+    cgm_matrix yfs = cgm_matrix_make(yfd, CGM_DTYPE_FP8_E4M3, mr, n); /* GEMM+RS's shard */
+    xs.scale = x.scale = w.scale = yf.scale = yfs.scale = sc;
+    xs.scaling = x.scaling = w.scaling = yf.scaling = yfs.scaling = CGM_SCALING_TENSOR;
     cgm_op_options o = CGM_OP_OPTIONS_INIT;
     o.algo = CGM_ALGO_FUSED;
     CHECK_STATUS(cgm_all_gather_gemm(g->comm, &xs, &w, NULL, &y, NULL, &o, g->stream),
@@ -82,7 +83,7 @@ static void refusals_fn(gpu_rank *g, void *arg) {
     CHECK_CONTAINS(cgm_last_error(), "pass fp8_fast_accum = 1");
     CHECK_CONTAINS(cgm_last_error(), "runs on split, ring and no_overlap");
     o.fp8_fast_accum = 1;
-    CHECK_STATUS(cgm_gemm_reduce_scatter(g->comm, &x, &w, NULL, &yf, &o, g->stream), CGM_ERROR_NOT_SUPPORTED);
+    CHECK_STATUS(cgm_gemm_reduce_scatter(g->comm, &x, &w, NULL, &yfs, &o, g->stream), CGM_ERROR_NOT_SUPPORTED);
     CHECK_CONTAINS(cgm_last_error(), "not an fp8 Y");
     o.fp8_fast_accum = 0;
     o.algo = CGM_ALGO_SPLIT_PIPELINED;
