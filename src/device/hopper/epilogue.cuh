@@ -207,8 +207,11 @@ __device__ __forceinline__ void epilogue_plain(const hgemm_params &p, float (&d)
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
         int col = col0 + 8 * j + 2 * q;
-        float ba, bb;
-        bias_pair(p, bias, col, ba, bb);
+        float ba = 0.f, bb = 0.f;
+        if (bias) {
+            if (col < p.n) ba = to_float(bias[col]);
+            if (col + 1 < p.n) bb = to_float(bias[col + 1]);
+        }
         store_two<OutT>(p, row, col, d[OFF + 4 * j], d[OFF + 4 * j + 1], ba, bb);
         store_two<OutT>(p, row + 8, col, d[OFF + 4 * j + 2], d[OFF + 4 * j + 3], ba, bb);
     }
