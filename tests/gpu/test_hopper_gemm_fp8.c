@@ -328,7 +328,10 @@ static void case_fp8_refusals(const void *p) {
     a.w_scale = (const float *)buf, a.x_scale_shard_rows = -1;
     CHECK_INT_EQ(cgm_hgemm_supported(&a, &why), 0);
     CHECK_CONTAINS(why, "x_scale_shard_rows");
-    a.x_scale_shard_rows = 0, a.out_dtype = E4;
+    a.x_scale_shard_rows = 0, a.epilogue = CGM_EPILOGUE_GELU; /* the fused epilogues are 16-bit only */
+    CHECK_INT_EQ(cgm_hgemm_supported(&a, &why), 0);
+    CHECK_CONTAINS(why, "the fused epilogue takes bf16 or fp16 inputs");
+    a.epilogue = CGM_EPILOGUE_NONE, a.out_dtype = E4;
     CHECK_INT_EQ(cgm_hgemm_supported(&a, &why), 0);
     CHECK_CONTAINS(why, "output must be bf16, fp16 or fp32");
     a.out_dtype = CGM_DTYPE_FP32, a.in_dtype = a.w_dtype = CGM_DTYPE_BF16;
