@@ -49,8 +49,21 @@
  * with sw = *w_scale and sx(g) = x_scale[g / x_scale_shard_rows] for row g
  * (x_scale_shard_rows 0: x_scale[0]): the fused all-gather's shards keep
  * their own scales. fp8 rows are 16-byte TMA rows: k, ldx, ldw (and
- * ldx_own) multiples of 16. The product accumulates in the tensor cores'
- * fp32 accumulator over the whole k, as cuBLASLt's FAST_ACCUM does. */
+ * ldx_own) multiples of 16. By default the product accumulates in the
+ * tensor cores' accumulator over the whole k, as cuBLASLt's FAST_ACCUM
+ * does; fp8_promote = 1 accumulates each 128-wide k block in the tensor
+ * cores and adds it into fp32 registers (promotion: Hopper's fp8 tensor
+ * cores keep fewer accumulator bits than fp32 over a long k).
+ *
+ * FP8 block scaling (x_block_scale and w_block_scale, both or neither;
+ * then x_scale and w_scale are NULL): X's rows carry one scale per 128 k
+ * (1x128), W one per 128 x 128 block, and each k block's product is
+ * promoted with its two scales (promotion is implied):
+ *   Y[g, j] = sum_b sx[g, b] * sw[j / 128, b] * (X . W^T over k block b)
+ *             + sum_i addend_i (+ bias) (+ Y)
+ * sx[g, b] = x_block_scale[g * x_block_ld + b] for every row g of Y (the
+ * fused all-gather's gathered numbering, the rows read from x_own
+ * included), sw[r, b] = w_block_scale[r * w_block_ld + b]. */
 #ifndef COMMGEMM_HOPPER_GEMM_H
 #define COMMGEMM_HOPPER_GEMM_H
 
@@ -178,6 +191,17 @@ typedef struct cgm_hgemm_args {
     const float *x_scale;
     const float *w_scale;
     int64_t x_scale_shard_rows;
+    /* 1: promote each 128-wide k block into fp32 registers (see above);
+     * 0: accumulate over the whole k in the tensor cores. fp8 only. */
+    int fp8_promote;
+    /* Block scaling (see above), device fp32, 4-byte aligned: x_block_scale
+     * [m, ceil(k / 128)] with row stride x_block_ld >= ceil(k / 128),
+     * w_block_scale [ceil(n / 128), ceil(k / 128)] with row stride
+     * w_block_ld >= ceil(k / 128). */
+    const float *x_block_scale;
+    int64_t x_block_ld;
+    const float *w_block_scale;
+    int64_t w_block_ld;
 } cgm_hgemm_args;
 
 /* Bytes of bgrad_ws that DGELU_BGRAD needs for an m x n GEMM: one fp32 slot
