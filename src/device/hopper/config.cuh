@@ -124,6 +124,17 @@ struct hgemm_params {
     const float *w_scale;
     unsigned int xs_mul;
     int xs_shr;
+    /* ---- The promoting fp8 kernels (promoted<T>; fp8.cuh): each k block
+     * of 128 accumulates in the tensor cores, then is added into the fp32
+     * accumulators times its scale: with block scaling (x_bs not NULL)
+     * x_bs[row * x_bs_ld + kb] * w_bs[(col / 128) * w_bs_ld + kb] (0 past
+     * the last row or the w_blocks blocks of n), otherwise 1 (the
+     * per-tensor scales then apply after the main loop, as above). */
+    int promote;
+    const float *x_bs;
+    const float *w_bs;
+    long long x_bs_ld, w_bs_ld;
+    int w_blocks;
 };
 
 /* The output type of a kernel with the fused epilogue: with_epilogue<T>
@@ -136,10 +147,31 @@ template <typename T> struct with_epilogue {
 template <typename O> struct out_type {
     using type = O;
     static constexpr bool act = false;
+    static constexpr bool promote = false;
 };
 template <typename T> struct out_type<with_epilogue<T>> {
     using type = T;
     static constexpr bool act = true;
+    static constexpr bool promote = false;
+};
+
+/* The output type of an fp8 kernel that promotes each k block (hgemm_params
+ * .promote): promoted<T> stores T like T does and selects the promoting
+ * main loop (kernel.cuh), so the other kernels keep their code. */
+template <typename T> struct promoted {
+    T value;
+};
+template <typename T> struct out_type<promoted<T>> {
+    using type = T;
+    static constexpr bool act = false;
+    static constexpr bool promote = true;
+};
+/* The type the epilogue is instantiated with: promoted<T>'s is T's. */
+template <typename O> struct epilogue_type {
+    using type = O;
+};
+template <typename T> struct epilogue_type<promoted<T>> {
+    using type = T;
 };
 
 } // namespace

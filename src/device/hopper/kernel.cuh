@@ -51,6 +51,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr int kStageK = stage_k(kIn);
     static_assert(!kAddTma || kPP, "kAddTma: the ping-pong kernel's addend form");
     constexpr bool kHelper = kPP && kAddTma;
+    /* the promoting fp8 kernels (fp8.cuh); their epilogue stores T */
+    constexpr bool kPromote = out_type<OutT>::promote;
+    static_assert(!kPromote || (in_is_fp8(kIn) && !kAddTma), "promotion: fp8, without the addend helper");
+    using EpiT = typename epilogue_type<OutT>::type;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     uint32_t smem_a = base;                                      /* kStages x 16 KiB */
@@ -183,6 +187,37 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
             int tm, tn;
             tile_coords(p, t, &tm, &tn);
+            if constexpr (kPromote) {
+                /* Per k block: the two 64 x 128 halves of the consumer's
+                 * 64 x 256 block, each promoted with its W block's scale. */
+                const int row = tm * kTileM + consumer * 64 + 16 * ((threadIdx.x % 128) / 32) + (threadIdx.x % 32) / 4;
+                const bool block = p.x_bs != nullptr;
+                float tp[64]; /* the k block's sum (fp8_promote) */
+#pragma unroll
+                for (int i = 0; i < 128; i++) d[i] = 0.f;
+                for (int kb = 0; kb < p.k_blocks; kb++) {
+                    mbar_wait(full_bar + 8 * stage, phase);
+                    float xa = 1.f, xb = 1.f, w0 = 1.f, w1 = 1.f;
+                    if (block) {
+                        xa = fp8_block_x(p, row, kb), xb = fp8_block_x(p, row + 8, kb);
+                        w0 = fp8_block_w(p, 2 * tn, kb), w1 = fp8_block_w(p, 2 * tn + 1, kb);
+                    }
+                    uint64_t desc_a = smem_desc_sw128(smem_a + stage * kStageBytesA + consumer * 64 * 128);
+                    uint32_t b = smem_b + stage * C::bytes_b;
+                    fp8_promote<kIn, 0>(d, tp, desc_a, smem_desc_sw128(b), xa * w0, xb * w0);
+                    fp8_promote<kIn, 64>(d, tp, desc_a, smem_desc_sw128(b + 128 * 128), xa * w1, xb * w1);
+                    if (leader) mbar_arrive(empty_bar + 8 * stage);
+                    if (++stage == kStages) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+                if (!block) fp8_scale_rows<0, 32>(p, d, tm * kTileM + consumer * 64);
+                if (p.addend_waits) wait_addend_flags(p, (long long)tm * kTileM + consumer * 64, 64, consumer, epoch);
+                if (p.naddends) add_addends<0, 32>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
+                epilogue<EpiT, 0, 32, true>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
+                continue;
+            }
             int prev = 0;
             for (int kb = 0; kb < p.k_blocks; kb++) {
                 mbar_wait(full_bar + 8 * stage, phase);
@@ -212,7 +247,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             if constexpr (in_is_fp8(kIn)) fp8_scale_rows<0, 32>(p, d, tm * kTileM + consumer * 64);
             if (p.addend_waits) wait_addend_flags(p, (long long)tm * kTileM + consumer * 64, 64, consumer, epoch);
             if (p.naddends) add_addends<0, 32>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
-            epilogue<OutT, 0, 32, true>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
+            epilogue<EpiT, 0, 32, true>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
         }
         return;
     }
@@ -249,6 +284,43 @@ __global__ void __launch_bounds__(kThreads, 1)
         int stage;
         uint32_t phase;
         ring_at<kStages>(pos, &stage, &phase);
+        if constexpr (kPromote) {
+            /* Per k block: the two 64-row halves of the 128 x 128 tile,
+             * each promoted with its rows' scales and the tile's W block's. */
+            const int row = tm * kTileM + 16 * ((threadIdx.x % 128) / 32) + (threadIdx.x % 32) / 4;
+            const bool block = p.x_bs != nullptr;
+            float tp[64]; /* the k block's sum (fp8_promote) */
+#pragma unroll
+            for (int j = 0; j < 128; j++) d[j] = 0.f;
+            for (int kb = 0; kb < p.k_blocks; kb++) {
+                mbar_wait(full_bar + 8 * stage, phase);
+                float xa = 1.f, xb = 1.f, xc = 1.f, xd = 1.f, w = 1.f;
+                if (block) {
+                    xa = fp8_block_x(p, row, kb), xb = fp8_block_x(p, row + 8, kb);
+                    xc = fp8_block_x(p, row + 64, kb), xd = fp8_block_x(p, row + 72, kb);
+                    w = fp8_block_w(p, tn, kb);
+                }
+                uint32_t a0 = smem_a + stage * kStageBytesA;
+                uint64_t desc_b = smem_desc_sw128(smem_b + stage * C::bytes_b);
+                fp8_promote<kIn, 0>(d, tp, smem_desc_sw128(a0), desc_b, xa * w, xb * w);
+                fp8_promote<kIn, 64>(d, tp, smem_desc_sw128(a0 + 64 * 128), desc_b, xc * w, xd * w);
+                if (leader) mbar_arrive(empty_bar + 8 * stage);
+                if (++stage == kStages) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+            if (leader) mbar_arrive(turn_bar + 8 * (consumer ^ 1));
+            if (!block) {
+                fp8_scale_rows<0, 16>(p, d, tm * kTileM);
+                fp8_scale_rows<64, 16>(p, d, tm * kTileM + 64);
+            }
+            if (p.addend_waits) wait_addend_flags(p, (long long)tm * kTileM, kTileM, consumer, epoch);
+            if (p.naddends) add_addends_tile<EpiT>(p, d, tm * kTileM, tn * C::tile_n);
+            epilogue<EpiT, 0, 16, false>(p, d, tm * kTileM, tn * C::tile_n);
+            epilogue<EpiT, 64, 16, false>(p, d, tm * kTileM + 64, tn * C::tile_n);
+            continue;
+        }
         int prev = 0;
         for (int kb = 0; kb < p.k_blocks; kb++) {
             mbar_wait(full_bar + 8 * stage, phase);
@@ -295,10 +367,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                 auses = add_addends_slots<float>(p, d, slots, afull, aempty_bar, auses);
         } else {
             if (p.addend_waits) wait_addend_flags(p, (long long)tm * kTileM, kTileM, consumer, epoch);
-            if (p.naddends) add_addends_tile<OutT>(p, d, tm * kTileM, tn * C::tile_n);
+            if (p.naddends) add_addends_tile<EpiT>(p, d, tm * kTileM, tn * C::tile_n);
         }
-        epilogue<OutT, 0, 16, false>(p, d, tm * kTileM, tn * C::tile_n);
-        epilogue<OutT, 64, 16, false>(p, d, tm * kTileM + 64, tn * C::tile_n);
+        epilogue<EpiT, 0, 16, false>(p, d, tm * kTileM, tn * C::tile_n);
+        epilogue<EpiT, 64, 16, false>(p, d, tm * kTileM + 64, tn * C::tile_n);
     }
 }
 

@@ -119,6 +119,7 @@ cudaError_t launch_out_epi(cgm_dtype out, int dev, const call_maps &m, const hge
  * kernel. */
 cudaError_t launch_variant(int in, bool pp, cgm_dtype out, int dev, const call_maps &m, const hgemm_params &p,
                            int grid, cudaStream_t stream) {
+    if (in_is_fp8(in) && p.promote) return cgm_hopper::launch_fp8_promoted(in, pp, out, dev, &m, &p, grid, stream);
     if (in_is_fp8(in)) return cgm_hopper::launch_fp8(in, pp, pp && p.addend_tma, out, dev, &m, &p, grid, stream);
     bool bf16 = in == kInBf16;
     if (p.epilogue)
@@ -274,18 +275,41 @@ const char *epilogue_problem(const cgm_hgemm_args *a) {
     return nullptr;
 }
 
+/* The checks of block scaling's fields (fp8_problem's). */
+const char *fp8_block_problem(const cgm_hgemm_args *a) {
+    const int64_t kb = (a->k + 127) / 128;
+    if (!a->x_block_scale != !a->w_block_scale)
+        return "block scaling needs both x_block_scale and w_block_scale (or neither, for per-tensor scales)";
+    if (a->x_scale || a->w_scale)
+        return "block scaling takes x_block_scale and w_block_scale instead of x_scale and w_scale: pass those NULL";
+    if ((uintptr_t)a->x_block_scale % 4 || (uintptr_t)a->w_block_scale % 4)
+        return "x_block_scale and w_block_scale must be 4-byte aligned (device fp32)";
+    if (a->x_block_ld < kb || a->w_block_ld < kb || a->x_block_ld > INT32_MAX || a->w_block_ld > INT32_MAX)
+        return "block scaling needs x_block_ld and w_block_ld >= ceil(k / 128) (one scale per 128 k) and below 2^31";
+    return nullptr;
+}
+
 /* The checks of the fp8 fields (args_problem's): W's dtype, the scales,
  * 16-byte rows. */
 const char *fp8_problem(const cgm_hgemm_args *a) {
     if (!fp8_in(a)) {
-        if (a->x_scale || a->w_scale)
-            return "x_scale and w_scale are for fp8 inputs: pass NULL with bf16 or fp16 X and W";
+        if (a->x_scale || a->w_scale || a->x_block_scale || a->w_block_scale)
+            return "x_scale, w_scale and the block scales are for fp8 inputs: pass NULL with bf16 or fp16 X and W";
+        if (a->fp8_promote) return "fp8_promote is for fp8 inputs: pass 0 with bf16 or fp16 X and W";
         return nullptr;
     }
     if (a->w_dtype != CGM_DTYPE_FP8_E4M3 && a->w_dtype != CGM_DTYPE_FP8_E5M2)
         return "with fp8 X, w_dtype must be CGM_DTYPE_FP8_E4M3 or CGM_DTYPE_FP8_E5M2";
-    if (!a->x_scale || !a->w_scale) return "fp8 inputs need x_scale and w_scale (device fp32)";
-    if ((uintptr_t)a->x_scale % 4 || (uintptr_t)a->w_scale % 4) return "x_scale and w_scale must be 4-byte aligned";
+    if (a->fp8_promote != 0 && a->fp8_promote != 1) return "fp8_promote must be 0 or 1";
+    if (a->x_block_scale || a->w_block_scale) {
+        const char *why = fp8_block_problem(a);
+        if (why) return why;
+    } else {
+        if (!a->x_scale || !a->w_scale)
+            return "fp8 inputs need x_scale and w_scale (device fp32), or x_block_scale and w_block_scale";
+        if ((uintptr_t)a->x_scale % 4 || (uintptr_t)a->w_scale % 4)
+            return "x_scale and w_scale must be 4-byte aligned";
+    }
     if (a->x_scale_shard_rows < 0) return "x_scale_shard_rows must be >= 0 (0: one scale for every row)";
     if (a->k % 16)
         return "fp8 inputs need k a multiple of 16 (16-byte TMA rows; pad X and W with zero columns, or use "
@@ -356,6 +380,13 @@ void params_shape(const cgm_hgemm_args *a, int tile_n, hgemm_params *p) {
     p->w_scale = a->w_scale;
     int64_t xs = a->x_scale_shard_rows > 0 && a->x_scale_shard_rows < a->m ? a->x_scale_shard_rows : a->m;
     fastdiv_init((int)(xs > 0 ? xs : 1), &p->xs_mul, &p->xs_shr);
+    /* promotion, block scaling (fp8.cuh) */
+    p->x_bs = a->x_block_scale;
+    p->w_bs = a->w_block_scale;
+    p->promote = fp8_in(a) && (a->fp8_promote || a->x_block_scale);
+    p->x_bs_ld = a->x_block_ld;
+    p->w_bs_ld = a->w_block_ld;
+    p->w_blocks = (int)((a->n + 127) / 128);
 }
 
 /* The fused hooks' fields of p: the row flags (with wait_row_flags'
@@ -419,7 +450,8 @@ bool maps_for(const cgm_hgemm_args *a, bool pp, int tile_n, call_maps *m, hgemm_
     }
     memset(&m->addends, 0, sizeof m->addends);
     size_t addend_size = a->addend_dtype == CGM_DTYPE_FP32 ? 4 : 2;
-    p->addend_tma = pp && a->naddends > 0 && a->epilogue == CGM_EPILOGUE_NONE &&
+    const bool promote = fp8_in(a) && (a->fp8_promote || a->x_block_scale); /* no helper form (launch.cuh) */
+    p->addend_tma = pp && a->naddends > 0 && a->epilogue == CGM_EPILOGUE_NONE && !promote &&
                     (a->addend_ld * (int64_t)addend_size) % 16 == 0;
     for (int i = 0; p->addend_tma && i < a->naddends; i++)
         if ((uintptr_t)a->addend[i] % 16) p->addend_tma = 0;
@@ -456,7 +488,8 @@ extern "C" cudaError_t cgm_hgemm_preload(void) {
     if (!is_sm90(nullptr, nullptr)) return cudaSuccess;
     cudaError_t e = preload_in<kInBf16>();
     if (e == cudaSuccess) e = preload_in<kInF16>();
-    return e != cudaSuccess ? e : cgm_hopper::preload_fp8();
+    if (e == cudaSuccess) e = cgm_hopper::preload_fp8();
+    return e != cudaSuccess ? e : cgm_hopper::preload_fp8_promoted();
 }
 
 extern "C" size_t cgm_hgemm_bgrad_ws_bytes(int64_t m, int64_t n) {

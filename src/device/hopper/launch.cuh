@@ -1,7 +1,8 @@
-/* The Hopper GEMM's launch templates, shared by the two translation units
- * that instantiate the kernels: launch.cu (fp16 and bf16 operands) and
- * launch_fp8.cu (the fp8 pairs; their own object so that the two compile
- * in parallel). */
+/* The Hopper GEMM's launch templates, shared by the three translation
+ * units that instantiate the kernels: launch.cu (fp16 and bf16 operands),
+ * launch_fp8.cu (the fp8 pairs) and launch_fp8_promoted.cu (the fp8 pairs'
+ * promoting kernels), each its own object so that they compile in
+ * parallel. */
 #ifndef COMMGEMM_HOPPER_LAUNCH_CUH
 #define COMMGEMM_HOPPER_LAUNCH_CUH
 
@@ -62,6 +63,27 @@ template <int kIn, typename OutT> cudaError_t preload_out() {
     return e != cudaSuccess ? e : cudaFuncGetAttributes(&fa, hgemm_kernel<kIn, OutT, true, true>);
 }
 
+/* The promoting fp8 kernels (promoted<T>: cooperative and ping-pong, the
+ * addends loaded by the consumers). */
+template <int kIn, bool kPP>
+cudaError_t launch_out_promoted(cgm_dtype out, int dev, const call_maps &m, const hgemm_params &p, int grid,
+                                cudaStream_t stream) {
+    switch (out) {
+    case CGM_DTYPE_BF16: return launch<kIn, promoted<__nv_bfloat16>, kPP, false>(dev, m, p, grid, stream);
+    case CGM_DTYPE_FP16: return launch<kIn, promoted<__half>, kPP, false>(dev, m, p, grid, stream);
+    default: return launch<kIn, promoted<float>, kPP, false>(dev, m, p, grid, stream);
+    }
+}
+template <int kIn> cudaError_t preload_promoted() {
+    cudaFuncAttributes fa;
+    cudaError_t e = cudaFuncGetAttributes(&fa, hgemm_kernel<kIn, promoted<float>, true, false>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kIn, promoted<float>, false, false>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kIn, promoted<__nv_bfloat16>, true, false>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kIn, promoted<__nv_bfloat16>, false, false>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, hgemm_kernel<kIn, promoted<__half>, true, false>);
+    return e != cudaSuccess ? e : cudaFuncGetAttributes(&fa, hgemm_kernel<kIn, promoted<__half>, false, false>);
+}
+
 template <int kIn> cudaError_t preload_in() {
     cudaError_t e = preload_out<kIn, float>();
     if (e == cudaSuccess) e = preload_out<kIn, __nv_bfloat16>();
@@ -78,6 +100,11 @@ namespace cgm_hopper {
 cudaError_t launch_fp8(int in, bool pp, bool add_tma, cgm_dtype out, int dev, const void *maps,
                        const void *params, int grid, cudaStream_t stream);
 cudaError_t preload_fp8();
+/* launch_fp8_promoted.cu: the promoting fp8 kernels (hgemm_params.promote),
+ * the same way. */
+cudaError_t launch_fp8_promoted(int in, bool pp, cgm_dtype out, int dev, const void *maps, const void *params,
+                                int grid, cudaStream_t stream);
+cudaError_t preload_fp8_promoted();
 } // namespace cgm_hopper
 
 #endif

@@ -210,6 +210,27 @@ __device__ __forceinline__ void wgmma_m64n128(float (&d)[128], uint64_t desc_a,
         CGM_WGMMA_M64N128("m64n128k32.f32.e5m2.e5m2", "1, 1");
 }
 
+/* D[64x128] = A[64xK] . B[Kx128] into a separate accumulator of 64
+ * (the promoting fp8 kernels' per-k-block sum; fp8 operands only). */
+template <int kIn>
+__device__ __forceinline__ void wgmma_m64n128_into(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                                   uint32_t scale_d) {
+    constexpr int OFF = 0;
+    static_assert(kIn >= kInE4E4, "fp8 operands");
+    if constexpr (kIn == kInE4E4)
+        CGM_WGMMA_M64N128("m64n128k32.f32.e4m3.e4m3", "1, 1");
+    else if constexpr (kIn == kInE4E5)
+        CGM_WGMMA_M64N128("m64n128k32.f32.e4m3.e5m2", "1, 1");
+    else if constexpr (kIn == kInE5E4)
+        CGM_WGMMA_M64N128("m64n128k32.f32.e5m2.e4m3", "1, 1");
+    else
+        CGM_WGMMA_M64N128("m64n128k32.f32.e5m2.e5m2", "1, 1");
+}
+__device__ __forceinline__ void fence_accumulators(float (&d)[64]) {
+#pragma unroll
+    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
 using cgm_flags::load_acquire_sys;
 __device__ __forceinline__ unsigned long long globaltimer() { return cgm_flags::global_timer_ns(); }
 
