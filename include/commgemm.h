@@ -729,8 +729,9 @@ typedef struct cgm_op_options {
  *   and its scales, y_amax) may overlap an input (data or scales).
  * - Backends: the host backend runs every rule above (the reference).
  *   nccl runs them too, every op and algorithm; p2p on its chunked
- *   algorithms (split, ring, no_overlap, bulk), refusing algo = fused and
- *   GEMM+AR's y_amax (use nccl for those). Both need a GPU with FP8 tensor
+ *   algorithms (split, ring, no_overlap, bulk) and on algo = fused for
+ *   AG+GEMM and GEMM+RS to a bf16, fp16 or fp32 Y without an epilogue,
+ *   refusing GEMM+AR's y_amax (use nccl for it). Both need a GPU with FP8 tensor
  *   cores (compute capability 8.9+; block scaling: Hopper, 9.x, and
  *   cuBLAS 12.9+), else CGM_ERROR_NOT_SUPPORTED. cublasmp runs TENSOR
  *   scaling on GEMM+RS and GEMM+AR (an fp8 Y on GEMM+RS only, without

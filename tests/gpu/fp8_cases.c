@@ -314,27 +314,3 @@ void fp8_sweep(const fp8_rank *g, cgm_op op, bool ar_amax) {
                     fp8_run_case(g, &c, op != CGM_OP_GEMM_ALL_REDUCE || ar_amax);
                 }
 }
-
-
-void fp8_fused_sweep(const fp8_rank *g, cgm_op op) {
-    fp8_need_hopper();
-    /* (X, W, Y, bias): bf16 Y with a bf16 bias, fp32 Y without (the fused
-     * kernel's bias has Y's dtype) */
-    static const struct {
-        cgm_dtype xd, wd, yd;
-        bool bias;
-    } types[] = {
-        {CGM_DTYPE_FP8_E4M3, CGM_DTYPE_FP8_E4M3, CGM_DTYPE_BF16, true},
-        {CGM_DTYPE_FP8_E4M3, CGM_DTYPE_FP8_E5M2, CGM_DTYPE_FP32, false},
-        {CGM_DTYPE_FP8_E5M2, CGM_DTYPE_FP8_E4M3, CGM_DTYPE_BF16, false},
-    };
-    /* shards that split 128-row tiles (300 rows), k not a multiple of 128,
-     * m < 128, and m < P */
-    static const int64_t shapes[][3] = {{300, 256, 512}, {64, 64, 256}, {37, 48, 208}, {1, 16, 128}};
-    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
-        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-            fp8_case c = {op, types[t].xd, types[t].wd, types[t].yd, false, types[t].bias,
-                          shapes[s][0], shapes[s][1], shapes[s][2], CGM_ALGO_FUSED, true};
-            fp8_run_case(g, &c, false);
-        }
-}

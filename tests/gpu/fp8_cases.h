@@ -26,7 +26,7 @@ typedef struct fp8_case {
     bool block, bias;
     int64_t m, n, k;
     cgm_algo algo;
-    bool fast_accum; /* options.fp8_fast_accum (the fused algorithm needs it) */
+    bool fast_accum; /* options.fp8_fast_accum (Y's bound allows for it) */
 } fp8_case;
 
 /* Skips the case (with the reason) unless this rank's GPU is a Hopper
@@ -43,10 +43,5 @@ void fp8_sweep(const fp8_rank *g, cgm_op op, bool ar_amax);
  * (Y; with amax_ok and an fp8 Y, also the amax); fails the test on any
  * status but CGM_SUCCESS. */
 void fp8_run_case(const fp8_rank *g, const fp8_case *c, bool amax_ok);
-/* AG+GEMM or GEMM+RS with algorithm fused and options.fp8_fast_accum
- * (per-tensor scales, each shard its own): e4m3 x e4m3 -> bf16 with a bias,
- * e4m3 x e5m2 -> fp32, e5m2 x e4m3 -> bf16, on shapes whose shards split
- * the kernel's 128-row tiles, m < 128 and m < P. */
-void fp8_fused_sweep(const fp8_rank *g, cgm_op op);
 
 #endif

@@ -24,15 +24,12 @@ const char *p2p_fused_fp8_problem(const cgm_call *c) {
     if (!c->has_gemm || !cgm_dtype_is_fp8(c->in_dtype)) return NULL;
     if (cgm_dtype_is_fp8(c->out_dtype))
         return "the fused kernel writes a bf16, fp16 or fp32 Y, not an fp8 Y with its scale and amax";
-    if (c->scaling != CGM_SCALING_TENSOR)
-        return "the fused kernel takes per-tensor scales (CGM_SCALING_TENSOR), not block scaling";
     if (c->has_bias && c->bias.dtype != c->out_dtype)
         return "the fused kernel takes a bias of Y's dtype only";
-    if (!c->fp8_fast_accum)
-        return "the fused kernel accumulates in the tensor cores over the whole k, as "
-               "options.fp8_fast_accum = 1 asks: pass fp8_fast_accum = 1 to run it";
     if (c->epilogue != CGM_EPILOGUE_NONE)
-        return "the fused kernel's GELU and bias-gradient epilogues take bf16 or fp16 inputs, not fp8";
+        return "the fused kernel's GELU and bias-gradient epilogues take bf16 or fp16 inputs, not fp8, "
+               "and no p2p algorithm runs an epilogue with fp8 inputs: pass epilogue none and apply it "
+               "after the op";
     if (c->k % 16 || c->n % 16) return "the fused kernel with fp8 needs n and k multiples of 16 (16-byte rows)";
     return NULL;
 }
@@ -65,9 +62,16 @@ static const char *shared_problem(const p2p_state *st, const cgm_call *c) {
     a.m = a.n = 1;
     a.k = a.ldx = a.ldw = a.ldy = 16;
     a.x = a.w = a.y = (void *)st->ws.local; /* any aligned pointer */
-    if (cgm_dtype_is_fp8(c->in_dtype)) {
+    if (cgm_dtype_is_fp8(c->in_dtype)) { /* any aligned pointer for the scales */
         a.w_dtype = c->w_dtype;
-        a.x_scale = a.w_scale = (const float *)st->ws.local;
+        /* fp8_fast_accum is local (local_problem): the recipe's promotion */
+        a.fp8_promote = c->scaling != CGM_SCALING_TENSOR;
+        if (c->scaling == CGM_SCALING_TENSOR) {
+            a.x_scale = a.w_scale = (const float *)st->ws.local;
+        } else {
+            a.x_block_scale = a.w_block_scale = (const float *)st->ws.local;
+            a.x_block_ld = a.w_block_ld = 1; /* k = 16: one k block */
+        }
     }
     const char *why = NULL;
     return cgm_hgemm_supported(&a, &why) ? NULL : why;
@@ -99,7 +103,10 @@ static const char *local_problem(const p2p_state *st, const cgm_call *c) {
         a.x = (const char *)st->ws.local + st->gather_offset;
         a.ldx = c->k;
         a.x_own = c->x.data; /* the own rows are read where they are */
-        if (cgm_dtype_is_fp8(c->in_dtype)) a.x_scale = (const float *)st->ws.local; /* the gathered scales */
+        if (cgm_dtype_is_fp8(c->in_dtype)) { /* the gathered scales */
+            if (c->scaling == CGM_SCALING_TENSOR) a.x_scale = (const float *)st->ws.local;
+            else a.x_block_scale = (const float *)st->ws.local;
+        }
         a.ldx_own = cgm_matrix_ld(&c->x);
         a.own_row0 = plan_shard_offset(c->m, st->rank, P);
         a.own_rows = plan_shard_rows(c->m, st->rank, P);

@@ -19,10 +19,10 @@ bool p2p_fused_applies(const p2p_state *st, const cgm_call *call,
  * whether commgemm's kernel can add a GEMM+RS own piece's partials. */
 bool p2p_fused_tunable(const p2p_state *st, const cgm_call *call);
 /* Why the fused algorithm cannot take this fp8 call (NULL: it can, or the
- * call is not fp8): an fp8 Y, block scaling, a bias of another dtype than
- * Y, options.fp8_fast_accum 0 (the kernel accumulates over the whole k in
- * the tensor cores), n or k not a multiple of 16. p2p_fp8_check refuses
- * algorithm fused with it; the autotuner does not offer fused then. */
+ * call is not fp8): an fp8 Y, a bias of another dtype than Y, an epilogue,
+ * n or k not a multiple of 16. Both recipes and either fp8_fast_accum run.
+ * p2p_fp8_check refuses algorithm fused with it; the autotuner does not
+ * offer fused then. */
 const char *p2p_fused_fp8_problem(const cgm_call *call);
 /* Runs a call it applies to, validated and agreed by p2p_run, with
  * call->splits pieces per shard (0: the default). */

@@ -24,10 +24,19 @@ cgm_hgemm_args p2p_fused_kernel_args(const p2p_state *st, const cgm_call *c) {
     a.ldy = cgm_matrix_ld(&c->y);
     a.bias = c->has_bias ? c->bias.data : NULL;
     a.accumulate = c->accumulate;
-    if (cgm_dtype_is_fp8(c->in_dtype)) { /* per-tensor scales (p2p_fused_fp8_problem) */
+    if (cgm_dtype_is_fp8(c->in_dtype)) { /* AG: X's scales become the gathered ones (ag_gemm_kernel) */
         a.w_dtype = c->w_dtype;
-        a.w_scale = c->w.scale;
-        a.x_scale = c->x.scale; /* AG: the gathered shards' (ag_gemm_kernel) */
+        /* fp8_fast_accum 0: each 128-wide k block promoted into fp32 (the
+         * block recipe always promotes) */
+        a.fp8_promote = c->scaling != CGM_SCALING_TENSOR || !c->fp8_fast_accum;
+        if (c->scaling == CGM_SCALING_TENSOR) {
+            a.w_scale = c->w.scale;
+            a.x_scale = c->x.scale;
+        } else { /* X [m, kb] (RS: rs_own_kernel starts it at its rows), W [ceil(n/128), kb] */
+            a.w_block_scale = c->w.scale;
+            a.x_block_scale = c->x.scale;
+            a.w_block_ld = a.x_block_ld = cgm_ceil_div(c->k, 128);
+        }
     }
     a.flag_epoch_ptr = st->dev ? &st->dev->epoch : NULL;
     a.abort_word = st->dev ? &st->dev->abort : NULL;
@@ -168,6 +177,61 @@ fail:
     return status;
 }
 
+/* Block-scaled fp8 GEMMs on cuBLASLt (AG+GEMM without the kernel, GEMM+RS's
+ * partials) as split runs them (lt_fp8_rows.h), in the p2p fp8 workspace:
+ * the call's region (W's scales in cuBLASLt's layout, W padded where
+ * needed), then the scratch of one GEMM of up to ceil(m / P) rows (a
+ * shard at most), used in turn on the GEMM queue. */
+typedef struct block_lt {
+    cgm_fp8_call f;
+    void *scratch;
+    size_t scratch_bytes;
+} block_lt;
+
+static bool is_block(const cgm_call *c) {
+    return cgm_dtype_is_fp8(c->in_dtype) && c->scaling != CGM_SCALING_TENSOR;
+}
+
+static cgm_status block_gemm_cb(void *ctx, const cgm_lt_gemm_args *g,
+                                cudaStream_t stream) {
+    p2p_state *st = ctx;
+    return cgm_lt_gemm(st->lt, g, st->lt_workspace[1], P2P_LT_WORKSPACE,
+                       stream);
+}
+
+/* The dry pass: the workspace grown for `c` (eager calls only). */
+static cgm_status block_lt_ensure(p2p_state *st, const cgm_call *c) {
+    size_t need = cgm_fp8_call_bytes(c) +
+                  cgm_fp8_rows_scratch_bytes(c, cgm_ceil_div(c->m, st->nranks));
+    return cgm_fp8_workspace_ensure(&st->fp8_ws, need,
+                                    cgm_stream_capturing((cudaStream_t)c->stream),
+                                    "p2p");
+}
+
+static block_lt block_lt_of(p2p_state *st, const cgm_call *c) {
+    block_lt b;
+    size_t at = cgm_fp8_call_bytes(c);
+    cgm_fp8_call_fill(c, st->fp8_ws.buf, block_gemm_cb, st, &b.f);
+    b.scratch = (char *)st->fp8_ws.buf + at;
+    b.scratch_bytes = st->fp8_ws.bytes - at;
+    return b;
+}
+
+/* One GEMM of `g` (the call's, with its rows' m, x, y), X's scales of its
+ * rows at x_scales ([rows, kb]), traced as `what`. */
+static cgm_status block_gemm(p2p_state *st, const block_lt *b,
+                             const cgm_lt_gemm_args *g, const float *x_scales,
+                             plan_step what) {
+    cgm_status status = CGM_SUCCESS;
+    cudaStream_t gemm = st->queues[1];
+    int t = trace_open(st, what, gemm);
+    CGM_TRY(cgm_fp8_rows_gemm(&b->f, g, x_scales, b->f.kb, NULL, NULL,
+                              b->scratch, b->scratch_bytes, gemm));
+    CGM_TRY(trace_close(st, t, gemm));
+fail:
+    return status;
+}
+
 /* READY(chunk) to `peer` once the copy just enqueued on the comm queue
  * (`copied` bytes) is done: an 8-byte copy of the epoch right behind it on
  * the comm queue when p2p_signal_copy_after says so; else a signal kernel
@@ -217,20 +281,26 @@ typedef struct ag_rows {
     size_t row_bytes, in_pitch;
     char *gather;   /* my GATHER */
     const char *in; /* my shard in INPUT */
-    /* fp8: in my GATHER after the rows, shard j's x scale at scales[j]
-     * (P floats), then 16-byte slots for cuBLASLt (ag_gemm_lt); NULL
-     * otherwise. Every rank puts its scale into each peer's scales before
-     * its rows, so it is there before the rows' READY. */
+    /* fp8: in my GATHER after the rows, the gathered scales; NULL
+     * otherwise. TENSOR: shard j's x scale at scales[j] (P floats), then
+     * 16-byte slots for cuBLASLt (ag_gemm_lt); BLOCK: row g's kb scales at
+     * scales[g * kb] ([m, kb], the gathered numbering). Every rank puts its
+     * scales into each peer's before its rows, so they are there before
+     * the rows' READY, and into its own before the GEMM. */
     float *scales;
     size_t scales_at;       /* the offset of scales in GATHER */
     const float *own_scale; /* fp8: my shard's (device) */
+    bool block;             /* fp8 block scaling */
+    int64_t kb;             /* ceil(k / 128) */
 } ag_rows;
 
 /* GATHER's bytes for the rows and, with fp8, the scales. */
 static size_t ag_gather_need(const cgm_call *c, int P, size_t row_bytes) {
     size_t rows = (size_t)c->m * row_bytes;
     if (!cgm_dtype_is_fp8(c->in_dtype)) return rows;
-    return ((rows + 255) & ~(size_t)255) + (size_t)(5 * P + 8) * sizeof(float);
+    size_t scales = is_block(c) ? (size_t)c->m * (size_t)cgm_ceil_div(c->k, 128)
+                                : (size_t)(5 * P + 8);
+    return ((rows + 255) & ~(size_t)255) + scales * sizeof(float);
 }
 
 static ag_rows ag_rows_of(const p2p_state *st, const cgm_call *c, int S) {
@@ -248,7 +318,25 @@ static ag_rows ag_rows_of(const p2p_state *st, const cgm_call *c, int S) {
     a.scales_at = ((size_t)c->m * a.row_bytes + 255) & ~(size_t)255;
     a.scales = cgm_dtype_is_fp8(c->in_dtype) ? (float *)(a.gather + a.scales_at) : NULL;
     a.own_scale = a.scales ? c->x.scale : NULL;
+    a.block = is_block(c);
+    a.kb = cgm_ceil_div(c->k, 128);
     return a;
+}
+
+/* fp8: my shard's scales into the gathered scales of `gather` (my GATHER or
+ * a peer's) on `q`: TENSOR its one float at [r], BLOCK its rows' at row
+ * off. */
+static cgm_status ag_put_scales(const p2p_state *st, const ag_rows *a,
+                                char *gather, cudaStream_t q) {
+    cgm_status status = CGM_SUCCESS;
+    size_t at = a->block ? (size_t)(a->off * a->kb) : (size_t)st->rank;
+    size_t n = a->block ? (size_t)(a->own * a->kb) : 1;
+    if (!a->scales || !a->own_scale || a->own == 0 || n == 0) return CGM_SUCCESS;
+    CGM_CUDA_TRY(cudaMemcpyAsync(gather + a->scales_at + at * sizeof(float),
+                                 a->own_scale, n * sizeof(float),
+                                 cudaMemcpyDefault, q));
+fail:
+    return status;
 }
 
 /* My own rows into my GATHER, then my own READY cells, on the local queue.
@@ -296,7 +384,10 @@ static cgm_status ag_gemm_kernel(p2p_state *st, const cgm_call *c,
     a.m = c->m;
     a.x = rows->gather;
     a.ldx = c->k;
-    if (rows->scales) { /* row g's scale is its shard's */
+    if (rows->scales && rows->block) { /* row g's at scales[g * kb] */
+        a.x_block_scale = rows->scales;
+        a.x_block_ld = rows->kb;
+    } else if (rows->scales) { /* row g's scale is its shard's */
         a.x_scale = rows->scales;
         a.x_scale_shard_rows = cgm_ceil_div(c->m, st->nranks);
     }
@@ -327,28 +418,41 @@ fail:
     return status;
 }
 
-/* ag_gemm_lt with fp8 (after every shard's rows and scale arrived): one
- * cuBLASLt GEMM per shard with rows, with the shard's scale and W's in
- * 16-byte slots (scale_slot). */
+/* ag_gemm_lt with fp8 (after every shard's rows and scales arrived): one
+ * cuBLASLt GEMM per shard with rows. TENSOR: with the shard's scale and
+ * W's in 16-byte slots (scale_slot); BLOCK: with the shard's rows' scales
+ * (block_gemm). */
 static cgm_status ag_gemm_lt_fp8(p2p_state *st, const cgm_call *c, const ag_rows *rows,
                                  const cgm_lt_gemm_args *whole) {
     cgm_status status = CGM_SUCCESS;
     int P = st->nranks;
-    float *slots = rows->scales + ((P + 3) / 4) * 4; /* P x slots, then W's */
+    float *slots = rows->scales + ((P + 3) / 4) * 4; /* TENSOR: P x slots, then W's */
     size_t ldy = (size_t)cgm_matrix_ld(&c->y) * cgm_dtype_size(c->out_dtype);
-    CGM_TRY(scale_slot(st, slots + 4 * P, c->w.scale));
+    block_lt b;
+    memset(&b, 0, sizeof b);
+    if (rows->block) {
+        b = block_lt_of(st, c);
+        CGM_TRY(cgm_fp8_call_enqueue(&b.f, st->queues[1]));
+    } else {
+        CGM_TRY(scale_slot(st, slots + 4 * P, c->w.scale));
+    }
     for (int j = 0; j < P; j++) {
         int64_t off = plan_shard_offset(c->m, j, P), m_j = plan_shard_rows(c->m, j, P);
         if (m_j == 0) continue;
-        CGM_TRY(scale_slot(st, slots + 4 * j, rows->scales + j));
         cgm_lt_gemm_args g = *whole;
-        g.w_scale = slots + 4 * P;
         g.m = m_j;
         g.x = rows->gather + (size_t)off * rows->row_bytes;
-        g.x_scale = slots + 4 * j;
         g.y = (char *)c->y.data + (size_t)off * ldy;
-        CGM_TRY(lt_traced(st, &g, data_step(PLAN_GEMM, loc(st->rank, PLAN_BUF_GATHER),
-                                            loc(st->rank, PLAN_BUF_OUTPUT), j, -1, off, m_j)));
+        plan_step what = data_step(PLAN_GEMM, loc(st->rank, PLAN_BUF_GATHER),
+                                   loc(st->rank, PLAN_BUF_OUTPUT), j, -1, off, m_j);
+        if (rows->block) {
+            CGM_TRY(block_gemm(st, &b, &g, rows->scales + off * rows->kb, what));
+            continue;
+        }
+        CGM_TRY(scale_slot(st, slots + 4 * j, rows->scales + j));
+        g.w_scale = slots + 4 * P;
+        g.x_scale = slots + 4 * j;
+        CGM_TRY(lt_traced(st, &g, what));
     }
 fail:
     return status;
@@ -395,10 +499,8 @@ static cgm_status ag_push(p2p_state *st, const p2p_fused_entry *e, int S,
         CGM_TRY(wait_from(st, d, PLAN_FLAG_FREE, -1, comm));
         char *peer_gather = (char *)st->ws.peer[d] + st->gather_offset +
                             (size_t)a->off * a->row_bytes;
-        if (a->scales) /* my scale before my rows: ordered before their READY */
-            CGM_CUDA_TRY(cudaMemcpyAsync((char *)st->ws.peer[d] + st->gather_offset + a->scales_at +
-                                             (size_t)r * sizeof(float),
-                                         a->own_scale, sizeof(float), cudaMemcpyDefault, comm));
+        /* my scales before my rows: ordered before their READY */
+        CGM_TRY(ag_put_scales(st, a, (char *)st->ws.peer[d] + st->gather_offset, comm));
         for (int q = 0; q < a->npieces; q++) {
             int64_t row0 = q * a->rpf;
             int64_t rows = a->own - row0 < a->rpf ? a->own - row0 : a->rpf;
@@ -439,9 +541,13 @@ static cgm_status ag_gathered(p2p_state *st, const cgm_call *c,
     what.src.buf = PLAN_BUF_GATHER, what.row0 = end, what.rows = c->m - end;
     CGM_TRY(copy_rows(st, what, xg + (size_t)end * pitch, pitch,
                       a->gather + (size_t)end * rb, rb, rb, c->m - end, gemm));
-    /* fp8: the gathered scales, P floats (shards without rows leave theirs) */
+    /* fp8: the gathered scales, TENSOR P floats (shards without rows leave
+     * theirs), BLOCK [m, kb] (mine put there before the GEMM) */
     float *xgs = (float *)c->x_gathered.scale;
-    for (int j = 0; a->scales && xgs && j < st->nranks; j++)
+    if (a->scales && xgs && a->block && c->m * a->kb > 0)
+        CGM_CUDA_TRY(cudaMemcpyAsync(xgs, a->scales, (size_t)(c->m * a->kb) * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, gemm));
+    for (int j = 0; a->scales && xgs && !a->block && j < st->nranks; j++)
         if (plan_shard_rows(c->m, j, st->nranks) > 0)
             CGM_CUDA_TRY(cudaMemcpyAsync(xgs + j, a->scales + j, sizeof(float), cudaMemcpyDeviceToDevice, gemm));
 fail:
@@ -462,17 +568,15 @@ cgm_status p2p_fused_ag(p2p_state *st, const cgm_call *c,
                          ag_gather_need(c, P, a.row_bytes), (long long)c->m,
                          (long long)c->k, cgm_dtype_name(c->in_dtype),
                          st->gather_bytes);
-    if (dry) return CGM_SUCCESS;
+    if (dry) return a.block && !kernel ? block_lt_ensure(st, c) : CGM_SUCCESS;
     /* Every peer with rows pushes them into my GATHER: let it. */
     for (int j = 0; j < P; j++)
         if (j != r && plan_shard_rows(c->m, j, P) > 0)
             CGM_TRY(signal_to(st, j, PLAN_FLAG_FREE, -1, st->queues[0]));
     CGM_TRY(ag_own_rows(st, c, S, &a, kernel));
-    /* fp8: my scale into my slot before the GEMM (its own tiles do not
-     * wait for flags) */
-    if (a.scales && a.own > 0)
-        CGM_CUDA_TRY(cudaMemcpyAsync(a.scales + r, a.own_scale, sizeof(float), cudaMemcpyDeviceToDevice,
-                                     st->queues[1]));
+    /* fp8: my scales into the gathered ones before the GEMM (its own
+     * tiles do not wait for flags, and read them there) */
+    CGM_TRY(ag_put_scales(st, &a, a.gather, st->queues[1]));
     CGM_TRY(kernel ? ag_gemm_kernel(st, c, e, S, &a)
                    : ag_gemm_lt(st, c, e, S, &a));
     /* Enqueued after the GEMM: the kernel runs the own rows first and waits
@@ -495,12 +599,16 @@ typedef struct rs_slots {
     int nslots;       /* local partial slots in turn, 1 or 2 */
 } rs_slots;
 
-/* fp8 GEMM+RS: this rank's x and w scales in two 16-byte slots at the
- * start of GATHER (which GEMM+RS does not use), for cuBLASLt's partials
- * (scale_slot). */
+/* fp8 GEMM+RS, for cuBLASLt's partials, on the GEMM queue: TENSOR this
+ * rank's x and w scales in two 16-byte slots at the start of GATHER
+ * (which GEMM+RS does not use; scale_slot); BLOCK W's side (block_lt). */
 static cgm_status rs_scales(p2p_state *st, const cgm_call *c) {
     cgm_status status = CGM_SUCCESS;
     if (!cgm_dtype_is_fp8(c->in_dtype)) return CGM_SUCCESS;
+    if (is_block(c)) {
+        block_lt b = block_lt_of(st, c);
+        return cgm_fp8_call_enqueue(&b.f, st->queues[1]);
+    }
     float *slots = (float *)((char *)st->ws.local + st->gather_offset);
     CGM_TRY(scale_slot(st, slots, c->x.scale));
     CGM_TRY(scale_slot(st, slots + 4, c->w.scale));
@@ -510,12 +618,13 @@ fail:
 
 /* Rows [row0, row0 + rows) of the call's X times W into `y` (dense, n
  * wide, the partial dtype pd), no epilogue: a partial, with cuBLASLt on
- * the compute queue; fp8: scales from rs_scales. */
+ * the compute queue; fp8: scales from rs_scales (BLOCK: X's rows' own,
+ * block_gemm). */
 static cgm_status partial_gemm(p2p_state *st, const cgm_call *c, int64_t row0,
                                int64_t rows, void *y, cgm_dtype pd,
                                plan_step what) {
     cgm_lt_gemm_args g = cgm_lt_args_from_call(c);
-    if (cgm_dtype_is_fp8(c->in_dtype)) {
+    if (cgm_dtype_is_fp8(c->in_dtype) && !is_block(c)) {
         const float *slots = (const float *)((const char *)st->ws.local + st->gather_offset);
         g.x_scale = slots, g.w_scale = slots + 4;
     }
@@ -527,6 +636,10 @@ static cgm_status partial_gemm(p2p_state *st, const cgm_call *c, int64_t row0,
     g.out_dtype = pd;
     g.bias = NULL;
     g.accumulate = false;
+    if (is_block(c)) {
+        block_lt b = block_lt_of(st, c);
+        return block_gemm(st, &b, &g, c->x.scale ? c->x.scale + row0 * b.f.kb : NULL, what);
+    }
     return lt_traced(st, &g, what);
 }
 
@@ -590,6 +703,7 @@ static cgm_status rs_own_kernel(p2p_state *st, const cgm_call *c, int S,
     a.x = (const char *)c->x.data +
           (size_t)sl->off * (size_t)ldx * cgm_dtype_size(c->in_dtype);
     a.ldx = ldx;
+    if (a.x_block_scale) a.x_block_scale += sl->off * a.x_block_ld; /* my rows' */
     a.addend_dtype = sl->pd;
     a.addend_ld = c->n;
     a.rows_per_flag = sl->rpf;
@@ -677,7 +791,7 @@ cgm_status p2p_fused_rs(p2p_state *st, const cgm_call *c,
                          "(sized from max_m/max_n); raise cgm_config.max_m/"
                          "max_n", (long long)c->m, (long long)c->n, P,
                          sl.stride, st->recv_bytes, st->partial_bytes);
-    if (dry) return CGM_SUCCESS;
+    if (dry) return is_block(c) ? block_lt_ensure(st, c) : CGM_SUCCESS;
     CGM_TRY(rs_scales(st, c));
     /* Every peer writes its partial of my rows into my RECV: let it. */
     if (sl.own > 0)
