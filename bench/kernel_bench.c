@@ -183,7 +183,8 @@ static int parse_shapes(const char *list, kb_options *o) {
 static void usage(FILE *to) {
     fprintf(to, "usage: commgemm-kernel-bench [plain|ag|fused|addend|epilogue] [--shapes MxNxK,...] [--dynamic] "
                 "[--only V]\n"
-                "       plain only: [--sweep] [--dtype bf16|fp16|e4m3] [--lt-reduction-fp32]\n");
+                "       plain only: [--sweep] [--dtype bf16|fp16|e4m3] [--fp8 fast|promote|block] "
+                "[--lt-reduction-fp32]\n");
 }
 
 int main(int argc, char **argv) {
@@ -207,6 +208,13 @@ int main(int argc, char **argv) {
             o.sweep = true;
         } else if (!strcmp(arg, "--lt-reduction-fp32")) {
             o.lt_reduction_fp32 = true;
+        } else if (!strcmp(arg, "--fp8") && i + 1 < argc) {
+            const char *f = argv[++i];
+            if (strcmp(f, "fast") && strcmp(f, "promote") && strcmp(f, "block")) {
+                fprintf(stderr, "commgemm-kernel-bench: --fp8: expected fast, promote or block, found '%s'\n", f);
+                return 2;
+            }
+            o.fp8_mode = !strcmp(f, "fast") ? KB_FP8_FAST : !strcmp(f, "promote") ? KB_FP8_PROMOTE : KB_FP8_BLOCK;
         } else if (!strcmp(arg, "--dtype") && i + 1 < argc) {
             const char *d = argv[++i];
             if (strcmp(d, "bf16") && strcmp(d, "fp16") && strcmp(d, "e4m3")) {
@@ -223,8 +231,12 @@ int main(int argc, char **argv) {
         }
     }
     bool plain = !strcmp(o.bench, "plain");
-    if (!plain && (o.sweep || o.lt_reduction_fp32 || o.dtype != CGM_DTYPE_BF16)) {
-        fprintf(stderr, "commgemm-kernel-bench: --sweep, --dtype and --lt-reduction-fp32 are plain's only\n");
+    if (!plain && (o.sweep || o.lt_reduction_fp32 || o.dtype != CGM_DTYPE_BF16 || o.fp8_mode)) {
+        fprintf(stderr, "commgemm-kernel-bench: --sweep, --dtype, --fp8 and --lt-reduction-fp32 are plain's only\n");
+        return 2;
+    }
+    if (o.fp8_mode && o.dtype != CGM_DTYPE_FP8_E4M3) {
+        fprintf(stderr, "commgemm-kernel-bench: --fp8 promote or block needs --dtype e4m3\n");
         return 2;
     }
     if (o.sweep && o.nshapes) {

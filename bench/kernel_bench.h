@@ -19,6 +19,11 @@
 #define KB_MAX_WHO 8
 #define KB_MAX_SHAPES 32
 
+/* The fp8 accumulation and scaling of both sides (--fp8): fast
+ * accumulation with per-tensor scales, promotion with per-tensor scales,
+ * block scaling (1x128 and 128x128, promotion implied). */
+enum { KB_FP8_FAST = 0, KB_FP8_PROMOTE = 1, KB_FP8_BLOCK = 2 };
+
 typedef struct kb_options {
     const char *bench;  /* plain, ag, fused, addend or epilogue */
     int nshapes;        /* 0: the bench's default shapes */
@@ -28,6 +33,7 @@ typedef struct kb_options {
     bool sweep;         /* --sweep (plain): the sweep's shapes */
     cgm_dtype dtype;    /* --dtype (plain): X, W and Y; bf16 by default; e4m3: X and W, Y bf16 */
     bool lt_reduction_fp32; /* --lt-reduction-fp32 (plain): cuBLASLt's split-k parts added in fp32 only */
+    int fp8_mode; /* --fp8 (plain, e4m3): KB_FP8_FAST, KB_FP8_PROMOTE or KB_FP8_BLOCK */
 } kb_options;
 
 /* A CUDA call that must succeed: else the bench prints the call and the

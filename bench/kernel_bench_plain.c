@@ -35,7 +35,10 @@
  * is that of an accumulator losing up to 2^-13 of the magnitude in each
  * 32-wide k step: g = ceil(k / 32) 2^-13 (docs/FP8.md); exact rounding is
  * reported, not required, and cooperative and ping-pong need not agree bit
- * for bit. */
+ * for bit. --fp8 promote: both sides promote to fp32 (ours fp8_promote,
+ * cuBLASLt without FAST_ACCUM); --fp8 block: both take block scales (all
+ * 1: the same product), cuBLASLt on m rounded up to 4 as well (its block
+ * scaling wants m and n multiples of 4). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -136,6 +139,7 @@ typedef struct plain_inputs {
     void *dx, *dw;
     float *value, *out_value;   /* value[bits] of an input, out_value[bits] of Y */
     float *scale;               /* fp8: device floats of 1: x_scale [0], w_scale [4] */
+    float *block_scale;         /* fp8: device floats of 1, enough for any shape's block scales */
 } plain_inputs;
 
 /* Element i of an input buffer, as its bits. */
@@ -165,10 +169,15 @@ static void inputs_make(plain_inputs *in, cgm_dtype t, const plain_case *cases, 
     }
     /* fp8: the same values (hv_value), as e4m3 codes; W rows up to n
      * rounded up to 16 for cuBLASLt */
-    size_t nw16 = 0;
+    size_t nw16 = 0, nscales = 0;
     for (int i = 0; i < count; i++) {
         size_t w = (size_t)(((cases[i].n + 15) / 16 * 16) * cases[i].k);
         nw16 = w > nw16 ? w : nw16;
+        size_t kb4 = (size_t)((cases[i].k + 511) / 512 * 4);
+        size_t sx = (size_t)((cases[i].m + 3) / 4 * 4) * kb4, sw = (size_t)((cases[i].n + 127) / 128 + 1) * kb4;
+        nscales = sx > nscales ? sx : nscales, nscales = sw > nscales ? sw : nscales;
+        size_t x4 = (size_t)(((cases[i].m + 3) / 4 * 4) * cases[i].k); /* cuBLASLt's rows with --fp8 block */
+        nx = x4 > nx ? x4 : nx;
     }
     unsigned char code[17];
     for (int v = 0; v < 17; v++) code[v] = 0;
@@ -184,11 +193,16 @@ static void inputs_make(plain_inputs *in, cgm_dtype t, const plain_case *cases, 
     in->dx = kb_to_device(in->hx, nx), in->dw = kb_to_device(in->hw, nw16);
     const float ones[8] = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f};
     in->scale = kb_to_device(ones, sizeof ones); /* x_scale, w_scale at +4: 16-byte aligned for cuBLASLt */
+    float *many = malloc(nscales * sizeof(float));
+    if (!many) kb_die("malloc %zu scales", nscales);
+    for (size_t i = 0; i < nscales; i++) many[i] = 1.0f;
+    in->block_scale = kb_to_device(many, nscales * sizeof(float));
+    free(many);
 }
 
 static void inputs_free(plain_inputs *in) {
     free(in->hx), free(in->hw), free(in->value), free(in->out_value);
-    cudaFree(in->dx), cudaFree(in->dw), cudaFree(in->scale);
+    cudaFree(in->dx), cudaFree(in->dw), cudaFree(in->scale), cudaFree(in->block_scale);
 }
 
 /* ------------------------------------------------------- the reference */
@@ -366,6 +380,12 @@ static void plain_run(const kb_options *o, const plain_inputs *in, const plain_c
         memset(&a[v], 0, sizeof a[v]);
         a[v].in_dtype = in->dtype, a[v].out_dtype = in->out;
         if (in->fp8) a[v].w_dtype = in->dtype, a[v].x_scale = in->scale, a[v].w_scale = in->scale + 4;
+        a[v].fp8_promote = o->fp8_mode == KB_FP8_PROMOTE;
+        if (o->fp8_mode == KB_FP8_BLOCK) {
+            a[v].x_scale = a[v].w_scale = NULL;
+            a[v].x_block_scale = a[v].w_block_scale = in->block_scale;
+            a[v].x_block_ld = a[v].w_block_ld = (c->k + 127) / 128;
+        }
         a[v].m = c->m, a[v].n = c->n, a[v].k = c->k, a[v].x = in->dx, a[v].ldx = c->k, a[v].w = in->dw;
         a[v].ldw = c->k, a[v].y = dy[v], a[v].ldy = c->n, a[v].variant = variants[v];
         const char *why = NULL;
@@ -378,12 +398,14 @@ static void plain_run(const kb_options *o, const plain_inputs *in, const plain_c
     g.in_dtype = in->dtype, g.out_dtype = in->out;
     g.m = c->m, g.n = c->n, g.k = c->k, g.x = in->dx, g.ldx = c->k, g.w = in->dw, g.ldw = c->k;
     g.y = dy[SIDE_LT], g.ldy = c->n, g.reduction_fp32 = o->lt_reduction_fp32;
-    void *y16 = NULL; /* fp8: cuBLASLt's Y with n rounded up to 16 */
-    long long n16 = (c->n + 15) / 16 * 16;
+    void *y16 = NULL; /* fp8: cuBLASLt's Y with n rounded up to 16 (--fp8 block: m to 4) */
+    long long n16 = (c->n + 15) / 16 * 16, m4 = o->fp8_mode == KB_FP8_BLOCK ? (c->m + 3) / 4 * 4 : c->m;
     if (in->fp8) {
         g.w_dtype = in->dtype, g.bias_dtype = in->out, g.scaling = CGM_LT_SCALE_TENSOR;
-        g.x_scale = in->scale, g.w_scale = in->scale + 4, g.fast_accum = true;
-        KB_CUDA(cudaMalloc(&y16, (size_t)(c->m * n16) * 2));
+        g.x_scale = in->scale, g.w_scale = in->scale + 4, g.fast_accum = o->fp8_mode == KB_FP8_FAST;
+        if (o->fp8_mode == KB_FP8_BLOCK)
+            g.scaling = CGM_LT_SCALE_BLOCK, g.x_scale = g.w_scale = in->block_scale, g.m = m4;
+        KB_CUDA(cudaMalloc(&y16, (size_t)(m4 * n16) * 2));
         g.n = n16, g.y = y16, g.ldy = n16;
     }
     kb_contenders who = {a, &g, 3, false, o->dynamic};
@@ -454,10 +476,14 @@ static void plain_header(const kb_options *o, const struct cudaDeviceProp *prop,
            cgm_dtype_name(o->dtype), o->dtype == CGM_DTYPE_FP8_E4M3 ? "bf16" : cgm_dtype_name(o->dtype), prop->name, prop->major, prop->minor, prop->multiProcessorCount,
            o->dynamic ? ", --dynamic" : "", o->lt_reduction_fp32 ? ", cuBLASLt split-k reduced in fp32 only" : "",
            count, KB_ROUNDS, KB_CALLS);
+    static const char *const fp8_modes[] = {"per-tensor scales, FAST_ACCUM (ours: no promotion)",
+                                            "per-tensor scales, promotion (cuBLASLt without FAST_ACCUM)",
+                                            "block scales 1x128 and 128x128 of 1, on m rounded up to 4"};
     if (o->dtype == CGM_DTYPE_FP8_E4M3)
         printf("# check: every side against the exact product on a sample of each output (bench/kernel_bench_plain.c): "
                "within |y - s| <= g a + u (|s| + g a), g = ceil(k / 32) 2^-13 (fp8 MMA accumulation), a = sum |x w|, "
-               "u = 2^-8; cuBLASLt FP8 with FAST_ACCUM on n rounded up to 16\n");
+               "u = 2^-8; cuBLASLt FP8 with %s, on n rounded up to 16\n",
+               fp8_modes[o->fp8_mode]);
     else
         printf("# check: every side against the exact product on a sample of each output (bench/kernel_bench_plain.c): "
                "within |y - s| <= g a + u (|s| + g a), g = k 2^-24 / (1 - k 2^-24), a = sum |x w|, u = %s; ours also "
