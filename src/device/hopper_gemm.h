@@ -170,7 +170,9 @@ typedef struct cgm_hgemm_args {
      *   bgrad[j] = sum over the m rows of t * gelu'(aux) (fp32, rounded
      *   once to bgrad_dtype).
      * aux: [m, n] of out_dtype, row stride aux_ld >= n, element aligned
-     * (pairs where aux_ld is even and aux 2-element aligned). The bias
+     * (pairs where aux_ld is even and aux 2-element aligned; 16-byte
+     * vectors on interior tiles where aux is 16-byte aligned and aux_ld a
+     * multiple of 8, or for fp32 pairs: faster). The bias
      * gradient: the kernel writes fp32 column partials of each 16-row group
      * into bgrad_ws (cgm_hgemm_bgrad_ws_bytes(m, n), 16-byte aligned; one
      * slot per group, each written by one warp in a fixed order), then

@@ -1,7 +1,8 @@
 /* The fused epilogue of commgemm's own sm_90a GEMM (cgm_hgemm_args.epilogue):
  * GELU, GELU_AUX, DGELU and DGELU_BGRAD on t = X . W^T (+ addends) (+ bias),
  * both variants, bf16 / fp16 / fp32 Y, odd m and n, aux with an odd ld and
- * misaligned (element access) or an even ld (pairs), against a double
+ * misaligned (element access), an even ld (pairs) or vectors (the fast
+ * path of interior tiles next to edge tiles), against a double
  * reference: t is exact (inputs are multiples of 1/8: test_hopper_gemm.c),
  * the activation's fp32 math and the one rounding are within the tolerance,
  * GELU_AUX's aux must equal t rounded once, and nothing outside [m, n] of
@@ -149,12 +150,18 @@ static void case_epilogues(const void *p) {
     require_sm90();
     /* m, n, k, ldy, aux_ld, aux_off, addend_ld, addend dtype: an odd aux_ld
      * one element past 16 bytes (element access), an even one (pairs) with
-     * an odd n and ldy */
+     * an odd n and ldy, and one where Y and aux take 16-byte vectors
+     * (fp32: pairs): the kernel's fast path on interior tiles, its checked
+     * path on the last rows (m 200) and columns (n 392: columns 256-383
+     * are interior in ping-pong, edge in the cooperative kernel, so both
+     * paths' bias gradients must agree to the bit) */
     static const epi_shape shapes[] = {{300, 200, 136, 208, 203, 1, 202, CGM_DTYPE_FP32},
-                                       {37, 27, 72, 27, 32, 0, 28, CGM_DTYPE_BF16}};
+                                       {37, 27, 72, 27, 32, 0, 28, CGM_DTYPE_BF16},
+                                       {200, 392, 72, 400, 400, 0, 392, CGM_DTYPE_FP16}};
+    const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
     static const cgm_dtype outs[] = {CGM_DTYPE_BF16, CGM_DTYPE_FP16, CGM_DTYPE_FP32};
     int runs = 0;
-    for (int sh = 0; sh < 2; sh++)
+    for (int sh = 0; sh < nshapes; sh++)
         for (int o = 0; o < 3; o++) {
             cgm_dtype in = outs[o] == CGM_DTYPE_FP16 ? CGM_DTYPE_FP16 : CGM_DTYPE_BF16;
             const epi_shape *s = &shapes[sh];

@@ -7,12 +7,16 @@
  * The kernels whose output type is with_epilogue<T> (config.cuh) run
  * epilogue_act instead: bias, then GELU / GELU_AUX / DGELU / DGELU_BGRAD
  * (commgemm.h "Epilogues") in fp32, one rounding, and DGELU_BGRAD's
- * per-16-row column partials. */
+ * per-16-row column partials; its interior tiles move Y and aux in
+ * 16-byte vectors the same way (fp32: pairs). The transpose also serves
+ * the other way: a lane's 16 loaded bytes of aux become its fragment's
+ * pairs (its own inverse). */
 #ifndef COMMGEMM_HOPPER_EPILOGUE_CUH
 #define COMMGEMM_HOPPER_EPILOGUE_CUH
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <float.h>
 #include <stdint.h>
 
 #include "device/epilogue.cuh"
@@ -96,14 +100,16 @@ __device__ __forceinline__ uint32_t pick4(const uint32_t (&w)[4], int i) {
 /* 4x4 transpose inside each quad of lanes (q = lane % 4): on entry w[g] is
  * this lane's column pair q of 8-column group g (g = 0..3, one row); on
  * exit w[i] is column pair i of group q, i.e. the 16 contiguous bytes of
- * group q. Two forms:
- *   kButterfly (the cooperative kernels): two butterfly stages (lane masks
+ * group q (and back: the transpose is its own inverse). Two forms:
+ *   kButterfly (the cooperative kernels, and epilogue_act's fast path in
+ *     both variants): two butterfly stages (lane masks
  *     2, then 1); in stage m, lanes q and q ^ m swap the words whose index
  *     differs from the lane in bit m, so word g of lane q ends as word q of
  *     lane g. Selects on the lane's bits only, constant shuffle masks: no
  *     branches (the rotating form compiled to branches and convergence
  *     barriers around every shuffle in the cooperative epilogue).
- *   otherwise (the ping-pong kernels, where the butterfly form spilled):
+ *   otherwise (the plain ping-pong kernels, where the butterfly form
+ *     spilled):
  *     round r, lane q sends its w[(q + r) % 4] and receives from lane
  *     (q - r) % 4 that lane's w[q]. */
 template <bool kButterfly>
@@ -217,10 +223,57 @@ __device__ __forceinline__ void epilogue_plain(const hgemm_params &p, float (&d)
     }
 }
 
+/* GELU (tanh form) and its derivative in fp32 for the fused epilogue, by
+ * the special function unit: with u = sqrt(2/pi) (t + 0.044715 t^3),
+ * 0.5 (1 + tanh u) = 1 / (1 + e^-2u), so
+ *   gelu(t)  = t / (1 + e^-2u)
+ *   gelu'(t) = s + 2 sqrt(2/pi) t (1 + 3 0.044715 t^2) e r^2
+ * with e = e^-2|u|, r = 1 / (1 + e), s = r (t >= 0) or e r (t < 0): the
+ * same function as cgm_dev_gelu / cgm_dev_dgelu (device/epilogue.cuh),
+ * without cancellation (1 - tanh^2 u = 4 e r^2), from ex2.approx and
+ * rcp.approx (a few fp32 ulp; 2^x of the scaled argument) instead of
+ * tanhf. +-inf and NaN come out as from the tanhf form (the slope's
+ * factor t (1 + ..) is clamped to finite values: 0 where e is 0).
+ * Products that later sums use are __fmul_rn: the same bits in every path
+ * (no contraction). */
+constexpr float kGelu2uLog2e = 2.302208198144325f;   /* 2 sqrt(2/pi) / ln 2 */
+constexpr float kGelu2uLog2eA = 0.1029432395800235f; /* that * 0.044715 */
+constexpr float kDgeluC2 = 1.5957691216057308f;      /* 2 sqrt(2/pi) */
+constexpr float kDgeluC2A3 = 0.21406444881780076f;   /* that * 3 * 0.044715 */
+
+__device__ __forceinline__ float ex2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float rcp_approx(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ float gelu_fast(float t) {
+    float z = t * fmaf(kGelu2uLog2eA, t * t, kGelu2uLog2e); /* 2u / ln 2 */
+    return t * rcp_approx(1.0f + ex2_approx(-z));
+}
+
+__device__ __forceinline__ float dgelu_fast(float t) {
+    float t2 = t * t;
+    float z = t * fmaf(kGelu2uLog2eA, t2, kGelu2uLog2e);
+    float e = ex2_approx(-fabsf(z));
+    float r = rcp_approx(1.0f + e);
+    float er = __fmul_rn(e, r);
+    float s = t >= 0.0f ? r : er;
+    float tq = __fmul_rn(t, fmaf(kDgeluC2A3, t2, kDgeluC2));
+    tq = fminf(fmaxf(tq, -FLT_MAX), FLT_MAX); /* inf only where e is 0: not inf * 0 */
+    return __fadd_rn(s, __fmul_rn(tq, __fmul_rn(er, r)));
+}
+
 /* The activation of one row's pair (row r < m, columns col < n and col +
  * 1, which may be n) on its fp32 values t (bias included): GELU_AUX first
  * stores t into aux; GELU and GELU_AUX take gelu(t), DGELU and DGELU_BGRAD
- * t * gelu'(aux). */
+ * t * gelu'(aux). The checked path's; act_forward and act_backward compute
+ * the same. */
 template <typename OutT>
 __device__ __forceinline__ void act_pair(const hgemm_params &p, int r, int col, float &a, float &b) {
     bool two = col + 1 < p.n;
@@ -234,8 +287,8 @@ __device__ __forceinline__ void act_pair(const hgemm_params &p, int r, int col, 
         }
     }
     if (p.epilogue == CGM_DEV_EPI_GELU || p.epilogue == CGM_DEV_EPI_GELU_AUX) {
-        a = cgm_dev_gelu(a);
-        b = cgm_dev_gelu(b);
+        a = gelu_fast(a);
+        b = gelu_fast(b);
         return;
     }
     float2 g;
@@ -245,58 +298,265 @@ __device__ __forceinline__ void act_pair(const hgemm_params &p, int r, int col, 
         g.x = to_float(x[0]);
         g.y = two ? to_float(x[1]) : 0.f;
     }
-    a *= cgm_dev_dgelu(g.x);
-    b *= cgm_dev_dgelu(g.y);
+    a = __fmul_rn(a, dgelu_fast(g.x));
+    b = __fmul_rn(b, dgelu_fast(g.y));
+}
+
+/* DGELU_BGRAD's column sums of one warp's 16 rows over 64 columns (8
+ * column groups j): on entry v[2 j + c] is this lane's sum of its two rows
+ * (row, row + 8; 0 for a row past m) at column 8 j + 2 q + c; on return
+ * v[0], v[1] are the warp's sums of columns 2 lane, 2 lane + 1. A
+ * reduce-scatter over the 8 lanes of each q (lane masks 16, 8, 4; each
+ * stage keeps the half of the columns named by the lane's bit): 14
+ * shuffles instead of 3 per value, and each column's sum is the same tree
+ * of additions in every tile, path and variant. */
+template <int kMask>
+__device__ __forceinline__ void bgrad_stage(float (&v)[16], int lane) {
+    constexpr int half = kMask / 2; /* values kept */
+    const bool hi = (lane & kMask) != 0;
+#pragma unroll
+    for (int i = 0; i < half; i++) {
+        float got = __shfl_xor_sync(0xFFFFFFFFu, hi ? v[i] : v[i + half], kMask);
+        v[i] = __fadd_rn(hi ? v[i + half] : v[i], got);
+    }
+}
+__device__ __forceinline__ void bgrad_reduce8(float (&v)[16], int lane) {
+    bgrad_stage<16>(v, lane); /* constant trip counts: v stays in registers */
+    bgrad_stage<8>(v, lane);
+    bgrad_stage<4>(v, lane);
+}
+
+/* One batch of the fast path: 4 column groups (32 columns) of this
+ * lane's rows row and row + 8, as va[2 g + c], vb[2 g + c] (column
+ * 8 g + 2 q + c). 16-bit types: ptr is the row's column 8 q and the quad
+ * transposes (quad_transpose) so that each lane moves the 16 bytes of
+ * group q; fp32: ptr is column 2 q, pairs. ld8: 8 rows of the matrix. */
+template <typename T> struct batch_raw { /* 16-bit: the lane's 16 bytes per row */
+    uint4 a, b;
+};
+template <> struct batch_raw<float> { /* fp32: the lane's pair per group and row */
+    float2 a[4], b[4];
+};
+
+template <typename T>
+__device__ __forceinline__ batch_raw<T> load_batch(const T *ptr, long long ld8) {
+    batch_raw<T> w;
+    if constexpr (sizeof(T) == 2) {
+        w.a = *reinterpret_cast<const uint4 *>(ptr);
+        w.b = *reinterpret_cast<const uint4 *>(ptr + ld8);
+    } else {
+#pragma unroll
+        for (int g = 0; g < 4; g++) {
+            w.a[g] = pair_of(ptr + 8 * g);
+            w.b[g] = pair_of(ptr + ld8 + 8 * g);
+        }
+    }
+    return w;
+}
+
+__device__ __forceinline__ float2 unpack_pair(__nv_bfloat16 *, uint32_t w) {
+    return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&w));
+}
+__device__ __forceinline__ float2 unpack_pair(__half *, uint32_t w) {
+    return __half22float2(*reinterpret_cast<__half2 *>(&w));
+}
+
+/* A loaded batch (load_batch) as the lane's fragment values. */
+template <typename T>
+__device__ __forceinline__ void batch_values(const batch_raw<T> &w, int q, float (&va)[8], float (&vb)[8]) {
+    if constexpr (sizeof(T) == 2) {
+        uint32_t xa[4] = {w.a.x, w.a.y, w.a.z, w.a.w}, xb[4] = {w.b.x, w.b.y, w.b.z, w.b.w};
+        quad_transpose<true>(xa, q);
+        quad_transpose<true>(xb, q);
+#pragma unroll
+        for (int g = 0; g < 4; g++) {
+            float2 fa = unpack_pair((T *)nullptr, xa[g]), fb = unpack_pair((T *)nullptr, xb[g]);
+            va[2 * g] = fa.x, va[2 * g + 1] = fa.y, vb[2 * g] = fb.x, vb[2 * g + 1] = fb.y;
+        }
+    } else {
+#pragma unroll
+        for (int g = 0; g < 4; g++) {
+            va[2 * g] = w.a[g].x, va[2 * g + 1] = w.a[g].y, vb[2 * g] = w.b[g].x, vb[2 * g + 1] = w.b[g].y;
+        }
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void store_batch(T *ptr, long long ld8, int q, const float (&va)[8], const float (&vb)[8]) {
+    if constexpr (sizeof(T) == 2) {
+        uint32_t wa[4], wb[4];
+#pragma unroll
+        for (int g = 0; g < 4; g++) {
+            wa[g] = pack_pair((T *)nullptr, va[2 * g], va[2 * g + 1]);
+            wb[g] = pack_pair((T *)nullptr, vb[2 * g], vb[2 * g + 1]);
+        }
+        quad_transpose<true>(wa, q);
+        quad_transpose<true>(wb, q);
+        *reinterpret_cast<uint4 *>(ptr) = make_uint4(wa[0], wa[1], wa[2], wa[3]);
+        *reinterpret_cast<uint4 *>(ptr + ld8) = make_uint4(wb[0], wb[1], wb[2], wb[3]);
+    } else {
+#pragma unroll
+        for (int g = 0; g < 4; g++) {
+            store_pair(ptr + 8 * g, va[2 * g], va[2 * g + 1]);
+            store_pair(ptr + ld8 + 8 * g, vb[2 * g], vb[2 * g + 1]);
+        }
+    }
+}
+
+/* The bias of a batch: ba[2 g + c] of column 8 g + 2 q + c past col
+ * (0 without a bias). */
+template <typename OutT>
+__device__ __forceinline__ void bias_batch(const OutT *bias, int col, float (&ba)[8]) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) ba[i] = bias ? to_float(bias[col + 8 * (i / 2) + i % 2]) : 0.f;
+}
+
+/* The fast path's addresses: this lane's row and row + 8 of a matrix
+ * (ld elements per row) at the tile's column col0 and the lane's offset
+ * in a batch (8 q for 16-bit types, 2 q for fp32). */
+template <typename T>
+__device__ __forceinline__ T *lane_at(void *base, long long ld, int row, int col0, int q) {
+    return static_cast<T *>(base) + (long long)row * ld + col0 + (sizeof(T) == 2 ? 8 * q : 2 * q);
+}
+
+/* The fast path of GELU and GELU_AUX (epilogue_act): per batch of 4
+ * column groups, t = d + bias, GELU_AUX's aux = t, Y = gelu(t), each
+ * stored by store_batch; the next batch's bias is loaded before this
+ * batch's stores. */
+template <typename OutT, int OFF, int NJ>
+__device__ __forceinline__ void act_forward(const hgemm_params &p, float (&d)[128], int row, int col0, int q) {
+    const OutT *bias = static_cast<const OutT *>(p.bias);
+    const bool aux_out = p.epilogue == CGM_DEV_EPI_GELU_AUX;
+    OutT *y = lane_at<OutT>(p.y, p.ldy, row, col0, q);
+    OutT *x = aux_out ? lane_at<OutT>(p.aux, p.aux_ld, row, col0, q) : nullptr;
+    float ba[8];
+    bias_batch(bias, col0 + 2 * q, ba);
+#pragma unroll
+    for (int jb = 0; jb < NJ / 4; jb++) {
+        float ta[8], tb[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            ta[i] = d[OFF + 16 * jb + 4 * (i / 2) + i % 2] + ba[i];
+            tb[i] = d[OFF + 16 * jb + 4 * (i / 2) + 2 + i % 2] + ba[i];
+        }
+        if (jb + 1 < NJ / 4) bias_batch(bias, col0 + 32 * (jb + 1) + 2 * q, ba);
+        if (aux_out) store_batch<OutT>(x + 32 * jb, 8 * p.aux_ld, q, ta, tb);
+#pragma unroll
+        for (int i = 0; i < 8; i++) ta[i] = gelu_fast(ta[i]), tb[i] = gelu_fast(tb[i]);
+        store_batch<OutT>(y + 32 * jb, 8 * p.ldy, q, ta, tb);
+    }
+}
+
+/* The fast path of DGELU and DGELU_BGRAD: per batch, Y = t * gelu'(aux)
+ * with aux loaded a batch ahead (load_batch), and every two batches the
+ * warp's column sums (bgrad_reduce8) stored as the lanes' pairs of the
+ * group's slot: 64 columns, 256 contiguous bytes. */
+template <typename OutT, int OFF, int NJ>
+__device__ __forceinline__ void act_backward(const hgemm_params &p, float (&d)[128], int row, int col0, int q,
+                                             float *slot) {
+    const OutT *bias = static_cast<const OutT *>(p.bias);
+    const int lane = threadIdx.x % 32;
+    OutT *y = lane_at<OutT>(p.y, p.ldy, row, col0, q);
+    const OutT *x = lane_at<OutT>(p.aux, p.aux_ld, row, col0, q);
+    const long long aux8 = 8 * p.aux_ld;
+    batch_raw<OutT> next = load_batch(x, aux8);
+    float ba[8], v[16];
+    bias_batch(bias, col0 + 2 * q, ba);
+#pragma unroll
+    for (int jb = 0; jb < NJ / 4; jb++) {
+        float ga[8], gb[8];
+        batch_values<OutT>(next, q, ga, gb);
+        if (jb + 1 < NJ / 4) next = load_batch(x + 32 * (jb + 1), aux8);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            ga[i] = __fmul_rn(d[OFF + 16 * jb + 4 * (i / 2) + i % 2] + ba[i], dgelu_fast(ga[i]));
+            gb[i] = __fmul_rn(d[OFF + 16 * jb + 4 * (i / 2) + 2 + i % 2] + ba[i], dgelu_fast(gb[i]));
+        }
+        if (jb + 1 < NJ / 4) bias_batch(bias, col0 + 32 * (jb + 1) + 2 * q, ba);
+        store_batch<OutT>(y + 32 * jb, 8 * p.ldy, q, ga, gb);
+        if (slot) { /* warp-uniform */
+#pragma unroll
+            for (int i = 0; i < 8; i++) v[8 * (jb % 2) + i] = __fadd_rn(ga[i], gb[i]);
+            if (jb % 2 == 1) {
+                bgrad_reduce8(v, lane);
+                *reinterpret_cast<float2 *>(slot + col0 + 64 * (jb / 2) + 2 * lane) = make_float2(v[0], v[1]);
+            }
+        }
+    }
+}
+
+/* The checked path of epilogue_act (edge tiles, or stores and aux loads
+ * that cannot be vectors): per column pair the activation (act_pair) and
+ * the stores with bounds checks; DGELU_BGRAD's sums of the pairs of 8
+ * column groups go through bgrad_reduce8 as in act_backward (a row or
+ * column past the end counts 0), the lanes storing the columns below n. */
+template <typename OutT, int OFF, int NJ>
+__device__ __forceinline__ void act_checked(const hgemm_params &p, float (&d)[128], int row, int col0, int q,
+                                            float *slot) {
+    const OutT *bias = static_cast<const OutT *>(p.bias);
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int b = 0; b < NJ / 8; b++) {
+        float v[16];
+#pragma unroll
+        for (int jj = 0; jj < 8; jj++) {
+            const int j = 8 * b + jj, col = col0 + 8 * j + 2 * q;
+            float ba, bb, s[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+            bias_pair(p, bias, col, ba, bb);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int r = row + 8 * h;
+                float a = d[OFF + 4 * j + 2 * h] + ba, c = d[OFF + 4 * j + 2 * h + 1] + bb;
+                if (r < p.m && col < p.n) {
+                    act_pair<OutT>(p, r, col, a, c);
+                    store_two<OutT>(p, r, col, a, c, 0.f, 0.f);
+                    s[h][0] = a;
+                    s[h][1] = col + 1 < p.n ? c : 0.f;
+                }
+            }
+            v[2 * jj] = __fadd_rn(s[0][0], s[1][0]);
+            v[2 * jj + 1] = __fadd_rn(s[0][1], s[1][1]);
+        }
+        if (p.epilogue == CGM_DEV_EPI_DGELU_BGRAD) { /* warp-uniform */
+            bgrad_reduce8(v, lane);
+            const int col = col0 + 64 * b + 2 * lane;
+            if (slot && col < p.n) {
+                slot[col] = v[0];
+                if (col + 1 < p.n) slot[col + 1] = v[1];
+            }
+        }
+    }
 }
 
 /* epilogue's form in the kernels with_epilogue<OutT> (p.epilogue not 0,
  * no accumulate): the 64 x 8NJ block of Y at (row0, col0) in d[OFF ..],
- * per element t = d + bias, the activation (act_pair), one rounding, with
- * bounds checks. DGELU_BGRAD: warp w's rows row0 + 16 w .. + 15 are one
- * group (row0 is a multiple of 64); per column pair the thread sums its two
- * rows' products (rows past m count 0), the 8 lanes of a column (lanes q,
- * q + 4, .., q + 28) add theirs by a fixed butterfly (xor 4, 8, 16), and
- * lanes 0-3 store the group's column sums into its slot of bgrad_ws: each
- * slot is written by one warp, always in the same order. */
+ * per element t = d + bias, the activation, one rounding. Interior tiles
+ * whose Y (and aux) allow vectors (16-bit: vector16 and aux 16-byte
+ * aligned with aux_ld % 8 == 0; fp32: pairs) take the fast path
+ * (act_forward, act_backward: no bounds checks, whole 32-byte sectors),
+ * others act_checked; both compute the same values. DGELU_BGRAD: warp w's
+ * rows row0 + 16 w .. + 15 are one group (row0 is a multiple of 64);
+ * bgrad_reduce8 sums each column of the group by one fixed tree and the
+ * warp's lanes store the sums into the group's slot of bgrad_ws: each slot
+ * is written by one warp, always in the same order. */
 template <typename OutT, int OFF, int NJ>
 __device__ __forceinline__ void epilogue_act(const hgemm_params &p, float (&d)[128], int row0, int col0) {
-    int t = threadIdx.x % 128;
-    int q = t % 4;
-    int row = row0 + 16 * (t / 32) + (t % 32) / 4;
-    const OutT *bias = static_cast<const OutT *>(p.bias);
-    const bool grad = p.epilogue == CGM_DEV_EPI_DGELU_BGRAD;
-    const int group0 = row0 + 16 * (t / 32);
-    float *slot = grad && group0 < p.m && t % 32 < 4 ? p.bgrad_ws + (long long)(group0 / 16) * p.bgrad_stride
-                                                      : nullptr;
-#pragma unroll
-    for (int j = 0; j < NJ; j++) {
-        int col = col0 + 8 * j + 2 * q;
-        float ba, bb;
-        bias_pair(p, bias, col, ba, bb);
-        float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            int r = row + 8 * h;
-            float a = d[OFF + 4 * j + 2 * h] + ba, b = d[OFF + 4 * j + 2 * h + 1] + bb;
-            if (r < p.m && col < p.n) {
-                act_pair<OutT>(p, r, col, a, b);
-                store_two<OutT>(p, r, col, a, b, 0.f, 0.f);
-                s0 += a;
-                s1 += col + 1 < p.n ? b : 0.f;
-            }
-        }
-        if (grad) { /* warp-uniform */
-#pragma unroll
-            for (int lanes = 4; lanes < 32; lanes *= 2) {
-                s0 += __shfl_xor_sync(0xFFFFFFFFu, s0, lanes);
-                s1 += __shfl_xor_sync(0xFFFFFFFFu, s1, lanes);
-            }
-            if (slot && col < p.n) {
-                slot[col] = s0;
-                if (col + 1 < p.n) slot[col + 1] = s1;
-            }
-        }
-    }
+    static_assert(NJ % 8 == 0, "bgrad_reduce8 takes 8 column groups");
+    const int t = threadIdx.x % 128, q = t % 4;
+    const int group0 = row0 + 16 * (t / 32), row = group0 + (t % 32) / 4;
+    const bool forward = p.epilogue == CGM_DEV_EPI_GELU || p.epilogue == CGM_DEV_EPI_GELU_AUX;
+    float *slot = p.epilogue == CGM_DEV_EPI_DGELU_BGRAD && group0 < p.m
+                      ? p.bgrad_ws + (long long)(group0 / 16) * p.bgrad_stride
+                      : nullptr;
+    bool fast = row0 + 64 <= p.m && col0 + 8 * NJ <= p.n && (sizeof(OutT) == 2 ? p.vector16 : p.vector_store);
+    if (p.epilogue != CGM_DEV_EPI_GELU)
+        fast = fast && (sizeof(OutT) == 2 ? p.aux_ld % 8 == 0 && (uintptr_t)p.aux % 16 == 0 : p.aux_pairs);
+    if (fast && forward)
+        act_forward<OutT, OFF, NJ>(p, d, row, col0, q);
+    else if (fast)
+        act_backward<OutT, OFF, NJ>(p, d, row, col0, q, slot);
+    else
+        act_checked<OutT, OFF, NJ>(p, d, row, col0, q, slot);
 }
 
 /* The epilogue of a 64 x 8NJ block: epilogue_plain, or epilogue_act in the
