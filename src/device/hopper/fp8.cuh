@@ -75,7 +75,7 @@ __device__ __forceinline__ void fp8_promote(float (&d)[128], float (&t)[64], uin
                                             float sa, float sb) {
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++) wgmma_m64n128_into<kIn>(t, desc_a + 2 * kk, desc_b + 2 * kk, kk > 0 ? 1u : 0u);
+    for (int kk = 0; kk < 4; kk++) wgmma_m64n128<kIn, 0>(t, desc_a + 2 * kk, desc_b + 2 * kk, kk > 0 ? 1u : 0u);
     wgmma_commit();
     wgmma_wait<0>();
     fence_accumulators(t);

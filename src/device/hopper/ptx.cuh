@@ -112,9 +112,9 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 /* Keeps the compiler from moving accumulator reads/writes across the
  * asynchronous wgmma (the registers are in flight until wait_group). */
-__device__ __forceinline__ void fence_accumulators(float (&d)[128]) {
+template <int N> __device__ __forceinline__ void fence_accumulators(float (&d)[N]) {
 #pragma unroll
-    for (int i = 0; i < 128; i++) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 /* D[64x256] (+)= A[64xK] . B[Kx256], A and B from shared memory through
@@ -176,7 +176,9 @@ __device__ __forceinline__ void wgmma_m64n256(float (&d)[128], uint64_t desc_a,
 
 /* D[64x128] (+)= A[64xK] . B[Kx128]: accumulators d[OFF .. OFF + 63]
  * (the fragment layout of m64nNk16 and m64nNk32 with N = 128: the
- * accumulator layout depends on M and N only), otherwise as above. */
+ * accumulator layout depends on M and N only), otherwise as above. d is
+ * the consumer's 128 accumulators, or (N = 64) the promoting kernels'
+ * separate sum of one k block (fp8.cuh). */
 #define CGM_WGMMA_M64N128(SHAPE_TYPES, IMM)                                    \
     asm volatile(                                                              \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                          \
@@ -193,9 +195,10 @@ __device__ __forceinline__ void wgmma_m64n256(float (&d)[128], uint64_t desc_a,
           "+f"(d[OFF + 56]), "+f"(d[OFF + 57]), "+f"(d[OFF + 58]), "+f"(d[OFF + 59]), "+f"(d[OFF + 60]), "+f"(d[OFF + 61]), "+f"(d[OFF + 62]), "+f"(d[OFF + 63]) \
         : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 
-template <int kIn, int OFF>
-__device__ __forceinline__ void wgmma_m64n128(float (&d)[128], uint64_t desc_a,
+template <int kIn, int OFF, int N>
+__device__ __forceinline__ void wgmma_m64n128(float (&d)[N], uint64_t desc_a,
                                               uint64_t desc_b, uint32_t scale_d) {
+    static_assert(OFF + 64 <= N, "the accumulators in d");
     if constexpr (kIn == kInBf16)
         CGM_WGMMA_M64N128("m64n128k16.f32.bf16.bf16", "1, 1, 0, 0");
     else if constexpr (kIn == kInF16)
@@ -208,27 +211,6 @@ __device__ __forceinline__ void wgmma_m64n128(float (&d)[128], uint64_t desc_a,
         CGM_WGMMA_M64N128("m64n128k32.f32.e5m2.e4m3", "1, 1");
     else
         CGM_WGMMA_M64N128("m64n128k32.f32.e5m2.e5m2", "1, 1");
-}
-
-/* D[64x128] = A[64xK] . B[Kx128] into a separate accumulator of 64
- * (the promoting fp8 kernels' per-k-block sum; fp8 operands only). */
-template <int kIn>
-__device__ __forceinline__ void wgmma_m64n128_into(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
-                                                   uint32_t scale_d) {
-    constexpr int OFF = 0;
-    static_assert(kIn >= kInE4E4, "fp8 operands");
-    if constexpr (kIn == kInE4E4)
-        CGM_WGMMA_M64N128("m64n128k32.f32.e4m3.e4m3", "1, 1");
-    else if constexpr (kIn == kInE4E5)
-        CGM_WGMMA_M64N128("m64n128k32.f32.e4m3.e5m2", "1, 1");
-    else if constexpr (kIn == kInE5E4)
-        CGM_WGMMA_M64N128("m64n128k32.f32.e5m2.e4m3", "1, 1");
-    else
-        CGM_WGMMA_M64N128("m64n128k32.f32.e5m2.e5m2", "1, 1");
-}
-__device__ __forceinline__ void fence_accumulators(float (&d)[64]) {
-#pragma unroll
-    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 using cgm_flags::load_acquire_sys;
