@@ -195,17 +195,27 @@ __global__ void __launch_bounds__(kThreads, 1)
                 float tp[64]; /* the k block's sum (fp8_promote) */
 #pragma unroll
                 for (int i = 0; i < 128; i++) d[i] = 0.f;
+                /* block scaling: this k block's scales (xa, xb, w0, w1),
+                 * and the next one's loaded a stage ahead (after this
+                 * tile's first full barrier: fp8.cuh) */
+                float xa = 1.f, xb = 1.f, w0 = 1.f, w1 = 1.f, nxa = 1.f, nxb = 1.f, nw0 = 1.f, nw1 = 1.f;
                 for (int kb = 0; kb < p.k_blocks; kb++) {
                     mbar_wait(full_bar + 8 * stage, phase);
-                    float xa = 1.f, xb = 1.f, w0 = 1.f, w1 = 1.f;
                     if (block) {
-                        xa = fp8_block_x(p, row, kb), xb = fp8_block_x(p, row + 8, kb);
-                        w0 = fp8_block_w(p, 2 * tn, kb), w1 = fp8_block_w(p, 2 * tn + 1, kb);
+                        if (kb == 0) {
+                            xa = fp8_block_x(p, row, 0), xb = fp8_block_x(p, row + 8, 0);
+                            w0 = fp8_block_w(p, 2 * tn, 0), w1 = fp8_block_w(p, 2 * tn + 1, 0);
+                        }
+                        if (kb + 1 < p.k_blocks) {
+                            nxa = fp8_block_x(p, row, kb + 1), nxb = fp8_block_x(p, row + 8, kb + 1);
+                            nw0 = fp8_block_w(p, 2 * tn, kb + 1), nw1 = fp8_block_w(p, 2 * tn + 1, kb + 1);
+                        }
                     }
                     uint64_t desc_a = smem_desc_sw128(smem_a + stage * kStageBytesA + consumer * 64 * 128);
                     uint32_t b = smem_b + stage * C::bytes_b;
                     fp8_promote<kIn, 0>(d, tp, desc_a, smem_desc_sw128(b), xa * w0, xb * w0);
                     fp8_promote<kIn, 64>(d, tp, desc_a, smem_desc_sw128(b + 128 * 128), xa * w1, xb * w1);
+                    xa = nxa, xb = nxb, w0 = nw0, w1 = nw1;
                     if (leader) mbar_arrive(empty_bar + 8 * stage);
                     if (++stage == kStages) {
                         stage = 0;
@@ -292,18 +302,29 @@ __global__ void __launch_bounds__(kThreads, 1)
             float tp[64]; /* the k block's sum (fp8_promote) */
 #pragma unroll
             for (int j = 0; j < 128; j++) d[j] = 0.f;
+            /* block scaling: this k block's scales, the next one's loaded
+             * a stage ahead (as in the cooperative loop) */
+            float xa = 1.f, xb = 1.f, xc = 1.f, xd = 1.f, w = 1.f;
+            float nxa = 1.f, nxb = 1.f, nxc = 1.f, nxd = 1.f, nw = 1.f;
             for (int kb = 0; kb < p.k_blocks; kb++) {
                 mbar_wait(full_bar + 8 * stage, phase);
-                float xa = 1.f, xb = 1.f, xc = 1.f, xd = 1.f, w = 1.f;
                 if (block) {
-                    xa = fp8_block_x(p, row, kb), xb = fp8_block_x(p, row + 8, kb);
-                    xc = fp8_block_x(p, row + 64, kb), xd = fp8_block_x(p, row + 72, kb);
-                    w = fp8_block_w(p, tn, kb);
+                    if (kb == 0) {
+                        xa = fp8_block_x(p, row, 0), xb = fp8_block_x(p, row + 8, 0);
+                        xc = fp8_block_x(p, row + 64, 0), xd = fp8_block_x(p, row + 72, 0);
+                        w = fp8_block_w(p, tn, 0);
+                    }
+                    if (kb + 1 < p.k_blocks) {
+                        nxa = fp8_block_x(p, row, kb + 1), nxb = fp8_block_x(p, row + 8, kb + 1);
+                        nxc = fp8_block_x(p, row + 64, kb + 1), nxd = fp8_block_x(p, row + 72, kb + 1);
+                        nw = fp8_block_w(p, tn, kb + 1);
+                    }
                 }
                 uint32_t a0 = smem_a + stage * kStageBytesA;
                 uint64_t desc_b = smem_desc_sw128(smem_b + stage * C::bytes_b);
                 fp8_promote<kIn, 0>(d, tp, smem_desc_sw128(a0), desc_b, xa * w, xb * w);
                 fp8_promote<kIn, 64>(d, tp, smem_desc_sw128(a0 + 64 * 128), desc_b, xc * w, xd * w);
+                xa = nxa, xb = nxb, xc = nxc, xd = nxd, w = nw;
                 if (leader) mbar_arrive(empty_bar + 8 * stage);
                 if (++stage == kStages) {
                     stage = 0;
