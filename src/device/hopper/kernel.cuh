@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 unsigned int v = atomicAdd(counter, 1u);
                 queue_put(queue, j, t);
                 int tile = t, kb0 = 0, kb1 = p.k_blocks, r;
-                if constexpr (kSplit) unit_of(p, t, &tile, &kb0, &kb1, &r);
+                if constexpr (kSplit) unit_of_warp(p, t, &tile, &kb0, &kb1, &r, 1u);
                 produce<kStages, C, kStageK>(p, &map_x, &map_x_own, &map_w, smem_a, smem_b, full_bar, empty_bar,
                                              tile, kb0, kb1, stage, phase, waiting, epoch, seen, ready);
                 if (v == (unsigned int)work - 1u) *(volatile unsigned int *)counter = 0u;
@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         } else {
             for (int t = blockIdx.x; t < work; t += gridDim.x) {
                 int tile = t, kb0 = 0, kb1 = p.k_blocks, r;
-                if constexpr (kSplit) unit_of(p, t, &tile, &kb0, &kb1, &r);
+                if constexpr (kSplit) unit_of_warp(p, t, &tile, &kb0, &kb1, &r, 1u);
                 produce<kStages, C, kStageK>(p, &map_x, &map_x_own, &map_w, smem_a, smem_b, full_bar, empty_bar,
                                              tile, kb0, kb1, stage, phase, waiting, epoch, seen, ready);
             }
@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             /* the unit's k blocks [kb0, kb1); a split unit's part (-1:
              * a whole tile) and tail tile r */
             int kb0 = 0, kb1 = p.k_blocks, part = -1, r = 0;
-            if constexpr (kSplit) part = unit_of(p, t, &t, &kb0, &kb1, &r);
+            if constexpr (kSplit) part = unit_of_warp(p, t, &t, &kb0, &kb1, &r, 0xFFFFFFFFu);
             int tm, tn;
             tile_coords(p, t, &tm, &tn);
             if constexpr (kPromote) {
@@ -236,8 +236,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                 epilogue<EpiT, 0, 32, true>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
                 continue;
             }
-            int prev = 0;
-            for (int kb = kb0; kb < kb1; kb++) {
+            /* counted from 0 (the unit's first block): the counter stays
+             * in a uniform register, as in the unsplit kernels */
+            int prev = 0, blocks = kb1 - kb0;
+            for (int kb = 0; kb < blocks; kb++) {
                 mbar_wait(full_bar + 8 * stage, phase);
                 uint64_t desc_a = smem_desc_sw128(smem_a + stage * kStageBytesA + consumer * 64 * 128);
                 uint64_t desc_b = smem_desc_sw128(smem_b + stage * C::bytes_b);
@@ -245,14 +247,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                 wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < 4; kk++) /* 4 k steps of 32 bytes per row */
-                    wgmma_m64n256<kIn>(d, desc_a + 2 * kk, desc_b + 2 * kk, (kb > kb0 || kk > 0) ? 1u : 0u);
+                    wgmma_m64n256<kIn>(d, desc_a + 2 * kk, desc_b + 2 * kk, (kb > 0 || kk > 0) ? 1u : 0u);
                 wgmma_commit();
                 fence_accumulators(d);
                 /* At most this stage's group in flight: the previous
                  * stage's reads are done, hand it back to the producer. */
                 wgmma_wait<1>();
                 fence_accumulators(d);
-                if (kb > kb0 && leader) mbar_arrive(empty_bar + 8 * prev);
+                if (kb > 0 && leader) mbar_arrive(empty_bar + 8 * prev);
                 prev = stage;
                 if (++stage == kStages) {
                     stage = 0;
@@ -295,7 +297,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             t = (int)tl;
         }
         int kb0 = 0, kb1 = p.k_blocks, part = -1, r = 0; /* as in the cooperative loop */
-        if constexpr (kSplit) part = unit_of(p, t, &t, &kb0, &kb1, &r);
+        if constexpr (kSplit) part = unit_of_warp(p, t, &t, &kb0, &kb1, &r, 0xFFFFFFFFu);
         unsigned long long pos = (unsigned long long)i * (unsigned long long)p.k_blocks;
         int tm, tn;
         tile_coords(p, t, &tm, &tn);
@@ -355,8 +357,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             epilogue<EpiT, 64, 16, false>(p, d, tm * kTileM + 64, tn * C::tile_n);
             continue;
         }
-        int prev = 0;
-        for (int kb = kb0; kb < kb1; kb++) {
+        int prev = 0, blocks = kb1 - kb0; /* from 0, as in the cooperative loop */
+        for (int kb = 0; kb < blocks; kb++) {
             mbar_wait(full_bar + 8 * stage, phase);
             uint32_t a0 = smem_a + stage * kStageBytesA;
             uint64_t desc_a0 = smem_desc_sw128(a0);            /* rows 0-63 */
@@ -366,7 +368,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) { /* 4 k steps of 32 bytes per row */
-                uint32_t scale = (kb > kb0 || kk > 0) ? 1u : 0u;
+                uint32_t scale = (kb > 0 || kk > 0) ? 1u : 0u;
                 wgmma_m64n128<kIn, 0>(d, desc_a0 + 2 * kk, desc_b + 2 * kk, scale);
                 wgmma_m64n128<kIn, 64>(d, desc_a1 + 2 * kk, desc_b + 2 * kk, scale);
             }
@@ -374,7 +376,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             fence_accumulators(d);
             wgmma_wait<1>();
             fence_accumulators(d);
-            if (kb > kb0 && leader) mbar_arrive(empty_bar + 8 * prev);
+            if (kb > 0 && leader) mbar_arrive(empty_bar + 8 * prev);
             prev = stage;
             if (++stage == kStages) {
                 stage = 0;

@@ -25,8 +25,24 @@
 #include <stdint.h>
 
 #include "device/hopper/config.cuh"
+#include "device/hopper/scheduler.cuh"
 
 namespace {
+
+/* A work unit (unit_of) with each value broadcast from lane 0 of the
+ * threads in `mask` (the consumers' whole warps; the producer thread
+ * alone, 1): the compiler then knows they are warp-uniform and keeps the k
+ * loops' counters, the TMA coordinates and the first wgmma's predicate on
+ * the uniform datapath, as in the unsplit kernels (unit_of's
+ * multiply-high divisions otherwise leave them in vector registers).
+ * Returns the part (-1: a whole tile). */
+__device__ __forceinline__ int unit_of_warp(const hgemm_params &p, int u, int *t, int *kb0, int *kb1, int *r,
+                                            unsigned int mask) {
+    int part = unit_of(p, u, t, kb0, kb1, r);
+    *t = __shfl_sync(mask, *t, 0), *r = __shfl_sync(mask, *r, 0);
+    *kb0 = __shfl_sync(mask, *kb0, 0), *kb1 = __shfl_sync(mask, *kb1, 0);
+    return __shfl_sync(mask, part, 0);
+}
 
 /* The ping-pong split kernel's ring handoff: a consumer's main loop covers
  * a unit's own k range, so the next unit's first ring position (the other
