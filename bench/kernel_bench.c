@@ -3,7 +3,7 @@
  *
  *   commgemm-kernel-bench [plain|ag|fused|addend|epilogue] [--shapes MxNxK,...]
  *                         [--dynamic] [--only V] [--sweep] [--dtype D]
- *                         [--lt-reduction-fp32] [--split]
+ *                         [--lt-reduction-fp32] [--split] [--split-parts N]
  *
  *   plain   (default) cooperative, ping-pong and auto against cuBLASLt,
  *           each checked against the exact product on a sample of every
@@ -17,6 +17,8 @@
  *           --split: our calls get a tail split workspace (split_ws: the
  *           last partial wave's tiles cut along k where the model says it
  *           pays), so that an A/B of the split alternates two processes;
+ *           --split-parts N: the same with N parts (tail_split N: 1 none,
+ *           2..8), to measure the model's choice against the others;
  *   ag      what the fused all-gather's hooks cost, one at a time
  *           (kernel_bench_fused.c); --only V times contender V alone (for
  *           a profiler);
@@ -206,7 +208,7 @@ static void usage(FILE *to) {
     fprintf(to, "usage: commgemm-kernel-bench [plain|ag|fused|addend|epilogue] [--shapes MxNxK,...] [--dynamic] "
                 "[--only V]\n"
                 "       plain only: [--sweep] [--dtype bf16|fp16|e4m3] [--fp8 fast|promote|block] "
-                "[--lt-reduction-fp32] [--split]\n");
+                "[--lt-reduction-fp32] [--split] [--split-parts N]\n");
 }
 
 int main(int argc, char **argv) {
@@ -232,6 +234,16 @@ int main(int argc, char **argv) {
             o.lt_reduction_fp32 = true;
         } else if (!strcmp(arg, "--split")) {
             o.split = true;
+        } else if (!strcmp(arg, "--split-parts") && i + 1 < argc) {
+            const char *v = argv[++i];
+            char *end = NULL;
+            long parts = strtol(v, &end, 10);
+            if (!*v || *end || parts < 1 || parts > CGM_HGEMM_SPLIT_MAX_PARTS) {
+                fprintf(stderr, "commgemm-kernel-bench: --split-parts: expected 1..%d, found '%s'\n",
+                        CGM_HGEMM_SPLIT_MAX_PARTS, v);
+                return 2;
+            }
+            o.split = true, o.split_parts = (int)parts;
         } else if (!strcmp(arg, "--fp8") && i + 1 < argc) {
             const char *f = argv[++i];
             if (strcmp(f, "fast") && strcmp(f, "promote") && strcmp(f, "block")) {

@@ -35,6 +35,7 @@ typedef struct kb_options {
     bool lt_reduction_fp32; /* --lt-reduction-fp32 (plain): cuBLASLt's split-k parts added in fp32 only */
     int fp8_mode; /* --fp8 (plain, e4m3): KB_FP8_FAST, KB_FP8_PROMOTE or KB_FP8_BLOCK */
     bool split;   /* --split (plain): every cgm_hgemm call gets a tail split workspace */
+    int split_parts; /* --split-parts N (plain, implies --split): tail_split N (0: the model's choice) */
 } kb_options;
 
 /* A CUDA call that must succeed: else the bench prints the call and the

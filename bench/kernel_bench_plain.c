@@ -40,7 +40,8 @@
  * 1: the same product), cuBLASLt on m rounded up to 4 as well (its block
  * scaling wants m and n multiples of 4).
  *
- * --split: our three sides get a tail split workspace (kb_split_ws); the
+ * --split: our three sides get a tail split workspace (kb_split_ws; with
+ * --split-parts N, tail_split N); the
  * checks are the same (the split's fp32 sums of these inputs are exact
  * too), and a line under each shape says how many parts each side cut its
  * tail tiles into. */
@@ -402,7 +403,10 @@ static void plain_run(const kb_options *o, const plain_inputs *in, const plain_c
     for (int v = 0; v < 3; v++)
         res->split_tile_n[v] = cgm_hgemm_variant_for(&a[v]) == CGM_HGEMM_PINGPONG ? CGM_HGEMM_TILE_N_PINGPONG
                                                                                   : CGM_HGEMM_TILE_N;
-    if (o->split) kb_split_ws(a, 3, res->split_bytes);
+    if (o->split) {
+        for (int v = 0; v < 3; v++) a[v].tail_split = o->split_parts;
+        kb_split_ws(a, 3, res->split_bytes);
+    }
     cgm_lt_gemm_args g;
     memset(&g, 0, sizeof g);
     g.layout = CGM_LAYOUT_TN;
@@ -503,7 +507,7 @@ static void plain_header(const kb_options *o, const struct cudaDeviceProp *prop,
     printf("# cgm_hgemm (cooperative, ping-pong, auto) vs cuBLASLt, %s in, %s out, TN, %s (sm_%d%d, %d SMs)%s%s%s; "
            "%d shapes; medians of %d interleaved rounds x %d calls\n",
            cgm_dtype_name(o->dtype), o->dtype == CGM_DTYPE_FP8_E4M3 ? "bf16" : cgm_dtype_name(o->dtype), prop->name, prop->major, prop->minor, prop->multiProcessorCount,
-           o->dynamic ? ", --dynamic" : "", o->split ? ", --split (tail split)" : "",
+           o->dynamic ? ", --dynamic" : "", !o->split ? "" : o->split_parts ? ", --split-parts (tail split forced)" : ", --split (tail split)",
            o->lt_reduction_fp32 ? ", cuBLASLt split-k reduced in fp32 only" : "", count, KB_ROUNDS, KB_CALLS);
     static const char *const fp8_modes[] = {"per-tensor scales, FAST_ACCUM (ours: no promotion)",
                                             "per-tensor scales, promotion (cuBLASLt without FAST_ACCUM)",
