@@ -3,7 +3,7 @@
  *
  *   commgemm-kernel-bench [plain|ag|fused|addend|epilogue] [--shapes MxNxK,...]
  *                         [--dynamic] [--only V] [--sweep] [--dtype D]
- *                         [--lt-reduction-fp32]
+ *                         [--lt-reduction-fp32] [--split] [--split-parts N]
  *
  *   plain   (default) cooperative, ping-pong and auto against cuBLASLt,
  *           each checked against the exact product on a sample of every
@@ -14,6 +14,11 @@
  *           per-tensor scales, Y bf16; cuBLASLt's FP8 matmul with
  *           FAST_ACCUM, as ours accumulates); --lt-reduction-fp32: cuBLASLt
  *           adds split-k parts in fp32 only (CGM_GEMM_REDUCTION_FP32);
+ *           --split: our calls get a tail split workspace (split_ws: the
+ *           last partial wave's tiles cut along k where the model says it
+ *           pays), so that an A/B of the split alternates two processes;
+ *           --split-parts N: the same with N parts (tail_split N: 1 none,
+ *           2..8), to measure the model's choice against the others;
  *   ag      what the fused all-gather's hooks cost, one at a time
  *           (kernel_bench_fused.c); --only V times contender V alone (for
  *           a profiler);
@@ -111,6 +116,25 @@ static unsigned int *dynamic_counter(void) {
     return d;
 }
 
+void kb_split_ws(cgm_hgemm_args *a, int count, size_t *want) {
+    static void *ws;
+    static size_t have;
+    size_t most = 0;
+    for (int i = 0; i < count; i++) {
+        want[i] = cgm_hgemm_split_ws_bytes(&a[i]);
+        most = want[i] > most ? want[i] : most;
+    }
+    if (most > have) {
+        KB_CUDA(cudaDeviceSynchronize());
+        cudaFree(ws);
+        KB_CUDA(cudaMalloc(&ws, most));
+        KB_CUDA(cudaMemset(ws, 0, most)); /* the counters zero before the first use */
+        have = most;
+    }
+    for (int i = 0; i < count; i++)
+        if (want[i]) a[i].split_ws = ws, a[i].split_ws_bytes = have;
+}
+
 static void run_contender(const kb_contenders *c, int who) {
     bool first = who < c->nfirst;
     int i = first ? who : who - c->nfirst;
@@ -184,7 +208,7 @@ static void usage(FILE *to) {
     fprintf(to, "usage: commgemm-kernel-bench [plain|ag|fused|addend|epilogue] [--shapes MxNxK,...] [--dynamic] "
                 "[--only V]\n"
                 "       plain only: [--sweep] [--dtype bf16|fp16|e4m3] [--fp8 fast|promote|block] "
-                "[--lt-reduction-fp32]\n");
+                "[--lt-reduction-fp32] [--split] [--split-parts N]\n");
 }
 
 int main(int argc, char **argv) {
@@ -208,6 +232,18 @@ int main(int argc, char **argv) {
             o.sweep = true;
         } else if (!strcmp(arg, "--lt-reduction-fp32")) {
             o.lt_reduction_fp32 = true;
+        } else if (!strcmp(arg, "--split")) {
+            o.split = true;
+        } else if (!strcmp(arg, "--split-parts") && i + 1 < argc) {
+            const char *v = argv[++i];
+            char *end = NULL;
+            long parts = strtol(v, &end, 10);
+            if (!*v || *end || parts < 1 || parts > CGM_HGEMM_SPLIT_MAX_PARTS) {
+                fprintf(stderr, "commgemm-kernel-bench: --split-parts: expected 1..%d, found '%s'\n",
+                        CGM_HGEMM_SPLIT_MAX_PARTS, v);
+                return 2;
+            }
+            o.split = true, o.split_parts = (int)parts;
         } else if (!strcmp(arg, "--fp8") && i + 1 < argc) {
             const char *f = argv[++i];
             if (strcmp(f, "fast") && strcmp(f, "promote") && strcmp(f, "block")) {
@@ -231,8 +267,9 @@ int main(int argc, char **argv) {
         }
     }
     bool plain = !strcmp(o.bench, "plain");
-    if (!plain && (o.sweep || o.lt_reduction_fp32 || o.dtype != CGM_DTYPE_BF16 || o.fp8_mode)) {
-        fprintf(stderr, "commgemm-kernel-bench: --sweep, --dtype, --fp8 and --lt-reduction-fp32 are plain's only\n");
+    if (!plain && (o.sweep || o.lt_reduction_fp32 || o.dtype != CGM_DTYPE_BF16 || o.fp8_mode || o.split)) {
+        fprintf(stderr,
+                "commgemm-kernel-bench: --sweep, --dtype, --fp8, --lt-reduction-fp32 and --split are plain's only\n");
         return 2;
     }
     if (o.fp8_mode && o.dtype != CGM_DTYPE_FP8_E4M3) {

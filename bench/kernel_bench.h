@@ -34,6 +34,8 @@ typedef struct kb_options {
     cgm_dtype dtype;    /* --dtype (plain): X, W and Y; bf16 by default; e4m3: X and W, Y bf16 */
     bool lt_reduction_fp32; /* --lt-reduction-fp32 (plain): cuBLASLt's split-k parts added in fp32 only */
     int fp8_mode; /* --fp8 (plain, e4m3): KB_FP8_FAST, KB_FP8_PROMOTE or KB_FP8_BLOCK */
+    bool split;   /* --split (plain): every cgm_hgemm call gets a tail split workspace */
+    int split_parts; /* --split-parts N (plain, implies --split): tail_split N (0: the model's choice) */
 } kb_options;
 
 /* A CUDA call that must succeed: else the bench prints the call and the
@@ -50,6 +52,11 @@ void *kb_to_device(const void *host, size_t bytes);
 cgm_lt *kb_lt(void **ws, size_t *ws_bytes);
 /* True on an sm_90 GPU (prop filled); else prints why the bench skips. */
 bool kb_device(const char *bench, struct cudaDeviceProp *prop);
+/* --split: the calls a[0 .. count) get the bench's tail split workspace
+ * (split_ws, one for the process, grown to what the largest of them
+ * wants and zeroed when allocated; every call runs on stream 0, one at a
+ * time); returns the bytes each wants in want[i] (0: no split). */
+void kb_split_ws(cgm_hgemm_args *a, int count, size_t *want);
 /* Elements of a and b (bf16, count) further apart than the bench's
  * tolerance (|a - b| <= |b| / 128 + 1e-6 k). */
 size_t kb_bf16_differ(const void *a, const void *b, size_t count, long long k);

@@ -38,7 +38,13 @@
  * for bit. --fp8 promote: both sides promote to fp32 (ours fp8_promote,
  * cuBLASLt without FAST_ACCUM); --fp8 block: both take block scales (all
  * 1: the same product), cuBLASLt on m rounded up to 4 as well (its block
- * scaling wants m and n multiples of 4). */
+ * scaling wants m and n multiples of 4).
+ *
+ * --split: our three sides get a tail split workspace (kb_split_ws; with
+ * --split-parts N, tail_split N); the
+ * checks are the same (the split's fp32 sums of these inputs are exact
+ * too), and a line under each shape says how many parts each side cut its
+ * tail tiles into. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -330,6 +336,8 @@ typedef struct plain_result {
     side_check check[SIDES];
     size_t coop_pp_differ, ours_lt_differ, samples;
     bool exact_expected, auto_differs, wrong[SIDES];
+    size_t split_bytes[3]; /* --split: the split_ws each of our sides wants (0: no split) */
+    int split_tile_n[3];   /* their tile width */
 } plain_result;
 
 /* Copies Y of side v to host and checks its samples. */
@@ -392,6 +400,13 @@ static void plain_run(const kb_options *o, const plain_inputs *in, const plain_c
         if (!cgm_hgemm_supported(&a[v], &why)) kb_die("%lldx%lldx%lld: cgm_hgemm refuses: %s", c->m, c->n, c->k, why);
     }
     res->chosen = cgm_hgemm_variant_for(&a[2]);
+    for (int v = 0; v < 3; v++)
+        res->split_tile_n[v] = cgm_hgemm_variant_for(&a[v]) == CGM_HGEMM_PINGPONG ? CGM_HGEMM_TILE_N_PINGPONG
+                                                                                  : CGM_HGEMM_TILE_N;
+    if (o->split) {
+        for (int v = 0; v < 3; v++) a[v].tail_split = o->split_parts;
+        kb_split_ws(a, 3, res->split_bytes);
+    }
     cgm_lt_gemm_args g;
     memset(&g, 0, sizeof g);
     g.layout = CGM_LAYOUT_TN;
@@ -423,10 +438,28 @@ static void plain_run(const kb_options *o, const plain_inputs *in, const plain_c
     for (int v = 0; v < SIDES; v++) cudaFree(dy[v]);
 }
 
+/* --split: the parts a side cut its tail tiles into, from the bytes it
+ * wanted (the counters, then one fp32 tile per part of each tail tile);
+ * 1: no split. */
+static int split_parts(const plain_case *c, size_t bytes, int tile_n, int sms) {
+    long long tiles = ((c->m + 127) / 128) * ((c->n + tile_n - 1) / tile_n), tail = tiles % sms;
+    if (bytes <= CGM_HGEMM_SPLIT_COUNTER_BYTES || tail == 0) return 1;
+    return (int)((bytes - CGM_HGEMM_SPLIT_COUNTER_BYTES) / ((size_t)tail * 128 * (size_t)tile_n * 4));
+}
+
 /* The lines under a shape's row: each side that is wrong or not exactly
- * rounded, and the whole outputs' comparisons that found differences. */
-static void plain_details(const plain_case *c, const plain_result *res) {
+ * rounded, the whole outputs' comparisons that found differences, and
+ * with --split the parts of each of our sides. */
+static void plain_details(const kb_options *o, const plain_case *c, const plain_result *res, int sms) {
     size_t ny = (size_t)(c->m * c->n);
+    if (o->split) {
+        int pc = split_parts(c, res->split_bytes[0], res->split_tile_n[0], sms);
+        int pp = split_parts(c, res->split_bytes[1], res->split_tile_n[1], sms);
+        int pa = split_parts(c, res->split_bytes[2], res->split_tile_n[2], sms);
+        printf("#   tail split: parts cooperative %d, ping-pong %d, auto %d (1: none); split_ws %.1f, %.1f, %.1f MiB\n",
+               pc, pp, pa, res->split_bytes[0] / 1048576.0, res->split_bytes[1] / 1048576.0,
+               res->split_bytes[2] / 1048576.0);
+    }
     for (int v = 0; v < SIDES; v++) {
         const side_check *s = &res->check[v];
         if (!res->wrong[v] && !s->inexact) continue;
@@ -471,11 +504,11 @@ static void class_add(plain_class *cls, int *ncls, const char *name, double r_au
 }
 
 static void plain_header(const kb_options *o, const struct cudaDeviceProp *prop, int count) {
-    printf("# cgm_hgemm (cooperative, ping-pong, auto) vs cuBLASLt, %s in, %s out, TN, %s (sm_%d%d, %d SMs)%s%s; "
+    printf("# cgm_hgemm (cooperative, ping-pong, auto) vs cuBLASLt, %s in, %s out, TN, %s (sm_%d%d, %d SMs)%s%s%s; "
            "%d shapes; medians of %d interleaved rounds x %d calls\n",
            cgm_dtype_name(o->dtype), o->dtype == CGM_DTYPE_FP8_E4M3 ? "bf16" : cgm_dtype_name(o->dtype), prop->name, prop->major, prop->minor, prop->multiProcessorCount,
-           o->dynamic ? ", --dynamic" : "", o->lt_reduction_fp32 ? ", cuBLASLt split-k reduced in fp32 only" : "",
-           count, KB_ROUNDS, KB_CALLS);
+           o->dynamic ? ", --dynamic" : "", !o->split ? "" : o->split_parts ? ", --split-parts (tail split forced)" : ", --split (tail split)",
+           o->lt_reduction_fp32 ? ", cuBLASLt split-k reduced in fp32 only" : "", count, KB_ROUNDS, KB_CALLS);
     static const char *const fp8_modes[] = {"per-tensor scales, FAST_ACCUM (ours: no promotion)",
                                             "per-tensor scales, promotion (cuBLASLt without FAST_ACCUM)",
                                             "block scales 1x128 and 128x128 of 1, on m rounded up to 4"};
@@ -521,7 +554,7 @@ int kb_plain(const kb_options *o) {
         memset(&r, 0, sizeof r);
         plain_run(o, &in, &cases[i], &r);
         plain_row(&cases[i], &r, prop.multiProcessorCount);
-        plain_details(&cases[i], &r);
+        plain_details(o, &cases[i], &r, prop.multiProcessorCount);
         fflush(stdout);
         for (int v = 0; v < SIDES; v++) wrong_shapes[v] += r.wrong[v];
         class_add(cls, &ncls, cases[i].cls, r.t[3] / r.t[2], r.t[3] / fminf(r.t[0], r.t[1]));

@@ -93,6 +93,11 @@ extern "C" {
 /* Epilogue addends of the fused reduce-scatter (P - 1 peers at P <= 8). */
 #define CGM_HGEMM_MAX_ADDENDS 7
 
+/* The tail split (cgm_hgemm_args.split_ws): at most this many k parts per
+ * tile, and the bytes at the start of split_ws that hold its counters. */
+#define CGM_HGEMM_SPLIT_MAX_PARTS 8
+#define CGM_HGEMM_SPLIT_COUNTER_BYTES 16384
+
 typedef struct cgm_hgemm_args {
     cgm_dtype in_dtype;  /* X (and W unless fp8): BF16, FP16, FP8_E4M3 or FP8_E5M2 */
     cgm_dtype out_dtype; /* Y and bias: BF16, FP16 or FP32 */
@@ -204,11 +209,41 @@ typedef struct cgm_hgemm_args {
     int64_t x_block_ld;
     const float *w_block_scale;
     int64_t w_block_ld;
+    /* ---- Tail split (split_ws NULL: none; docs/HOPPER_GEMM.md "Tail
+     * split"). Where the output tiles do not fill whole waves of the
+     * persistent grid, the tiles of the last partial wave are each cut
+     * into k ranges (parts) that run on different CTAs; each part stores
+     * its fp32 accumulators in split_ws, and the last part of a tile to
+     * finish adds the tile's parts in k order (fixed, so the same bits
+     * every run) and runs the epilogue. Plain GEMMs only (no row flags, no
+     * addends, no fused epilogue): other calls leave split_ws alone.
+     * split_ws: device memory, 16-byte aligned, split_ws_bytes long, its
+     * first CGM_HGEMM_SPLIT_COUNTER_BYTES zero before its first use (the
+     * kernel leaves them zero); one launch at a time per workspace (stream
+     * order), as with cuBLASLt's workspace. cgm_hgemm_split_ws_bytes says
+     * how much a call uses; with less, a call takes fewer parts (or none).
+     * Results may differ from the unsplit kernel's in the last bits (the
+     * fp32 sum is grouped by parts), and are the same every run for one
+     * call, device and workspace size. tail_split: 0 the model's choice
+     * (tail_split.h: parts where they save time); 1 no split; 2 ..
+     * CGM_HGEMM_SPLIT_MAX_PARTS that many parts (at most one per k block:
+     * 64 k, fp8 128). */
+    void *split_ws;
+    size_t split_ws_bytes;
+    int tail_split;
 } cgm_hgemm_args;
 
 /* Bytes of bgrad_ws that DGELU_BGRAD needs for an m x n GEMM: one fp32 slot
  * of n (rounded up to 4) per 16 rows. Host only. */
 size_t cgm_hgemm_bgrad_ws_bytes(int64_t m, int64_t n);
+
+/* Bytes of split_ws that cgm_hgemm(args) uses on the current device (its
+ * SM count, args->sm_count, the variant, the shape and tail_split decide;
+ * args->split_ws and split_ws_bytes are not read): the counters and one
+ * fp32 tile per part of each tail tile; 0 when the call would not split
+ * (not a plain GEMM, whole waves, a split that does not pay, no sm_90
+ * device). Host only, no GPU work. */
+size_t cgm_hgemm_split_ws_bytes(const cgm_hgemm_args *args);
 
 /* 1 when cgm_hgemm can run `args` on the current device; 0 otherwise, with
  * *reason (static string, may be NULL) saying why, e.g. "TMA needs the rows
@@ -235,6 +270,13 @@ int cgm_hgemm_auto_variant(int64_t m, int64_t n, int64_t k, double mem_bytes_per
  * the scheduler's tile coordinates against their division form. Returns
  * the number of checks, or -1 with the first wrong one in why. */
 long long cgm_hgemm_fastdiv_check(char *why, size_t len);
+
+/* For tests, host only: the split kernels' work units (unit_of,
+ * hopper/scheduler.cuh) over many tile counts, grids, k blocks and part
+ * counts: every k block of every tile in exactly one unit, the tail's
+ * parts in k order. Returns the number of units checked, or -1 with the
+ * first wrong one in why. */
+long long cgm_hgemm_split_check(char *why, size_t len);
 
 /* Enqueues the GEMM on `stream` (no allocation, graph capturable).
  * cudaErrorInvalidValue when cgm_hgemm_supported says no (the caller falls

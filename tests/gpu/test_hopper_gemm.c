@@ -4,7 +4,7 @@
  * unaligned leading dimensions, the refusals, row flags that are ready
  * with a tile order, the dynamic tile schedule, and the scheduler's
  * arithmetic on the host; the other fused hooks' cases are in
- * test_hopper_gemm_hooks.c.
+ * test_hopper_gemm_hooks.c, the tail split's in test_hopper_gemm_split.c.
  *
  * Every case runs both kernel variants (cooperative and ping-pong).
  *
@@ -551,6 +551,7 @@ static void register_cases(void) {
     hgemm_register_hook_cases();
     hgemm_register_epilogue_cases();
     hgemm_register_fp8_cases();
+    hgemm_register_split_cases();
 }
 
 

@@ -1,7 +1,8 @@
 /* What the files of test_hopper_gemm share (test_hopper_gemm.c defines
  * it): the test values on the device, the exact reference, and the
- * registration of the fused hooks' cases (test_hopper_gemm_hooks.c) and of
- * the fused epilogue's (test_hopper_gemm_epi.c). */
+ * registration of the fused hooks' cases (test_hopper_gemm_hooks.c), of
+ * the fused epilogue's (test_hopper_gemm_epi.c), the fp8 ones
+ * (test_hopper_gemm_fp8.c) and the tail split's (test_hopper_gemm_split.c). */
 #ifndef COMMGEMM_TEST_HOPPER_GEMM_H
 #define COMMGEMM_TEST_HOPPER_GEMM_H
 
@@ -37,5 +38,7 @@ void hgemm_register_hook_cases(void);
 void hgemm_register_epilogue_cases(void);
 /* Registers the fp8 cases (test_hopper_gemm_fp8.c). */
 void hgemm_register_fp8_cases(void);
+/* Registers the tail split's cases (test_hopper_gemm_split.c). */
+void hgemm_register_split_cases(void);
 
 #endif

@@ -46,6 +46,17 @@ constexpr int kAddendSlot = 2 * kAddendBox;      /* 16 KiB */
  * per m tile for the first kReadyTiles. */
 constexpr int kReadyTiles = 2048;
 constexpr int kQueueBytes = 48;
+/* The split kernels' ping-pong ring handoff: two words after the queue's
+ * slots, inside kQueueBytes (the queue uses 40; kernel.cuh). */
+constexpr int kHandoffOffset = 40;
+
+/* The tail split's workspace (cgm_hgemm_args.split_ws): first the arrival
+ * counters, kSplitCounters per tail tile (the cooperative tile's eight
+ * consumer warps; ping-pong uses four), for at most kSplitMaxTail tail
+ * tiles; then the partials. The counters stay where they are whatever the
+ * shape, so that counters a launch left zero are zero for the next one. */
+constexpr int kSplitCounters = 8;
+constexpr int kSplitMaxTail = CGM_HGEMM_SPLIT_COUNTER_BYTES / (4 * kSplitCounters);
 template <bool kPP, bool kWithHelper> struct smem_of { /* kWithHelper: the kAddTma kernel */
     static constexpr bool slots = kPP && kWithHelper;
     static constexpr int bytes =
@@ -135,6 +146,23 @@ struct hgemm_params {
     const float *w_bs;
     long long x_bs_ld, w_bs_ld;
     int w_blocks;
+    /* ---- The tail split (cgm_hgemm_args.split_ws; read by the split
+     * kernels only, kSplit: kernel.cuh, split.cuh; the choice:
+     * tail_split.h). Work unit u < split_unit0 is tile u, whole; unit
+     * split_unit0 + j * split_tiles + r (r < split_tiles, j < split_parts)
+     * is part j of tail tile r (tile split_unit0 + r): k blocks
+     * [j k_blocks / split_parts, (j + 1) k_blocks / split_parts). The
+     * divisions are multiply-high (fastdiv). ---- */
+    int units;
+    int split_unit0, split_tiles, split_parts;
+    unsigned int split_tiles_mul, split_parts_mul;
+    int split_tiles_shr, split_parts_shr;
+    /* part j of tail tile r: slot r * split_parts + j of 128 x tile_n
+     * floats (split_store: each thread's accumulators, 16 bytes per lane
+     * side by side); kSplitCounters arrival counters per tail tile, one
+     * per consumer warp */
+    float *split_partials;
+    unsigned int *split_counters;
 };
 
 /* The output type of a kernel with the fused epilogue: with_epilogue<T>

@@ -15,9 +15,12 @@
  *                loop keeps the tensor cores busy.
  * Template parameters: the operand types (kIn, ptx.cuh: fp16, bf16 or an
  * fp8 pair, whose kernels scale the product first: fp8.cuh), the output type, the
- * variant (kPP), and kAddTma: the ping-pong kernel whose helper thread
+ * variant (kPP), kAddTma: the ping-pong kernel whose helper thread
  * loads TMA-loadable addends into shared memory (launch.cu picks it per
- * call). */
+ * call), and kSplit: the kernel that runs work units, some of them k
+ * parts of a tail tile (split.cuh; launch_split.cu picks it), instead of
+ * whole tiles. Outside `if constexpr (kSplit)` and with kSplit false the
+ * code is the unsplit kernels' own. */
 #ifndef COMMGEMM_HOPPER_KERNEL_CUH
 #define COMMGEMM_HOPPER_KERNEL_CUH
 
@@ -32,6 +35,7 @@
 #include "device/hopper/mainloop.cuh"
 #include "device/hopper/ptx.cuh"
 #include "device/hopper/scheduler.cuh"
+#include "device/hopper/split.cuh"
 #include "device/hopper/waits.cuh"
 
 namespace {
@@ -41,7 +45,7 @@ namespace {
  * code that was measured, which moving the loops into inline functions
  * changed. Its register budget is set per role (setmaxnreg): 128 x 40 +
  * 256 x 232 = 128 x 56 + 256 x 224 = 64512 of the SM's 65536. */
-template <int kIn, typename OutT, bool kPP, bool kAddTma>
+template <int kIn, typename OutT, bool kPP, bool kAddTma, bool kSplit = false>
 __global__ void __launch_bounds__(kThreads, 1)
     hgemm_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_x_own,
                  const __grid_constant__ CUtensorMap map_w, const __grid_constant__ addend_maps amaps,
@@ -54,6 +58,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     /* the promoting fp8 kernels (fp8.cuh); their epilogue stores T */
     constexpr bool kPromote = out_type<OutT>::promote;
     static_assert(!kPromote || (in_is_fp8(kIn) && !kAddTma), "promotion: fp8, without the addend helper");
+    static_assert(!kSplit || (!kAddTma && !out_type<OutT>::act), "the tail split: plain GEMMs only");
     using EpiT = typename epilogue_type<OutT>::type;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -76,6 +81,8 @@ __global__ void __launch_bounds__(kThreads, 1)
      * is warp-uniform and keeps the main loop in uniform registers. */
     int warpgroup = __shfl_sync(0xFFFFFFFFu, (int)(threadIdx.x / 128), 0);
     int tiles = p.tiles_m * p.tiles_n;
+    /* what the schedule hands out: tiles, or the split kernels' units */
+    const int work = kSplit ? p.units : tiles;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; s++) {
@@ -137,25 +144,30 @@ __global__ void __launch_bounds__(kThreads, 1)
              * tiles: tiles claims in all), so its CTA resets the counter. */
             unsigned int *counter = p.tile_counter;
             int j = 0;
-            for (int t = blockIdx.x; t < tiles; j++) {
+            for (int t = blockIdx.x; t < work; j++) {
                 unsigned int v = atomicAdd(counter, 1u);
                 queue_put(queue, j, t);
-                produce<kStages, C, kStageK>(p, &map_x, &map_x_own, &map_w, smem_a, smem_b, full_bar, empty_bar, t,
-                                             0, p.k_blocks, stage, phase, waiting, epoch, seen, ready);
-                if (v == (unsigned int)tiles - 1u) *(volatile unsigned int *)counter = 0u;
+                int tile = t, kb0 = 0, kb1 = p.k_blocks, r;
+                if constexpr (kSplit) unit_of_warp(p, t, &tile, &kb0, &kb1, &r, 1u);
+                produce<kStages, C, kStageK>(p, &map_x, &map_x_own, &map_w, smem_a, smem_b, full_bar, empty_bar,
+                                             tile, kb0, kb1, stage, phase, waiting, epoch, seen, ready);
+                if (v == (unsigned int)work - 1u) *(volatile unsigned int *)counter = 0u;
                 long long next = (long long)gridDim.x + v;
                 /* the producer thread is the warp's only one left; the
                  * shuffle tells the compiler the tile (an atomic's result)
                  * is warp-uniform, which keeps the k loop's TMA
                  * coordinates in uniform registers */
-                t = __shfl_sync(1u, next < tiles ? (int)next : tiles, 0);
+                t = __shfl_sync(1u, next < work ? (int)next : work, 0);
             }
             queue_put(queue, j, -1);
             queue_put(queue, j + 1, -1);
         } else {
-            for (int t = blockIdx.x; t < tiles; t += gridDim.x)
-                produce<kStages, C, kStageK>(p, &map_x, &map_x_own, &map_w, smem_a, smem_b, full_bar, empty_bar, t,
-                                             0, p.k_blocks, stage, phase, waiting, epoch, seen, ready);
+            for (int t = blockIdx.x; t < work; t += gridDim.x) {
+                int tile = t, kb0 = 0, kb1 = p.k_blocks, r;
+                if constexpr (kSplit) unit_of_warp(p, t, &tile, &kb0, &kb1, &r, 1u);
+                produce<kStages, C, kStageK>(p, &map_x, &map_x_own, &map_w, smem_a, smem_b, full_bar, empty_bar,
+                                             tile, kb0, kb1, stage, phase, waiting, epoch, seen, ready);
+            }
         }
         return;
     }
@@ -183,8 +195,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                 if (t < 0) break;
             } else {
                 t = blockIdx.x + u * gridDim.x;
-                if (t >= tiles) break;
+                if (t >= work) break;
             }
+            /* the unit's k blocks [kb0, kb1); a split unit's part (-1:
+             * a whole tile) and tail tile r */
+            int kb0 = 0, kb1 = p.k_blocks, part = -1, r = 0;
+            if constexpr (kSplit) part = unit_of_warp(p, t, &t, &kb0, &kb1, &r, 0xFFFFFFFFu);
             int tm, tn;
             tile_coords(p, t, &tm, &tn);
             if constexpr (kPromote) {
@@ -199,14 +215,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                  * and the next one's loaded a stage ahead (after this
                  * tile's first full barrier: fp8.cuh) */
                 float xa = 1.f, xb = 1.f, w0 = 1.f, w1 = 1.f, nxa = 1.f, nxb = 1.f, nw0 = 1.f, nw1 = 1.f;
-                for (int kb = 0; kb < p.k_blocks; kb++) {
+                for (int kb = kb0; kb < kb1; kb++) {
                     mbar_wait(full_bar + 8 * stage, phase);
                     if (block) {
-                        if (kb == 0) {
-                            xa = fp8_block_x(p, row, 0), xb = fp8_block_x(p, row + 8, 0);
-                            w0 = fp8_block_w(p, 2 * tn, 0), w1 = fp8_block_w(p, 2 * tn + 1, 0);
+                        if (kb == kb0) {
+                            xa = fp8_block_x(p, row, kb), xb = fp8_block_x(p, row + 8, kb);
+                            w0 = fp8_block_w(p, 2 * tn, kb), w1 = fp8_block_w(p, 2 * tn + 1, kb);
                         }
-                        if (kb + 1 < p.k_blocks) {
+                        if (kb + 1 < kb1) {
                             nxa = fp8_block_x(p, row, kb + 1), nxb = fp8_block_x(p, row + 8, kb + 1);
                             nw0 = fp8_block_w(p, 2 * tn, kb + 1), nw1 = fp8_block_w(p, 2 * tn + 1, kb + 1);
                         }
@@ -222,14 +238,18 @@ __global__ void __launch_bounds__(kThreads, 1)
                         phase ^= 1;
                     }
                 }
+                if constexpr (kSplit)
+                    if (part >= 0 && !split_finish<256>(p, d, r, part, consumer)) continue;
                 if (!block) fp8_scale_rows<0, 32>(p, d, tm * kTileM + consumer * 64);
                 if (p.addend_waits) wait_addend_flags(p, (long long)tm * kTileM + consumer * 64, 64, consumer, epoch);
                 if (p.naddends) add_addends<0, 32>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
                 epilogue<EpiT, 0, 32, true>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
                 continue;
             }
-            int prev = 0;
-            for (int kb = 0; kb < p.k_blocks; kb++) {
+            /* counted from 0 (the unit's first block): the counter stays
+             * in a uniform register, as in the unsplit kernels */
+            int prev = 0, blocks = kb1 - kb0;
+            for (int kb = 0; kb < blocks; kb++) {
                 mbar_wait(full_bar + 8 * stage, phase);
                 uint64_t desc_a = smem_desc_sw128(smem_a + stage * kStageBytesA + consumer * 64 * 128);
                 uint64_t desc_b = smem_desc_sw128(smem_b + stage * C::bytes_b);
@@ -254,6 +274,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             wgmma_wait<0>();
             fence_accumulators(d);
             if (leader) mbar_arrive(empty_bar + 8 * prev);
+            if constexpr (kSplit)
+                if (part >= 0 && !split_finish<256>(p, d, r, part, consumer)) continue;
             if constexpr (in_is_fp8(kIn)) fp8_scale_rows<0, 32>(p, d, tm * kTileM + consumer * 64);
             if (p.addend_waits) wait_addend_flags(p, (long long)tm * kTileM + consumer * 64, 64, consumer, epoch);
             if (p.naddends) add_addends<0, 32>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
@@ -281,9 +303,11 @@ __global__ void __launch_bounds__(kThreads, 1)
             if (t < 0) break;
         } else {
             long long tl = blockIdx.x + i * gridDim.x;
-            if (tl >= tiles) break;
+            if (tl >= work) break;
             t = (int)tl;
         }
+        int kb0 = 0, kb1 = p.k_blocks, part = -1, r = 0; /* as in the cooperative loop */
+        if constexpr (kSplit) part = unit_of_warp(p, t, &t, &kb0, &kb1, &r, 0xFFFFFFFFu);
         unsigned long long pos = (unsigned long long)i * (unsigned long long)p.k_blocks;
         int tm, tn;
         tile_coords(p, t, &tm, &tn);
@@ -293,7 +317,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         int stage;
         uint32_t phase;
-        ring_at<kStages>(pos, &stage, &phase);
+        if constexpr (kSplit) {
+            /* units differ in length: the ring position is where the
+             * other consumer's unit ended (split.cuh, handoff) */
+            (void)pos;
+            stage = 0, phase = 0;
+            if (i > 0) handoff_get(queue.full + kHandoffOffset + 4 * consumer, &stage, &phase);
+        } else {
+            ring_at<kStages>(pos, &stage, &phase);
+        }
         if constexpr (kPromote) {
             /* Per k block: the two 64-row halves of the 128 x 128 tile,
              * each promoted with its rows' scales and the tile's W block's. */
@@ -306,15 +338,15 @@ __global__ void __launch_bounds__(kThreads, 1)
              * a stage ahead (as in the cooperative loop) */
             float xa = 1.f, xb = 1.f, xc = 1.f, xd = 1.f, w = 1.f;
             float nxa = 1.f, nxb = 1.f, nxc = 1.f, nxd = 1.f, nw = 1.f;
-            for (int kb = 0; kb < p.k_blocks; kb++) {
+            for (int kb = kb0; kb < kb1; kb++) {
                 mbar_wait(full_bar + 8 * stage, phase);
                 if (block) {
-                    if (kb == 0) {
-                        xa = fp8_block_x(p, row, 0), xb = fp8_block_x(p, row + 8, 0);
-                        xc = fp8_block_x(p, row + 64, 0), xd = fp8_block_x(p, row + 72, 0);
-                        w = fp8_block_w(p, tn, 0);
+                    if (kb == kb0) {
+                        xa = fp8_block_x(p, row, kb), xb = fp8_block_x(p, row + 8, kb);
+                        xc = fp8_block_x(p, row + 64, kb), xd = fp8_block_x(p, row + 72, kb);
+                        w = fp8_block_w(p, tn, kb);
                     }
-                    if (kb + 1 < p.k_blocks) {
+                    if (kb + 1 < kb1) {
                         nxa = fp8_block_x(p, row, kb + 1), nxb = fp8_block_x(p, row + 8, kb + 1);
                         nxc = fp8_block_x(p, row + 64, kb + 1), nxd = fp8_block_x(p, row + 72, kb + 1);
                         nw = fp8_block_w(p, tn, kb + 1);
@@ -331,7 +363,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                     phase ^= 1;
                 }
             }
+            if constexpr (kSplit)
+                if (leader) handoff_put(queue.full + kHandoffOffset + 4 * (consumer ^ 1), stage, phase);
             if (leader) mbar_arrive(turn_bar + 8 * (consumer ^ 1));
+            if constexpr (kSplit)
+                if (part >= 0 && !split_finish<128>(p, d, r, part, 0)) continue;
             if (!block) {
                 fp8_scale_rows<0, 16>(p, d, tm * kTileM);
                 fp8_scale_rows<64, 16>(p, d, tm * kTileM + 64);
@@ -342,8 +378,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             epilogue<EpiT, 64, 16, false>(p, d, tm * kTileM + 64, tn * C::tile_n);
             continue;
         }
-        int prev = 0;
-        for (int kb = 0; kb < p.k_blocks; kb++) {
+        int prev = 0, blocks = kb1 - kb0; /* from 0, as in the cooperative loop */
+        for (int kb = 0; kb < blocks; kb++) {
             mbar_wait(full_bar + 8 * stage, phase);
             uint32_t a0 = smem_a + stage * kStageBytesA;
             uint64_t desc_a0 = smem_desc_sw128(a0);            /* rows 0-63 */
@@ -370,10 +406,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         /* Every full barrier of this tile has been waited on: the other
          * consumer may start its main loop. */
+        if constexpr (kSplit)
+            if (leader) handoff_put(queue.full + kHandoffOffset + 4 * (consumer ^ 1), stage, phase);
         if (leader) mbar_arrive(turn_bar + 8 * (consumer ^ 1));
         wgmma_wait<0>();
         fence_accumulators(d);
         if (leader) mbar_arrive(empty_bar + 8 * prev);
+        if constexpr (kSplit)
+            if (part >= 0 && !split_finish<128>(p, d, r, part, 0)) continue;
         if constexpr (in_is_fp8(kIn)) {
             fp8_scale_rows<0, 16>(p, d, tm * kTileM);
             fp8_scale_rows<64, 16>(p, d, tm * kTileM + 64);

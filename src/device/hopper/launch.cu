@@ -1,9 +1,9 @@
 /* The Hopper GEMM's host side: argument checks, the per-call parameters
  * (hgemm_params), the TMA tensor maps (cached per host thread), the choice
- * of variant and kernel, the launch, and the preload of every kernel a
- * comm launches. The C entry points are declared in device/hopper_gemm.h.
- * The only translation unit that includes kernel.cuh: every kernel is
- * instantiated here. */
+ * of variant, tail split and kernel, the launch, and the preload of every
+ * kernel a comm launches. The C entry points are declared in
+ * device/hopper_gemm.h. The 16-bit kernels are instantiated here; the
+ * fp8 ones and the split kernels in their own units (launch.cuh). */
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "device/hopper/launch.cuh"
+#include "device/hopper/tail_split.h"
 #include "device/hopper_gemm.h"
 #include "plan/plan.h"
 
@@ -336,6 +337,9 @@ const char *args_problem(const cgm_hgemm_args *a) {
     if (a->variant < CGM_HGEMM_AUTO || a->variant > CGM_HGEMM_PINGPONG)
         return "variant must be CGM_HGEMM_AUTO, CGM_HGEMM_COOPERATIVE or CGM_HGEMM_PINGPONG";
     if ((uintptr_t)a->tile_counter % 4) return "tile_counter must be 4-byte aligned";
+    if ((uintptr_t)a->split_ws % 16) return "split_ws must be 16-byte aligned";
+    if (a->tail_split < 0 || a->tail_split > CGM_HGEMM_SPLIT_MAX_PARTS)
+        return "tail_split must be 0 (the model's choice), 1 (no split) or 2..CGM_HGEMM_SPLIT_MAX_PARTS parts";
     if (((a->m + kTileM - 1) / kTileM) * ((a->n + CGM_HGEMM_TILE_N_PINGPONG - 1) / CGM_HGEMM_TILE_N_PINGPONG) > lim)
         return "too many output tiles (more than 2^31)";
     const char *why = fp8_problem(a);
@@ -343,10 +347,43 @@ const char *args_problem(const cgm_hgemm_args *a) {
     return why ? why : epilogue_problem(a);
 }
 
-/* The persistent grid of a call: min(SMs or sm_count, tiles). */
+/* The CTAs a call may use: the SMs, or sm_count when that is fewer. */
+int grid_limit(const cgm_hgemm_args *a, int sms) { return a->sm_count > 0 && a->sm_count < sms ? a->sm_count : sms; }
+
+/* The persistent grid of a call: min(SMs or sm_count, tiles or units). */
 int grid_for(const cgm_hgemm_args *a, int sms, long long tiles) {
-    int grid = a->sm_count > 0 && a->sm_count < sms ? a->sm_count : sms;
+    int grid = grid_limit(a, sms);
     return tiles < grid ? (int)tiles : grid;
+}
+
+/* The tail split of a call (tail_split.h) with a workspace of ws_bytes
+ * (-1: as much as it wants), on a grid of up to `grid` CTAs: plain GEMMs
+ * only (no row flags, no addends, no fused epilogue; the fused hooks keep
+ * their schedule), parts of whole stages, units below 2^31. */
+tail_split_choice split_for(const cgm_hgemm_args *a, int64_t tiles, int tile_n, int64_t k_blocks, int grid,
+                     int64_t ws_bytes) {
+    tail_split_choice none = {tiles, 0, 1};
+    if (a->row_flags || a->naddends || a->epilogue != CGM_EPILOGUE_NONE) return none;
+    const int64_t slot = (int64_t)kTileM * tile_n * (int64_t)sizeof(float);
+    int64_t slots = ws_bytes < 0 ? INT64_MAX : ws_bytes < CGM_HGEMM_SPLIT_COUNTER_BYTES
+                                                   ? 0
+                                                   : (ws_bytes - CGM_HGEMM_SPLIT_COUNTER_BYTES) / slot;
+    tail_split_choice c = tail_split_choose(tiles, grid, k_blocks, a->tail_split, slots, kSplitMaxTail);
+    return c.whole + c.tail * c.parts > INT32_MAX ? none : c;
+}
+
+/* The bytes of split_ws a split uses: the counters and the partials. */
+int64_t split_bytes(const tail_split_choice &c, int tile_n) {
+    if (c.parts < 2) return 0;
+    return CGM_HGEMM_SPLIT_COUNTER_BYTES + c.tail * c.parts * (int64_t)kTileM * tile_n * (int64_t)sizeof(float);
+}
+
+/* The split kernels' fields of p (tiles and k_blocks set): the units
+ * (scheduler.cuh, unit_of), the workspace's counters and partials. */
+void params_split(const cgm_hgemm_args *a, const tail_split_choice &c, hgemm_params *p) {
+    units_init(p, c.whole, c.tail, c.parts);
+    p->split_counters = static_cast<unsigned int *>(a->split_ws);
+    p->split_partials = reinterpret_cast<float *>(static_cast<char *>(a->split_ws) + CGM_HGEMM_SPLIT_COUNTER_BYTES);
 }
 
 /* The shape, schedule and output fields of p. */
@@ -360,6 +397,10 @@ void params_shape(const cgm_hgemm_args *a, int tile_n, hgemm_params *p) {
     const int64_t sk = stage_k(in_kind(a));
     p->k_blocks = (int)((a->k + sk - 1) / sk);
     p->tile_counter = dynamic_pays(a) ? a->tile_counter : nullptr;
+    /* no split (params_split sets these for the split kernels) */
+    units_init(p, (long long)p->tiles_m * p->tiles_n, 0, 1);
+    p->split_partials = nullptr;
+    p->split_counters = nullptr;
     p->m_block_order = a->m_block_order;
     p->y = a->y;
     p->ldy = a->ldy;
@@ -500,6 +541,16 @@ extern "C" cudaError_t cgm_hgemm_preload(void) {
     return e != cudaSuccess ? e : cgm_hopper::preload_fp8_promoted();
 }
 
+extern "C" size_t cgm_hgemm_split_ws_bytes(const cgm_hgemm_args *a) {
+    int sms = 0;
+    if (!a || args_problem(a) || a->m == 0 || a->n == 0 || !is_sm90(nullptr, &sms)) return 0;
+    bool pp = cgm_hgemm_variant_for(a) == CGM_HGEMM_PINGPONG;
+    int tile_n = pp ? cfg<true>::tile_n : cfg<false>::tile_n;
+    int64_t tiles = ((a->m + kTileM - 1) / kTileM) * ((a->n + tile_n - 1) / tile_n);
+    int64_t sk = stage_k(in_kind(a)), k_blocks = (a->k + sk - 1) / sk;
+    return (size_t)split_bytes(split_for(a, tiles, tile_n, k_blocks, grid_limit(a, sms), -1), tile_n);
+}
+
 extern "C" size_t cgm_hgemm_bgrad_ws_bytes(int64_t m, int64_t n) {
     return (size_t)bgrad_groups(m) * (size_t)((n + 3) / 4 * 4) * sizeof(float);
 }
@@ -524,7 +575,15 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
     if (!maps_for(a, pp, tile_n, &maps, &p)) return cudaErrorInvalidValue;
     params_shape(a, tile_n, &p);
     params_hooks(a, &p);
-    int grid = grid_for(a, sms, (long long)p.tiles_m * p.tiles_n);
-    cudaError_t e = launch_variant(in_kind(a), pp, a->out_dtype, dev, maps, p, grid, stream);
+    const long long tiles = (long long)p.tiles_m * p.tiles_n;
+    if (a->split_ws) {
+        tail_split_choice c = split_for(a, tiles, tile_n, p.k_blocks, grid_limit(a, sms), (int64_t)a->split_ws_bytes);
+        if (c.parts > 1) {
+            params_split(a, c, &p);
+            return cgm_hopper::launch_split(in_kind(a), pp, a->out_dtype, dev, &maps, &p, grid_for(a, sms, p.units),
+                                            stream);
+        }
+    }
+    cudaError_t e = launch_variant(in_kind(a), pp, a->out_dtype, dev, maps, p, grid_for(a, sms, tiles), stream);
     return e != cudaSuccess ? e : bgrad_sum(a, stream);
 }

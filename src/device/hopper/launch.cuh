@@ -1,8 +1,9 @@
-/* The Hopper GEMM's launch templates, shared by the three translation
- * units that instantiate the kernels: launch.cu (fp16 and bf16 operands),
- * launch_fp8.cu (the fp8 pairs) and launch_fp8_promoted.cu (the fp8 pairs'
- * promoting kernels), each its own object so that they compile in
- * parallel. */
+/* The Hopper GEMM's launch templates, shared by the translation units
+ * that instantiate the kernels: launch.cu (fp16 and bf16 operands),
+ * launch_fp8.cu (the fp8 pairs), launch_fp8_promoted.cu (the fp8 pairs'
+ * promoting kernels), launch_split.cu and launch_fp8_split.cu (the split
+ * kernels of the tail split, 16-bit and fp8), each its own object so that
+ * they compile in parallel. */
 #ifndef COMMGEMM_HOPPER_LAUNCH_CUH
 #define COMMGEMM_HOPPER_LAUNCH_CUH
 
@@ -26,10 +27,10 @@ struct call_maps {
  * host threads costs nothing but a redundant call). */
 constexpr int kMaxDevices = 64;
 
-template <int kIn, typename OutT, bool kPP, bool kAddTma>
+template <int kIn, typename OutT, bool kPP, bool kAddTma, bool kSplit = false>
 cudaError_t launch(int dev, const call_maps &m, const hgemm_params &p, int grid, cudaStream_t stream) {
     static volatile bool attribute_set[kMaxDevices];
-    auto kernel = hgemm_kernel<kIn, OutT, kPP, kAddTma>;
+    auto kernel = hgemm_kernel<kIn, OutT, kPP, kAddTma, kSplit>;
     constexpr int smem = smem_of<kPP, kAddTma>::bytes;
     if (dev < 0 || dev >= kMaxDevices || !attribute_set[dev]) {
         cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -84,6 +85,33 @@ template <int kIn> cudaError_t preload_promoted() {
     return e != cudaSuccess ? e : cudaFuncGetAttributes(&fa, hgemm_kernel<kIn, promoted<__half>, false, false>);
 }
 
+/* The split kernels (kSplit): cooperative and ping-pong, plain, the
+ * output type T, or promoted<T> for the promoting fp8 kernels. */
+template <typename T, bool kPromoted> struct split_out {
+    using type = T;
+};
+template <typename T> struct split_out<T, true> {
+    using type = promoted<T>;
+};
+template <int kIn, typename OutT>
+cudaError_t launch_split_variant(bool pp, int dev, const call_maps &m, const hgemm_params &p, int grid,
+                                 cudaStream_t stream) {
+    return pp ? launch<kIn, OutT, true, false, true>(dev, m, p, grid, stream)
+              : launch<kIn, OutT, false, false, true>(dev, m, p, grid, stream);
+}
+template <int kIn, bool kPromoted>
+cudaError_t launch_split_out(bool pp, cgm_dtype out, int dev, const call_maps &m, const hgemm_params &p, int grid,
+                             cudaStream_t stream) {
+    switch (out) {
+    case CGM_DTYPE_BF16:
+        return launch_split_variant<kIn, typename split_out<__nv_bfloat16, kPromoted>::type>(pp, dev, m, p, grid,
+                                                                                             stream);
+    case CGM_DTYPE_FP16:
+        return launch_split_variant<kIn, typename split_out<__half, kPromoted>::type>(pp, dev, m, p, grid, stream);
+    default: return launch_split_variant<kIn, typename split_out<float, kPromoted>::type>(pp, dev, m, p, grid, stream);
+    }
+}
+
 template <int kIn> cudaError_t preload_in() {
     cudaError_t e = preload_out<kIn, float>();
     if (e == cudaSuccess) e = preload_out<kIn, __nv_bfloat16>();
@@ -105,6 +133,13 @@ cudaError_t preload_fp8();
 cudaError_t launch_fp8_promoted(int in, bool pp, cgm_dtype out, int dev, const void *maps, const void *params,
                                 int grid, cudaStream_t stream);
 cudaError_t preload_fp8_promoted();
+/* launch_split.cu: the split kernels (the tail split, hgemm_params.units
+ * and split_*), any operand types (fp8: launch_fp8_split.cu's,
+ * promote = hgemm_params.promote); the same way. */
+cudaError_t launch_split(int in, bool pp, cgm_dtype out, int dev, const void *maps, const void *params, int grid,
+                         cudaStream_t stream);
+cudaError_t launch_fp8_split(int in, bool pp, bool promote, cgm_dtype out, int dev, const void *maps,
+                             const void *params, int grid, cudaStream_t stream);
 } // namespace cgm_hopper
 
 #endif

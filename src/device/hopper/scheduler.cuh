@@ -62,6 +62,36 @@ __host__ __device__ __forceinline__ void tile_coords(const hgemm_params &p, int 
     *tm = p.m_block_order ? p.m_block_order[lm] : lm;
 }
 
+/* Work unit u of a split kernel (hgemm_params.split_*, the tail split):
+ * its tile *t and k blocks [*kb0, *kb1); returns its part j, or -1 for a
+ * whole tile, with *r its tail tile (t - split_unit0). Units of one part
+ * are consecutive, so the grid's first units of the tail are every tail
+ * tile's first part. */
+__host__ __device__ __forceinline__ int unit_of(const hgemm_params &p, int u, int *t, int *kb0, int *kb1, int *r) {
+    if (u < p.split_unit0) {
+        *t = u, *r = 0, *kb0 = 0, *kb1 = p.k_blocks;
+        return -1;
+    }
+    int v = u - p.split_unit0;
+    int j = fastdiv(v, p.split_tiles_mul, p.split_tiles_shr);
+    *r = v - j * p.split_tiles;
+    *t = p.split_unit0 + *r;
+    *kb0 = fastdiv(j * p.k_blocks, p.split_parts_mul, p.split_parts_shr);
+    *kb1 = fastdiv((j + 1) * p.k_blocks, p.split_parts_mul, p.split_parts_shr);
+    return j;
+}
+
+/* unit_of's fields, once per call on the host (k_blocks set): tiles
+ * [0, whole) whole, the next `tail` cut into `parts` (tail_split.h). */
+inline void units_init(hgemm_params *p, long long whole, long long tail, int parts) {
+    p->split_unit0 = (int)whole;
+    p->split_tiles = (int)tail;
+    p->split_parts = parts;
+    p->units = (int)(whole + tail * parts);
+    fastdiv_init(p->split_tiles, &p->split_tiles_mul, &p->split_tiles_shr);
+    fastdiv_init(p->split_parts, &p->split_parts_mul, &p->split_parts_shr);
+}
+
 /* tile_coords' divisors, once per call on the host (tiles_m and tiles_n
  * set). */
 inline void coords_init(hgemm_params *p) {
