@@ -31,9 +31,9 @@ static void test_shapes(const void *p) {
         {12344, 1504, 4096, 64, 528, 54, 2},  /* 582 tiles: 4.41 waves */
         {4096, 5504, 4096, 64, 660, 44, 3},   /* 704 tiles: 5.33 waves */
         {8192, 2752, 4096, 64, 660, 44, 3},
-        {256, 10240, 8192, 64, 0, 80, 3},     /* 80 tiles on 132 SMs */
+        {256, 10240, 8192, 64, 80, 0, 1},     /* 80 tiles on 132 SMs: no full wave, no split */
         {8192, 1280, 8192, 128, 264, 56, 2},  /* fp8: half as many stages */
-        {256, 10240, 8192, 128, 0, 80, 3},
+        {256, 10240, 8192, 128, 80, 0, 1},
         {8192, 8448, 4096, 64, 2112, 0, 1},   /* 2112 tiles: 16 whole waves */
         {16768, 2048, 4096, 64, 1048, 0, 1},  /* 1048 tiles: a tail of 124 of 132: no split pays */
         {128, 1024, 192, 64, 4, 0, 1},        /* 3 k blocks: no part of 4 stages */
@@ -74,7 +74,7 @@ static void test_model_choice(const void *p) {
                 int want = 1;
                 for (int s = 2; tail && s <= cap; s++)
                     if (tail_split_time(tail, grid, kb, s) < best) best = tail_split_time(tail, grid, kb, s), want = s;
-                if (16 * (unsplit - best) < unsplit) want = 1;
+                if (16 * (unsplit - best) < unsplit || tiles < grid) want = 1;
                 if (c.parts != want)
                     TEST_FAIL("%lld tiles on %lld CTAs, %lld k blocks: %d parts, the model's best is %d",
                               (long long)tiles, (long long)grid, (long long)kb, c.parts, want);
@@ -92,7 +92,8 @@ static void test_limits(const void *p) {
     CHECK_INT_EQ(tail_split_choose(10, 132, 2, 8, BIG, 512).parts, 2);  /* one stage a part */
     CHECK_INT_EQ(tail_split_choose(10, 132, 1, 2, BIG, 512).parts, 1);  /* one stage: nothing to cut */
     CHECK_INT_EQ(tail_split_choose(10, 132, 64, 5, BIG, 512).parts, 5); /* forced, though the model takes 8 */
-    CHECK_INT_EQ(tail_split_choose(10, 132, 64, 0, BIG, 512).parts, 4); /* 4 and 5 model the same: the fewer */
+    CHECK_INT_EQ(tail_split_choose(142, 132, 64, 0, BIG, 512).parts, 4); /* 4 and 5 model the same: the fewer */
+    CHECK_INT_EQ(tail_split_choose(10, 132, 64, 0, BIG, 512).parts, 1);  /* no full wave: the model keeps it whole */
     CHECK_INT_EQ(tail_split_choose(10, 132, 64, 1, BIG, 512).parts, 1);
     CHECK_INT_EQ(tail_split_choose(10, 132, 64, 0, 35, 512).parts, 3); /* 35 slots: 3 parts of 10 tiles */
     CHECK_INT_EQ(tail_split_choose(10, 132, 64, 6, 35, 512).parts, 3);

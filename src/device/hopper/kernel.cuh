@@ -322,7 +322,13 @@ __global__ void __launch_bounds__(kThreads, 1)
              * other consumer's unit ended (split.cuh, handoff) */
             (void)pos;
             stage = 0, phase = 0;
-            if (i > 0) handoff_get(queue.full + kHandoffOffset + 4 * consumer, &stage, &phase);
+            if (i > 0) {
+                handoff_get(queue.full + kHandoffOffset + 4 * consumer, &stage, &phase);
+                /* every thread's read before the leader's next turn
+                 * arrive, after which the other consumer writes the word
+                 * again */
+                asm volatile("bar.sync %0, 128;" ::"r"(1 + consumer) : "memory");
+            }
         } else {
             ring_at<kStages>(pos, &stage, &phase);
         }
