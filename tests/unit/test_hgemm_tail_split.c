@@ -95,10 +95,10 @@ static void test_limits(const void *p) {
     CHECK_INT_EQ(tail_split_choose(142, 132, 64, 0, BIG, 512).parts, 4); /* 4 and 5 model the same: the fewer */
     CHECK_INT_EQ(tail_split_choose(10, 132, 64, 0, BIG, 512).parts, 1);  /* no full wave: the model keeps it whole */
     CHECK_INT_EQ(tail_split_choose(10, 132, 64, 1, BIG, 512).parts, 1);
-    CHECK_INT_EQ(tail_split_choose(10, 132, 64, 0, 35, 512).parts, 3); /* 35 slots: 3 parts of 10 tiles */
+    CHECK_INT_EQ(tail_split_choose(142, 132, 64, 0, 35, 512).parts, 3); /* 35 slots: 3 parts of 10 tiles */
     CHECK_INT_EQ(tail_split_choose(10, 132, 64, 6, 35, 512).parts, 3);
-    CHECK_INT_EQ(tail_split_choose(10, 132, 64, 0, 19, 512).parts, 1);
-    CHECK_INT_EQ(tail_split_choose(10, 132, 64, 0, BIG, 9).parts, 1); /* counters for 9 tail tiles */
+    CHECK_INT_EQ(tail_split_choose(142, 132, 64, 0, 19, 512).parts, 1);
+    CHECK_INT_EQ(tail_split_choose(142, 132, 64, 0, BIG, 9).parts, 1); /* counters for 9 tail tiles */
     CHECK_INT_EQ(tail_split_choose(264, 132, 64, 4, BIG, 512).parts, 1); /* whole waves: no tail */
     c = tail_split_choose(13, 3, 64, 4, BIG, 512); /* 4 whole waves of 3, a tail of 1 */
     CHECK_INT_EQ(c.whole, 12);
