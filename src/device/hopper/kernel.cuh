@@ -215,17 +215,15 @@ __global__ void __launch_bounds__(kThreads, 1)
                  * and the next one's loaded a stage ahead (after this
                  * tile's first full barrier: fp8.cuh) */
                 float xa = 1.f, xb = 1.f, w0 = 1.f, w1 = 1.f, nxa = 1.f, nxb = 1.f, nw0 = 1.f, nw1 = 1.f;
+                auto scales = [&](int k, float &a, float &b, float &u, float &v) {
+                    a = fp8_block_x(p, row, k), b = fp8_block_x(p, row + 8, k);
+                    u = fp8_block_w(p, 2 * tn, k), v = fp8_block_w(p, 2 * tn + 1, k);
+                };
                 for (int kb = kb0; kb < kb1; kb++) {
                     mbar_wait(full_bar + 8 * stage, phase);
                     if (block) {
-                        if (kb == kb0) {
-                            xa = fp8_block_x(p, row, kb), xb = fp8_block_x(p, row + 8, kb);
-                            w0 = fp8_block_w(p, 2 * tn, kb), w1 = fp8_block_w(p, 2 * tn + 1, kb);
-                        }
-                        if (kb + 1 < kb1) {
-                            nxa = fp8_block_x(p, row, kb + 1), nxb = fp8_block_x(p, row + 8, kb + 1);
-                            nw0 = fp8_block_w(p, 2 * tn, kb + 1), nw1 = fp8_block_w(p, 2 * tn + 1, kb + 1);
-                        }
+                        if (kb == kb0) scales(kb, xa, xb, w0, w1);
+                        if (kb + 1 < kb1) scales(kb + 1, nxa, nxb, nw0, nw1);
                     }
                     uint64_t desc_a = smem_desc_sw128(smem_a + stage * kStageBytesA + consumer * 64 * 128);
                     uint32_t b = smem_b + stage * C::bytes_b;
@@ -344,19 +342,16 @@ __global__ void __launch_bounds__(kThreads, 1)
              * a stage ahead (as in the cooperative loop) */
             float xa = 1.f, xb = 1.f, xc = 1.f, xd = 1.f, w = 1.f;
             float nxa = 1.f, nxb = 1.f, nxc = 1.f, nxd = 1.f, nw = 1.f;
+            auto scales = [&](int k, float &a, float &b, float &c, float &e, float &u) {
+                a = fp8_block_x(p, row, k), b = fp8_block_x(p, row + 8, k);
+                c = fp8_block_x(p, row + 64, k), e = fp8_block_x(p, row + 72, k);
+                u = fp8_block_w(p, tn, k);
+            };
             for (int kb = kb0; kb < kb1; kb++) {
                 mbar_wait(full_bar + 8 * stage, phase);
                 if (block) {
-                    if (kb == kb0) {
-                        xa = fp8_block_x(p, row, kb), xb = fp8_block_x(p, row + 8, kb);
-                        xc = fp8_block_x(p, row + 64, kb), xd = fp8_block_x(p, row + 72, kb);
-                        w = fp8_block_w(p, tn, kb);
-                    }
-                    if (kb + 1 < kb1) {
-                        nxa = fp8_block_x(p, row, kb + 1), nxb = fp8_block_x(p, row + 8, kb + 1);
-                        nxc = fp8_block_x(p, row + 64, kb + 1), nxd = fp8_block_x(p, row + 72, kb + 1);
-                        nw = fp8_block_w(p, tn, kb + 1);
-                    }
+                    if (kb == kb0) scales(kb, xa, xb, xc, xd, w);
+                    if (kb + 1 < kb1) scales(kb + 1, nxa, nxb, nxc, nxd, nw);
                 }
                 uint32_t a0 = smem_a + stage * kStageBytesA;
                 uint64_t desc_b = smem_desc_sw128(smem_b + stage * C::bytes_b);

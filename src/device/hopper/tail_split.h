@@ -64,7 +64,7 @@ static inline tail_split_choice tail_split_choose(int64_t tiles, int64_t grid, i
     tail_split_choice none = {tiles > 0 ? tiles : 0, 0, 1};
     if (tiles < 1 || grid < 1 || k_blocks < 2 || forced == 1) return none;
     int64_t whole = tiles / grid * grid, tail = tiles - whole;
-    if (tail == 0 || tail > max_tail) return none;
+    if (tail == 0 || tail > max_tail || (forced == 0 && whole == 0)) return none;
     int64_t cap = max_slots / tail;
     if (forced > 1) cap = cap < forced ? cap : forced;
     else cap = cap < k_blocks / TAIL_SPLIT_MIN_STAGES ? cap : k_blocks / TAIL_SPLIT_MIN_STAGES;
@@ -72,7 +72,6 @@ static inline tail_split_choice tail_split_choose(int64_t tiles, int64_t grid, i
     if (cap > TAIL_SPLIT_MAX_PARTS) cap = TAIL_SPLIT_MAX_PARTS;
     if (cap < 2) return none;
     int best = forced > 1 ? (int)cap : 1;
-    if (forced == 0 && whole == 0) return none;
     if (forced == 0) {
         int64_t unsplit = tail_split_time(tail, grid, k_blocks, 1), best_time = unsplit;
         for (int s = 2; s <= cap; s++) {
