@@ -419,6 +419,27 @@ static void case_many_tiles(const void *p) {
     check_cases(cases, (int)(sizeof cases / sizeof cases[0]));
 }
 
+/* The cooperative kernel's TMA store of Y (16-bit Y, 16-byte aligned, ldy
+ * a multiple of 8, no accumulate): the second consumer's rows partly
+ * (m 1000) and wholly (m 1060) past m, boxes of 64 columns partly and
+ * wholly past n (n 300, 520), padding columns that must stay untouched, Y
+ * at a 16-byte offset, one CTA running 16 tiles (each staging buffer
+ * reused 32 times) and three CTAs, the dynamic schedule; with an 8-byte
+ * offset and with accumulate Y is stored directly (the comparison). */
+static void case_tma_store(const void *p) {
+    (void)p;
+    enum { C = CGM_HGEMM_COOPERATIVE };
+    const gemm_case cases[] = {
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1000, 300, 200, 0, 0, 8, 1, 0, 0, 1, 0, 61, C, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1060, 520, 64, 0, 0, 0, 1, 0, 0, 3, 0, 62, C, 0},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 129, 257, 300, 0, 0, 16, 0, 0, 8, 0, 0, 63, C, 1},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 2048, 2048, 128, 0, 0, 0, 1, 0, 0, 0, 0, 64, C, 1},
+        {CGM_DTYPE_BF16, CGM_DTYPE_BF16, 1000, 300, 200, 0, 0, 8, 1, 0, 4, 1, 0, 65, C, 0},
+        {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1060, 520, 64, 0, 0, 0, 1, 1, 0, 3, 0, 66, C, 0},
+    };
+    check_cases(cases, (int)(sizeof cases / sizeof cases[0]));
+}
+
 /* The dynamic tile schedule (tile_counter), each case launched twice with
  * the same counter: grids of 1, 3 and 7 CTAs (many claims each, an odd
  * count per consumer), a single tile, the whole GPU on 2048x3072x1000 and
@@ -543,6 +564,7 @@ static void register_cases(void) {
     test_add("epilogue_and_ld", case_epilogue_and_ld, NULL);
     test_add("flags_ready", case_flags_ready, NULL);
     test_add("many_tiles", case_many_tiles, NULL);
+    test_add("tma_store", case_tma_store, NULL);
     test_add("fastdiv", case_fastdiv, NULL);
     test_add("dynamic", case_dynamic, NULL);
     test_set_timeout(60);

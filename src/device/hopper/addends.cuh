@@ -171,7 +171,7 @@ __device__ __forceinline__ void add_addend_slot(float (&d)[128], uint32_t slot) 
 #pragma unroll
     for (int j = 0; j < 16; j += 2) {
         int chunk = (j % 8) + (l >> 4);
-        uint32_t addr = row + (uint32_t)(j / 8) * kAddendBox + (uint32_t)((chunk ^ (l & 7)) << 4);
+        uint32_t addr = row + (uint32_t)(j / 8) * kBox16 + (uint32_t)((chunk ^ (l & 7)) << 4);
         uint32_t v0, v1, v2, v3;
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                      : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
@@ -328,7 +328,7 @@ __device__ void addend_tma_helper(const hgemm_params &p, const addend_maps &am, 
                     tma_load_2d(slot, map, col + 32 * k, row, full);
                 } else {
                     tma_load_2d(slot, map, col, row + 64 * h, full);
-                    tma_load_2d(slot + kAddendBox, map, col + 64, row + 64 * h, full);
+                    tma_load_2d(slot + kBox16, map, col + 64, row + 64 * h, full);
                 }
             }
             use += (uint32_t)(parts / 2);

@@ -17,6 +17,9 @@ constexpr int kTileK = CGM_HGEMM_TILE_K; /* 64 x 2 bytes = one 128-byte swizzle 
 constexpr int kThreads = 384;
 constexpr int kGroupM = 16; /* rasterization: m tiles per group, see tile_coords */
 constexpr int kStageBytesA = kTileM * kTileK * 2; /* 16 KiB */
+/* The TMA box of a 16-bit Y or addend: 64 rows x 64 columns (128-byte rows,
+ * 128B swizzle). */
+constexpr int kBox16 = 64 * 64 * 2; /* 8 KiB */
 
 /* Per variant: the tile's n extent, the ring depth, the shared memory. */
 template <bool kPP> struct cfg {
@@ -24,11 +27,14 @@ template <bool kPP> struct cfg {
     static constexpr int stages = kPP ? 6 : 4;
     static constexpr int bytes_b = tile_n * kTileK * 2; /* 16 or 32 KiB */
     static constexpr int stage_bytes = kStageBytesA + bytes_b;
+    /* cooperative: the epilogue's staging of Y (epilogue_tma), two boxes
+     * per consumer after the ring */
+    static constexpr int y_stage_bytes = kPP ? 0 : 2 * 2 * kBox16;
     /* 1024: the 128B-swizzle pattern repeats every 8 rows x 128 bytes, and
      * TMA and wgmma both assume the pattern starts at a 1024-byte boundary.
      * Barriers: full and empty per stage and two turn barriers; the addend
      * slots' barriers are smem_of's. */
-    static constexpr int smem_bytes = 1024 + stages * stage_bytes + (2 * stages + 2) * 8;
+    static constexpr int smem_bytes = 1024 + stages * stage_bytes + y_stage_bytes + (2 * stages + 2) * 8;
     static_assert(smem_bytes <= 227 * 1024, "shared memory per block");
 };
 
@@ -38,8 +44,7 @@ template <bool kPP> struct cfg {
  * boxes of 64 x 64 (128-byte rows, 128B swizzle), or 32 columns of an fp32
  * addend as one box of 128 rows x 32; and their barriers (full per
  * consumer and slot, empty per slot) after the other barriers. */
-constexpr int kAddendBox = 64 * 64 * 2;          /* 8 KiB */
-constexpr int kAddendSlot = 2 * kAddendBox;      /* 16 KiB */
+constexpr int kAddendSlot = 2 * kBox16; /* 16 KiB */
 /* After the barriers: the tile queue (two slots of a tile index, their
  * full and empty barriers: 48 bytes, tile_queue), then the producer's map
  * of the m tiles whose row flags it already saw ready (produce): one bit
@@ -92,6 +97,7 @@ struct hgemm_params {
     int accumulate;
     int vector_store; /* y and ldy allow 2-element stores */
     int vector16;     /* 16-bit Y, y 16-byte aligned, ldy % 8 == 0: 16-byte stores */
+    int y_tma;        /* the cooperative plain kernels store Y by TMA (epilogue_tma) */
     const unsigned long long *row_flags;
     long long rows_per_flag;
     /* wait_row_flags' divisors, clamped to m, with their multiply-high

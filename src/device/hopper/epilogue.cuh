@@ -1,6 +1,7 @@
 /* The Hopper GEMM's epilogue: bias, accumulate (Y +=), conversion to the
  * output dtype and the stores, straight from the consumer's accumulator
- * registers. Interior tiles of a 16-bit Y without accumulate are
+ * registers, or in the cooperative kernels through shared memory and TMA
+ * stores (epilogue_tma). Interior tiles of a 16-bit Y without accumulate are
  * transposed inside each quad of lanes so that a warp stores whole 32-byte
  * sectors; other interior tiles store pairs, edge tiles check bounds. The
  * fused reduce-scatter's addends are added before this (addends.cuh).
@@ -21,6 +22,7 @@
 
 #include "device/epilogue.cuh"
 #include "device/hopper/config.cuh"
+#include "device/hopper/ptx.cuh"
 
 namespace {
 
@@ -559,6 +561,57 @@ __device__ __forceinline__ void epilogue_act(const hgemm_params &p, float (&d)[1
         act_checked<OutT, OFF, NJ>(p, d, row, col0, q, slot);
 }
 
+/* The cooperative plain kernels' epilogue of a 16-bit Y by TMA
+ * (hgemm_params.y_tma: Y 16-byte aligned, ldy % 8 == 0, no accumulate):
+ * the consumer's 64 x 256 block in four boxes of 64 columns, through its
+ * two staging buffers (stage: 2 x kBox16, 1024-byte aligned) in turn.
+ * Per box the warpgroup waits until the buffer's previous store has read
+ * it (the leader's bulk_wait_read, then named barrier bar), writes the box
+ * by stmatrix in TMA's 128B-swizzled layout (each warp its 16 rows: per
+ * stmatrix the 8 x 8 matrices of two column groups, rows and rows + 8),
+ * fences it for the async proxy, and the leader issues its TMA store.
+ * The store clips rows past m and columns past n, so edge tiles take this
+ * path too (a box wholly past them is not stored); the leader waits for its stores at the kernel's end
+ * (bulk_wait_all). The values are epilogue_plain's: fp32 d + bias, one
+ * rounding. */
+template <typename OutT>
+__device__ __forceinline__ void epilogue_tma(const hgemm_params &p, const CUtensorMap *map_y, uint32_t stage,
+                                             int bar, float (&d)[128], int row0, int col0) {
+    const int t = threadIdx.x % 128, lane = t % 32, q = t % 4;
+    const bool leader = t == 0;
+    const OutT *bias = static_cast<const OutT *>(p.bias);
+    /* this lane's stmatrix row address: row lane % 8 (+ 8) of its warp's
+     * 16, column group lane / 16 of each pair */
+    const int srow = 16 * (t / 32) + (lane % 8) + 8 * ((lane / 8) & 1);
+    const uint32_t row_addr = (uint32_t)srow * 128;
+    const int sgroup = lane / 16, sx = lane % 8;
+#pragma unroll
+    for (int b = 0; b < 4; b++) {
+        const uint32_t buf = stage + (uint32_t)(b & 1) * kBox16;
+        if (leader) bulk_wait_read<1>();
+        named_sync(bar, 128);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint32_t r[4];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int j = 8 * b + 2 * i + h;
+                float ba, bb;
+                bias_pair<OutT>(p, bias, col0 + 8 * j + 2 * q, ba, bb);
+                r[2 * h] = pack_pair((OutT *)nullptr, d[4 * j] + ba, d[4 * j + 1] + bb);
+                r[2 * h + 1] = pack_pair((OutT *)nullptr, d[4 * j + 2] + ba, d[4 * j + 3] + bb);
+            }
+            stmatrix_x4(buf + row_addr + (uint32_t)(((2 * i + sgroup) ^ sx) << 4), r[0], r[1], r[2], r[3]);
+        }
+        fence_proxy_async_smem();
+        named_sync(bar, 128);
+        if (leader) {
+            if (row0 < p.m && col0 + 64 * b < p.n) tma_store_2d(map_y, buf, col0 + 64 * b, row0);
+            bulk_commit(); /* a group either way: bulk_wait_read<1> counts boxes */
+        }
+    }
+}
+
 /* The epilogue of a 64 x 8NJ block: epilogue_plain, or epilogue_act in the
  * kernels with_epilogue<T> (out_type, config.cuh). */
 template <typename OutT, int OFF, int NJ, bool kButterfly>
@@ -567,6 +620,21 @@ __device__ __forceinline__ void epilogue(const hgemm_params &p, float (&d)[128],
         epilogue_act<typename out_type<OutT>::type, OFF, NJ>(p, d, row0, col0);
     else
         epilogue_plain<OutT, OFF, NJ, kButterfly>(p, d, row0, col0);
+}
+
+/* The cooperative kernels' epilogue of a consumer's 64 x 256 block:
+ * epilogue_tma where the call allows it (the plain 16-bit kernels), else
+ * epilogue. */
+template <typename OutT>
+__device__ __forceinline__ void epilogue_coop(const hgemm_params &p, const CUtensorMap *map_y, uint32_t stage, int bar,
+                                              float (&d)[128], int row0, int col0) {
+    if constexpr (!out_type<OutT>::act && sizeof(OutT) == 2) {
+        if (p.y_tma) {
+            epilogue_tma<OutT>(p, map_y, stage, bar, d, row0, col0);
+            return;
+        }
+    }
+    epilogue<OutT, 0, 32, true>(p, d, row0, col0);
 }
 
 } // namespace

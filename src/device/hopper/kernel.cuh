@@ -7,7 +7,8 @@
  *                in one of two variants:
  *     cooperative  (tile 128x256, 4 stages) both consumers share each tile,
  *                each owns 64 rows; then both run the epilogue, during
- *                which the tensor cores idle (the producer only refills);
+ *                which the tensor cores idle (the producer only refills;
+ *                a 16-bit Y leaves by TMA stores: epilogue_tma);
  *     ping-pong    (tile 128x128, 6 stages) the consumers take alternate
  *                tiles of the CTA, each a whole 128x128 tile; a turn
  *                barrier pair hands the main loop from one to the other,
@@ -48,7 +49,8 @@ namespace {
 template <int kIn, typename OutT, bool kPP, bool kAddTma, bool kSplit = false>
 __global__ void __launch_bounds__(kThreads, 1)
     hgemm_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_x_own,
-                 const __grid_constant__ CUtensorMap map_w, const __grid_constant__ addend_maps amaps,
+                 const __grid_constant__ CUtensorMap map_w, const __grid_constant__ CUtensorMap map_y,
+                 const __grid_constant__ addend_maps amaps,
                  const hgemm_params p) {
     using C = cfg<kPP>;
     constexpr int kStages = C::stages;
@@ -64,8 +66,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     uint32_t smem_a = base;                                      /* kStages x 16 KiB */
     uint32_t smem_b = base + kStages * kStageBytesA;             /* kStages x C::bytes_b */
-    uint32_t slots = base + kStages * C::stage_bytes;            /* kHelper: 2 x kAddendSlot */
-    uint32_t full_bar = slots + (kHelper ? 2 * kAddendSlot : 0); /* kStages x 8 bytes */
+    uint32_t slots = base + kStages * C::stage_bytes; /* kHelper: 2 x kAddendSlot; cooperative: Y's staging */
+    uint32_t full_bar = slots + (kHelper ? 2 * kAddendSlot : 0) + C::y_stage_bytes; /* kStages x 8 bytes */
     uint32_t empty_bar = full_bar + kStages * 8;                 /* kStages x 8 bytes */
     uint32_t turn_bar = empty_bar + kStages * 8;                 /* 2 x 8 bytes (ping-pong) */
     uint32_t afull_bar = turn_bar + 16;                          /* 2 x 2 x 8 bytes (addend_tma_helper) */
@@ -188,6 +190,8 @@ __global__ void __launch_bounds__(kThreads, 1)
          * 64 rows (A rows 64 consumer ..), one wgmma.m64n256 per k step. */
         int stage = 0;
         uint32_t phase = 0;
+        /* this consumer's staging buffers of Y (epilogue_tma) */
+        const uint32_t y_stage = slots + (uint32_t)consumer * 2 * kBox16;
         for (int u = 0;; u++) {
             int t;
             if (dynamic) {
@@ -241,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 if (!block) fp8_scale_rows<0, 32>(p, d, tm * kTileM + consumer * 64);
                 if (p.addend_waits) wait_addend_flags(p, (long long)tm * kTileM + consumer * 64, 64, consumer, epoch);
                 if (p.naddends) add_addends<0, 32>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
-                epilogue<EpiT, 0, 32, true>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
+                epilogue_coop<EpiT>(p, &map_y, y_stage, 1 + consumer, d, tm * kTileM + consumer * 64, tn * C::tile_n);
                 continue;
             }
             /* counted from 0 (the unit's first block): the counter stays
@@ -277,8 +281,10 @@ __global__ void __launch_bounds__(kThreads, 1)
             if constexpr (in_is_fp8(kIn)) fp8_scale_rows<0, 32>(p, d, tm * kTileM + consumer * 64);
             if (p.addend_waits) wait_addend_flags(p, (long long)tm * kTileM + consumer * 64, 64, consumer, epoch);
             if (p.naddends) add_addends<0, 32>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
-            epilogue<EpiT, 0, 32, true>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
+            epilogue_coop<EpiT>(p, &map_y, y_stage, 1 + consumer, d, tm * kTileM + consumer * 64, tn * C::tile_n);
         }
+        /* the TMA stores read the staging buffers until they complete */
+        if (p.y_tma && leader) bulk_wait_all();
         return;
     }
 

@@ -18,7 +18,7 @@ namespace {
 
 /* The tensor maps of one call. */
 struct call_maps {
-    CUtensorMap x, x_own, w;
+    CUtensorMap x, x_own, w, y; /* y: hgemm_params.y_tma's */
     addend_maps addends;
 };
 
@@ -37,7 +37,7 @@ cudaError_t launch(int dev, const call_maps &m, const hgemm_params &p, int grid,
         if (err != cudaSuccess) return err;
         if (dev >= 0 && dev < kMaxDevices) attribute_set[dev] = true;
     }
-    kernel<<<grid, kThreads, smem, stream>>>(m.x, m.x_own, m.w, m.addends, p);
+    kernel<<<grid, kThreads, smem, stream>>>(m.x, m.x_own, m.w, m.y, m.addends, p);
     return cudaGetLastError();
 }
 

@@ -60,6 +60,40 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
                  : "memory");
 }
 
+/* TMA store: the box of the tensor map at (c0 = column, c1 = row) from src
+ * (elements past the map's extent are not written), in the thread's
+ * current bulk group. */
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap *map, uint32_t src, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%1, %2}], [%3];" ::"l"(
+                     (uint64_t)map),
+                 "r"(c0), "r"(c1), "r"(src)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+/* Until at most N of the thread's bulk groups still read shared memory. */
+template <int N> __device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+/* Until all of the thread's bulk groups have completed (writes visible). */
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+/* Orders this thread's generic-proxy shared-memory writes before later
+ * async-proxy (TMA) accesses. */
+__device__ __forceinline__ void fence_proxy_async_smem() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+/* Named barrier `id` over `count` threads (whole warps). */
+__device__ __forceinline__ void named_sync(int id, int count) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+/* stmatrix .x4: four 8 x 8 16-bit matrices; lane i gives the address of
+ * row i % 8 of matrix i / 8 and holds in r[j] its fragment of matrix j
+ * (row lane / 4, columns 2 (lane % 4), + 1: the mma accumulator's). */
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0), "r"(r1),
+                 "r"(r2), "r"(r3)
+                 : "memory");
+}
+
 /* Shared-memory matrix descriptor of wgmma (PTX ISA, "Matrix Descriptor
  * Format"), for a K-major tile written by TMA with CU_TENSOR_MAP_SWIZZLE_128B:
  * each row of the tile is 64 elements = 128 bytes, rows are contiguous, and
