@@ -589,7 +589,7 @@ __device__ __forceinline__ void epilogue_tma(const hgemm_params &p, const CUtens
     for (int b = 0; b < 4; b++) {
         const uint32_t buf = stage + (uint32_t)(b & 1) * kBox16;
         if (leader) bulk_wait_read<1>();
-        named_sync(bar, 128);
+        warpgroup_sync(bar);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             uint32_t r[4];
@@ -604,7 +604,7 @@ __device__ __forceinline__ void epilogue_tma(const hgemm_params &p, const CUtens
             stmatrix_x4(buf + row_addr + (uint32_t)(((2 * i + sgroup) ^ sx) << 4), r[0], r[1], r[2], r[3]);
         }
         fence_proxy_async_smem();
-        named_sync(bar, 128);
+        warpgroup_sync(bar);
         if (leader) {
             if (row0 < p.m && col0 + 64 * b < p.n) tma_store_2d(map_y, buf, col0 + 64 * b, row0);
             bulk_commit(); /* a group either way: bulk_wait_read<1> counts boxes */

@@ -331,7 +331,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 /* every thread's read before the leader's next turn
                  * arrive, after which the other consumer writes the word
                  * again */
-                asm volatile("bar.sync %0, 128;" ::"r"(1 + consumer) : "memory");
+                warpgroup_sync(1 + consumer);
             }
         } else {
             ring_at<kStages>(pos, &stage, &phase);

@@ -81,9 +81,9 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 __device__ __forceinline__ void fence_proxy_async_smem() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
-/* Named barrier `id` over `count` threads (whole warps). */
-__device__ __forceinline__ void named_sync(int id, int count) {
-    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+/* Named barrier `id` over one warpgroup (128 threads). */
+__device__ __forceinline__ void warpgroup_sync(int id) {
+    asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
 }
 /* stmatrix .x4: four 8 x 8 16-bit matrices; lane i gives the address of
  * row i % 8 of matrix i / 8 and holds in r[j] its fragment of matrix j

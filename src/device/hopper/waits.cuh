@@ -164,7 +164,7 @@ __device__ void wait_addend_flags(const hgemm_params &p, long long r0, int rows,
         }
         __threadfence();
     }
-    asm volatile("bar.sync %0, 128;" ::"r"(1 + consumer) : "memory");
+    warpgroup_sync(1 + consumer);
 }
 
 } // namespace
