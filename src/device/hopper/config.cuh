@@ -27,7 +27,7 @@ template <bool kPP> struct cfg {
     static constexpr int stages = kPP ? 6 : 4;
     static constexpr int bytes_b = tile_n * kTileK * 2; /* 16 or 32 KiB */
     static constexpr int stage_bytes = kStageBytesA + bytes_b;
-    /* cooperative: the epilogue's staging of Y (epilogue_tma), two boxes
+    /* cooperative: the epilogue's staging of Y (epilogue_smem), two boxes
      * per consumer after the ring */
     static constexpr int y_stage_bytes = kPP ? 0 : 2 * 2 * kBox16;
     /* 1024: the 128B-swizzle pattern repeats every 8 rows x 128 bytes, and
@@ -97,7 +97,8 @@ struct hgemm_params {
     int accumulate;
     int vector_store; /* y and ldy allow 2-element stores */
     int vector16;     /* 16-bit Y, y 16-byte aligned, ldy % 8 == 0: 16-byte stores */
-    int y_tma;        /* the cooperative plain kernels store Y by TMA (epilogue_tma) */
+    int y_tma;        /* the cooperative plain kernels store Y by TMA (epilogue_smem) */
+    int y_staged;     /* ... and where TMA cannot address Y, staged (epilogue_smem) */
     const unsigned long long *row_flags;
     long long rows_per_flag;
     /* wait_row_flags' divisors, clamped to m, with their multiply-high

@@ -1,10 +1,12 @@
 /* The Hopper GEMM's epilogue: bias, accumulate (Y +=), conversion to the
  * output dtype and the stores, straight from the consumer's accumulator
- * registers, or in the cooperative kernels through shared memory and TMA
- * stores (epilogue_tma). Interior tiles of a 16-bit Y without accumulate are
- * transposed inside each quad of lanes so that a warp stores whole 32-byte
- * sectors; other interior tiles store pairs, edge tiles check bounds. The
- * fused reduce-scatter's addends are added before this (addends.cuh).
+ * registers, or in the cooperative kernels (a 16-bit Y without accumulate)
+ * through shared memory, then by TMA stores or, where TMA cannot address
+ * Y, by each warp's row stores (epilogue_smem). From registers, interior
+ * tiles of a 16-bit Y without accumulate are transposed inside each quad
+ * of lanes so that a warp stores whole 32-byte sectors; other interior
+ * tiles store pairs, edge tiles check bounds. The fused reduce-scatter's
+ * addends are added before this (addends.cuh).
  * The kernels whose output type is with_epilogue<T> (config.cuh) run
  * epilogue_act instead: bias, then GELU / GELU_AUX / DGELU / DGELU_BGRAD
  * (commgemm.h "Epilogues") in fp32, one rounding, and DGELU_BGRAD's
@@ -561,53 +563,137 @@ __device__ __forceinline__ void epilogue_act(const hgemm_params &p, float (&d)[1
         act_checked<OutT, OFF, NJ>(p, d, row, col0, q, slot);
 }
 
-/* The cooperative plain kernels' epilogue of a 16-bit Y by TMA
- * (hgemm_params.y_tma: Y 16-byte aligned, ldy % 8 == 0, no accumulate):
- * the consumer's 64 x 256 block in four boxes of 64 columns, through its
- * two staging buffers (stage: 2 x kBox16, 1024-byte aligned) in turn.
- * Per box the warpgroup waits until the buffer's previous store has read
- * it (the leader's bulk_wait_read, then named barrier bar), writes the box
- * by stmatrix in TMA's 128B-swizzled layout (each warp its 16 rows: per
- * stmatrix the 8 x 8 matrices of two column groups, rows and rows + 8),
- * fences it for the async proxy, and the leader issues its TMA store.
- * The store clips rows past m and columns past n, so edge tiles take this
- * path too (a box wholly past them is not stored); the leader waits for its stores at the kernel's end
- * (bulk_wait_all). The values are epilogue_plain's: fp32 d + bias, one
- * rounding. */
+/* The staging of a 16-bit Y in the cooperative plain kernels (epilogue_smem):
+ * box b of a consumer's 64 x 256 block (columns col0 + 64 b ..) into the
+ * staging buffer buf (8 KiB, 1024-byte aligned) in TMA's 128B-swizzled
+ * layout, element (r, c) at byte r * 128 + ((c / 8) ^ (r % 8)) * 16 +
+ * (c % 8) * 2. Each warp writes its own 16 rows (16 w ..) by stmatrix,
+ * per instruction the 8 x 8 matrices of two column groups, rows and rows
+ * + 8 (the swizzle makes the eight rows' addresses hit distinct banks).
+ * The values are epilogue_plain's: fp32 d + bias, one rounding. */
 template <typename OutT>
-__device__ __forceinline__ void epilogue_tma(const hgemm_params &p, const CUtensorMap *map_y, uint32_t stage,
-                                             int bar, float (&d)[128], int row0, int col0) {
+__device__ __forceinline__ void stage_box(const hgemm_params &p, const OutT *bias, const float (&d)[128],
+                                          uint32_t buf, int b, int col0) {
     const int t = threadIdx.x % 128, lane = t % 32, q = t % 4;
-    const bool leader = t == 0;
-    const OutT *bias = static_cast<const OutT *>(p.bias);
     /* this lane's stmatrix row address: row lane % 8 (+ 8) of its warp's
      * 16, column group lane / 16 of each pair */
     const int srow = 16 * (t / 32) + (lane % 8) + 8 * ((lane / 8) & 1);
-    const uint32_t row_addr = (uint32_t)srow * 128;
+    const uint32_t row_addr = buf + (uint32_t)srow * 128;
     const int sgroup = lane / 16, sx = lane % 8;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint32_t r[4];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int j = 8 * b + 2 * i + h;
+            float ba, bb;
+            bias_pair<OutT>(p, bias, col0 + 8 * j + 2 * q, ba, bb);
+            r[2 * h] = pack_pair((OutT *)nullptr, d[4 * j] + ba, d[4 * j + 1] + bb);
+            r[2 * h + 1] = pack_pair((OutT *)nullptr, d[4 * j + 2] + ba, d[4 * j + 3] + bb);
+        }
+        stmatrix_x4(row_addr + (uint32_t)(((2 * i + sgroup) ^ sx) << 4), r[0], r[1], r[2], r[3]);
+    }
+}
+
+/* A staged box (stage_box) from shared memory to Y where TMA cannot address
+ * Y (y_staged): each warp its own 16 rows (the ones it staged, so a warp
+ * barrier orders its writes and these reads), rows below m, columns c0 ..
+ * below n (at most 64; c0 < n), each row one contiguous segment per store
+ * instruction:
+ *   4-byte pairs (lane l columns 2l, 2l + 1) where the row's address is
+ *     4-byte aligned and the column count even; the words are read eight
+ *     rows ahead of their stores (128 bytes per load instruction);
+ *   else 2-byte elements (lane l columns l and l + 32), read at the row.
+ * Rows 2k and 2k + 1 differ in alignment exactly when ldy is odd: then
+ * they alternate. Both forms read shared memory without bank conflicts
+ * and write the same 32-byte sectors. The thread index is read here
+ * (thread_index): what derives from it is not hoisted out of the tile
+ * loop, where it would hold registers through the main loop (the
+ * promoting kernels have none to spare). */
+template <typename OutT>
+__device__ __forceinline__ void store_staged_box(const hgemm_params &p, uint32_t buf, int row0, int c0) {
+    static_assert(sizeof(OutT) == 2, "16-bit Y");
+    const int t = thread_index() % 128, warp = t / 32, lane = t % 32;
+    const int r0 = row0 + 16 * warp, nv = p.n - c0 < 64 ? p.n - c0 : 64;
+    const int rows = p.m - r0 < 16 ? p.m - r0 : 16;
+    const uint32_t srow = buf + (uint32_t)(16 * warp) * 128; /* the warp's row 0 */
+    char *y0 = static_cast<char *>(p.y) + 2 * ((long long)r0 * p.ldy + c0);
+    char *ye = y0 + 2 * lane; /* the lane's element of row 0 */
+    const long long ld = 2 * p.ldy;
+    const bool aligned0 = ((uintptr_t)y0 & 2) == 0, even = nv % 2 == 0;
+    const bool pairs_even = even && aligned0, pairs_odd = even && aligned0 == (p.ldy % 2 == 0);
+    const bool pair_in = 2 * lane < nv, lo_in = lane < nv, hi_in = lane + 32 < nv;
+#pragma unroll
+    for (int i0 = 0; i0 < 16; i0 += 8) {
+        uint32_t w[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int i = i0 + k;
+            w[k] = ld_shared_u32(srow + (uint32_t)(128 * i + (((lane / 4) ^ (i % 8)) << 4) + 4 * (lane % 4)));
+        }
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int i = i0 + k;
+            if (i >= rows) return; /* warp-uniform, as every branch here */
+            char *yr = ye + i * ld;
+            if (i % 2 ? pairs_odd : pairs_even) {
+                if (pair_in) *reinterpret_cast<uint32_t *>(yr + 2 * lane) = w[k];
+            } else {
+                const uint32_t at = srow + (uint32_t)(128 * i + 2 * (lane % 8));
+                const uint32_t lo = ld_shared_u16(at + (uint32_t)(((lane / 8) ^ (i % 8)) << 4));
+                const uint32_t hi = ld_shared_u16(at + (uint32_t)(((lane / 8 + 4) ^ (i % 8)) << 4));
+                if (lo_in) *reinterpret_cast<uint16_t *>(yr) = (uint16_t)lo;
+                if (hi_in) *reinterpret_cast<uint16_t *>(yr + 64) = (uint16_t)hi;
+            }
+        }
+    }
+}
+
+/* The cooperative plain kernels' epilogue of a 16-bit Y without accumulate
+ * through shared memory: the consumer's 64 x 256 block in four boxes of 64
+ * columns, through its two staging buffers (stage: 2 x kBox16, 1024-byte
+ * aligned) in turn, each box written by stage_box. Then
+ *   kTma (y_tma: Y 16-byte aligned, ldy % 8 == 0): per box the warpgroup
+ *     first waits until the buffer's previous TMA store has read it (the
+ *     leader's bulk_wait_read, then named barrier bar); after stage_box a
+ *     fence for the async proxy, the barrier, and the leader's TMA store,
+ *     which clips rows past m and columns past n, so edge tiles take this
+ *     path too (a box wholly past them is not stored); the leader waits
+ *     for its stores at the kernel's end (bulk_wait_all);
+ *   otherwise (y_staged: TMA cannot address Y): each warp stores the rows
+ *     it staged itself (store_staged_box) after a warp barrier (__syncwarp)
+ *     between its stmatrix writes and its reads; no warpgroup barrier.
+ *     With one more warp barrier before the first box, every buffer is
+ *     rewritten only after a barrier that follows the warp's reads of its
+ *     last contents (box b - 2's reads before box b - 1's barrier, the
+ *     previous tile's before this tile's first). Boxes wholly past n are
+ *     neither staged nor stored; rows past m are staged, not stored. */
+template <typename OutT, bool kTma>
+__device__ __forceinline__ void epilogue_smem(const hgemm_params &p, const CUtensorMap *map_y, uint32_t stage,
+                                              int bar, float (&d)[128], int row0, int col0) {
+    const bool leader = threadIdx.x % 128 == 0;
+    const OutT *bias = static_cast<const OutT *>(p.bias);
+    if constexpr (!kTma) __syncwarp(); /* the previous tile's reads before this tile's writes */
 #pragma unroll
     for (int b = 0; b < 4; b++) {
         const uint32_t buf = stage + (uint32_t)(b & 1) * kBox16;
-        if (leader) bulk_wait_read<1>();
-        warpgroup_sync(bar);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            uint32_t r[4];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int j = 8 * b + 2 * i + h;
-                float ba, bb;
-                bias_pair<OutT>(p, bias, col0 + 8 * j + 2 * q, ba, bb);
-                r[2 * h] = pack_pair((OutT *)nullptr, d[4 * j] + ba, d[4 * j + 1] + bb);
-                r[2 * h + 1] = pack_pair((OutT *)nullptr, d[4 * j + 2] + ba, d[4 * j + 3] + bb);
-            }
-            stmatrix_x4(buf + row_addr + (uint32_t)(((2 * i + sgroup) ^ sx) << 4), r[0], r[1], r[2], r[3]);
+        if constexpr (kTma) {
+            if (leader) bulk_wait_read<1>();
+            warpgroup_sync(bar);
+        } else if (col0 + 64 * b >= p.n) {
+            return;
         }
-        fence_proxy_async_smem();
-        warpgroup_sync(bar);
-        if (leader) {
-            if (row0 < p.m && col0 + 64 * b < p.n) tma_store_2d(map_y, buf, col0 + 64 * b, row0);
-            bulk_commit(); /* a group either way: bulk_wait_read<1> counts boxes */
+        stage_box<OutT>(p, bias, d, buf, b, col0);
+        if constexpr (kTma) {
+            fence_proxy_async_smem();
+            warpgroup_sync(bar);
+            if (leader) {
+                if (row0 < p.m && col0 + 64 * b < p.n) tma_store_2d(map_y, buf, col0 + 64 * b, row0);
+                bulk_commit(); /* a group either way: bulk_wait_read<1> counts boxes */
+            }
+        } else {
+            __syncwarp();
+            store_staged_box<OutT>(p, buf, row0, col0 + 64 * b);
         }
     }
 }
@@ -622,15 +708,19 @@ __device__ __forceinline__ void epilogue(const hgemm_params &p, float (&d)[128],
         epilogue_plain<OutT, OFF, NJ, kButterfly>(p, d, row0, col0);
 }
 
-/* The cooperative kernels' epilogue of a consumer's 64 x 256 block:
- * epilogue_tma where the call allows it (the plain 16-bit kernels), else
- * epilogue. */
+/* The cooperative kernels' epilogue of a consumer's 64 x 256 block: in the
+ * plain 16-bit kernels epilogue_smem (by TMA with y_tma, else staged with
+ * y_staged), else epilogue. */
 template <typename OutT>
 __device__ __forceinline__ void epilogue_coop(const hgemm_params &p, const CUtensorMap *map_y, uint32_t stage, int bar,
                                               float (&d)[128], int row0, int col0) {
     if constexpr (!out_type<OutT>::act && sizeof(OutT) == 2) {
         if (p.y_tma) {
-            epilogue_tma<OutT>(p, map_y, stage, bar, d, row0, col0);
+            epilogue_smem<OutT, true>(p, map_y, stage, bar, d, row0, col0);
+            return;
+        }
+        if (p.y_staged) {
+            epilogue_smem<OutT, false>(p, map_y, stage, bar, d, row0, col0);
             return;
         }
     }

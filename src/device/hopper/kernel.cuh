@@ -8,7 +8,7 @@
  *     cooperative  (tile 128x256, 4 stages) both consumers share each tile,
  *                each owns 64 rows; then both run the epilogue, during
  *                which the tensor cores idle (the producer only refills;
- *                a 16-bit Y leaves by TMA stores: epilogue_tma);
+ *                a 16-bit Y leaves through shared memory: epilogue_smem);
  *     ping-pong    (tile 128x128, 6 stages) the consumers take alternate
  *                tiles of the CTA, each a whole 128x128 tile; a turn
  *                barrier pair hands the main loop from one to the other,
@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(kThreads, 1)
          * 64 rows (A rows 64 consumer ..), one wgmma.m64n256 per k step. */
         int stage = 0;
         uint32_t phase = 0;
-        /* this consumer's staging buffers of Y (epilogue_tma) */
+        /* this consumer's staging buffers of Y (epilogue_smem) */
         const uint32_t y_stage = slots + (uint32_t)consumer * 2 * kBox16;
         for (int u = 0;; u++) {
             int t;

@@ -94,6 +94,25 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t
                  : "memory");
 }
 
+/* threadIdx.x, read where this is called (volatile: never hoisted out of
+ * a loop). */
+__device__ __forceinline__ int thread_index() {
+    int t;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+    return t;
+}
+/* 32- and 16-bit loads from shared memory (a shared::cta address). */
+__device__ __forceinline__ uint32_t ld_shared_u32(uint32_t addr) {
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+    return v;
+}
+__device__ __forceinline__ uint32_t ld_shared_u16(uint32_t addr) {
+    uint16_t v;
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr) : "memory");
+    return v;
+}
+
 /* Shared-memory matrix descriptor of wgmma (PTX ISA, "Matrix Descriptor
  * Format"), for a K-major tile written by TMA with CU_TENSOR_MAP_SWIZZLE_128B:
  * each row of the tile is 64 elements = 128 bytes, rows are contiguous, and
