@@ -47,6 +47,17 @@ void *to_device(const void *host, size_t bytes) {
     GPU_CHECK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
     return d;
 }
+void *e4m3_to_device(uint64_t seed, size_t count) {
+    uint8_t code[17], *h = calloc(count + 16, 1);
+    if (!h) TEST_FAIL("calloc %zu", count);
+    for (int v = 0; v < 17; v++)
+        for (int b = 0; b < 256; b++)
+            if (test_fp8_value(b, CGM_DTYPE_FP8_E4M3) == (v - 8) / 8.0 && b != 0x80) code[v] = (uint8_t)b;
+    for (size_t i = 0; i < count; i++) h[i] = code[(int)lrintf(hv_value(seed, i) * 8) + 8];
+    void *dev = to_device(h, count);
+    free(h);
+    return dev;
+}
 
 /* Skips unless an sm_90 device is there; probed in a child so that this
  * process may still fork after it (the harness runs each case in a child). */
@@ -148,24 +159,11 @@ static double exact_at(const gemm_case *c, const int16_t *xq, const int16_t *wq,
  * columns, and every element where ours and cuBLASLt disagree. */
 #define EXACT_EVERYWHERE_MACS (1ll << 26)
 
-/* Runs cuBLASLt once and ours (each variant of the case) on the case;
- * returns the number of wrong elements (prints the first few and the case). */
-static int64_t run_case(const gemm_case *c) {
-    int64_t ldx = (c->k + 7) / 8 * 8 + c->pad_x, ldw = (c->k + 7) / 8 * 8 + c->pad_w;
-    int64_t ldy = c->n + c->pad_y;
-    size_t nx = (size_t)(c->m * ldx), nw = (size_t)(c->n * ldw), ny = (size_t)(c->m * ldy);
-    void *hx = fill(c->in, nx, c->seed), *hw = fill(c->in, nw, c->seed + 1);
-    void *hb = fill(c->out, (size_t)c->n, c->seed + 2), *hy0 = fill(c->out, ny, c->seed + 3);
-    if (!c->accumulate) memset(hy0, 0xFF, ny * hv_size(c->out)); /* NaN: unwritten shows */
-    int64_t kp = (c->k + 15) / 16 * 16;
-    int16_t *xq = to_eighths(hx, c->in, c->m, ldx, c->k, kp), *wq = to_eighths(hw, c->in, c->n, ldw, c->k, kp);
-    int everywhere = c->m * c->n * kp <= EXACT_EVERYWHERE_MACS;
-    void *dx = to_device(hx, nx * hv_size(c->in)), *dw = to_device(hw, nw * hv_size(c->in));
-    void *db = to_device(hb, (size_t)c->n * hv_size(c->out));
-    void *dy_ours_buf, *dy_ref = to_device(hy0, ny * hv_size(c->out));
-    GPU_CHECK(cudaMalloc(&dy_ours_buf, (ny + 8) * hv_size(c->out)));
-    char *dy_ours = (char *)dy_ours_buf + c->y_offset * hv_size(c->out);
-
+/* cuBLASLt's Y of the case (16-bit inputs) into href (host, m x ldy). */
+static void reference_lt(const gemm_case *c, const void *dx, int64_t ldx, const void *dw, int64_t ldw, const void *db,
+                         const void *hy0, int64_t ldy, void *href) {
+    size_t ybytes = (size_t)(c->m * ldy) * hv_size(c->out);
+    void *dy_ref = to_device(hy0, ybytes);
     cgm_lt_gemm_args g;
     memset(&g, 0, sizeof g);
     g.layout = CGM_LAYOUT_TN;
@@ -180,8 +178,64 @@ static int64_t run_case(const gemm_case *c) {
     if (cgm_lt_gemm(lt, &g, ws, ws_bytes, 0) != CGM_SUCCESS)
         TEST_FAIL("cgm_lt_gemm: %s", cgm_last_error());
     GPU_CHECK(cudaDeviceSynchronize());
-    void *hy = malloc(ny * hv_size(c->out) + 1), *href = malloc(ny * hv_size(c->out) + 1);
-    GPU_CHECK(cudaMemcpy(href, dy_ref, ny * hv_size(c->out), cudaMemcpyDeviceToHost));
+    GPU_CHECK(cudaMemcpy(href, dy_ref, ybytes, cudaMemcpyDeviceToHost));
+    cudaFree(dy_ref);
+}
+
+/* The exact Y of the case into href (host, m x ldy; the padding past n is
+ * hy0's): the reference of the fp8 cases. */
+static void reference_exact(const gemm_case *c, const int16_t *xq, const int16_t *wq, int64_t kp, const void *hb,
+                            const void *hy0, int64_t ldy, void *href) {
+    memcpy(href, hy0, (size_t)(c->m * ldy) * hv_size(c->out));
+    for (int64_t i = 0; i < c->m; i++)
+        for (int64_t j = 0; j < c->n; j++)
+            hv_put(href, c->out, (size_t)(i * ldy + j), (float)exact_at(c, xq, wq, kp, hb, hy0, ldy, i, j));
+}
+
+/* Ours runs on Y inside a buffer of 8 more elements filled with 0xA5: the
+ * y_offset elements before Y and those after its last row. Returns how
+ * many of those bytes the call changed. */
+static int64_t guard_changed(const char *buf, size_t head, const char *after, size_t tail) {
+    unsigned char g[64];
+    if (head + tail > sizeof g) TEST_FAIL("guard of %zu bytes", head + tail);
+    GPU_CHECK(cudaMemcpy(g, buf, head, cudaMemcpyDeviceToHost));
+    GPU_CHECK(cudaMemcpy(g + head, after, tail, cudaMemcpyDeviceToHost));
+    int64_t changed = 0;
+    for (size_t i = 0; i < head + tail; i++) changed += g[i] != 0xA5;
+    return changed;
+}
+
+/* Runs the reference once and ours (each variant of the case) on the case;
+ * returns the number of wrong elements (prints the first few and the case).
+ * 16-bit inputs: cuBLASLt's Y is the reference where ours is within the
+ * tolerance of it (the exact result elsewhere and on samples). fp8 (e4m3 X
+ * and W, scales 1; the host holds the same values in bf16): the exact
+ * result at every element; fp8_promote: cgm_hgemm_args.fp8_promote. */
+static int64_t run_case_with(const gemm_case *c, int fp8_promote) {
+    const int fp8 = c->in == CGM_DTYPE_FP8_E4M3;
+    const cgm_dtype hin = fp8 ? CGM_DTYPE_BF16 : c->in;
+    const size_t ys = hv_size(c->out);
+    int64_t ldx = (c->k + 7) / 8 * 8 + c->pad_x, ldw = (c->k + 7) / 8 * 8 + c->pad_w;
+    int64_t ldy = c->n + c->pad_y;
+    size_t nx = (size_t)(c->m * ldx), nw = (size_t)(c->n * ldw), ny = (size_t)(c->m * ldy);
+    void *hx = fill(hin, nx, c->seed), *hw = fill(hin, nw, c->seed + 1);
+    void *hb = fill(c->out, (size_t)c->n, c->seed + 2), *hy0 = fill(c->out, ny, c->seed + 3);
+    if (!c->accumulate) memset(hy0, 0xFF, ny * ys); /* NaN: unwritten shows */
+    int64_t kp = (c->k + 15) / 16 * 16;
+    int16_t *xq = to_eighths(hx, hin, c->m, ldx, c->k, kp), *wq = to_eighths(hw, hin, c->n, ldw, c->k, kp);
+    int everywhere = fp8 || c->m * c->n * kp <= EXACT_EVERYWHERE_MACS;
+    void *dx = fp8 ? e4m3_to_device(c->seed, nx) : to_device(hx, nx * hv_size(c->in));
+    void *dw = fp8 ? e4m3_to_device(c->seed + 1, nw) : to_device(hw, nw * hv_size(c->in));
+    void *db = to_device(hb, (size_t)c->n * ys);
+    const float one = 1.0f;
+    void *dscale = fp8 ? to_device(&one, sizeof one) : NULL, *dy_ours_buf;
+    GPU_CHECK(cudaMalloc(&dy_ours_buf, (ny + 8) * ys));
+    char *dy_ours = (char *)dy_ours_buf + c->y_offset * ys;
+    void *hy = malloc(ny * ys + 1), *href = malloc(ny * ys + 1);
+    if (fp8)
+        reference_exact(c, xq, wq, kp, hb, hy0, ldy, href);
+    else
+        reference_lt(c, dx, ldx, dw, ldw, db, hy0, ldy, href);
 
     /* Sampled rows and columns checked against the exact result. */
     int64_t srow[4] = {0, c->m / 3, c->m / 2, c->m - 1}, scol[3] = {0, c->n / 2, c->n - 1};
@@ -189,7 +243,8 @@ static int64_t run_case(const gemm_case *c) {
     int variants[2] = {CGM_HGEMM_COOPERATIVE, CGM_HGEMM_PINGPONG}, nvar = 2;
     if (c->variant) variants[0] = c->variant, nvar = 1;
     for (int v = 0; v < nvar; v++) {
-        GPU_CHECK(cudaMemcpy(dy_ours, hy0, ny * hv_size(c->out), cudaMemcpyHostToDevice));
+        GPU_CHECK(cudaMemset(dy_ours_buf, 0xA5, (ny + 8) * ys));
+        GPU_CHECK(cudaMemcpy(dy_ours, hy0, ny * ys, cudaMemcpyHostToDevice));
         cgm_hgemm_args a;
         memset(&a, 0, sizeof a);
         a.in_dtype = c->in;
@@ -200,6 +255,7 @@ static int64_t run_case(const gemm_case *c) {
         a.accumulate = c->accumulate;
         a.sm_count = c->sm_count;
         a.variant = variants[v];
+        if (fp8) a.w_dtype = CGM_DTYPE_FP8_E4M3, a.x_scale = a.w_scale = dscale, a.fp8_promote = fp8_promote;
         unsigned long long *dflags = NULL;
         int *dtimeout = NULL, *dorder = NULL;
         if (c->flags) {
@@ -228,7 +284,7 @@ static int64_t run_case(const gemm_case *c) {
         if (!cgm_hgemm_supported(&a, &why)) TEST_FAIL("cgm_hgemm_supported said no: %s", why);
         for (int launch = 0; launch < (c->dynamic ? 2 : 1); launch++) {
             if (launch) /* the second launch must find the counter as the first left it: zero */
-                GPU_CHECK(cudaMemcpy(dy_ours, hy0, ny * hv_size(c->out), cudaMemcpyHostToDevice));
+                GPU_CHECK(cudaMemcpy(dy_ours, hy0, ny * ys, cudaMemcpyHostToDevice));
             GPU_CHECK(cgm_hgemm(&a, 0));
             GPU_CHECK(cudaDeviceSynchronize());
             if (dcounter) {
@@ -241,7 +297,7 @@ static int64_t run_case(const gemm_case *c) {
             }
         }
         cudaFree(dcounter);
-        GPU_CHECK(cudaMemcpy(hy, dy_ours, ny * hv_size(c->out), cudaMemcpyDeviceToHost));
+        GPU_CHECK(cudaMemcpy(hy, dy_ours, ny * ys, cudaMemcpyDeviceToHost));
         double eps = c->out == CGM_DTYPE_BF16 ? 1.0 / 128 : c->out == CGM_DTYPE_FP16 ? 1.0 / 1024 : 1e-6;
         /* The rule: wherever the exact result is computed, ours must equal
          * it bit for bit. It is computed at every element of small cases,
@@ -279,6 +335,12 @@ static int64_t run_case(const gemm_case *c) {
                             j >= c->n ? " (padding column changed; exact not computed)" : "");
             }
         }
+        int64_t guard = guard_changed(dy_ours_buf, (size_t)c->y_offset * ys, dy_ours + ny * ys,
+                                      (size_t)(8 - c->y_offset) * ys);
+        if (guard)
+            fprintf(stderr, "  %s changed %lld bytes outside Y (before its offset or after its last row)\n",
+                    variant_name(a.variant), (long long)guard);
+        bad_here += guard;
         if (differ)
             fprintf(stderr, "%s %lld elements differ from cuBLASLt beyond the tolerance (all checked): ours exact at %lld,"
                     " cuBLASLt exact at %lld, neither %lld; in %s out %s m %lld n %lld k %lld bias %d acc %d%s\n",
@@ -301,10 +363,12 @@ static int64_t run_case(const gemm_case *c) {
         }
         cudaFree(dflags), cudaFree(dtimeout), cudaFree(dorder);
     }
-    cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(dy_ours_buf), cudaFree(dy_ref);
+    cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(dscale), cudaFree(dy_ours_buf);
     free(hx), free(hw), free(hb), free(hy0), free(hy), free(href), free(xq), free(wq);
     return wrong;
 }
+
+static int64_t run_case(const gemm_case *c) { return run_case_with(c, 0); }
 
 /* ---------------------------------------------------------------- cases */
 
@@ -425,7 +489,7 @@ static void case_many_tiles(const void *p) {
  * wholly past n (n 300, 520), padding columns that must stay untouched, Y
  * at a 16-byte offset, one CTA running 16 tiles (each staging buffer
  * reused 32 times) and three CTAs, the dynamic schedule; with an 8-byte
- * offset and with accumulate Y is stored directly (the comparison). */
+ * offset Y is staged (staged_store), with accumulate stored directly. */
 static void case_tma_store(const void *p) {
     (void)p;
     enum { C = CGM_HGEMM_COOPERATIVE };
@@ -438,6 +502,38 @@ static void case_tma_store(const void *p) {
         {CGM_DTYPE_FP16, CGM_DTYPE_FP16, 1060, 520, 64, 0, 0, 0, 1, 1, 0, 3, 0, 66, C, 0},
     };
     check_cases(cases, (int)(sizeof cases / sizeof cases[0]));
+}
+
+/* The cooperative kernels' staged store of a 16-bit Y that TMA cannot
+ * address (y_staged: no accumulate, no fused epilogue): boxes through shared
+ * memory, then row segments to Y by each warp. Odd ldy (rows alternately
+ * 4-byte aligned and not: pair stores and single elements), ldy even but
+ * not a multiple of 8 with Y 2 bytes off (every row odd: single elements)
+ * and 4 bytes off (every row aligned: pairs), ldy a multiple of 8 with Y
+ * 8 bytes off; the second consumer's rows partly (m 1000: a warp's 16 rows
+ * cut at 8) and wholly (m 1060) past m, boxes partly past n (44, 8, 9, 41,
+ * 5 columns: odd counts take single elements) and wholly past it; bf16,
+ * fp16 and e4m3 inputs (accumulating and promoting; bf16 Y), with and
+ * without bias; one CTA running 16 tiles, grids of 2, 3 and 5 and the
+ * whole GPU, the dynamic schedule. run_case checks the padding past n and
+ * the bytes before Y and after its last row untouched. */
+static void case_staged_store(const void *p) {
+    (void)p;
+    const cgm_dtype BF = CGM_DTYPE_BF16, F16 = CGM_DTYPE_FP16, E4 = CGM_DTYPE_FP8_E4M3;
+    const gemm_case cases[] = {
+        {BF, BF, 1000, 300, 200, 0, 0, 1, 1, 0, 0, 1, 0, 81, 0, 1},
+        {F16, F16, 777, 520, 64, 0, 0, 2, 1, 0, 1, 3, 0, 82, 0, 1},
+        {BF, BF, 1060, 777, 136, 0, 0, 4, 1, 0, 2, 2, 0, 83, 0, 1},
+        {F16, F16, 300, 1001, 96, 8, 0, 3, 0, 0, 2, 0, 0, 84, 0, 0},
+        {BF, BF, 513, 640, 128, 0, 0, 0, 1, 0, 4, 5, 0, 85, 0, 1},
+        {F16, F16, 7, 5, 16, 0, 0, 0, 1, 0, 1, 0, 0, 86, 0, 0},
+        {E4, BF, 1000, 333, 128, 0, 0, 0, 1, 0, 0, 1, 0, 87, 0, 1},
+        {E4, BF, 700, 514, 256, 0, 0, 0, 1, 0, 1, 3, 0, 88, 0, 1},
+        {BF, BF, 2049, 3333, 512, 0, 0, 0, 1, 0, 0, 0, 0, 90, 0, 1},
+    };
+    const gemm_case promoted = {E4, BF, 300, 600, 256, 0, 0, 5, 1, 0, 2, 2, 0, 89, 0, 0};
+    check_cases(cases, (int)(sizeof cases / sizeof cases[0]));
+    if (run_case_with(&promoted, 1)) TEST_FAIL("the promoting fp8 GEMM is wrong (first elements above)");
 }
 
 /* The dynamic tile schedule (tile_counter), each case launched twice with
@@ -565,6 +661,7 @@ static void register_cases(void) {
     test_add("flags_ready", case_flags_ready, NULL);
     test_add("many_tiles", case_many_tiles, NULL);
     test_add("tma_store", case_tma_store, NULL);
+    test_add("staged_store", case_staged_store, NULL);
     test_add("fastdiv", case_fastdiv, NULL);
     test_add("dynamic", case_dynamic, NULL);
     test_set_timeout(60);

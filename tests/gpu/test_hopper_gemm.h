@@ -16,6 +16,9 @@
 void *fill(cgm_dtype t, size_t count, uint64_t seed);
 /* A new device buffer (64 bytes of slack) holding bytes of host. */
 void *to_device(const void *host, size_t bytes);
+/* count e4m3 codes of the values hv_fill(t, count, seed) holds (multiples
+ * of 1/8 in [-1, 1], exact in e4m3) in a new device buffer. */
+void *e4m3_to_device(uint64_t seed, size_t count);
 /* Skips the case unless an sm_90 device is there. */
 void require_sm90(void);
 const char *variant_name(int v);

@@ -65,14 +65,7 @@ static void *operand(const split_case *c, int64_t rows, int64_t ld, uint64_t see
     size_t count = (size_t)(rows * ld);
     void *dev;
     if (is_fp8(c)) {
-        uint8_t code[17], *h = calloc(count + 16, 1);
-        if (!h) TEST_FAIL("calloc %zu", count);
-        for (int v = 0; v < 17; v++)
-            for (int b = 0; b < 256; b++)
-                if (test_fp8_value(b, CGM_DTYPE_FP8_E4M3) == (v - 8) / 8.0 && !(b == 0x80)) code[v] = (uint8_t)b;
-        for (size_t i = 0; i < count; i++) h[i] = code[(int)lrintf(hv_value(seed, i) * 8) + 8];
-        dev = to_device(h, count);
-        free(h);
+        dev = e4m3_to_device(seed, count);
         *q = calloc((size_t)(rows * kp) + 16, sizeof **q);
         if (!*q) TEST_FAIL("calloc");
         for (int64_t r = 0; r < rows; r++)
