@@ -342,9 +342,10 @@ static int64_t run_case_with(const gemm_case *c, int fp8_promote) {
                     variant_name(a.variant), (long long)guard);
         bad_here += guard;
         if (differ)
-            fprintf(stderr, "%s %lld elements differ from cuBLASLt beyond the tolerance (all checked): ours exact at %lld,"
-                    " cuBLASLt exact at %lld, neither %lld; in %s out %s m %lld n %lld k %lld bias %d acc %d%s\n",
-                    variant_name(a.variant), (long long)differ, (long long)ours_exact, (long long)lt_exact,
+            fprintf(stderr, "%s %lld elements differ from %s beyond the tolerance (all checked): ours exact at %lld,"
+                    " the reference exact at %lld, neither %lld; in %s out %s m %lld n %lld k %lld bias %d acc %d%s\n",
+                    variant_name(a.variant), (long long)differ, fp8 ? "the exact result" : "cuBLASLt",
+                    (long long)ours_exact, (long long)lt_exact,
                     (long long)neither, cgm_dtype_name(c->in), cgm_dtype_name(c->out), (long long)c->m,
                     (long long)c->n, (long long)c->k, c->bias, c->accumulate,
                     ours_exact == differ ? " (ours exact at all of them: passes)" : "");
