@@ -710,11 +710,15 @@ __device__ __forceinline__ void epilogue(const hgemm_params &p, float (&d)[128],
 
 /* The cooperative kernels' epilogue of a consumer's 64 x 256 block: in the
  * plain 16-bit kernels epilogue_smem (by TMA with y_tma, else staged with
- * y_staged), else epilogue. */
-template <typename OutT>
+ * y_staged), else epilogue. The split kernels (kSplit) store from
+ * registers: there the last warp to finish a tile's part runs the tile's
+ * epilogue alone while the other warps of its warpgroup go on to their
+ * next unit (split_finish), so the TMA way's warpgroup barriers would
+ * pair warps of different tiles. */
+template <typename OutT, bool kSplit>
 __device__ __forceinline__ void epilogue_coop(const hgemm_params &p, const CUtensorMap *map_y, uint32_t stage, int bar,
                                               float (&d)[128], int row0, int col0) {
-    if constexpr (!out_type<OutT>::act && sizeof(OutT) == 2) {
+    if constexpr (!kSplit && !out_type<OutT>::act && sizeof(OutT) == 2) {
         if (p.y_tma) {
             epilogue_smem<OutT, true>(p, map_y, stage, bar, d, row0, col0);
             return;

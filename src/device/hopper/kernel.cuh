@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 if (!block) fp8_scale_rows<0, 32>(p, d, tm * kTileM + consumer * 64);
                 if (p.addend_waits) wait_addend_flags(p, (long long)tm * kTileM + consumer * 64, 64, consumer, epoch);
                 if (p.naddends) add_addends<0, 32>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
-                epilogue_coop<EpiT>(p, &map_y, y_stage, 1 + consumer, d, tm * kTileM + consumer * 64, tn * C::tile_n);
+                epilogue_coop<EpiT, kSplit>(p, &map_y, y_stage, 1 + consumer, d, tm * kTileM + consumer * 64, tn * C::tile_n);
                 continue;
             }
             /* counted from 0 (the unit's first block): the counter stays
@@ -281,10 +281,11 @@ __global__ void __launch_bounds__(kThreads, 1)
             if constexpr (in_is_fp8(kIn)) fp8_scale_rows<0, 32>(p, d, tm * kTileM + consumer * 64);
             if (p.addend_waits) wait_addend_flags(p, (long long)tm * kTileM + consumer * 64, 64, consumer, epoch);
             if (p.naddends) add_addends<0, 32>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
-            epilogue_coop<EpiT>(p, &map_y, y_stage, 1 + consumer, d, tm * kTileM + consumer * 64, tn * C::tile_n);
+            epilogue_coop<EpiT, kSplit>(p, &map_y, y_stage, 1 + consumer, d, tm * kTileM + consumer * 64, tn * C::tile_n);
         }
         /* the TMA stores read the staging buffers until they complete */
-        if (p.y_tma && leader) bulk_wait_all();
+        if constexpr (!kSplit)
+            if (p.y_tma && leader) bulk_wait_all();
         return;
     }
 
