@@ -126,7 +126,7 @@ __device__ __forceinline__ int queue_get(const tile_queue &q, int j) {
     mbar_wait(q.full + 8 * s, use & 1);
     int t = 0;
     bool lane0 = threadIdx.x % 32 == 0;
-    if (lane0) asm volatile("ld.shared.u32 %0, [%1];" : "=r"(t) : "r"(q.slot + 4 * s) : "memory");
+    if (lane0) t = (int)ld_shared_u32(q.slot + 4 * s);
     t = __shfl_sync(0xFFFFFFFFu, t, 0);
     if (lane0) mbar_arrive(q.empty + 8 * s);
     return t;

@@ -54,9 +54,7 @@ __device__ __forceinline__ void handoff_put(uint32_t word, int stage, uint32_t p
     asm volatile("st.shared.u32 [%0], %1;" ::"r"(word), "r"((uint32_t)stage | phase << 16) : "memory");
 }
 __device__ __forceinline__ void handoff_get(uint32_t word, int *stage, uint32_t *phase) {
-    uint32_t v;
-    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(word) : "memory");
-    v = __shfl_sync(0xFFFFFFFFu, v, 0);
+    uint32_t v = __shfl_sync(0xFFFFFFFFu, ld_shared_u32(word), 0);
     *stage = (int)(v & 0xFFFFu);
     *phase = v >> 16;
 }
