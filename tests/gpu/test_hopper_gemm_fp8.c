@@ -425,7 +425,7 @@ static void case_fp8_refusals(const void *p) {
     a.w_block_scale = (const float *)buf, a.x_block_ld = a.w_block_ld = 1;
     CHECK_INT_EQ(cgm_hgemm_supported(&a, &why), 0);
     CHECK_CONTAINS(why, "instead of x_scale and w_scale");
-    a.x_scale = a.w_scale = NULL, a.k = 256;
+    a.x_scale = a.w_scale = NULL, a.k = a.ldx = a.ldw = 256; /* 2 k blocks: a block ld of 1 is short */
     CHECK_INT_EQ(cgm_hgemm_supported(&a, &why), 0);
     CHECK_CONTAINS(why, ">= ceil(k / 128)");
     a.x_block_ld = a.w_block_ld = 2, a.w_block_scale = (const float *)((char *)buf + 2);
