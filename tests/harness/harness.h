@@ -1,5 +1,5 @@
 /* Test harness: each case runs in its own child process with a timeout;
- * `BIN --list` prints the case names, `BIN NAME` runs one, `BIN` runs all.
+ * `BIN --list` prints the case names, `BIN NAME...` runs those, `BIN` runs all.
  * A case fails by exiting non-zero (the CHECK macros print both operands),
  * skips with TEST_SKIP(reason) (exit code 77, ctest's SKIP_RETURN_CODE). */
 #ifndef COMMGEMM_TEST_HARNESS_H

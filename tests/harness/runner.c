@@ -162,27 +162,33 @@ int test_main(int argc, char **argv, void (*register_cases)(void)) {
             printf("%s %d\n", entries[i].name, entries[i].timeout_s);
         return 0;
     }
+    for (int a = 1; a < argc; a++) {
+        int known = 0;
+        for (int i = 0; i < entry_count && !known; i++) known = strcmp(argv[a], entries[i].name) == 0;
+        if (!known) {
+            fprintf(stderr, "no test case named '%s' (see --list)\n", argv[a]);
+            return 2;
+        }
+    }
     int passed = 0, failed = 0, skipped = 0, matched = 0;
     for (int i = 0; i < entry_count; i++) {
-        if (argc > 1 && strcmp(argv[1], entries[i].name) != 0) continue;
+        int named = argc <= 1;
+        for (int a = 1; a < argc && !named; a++) named = strcmp(argv[a], entries[i].name) == 0;
+        if (!named) continue;
         matched++;
         int r = run_one(&entries[i]);
         if (r == 0) {
             passed++;
-            if (argc <= 1) printf("ok   %s\n", entries[i].name);
+            if (argc != 2) printf("ok   %s\n", entries[i].name);
         } else if (r == TEST_SKIP_CODE) {
             skipped++;
-            if (argc <= 1) printf("skip %s\n", entries[i].name);
+            if (argc != 2) printf("skip %s\n", entries[i].name);
         } else {
             failed++;
             printf("FAIL %s\n", entries[i].name);
         }
     }
-    if (argc > 1 && matched == 0) {
-        fprintf(stderr, "no test case named '%s' (see --list)\n", argv[1]);
-        return 2;
-    }
-    if (argc > 1 && matched == 1 && skipped == 1) return TEST_SKIP_CODE;
+    if (argc > 1 && matched == skipped) return TEST_SKIP_CODE;
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
 }
