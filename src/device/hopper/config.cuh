@@ -97,7 +97,7 @@ struct hgemm_params {
     int accumulate;
     int vector_store; /* y and ldy allow 2-element stores */
     int vector16;     /* 16-bit Y, y 16-byte aligned, ldy % 8 == 0: 16-byte stores */
-    int y_tma;        /* the cooperative plain kernels, not split, store Y by TMA (epilogue_smem) */
+    int y_tma;        /* the cooperative kernels store Y by TMA (epilogue_smem; not a split tail tile) */
     int y_staged;     /* ... and where TMA cannot address Y, staged (epilogue_smem) */
     const unsigned long long *row_flags;
     long long rows_per_flag;

@@ -708,24 +708,29 @@ __device__ __forceinline__ void epilogue(const hgemm_params &p, float (&d)[128],
         epilogue_plain<OutT, OFF, NJ, kButterfly>(p, d, row0, col0);
 }
 
-/* The cooperative kernels' epilogue of a consumer's 64 x 256 block: in the
- * plain 16-bit kernels epilogue_smem (by TMA with y_tma, else staged with
- * y_staged), else epilogue. The split kernels (kSplit) store from
- * registers: there the last warp to finish a tile's part runs the tile's
- * epilogue alone while the other warps of its warpgroup go on to their
- * next unit (split_finish), so the TMA way's warpgroup barriers would
- * pair warps of different tiles. */
+/* The cooperative kernels' epilogue of a consumer's 64 x 256 block: with a
+ * 16-bit Y and no fused epilogue epilogue_smem (by TMA with y_tma, else
+ * staged with y_staged), else epilogue. whole: the block is a whole tile's,
+ * run by all four warps of the consumer together. In the split kernels
+ * (kSplit) the parts of a tail tile end in split_finish, after which the
+ * warp that arrived last runs the tile's epilogue alone while the other
+ * warps of its warpgroup go on to their next unit: the TMA way's warpgroup
+ * barriers would pair warps of different tiles, and the staged way would
+ * write buffers the leader's TMA stores of an earlier whole tile may still
+ * read, so such a block (whole false) is stored from registers. */
 template <typename OutT, bool kSplit>
 __device__ __forceinline__ void epilogue_coop(const hgemm_params &p, const CUtensorMap *map_y, uint32_t stage, int bar,
-                                              float (&d)[128], int row0, int col0) {
-    if constexpr (!kSplit && !out_type<OutT>::act && sizeof(OutT) == 2) {
-        if (p.y_tma) {
-            epilogue_smem<OutT, true>(p, map_y, stage, bar, d, row0, col0);
-            return;
-        }
-        if (p.y_staged) {
-            epilogue_smem<OutT, false>(p, map_y, stage, bar, d, row0, col0);
-            return;
+                                              float (&d)[128], int row0, int col0, bool whole) {
+    if constexpr (!out_type<OutT>::act && sizeof(OutT) == 2) {
+        if (!kSplit || whole) {
+            if (p.y_tma) {
+                epilogue_smem<OutT, true>(p, map_y, stage, bar, d, row0, col0);
+                return;
+            }
+            if (p.y_staged) {
+                epilogue_smem<OutT, false>(p, map_y, stage, bar, d, row0, col0);
+                return;
+            }
         }
     }
     epilogue<OutT, 0, 32, true>(p, d, row0, col0);

@@ -13,11 +13,11 @@
  * 64 x 128 half of the consumer's block, then added into the fp32
  * accumulators times the block's scale (block scaling) or 1.
  *
- * The scales are read through L2 (ld.global.cg): the fused all-gather's
- * peers write their shards' scales during the launch, before the READY
- * flags that the producer acquired before the tile's loads, and a line an
- * SM's L1 kept from an earlier tile could hold a scale from before that
- * write. */
+ * The scales are read through L2 (ld.global.cg), by the consumers after
+ * the tile's first full barrier: the fused all-gather's peers write their
+ * shards' scales during the launch, before the READY flags that the
+ * producer acquired before the tile's loads, and a line an SM's L1 kept
+ * from an earlier tile could hold a scale from before that write. */
 #ifndef COMMGEMM_HOPPER_FP8_CUH
 #define COMMGEMM_HOPPER_FP8_CUH
 
@@ -29,23 +29,30 @@
 
 namespace {
 
-/* The scale of row `row` of Y: x_scale(row) * w_scale, or 0 past the last
- * row (those accumulators are zero, TMA's fill, and are not stored). */
-__device__ __forceinline__ float fp8_row_scale(const hgemm_params &p, int row, float sw) {
-    if (row >= p.m) return 0.f;
-    return __ldcg(p.x_scale + fastdiv(row, p.xs_mul, p.xs_shr)) * sw;
+/* A thread's per-tensor scales for a 64-row block of Y whose first row is
+ * row0: x_scale of its two rows (the fragment layout: epilogue.cuh; thread
+ * t holds rows 16 (t / 32) + (t % 32) / 4 and 8 below; 0 past the last
+ * row, whose accumulators are zero, TMA's fill, and are not stored) and
+ * w_scale. The kernels load them after the tile's first full barrier and
+ * apply them after its main loop (fp8_scale_rows), so that the loads'
+ * latency hides behind the main loop instead of opening the epilogue. */
+struct fp8_scales {
+    float xa, xb, w;
+};
+__device__ __forceinline__ float fp8_x_scale(const hgemm_params &p, int row) {
+    return row < p.m ? __ldcg(p.x_scale + fastdiv(row, p.xs_mul, p.xs_shr)) : 0.f;
+}
+__device__ __forceinline__ fp8_scales fp8_load_scales(const hgemm_params &p, int row0) {
+    int t = threadIdx.x % 128;
+    int row = row0 + 16 * (t / 32) + (t % 32) / 4;
+    return {fp8_x_scale(p, row), fp8_x_scale(p, row + 8), __ldcg(p.w_scale)};
 }
 
 /* Scales the 64 x 8NJ block of the accumulator fragment held in
- * d[OFF .. OFF + 4 NJ - 1] whose first row is row0 (the fragment layout:
- * epilogue.cuh; thread t holds rows 16 (t / 32) + (t % 32) / 4 and 8
- * below). */
+ * d[OFF .. OFF + 4 NJ - 1] by s (fp8_load_scales of the block's rows). */
 template <int OFF, int NJ>
-__device__ __forceinline__ void fp8_scale_rows(const hgemm_params &p, float (&d)[128], int row0) {
-    int t = threadIdx.x % 128;
-    int row = row0 + 16 * (t / 32) + (t % 32) / 4;
-    float sw = __ldcg(p.w_scale);
-    float sa = fp8_row_scale(p, row, sw), sb = fp8_row_scale(p, row + 8, sw);
+__device__ __forceinline__ void fp8_scale_rows(float (&d)[128], const fp8_scales &s) {
+    float sa = s.xa * s.w, sb = s.xb * s.w;
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
         d[OFF + 4 * j] *= sa;
@@ -60,9 +67,17 @@ __device__ __forceinline__ void fp8_scale_rows(const hgemm_params &p, float (&d)
 __device__ __forceinline__ float fp8_block_x(const hgemm_params &p, int row, int kb) {
     return row < p.m ? __ldcg(p.x_bs + (long long)row * p.x_bs_ld + kb) : 0.f;
 }
-__device__ __forceinline__ float fp8_block_w(const hgemm_params &p, int wb, int kb) {
-    return wb < p.w_blocks ? __ldcg(p.w_bs + (long long)wb * p.w_bs_ld + kb) : 0.f;
+/* W's scales of block wb for the 32 k blocks from kb, one a lane (lane l:
+ * k block kb + l, 0 past the last block or past W), taken a stage at a time
+ * by a shuffle (fp8_lane): every lane's load has its own address, so the
+ * value stays in a vector register, where a scale of one address for the
+ * whole warp would be moved into a uniform register right at its load,
+ * waiting for it there (a stage before its use). */
+__device__ __forceinline__ float fp8_block_w32(const hgemm_params &p, int wb, int kb) {
+    kb += (int)(threadIdx.x % 32);
+    return wb < p.w_blocks && kb < p.k_blocks ? __ldcg(p.w_bs + (long long)wb * p.w_bs_ld + kb) : 0.f;
 }
+__device__ __forceinline__ float fp8_lane(float v, int lane) { return __shfl_sync(0xFFFFFFFFu, v, lane); }
 
 /* One promotion: the 64 x 128 product of a k block (4 k steps of 32 fp8
  * elements, A and B through their descriptors) into t, then

@@ -215,25 +215,35 @@ __global__ void __launch_bounds__(kThreads, 1)
                 float tp[64]; /* the k block's sum (fp8_promote) */
 #pragma unroll
                 for (int i = 0; i < 128; i++) d[i] = 0.f;
-                /* block scaling: this k block's scales (xa, xb, w0, w1),
-                 * and the next one's loaded a stage ahead (after this
-                 * tile's first full barrier: fp8.cuh) */
-                float xa = 1.f, xb = 1.f, w0 = 1.f, w1 = 1.f, nxa = 1.f, nxb = 1.f, nw0 = 1.f, nw1 = 1.f;
-                auto scales = [&](int k, float &a, float &b, float &u, float &v) {
-                    a = fp8_block_x(p, row, k), b = fp8_block_x(p, row + 8, k);
-                    u = fp8_block_w(p, 2 * tn, k), v = fp8_block_w(p, 2 * tn + 1, k);
-                };
+                /* block scaling: this k block's scales of the thread's rows
+                 * (xa, xb; the next block's nxa, nxb loaded a stage ahead)
+                 * and of W's two blocks (w0, w1: lane j of wl0, wl1, which
+                 * hold the 32 blocks from the chunk's first, kb - j; the
+                 * next 32 loaded on the chunk's last stage: fp8_block_w32);
+                 * all after this tile's first full barrier (fp8.cuh) */
+                float xa = 1.f, xb = 1.f, nxa = 1.f, nxb = 1.f, wl0 = 1.f, wl1 = 1.f;
+                fp8_scales sc{}; /* per-tensor scales (fp8_load_scales) */
                 for (int kb = kb0; kb < kb1; kb++) {
                     mbar_wait(full_bar + 8 * stage, phase);
+                    const int j = (kb - kb0) & 31;
+                    float w0 = 1.f, w1 = 1.f;
                     if (block) {
-                        if (kb == kb0) scales(kb, xa, xb, w0, w1);
-                        if (kb + 1 < kb1) scales(kb + 1, nxa, nxb, nw0, nw1);
+                        if (kb == kb0) {
+                            xa = fp8_block_x(p, row, kb), xb = fp8_block_x(p, row + 8, kb);
+                            wl0 = fp8_block_w32(p, 2 * tn, kb), wl1 = fp8_block_w32(p, 2 * tn + 1, kb);
+                        }
+                        if (kb + 1 < kb1) nxa = fp8_block_x(p, row, kb + 1), nxb = fp8_block_x(p, row + 8, kb + 1);
+                        w0 = fp8_lane(wl0, j), w1 = fp8_lane(wl1, j);
+                        if (j == 31 && kb + 1 < kb1)
+                            wl0 = fp8_block_w32(p, 2 * tn, kb + 1), wl1 = fp8_block_w32(p, 2 * tn + 1, kb + 1);
+                    } else if (kb == kb0) {
+                        sc = fp8_load_scales(p, tm * kTileM + consumer * 64);
                     }
                     uint64_t desc_a = smem_desc_sw128(smem_a + stage * kStageBytesA + consumer * 64 * 128);
                     uint32_t b = smem_b + stage * C::bytes_b;
                     fp8_promote<kIn, 0>(d, tp, desc_a, smem_desc_sw128(b), xa * w0, xb * w0);
                     fp8_promote<kIn, 64>(d, tp, desc_a, smem_desc_sw128(b + 128 * 128), xa * w1, xb * w1);
-                    xa = nxa, xb = nxb, w0 = nw0, w1 = nw1;
+                    xa = nxa, xb = nxb;
                     if (leader) mbar_arrive(empty_bar + 8 * stage);
                     if (++stage == kStages) {
                         stage = 0;
@@ -242,17 +252,21 @@ __global__ void __launch_bounds__(kThreads, 1)
                 }
                 if constexpr (kSplit)
                     if (part >= 0 && !split_finish<256>(p, d, r, part, consumer)) continue;
-                if (!block) fp8_scale_rows<0, 32>(p, d, tm * kTileM + consumer * 64);
+                if (!block) fp8_scale_rows<0, 32>(d, sc);
                 if (p.addend_waits) wait_addend_flags(p, (long long)tm * kTileM + consumer * 64, 64, consumer, epoch);
                 if (p.naddends) add_addends<0, 32>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
-                epilogue_coop<EpiT, kSplit>(p, &map_y, y_stage, 1 + consumer, d, tm * kTileM + consumer * 64, tn * C::tile_n);
+                epilogue_coop<EpiT, kSplit>(p, &map_y, y_stage, 1 + consumer, d, tm * kTileM + consumer * 64, tn * C::tile_n,
+                                            part < 0);
                 continue;
             }
             /* counted from 0 (the unit's first block): the counter stays
              * in a uniform register, as in the unsplit kernels */
             int prev = 0, blocks = kb1 - kb0;
+            [[maybe_unused]] fp8_scales sc{}; /* fp8: the rows' scales (fp8_load_scales) */
             for (int kb = 0; kb < blocks; kb++) {
                 mbar_wait(full_bar + 8 * stage, phase);
+                if constexpr (in_is_fp8(kIn))
+                    if (kb == 0) sc = fp8_load_scales(p, tm * kTileM + consumer * 64);
                 uint64_t desc_a = smem_desc_sw128(smem_a + stage * kStageBytesA + consumer * 64 * 128);
                 uint64_t desc_b = smem_desc_sw128(smem_b + stage * C::bytes_b);
                 fence_accumulators(d);
@@ -278,14 +292,14 @@ __global__ void __launch_bounds__(kThreads, 1)
             if (leader) mbar_arrive(empty_bar + 8 * prev);
             if constexpr (kSplit)
                 if (part >= 0 && !split_finish<256>(p, d, r, part, consumer)) continue;
-            if constexpr (in_is_fp8(kIn)) fp8_scale_rows<0, 32>(p, d, tm * kTileM + consumer * 64);
+            if constexpr (in_is_fp8(kIn)) fp8_scale_rows<0, 32>(d, sc);
             if (p.addend_waits) wait_addend_flags(p, (long long)tm * kTileM + consumer * 64, 64, consumer, epoch);
             if (p.naddends) add_addends<0, 32>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
-            epilogue_coop<EpiT, kSplit>(p, &map_y, y_stage, 1 + consumer, d, tm * kTileM + consumer * 64, tn * C::tile_n);
+            epilogue_coop<EpiT, kSplit>(p, &map_y, y_stage, 1 + consumer, d, tm * kTileM + consumer * 64, tn * C::tile_n,
+                                            part < 0);
         }
         /* the TMA stores read the staging buffers until they complete */
-        if constexpr (!kSplit)
-            if (p.y_tma && leader) bulk_wait_all();
+        if (p.y_tma && leader) bulk_wait_all();
         return;
     }
 
@@ -345,26 +359,31 @@ __global__ void __launch_bounds__(kThreads, 1)
             float tp[64]; /* the k block's sum (fp8_promote) */
 #pragma unroll
             for (int j = 0; j < 128; j++) d[j] = 0.f;
-            /* block scaling: this k block's scales, the next one's loaded
-             * a stage ahead (as in the cooperative loop) */
-            float xa = 1.f, xb = 1.f, xc = 1.f, xd = 1.f, w = 1.f;
-            float nxa = 1.f, nxb = 1.f, nxc = 1.f, nxd = 1.f, nw = 1.f;
-            auto scales = [&](int k, float &a, float &b, float &c, float &e, float &u) {
+            /* block scaling: this k block's scales, as in the cooperative
+             * loop (rows' loaded a stage ahead, W's block's 32 at a time) */
+            float xa = 1.f, xb = 1.f, xc = 1.f, xd = 1.f, nxa = 1.f, nxb = 1.f, nxc = 1.f, nxd = 1.f, wl = 1.f;
+            auto xs = [&](int k, float &a, float &b, float &c, float &e) {
                 a = fp8_block_x(p, row, k), b = fp8_block_x(p, row + 8, k);
                 c = fp8_block_x(p, row + 64, k), e = fp8_block_x(p, row + 72, k);
-                u = fp8_block_w(p, tn, k);
             };
+            fp8_scales s0{}, s1{}; /* per-tensor scales of rows 0-63, 64-127 */
             for (int kb = kb0; kb < kb1; kb++) {
                 mbar_wait(full_bar + 8 * stage, phase);
+                const int j = (kb - kb0) & 31;
+                float w = 1.f;
                 if (block) {
-                    if (kb == kb0) scales(kb, xa, xb, xc, xd, w);
-                    if (kb + 1 < kb1) scales(kb + 1, nxa, nxb, nxc, nxd, nw);
+                    if (kb == kb0) xs(kb, xa, xb, xc, xd), wl = fp8_block_w32(p, tn, kb);
+                    if (kb + 1 < kb1) xs(kb + 1, nxa, nxb, nxc, nxd);
+                    w = fp8_lane(wl, j);
+                    if (j == 31 && kb + 1 < kb1) wl = fp8_block_w32(p, tn, kb + 1);
+                } else if (kb == kb0) {
+                    s0 = fp8_load_scales(p, tm * kTileM), s1 = fp8_load_scales(p, tm * kTileM + 64);
                 }
                 uint32_t a0 = smem_a + stage * kStageBytesA;
                 uint64_t desc_b = smem_desc_sw128(smem_b + stage * C::bytes_b);
                 fp8_promote<kIn, 0>(d, tp, smem_desc_sw128(a0), desc_b, xa * w, xb * w);
                 fp8_promote<kIn, 64>(d, tp, smem_desc_sw128(a0 + 64 * 128), desc_b, xc * w, xd * w);
-                xa = nxa, xb = nxb, xc = nxc, xd = nxd, w = nw;
+                xa = nxa, xb = nxb, xc = nxc, xd = nxd;
                 if (leader) mbar_arrive(empty_bar + 8 * stage);
                 if (++stage == kStages) {
                     stage = 0;
@@ -377,8 +396,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             if constexpr (kSplit)
                 if (part >= 0 && !split_finish<128>(p, d, r, part, 0)) continue;
             if (!block) {
-                fp8_scale_rows<0, 16>(p, d, tm * kTileM);
-                fp8_scale_rows<64, 16>(p, d, tm * kTileM + 64);
+                fp8_scale_rows<0, 16>(d, s0);
+                fp8_scale_rows<64, 16>(d, s1);
             }
             if (p.addend_waits) wait_addend_flags(p, (long long)tm * kTileM, kTileM, consumer, epoch);
             if (p.naddends) add_addends_tile<EpiT>(p, d, tm * kTileM, tn * C::tile_n);
@@ -387,8 +406,11 @@ __global__ void __launch_bounds__(kThreads, 1)
             continue;
         }
         int prev = 0, blocks = kb1 - kb0; /* from 0, as in the cooperative loop */
+        [[maybe_unused]] fp8_scales s0{}, s1{}; /* fp8: as there, rows 0-63 and 64-127 */
         for (int kb = 0; kb < blocks; kb++) {
             mbar_wait(full_bar + 8 * stage, phase);
+            if constexpr (in_is_fp8(kIn))
+                if (kb == 0) s0 = fp8_load_scales(p, tm * kTileM), s1 = fp8_load_scales(p, tm * kTileM + 64);
             uint32_t a0 = smem_a + stage * kStageBytesA;
             uint64_t desc_a0 = smem_desc_sw128(a0);            /* rows 0-63 */
             uint64_t desc_a1 = smem_desc_sw128(a0 + 64 * 128); /* rows 64-127 */
@@ -423,8 +445,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         if constexpr (kSplit)
             if (part >= 0 && !split_finish<128>(p, d, r, part, 0)) continue;
         if constexpr (in_is_fp8(kIn)) {
-            fp8_scale_rows<0, 16>(p, d, tm * kTileM);
-            fp8_scale_rows<64, 16>(p, d, tm * kTileM + 64);
+            fp8_scale_rows<0, 16>(d, s0);
+            fp8_scale_rows<64, 16>(d, s1);
         }
         if (kHelper) { /* launch.cu runs it only when the helper loads the addends */
             uint32_t afull = afull_bar + 16 * consumer;

@@ -469,8 +469,8 @@ void params_hooks(const cgm_hgemm_args *a, hgemm_params *p) {
  * rows' tiles (x_own) and whether the ping-pong helper loads the addends
  * by TMA (16-byte aligned addends, rows a multiple of 16 bytes apart;
  * otherwise the consumers load them). Parts of 64 rows (16-bit) or 32
- * columns (fp32): the map's box. Then Y's map, y_tma and y_staged. False
- * when a map of an operand or addend cannot be encoded. */
+ * columns (fp32): the map's box (Y's: y_path_for). False when a map of
+ * an operand or addend cannot be encoded. */
 bool maps_for(const cgm_hgemm_args *a, bool pp, int tile_n, call_maps *m, hgemm_params *p) {
     cgm_dtype wt = fp8_in(a) ? a->w_dtype : a->in_dtype;
     if (!make_map(&m->x, a->in_dtype, a->x, a->m, a->k, a->ldx, kTileM) ||
@@ -491,6 +491,7 @@ bool maps_for(const cgm_hgemm_args *a, bool pp, int tile_n, call_maps *m, hgemm_
             return false;
     }
     memset(&m->addends, 0, sizeof m->addends);
+    memset(&m->y, 0, sizeof m->y);
     size_t addend_size = a->addend_dtype == CGM_DTYPE_FP32 ? 4 : 2;
     const bool promote = fp8_in(a) && (a->fp8_promote || a->x_block_scale); /* no helper form (launch.cuh) */
     p->addend_tma = pp && a->naddends > 0 && a->epilogue == CGM_EPILOGUE_NONE && !promote &&
@@ -501,18 +502,21 @@ bool maps_for(const cgm_hgemm_args *a, bool pp, int tile_n, call_maps *m, hgemm_
         if (!make_map(&m->addends.map[i], a->addend_dtype, a->addend[i], a->m, a->n, a->addend_ld,
                       addend_size == 4 ? kTileM : 64))
             return false;
-    /* The cooperative plain kernels send a 16-bit Y that the epilogue does
-     * not read (no accumulate, no fused epilogue) through shared memory
-     * (epilogue_smem): by TMA where TMA can address it (y_tma: 16-byte
-     * aligned, rows a multiple of 16 bytes apart, the map encoded), else
-     * staged (y_staged: each warp stores its rows' segments; Y aligned to
-     * its dtype). Otherwise Y is stored from registers (epilogue). */
-    memset(&m->y, 0, sizeof m->y);
+    return true;
+}
+
+/* How the kernels store Y: the cooperative ones send a 16-bit Y that the
+ * epilogue does not read (no accumulate, no fused epilogue) through shared
+ * memory (epilogue_smem): by TMA where TMA can address it (y_tma: 16-byte
+ * aligned, rows a multiple of 16 bytes apart, Y's map encoded), else
+ * staged (y_staged: each warp stores its rows' segments; Y aligned to its
+ * dtype). Otherwise, and for the split kernels' tail tiles
+ * (epilogue_coop), Y is stored from registers (epilogue). */
+void y_path_for(const cgm_hgemm_args *a, bool pp, call_maps *m, hgemm_params *p) {
     const bool smem = !pp && a->out_dtype != CGM_DTYPE_FP32 && a->epilogue == CGM_EPILOGUE_NONE && !a->accumulate;
     p->y_tma = smem && a->ldy % 8 == 0 && (uintptr_t)a->y % 16 == 0;
     if (p->y_tma && !make_map(&m->y, a->out_dtype, a->y, a->m, a->n, a->ldy, 64)) p->y_tma = 0;
     p->y_staged = smem && !p->y_tma && (uintptr_t)a->y % 2 == 0;
-    return true;
 }
 
 /* DGELU_BGRAD's slots: one per 16 rows. */
@@ -587,6 +591,7 @@ extern "C" cudaError_t cgm_hgemm(const cgm_hgemm_args *a, cudaStream_t stream) {
     if (!maps_for(a, pp, tile_n, &maps, &p)) return cudaErrorInvalidValue;
     params_shape(a, tile_n, &p);
     params_hooks(a, &p);
+    y_path_for(a, pp, &maps, &p);
     const long long tiles = (long long)p.tiles_m * p.tiles_n;
     if (a->split_ws) {
         tail_split_choice c = split_for(a, tiles, tile_n, p.k_blocks, grid_limit(a, sms), (int64_t)a->split_ws_bytes);

@@ -18,9 +18,10 @@
  * then the last unit of a tile adds the other s - 1 partials. s = 1 (no
  * split) is kept unless a split saves at least 1/16 of the unsplit tail,
  * and when there is no full wave (T < G): such a GEMM (skinny m) waits on
- * memory rather than on the tensor cores, and its split measured slower
- * on an H100 (256 x 10240 x 8192, 80 tiles in 3 parts: 95 against 83 µs
- * whole).
+ * memory rather than on the tensor cores, and on an H100 every skinny
+ * shape of the kernel bench's sweep ran slower cut into 2, 3 or 4 parts
+ * than whole, even where the parts fit one round (128 x 8192 x 8192:
+ * 56.5 µs whole, 60.8, 67.3 and 69.1 µs in 2, 3 and 4 parts).
  * Cutting more tiles (the last wave and one more) needs the same rounds
  * (ceil((G + R) s / G) = s + ceil(R s / G)) and more partials, so only the
  * last partial wave is cut. */
