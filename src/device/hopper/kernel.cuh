@@ -296,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             if (p.addend_waits) wait_addend_flags(p, (long long)tm * kTileM + consumer * 64, 64, consumer, epoch);
             if (p.naddends) add_addends<0, 32>(p, d, tm * kTileM + consumer * 64, tn * C::tile_n);
             epilogue_coop<EpiT, kSplit>(p, &map_y, y_stage, 1 + consumer, d, tm * kTileM + consumer * 64, tn * C::tile_n,
-                                            part < 0);
+                                        part < 0);
         }
         /* the TMA stores read the staging buffers until they complete */
         if (p.y_tma && leader) bulk_wait_all();
