@@ -48,6 +48,7 @@ typedef struct fp8_case {
     uint64_t seed;
     int scaling;            /* 0 per-tensor, 1 per-tensor with fp8_promote, 2 block scaling */
     int big_head;           /* values exact only with promotion (promote_cases) */
+    int tail_split;         /* cgm_hgemm_args.tail_split with a workspace (0: none) */
 } fp8_case;
 
 /* The code of v (a multiple of 1/8 in [-1, 1]) in dtype t. */
@@ -281,6 +282,15 @@ static void fp8_run(const fp8_case *c) {
         }
         if (c->flags && c->naddends && (c->m + a.rows_per_flag - 1) / a.rows_per_flag > 64)
             TEST_FAIL("the case needs more than 64 addend flags");
+        void *ws = NULL;
+        if (c->tail_split) {
+            a.tail_split = c->tail_split;
+            size_t bytes = cgm_hgemm_split_ws_bytes(&a);
+            if (!bytes) TEST_FAIL("tail_split %d: cgm_hgemm_split_ws_bytes is 0 (no split)", c->tail_split);
+            GPU_CHECK(cudaMalloc(&ws, bytes));
+            GPU_CHECK(cudaMemset(ws, 0, bytes));
+            a.split_ws = ws, a.split_ws_bytes = bytes;
+        }
         const char *why = NULL;
         if (!cgm_hgemm_supported(&a, &why)) TEST_FAIL("cgm_hgemm_supported: %s", why);
         GPU_CHECK(cudaMemcpy(d.dy, d.hy0, ybytes, cudaMemcpyHostToDevice));
@@ -303,8 +313,10 @@ static void fp8_run(const fp8_case *c) {
         if (c->naddends)
             snprintf(what + strlen(what), sizeof what - strlen(what), ", %d %s addends (ld %lld)", c->naddends,
                      cgm_dtype_name(c->addend_dtype), (long long)d.addend_ld);
+        if (c->tail_split)
+            snprintf(what + strlen(what), sizeof what - strlen(what), ", tail split in %d", c->tail_split);
         fp8_check(c, &d, hy, what);
-        cudaFree(f.flags), cudaFree(f.order), cudaFree(f.timeout);
+        cudaFree(f.flags), cudaFree(f.order), cudaFree(f.timeout), cudaFree(ws);
     }
     cudaFree(aflags);
     free(hy);
@@ -317,57 +329,64 @@ static void fp8_run(const fp8_case *c) {
 /* Odd m and n, k not a multiple of 128 (and k = 16), padded ldx and ldy,
  * every operand pair, fp32, bf16 and fp16 Y, bias, accumulate. */
 static const fp8_case plain_cases[] = {
-    {E4, E4, CGM_DTYPE_FP32, 257, 389, 272, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0},
-    {E4, E4, CGM_DTYPE_BF16, 1, 1, 16, 0, 1, 1, 1, 0, 0, 0, 0, 0, 2, 0, 0},
-    {E4, E5, CGM_DTYPE_FP32, 131, 250, 1040, 0, 3, 0, 1, 0, 0, 0, 0, 0, 3, 0, 0},
-    {E5, E4, CGM_DTYPE_BF16, 300, 129, 16, 32, 0, 1, 0, 0, 0, 0, 0, 0, 4, 0, 0},
-    {E5, E4, CGM_DTYPE_FP16, 129, 511, 400, 0, 1, 1, 1, 0, 0, 0, 0, 0, 5, 0, 0},
-    {E5, E5, CGM_DTYPE_FP32, 200, 300, 144, 0, 0, 0, 0, 0, 0, 0, 0, 0, 6, 0, 0},
-    {E4, E4, CGM_DTYPE_BF16, 640, 1024, 4096, 0, 0, 1, 0, 0, 0, 0, 0, 0, 7, 0, 0},
-    {E4, E5, CGM_DTYPE_BF16, 1000, 777, 2064, 16, 2, 0, 1, 0, 0, 0, 0, 0, 8, 0, 0},
+    {E4, E4, CGM_DTYPE_FP32, 257, 389, 272, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0},
+    {E4, E4, CGM_DTYPE_BF16, 1, 1, 16, 0, 1, 1, 1, 0, 0, 0, 0, 0, 2, 0, 0, 0},
+    {E4, E5, CGM_DTYPE_FP32, 131, 250, 1040, 0, 3, 0, 1, 0, 0, 0, 0, 0, 3, 0, 0, 0},
+    {E5, E4, CGM_DTYPE_BF16, 300, 129, 16, 32, 0, 1, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0},
+    {E5, E4, CGM_DTYPE_FP16, 129, 511, 400, 0, 1, 1, 1, 0, 0, 0, 0, 0, 5, 0, 0, 0},
+    {E5, E5, CGM_DTYPE_FP32, 200, 300, 144, 0, 0, 0, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0},
+    {E4, E4, CGM_DTYPE_BF16, 640, 1024, 4096, 0, 0, 1, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0},
+    {E4, E5, CGM_DTYPE_BF16, 1000, 777, 2064, 16, 2, 0, 1, 0, 0, 0, 0, 0, 8, 0, 0, 0},
 };
 
 /* Per-shard x scales: shards of 100 and 200 rows (tiles of 128 rows hold
  * two or three shards), and a shard size above m (one scale). */
 static const fp8_case shard_cases[] = {
-    {E4, E4, CGM_DTYPE_BF16, 517, 300, 256, 0, 0, 1, 1, 100, 0, 0, 0, 0, 11, 0, 0},
-    {E4, E5, CGM_DTYPE_FP32, 600, 257, 528, 0, 1, 0, 0, 200, 0, 0, 0, 0, 12, 0, 0},
-    {E5, E4, CGM_DTYPE_FP32, 77, 96, 128, 0, 0, 1, 0, 1000, 0, 0, 0, 0, 13, 0, 0},
+    {E4, E4, CGM_DTYPE_BF16, 517, 300, 256, 0, 0, 1, 1, 100, 0, 0, 0, 0, 11, 0, 0, 0},
+    {E4, E5, CGM_DTYPE_FP32, 600, 257, 528, 0, 1, 0, 0, 200, 0, 0, 0, 0, 12, 0, 0, 0},
+    {E5, E4, CGM_DTYPE_FP32, 77, 96, 128, 0, 0, 1, 0, 1000, 0, 0, 0, 0, 13, 0, 0, 0},
 };
 
 /* The fused hooks with fp8: row flags in the shard layout with x_own and a
  * reversed tile order (shard scales); addends with their flags, by TMA
  * (addend_ld = n, 16-byte rows) and by the consumers (n + 2). */
 static const fp8_case hook_cases[] = {
-    {E4, E4, CGM_DTYPE_BF16, 600, 384, 512, 0, 0, 1, 0, 150, 1, 0, 0, 0, 21, 0, 0},
-    {E4, E5, CGM_DTYPE_FP32, 513, 256, 272, 0, 0, 0, 1, 256, 1, 0, 0, 0, 22, 0, 0},
-    {E4, E4, CGM_DTYPE_BF16, 300, 264, 256, 0, 0, 1, 0, 0, 0, 1, CGM_DTYPE_FP32, 0, 23, 0, 0},
-    {E5, E4, CGM_DTYPE_BF16, 300, 264, 256, 0, 0, 1, 0, 0, 0, 3, CGM_DTYPE_BF16, 0, 24, 0, 0},
-    {E4, E4, CGM_DTYPE_FP32, 257, 200, 160, 0, 0, 0, 0, 0, 0, 3, CGM_DTYPE_FP32, 2, 25, 0, 0},
-    {E4, E5, CGM_DTYPE_BF16, 640, 512, 1024, 0, 0, 1, 0, 128, 1, 2, CGM_DTYPE_BF16, 0, 26, 0, 0},
+    {E4, E4, CGM_DTYPE_BF16, 600, 384, 512, 0, 0, 1, 0, 150, 1, 0, 0, 0, 21, 0, 0, 0},
+    {E4, E5, CGM_DTYPE_FP32, 513, 256, 272, 0, 0, 0, 1, 256, 1, 0, 0, 0, 22, 0, 0, 0},
+    {E4, E4, CGM_DTYPE_BF16, 300, 264, 256, 0, 0, 1, 0, 0, 0, 1, CGM_DTYPE_FP32, 0, 23, 0, 0, 0},
+    {E5, E4, CGM_DTYPE_BF16, 300, 264, 256, 0, 0, 1, 0, 0, 0, 3, CGM_DTYPE_BF16, 0, 24, 0, 0, 0},
+    {E4, E4, CGM_DTYPE_FP32, 257, 200, 160, 0, 0, 0, 0, 0, 0, 3, CGM_DTYPE_FP32, 2, 25, 0, 0, 0},
+    {E4, E5, CGM_DTYPE_BF16, 640, 512, 1024, 0, 0, 1, 0, 128, 1, 2, CGM_DTYPE_BF16, 0, 26, 0, 0, 0},
 };
 
 /* Promotion (fp8_promote, per-tensor scales) and block scaling: odd m
  * and n, k not a multiple of 128, both variants, bias, accumulate, shard
  * scales, the hooks (row flags + x_own, addends by the consumers); and the
  * operands whose fp32 Y only a promoting kernel gets exact (big_head,
- * k = 4096), with per-tensor scales and with block scales. */
+ * k = 4096), with per-tensor scales and with block scales. k blocks of 1
+ * to 35: the ping-pong kernel's groups of 4 whole and cut after 1, 2 and
+ * 3 blocks, W's block scales past their first 32 (k = 4480); and the
+ * tail split forced on both (parts that start inside a group of 4 and
+ * inside W's chunks of 32). */
 static const fp8_case promote_cases[] = {
-    {E4, E4, CGM_DTYPE_FP32, 257, 389, 272, 0, 0, 0, 0, 0, 0, 0, 0, 0, 31, 1, 0},
-    {E4, E5, CGM_DTYPE_BF16, 1000, 777, 2064, 16, 2, 1, 1, 300, 0, 0, 0, 0, 32, 1, 0},
-    {E5, E4, CGM_DTYPE_FP16, 129, 511, 400, 0, 1, 1, 1, 0, 0, 0, 0, 0, 33, 1, 0},
-    {E4, E4, CGM_DTYPE_BF16, 600, 384, 512, 0, 0, 1, 0, 150, 1, 2, CGM_DTYPE_BF16, 0, 34, 1, 0},
-    {E4, E4, CGM_DTYPE_FP32, 133, 259, 4096, 0, 0, 0, 0, 0, 0, 0, 0, 0, 35, 1, 1},
-    {E4, E4, CGM_DTYPE_FP32, 133, 259, 4096, 0, 0, 0, 0, 0, 0, 0, 0, 0, 36, 2, 1},
+    {E4, E4, CGM_DTYPE_FP32, 257, 389, 272, 0, 0, 0, 0, 0, 0, 0, 0, 0, 31, 1, 0, 0},
+    {E4, E5, CGM_DTYPE_BF16, 1000, 777, 2064, 16, 2, 1, 1, 300, 0, 0, 0, 0, 32, 1, 0, 0},
+    {E5, E4, CGM_DTYPE_FP16, 129, 511, 400, 0, 1, 1, 1, 0, 0, 0, 0, 0, 33, 1, 0, 0},
+    {E4, E4, CGM_DTYPE_BF16, 600, 384, 512, 0, 0, 1, 0, 150, 1, 2, CGM_DTYPE_BF16, 0, 34, 1, 0, 0},
+    {E4, E4, CGM_DTYPE_FP32, 133, 259, 4096, 0, 0, 0, 0, 0, 0, 0, 0, 0, 35, 1, 1, 0},
+    {E4, E4, CGM_DTYPE_FP32, 133, 259, 4096, 0, 0, 0, 0, 0, 0, 0, 0, 0, 36, 2, 1, 0},
+    {E4, E4, CGM_DTYPE_FP32, 1000, 700, 4224, 0, 0, 1, 0, 0, 0, 0, 0, 0, 37, 1, 0, 2},
 };
 static const fp8_case block_cases[] = {
-    {E4, E4, CGM_DTYPE_FP32, 257, 389, 272, 0, 0, 0, 0, 0, 0, 0, 0, 0, 41, 2, 0},
-    {E4, E4, CGM_DTYPE_BF16, 1, 1, 16, 0, 1, 1, 1, 0, 0, 0, 0, 0, 42, 2, 0},
-    {E4, E5, CGM_DTYPE_FP32, 131, 250, 1040, 0, 3, 0, 1, 0, 0, 0, 0, 0, 43, 2, 0},
-    {E5, E4, CGM_DTYPE_BF16, 300, 129, 16, 32, 0, 1, 0, 0, 0, 0, 0, 0, 44, 2, 0},
-    {E4, E4, CGM_DTYPE_BF16, 640, 1024, 4096, 0, 0, 1, 0, 0, 0, 0, 0, 0, 45, 2, 0},
-    {E4, E5, CGM_DTYPE_BF16, 600, 384, 512, 0, 0, 1, 0, 150, 1, 0, 0, 0, 46, 2, 0},
-    {E4, E4, CGM_DTYPE_FP32, 257, 200, 160, 0, 0, 0, 0, 0, 0, 3, CGM_DTYPE_FP32, 2, 47, 2, 0},
+    {E4, E4, CGM_DTYPE_FP32, 257, 389, 272, 0, 0, 0, 0, 0, 0, 0, 0, 0, 41, 2, 0, 0},
+    {E4, E4, CGM_DTYPE_BF16, 1, 1, 16, 0, 1, 1, 1, 0, 0, 0, 0, 0, 42, 2, 0, 0},
+    {E4, E5, CGM_DTYPE_FP32, 131, 250, 1040, 0, 3, 0, 1, 0, 0, 0, 0, 0, 43, 2, 0, 0},
+    {E5, E4, CGM_DTYPE_BF16, 300, 129, 16, 32, 0, 1, 0, 0, 0, 0, 0, 0, 44, 2, 0, 0},
+    {E4, E4, CGM_DTYPE_BF16, 640, 1024, 4096, 0, 0, 1, 0, 0, 0, 0, 0, 0, 45, 2, 0, 0},
+    {E4, E5, CGM_DTYPE_BF16, 600, 384, 512, 0, 0, 1, 0, 150, 1, 0, 0, 0, 46, 2, 0, 0},
+    {E4, E4, CGM_DTYPE_FP32, 257, 200, 160, 0, 0, 0, 0, 0, 0, 3, CGM_DTYPE_FP32, 2, 47, 2, 0, 0},
+    {E4, E4, CGM_DTYPE_BF16, 131, 389, 4480, 0, 0, 1, 0, 0, 0, 0, 0, 0, 48, 2, 0, 0},
+    {E5, E4, CGM_DTYPE_FP32, 1000, 700, 4480, 0, 0, 0, 1, 0, 0, 0, 0, 0, 49, 2, 0, 3},
 };
 
 typedef struct fp8_list {

@@ -79,20 +79,21 @@ __device__ __forceinline__ float fp8_block_w32(const hgemm_params &p, int wb, in
 }
 __device__ __forceinline__ float fp8_lane(float v, int lane) { return __shfl_sync(0xFFFFFFFFu, v, lane); }
 
-/* One promotion: the 64 x 128 product of a k block (4 k steps of 32 fp8
- * elements, A and B through their descriptors) into t, then
- * d[OFF + i] += t[i] * (sa in the thread's first row, sb eight rows below;
- * the fragment layout: epilogue.cuh). The wait for the whole group keeps
- * the tensor cores idle during the additions; in the cooperative kernel
- * the other consumer's products fill that time. */
-template <int kIn, int OFF>
-__device__ __forceinline__ void fp8_promote(float (&d)[128], float (&t)[64], uint64_t desc_a, uint64_t desc_b,
-                                            float sa, float sb) {
+/* The product of one k block for a 64 x 128 block (4 k steps of 32 fp8
+ * elements, A and B through their descriptors) into t, from zero,
+ * committed as one wgmma group. */
+template <int kIn>
+__device__ __forceinline__ void fp8_block_product(float (&t)[64], uint64_t desc_a, uint64_t desc_b) {
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) wgmma_m64n128<kIn, 0>(t, desc_a + 2 * kk, desc_b + 2 * kk, kk > 0 ? 1u : 0u);
     wgmma_commit();
-    wgmma_wait<0>();
+}
+
+/* d[OFF + i] += t[i] * (sa in the thread's first row, sb eight rows below;
+ * the fragment layout: epilogue.cuh), t a completed fp8_block_product. */
+template <int OFF>
+__device__ __forceinline__ void fp8_add_scaled(float (&d)[128], float (&t)[64], float sa, float sb) {
     fence_accumulators(t);
 #pragma unroll
     for (int j = 0; j < 16; j++) {
@@ -101,6 +102,18 @@ __device__ __forceinline__ void fp8_promote(float (&d)[128], float (&t)[64], uin
         d[OFF + 4 * j + 2] = fmaf(t[4 * j + 2], sb, d[OFF + 4 * j + 2]);
         d[OFF + 4 * j + 3] = fmaf(t[4 * j + 3], sb, d[OFF + 4 * j + 3]);
     }
+}
+
+/* One promotion of the cooperative kernel: a k block's product into t,
+ * then added into d[OFF ..]. The wait for the whole group keeps the
+ * tensor cores idle during the additions unless the other consumer's
+ * products fill that time. */
+template <int kIn, int OFF>
+__device__ __forceinline__ void fp8_promote(float (&d)[128], float (&t)[64], uint64_t desc_a, uint64_t desc_b,
+                                            float sa, float sb) {
+    fp8_block_product<kIn>(t, desc_a, desc_b);
+    wgmma_wait<0>();
+    fp8_add_scaled<OFF>(d, t, sa, sb);
 }
 
 } // namespace

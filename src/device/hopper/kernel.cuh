@@ -13,7 +13,10 @@
  *                tiles of the CTA, each a whole 128x128 tile; a turn
  *                barrier pair hands the main loop from one to the other,
  *                so one consumer's epilogue runs while the other's main
- *                loop keeps the tensor cores busy.
+ *                loop keeps the tensor cores busy. The promoting fp8
+ *                kernels of this tile (fp8.cuh) run both consumers on
+ *                each tile instead, 64 rows each (kShared), with two k
+ *                blocks' products in flight per consumer.
  * Template parameters: the operand types (kIn, ptx.cuh: fp16, bf16 or an
  * fp8 pair, whose kernels scale the product first: fp8.cuh), the output type, the
  * variant (kPP), kAddTma: the ping-pong kernel whose helper thread
@@ -61,6 +64,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr bool kPromote = out_type<OutT>::promote;
     static_assert(!kPromote || (in_is_fp8(kIn) && !kAddTma), "promotion: fp8, without the addend helper");
     static_assert(!kSplit || (!kAddTma && !out_type<OutT>::act), "the tail split: plain GEMMs only");
+    /* both consumers read every stage: the cooperative kernels, and the
+     * promoting kernels of 128 x 128 tiles (below) */
+    constexpr bool kShared = !kPP || kPromote;
     using EpiT = typename epilogue_type<OutT>::type;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -90,7 +96,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int s = 0; s < kStages; s++) {
             mbar_init(full_bar + 8 * s, 1); /* the producer's arrive.expect_tx */
             /* one arrive per consumer warpgroup that reads the stage */
-            mbar_init(empty_bar + 8 * s, kPP ? 1 : 2);
+            mbar_init(empty_bar + 8 * s, kShared ? 2 : 1);
         }
         mbar_init(turn_bar, 1);
         mbar_init(turn_bar + 8, 1);
@@ -103,7 +109,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (dynamic)
             for (int s = 0; s < 2; s++) {
                 mbar_init(queue.full + 8 * s, 1);
-                mbar_init(queue.empty + 8 * s, kPP ? 4 : 8); /* one arrive per reading warp */
+                mbar_init(queue.empty + 8 * s, kShared ? 8 : 4); /* one arrive per reading warp */
             }
         /* Make the initialised barriers visible to the async proxy (TMA). */
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -185,9 +191,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < 128; i++) d[i] = 0.f;
 
-    if (!kPP) {
+    if (kShared) {
         /* Cooperative: both consumers walk every tile of the CTA, each its
-         * 64 rows (A rows 64 consumer ..), one wgmma.m64n256 per k step. */
+         * 64 rows (A rows 64 consumer ..), one wgmma.m64n256 per k step;
+         * the promoting kernels of 128 x 128 tiles (kPP) the same way, one
+         * wgmma.m64n128 per k step. */
         int stage = 0;
         uint32_t phase = 0;
         /* this consumer's staging buffers of Y (epilogue_smem) */
@@ -207,7 +215,119 @@ __global__ void __launch_bounds__(kThreads, 1)
             if constexpr (kSplit) part = unit_of_warp(p, t, &t, &kb0, &kb1, &r, 0xFFFFFFFFu);
             int tm, tn;
             tile_coords(p, t, &tm, &tn);
-            if constexpr (kPromote) {
+            if constexpr (kPromote && kPP) {
+                /* The k blocks in groups of kGroup: within a group, block
+                 * i's product goes into t0 or t1 (i even or odd) while
+                 * block i - 1's, in the other, is scaled and added into
+                 * d[0 .. 63], so that the tensor cores hold this
+                 * consumer's next product during the additions; only the
+                 * group's last addition waits for the tensor cores. No
+                 * product is in flight from one group to the next: ptxas
+                 * serialises every wgmma of a loop in whose back edge an
+                 * accumulator that the loop reads is in flight. */
+                constexpr int kGroup = 4;
+                const int row0 = tm * kTileM + consumer * 64;
+                const int row = row0 + 16 * ((threadIdx.x % 128) / 32) + (threadIdx.x % 32) / 4;
+                const bool block = p.x_bs != nullptr;
+                float t0[64], t1[64];
+#pragma unroll
+                for (int i = 0; i < 64; i++) d[i] = 0.f;
+                /* Block scaling: the x scales of the thread's two rows for
+                 * the next group's blocks (na, nb), loaded a group ahead,
+                 * and W's 32 blocks at a time (wl: the chunk of this
+                 * group, wn: the next, loaded a group ahead:
+                 * fp8_block_w32); all after this tile's first full barrier
+                 * (fp8.cuh). Each group's factors (sa, sb: x times W) are
+                 * taken from them before the next group's loads go out:
+                 * ptxas gives all these loads one scoreboard, so the first
+                 * use of a loaded value after a load waits for that load
+                 * too. */
+                float na[kGroup], nb[kGroup], sa[kGroup], sb[kGroup], wl = 1.f, wn = 1.f;
+#pragma unroll
+                for (int i = 0; i < kGroup; i++) na[i] = nb[i] = sa[i] = sb[i] = 1.f;
+                fp8_scales sc{}; /* per-tensor scales (fp8_load_scales) */
+                auto load = [&](int g) {
+#pragma unroll
+                    for (int i = 0; i < kGroup; i++)
+                        if (g + i < kb1) na[i] = fp8_block_x(p, row, g + i), nb[i] = fp8_block_x(p, row + 8, g + i);
+                    if (((g - kb0) & 31) == 0) wn = fp8_block_w32(p, tn, g);
+                };
+                for (int g = kb0; g < kb1; g += kGroup) {
+                    const int n = min(kGroup, kb1 - g);
+                    /* block g + i: its stage and phase, its product into ti */
+                    auto product = [&](float(&ti)[64], int i) {
+                        int s = stage + i;
+                        uint32_t ph = phase;
+                        if (s >= kStages) s -= kStages, ph ^= 1;
+                        mbar_wait(full_bar + 8 * s, ph);
+                        fp8_block_product<kIn>(ti, smem_desc_sw128(smem_a + s * kStageBytesA + consumer * 64 * 128),
+                                               smem_desc_sw128(smem_b + s * C::bytes_b));
+                    };
+                    /* the group's factors, then the next group's loads;
+                     * the first group's loads come first, after the
+                     * tile's first full barrier */
+                    auto scales = [&] {
+                        if (!block) {
+                            if (g == kb0) sc = fp8_load_scales(p, row0);
+                            return;
+                        }
+                        if (g == kb0) load(g);
+                        if (((g - kb0) & 31) == 0) wl = wn;
+#pragma unroll
+                        for (int i = 0; i < kGroup; i++) {
+                            const float w = fp8_lane(wl, (g + i - kb0) & 31);
+                            sa[i] = na[i] * w, sb[i] = nb[i] * w;
+                        }
+                        if (g + kGroup < kb1) load(g + kGroup);
+                    };
+                    /* block g + i's addition, its stage handed back */
+                    auto add = [&](float(&to)[64], int i) {
+                        fp8_add_scaled<0>(d, to, sa[i], sb[i]);
+                        int s = stage + i;
+                        if (s >= kStages) s -= kStages;
+                        if (leader) mbar_arrive(empty_bar + 8 * s);
+                    };
+                    static_assert(kGroup == 4 && kStages >= kGroup, "the group below; one wrap of the ring");
+                    product(t0, 0);
+                    if (n == 1) {
+                        scales();
+                        wgmma_wait<0>();
+                        add(t0, 0);
+                    } else {
+                        product(t1, 1);
+                        scales();
+                        wgmma_wait<1>();
+                        add(t0, 0);
+                        if (n == 2) {
+                            wgmma_wait<0>();
+                            add(t1, 1);
+                        } else {
+                            product(t0, 2);
+                            wgmma_wait<1>();
+                            add(t1, 1);
+                            if (n == 3) {
+                                wgmma_wait<0>();
+                                add(t0, 2);
+                            } else {
+                                product(t1, 3);
+                                wgmma_wait<1>();
+                                add(t0, 2);
+                                wgmma_wait<0>();
+                                add(t1, 3);
+                            }
+                        }
+                    }
+                    stage += n;
+                    if (stage >= kStages) stage -= kStages, phase ^= 1;
+                }
+                if constexpr (kSplit)
+                    if (part >= 0 && !split_finish<256, 64>(p, d, r, part, consumer)) continue;
+                if (!block) fp8_scale_rows<0, 16>(d, sc);
+                if (p.addend_waits) wait_addend_flags(p, (long long)row0, 64, consumer, epoch);
+                if (p.naddends) add_addends<0, 16>(p, d, row0, tn * C::tile_n);
+                epilogue<EpiT, 0, 16, false>(p, d, row0, tn * C::tile_n);
+                continue;
+            } else if constexpr (kPromote) {
                 /* Per k block: the two 64 x 128 halves of the consumer's
                  * 64 x 256 block, each promoted with its W block's scale. */
                 const int row = tm * kTileM + consumer * 64 + 16 * ((threadIdx.x % 128) / 32) + (threadIdx.x % 32) / 4;
@@ -215,35 +335,38 @@ __global__ void __launch_bounds__(kThreads, 1)
                 float tp[64]; /* the k block's sum (fp8_promote) */
 #pragma unroll
                 for (int i = 0; i < 128; i++) d[i] = 0.f;
-                /* block scaling: this k block's scales of the thread's rows
-                 * (xa, xb; the next block's nxa, nxb loaded a stage ahead)
-                 * and of W's two blocks (w0, w1: lane j of wl0, wl1, which
-                 * hold the 32 blocks from the chunk's first, kb - j; the
-                 * next 32 loaded on the chunk's last stage: fp8_block_w32);
-                 * all after this tile's first full barrier (fp8.cuh) */
-                float xa = 1.f, xb = 1.f, nxa = 1.f, nxb = 1.f, wl0 = 1.f, wl1 = 1.f;
+                /* block scaling: the scales of this k block's rows (xa,
+                 * xb: loaded a stage ahead) and of W's two blocks (lane j
+                 * of wl0, wl1, which hold the 32 blocks from the chunk's
+                 * first, kb - j; the next 32 loaded on the chunk's last
+                 * stage: fp8_block_w32), all after this tile's first full
+                 * barrier (fp8.cuh). The stage's factors are taken from
+                 * them before the next loads go out: ptxas gives all these
+                 * loads one scoreboard, so the first use of a loaded value
+                 * after a load waits for that load too. */
+                float xa = 1.f, xb = 1.f, wl0 = 1.f, wl1 = 1.f;
                 fp8_scales sc{}; /* per-tensor scales (fp8_load_scales) */
                 for (int kb = kb0; kb < kb1; kb++) {
                     mbar_wait(full_bar + 8 * stage, phase);
                     const int j = (kb - kb0) & 31;
-                    float w0 = 1.f, w1 = 1.f;
+                    float s0a = 1.f, s0b = 1.f, s1a = 1.f, s1b = 1.f;
                     if (block) {
                         if (kb == kb0) {
                             xa = fp8_block_x(p, row, kb), xb = fp8_block_x(p, row + 8, kb);
                             wl0 = fp8_block_w32(p, 2 * tn, kb), wl1 = fp8_block_w32(p, 2 * tn + 1, kb);
                         }
-                        if (kb + 1 < kb1) nxa = fp8_block_x(p, row, kb + 1), nxb = fp8_block_x(p, row + 8, kb + 1);
-                        w0 = fp8_lane(wl0, j), w1 = fp8_lane(wl1, j);
+                        const float w0 = fp8_lane(wl0, j), w1 = fp8_lane(wl1, j);
+                        s0a = xa * w0, s0b = xb * w0, s1a = xa * w1, s1b = xb * w1;
                         if (j == 31 && kb + 1 < kb1)
                             wl0 = fp8_block_w32(p, 2 * tn, kb + 1), wl1 = fp8_block_w32(p, 2 * tn + 1, kb + 1);
+                        if (kb + 1 < kb1) xa = fp8_block_x(p, row, kb + 1), xb = fp8_block_x(p, row + 8, kb + 1);
                     } else if (kb == kb0) {
                         sc = fp8_load_scales(p, tm * kTileM + consumer * 64);
                     }
                     uint64_t desc_a = smem_desc_sw128(smem_a + stage * kStageBytesA + consumer * 64 * 128);
                     uint32_t b = smem_b + stage * C::bytes_b;
-                    fp8_promote<kIn, 0>(d, tp, desc_a, smem_desc_sw128(b), xa * w0, xb * w0);
-                    fp8_promote<kIn, 64>(d, tp, desc_a, smem_desc_sw128(b + 128 * 128), xa * w1, xb * w1);
-                    xa = nxa, xb = nxb;
+                    fp8_promote<kIn, 0>(d, tp, desc_a, smem_desc_sw128(b), s0a, s0b);
+                    fp8_promote<kIn, 64>(d, tp, desc_a, smem_desc_sw128(b + 128 * 128), s1a, s1b);
                     if (leader) mbar_arrive(empty_bar + 8 * stage);
                     if (++stage == kStages) {
                         stage = 0;
@@ -350,60 +473,6 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
         } else {
             ring_at<kStages>(pos, &stage, &phase);
-        }
-        if constexpr (kPromote) {
-            /* Per k block: the two 64-row halves of the 128 x 128 tile,
-             * each promoted with its rows' scales and the tile's W block's. */
-            const int row = tm * kTileM + 16 * ((threadIdx.x % 128) / 32) + (threadIdx.x % 32) / 4;
-            const bool block = p.x_bs != nullptr;
-            float tp[64]; /* the k block's sum (fp8_promote) */
-#pragma unroll
-            for (int j = 0; j < 128; j++) d[j] = 0.f;
-            /* block scaling: this k block's scales, as in the cooperative
-             * loop (rows' loaded a stage ahead, W's block's 32 at a time) */
-            float xa = 1.f, xb = 1.f, xc = 1.f, xd = 1.f, nxa = 1.f, nxb = 1.f, nxc = 1.f, nxd = 1.f, wl = 1.f;
-            auto xs = [&](int k, float &a, float &b, float &c, float &e) {
-                a = fp8_block_x(p, row, k), b = fp8_block_x(p, row + 8, k);
-                c = fp8_block_x(p, row + 64, k), e = fp8_block_x(p, row + 72, k);
-            };
-            fp8_scales s0{}, s1{}; /* per-tensor scales of rows 0-63, 64-127 */
-            for (int kb = kb0; kb < kb1; kb++) {
-                mbar_wait(full_bar + 8 * stage, phase);
-                const int j = (kb - kb0) & 31;
-                float w = 1.f;
-                if (block) {
-                    if (kb == kb0) xs(kb, xa, xb, xc, xd), wl = fp8_block_w32(p, tn, kb);
-                    if (kb + 1 < kb1) xs(kb + 1, nxa, nxb, nxc, nxd);
-                    w = fp8_lane(wl, j);
-                    if (j == 31 && kb + 1 < kb1) wl = fp8_block_w32(p, tn, kb + 1);
-                } else if (kb == kb0) {
-                    s0 = fp8_load_scales(p, tm * kTileM), s1 = fp8_load_scales(p, tm * kTileM + 64);
-                }
-                uint32_t a0 = smem_a + stage * kStageBytesA;
-                uint64_t desc_b = smem_desc_sw128(smem_b + stage * C::bytes_b);
-                fp8_promote<kIn, 0>(d, tp, smem_desc_sw128(a0), desc_b, xa * w, xb * w);
-                fp8_promote<kIn, 64>(d, tp, smem_desc_sw128(a0 + 64 * 128), desc_b, xc * w, xd * w);
-                xa = nxa, xb = nxb, xc = nxc, xd = nxd;
-                if (leader) mbar_arrive(empty_bar + 8 * stage);
-                if (++stage == kStages) {
-                    stage = 0;
-                    phase ^= 1;
-                }
-            }
-            if constexpr (kSplit)
-                if (leader) handoff_put(queue.full + kHandoffOffset + 4 * (consumer ^ 1), stage, phase);
-            if (leader) mbar_arrive(turn_bar + 8 * (consumer ^ 1));
-            if constexpr (kSplit)
-                if (part >= 0 && !split_finish<128>(p, d, r, part, 0)) continue;
-            if (!block) {
-                fp8_scale_rows<0, 16>(d, s0);
-                fp8_scale_rows<64, 16>(d, s1);
-            }
-            if (p.addend_waits) wait_addend_flags(p, (long long)tm * kTileM, kTileM, consumer, epoch);
-            if (p.naddends) add_addends_tile<EpiT>(p, d, tm * kTileM, tn * C::tile_n);
-            epilogue<EpiT, 0, 16, false>(p, d, tm * kTileM, tn * C::tile_n);
-            epilogue<EpiT, 64, 16, false>(p, d, tm * kTileM + 64, tn * C::tile_n);
-            continue;
         }
         int prev = 0, blocks = kb1 - kb0; /* from 0, as in the cooperative loop */
         [[maybe_unused]] fp8_scales s0{}, s1{}; /* fp8: as there, rows 0-63 and 64-127 */

@@ -60,17 +60,17 @@ __device__ __forceinline__ void handoff_get(uint32_t word, int *stage, uint32_t 
 }
 
 /* d = the sum of the tile's parts 0, 1, .. in order (each part's slot
- * `slot_floats` after the previous, this thread's chunks kStride floats
- * apart). d holds part `own` on entry, which is in its slot too: with own
- * 0 the sum starts from d, otherwise from part 0's slot, and part own is
- * read back like the others. One part at a time, 8 loads of 16 bytes in
- * flight per lane (32 registers beside d's 128). */
-template <int kStride>
+ * `slot_floats` after the previous, this thread's kAcc / 4 chunks kStride
+ * floats apart). d holds part `own` on entry, which is in its slot too:
+ * with own 0 the sum starts from d, otherwise from part 0's slot, and
+ * part own is read back like the others. One part at a time, 8 loads of
+ * 16 bytes in flight per lane (32 registers beside d's 128). */
+template <int kStride, int kAcc>
 __device__ __forceinline__ void split_sum(float (&d)[128], const float *tile, long long slot_floats, int parts,
                                           int own) {
     if (own != 0)
 #pragma unroll
-        for (int q = 0; q < 32; q++) {
+        for (int q = 0; q < kAcc / 4; q++) {
             float4 x = __ldcg(reinterpret_cast<const float4 *>(tile + q * kStride));
             d[4 * q] = x.x, d[4 * q + 1] = x.y, d[4 * q + 2] = x.z, d[4 * q + 3] = x.w;
         }
@@ -78,7 +78,7 @@ __device__ __forceinline__ void split_sum(float (&d)[128], const float *tile, lo
     for (int i = 1; i < parts; i++) {
         const float *slot = tile + i * slot_floats;
 #pragma unroll
-        for (int c = 0; c < 4; c++) {
+        for (int c = 0; c < kAcc / 32; c++) {
             float4 v[8];
 #pragma unroll
             for (int q = 0; q < 8; q++) v[q] = __ldcg(reinterpret_cast<const float4 *>(slot + (8 * c + q) * kStride));
@@ -91,23 +91,25 @@ __device__ __forceinline__ void split_sum(float (&d)[128], const float *tile, lo
     }
 }
 
-/* The end of part `part` of tail tile r for a consumer warpgroup's 128
- * accumulators (its 64 rows of the cooperative tile, slice = consumer;
- * the whole ping-pong tile, slice 0). A slot holds kSlotThreads threads'
- * accumulators (256 cooperative, 128 ping-pong), thread t's 16-byte
- * chunk q at (q * kSlotThreads + t) * 4 floats: a warp's store of one
- * chunk covers 512 contiguous bytes. Returns true in the warp that
- * arrived last, with d the tile's sum; false in the others. */
-template <int kSlotThreads>
+/* The end of part `part` of tail tile r for a consumer warpgroup's kAcc
+ * accumulators d[0 .. kAcc - 1] (its 64 rows of a tile both consumers
+ * share, slice = consumer; the whole ping-pong tile, slice 0). A slot holds
+ * kSlotThreads threads' accumulators (256 when both consumers share the
+ * tile, 128 ping-pong), thread t's 16-byte chunk q at (q * kSlotThreads +
+ * t) * 4 floats: a warp's store of one chunk covers 512 contiguous bytes.
+ * Returns true in the warp that arrived last, with d the tile's sum; false
+ * in the others. */
+template <int kSlotThreads, int kAcc = 128>
 __device__ __forceinline__ bool split_finish(const hgemm_params &p, float (&d)[128], int r, int part, int slice) {
+    static_assert(kAcc % 32 == 0 && kAcc <= 128, "whole chunks of 8 loads");
     constexpr int kStride = kSlotThreads * 4;
-    constexpr long long kSlot = (long long)kSlotThreads * 128;
+    constexpr long long kSlot = (long long)kSlotThreads * kAcc;
     const int t = slice * 128 + (int)(threadIdx.x % 128), lane = threadIdx.x % 32;
     const int parts = p.split_parts;
     const float *tile = p.split_partials + (long long)r * parts * kSlot + t * 4;
     float *mine = p.split_partials + ((long long)r * parts + part) * kSlot + t * 4;
 #pragma unroll
-    for (int q = 0; q < 32; q++)
+    for (int q = 0; q < kAcc / 4; q++)
         __stcg(reinterpret_cast<float4 *>(mine + q * kStride),
                make_float4(d[4 * q], d[4 * q + 1], d[4 * q + 2], d[4 * q + 3]));
     unsigned int *counter = p.split_counters + r * kSplitCounters + t / 32;
@@ -123,7 +125,7 @@ __device__ __forceinline__ bool split_finish(const hgemm_params &p, float (&d)[1
     if (lane == 0)
         asm volatile("fence.acq_rel.gpu;\n\tst.relaxed.gpu.global.u32 [%0], 0;" ::"l"(counter) : "memory");
     __syncwarp();
-    split_sum<kStride>(d, tile, kSlot, parts, part);
+    split_sum<kStride, kAcc>(d, tile, kSlot, parts, part);
     return true;
 }
 
