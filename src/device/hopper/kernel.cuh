@@ -340,14 +340,18 @@ __global__ void __launch_bounds__(kThreads, 1)
                  * of wl0, wl1, which hold the 32 blocks from the chunk's
                  * first, kb - j; the next 32 loaded on the chunk's last
                  * stage: fp8_block_w32), all after this tile's first full
-                 * barrier (fp8.cuh). The stage's factors are taken from
-                 * them before the next loads go out: ptxas gives all these
-                 * loads one scoreboard, so the first use of a loaded value
-                 * after a load waits for that load too. */
+                 * barrier (fp8.cuh). While the first half's product runs,
+                 * the stage takes its factors from them and then issues
+                 * the next loads: ptxas gives all these loads one
+                 * scoreboard, so the first use of a loaded value after a
+                 * load waits for that load too. */
                 float xa = 1.f, xb = 1.f, wl0 = 1.f, wl1 = 1.f;
                 fp8_scales sc{}; /* per-tensor scales (fp8_load_scales) */
                 for (int kb = kb0; kb < kb1; kb++) {
                     mbar_wait(full_bar + 8 * stage, phase);
+                    uint64_t desc_a = smem_desc_sw128(smem_a + stage * kStageBytesA + consumer * 64 * 128);
+                    uint32_t b = smem_b + stage * C::bytes_b;
+                    fp8_block_product<kIn>(tp, desc_a, smem_desc_sw128(b));
                     const int j = (kb - kb0) & 31;
                     float s0a = 1.f, s0b = 1.f, s1a = 1.f, s1b = 1.f;
                     if (block) {
@@ -363,9 +367,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                     } else if (kb == kb0) {
                         sc = fp8_load_scales(p, tm * kTileM + consumer * 64);
                     }
-                    uint64_t desc_a = smem_desc_sw128(smem_a + stage * kStageBytesA + consumer * 64 * 128);
-                    uint32_t b = smem_b + stage * C::bytes_b;
-                    fp8_promote<kIn, 0>(d, tp, desc_a, smem_desc_sw128(b), s0a, s0b);
+                    wgmma_wait<0>();
+                    fp8_add_scaled<0>(d, tp, s0a, s0b);
                     fp8_promote<kIn, 64>(d, tp, desc_a, smem_desc_sw128(b + 128 * 128), s1a, s1b);
                     if (leader) mbar_arrive(empty_bar + 8 * stage);
                     if (++stage == kStages) {

@@ -536,11 +536,10 @@ extern "C" int cgm_hgemm_variant_for(const cgm_hgemm_args *a) {
     if (a->variant == CGM_HGEMM_COOPERATIVE || a->variant == CGM_HGEMM_PINGPONG) return a->variant;
     /* The promoting fp8 kernels: the ping-pong variant's 128 x 128 tiles
      * (both consumers on each, kernel.cuh) load 4/3 of cooperative's bytes
-     * per flop; on an H100 it ran 0.58 to 1.11 of cooperative's speed
-     * wherever cooperative had more than 66 tiles, above 1 only on two
-     * shapes of n <= 2560 and k = 8192 (commgemm-kernel-bench plain
-     * --dtype e4m3 --fp8 promote|block --sweep). The rule below 4 TB/s,
-     * whatever the memory. */
+     * per flop; on an H100 it ran 0.55 to 1.04 of cooperative's speed
+     * wherever cooperative had more than 66 tiles, above 1 only on
+     * 8192 x 1280 x 8192 (commgemm-kernel-bench plain --dtype e4m3 --fp8
+     * promote|block --sweep). The rule below 4 TB/s, whatever the memory. */
     bool promote = fp8_in(a) && (a->fp8_promote || a->x_block_scale);
     double bw = promote ? 0.0 : memory_bytes_per_s();
     return auto_pingpong(a->m, a->n, a->k, bw) ? CGM_HGEMM_PINGPONG : CGM_HGEMM_COOPERATIVE;
