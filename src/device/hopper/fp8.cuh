@@ -104,18 +104,6 @@ __device__ __forceinline__ void fp8_add_scaled(float (&d)[128], float (&t)[64], 
     }
 }
 
-/* One promotion of the cooperative kernel: a k block's product into t,
- * then added into d[OFF ..]. The wait for the whole group keeps the
- * tensor cores idle during the additions unless the other consumer's
- * products fill that time. */
-template <int kIn, int OFF>
-__device__ __forceinline__ void fp8_promote(float (&d)[128], float (&t)[64], uint64_t desc_a, uint64_t desc_b,
-                                            float sa, float sb) {
-    fp8_block_product<kIn>(t, desc_a, desc_b);
-    wgmma_wait<0>();
-    fp8_add_scaled<OFF>(d, t, sa, sb);
-}
-
 } // namespace
 
 #endif

@@ -332,7 +332,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                  * 64 x 256 block, each promoted with its W block's scale. */
                 const int row = tm * kTileM + consumer * 64 + 16 * ((threadIdx.x % 128) / 32) + (threadIdx.x % 32) / 4;
                 const bool block = p.x_bs != nullptr;
-                float tp[64]; /* the k block's sum (fp8_promote) */
+                float tp[64]; /* the k block's sum (fp8_block_product) */
 #pragma unroll
                 for (int i = 0; i < 128; i++) d[i] = 0.f;
                 /* block scaling: the scales of this k block's rows (xa,
@@ -369,7 +369,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                     }
                     wgmma_wait<0>();
                     fp8_add_scaled<0>(d, tp, s0a, s0b);
-                    fp8_promote<kIn, 64>(d, tp, desc_a, smem_desc_sw128(b + 128 * 128), s1a, s1b);
+                    fp8_block_product<kIn>(tp, desc_a, smem_desc_sw128(b + 128 * 128));
+                    wgmma_wait<0>();
+                    fp8_add_scaled<64>(d, tp, s1a, s1b);
                     if (leader) mbar_arrive(empty_bar + 8 * stage);
                     if (++stage == kStages) {
                         stage = 0;
