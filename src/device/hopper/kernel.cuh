@@ -347,10 +347,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                  * load waits for that load too. */
                 float xa = 1.f, xb = 1.f, wl0 = 1.f, wl1 = 1.f;
                 fp8_scales sc{}; /* per-tensor scales (fp8_load_scales) */
-                /* Consumer 1 starts the CTA's first tile after consumer
-                 * 0's first product has completed (named barrier 3), so
-                 * that their waits and additions do not coincide. */
-                if (u == 0 && consumer == 1) asm volatile("bar.sync 3, 256;" ::: "memory");
+                /* Consumer 1 starts the CTA's first unit after consumer
+                 * 0's first product has completed (named barrier 3,
+                 * `offset_consumers`), so that their waits and additions
+                 * do not coincide. */
+                if (u == 0 && consumer == 1) offset_consumers(false);
+                if (u == 0 && consumer == 0 && kb0 == kb1) offset_consumers(true);
                 for (int kb = kb0; kb < kb1; kb++) {
                     mbar_wait(full_bar + 8 * stage, phase);
                     uint64_t desc_a = smem_desc_sw128(smem_a + stage * kStageBytesA + consumer * 64 * 128);
@@ -372,7 +374,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         sc = fp8_load_scales(p, tm * kTileM + consumer * 64);
                     }
                     wgmma_wait<0>();
-                    if (u == 0 && kb == kb0 && consumer == 0) asm volatile("bar.arrive 3, 256;" ::: "memory");
+                    if (u == 0 && kb == kb0 && consumer == 0) offset_consumers(true);
                     fp8_add_scaled<0>(d, tp, s0a, s0b);
                     fp8_block_product<kIn>(tp, desc_a, smem_desc_sw128(b + 128 * 128));
                     wgmma_wait<0>();

@@ -85,6 +85,14 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 __device__ __forceinline__ void warpgroup_sync(int id) {
     asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
 }
+/* Named barrier 3 over both consumer warpgroups (256 threads): the one
+ * that goes first arrives (`first`), the other waits for it. */
+__device__ __forceinline__ void offset_consumers(bool first) {
+    if (first)
+        asm volatile("bar.arrive 3, 256;" ::: "memory");
+    else
+        asm volatile("bar.sync 3, 256;" ::: "memory");
+}
 /* stmatrix .x4: four 8 x 8 16-bit matrices; lane i gives the address of
  * row i % 8 of matrix i / 8 and holds in r[j] its fragment of matrix j
  * (row lane / 4, columns 2 (lane % 4), + 1: the mma accumulator's). */
